@@ -1,0 +1,26 @@
+/* ibp.h - libibp: lossless and lossy compression for moving ML tensors.
+ *
+ * Include this one header. Every call returns an ibp_status_t (see
+ * ibp/status.h); the library never prints and never exits.
+ */
+#ifndef IBP_H
+#define IBP_H
+
+#define IBP_VERSION_MAJOR 0
+#define IBP_VERSION_MINOR 1
+#define IBP_VERSION_PATCH 0
+
+#include "ibp/status.h"
+#include "ibp/types.h"
+#include "ibp/codec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* "MAJOR.MINOR.PATCH" of the library actually linked. */
+const char *ibp_version_string(void);
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* IBP_H */
