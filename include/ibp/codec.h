@@ -98,7 +98,8 @@ const uint8_t *ibp_codec_bitval(const ibp_codec_t *c, unsigned cluster);
 uint64_t ibp_codec_static_bits(const ibp_codec_t *c, unsigned cluster);
 
 /* Selects the CPU implementation for this codec (for tests and benchmarks).
- * Returns IBP_ERR_UNSUPPORTED if this CPU or build lacks it. */
+ * Returns IBP_ERR_UNSUPPORTED if this CPU or build lacks it. This changes
+ * the codec: do not call it while other threads use the codec. */
 ibp_status_t ibp_codec_set_impl(ibp_codec_t *c, ibp_impl_t impl);
 /* The implementation this codec currently uses (never AUTO). */
 ibp_impl_t ibp_codec_impl(const ibp_codec_t *c);
@@ -124,8 +125,9 @@ ibp_status_t ibp_encode_row(const ibp_codec_t *c, const void *row, unsigned clus
 /* Decodes one encoded row of `src_len` bytes with flags byte `flags` and
  * cluster id `cluster` into dst (row_bytes bytes). Every count, index and
  * length is checked against src_len: corrupt input returns IBP_ERR_CORRUPT
- * and never reads outside src[0, src_len). Bytes of src beyond the row's
- * own extent are ignored (fixed-stride layout). */
+ * and never reads outside src[0, src_len). A cluster id >= nclusters is
+ * IBP_ERR_CORRUPT too. Bytes of src beyond the row's own extent are
+ * ignored (fixed-stride layout). */
 ibp_status_t ibp_decode_row(const ibp_codec_t *c, const void *src, uint64_t src_len,
 			    uint8_t flags, unsigned cluster, void *dst);
 
@@ -150,7 +152,7 @@ ibp_status_t ibp_decode_batch(const ibp_codec_t *c, const void *src, uint64_t sr
 /* Size in bytes of the same rows in the IBP paper's original layout
  * (participation bitmap of D bits rounded up to a chunk word, then the
  * payload rounded up to a chunk word; raw when not smaller), for the
- * layout comparison in benchmarks. Uses the codec's masks. */
+ * layout comparison in benchmarks. Each row uses its best cluster. */
 uint64_t ibp_paper_layout_size(const ibp_codec_t *c, const void *rows, uint64_t nrows);
 
 #ifdef __cplusplus

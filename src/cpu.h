@@ -1,0 +1,21 @@
+/* cpu.h - run-time CPU feature detection (x86-64 CPUID; other CPUs report
+ * no features). Results are computed once and cached; thread-safe. */
+#ifndef IBP_CPU_H
+#define IBP_CPU_H
+
+#include <stdbool.h>
+
+typedef struct ibp_cpu_features {
+	bool bmi2;      /* pext/pdep available */
+	bool fast_pdep; /* bmi2 and pext/pdep are not microcoded (not AMD family < 0x19) */
+	bool avx2;      /* AVX2 usable (CPU and OS save the YMM state) */
+	bool avx512;    /* AVX-512 F+BW+VL usable (CPU and OS save the ZMM state) */
+	bool amd;       /* vendor AuthenticAMD / HygonGenuine */
+	unsigned family; /* display family (base + extended) */
+	unsigned model;  /* display model */
+} ibp_cpu_features_t;
+
+/* The features of the CPU this process runs on (never NULL). */
+const ibp_cpu_features_t *ibp_cpu(void);
+
+#endif /* IBP_CPU_H */
