@@ -66,8 +66,19 @@ void ibp_train_opts_default(ibp_train_opts_t *o);
 /* Trains a codec on `nrows` rows of `row_bytes` bytes stored back to back at
  * `rows`. Chooses chunk size, threshold and clusters as `opts` says (NULL =
  * defaults) by the smallest actual encoded size, metadata counted. On
- * success *out owns a new codec (free with ibp_codec_free). nrows may be 0
- * (every Mask is then empty and rows encode raw). */
+ * success *out owns a new codec (free with ibp_codec_free). nrows may be 0.
+ *
+ * Sample: with sample = 0 (auto) all rows when the data is <= 64 MiB, else
+ * about 64 MiB of rows; sample = f takes round(f * nrows) rows (at least 1),
+ * one from each equal slice of the data, picked by `seed`: the result does
+ * not depend on nthreads. Rule: a bit is invariant with Bitval 1 when
+ * count >= T*N and with Bitval 0 when N - count >= T*N, so T = 1.0 keeps
+ * exactly the constant bits. Ties between candidates go to the larger chunk,
+ * then the larger T. With k > 1 clusters, k-means runs on an evenly spaced
+ * subset of the sample (<= 16 MiB), each cluster sweeps its own T, and
+ * ibp_codec_threshold reports the T of the largest cluster; fewer than k
+ * clusters come back when the sample has fewer distinct rows.
+ * Thread-safe: it touches only its arguments. */
 ibp_status_t ibp_codec_train(const void *rows, uint64_t nrows, uint64_t row_bytes,
 			     const ibp_train_opts_t *opts, ibp_codec_t **out);
 

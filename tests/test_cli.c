@@ -1,0 +1,596 @@
+/* test_cli.c - runs the `ibp` executable (IBP_BINARY_DIR/bin/ibp, built by
+ * the ibp_cli target) on small generated .npy files and checks outputs,
+ * round trips and exit statuses (0 ok, 1 usage, 2 bad input). */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ibp.h"
+
+#define IBP_EXE IBP_BINARY_DIR "/bin/ibp"
+
+static char dir[64];
+static char out_buf[1 << 16], err_buf[1 << 16];
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/ibp_test_cli_XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_eq(access(IBP_EXE, X_OK), 0, "%s is missing: build the ibp_cli target first", IBP_EXE);
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+/* Path of `name` inside the test's directory (a few rotating buffers). */
+static const char *P(const char *name)
+{
+	static char bufs[8][256];
+	static int i;
+	char *b = bufs[i++ % 8];
+	snprintf(b, 256, "%s/%s", dir, name);
+	return b;
+}
+
+static void slurp(const char *path, char *buf, size_t cap)
+{
+	FILE *f = fopen(path, "rb");
+	size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+	buf[n] = '\0';
+	if (f)
+		fclose(f);
+}
+
+/* Runs ibp with the NULL-terminated arguments; stdout/stderr go to out_buf /
+ * err_buf. Returns the exit status (-1 if it died on a signal). */
+static int run(const char *arg0, ...)
+{
+	const char *argv[32];
+	int n = 0;
+	argv[n++] = IBP_EXE;
+	va_list ap;
+	va_start(ap, arg0);
+	for (const char *a = arg0; a && n < 31; a = va_arg(ap, const char *))
+		argv[n++] = a;
+	va_end(ap);
+	argv[n] = NULL;
+	char so[256], se[256];
+	snprintf(so, sizeof(so), "%s/.stdout", dir);
+	snprintf(se, sizeof(se), "%s/.stderr", dir);
+	fflush(NULL);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		int fo = open(so, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		int fe = open(se, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (fo < 0 || fe < 0)
+			_exit(127);
+		dup2(fo, 1);
+		dup2(fe, 2);
+		execv(IBP_EXE, (char *const *)argv);
+		_exit(127);
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	slurp(so, out_buf, sizeof(out_buf));
+	slurp(se, err_buf, sizeof(err_buf));
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+#define assert_run(expect, ...)                                                                     \
+	do {                                                                                        \
+		int rc_ = run(__VA_ARGS__, NULL);                                                   \
+		cr_assert_eq(rc_, (expect), "exit %d (want %d)\nstdout: %s\nstderr: %s", rc_, (expect), \
+			     out_buf, err_buf);                                                     \
+	} while (0)
+
+/* ---- a tiny JSON validator (the CLI must print exactly one object) ---- */
+
+static const char *jws(const char *p)
+{
+	while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
+		p++;
+	return p;
+}
+
+static const char *jvalue(const char *p, int depth);
+
+static const char *jstring(const char *p)
+{
+	if (*p++ != '"')
+		return NULL;
+	while (*p && *p != '"') {
+		if ((unsigned char)*p < 0x20)
+			return NULL;
+		if (*p == '\\') {
+			p++;
+			if (!*p)
+				return NULL;
+		}
+		p++;
+	}
+	return *p == '"' ? p + 1 : NULL;
+}
+
+static const char *jvalue(const char *p, int depth)
+{
+	p = jws(p);
+	if (depth > 32)
+		return NULL;
+	if (*p == '{' || *p == '[') {
+		char close = *p == '{' ? '}' : ']';
+		int obj = *p == '{';
+		p = jws(p + 1);
+		if (*p == close)
+			return p + 1;
+		for (;;) {
+			if (obj) {
+				p = jstring(jws(p));
+				if (!p)
+					return NULL;
+				p = jws(p);
+				if (*p++ != ':')
+					return NULL;
+			}
+			p = jvalue(p, depth + 1);
+			if (!p)
+				return NULL;
+			p = jws(p);
+			if (*p == ',') {
+				p++;
+				continue;
+			}
+			return *p == close ? p + 1 : NULL;
+		}
+	}
+	if (*p == '"')
+		return jstring(p);
+	if (!strncmp(p, "true", 4) || !strncmp(p, "null", 4))
+		return p + 4;
+	if (!strncmp(p, "false", 5))
+		return p + 5;
+	char *end;
+	strtod(p, &end);
+	return end == p ? NULL : end;
+}
+
+static void assert_json_object(const char *s)
+{
+	cr_assert_eq(*jws(s), '{', "not an object: %s", s);
+	const char *e = jvalue(s, 0);
+	cr_assert_not_null(e, "invalid JSON: %s", s);
+	cr_assert_eq(*jws(e), '\0', "trailing text after the JSON object: %s", s);
+}
+
+/* ---- inputs ------------------------------------------------------------ */
+
+/* f32 rows with a shared exponent range and a few noisy rows: compressible. */
+static void make_f32(const char *path, uint64_t rows, uint64_t cols)
+{
+	float *a = malloc(rows * cols * sizeof(float) + 1);
+	uint64_t x = 12345;
+	for (uint64_t i = 0; i < rows * cols; i++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		float v = 1.0f + (float)((x >> 40) & 0xFF) / 256.0f;
+		if (i / cols % 17 == 3)
+			v = (float)(x >> 11) * 1e-9f - 4000.0f; /* exception rows */
+		a[i] = (i % cols) % 2 ? -v : v;
+	}
+	uint64_t shape[2] = {rows, cols};
+	cr_assert_eq(ibp_npy_write(path, IBP_DTYPE_F32, 2, shape, a), IBP_OK, "%s", ibp_last_error());
+	free(a);
+}
+
+static void make_array(const char *path, ibp_dtype_t dt, unsigned ndim, const uint64_t *shape)
+{
+	uint64_t n = 1;
+	for (unsigned i = 0; i < ndim; i++)
+		n *= shape[i];
+	size_t bytes = n * ibp_dtype_size(dt);
+	uint8_t *d = malloc(bytes + 1);
+	for (size_t i = 0; i < bytes; i++)
+		d[i] = (uint8_t)((i % 5 == 0) ? (i * 7919u >> 3) : (i & 1 ? 0x3F : 0));
+	if (dt == IBP_DTYPE_BOOL)
+		for (size_t i = 0; i < bytes; i++)
+			d[i] &= 1;
+	cr_assert_eq(ibp_npy_write(path, dt, ndim, shape, d), IBP_OK, "%s", ibp_last_error());
+	free(d);
+}
+
+static void write_raw(const char *path, const void *data, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	cr_assert_not_null(f);
+	cr_assert_eq(fwrite(data, 1, n, f), n);
+	fclose(f);
+}
+
+static size_t file_size(const char *path)
+{
+	struct stat st;
+	cr_assert_eq(stat(path, &st), 0, "%s", path);
+	return (size_t)st.st_size;
+}
+
+static void assert_same_file(const char *a, const char *b)
+{
+	size_t n = file_size(a);
+	cr_assert_eq(n, file_size(b), "%s and %s differ in size", a, b);
+	char *x = malloc(n + 1), *y = malloc(n + 1);
+	FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+	cr_assert(fa && fb);
+	cr_assert_eq(fread(x, 1, n, fa), n);
+	cr_assert_eq(fread(y, 1, n, fb), n);
+	fclose(fa);
+	fclose(fb);
+	cr_assert_eq(memcmp(x, y, n), 0, "%s and %s differ", a, b);
+	free(x);
+	free(y);
+}
+
+static void flip_byte(const char *path, long off)
+{
+	FILE *f = fopen(path, "r+b");
+	cr_assert_not_null(f);
+	cr_assert_eq(fseek(f, off, off < 0 ? SEEK_END : SEEK_SET), 0);
+	int c = fgetc(f);
+	cr_assert_neq(c, EOF);
+	cr_assert_eq(fseek(f, -1, SEEK_CUR), 0);
+	fputc(c ^ 0x40, f);
+	fclose(f);
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+TestSuite(cli, .init = setup, .fini = teardown, .timeout = 300);
+
+Test(cli, version_and_help)
+{
+	assert_run(0, "--version");
+	cr_assert_not_null(strstr(out_buf, "ibp 0.1.0"), "%s", out_buf);
+	assert_run(0, "--help");
+	cr_assert_not_null(strstr(out_buf, "bench"));
+	assert_run(1, "");
+	assert_run(1, "frobnicate");
+	static const char *cmds[] = {"pack", "unpack", "info", "verify", "analyze", "gather", "bench"};
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		char want[64];
+		snprintf(want, sizeof(want), "usage: ibp %s", cmds[i]);
+		assert_run(0, cmds[i], "--help");
+		cr_assert_not_null(strstr(out_buf, want), "%s", out_buf);
+		assert_run(0, "help", cmds[i]);
+		cr_assert_not_null(strstr(out_buf, want), "%s", out_buf);
+	}
+	/* No arguments at all. */
+	cr_assert_eq(run(NULL), 1);
+}
+
+Test(cli, pack_unpack_roundtrip)
+{
+	make_f32(P("a.npy"), 300, 24);
+	assert_run(0, "pack", P("a.npy"), P("a.ibp"));
+	cr_assert_not_null(strstr(out_buf, "ratio"), "%s", out_buf);
+	cr_assert_eq(err_buf[0], '\0', "stderr not empty (no terminal): %s", err_buf);
+	cr_assert_lt(file_size(P("a.ibp")), file_size(P("a.npy")));
+	assert_run(0, "unpack", P("a.ibp"), P("b.npy"));
+	/* Same header rule as np.save, so the whole file is identical. */
+	assert_same_file(P("a.npy"), P("b.npy"));
+
+	/* Every option combination round-trips. */
+	static const char *variants[][8] = {
+		{"--chunk", "1", "--threshold", "0.9", NULL},
+		{"--chunk", "2", "--layout", "inplace", NULL},
+		{"--chunk", "8", "--clusters", "3", "--threads", "1", NULL},
+		{"--clusters", "auto", "--sample", "0.5", "--seed", "99", NULL},
+		{"--threshold", "auto", "--chunk", "auto", "--layout", "packed", NULL},
+	};
+	for (size_t v = 0; v < sizeof(variants) / sizeof(variants[0]); v++) {
+		const char **o = variants[v];
+		int rc = run("pack", P("a.npy"), P("v.ibp"), o[0], o[1], o[2], o[3],
+			     o[4] ? o[4] : NULL, o[4] ? o[5] : NULL, NULL);
+		cr_assert_eq(rc, 0, "variant %zu: %s", v, err_buf);
+		assert_run(0, "verify", P("v.ibp"));
+		assert_run(0, "unpack", P("v.ibp"), P("v.npy"));
+		assert_same_file(P("a.npy"), P("v.npy"));
+	}
+}
+
+Test(cli, dtypes_and_shapes)
+{
+	static const struct {
+		ibp_dtype_t dt;
+		unsigned ndim;
+		uint64_t shape[3];
+	} cases[] = {
+		{IBP_DTYPE_U8, 2, {50, 7}},       {IBP_DTYPE_F64, 1, {100}},      {IBP_DTYPE_I16, 3, {9, 4, 5}},
+		{IBP_DTYPE_BOOL, 2, {33, 64}},    {IBP_DTYPE_I64, 2, {1, 3}},     {IBP_DTYPE_F16, 2, {40, 33}},
+		{IBP_DTYPE_U32, 2, {0, 5}},       {IBP_DTYPE_I8, 2, {64, 1}},     {IBP_DTYPE_U64, 3, {4, 1, 1}},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		make_array(P("in.npy"), cases[i].dt, cases[i].ndim, cases[i].shape);
+		int rc = run("pack", P("in.npy"), P("in.ibp"), NULL);
+		cr_assert_eq(rc, 0, "case %zu (%s): %s", i, ibp_dtype_name(cases[i].dt), err_buf);
+		assert_run(0, "verify", P("in.ibp"));
+		assert_run(0, "unpack", P("in.ibp"), P("out.npy"));
+		assert_same_file(P("in.npy"), P("out.npy"));
+		assert_run(0, "info", P("in.ibp"), "--json");
+		assert_json_object(out_buf);
+		cr_assert_not_null(strstr(out_buf, ibp_dtype_name(cases[i].dt)), "%s", out_buf);
+	}
+}
+
+Test(cli, bf16)
+{
+	uint64_t shape[2] = {64, 32};
+	make_array(P("u2.npy"), IBP_DTYPE_U16, 2, shape);
+	assert_run(0, "pack", P("u2.npy"), P("bf.ibp"), "--dtype", "bf16");
+	assert_run(0, "info", P("bf.ibp"), "--json");
+	cr_assert_not_null(strstr(out_buf, "\"dtype\":\"bf16\""), "%s", out_buf);
+	/* Written back as <u2: the same file. */
+	assert_run(0, "unpack", P("bf.ibp"), P("back.npy"));
+	assert_same_file(P("u2.npy"), P("back.npy"));
+	/* '|V2' input is accepted as bf16 too. */
+	unsigned char hdr[128];
+	uint64_t len;
+	cr_assert_eq(ibp_npy_format_header(IBP_DTYPE_U16, 2, shape, hdr, sizeof(hdr), &len), IBP_OK);
+	char *v2 = memchr(hdr, '<', len);
+	cr_assert_not_null(v2);
+	memcpy(v2, "|V2", 3);
+	size_t data_bytes = 64 * 32 * 2;
+	unsigned char *file = calloc(1, len + data_bytes);
+	memcpy(file, hdr, len);
+	write_raw(P("v2.npy"), file, len + data_bytes);
+	free(file);
+	assert_run(2, "pack", P("v2.npy"), P("v2.ibp"));
+	assert_run(0, "pack", P("v2.npy"), P("v2.ibp"), "--dtype", "bf16");
+	/* --dtype bf16 on a float32 array is refused. */
+	make_f32(P("f.npy"), 10, 4);
+	assert_run(2, "pack", P("f.npy"), P("f.ibp"), "--dtype", "bf16");
+	cr_assert_not_null(strstr(err_buf, "bf16"), "%s", err_buf);
+}
+
+Test(cli, info_and_verify)
+{
+	make_f32(P("a.npy"), 200, 32);
+	assert_run(0, "pack", P("a.npy"), P("a.ibp"));
+	assert_run(0, "info", P("a.ibp"));
+	cr_assert_not_null(strstr(out_buf, "row modes"), "%s", out_buf);
+	cr_assert_not_null(strstr(out_buf, "f32 [200, 32]"), "%s", out_buf);
+	assert_run(0, "info", "--json", P("a.ibp"));
+	assert_json_object(out_buf);
+	cr_assert_not_null(strstr(out_buf, "\"rows\":200"), "%s", out_buf);
+	cr_assert_not_null(strstr(out_buf, "\"modes\":{"), "%s", out_buf);
+	assert_run(0, "verify", P("a.ibp"));
+	cr_assert_not_null(strstr(out_buf, "OK"), "%s", out_buf);
+	assert_run(0, "info", "--json", P("a.ibp"));
+
+	/* A flipped byte in the header or the payload (the file's last
+	 * payload_bytes) fails verify with exit 2. Alignment padding between
+	 * sections is not covered by any checksum, so it is not probed. */
+	size_t n = file_size(P("a.ibp"));
+	const char *pl = strstr(out_buf, "\"payload_bytes\":");
+	cr_assert_not_null(pl);
+	long plen = atol(pl + strlen("\"payload_bytes\":"));
+	cr_assert_gt(plen, 0);
+	const long offs[] = {0, 5, 9, 17, 33, (long)n - plen, (long)n - plen / 2, (long)n - 1};
+	for (size_t oi = 0; oi < sizeof(offs) / sizeof(offs[0]); oi++) {
+		long off = offs[oi];
+		char cmd[600];
+		snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", P("a.ibp"), P("c.ibp"));
+		cr_assert_eq(system(cmd), 0);
+		flip_byte(P("c.ibp"), off);
+		int rc = run("verify", P("c.ibp"), NULL);
+		cr_assert_eq(rc, 2, "flip at %ld: exit %d: %s%s", off, rc, out_buf, err_buf);
+		cr_assert_not_null(strstr(err_buf, P("c.ibp")), "message must name the file: %s", err_buf);
+	}
+	/* Truncated. */
+	FILE *f = fopen(P("a.ibp"), "rb");
+	char *buf = malloc(n);
+	cr_assert_eq(fread(buf, 1, n, f), n);
+	fclose(f);
+	write_raw(P("t.ibp"), buf, n / 2);
+	free(buf);
+	assert_run(2, "verify", P("t.ibp"));
+	assert_run(2, "info", P("t.ibp"));
+	assert_run(2, "unpack", P("t.ibp"), P("t.npy"));
+	cr_assert_neq(access(P("t.npy"), F_OK), 0, "no output file after a failure");
+	/* Not a container at all. */
+	assert_run(2, "info", P("a.npy"));
+	assert_run(2, "verify", P("missing.ibp"));
+	cr_assert_not_null(strstr(err_buf, "missing.ibp"), "%s", err_buf);
+}
+
+/* Rows of `cols` floats equal? */
+static int row_equal(const float *a, const float *b, uint64_t cols)
+{
+	return memcmp(a, b, cols * sizeof(float)) == 0;
+}
+
+Test(cli, gather)
+{
+	const uint64_t rows = 150, cols = 20;
+	make_f32(P("a.npy"), rows, cols);
+	assert_run(0, "pack", P("a.npy"), P("a.ibp"));
+	ibp_npy_info_t ia, ig;
+	void *da, *dg;
+	cr_assert_eq(ibp_npy_load(P("a.npy"), 0, &ia, &da), IBP_OK);
+	const float *fa = da;
+
+	/* Text ids: order kept, duplicates, comments and commas. */
+	const char *txt = "# ids\n5, 0\n149 5\n\n77 # tail\n";
+	write_raw(P("ids.txt"), txt, strlen(txt));
+	assert_run(0, "gather", P("a.ibp"), "--ids", P("ids.txt"), "--out", P("g.npy"));
+	cr_assert_eq(ibp_npy_load(P("g.npy"), 0, &ig, &dg), IBP_OK);
+	cr_assert_eq(ig.ndim, 2);
+	cr_assert_eq(ig.shape[0], 5);
+	cr_assert_eq(ig.shape[1], cols);
+	static const int want[5] = {5, 0, 149, 5, 77};
+	for (int i = 0; i < 5; i++)
+		cr_assert(row_equal((const float *)dg + i * cols, fa + want[i] * cols, cols), "row %d", i);
+	ibp_npy_free(dg);
+
+	/* .npy ids (int64 and int32). */
+	int64_t ids64[3] = {149, 1, 2};
+	uint64_t n3[1] = {3};
+	cr_assert_eq(ibp_npy_write(P("ids.npy"), IBP_DTYPE_I64, 1, n3, ids64), IBP_OK);
+	assert_run(0, "gather", P("a.ibp"), "--ids", P("ids.npy"), "--out", P("g.npy"), "--threads", "2");
+	cr_assert_eq(ibp_npy_load(P("g.npy"), 0, &ig, &dg), IBP_OK);
+	cr_assert_eq(ig.shape[0], 3);
+	for (int i = 0; i < 3; i++)
+		cr_assert(row_equal((const float *)dg + i * cols, fa + ids64[i] * cols, cols));
+	ibp_npy_free(dg);
+	int32_t ids32[2] = {7, 8};
+	uint64_t n2[2] = {2, 1};
+	cr_assert_eq(ibp_npy_write(P("ids32.npy"), IBP_DTYPE_I32, 2, n2, ids32), IBP_OK);
+	assert_run(0, "gather", P("a.ibp"), "--ids", P("ids32.npy"), "--out", P("g.npy"));
+
+	/* random:N:SEED is deterministic and every row is a real row. */
+	assert_run(0, "gather", P("a.ibp"), "--ids", "random:40:3", "--out", P("r1.npy"));
+	assert_run(0, "gather", P("a.ibp"), "--out", P("r2.npy"), "--ids", "random:40:3");
+	assert_same_file(P("r1.npy"), P("r2.npy"));
+	cr_assert_eq(ibp_npy_load(P("r1.npy"), 0, &ig, &dg), IBP_OK);
+	cr_assert_eq(ig.shape[0], 40);
+	for (uint64_t i = 0; i < 40; i++) {
+		int found = 0;
+		for (uint64_t r = 0; r < rows && !found; r++)
+			found = row_equal((const float *)dg + i * cols, fa + r * cols, cols);
+		cr_assert(found, "gathered row %llu is not in the input", (unsigned long long)i);
+	}
+	ibp_npy_free(dg);
+	assert_run(0, "gather", P("a.ibp"), "--ids", "random:0", "--out", P("r0.npy"));
+
+	/* Errors: out of range (exit 2, no output), bad text, bad spec, missing options. */
+	int64_t bad[2] = {3, 150};
+	uint64_t nb[1] = {2};
+	cr_assert_eq(ibp_npy_write(P("bad.npy"), IBP_DTYPE_I64, 1, nb, bad), IBP_OK);
+	assert_run(2, "gather", P("a.ibp"), "--ids", P("bad.npy"), "--out", P("x.npy"));
+	cr_assert_not_null(strstr(err_buf, "150"), "%s", err_buf);
+	cr_assert_neq(access(P("x.npy"), F_OK), 0);
+	write_raw(P("neg.txt"), "1 -2\n", 5);
+	assert_run(2, "gather", P("a.ibp"), "--ids", P("neg.txt"), "--out", P("x.npy"));
+	write_raw(P("junk.txt"), "1 2x\n", 5);
+	assert_run(2, "gather", P("a.ibp"), "--ids", P("junk.txt"), "--out", P("x.npy"));
+	float fl[2] = {1, 2};
+	cr_assert_eq(ibp_npy_write(P("fl.npy"), IBP_DTYPE_F32, 1, nb, fl), IBP_OK);
+	assert_run(2, "gather", P("a.ibp"), "--ids", P("fl.npy"), "--out", P("x.npy"));
+	assert_run(1, "gather", P("a.ibp"), "--ids", "random:x", "--out", P("x.npy"));
+	assert_run(1, "gather", P("a.ibp"), "--out", P("x.npy"));
+	assert_run(1, "gather", P("a.ibp"), "--ids", "random:3");
+	assert_run(2, "gather", P("a.ibp"), "--ids", P("nothere.txt"), "--out", P("x.npy"));
+	ibp_npy_free(da);
+}
+
+Test(cli, analyze)
+{
+	make_f32(P("a.npy"), 256, 48);
+	assert_run(0, "analyze", P("a.npy"));
+	cr_assert_not_null(strstr(out_buf, "invariant fraction per bit"), "%s", out_buf);
+	cr_assert_not_null(strstr(out_buf, "predicted ratio"), "%s", out_buf);
+	cr_assert_not_null(strstr(out_buf, "best:"), "%s", out_buf);
+	assert_run(0, "analyze", P("a.npy"), "--json", "--threshold", "0.95", "--sample", "0.5");
+	assert_json_object(out_buf);
+	cr_assert_not_null(strstr(out_buf, "\"bit_invariant_fraction\":["), "%s", out_buf);
+	cr_assert_not_null(strstr(out_buf, "\"cells\":["), "%s", out_buf);
+	cr_assert_not_null(strstr(out_buf, "\"threshold\":0.95"), "%s", out_buf);
+	assert_run(1, "analyze", P("a.npy"), "--threshold", "0.2");
+	assert_run(1, "analyze");
+}
+
+Test(cli, bench)
+{
+	make_f32(P("a.npy"), 256, 64);
+	assert_run(0, "bench", P("a.npy"), "--repeat", "1", "--threads", "2");
+	cr_assert_eq(err_buf[0], '\0', "stderr not empty (no terminal): %s", err_buf);
+	static const char *rows[] = {"ibp", "portable", "paper layout", "zstd -1", "zstd -3", "lz4", "64K", "row"};
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		cr_assert_not_null(strstr(out_buf, rows[i]), "missing '%s' in:\n%s", rows[i], out_buf);
+	assert_run(0, "bench", P("a.npy"), "--json", "--repeat", "2", "--threads", "1", "--chunk", "4");
+	assert_json_object(out_buf);
+	cr_assert_not_null(strstr(out_buf, "\"verified\":true"), "%s", out_buf);
+	cr_assert_not_null(strstr(out_buf, "\"name\":\"zstd -3\""), "%s", out_buf);
+	cr_assert_not_null(strstr(out_buf, "\"chunk_bytes\":4"), "%s", out_buf);
+	/* --max-mb caps the rows used. */
+	assert_run(0, "bench", P("a.npy"), "--json", "--repeat", "1", "--max-mb", "0");
+	assert_run(1, "bench", P("a.npy"), "--repeat", "0");
+	uint64_t zero[2] = {0, 8};
+	make_array(P("empty.npy"), IBP_DTYPE_U8, 2, zero);
+	assert_run(2, "bench", P("empty.npy"));
+}
+
+Test(cli, usage_errors)
+{
+	make_f32(P("a.npy"), 20, 4);
+	assert_run(1, "pack", P("a.npy"));
+	assert_run(1, "pack", P("a.npy"), P("b.ibp"), P("c"));
+	assert_run(1, "pack", P("a.npy"), P("b.ibp"), "--chunk", "3");
+	assert_run(1, "pack", P("a.npy"), P("b.ibp"), "--threshold", "1.5");
+	assert_run(1, "pack", P("a.npy"), P("b.ibp"), "--threshold", "x");
+	assert_run(1, "pack", P("a.npy"), P("b.ibp"), "--clusters", "65");
+	assert_run(1, "pack", P("a.npy"), P("b.ibp"), "--sample", "0");
+	assert_run(1, "pack", P("a.npy"), P("b.ibp"), "--layout", "sideways");
+	assert_run(1, "pack", P("a.npy"), P("b.ibp"), "--threads", "-1");
+	assert_run(1, "pack", P("a.npy"), P("b.ibp"), "--dtype", "f8");
+	assert_run(1, "pack", P("a.npy"), P("b.ibp"), "--frobnicate");
+	cr_assert_not_null(strstr(err_buf, "--frobnicate"), "%s", err_buf);
+	assert_run(1, "pack", P("a.npy"), P("b.ibp"), "--chunk");
+	assert_run(1, "unpack", P("a.ibp"));
+	assert_run(1, "info");
+	assert_run(1, "info", P("a.ibp"), "--threads", "2");
+	assert_run(1, "verify", P("a.ibp"), P("b.ibp"));
+	cr_assert_neq(access(P("b.ibp"), F_OK), 0);
+}
+
+Test(cli, bad_inputs)
+{
+	/* Hand-made headers: big-endian, Fortran order, 0-d, truncated data. */
+	static const struct {
+		const char *dict;
+		size_t data;
+		const char *msg;
+	} cases[] = {
+		{"{'descr': '>f4', 'fortran_order': False, 'shape': (4, 2), }", 32, "big-endian"},
+		{"{'descr': '<f4', 'fortran_order': True, 'shape': (4, 2), }", 32, "Fortran"},
+		{"{'descr': '<f4', 'fortran_order': False, 'shape': (), }", 4, "0-dimensional"},
+		{"{'descr': '<f4', 'fortran_order': False, 'shape': (4, 2), }", 31, "truncated"},
+		{"{'descr': '<c8', 'fortran_order': False, 'shape': (4, 2), }", 64, "c8"},
+		{"{'descr': '<f4', 'fortran_order': False, 'shape': (4, 0), }", 0, "0 bytes"},
+		{"{'descr': '<f4', 'fortran_order': False 'shape': (4, 2), }", 32, "npy header"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		unsigned char buf[512] = {0};
+		size_t dl = strlen(cases[i].dict);
+		memcpy(buf, "\x93NUMPY\x01\x00", 8);
+		buf[8] = (unsigned char)(dl + 1);
+		buf[9] = 0;
+		memcpy(buf + 10, cases[i].dict, dl);
+		buf[10 + dl] = '\n';
+		write_raw(P("bad.npy"), buf, 11 + dl + cases[i].data);
+		assert_run(2, "pack", P("bad.npy"), P("bad.ibp"));
+		cr_assert_not_null(strstr(err_buf, cases[i].msg), "case %zu: %s", i, err_buf);
+		cr_assert_not_null(strstr(err_buf, "bad.npy"), "case %zu: %s", i, err_buf);
+		assert_run(2, "analyze", P("bad.npy"));
+		assert_run(2, "bench", P("bad.npy"));
+		cr_assert_neq(access(P("bad.ibp"), F_OK), 0);
+	}
+	assert_run(2, "pack", P("nope.npy"), P("x.ibp"));
+	write_raw(P("empty.npy"), "", 0);
+	assert_run(2, "pack", P("empty.npy"), P("x.ibp"));
+	/* An .ibp given where an .npy is expected. */
+	make_f32(P("a.npy"), 20, 4);
+	assert_run(0, "pack", P("a.npy"), P("a.ibp"));
+	assert_run(2, "pack", P("a.ibp"), P("x.ibp"));
+	assert_run(2, "bench", P("a.ibp"));
+	/* Unwritable output. */
+	assert_run(2, "pack", P("a.npy"), P("no/such/dir/x.ibp"));
+	assert_run(2, "unpack", P("a.ibp"), P("no/such/dir/x.npy"));
+}

@@ -1,0 +1,727 @@
+/* bench.c - `ibp bench IN.npy`: IBP against zstd and lz4 on the same rows.
+ *
+ * Every method is timed for encode and decode, on one thread and on all
+ * threads, with CLOCK_MONOTONIC; each figure is the median of several runs
+ * (at least 5, until ~0.25 s are spent; one run is enough past 2 s). Every decode is compared with the
+ * input byte for byte, outside the timed region; a mismatch fails (exit 2).
+ * GB/s = uncompressed bytes / second / 1e9.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "json.h"
+#include "progress.h"
+#ifdef IBP_HAVE_ZSTD
+#include <zstd.h>
+#endif
+#ifdef IBP_HAVE_LZ4
+#include <lz4.h>
+#endif
+
+const char *const help_bench =
+	"usage: ibp bench IN.npy [options]\n"
+	"\n"
+	"Compare IBP with zstd -1, zstd -3 and lz4 on the rows of IN.npy (rows =\n"
+	"dimension 0). Prints one table: compression ratio and encode / decode\n"
+	"GB/s (uncompressed bytes per second) on one thread and on all threads,\n"
+	"for IBP (portable and BMI2 code paths) and for each general-purpose\n"
+	"compressor both per row (every row compressed on its own: random access,\n"
+	"like IBP) and per 64 KiB block. Also the ratio of the IBP paper's layout.\n"
+	"Each time is the median of repeated runs; every decode is checked byte for\n"
+	"byte against the input (a mismatch exits with status 2).\n"
+	"\n"
+	"options:\n"
+	"  --threads N        'all threads' column uses N threads (default 0 = all CPUs)\n"
+	"  --repeat N         exactly N timed runs per figure (default: at least 5,\n"
+	"                     until ~0.25 s per figure)\n"
+	"  --max-mb M         use at most the first M MiB of rows (default 64; 0 = all)\n"
+	"  --chunk, --threshold, --sample, --clusters, --seed\n"
+	"                     IBP training options, as for `ibp pack`\n"
+	"  --dtype bf16       read a '<u2' or '|V2' array as bfloat16\n"
+	"  --json             print one JSON object on stdout instead of the table\n"
+	"  -h, --help         this text\n";
+
+#define BLOCK_BYTES (64u << 10)
+
+typedef struct bench {
+	const char *in;
+	const uint8_t *data;
+	uint64_t nrows, rb, total;
+	int nt; /* "all threads" */
+	uint8_t *out;
+	int repeat; /* 0 = time-based */
+	progress_t *pg;
+	unsigned step, nsteps;
+} bench_t;
+
+typedef struct result {
+	char name[32]; /* "ibp", "zstd -1", ... */
+	char unit[16]; /* "portable", "bmi2", "row", "64K" */
+	int available;
+	char why[64];
+	uint64_t bytes;
+	double ratio;
+	double enc[2], dec[2]; /* GB/s on 1 thread and on all; NAN = not measured */
+	int timed;             /* 0: ratio only */
+} result_t;
+
+/* ---- timing ------------------------------------------------------------ */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* One run of a method: 0 ok, else an exit status (message printed). */
+typedef int (*run_fn)(void *ctx, int nthreads);
+/* After a decode run: 0 if the output matches the input. */
+typedef int (*check_fn)(bench_t *b, void *ctx, const char *what);
+
+static int check_out(bench_t *b, void *ctx, const char *what)
+{
+	(void)ctx;
+	if (b->total && memcmp(b->out, b->data, b->total) != 0) {
+		uint64_t i = 0;
+		while (b->out[i] == b->data[i])
+			i++;
+		progress_end(b->pg);
+		b->pg = NULL;
+		return cli_fail("bench", b->in, "round trip mismatch: %s: first difference at byte %llu (row %llu)",
+				what, (unsigned long long)i, (unsigned long long)(i / b->rb));
+	}
+	return 0;
+}
+
+/* Times fn: a warm-up run (checked too), then the median of timed runs.
+ * *gbps gets total bytes / median seconds / 1e9. */
+static int measure(bench_t *b, const char *what, run_fn fn, void *ctx, int nthreads, check_fn check,
+		   double *gbps)
+{
+	double times[64];
+	int n = 0, rc;
+	char step[160];
+	snprintf(step, sizeof(step), "%.96s, %d thread%s (%u/%u)", what, nthreads, nthreads == 1 ? "" : "s",
+		 b->step + 1, b->nsteps);
+	progress_step(b->pg, step);
+	if (check)
+		memset(b->out, 0x5A, b->total);
+	double t0 = cli_now();
+	if ((rc = fn(ctx, nthreads)) != 0)
+		return rc;
+	double first = cli_now() - t0;
+	if (check && (rc = check(b, ctx, step)) != 0)
+		return rc;
+	/* A slow first run is already warm enough to count. */
+	if (first > 0.5 && !b->repeat)
+		times[n++] = first;
+	double spent = first;
+	for (;;) {
+		if (b->repeat ? n >= b->repeat : (n >= 5 && spent >= 0.25) || n >= 50 || (n >= 1 && spent >= 2.0))
+			break;
+		if (n == (int)(sizeof(times) / sizeof(times[0])))
+			break;
+		if (check)
+			memset(b->out, 0x5A, b->total);
+		t0 = cli_now();
+		if ((rc = fn(ctx, nthreads)) != 0)
+			return rc;
+		double t = cli_now() - t0;
+		times[n++] = t;
+		spent += t;
+		if (check && (rc = check(b, ctx, step)) != 0)
+			return rc;
+	}
+	qsort(times, (size_t)n, sizeof(double), cmp_double);
+	double med = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+	*gbps = med > 0 ? (double)b->total / med / 1e9 : NAN;
+	b->step++;
+	progress_update(b->pg, b->step);
+	return 0;
+}
+
+/* Encode and decode on 1 and on all threads into r->enc / r->dec. */
+static int measure_pair(bench_t *b, result_t *r, run_fn enc, run_fn dec, void *ctx)
+{
+	char what[96];
+	int rc;
+	for (int t = 0; t < 2; t++) {
+		int nt = t ? b->nt : 1;
+		if (t && b->nt == 1) {
+			r->enc[1] = r->enc[0];
+			r->dec[1] = r->dec[0];
+			break;
+		}
+		snprintf(what, sizeof(what), "%.31s %.15s encode", r->name, r->unit);
+		if ((rc = measure(b, what, enc, ctx, nt, NULL, &r->enc[t])) != 0)
+			return rc;
+		snprintf(what, sizeof(what), "%.31s %.15s decode", r->name, r->unit);
+		if ((rc = measure(b, what, dec, ctx, nt, check_out, &r->dec[t])) != 0)
+			return rc;
+	}
+	r->timed = 1;
+	return 0;
+}
+
+/* ---- IBP --------------------------------------------------------------- */
+
+typedef struct ibp_ctx {
+	bench_t *b;
+	ibp_codec_t *codec;
+	uint8_t *payload, *flags, *clusters;
+	uint8_t *cl; /* clusters, or NULL with one cluster */
+	uint64_t cap, *offsets;
+	ibp_status_t err;
+} ibp_ctx_t;
+
+static int ibp_enc(void *p, int nt)
+{
+	ibp_ctx_t *c = p;
+	bench_t *b = c->b;
+	ibp_status_t s = ibp_encode_batch(c->codec, b->data, b->nrows, c->payload, c->cap, c->offsets, c->flags,
+					  c->cl, nt);
+	if (s != IBP_OK) {
+		progress_end(b->pg);
+		b->pg = NULL;
+		return cli_fail_status("bench", b->in, s);
+	}
+	return 0;
+}
+
+static int ibp_dec(void *p, int nt)
+{
+	ibp_ctx_t *c = p;
+	bench_t *b = c->b;
+	ibp_status_t s = ibp_decode_batch(c->codec, c->payload, c->offsets[b->nrows], c->offsets, c->flags,
+					  c->cl, b->nrows, b->out, nt);
+	if (s != IBP_OK) {
+		progress_end(b->pg);
+		b->pg = NULL;
+		return cli_fail_status("bench", b->in, s);
+	}
+	return 0;
+}
+
+/* ---- zstd / lz4, per row or per block ---------------------------------- */
+
+enum { GEN_ZSTD, GEN_LZ4 };
+
+typedef struct gen {
+	bench_t *b;
+	int kind, level;
+	uint64_t usz, nunits, cap; /* unit size, units, slot size */
+	uint8_t *comp;
+	uint64_t *clen;
+	void **cctx, **dctx; /* per thread (zstd) */
+	int nctx;
+	volatile int failed;
+} gen_t;
+
+static uint64_t unit_len(const gen_t *g, uint64_t i)
+{
+	uint64_t off = i * g->usz;
+	return g->b->total - off < g->usz ? g->b->total - off : g->usz;
+}
+
+static void gen_enc_range(gen_t *g, uint64_t a, uint64_t e, int tid)
+{
+	for (uint64_t i = a; i < e; i++) {
+		const uint8_t *src = g->b->data + i * g->usz;
+		uint8_t *dst = g->comp + i * g->cap;
+		uint64_t n = unit_len(g, i), r = 0;
+#ifdef IBP_HAVE_ZSTD
+		if (g->kind == GEN_ZSTD) {
+			size_t z = ZSTD_compressCCtx(g->cctx[tid], dst, g->cap, src, n, g->level);
+			r = ZSTD_isError(z) ? 0 : z;
+		}
+#endif
+#ifdef IBP_HAVE_LZ4
+		if (g->kind == GEN_LZ4)
+			r = (uint64_t)LZ4_compress_default((const char *)src, (char *)dst, (int)n, (int)g->cap);
+#endif
+		(void)tid;
+		(void)src;
+		(void)dst;
+		if (!r && n) {
+			g->failed = 1;
+			return;
+		}
+		g->clen[i] = r;
+	}
+}
+
+static void gen_dec_range(gen_t *g, uint64_t a, uint64_t e, int tid)
+{
+	for (uint64_t i = a; i < e; i++) {
+		const uint8_t *src = g->comp + i * g->cap;
+		uint8_t *dst = g->b->out + i * g->usz;
+		uint64_t n = unit_len(g, i);
+		int ok = 0;
+#ifdef IBP_HAVE_ZSTD
+		if (g->kind == GEN_ZSTD) {
+			size_t z = ZSTD_decompressDCtx(g->dctx[tid], dst, n, src, g->clen[i]);
+			ok = !ZSTD_isError(z) && z == n;
+		}
+#endif
+#ifdef IBP_HAVE_LZ4
+		if (g->kind == GEN_LZ4)
+			ok = LZ4_decompress_safe((const char *)src, (char *)dst, (int)g->clen[i], (int)n) == (int)n;
+#endif
+		(void)tid;
+		(void)src;
+		(void)dst;
+		(void)n;
+		if (!ok) {
+			g->failed = 1;
+			return;
+		}
+	}
+}
+
+typedef struct job {
+	gen_t *g;
+	int dec, tid;
+	uint64_t a, e;
+} job_t;
+
+static void *job_main(void *p)
+{
+	job_t *j = p;
+	if (j->dec)
+		gen_dec_range(j->g, j->a, j->e, j->tid);
+	else
+		gen_enc_range(j->g, j->a, j->e, j->tid);
+	return NULL;
+}
+
+/* Splits the units into nt contiguous ranges; the caller's thread takes
+ * the first. */
+static int gen_run(gen_t *g, int nt, int dec)
+{
+	job_t jobs[256];
+	pthread_t th[256];
+	int running[256] = {0};
+	if (nt > 256)
+		nt = 256;
+	if ((uint64_t)nt > g->nunits)
+		nt = g->nunits ? (int)g->nunits : 1;
+	g->failed = 0;
+	for (int t = 0; t < nt; t++)
+		jobs[t] = (job_t){g, dec, t, g->nunits * (uint64_t)t / (uint64_t)nt,
+				  g->nunits * (uint64_t)(t + 1) / (uint64_t)nt};
+	for (int t = 1; t < nt; t++) {
+		running[t] = pthread_create(&th[t], NULL, job_main, &jobs[t]) == 0;
+		if (!running[t])
+			job_main(&jobs[t]); /* no thread: do it here */
+	}
+	job_main(&jobs[0]);
+	for (int t = 1; t < nt; t++)
+		if (running[t])
+			pthread_join(th[t], NULL);
+	if (g->failed) {
+		progress_end(g->b->pg);
+		g->b->pg = NULL;
+		return cli_fail("bench", g->b->in, "%s %s failed", g->kind == GEN_ZSTD ? "zstd" : "lz4",
+				dec ? "decompression" : "compression");
+	}
+	return 0;
+}
+
+static int gen_enc(void *p, int nt) { return gen_run(p, nt, 0); }
+static int gen_dec(void *p, int nt) { return gen_run(p, nt, 1); }
+
+static void gen_free(gen_t *g)
+{
+#ifdef IBP_HAVE_ZSTD
+	for (int i = 0; i < g->nctx; i++) {
+		if (g->cctx)
+			ZSTD_freeCCtx(g->cctx[i]);
+		if (g->dctx)
+			ZSTD_freeDCtx(g->dctx[i]);
+	}
+#endif
+	free(g->cctx);
+	free(g->dctx);
+	free(g->comp);
+	free(g->clen);
+}
+
+/* Runs one general-purpose method. Sets r->available = 0 with a reason if
+ * it cannot run (not built in, too large). */
+static int bench_gen(bench_t *b, result_t *r, int kind, int level, int per_row)
+{
+	gen_t g;
+	memset(&g, 0, sizeof(g));
+	g.b = b;
+	g.kind = kind;
+	g.level = level;
+	g.usz = per_row ? b->rb : BLOCK_BYTES;
+	g.nunits = b->total ? (b->total + g.usz - 1) / g.usz : 0;
+	uint64_t usz = g.usz < b->total ? g.usz : b->total;
+	(void)usz; /* unused without zstd and lz4 */
+	int rc = 0;
+	if (kind == GEN_ZSTD) {
+#ifdef IBP_HAVE_ZSTD
+		g.cap = ZSTD_compressBound(usz);
+		g.nctx = b->nt;
+		g.cctx = calloc((size_t)g.nctx, sizeof(void *));
+		g.dctx = calloc((size_t)g.nctx, sizeof(void *));
+		for (int i = 0; g.cctx && g.dctx && i < g.nctx; i++) {
+			g.cctx[i] = ZSTD_createCCtx();
+			g.dctx[i] = ZSTD_createDCtx();
+		}
+#else
+		snprintf(r->why, sizeof(r->why), "not built with zstd");
+		return 0;
+#endif
+	} else {
+#ifdef IBP_HAVE_LZ4
+		if (usz > LZ4_MAX_INPUT_SIZE) {
+			snprintf(r->why, sizeof(r->why), "rows over lz4's 2 GB limit");
+			return 0;
+		}
+		g.cap = (uint64_t)LZ4_compressBound((int)usz);
+#else
+		snprintf(r->why, sizeof(r->why), "not built with lz4");
+		return 0;
+#endif
+	}
+	uint64_t slots;
+	if (__builtin_mul_overflow(g.nunits, g.cap, &slots) || slots > SIZE_MAX)
+		slots = UINT64_MAX;
+	/* Tiny rows make per-row bounds (frame overheads) dwarf the data. */
+	uint64_t limit = 4 * b->total > (256ull << 20) ? 4 * b->total : (256ull << 20);
+	if (slots > limit) {
+		gen_free(&g);
+		snprintf(r->why, sizeof(r->why), "skipped: would need %.1f GiB of buffers",
+			 slots == UINT64_MAX ? INFINITY : (double)slots / (1ull << 30));
+		return 0;
+	}
+	g.comp = malloc(slots ? slots : 1);
+	g.clen = malloc((g.nunits ? g.nunits : 1) * sizeof(uint64_t));
+	if (!g.comp || !g.clen || (kind == GEN_ZSTD && (!g.cctx || !g.dctx))) {
+		gen_free(&g);
+		snprintf(r->why, sizeof(r->why), "out of memory");
+		return 0;
+	}
+#ifdef IBP_HAVE_ZSTD
+	for (int i = 0; kind == GEN_ZSTD && i < g.nctx; i++)
+		if (!g.cctx[i] || !g.dctx[i]) {
+			gen_free(&g);
+			snprintf(r->why, sizeof(r->why), "out of memory");
+			return 0;
+		}
+#endif
+	/* Pre-touch the output slots so the first timed run pays no page faults. */
+	memset(g.comp, 0, slots);
+	r->available = 1;
+	rc = measure_pair(b, r, gen_enc, gen_dec, &g);
+	if (rc == 0) {
+		r->bytes = 0;
+		for (uint64_t i = 0; i < g.nunits; i++)
+			r->bytes += g.clen[i];
+	}
+	gen_free(&g);
+	return rc;
+}
+
+/* ---- the command -------------------------------------------------------- */
+
+static void print_gbps(double v)
+{
+	if (isnan(v))
+		printf(" %8s", "-");
+	else
+		printf(" %8.3f", v);
+}
+
+int cmd_bench(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{"threads", required_argument, 0, OPT_THREADS},
+		{"repeat", required_argument, 0, OPT_REPEAT},
+		{"max-mb", required_argument, 0, OPT_MAX_MB},
+		{"chunk", required_argument, 0, OPT_CHUNK},
+		{"threshold", required_argument, 0, OPT_THRESHOLD},
+		{"sample", required_argument, 0, OPT_SAMPLE},
+		{"clusters", required_argument, 0, OPT_CLUSTERS},
+		{"seed", required_argument, 0, OPT_SEED},
+		{"dtype", required_argument, 0, OPT_DTYPE},
+		{"json", no_argument, 0, OPT_JSON},
+		{"help", no_argument, 0, OPT_HELP},
+		{0, 0, 0, 0},
+	};
+	const char *cmd = "bench";
+	ibp_train_opts_t o;
+	ibp_train_opts_default(&o);
+	unsigned npy_flags = 0;
+	int as_json = 0, c, nthreads = 0;
+	uint64_t repeat = 0, max_mb = 64;
+	optind = 1;
+	while ((c = cli_getopt(cmd, argc, argv, lo)) != -1) {
+		if (c == -2)
+			return EXIT_USAGE;
+		if (c == OPT_HELP)
+			return cli_print_help(help_bench);
+		if (c == OPT_JSON) {
+			as_json = 1;
+			continue;
+		}
+		if (c == OPT_REPEAT) {
+			if (cli_parse_u64(cmd, "--repeat", optarg, &repeat))
+				return EXIT_USAGE;
+			if (repeat < 1 || repeat > 50)
+				return cli_usage_error(cmd, "--repeat must be 1..50");
+			continue;
+		}
+		if (c == OPT_MAX_MB) {
+			if (cli_parse_u64(cmd, "--max-mb", optarg, &max_mb))
+				return EXIT_USAGE;
+			if (max_mb > (1ull << 30))
+				return cli_usage_error(cmd, "--max-mb is too large");
+			continue;
+		}
+		if (c == OPT_THREADS) {
+			if (cli_parse_threads(cmd, optarg, &nthreads))
+				return EXIT_USAGE;
+			continue;
+		}
+		int r = cli_train_option(cmd, c, optarg, &o, &npy_flags);
+		if (r < 0)
+			return EXIT_USAGE;
+		if (r == 0)
+			return cli_usage_error(cmd, "unexpected option '%s'", argv[optind - 1]);
+	}
+	if (argc - optind != 1)
+		return cli_usage_error(cmd, "needs exactly one IN.npy");
+	const char *in = argv[optind];
+	if (nthreads == 0) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		nthreads = n > 0 ? (int)(n > 256 ? 256 : n) : 1;
+	}
+	if (nthreads > 256)
+		nthreads = 256;
+	o.nthreads = nthreads;
+
+	ibp_npy_info_t info;
+	void *data = NULL;
+	uint64_t nrows_all, rb;
+	int rc = cli_load_rows(cmd, in, npy_flags, &info, &data, &nrows_all, &rb);
+	if (rc != EXIT_OK)
+		return rc;
+	bench_t b;
+	memset(&b, 0, sizeof(b));
+	b.in = in;
+	b.data = data;
+	b.rb = rb;
+	b.nt = nthreads;
+	b.repeat = (int)repeat;
+	b.nrows = nrows_all;
+	if (max_mb && nrows_all * rb > (max_mb << 20)) {
+		b.nrows = (max_mb << 20) / rb;
+		if (b.nrows == 0)
+			b.nrows = 1;
+	}
+	b.total = b.nrows * rb;
+	if (b.nrows == 0) {
+		ibp_npy_free(data);
+		return cli_fail(cmd, in, "the array has no rows to benchmark");
+	}
+
+	enum { R_IBP_PORT, R_IBP_BMI2, R_PAPER, R_Z1_ROW, R_Z1_BLK, R_Z3_ROW, R_Z3_BLK, R_LZ4_ROW, R_LZ4_BLK, NRES };
+	result_t res[NRES];
+	memset(res, 0, sizeof(res));
+	static const char *names[NRES][2] = {
+		{"ibp", "portable"}, {"ibp", "bmi2"},   {"ibp paper layout", "row"},
+		{"zstd -1", "row"},  {"zstd -1", "64K"}, {"zstd -3", "row"},
+		{"zstd -3", "64K"},  {"lz4", "row"},     {"lz4", "64K"},
+	};
+	for (int i = 0; i < NRES; i++) {
+		snprintf(res[i].name, sizeof(res[i].name), "%s", names[i][0]);
+		snprintf(res[i].unit, sizeof(res[i].unit), "%s", names[i][1]);
+		res[i].enc[0] = res[i].enc[1] = res[i].dec[0] = res[i].dec[1] = NAN;
+	}
+
+	ibp_ctx_t ic;
+	memset(&ic, 0, sizeof(ic));
+	ic.b = &b;
+	b.out = malloc(b.total);
+	ic.cap = b.total;
+	ic.payload = malloc(b.total);
+	ic.offsets = malloc((b.nrows + 1) * sizeof(uint64_t));
+	ic.flags = malloc(b.nrows);
+	ic.clusters = malloc(b.nrows);
+	uint8_t *ref = malloc(b.total), *ref_flags = malloc(b.nrows), *ref_cl = malloc(b.nrows);
+	if (!b.out || !ic.payload || !ic.offsets || !ic.flags || !ic.clusters || !ref || !ref_flags || !ref_cl) {
+		rc = cli_fail(cmd, in, "out of memory");
+		goto out;
+	}
+	memset(b.out, 0, b.total);
+	memset(ic.payload, 0, b.total);
+
+	b.nsteps = (b.nt == 1 ? 2 : 4) * 8;
+	b.pg = progress_start("bench", b.nsteps);
+	progress_step(b.pg, "training");
+	double t0 = cli_now();
+	ibp_status_t s = ibp_codec_train(b.data, b.nrows, rb, &o, &ic.codec);
+	double t_train = cli_now() - t0;
+	if (s != IBP_OK) {
+		progress_end(b.pg);
+		b.pg = NULL;
+		rc = cli_fail_status(cmd, in, s);
+		goto out;
+	}
+	unsigned k = ibp_codec_nclusters(ic.codec);
+	ic.cl = k > 1 ? ic.clusters : NULL;
+	uint64_t meta = 2 * ibp_codec_nchunks(ic.codec) * ibp_codec_chunk_bytes(ic.codec) * k;
+	uint64_t per_row_meta = b.nrows * (k > 1 ? 2 : 1); /* flags (+ cluster ids) */
+
+	/* IBP, portable then BMI2; both must write the same bytes. */
+	for (int which = 0; which < 2 && rc == EXIT_OK; which++) {
+		result_t *r = &res[which ? R_IBP_BMI2 : R_IBP_PORT];
+		s = ibp_codec_set_impl(ic.codec, which ? IBP_IMPL_BMI2 : IBP_IMPL_PORTABLE);
+		if (s != IBP_OK) {
+			snprintf(r->why, sizeof(r->why), "%s", which ? "CPU or build lacks BMI2" : "unavailable");
+			continue;
+		}
+		r->available = 1;
+		rc = measure_pair(&b, r, ibp_enc, ibp_dec, &ic);
+		if (rc != EXIT_OK)
+			break;
+		uint64_t plen = ic.offsets[b.nrows];
+		r->bytes = plen + per_row_meta + meta;
+		if (which == 0) {
+			memcpy(ref, ic.payload, plen);
+			memcpy(ref_flags, ic.flags, b.nrows);
+			if (ic.cl)
+				memcpy(ref_cl, ic.cl, b.nrows);
+		} else if (plen != res[R_IBP_PORT].bytes - per_row_meta - meta || memcmp(ref, ic.payload, plen) ||
+			   memcmp(ref_flags, ic.flags, b.nrows) || (ic.cl && memcmp(ref_cl, ic.cl, b.nrows))) {
+			progress_end(b.pg);
+			b.pg = NULL;
+			rc = cli_fail(cmd, in, "the BMI2 and portable encoders wrote different bytes");
+		}
+	}
+	if (rc != EXIT_OK)
+		goto out;
+	ibp_codec_set_impl(ic.codec, IBP_IMPL_AUTO);
+	res[R_PAPER].available = 1;
+	res[R_PAPER].bytes = ibp_paper_layout_size(ic.codec, b.data, b.nrows) + per_row_meta + meta;
+
+	static const struct {
+		int idx, kind, level, per_row;
+	} gens[] = {
+		{R_Z1_ROW, GEN_ZSTD, 1, 1}, {R_Z1_BLK, GEN_ZSTD, 1, 0}, {R_Z3_ROW, GEN_ZSTD, 3, 1},
+		{R_Z3_BLK, GEN_ZSTD, 3, 0}, {R_LZ4_ROW, GEN_LZ4, 0, 1}, {R_LZ4_BLK, GEN_LZ4, 0, 0},
+	};
+	for (size_t i = 0; i < sizeof(gens) / sizeof(gens[0]) && rc == EXIT_OK; i++)
+		rc = bench_gen(&b, &res[gens[i].idx], gens[i].kind, gens[i].level, gens[i].per_row);
+	progress_end(b.pg);
+	b.pg = NULL;
+	if (rc != EXIT_OK)
+		goto out;
+	for (int i = 0; i < NRES; i++)
+		res[i].ratio = res[i].available && res[i].bytes ? (double)b.total / (double)res[i].bytes : NAN;
+
+	char sh[256], b1[32];
+	if (as_json) {
+		json_t j;
+		json_init(&j, stdout);
+		json_begin_object(&j);
+		json_kv_string(&j, "file", in);
+		json_kv_string(&j, "dtype", ibp_dtype_name(info.dtype));
+		json_key(&j, "shape");
+		json_begin_array(&j);
+		for (unsigned i = 0; i < info.ndim; i++)
+			json_uint(&j, info.shape[i]);
+		json_end_array(&j);
+		json_kv_uint(&j, "rows", b.nrows);
+		json_kv_uint(&j, "rows_in_file", nrows_all);
+		json_kv_uint(&j, "row_bytes", rb);
+		json_kv_uint(&j, "bytes", b.total);
+		json_kv_uint(&j, "threads", (uint64_t)b.nt);
+		json_kv_bool(&j, "verified", 1);
+		json_key(&j, "codec");
+		json_begin_object(&j);
+		json_kv_uint(&j, "chunk_bytes", ibp_codec_chunk_bytes(ic.codec));
+		json_kv_double(&j, "threshold", ibp_codec_threshold(ic.codec));
+		json_kv_uint(&j, "clusters", k);
+		json_kv_uint(&j, "metadata_bytes", meta);
+		json_kv_double(&j, "train_seconds", t_train);
+		json_end_object(&j);
+		json_key(&j, "methods");
+		json_begin_array(&j);
+		for (int i = 0; i < NRES; i++) {
+			result_t *r = &res[i];
+			json_begin_object(&j);
+			json_kv_string(&j, "name", r->name);
+			json_kv_string(&j, "unit", r->unit);
+			json_kv_bool(&j, "available", r->available);
+			if (!r->available) {
+				json_kv_string(&j, "reason", r->why);
+			} else {
+				json_kv_uint(&j, "bytes", r->bytes);
+				json_kv_double(&j, "ratio", r->ratio);
+				if (!r->timed) {
+					json_end_object(&j);
+					continue;
+				}
+				json_kv_double(&j, "encode_gbps_1t", r->enc[0]);
+				json_kv_double(&j, "encode_gbps_all", r->enc[1]);
+				json_kv_double(&j, "decode_gbps_1t", r->dec[0]);
+				json_kv_double(&j, "decode_gbps_all", r->dec[1]);
+			}
+			json_end_object(&j);
+		}
+		json_end_array(&j);
+		json_end_object(&j);
+	} else {
+		printf("%s: %s %s", in, ibp_dtype_name(info.dtype), cli_shape(info.shape, info.ndim, sh, sizeof(sh)));
+		if (b.nrows < nrows_all)
+			printf(", first %llu of %llu rows (--max-mb)", (unsigned long long)b.nrows,
+			       (unsigned long long)nrows_all);
+		printf("\n  %llu rows x %llu B = %s; IBP chunk %u B, T=%.2f, %u cluster%s (trained in %.3f s)\n",
+		       (unsigned long long)b.nrows, (unsigned long long)rb, cli_bytes(b.total, b1, sizeof(b1)),
+		       ibp_codec_chunk_bytes(ic.codec), ibp_codec_threshold(ic.codec), k, k == 1 ? "" : "s", t_train);
+		printf("  GB/s = uncompressed bytes / s, median of repeated runs; every decode verified byte-exact\n\n");
+		char hdr[32];
+		snprintf(hdr, sizeof(hdr), "%dT", b.nt);
+		printf("%-18s %-9s %7s %8s %8s %8s %8s\n", "method", "unit", "ratio", "enc 1T", "enc", "dec 1T", "dec");
+		printf("%-18s %-9s %7s %8s %8s %8s %8s\n", "", "", "", "GB/s", hdr, "GB/s", hdr);
+		for (int i = 0; i < NRES; i++) {
+			result_t *r = &res[i];
+			printf("%-18s %-9s", r->name, r->unit);
+			if (!r->available) {
+				printf(" %7s   (%s)\n", "-", r->why);
+				continue;
+			}
+			printf(" %7.3f", r->ratio);
+			print_gbps(r->enc[0]);
+			print_gbps(r->enc[1]);
+			print_gbps(r->dec[0]);
+			print_gbps(r->dec[1]);
+			printf("\n");
+		}
+		printf("\nratio = raw bytes / compressed bytes. IBP counts payload, 1 flags byte per row%s and\n"
+		       "the Mask/Bitval metadata (%llu B); the paper layout counts the same extras. Row offsets\n"
+		       "(needed by every per-row method for random access) are left out everywhere.\n",
+		       k > 1 ? " + 1 cluster byte" : "", (unsigned long long)meta);
+	}
+out:
+	progress_end(b.pg);
+	ibp_codec_free(ic.codec);
+	free(ref);
+	free(ref_flags);
+	free(ref_cl);
+	free(ic.payload);
+	free(ic.offsets);
+	free(ic.flags);
+	free(ic.clusters);
+	free(b.out);
+	ibp_npy_free(data);
+	return rc;
+}

@@ -1,0 +1,161 @@
+/* cmd_info.c - `ibp info IN.ibp [--json]`: what a container holds. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "json.h"
+
+const char *const help_info =
+	"usage: ibp info IN.ibp [--json]\n"
+	"\n"
+	"Show IN.ibp's header (format version, codec, layout, dtype, shape, chunk\n"
+	"size, clusters, threshold), its sizes and compression ratio, and how many\n"
+	"rows use each mode (raw, clean, bitmap, list). Opening checks the\n"
+	"structure and the metadata checksums; `ibp verify` checks the payload.\n"
+	"\n"
+	"options:\n"
+	"  --json        print one JSON object on stdout instead of text\n"
+	"  -h, --help    this text\n";
+
+static const char *mode_names[4] = {"raw", "clean", "bitmap", "list"};
+
+int cmd_info(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{"json", no_argument, 0, OPT_JSON},
+		{"help", no_argument, 0, OPT_HELP},
+		{0, 0, 0, 0},
+	};
+	const char *cmd = "info";
+	int as_json = 0, c;
+	optind = 1;
+	while ((c = cli_getopt(cmd, argc, argv, lo)) != -1) {
+		switch (c) {
+		case -2: return EXIT_USAGE;
+		case OPT_HELP: return cli_print_help(help_info);
+		case OPT_JSON: as_json = 1; break;
+		default: return cli_usage_error(cmd, "unexpected option '%s'", argv[optind - 1]);
+		}
+	}
+	if (argc - optind != 1)
+		return cli_usage_error(cmd, "needs exactly one IN.ibp");
+	const char *in = argv[optind];
+	ibp_container_t *ct;
+	ibp_status_t s = ibp_container_open(in, IBP_OPEN_MMAP, &ct);
+	if (s != IBP_OK)
+		return cli_fail_status(cmd, in, s);
+
+	const ibp_codec_t *codec = ibp_container_codec(ct);
+	uint64_t nrows = ibp_container_nrows(ct), rb = ibp_container_row_bytes(ct);
+	uint64_t raw = nrows * rb, fsize = ibp_container_file_bytes(ct), plen = 0;
+	ibp_container_payload(ct, &plen);
+	unsigned k = codec ? ibp_codec_nclusters(codec) : 0;
+	const uint8_t *flags = ibp_container_flags(ct), *cl = ibp_container_clusters(ct);
+	uint64_t modes[4] = {0, 0, 0, 0}, enc_bytes = 0;
+	uint64_t *per_cluster = calloc(k ? k : 1, sizeof(uint64_t));
+	if (!per_cluster) {
+		ibp_container_close(ct);
+		return cli_fail(cmd, NULL, "out of memory");
+	}
+	for (uint64_t i = 0; i < nrows; i++) {
+		modes[flags[i] & IBP_ROW_MODE_MASK]++;
+		unsigned ci = cl ? cl[i] : 0;
+		if (ci < k)
+			per_cluster[ci]++;
+	}
+	/* Sum of encoded row lengths (packed: the payload; inplace: less than it). */
+	const uint64_t *off = ibp_container_offsets(ct);
+	if (off)
+		enc_bytes = off[nrows];
+	uint64_t D = codec ? ibp_codec_nchunks(codec) : 0;
+	unsigned C = ibp_container_chunk_bytes(ct);
+	uint64_t static_bits = codec ? ibp_codec_static_bits(codec, 0) : 0;
+	uint64_t mask_bits = D * 8 * C - static_bits; /* invariant bits of cluster 0, padding included */
+	double ratio = fsize ? (double)raw / (double)fsize : 0;
+	double pratio = plen ? (double)raw / (double)plen : 0;
+	const char *layout = ibp_container_layout(ct) == IBP_LAYOUT_PACKED ? "packed" : "inplace";
+	const char *codec_name = ibp_container_codec_id(ct) == IBP_CODEC_IBP ? "ibp" : "unknown";
+	unsigned ndim = ibp_container_ndim(ct);
+	const uint64_t *shape = ibp_container_shape(ct);
+
+	if (as_json) {
+		json_t j;
+		json_init(&j, stdout);
+		json_begin_object(&j);
+		json_kv_string(&j, "file", in);
+		json_kv_uint(&j, "file_bytes", fsize);
+		json_key(&j, "format_version");
+		json_begin_array(&j);
+		json_uint(&j, ibp_container_version_major(ct));
+		json_uint(&j, ibp_container_version_minor(ct));
+		json_end_array(&j);
+		json_kv_string(&j, "codec", codec_name);
+		json_kv_string(&j, "layout", layout);
+		json_kv_string(&j, "dtype", ibp_dtype_name(ibp_container_dtype(ct)));
+		json_key(&j, "shape");
+		json_begin_array(&j);
+		for (unsigned i = 0; i < ndim; i++)
+			json_uint(&j, shape[i]);
+		json_end_array(&j);
+		json_kv_uint(&j, "rows", nrows);
+		json_kv_uint(&j, "row_bytes", rb);
+		json_kv_uint(&j, "chunk_bytes", C);
+		json_kv_uint(&j, "chunks_per_row", D);
+		json_kv_uint(&j, "clusters", k);
+		if (ibp_container_threshold(ct) >= 0)
+			json_kv_double(&j, "threshold", ibp_container_threshold(ct));
+		else {
+			json_key(&j, "threshold");
+			json_null(&j);
+		}
+		json_kv_uint(&j, "static_bits_per_row", static_bits);
+		json_kv_uint(&j, "invariant_bits_per_row", mask_bits);
+		json_kv_uint(&j, "raw_bytes", raw);
+		json_kv_uint(&j, "payload_bytes", plen);
+		if (off)
+			json_kv_uint(&j, "encoded_bytes", enc_bytes);
+		json_kv_double(&j, "ratio", ratio);
+		json_kv_double(&j, "payload_ratio", pratio);
+		json_key(&j, "modes");
+		json_begin_object(&j);
+		for (int m = 0; m < 4; m++)
+			json_kv_uint(&j, mode_names[m], modes[m]);
+		json_end_object(&j);
+		json_key(&j, "rows_per_cluster");
+		json_begin_array(&j);
+		for (unsigned i = 0; i < k; i++)
+			json_uint(&j, per_cluster[i]);
+		json_end_array(&j);
+		json_end_object(&j);
+	} else {
+		char b1[32], b2[32], sh[256];
+		printf("file          %s (%s, format %u.%u)\n", in, cli_bytes(fsize, b1, sizeof(b1)),
+		       ibp_container_version_major(ct), ibp_container_version_minor(ct));
+		printf("codec         %s, chunk %u B (%llu chunks per row), %u cluster%s", codec_name, C,
+		       (unsigned long long)D, k, k == 1 ? "" : "s");
+		if (ibp_container_threshold(ct) >= 0)
+			printf(", threshold %.2f", ibp_container_threshold(ct));
+		printf("\nlayout        %s\n", layout);
+		printf("dtype, shape  %s %s\n", ibp_dtype_name(ibp_container_dtype(ct)),
+		       cli_shape(shape, ndim, sh, sizeof(sh)));
+		printf("rows          %llu x %llu B\n", (unsigned long long)nrows, (unsigned long long)rb);
+		printf("invariant     %llu of %llu bits per row (cluster 0), %llu static bits\n",
+		       (unsigned long long)mask_bits, (unsigned long long)(D * 8 * C),
+		       (unsigned long long)static_bits);
+		printf("raw size      %s (%llu B)\n", cli_bytes(raw, b1, sizeof(b1)), (unsigned long long)raw);
+		printf("payload       %s (%llu B)\n", cli_bytes(plen, b2, sizeof(b2)), (unsigned long long)plen);
+		printf("ratio         %.3f (whole file), %.3f (payload)\n", ratio, pratio);
+		printf("row modes    ");
+		for (int m = 0; m < 4; m++)
+			printf(" %s %llu (%.1f%%)%s", mode_names[m], (unsigned long long)modes[m],
+			       nrows ? 100.0 * (double)modes[m] / (double)nrows : 0.0, m < 3 ? "," : "\n");
+		if (k > 1) {
+			printf("clusters     ");
+			for (unsigned i = 0; i < k; i++)
+				printf(" %llu%s", (unsigned long long)per_cluster[i], i + 1 < k ? "," : " rows\n");
+		}
+	}
+	free(per_cluster);
+	ibp_container_close(ct);
+	return EXIT_OK;
+}

@@ -1,0 +1,200 @@
+/* cmd_pack.c - `ibp pack IN.npy OUT.ibp`: train a codec, encode every row,
+ * write the container. Encoding goes in slices so a progress line can
+ * follow it. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "progress.h"
+
+const char *const help_pack =
+	"usage: ibp pack IN.npy OUT.ibp [options]\n"
+	"\n"
+	"Compress the array in IN.npy into the container OUT.ibp. Rows are the\n"
+	"first dimension; a row is everything else (shape[1] * ... * element size).\n"
+	"\n"
+	"options:\n"
+	"  --chunk 1|2|4|8|auto    chunk size in bytes (default auto: smallest result)\n"
+	"  --threshold T|auto      invariance threshold in [0.5, 1] (default auto:\n"
+	"                          sweep 0.70 .. 1.00)\n"
+	"  --sample F|auto         fraction of rows used for training, (0, 1]\n"
+	"  --clusters K|auto       number of Mask/Bitval clusters, 1..64 (default 1)\n"
+	"  --seed N                seed of the row sample and k-means (default 0x1B9)\n"
+	"  --layout packed|inplace packed: rows back to back (smallest file, default);\n"
+	"                          inplace: row i at i * row_bytes (the paper's layout)\n"
+	"  --dtype bf16            read a '<u2' or '|V2' array as bfloat16\n"
+	"  --threads N             worker threads (default 0 = all CPUs)\n"
+	"  -h, --help              this text\n"
+	"\n"
+	"Prints a one-line summary on stdout. Exit status: 0 ok, 1 usage, 2 error.\n";
+
+/* Rows per encode slice: about 64 MiB of input. */
+static uint64_t slice_rows(uint64_t row_bytes)
+{
+	uint64_t r = (64ull << 20) / row_bytes;
+	return r ? r : 1;
+}
+
+int cmd_pack(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{"chunk", required_argument, 0, OPT_CHUNK},
+		{"threshold", required_argument, 0, OPT_THRESHOLD},
+		{"sample", required_argument, 0, OPT_SAMPLE},
+		{"clusters", required_argument, 0, OPT_CLUSTERS},
+		{"seed", required_argument, 0, OPT_SEED},
+		{"layout", required_argument, 0, OPT_LAYOUT},
+		{"dtype", required_argument, 0, OPT_DTYPE},
+		{"threads", required_argument, 0, OPT_THREADS},
+		{"help", no_argument, 0, OPT_HELP},
+		{0, 0, 0, 0},
+	};
+	const char *cmd = "pack";
+	ibp_train_opts_t o;
+	ibp_train_opts_default(&o);
+	unsigned npy_flags = 0;
+	ibp_layout_t layout = IBP_LAYOUT_PACKED;
+	int c;
+	optind = 1;
+	while ((c = cli_getopt(cmd, argc, argv, lo)) != -1) {
+		if (c == -2)
+			return EXIT_USAGE;
+		if (c == OPT_HELP)
+			return cli_print_help(help_pack);
+		if (c == OPT_LAYOUT) {
+			if (!strcmp(optarg, "packed"))
+				layout = IBP_LAYOUT_PACKED;
+			else if (!strcmp(optarg, "inplace"))
+				layout = IBP_LAYOUT_INPLACE;
+			else
+				return cli_usage_error(cmd, "--layout must be packed or inplace, got '%s'", optarg);
+			continue;
+		}
+		int r = cli_train_option(cmd, c, optarg, &o, &npy_flags);
+		if (r < 0)
+			return EXIT_USAGE;
+		if (r == 0)
+			return cli_usage_error(cmd, "unexpected option '%s'", argv[optind - 1]);
+	}
+	if (argc - optind != 2)
+		return cli_usage_error(cmd, "needs IN.npy and OUT.ibp");
+	const char *in = argv[optind], *out = argv[optind + 1];
+
+	ibp_npy_info_t info;
+	void *data = NULL;
+	uint64_t nrows, rb;
+	int rc = cli_load_rows(cmd, in, npy_flags, &info, &data, &nrows, &rb);
+	if (rc != EXIT_OK)
+		return rc;
+
+	ibp_codec_t *codec = NULL;
+	uint8_t *payload = NULL, *flags = NULL, *clusters = NULL, *tmp = NULL;
+	uint64_t *offsets = NULL;
+	progress_t *pg = progress_start("pack", 0); /* training reports no progress: elapsed time */
+	progress_step(pg, "training");
+	progress_tick(pg);
+	double t0 = cli_now();
+	ibp_status_t s = ibp_codec_train(data, nrows, rb, &o, &codec);
+	double t_train = cli_now() - t0;
+	progress_end(pg);
+	if (s != IBP_OK) {
+		rc = cli_fail_status(cmd, in, s);
+		goto out;
+	}
+	unsigned k = ibp_codec_nclusters(codec);
+	uint64_t total = nrows * rb; /* = info.data_bytes */
+	payload = malloc(total ? total : 1);
+	flags = malloc(nrows ? nrows : 1);
+	offsets = malloc((nrows + 1) * sizeof(uint64_t));
+	if (k > 1)
+		clusters = malloc(nrows ? nrows : 1);
+	uint64_t slice = slice_rows(rb);
+	if (layout == IBP_LAYOUT_INPLACE)
+		tmp = malloc(slice * rb);
+	if (!payload || !flags || !offsets || (k > 1 && !clusters) || (layout == IBP_LAYOUT_INPLACE && !tmp)) {
+		rc = cli_fail(cmd, in, "out of memory (%llu bytes of rows)", (unsigned long long)total);
+		goto out;
+	}
+
+	pg = progress_start("pack", nrows);
+	progress_step(pg, "encoding");
+	t0 = cli_now();
+	offsets[0] = 0;
+	for (uint64_t a = 0; a < nrows; a += slice) {
+		uint64_t n = nrows - a < slice ? nrows - a : slice;
+		const uint8_t *src = (const uint8_t *)data + a * rb;
+		uint64_t base = offsets[a];
+		if (layout == IBP_LAYOUT_PACKED) {
+			/* Offsets come back relative to the slice; its [0] overwrites
+			 * offsets[a] == base, restored below. */
+			s = ibp_encode_batch(codec, src, n, payload + base, total - base, offsets + a, flags + a,
+					     clusters ? clusters + a : NULL, o.nthreads);
+			if (s != IBP_OK)
+				break;
+			for (uint64_t i = a; i <= a + n; i++)
+				offsets[i] += base;
+		} else {
+			uint64_t *so = malloc((n + 1) * sizeof(uint64_t));
+			if (!so) {
+				s = IBP_ERR_NOMEM;
+				break;
+			}
+			s = ibp_encode_batch(codec, src, n, tmp, slice * rb, so, flags + a,
+					     clusters ? clusters + a : NULL, o.nthreads);
+			if (s == IBP_OK) {
+				/* Row i at i * row_bytes, zero-filled to the stride. */
+				for (uint64_t i = 0; i < n; i++) {
+					uint8_t *dst = payload + (a + i) * rb;
+					uint64_t len = so[i + 1] - so[i];
+					memcpy(dst, tmp + so[i], len);
+					memset(dst + len, 0, rb - len);
+				}
+			}
+			free(so);
+			if (s != IBP_OK)
+				break;
+		}
+		progress_update(pg, a + n);
+	}
+	double t_enc = cli_now() - t0;
+	progress_end(pg);
+	if (s != IBP_OK) {
+		rc = s == IBP_ERR_NOMEM && !ibp_last_error()[0] ? cli_fail(cmd, in, "out of memory")
+								 : cli_fail_status(cmd, in, s);
+		goto out;
+	}
+	uint64_t plen = layout == IBP_LAYOUT_PACKED ? offsets[nrows] : total;
+	s = ibp_container_write(out, codec, info.dtype, info.ndim, info.shape, layout, payload, plen,
+				layout == IBP_LAYOUT_PACKED ? offsets : NULL, flags, clusters);
+	if (s != IBP_OK) {
+		rc = cli_fail_status(cmd, out, s);
+		goto out;
+	}
+
+	uint64_t modes[4] = {0, 0, 0, 0};
+	for (uint64_t i = 0; i < nrows; i++)
+		modes[flags[i] & IBP_ROW_MODE_MASK]++;
+	struct stat st;
+	uint64_t fsize = stat(out, &st) == 0 ? (uint64_t)st.st_size : 0;
+	char b1[32], b2[32], sh[256];
+	printf("%s: %s %s (%s) -> %s: %s, ratio %.3f\n", in, ibp_dtype_name(info.dtype),
+	       cli_shape(info.shape, info.ndim, sh, sizeof(sh)), cli_bytes(total, b1, sizeof(b1)), out,
+	       cli_bytes(fsize, b2, sizeof(b2)), fsize ? (double)total / (double)fsize : 0.0);
+	printf("  chunk %u B, threshold %.2f, %u cluster%s, %s layout; rows: raw %llu, clean %llu, "
+	       "bitmap %llu, list %llu\n",
+	       ibp_codec_chunk_bytes(codec), ibp_codec_threshold(codec), k, k == 1 ? "" : "s",
+	       layout == IBP_LAYOUT_PACKED ? "packed" : "inplace", (unsigned long long)modes[0],
+	       (unsigned long long)modes[1], (unsigned long long)modes[2], (unsigned long long)modes[3]);
+	printf("  train %.3f s, encode %.3f s (%.2f GB/s)\n", t_train, t_enc,
+	       t_enc > 0 ? (double)total / t_enc / 1e9 : 0.0);
+out:
+	free(tmp);
+	free(clusters);
+	free(offsets);
+	free(flags);
+	free(payload);
+	ibp_codec_free(codec);
+	ibp_npy_free(data);
+	return rc;
+}

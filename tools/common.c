@@ -1,0 +1,268 @@
+/* common.c - helpers shared by the subcommands: messages, option values,
+ * loading the input array. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+int cli_fail_status(const char *cmd, const char *path, ibp_status_t s)
+{
+	const char *detail = ibp_last_error();
+	fprintf(stderr, "ibp %s: ", cmd);
+	size_t pl = path ? strlen(path) : 0;
+	if (path && !strncmp(detail, path, pl) && !strncmp(detail + pl, ": ", 2)) {
+		/* The library already named the file first: move it before the status. */
+		fprintf(stderr, "%s: ", path);
+		detail += pl + 2;
+	} else if (path && !strstr(detail, path)) {
+		fprintf(stderr, "%s: ", path);
+	}
+	fprintf(stderr, "%s", ibp_status_string(s));
+	if (detail[0])
+		fprintf(stderr, ": %s", detail);
+	fputc('\n', stderr);
+	return EXIT_FAIL;
+}
+
+int cli_fail(const char *cmd, const char *path, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "ibp %s: ", cmd);
+	if (path)
+		fprintf(stderr, "%s: ", path);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return EXIT_FAIL;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "ibp %s: ", cmd);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry 'ibp %s --help'.\n", cmd);
+	return EXIT_USAGE;
+}
+
+int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *v)
+{
+	char *end;
+	if (!s || !*s || *s == '-' || *s == '+') {
+		cli_usage_error(cmd, "%s needs a non-negative integer, got '%s'", opt, s ? s : "");
+		return 1;
+	}
+	errno = 0;
+	unsigned long long x = strtoull(s, &end, 10);
+	if (errno || *end) {
+		cli_usage_error(cmd, "%s needs a non-negative integer, got '%s'", opt, s);
+		return 1;
+	}
+	*v = x;
+	return 0;
+}
+
+int cli_parse_threads(const char *cmd, const char *s, int *v)
+{
+	uint64_t x;
+	if (cli_parse_u64(cmd, "--threads", s, &x))
+		return 1;
+	if (x > 4096) {
+		cli_usage_error(cmd, "--threads %s is too many (at most 4096; 0 = all CPUs)", s);
+		return 1;
+	}
+	*v = (int)x;
+	return 0;
+}
+
+int cli_parse_double(const char *cmd, const char *opt, const char *s, double *v)
+{
+	char *end;
+	errno = 0;
+	double x = s && *s ? strtod(s, &end) : 0;
+	if (!s || !*s || errno || *end || x != x) {
+		cli_usage_error(cmd, "%s needs a number, got '%s'", opt, s ? s : "");
+		return 1;
+	}
+	*v = x;
+	return 0;
+}
+
+int cli_train_option(const char *cmd, int opt, const char *arg, ibp_train_opts_t *o, unsigned *npy_flags)
+{
+	uint64_t u;
+	double d;
+	switch (opt) {
+	case OPT_CHUNK:
+		if (!strcmp(arg, "auto")) {
+			o->chunk_bytes = 0;
+			return 1;
+		}
+		if (cli_parse_u64(cmd, "--chunk", arg, &u))
+			return -1;
+		if (u != 1 && u != 2 && u != 4 && u != 8) {
+			cli_usage_error(cmd, "--chunk must be 1, 2, 4, 8 or auto, got '%s'", arg);
+			return -1;
+		}
+		o->chunk_bytes = (unsigned)u;
+		return 1;
+	case OPT_THRESHOLD:
+		if (!strcmp(arg, "auto")) {
+			o->threshold = -1;
+			return 1;
+		}
+		if (cli_parse_double(cmd, "--threshold", arg, &d))
+			return -1;
+		if (d < 0.5 || d > 1.0) {
+			cli_usage_error(cmd, "--threshold must be in [0.5, 1] or auto, got '%s'", arg);
+			return -1;
+		}
+		o->threshold = d;
+		return 1;
+	case OPT_SAMPLE:
+		if (!strcmp(arg, "auto")) {
+			o->sample = 0;
+			return 1;
+		}
+		if (cli_parse_double(cmd, "--sample", arg, &d))
+			return -1;
+		if (!(d > 0 && d <= 1.0)) {
+			cli_usage_error(cmd, "--sample must be in (0, 1] or auto, got '%s'", arg);
+			return -1;
+		}
+		o->sample = d;
+		return 1;
+	case OPT_CLUSTERS:
+		if (!strcmp(arg, "auto")) {
+			o->clusters = 0;
+			return 1;
+		}
+		if (cli_parse_u64(cmd, "--clusters", arg, &u))
+			return -1;
+		if (u < 1 || u > IBP_MAX_CLUSTERS) {
+			cli_usage_error(cmd, "--clusters must be 1..%u or auto, got '%s'", IBP_MAX_CLUSTERS, arg);
+			return -1;
+		}
+		o->clusters = (unsigned)u;
+		return 1;
+	case OPT_SEED:
+		if (cli_parse_u64(cmd, "--seed", arg, &u))
+			return -1;
+		o->seed = u;
+		return 1;
+	case OPT_THREADS:
+		if (cli_parse_threads(cmd, arg, &o->nthreads))
+			return -1;
+		return 1;
+	case OPT_DTYPE:
+		if (!strcmp(arg, "bf16")) {
+			*npy_flags |= IBP_NPY_BF16;
+			return 1;
+		}
+		if (!strcmp(arg, "auto")) {
+			*npy_flags &= ~IBP_NPY_BF16;
+			return 1;
+		}
+		cli_usage_error(cmd, "--dtype must be bf16 or auto, got '%s'", arg);
+		return -1;
+	}
+	return 0;
+}
+
+int cli_load_rows(const char *cmd, const char *path, unsigned npy_flags, ibp_npy_info_t *info,
+		  void **data, uint64_t *nrows, uint64_t *row_bytes)
+{
+	ibp_status_t s = ibp_npy_load(path, npy_flags, info, data);
+	if (s != IBP_OK)
+		return cli_fail_status(cmd, path, s);
+	int rc = EXIT_OK;
+	if ((npy_flags & IBP_NPY_BF16) && info->dtype != IBP_DTYPE_BF16)
+		rc = cli_fail(cmd, path, "--dtype bf16 needs a '<u2' or '|V2' array, this one is '%s'",
+			      info->descr);
+	else if (info->ndim == 0)
+		rc = cli_fail(cmd, path, "a 0-dimensional array has no rows");
+	else if (info->ndim > IBP_MAX_NDIM)
+		rc = cli_fail(cmd, path, "%u dimensions; at most %u are supported", info->ndim, IBP_MAX_NDIM);
+	if (rc == EXIT_OK) {
+		uint64_t rb = info->elem_bytes;
+		for (unsigned i = 1; i < info->ndim; i++)
+			rb *= info->shape[i]; /* cannot overflow: the total did not */
+		if (info->shape[0] != 0 && rb == 0)
+			rc = cli_fail(cmd, path, "rows of 0 bytes (shape has a 0 dimension)");
+		else if (rb == 0 || rb > IBP_MAX_ROW_BYTES)
+			rc = cli_fail(cmd, path, "row size %llu bytes is not supported",
+				      (unsigned long long)rb);
+		*nrows = info->shape[0];
+		*row_bytes = rb;
+	}
+	if (rc != EXIT_OK) {
+		ibp_npy_free(*data);
+		*data = NULL;
+	}
+	return rc;
+}
+
+double cli_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *cli_bytes(uint64_t n, char *buf, size_t cap)
+{
+	static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	double x = (double)n;
+	int u = 0;
+	while (x >= 1024 && u < 4) {
+		x /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, cap, "%llu B", (unsigned long long)n);
+	else
+		snprintf(buf, cap, "%.1f %s", x, unit[u]);
+	return buf;
+}
+
+const char *cli_shape(const uint64_t *shape, unsigned ndim, char *buf, size_t cap)
+{
+	size_t n = 0;
+	n += (size_t)snprintf(buf, cap, "[");
+	for (unsigned i = 0; i < ndim && n < cap; i++)
+		n += (size_t)snprintf(buf + n, cap - n, "%s%llu", i ? ", " : "", (unsigned long long)shape[i]);
+	if (n < cap)
+		snprintf(buf + n, cap - n, "]");
+	return buf;
+}
+
+int cli_getopt(const char *cmd, int argc, char **argv, const struct option *lo)
+{
+	int c = getopt_long(argc, argv, ":h", lo, NULL);
+	if (c == 'h')
+		return OPT_HELP;
+	if (c == '?') {
+		if (optopt)
+			cli_usage_error(cmd, "unknown option '-%c'", optopt);
+		else
+			cli_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+		return -2;
+	}
+	if (c == ':') {
+		cli_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
+		return -2;
+	}
+	return c;
+}
+
+int cli_print_help(const char *text)
+{
+	fputs(text, stdout);
+	return EXIT_OK;
+}
