@@ -1,0 +1,81 @@
+/* ibp/store.h - a read-only CPU store over a `.ibp` container, with gather.
+ *
+ * A store opens a container (ibp/container.h) and serves random-access
+ * reads of decoded rows: ibp_store_gather decodes the rows named by an id
+ * array, in request order, into one output buffer, on a persistent pool of
+ * worker threads. The pool is created on the first multi-threaded gather
+ * (one worker per online CPU, less the calling thread, which works too) and
+ * shut down by ibp_store_close; a gather itself allocates nothing.
+ *
+ * Threads: accessors may be called from any thread. Gathers from several
+ * threads at once are allowed: those with nthreads == 1 run fully in
+ * parallel on their callers' threads; multi-threaded ones share the pool
+ * and take turns.
+ */
+#ifndef IBP_STORE_H
+#define IBP_STORE_H
+
+#include <stdint.h>
+#include "status.h"
+#include "types.h"
+#include "codec.h"
+#include "container.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ibp_store ibp_store_t;
+
+/* Opens the container at `path` (flags as ibp_container_open: IBP_OPEN_READ
+ * or IBP_OPEN_MMAP, optionally | IBP_OPEN_VERIFY) and wraps it in a store.
+ * Errors are those of ibp_container_open, plus IBP_ERR_NOMEM. On success
+ * *out owns the store; close it with ibp_store_close. */
+ibp_status_t ibp_store_open(const char *path, unsigned flags, ibp_store_t **out);
+
+/* Wraps an already open container. On success the store owns `c` (it is
+ * closed by ibp_store_close); on failure the caller still owns it. */
+ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out);
+
+/* Stops and joins the worker pool, closes the container and frees the
+ * store. NULL is a no-op. No gather may be running on `s`. */
+void ibp_store_close(ibp_store_t *s);
+
+/* Decodes rows ids[0..n) into out, row ids[i] at out + i * row_bytes
+ * (out holds n * row_bytes bytes). Duplicates are allowed; n == 0 does
+ * nothing (ids and out may then be NULL). Every id is checked before any
+ * work starts: a negative id or one >= nrows returns IBP_ERR_OUT_OF_RANGE
+ * and the detail names its position and value. `nthreads`: 0 = all of the
+ * pool (the CPU count), 1 = the calling thread only, larger values are
+ * capped at ibp_store_max_threads(). Returns IBP_ERR_INVALID_ARG for NULL
+ * ids/out with n > 0 or nthreads < 0, IBP_ERR_CORRUPT if a row fails to
+ * decode (the detail names the position and row; out is then partly
+ * written). Allocates nothing; see the file comment for threading. */
+ibp_status_t ibp_store_gather(ibp_store_t *s, const int64_t *ids, uint64_t n, void *out,
+			      int nthreads);
+
+/* Decodes every row, in order, into out (nrows * row_bytes bytes), as
+ * ibp_store_gather with ids 0, 1, ..., nrows - 1. */
+ibp_status_t ibp_store_decode_all(ibp_store_t *s, void *out, int nthreads);
+
+/* Full payload check of the underlying container (ibp_container_verify). */
+ibp_status_t ibp_store_verify(const ibp_store_t *s, int nthreads);
+
+/* Accessors. */
+uint64_t ibp_store_nrows(const ibp_store_t *s);
+uint64_t ibp_store_row_bytes(const ibp_store_t *s);
+ibp_dtype_t ibp_store_dtype(const ibp_store_t *s);
+unsigned ibp_store_ndim(const ibp_store_t *s);
+/* The ndim dimensions (owned by the store). */
+const uint64_t *ibp_store_shape(const ibp_store_t *s);
+/* The codec (owned by the store). */
+const ibp_codec_t *ibp_store_codec(const ibp_store_t *s);
+/* The container (owned by the store). */
+const ibp_container_t *ibp_store_container(const ibp_store_t *s);
+/* Most threads a gather uses: the CPUs this process may run on. */
+int ibp_store_max_threads(const ibp_store_t *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* IBP_STORE_H */

@@ -1,0 +1,452 @@
+/* test_store.c - the CPU store: gather semantics (request order, duplicates,
+ * empty requests, bounds checks before any work), thread-count invariance,
+ * pool reuse and shutdown, concurrent callers, decode_all, corrupt rows. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ibp.h"
+
+/* ---- helpers ------------------------------------------------------------ */
+
+typedef struct rng {
+	uint64_t s;
+} rng_t;
+
+static uint64_t rnd(rng_t *r)
+{
+	uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+static void *xcalloc(size_t n)
+{
+	void *p = calloc(1, n ? n : 1);
+	cr_assert_not_null(p);
+	return p;
+}
+
+static uint64_t wmask(unsigned C)
+{
+	return C == 8 ? ~0ull : (1ull << (8 * C)) - 1;
+}
+
+static uint64_t inrow(uint64_t R, unsigned C, uint64_t j)
+{
+	uint64_t have = R - j * C < C ? R - j * C : C;
+	return have >= 8 ? ~0ull : (1ull << (8 * have)) - 1;
+}
+
+/* Codec with k clusters of random masks; rows that mostly match them. */
+static ibp_codec_t *make_codec(uint64_t R, unsigned C, unsigned k, uint64_t seed)
+{
+	rng_t r = { seed };
+	uint64_t D = (R + C - 1) / C;
+	uint8_t *m = xcalloc(k * D * C), *b = xcalloc(k * D * C);
+	for (unsigned c = 0; c < k; c++)
+		for (uint64_t j = 0; j < D; j++) {
+			uint64_t in = inrow(R, C, j) & wmask(C);
+			uint64_t mm = ((rnd(&r) | rnd(&r)) & in) | (wmask(C) & ~in);
+			uint64_t bb = rnd(&r) & mm & in;
+			memcpy(m + (c * D + j) * C, &mm, C);
+			memcpy(b + (c * D + j) * C, &bb, C);
+		}
+	ibp_codec_t *codec = NULL;
+	cr_assert_eq(ibp_codec_create(R, C, k, m, b, &codec), IBP_OK, "%s", ibp_last_error());
+	free(m);
+	free(b);
+	return codec;
+}
+
+static uint8_t *make_rows(const ibp_codec_t *codec, uint64_t n, uint64_t seed)
+{
+	rng_t r = { seed };
+	uint64_t R = ibp_codec_row_bytes(codec), D = ibp_codec_nchunks(codec);
+	unsigned C = ibp_codec_chunk_bytes(codec), k = ibp_codec_nclusters(codec);
+	uint8_t *rows = xcalloc(n * R), *tmp = xcalloc(D * C);
+	for (uint64_t i = 0; i < n; i++) {
+		unsigned cl = (unsigned)(rnd(&r) % k), kind = (unsigned)(rnd(&r) % 8);
+		const uint8_t *m = ibp_codec_mask(codec, cl), *b = ibp_codec_bitval(codec, cl);
+		for (uint64_t j = 0; j < D; j++) {
+			uint64_t x = rnd(&r) & wmask(C), mm = 0, bb = 0;
+			memcpy(&mm, m + j * C, C);
+			memcpy(&bb, b + j * C, C);
+			if (kind != 0) {
+				x = (x & ~mm) | bb;
+				uint64_t cand = mm & inrow(R, C, j);
+				uint64_t odds = kind == 1 ? 0 : kind < 6 ? 16 : 2;
+				if (cand && odds && rnd(&r) % odds == 0)
+					x ^= cand & (0 - cand);
+			}
+			memcpy(tmp + j * C, &x, C);
+		}
+		memcpy(rows + i * R, tmp, R);
+	}
+	free(tmp);
+	return rows;
+}
+
+static char tmpdir[64];
+
+static void make_tmpdir(void)
+{
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/ibp_test_store_XXXXXX");
+	cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static void remove_tmpdir(void)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+/* A store over a freshly written container. */
+typedef struct fixture {
+	ibp_store_t *s;
+	uint8_t *rows;
+	uint64_t n, R;
+} fixture_t;
+
+static fixture_t open_fixture(uint64_t n, uint64_t R, unsigned C, unsigned k, ibp_layout_t layout,
+			      unsigned flags)
+{
+	fixture_t fx = { NULL, NULL, n, R };
+	ibp_codec_t *codec = make_codec(R, C, k, 100 + R + k);
+	fx.rows = make_rows(codec, n, 200 + n);
+	char path[128];
+	snprintf(path, sizeof(path), "%s/s%llu_%d.ibp", tmpdir, (unsigned long long)R, (int)layout);
+	uint64_t shape[2] = { n, R };
+	cr_assert_eq(ibp_pack_with_codec(path, codec, fx.rows, IBP_DTYPE_U8, 2, shape, layout, 0), IBP_OK,
+		     "%s", ibp_last_error());
+	ibp_codec_free(codec);
+	cr_assert_eq(ibp_store_open(path, flags, &fx.s), IBP_OK, "%s", ibp_last_error());
+	return fx;
+}
+
+static void close_fixture(fixture_t *fx)
+{
+	ibp_store_close(fx->s);
+	free(fx->rows);
+}
+
+static void check_gather(const fixture_t *fx, const int64_t *ids, uint64_t n, const uint8_t *out)
+{
+	for (uint64_t i = 0; i < n; i++)
+		cr_assert(memcmp(out + i * fx->R, fx->rows + (uint64_t)ids[i] * fx->R, fx->R) == 0,
+			  "position %llu (row %lld) differs", (unsigned long long)i, (long long)ids[i]);
+}
+
+/* ---- tests -------------------------------------------------------------- */
+
+Test(store, accessors, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	fixture_t fx = open_fixture(300, 40, 4, 2, IBP_LAYOUT_PACKED, IBP_OPEN_MMAP);
+	cr_assert_eq(ibp_store_nrows(fx.s), 300);
+	cr_assert_eq(ibp_store_row_bytes(fx.s), 40);
+	cr_assert_eq(ibp_store_dtype(fx.s), IBP_DTYPE_U8);
+	cr_assert_eq(ibp_store_ndim(fx.s), 2);
+	cr_assert_eq(ibp_store_shape(fx.s)[0], 300);
+	cr_assert_eq(ibp_store_shape(fx.s)[1], 40);
+	cr_assert_eq(ibp_codec_row_bytes(ibp_store_codec(fx.s)), 40);
+	cr_assert_eq(ibp_codec_nclusters(ibp_store_codec(fx.s)), 2);
+	cr_assert_not_null(ibp_store_container(fx.s));
+	cr_assert_geq(ibp_store_max_threads(fx.s), 1);
+	cr_assert_eq(ibp_store_verify(fx.s, 0), IBP_OK);
+	close_fixture(&fx);
+}
+
+Test(store, request_order_and_duplicates, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	for (int layout = 0; layout < 2; layout++) {
+		fixture_t fx = open_fixture(500, 33, 4, 3, (ibp_layout_t)layout, IBP_OPEN_READ);
+		uint64_t n = 2000;
+		int64_t *ids = xcalloc(n * sizeof(int64_t));
+		rng_t r = { 9 };
+		for (uint64_t i = 0; i < n; i++)
+			ids[i] = (int64_t)(rnd(&r) % 500);
+		ids[0] = 499;
+		ids[1] = 0;
+		ids[2] = 0;
+		ids[3] = 499;
+		uint8_t *out = xcalloc(n * 33);
+		for (int t = 0; t <= 3; t++) {
+			memset(out, 0xEE, n * 33);
+			cr_assert_eq(ibp_store_gather(fx.s, ids, n, out, t), IBP_OK, "%s", ibp_last_error());
+			check_gather(&fx, ids, n, out);
+		}
+		/* every row, reversed */
+		int64_t *rev = xcalloc(500 * sizeof(int64_t));
+		for (int64_t i = 0; i < 500; i++)
+			rev[i] = 499 - i;
+		cr_assert_eq(ibp_store_gather(fx.s, rev, 500, out, 2), IBP_OK);
+		check_gather(&fx, rev, 500, out);
+		/* one row repeated */
+		for (uint64_t i = 0; i < 64; i++)
+			rev[i] = 17;
+		cr_assert_eq(ibp_store_gather(fx.s, rev, 64, out, 2), IBP_OK);
+		check_gather(&fx, rev, 64, out);
+		free(rev);
+		free(out);
+		free(ids);
+		close_fixture(&fx);
+	}
+}
+
+Test(store, empty_request, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	fixture_t fx = open_fixture(10, 8, 2, 1, IBP_LAYOUT_PACKED, 0);
+	cr_assert_eq(ibp_store_gather(fx.s, NULL, 0, NULL, 0), IBP_OK);
+	cr_assert_eq(ibp_store_gather(fx.s, NULL, 0, NULL, 2), IBP_OK);
+	int64_t id = 3;
+	uint8_t out[8];
+	cr_assert_eq(ibp_store_gather(fx.s, &id, 0, out, 1), IBP_OK);
+	close_fixture(&fx);
+}
+
+Test(store, out_of_range_before_any_work, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	fixture_t fx = open_fixture(100, 16, 4, 1, IBP_LAYOUT_INPLACE, 0);
+	int64_t ids[6] = { 0, 5, 99, 7, 100, 1 };
+	uint8_t out[6 * 16];
+	for (int t = 1; t <= 2; t++) {
+		memset(out, 0xEE, sizeof(out));
+		cr_assert_eq(ibp_store_gather(fx.s, ids, 6, out, t), IBP_ERR_OUT_OF_RANGE);
+		const char *msg = ibp_last_error();
+		cr_assert(strstr(msg, "ids[4]") != NULL && strstr(msg, "100") != NULL, "message: %s", msg);
+		for (size_t i = 0; i < sizeof(out); i++)
+			cr_assert_eq(out[i], 0xEE, "output written before the bounds check");
+	}
+	ids[4] = -1;
+	cr_assert_eq(ibp_store_gather(fx.s, ids, 6, out, 2), IBP_ERR_OUT_OF_RANGE);
+	cr_assert(strstr(ibp_last_error(), "ids[4] = -1") != NULL, "%s", ibp_last_error());
+	ids[4] = INT64_MIN;
+	cr_assert_eq(ibp_store_gather(fx.s, ids, 6, out, 1), IBP_ERR_OUT_OF_RANGE);
+	ids[4] = INT64_MAX;
+	cr_assert_eq(ibp_store_gather(fx.s, ids, 6, out, 0), IBP_ERR_OUT_OF_RANGE);
+	/* bad arguments */
+	cr_assert_eq(ibp_store_gather(fx.s, NULL, 3, out, 1), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_store_gather(fx.s, ids, 3, NULL, 1), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_store_gather(fx.s, ids, 3, out, -1), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_store_gather(NULL, ids, 3, out, 1), IBP_ERR_INVALID_ARG);
+	close_fixture(&fx);
+}
+
+Test(store, thread_counts_agree, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	for (int layout = 0; layout < 2; layout++) {
+		fixture_t fx = open_fixture(3000, 57, 8, 2, (ibp_layout_t)layout, IBP_OPEN_MMAP);
+		uint64_t n = 5000;
+		int64_t *ids = xcalloc(n * sizeof(int64_t));
+		rng_t r = { 77 };
+		for (uint64_t i = 0; i < n; i++)
+			ids[i] = (int64_t)(rnd(&r) % 3000);
+		uint8_t *a = xcalloc(n * 57), *b = xcalloc(n * 57);
+		cr_assert_eq(ibp_store_gather(fx.s, ids, n, a, 1), IBP_OK);
+		const int ts[] = { 2, 0, 3, 1000 };
+		for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++) {
+			memset(b, 0, n * 57);
+			cr_assert_eq(ibp_store_gather(fx.s, ids, n, b, ts[i]), IBP_OK);
+			cr_assert(memcmp(a, b, n * 57) == 0, "nthreads %d differs from 1", ts[i]);
+		}
+		check_gather(&fx, ids, n, a);
+		free(a);
+		free(b);
+		free(ids);
+		close_fixture(&fx);
+	}
+}
+
+Test(store, decode_all, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	for (int layout = 0; layout < 2; layout++) {
+		fixture_t fx = open_fixture(1234, 21, 1, 2, (ibp_layout_t)layout, IBP_OPEN_READ);
+		uint8_t *out = xcalloc(1234 * 21);
+		for (int t = 0; t < 3; t++) {
+			memset(out, 0, 1234 * 21);
+			cr_assert_eq(ibp_store_decode_all(fx.s, out, t), IBP_OK, "%s", ibp_last_error());
+			cr_assert(memcmp(out, fx.rows, 1234 * 21) == 0);
+		}
+		cr_assert_eq(ibp_store_decode_all(fx.s, NULL, 1), IBP_ERR_INVALID_ARG);
+		free(out);
+		close_fixture(&fx);
+	}
+}
+
+/* The pool is reused across many gathers and small requests. */
+Test(store, pool_reuse, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	fixture_t fx = open_fixture(200, 12, 4, 1, IBP_LAYOUT_PACKED, 0);
+	int64_t ids[64];
+	uint8_t out[64 * 12];
+	rng_t r = { 5 };
+	for (int it = 0; it < 2000; it++) {
+		uint64_t n = 1 + rnd(&r) % 64;
+		for (uint64_t i = 0; i < n; i++)
+			ids[i] = (int64_t)(rnd(&r) % 200);
+		cr_assert_eq(ibp_store_gather(fx.s, ids, n, out, (int)(it % 4)), IBP_OK);
+		check_gather(&fx, ids, n, out);
+	}
+	close_fixture(&fx);
+}
+
+/* Stores opened and closed with and without a pool, over and over: joins
+ * cleanly (a hang or leak here shows up under the sanitizers). */
+Test(store, open_close_cycles, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	fixture_t fx = open_fixture(50, 10, 2, 1, IBP_LAYOUT_INPLACE, 0);
+	char path[128];
+	snprintf(path, sizeof(path), "%s/s10_1.ibp", tmpdir);
+	int64_t ids[50];
+	for (int i = 0; i < 50; i++)
+		ids[i] = 49 - i;
+	uint8_t out[50 * 10];
+	for (int it = 0; it < 50; it++) {
+		ibp_store_t *s = NULL;
+		cr_assert_eq(ibp_store_open(path, it % 2 ? IBP_OPEN_MMAP : 0, &s), IBP_OK);
+		if (it % 3)
+			cr_assert_eq(ibp_store_gather(s, ids, 50, out, it % 3 == 1 ? 1 : 2), IBP_OK);
+		ibp_store_close(s);
+	}
+	ibp_store_close(NULL);
+	close_fixture(&fx);
+}
+
+typedef struct conc_arg {
+	const fixture_t *fx;
+	int nthreads;
+	uint64_t seed;
+	int ok;
+} conc_arg_t;
+
+static void *conc_main(void *p)
+{
+	conc_arg_t *a = p;
+	int64_t ids[300];
+	uint8_t *out = malloc(300 * a->fx->R);
+	rng_t r = { a->seed };
+	a->ok = out != NULL;
+	for (int it = 0; it < 200 && a->ok; it++) {
+		uint64_t n = 1 + rnd(&r) % 300;
+		for (uint64_t i = 0; i < n; i++)
+			ids[i] = (int64_t)(rnd(&r) % a->fx->n);
+		if (ibp_store_gather(a->fx->s, ids, n, out, a->nthreads) != IBP_OK)
+			a->ok = 0;
+		for (uint64_t i = 0; i < n && a->ok; i++)
+			if (memcmp(out + i * a->fx->R, a->fx->rows + (uint64_t)ids[i] * a->fx->R, a->fx->R))
+				a->ok = 0;
+	}
+	free(out);
+	return NULL;
+}
+
+/* Several threads gather from one store at once, pooled and not. */
+Test(store, concurrent_callers, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	fixture_t fx = open_fixture(700, 30, 4, 2, IBP_LAYOUT_PACKED, 0);
+	pthread_t th[4];
+	conc_arg_t args[4];
+	for (int i = 0; i < 4; i++) {
+		args[i] = (conc_arg_t){ &fx, i % 2 ? 2 : 1, 1000 + (uint64_t)i, 0 };
+		cr_assert_eq(pthread_create(&th[i], NULL, conc_main, &args[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		cr_assert(args[i].ok, "caller %d saw wrong rows or an error", i);
+	}
+	close_fixture(&fx);
+}
+
+/* A row whose flags lie about its encoding (checksums made consistent)
+ * fails the gather with IBP_ERR_CORRUPT naming its position; the other rows
+ * still gather. */
+Test(store, corrupt_row_reported, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	fixture_t fx = open_fixture(64, 20, 4, 1, IBP_LAYOUT_PACKED, 0);
+	const ibp_container_t *c = ibp_store_container(fx.s);
+	uint64_t fsize = ibp_container_file_bytes(c);
+	char path[128];
+	snprintf(path, sizeof(path), "%s/s20_0.ibp", tmpdir);
+	FILE *f = fopen(path, "rb");
+	cr_assert_not_null(f);
+	uint8_t *img = xcalloc(fsize);
+	cr_assert_eq(fread(img, 1, fsize, f), fsize);
+	fclose(f);
+	/* find a non-raw row shorter than R and mark it raw */
+	const uint8_t *flags = ibp_container_flags(c);
+	const uint64_t *off = ibp_container_offsets(c);
+	uint64_t bad = 64;
+	for (uint64_t i = 0; i < 64; i++)
+		if ((flags[i] & 3) && off[i + 1] - off[i] < 20) {
+			bad = i;
+			break;
+		}
+	cr_assert_lt(bad, 64);
+	/* locate the flags section through the table (FORMAT.md 2.3) */
+	uint32_t ns, hs;
+	uint64_t toff;
+	memcpy(&hs, img + 12, 4);
+	memcpy(&ns, img + 124, 4);
+	memcpy(&toff, img + 128, 8);
+	for (uint32_t i = 0; i < ns; i++) {
+		uint8_t *e = img + toff + 32 * i;
+		uint32_t id;
+		uint64_t o, l, h;
+		memcpy(&id, e, 4);
+		memcpy(&o, e + 8, 8);
+		memcpy(&l, e + 16, 8);
+		if (id == 2)
+			img[o + bad] = 0;
+		h = XXH3_64bits(img + o, l);
+		memcpy(e + 24, &h, 8);
+	}
+	uint64_t h = XXH3_64bits(img + toff, 32 * ns);
+	memcpy(img + 136, &h, 8);
+	h = XXH3_64bits(img, hs - 8);
+	memcpy(img + hs - 8, &h, 8);
+
+	ibp_container_t *cc = NULL;
+	cr_assert_eq(ibp_container_open_memory(img, fsize, 0, &cc), IBP_OK, "%s", ibp_last_error());
+	ibp_store_t *s = NULL;
+	cr_assert_eq(ibp_store_from_container(cc, &s), IBP_OK);
+	int64_t ids[8] = { 0, 1, 2, 3, (int64_t)bad, 5, 6, 7 };
+	if (bad <= 7)
+		ids[0] = ids[1] = ids[2] = ids[3] = ids[5] = ids[6] = ids[7] = (int64_t)(bad + 1) % 64;
+	uint8_t out[8 * 20];
+	for (int t = 1; t <= 2; t++) {
+		cr_assert_eq(ibp_store_gather(s, ids, 8, out, t), IBP_ERR_CORRUPT);
+		char want[64];
+		snprintf(want, sizeof(want), "position 4 (row %llu)", (unsigned long long)bad);
+		cr_assert(strstr(ibp_last_error(), want) != NULL, "%s", ibp_last_error());
+	}
+	cr_assert_eq(ibp_store_verify(s, 2), IBP_ERR_CORRUPT);
+	/* the good rows alone are fine */
+	int64_t good = (int64_t)(bad + 1) % 64;
+	cr_assert_eq(ibp_store_gather(s, &good, 1, out, 2), IBP_OK);
+	ibp_store_close(s);
+	free(img);
+	close_fixture(&fx);
+}
+
+/* Open errors propagate through the store. */
+Test(store, open_errors, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	ibp_store_t *s = (ibp_store_t *)1;
+	cr_assert_eq(ibp_store_open("/nonexistent/x.ibp", 0, &s), IBP_ERR_IO);
+	cr_assert_null(s);
+	char path[128];
+	snprintf(path, sizeof(path), "%s/junk.ibp", tmpdir);
+	FILE *f = fopen(path, "wb");
+	cr_assert_not_null(f);
+	for (int i = 0; i < 1000; i++)
+		fputc(i & 0xFF, f);
+	fclose(f);
+	cr_assert_eq(ibp_store_open(path, IBP_OPEN_MMAP, &s), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibp_store_open(path, 0x100, &s), IBP_ERR_INVALID_ARG);
+}
