@@ -1,0 +1,193 @@
+/* ibp/exp.h - lossless exponent codec for BF16, FP16 and FP32 tensors.
+ *
+ * Each value is split into its exponent field and its sign+mantissa bits.
+ * A table of 7 exponent field values maps each exponent to a 3-bit code
+ * 1..7; code 0 escapes, and the full exponent field is stored aside. A
+ * block (the encoding of n elements) has a static part whose size depends
+ * only on n (header, per-group escape prefix counts, the three code
+ * bit-planes, sign+mantissa at a fixed stride) and a dynamic part (one byte
+ * per escaped exponent). Blocks are 128-byte aligned in size; a block that
+ * would not shrink is stored raw. docs/CODECS.md specifies every byte.
+ *
+ * The table comes from sigma (ZipCCL §4.1: the 7-exponent window starting
+ * near log2(sigma) - 5.36; the default, with sigma measured as the RMS of
+ * the block's finite values), from an exact exponent histogram (top 7), or
+ * from the caller.
+ *
+ * Typical use:
+ *   ibp_exp_opts_t o; ibp_exp_opts_default(&o);
+ *   uint64_t cap, size; ibp_exp_encode_bound(IBP_DTYPE_BF16, n, &cap);
+ *   ibp_exp_encode(src, IBP_DTYPE_BF16, n, &o, dst, cap, &size);
+ *   ibp_exp_decode(dst, size, IBP_DTYPE_BF16, n, out, 0);
+ *
+ * Every function is thread-safe (no shared state). All sizes are 64-bit.
+ * Element buffers need no alignment. The *_cuda functions exist in every
+ * build; without CUDA they return IBP_ERR_UNSUPPORTED, and without a usable
+ * GPU IBP_ERR_NO_DEVICE.
+ */
+#ifndef IBP_EXP_H
+#define IBP_EXP_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include "status.h"
+#include "types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define IBP_EXP_NCODES 7u      /* table entries (codes 1..7) */
+#define IBP_EXP_GROUP 4096u    /* elements per escape group (one prefix count each) */
+#define IBP_EXP_ALIGN 128u     /* block sizes and section offsets are multiples of this */
+#define IBP_EXP_MAX_ELEMS (1ull << 56)
+
+/* Where the exponent table comes from (stored in the block header). */
+typedef enum ibp_exp_table_mode {
+	IBP_EXP_TABLE_SIGMA = 0,     /* window derived from sigma (default) */
+	IBP_EXP_TABLE_HISTOGRAM = 1, /* 7 most frequent exponents of the block */
+	IBP_EXP_TABLE_GIVEN = 2      /* ibp_exp_opts_t.table */
+} ibp_exp_table_mode_t;
+
+/* 7 biased exponent field values, strictly ascending, each at most
+ * 2^ebits - 1 (ebits = 8 for BF16/FP32, 5 for FP16). Code k is field[k-1]. */
+typedef struct ibp_exp_table {
+	uint8_t field[7];
+} ibp_exp_table_t;
+
+/* Encoder options. Always initialise with ibp_exp_opts_default(). */
+typedef struct ibp_exp_opts {
+	ibp_exp_table_mode_t table_mode;
+	double sigma;          /* SIGMA mode: > 0 use this sigma; 0 = measure (RMS) per block */
+	ibp_exp_table_t table; /* GIVEN mode only */
+	int nthreads;          /* CPU worker threads; 0 = all online CPUs */
+} ibp_exp_opts_t;
+
+/* Fills `o` with the defaults: SIGMA mode, sigma 0 (measured), table
+ * zeroed, nthreads 0. */
+void ibp_exp_opts_default(ibp_exp_opts_t *o);
+
+/* What a block header says (ibp_exp_block_info). */
+typedef struct ibp_exp_info {
+	ibp_dtype_t dtype;
+	uint64_t n;                      /* elements */
+	int raw;                         /* 1 = raw passthrough block */
+	ibp_exp_table_mode_t table_mode; /* coded blocks: where the table came from */
+	ibp_exp_table_t table;           /* coded blocks */
+	uint64_t escapes;                /* coded blocks: escaped exponents */
+	uint64_t static_bytes;           /* size of the static part (raw: == block_bytes) */
+	uint64_t block_bytes;            /* total size of the block */
+} ibp_exp_info_t;
+
+/* ---- sizes (exact; dt must be IBP_DTYPE_BF16, F16 or F32, n <= IBP_EXP_MAX_ELEMS,
+ * else IBP_ERR_INVALID_ARG) ---- */
+
+/* Static part of a coded block of n elements: header, prefix counts,
+ * bit-planes and sign+mantissa sections, 128-aligned. */
+ibp_status_t ibp_exp_static_size(ibp_dtype_t dt, uint64_t n, uint64_t *bytes);
+
+/* Total size of a coded block of n elements with `escapes` escapes
+ * (escapes <= n): align128(static + escapes). */
+ibp_status_t ibp_exp_coded_size(ibp_dtype_t dt, uint64_t n, uint64_t escapes, uint64_t *bytes);
+
+/* Size of a raw block: align128(64 + n * element size). */
+ibp_status_t ibp_exp_raw_size(ibp_dtype_t dt, uint64_t n, uint64_t *bytes);
+
+/* Destination capacity ibp_exp_encode needs: max(raw, coded with n escapes). */
+ibp_status_t ibp_exp_encode_bound(ibp_dtype_t dt, uint64_t n, uint64_t *bytes);
+
+/* ---- tables ---- */
+
+/* Mean square of the finite values of src[0, n) (NaN/Inf skipped; 0 when
+ * none), summed in the fixed order of docs/CODECS.md so the CPU and the GPU
+ * agree bit for bit. SIGMA mode with sigma 0 uses this value as sigma^2. */
+ibp_status_t ibp_exp_mean_square(const void *src, ibp_dtype_t dt, uint64_t n, double *ms);
+
+/* Table of SIGMA mode for a known mean square (sigma^2 >= 0, finite). */
+ibp_status_t ibp_exp_table_from_mean_square(ibp_dtype_t dt, double ms, ibp_exp_table_t *t);
+
+/* Table of SIGMA mode for sigma >= 0 (uses sigma * sigma). */
+ibp_status_t ibp_exp_table_from_sigma(ibp_dtype_t dt, double sigma, ibp_exp_table_t *t);
+
+/* Exponent field histogram of src[0, n): hist[f] = count of field f
+ * (256 entries; FP16 uses 0..31). */
+ibp_status_t ibp_exp_histogram(const void *src, ibp_dtype_t dt, uint64_t n, uint64_t hist[256]);
+
+/* Table of HISTOGRAM mode: the 7 most frequent fields (ties to the smaller
+ * field; unused fields fill up), ascending. */
+ibp_status_t ibp_exp_table_from_histogram(ibp_dtype_t dt, const uint64_t hist[256], ibp_exp_table_t *t);
+
+/* ---- one block on the CPU ---- */
+
+/* Encodes src[0, n) (n elements of dt, any alignment) into one block at dst.
+ * dst_cap must be at least ibp_exp_encode_bound(dt, n) (the bound is also
+ * used as scratch), else IBP_ERR_BUFFER_TOO_SMALL. On success *dst_size is
+ * the block size. opts NULL = defaults. GIVEN tables are validated
+ * (IBP_ERR_INVALID_ARG). Output bytes depend only on the data and the
+ * table, never on nthreads. */
+ibp_status_t ibp_exp_encode(const void *src, ibp_dtype_t dt, uint64_t n, const ibp_exp_opts_t *opts,
+			    void *dst, uint64_t dst_cap, uint64_t *dst_size);
+
+/* Decodes one block of src_size available bytes (untrusted) into dst, which
+ * must hold n elements of dt. The header must say dtype dt and n elements,
+ * and the block must be canonical (zero padding, consistent counts);
+ * anything else gives IBP_ERR_CORRUPT and dst contents are unspecified.
+ * Bytes after the block are ignored. nthreads 0 = all online CPUs. */
+ibp_status_t ibp_exp_decode(const void *src, uint64_t src_size, ibp_dtype_t dt, uint64_t n, void *dst,
+			    int nthreads);
+
+/* Parses and checks the header of the block at src (untrusted; the body is
+ * not checked). IBP_ERR_CORRUPT on a bad header. */
+ibp_status_t ibp_exp_block_info(const void *src, uint64_t src_size, ibp_exp_info_t *info);
+
+/* ---- batches: n elements cut into ceil(n / chunk_elems) chunks, one block each ---- */
+
+/* Sum of the chunks' encode bounds. chunk_elems > 0. */
+ibp_status_t ibp_exp_batch_bound(ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems, uint64_t *bytes);
+
+/* Encodes each chunk (its own table in SIGMA-measured and HISTOGRAM modes)
+ * into blocks packed back to back at dst; offsets[0..nchunks] receives the
+ * block boundaries (offsets[0] = 0, offsets[nchunks] = total bytes).
+ * dst_cap >= ibp_exp_batch_bound(). Threads work on different chunks. */
+ibp_status_t ibp_exp_encode_batch(const void *src, ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems,
+				  const ibp_exp_opts_t *opts, void *dst, uint64_t dst_cap, uint64_t *offsets);
+
+/* Decodes the blocks at src + offsets[i] (offsets untrusted: they must be
+ * non-decreasing and within src_size) into dst (n elements). */
+ibp_status_t ibp_exp_decode_batch(const void *src, uint64_t src_size, const uint64_t *offsets, ibp_dtype_t dt,
+				  uint64_t n, uint64_t chunk_elems, void *dst, int nthreads);
+
+/* ---- CUDA: device memory to device memory, stream-ordered ----
+ * `stream` is a cudaStream_t (NULL = the default stream). Calls return once
+ * the work is enqueued. No call allocates device memory. */
+
+/* Workspace bytes ibp_exp_encode_cuda needs for this batch shape. */
+ibp_status_t ibp_exp_cuda_encode_workspace(ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems, uint64_t *bytes);
+
+/* Encodes the chunks of d_src (n elements, chunk_elems per chunk) into the
+ * blocks d_dst + i * dst_stride and writes each block's size to
+ * d_sizes[i] (device u64). Bytes are identical to ibp_exp_encode_batch's
+ * blocks for the same options. dst_stride must be a multiple of 128 and at
+ * least ibp_exp_encode_bound(dt, chunk_elems); d_dst and d_workspace must be
+ * 128-byte aligned; workspace_bytes >= ibp_exp_cuda_encode_workspace().
+ * opts.nthreads is ignored. */
+ibp_status_t ibp_exp_encode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems,
+				 const ibp_exp_opts_t *opts, void *d_dst, uint64_t dst_stride, uint64_t *d_sizes,
+				 void *d_workspace, uint64_t workspace_bytes, void *stream);
+
+/* Decodes the blocks d_src + d_offsets[i] of d_sizes[i] bytes (device
+ * arrays, untrusted; offsets multiples of 128, d_src 128-byte aligned) of
+ * the src_bytes bytes at d_src into d_dst (n elements). The blocks are
+ * validated on the device: *d_status (device int32, set to 0 by this call)
+ * receives an ibp_status_t value, non-zero if any block is corrupt or lies
+ * outside src_bytes (IBP_ERR_CORRUPT) or is misaligned
+ * (IBP_ERR_INVALID_ARG); read it after the stream has synchronised. */
+ibp_status_t ibp_exp_decode_cuda(const void *d_src, uint64_t src_bytes, const uint64_t *d_offsets,
+				 const uint64_t *d_sizes,
+				 ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems, void *d_dst, int32_t *d_status,
+				 void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* IBP_EXP_H */

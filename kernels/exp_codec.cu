@@ -1,0 +1,726 @@
+/* exp_codec.cu - the exponent codec on the GPU (ibp_exp_encode_cuda,
+ * ibp_exp_decode_cuda). Bytes equal the CPU reference (src/exp_codec.c):
+ * both follow docs/CODECS.md and share exp_format.h.
+ *
+ * One CUDA block of 256 threads works on one escape group (4096 elements)
+ * in 16 rounds; in a round warp w, lane l holds element r*256 + w*32 + l, so
+ * a warp ballot is exactly one 32-bit plane word and element order equals
+ * (round, warp, lane) order, which keeps escapes in element order.
+ *
+ * Encode, all stream-ordered, no allocation:
+ *   [table: ms_groups + ms_chunks (sigma measured) | hist + hist_table]
+ *   enc_groups: static sections; escapes staged per group in the workspace
+ *   scan_chunks: prefixes, raw-or-coded decision, header, padding, sizes
+ *   finish_groups: escapes compacted into place, or the raw payload copied
+ * Decode: one kernel; every block validates what it reads, errors go to
+ * *d_status.
+ */
+#include <stdint.h>
+
+#include "ibp/exp.h"
+#include "cuda_check.h"
+#include "exp_format.h"
+
+#define EXPK_THREADS 256
+#define EXPK_SCAN_THREADS 1024
+
+/* Workspace carve-up, the same for the size query and the launch. */
+struct expk_ws {
+	uint64_t esc_off, counts_off, tables_off, part_off, nonfin_off, hist_off, total;
+};
+
+static void expk_ws_layout(uint64_t n, uint64_t nchunks, uint64_t total_groups, expk_ws *w)
+{
+	uint64_t at = 0;
+	w->esc_off = at;
+	at = expf_align(at + n, 128);
+	w->counts_off = at;
+	at = expf_align(at + 8 * total_groups, 128);
+	w->tables_off = at;
+	at = expf_align(at + 8 * nchunks, 128);
+	w->part_off = at;
+	at = expf_align(at + 8 * total_groups, 128);
+	w->nonfin_off = at;
+	at = expf_align(at + 8 * total_groups, 128);
+	w->hist_off = at;
+	at = expf_align(at + 256 * 8 * nchunks, 128);
+	w->total = at;
+}
+
+/* Shape of a batch: chunk c has chunk_len(c) elements and its groups are
+ * global ids c * gpc .. c * gpc + ngroups(c) - 1. */
+struct expk_batch {
+	uint64_t n, chunk, nchunks, gpc;
+	uint32_t dt;
+	expf_shape_t s;
+};
+
+static __device__ __host__ inline uint64_t chunk_len(const expk_batch &b, uint64_t c)
+{
+	uint64_t base = c * b.chunk;
+	return b.n - base < b.chunk ? b.n - base : b.chunk;
+}
+
+static __device__ inline uint32_t ld_bits(const uint8_t *p, uint32_t esize)
+{
+	return esize == 2 ? (uint32_t)*(const uint16_t *)p : *(const uint32_t *)p;
+}
+
+/* ------------------------------------------------------------- tables */
+
+/* Per group: lane sums (lane t: elements k*256 + t in k order), halving
+ * tree; the same order as the CPU (x*x is exact in double). */
+__global__ void __launch_bounds__(EXPK_THREADS)
+expk_ms_groups(const uint8_t *src, expk_batch b, double *part, uint64_t *nonfin)
+{
+	__shared__ double acc[EXPK_THREADS];
+	__shared__ unsigned nbad;
+	const uint32_t t = threadIdx.x, fmax = (1u << b.s.ebits) - 1u;
+	for (uint64_t gid = blockIdx.x; gid < b.nchunks * b.gpc; gid += gridDim.x) {
+		uint64_t c = gid / b.gpc, g = gid % b.gpc, len = chunk_len(b, c);
+		uint64_t base = g << EXPF_GROUP_LOG2;
+		if (base >= len)
+			continue;
+		uint64_t glen = len - base < EXPF_GROUP ? len - base : EXPF_GROUP;
+		const uint8_t *p = src + (c * b.chunk + base) * b.s.esize;
+		double a = 0.0;
+		uint32_t bad = 0;
+		if (t == 0)
+			nbad = 0;
+		for (uint32_t k = 0; k < 16; k++) {
+			uint64_t i = (uint64_t)k * 256 + t;
+			if (i < glen) {
+				uint32_t bits = ld_bits(p + i * b.s.esize, b.s.esize);
+				if (expf_field(bits, &b.s) == fmax) {
+					bad++;
+				} else {
+					double d;
+					if (b.dt == EXPF_DT_BF16)
+						d = (double)__uint_as_float(bits << 16);
+					else if (b.dt == EXPF_DT_F32)
+						d = (double)__uint_as_float(bits);
+					else {
+						uint32_t e = (bits >> 10) & 31u, m = bits & 0x3ffu;
+						double v = e ? __dmul_rn((double)(m | 0x400u), ldexp(1.0, (int)e - 25))
+							     : __dmul_rn((double)m, 0x1p-24);
+						d = (bits & 0x8000u) ? -v : v;
+					}
+					a = __dadd_rn(a, __dmul_rn(d, d));
+				}
+			}
+		}
+		acc[t] = a;
+		__syncthreads();
+		for (uint32_t h = EXPK_THREADS / 2; h >= 1; h >>= 1) {
+			if (t < h)
+				acc[t] = __dadd_rn(acc[t], acc[t + h]);
+			__syncthreads();
+		}
+		if (bad)
+			atomicAdd(&nbad, bad);
+		__syncthreads();
+		if (t == 0) {
+			part[gid] = acc[0];
+			nonfin[gid] = nbad;
+		}
+		__syncthreads();
+	}
+}
+
+/* Per chunk: pairwise tree over its group partials (power-of-two aligned,
+ * equal to the CPU's binary counter), mean square, sigma window. */
+__global__ void __launch_bounds__(EXPK_SCAN_THREADS)
+expk_ms_chunks(expk_batch b, double *part, const uint64_t *nonfin, uint8_t *tables)
+{
+	__shared__ unsigned long long bad_total;
+	for (uint64_t c = blockIdx.x; c < b.nchunks; c += gridDim.x) {
+		uint64_t len = chunk_len(b, c), ng = (len + EXPF_GROUP - 1) >> EXPF_GROUP_LOG2;
+		double *p = part + c * b.gpc;
+		if (threadIdx.x == 0)
+			bad_total = 0;
+		__syncthreads();
+		unsigned long long mine = 0;
+		for (uint64_t i = threadIdx.x; i < ng; i += blockDim.x)
+			mine += nonfin[c * b.gpc + i];
+		if (mine)
+			atomicAdd(&bad_total, mine);
+		for (uint64_t stride = 1; stride < ng; stride *= 2) {
+			__syncthreads();
+			for (uint64_t i = (uint64_t)threadIdx.x * 2 * stride; i + stride < ng; i += (uint64_t)blockDim.x * 2 * stride)
+				p[i] = __dadd_rn(p[i], p[i + stride]);
+		}
+		__syncthreads();
+		if (threadIdx.x == 0) {
+			uint64_t finite = len - bad_total;
+			double ms = (ng == 0 || finite == 0) ? 0.0 : __ddiv_rn(p[0], (double)finite);
+			uint32_t start = expf_window_start(ms, &b.s);
+			for (uint32_t k = 0; k < EXPF_NCODES; k++)
+				tables[8 * c + k] = (uint8_t)(start + k);
+			tables[8 * c + 7] = 0;
+		}
+		__syncthreads();
+	}
+}
+
+__global__ void __launch_bounds__(EXPK_THREADS)
+expk_hist(const uint8_t *src, expk_batch b, unsigned long long *hist)
+{
+	__shared__ uint32_t h[256];
+	for (uint64_t gid = blockIdx.x; gid < b.nchunks * b.gpc; gid += gridDim.x) {
+		uint64_t c = gid / b.gpc, g = gid % b.gpc, len = chunk_len(b, c);
+		uint64_t base = g << EXPF_GROUP_LOG2;
+		if (base >= len)
+			continue;
+		uint64_t glen = len - base < EXPF_GROUP ? len - base : EXPF_GROUP;
+		const uint8_t *p = src + (c * b.chunk + base) * b.s.esize;
+		h[threadIdx.x] = 0;
+		__syncthreads();
+		for (uint64_t i = threadIdx.x; i < glen; i += blockDim.x)
+			atomicAdd(&h[expf_field(ld_bits(p + i * b.s.esize, b.s.esize), &b.s)], 1u);
+		__syncthreads();
+		if (h[threadIdx.x])
+			atomicAdd(&hist[256 * c + threadIdx.x], (unsigned long long)h[threadIdx.x]);
+		__syncthreads();
+	}
+}
+
+__global__ void expk_hist_table(expk_batch b, const unsigned long long *hist, uint8_t *tables)
+{
+	for (uint64_t c = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; c < b.nchunks;
+	     c += (uint64_t)gridDim.x * blockDim.x) {
+		expf_table_from_hist((const uint64_t *)(hist + 256 * c), (1u << b.s.ebits) - 1u, tables + 8 * c);
+		tables[8 * c + 7] = 0;
+	}
+}
+
+__global__ void expk_fill_table(uint64_t nchunks, uint64_t t0, uint8_t *tables)
+{
+	for (uint64_t c = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; c < nchunks;
+	     c += (uint64_t)gridDim.x * blockDim.x)
+		*(uint64_t *)(tables + 8 * c) = t0;
+}
+
+/* ------------------------------------------------------------- encode */
+
+__global__ void __launch_bounds__(EXPK_THREADS)
+expk_enc_groups(const uint8_t *src, expk_batch b, uint8_t *dst, uint64_t stride, const uint8_t *tables,
+		uint8_t *stage, uint64_t *counts)
+{
+	__shared__ uint32_t wcount[EXPK_THREADS / 32];
+	const uint32_t t = threadIdx.x, lane = t & 31u, warp = t >> 5;
+	expf_layout_t L;
+	for (uint64_t gid = blockIdx.x; gid < b.nchunks * b.gpc; gid += gridDim.x) {
+		uint64_t c = gid / b.gpc, g = gid % b.gpc, len = chunk_len(b, c);
+		uint64_t base = g << EXPF_GROUP_LOG2;
+		if (base >= len)
+			continue;
+		expf_layout_of(&b.s, len, &L);
+		const uint8_t *tb = tables + 8 * c;
+		uint8_t t0 = tb[0], t1 = tb[1], t2 = tb[2], t3 = tb[3], t4 = tb[4], t5 = tb[5], t6 = tb[6];
+		const uint8_t *in = src + c * b.chunk * b.s.esize;
+		uint8_t *blk = dst + c * stride;
+		uint32_t *planes = (uint32_t *)(blk + L.off_planes);
+		uint64_t pw = L.plane_bytes / 4; /* u32 words per plane */
+		uint8_t *stg = stage + c * b.chunk + base;
+		uint64_t run = 0;
+		for (uint32_t r = 0; r < 16; r++) {
+			uint64_t wbase = base + (uint64_t)r * 256 + warp * 32;
+			uint64_t i = wbase + lane;
+			bool valid = i < len;
+			uint32_t bits = valid ? ld_bits(in + i * b.s.esize, b.s.esize) : 0u;
+			uint32_t f = expf_field(bits, &b.s), sm = expf_sm(bits, &b.s);
+			uint32_t code = 0;
+			if (valid)
+				code = f == t0 ? 1u : f == t1 ? 2u : f == t2 ? 3u : f == t3 ? 4u : f == t4 ? 5u
+				     : f == t5 ? 6u : f == t6 ? 7u : 0u;
+			if (valid) {
+				if (b.dt == EXPF_DT_F32) {
+					((uint16_t *)(blk + L.off_lo))[i] = (uint16_t)sm;
+					blk[L.off_hi + i] = (uint8_t)(sm >> 16);
+				} else {
+					blk[L.off_lo + i] = (uint8_t)sm;
+				}
+			}
+			uint32_t b0 = __ballot_sync(0xffffffffu, code & 1u);
+			uint32_t b1 = __ballot_sync(0xffffffffu, code & 2u);
+			uint32_t b2 = __ballot_sync(0xffffffffu, code & 4u);
+			uint32_t s0 = 0, s1 = 0, s2 = 0;
+			if (b.dt == EXPF_DT_F16) {
+				s0 = __ballot_sync(0xffffffffu, (sm >> 8) & 1u);
+				s1 = __ballot_sync(0xffffffffu, (sm >> 9) & 1u);
+				s2 = __ballot_sync(0xffffffffu, (sm >> 10) & 1u);
+			}
+			if (lane == 0 && wbase < len) {
+				uint64_t w = wbase / 32;
+				planes[w] = b0;
+				planes[pw + w] = b1;
+				planes[2 * pw + w] = b2;
+				if (b.dt == EXPF_DT_F16) {
+					planes[3 * pw + w] = s0;
+					planes[4 * pw + w] = s1;
+					planes[5 * pw + w] = s2;
+				}
+			}
+			uint32_t em = __ballot_sync(0xffffffffu, valid && code == 0);
+			if (lane == 0)
+				wcount[warp] = __popc(em);
+			__syncthreads();
+			uint32_t before = 0, total = 0;
+			for (uint32_t w = 0; w < EXPK_THREADS / 32; w++) {
+				before += w < warp ? wcount[w] : 0u;
+				total += wcount[w];
+			}
+			if (valid && code == 0)
+				stg[run + before + __popc(em & ((1u << lane) - 1u))] = (uint8_t)f;
+			run += total;
+			__syncthreads();
+		}
+		if (t == 0)
+			counts[gid] = run;
+	}
+}
+
+/* Per chunk: escape prefixes (exclusive scan of the group counts), the
+ * raw-or-coded decision, header, zero padding and the block size. */
+__global__ void __launch_bounds__(EXPK_SCAN_THREADS)
+expk_scan_chunks(expk_batch b, uint8_t *dst, uint64_t stride, const uint8_t *tables, uint32_t tsrc,
+		 const uint64_t *counts, uint64_t *sizes)
+{
+	__shared__ unsigned long long sc[EXPK_SCAN_THREADS];
+	__shared__ unsigned long long carry;
+	const uint32_t t = threadIdx.x;
+	expf_layout_t L;
+	for (uint64_t c = blockIdx.x; c < b.nchunks; c += gridDim.x) {
+		uint64_t len = chunk_len(b, c);
+		expf_layout_of(&b.s, len, &L);
+		uint8_t *blk = dst + c * stride;
+		uint64_t raw = expf_raw_bytes(&b.s, len);
+		if (t == 0)
+			carry = 0;
+		__syncthreads();
+		bool coded_possible = L.static_bytes < raw;
+		for (uint64_t t0 = 0; coded_possible && t0 < L.ngroups; t0 += EXPK_SCAN_THREADS) {
+			uint64_t gi = t0 + t;
+			unsigned long long v = gi < L.ngroups ? counts[c * b.gpc + gi] : 0ull;
+			sc[t] = v;
+			__syncthreads();
+			for (uint32_t off = 1; off < EXPK_SCAN_THREADS; off <<= 1) {
+				unsigned long long add = t >= off ? sc[t - off] : 0ull;
+				__syncthreads();
+				sc[t] += add;
+				__syncthreads();
+			}
+			if (gi < L.ngroups)
+				expf_st64(blk + L.off_prefix + 8 * gi, carry + sc[t] - v);
+			__syncthreads();
+			if (t == EXPK_SCAN_THREADS - 1)
+				carry += sc[t];
+			__syncthreads();
+		}
+		uint64_t esc = carry;
+		uint64_t coded = expf_coded_bytes(&L, esc);
+		bool is_raw = !coded_possible || coded >= raw;
+		if (is_raw) {
+			uint64_t from = EXPF_HEADER_BYTES + len * b.s.esize;
+			for (uint64_t i = from + t; i < raw; i += EXPK_SCAN_THREADS)
+				blk[i] = 0;
+			if (t == 0) {
+				expf_write_header(blk, b.dt, EXPF_MODE_RAW, 0, len, NULL, 0, raw, raw);
+				sizes[c] = raw;
+			}
+		} else {
+			uint64_t pend = L.off_prefix + 8 * L.ngroups;
+			for (uint64_t i = pend + t; i < L.off_planes; i += EXPK_SCAN_THREADS)
+				blk[i] = 0;
+			uint64_t used = (len + 31) / 32 * 4; /* plane bytes the encoder wrote */
+			for (uint32_t p = 0; p < L.nplanes; p++)
+				for (uint64_t i = used + t; i < L.plane_bytes; i += EXPK_SCAN_THREADS)
+					blk[L.off_planes + p * L.plane_bytes + i] = 0;
+			pend = L.off_planes + L.nplanes * L.plane_bytes;
+			for (uint64_t i = pend + t; i < L.off_lo; i += EXPK_SCAN_THREADS)
+				blk[i] = 0;
+			pend = L.off_lo + len * b.s.lo_bytes;
+			if (b.s.hi_bytes) {
+				for (uint64_t i = pend + t; i < L.off_hi; i += EXPK_SCAN_THREADS)
+					blk[i] = 0;
+				pend = L.off_hi + len * b.s.hi_bytes;
+			}
+			for (uint64_t i = pend + t; i < L.static_bytes; i += EXPK_SCAN_THREADS)
+				blk[i] = 0;
+			for (uint64_t i = L.static_bytes + esc + t; i < coded; i += EXPK_SCAN_THREADS)
+				blk[i] = 0;
+			if (t == 0) {
+				expf_write_header(blk, b.dt, EXPF_MODE_CODED, tsrc, len, tables + 8 * c, esc, coded,
+						  L.static_bytes);
+				sizes[c] = coded;
+			}
+		}
+		__syncthreads();
+	}
+}
+
+/* Per group: escapes into place, or (raw block) the group's input bytes. */
+__global__ void __launch_bounds__(EXPK_THREADS)
+expk_finish_groups(const uint8_t *src, expk_batch b, uint8_t *dst, uint64_t stride, const uint8_t *stage,
+		   const uint64_t *counts)
+{
+	expf_layout_t L;
+	for (uint64_t gid = blockIdx.x; gid < b.nchunks * b.gpc; gid += gridDim.x) {
+		uint64_t c = gid / b.gpc, g = gid % b.gpc, len = chunk_len(b, c);
+		uint64_t base = g << EXPF_GROUP_LOG2;
+		if (base >= len)
+			continue;
+		uint8_t *blk = dst + c * stride;
+		if (blk[EXPF_OFF_MODE] == EXPF_MODE_RAW) {
+			uint64_t glen = len - base < EXPF_GROUP ? len - base : EXPF_GROUP;
+			uint64_t nb = glen * b.s.esize, from = base * b.s.esize;
+			const uint8_t *in = src + c * b.chunk * b.s.esize + from;
+			for (uint64_t i = threadIdx.x; i < nb; i += blockDim.x)
+				blk[EXPF_HEADER_BYTES + from + i] = in[i];
+			continue;
+		}
+		expf_layout_of(&b.s, len, &L);
+		uint64_t pfx = expf_ld64(blk + L.off_prefix + 8 * g), cnt = counts[gid];
+		const uint8_t *stg = stage + c * b.chunk + base;
+		for (uint64_t i = threadIdx.x; i < cnt; i += blockDim.x)
+			blk[L.static_bytes + pfx + i] = stg[i];
+	}
+}
+
+/* ------------------------------------------------------------- decode */
+
+static __device__ inline void expk_fail(int32_t *status, int32_t code)
+{
+	atomicCAS((int *)status, 0, (int)code);
+}
+
+static __device__ bool expk_zero(const uint8_t *p, uint64_t from, uint64_t to)
+{
+	bool ok = true;
+	for (uint64_t i = from + threadIdx.x; i < to; i += blockDim.x)
+		ok &= p[i] == 0;
+	return __syncthreads_and(ok) != 0;
+}
+
+/* Header checks of parse_header (src/exp_codec.c); 0 = corrupt. */
+static __device__ bool expk_header_ok(const uint8_t *h, uint64_t avail, const expk_batch &b, uint64_t len,
+				      expf_layout_t *L, uint64_t *esc_out)
+{
+	if (avail < EXPF_HEADER_BYTES || expf_ld32(h) != EXPF_MAGIC || h[EXPF_OFF_VERSION] != EXPF_VERSION ||
+	    h[EXPF_OFF_DTYPE] != b.dt || h[EXPF_OFF_MODE] > EXPF_MODE_CODED || h[EXPF_OFF_GLOG2] != EXPF_GROUP_LOG2)
+		return false;
+	for (int i = EXPF_OFF_RESERVED; i < (int)EXPF_HEADER_BYTES; i++)
+		if (h[i])
+			return false;
+	uint64_t n = expf_ld64(h + EXPF_OFF_N), esc = expf_ld64(h + EXPF_OFF_ESC);
+	uint64_t block = expf_ld64(h + EXPF_OFF_BLOCK), stat = expf_ld64(h + EXPF_OFF_STATIC);
+	if (n != len)
+		return false;
+	expf_layout_of(&b.s, n, L);
+	uint32_t fmax = (1u << b.s.ebits) - 1u;
+	if (h[EXPF_OFF_MODE] == EXPF_MODE_RAW) {
+		uint64_t raw = expf_raw_bytes(&b.s, n);
+		if (h[EXPF_OFF_TSRC] || esc || block != raw || stat != raw)
+			return false;
+		for (int i = 0; i < (int)EXPF_NCODES; i++)
+			if (h[EXPF_OFF_TABLE + i])
+				return false;
+	} else {
+		if (h[EXPF_OFF_TSRC] > 2 || esc > n || stat != L->static_bytes || block != expf_coded_bytes(L, esc))
+			return false;
+		for (int i = 0; i < (int)EXPF_NCODES; i++)
+			if (h[EXPF_OFF_TABLE + i] > fmax || (i && h[EXPF_OFF_TABLE + i] <= h[EXPF_OFF_TABLE + i - 1]))
+				return false;
+	}
+	*esc_out = esc;
+	return block <= avail;
+}
+
+__global__ void __launch_bounds__(EXPK_THREADS)
+expk_decode(const uint8_t *src, uint64_t src_bytes, const uint64_t *offsets, const uint64_t *sizes, expk_batch b,
+	    uint8_t *dst, int32_t *status)
+{
+	__shared__ uint32_t wcount[EXPK_THREADS / 32];
+	const uint32_t t = threadIdx.x, lane = t & 31u, warp = t >> 5;
+	const uint32_t fmax = (1u << b.s.ebits) - 1u;
+	expf_layout_t L;
+	for (uint64_t gid = blockIdx.x; gid < b.nchunks * b.gpc; gid += gridDim.x) {
+		uint64_t c = gid / b.gpc, g = gid % b.gpc, len = chunk_len(b, c);
+		uint64_t base = g << EXPF_GROUP_LOG2;
+		if (base >= len)
+			continue;
+		uint64_t off = offsets[c];
+		if ((off & 127u) || (((uintptr_t)src) & 127u)) {
+			if (t == 0)
+				expk_fail(status, IBP_ERR_INVALID_ARG);
+			continue;
+		}
+		const uint8_t *blk = src + off;
+		uint64_t esc_total = 0, avail = sizes[c];
+		if (off > src_bytes || avail > src_bytes - off || !expk_header_ok(blk, avail, b, len, &L, &esc_total)) {
+			if (t == 0)
+				expk_fail(status, IBP_ERR_CORRUPT);
+			continue;
+		}
+		uint8_t *out = dst + c * b.chunk * b.s.esize;
+		uint64_t glen = len - base < EXPF_GROUP ? len - base : EXPF_GROUP;
+		if (blk[EXPF_OFF_MODE] == EXPF_MODE_RAW) {
+			uint64_t nb = glen * b.s.esize, from = base * b.s.esize;
+			for (uint64_t i = t; i < nb; i += blockDim.x)
+				out[from + i] = blk[EXPF_HEADER_BYTES + from + i];
+			if (g == 0 && !expk_zero(blk, EXPF_HEADER_BYTES + len * b.s.esize, expf_raw_bytes(&b.s, len)) && t == 0)
+				expk_fail(status, IBP_ERR_CORRUPT);
+			continue;
+		}
+		/* this group's escape range, checked against its neighbours */
+		uint64_t pfx = expf_ld64(blk + L.off_prefix + 8 * g);
+		uint64_t pnext = g + 1 < L.ngroups ? expf_ld64(blk + L.off_prefix + 8 * (g + 1)) : esc_total;
+		if ((g == 0 && pfx != 0) || pnext < pfx || pnext - pfx > glen || pnext > esc_total) {
+			if (t == 0)
+				expk_fail(status, IBP_ERR_CORRUPT);
+			continue;
+		}
+		uint64_t have = pnext - pfx;
+		if (g == 0) {
+			/* the canonical-padding checks of check_coded_frame */
+			bool ok = expk_zero(blk, L.off_prefix + 8 * L.ngroups, L.off_planes);
+			for (uint32_t p = 0; p < L.nplanes; p++) {
+				const uint8_t *pl = blk + L.off_planes + p * L.plane_bytes;
+				bool pok = true;
+				for (uint64_t i = len / 8 + t; i < L.plane_bytes; i += blockDim.x) {
+					uint32_t first = i * 8 < len ? (uint32_t)(len - i * 8) : 0u; /* bits < n in this byte */
+					pok &= (pl[i] >> first) == 0;
+				}
+				ok &= __syncthreads_and(pok) != 0;
+			}
+			ok &= expk_zero(blk, L.off_planes + L.nplanes * L.plane_bytes, L.off_lo);
+			uint64_t pend = L.off_lo + len * b.s.lo_bytes;
+			if (b.s.hi_bytes) {
+				ok &= expk_zero(blk, pend, L.off_hi);
+				pend = L.off_hi + len * b.s.hi_bytes;
+			}
+			ok &= expk_zero(blk, pend, L.static_bytes);
+			ok &= expk_zero(blk, L.static_bytes + esc_total, expf_coded_bytes(&L, esc_total));
+			if (!ok && t == 0)
+				expk_fail(status, IBP_ERR_CORRUPT);
+		}
+		const uint8_t *tb = blk + EXPF_OFF_TABLE;
+		uint32_t hi_of[8];
+		hi_of[0] = 0;
+		for (int k = 0; k < 7; k++)
+			hi_of[k + 1] = tb[k];
+		const uint32_t *planes = (const uint32_t *)(blk + L.off_planes);
+		uint64_t pw = L.plane_bytes / 4;
+		const uint8_t *esc = blk + L.static_bytes + pfx;
+		uint64_t run = 0;
+		bool ok = true;
+		for (uint32_t r = 0; r < 16; r++) {
+			uint64_t wbase = base + (uint64_t)r * 256 + warp * 32;
+			uint64_t i = wbase + lane;
+			bool valid = i < len;
+			uint32_t w0 = 0, w1 = 0, w2 = 0;
+			if (wbase < len) {
+				uint64_t w = wbase / 32;
+				w0 = planes[w];
+				w1 = planes[pw + w];
+				w2 = planes[2 * pw + w];
+			}
+			uint32_t code = ((w0 >> lane) & 1u) | ((w1 >> lane) & 1u) << 1 | ((w2 >> lane) & 1u) << 2;
+			uint32_t em = __ballot_sync(0xffffffffu, valid && code == 0);
+			if (lane == 0)
+				wcount[warp] = __popc(em);
+			__syncthreads();
+			uint32_t before = 0, total = 0;
+			for (uint32_t w = 0; w < EXPK_THREADS / 32; w++) {
+				before += w < warp ? wcount[w] : 0u;
+				total += wcount[w];
+			}
+			if (valid) {
+				uint32_t f = hi_of[code];
+				if (code == 0) {
+					uint64_t k = run + before + __popc(em & ((1u << lane) - 1u));
+					if (k < have) {
+						f = esc[k];
+						bool in_tab = false;
+						for (int q = 0; q < 7; q++)
+							in_tab |= tb[q] == f;
+						if (f > fmax || in_tab)
+							ok = false;
+					} else {
+						ok = false;
+						f = 0;
+					}
+				}
+				uint32_t sm;
+				if (b.dt == EXPF_DT_F32) {
+					sm = (uint32_t)((const uint16_t *)(blk + L.off_lo))[i] | (uint32_t)blk[L.off_hi + i] << 16;
+				} else {
+					sm = blk[L.off_lo + i];
+					if (b.dt == EXPF_DT_F16) {
+						uint64_t w = wbase / 32;
+						sm |= ((planes[3 * pw + w] >> lane) & 1u) << 8 | ((planes[4 * pw + w] >> lane) & 1u) << 9 |
+						      ((planes[5 * pw + w] >> lane) & 1u) << 10;
+					}
+				}
+				uint32_t v = expf_join(sm, f, &b.s);
+				if (b.dt == EXPF_DT_F32)
+					((uint32_t *)out)[i] = v;
+				else
+					((uint16_t *)out)[i] = (uint16_t)v;
+			}
+			run += total;
+			__syncthreads();
+		}
+		if (run != have)
+			ok = false;
+		if (__syncthreads_or(!ok) && t == 0)
+			expk_fail(status, IBP_ERR_CORRUPT);
+	}
+}
+
+/* ------------------------------------------------------------- host side */
+
+static ibp_status_t expk_batch_of(ibp_dtype_t dt, uint64_t n, uint64_t chunk, expk_batch *b, const char *fn)
+{
+	if (!expf_shape_of((uint32_t)dt, &b->s))
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: dtype %s is not bf16, f16 or f32", fn, ibp_dtype_name(dt));
+	if (n > EXPF_MAX_ELEMS || chunk == 0 || chunk > EXPF_MAX_ELEMS)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: n %llu / chunk_elems %llu out of range", fn,
+				(unsigned long long)n, (unsigned long long)chunk);
+	b->n = n;
+	b->chunk = chunk;
+	b->nchunks = (n + chunk - 1) / chunk;
+	b->gpc = (chunk + EXPF_GROUP - 1) >> EXPF_GROUP_LOG2;
+	b->dt = (uint32_t)dt;
+	return IBP_OK;
+}
+
+static uint64_t expk_bound(const expf_shape_t *s, uint64_t n)
+{
+	expf_layout_t L;
+	expf_layout_of(s, n, &L);
+	uint64_t coded = expf_coded_bytes(&L, n), raw = expf_raw_bytes(s, n);
+	return coded > raw ? coded : raw;
+}
+
+extern "C" ibp_status_t ibp_exp_cuda_encode_workspace(ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems,
+							uint64_t *bytes)
+{
+	expk_batch b = {};
+	expk_ws w;
+	if (!bytes)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_cuda_encode_workspace: bytes is NULL");
+	IBP_TRY(expk_batch_of(dt, n, chunk_elems, &b, "exp_cuda_encode_workspace"));
+	expk_ws_layout(n, b.nchunks, b.nchunks * b.gpc, &w);
+	*bytes = w.total;
+	return IBP_OK;
+}
+
+extern "C" ibp_status_t ibp_exp_encode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems,
+					    const ibp_exp_opts_t *opts, void *d_dst, uint64_t dst_stride,
+					    uint64_t *d_sizes, void *d_workspace, uint64_t workspace_bytes, void *stream)
+{
+	expk_batch b = {};
+	expk_ws w;
+	ibp_exp_opts_t def;
+	if (!opts) {
+		ibp_exp_opts_default(&def);
+		opts = &def;
+	}
+	IBP_TRY(expk_batch_of(dt, n, chunk_elems, &b, "exp_encode_cuda"));
+	if (n && (!d_src || !d_dst || !d_sizes || !d_workspace))
+		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_encode_cuda: NULL device pointer");
+	if ((dst_stride & 127u) || dst_stride < expk_bound(&b.s, chunk_elems < n ? chunk_elems : n) ||
+	    ((uintptr_t)d_dst & 127u) || ((uintptr_t)d_workspace & 127u) || ((uintptr_t)d_src % b.s.esize))
+		return ibp_fail(IBP_ERR_INVALID_ARG,
+				"exp_encode_cuda: dst_stride %llu must be a multiple of 128 >= the chunk bound; "
+				"d_dst/d_workspace 128-aligned, d_src element-aligned",
+				(unsigned long long)dst_stride);
+	expk_ws_layout(n, b.nchunks, b.nchunks * b.gpc, &w);
+	if (workspace_bytes < w.total)
+		return ibp_fail(IBP_ERR_BUFFER_TOO_SMALL, "exp_encode_cuda: workspace %llu < %llu bytes",
+				(unsigned long long)workspace_bytes, (unsigned long long)w.total);
+	IBP_TRY(ibp_cuda_require_device());
+	if (b.nchunks == 0)
+		return IBP_OK;
+	cudaStream_t st = (cudaStream_t)stream;
+	uint8_t *ws = (uint8_t *)d_workspace;
+	uint8_t *tables = ws + w.tables_off;
+	uint64_t *counts = (uint64_t *)(ws + w.counts_off);
+	uint64_t groups = b.nchunks * b.gpc;
+	unsigned grid_g = 1, grid_c = 1;
+	IBP_TRY(ibp_cuda_grid(groups, &grid_g));
+	IBP_TRY(ibp_cuda_grid(b.nchunks, &grid_c));
+	const uint8_t *src = (const uint8_t *)d_src;
+	uint8_t *dst = (uint8_t *)d_dst;
+
+	/* the table of each chunk, into the workspace */
+	if (opts->table_mode == IBP_EXP_TABLE_SIGMA && opts->sigma == 0.0) {
+		double *part = (double *)(ws + w.part_off);
+		uint64_t *nonfin = (uint64_t *)(ws + w.nonfin_off);
+		expk_ms_groups<<<grid_g, EXPK_THREADS, 0, st>>>(src, b, part, nonfin);
+		IBP_CUDA_CHECK_LAUNCH("expk_ms_groups");
+		expk_ms_chunks<<<grid_c, EXPK_SCAN_THREADS, 0, st>>>(b, part, nonfin, tables);
+		IBP_CUDA_CHECK_LAUNCH("expk_ms_chunks");
+	} else if (opts->table_mode == IBP_EXP_TABLE_HISTOGRAM) {
+		unsigned long long *hist = (unsigned long long *)(ws + w.hist_off);
+		IBP_CUDA_CHECK(cudaMemsetAsync(hist, 0, 256 * 8 * b.nchunks, st));
+		expk_hist<<<grid_g, EXPK_THREADS, 0, st>>>(src, b, hist);
+		IBP_CUDA_CHECK_LAUNCH("expk_hist");
+		expk_hist_table<<<(unsigned)((b.nchunks + 255) / 256 < 65535 ? (b.nchunks + 255) / 256 : 65535), 256, 0, st>>>(
+			b, hist, tables);
+		IBP_CUDA_CHECK_LAUNCH("expk_hist_table");
+	} else {
+		ibp_exp_table_t t;
+		if (opts->table_mode == IBP_EXP_TABLE_SIGMA) {
+			IBP_TRY(ibp_exp_table_from_sigma(dt, opts->sigma, &t));
+		} else if (opts->table_mode == IBP_EXP_TABLE_GIVEN) {
+			t = opts->table;
+			uint32_t fmax = (1u << b.s.ebits) - 1u;
+			for (int k = 0; k < 7; k++)
+				if (t.field[k] > fmax || (k && t.field[k] <= t.field[k - 1]))
+					return ibp_fail(IBP_ERR_INVALID_ARG,
+							"exp_encode_cuda: given table must hold 7 strictly ascending fields <= %u",
+							fmax);
+		} else {
+			return ibp_fail(IBP_ERR_INVALID_ARG, "exp_encode_cuda: unknown table mode %d", (int)opts->table_mode);
+		}
+		uint64_t t0 = 0;
+		for (int k = 0; k < 7; k++)
+			t0 |= (uint64_t)t.field[k] << (8 * k);
+		expk_fill_table<<<(unsigned)((b.nchunks + 255) / 256 < 65535 ? (b.nchunks + 255) / 256 : 65535), 256, 0, st>>>(
+			b.nchunks, t0, tables);
+		IBP_CUDA_CHECK_LAUNCH("expk_fill_table");
+	}
+	expk_enc_groups<<<grid_g, EXPK_THREADS, 0, st>>>(src, b, dst, dst_stride, tables, ws + w.esc_off, counts);
+	IBP_CUDA_CHECK_LAUNCH("expk_enc_groups");
+	expk_scan_chunks<<<grid_c, EXPK_SCAN_THREADS, 0, st>>>(b, dst, dst_stride, tables, (uint32_t)opts->table_mode,
+								counts, d_sizes);
+	IBP_CUDA_CHECK_LAUNCH("expk_scan_chunks");
+	expk_finish_groups<<<grid_g, EXPK_THREADS, 0, st>>>(src, b, dst, dst_stride, ws + w.esc_off, counts);
+	IBP_CUDA_CHECK_LAUNCH("expk_finish_groups");
+	return IBP_OK;
+}
+
+extern "C" ibp_status_t ibp_exp_decode_cuda(const void *d_src, uint64_t src_bytes, const uint64_t *d_offsets,
+					    const uint64_t *d_sizes, ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems,
+					    void *d_dst, int32_t *d_status, void *stream)
+{
+	expk_batch b = {};
+	IBP_TRY(expk_batch_of(dt, n, chunk_elems, &b, "exp_decode_cuda"));
+	if (!d_status || (n && (!d_src || !d_offsets || !d_sizes || !d_dst)))
+		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_decode_cuda: NULL device pointer");
+	if ((uintptr_t)d_dst % b.s.esize)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_decode_cuda: d_dst is not element-aligned");
+	IBP_TRY(ibp_cuda_require_device());
+	cudaStream_t st = (cudaStream_t)stream;
+	IBP_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int32_t), st));
+	if (b.nchunks == 0)
+		return IBP_OK;
+	unsigned grid = 1;
+	IBP_TRY(ibp_cuda_grid(b.nchunks * b.gpc, &grid));
+	expk_decode<<<grid, EXPK_THREADS, 0, st>>>((const uint8_t *)d_src, src_bytes, d_offsets, d_sizes, b,
+						   (uint8_t *)d_dst, d_status);
+	IBP_CUDA_CHECK_LAUNCH("expk_decode");
+	return IBP_OK;
+}
