@@ -39,20 +39,23 @@ static uint64_t mask_bits(const uint8_t *mask, uint64_t R)
 	return n;
 }
 
-/* Sizes of every threshold at chunk size C, codecs built in batches so that
- * their tables stay within ANALYZE_CODEC_BUDGET. Thresholds whose Mask
- * equals the previous one's reuse its sizes. */
-static ibp_status_t sizes_at(const uint8_t *rows, uint64_t R, const ibp_sample_t *s, unsigned C,
-			     const uint8_t *bm, const uint8_t *bv, const unsigned *uq, unsigned nT,
-			     int nthreads, uint64_t *sz, uint64_t *nr)
+/* Sizes of every threshold at chunk size C, with the Xvals training would
+ * give each Mask (when xval), codecs built in batches so that their tables
+ * stay within ANALYZE_CODEC_BUDGET. Thresholds whose Mask equals the
+ * previous one's reuse its sizes. hx[i]: the codec of threshold i has Xvals. */
+static ibp_status_t sizes_at(const uint8_t *rows, uint64_t R, uint64_t nrows,
+			     const ibp_sample_t *s, unsigned C, const uint8_t *bm, const uint8_t *bv,
+			     const unsigned *uq, unsigned nT, int nthreads, int xval, uint64_t *sz,
+			     uint64_t *nr, uint8_t *hx)
 {
 	const uint64_t D = (R + C - 1) / C;
-	uint64_t tb = ANALYZE_CODEC_BUDGET / (D * 96 + 4 * D * C);
+	uint64_t tb = ANALYZE_CODEC_BUDGET / (D * 112 + 5 * D * C);
 	if (tb < 1)
 		tb = 1;
 	ibp_codec_t *cod[IBP_SWEEP_N + 1];
 	unsigned at[IBP_SWEEP_N + 1];
 	uint64_t qs[IBP_SWEEP_N + 1], qn[IBP_SWEEP_N + 1];
+	uint8_t qh[IBP_SWEEP_N + 1] = { 0 };
 	ibp_status_t st = IBP_OK;
 	for (unsigned i0 = 0; i0 < nT && st == IBP_OK; i0 += (unsigned)tb) {
 		unsigned i1 = i0 + tb < nT ? i0 + (unsigned)tb : nT, nq = 0;
@@ -60,10 +63,12 @@ static ibp_status_t sizes_at(const uint8_t *rows, uint64_t R, const ibp_sample_t
 			if (uq[i] != i)
 				continue;
 			st = ibp_train_make_codec(R, C, 1, bm + (uint64_t)i * R, bv + (uint64_t)i * R,
-						  &cod[nq]);
+						  NULL, &cod[nq]);
 			if (st == IBP_OK)
 				at[i] = nq++;
 		}
+		if (st == IBP_OK && xval)
+			st = ibp_train_xvals(rows, R, s, nrows, cod, nq, nthreads, qh);
 		if (st == IBP_OK)
 			st = ibp_train_sizes(rows, R, s, cod, nq, nthreads, qs, qn);
 		for (unsigned q = 0; q < nq; q++)
@@ -71,6 +76,7 @@ static ibp_status_t sizes_at(const uint8_t *rows, uint64_t R, const ibp_sample_t
 		for (unsigned i = i0; i < i1 && st == IBP_OK; i++) {
 			sz[i] = uq[i] == i ? qs[at[i]] : sz[uq[i]];
 			nr[i] = uq[i] == i ? qn[at[i]] : nr[uq[i]];
+			hx[i] = uq[i] == i ? qh[at[i]] : hx[uq[i]];
 		}
 	}
 	return st;
@@ -150,7 +156,8 @@ ibp_status_t ibp_analyze(const void *rows, uint64_t nrows, uint64_t row_bytes,
 	static const unsigned cs[4] = { 1, 2, 4, 8 };
 	for (unsigned ci = 0; ci < 4; ci++) {
 		uint64_t sz[IBP_SWEEP_N + 1], nr[IBP_SWEEP_N + 1];
-		st = sizes_at(rows, R, &s, cs[ci], bm, bv, uq, nT, o.nthreads, sz, nr);
+		uint8_t hx[IBP_SWEEP_N + 1];
+		st = sizes_at(rows, R, nrows, &s, cs[ci], bm, bv, uq, nT, o.nthreads, o.xval, sz, nr, hx);
 		if (st != IBP_OK)
 			goto out;
 		for (unsigned i = 0; i < nT; i++) {
@@ -160,8 +167,8 @@ ibp_status_t ibp_analyze(const void *rows, uint64_t nrows, uint64_t row_bytes,
 			c->invariant_bits = mask_bits(bm + (uint64_t)i * R, R);
 			c->sample_bytes = sz[i];
 			c->sample_nonraw = nr[i];
-			c->metadata_bytes = 2 * ((R + cs[ci] - 1) / cs[ci] * cs[ci]);
-			c->predicted_bytes = ibp_train_total(sz[i], s.n, nrows, R, cs[ci], 1);
+			c->metadata_bytes = (2u + hx[i]) * ((R + cs[ci] - 1) / cs[ci] * cs[ci]);
+			c->predicted_bytes = ibp_train_total(sz[i], s.n, nrows, R, cs[ci], 1, hx[i]);
 		}
 	}
 	/* Cells run C ascending, T ascending: <= keeps the later (larger) on ties. */

@@ -128,6 +128,13 @@ void ibp_codec_free(ibp_codec_t *c)
 ibp_status_t ibp_codec_create(uint64_t row_bytes, unsigned chunk_bytes, unsigned nclusters,
 			      const void *masks, const void *bitvals, ibp_codec_t **out)
 {
+	return ibp_codec_create_ex(row_bytes, chunk_bytes, nclusters, masks, bitvals, NULL, out);
+}
+
+ibp_status_t ibp_codec_create_ex(uint64_t row_bytes, unsigned chunk_bytes, unsigned nclusters,
+				 const void *masks, const void *bitvals, const void *xvals,
+				 ibp_codec_t **out)
+{
 	if (!out || !masks || !bitvals)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "codec_create: NULL argument");
 	*out = NULL;
@@ -147,17 +154,23 @@ ibp_status_t ibp_codec_create(uint64_t row_bytes, unsigned chunk_bytes, unsigned
 	const uint64_t last_bytes = R - (D - 1) * C;
 	const uint64_t pad = full & ~ibp_lowmask((unsigned)(8 * last_bytes));
 	const uint8_t *mb = masks, *bb = bitvals;
+	const uint8_t *xb = xvals ? (const uint8_t *)xvals : bb; /* none: x̂ = b everywhere */
 
 	/* validate, count runs */
 	uint64_t nruns = 0;
 	for (uint64_t i = 0; i < KD; i++) {
 		uint64_t j = i % D;
 		uint64_t m = ibp_ld_partial(mb + i * C, C), b = ibp_ld_partial(bb + i * C, C);
+		uint64_t x = ibp_ld_partial(xb + i * C, C);
 		if (b & ~m)
 			return ibp_fail(IBP_ERR_CORRUPT,
 					"codec_create: cluster %llu chunk %llu: bitval bits outside the mask",
 					(unsigned long long)(i / D), (unsigned long long)j);
-		if (j == D - 1 && ((m & pad) != pad || (b & pad) != 0))
+		if (x & ~m)
+			return ibp_fail(IBP_ERR_CORRUPT,
+					"codec_create: cluster %llu chunk %llu: xval bits outside the mask",
+					(unsigned long long)(i / D), (unsigned long long)j);
+		if (j == D - 1 && ((m & pad) != pad || (b & pad) != 0 || (x & pad) != 0))
 			return ibp_fail(IBP_ERR_CORRUPT,
 					"codec_create: cluster %llu: padding bits of the last chunk are "
 					"not invariant zeros", (unsigned long long)(i / D));
@@ -172,12 +185,13 @@ ibp_status_t ibp_codec_create(uint64_t row_bytes, unsigned chunk_bytes, unsigned
 	ibp_run_t *runs = NULL;
 	ibp_cluster_t *cls = NULL;
 	ibp_run2_t *r2 = NULL;
-	/* 64-bit tables: m, b, nm (KD each), soff, nrun, mrun (K(D+1) each) */
-	const uint64_t n64 = 3 * KD + 3 * (KD + K);
-	if (n64 > SIZE_MAX / 8 || KD * C > SIZE_MAX / 2 || nruns > SIZE_MAX / sizeof(ibp_run_t))
+	/* 64-bit tables: m, b, nm, x (KD each), soff, nrun, mrun (K(D+1) each) */
+	const uint64_t n64 = 4 * KD + 3 * (KD + K);
+	if (n64 > SIZE_MAX / 8 || KD * C > SIZE_MAX / 4 || nruns > SIZE_MAX / sizeof(ibp_run_t))
 		goto nomem;
 	w64 = malloc(n64 * 8);
-	w8 = malloc(2 * KD + 2 * KD * C);
+	/* 8-bit tables: sw, ew, xen (KD each), then the mask, bitval, xval bytes */
+	w8 = malloc(3 * KD + 3 * KD * C);
 	runs = malloc((nruns ? nruns : 1) * sizeof(ibp_run_t));
 	cls = calloc(K, sizeof(*cls));
 	r2 = calloc(KD, sizeof(*r2));
@@ -199,10 +213,12 @@ ibp_status_t ibp_codec_create(uint64_t row_bytes, unsigned chunk_bytes, unsigned
 	c->full = full;
 	c->bitmap_bytes = (D + 7) / 8;
 	c->threshold = -1.0;
-	c->mask_bytes = w8 + 2 * KD;
-	c->bitval_bytes = w8 + 2 * KD + KD * C;
+	c->mask_bytes = w8 + 3 * KD;
+	c->bitval_bytes = w8 + 3 * KD + KD * C;
+	c->xval_bytes = w8 + 3 * KD + 2 * KD * C;
 	memcpy(c->mask_bytes, mb, KD * C);
 	memcpy(c->bitval_bytes, bb, KD * C);
+	memcpy(c->xval_bytes, xb, KD * C);
 	c->cl = cls;
 
 	ibp_run_t *r = runs;
@@ -214,13 +230,19 @@ ibp_status_t ibp_codec_create(uint64_t row_bytes, unsigned chunk_bytes, unsigned
 		uint64_t *soff = w64 + 3 * KD + (uint64_t)k * (D + 1);
 		uint64_t *nrun = w64 + 4 * KD + K + (uint64_t)k * (D + 1);
 		uint64_t *mrun = w64 + 5 * KD + 2 * K + (uint64_t)k * (D + 1);
+		uint64_t *xw = w64 + 6 * KD + 3 * K + (uint64_t)k * D;
 		uint8_t *sw = w8 + (uint64_t)k * D;
 		uint8_t *ew = w8 + KD + (uint64_t)k * D;
+		uint8_t *xen = w8 + 2 * KD + (uint64_t)k * D;
 		uint64_t off = 0;
+		unsigned has_x = 0;
 		for (uint64_t j = 0; j < D; j++) {
 			uint64_t i = (uint64_t)k * D + j;
 			m[j] = ibp_ld_partial(mb + i * C, C);
 			b[j] = ibp_ld_partial(bb + i * C, C);
+			xw[j] = ibp_ld_partial(xb + i * C, C);
+			xen[j] = xw[j] != b[j];
+			has_x |= xen[j];
 			nm[j] = ~m[j] & full;
 			ew[j] = (uint8_t)__builtin_popcountll(m[j]);
 			sw[j] = (uint8_t)(W - ew[j]);
@@ -251,8 +273,11 @@ ibp_status_t ibp_codec_create(uint64_t row_bytes, unsigned chunk_bytes, unsigned
 			ridx = (uint64_t)(r - runs);
 		}
 		mrun[D] = ridx;
-		cls[k] = (ibp_cluster_t){ m, b, nm, soff, sw, ew, nrun, mrun, runs,
-					  r2 + (uint64_t)k * D, off, (off + 7) / 8 };
+		cls[k] = (ibp_cluster_t){ .m = m, .b = b, .nm = nm, .soff = soff, .sw = sw, .ew = ew,
+					  .nrun = nrun, .mrun = mrun, .runs = runs,
+					  .nr2 = r2 + (uint64_t)k * D, .S = off, .nclean = (off + 7) / 8,
+					  .x = xw, .xen = xen, .has_x = has_x };
+		c->has_xval |= (int)has_x;
 	}
 	c->impl = ibp_auto_impl();
 	c->k = &ibp_kernels_portable;
@@ -296,6 +321,18 @@ const uint8_t *ibp_codec_bitval(const ibp_codec_t *c, unsigned cluster)
 	if (!c || cluster >= c->K)
 		return NULL;
 	return c->bitval_bytes + (uint64_t)cluster * c->D * c->C;
+}
+
+const uint8_t *ibp_codec_xval(const ibp_codec_t *c, unsigned cluster)
+{
+	if (!c || cluster >= c->K)
+		return NULL;
+	return c->xval_bytes + (uint64_t)cluster * c->D * c->C;
+}
+
+int ibp_codec_has_xval(const ibp_codec_t *c)
+{
+	return c ? c->has_xval : 0;
 }
 
 uint64_t ibp_codec_static_bits(const ibp_codec_t *c, unsigned cluster)
@@ -356,37 +393,56 @@ uint64_t ibp_batch_bound(const ibp_codec_t *c, uint64_t nrows)
 /* row statistics, sizes                                                   */
 /* ---------------------------------------------------------------------- */
 
-IBP_INLINE void ibp_row_stats_c(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
-				uint64_t *pn, uint64_t *pE, const unsigned C)
+/* The cost of chunk j: with xv, an exception of an enabled chunk takes its
+ * hit bit plus e_j bits on a miss. x̂_j = b_j where disabled, so a "hit"
+ * that is also a miss only happens on enabled chunks. */
+IBP_INLINE void ibp_chunk_cost(const ibp_cluster_t *cl, uint64_t j, uint64_t x, uint64_t *n,
+			       uint64_t *E, const int xv)
 {
+	uint64_t xm = x & cl->m[j], miss = xm != cl->b[j];
+	*n += miss;
+	if (!xv) {
+		*E += miss * cl->ew[j];
+	} else {
+		/* a hit costs 1 bit (where disabled a hit is a match: adds 0);
+		 * arithmetic, not a branch: hits and misses mix unpredictably */
+		uint64_t hit = xm == cl->x[j], ewx = (uint64_t)cl->ew[j] + cl->xen[j];
+		*E += (ewx ^ ((ewx ^ 1) & (0 - hit))) & (0 - miss);
+	}
+}
+
+/* xv = 0: every exception costs e_j (no Xvals, or the paper's layout). */
+IBP_INLINE void ibp_row_stats_c(const ibp_codec_t *c, const ibp_cluster_t *clp, const uint8_t *row,
+				uint64_t *pn, uint64_t *pE, const unsigned C, const int xv)
+{
+	const ibp_cluster_t clv = *clp, *cl = &clv;
 	const uint64_t D = c->D;
-	const uint64_t *m = cl->m, *b = cl->b;
-	const uint8_t *ew = cl->ew;
 	uint64_t n = 0, E = 0, j;
-	for (j = 0; j + 1 < D; j++) {
-		uint64_t x = ibp_ld_chunk(row + j * C, C);
-		uint64_t miss = (x & m[j]) != b[j];
-		n += miss;
-		E += miss * ew[j];
-	}
-	uint64_t x = ibp_ld_partial(row + j * C, c->last_bytes);
-	if ((x & m[j]) != b[j]) {
-		n++;
-		E += ew[j];
-	}
+	for (j = 0; j + 1 < D; j++)
+		ibp_chunk_cost(cl, j, ibp_ld_chunk(row + j * C, C), &n, &E, xv);
+	ibp_chunk_cost(cl, j, ibp_ld_partial(row + j * C, c->last_bytes), &n, &E, xv);
 	*pn = n;
 	*pE = E;
+}
+
+static void ibp_row_stats_xv(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
+			     uint64_t *n, uint64_t *E, const int xv)
+{
+	switch (c->C) {
+	case 1: ibp_row_stats_c(c, cl, row, n, E, 1, xv); break;
+	case 2: ibp_row_stats_c(c, cl, row, n, E, 2, xv); break;
+	case 4: ibp_row_stats_c(c, cl, row, n, E, 4, xv); break;
+	default: ibp_row_stats_c(c, cl, row, n, E, 8, xv); break;
+	}
 }
 
 void ibp_row_stats(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
 		   uint64_t *n, uint64_t *E)
 {
-	switch (c->C) {
-	case 1: ibp_row_stats_c(c, cl, row, n, E, 1); break;
-	case 2: ibp_row_stats_c(c, cl, row, n, E, 2); break;
-	case 4: ibp_row_stats_c(c, cl, row, n, E, 4); break;
-	default: ibp_row_stats_c(c, cl, row, n, E, 8); break;
-	}
+	if (cl->has_x)
+		ibp_row_stats_xv(c, cl, row, n, E, 1);
+	else
+		ibp_row_stats_xv(c, cl, row, n, E, 0);
 }
 
 static uint64_t ibp_size_under(const ibp_codec_t *c, unsigned k, const uint8_t *row,
@@ -505,7 +561,7 @@ ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64
 			uint64_t left = hdr - i;
 			uint64_t w = left >= 8 ? ibp_load64(src + i) : ibp_ld_partial(src + i, left);
 			n += (uint64_t)__builtin_popcountll(w);
-			while (w) {
+			while (w && !cl->has_x) { /* with Xvals E depends on the body */
 				E += ew[i * 8 + (uint64_t)__builtin_ctzll(w)];
 				w &= w - 1;
 			}
@@ -540,12 +596,25 @@ ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64
 		break;
 	}
 	}
-	const uint64_t body = (cl->S + E + 7) / 8;
-	if (body > src_len - hdr)
-		return ibp_fail(IBP_ERR_CORRUPT, "decode: body of %llu bytes past the row end (%llu)",
-				(unsigned long long)body, (unsigned long long)(src_len - hdr));
 	const uint8_t *bp = src + hdr;
 	const uint64_t avail = src_len - hdr;
+	if (cl->has_x && n) {
+		/* The exception fields' widths depend on their hit bits: the
+		 * kernel checks each one as it goes (one walk, not two). */
+		if ((cl->S + 7) / 8 > avail)
+			return ibp_fail(IBP_ERR_CORRUPT, "decode: static part past the row end");
+		c->k->decode_static(c, cl, bp, avail, dst);
+		uint64_t end = c->k->decode_exc(c, cl, mode, src, hdr, n, bp, avail, dst);
+		if (end == UINT64_MAX)
+			return ibp_fail(IBP_ERR_CORRUPT, "decode: exception part past the row end (%llu)",
+					(unsigned long long)avail);
+		*extent = hdr + (end + 7) / 8;
+		return IBP_OK;
+	}
+	const uint64_t body = (cl->S + E + 7) / 8;
+	if (body > avail)
+		return ibp_fail(IBP_ERR_CORRUPT, "decode: body of %llu bytes past the row end (%llu)",
+				(unsigned long long)body, (unsigned long long)avail);
 	c->k->decode_static(c, cl, bp, avail, dst);
 	if (n)
 		c->k->decode_exc(c, cl, mode, src, hdr, n, bp, avail, dst);
@@ -760,7 +829,7 @@ uint64_t ibp_paper_layout_size(const ibp_codec_t *c, const void *rows, uint64_t 
 		unsigned k = ibp_choose_cluster(c, row);
 		const ibp_cluster_t *cl = &c->cl[k];
 		uint64_t n, E;
-		ibp_row_stats(c, cl, row, &n, &E);
+		ibp_row_stats_xv(c, cl, row, &n, &E, 0); /* the paper has no Xvals */
 		/* matched chunks: s_j bits; exceptions: W bits. Σ over exceptions
 		 * of s_j = W·n − E, so the payload is S − (W·n − E) + W·n = S + E. */
 		uint64_t payload = (cl->S + E + 7) / 8;

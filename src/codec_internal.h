@@ -56,6 +56,12 @@ typedef struct ibp_cluster {
 	const ibp_run2_t *nr2; /* the runs of nm_j, first two inline */
 	uint64_t S;            /* static bits of a non-raw row */
 	uint64_t nclean;       /* CLEAN row size in bytes: ceil(S / 8) */
+	/* Exception values x̂ (FORMAT.md §1.1, Xval): x[j] ⊆ m[j], widened,
+	 * equal to b[j] where disabled; xen[j] = 1 iff enabled (x[j] != b[j]).
+	 * has_x = 0 (no chunk enabled) keeps every kernel on the plain paths. */
+	const uint64_t *x;
+	const uint8_t *xen;
+	unsigned has_x;
 } ibp_cluster_t;
 
 struct ibp_codec;
@@ -73,10 +79,14 @@ typedef struct ibp_kernels {
 	void (*decode_static)(const struct ibp_codec *c, const ibp_cluster_t *cl,
 			      const uint8_t *body, uint64_t avail, uint8_t *dst);
 	/* Applies the n exceptions named by header `hdr` (BITMAP: hdr_len bytes
-	 * of bitmap; LIST: the list stream) whose bits start at body bit S. */
-	void (*decode_exc)(const struct ibp_codec *c, const ibp_cluster_t *cl, unsigned mode,
-			   const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
-			   uint64_t avail, uint8_t *dst);
+	 * of bitmap; LIST: the list stream) whose bits start at body bit S, and
+	 * returns the bit where they end. Without Xvals the caller has checked
+	 * that they lie within avail. With Xvals their widths depend on the hit
+	 * bits, so the walk checks each field and returns UINT64_MAX (dst then
+	 * partly written) when one would pass avail. */
+	uint64_t (*decode_exc)(const struct ibp_codec *c, const ibp_cluster_t *cl, unsigned mode,
+			       const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
+			       uint64_t avail, uint8_t *dst);
 } ibp_kernels_t;
 
 struct ibp_codec {
@@ -94,6 +104,8 @@ struct ibp_codec {
 	const ibp_kernels_t *k;
 	uint8_t *mask_bytes;   /* K * D * C, as given */
 	uint8_t *bitval_bytes; /* K * D * C, as given */
+	uint8_t *xval_bytes;   /* K * D * C, as given (the Bitvals when none) */
+	int has_xval;          /* some cluster has an enabled chunk */
 	ibp_cluster_t *cl;     /* K entries */
 	void *mem[8];          /* allocations owned by the codec */
 };
@@ -108,7 +120,8 @@ extern const ibp_kernels_t ibp_kernels_bmi2;
 /* For training (src/train.c): records the threshold a codec was trained with. */
 void ibp_codec_set_threshold(ibp_codec_t *c, double threshold);
 
-/* Exceptions (n) and their total exception width (E) of `row` under `cl`. */
+/* Exceptions (n) and the bits of the exception part (E, FORMAT.md §1.3,
+ * Xval hit bits counted) of `row` under `cl`. */
 void ibp_row_stats(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
 		   uint64_t *n, uint64_t *E);
 
@@ -347,13 +360,21 @@ IBP_INLINE void IBP_K(encode_c)(const ibp_codec_t *c, const ibp_cluster_t *clp, 
 		return;
 	/* exception part, from bit S */
 	ibp_bw_init(&bw, body, cl->S);
-	const uint64_t *m = cl->m, *b = cl->b;
-	const uint8_t *ew = cl->ew;
+	const uint64_t *m = cl->m, *b = cl->b, *xv = cl->x;
+	const uint8_t *ew = cl->ew, *xen = cl->xen;
 	for (j = 0; j < D; j++) {
 		uint64_t x = j + 1 < D ? ibp_ld_chunk(row + j * C, C) : xl;
-		if ((x & m[j]) == b[j])
+		uint64_t xm = x & m[j];
+		if (xm == b[j])
 			continue;
-		ibp_bw_put(&bw, ibp_k_ext_m(cl, j, x), ew[j]);
+		/* Xval: a hit bit, and the e_j bits only on a miss */
+		unsigned hit = 0;
+		if (xen[j]) {
+			hit = xm == xv[j];
+			ibp_bw_put(&bw, hit, 1);
+		}
+		if (!hit)
+			ibp_bw_put(&bw, ibp_k_ext_m(cl, j, x), ew[j]);
 		if (mode == IBP_ROW_BITMAP)
 			dst[j >> 3] |= (uint8_t)(1u << (j & 7));
 		else
@@ -395,12 +416,30 @@ IBP_INLINE void IBP_K(decode_static_c)(const ibp_codec_t *c, const ibp_cluster_t
 			w |= (uint64_t)body[(o >> 3) + 8] << (64 - sh);
 		ibp_st_chunk(dst + j * C, ibp_k_dep_nm(cl, j, w) | b[j], C);
 	}
-	for (; j + 1 < D; j++) {
-		uint64_t w = ibp_peek_bits(body, avail, soff[j], sw[j]);
-		ibp_st_chunk(dst + j * C, ibp_k_dep_nm(cl, j, w) | b[j], C);
+	/* The rest start in the last 8 bytes (all of them in a short body, as
+	 * Xval hits make): read those from a zero-padded copy of those bytes,
+	 * with the same loads. Fields lie within avail, so the padding only
+	 * fills unused bits. (The last chunk, always here, may start earlier.) */
+	const uint64_t t0 = avail > 8 ? avail - 8 : 0;
+	uint8_t tail[24] = { 0 };
+	memcpy(tail, body + t0, avail - t0);
+	for (; j < D; j++) {
+		const uint8_t *p = tail;
+		uint64_t o = soff[j] - 8 * t0;
+		if (soff[j] < 8 * t0) {
+			p = body;
+			o = soff[j];
+		}
+		unsigned sh = (unsigned)(o & 7);
+		uint64_t w = ibp_load64(p + (o >> 3)) >> sh;
+		if (C == 8 && sh + sw[j] > 64)
+			w |= (uint64_t)p[(o >> 3) + 8] << (64 - sh);
+		w = ibp_k_dep_nm(cl, j, w) | b[j];
+		if (j + 1 < D)
+			ibp_st_chunk(dst + j * C, w, C);
+		else
+			ibp_st_partial(dst + j * C, w, c->last_bytes);
 	}
-	uint64_t w = ibp_peek_bits(body, avail, soff[j], sw[j]);
-	ibp_st_partial(dst + j * C, ibp_k_dep_nm(cl, j, w) | b[j], c->last_bytes);
 }
 
 static void IBP_K(decode_static)(const ibp_codec_t *c, const ibp_cluster_t *cl,
@@ -414,11 +453,10 @@ static void IBP_K(decode_static)(const ibp_codec_t *c, const ibp_cluster_t *cl,
 	}
 }
 
-/* Patches chunk j (decoded as matched) with its exception bits v. */
-IBP_INLINE void IBP_K(patch)(const ibp_codec_t *c, const ibp_cluster_t *cl, uint64_t j,
-			     uint64_t v, uint8_t *dst)
+/* Chunk j was decoded as matched (invariant bits b_j); XORs in delta to
+ * give it its exception's invariant bits. */
+IBP_INLINE void IBP_K(patch_delta)(const ibp_codec_t *c, uint64_t j, uint64_t delta, uint8_t *dst)
 {
-	uint64_t delta = ibp_k_dep_m(cl, j, v) ^ cl->b[j];
 	uint8_t *p = dst + j * c->C;
 	if (j + 1 < c->D) {
 		ibp_st_chunk(p, ibp_ld_chunk(p, c->C) ^ delta, c->C);
@@ -428,14 +466,47 @@ IBP_INLINE void IBP_K(patch)(const ibp_codec_t *c, const ibp_cluster_t *cl, uint
 	}
 }
 
-static void IBP_K(decode_exc)(const ibp_codec_t *cp, const ibp_cluster_t *clp, unsigned mode,
-			      const uint8_t *hdr, uint64_t hdr_len, uint64_t n,
-			      const uint8_t *body, uint64_t avail, uint8_t *dst)
+/* Reads exception j's field at body bit *e (advancing *e) and patches
+ * chunk j. With xv (the cluster has Xvals), an enabled chunk starts with
+ * its hit bit: 1 means the invariant bits are x̂_j and nothing follows;
+ * then every field is checked against lim = 8 * avail bits first (returns
+ * 0 when one would pass it). */
+IBP_INLINE int IBP_K(exc_one)(const ibp_codec_t *c, const ibp_cluster_t *cl, uint64_t j,
+			      uint64_t *e, const uint8_t *body, uint64_t avail, uint64_t lim,
+			      uint8_t *dst, const int xv)
+{
+	const unsigned w = cl->ew[j];
+	/* A branch on the hit bit: measured faster than computing both
+	 * outcomes, which chains each field's position on the previous load. */
+	if (xv) {
+		if (cl->xen[j]) {
+			if (*e >= lim)
+				return 0;
+			uint64_t h = (body[*e >> 3] >> (*e & 7)) & 1;
+			*e += 1;
+			if (h) {
+				IBP_K(patch_delta)(c, j, cl->x[j] ^ cl->b[j], dst);
+				return 1;
+			}
+		}
+		if (w > lim - *e)
+			return 0;
+	}
+	uint64_t v = ibp_peek_bits(body, avail, *e, w);
+	*e += w;
+	IBP_K(patch_delta)(c, j, ibp_k_dep_m(cl, j, v) ^ cl->b[j], dst);
+	return 1;
+}
+
+IBP_INLINE uint64_t IBP_K(decode_exc_x)(const ibp_codec_t *cp, const ibp_cluster_t *clp,
+					unsigned mode, const uint8_t *hdr, uint64_t hdr_len,
+					uint64_t n, const uint8_t *body, uint64_t avail,
+					uint8_t *dst, const int xv)
 {
 	const ibp_codec_t cv = *cp, *c = &cv;
 	const ibp_cluster_t clv = *clp, *cl = &clv;
+	const uint64_t lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail;
 	uint64_t e = cl->S;
-	const uint8_t *ew = cl->ew;
 	if (mode == IBP_ROW_BITMAP) {
 		for (uint64_t i = 0; i < hdr_len; i += 8) {
 			uint64_t left = hdr_len - i;
@@ -443,20 +514,29 @@ static void IBP_K(decode_exc)(const ibp_codec_t *cp, const ibp_cluster_t *clp, u
 			while (w) {
 				uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
 				w &= w - 1;
-				uint64_t v = ibp_peek_bits(body, avail, e, ew[j]);
-				e += ew[j];
-				IBP_K(patch)(c, cl, j, v, dst);
+				if (!IBP_K(exc_one)(c, cl, j, &e, body, avail, lim, dst, xv))
+					return UINT64_MAX;
 			}
 		}
 	} else {
 		const unsigned L = c->L;
 		for (uint64_t k = 0; k < n; k++) {
 			uint64_t j = ibp_read_bits(hdr, hdr_len, (uint64_t)L * (k + 1), L);
-			uint64_t v = ibp_peek_bits(body, avail, e, ew[j]);
-			e += ew[j];
-			IBP_K(patch)(c, cl, j, v, dst);
+			if (!IBP_K(exc_one)(c, cl, j, &e, body, avail, lim, dst, xv))
+				return UINT64_MAX;
 		}
 	}
+	return e;
+}
+
+static uint64_t IBP_K(decode_exc)(const ibp_codec_t *c, const ibp_cluster_t *cl, unsigned mode,
+				  const uint8_t *hdr, uint64_t hdr_len, uint64_t n,
+				  const uint8_t *body, uint64_t avail, uint8_t *dst)
+{
+	/* two copies: clusters without Xvals keep the plain, unchecked loop */
+	if (cl->has_x)
+		return IBP_K(decode_exc_x)(c, cl, mode, hdr, hdr_len, n, body, avail, dst, 1);
+	return IBP_K(decode_exc_x)(c, cl, mode, hdr, hdr_len, n, body, avail, dst, 0);
 }
 
 #endif /* IBP_CODEC_KERNEL_BODY */

@@ -1,5 +1,6 @@
-/* train.c - Mask/Bitval training (paper §4.1) and the search over chunk
- * size, threshold T and clusters (§6.5), by actual encoded size.
+/* train.c - Mask/Bitval training (paper §4.1), Xvals (docs/FORMAT.md §1)
+ * and the search over chunk size, threshold T and clusters (§6.5), by
+ * actual encoded size.
  *
  * Outline of ibp_codec_train:
  * 1. Sample: all rows when the data is <= 64 MiB, else about 64 MiB of rows
@@ -11,10 +12,13 @@
  *    the bit set. Chunk words are little-endian, so bit (8*i + b) of chunk
  *    j at chunk size C is bit b of byte j*C + i: one byte-level count (and
  *    one byte-level Mask per T) serves every chunk size.
- * 3. Mask/Bitval per T (see ibp_train_mask), codecs per (C, T), and the sum
- *    of ibp_row_size over the sample rows for each: T and C with the
- *    smallest estimated total (rows scaled to the data set + flags + cluster
- *    ids + masks) win; ties go to the larger C and the larger T.
+ * 3. Mask/Bitval per T (see ibp_train_mask), codecs per (C, T), their Xvals
+ *    (fit_xvals: per chunk position the majority value of the invariant
+ *    bits among the sample's exceptions, enabled where its hits save more
+ *    bits than the hit bits cost), and the sum of ibp_row_size over the
+ *    sample rows for each: T and C with the smallest estimated total (rows
+ *    scaled to the data set + flags + cluster ids + masks, Xvals included)
+ *    win; ties go to the larger C and the larger T.
  * 4. Clusters (k > 1), fit on an evenly strided part of the sample of at
  *    most ~16 MiB and 2M rows (every step below is a pass per row): k-means
  *    on bit vectors (Hamming distance, centroids are per-bit majorities,
@@ -58,6 +62,7 @@ void ibp_train_opts_default(ibp_train_opts_t *o)
 	o->seed = 0x1B9;
 	o->clusters = 1;
 	o->nthreads = 0;
+	o->xval = 1;
 }
 
 ibp_status_t ibp_train_check(const void *rows, uint64_t nrows, uint64_t row_bytes,
@@ -89,6 +94,8 @@ ibp_status_t ibp_train_check(const void *rows, uint64_t nrows, uint64_t row_byte
 				IBP_MAX_CLUSTERS);
 	if (o->nthreads < 0)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "train: nthreads %d < 0", o->nthreads);
+	if (o->xval < 0 || o->xval > 2)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "train: xval %d not 0, 1 or 2", o->xval);
 	return IBP_OK;
 }
 
@@ -303,7 +310,8 @@ void ibp_train_mask(const uint64_t *counts, uint64_t n, uint64_t row_bytes, doub
 }
 
 ibp_status_t ibp_train_make_codec(uint64_t row_bytes, unsigned c, unsigned nclusters,
-				  const uint8_t *mask, const uint8_t *bitval, ibp_codec_t **out)
+				  const uint8_t *mask, const uint8_t *bitval, const uint8_t *xval,
+				  ibp_codec_t **out)
 {
 	const uint64_t R = row_bytes, W = (R + c - 1) / c * c;
 	uint8_t *m = malloc(2 * nclusters * W);
@@ -317,19 +325,19 @@ ibp_status_t ibp_train_make_codec(uint64_t row_bytes, unsigned c, unsigned nclus
 		memcpy(v + k * W, bitval + k * R, R);
 		memset(v + k * W + R, 0, W - R);
 	}
-	ibp_status_t st = ibp_codec_create(R, c, nclusters, m, v, out);
+	ibp_status_t st = ibp_codec_create_ex(R, c, nclusters, m, v, xval, out);
 	free(m);
 	return st;
 }
 
 double ibp_train_total(uint64_t sample_bytes, uint64_t sample_rows, uint64_t nrows,
-		       uint64_t row_bytes, unsigned c, unsigned nclusters)
+		       uint64_t row_bytes, unsigned c, unsigned nclusters, int xval)
 {
 	double rows = 0;
 	if (sample_rows)
 		rows = sample_rows == nrows ? (double)sample_bytes
 					    : (double)sample_bytes * ((double)nrows / (double)sample_rows);
-	double meta = 2.0 * nclusters * (double)((row_bytes + c - 1) / c * c);
+	double meta = (xval ? 3.0 : 2.0) * nclusters * (double)((row_bytes + c - 1) / c * c);
 	return rows + (double)nrows * (nclusters > 1 ? 2 : 1) + meta;
 }
 
@@ -427,6 +435,262 @@ ibp_status_t ibp_train_sizes(const uint8_t *rows, uint64_t row_bytes, const ibp_
 	evalset_t es = { .n = s->n, .ids = s->idx, .k = 1, .gb = { 0, s->n } };
 	unsigned qb[2] = { 0, ncodecs };
 	return run_sizes(rows, row_bytes, &es, codecs, qb, nthreads, sizes, nonraw);
+}
+
+/* ---- exception values (Xval) ------------------------------------------ */
+
+/* For each codec (one cluster, all with the same chunk size) and chunk
+ * position j, x̂_j is the majority value of (x_j & m_j) over the sample rows
+ * where chunk j is an exception: a Boyer-Moore vote (pass 1, which also
+ * counts the exceptions), then a pass that counts the candidate's hits.
+ * The vote leaves cnt copies of the candidate beside pairs of different
+ * values, so hits >= cnt: where cnt * e_j > exceptions the chunk pays for
+ * sure and pass 2 need not count it; it counts the others (and skips
+ * everything when nothing is left to confirm). Rows are split into blocks
+ * fixed by the data sizes (never by the thread count) whose votes merge in
+ * block order, so the result is deterministic; columns are split too, which
+ * keeps long rows parallel. */
+#define XV_BUDGET (128ull << 20) /* vote state of all blocks together */
+#define XV_BLOCKS 16u            /* at most this many row blocks ... */
+#define XV_BLOCK_ROWS 2048u      /* ... of at least this many rows */
+#define XV_COLS 4096u            /* chunks per column range */
+
+typedef struct xv_ctx {
+	const uint8_t *rows;
+	uint64_t R, D;
+	unsigned C;
+	const evalset_t *es;
+	ibp_codec_t *const *codecs;
+	const unsigned *qb; /* codecs of group g: [qb[g], qb[g+1]) */
+	unsigned nq;
+	uint64_t nb, ncr;   /* row blocks per group, column ranges */
+	uint64_t *cand, *cnt, *exc; /* [b][q][j]; pass 2: cnt holds the hits */
+	const uint64_t *fin;        /* pass 2: [q][j] the merged candidates */
+	const uint64_t *lst;        /* pass 2: chunks to count, by codec ... */
+	const uint64_t *lb;         /* ... lst[lb[q * ncr + r] .. lb[q * ncr + r + 1]) in range r */
+	int pass;
+} xv_ctx_t;
+
+/* One vote of pass 1. */
+IBP_INLINE void xv_vote(uint64_t xm, uint64_t b, uint64_t *cand, uint64_t *cnt, uint64_t *exc)
+{
+	if (xm == b)
+		return;
+	uint64_t n = *cnt, c = *cand;
+	*exc += 1;
+	if (n == 0) {
+		*cand = xm;
+		*cnt = 1;
+	} else {
+		*cnt = n + (c == xm ? 1 : (uint64_t)-1);
+	}
+}
+
+IBP_INLINE void xv_task_c(const xv_ctx_t *x, uint64_t t, const unsigned C)
+{
+	const uint64_t D = x->D, nb = x->nb, ncr = x->ncr;
+	const uint64_t cr = t % ncr, b = (t / ncr) % nb, g = t / (ncr * nb);
+	const evalset_t *es = x->es;
+	const uint64_t ng = es->gb[g + 1] - es->gb[g];
+	const uint64_t lo = es->gb[g] + stratum(b, ng, nb), hi = es->gb[g] + stratum(b + 1, ng, nb);
+	const uint64_t j0 = cr * XV_COLS, j1 = j0 + XV_COLS < D ? j0 + XV_COLS : D;
+	const uint64_t jf = j1 < D ? j1 : D - 1; /* [j0, jf): full chunks */
+	const uint64_t last_bytes = x->R - (D - 1) * C;
+	for (uint64_t i = lo; i < hi; i++) {
+		const uint8_t *row = x->rows + (es->ids ? es->ids[i] : i) * x->R;
+		for (unsigned q = x->qb[g]; q < x->qb[g + 1]; q++) {
+			const ibp_cluster_t *cl = &x->codecs[q]->cl[0];
+			const uint64_t *m = cl->m, *bv = cl->b;
+			const uint64_t o = ((uint64_t)b * x->nq + q) * D;
+			uint64_t *cnt = x->cnt + o;
+			if (x->pass == 2) {
+				const uint64_t *fin = x->fin + (uint64_t)q * D;
+				const uint64_t *l = x->lst + x->lb[q * ncr + cr], *le = x->lst + x->lb[q * ncr + cr + 1];
+				for (; l < le; l++) {
+					uint64_t j = *l;
+					uint64_t v = j + 1 < D ? ibp_ld_chunk(row + j * C, C)
+							       : ibp_ld_partial(row + j * C, last_bytes);
+					cnt[j] += (v & m[j]) == fin[j]; /* fin_j != b_j: a hit is an exception */
+				}
+				continue;
+			}
+			uint64_t *cand = x->cand + o, *exc = x->exc + o;
+			for (uint64_t j = j0; j < jf; j++)
+				xv_vote(ibp_ld_chunk(row + j * C, C) & m[j], bv[j], cand + j, cnt + j, exc + j);
+			if (j1 == D)
+				xv_vote(ibp_ld_partial(row + (D - 1) * C, last_bytes) & m[D - 1], bv[D - 1],
+					cand + D - 1, cnt + D - 1, exc + D - 1);
+		}
+	}
+}
+
+static void xv_worker(void *vx, uint64_t beg, uint64_t end, int tid)
+{
+	const xv_ctx_t *x = vx;
+	(void)tid;
+	for (uint64_t t = beg; t < end; t++) {
+		switch (x->C) {
+		case 1: xv_task_c(x, t, 1); break;
+		case 2: xv_task_c(x, t, 2); break;
+		case 4: xv_task_c(x, t, 4); break;
+		default: xv_task_c(x, t, 8); break;
+		}
+	}
+}
+
+/* Fits the Xvals of codecs[q] (one cluster each, the same chunk size) on
+ * the rows of their group of es and replaces each codec that gets one by a
+ * codec made with them. xv (may be NULL) receives each codec's D * C bytes
+ * of Xval words (the Bitval where none), hasx[q] whether it has Xvals.
+ * Chunk j is enabled iff hits_j * e_j > exceptions_j (the hit bits cost
+ * less than the e_j bits they save); a codec keeps its Xvals only when the
+ * bits saved (at least), scaled from the sample to the nrows of the data
+ * set, exceed the D * C bytes of its Xval table. */
+static ibp_status_t fit_xvals(const uint8_t *rows, uint64_t R, const evalset_t *es,
+			      ibp_codec_t **codecs, const unsigned *qb, uint64_t nrows,
+			      int nthreads, uint8_t *xv, uint8_t *hasx)
+{
+	const unsigned nq = qb[es->k];
+	if (nq == 0)
+		return IBP_OK;
+	const unsigned C = ibp_codec_chunk_bytes(codecs[0]);
+	const uint64_t D = ibp_codec_nchunks(codecs[0]), DC = D * C;
+	uint64_t maxg = 0;
+	for (unsigned g = 0; g < es->k; g++)
+		if (es->gb[g + 1] - es->gb[g] > maxg)
+			maxg = es->gb[g + 1] - es->gb[g];
+	uint64_t nb = maxg / XV_BLOCK_ROWS, cap = XV_BUDGET / (24 * (uint64_t)nq * D);
+	nb = nb < cap ? nb : cap;
+	nb = nb > XV_BLOCKS ? XV_BLOCKS : nb < 1 ? 1 : nb;
+	xv_ctx_t x = { .rows = rows, .R = R, .D = D, .C = C, .es = es, .codecs = codecs, .qb = qb,
+		       .nq = nq, .nb = nb, .ncr = (D + XV_COLS - 1) / XV_COLS, .pass = 1 };
+	const uint64_t ns = nb * nq * D, nqd = (uint64_t)nq * D;
+	ibp_status_t st = IBP_OK;
+	uint64_t *fin = NULL, *tot = NULL, *lst = NULL, *lb = NULL;
+	uint8_t *xw = NULL;
+	if (ns > SIZE_MAX / 24 || nqd > SIZE_MAX / 24)
+		return ibp_fail(IBP_ERR_NOMEM, "train: Xval votes for %u codecs", nq);
+	x.cand = malloc(ns * sizeof(uint64_t));
+	x.cnt = calloc(ns, sizeof(uint64_t));
+	x.exc = calloc(ns, sizeof(uint64_t));
+	fin = malloc(nqd * sizeof(uint64_t));
+	tot = malloc(2 * nqd * sizeof(uint64_t)); /* merged cnt, then exceptions */
+	lst = malloc(nqd * sizeof(uint64_t));
+	lb = malloc(((uint64_t)nq * x.ncr + 1) * sizeof(uint64_t));
+	xw = malloc(DC ? DC : 1);
+	if (!x.cand || !x.cnt || !x.exc || !fin || !tot || !lst || !lb || !xw) {
+		st = ibp_fail(IBP_ERR_NOMEM, "train: Xval votes for %u codecs", nq);
+		goto out;
+	}
+	uint64_t ntask = (uint64_t)es->k * nb * x.ncr;
+	int nt = ibp_train_threads(nthreads, es->n * R * (nq / es->k + 1));
+	st = ibp_parallel_for(nt, ntask, xv_worker, &x);
+	if (st != IBP_OK)
+		goto out;
+	/* Merge the votes in block order: a pair (cand, cnt) absorbs the next
+	 * one, cancelling pairs of different values. Chunks whose candidate is
+	 * not yet known to pay go to pass 2's lists. */
+	uint64_t nl = 0;
+	for (unsigned q = 0; q < nq; q++) {
+		const uint8_t *ew = codecs[q]->cl[0].ew;
+		for (uint64_t j = 0; j < D; j++) {
+			uint64_t c = 0, n = 0, e = 0;
+			if (j % XV_COLS == 0)
+				lb[q * x.ncr + j / XV_COLS] = nl;
+			for (uint64_t b = 0; b < nb; b++) {
+				uint64_t o = ((uint64_t)b * nq + q) * D + j, c2 = x.cand[o], n2 = x.cnt[o];
+				e += x.exc[o];
+				if (n2 == 0)
+					continue;
+				if (n == 0 || c == c2) {
+					c = c2;
+					n += n2;
+				} else if (n >= n2) {
+					n -= n2;
+				} else {
+					c = c2;
+					n = n2 - n;
+				}
+			}
+			fin[(uint64_t)q * D + j] = c;
+			tot[(uint64_t)q * D + j] = n;
+			tot[nqd + (uint64_t)q * D + j] = e;
+			if (n && (unsigned __int128)n * ew[j] <= e)
+				lst[nl++] = j;
+		}
+	}
+	lb[(uint64_t)nq * x.ncr] = nl;
+	memset(x.cnt, 0, ns * sizeof(uint64_t));
+	if (nl) {
+		x.fin = fin;
+		x.lst = lst;
+		x.lb = lb;
+		x.pass = 2;
+		st = ibp_parallel_for(nt, ntask, xv_worker, &x);
+		if (st != IBP_OK)
+			goto out;
+	}
+	for (unsigned q = 0; q < nq; q++) {
+		const ibp_codec_t *cq = codecs[q];
+		const ibp_cluster_t *cl = &cq->cl[0];
+		memcpy(xw, ibp_codec_bitval(cq, 0), DC);
+		uint64_t saved = 0, any = 0;
+		const uint64_t *l = lst + lb[q * x.ncr], *le = lst + lb[(q + 1) * x.ncr];
+		for (uint64_t j = 0; j < D; j++) {
+			uint64_t n = tot[(uint64_t)q * D + j], exc = tot[nqd + (uint64_t)q * D + j];
+			uint64_t hits = n; /* a lower bound, exact where pass 2 counted */
+			if (l < le && *l == j) {
+				l++;
+				hits = 0;
+				for (uint64_t b = 0; b < nb; b++)
+					hits += x.cnt[((uint64_t)b * nq + q) * D + j];
+			}
+			unsigned __int128 gain = (unsigned __int128)hits * cl->ew[j];
+			if (n == 0 || gain <= exc)
+				continue;
+			ibp_st_partial(xw + j * C, fin[(uint64_t)q * D + j], C);
+			gain -= exc;
+			saved = gain > UINT64_MAX - saved ? UINT64_MAX : saved + (uint64_t)gain;
+			any = 1;
+		}
+		/* bytes saved on the whole data set vs the Xval table's bytes */
+		double scale = es->n ? (double)nrows / (double)es->n : 0.0;
+		int keep = any && (double)saved / 8.0 * scale > (double)DC;
+		if (hasx)
+			hasx[q] = (uint8_t)keep;
+		if (!keep)
+			memcpy(xw, ibp_codec_bitval(cq, 0), DC);
+		if (xv)
+			memcpy(xv + (uint64_t)q * DC, xw, DC);
+		if (!keep)
+			continue;
+		ibp_codec_t *nc = NULL;
+		st = ibp_codec_create_ex(R, C, 1, ibp_codec_mask(cq, 0), ibp_codec_bitval(cq, 0), xw, &nc);
+		if (st != IBP_OK)
+			goto out;
+		ibp_codec_set_threshold(nc, ibp_codec_threshold(cq));
+		ibp_codec_free(codecs[q]);
+		codecs[q] = nc;
+	}
+out:
+	free(x.cand);
+	free(x.cnt);
+	free(x.exc);
+	free(fin);
+	free(tot);
+	free(lst);
+	free(lb);
+	free(xw);
+	return st;
+}
+
+ibp_status_t ibp_train_xvals(const uint8_t *rows, uint64_t row_bytes, const ibp_sample_t *s,
+			     uint64_t nrows, ibp_codec_t **codecs, unsigned ncodecs, int nthreads,
+			     uint8_t *hasx)
+{
+	evalset_t es = { .n = s->n, .ids = s->idx, .k = 1, .gb = { 0, s->n } };
+	unsigned qb[2] = { 0, ncodecs };
+	return fit_xvals(rows, row_bytes, &es, codecs, qb, nrows, nthreads, NULL, hasx);
 }
 
 /* Per sample position: the cluster ibp_choose_cluster picks (smallest
@@ -728,6 +992,7 @@ typedef struct trainer {
 	double thr[IBP_SWEEP_N];
 	unsigned nthr;
 	int nthreads;
+	int xval; /* fit Xvals */
 } trainer_t;
 
 typedef struct fit {
@@ -756,7 +1021,15 @@ static ibp_status_t fit_groups(const trainer_t *tr, const evalset_t *es, const u
 	ibp_codec_t **cod = calloc(nkt, sizeof(ibp_codec_t *));
 	uint64_t *sz = malloc(nkt * sizeof(uint64_t)), *tsz = malloc(nkt * sizeof(uint64_t));
 	unsigned qb[IBP_MAX_CLUSTERS + 1], best_ti[IBP_MAX_CLUSTERS], ti[IBP_MAX_CLUSTERS];
-	if (!counts || !bm || !fm || !uq || !qmap || !cod || !sz || !tsz) {
+	/* Xval words (D * C <= R + 7 bytes) of each (cluster, T) at the current
+	 * C, as fit_xvals wrote them (xq, per codec) and kept (xvb); fx holds
+	 * those of the best C's choice. hx/hq: whether each has Xvals. */
+	const uint64_t XW = R + 8;
+	uint8_t *xq = malloc((uint64_t)nkt * XW), *xvb = malloc((uint64_t)nkt * XW);
+	uint8_t *fx = malloc((uint64_t)k * XW), *hq = malloc(nkt), *hx = malloc(nkt);
+	int fhas = 0;
+	if (!counts || !bm || !fm || !uq || !qmap || !cod || !sz || !tsz || !xq || !xvb || !fx ||
+	    !hq || !hx) {
 		st = ibp_fail(IBP_ERR_NOMEM, "train: masks for %u clusters x %u thresholds", k, nT);
 		goto out;
 	}
@@ -781,7 +1054,7 @@ static ibp_status_t fit_groups(const trainer_t *tr, const evalset_t *es, const u
 		const unsigned C = cs[ci];
 		const uint64_t D = (R + C - 1) / C;
 		/* Bound live codec tables: T values go in batches if need be. */
-		uint64_t per = (uint64_t)k * (D * 96 + 4 * D * C);
+		uint64_t per = (uint64_t)k * (D * 112 + 5 * D * C);
 		uint64_t tb = per ? CODEC_BUDGET / per : nT;
 		if (tb < 1)
 			tb = 1;
@@ -793,14 +1066,20 @@ static ibp_status_t fit_groups(const trainer_t *tr, const evalset_t *es, const u
 					if (uq[c * nT + i] != i)
 						continue;
 					uint64_t o = ((uint64_t)c * nT + i) * R;
-					st = ibp_train_make_codec(R, C, 1, bm + o, bv + o, &cod[nq]);
+					st = ibp_train_make_codec(R, C, 1, bm + o, bv + o, NULL, &cod[nq]);
 					if (st != IBP_OK)
 						goto out;
 					qmap[c * nT + i] = nq++;
 				}
 			}
 			qb[k] = nq;
-			st = run_sizes(tr->rows, R, es, cod, qb, tr->nthreads, sz, NULL);
+			/* Xvals for each Mask/Bitval, then the actual sizes with them */
+			if (tr->xval)
+				st = fit_xvals(tr->rows, R, es, cod, qb, tr->N, tr->nthreads, xq, hq);
+			else
+				memset(hq, 0, nq);
+			if (st == IBP_OK)
+				st = run_sizes(tr->rows, R, es, cod, qb, tr->nthreads, sz, NULL);
 			for (unsigned q = 0; q < nq; q++) {
 				ibp_codec_free(cod[q]);
 				cod[q] = NULL;
@@ -811,9 +1090,17 @@ static ibp_status_t fit_groups(const trainer_t *tr, const evalset_t *es, const u
 				for (unsigned i = i0; i < i1; i++) {
 					unsigned u = uq[c * nT + i];
 					tsz[c * nT + i] = u == i ? sz[qmap[c * nT + i]] : tsz[c * nT + u];
+					if (u != i)
+						continue;
+					unsigned q = qmap[c * nT + i];
+					hx[c * nT + i] = hq[q];
+					if (tr->xval) /* fit_xvals wrote them all (b where none) */
+						memcpy(xvb + ((uint64_t)c * nT + i) * XW, xq + (uint64_t)q * D * C,
+						       D * C);
 				}
 		}
 		uint64_t sum = 0;
+		int has = 0;
 		for (unsigned c = 0; c < k; c++) {
 			uint64_t b = UINT64_MAX;
 			for (unsigned i = 0; i < nT; i++)
@@ -822,12 +1109,17 @@ static ibp_status_t fit_groups(const trainer_t *tr, const evalset_t *es, const u
 					ti[c] = i;
 				}
 			sum += b;
+			has |= hx[c * nT + uq[c * nT + ti[c]]];
 		}
-		double total = ibp_train_total(sum, es->n, tr->N, R, C, k);
+		double total = ibp_train_total(sum, es->n, tr->N, R, C, k, has);
 		if (total < f->total) { /* ties: the larger C, tried first */
 			f->total = total;
 			f->C = C;
 			memcpy(best_ti, ti, sizeof(ti));
+			fhas = has;
+			for (unsigned c = 0; c < k && has; c++)
+				memcpy(fx + (uint64_t)c * D * C,
+				       xvb + ((uint64_t)c * nT + uq[c * nT + ti[c]]) * XW, D * C);
 		}
 	}
 	f->k = k;
@@ -837,7 +1129,7 @@ static ibp_status_t fit_groups(const trainer_t *tr, const evalset_t *es, const u
 		memcpy(fv + (uint64_t)c * R, bv + o, R);
 		f->t[c] = tr->thr[best_ti[c]];
 	}
-	st = ibp_train_make_codec(R, f->C, k, fm, fv, &f->codec);
+	st = ibp_train_make_codec(R, f->C, k, fm, fv, fhas ? fx : NULL, &f->codec);
 out:
 	if (cod)
 		for (unsigned q = 0; q < nkt; q++)
@@ -850,6 +1142,11 @@ out:
 	free(cod);
 	free(sz);
 	free(tsz);
+	free(xq);
+	free(xvb);
+	free(fx);
+	free(hq);
+	free(hx);
 	return st;
 }
 
@@ -869,7 +1166,7 @@ static ibp_status_t refine(const trainer_t *tr, fit_t *f)
 	st = run_choose(tr->rows, tr->R, s, f->codec, f->k, tr->nthreads, a, &sum);
 	if (st != IBP_OK)
 		goto out;
-	f->total = ibp_train_total(sum, s->n, tr->N, tr->R, f->C, f->k);
+	f->total = ibp_train_total(sum, s->n, tr->N, tr->R, f->C, f->k, ibp_codec_has_xval(f->codec));
 	for (unsigned round = 0; round < REFIT_ROUNDS; round++) {
 		evalset_t es = { .n = s->n, .ids = ids };
 		es.k = group_rows(a, s->n, s->idx, f->k, 0, ids, es.gb);
@@ -877,7 +1174,8 @@ static ibp_status_t refine(const trainer_t *tr, fit_t *f)
 		st = fit_groups(tr, &es, &f->C, 1, &g);
 		if (st == IBP_OK && g.k > 1) {
 			st = run_choose(tr->rows, tr->R, s, g.codec, g.k, tr->nthreads, a2, &sum);
-			g.total = ibp_train_total(sum, s->n, tr->N, tr->R, g.C, g.k);
+			g.total = ibp_train_total(sum, s->n, tr->N, tr->R, g.C, g.k,
+						  ibp_codec_has_xval(g.codec));
 		}
 		if (st != IBP_OK) {
 			ibp_codec_free(g.codec);
@@ -902,15 +1200,13 @@ out:
 	return st;
 }
 
-ibp_status_t ibp_codec_train(const void *rows, uint64_t nrows, uint64_t row_bytes,
-			     const ibp_train_opts_t *opts, ibp_codec_t **out)
+/* One training run with checked options `o`; *total is the predicted
+ * encoded size of all rows, metadata counted. */
+static ibp_status_t train_one(const void *rows, uint64_t nrows, uint64_t row_bytes,
+			      ibp_train_opts_t o, ibp_codec_t **out, double *total)
 {
-	if (!out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "train: out is NULL");
-	*out = NULL;
-	ibp_train_opts_t o;
-	IBP_TRY(ibp_train_check(rows, nrows, row_bytes, opts, &o));
-	trainer_t tr = { .rows = rows, .N = nrows, .R = row_bytes, .nthreads = o.nthreads };
+	trainer_t tr = { .rows = rows, .N = nrows, .R = row_bytes, .nthreads = o.nthreads,
+			 .xval = o.xval };
 	if (o.threshold < 0) {
 		for (unsigned i = 0; i < IBP_SWEEP_N; i++)
 			tr.thr[i] = (IBP_SWEEP_FIRST + IBP_SWEEP_STEP * i) / 100.0;
@@ -1014,5 +1310,43 @@ ibp_status_t ibp_codec_train(const void *rows, uint64_t nrows, uint64_t row_byte
 			big = c;
 	ibp_codec_set_threshold(best.codec, best.t[big]);
 	*out = best.codec;
+	*total = best.total;
+	return IBP_OK;
+}
+
+/* Xvals make each exception's decode branchier: on dense rows, where they
+ * save 1-3%, they cost up to a third of the decode speed (measured on the
+ * MiniLM embedding and KV samples), while on sparse rows they halve the
+ * size. Keep them only when they save at least this fraction. */
+#define XVAL_MIN_GAIN 0.05
+
+ibp_status_t ibp_codec_train(const void *rows, uint64_t nrows, uint64_t row_bytes,
+			     const ibp_train_opts_t *opts, ibp_codec_t **out)
+{
+	if (!out)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "train: out is NULL");
+	*out = NULL;
+	ibp_train_opts_t o;
+	IBP_TRY(ibp_train_check(rows, nrows, row_bytes, opts, &o));
+	ibp_codec_t *with = NULL, *without = NULL;
+	double t_with = 0, t_without = 0;
+	IBP_TRY(train_one(rows, nrows, row_bytes, o, &with, &t_with));
+	if (o.xval != 1 || !ibp_codec_has_xval(with)) {
+		*out = with;
+		return IBP_OK;
+	}
+	o.xval = 0;
+	ibp_status_t st = train_one(rows, nrows, row_bytes, o, &without, &t_without);
+	if (st != IBP_OK) {
+		ibp_codec_free(with);
+		return st;
+	}
+	if (t_with <= t_without * (1.0 - XVAL_MIN_GAIN)) {
+		ibp_codec_free(without);
+		*out = with;
+	} else {
+		ibp_codec_free(with);
+		*out = without;
+	}
 	return IBP_OK;
 }

@@ -48,9 +48,23 @@ void ibp_train_mask(const uint64_t *counts, uint64_t n, uint64_t row_bytes, doub
 		    uint8_t *mask, uint8_t *bitval);
 
 /* Creates a codec for chunk size c from byte-level masks of `nclusters`
- * clusters (each row_bytes bytes, cluster-major), padding the last chunk. */
+ * clusters (each row_bytes bytes, cluster-major), padding the last chunk.
+ * xval: NULL (no Xvals) or nclusters * D * c bytes of chunk words, padding
+ * included (ibp_codec_create_ex's array). */
 ibp_status_t ibp_train_make_codec(uint64_t row_bytes, unsigned c, unsigned nclusters,
-				  const uint8_t *mask, const uint8_t *bitval, ibp_codec_t **out);
+				  const uint8_t *mask, const uint8_t *bitval, const uint8_t *xval,
+				  ibp_codec_t **out);
+
+/* Fits Xvals for each of `ncodecs` one-cluster codecs without Xvals (all
+ * of one chunk size) on the sample rows, and replaces each codec that gets
+ * some by one made with them (train.c: majority vote over the exceptions,
+ * chunk j enabled iff hits * e_j > exceptions, kept only when the saving
+ * scaled to the `nrows` of the data set exceeds the D * C bytes of the
+ * Xval table). hasx[q] (may be NULL): 1 iff codecs[q] now has Xvals. The
+ * result does not depend on nthreads. */
+ibp_status_t ibp_train_xvals(const uint8_t *rows, uint64_t row_bytes, const ibp_sample_t *s,
+			     uint64_t nrows, ibp_codec_t **codecs, unsigned ncodecs, int nthreads,
+			     uint8_t *hasx);
 
 /* Sums ibp_row_size over the sample rows under cluster 0 of each of
  * `ncodecs` codecs: sizes[q] = total bytes, nonraw[q] (may be NULL) = rows
@@ -61,8 +75,9 @@ ibp_status_t ibp_train_sizes(const uint8_t *rows, uint64_t row_bytes, const ibp_
 
 /* Estimated encoded bytes of all nrows rows: sample_bytes scaled from the
  * sample_rows to nrows, plus flags (1 byte a row), cluster ids (1 byte a
- * row when nclusters > 1) and Mask + Bitval (2 * nclusters * D * C). */
+ * row when nclusters > 1) and Mask + Bitval (2 * nclusters * D * C), + the
+ * Xvals (nclusters * D * C) when xval is nonzero. */
 double ibp_train_total(uint64_t sample_bytes, uint64_t sample_rows, uint64_t nrows,
-		       uint64_t row_bytes, unsigned c, unsigned nclusters);
+		       uint64_t row_bytes, unsigned c, unsigned nclusters, int xval);
 
 #endif /* IBP_TRAIN_INTERNAL_H */

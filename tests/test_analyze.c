@@ -29,6 +29,7 @@ static ibp_codec_t *train(const void *rows, uint64_t n, uint64_t R, unsigned C, 
 	ibp_train_opts_default(&o);
 	o.chunk_bytes = C;
 	o.threshold = T;
+	o.xval = 2; /* analysis cells fit Xvals wherever they pay */
 	ibp_codec_t *c = NULL;
 	cr_assert_eq(ibp_codec_train(rows, n, R, &o, &c), IBP_OK, "%s", ibp_last_error());
 	return c;
@@ -112,6 +113,7 @@ Test(analyze, cells_match_brute_force)
 	ibp_analysis_t *a = analyze(rows, n, R, -1, 0);
 	cr_assert_eq(a->sample_rows, n);
 	cr_assert_eq(a->ncells, 28u);
+	unsigned nx = 0;
 	for (unsigned ci = 0; ci < 4; ci++)
 		for (unsigned i = 0; i < 7; i++) {
 			const ibp_analysis_cell_t *x = &a->cells[ci * 7 + i];
@@ -123,8 +125,11 @@ Test(analyze, cells_match_brute_force)
 			uint64_t W = ibp_codec_nchunks(c) * CHUNKS[ci];
 			cr_assert_eq(x->sample_bytes, sum, "C=%u T=%g", CHUNKS[ci], T);
 			cr_assert_eq(x->sample_nonraw, nonraw);
-			cr_assert_eq(x->metadata_bytes, 2 * W);
-			cr_assert_float_eq(x->predicted_bytes, (double)(sum + n + 2 * W), 1e-6);
+			/* the Xval table counts when training gave the codec one */
+			uint64_t meta = (2 + (uint64_t)ibp_codec_has_xval(c)) * W;
+			cr_assert_eq(x->metadata_bytes, meta);
+			cr_assert_float_eq(x->predicted_bytes, (double)(sum + n + meta), 1e-6);
+			nx += ibp_codec_has_xval(c);
 			uint64_t inv = 0;
 			const uint8_t *m = ibp_codec_mask(c, 0);
 			for (uint64_t p = 0; p < R; p++)
@@ -132,6 +137,8 @@ Test(analyze, cells_match_brute_force)
 			cr_assert_eq(x->invariant_bits, inv);
 			ibp_codec_free(c);
 		}
+	/* these graded bits give both kinds of cell */
+	cr_assert(nx > 0 && nx < 28, "%u of 28 cells with Xvals", nx);
 	free(rows);
 	ibp_analysis_free(a);
 }
@@ -159,6 +166,33 @@ Test(analyze, best_matches_training)
 		ibp_analysis_free(a);
 		free(rows[d]);
 	}
+}
+
+/* xval = 0: no cell counts an Xval table, and the sizes are those of
+ * codecs without Xvals. */
+Test(analyze, xval_off)
+{
+	const uint64_t n = 600, R = 45;
+	uint8_t *rows = graded_rows(4, n, R);
+	ibp_train_opts_t o;
+	ibp_train_opts_default(&o);
+	o.xval = 0;
+	ibp_analysis_t *a = NULL;
+	cr_assert_eq(ibp_analyze(rows, n, R, &o, &a), IBP_OK, "%s", ibp_last_error());
+	for (unsigned q = 0; q < a->ncells; q++) {
+		const ibp_analysis_cell_t *x = &a->cells[q];
+		o.chunk_bytes = x->chunk_bytes;
+		o.threshold = x->threshold;
+		ibp_codec_t *c;
+		cr_assert_eq(ibp_codec_train(rows, n, R, &o, &c), IBP_OK);
+		cr_assert_eq(ibp_codec_has_xval(c), 0);
+		uint64_t W = ibp_codec_nchunks(c) * x->chunk_bytes, nonraw;
+		cr_assert_eq(x->metadata_bytes, 2 * W);
+		cr_assert_eq(x->sample_bytes, row_sizes(c, rows, n, R, &nonraw));
+		ibp_codec_free(c);
+	}
+	ibp_analysis_free(a);
+	free(rows);
 }
 
 Test(analyze, threshold_outside_sweep)

@@ -1,8 +1,9 @@
 /* test_codec.c - the row codec: every chunk size and row length 1..300 plus
  * a spread up to 4099, adversarial rows, trained-like and random masks,
- * every mode, BMI2 == portable == an independent bit-by-bit reference
- * encoder (written from docs/FORMAT.md), corrupt input, batches, creation
- * errors, the paper layout size and the parallel-for helper. */
+ * with and without Xvals (enabled/disabled mixes, hits and misses), every
+ * mode, BMI2 == portable == an independent bit-by-bit reference encoder
+ * (written from docs/FORMAT.md), corrupt input, batches, creation errors,
+ * the paper layout size and the parallel-for helper. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,10 +52,13 @@ static unsigned bitlen(uint64_t v)
 	return n;
 }
 
-/* Encodes `row` with mask/bitval of one cluster; out must hold R bytes
- * (zeroed here). Returns the length and sets *mode. */
+/* Xval hits and misses the reference encoder wrote (coverage checks). */
+static uint64_t g_xhits, g_xmisses;
+
+/* Encodes `row` with mask/bitval/xval of one cluster (xval NULL = none);
+ * out must hold R bytes (zeroed here). Returns the length and sets *mode. */
 static uint64_t ref_encode(const uint8_t *row, uint64_t R, unsigned C, const uint8_t *mask,
-			   const uint8_t *bitval, uint8_t *out, uint8_t *mode)
+			   const uint8_t *bitval, const uint8_t *xval, uint8_t *out, uint8_t *mode)
 {
 	const uint64_t D = (R + C - 1) / C, W = 8 * C;
 	uint8_t *padded = tu_xcalloc(D * C);
@@ -62,11 +66,15 @@ static uint64_t ref_encode(const uint8_t *row, uint64_t R, unsigned C, const uin
 	uint64_t S = 0, E = 0, n = 0;
 	for (uint64_t j = 0; j < D; j++) {
 		uint64_t x = tu_word(padded, C, j), m = tu_word(mask, C, j), b = tu_word(bitval, C, j);
+		uint64_t xh = xval ? tu_word(xval, C, j) : b;
 		unsigned e = (unsigned)__builtin_popcountll(m);
 		S += W - e;
 		if ((x & m) != b) {
 			n++;
-			E += e;
+			if (xh != b) /* enabled: hit bit, then e bits on a miss */
+				E += 1 + ((x & m) == xh ? 0 : e);
+			else
+				E += e;
 		}
 	}
 	unsigned L = D > 1 ? bitlen(D - 1) : 1;
@@ -104,12 +112,21 @@ static uint64_t ref_encode(const uint8_t *row, uint64_t R, unsigned C, const uin
 	/* exception part and header */
 	for (uint64_t j = 0; j < D; j++) {
 		uint64_t x = tu_word(padded, C, j), m = tu_word(mask, C, j), b = tu_word(bitval, C, j);
+		uint64_t xh = xval ? tu_word(xval, C, j) : b;
 		if ((x & m) == b)
 			continue;
 		if (md == 2)
 			out[j / 8] |= (uint8_t)(1u << (j % 8));
 		else
 			put_bits(out, &hk, j, L);
+		if (xh != b) {
+			unsigned h = (x & m) == xh;
+			put_bits(out, &k, h, 1);
+			g_xhits += h;
+			g_xmisses += !h;
+			if (h)
+				continue;
+		}
 		for (unsigned i = 0; i < W; i++)
 			if ((m >> i) & 1)
 				put_bits(out, &k, (x >> i) & 1, 1);
@@ -134,7 +151,7 @@ static void check_row(ibp_codec_t *c, const uint8_t *row, unsigned cluster, cons
 	uint8_t *ref = tu_xcalloc(R), *enc = tu_xcalloc(R), *dec = tu_xcalloc(R);
 	uint8_t rmode;
 	uint64_t rlen = ref_encode(row, R, C, ibp_codec_mask(c, cluster), ibp_codec_bitval(c, cluster),
-				   ref, &rmode);
+				   ibp_codec_has_xval(c) ? ibp_codec_xval(c, cluster) : NULL, ref, &rmode);
 	g_modes[rmode]++;
 
 	uint64_t slen;
@@ -230,17 +247,76 @@ static ibp_codec_t *make_codec(tu_rng_t *r, tu_pattern_t p, uint64_t R, unsigned
 	return c;
 }
 
+/* Random Xvals for the clusters of c (same Masks/Bitvals): per chunk,
+ * disabled (x = b), the invariant bits of a row of pattern p (what training
+ * would pick), or random bits inside the mask; padding bits stay clear. */
+static ibp_codec_t *make_xcodec(tu_rng_t *r, const ibp_codec_t *c, tu_pattern_t p)
+{
+	const uint64_t R = ibp_codec_row_bytes(c), D = ibp_codec_nchunks(c);
+	const unsigned C = ibp_codec_chunk_bytes(c), K = ibp_codec_nclusters(c);
+	uint8_t *m = tu_xcalloc(K * D * C), *b = tu_xcalloc(K * D * C), *x = tu_xcalloc(K * D * C);
+	uint8_t *pr = tu_xcalloc(D * C), *rnd = tu_xcalloc(D * C);
+	for (unsigned k = 0; k < K; k++) {
+		uint64_t o = (uint64_t)k * D * C;
+		memcpy(m + o, ibp_codec_mask(c, k), D * C);
+		memcpy(b + o, ibp_codec_bitval(c, k), D * C);
+		tu_gen_row(r, p, pr, R); /* pr is zero past R */
+		tu_fill_random(r, rnd, R);
+		uint64_t mode = tu_below(r, 4); /* 0: mixed, 1: all from the row, 2: all random, 3: none */
+		for (uint64_t j = 0; j < D; j++) {
+			uint64_t mj = tu_word(m + o, C, j), pick = mode == 0 ? tu_below(r, 3) : mode;
+			uint64_t v = pick == 1 ? tu_word(pr, C, j) & mj
+				   : pick == 2 ? tu_word(rnd, C, j) & mj : tu_word(b + o, C, j);
+			tu_set_word(x + o, C, j, v);
+		}
+	}
+	ibp_codec_t *cx = NULL;
+	ibp_status_t st = ibp_codec_create_ex(R, C, K, m, b, x, &cx);
+	cr_assert_eq(st, IBP_OK, "codec_create_ex R=%llu C=%u: %s", (unsigned long long)R, C,
+		     ibp_last_error());
+	for (unsigned k = 0; k < K; k++)
+		CHECK(memcmp(ibp_codec_xval(cx, k), x + (uint64_t)k * D * C, D * C) == 0, "xval accessor");
+	free(m);
+	free(b);
+	free(x);
+	free(pr);
+	free(rnd);
+	return cx;
+}
+
 static void check_pattern(tu_rng_t *r, tu_pattern_t p, uint64_t R, unsigned C, int variants)
 {
-	ibp_codec_t *c = make_codec(r, p, R, C);
+	ibp_codec_t *c0 = make_codec(r, p, R, C);
+	ibp_codec_t *cx = make_xcodec(r, c0, p);
 	const uint64_t D = tu_nchunks(R, C);
 	uint8_t *row = tu_xcalloc(R), *v = tu_xcalloc(R);
 	tu_gen_row(r, p, row, R);
 	char what[64];
-	for (unsigned k = 0; k < NMASK; k++) {
-		const uint8_t *m = ibp_codec_mask(c, k), *b = ibp_codec_bitval(c, k);
-		snprintf(what, sizeof(what), "%s", tu_pattern_name(p));
-		check_row(c, row, k, what);
+	for (unsigned k = 0; k < 2 * NMASK; k++) {
+		/* clusters 0..NMASK-1 without Xvals, then the same with Xvals */
+		ibp_codec_t *c = k < NMASK ? c0 : cx;
+		const unsigned kk = k % NMASK;
+		const uint8_t *m = ibp_codec_mask(c, kk), *b = ibp_codec_bitval(c, kk);
+		const uint8_t *xv = ibp_codec_xval(c, kk);
+		snprintf(what, sizeof(what), "%s%s", tu_pattern_name(p), k < NMASK ? "" : "/xval");
+		check_row(c, row, kk, what);
+		if (k >= NMASK) {
+			/* every chunk a hit where enabled, a match elsewhere */
+			memcpy(v, row, R);
+			for (uint64_t j = 0; j < D; j++)
+				tu_make_match(v, m, xv, R, C, j);
+			snprintf(what, sizeof(what), "%s/xval-hits", tu_pattern_name(p));
+			check_row(c, v, kk, what);
+			/* hits and misses: some chunks never match (they may still hit) */
+			uint8_t *nv = tu_xcalloc(R);
+			memcpy(nv, v, R);
+			tu_make_never_match(nv, m, b, R, C);
+			for (uint64_t j = tu_below(r, 2); j < D; j += 1 + tu_below(r, 3))
+				memcpy(v + j * C, nv + j * C, (j + 1) * C <= R ? C : R - j * C);
+			free(nv);
+			snprintf(what, sizeof(what), "%s/xval-mix", tu_pattern_name(p));
+			check_row(c, v, kk, what);
+		}
 		if (!variants)
 			continue;
 		/* every chunk matches: CLEAN (or RAW when S >= 8R) */
@@ -248,7 +324,7 @@ static void check_pattern(tu_rng_t *r, tu_pattern_t p, uint64_t R, unsigned C, i
 		for (uint64_t j = 0; j < D; j++)
 			tu_make_match(v, m, b, R, C, j);
 		snprintf(what, sizeof(what), "%s/all-match", tu_pattern_name(p));
-		check_row(c, v, k, what);
+		check_row(c, v, kk, what);
 		/* a few exceptions: LIST */
 		uint64_t ne = 1 + tu_below(r, 3);
 		for (uint64_t e = 0; e < ne; e++) {
@@ -260,16 +336,17 @@ static void check_pattern(tu_rng_t *r, tu_pattern_t p, uint64_t R, unsigned C, i
 			free(one);
 		}
 		snprintf(what, sizeof(what), "%s/few-exc", tu_pattern_name(p));
-		check_row(c, v, k, what);
+		check_row(c, v, kk, what);
 		/* no chunk matches */
 		memcpy(v, row, R);
 		tu_make_never_match(v, m, b, R, C);
 		snprintf(what, sizeof(what), "%s/never", tu_pattern_name(p));
-		check_row(c, v, k, what);
+		check_row(c, v, kk, what);
 	}
 	free(row);
 	free(v);
-	ibp_codec_free(c);
+	ibp_codec_free(c0);
+	ibp_codec_free(cx);
 }
 
 static const uint64_t spread[] = { 301, 317, 383, 384, 385, 511, 512, 513, 640, 777, 1000,
@@ -281,6 +358,7 @@ static void roundtrip_chunk(unsigned C, uint64_t seed)
 	tu_rng_t r;
 	tu_rng_seed(&r, seed);
 	memset(g_modes, 0, sizeof(g_modes));
+	g_xhits = g_xmisses = 0;
 	for (uint64_t R = 1; R <= 300; R++)
 		for (int p = 0; p < TU_PATTERN_COUNT; p++)
 			check_pattern(&r, (tu_pattern_t)p, R, C, p == TU_RANDOM || p == TU_F32_SMOOTH ||
@@ -291,9 +369,13 @@ static void roundtrip_chunk(unsigned C, uint64_t seed)
 				      p == TU_RANDOM || p == TU_F32_SMOOTH || p == TU_SPARSE_BITS);
 	for (int m = 0; m < 4; m++)
 		cr_assert_gt(g_modes[m], 0, "C=%u: mode %d never reached", C, m);
-	cr_log_info("C=%u modes raw/clean/bitmap/list: %llu %llu %llu %llu", C,
-		    (unsigned long long)g_modes[0], (unsigned long long)g_modes[1],
-		    (unsigned long long)g_modes[2], (unsigned long long)g_modes[3]);
+	cr_assert_gt(g_xhits, 1000, "C=%u: %llu Xval hits written", C, (unsigned long long)g_xhits);
+	cr_assert_gt(g_xmisses, 1000, "C=%u: %llu Xval misses written", C,
+		     (unsigned long long)g_xmisses);
+	cr_log_info("C=%u modes raw/clean/bitmap/list: %llu %llu %llu %llu, xval hits/misses %llu %llu",
+		    C, (unsigned long long)g_modes[0], (unsigned long long)g_modes[1],
+		    (unsigned long long)g_modes[2], (unsigned long long)g_modes[3],
+		    (unsigned long long)g_xhits, (unsigned long long)g_xmisses);
 }
 
 Test(codec, roundtrip_c1) { roundtrip_chunk(1, 101); }
@@ -517,6 +599,11 @@ Test(codec, random_garbage_never_crashes)
 			tu_mask_random(&r, 0.3, m + D * Cs[ci], b + D * Cs[ci], R, Cs[ci]);
 			ibp_codec_t *c;
 			cr_assert_eq(ibp_codec_create(R, Cs[ci], 2, m, b, &c), IBP_OK);
+			if (R % 2) { /* Xvals: hit bits change every field's position */
+				ibp_codec_t *cx = make_xcodec(&r, c, TU_RANDOM);
+				ibp_codec_free(c);
+				c = cx;
+			}
 			uint8_t *dec = tu_xcalloc(R);
 			for (int it = 0; it < 200; it++) {
 				uint64_t len = tu_below(&r, R + 8);
@@ -550,7 +637,7 @@ Test(codec, random_garbage_never_crashes)
 /* batches                                                              */
 /* ------------------------------------------------------------------ */
 
-static void batch_case(uint64_t R, unsigned C, unsigned K, uint64_t nrows, int nthreads)
+static void batch_case_x(uint64_t R, unsigned C, unsigned K, uint64_t nrows, int nthreads, int xval)
 {
 	tu_rng_t r;
 	tu_rng_seed(&r, R * 31 + C * 7 + K);
@@ -567,6 +654,11 @@ static void batch_case(uint64_t R, unsigned C, unsigned K, uint64_t nrows, int n
 	}
 	ibp_codec_t *c;
 	cr_assert_eq(ibp_codec_create(R, C, K, m, b, &c), IBP_OK);
+	if (xval) {
+		ibp_codec_t *cx = make_xcodec(&r, c, TU_SPARSE_BITS);
+		ibp_codec_free(c);
+		c = cx;
+	}
 	uint64_t cap = ibp_batch_bound(c, nrows);
 	uint8_t *dst = malloc(cap ? cap : 1);
 	uint64_t *off = tu_xcalloc((nrows + 1) * 8);
@@ -613,6 +705,12 @@ static void batch_case(uint64_t R, unsigned C, unsigned K, uint64_t nrows, int n
 	free(cls);
 	free(back);
 	ibp_codec_free(c);
+}
+
+static void batch_case(uint64_t R, unsigned C, unsigned K, uint64_t nrows, int nthreads)
+{
+	batch_case_x(R, C, K, nrows, nthreads, 0);
+	batch_case_x(R, C, K, nrows, nthreads, 1);
 }
 
 Test(codec, batch_roundtrip)
@@ -743,8 +841,133 @@ Test(codec, create_rejects)
 	cr_assert_arr_eq(ibp_codec_bitval(c, 1), b2 + 8, 8);
 	cr_assert_null(ibp_codec_mask(c, 2));
 	cr_assert_null(ibp_codec_bitval(c, 2));
+	cr_assert_arr_eq(ibp_codec_xval(c, 1), b2 + 8, 8); /* no Xvals: the Bitvals */
+	cr_assert_null(ibp_codec_xval(c, 2));
+	cr_assert_eq(ibp_codec_has_xval(c), 0);
 	ibp_codec_free(c);
 	ibp_codec_free(NULL);
+	cr_assert_null(ibp_codec_xval(NULL, 0));
+	cr_assert_eq(ibp_codec_has_xval(NULL), 0);
+}
+
+Test(codec, create_ex_rejects)
+{
+	/* R = 5, C = 4, D = 2: chunk 1 has bytes 5..7 as padding. */
+	uint8_t m[8] = { 0xF0, 0xFF, 0x00, 0x0F, 0xFF, 0xFF, 0xFF, 0xFF };
+	uint8_t b[8] = { 0x10, 0x02, 0x00, 0x03, 0x00, 0x00, 0x00, 0x00 };
+	uint8_t x[8];
+	ibp_codec_t *c = (ibp_codec_t *)1;
+	/* x = b: nothing enabled, the same codec as ibp_codec_create */
+	memcpy(x, b, 8);
+	cr_assert_eq(ibp_codec_create_ex(5, 4, 1, m, b, x, &c), IBP_OK);
+	cr_assert_eq(ibp_codec_has_xval(c), 0);
+	cr_assert_arr_eq(ibp_codec_xval(c, 0), b, 8);
+	ibp_codec_free(c);
+	cr_assert_eq(ibp_codec_create_ex(5, 4, 1, m, b, NULL, &c), IBP_OK);
+	cr_assert_eq(ibp_codec_has_xval(c), 0);
+	cr_assert_arr_eq(ibp_codec_xval(c, 0), b, 8);
+	ibp_codec_free(c);
+	/* x̂ bits outside the mask, in each chunk */
+	const struct {
+		unsigned byte;
+		uint8_t v;
+	} bad[] = { { 0, 0x01 }, { 0, 0x1F }, { 2, 0x80 }, { 3, 0x10 }, { 3, 0xFF } };
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		memcpy(x, b, 8);
+		x[bad[i].byte] = bad[i].v;
+		c = (ibp_codec_t *)1;
+		cr_assert_eq(ibp_codec_create_ex(5, 4, 1, m, b, x, &c), IBP_ERR_CORRUPT, "case %u", i);
+		cr_assert_null(c);
+	}
+	/* x̂ bits among the padding bits of the last chunk (inside the mask) */
+	for (unsigned p = 5; p < 8; p++) {
+		memcpy(x, b, 8);
+		x[p] = 0x40;
+		cr_assert_eq(ibp_codec_create_ex(5, 4, 1, m, b, x, &c), IBP_ERR_CORRUPT, "byte %u", p);
+	}
+	/* valid and enabled: chunk 0 (x̂ = 0x...02E0 != b) and chunk 1 (byte 4) */
+	memcpy(x, b, 8);
+	x[0] = 0xE0;
+	x[4] = 0x77;
+	cr_assert_eq(ibp_codec_create_ex(5, 4, 1, m, b, x, &c), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_codec_has_xval(c), 1);
+	cr_assert_arr_eq(ibp_codec_xval(c, 0), x, 8);
+	cr_assert_arr_eq(ibp_codec_bitval(c, 0), b, 8);
+	ibp_codec_free(c);
+	/* a bad second cluster */
+	uint8_t m2[16], b2[16], x2[16];
+	memcpy(m2, m, 8);
+	memcpy(m2 + 8, m, 8);
+	memcpy(b2, b, 8);
+	memcpy(b2 + 8, b, 8);
+	memcpy(x2, x, 8);
+	memcpy(x2 + 8, b, 8);
+	cr_assert_eq(ibp_codec_create_ex(5, 4, 2, m2, b2, x2, &c), IBP_OK);
+	cr_assert_eq(ibp_codec_has_xval(c), 1);
+	cr_assert_arr_eq(ibp_codec_xval(c, 1), b, 8);
+	ibp_codec_free(c);
+	x2[10] = 0x01; /* byte 2 of cluster 1: mask 0x00 */
+	cr_assert_eq(ibp_codec_create_ex(5, 4, 2, m2, b2, x2, &c), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibp_codec_create_ex(5, 4, 1, NULL, b, x, &c), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_codec_create_ex(5, 4, 1, m, NULL, x, &c), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_codec_create_ex(5, 4, 1, m, b, x, NULL), IBP_ERR_INVALID_ARG);
+}
+
+/* R = 24 f32 0/1-like rows, C = 2, full masks, b = 0, x̂ = 0x3F80 on odd
+ * chunks (golden codec X): hit bits that lie past the end, flipped hit bits,
+ * every truncation. */
+Test(codec, xval_corrupt)
+{
+	uint8_t m[24], b[24] = { 0 }, x[24] = { 0 };
+	memset(m, 0xFF, 24);
+	for (int j = 1; j < 12; j += 2)
+		x[2 * j + 1] = 0x3F, x[2 * j] = 0x80;
+	ibp_codec_t *c;
+	cr_assert_eq(ibp_codec_create_ex(24, 2, 1, m, b, x, &c), IBP_OK);
+	uint8_t row[24] = { 0 }, dst[24], bad[24], back[24];
+	uint64_t len;
+	uint8_t fl;
+	/* one hit: LIST 30 01 */
+	row[6] = 0x80;
+	row[7] = 0x3F;
+	encode_or_die(c, row, dst, &len, &fl, IBP_ROW_LIST);
+	cr_assert_eq(len, 2);
+	cr_assert_eq(dst[0], 0x30);
+	cr_assert_eq(dst[1], 0x01);
+	cr_assert_eq(ibp_decode_row(c, dst, 1, fl, 0, back), IBP_ERR_CORRUPT); /* hit bit past the end */
+	cr_assert_eq(ibp_decode_row(c, dst, 0, fl, 0, back), IBP_ERR_CORRUPT);
+	/* h = 0: a miss needs 17 bits, 3 body bytes */
+	memcpy(bad, dst, 2);
+	bad[1] = 0x00;
+	cr_assert_eq(ibp_decode_row(c, bad, 2, fl, 0, back), IBP_ERR_CORRUPT);
+	memset(bad + 2, 0, 2);
+	cr_assert_eq(ibp_decode_row(c, bad, 4, fl, 0, back), IBP_OK); /* 0000: decodes as written */
+	/* BITMAP: hit, miss, disabled exception (golden x-bitmap-mix) */
+	memset(row, 0, 24);
+	row[2] = 0x80, row[3] = 0x3F, row[7] = 0x40, row[12] = 0x01;
+	encode_or_die(c, row, dst, &len, &fl, IBP_ROW_BITMAP);
+	cr_assert_eq(len, 7);
+	cr_assert_eq(ibp_decode_row(c, dst, len, fl, 0, back), IBP_OK);
+	cr_assert_arr_eq(back, row, 24);
+	for (uint64_t l = 0; l < len; l++)
+		cr_assert_eq(ibp_decode_row(c, dst, l, fl, 0, back), IBP_ERR_CORRUPT, "len %llu",
+			     (unsigned long long)l);
+	/* chunk 1's hit bit cleared: its field becomes 17 bits, the row needs 9 bytes */
+	memcpy(bad, dst, len);
+	bad[2] &= 0xFE;
+	cr_assert_eq(ibp_decode_row(c, bad, len, fl, 0, back), IBP_ERR_CORRUPT);
+	/* an enabled chunk whose hit bit would sit past the end: bit 11 (chunk 11) */
+	memcpy(bad, dst, len);
+	bad[1] = 0x08;
+	memset(bad + 2, 0, 5);
+	cr_assert_eq(ibp_decode_row(c, bad, 6, fl, 0, back), IBP_ERR_CORRUPT);
+	/* packed batch: a row shorter than its extent says is caught */
+	uint64_t off[2] = { 0, len };
+	cr_assert_eq(ibp_decode_batch(c, dst, len, off, &fl, NULL, 1, back, 1), IBP_OK);
+	memcpy(bad, dst, len);
+	bad[2] |= 0x02; /* chunk 3 now a hit: the fields after it move up */
+	cr_assert_eq(ibp_decode_batch(c, bad, len, off, &fl, NULL, 1, back, 1), IBP_ERR_CORRUPT);
+	ibp_codec_free(c);
 }
 
 Test(codec, encode_args)
@@ -803,6 +1026,11 @@ Test(codec, bmi2_equals_portable_large)
 		tu_mask_count(rows, N, R, C, 0.75, m, b);
 		ibp_codec_t *c;
 		cr_assert_eq(ibp_codec_create(R, C, 1, m, b, &c), IBP_OK);
+		if (C != 2) { /* Xvals too (at C = 2 the plain codec) */
+			ibp_codec_t *cx = make_xcodec(&r, c, TU_F32_SMOOTH);
+			ibp_codec_free(c);
+			c = cx;
+		}
 		uint8_t *e1 = tu_xcalloc(R), *e2 = tu_xcalloc(R), *back = tu_xcalloc(R);
 		for (uint64_t i = 0; i < N; i++) {
 			uint64_t l1, l2;
@@ -858,6 +1086,16 @@ Test(codec, paper_layout_size)
 	cr_assert_eq(ibp_paper_layout_size(c, rows + 128, 1), 64);
 	cr_assert_eq(ibp_paper_layout_size(c, rows, 3), 36 + 40 + 64);
 	cr_assert_eq(ibp_paper_layout_size(c, rows, 0), 0);
+	ibp_codec_free(c);
+	/* Xvals are not part of the paper's layout: the same sizes */
+	uint8_t x[64];
+	memcpy(x, b, 64);
+	x[7] ^= 0x40; /* chunk 1: x̂ = the exception of rows[1] */
+	cr_assert_eq(ibp_codec_create_ex(64, 4, 1, m, b, x, &c), IBP_OK);
+	cr_assert_eq(ibp_paper_layout_size(c, rows, 3), 36 + 40 + 64);
+	uint64_t len;
+	cr_assert_eq(ibp_row_size(c, rows + 64, 0, &len, NULL), IBP_OK);
+	cr_assert_eq(len, 1 + 33); /* LIST (L = 4): 1 hit bit after 256 static bits */
 	ibp_codec_free(c);
 }
 

@@ -17,6 +17,7 @@ typedef struct golden {
 	uint64_t R;
 	unsigned C;
 	const uint8_t *mask, *bitval; /* D*C bytes each */
+	const uint8_t *xval;          /* D*C bytes, or NULL: no Xvals */
 	const uint8_t *row;           /* R bytes */
 	uint8_t flags;
 	const uint8_t *enc;
@@ -65,7 +66,27 @@ static const uint8_t c_row[] = { 0, 0, 0, 0, 0, 0, 0xf8, 0x3f,
 				 0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01 };
 static const uint8_t c_enc[] = { 0, 0, 0, 0, 0, 0, 0xf8, 0xde, 0xbc, 0x9a, 0x78, 0x56, 0x34, 0x12, 0x00 };
 
-#define G(name, R, C, m, b, row, fl, enc) { name, R, C, m, b, row, fl, enc, sizeof(enc) }
+/* Codec X: R = 24 (six float32), C = 2, D = 12: every m_j = 0xFFFF, b_j = 0
+ * (s_j = 0, e_j = 16, S = 0); x̂_j = 0x3F80 (upper half of 1.0f) for odd j,
+ * 0 (disabled) for even j. L = bitlen(11) = 4. */
+static const uint8_t x_mask[24] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+				    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+				    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+static const uint8_t x_bitval[24] = { 0 };
+static const uint8_t x_xval[24] = { 0, 0, 0x80, 0x3f, 0, 0, 0x80, 0x3f, 0, 0, 0x80, 0x3f,
+				    0, 0, 0x80, 0x3f, 0, 0, 0x80, 0x3f, 0, 0, 0x80, 0x3f };
+/* 0, 1.0f, 0 ...: chunk 3 = 0x3F80 is a hit (1 bit). LIST 1 + 1 < BITMAP 2 + 1:
+ * header n-1 = 0, index 3 (4 bits each) = 0x30; body: the hit bit. */
+static const uint8_t x_list_row[24] = { 0, 0, 0, 0, 0, 0, 0x80, 0x3f };
+static const uint8_t x_list_enc[] = { 0x30, 0x01 };
+/* 1.0f, 2.0f, 0, 0x00000001, 0, 0: chunk 1 hit (1 bit), chunk 3 = 0x4000 miss
+ * (0 then 16 bits), chunk 6 = 0x0001 not enabled (16 bits): E = 34, body 5
+ * bytes; BITMAP 2 + 5 ties LIST 2 + 5: BITMAP, bits 1, 3, 6 = 0x4A. */
+static const uint8_t x_mix_row[24] = { 0, 0, 0x80, 0x3f, 0, 0, 0, 0x40, 0, 0, 0, 0, 0x01 };
+static const uint8_t x_mix_enc[] = { 0x4a, 0x00, 0x01, 0x00, 0x05, 0x00, 0x00 };
+
+#define G(name, R, C, m, b, row, fl, enc) { name, R, C, m, b, NULL, row, fl, enc, sizeof(enc) }
+#define GX(name, R, C, m, b, x, row, fl, enc) { name, R, C, m, b, x, row, fl, enc, sizeof(enc) }
 static const golden_t goldens[] = {
 	G("a-clean", 5, 2, a_mask, a_bitval, a_clean_row, IBP_ROW_CLEAN, a_clean_enc),
 	G("a-bitmap", 5, 2, a_mask, a_bitval, a_bitmap_row, IBP_ROW_BITMAP, a_bitmap_enc),
@@ -73,14 +94,17 @@ static const golden_t goldens[] = {
 	G("b-list", 20, 1, b_mask, b_bitval, b_list_row, IBP_ROW_LIST, b_list_enc),
 	G("b-bitmap", 20, 1, b_mask, b_bitval, b_bitmap_row, IBP_ROW_BITMAP, b_bitmap_enc),
 	G("c-clean64", 16, 8, c_mask, c_bitval, c_row, IBP_ROW_CLEAN, c_enc),
+	GX("x-list-hit", 24, 2, x_mask, x_bitval, x_xval, x_list_row, IBP_ROW_LIST, x_list_enc),
+	GX("x-bitmap-mix", 24, 2, x_mask, x_bitval, x_xval, x_mix_row, IBP_ROW_BITMAP, x_mix_enc),
 };
 #define NGOLDEN (sizeof(goldens) / sizeof(goldens[0]))
 
 static void check_golden(const golden_t *g, ibp_impl_t impl)
 {
 	ibp_codec_t *c;
-	cr_assert_eq(ibp_codec_create(g->R, g->C, 1, g->mask, g->bitval, &c), IBP_OK, "%s: %s",
-		     g->name, ibp_last_error());
+	cr_assert_eq(ibp_codec_create_ex(g->R, g->C, 1, g->mask, g->bitval, g->xval, &c), IBP_OK,
+		     "%s: %s", g->name, ibp_last_error());
+	cr_assert_eq(ibp_codec_has_xval(c), g->xval != NULL, "%s", g->name);
 	cr_assert_eq(ibp_codec_set_impl(c, impl), IBP_OK);
 	uint8_t dst[64], back[64];
 	uint64_t len, slen;
@@ -163,12 +187,13 @@ Test(golden, file_matches)
 	while (fgets(line, sizeof(line), f)) {
 		if (line[0] == '#' || line[0] == '\n')
 			continue;
-		char name[64], m[512], b[512], row[512], fl[8], enc[512];
+		char name[64], m[512], b[512], row[512], fl[8], enc[512], x[512];
 		unsigned long long R;
 		unsigned C;
-		cr_assert_eq(sscanf(line, "%63s %llu %u %511s %511s %511s %7s %511s", name, &R, &C, m, b,
-				    row, fl, enc),
-			     8, "bad line: %s", line);
+		/* the 9th field (xval) is optional: absent = no Xvals */
+		int nf = sscanf(line, "%63s %llu %u %511s %511s %511s %7s %511s %511s", name, &R, &C, m,
+				b, row, fl, enc, x);
+		cr_assert(nf == 8 || nf == 9, "bad line: %s", line);
 		const golden_t *g = NULL;
 		for (size_t i = 0; i < NGOLDEN; i++)
 			if (strcmp(goldens[i].name, name) == 0)
@@ -188,6 +213,11 @@ Test(golden, file_matches)
 		cr_assert_eq(buf[0], g->flags, "%s flags", name);
 		cr_assert_eq(unhex(enc, buf, sizeof(buf)), g->enc_len, "%s encoded", name);
 		cr_assert_arr_eq(buf, g->enc, g->enc_len, "%s encoded", name);
+		cr_assert_eq(nf == 9, g->xval != NULL, "%s: xval field", name);
+		if (nf == 9) {
+			cr_assert_eq(unhex(x, buf, sizeof(buf)), D * C, "%s xval", name);
+			cr_assert_arr_eq(buf, g->xval, D * C, "%s xval", name);
+		}
 		seen++;
 	}
 	fclose(f);

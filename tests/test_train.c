@@ -1,7 +1,8 @@
 /* test_train.c - ibp_codec_train: Mask/Bitval on hand-built data, T = 1.0,
- * the threshold and chunk-size searches against brute force, sample
- * determinism, odd row lengths, tiny inputs, clusters, invalid options.
- * Every trained codec must round-trip the data byte-exact. */
+ * the threshold and chunk-size searches against brute force, Xvals (brute
+ * force, sparse binary rows, when they do not pay), sample determinism, odd
+ * row lengths, tiny inputs, clusters, invalid options. Every trained codec
+ * must round-trip the data byte-exact. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@ static ibp_codec_t *train(const void *rows, uint64_t n, uint64_t R, unsigned C, 
 	o.chunk_bytes = C;
 	o.threshold = T;
 	o.clusters = k;
+	o.xval = 2; /* Xvals wherever they pay: the rule under test; xval_min_gain checks 1 */
 	ibp_codec_t *c = NULL;
 	ibp_status_t st = ibp_codec_train(rows, n, R, &o, &c);
 	cr_assert_eq(st, IBP_OK, "train failed: %s", ibp_last_error());
@@ -62,11 +64,12 @@ static uint64_t roundtrip(const ibp_codec_t *c, const uint8_t *rows, uint64_t n,
 }
 
 /* What training minimises when it sees every row: rows + 1 flags byte a row
- * + 1 cluster byte a row when k > 1 + Mask and Bitval. */
+ * + 1 cluster byte a row when k > 1 + Mask and Bitval (+ Xval if any). */
 static uint64_t total_size(const ibp_codec_t *c, const uint8_t *rows, uint64_t n, uint64_t R)
 {
 	unsigned k = ibp_codec_nclusters(c);
-	uint64_t meta = 2ull * k * ibp_codec_nchunks(c) * ibp_codec_chunk_bytes(c);
+	uint64_t meta = (2ull + (uint64_t)ibp_codec_has_xval(c)) * k * ibp_codec_nchunks(c) *
+			ibp_codec_chunk_bytes(c);
 	return roundtrip(c, rows, n, R) + n * (k > 1 ? 2 : 1) + meta;
 }
 
@@ -143,6 +146,7 @@ Test(train, defaults)
 	cr_assert_eq(o.seed, 0x1B9u);
 	cr_assert_eq(o.clusters, 1u);
 	cr_assert_eq(o.nthreads, 0);
+	cr_assert_eq(o.xval, 1);
 }
 
 /* 10 rows of 2 bytes; byte 0 bit b is set in ones[b] of the rows. */
@@ -307,9 +311,10 @@ static int same_codec(const ibp_codec_t *a, const ibp_codec_t *b)
 	uint64_t W = ibp_codec_nchunks(a) * ibp_codec_chunk_bytes(a);
 	for (unsigned k = 0; k < ibp_codec_nclusters(a); k++)
 		if (memcmp(ibp_codec_mask(a, k), ibp_codec_mask(b, k), W) ||
-		    memcmp(ibp_codec_bitval(a, k), ibp_codec_bitval(b, k), W))
+		    memcmp(ibp_codec_bitval(a, k), ibp_codec_bitval(b, k), W) ||
+		    memcmp(ibp_codec_xval(a, k), ibp_codec_xval(b, k), W))
 			return 0;
-	return 1;
+	return ibp_codec_has_xval(a) == ibp_codec_has_xval(b);
 }
 
 Test(train, sample_is_deterministic)
@@ -537,7 +542,7 @@ Test(train, invalid_options)
 	} bad[] = {
 		{ 3, -1, 0, 1, 0 },   { 16, -1, 0, 1, 0 }, { 0, 0.4, 0, 1, 0 }, { 0, 1.01, 0, 1, 0 },
 		{ 0, NAN, 0, 1, 0 },  { 0, -1, -0.1, 1, 0 }, { 0, -1, 1.5, 1, 0 }, { 0, -1, NAN, 1, 0 },
-		{ 0, -1, 0, 65, 0 },  { 0, -1, 0, 1, -1 },
+		{ 0, -1, 0, 65, 0 },  { 0, -1, 0, 1, -1 },  { 0, -1, 0, 1, 0 },
 	};
 	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		ibp_train_opts_default(&o);
@@ -546,6 +551,8 @@ Test(train, invalid_options)
 		o.sample = bad[i].sample;
 		o.clusters = bad[i].k;
 		o.nthreads = bad[i].nt;
+		if (i == sizeof(bad) / sizeof(bad[0]) - 1)
+			o.xval = 3; /* the last case: only xval is wrong */
 		c = (ibp_codec_t *)rows;
 		cr_assert_eq(ibp_codec_train(rows, 4, 4, &o, &c), IBP_ERR_INVALID_ARG, "case %u", i);
 		cr_assert_null(c, "case %u: out not cleared", i);
@@ -566,4 +573,290 @@ Test(train, invalid_options)
 	ibp_codec_free(c);
 	cr_assert_eq(ibp_codec_train(rows, 4, 4, NULL, &c), IBP_OK); /* NULL opts = defaults */
 	ibp_codec_free(c);
+}
+
+/* ---- Xvals ---------------------------------------------------------- */
+
+/* float32 rows of 0.0 and 1.0 (a fraction p of ones), like bag-of-words. */
+static void gen_binary_f32(tu_rng_t *r, uint8_t *rows, uint64_t n, uint64_t R, double p)
+{
+	memset(rows, 0, n * R);
+	for (uint64_t i = 0; i < n; i++)
+		for (uint64_t q = 0; q + 4 <= R; q += 4)
+			if (tu_uniform(r) < p) {
+				float one = 1.0f;
+				memcpy(rows + i * R + q, &one, 4);
+			}
+}
+
+/* Checks the Xvals of cluster 0 against the rule, by brute force over all
+ * rows: an enabled chunk's hits * e_j > exceptions_j, and a strict majority
+ * value among the exceptions that pays is enabled with that value. */
+static uint64_t check_xval_rule(const ibp_codec_t *c, const uint8_t *rows, uint64_t n, uint64_t R)
+{
+	const unsigned C = ibp_codec_chunk_bytes(c);
+	const uint64_t D = ibp_codec_nchunks(c);
+	const uint8_t *m = ibp_codec_mask(c, 0), *b = ibp_codec_bitval(c, 0), *x = ibp_codec_xval(c, 0);
+	uint8_t *pad = tu_xcalloc(D * C);
+	uint64_t *vals = tu_xcalloc(n * sizeof(uint64_t)), enabled = 0;
+	for (uint64_t j = 0; j < D; j++) {
+		uint64_t mj = tu_word(m, C, j), bj = tu_word(b, C, j), xj = tu_word(x, C, j);
+		unsigned e = (unsigned)__builtin_popcountll(mj);
+		uint64_t exc = 0, hits = 0;
+		for (uint64_t i = 0; i < n; i++) {
+			memset(pad, 0, D * C);
+			memcpy(pad + j * C, rows + i * R + j * C, (j + 1) * C <= R ? C : R - j * C);
+			uint64_t v = tu_word(pad, C, j) & mj;
+			if (v == bj)
+				continue;
+			vals[exc++] = v;
+			hits += v == xj;
+		}
+		if (xj != bj) {
+			enabled++;
+			cr_assert_gt(hits * e, exc, "chunk %llu enabled: %llu hits, %llu exceptions, e %u",
+				     (unsigned long long)j, (unsigned long long)hits,
+				     (unsigned long long)exc, e);
+		}
+		/* a strict majority that pays must be the chunk's Xval */
+		for (uint64_t a = 0; a < exc; a++) {
+			uint64_t cnt = 0;
+			for (uint64_t q = 0; q < exc; q++)
+				cnt += vals[q] == vals[a];
+			if (2 * cnt > exc && cnt * e > exc && ibp_codec_has_xval(c))
+				cr_assert_eq(xj, vals[a], "chunk %llu: Xval %llx, majority %llx",
+					     (unsigned long long)j, (unsigned long long)xj,
+					     (unsigned long long)vals[a]);
+			if (2 * cnt > exc)
+				break;
+		}
+	}
+	free(pad);
+	free(vals);
+	return enabled;
+}
+
+/* Sparse 0/1 float32 rows at C = 2: the upper halves (3F80 when the value
+ * is 1.0f) get Xval 3F80; the rows shrink and still decode byte-exact. */
+Test(train, xval_pays_on_sparse_binary)
+{
+	const uint64_t n = 3000, R = 4 * 500;
+	tu_rng_t r;
+	tu_rng_seed(&r, 41);
+	uint8_t *rows = tu_xcalloc(n * R);
+	gen_binary_f32(&r, rows, n, R, 0.012);
+	ibp_codec_t *c = train(rows, n, R, 2, -1, 1);
+	cr_assert_eq(ibp_codec_has_xval(c), 1);
+	const uint64_t D = ibp_codec_nchunks(c);
+	uint64_t up = 0;
+	for (uint64_t j = 0; j < D; j++) {
+		uint64_t x = tu_word(ibp_codec_xval(c, 0), 2, j), b = tu_word(ibp_codec_bitval(c, 0), 2, j);
+		if (j % 2) { /* upper half of a float */
+			cr_assert_eq(x, 0x3F80u, "chunk %llu: Xval %llx", (unsigned long long)j,
+				     (unsigned long long)x);
+			up++;
+		} else {
+			cr_assert_eq(x, b, "lower half %llu enabled", (unsigned long long)j);
+		}
+	}
+	cr_assert_eq(up, D / 2);
+	cr_assert_eq(check_xval_rule(c, rows, n, R), D / 2);
+	uint64_t with = roundtrip(c, rows, n, R);
+	/* the same Mask/Bitval without Xvals */
+	ibp_codec_t *p;
+	cr_assert_eq(ibp_codec_create(R, 2, 1, ibp_codec_mask(c, 0), ibp_codec_bitval(c, 0), &p), IBP_OK);
+	uint64_t without = roundtrip(p, rows, n, R);
+	cr_assert_lt((double)with, 0.75 * (double)without, "with Xvals %llu, without %llu",
+		     (unsigned long long)with, (unsigned long long)without);
+	/* and with the Xval table counted, the whole set is still smaller */
+	cr_assert_lt(total_size(c, rows, n, R), total_size(p, rows, n, R));
+	/* chunk auto keeps Xvals and beats the paper layout by far */
+	ibp_codec_t *a = train(rows, n, R, 0, -1, 1);
+	cr_assert_eq(ibp_codec_has_xval(a), 1);
+	uint64_t ta = total_size(a, rows, n, R);
+	cr_assert_leq(ta, total_size(c, rows, n, R));
+	uint64_t paper = ibp_paper_layout_size(a, rows, n);
+	cr_assert_lt(5 * roundtrip(a, rows, n, R), paper, "rows %llu, paper layout %llu",
+		     (unsigned long long)roundtrip(a, rows, n, R), (unsigned long long)paper);
+	/* portable and BMI2 give the same bytes: checked by roundtrip's
+	 * batch == per-row sizes; decode through both paths here */
+	for (int impl = IBP_IMPL_PORTABLE; impl <= IBP_IMPL_BMI2; impl++)
+		if (ibp_codec_set_impl(c, (ibp_impl_t)impl) == IBP_OK)
+			cr_assert_eq(roundtrip(c, rows, n, R), with);
+	ibp_codec_free(a);
+	ibp_codec_free(p);
+	ibp_codec_free(c);
+	free(rows);
+}
+
+/* Brute force of the vote and the enabling rule on data with values that
+ * sometimes have a majority and sometimes not; chunk sizes 1..8. */
+Test(train, xval_rule_brute_force)
+{
+	const uint64_t n = 4000, R = 24;
+	tu_rng_t r;
+	tu_rng_seed(&r, 43);
+	uint8_t *rows = tu_xcalloc(n * R);
+	for (uint64_t i = 0; i < n; i++)
+		for (uint64_t p = 0; p < R; p++) {
+			double u = tu_uniform(&r);
+			/* byte p: mostly 0; else a favourite value (share rising with p),
+			 * else random */
+			uint8_t fav = (uint8_t)(0x11 * (p % 15 + 1));
+			double pe = 0.04 + 0.01 * (double)(p % 5), pf = (double)(p % 8) / 8.0;
+			rows[i * R + p] = u >= pe ? 0 : tu_uniform(&r) < pf ? fav : (uint8_t)tu_next(&r);
+		}
+	uint64_t en = 0;
+	for (unsigned ci = 0; ci < 4; ci++) {
+		ibp_codec_t *c = train(rows, n, R, CHUNKS[ci], -1, 1);
+		en += check_xval_rule(c, rows, n, R);
+		roundtrip(c, rows, n, R);
+		ibp_codec_free(c);
+	}
+	cr_assert_gt(en, 0);
+	free(rows);
+}
+
+/* A few rows with a single 1.0f each and long rows: the Xval table (D * C
+ * bytes) would cost more than the hits save, so training keeps none. */
+Test(train, xval_not_worth_its_table)
+{
+	const uint64_t n = 8, R = 4 * 2048;
+	uint8_t *rows = tu_xcalloc(n * R);
+	float one = 1.0f;
+	for (uint64_t i = 0; i < n; i++)
+		memcpy(rows + i * R + 4 * (i * 97 % 2048), &one, 4);
+	ibp_codec_t *c = train(rows, n, R, 2, 0.8, 1);
+	cr_assert_eq(ibp_codec_has_xval(c), 0);
+	cr_assert_arr_eq(ibp_codec_xval(c, 0), ibp_codec_bitval(c, 0), R);
+	roundtrip(c, rows, n, R);
+	ibp_codec_free(c);
+	free(rows);
+}
+
+/* Clusters fit their own Xvals: a binary half and a float half. */
+Test(train, xval_with_clusters)
+{
+	const uint64_t n = 4000, R = 256;
+	tu_rng_t r;
+	tu_rng_seed(&r, 45);
+	uint8_t *rows = tu_xcalloc(n * R);
+	for (uint64_t i = 0; i < n; i++) {
+		if (i % 2)
+			gen_normal(&r, rows + i * R, 1, R);
+		else
+			gen_binary_f32(&r, rows + i * R, 1, R, 0.05);
+	}
+	ibp_codec_t *c = train(rows, n, R, 2, -1, 2);
+	cr_assert_eq(ibp_codec_nclusters(c), 2u);
+	cr_assert_eq(ibp_codec_has_xval(c), 1);
+	unsigned kb = ibp_choose_cluster(c, rows);
+	const uint8_t *x = ibp_codec_xval(c, kb);
+	cr_assert_eq(tu_word(x, 2, 1), 0x3F80u);
+	roundtrip(c, rows, n, R);
+	ibp_codec_free(c);
+	free(rows);
+}
+
+/* The vote runs in row blocks merged in order: the same Xvals for any
+ * thread count, also where exceptions have no majority. */
+Test(train, xval_deterministic)
+{
+	const uint64_t n = 20000, R = 256;
+	tu_rng_t r;
+	tu_rng_seed(&r, 47);
+	uint8_t *rows = tu_xcalloc(n * R);
+	for (uint64_t i = 0; i < n; i++)
+		for (uint64_t q = 0; q + 4 <= R; q += 4) {
+			double u = tu_uniform(&r);
+			/* mostly 0; then 1.0f, or (on later columns ever more often)
+			 * one of a few other values */
+			float v = u < 0.9 ? 0.0f
+				  : tu_uniform(&r) < 0.3 + (double)q / (double)R ? 1.0f
+				  : (float)(2 + tu_below(&r, 3));
+			memcpy(rows + i * R + q, &v, 4);
+		}
+	ibp_train_opts_t o;
+	ibp_train_opts_default(&o);
+	ibp_codec_t *c[3];
+	for (int t = 0; t < 3; t++) {
+		o.nthreads = t + 1;
+		cr_assert_eq(ibp_codec_train(rows, n, R, &o, &c[t]), IBP_OK, "%s", ibp_last_error());
+	}
+	cr_assert_eq(ibp_codec_has_xval(c[0]), 1);
+	cr_assert(same_codec(c[0], c[1]) && same_codec(c[0], c[2]), "thread count changed the codec");
+	check_xval_rule(c[0], rows, n, R);
+	roundtrip(c[0], rows, n, R);
+	for (int t = 0; t < 3; t++)
+		ibp_codec_free(c[t]);
+	free(rows);
+}
+
+/* xval = 0: the same search without Xvals (what training did before them). */
+Test(train, xval_off)
+{
+	const uint64_t n = 3000, R = 4 * 500;
+	tu_rng_t r;
+	tu_rng_seed(&r, 41);
+	uint8_t *rows = tu_xcalloc(n * R);
+	gen_binary_f32(&r, rows, n, R, 0.012);
+	ibp_train_opts_t o;
+	ibp_train_opts_default(&o);
+	o.xval = 0;
+	o.chunk_bytes = 2;
+	ibp_codec_t *c;
+	cr_assert_eq(ibp_codec_train(rows, n, R, &o, &c), IBP_OK);
+	cr_assert_eq(ibp_codec_has_xval(c), 0);
+	/* the same Masks as with Xvals at the same T, by brute force */
+	uint8_t *m = tu_xcalloc(R), *v = tu_xcalloc(R);
+	expect_mask(rows, n, R, ibp_codec_threshold(c), m, v);
+	check_mask(c, 0, m, v, R);
+	uint64_t without = roundtrip(c, rows, n, R);
+	ibp_codec_t *x = train(rows, n, R, 2, -1, 1);
+	cr_assert_lt(roundtrip(x, rows, n, R), without);
+	ibp_codec_free(x);
+	ibp_codec_free(c);
+	free(m);
+	free(v);
+	free(rows);
+}
+
+/* xval = 1 (the default) keeps Xvals only when they save >= 5%: a tiny gain
+ * on dense rows is dropped, the large gain on sparse 0/1 rows is kept. */
+Test(train, xval_min_gain)
+{
+	const uint64_t n = 4000, R = 64;
+	tu_rng_t r;
+	tu_rng_seed(&r, 47);
+	uint8_t *rows = tu_xcalloc(n * R);
+	for (uint64_t i = 0; i < n; i++) {
+		for (uint64_t p = 0; p < 32; p++)
+			rows[i * R + p] = (uint8_t)tu_next(&r);
+		if (tu_below(&r, 100) < 3)
+			rows[i * R + 32] = 0x55;
+	}
+	ibp_train_opts_t o;
+	ibp_train_opts_default(&o);
+	cr_assert_eq(o.xval, 1);
+	o.chunk_bytes = 1;
+	ibp_codec_t *c1 = NULL, *c2 = NULL;
+	cr_assert_eq(ibp_codec_train(rows, n, R, &o, &c1), IBP_OK, "%s", ibp_last_error());
+	o.xval = 2;
+	cr_assert_eq(ibp_codec_train(rows, n, R, &o, &c2), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_codec_has_xval(c2), 1, "xval=2 fits the 0x55 exceptions");
+	cr_assert_eq(ibp_codec_has_xval(c1), 0, "a gain far below 5%% is dropped");
+	cr_assert_eq(roundtrip(c1, rows, n, R), roundtrip(c1, rows, n, R));
+	ibp_codec_free(c1);
+	ibp_codec_free(c2);
+
+	const uint64_t n2 = 3000, R2 = 4 * 500;
+	uint8_t *sparse = tu_xcalloc(n2 * R2);
+	gen_binary_f32(&r, sparse, n2, R2, 0.012);
+	o.xval = 1;
+	o.chunk_bytes = 0;
+	cr_assert_eq(ibp_codec_train(sparse, n2, R2, &o, &c1), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_codec_has_xval(c1), 1, "sparse 0/1 rows keep their Xvals");
+	ibp_codec_free(c1);
+	free(sparse);
+	free(rows);
 }

@@ -8,7 +8,8 @@
  *   ibp_analysis_free(a);
  *
  * The analysis uses the same deterministic row sample, counts, Mask/Bitval
- * rule and size accounting as ibp_codec_train (one cluster). The sample:
+ * rule, Xvals (unless opts->xval = 0) and size accounting as
+ * ibp_codec_train (one cluster). The sample:
  * opts->sample = f takes round(f * nrows) rows (at least 1); auto (0) takes
  * all rows when nrows * row_bytes <= 64 MiB, else about 64 MiB of rows.
  * Rows are drawn one per equal stratum of [0, nrows) from opts->seed, so the
@@ -31,9 +32,11 @@ typedef struct ibp_analysis_cell {
 	double threshold;        /* T */
 	uint64_t invariant_bits; /* Mask bits set among the row's 8 * row_bytes bits
 				    (padding bits of a partial last chunk not counted) */
-	uint64_t sample_bytes;   /* actual: sum of ibp_row_size over the sample rows */
+	uint64_t sample_bytes;   /* actual: sum of ibp_row_size over the sample rows,
+				    with the Xvals training fits for this Mask */
 	uint64_t sample_nonraw;  /* sample rows stored smaller than raw */
-	uint64_t metadata_bytes; /* Mask + Bitval: 2 * D * C */
+	uint64_t metadata_bytes; /* Mask + Bitval: 2 * D * C, + Xval: D * C when
+				    the cell's codec has Xvals */
 	/* Predicted size of the whole data set: sample_bytes * nrows /
 	 * sample_rows, + 1 flags byte per row, + metadata_bytes. This is the
 	 * quantity ibp_codec_train minimises (with clusters = 1). */
@@ -70,7 +73,7 @@ typedef struct ibp_analysis {
 } ibp_analysis_t;
 
 /* Analyses `nrows` rows of `row_bytes` bytes at `rows`. opts (NULL =
- * defaults) gives sample, seed, nthreads and optionally a threshold;
+ * defaults) gives sample, seed, nthreads, xval and optionally a threshold;
  * chunk_bytes and clusters are validated but every chunk size is reported
  * and the analysis uses one cluster. On success *out owns a new report
  * (free with ibp_analysis_free). Errors: IBP_ERR_INVALID_ARG (as

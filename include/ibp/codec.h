@@ -3,8 +3,10 @@
  * A data set is N rows of R bytes. Each row is cut into D = ceil(R / C)
  * chunks of C bytes (C = 1, 2, 4 or 8; a trailing partial chunk is padded
  * with zero bytes). Training finds, per cluster and per chunk position, a
- * Mask of bit positions that are (nearly) invariant across rows and their
- * usual values (Bitval). A row is then stored as one of four modes
+ * Mask of bit positions that are (nearly) invariant across rows, their
+ * usual values (Bitval) and, where it pays, the usual value of those bits
+ * in the rows where they differ from the Bitval (Xval). A row is then
+ * stored as one of four modes
  * (raw / clean / bitmap / list); docs/FORMAT.md specifies every bit.
  *
  * Typical use:
@@ -57,10 +59,14 @@ typedef struct ibp_train_opts {
 	uint64_t seed;        /* seed of the deterministic row sample and k-means init */
 	unsigned clusters;    /* k in 1..IBP_MAX_CLUSTERS; 0 = auto (tries a few k) */
 	int nthreads;         /* worker threads; 0 = all online CPUs */
+	int xval;             /* 1 = fit Xvals when they save >= 5% of the total
+				 size (they slow the decode of exception-heavy
+				 dense rows), 2 = wherever they pay at all,
+				 0 = none */
 } ibp_train_opts_t;
 
 /* Fills `o` with the defaults: chunk auto, threshold auto, sample auto,
- * seed 0x1B9, clusters 1, nthreads 0. */
+ * seed 0x1B9, clusters 1, nthreads 0, xval 1. */
 void ibp_train_opts_default(ibp_train_opts_t *o);
 
 /* Trains a codec on `nrows` rows of `row_bytes` bytes stored back to back at
@@ -73,11 +79,16 @@ void ibp_train_opts_default(ibp_train_opts_t *o);
  * one from each equal slice of the data, picked by `seed`: the result does
  * not depend on nthreads. Rule: a bit is invariant with Bitval 1 when
  * count >= T*N and with Bitval 0 when N - count >= T*N, so T = 1.0 keeps
- * exactly the constant bits. Ties between candidates go to the larger chunk,
- * then the larger T. With k > 1 clusters, k-means runs on an evenly spaced
- * subset of the sample (<= 16 MiB), each cluster sweeps its own T, and
- * ibp_codec_threshold reports the T of the largest cluster; fewer than k
- * clusters come back when the sample has fewer distinct rows.
+ * exactly the constant bits. With xval, each candidate Mask/Bitval gets
+ * its Xvals: per chunk position the most common invariant bits among the
+ * sample's exceptions (a majority vote), enabled where hits * e_j >
+ * exceptions, and kept only when their saving on the data set exceeds the
+ * D * C bytes of the Xval table; sizes and totals count them. Ties between
+ * candidates go to the larger chunk, then the larger T. With k > 1
+ * clusters, k-means runs on an evenly spaced subset of the sample
+ * (<= 16 MiB), each cluster sweeps its own T, and ibp_codec_threshold
+ * reports the T of the largest cluster; fewer than k clusters come back
+ * when the sample has fewer distinct rows.
  * Thread-safe: it touches only its arguments. */
 ibp_status_t ibp_codec_train(const void *rows, uint64_t nrows, uint64_t row_bytes,
 			     const ibp_train_opts_t *opts, ibp_codec_t **out);
@@ -89,6 +100,16 @@ ibp_status_t ibp_codec_train(const void *rows, uint64_t nrows, uint64_t row_byte
  * invariant zeros) and returns IBP_ERR_CORRUPT otherwise. */
 ibp_status_t ibp_codec_create(uint64_t row_bytes, unsigned chunk_bytes, unsigned nclusters,
 			      const void *masks, const void *bitvals, ibp_codec_t **out);
+
+/* As ibp_codec_create, with exception values (Xval, docs/FORMAT.md §1):
+ * `xvals` holds nclusters * D chunk words like `bitvals`, one x̂ per cluster
+ * and chunk position. Chunk j uses its Xval (an exception whose invariant
+ * bits equal x̂_j costs one hit bit) iff x̂_j != b_j; NULL = none (x̂ = b),
+ * exactly ibp_codec_create. x̂ bits outside the mask, or set among the
+ * padding bits of the last chunk, give IBP_ERR_CORRUPT. */
+ibp_status_t ibp_codec_create_ex(uint64_t row_bytes, unsigned chunk_bytes, unsigned nclusters,
+				 const void *masks, const void *bitvals, const void *xvals,
+				 ibp_codec_t **out);
 
 /* Frees a codec; NULL is a no-op. */
 void ibp_codec_free(ibp_codec_t *c);
@@ -105,6 +126,14 @@ double ibp_codec_threshold(const ibp_codec_t *c);
  * owned by the codec; NULL if cluster is out of range. */
 const uint8_t *ibp_codec_mask(const ibp_codec_t *c, unsigned cluster);
 const uint8_t *ibp_codec_bitval(const ibp_codec_t *c, unsigned cluster);
+/* Xval of `cluster` as D little-endian chunk words (D * C bytes), owned by
+ * the codec: x̂_j where chunk j's Xval is enabled, b_j elsewhere (all of it
+ * equals the Bitval for a codec without Xvals); NULL if cluster is out of
+ * range. Store these with the Masks/Bitvals when ibp_codec_has_xval. */
+const uint8_t *ibp_codec_xval(const ibp_codec_t *c, unsigned cluster);
+/* 1 if any chunk of any cluster has its Xval enabled (x̂_j != b_j), else 0
+ * (rows are then encoded exactly as without Xvals). */
+int ibp_codec_has_xval(const ibp_codec_t *c);
 /* Size of the static part of a non-raw row of `cluster`, in bits. */
 uint64_t ibp_codec_static_bits(const ibp_codec_t *c, unsigned cluster);
 

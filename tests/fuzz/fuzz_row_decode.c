@@ -2,7 +2,10 @@
  *
  * Input: 12 header bytes that build a codec, then an encoded row.
  *   byte 0: bits 0-1 chunk size 1 << v; bits 2-3 clusters - 1;
- *           bits 4-5 mask style (random / dense / empty / full)
+ *           bits 4-5 mask style (random / dense / empty / full);
+ *           bit 6: Xvals (random bits inside the mask on about half the
+ *           chunks, the Bitval elsewhere); bit 7: their values come from
+ *           the row bytes (so that hits occur) instead of the generator
  *   bytes 1-2: R = 1 + (le16 % 700)
  *   bytes 3-10: seed of the Mask/Bitval generator
  *   byte 11: flags byte to try besides modes 0..3
@@ -25,17 +28,18 @@ static uint64_t fz_splitmix(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
-static ibp_codec_t *fz_codec(const uint8_t *h)
+static ibp_codec_t *fz_codec(const uint8_t *h, const uint8_t *row, size_t rlen)
 {
 	unsigned C = 1u << (h[0] & 3), K = 1 + ((h[0] >> 2) & 3), style = (h[0] >> 4) & 3;
 	uint64_t R = 1 + ((uint64_t)(h[1] | (h[2] << 8)) % 700);
 	uint64_t seed;
 	memcpy(&seed, h + 3, 8);
 	uint64_t D = (R + C - 1) / C, n = K * D * C;
-	uint8_t *m = malloc(n), *b = malloc(n);
-	if (!m || !b) {
+	uint8_t *m = malloc(n), *b = malloc(n), *x = malloc(n);
+	if (!m || !b || !x) {
 		free(m);
 		free(b);
+		free(x);
 		return NULL;
 	}
 	for (uint64_t i = 0; i < n; i++) {
@@ -44,17 +48,27 @@ static ibp_codec_t *fz_codec(const uint8_t *h)
 		m[i] = mm;
 		b[i] = (uint8_t)(r >> 16) & mm;
 	}
+	/* Xvals chunk by chunk: enabled on about half of them */
+	for (uint64_t i = 0; i < n; i += C) {
+		uint64_t r = fz_splitmix(&seed);
+		for (unsigned q = 0; q < C; q++) {
+			uint8_t v = (h[0] & 0x80) && rlen ? row[(i + q) % rlen] : (uint8_t)(r >> (8 * q));
+			x[i + q] = (r >> 63) ? (uint8_t)(v & m[i + q]) : b[i + q];
+		}
+	}
 	uint64_t last = R - (D - 1) * C;
 	for (unsigned k = 0; k < K; k++)
 		for (uint64_t i = last; i < C; i++) {
 			m[k * D * C + (D - 1) * C + i] = 0xFF;
 			b[k * D * C + (D - 1) * C + i] = 0;
+			x[k * D * C + (D - 1) * C + i] = 0;
 		}
 	ibp_codec_t *c = NULL;
-	if (ibp_codec_create(R, C, K, m, b, &c) != IBP_OK)
+	if (ibp_codec_create_ex(R, C, K, m, b, (h[0] & 0x40) ? x : NULL, &c) != IBP_OK)
 		abort(); /* the metadata above is valid by construction */
 	free(m);
 	free(b);
+	free(x);
 	return c;
 }
 
@@ -62,7 +76,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 12)
 		return 0;
-	ibp_codec_t *c = fz_codec(data);
+	ibp_codec_t *c = fz_codec(data, data + 12, size - 12);
 	if (!c)
 		return 0;
 	const uint64_t R = ibp_codec_row_bytes(c);
