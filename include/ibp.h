@@ -13,6 +13,13 @@
 #include "ibp/status.h"
 #include "ibp/types.h"
 #include "ibp/codec.h"
+#include "ibp/analyze.h"
+#include "ibp/npy.h"
+#include "ibp/alloc.h"
+#include "ibp/container.h"
+#include "ibp/store.h"
+#include "ibp/exp.h"
+#include "ibp/fp8.h"
 
 #ifdef __cplusplus
 extern "C" {
