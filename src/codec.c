@@ -104,6 +104,17 @@ static ibp_run_t *ibp_make_runs(uint64_t x, ibp_run_t *r)
 	return r;
 }
 
+/* 1 if this build and CPU can run the AVX-512 kernels. */
+static int ibp_avx512_ok(void)
+{
+#ifdef IBP_HAVE_BMI2_KERNELS
+	const ibp_cpu_features_t *f = ibp_cpu();
+	return f->avx512vbmi && f->bmi2;
+#else
+	return 0;
+#endif
+}
+
 static ibp_impl_t ibp_auto_impl(void)
 {
 	const char *e = getenv("IBP_FORCE_PORTABLE");
@@ -111,9 +122,92 @@ static ibp_impl_t ibp_auto_impl(void)
 		return IBP_IMPL_PORTABLE;
 #ifdef IBP_HAVE_BMI2_KERNELS
 	if (ibp_cpu()->fast_pdep)
-		return IBP_IMPL_BMI2;
+		return ibp_avx512_ok() ? IBP_IMPL_AVX512 : IBP_IMPL_BMI2;
 #endif
 	return IBP_IMPL_PORTABLE;
+}
+
+static const ibp_kernels_t *ibp_impl_kernels(ibp_impl_t impl)
+{
+#ifdef IBP_HAVE_BMI2_KERNELS
+	if (impl == IBP_IMPL_BMI2)
+		return &ibp_kernels_bmi2;
+	if (impl == IBP_IMPL_AVX512)
+		return &ibp_kernels_avx512;
+#endif
+	(void)impl;
+	return &ibp_kernels_portable;
+}
+
+/* Builds the SIMD static-part tables (ibp_cluster_t.vg, ibp_vgroup_t) of
+ * every cluster when the AVX-512 kernels can run; returns 0 on no memory. */
+static int ibp_build_vec(ibp_codec_t *c)
+{
+	const uint64_t D = c->D, C = c->C;
+	if (!ibp_avx512_ok() || C == 8 || D < 2)
+		return 1;
+	const uint64_t G = C <= 2 ? 16 : 8, LB = C <= 2 ? 4 : 8;
+	const uint64_t nvg = (D - 1) / G; /* the last chunk stays scalar */
+	if (nvg == 0)
+		return 1;
+	const uint64_t K = c->K;
+	if (K * nvg > SIZE_MAX / sizeof(ibp_vgroup_t) / 2)
+		return 0;
+	ibp_vgroup_t *vg = aligned_alloc(64, K * nvg * sizeof(ibp_vgroup_t));
+	uint64_t *v64 = malloc((K * nvg + K * nvg * G) * sizeof(uint64_t));
+	c->mem[5] = vg;
+	c->mem[6] = v64;
+	if (!vg || !v64)
+		return 0;
+	memset(vg, 0, K * nvg * sizeof(ibp_vgroup_t));
+	uint64_t *vbase = v64, *vfix = v64 + K * nvg;
+	for (uint64_t k = 0; k < K; k++) {
+		ibp_cluster_t *cl = &c->cl[k];
+		ibp_vgroup_t *g0 = vg + k * nvg;
+		uint64_t *vb = vbase + k * nvg, *fx = vfix + k * nvg * G, nfix = 0;
+		for (uint64_t g = 0; g < nvg; g++) {
+			ibp_vgroup_t *q = &g0[g];
+			vb[g] = cl->soff[g * G] >> 3;
+			for (uint64_t l = 0; l < G; l++) {
+				const uint64_t j = g * G + l, o = cl->soff[j];
+				const uint64_t rel = (o >> 3) - vb[g]; /* <= 30 */
+				for (uint64_t t = 0; t < LB; t++)
+					q->idx[l * LB + t] = (uint8_t)(rel + t);
+				const ibp_run_t *r = cl->runs + cl->nrun[j];
+				const uint64_t nr = cl->nrun[j + 1] - cl->nrun[j];
+				uint64_t m0 = 0, m1 = 0;
+				unsigned sh = (unsigned)(o & 7), p0 = 0, q1 = 0, p1 = 0;
+				if (nr > 2) {
+					fx[nfix++] = j;
+				} else {
+					if (nr >= 1) {
+						m0 = r[0].mask;
+						p0 = r[0].pos;
+					}
+					if (nr == 2) {
+						m1 = r[1].mask;
+						p1 = r[1].pos;
+						q1 = sh + r[1].src;
+					}
+				}
+				memcpy(q->m0 + l * LB, &m0, LB);
+				memcpy(q->m1 + l * LB, &m1, LB);
+				memcpy(q->b + l * LB, &cl->b[j], LB);
+				q->sh[l * LB] = (uint8_t)sh; /* lanes little-endian, rest 0 */
+				q->p0[l * LB] = (uint8_t)p0;
+				q->q1[l * LB] = (uint8_t)q1;
+				q->p1[l * LB] = (uint8_t)p1;
+			}
+		}
+		cl->vg = g0;
+		cl->vbase = vb;
+		cl->nvg = nvg;
+		cl->vfix = fx;
+		cl->nvfix = nfix;
+		if (nfix > nvg * G / 4) /* mostly fix-ups: the scalar loop is faster */
+			cl->nvg = cl->nvfix = 0;
+	}
+	return 1;
 }
 
 void ibp_codec_free(ibp_codec_t *c)
@@ -279,12 +373,10 @@ ibp_status_t ibp_codec_create_ex(uint64_t row_bytes, unsigned chunk_bytes, unsig
 					  .x = xw, .xen = xen, .has_x = has_x };
 		c->has_xval |= (int)has_x;
 	}
+	if (!ibp_build_vec(c))
+		goto nomem;
 	c->impl = ibp_auto_impl();
-	c->k = &ibp_kernels_portable;
-#ifdef IBP_HAVE_BMI2_KERNELS
-	if (c->impl == IBP_IMPL_BMI2)
-		c->k = &ibp_kernels_bmi2;
-#endif
+	c->k = ibp_impl_kernels(c->impl);
 	*out = c;
 	return IBP_OK;
 nomem:
@@ -349,12 +441,16 @@ ibp_status_t ibp_codec_set_impl(ibp_codec_t *c, ibp_impl_t impl)
 	switch (impl) {
 	case IBP_IMPL_AUTO:
 		c->impl = ibp_auto_impl();
-		c->k = &ibp_kernels_portable;
-#ifdef IBP_HAVE_BMI2_KERNELS
-		if (c->impl == IBP_IMPL_BMI2)
-			c->k = &ibp_kernels_bmi2;
-#endif
+		c->k = ibp_impl_kernels(c->impl);
 		return IBP_OK;
+	case IBP_IMPL_AVX512:
+		if (ibp_avx512_ok()) {
+			c->impl = IBP_IMPL_AVX512;
+			c->k = &ibp_kernels_avx512;
+			return IBP_OK;
+		}
+		return ibp_fail(IBP_ERR_UNSUPPORTED,
+				"codec_set_impl: this CPU or build has no AVX-512 VBMI");
 	case IBP_IMPL_PORTABLE:
 		c->impl = IBP_IMPL_PORTABLE;
 		c->k = &ibp_kernels_portable;
@@ -536,7 +632,7 @@ ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64
 	const ibp_cluster_t *cl = &c->cl[cluster];
 	const unsigned mode = flags & IBP_ROW_MODE_MASK;
 	const uint64_t D = c->D;
-	uint64_t hdr = 0, n = 0, E = 0;
+	uint64_t hdr = 0, n = 0;
 
 	switch (mode) {
 	case IBP_ROW_RAW:
@@ -556,18 +652,14 @@ ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64
 		if ((D & 7) && (src[hdr - 1] >> (D & 7)))
 			return ibp_fail(IBP_ERR_CORRUPT, "decode: bitmap bits set past chunk %llu",
 					(unsigned long long)D);
-		const uint8_t *ew = cl->ew;
+		uint64_t any = 0;
 		for (uint64_t i = 0; i < hdr; i += 8) {
 			uint64_t left = hdr - i;
-			uint64_t w = left >= 8 ? ibp_load64(src + i) : ibp_ld_partial(src + i, left);
-			n += (uint64_t)__builtin_popcountll(w);
-			while (w && !cl->has_x) { /* with Xvals E depends on the body */
-				E += ew[i * 8 + (uint64_t)__builtin_ctzll(w)];
-				w &= w - 1;
-			}
+			any |= left >= 8 ? ibp_load64(src + i) : ibp_ld_partial(src + i, left);
 		}
-		if (n == 0)
+		if (any == 0)
 			return ibp_fail(IBP_ERR_CORRUPT, "decode: bitmap row without exceptions");
+		n = 1; /* the walk takes the exceptions from the bitmap */
 		break;
 	}
 	case IBP_ROW_LIST: {
@@ -582,43 +674,28 @@ ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64
 		if (hdr > src_len)
 			return ibp_fail(IBP_ERR_CORRUPT, "decode: list of %llu bytes past the row end (%llu)",
 					(unsigned long long)hdr, (unsigned long long)src_len);
-		uint64_t prev = 0;
-		for (uint64_t k = 0; k < n; k++) {
-			uint64_t j = ibp_read_bits(src, hdr, (uint64_t)L * (k + 1), L);
-			if (j >= D || (k && j <= prev))
-				return ibp_fail(IBP_ERR_CORRUPT,
-						"decode: list entry %llu = %llu (previous %llu, %llu chunks)",
-						(unsigned long long)k, (unsigned long long)j,
-						(unsigned long long)prev, (unsigned long long)D);
-			prev = j;
-			E += cl->ew[j];
-		}
+		/* the walk checks the entries (< D, strictly increasing) */
 		break;
 	}
 	}
 	const uint8_t *bp = src + hdr;
 	const uint64_t avail = src_len - hdr;
-	if (cl->has_x && n) {
-		/* The exception fields' widths depend on their hit bits: the
-		 * kernel checks each one as it goes (one walk, not two). */
-		if ((cl->S + 7) / 8 > avail)
-			return ibp_fail(IBP_ERR_CORRUPT, "decode: static part past the row end");
-		c->k->decode_static(c, cl, bp, avail, dst);
-		uint64_t end = c->k->decode_exc(c, cl, mode, src, hdr, n, bp, avail, dst);
-		if (end == UINT64_MAX)
-			return ibp_fail(IBP_ERR_CORRUPT, "decode: exception part past the row end (%llu)",
-					(unsigned long long)avail);
-		*extent = hdr + (end + 7) / 8;
+	if ((cl->S + 7) / 8 > avail)
+		return ibp_fail(IBP_ERR_CORRUPT, "decode: static part past the row end (%llu)",
+				(unsigned long long)avail);
+	c->k->decode_static(c, cl, bp, avail, dst);
+	if (n == 0) {
+		*extent = hdr + (cl->S + 7) / 8;
 		return IBP_OK;
 	}
-	const uint64_t body = (cl->S + E + 7) / 8;
-	if (body > avail)
-		return ibp_fail(IBP_ERR_CORRUPT, "decode: body of %llu bytes past the row end (%llu)",
-				(unsigned long long)body, (unsigned long long)avail);
-	c->k->decode_static(c, cl, bp, avail, dst);
-	if (n)
-		c->k->decode_exc(c, cl, mode, src, hdr, n, bp, avail, dst);
-	*extent = hdr + body;
+	/* One walk: it checks each exception field against avail (their
+	 * widths depend on the hit bits with Xvals) and each list entry. */
+	uint64_t end = c->k->decode_exc(c, cl, mode, src, hdr, n, bp, avail, dst);
+	if (end == UINT64_MAX)
+		return ibp_fail(IBP_ERR_CORRUPT,
+				"decode: bad exception list or exception part past the row end (%llu)",
+				(unsigned long long)avail);
+	*extent = hdr + (end + 7) / 8;
 	return IBP_OK;
 }
 

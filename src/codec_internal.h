@@ -62,7 +62,33 @@ typedef struct ibp_cluster {
 	const uint64_t *x;
 	const uint8_t *xen;
 	unsigned has_x;
+	/* SIMD static-part tables (built only when the CPU can use them, else
+	 * nvg = 0): chunks [0, nvg * G) in nvg groups of G lanes (G = 16 for
+	 * C <= 2, 8 for C = 4; none for C = 8), vbase[g] the byte of the body
+	 * where group g's window starts. Chunks whose ~m_j has more than two
+	 * runs are decoded wrong by the lanes and listed in vfix[0, nvfix). */
+	const struct ibp_vgroup *vg;
+	const uint64_t *vbase;
+	uint64_t nvg;
+	const uint64_t *vfix;
+	uint64_t nvfix;
 } ibp_cluster_t;
+
+/* One SIMD group of the static part: lane l (LB = 4 bytes for C <= 2, 8
+ * for C = 4) gets bytes idx[l*LB, l*LB+LB) of the 64-byte window at vbase,
+ * then chunk = (((w >> sh) << p0) & m0) | (((w >> q1) << p1) & m1) | b,
+ * the two runs of ~m_j (q1 = sh + bits of the first run). Masks and Bitval
+ * are LB-byte little-endian lanes, and so are the shift counts. */
+typedef struct ibp_vgroup {
+	uint8_t idx[64];
+	uint8_t m0[64];
+	uint8_t m1[64];
+	uint8_t b[64];
+	uint8_t sh[64];
+	uint8_t p0[64];
+	uint8_t q1[64];
+	uint8_t p1[64];
+} ibp_vgroup_t;
 
 struct ibp_codec;
 
@@ -79,11 +105,12 @@ typedef struct ibp_kernels {
 	void (*decode_static)(const struct ibp_codec *c, const ibp_cluster_t *cl,
 			      const uint8_t *body, uint64_t avail, uint8_t *dst);
 	/* Applies the n exceptions named by header `hdr` (BITMAP: hdr_len bytes
-	 * of bitmap; LIST: the list stream) whose bits start at body bit S, and
-	 * returns the bit where they end. Without Xvals the caller has checked
-	 * that they lie within avail. With Xvals their widths depend on the hit
-	 * bits, so the walk checks each field and returns UINT64_MAX (dst then
-	 * partly written) when one would pass avail. */
+	 * of bitmap, bits >= D already checked clear; LIST: the list stream of
+	 * n entries) whose bits start at body bit S, and returns the bit where
+	 * they end. The walk checks each field against avail (with Xvals their
+	 * widths depend on the hit bits) and each LIST index (< D, strictly
+	 * increasing), and returns UINT64_MAX (dst then partly written) on a
+	 * corrupt row. */
 	uint64_t (*decode_exc)(const struct ibp_codec *c, const ibp_cluster_t *cl, unsigned mode,
 			       const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
 			       uint64_t avail, uint8_t *dst);
@@ -100,7 +127,7 @@ struct ibp_codec {
 	uint64_t full;       /* W low bits set */
 	uint64_t bitmap_bytes; /* ceil(D / 8) */
 	double threshold;    /* -1 unless set by training */
-	ibp_impl_t impl;     /* PORTABLE or BMI2 */
+	ibp_impl_t impl;     /* PORTABLE, BMI2 or AVX512 */
 	const ibp_kernels_t *k;
 	uint8_t *mask_bytes;   /* K * D * C, as given */
 	uint8_t *bitval_bytes; /* K * D * C, as given */
@@ -115,6 +142,8 @@ extern const ibp_kernels_t ibp_kernels_portable;
 #if defined(__x86_64__) || defined(_M_X64)
 #define IBP_HAVE_BMI2_KERNELS 1
 extern const ibp_kernels_t ibp_kernels_bmi2;
+/* AVX-512 (F, BW, VL, VBMI) static part, BMI2 for the rest. */
+extern const ibp_kernels_t ibp_kernels_avx512;
 #endif
 
 /* For training (src/train.c): records the threshold a codec was trained with. */
@@ -396,9 +425,10 @@ static void IBP_K(encode)(const ibp_codec_t *c, const ibp_cluster_t *cl, const u
 	}
 }
 
+/* Decodes the static fields of chunks [j0, D). */
 IBP_INLINE void IBP_K(decode_static_c)(const ibp_codec_t *c, const ibp_cluster_t *clp,
 				       const uint8_t *body, uint64_t avail, uint8_t *dst,
-				       const unsigned C)
+				       uint64_t j0, const unsigned C)
 {
 	const ibp_cluster_t clv = *clp, *cl = &clv;
 	const uint64_t D = c->D;
@@ -407,7 +437,7 @@ IBP_INLINE void IBP_K(decode_static_c)(const ibp_codec_t *c, const ibp_cluster_t
 	uint64_t jf = ibp_fast_chunks(cl, D, avail);
 	if (jf > D - 1)
 		jf = D - 1;
-	uint64_t j = 0;
+	uint64_t j = j0;
 	for (; j < jf; j++) {
 		uint64_t o = soff[j];
 		unsigned sh = (unsigned)(o & 7);
@@ -442,24 +472,33 @@ IBP_INLINE void IBP_K(decode_static_c)(const ibp_codec_t *c, const ibp_cluster_t
 	}
 }
 
-static void IBP_K(decode_static)(const ibp_codec_t *c, const ibp_cluster_t *cl,
-				 const uint8_t *body, uint64_t avail, uint8_t *dst)
+static __attribute__((unused)) void IBP_K(decode_static_from)(const ibp_codec_t *c,
+								 const ibp_cluster_t *cl,
+								 const uint8_t *body, uint64_t avail,
+								 uint8_t *dst, uint64_t j0)
 {
 	switch (c->C) {
-	case 1: IBP_K(decode_static_c)(c, cl, body, avail, dst, 1); break;
-	case 2: IBP_K(decode_static_c)(c, cl, body, avail, dst, 2); break;
-	case 4: IBP_K(decode_static_c)(c, cl, body, avail, dst, 4); break;
-	default: IBP_K(decode_static_c)(c, cl, body, avail, dst, 8); break;
+	case 1: IBP_K(decode_static_c)(c, cl, body, avail, dst, j0, 1); break;
+	case 2: IBP_K(decode_static_c)(c, cl, body, avail, dst, j0, 2); break;
+	case 4: IBP_K(decode_static_c)(c, cl, body, avail, dst, j0, 4); break;
+	default: IBP_K(decode_static_c)(c, cl, body, avail, dst, j0, 8); break;
 	}
+}
+
+static __attribute__((unused)) void IBP_K(decode_static)(const ibp_codec_t *c, const ibp_cluster_t *cl,
+				 const uint8_t *body, uint64_t avail, uint8_t *dst)
+{
+	IBP_K(decode_static_from)(c, cl, body, avail, dst, 0);
 }
 
 /* Chunk j was decoded as matched (invariant bits b_j); XORs in delta to
  * give it its exception's invariant bits. */
-IBP_INLINE void IBP_K(patch_delta)(const ibp_codec_t *c, uint64_t j, uint64_t delta, uint8_t *dst)
+IBP_INLINE void IBP_K(patch_delta)(const ibp_codec_t *c, uint64_t j, uint64_t delta, uint8_t *dst,
+				   const unsigned C)
 {
-	uint8_t *p = dst + j * c->C;
-	if (j + 1 < c->D) {
-		ibp_st_chunk(p, ibp_ld_chunk(p, c->C) ^ delta, c->C);
+	uint8_t *p = dst + j * C;
+	if (__builtin_expect(j + 1 < c->D, 1)) {
+		ibp_st_chunk(p, ibp_ld_chunk(p, C) ^ delta, C);
 	} else {
 		uint64_t nb = c->last_bytes;
 		ibp_st_partial(p, ibp_ld_partial(p, nb) ^ delta, nb);
@@ -468,61 +507,79 @@ IBP_INLINE void IBP_K(patch_delta)(const ibp_codec_t *c, uint64_t j, uint64_t de
 
 /* Reads exception j's field at body bit *e (advancing *e) and patches
  * chunk j. With xv (the cluster has Xvals), an enabled chunk starts with
- * its hit bit: 1 means the invariant bits are x̂_j and nothing follows;
- * then every field is checked against lim = 8 * avail bits first (returns
- * 0 when one would pass it). */
+ * its hit bit: 1 means the invariant bits are x̂_j and nothing follows.
+ * Every field is checked against lim = 8 * avail bits first (returns 0
+ * when one would pass it); *e <= lim holds throughout. */
 IBP_INLINE int IBP_K(exc_one)(const ibp_codec_t *c, const ibp_cluster_t *cl, uint64_t j,
 			      uint64_t *e, const uint8_t *body, uint64_t avail, uint64_t lim,
-			      uint8_t *dst, const int xv)
+			      uint8_t *dst, const int xv, const unsigned C)
 {
 	const unsigned w = cl->ew[j];
 	/* A branch on the hit bit: measured faster than computing both
 	 * outcomes, which chains each field's position on the previous load. */
-	if (xv) {
-		if (cl->xen[j]) {
-			if (*e >= lim)
-				return 0;
-			uint64_t h = (body[*e >> 3] >> (*e & 7)) & 1;
-			*e += 1;
-			if (h) {
-				IBP_K(patch_delta)(c, j, cl->x[j] ^ cl->b[j], dst);
-				return 1;
-			}
-		}
-		if (w > lim - *e)
+	if (xv && cl->xen[j]) {
+		if (*e >= lim)
 			return 0;
+		uint64_t h = (body[*e >> 3] >> (*e & 7)) & 1;
+		*e += 1;
+		if (h) {
+			IBP_K(patch_delta)(c, j, cl->x[j] ^ cl->b[j], dst, C);
+			return 1;
+		}
 	}
-	uint64_t v = ibp_peek_bits(body, avail, *e, w);
+	if (w > lim - *e)
+		return 0;
+	const uint64_t byte = *e >> 3;
+	const unsigned sh = (unsigned)(*e & 7);
+	uint64_t v;
+	if (__builtin_expect(byte + 8 <= avail, 1)) {
+		v = ibp_load64(body + byte) >> sh;
+		if (C == 8 && sh + w > 64)
+			v |= (uint64_t)body[byte + 8] << (64 - sh);
+	} else {
+		v = ibp_peek_bits(body, avail, *e, w);
+	}
 	*e += w;
-	IBP_K(patch_delta)(c, j, ibp_k_dep_m(cl, j, v) ^ cl->b[j], dst);
+	IBP_K(patch_delta)(c, j, ibp_k_dep_m(cl, j, v) ^ cl->b[j], dst, C);
 	return 1;
 }
 
+/* Walks the exception part. Checks every field against avail and, for
+ * LIST, every index (< D, strictly increasing); returns UINT64_MAX when
+ * the row is corrupt (dst then partly written), else the end bit. */
 IBP_INLINE uint64_t IBP_K(decode_exc_x)(const ibp_codec_t *cp, const ibp_cluster_t *clp,
 					unsigned mode, const uint8_t *hdr, uint64_t hdr_len,
 					uint64_t n, const uint8_t *body, uint64_t avail,
-					uint8_t *dst, const int xv)
+					uint8_t *dst, const int xv, const unsigned C)
 {
 	const ibp_codec_t cv = *cp, *c = &cv;
 	const ibp_cluster_t clv = *clp, *cl = &clv;
 	const uint64_t lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail;
 	uint64_t e = cl->S;
+	if (e > lim)
+		return UINT64_MAX;
 	if (mode == IBP_ROW_BITMAP) {
+		/* bits >= D were checked to be clear */
 		for (uint64_t i = 0; i < hdr_len; i += 8) {
 			uint64_t left = hdr_len - i;
 			uint64_t w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left);
 			while (w) {
 				uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
 				w &= w - 1;
-				if (!IBP_K(exc_one)(c, cl, j, &e, body, avail, lim, dst, xv))
+				if (!IBP_K(exc_one)(c, cl, j, &e, body, avail, lim, dst, xv, C))
 					return UINT64_MAX;
 			}
 		}
 	} else {
 		const unsigned L = c->L;
+		const uint64_t D = c->D;
+		uint64_t prev = 0;
 		for (uint64_t k = 0; k < n; k++) {
 			uint64_t j = ibp_read_bits(hdr, hdr_len, (uint64_t)L * (k + 1), L);
-			if (!IBP_K(exc_one)(c, cl, j, &e, body, avail, lim, dst, xv))
+			if (j >= D || (k && j <= prev))
+				return UINT64_MAX;
+			prev = j;
+			if (!IBP_K(exc_one)(c, cl, j, &e, body, avail, lim, dst, xv, C))
 				return UINT64_MAX;
 		}
 	}
@@ -533,10 +590,17 @@ static uint64_t IBP_K(decode_exc)(const ibp_codec_t *c, const ibp_cluster_t *cl,
 				  const uint8_t *hdr, uint64_t hdr_len, uint64_t n,
 				  const uint8_t *body, uint64_t avail, uint8_t *dst)
 {
-	/* two copies: clusters without Xvals keep the plain, unchecked loop */
-	if (cl->has_x)
-		return IBP_K(decode_exc_x)(c, cl, mode, hdr, hdr_len, n, body, avail, dst, 1);
-	return IBP_K(decode_exc_x)(c, cl, mode, hdr, hdr_len, n, body, avail, dst, 0);
+	/* two copies per chunk size: clusters without Xvals keep the plain loop */
+#define IBP_EXC_C(CC)                                                                          \
+	return cl->has_x ? IBP_K(decode_exc_x)(c, cl, mode, hdr, hdr_len, n, body, avail, dst, 1, CC) \
+			 : IBP_K(decode_exc_x)(c, cl, mode, hdr, hdr_len, n, body, avail, dst, 0, CC)
+	switch (c->C) {
+	case 1: IBP_EXC_C(1);
+	case 2: IBP_EXC_C(2);
+	case 4: IBP_EXC_C(4);
+	default: IBP_EXC_C(8);
+	}
+#undef IBP_EXC_C
 }
 
 #endif /* IBP_CODEC_KERNEL_BODY */

@@ -10,6 +10,7 @@ typedef struct ibp_cpu_features {
 	bool fast_pdep; /* bmi2 and pext/pdep are not microcoded (not AMD family < 0x19) */
 	bool avx2;      /* AVX2 usable (CPU and OS save the YMM state) */
 	bool avx512;    /* AVX-512 F+BW+VL usable (CPU and OS save the ZMM state) */
+	bool avx512vbmi; /* avx512 and VBMI (vpermb) */
 	bool amd;       /* vendor AuthenticAMD / HygonGenuine */
 	unsigned family; /* display family (base + extended) */
 	unsigned model;  /* display model */

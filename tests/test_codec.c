@@ -31,6 +31,15 @@ static int have_bmi2(void)
 #endif
 }
 
+static int have_avx512(void)
+{
+#if defined(__x86_64__)
+	return ibp_cpu()->avx512vbmi && ibp_cpu()->bmi2;
+#else
+	return 0;
+#endif
+}
+
 /* ------------------------------------------------------------------ */
 /* reference encoder: bit by bit, straight from FORMAT.md §1            */
 /* ------------------------------------------------------------------ */
@@ -161,9 +170,11 @@ static void check_row(ibp_codec_t *c, const uint8_t *row, unsigned cluster, cons
 	      what, (unsigned long long)R, C, cluster, (unsigned long long)slen, smode,
 	      (unsigned long long)rlen, rmode);
 
-	ibp_impl_t impls[2] = { IBP_IMPL_PORTABLE, IBP_IMPL_BMI2 };
-	for (int ii = 0; ii < 2; ii++) {
+	ibp_impl_t impls[3] = { IBP_IMPL_PORTABLE, IBP_IMPL_BMI2, IBP_IMPL_AVX512 };
+	for (int ii = 0; ii < 3; ii++) {
 		if (impls[ii] == IBP_IMPL_BMI2 && !have_bmi2())
+			continue;
+		if (impls[ii] == IBP_IMPL_AVX512 && !have_avx512())
 			continue;
 		CHECK(ibp_codec_set_impl(c, impls[ii]) == IBP_OK, "set_impl");
 		uint64_t len = ~0ull;
@@ -612,16 +623,28 @@ Test(codec, random_garbage_never_crashes)
 				if (it & 1)
 					memset(src, 0, len / 2); /* small list counts */
 				uint8_t fl = (uint8_t)(it % 17 == 0 ? tu_next(&r) : tu_below(&r, 4));
-				for (int impl = 1; impl <= 2; impl++) {
+				ibp_status_t st0 = IBP_OK;
+				uint8_t *dec0 = tu_xcalloc(R);
+				for (int impl = 1; impl <= 3; impl++) {
 					if (ibp_codec_set_impl(c, (ibp_impl_t)impl) != IBP_OK)
 						continue;
 					ibp_status_t st = ibp_decode_row(c, src, len, fl, (unsigned)(it & 1), dec);
 					CHECK(st == IBP_OK || st == IBP_ERR_CORRUPT, "status %d", st);
+					/* every implementation agrees on the status and the row */
+					if (impl == 1) {
+						st0 = st;
+						memcpy(dec0, dec, R);
+					} else {
+						CHECK(st == st0, "impl %d: status %d, portable %d", impl, st, st0);
+						CHECK(st != IBP_OK || memcmp(dec, dec0, R) == 0,
+						      "impl %d: decoded row differs from portable", impl);
+					}
 					if (st == IBP_OK)
 						ok++;
 					else
 						bad++;
 				}
+				free(dec0);
 				free(src);
 			}
 			free(dec);
@@ -997,6 +1020,8 @@ Test(codec, impl_selection)
 	cr_assert_neq(got, IBP_IMPL_AUTO);
 	if (forced || !ibp_cpu()->fast_pdep)
 		cr_assert_eq(got, IBP_IMPL_PORTABLE);
+	else if (have_avx512())
+		cr_assert_eq(got, IBP_IMPL_AVX512);
 	else
 		cr_assert_eq(got, IBP_IMPL_BMI2);
 	cr_assert_eq(ibp_codec_set_impl(c, IBP_IMPL_PORTABLE), IBP_OK);
@@ -1006,6 +1031,12 @@ Test(codec, impl_selection)
 		cr_assert_eq(ibp_codec_impl(c), IBP_IMPL_BMI2);
 	} else {
 		cr_assert_eq(ibp_codec_set_impl(c, IBP_IMPL_BMI2), IBP_ERR_UNSUPPORTED);
+	}
+	if (have_avx512()) {
+		cr_assert_eq(ibp_codec_set_impl(c, IBP_IMPL_AVX512), IBP_OK);
+		cr_assert_eq(ibp_codec_impl(c), IBP_IMPL_AVX512);
+	} else {
+		cr_assert_eq(ibp_codec_set_impl(c, IBP_IMPL_AVX512), IBP_ERR_UNSUPPORTED);
 	}
 	cr_assert_eq(ibp_codec_set_impl(c, (ibp_impl_t)7), IBP_ERR_INVALID_ARG);
 	cr_assert_eq(ibp_codec_set_impl(c, IBP_IMPL_AUTO), IBP_OK);
@@ -1048,6 +1079,16 @@ Test(codec, bmi2_equals_portable_large)
 			memset(back, 0, R);
 			cr_assert_eq(ibp_decode_row(c, e2, l2, f2, 0, back), IBP_OK);
 			cr_assert(memcmp(back, rows + i * R, R) == 0);
+			if (have_avx512()) { /* SIMD static part over many groups */
+				ibp_codec_set_impl(c, IBP_IMPL_AVX512);
+				uint64_t l3;
+				uint8_t f3;
+				cr_assert_eq(ibp_encode_row(c, rows + i * R, 0, e2, R, &l3, &f3), IBP_OK);
+				cr_assert(l3 == l1 && f3 == f1 && memcmp(e1, e2, l1) == 0);
+				memset(back, 0, R);
+				cr_assert_eq(ibp_decode_row(c, e1, l1, f1, 0, back), IBP_OK);
+				cr_assert(memcmp(back, rows + i * R, R) == 0);
+			}
 		}
 		free(rows);
 		free(m);

@@ -46,7 +46,8 @@ extern "C" {
 typedef enum ibp_impl {
 	IBP_IMPL_AUTO = 0,
 	IBP_IMPL_PORTABLE = 1, /* plain C, any CPU */
-	IBP_IMPL_BMI2 = 2      /* x86-64 pext/pdep */
+	IBP_IMPL_BMI2 = 2,     /* x86-64 pext/pdep */
+	IBP_IMPL_AVX512 = 3    /* x86-64 AVX-512 (F, BW, VL, VBMI) and BMI2 */
 } ibp_impl_t;
 
 typedef struct ibp_codec ibp_codec_t;
