@@ -14,7 +14,7 @@
  * group use the scalar (BMI2) template loop. Encoding and the exception
  * part are the BMI2 template kernels.
  */
-#pragma GCC target("avx512vbmi")
+/* Built with -mavx512vbmi (CMakeLists.txt): the dispatcher checks the CPU for VBMI. */
 #include <immintrin.h>
 
 #include "codec_internal.h"

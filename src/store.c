@@ -7,6 +7,14 @@
  * out. The caller waits until every participant has left the job before
  * returning, so nothing of the job outlives the call. Nothing is allocated
  * per gather: the job and its error slot live in the store.
+ *
+ * Exp and fp8 containers are encoded in blocks of many rows, so a row is
+ * read by decoding its block into a scratch buffer and copying the row
+ * out. The buffers ("slots") are allocated at open, one per thread that
+ * may gather at once; a gathering thread holds one for its whole share of
+ * the job and keeps the last block it decoded, so runs of ids in the same
+ * block decode it once. decode_all decodes blocks straight into the
+ * output instead.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -23,6 +31,8 @@
 
 #define STORE_MAX_THREADS 256
 #define GRAIN_BYTES (64u * 1024u) /* output bytes a worker claims at once */
+#define SLOT_BYTES_MAX (1ull << 30) /* all block scratch together, beyond one slot */
+#define NO_BLOCK UINT64_MAX
 
 typedef unsigned long long ull;
 
@@ -33,9 +43,18 @@ typedef struct worker {
 	int index; /* 0-based among helpers */
 } worker_t;
 
-/* One gather request; `ids` NULL means rows 0 .. n-1. */
+/* Block scratch of an exp/fp8 store. */
+typedef struct slot {
+	uint8_t *buf;   /* block_rows * R bytes */
+	uint64_t block; /* block held in buf, or NO_BLOCK */
+	int busy;       /* guarded by slot_mu */
+} slot_t;
+
+/* One gather request; `ids` NULL means rows 0 .. n-1, or with `blocks`
+ * set blocks 0 .. n-1 of an exp/fp8 container (decode_all). */
 typedef struct job {
 	const int64_t *ids;
+	int blocks;
 	uint64_t n;
 	uint8_t *out;
 	uint64_t grain;
@@ -55,6 +74,14 @@ struct ibp_store {
 	const uint64_t *offsets;
 	const uint8_t *flags, *clusters;
 	int max_threads; /* caller + helpers */
+
+	/* exp and fp8 (block codecs): nblk blocks of block_rows rows */
+	int block_codec;
+	uint64_t block_rows, nblk;
+	slot_t *slots;
+	int nslots;
+	pthread_mutex_t slot_mu;
+	pthread_cond_t slot_cv;
 
 	pthread_mutex_t gather_mu; /* one pooled gather at a time; guards pool creation */
 	pthread_mutex_t mu;        /* job hand-off */
@@ -83,13 +110,59 @@ static int cpu_count(void)
 	return n > STORE_MAX_THREADS ? STORE_MAX_THREADS : (int)n;
 }
 
+/* Takes a free block slot, waiting while all are in use (a holder only
+ * decodes and returns it, so the wait ends). */
+static slot_t *slot_get(ibp_store_t *s)
+{
+	pthread_mutex_lock(&s->slot_mu);
+	for (;;) {
+		for (int i = 0; i < s->nslots; i++)
+			if (!s->slots[i].busy) {
+				s->slots[i].busy = 1;
+				pthread_mutex_unlock(&s->slot_mu);
+				return &s->slots[i];
+			}
+		pthread_cond_wait(&s->slot_cv, &s->slot_mu);
+	}
+}
+
+static void slot_put(ibp_store_t *s, slot_t *sl)
+{
+	if (!sl)
+		return;
+	pthread_mutex_lock(&s->slot_mu);
+	sl->busy = 0;
+	pthread_cond_signal(&s->slot_cv);
+	pthread_mutex_unlock(&s->slot_mu);
+}
+
 /* Decodes positions [b, e) of the job; returns the first failing position
- * or e. The failure's detail stays in this thread's error slot. */
-static uint64_t decode_range(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b,
-			     uint64_t e, ibp_status_t *st)
+ * or e. The failure's detail stays in this thread's error slot. `sl` is
+ * the caller's block slot (block codecs gathering rows), else NULL. */
+static uint64_t decode_range(const ibp_store_t *s, const int64_t *ids, int blocks, uint8_t *out, uint64_t b,
+			     uint64_t e, slot_t *sl, ibp_status_t *st)
 {
 	for (uint64_t i = b; i < e; i++) {
+		if (blocks) {
+			/* decode_all of a block codec: block i straight into place */
+			*st = ibp_container_decode_block(s->c, i, out + i * s->block_rows * s->R, 1);
+			if (*st != IBP_OK)
+				return i;
+			continue;
+		}
 		uint64_t row = ids ? (uint64_t)ids[i] : i;
+		if (s->block_codec) {
+			uint64_t blk = row / s->block_rows;
+			if (sl->block != blk) {
+				sl->block = NO_BLOCK; /* a failed decode leaves nothing cached */
+				*st = ibp_container_decode_block(s->c, blk, sl->buf, 1);
+				if (*st != IBP_OK)
+					return i;
+				sl->block = blk;
+			}
+			memcpy(out + i * s->R, sl->buf + (row - blk * s->block_rows) * s->R, (size_t)s->R);
+			continue;
+		}
 		const uint8_t *src;
 		uint64_t len;
 		if (s->offsets) {
@@ -123,20 +196,22 @@ static void record_failure(ibp_store_t *s, job_t *j, uint64_t pos, ibp_status_t 
 static void run_job(ibp_store_t *s)
 {
 	job_t *j = &s->job;
+	slot_t *sl = s->block_codec && !j->blocks ? slot_get(s) : NULL;
 	for (;;) {
 		if (atomic_load_explicit(&j->failed, memory_order_relaxed))
-			return;
+			break;
 		uint64_t b = atomic_fetch_add(&j->next, j->grain);
 		if (b >= j->n)
-			return;
+			break;
 		uint64_t e = j->n - b < j->grain ? j->n : b + j->grain;
 		ibp_status_t st;
-		uint64_t at = decode_range(s, j->ids, j->out, b, e, &st);
+		uint64_t at = decode_range(s, j->ids, j->blocks, j->out, b, e, sl, &st);
 		if (st != IBP_OK) {
 			record_failure(s, j, at, st);
-			return;
+			break;
 		}
 	}
+	slot_put(s, sl);
 }
 
 static void *worker_main(void *arg)
@@ -178,6 +253,13 @@ static void ensure_pool(ibp_store_t *s)
 	}
 }
 
+static void free_slots(ibp_store_t *s)
+{
+	for (int i = 0; s->slots && i < s->nslots; i++)
+		ibp_host_free(s->slots[i].buf);
+	free(s->slots);
+}
+
 ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 {
 	if (!c || !out)
@@ -195,6 +277,35 @@ ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 	s->flags = ibp_container_flags(c);
 	s->clusters = ibp_container_clusters(c);
 	s->max_threads = cpu_count();
+	s->block_codec = ibp_container_codec_id(c) != IBP_CODEC_IBP;
+	if (s->block_codec) {
+		s->block_rows = ibp_container_block_rows(c);
+		s->nblk = ibp_container_nblocks(c);
+		/* one slot per thread that can gather at once, fewer when there
+		 * are fewer blocks or the slots would take over 1 GiB together */
+		uint64_t rows = s->block_rows < s->nrows ? s->block_rows : s->nrows;
+		uint64_t bytes = rows * s->R; /* <= the decoded tensor, validated at open */
+		uint64_t n = s->nblk < (uint64_t)s->max_threads ? s->nblk : (uint64_t)s->max_threads;
+		while (n > 1 && n * bytes > SLOT_BYTES_MAX)
+			n--;
+		s->nslots = (int)n;
+		s->slots = calloc(n ? n : 1, sizeof(slot_t));
+		for (uint64_t i = 0; s->slots && i < n; i++) {
+			s->slots[i].block = NO_BLOCK;
+			s->slots[i].buf = ibp_host_alloc(bytes, 0);
+			if (!s->slots[i].buf) {
+				for (uint64_t k = 0; k < i; k++)
+					ibp_host_free(s->slots[k].buf);
+				free(s->slots);
+				s->slots = NULL;
+			}
+		}
+		if (!s->slots) {
+			free(s);
+			return ibp_fail(IBP_ERR_NOMEM, "%s: no memory for %llu block buffers of %llu bytes",
+					ibp_container_name(c), (ull)n, (ull)bytes);
+		}
+	}
 	int ok = 0;
 	if (pthread_mutex_init(&s->gather_mu, NULL) == 0) {
 		ok = 1;
@@ -202,18 +313,29 @@ ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 			ok = 2;
 			if (pthread_cond_init(&s->cv_work, NULL) == 0) {
 				ok = 3;
-				if (pthread_cond_init(&s->cv_done, NULL) == 0)
+				if (pthread_cond_init(&s->cv_done, NULL) == 0) {
 					ok = 4;
+					if (pthread_mutex_init(&s->slot_mu, NULL) == 0) {
+						ok = 5;
+						if (pthread_cond_init(&s->slot_cv, NULL) == 0)
+							ok = 6;
+					}
+				}
 			}
 		}
 	}
-	if (ok < 4) {
+	if (ok < 6) {
+		if (ok >= 5)
+			pthread_mutex_destroy(&s->slot_mu);
+		if (ok >= 4)
+			pthread_cond_destroy(&s->cv_done);
 		if (ok >= 3)
 			pthread_cond_destroy(&s->cv_work);
 		if (ok >= 2)
 			pthread_mutex_destroy(&s->mu);
 		if (ok >= 1)
 			pthread_mutex_destroy(&s->gather_mu);
+		free_slots(s);
 		free(s);
 		return ibp_fail(IBP_ERR_NOMEM, "ibp_store_from_container: cannot create locks");
 	}
@@ -248,13 +370,35 @@ void ibp_store_close(ibp_store_t *s)
 	pthread_cond_destroy(&s->cv_work);
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->gather_mu);
+	pthread_cond_destroy(&s->slot_cv);
+	pthread_mutex_destroy(&s->slot_mu);
+	free_slots(s);
 	ibp_container_close(s->c);
 	free(s);
 }
 
-/* ids NULL: rows 0 .. n-1 (decode_all). */
-static ibp_status_t gather(ibp_store_t *s, const int64_t *ids, uint64_t n, void *out, int nthreads,
-			   const char *what)
+/* The detail `msg` without a leading "<container name>: " (block decode
+ * errors name the file, which the gather message names already). */
+static const char *after_name(const ibp_store_t *s, const char *msg)
+{
+	const char *name = ibp_container_name(s->c);
+	size_t n = strlen(name);
+	return !strncmp(msg, name, n) && !strncmp(msg + n, ": ", 2) ? msg + n + 2 : msg;
+}
+
+static ibp_status_t job_failure(const ibp_store_t *s, ibp_status_t st, const char *what, const int64_t *ids,
+				int blocks, uint64_t pos, const char *why)
+{
+	if (blocks)
+		return ibp_fail(st, "%s: %s: %s", ibp_container_name(s->c), what, after_name(s, why));
+	return ibp_fail(st, "%s: %s: position %llu (row %llu): %s", ibp_container_name(s->c), what, (ull)pos,
+			(ull)(ids ? (uint64_t)ids[pos] : pos), after_name(s, why));
+}
+
+/* ids NULL: rows 0 .. n-1 (decode_all), or with `blocks` blocks 0 .. n-1
+ * of a block codec, each decoded into place. */
+static ibp_status_t gather(ibp_store_t *s, const int64_t *ids, int blocks, uint64_t n, void *out,
+			   int nthreads, const char *what)
 {
 	if (!s)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL store", what);
@@ -272,7 +416,7 @@ static ibp_status_t gather(ibp_store_t *s, const int64_t *ids, uint64_t n, void 
 						what, (ull)i, (long long)ids[i], (ull)s->nrows);
 
 	int t = nthreads == 0 || nthreads > s->max_threads ? s->max_threads : nthreads;
-	uint64_t grain = GRAIN_BYTES / s->R;
+	uint64_t grain = blocks ? 1 : GRAIN_BYTES / s->R;
 	if (grain < 1)
 		grain = 1;
 	/* keep a few grains per thread so the tail balances */
@@ -282,17 +426,21 @@ static ibp_status_t gather(ibp_store_t *s, const int64_t *ids, uint64_t n, void 
 	uint64_t ngrains = n / grain + (n % grain != 0);
 	if ((uint64_t)t > ngrains)
 		t = (int)ngrains;
+	/* block codecs: every thread gathering rows needs a block slot */
+	if (s->block_codec && !blocks && t > s->nslots)
+		t = s->nslots;
 
 	if (t <= 1) {
-		/* the calling thread alone: no locks, concurrent callers run in parallel */
+		/* the calling thread alone: no pool, concurrent callers run in
+		 * parallel (block codecs: as far as there are free slots) */
 		ibp_status_t st;
-		uint64_t at = decode_range(s, ids, out, 0, n, &st);
+		slot_t *sl = s->block_codec && !blocks ? slot_get(s) : NULL;
+		uint64_t at = decode_range(s, ids, blocks, out, 0, n, sl, &st);
+		slot_put(s, sl);
 		if (st != IBP_OK) {
 			char why[256];
 			snprintf(why, sizeof(why), "%s", ibp_last_error());
-			return ibp_fail(st, "%s: %s: position %llu (row %llu): %s",
-					ibp_container_name(s->c), what, (ull)at,
-					(ull)(ids ? (uint64_t)ids[at] : at), why);
+			return job_failure(s, st, what, ids, blocks, at, why);
 		}
 		return IBP_OK;
 	}
@@ -303,6 +451,7 @@ static ibp_status_t gather(ibp_store_t *s, const int64_t *ids, uint64_t n, void 
 	job_t *j = &s->job;
 	pthread_mutex_lock(&s->mu);
 	j->ids = ids;
+	j->blocks = blocks;
 	j->n = n;
 	j->out = out;
 	j->grain = grain;
@@ -327,8 +476,7 @@ static ibp_status_t gather(ibp_store_t *s, const int64_t *ids, uint64_t n, void 
 	pthread_mutex_unlock(&s->mu);
 	ibp_status_t ret = IBP_OK;
 	if (st != IBP_OK)
-		ret = ibp_fail(st, "%s: %s: position %llu (row %llu): %s",
-			       ibp_container_name(s->c), what, (ull)pos, (ull)(ids ? (uint64_t)ids[pos] : pos), j->err_msg);
+		ret = job_failure(s, st, what, ids, blocks, pos, j->err_msg);
 	pthread_mutex_unlock(&s->gather_mu);
 	return ret;
 }
@@ -337,14 +485,32 @@ ibp_status_t ibp_store_gather(ibp_store_t *s, const int64_t *ids, uint64_t n, vo
 {
 	if (n > 0 && !ids)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "gather: NULL ids for %llu rows", (ull)n);
-	return gather(s, ids, n, out, nthreads, "gather");
+	return gather(s, ids, 0, n, out, nthreads, "gather");
 }
 
 ibp_status_t ibp_store_decode_all(ibp_store_t *s, void *out, int nthreads)
 {
 	if (!s)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "decode_all: NULL store");
-	return gather(s, NULL, s->nrows, out, nthreads, "decode_all");
+	if (!s->block_codec || s->nrows == 0)
+		return gather(s, NULL, 0, s->nrows, out, nthreads, "decode_all");
+	if (nthreads < 0)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "decode_all: nthreads %d < 0", nthreads);
+	if (!out)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "decode_all: NULL output for %llu rows", (ull)s->nrows);
+	int t = nthreads == 0 || nthreads > s->max_threads ? s->max_threads : nthreads;
+	if (s->nblk >= (uint64_t)t)
+		return gather(s, NULL, 1, s->nblk, out, nthreads, "decode_all");
+	/* fewer blocks than threads: one block at a time, threads inside it */
+	for (uint64_t b = 0; b < s->nblk; b++) {
+		ibp_status_t st = ibp_container_decode_block(s->c, b, (uint8_t *)out + b * s->block_rows * s->R, t);
+		if (st != IBP_OK) {
+			char why[256];
+			snprintf(why, sizeof(why), "%s", ibp_last_error());
+			return job_failure(s, st, "decode_all", NULL, 1, b, why);
+		}
+	}
+	return IBP_OK;
 }
 
 ibp_status_t ibp_store_verify(const ibp_store_t *s, int nthreads)

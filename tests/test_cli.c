@@ -3,6 +3,7 @@
  * round trips and exit statuses (0 ok, 1 usage, 2 bad input). */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,7 +263,7 @@ Test(cli, version_and_help)
 	cr_assert_not_null(strstr(out_buf, "bench"));
 	assert_run(1, "");
 	assert_run(1, "frobnicate");
-	static const char *cmds[] = {"pack", "unpack", "info", "verify", "analyze", "gather", "bench"};
+	static const char *cmds[] = {"pack", "unpack", "info", "verify", "analyze", "gather", "bench", "eval"};
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
 		char want[64];
 		snprintf(want, sizeof(want), "usage: ibp %s", cmds[i]);
@@ -593,4 +594,250 @@ Test(cli, bad_inputs)
 	/* Unwritable output. */
 	assert_run(2, "pack", P("a.npy"), P("no/such/dir/x.ibp"));
 	assert_run(2, "unpack", P("a.ibp"), P("no/such/dir/x.npy"));
+}
+
+/* ---- the exp and fp8 codecs, and eval ---------------------------------- */
+
+/* Smooth float values (a sum of uniforms, sigma about 0.03) as f32, or as
+ * bf16 bit patterns in a '<u2' array, or as f16. */
+static void make_values(const char *path, ibp_dtype_t dt, uint64_t rows, uint64_t cols)
+{
+	uint64_t n = rows * cols, x = 99;
+	uint8_t *d = malloc(n * 4 + 1);
+	for (uint64_t i = 0; i < n; i++) {
+		double s = 0;
+		for (int k = 0; k < 4; k++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			s += (double)(x >> 11) / 9007199254740992.0 - 0.5;
+		}
+		float f = (float)(s * 0.05);
+		uint32_t u;
+		memcpy(&u, &f, 4);
+		if (dt == IBP_DTYPE_F32) {
+			memcpy(d + 4 * i, &f, 4);
+		} else if (dt == IBP_DTYPE_U16) { /* bf16 bits */
+			uint16_t h = (uint16_t)(u >> 16);
+			memcpy(d + 2 * i, &h, 2);
+		} else { /* f16: |f| < 0.1, built by hand (normal range) */
+			int e = 0;
+			double m = frexp(fabs((double)f), &e); /* |f| = m * 2^e, m in [0.5, 1) */
+			uint16_t h = 0;
+			if (f != 0 && e - 1 + 15 >= 1)
+				h = (uint16_t)(((e - 1 + 15) << 10) | ((uint16_t)((m * 2 - 1) * 1024) & 0x3FF));
+			if (f < 0)
+				h |= 0x8000;
+			memcpy(d + 2 * i, &h, 2);
+		}
+	}
+	uint64_t shape[2] = {rows, cols};
+	cr_assert_eq(ibp_npy_write(path, dt, 2, shape, d), IBP_OK, "%s", ibp_last_error());
+	free(d);
+}
+
+/* The value of `key=` in a key=value line; fails the test if absent. */
+static double kv(const char *line, const char *key)
+{
+	char pat[64];
+	snprintf(pat, sizeof(pat), "%s=", key);
+	const char *p = line;
+	size_t n = strlen(pat);
+	while ((p = strstr(p, pat)) != NULL && p != line && p[-1] != ' ')
+		p += n;
+	cr_assert_not_null(p, "no '%s' in: %s", pat, line);
+	return strtod(p + n, NULL);
+}
+
+Test(cli, pack_exp_fp8)
+{
+	const uint64_t rows = 400, cols = 64;
+	make_values(P("f32.npy"), IBP_DTYPE_F32, rows, cols);
+	make_values(P("bf.npy"), IBP_DTYPE_U16, rows, cols);
+	make_values(P("f16.npy"), IBP_DTYPE_F16, rows, cols);
+
+	/* exp: lossless, whole files identical after unpack, any block size */
+	static const char *ins[] = {"f32.npy", "bf.npy", "f16.npy"};
+	for (size_t i = 0; i < 3; i++) {
+		const char *bf = i == 1 ? "--dtype" : NULL, *bf2 = i == 1 ? "bf16" : NULL;
+		int rc = i == 1 ? run("pack", P(ins[i]), P("e.ibp"), "--codec", "exp", "--block-rows", "7", bf, bf2, NULL)
+				: run("pack", P(ins[i]), P("e.ibp"), "--codec", "exp", "--block-rows", "7", NULL);
+		cr_assert_eq(rc, 0, "%s: %s", ins[i], err_buf);
+		cr_assert_not_null(strstr(out_buf, "codec exp"), "%s", out_buf);
+		assert_run(0, "verify", P("e.ibp"));
+		cr_assert_not_null(strstr(out_buf, "OK"), "%s", out_buf);
+		assert_run(0, "unpack", P("e.ibp"), P("e.npy"));
+		assert_same_file(P(ins[i]), P("e.npy"));
+		assert_run(0, "info", P("e.ibp"), "--json");
+		assert_json_object(out_buf);
+		cr_assert_not_null(strstr(out_buf, "\"codec\":\"exp\""), "%s", out_buf);
+		cr_assert_not_null(strstr(out_buf, "\"lossy\":false"), "%s", out_buf);
+		cr_assert_not_null(strstr(out_buf, "\"block_rows\":7"), "%s", out_buf);
+		assert_run(0, "info", P("e.ibp"));
+		cr_assert_not_null(strstr(out_buf, "exp (lossless)"), "%s", out_buf);
+	}
+	/* default blocks (one here): smaller than the input */
+	for (size_t i = 0; i < 3; i++) {
+		int rc = i == 1 ? run("pack", P(ins[i]), P("e.ibp"), "--codec", "exp", "--dtype", "bf16", NULL)
+				: run("pack", P(ins[i]), P("e.ibp"), "--codec", "exp", "--exp-table", "hist", NULL);
+		cr_assert_eq(rc, 0, "%s: %s", ins[i], err_buf);
+		cr_assert_lt(file_size(P("e.ibp")), file_size(P(ins[i])), "%s compresses", ins[i]);
+		assert_run(0, "unpack", P("e.ibp"), P("e.npy"));
+		assert_same_file(P(ins[i]), P("e.npy"));
+	}
+
+	/* gather across blocks: the requested rows, in order */
+	assert_run(0, "pack", P("f32.npy"), P("e.ibp"), "--codec", "exp", "--block-rows", "9");
+	const char *txt = "399 0 17 18 17 5 100\n";
+	write_raw(P("ids.txt"), txt, strlen(txt));
+	assert_run(0, "gather", P("e.ibp"), "--ids", P("ids.txt"), "--out", P("g.npy"), "--threads", "2");
+	ibp_npy_info_t ia, ig;
+	void *da, *dg;
+	cr_assert_eq(ibp_npy_load(P("f32.npy"), 0, &ia, &da), IBP_OK);
+	cr_assert_eq(ibp_npy_load(P("g.npy"), 0, &ig, &dg), IBP_OK);
+	static const int want[7] = {399, 0, 17, 18, 17, 5, 100};
+	cr_assert_eq(ig.shape[0], 7);
+	for (int i = 0; i < 7; i++)
+		cr_assert(row_equal((const float *)dg + i * cols, (const float *)da + want[i] * cols, cols), "row %d", i);
+	ibp_npy_free(dg);
+
+	/* fp8 needs --lossy: a usage error without it, and no file */
+	assert_run(1, "pack", P("f32.npy"), P("q.ibp"), "--codec", "fp8");
+	cr_assert_not_null(strstr(err_buf, "--lossy"), "%s", err_buf);
+	cr_assert_neq(access(P("q.ibp"), F_OK), 0);
+	assert_run(0, "pack", P("f32.npy"), P("q.ibp"), "--codec", "fp8", "--lossy", "--block-rows", "50");
+	cr_assert_not_null(strstr(out_buf, "LOSSY"), "%s", out_buf);
+	cr_assert_lt(file_size(P("q.ibp")) * 3, file_size(P("f32.npy")), "about 1 byte per f32 element");
+	assert_run(0, "verify", P("q.ibp"));
+	cr_assert_not_null(strstr(out_buf, "OK"), "%s", out_buf);
+	assert_run(0, "info", P("q.ibp"), "--json");
+	assert_json_object(out_buf);
+	cr_assert_not_null(strstr(out_buf, "\"lossy\":true"), "%s", out_buf);
+	cr_assert_not_null(strstr(out_buf, "\"fp8_format\":\"e4m3\""), "%s", out_buf);
+	/* unpack gives the lossy values: same shape and dtype, close to the input */
+	assert_run(0, "unpack", P("q.ibp"), P("q.npy"));
+	void *dq;
+	ibp_npy_info_t iq;
+	cr_assert_eq(ibp_npy_load(P("q.npy"), 0, &iq, &dq), IBP_OK);
+	cr_assert_eq(iq.dtype, IBP_DTYPE_F32);
+	cr_assert_eq(iq.shape[0], rows);
+	cr_assert_eq(iq.shape[1], cols);
+	double e2 = 0, r2 = 0;
+	for (uint64_t i = 0; i < rows * cols; i++) {
+		double a = ((const float *)da)[i], b = ((const float *)dq)[i];
+		e2 += (a - b) * (a - b);
+		r2 += a * a;
+	}
+	cr_assert(e2 > 0 && sqrt(e2 / r2) < 0.04, "fp8 rel. L2 error %g", sqrt(e2 / r2));
+	/* gather from fp8 returns the same rows as unpack */
+	assert_run(0, "gather", P("q.ibp"), "--ids", P("ids.txt"), "--out", P("qg.npy"));
+	cr_assert_eq(ibp_npy_load(P("qg.npy"), 0, &ig, &dg), IBP_OK);
+	for (int i = 0; i < 7; i++)
+		cr_assert(row_equal((const float *)dg + i * cols, (const float *)dq + want[i] * cols, cols), "row %d", i);
+	ibp_npy_free(dg);
+	ibp_npy_free(dq);
+	ibp_npy_free(da);
+	/* every fp8 switch, on bf16 input */
+	assert_run(0, "pack", P("bf.npy"), P("q.ibp"), "--codec", "fp8", "--lossy", "--dtype", "bf16",
+		   "--fp8-format", "e5m2", "--fp8-block", "16", "--no-hadamard", "--no-adaptive");
+	assert_run(0, "info", P("q.ibp"));
+	cr_assert_not_null(strstr(out_buf, "e5m2, scale block 16, Hadamard off, adaptive off"), "%s", out_buf);
+	assert_run(0, "unpack", P("q.ibp"), P("q.npy"));
+	cr_assert_eq(file_size(P("q.npy")), file_size(P("bf.npy")));
+
+	/* dtypes the value codecs do not take: exit 2 */
+	uint64_t shape[2] = {20, 8};
+	make_array(P("u8.npy"), IBP_DTYPE_U8, 2, shape);
+	assert_run(2, "pack", P("u8.npy"), P("x.ibp"), "--codec", "exp");
+	assert_run(2, "pack", P("u8.npy"), P("x.ibp"), "--codec", "fp8", "--lossy");
+	assert_run(2, "pack", P("bf.npy"), P("x.ibp"), "--codec", "exp"); /* '<u2' without --dtype bf16 */
+	cr_assert_not_null(strstr(err_buf, "--dtype bf16"), "%s", err_buf);
+	cr_assert_neq(access(P("x.ibp"), F_OK), 0);
+
+	/* options of another codec, or bad values: usage errors */
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--codec", "zip");
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--codec", "exp", "--fp8-block", "64");
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--codec", "fp8", "--lossy", "--exp-table", "hist");
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--codec", "exp", "--chunk", "2");
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--codec", "exp", "--layout", "inplace");
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--block-rows", "3");
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--no-hadamard");
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--codec", "fp8", "--lossy", "--fp8-block", "48");
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--codec", "fp8", "--lossy", "--fp8-format", "e3m4");
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--codec", "exp", "--exp-table", "x");
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--codec", "exp", "--block-rows", "0");
+	cr_assert_neq(access(P("x.ibp"), F_OK), 0);
+
+	/* a damaged exp payload fails verify */
+	assert_run(0, "pack", P("f32.npy"), P("e.ibp"), "--codec", "exp");
+	flip_byte(P("e.ibp"), -100);
+	assert_run(2, "verify", P("e.ibp"));
+	cr_assert_not_null(strstr(err_buf, P("e.ibp")), "%s", err_buf);
+}
+
+Test(cli, eval)
+{
+	make_values(P("f32.npy"), IBP_DTYPE_F32, 300, 64);
+	make_values(P("bf.npy"), IBP_DTYPE_U16, 300, 64);
+	static const char *keys[] = {"codec", "dtype", "elements", "raw_bytes", "encoded_bytes", "ratio",
+				     "encode_gbps", "decode_gbps", "max_abs_err", "rel_l2_err"};
+	static const char *codecs[] = {"ibp", "exp", "fp8"};
+	for (int ci = 0; ci < 3; ci++)
+		for (int bf = 0; bf < 2; bf++) {
+			if (bf)
+				assert_run(0, "eval", "--codec", codecs[ci], "--dtype", "bf16", P("bf.npy"), "--repeat", "2");
+			else
+				assert_run(0, "eval", "--codec", codecs[ci], P("f32.npy"), "--repeat", "2");
+			/* one line */
+			char *nl = strchr(out_buf, '\n');
+			cr_assert_not_null(nl, "%s", out_buf);
+			cr_assert_eq(nl[1], '\0', "more than one line: %s", out_buf);
+			for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+				kv(out_buf, keys[k]);
+			char want[32];
+			snprintf(want, sizeof(want), "codec=%s ", codecs[ci]);
+			cr_assert_not_null(strstr(out_buf, want), "%s", out_buf);
+			cr_assert_not_null(strstr(out_buf, bf ? "dtype=bf16" : "dtype=f32"), "%s", out_buf);
+			cr_assert_gt(kv(out_buf, "ratio"), 1.0, "%s", out_buf);
+			cr_assert_gt(kv(out_buf, "encode_gbps"), 0.0, "%s", out_buf);
+			cr_assert_gt(kv(out_buf, "decode_gbps"), 0.0, "%s", out_buf);
+			cr_assert_eq(kv(out_buf, "elements"), 300 * 64);
+			if (ci < 2) {
+				cr_assert_eq(kv(out_buf, "rel_l2_err"), 0.0, "%s", out_buf);
+				cr_assert_eq(kv(out_buf, "max_abs_err"), 0.0, "%s", out_buf);
+			} else {
+				double e = kv(out_buf, "rel_l2_err");
+				cr_assert(e > 0 && e < 0.04, "%s", out_buf);
+				cr_assert_gt(kv(out_buf, "max_abs_err"), 0.0, "%s", out_buf);
+				cr_assert_gt(kv(out_buf, "ratio"), bf ? 1.8 : 3.6, "%s", out_buf);
+			}
+		}
+	/* --json: the same figures as one object */
+	assert_run(0, "eval", "--codec", "exp", "--json", P("f32.npy"), "--repeat", "1");
+	assert_json_object(out_buf);
+	for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+		char want[64];
+		snprintf(want, sizeof(want), "\"%s\":", keys[k]);
+		cr_assert_not_null(strstr(out_buf, want), "%s", out_buf);
+	}
+	cr_assert_not_null(strstr(out_buf, "\"rel_l2_err\":0"), "%s", out_buf);
+	assert_run(0, "eval", "--codec", "fp8", "--json", "--fp8-format", "e5m2", "--fp8-block", "32", "--no-hadamard",
+		   P("f32.npy"), "--repeat", "1");
+	assert_json_object(out_buf);
+	/* --dtype converts a float array first */
+	assert_run(0, "eval", "--codec", "exp", "--dtype", "f16", P("f32.npy"), "--repeat", "1");
+	cr_assert_not_null(strstr(out_buf, "dtype=f16"), "%s", out_buf);
+	assert_run(0, "eval", "--codec", "exp", "--dtype", "bf16", P("f32.npy"), "--repeat", "1");
+	cr_assert_not_null(strstr(out_buf, "dtype=bf16"), "%s", out_buf);
+	/* errors */
+	uint64_t shape[2] = {20, 8};
+	make_array(P("u8.npy"), IBP_DTYPE_U8, 2, shape);
+	assert_run(2, "eval", "--codec", "exp", P("u8.npy"));
+	assert_run(2, "eval", "--codec", "fp8", P("bf.npy")); /* '<u2' without --dtype bf16 */
+	assert_run(2, "eval", "--codec", "exp", "--dtype", "f32", P("u8.npy"));
+	assert_run(0, "eval", "--codec", "ibp", P("u8.npy"), "--repeat", "1");
+	assert_run(1, "eval", "--codec", "exp");
+	assert_run(1, "eval", "--codec", "gzip", P("f32.npy"));
+	assert_run(1, "eval", "--codec", "exp", "--dtype", "f64", P("f32.npy"));
+	assert_run(1, "eval", "--codec", "exp", "--repeat", "0", P("f32.npy"));
+	assert_run(1, "eval", "--codec", "exp", "--fp8-block", "64", P("f32.npy"));
+	assert_run(2, "eval", "--codec", "exp", P("missing.npy"));
 }

@@ -7,6 +7,7 @@
  * (raw, clean, bitmap, list) appears without depending on training. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -492,12 +493,12 @@ static uint8_t *small_file(ibp_layout_t layout, unsigned k, uint64_t *size, uint
 	return read_file(p, size);
 }
 
-static void flip_every_byte(ibp_layout_t layout, unsigned k)
+/* Flips every byte of the container image f (three ways): each result is
+ * refused as corrupt or bad checksum, or, when only padding changed,
+ * decodes to exactly `expect` (n rows of R bytes) row by row and through
+ * a store. */
+static void flip_all(const uint8_t *f, uint64_t size, const uint8_t *expect, uint64_t n, uint64_t R)
 {
-	uint64_t size, n, R;
-	uint8_t *rows;
-	uint8_t *f = small_file(layout, k, &size, &rows, &n, &R);
-	cr_assert_lt(size, 8192);
 	/* bytes under a checksum: the header, the table, every section */
 	uint8_t *covered = xcalloc(size);
 	memset(covered, 1, ld32(f + 12));
@@ -530,14 +531,56 @@ static void flip_every_byte(ibp_layout_t layout, unsigned k)
 			/* accepted: only padding may change, and the data must be exact */
 			cr_assert(!covered[pos], "flip of checksummed byte %llu was accepted",
 				  (unsigned long long)pos);
-			check_rows(c, rows, n, R);
-			check_store(c, rows, n, R);
+			check_rows(c, expect, n, R);
+			check_store(c, expect, n, R);
 			harmless++;
 		}
 	cr_assert_gt(rejected, 0);
 	cr_assert_gt(harmless, 0, "the padding before the page-aligned payload is not checked");
 	free(covered);
 	free(g);
+}
+
+/* Every truncation of f, in memory and through files, is corrupt; so are
+ * trailing bytes. */
+static void truncate_all(const uint8_t *f, uint64_t size)
+{
+	for (uint64_t len = 0; len < size; len++) {
+		/* a fresh exact-size copy, so reads past `len` are caught by ASan */
+		uint8_t *g = malloc(len ? len : 1);
+		memcpy(g, f, len);
+		ibp_container_t *c = NULL;
+		ibp_status_t st = ibp_container_open_memory(g, len, 0, &c);
+		cr_assert_eq(st, IBP_ERR_CORRUPT, "truncation to %llu bytes gave %d (%s)",
+			     (unsigned long long)len, st, ibp_last_error());
+		cr_assert_null(c);
+		free(g);
+	}
+	const uint64_t lens[] = { 0, 1, 23, 100, 255, 256, 300, size / 2, size - 1 };
+	const char *p = path_in_tmp("trunc.ibp");
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+		for (unsigned mode = 0; mode < 2; mode++) {
+			write_file(p, f, lens[i]);
+			ibp_container_t *c = NULL;
+			ibp_status_t st = ibp_container_open(p, mode ? IBP_OPEN_MMAP : IBP_OPEN_READ, &c);
+			cr_assert_eq(st, IBP_ERR_CORRUPT, "file truncated to %llu: %d (%s)",
+				     (unsigned long long)lens[i], st, ibp_last_error());
+			cr_assert(strstr(ibp_last_error(), p) != NULL, "message names the file");
+		}
+	uint8_t *longer = xcalloc(size + 64);
+	memcpy(longer, f, size);
+	ibp_container_t *c = NULL;
+	cr_assert_eq(ibp_container_open_memory(longer, size + 64, 0, &c), IBP_ERR_CORRUPT);
+	free(longer);
+}
+
+static void flip_every_byte(ibp_layout_t layout, unsigned k)
+{
+	uint64_t size, n, R;
+	uint8_t *rows;
+	uint8_t *f = small_file(layout, k, &size, &rows, &n, &R);
+	cr_assert_lt(size, 8192);
+	flip_all(f, size, rows, n, R);
 	free(f);
 	free(rows);
 }
@@ -558,35 +601,7 @@ Test(container, every_truncation_rejected, .init = make_tmpdir, .fini = remove_t
 		uint64_t size, n, R;
 		uint8_t *rows;
 		uint8_t *f = small_file((ibp_layout_t)layout, 2, &size, &rows, &n, &R);
-		for (uint64_t len = 0; len < size; len++) {
-			/* a fresh exact-size copy, so reads past `len` are caught by ASan */
-			uint8_t *g = malloc(len ? len : 1);
-			memcpy(g, f, len);
-			ibp_container_t *c = NULL;
-			ibp_status_t st = ibp_container_open_memory(g, len, 0, &c);
-			cr_assert_eq(st, IBP_ERR_CORRUPT, "truncation to %llu bytes gave %d (%s)",
-				     (unsigned long long)len, st, ibp_last_error());
-			cr_assert_null(c);
-			free(g);
-		}
-		/* and through real files, both open modes */
-		const uint64_t lens[] = { 0, 1, 23, 100, 255, 256, 300, size / 2, size - 1 };
-		const char *p = path_in_tmp("trunc.ibp");
-		for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
-			for (unsigned mode = 0; mode < 2; mode++) {
-				write_file(p, f, lens[i]);
-				ibp_container_t *c = NULL;
-				ibp_status_t st = ibp_container_open(p, mode ? IBP_OPEN_MMAP : IBP_OPEN_READ, &c);
-				cr_assert_eq(st, IBP_ERR_CORRUPT, "file truncated to %llu: %d (%s)",
-					     (unsigned long long)lens[i], st, ibp_last_error());
-				cr_assert(strstr(ibp_last_error(), p) != NULL, "message names the file");
-			}
-		/* trailing bytes are rejected too */
-		uint8_t *longer = xcalloc(size + 64);
-		memcpy(longer, f, size);
-		ibp_container_t *c = NULL;
-		cr_assert_eq(ibp_container_open_memory(longer, size + 64, 0, &c), IBP_ERR_CORRUPT);
-		free(longer);
+		truncate_all(f, size);
 		free(f);
 		free(rows);
 	}
@@ -655,15 +670,23 @@ Test(container, versions_and_features, .init = make_tmpdir, .fini = remove_tmpdi
 	refresh_checksums(g, size);
 	cr_assert_eq(ibp_container_open_memory(g, size, 0, &c), IBP_ERR_UNSUPPORTED);
 
-	/* codec ids 2 and 3 are reserved for later codecs; others are unknown */
+	/* unknown codec ids are unsupported; ids 2 and 3 (exp, fp8) on an IBP
+	 * file contradict its chunk size, parameters and feature bits */
 	for (uint32_t id = 0; id < 6; id++) {
 		if (id == 1)
 			continue;
 		memcpy(g, f, size);
 		st32(g + 112, id);
 		refresh_checksums(g, size);
-		cr_assert_eq(ibp_container_open_memory(g, size, 0, &c), IBP_ERR_UNSUPPORTED, "codec %u", id);
+		cr_assert_eq(ibp_container_open_memory(g, size, 0, &c),
+			     id == 2 || id == 3 ? IBP_ERR_CORRUPT : IBP_ERR_UNSUPPORTED, "codec %u: %s", id,
+			     ibp_last_error());
 	}
+	/* the LOSSY feature bit belongs to fp8 files only */
+	memcpy(g, f, size);
+	st32(g + 24, 0x1u);
+	refresh_checksums(g, size);
+	cr_assert_eq(ibp_container_open_memory(g, size, 0, &c), IBP_ERR_CORRUPT, "%s", ibp_last_error());
 
 	/* an unknown section: skipped when optional, refused when required.
 	 * Packed, one cluster: 5 entries, so the table has room for a sixth. */
@@ -874,4 +897,668 @@ Test(container, host_alloc)
 	ibp_host_free(NULL);
 	cr_assert_null(ibp_host_alloc(16, 3));
 	cr_assert_null(ibp_host_alloc(UINT64_MAX - 8, 64));
+}
+
+/* ---- exception values (Xvals) -------------------------------------------- */
+
+/* Sparse 0/1 float32 rows: at C = 2 the upper half of 1.0f (3F80) is the
+ * usual exception of every odd chunk, so training enables Xvals. */
+static float *sparse_binary(uint64_t n, uint64_t cols, double p, uint64_t seed)
+{
+	rng_t r = { seed };
+	float *x = xcalloc(n * cols * sizeof(float));
+	for (uint64_t i = 0; i < n * cols; i++)
+		x[i] = (double)(rnd(&r) >> 11) / 9007199254740992.0 < p ? 1.0f : 0.0f;
+	return x;
+}
+
+static void check_xvals_equal(const ibp_codec_t *a, const ibp_codec_t *b)
+{
+	cr_assert_eq(ibp_codec_has_xval(a), ibp_codec_has_xval(b));
+	uint64_t words = ibp_codec_nchunks(a) * ibp_codec_chunk_bytes(a);
+	for (unsigned k = 0; k < ibp_codec_nclusters(a); k++) {
+		cr_assert(memcmp(ibp_codec_mask(a, k), ibp_codec_mask(b, k), words) == 0);
+		cr_assert(memcmp(ibp_codec_bitval(a, k), ibp_codec_bitval(b, k), words) == 0);
+		cr_assert(memcmp(ibp_codec_xval(a, k), ibp_codec_xval(b, k), words) == 0, "cluster %u Xvals", k);
+	}
+}
+
+Test(container, xval_round_trip, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	const uint64_t n = 800, cols = 300, R = cols * 4, shape[2] = { n, cols };
+	float *x = sparse_binary(n, cols, 0.02, 7);
+	for (unsigned k = 1; k <= 2; k++) {
+		ibp_train_opts_t o;
+		ibp_train_opts_default(&o);
+		o.chunk_bytes = 2;
+		o.clusters = k;
+		o.nthreads = 2;
+		ibp_codec_t *codec = NULL;
+		cr_assert_eq(ibp_codec_train(x, n, R, &o, &codec), IBP_OK, "%s", ibp_last_error());
+		cr_assert_eq(ibp_codec_has_xval(codec), 1, "sparse binary rows enable Xvals");
+		for (int layout = 0; layout < 2; layout++) {
+			const char *p = path_in_tmp("x.ibp");
+			cr_assert_eq(ibp_pack_with_codec(p, codec, x, IBP_DTYPE_F32, 2, shape, (ibp_layout_t)layout, 2),
+				     IBP_OK, "%s", ibp_last_error());
+			uint64_t size;
+			uint8_t *f = read_file(p, &size);
+			int xi = find_section(f, 7);
+			cr_assert_geq(xi, 0, "Xval section written");
+			cr_assert_eq(ld32(f + ld64(f + 128) + 32 * xi + 4) & 1, 1u, "and REQUIRED");
+			free(f);
+			ibp_container_t *c = NULL;
+			cr_assert_eq(ibp_container_open(p, IBP_OPEN_MMAP | IBP_OPEN_VERIFY, &c), IBP_OK, "%s",
+				     ibp_last_error());
+			cr_assert_eq(ibp_codec_has_xval(ibp_container_codec(c)), 1);
+			check_xvals_equal(codec, ibp_container_codec(c));
+			check_rows(c, (const uint8_t *)x, n, R);
+			check_store(c, (const uint8_t *)x, n, R);
+		}
+		ibp_codec_free(codec);
+	}
+	/* without Xvals no section is written: 1.0 readers still read the file */
+	ibp_train_opts_t o;
+	ibp_train_opts_default(&o);
+	o.chunk_bytes = 2;
+	o.xval = 0;
+	ibp_codec_t *codec = NULL;
+	cr_assert_eq(ibp_codec_train(x, n, R, &o, &codec), IBP_OK);
+	cr_assert_eq(ibp_codec_has_xval(codec), 0);
+	const char *p = path_in_tmp("nox.ibp");
+	cr_assert_eq(ibp_pack_with_codec(p, codec, x, IBP_DTYPE_F32, 2, shape, IBP_LAYOUT_PACKED, 2), IBP_OK);
+	uint64_t size;
+	uint8_t *f = read_file(p, &size);
+	cr_assert_eq(find_section(f, 7), -1);
+	free(f);
+	ibp_codec_free(codec);
+	free(x);
+}
+
+/* A small file whose codec (made with ibp_codec_create_ex) has Xvals, and
+ * rows with hits, misses and plain exceptions. */
+static uint8_t *small_xval_file(uint64_t *size, uint8_t **rows_out, uint64_t *n_out, uint64_t *R_out)
+{
+	const uint64_t n = 40, R = 14, shape[2] = { n, R };
+	const unsigned C = 2, k = 2;
+	uint64_t D = (R + C - 1) / C;
+	rng_t r = { 99 };
+	uint8_t *m = xcalloc(k * D * C), *b = xcalloc(k * D * C), *xv = xcalloc(k * D * C);
+	for (unsigned c = 0; c < k; c++)
+		for (uint64_t j = 0; j < D; j++) {
+			uint64_t in = inrow(R, C, j) & wmask(C);
+			uint64_t mm = ((rnd(&r) | rnd(&r)) & in) | (wmask(C) & ~in);
+			uint64_t bb = rnd(&r) & mm & in, xx = j % 2 ? rnd(&r) & mm & in : bb;
+			word_set(m + c * D * C, C, j, mm);
+			word_set(b + c * D * C, C, j, bb);
+			word_set(xv + c * D * C, C, j, xx);
+		}
+	ibp_codec_t *codec = NULL;
+	cr_assert_eq(ibp_codec_create_ex(R, C, k, m, b, xv, &codec), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_codec_has_xval(codec), 1);
+	uint8_t *rows = make_rows(codec, n, 5);
+	/* turn some chunks into hits: their masked bits take the Xval */
+	for (uint64_t i = 0; i < n; i++)
+		for (uint64_t j = 1; j < D; j += 2)
+			if (rnd(&r) % 3 == 0) {
+				unsigned cl = (unsigned)(rnd(&r) % k);
+				uint64_t mm = word_get(m + cl * D * C, C, j), xx = word_get(xv + cl * D * C, C, j);
+				uint64_t v = 0, have = R - j * C < C ? R - j * C : C;
+				memcpy(&v, rows + i * R + j * C, have);
+				v = (v & ~mm) | xx;
+				memcpy(rows + i * R + j * C, &v, have);
+			}
+	const char *p = path_in_tmp("xsmall.ibp");
+	cr_assert_eq(ibp_pack_with_codec(p, codec, rows, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED, 1), IBP_OK,
+		     "%s", ibp_last_error());
+	ibp_codec_free(codec);
+	free(m);
+	free(b);
+	free(xv);
+	*rows_out = rows;
+	*n_out = n;
+	*R_out = R;
+	return read_file(p, size);
+}
+
+Test(container, xval_damaged, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	uint64_t size, n, R;
+	uint8_t *rows;
+	uint8_t *f = small_xval_file(&size, &rows, &n, &R);
+	cr_assert_lt(size, 8192);
+	cr_assert_geq(find_section(f, 7), 0);
+	flip_all(f, size, rows, n, R);
+	truncate_all(f, size);
+
+	uint8_t *g = xcalloc(size);
+	ibp_container_t *c = NULL;
+	uint64_t toff = ld64(f + 128);
+	int xi = find_section(f, 7);
+	uint64_t xoff = ld64(f + toff + 32 * xi + 8), mi = (uint64_t)find_section(f, 1);
+	uint64_t moff = ld64(f + toff + 32 * mi + 8);
+	/* an Xval bit outside the Mask, checksums fixed: corrupt */
+	memcpy(g, f, size);
+	uint64_t D = (R + 1) / 2;
+	int found = 0;
+	for (uint64_t j = 0; j < D && !found; j++) {
+		uint64_t mm = word_get(g + moff + 16, 2, j);
+		uint64_t out = ~mm & inrow(R, 2, j) & 0xFFFF;
+		if (out) {
+			word_set(g + xoff, 2, j, word_get(g + xoff, 2, j) | (out & (0 - out)));
+			found = 1;
+		}
+	}
+	cr_assert(found);
+	refresh_checksums(g, size);
+	cr_assert_eq(ibp_container_open_memory(g, size, 0, &c), IBP_ERR_CORRUPT);
+	cr_assert(strstr(ibp_last_error(), "metadata") != NULL, "%s", ibp_last_error());
+	/* an Xval section of the wrong length */
+	memcpy(g, f, size);
+	st64(g + toff + 32 * xi + 16, ld64(g + toff + 32 * xi + 16) - 2);
+	refresh_checksums(g, size);
+	cr_assert_eq(ibp_container_open_memory(g, size, 0, &c), IBP_ERR_CORRUPT);
+	/* an optional (unknown, skipped) id instead: rows with hits no longer
+	 * decode to the original, but nothing reads out of bounds */
+	memcpy(g, f, size);
+	st32(g + toff + 32 * xi, 77);
+	st32(g + toff + 32 * xi + 4, 0);
+	refresh_checksums(g, size);
+	cr_assert_eq(ibp_container_open_memory(g, size, 0, &c), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_codec_has_xval(ibp_container_codec(c)), 0);
+	ibp_container_close(c);
+	free(g);
+	free(f);
+	free(rows);
+}
+
+/* ---- exponent codec (2) and FP8 (3) containers ------------------------- */
+
+static double gauss(rng_t *r)
+{
+	double u = ((double)(rnd(r) >> 11) + 0.5) / 9007199254740992.0;
+	double v = (double)(rnd(r) >> 11) / 9007199254740992.0;
+	return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+/* n Gaussian values (sigma `sd`) as dt (f32; bf16 by truncation; f16 bit
+ * patterns built from sign, a small exponent range and random mantissa). */
+static uint8_t *value_data(ibp_dtype_t dt, uint64_t n, double sd, uint64_t seed)
+{
+	rng_t r = { seed };
+	size_t es = ibp_dtype_size(dt);
+	uint8_t *d = xcalloc(n * es);
+	for (uint64_t i = 0; i < n; i++) {
+		float f = (float)(gauss(&r) * sd);
+		uint32_t u;
+		memcpy(&u, &f, 4);
+		if (dt == IBP_DTYPE_F32) {
+			memcpy(d + 4 * i, &f, 4);
+		} else if (dt == IBP_DTYPE_BF16) {
+			uint16_t h = (uint16_t)(u >> 16);
+			memcpy(d + 2 * i, &h, 2);
+		} else {
+			uint16_t h = (uint16_t)((rnd(&r) & 0x8000) | ((10 + rnd(&r) % 8) << 10) | (rnd(&r) & 0x3FF));
+			memcpy(d + 2 * i, &h, 2);
+		}
+	}
+	return d;
+}
+
+static float to_f32(const uint8_t *p, ibp_dtype_t dt)
+{
+	if (dt == IBP_DTYPE_F32) {
+		float f;
+		memcpy(&f, p, 4);
+		return f;
+	}
+	uint16_t h;
+	memcpy(&h, p, 2);
+	if (dt == IBP_DTYPE_BF16) {
+		uint32_t u = (uint32_t)h << 16;
+		float f;
+		memcpy(&f, &u, 4);
+		return f;
+	}
+	/* f16 (finite, as value_data makes them) */
+	int e = (h >> 10) & 31;
+	double m = e ? 1.0 + (h & 0x3FF) / 1024.0 : (h & 0x3FF) / 1024.0;
+	double v = ldexp(m, e ? e - 15 : -14);
+	return (float)(h & 0x8000 ? -v : v);
+}
+
+/* Opens `p` every way and checks what every codec must satisfy: the
+ * decoded tensor equals `expect` row by row, by blocks and through a
+ * store (gather in a shuffled order with duplicates, decode_all). */
+static void check_value_container(const char *p, ibp_codec_id_t id, ibp_dtype_t dt, unsigned ndim,
+				  const uint64_t *shape, uint64_t block_rows, const uint8_t *expect)
+{
+	uint64_t n = shape[0], R = ibp_dtype_size(dt);
+	for (unsigned i = 1; i < ndim; i++)
+		R *= shape[i];
+	const unsigned modes[] = { IBP_OPEN_READ, IBP_OPEN_MMAP | IBP_OPEN_VERIFY };
+	for (unsigned mi = 0; mi < 2; mi++) {
+		ibp_container_t *c = NULL;
+		cr_assert_eq(ibp_container_open(p, modes[mi], &c), IBP_OK, "%s", ibp_last_error());
+		cr_assert_eq(ibp_container_codec_id(c), id);
+		cr_assert_eq(ibp_container_lossy(c), id == IBP_CODEC_FP8);
+		cr_assert_eq(ibp_container_dtype(c), dt);
+		cr_assert_eq(ibp_container_nrows(c), n);
+		cr_assert_eq(ibp_container_row_bytes(c), R);
+		cr_assert_eq(ibp_container_ndim(c), ndim);
+		cr_assert_null(ibp_container_codec(c));
+		cr_assert_null(ibp_container_flags(c));
+		cr_assert_null(ibp_container_offsets(c));
+		cr_assert_eq(ibp_container_chunk_bytes(c), 0);
+		cr_assert_eq(ibp_container_version_minor(c), IBP_FORMAT_MINOR);
+		cr_assert_eq(ibp_container_block_rows(c), block_rows);
+		uint64_t nb = ibp_container_nblocks(c);
+		cr_assert_eq(nb, (n + block_rows - 1) / block_rows);
+		cr_assert_eq(ibp_container_chunk_elems(c), block_rows * (R / ibp_dtype_size(dt)));
+		cr_assert_eq(ibp_container_block_offsets(c) == NULL, id == IBP_CODEC_FP8);
+		uint64_t plen;
+		const uint8_t *pl = ibp_container_payload(c, &plen);
+		cr_assert_eq((uintptr_t)pl % 128, 0);
+		const uint8_t *src;
+		uint64_t len;
+		cr_assert_eq(ibp_container_row(c, 0, &src, &len), IBP_ERR_UNSUPPORTED);
+		cr_assert_eq(ibp_container_decode_block(c, nb, NULL, 1), IBP_ERR_OUT_OF_RANGE);
+		cr_assert_eq(ibp_container_verify(c, 2), IBP_OK, "%s", ibp_last_error());
+		/* by blocks */
+		uint8_t *out = xcalloc(n * R + 1);
+		for (uint64_t b = 0; b < nb; b++) {
+			cr_assert_eq(ibp_container_block(c, b, &src, &len), IBP_OK);
+			cr_assert(src >= pl && src + len <= pl + plen);
+			cr_assert_eq(ibp_container_decode_block(c, b, out + b * block_rows * R, b % 2),
+				     IBP_OK, "%s", ibp_last_error());
+		}
+		cr_assert(n == 0 || memcmp(out, expect, n * R) == 0, "blocks decode to the expected data");
+		/* row by row */
+		check_rows(c, expect, n, R);
+		if (mi == 0) {
+			ibp_container_close(c);
+			free(out);
+			continue;
+		}
+		/* through a store: shuffled ids with duplicates, 1 and 3 threads */
+		ibp_store_t *s = NULL;
+		cr_assert_eq(ibp_store_from_container(c, &s), IBP_OK, "%s", ibp_last_error());
+		cr_assert_null(ibp_store_codec(s));
+		uint64_t m = 2 * n + 3;
+		int64_t *ids = xcalloc(m * sizeof(int64_t));
+		rng_t r = { n + 3 };
+		for (uint64_t i = 0; n && i < m; i++)
+			ids[i] = (int64_t)(i % 3 == 0 ? rnd(&r) % n : (i * 7) % n);
+		uint8_t *g = xcalloc(m * R + 1);
+		for (int t = 1; t <= 3 && n; t += 2) {
+			memset(g, 0, m * R);
+			cr_assert_eq(ibp_store_gather(s, ids, m, g, t), IBP_OK, "%s", ibp_last_error());
+			for (uint64_t i = 0; i < m; i++)
+				cr_assert(memcmp(g + i * R, expect + (uint64_t)ids[i] * R, R) == 0,
+					  "gather position %llu (row %lld), %d threads", (unsigned long long)i,
+					  (long long)ids[i], t);
+		}
+		for (int t = 0; t <= 2; t++) {
+			memset(out, 0, n * R);
+			cr_assert_eq(ibp_store_decode_all(s, out, t), IBP_OK, "%s", ibp_last_error());
+			cr_assert(n == 0 || memcmp(out, expect, n * R) == 0, "decode_all, %d threads", t);
+		}
+		int64_t bad = (int64_t)n;
+		cr_assert_eq(ibp_store_gather(s, &bad, 1, g, 1), IBP_ERR_OUT_OF_RANGE);
+		cr_assert_eq(ibp_store_verify(s, 0), IBP_OK);
+		ibp_store_close(s);
+		free(ids);
+		free(g);
+		free(out);
+	}
+}
+
+typedef struct vcase {
+	ibp_dtype_t dt;
+	unsigned ndim;
+	uint64_t shape[3];
+	uint64_t block_rows; /* 0 = default */
+} vcase_t;
+
+static const vcase_t vcases[] = {
+	{ IBP_DTYPE_BF16, 2, { 300, 64 }, 0 },     /* one block */
+	{ IBP_DTYPE_BF16, 2, { 301, 96 }, 40 },    /* several, a short last one */
+	{ IBP_DTYPE_F16, 3, { 50, 8, 16 }, 7 },
+	{ IBP_DTYPE_F32, 2, { 129, 33 }, 16 },
+	{ IBP_DTYPE_F32, 1, { 5000 }, 1024 },      /* one element per row */
+	{ IBP_DTYPE_BF16, 2, { 0, 16 }, 0 },       /* no rows */
+	{ IBP_DTYPE_BF16, 2, { 3, 20000 }, 1 },    /* rows longer than a table group */
+};
+
+static uint64_t vcase_R(const vcase_t *v)
+{
+	uint64_t R = ibp_dtype_size(v->dt);
+	for (unsigned i = 1; i < v->ndim; i++)
+		R *= v->shape[i];
+	return R;
+}
+
+Test(container, exp_round_trip, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	for (size_t ci = 0; ci < sizeof(vcases) / sizeof(vcases[0]); ci++)
+		for (int tm = 0; tm < 2; tm++) {
+			const vcase_t *v = &vcases[ci];
+			uint64_t R = vcase_R(v), n = v->shape[0];
+			uint8_t *d = value_data(v->dt, n * R / ibp_dtype_size(v->dt), 0.02, 11 + ci);
+			ibp_exp_opts_t o;
+			ibp_exp_opts_default(&o);
+			o.table_mode = tm ? IBP_EXP_TABLE_HISTOGRAM : IBP_EXP_TABLE_SIGMA;
+			o.nthreads = 2;
+			const char *p = path_in_tmp("e.ibp");
+			cr_assert_eq(ibp_pack_exp(p, d, v->dt, v->ndim, v->shape, &o, v->block_rows), IBP_OK,
+				     "case %zu: %s", ci, ibp_last_error());
+			uint64_t br = v->block_rows ? v->block_rows
+						    : ibp_block_rows_default(R / ibp_dtype_size(v->dt), n);
+			check_value_container(p, IBP_CODEC_EXP, v->dt, v->ndim, v->shape, br, d);
+			ibp_container_t *c = NULL;
+			cr_assert_eq(ibp_container_open(p, 0, &c), IBP_OK);
+			cr_assert_eq(ibp_container_exp_table_mode(c), o.table_mode);
+			uint64_t plen;
+			ibp_container_payload(c, &plen);
+			if (n * R >= 1 << 16)
+				cr_assert_lt(plen, n * R * 9 / 10, "case %zu: Gaussian data compresses", ci);
+			ibp_fp8_opts_t fo;
+			cr_assert_eq(ibp_container_fp8_opts(c, &fo), IBP_ERR_INVALID_ARG);
+			ibp_container_close(c);
+			free(d);
+		}
+}
+
+/* The FP8 container decodes to exactly what ibp_fp8_decode makes of each
+ * block's stream, and that lies within the bound of docs/CODECS.md 3.3. */
+Test(container, fp8_round_trip, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	static const struct {
+		ibp_fp8_format_t fmt;
+		uint32_t B;
+		int had, ada;
+	} opts[] = { { IBP_FP8_E4M3, 256, 1, 1 }, { IBP_FP8_E5M2, 16, 1, 0 }, { IBP_FP8_E4M3, 64, 0, 1 },
+		     { IBP_FP8_E5M2, 1024, 0, 0 } };
+	for (size_t ci = 0; ci < sizeof(vcases) / sizeof(vcases[0]); ci++) {
+		const vcase_t *v = &vcases[ci];
+		const size_t oi = ci % 4;
+		uint64_t R = vcase_R(v), n = v->shape[0], es = ibp_dtype_size(v->dt), row_elems = R / es;
+		uint64_t elems = n * row_elems;
+		uint8_t *d = value_data(v->dt, elems, 0.02, 31 + ci);
+		ibp_fp8_opts_t o;
+		ibp_fp8_opts_default(&o);
+		o.format = opts[oi].fmt;
+		o.block = opts[oi].B;
+		o.hadamard = opts[oi].had;
+		o.adaptive = opts[oi].ada;
+		o.nthreads = 2;
+		const char *p = path_in_tmp("f.ibp");
+		cr_assert_eq(ibp_pack_fp8(p, d, v->dt, v->ndim, v->shape, &o, v->block_rows), IBP_OK, "case %zu: %s",
+			     ci, ibp_last_error());
+		uint64_t br = v->block_rows ? v->block_rows : ibp_block_rows_default(row_elems, n);
+		/* reference: each block encoded and decoded by the codec itself */
+		uint64_t chunk = br * row_elems, cap = 0;
+		cr_assert_eq(ibp_fp8_encoded_size(&o, chunk, &cap), IBP_OK);
+		uint8_t *stream = xcalloc(cap), *ref = xcalloc(elems * es + 1);
+		for (uint64_t b = 0; b * chunk < elems; b++) {
+			uint64_t k = elems - b * chunk < chunk ? elems - b * chunk : chunk, got;
+			cr_assert_eq(ibp_fp8_encode(d + b * chunk * es, v->dt, k, &o, stream, cap, &got), IBP_OK);
+			cr_assert_eq(ibp_fp8_decode(stream, got, v->dt, k, ref + b * chunk * es, 1), IBP_OK);
+		}
+		check_value_container(p, IBP_CODEC_FP8, v->dt, v->ndim, v->shape, br, ref);
+		ibp_container_t *c = NULL;
+		cr_assert_eq(ibp_container_open(p, 0, &c), IBP_OK);
+		ibp_fp8_opts_t got;
+		cr_assert_eq(ibp_container_fp8_opts(c, &got), IBP_OK);
+		cr_assert(got.format == o.format && got.block == o.block && got.hadamard == o.hadamard &&
+			  got.adaptive == o.adaptive);
+		ibp_container_close(c);
+		/* error bound per B-element block of each stream (f32 exactly as
+		 * documented; bf16/f16 output adds half an ULP of the narrow type) */
+		double m = o.format == IBP_FP8_E4M3 ? 3 : 2, qmax = o.format == IBP_FP8_E4M3 ? 448 : 57344;
+		double minsub = o.format == IBP_FP8_E4M3 ? ldexp(1, -9) : ldexp(1, -16);
+		double rel = ldexp(1, -(int)(m + 1)) + minsub * sqrt((double)o.block) / (2 * qmax) + 1e-4;
+		if (v->dt == IBP_DTYPE_BF16)
+			rel += ldexp(1, -8);
+		else if (v->dt == IBP_DTYPE_F16)
+			rel += ldexp(1, -11) + 1e-3; /* and f16 denormals near zero */
+		for (uint64_t b = 0; b * chunk < elems; b++)
+			for (uint64_t q = b * chunk; q < elems && q < (b + 1) * chunk; q += o.block) {
+				double e2 = 0, g2 = 0;
+				for (uint64_t i = q; i < q + o.block && i < (b + 1) * chunk && i < elems; i++) {
+					double a = to_f32(d + i * es, v->dt), r = to_f32(ref + i * es, v->dt);
+					e2 += (r - a) * (r - a);
+					g2 += a * a;
+				}
+				cr_assert_leq(sqrt(e2), sqrt(g2) * rel + 1e-30, "case %zu block at %llu: error %g of %g",
+					      ci, (unsigned long long)q, sqrt(e2), sqrt(g2));
+			}
+		uint64_t plen = 0;
+		cr_assert_eq(ibp_container_open(p, 0, &c), IBP_OK);
+		ibp_container_payload(c, &plen);
+		if (elems >= 4096)
+			cr_assert_lt(plen, elems * es * 3 / 4, "case %zu: fp8 is about 1 byte per element", ci);
+		ibp_container_close(c);
+		free(stream);
+		free(ref);
+		free(d);
+	}
+}
+
+/* A small exp file: 2 coded blocks of 1024 bf16 elements (and a raw one). */
+static uint8_t *small_exp_file(uint64_t *size, uint8_t **data, uint64_t *n, uint64_t *R)
+{
+	const uint64_t shape[2] = { 36, 64 };
+	uint8_t *d = value_data(IBP_DTYPE_BF16, 36 * 64, 1.0, 5);
+	const char *p = path_in_tmp("esmall.ibp");
+	cr_assert_eq(ibp_pack_exp(p, d, IBP_DTYPE_BF16, 2, shape, NULL, 16), IBP_OK, "%s", ibp_last_error());
+	*data = d;
+	*n = 36;
+	*R = 128;
+	return read_file(p, size);
+}
+
+/* A small fp8 file: 3 streams, the last one short; `ref` gets the decoded
+ * values. */
+static uint8_t *small_fp8_file(uint64_t *size, uint8_t **ref, uint64_t *n, uint64_t *R)
+{
+	const uint64_t shape[2] = { 20, 32 };
+	uint8_t *d = value_data(IBP_DTYPE_F32, 20 * 32, 1.0, 6);
+	ibp_fp8_opts_t o;
+	ibp_fp8_opts_default(&o);
+	o.block = 16;
+	const char *p = path_in_tmp("fsmall.ibp");
+	cr_assert_eq(ibp_pack_fp8(p, d, IBP_DTYPE_F32, 2, shape, &o, 8), IBP_OK, "%s", ibp_last_error());
+	ibp_container_t *c = NULL;
+	cr_assert_eq(ibp_container_open(p, 0, &c), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_container_nblocks(c), 3);
+	uint8_t *out = xcalloc(20 * 128);
+	check_rows(c, d, 0, 128); /* nothing: only to use the helper with no rows */
+	for (uint64_t b = 0; b < 3; b++)
+		cr_assert_eq(ibp_container_decode_block(c, b, out + b * 8 * 128, 1), IBP_OK);
+	ibp_container_close(c);
+	free(d);
+	*ref = out;
+	*n = 20;
+	*R = 128;
+	return read_file(p, size);
+}
+
+Test(container, exp_fp8_damaged, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	for (int codec = 0; codec < 2; codec++) {
+		uint64_t size, n, R;
+		uint8_t *expect;
+		uint8_t *f = codec ? small_fp8_file(&size, &expect, &n, &R) : small_exp_file(&size, &expect, &n, &R);
+		cr_assert_lt(size, 12288);
+		flip_all(f, size, expect, n, R);
+		truncate_all(f, size);
+		free(f);
+		free(expect);
+	}
+}
+
+/* Header fields and sections that lie, with every checksum fixed. */
+Test(container, exp_fp8_bad_structure, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	uint64_t esize, fsize, n, R;
+	uint8_t *e_data, *f_ref;
+	uint8_t *e = small_exp_file(&esize, &e_data, &n, &R);
+	uint8_t *f = small_fp8_file(&fsize, &f_ref, &n, &R);
+	uint8_t *g = xcalloc(esize > fsize ? esize : fsize);
+	ibp_container_t *c = NULL;
+#define TRY_E(expect_st, edit)                                                                          \
+	do {                                                                                            \
+		memcpy(g, e, esize);                                                                    \
+		edit;                                                                                   \
+		refresh_checksums(g, esize);                                                            \
+		ibp_status_t st_ = ibp_container_open_memory(g, esize, 0, &c);                          \
+		cr_assert_eq(st_, (expect_st), "exp: %s: %d (%s)", #edit, st_, ibp_last_error());      \
+		if (st_ == IBP_OK)                                                                      \
+			ibp_container_close(c);                                                         \
+	} while (0)
+#define TRY_F(expect_st, edit)                                                                          \
+	do {                                                                                            \
+		memcpy(g, f, fsize);                                                                    \
+		edit;                                                                                   \
+		refresh_checksums(g, fsize);                                                            \
+		ibp_status_t st_ = ibp_container_open_memory(g, fsize, 0, &c);                          \
+		cr_assert_eq(st_, (expect_st), "fp8: %s: %d (%s)", #edit, st_, ibp_last_error());      \
+		if (st_ == IBP_OK)                                                                      \
+			ibp_container_close(c);                                                         \
+	} while (0)
+	TRY_E(IBP_OK, (void)0);
+	TRY_F(IBP_OK, (void)0);
+	cr_assert_eq(ld32(f + 24), 1u, "fp8 sets LOSSY");
+	cr_assert_eq(ld32(e + 24), 0u);
+	/* LOSSY must match the codec */
+	TRY_F(IBP_ERR_CORRUPT, st32(g + 24, 0));
+	TRY_E(IBP_ERR_CORRUPT, st32(g + 24, 1));
+	/* parameters: a later version is unsupported, nonsense is corrupt */
+	TRY_E(IBP_ERR_UNSUPPORTED, st32(g + 160, 2));
+	TRY_F(IBP_ERR_UNSUPPORTED, st32(g + 160, 2));
+	TRY_E(IBP_ERR_CORRUPT, st32(g + 164, 3));                   /* table mode */
+	TRY_E(IBP_ERR_CORRUPT, st64(g + 168, 64 * 16 + 1));          /* chunk not whole rows */
+	TRY_E(IBP_ERR_CORRUPT, st64(g + 168, 0));
+	TRY_E(IBP_ERR_CORRUPT, st64(g + 176, 2));                   /* block count */
+	TRY_E(IBP_ERR_CORRUPT, g[200] = 1);                         /* reserved params */
+	TRY_F(IBP_ERR_CORRUPT, st32(g + 164, 2));                   /* format */
+	TRY_F(IBP_ERR_CORRUPT, st32(g + 168, 48));                  /* block size */
+	TRY_F(IBP_ERR_CORRUPT, st32(g + 168, 8));
+	TRY_F(IBP_ERR_CORRUPT, st32(g + 172, 4));                   /* flags */
+	TRY_F(IBP_ERR_CORRUPT, st64(g + 184, 4));                   /* stream count */
+	TRY_F(IBP_ERR_CORRUPT, st64(g + 176, 16 * 32));             /* chunk: other payload length */
+	TRY_F(IBP_ERR_CORRUPT, g[210] = 1);
+	TRY_F(IBP_ERR_CORRUPT, st32(g + 168, 32));                  /* other block: other length */
+	/* header fields that these codecs fix */
+	TRY_E(IBP_ERR_CORRUPT, st32(g + 116, 1));                   /* inplace */
+	TRY_E(IBP_ERR_CORRUPT, st32(g + 120, 2));                   /* a chunk size */
+	TRY_E(IBP_ERR_UNSUPPORTED, st32(g + 32, IBP_DTYPE_U16));    /* dtype the codec does not take */
+	TRY_F(IBP_ERR_UNSUPPORTED, st32(g + 32, IBP_DTYPE_I32));
+	TRY_E(IBP_ERR_CORRUPT, st64(g + 40, 37));                   /* rows: other block count */
+	TRY_E(IBP_ERR_CORRUPT, st64(g + 40, 1ull << 60));            /* absurd rows */
+	TRY_F(IBP_ERR_CORRUPT, st64(g + 40, 21));
+	/* exp block offsets */
+	uint64_t toff = ld64(e + 128);
+	int oi = find_section(e, 4);
+	cr_assert_geq(oi, 0);
+	uint64_t ooff = ld64(e + toff + 32 * oi + 8);
+	TRY_E(IBP_ERR_CORRUPT, st64(g + ooff + 8, ld64(g + ooff + 8) + 64));   /* not 128-aligned */
+	/* a boundary moved within the plausible sizes: open accepts it, the
+	 * blocks no longer fill their extents, so decode and verify refuse */
+	TRY_E(IBP_OK, st64(g + ooff + 8, ld64(g + ooff + 8) + 128));
+	cr_assert_eq(ibp_container_open_memory(g, esize, 0, &c), IBP_OK);
+	cr_assert_eq(ibp_container_verify(c, 1), IBP_ERR_CORRUPT);
+	cr_assert(strstr(ibp_last_error(), "exp block 0") != NULL, "%s", ibp_last_error());
+	uint8_t rowbuf[128];
+	cr_assert_eq(ibp_container_decode_row(c, 0, rowbuf), IBP_ERR_CORRUPT);
+	ibp_container_close(c);
+	TRY_E(IBP_ERR_CORRUPT, st64(g + ooff + 8, ld64(g + ooff + 8) + 2048));
+	TRY_E(IBP_ERR_CORRUPT, st64(g + ooff, 128));
+	TRY_E(IBP_ERR_CORRUPT, st64(g + ooff + 8, 0));
+	/* offsets missing (an optional unknown id is skipped) */
+	TRY_E(IBP_ERR_CORRUPT, (st32(g + toff + 32 * oi, 200), st32(g + toff + 32 * oi + 4, 0)));
+	cr_assert(strstr(ibp_last_error(), "offsets") != NULL, "%s", ibp_last_error());
+	/* sections these codecs do not use: metadata, flags, Xvals */
+	for (uint32_t id = 1; id <= 7; id += 6) {
+		TRY_E(IBP_ERR_CORRUPT, st32(g + toff + 32 * oi, id));
+		cr_assert(strstr(ibp_last_error(), "the exp codec has none") != NULL, "%s", ibp_last_error());
+	}
+	TRY_F(IBP_ERR_CORRUPT, st32(g + ld64(g + 128) + 32 * find_section(g, 6), 2));
+	/* block payload bytes changed with all checksums fixed: decode and
+	 * verify fail or give other values, never a crash */
+	for (int codec = 0; codec < 2; codec++) {
+		const uint8_t *src = codec ? f : e;
+		uint64_t size = codec ? fsize : esize;
+		uint64_t t = ld64(src + 128);
+		int pi = find_section(src, 5), si = find_section(src, 6);
+		uint64_t poff = ld64(src + t + 32 * pi + 8), plen = ld64(src + t + 32 * pi + 16);
+		for (uint64_t i = poff; i < poff + plen; i++) {
+			memcpy(g, src, size);
+			g[i] ^= (uint8_t)(0x21 + i);
+			st64(g + ld64(g + t + 32 * si + 8), XXH3_64bits(g + poff, plen));
+			refresh_checksums(g, size);
+			cr_assert_eq(ibp_container_open_memory(g, size, 0, &c), IBP_OK, "%s", ibp_last_error());
+			ibp_status_t st = ibp_container_verify(c, 1);
+			cr_assert(st == IBP_OK || st == IBP_ERR_CORRUPT, "status %d", st);
+			uint8_t row[128];
+			st = ibp_container_decode_row(c, n - 1, row);
+			cr_assert(st == IBP_OK || st == IBP_ERR_CORRUPT, "status %d", st);
+			ibp_container_close(c);
+		}
+	}
+#undef TRY_E
+#undef TRY_F
+	free(g);
+	free(e);
+	free(f);
+	free(e_data);
+	free(f_ref);
+}
+
+Test(container, exp_fp8_writer_rejects_bad_arguments, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	const char *p = path_in_tmp("w.ibp");
+	uint64_t shape[2] = { 10, 8 };
+	uint8_t *d = value_data(IBP_DTYPE_F32, 80, 1.0, 3);
+	/* dtypes the value codecs do not take */
+	cr_assert_eq(ibp_pack_exp(p, d, IBP_DTYPE_U32, 2, shape, NULL, 0), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_pack_fp8(p, d, IBP_DTYPE_I16, 2, shape, NULL, 0), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_pack_exp(p, NULL, IBP_DTYPE_F32, 2, shape, NULL, 0), IBP_ERR_INVALID_ARG);
+	ibp_fp8_opts_t fo;
+	ibp_fp8_opts_default(&fo);
+	fo.block = 100;
+	cr_assert_eq(ibp_pack_fp8(p, d, IBP_DTYPE_F32, 2, shape, &fo, 0), IBP_ERR_INVALID_ARG);
+	/* encoded writers: chunk not whole rows, bad offsets, wrong payload size */
+	uint64_t off[3] = { 0, 128, 256 };
+	uint8_t blocks[256] = { 0 };
+	cr_assert_eq(ibp_container_write_exp(p, IBP_DTYPE_F32, 2, shape, 12, IBP_EXP_TABLE_SIGMA, blocks, off),
+		     IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_container_write_exp(p, IBP_DTYPE_F32, 2, shape, 0, IBP_EXP_TABLE_SIGMA, blocks, off),
+		     IBP_ERR_INVALID_ARG);
+	off[1] = 100;
+	cr_assert_eq(ibp_container_write_exp(p, IBP_DTYPE_F32, 2, shape, 40, IBP_EXP_TABLE_SIGMA, blocks, off),
+		     IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_container_write_exp(p, IBP_DTYPE_F32, 2, shape, 40, (ibp_exp_table_mode_t)9, blocks,
+					     off), IBP_ERR_INVALID_ARG);
+	ibp_fp8_opts_default(&fo);
+	cr_assert_eq(ibp_container_write_fp8(p, IBP_DTYPE_F32, 2, shape, 40, &fo, blocks, 100),
+		     IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_container_write_fp8(p, IBP_DTYPE_F64, 2, shape, 40, &fo, blocks, 100),
+		     IBP_ERR_INVALID_ARG);
+	cr_assert_eq(access(p, F_OK), -1, "a failed write left a file");
+	/* the writers' own blocks pass the same checks */
+	cr_assert_eq(ibp_pack_exp(p, d, IBP_DTYPE_F32, 2, shape, NULL, 3), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_pack_fp8(p, d, IBP_DTYPE_F32, 2, shape, NULL, 3), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_pack_exp("/nonexistent-dir/x.ibp", d, IBP_DTYPE_F32, 2, shape, NULL, 0), IBP_ERR_IO);
+	free(d);
+}
+
+/* Default blocks: whole rows, about 4 Mi elements, never more rows than
+ * there are. */
+Test(container, block_rows_default)
+{
+	cr_assert_eq(ibp_block_rows_default(384, 1000000), (1u << 22) / 384);
+	cr_assert_eq(ibp_block_rows_default(384, 10), 10);
+	cr_assert_eq(ibp_block_rows_default(1u << 23, 10), 1);
+	cr_assert_eq(ibp_block_rows_default(1, 0), 1u << 22);
 }

@@ -450,3 +450,205 @@ Test(store, open_errors, .init = make_tmpdir, .fini = remove_tmpdir)
 	cr_assert_eq(ibp_store_open(path, IBP_OPEN_MMAP, &s), IBP_ERR_CORRUPT);
 	cr_assert_eq(ibp_store_open(path, 0x100, &s), IBP_ERR_INVALID_ARG);
 }
+
+/* ---- exp and fp8 containers (blocks of rows) --------------------------- */
+
+/* Normal-ish f32 values (sum of uniforms), or their bf16 upper halves. */
+static uint8_t *float_data(ibp_dtype_t dt, uint64_t n, uint64_t seed)
+{
+	rng_t r = { seed };
+	uint8_t *d = xcalloc(n * ibp_dtype_size(dt));
+	for (uint64_t i = 0; i < n; i++) {
+		double s = 0;
+		for (int k = 0; k < 4; k++)
+			s += (double)(rnd(&r) >> 11) / 9007199254740992.0 - 0.5;
+		float f = (float)(s * 0.05);
+		if (dt == IBP_DTYPE_F32) {
+			memcpy(d + 4 * i, &f, 4);
+		} else {
+			uint32_t u;
+			memcpy(&u, &f, 4);
+			uint16_t h = (uint16_t)(u >> 16);
+			memcpy(d + 2 * i, &h, 2);
+		}
+	}
+	return d;
+}
+
+/* A store over an exp (fp8 = 0) or fp8 (fp8 = 1) container of n rows of
+ * `cols` elements in blocks of `block_rows`; fx.rows holds what the codec
+ * itself decodes block by block (for exp: the data). */
+static fixture_t open_block_fixture(int fp8, ibp_dtype_t dt, uint64_t n, uint64_t cols, uint64_t block_rows,
+				    unsigned flags)
+{
+	size_t es = ibp_dtype_size(dt);
+	fixture_t fx = { NULL, NULL, n, cols * es };
+	uint64_t elems = n * cols, chunk = block_rows * cols;
+	uint8_t *d = float_data(dt, elems, 7 + n + (uint64_t)fp8);
+	char path[128];
+	snprintf(path, sizeof(path), "%s/b%d_%llu.ibp", tmpdir, fp8, (unsigned long long)n);
+	uint64_t shape[2] = { n, cols };
+	uint8_t *ref = xcalloc(elems * es + 1);
+	if (!fp8) {
+		cr_assert_eq(ibp_pack_exp(path, d, dt, 2, shape, NULL, block_rows), IBP_OK, "%s", ibp_last_error());
+		/* the reference: ibp_exp_decode_batch over the container's blocks */
+		ibp_container_t *c = NULL;
+		cr_assert_eq(ibp_container_open(path, 0, &c), IBP_OK);
+		uint64_t plen;
+		const uint8_t *pl = ibp_container_payload(c, &plen);
+		cr_assert_eq(ibp_exp_decode_batch(pl, plen, ibp_container_block_offsets(c), dt, elems, chunk, ref, 1),
+			     IBP_OK, "%s", ibp_last_error());
+		cr_assert(memcmp(ref, d, elems * es) == 0, "exp is lossless");
+		ibp_container_close(c);
+	} else {
+		ibp_fp8_opts_t o;
+		ibp_fp8_opts_default(&o);
+		o.block = 64;
+		cr_assert_eq(ibp_pack_fp8(path, d, dt, 2, shape, &o, block_rows), IBP_OK, "%s", ibp_last_error());
+		uint64_t cap;
+		cr_assert_eq(ibp_fp8_encoded_size(&o, chunk, &cap), IBP_OK);
+		uint8_t *st = xcalloc(cap);
+		for (uint64_t b = 0; b * chunk < elems; b++) {
+			uint64_t k = elems - b * chunk < chunk ? elems - b * chunk : chunk, got;
+			cr_assert_eq(ibp_fp8_encode(d + b * chunk * es, dt, k, &o, st, cap, &got), IBP_OK);
+			cr_assert_eq(ibp_fp8_decode(st, got, dt, k, ref + b * chunk * es, 1), IBP_OK);
+		}
+		free(st);
+	}
+	free(d);
+	fx.rows = ref;
+	cr_assert_eq(ibp_store_open(path, flags, &fx.s), IBP_OK, "%s", ibp_last_error());
+	return fx;
+}
+
+Test(store, block_codecs_gather, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	for (int fp8 = 0; fp8 < 2; fp8++)
+		for (int f32 = 0; f32 < 2; f32++) {
+			ibp_dtype_t dt = f32 ? IBP_DTYPE_F32 : IBP_DTYPE_BF16;
+			fixture_t fx = open_block_fixture(fp8, dt, 777, 48, 50, f32 ? IBP_OPEN_MMAP : 0);
+			cr_assert_eq(ibp_store_nrows(fx.s), 777);
+			cr_assert_eq(ibp_store_dtype(fx.s), dt);
+			cr_assert_null(ibp_store_codec(fx.s));
+			const uint64_t m = 2000;
+			int64_t *ids = xcalloc(m * sizeof(int64_t));
+			rng_t r = { 5 + (uint64_t)fp8 };
+			for (uint64_t i = 0; i < m; i++)
+				ids[i] = (int64_t)(i < 500 ? (i * 3) % 777            /* runs in one block */
+							   : i < 600 ? 776 - i % 7    /* the short last block */
+							   : rnd(&r) % 777);          /* random */
+			uint8_t *out = xcalloc(m * fx.R);
+			const int threads[] = { 1, 2, 3, 0 };
+			for (size_t t = 0; t < 4; t++) {
+				memset(out, 0xAB, m * fx.R);
+				cr_assert_eq(ibp_store_gather(fx.s, ids, m, out, threads[t]), IBP_OK, "%s",
+					     ibp_last_error());
+				check_gather(&fx, ids, m, out);
+			}
+			uint8_t *all = xcalloc(777 * fx.R);
+			for (int t = 0; t < 3; t++) {
+				memset(all, 0, 777 * fx.R);
+				cr_assert_eq(ibp_store_decode_all(fx.s, all, t), IBP_OK, "%s", ibp_last_error());
+				cr_assert(memcmp(all, fx.rows, 777 * fx.R) == 0, "decode_all, %d threads", t);
+			}
+			cr_assert_eq(ibp_store_verify(fx.s, 0), IBP_OK, "%s", ibp_last_error());
+			int64_t bad[2] = { 3, -1 };
+			cr_assert_eq(ibp_store_gather(fx.s, bad, 2, out, 1), IBP_ERR_OUT_OF_RANGE);
+			free(all);
+			free(out);
+			free(ids);
+			close_fixture(&fx);
+		}
+}
+
+/* More callers than block slots (two blocks, so two slots): callers wait
+ * for a slot and every result is right. */
+Test(store, block_codecs_concurrent_callers, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	for (int fp8 = 0; fp8 < 2; fp8++) {
+		fixture_t fx = open_block_fixture(fp8, IBP_DTYPE_BF16, 300, 40, 150, 0);
+		pthread_t th[6];
+		conc_arg_t args[6];
+		for (int i = 0; i < 6; i++) {
+			args[i] = (conc_arg_t){ &fx, i % 3 ? 1 : 2, 77 + (uint64_t)i, 0 };
+			cr_assert_eq(pthread_create(&th[i], NULL, conc_main, &args[i]), 0);
+		}
+		for (int i = 0; i < 6; i++) {
+			pthread_join(th[i], NULL);
+			cr_assert(args[i].ok, "caller %d saw wrong rows or an error", i);
+		}
+		close_fixture(&fx);
+	}
+}
+
+/* A damaged exp block (checksums made consistent) fails the gathers that
+ * touch it, naming position and row; other blocks still gather, and the
+ * failed block is not left cached. */
+Test(store, block_corrupt_reported, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	fixture_t fx = open_block_fixture(0, IBP_DTYPE_BF16, 400, 64, 100, 0);
+	const ibp_container_t *c = ibp_store_container(fx.s);
+	uint64_t fsize = ibp_container_file_bytes(c), plen;
+	ibp_container_payload(c, &plen);
+	/* the file image; the payload is its last plen bytes */
+	char path[128];
+	snprintf(path, sizeof(path), "%s/b0_400.ibp", tmpdir);
+	FILE *f = fopen(path, "rb");
+	cr_assert_not_null(f);
+	uint8_t *img = xcalloc(fsize);
+	cr_assert_eq(fread(img, 1, fsize, f), fsize);
+	fclose(f);
+	uint64_t poff = fsize - plen;
+	/* damage block 2's header (its magic): it can no longer decode */
+	uint64_t b2 = ibp_container_block_offsets(c)[2];
+	img[poff + b2] ^= 0x5A;
+	uint32_t ns, hs;
+	uint64_t toff;
+	memcpy(&hs, img + 12, 4);
+	memcpy(&ns, img + 124, 4);
+	memcpy(&toff, img + 128, 8);
+	uint64_t sums_off = 0;
+	for (uint32_t i = 0; i < ns; i++) {
+		uint32_t id;
+		memcpy(&id, img + toff + 32 * i, 4);
+		if (id == 6)
+			memcpy(&sums_off, img + toff + 32 * i + 8, 8);
+	}
+	uint64_t h = XXH3_64bits(img + poff, plen);
+	memcpy(img + sums_off, &h, 8);
+	for (uint32_t i = 0; i < ns; i++) {
+		uint8_t *e = img + toff + 32 * i;
+		uint64_t o, l;
+		memcpy(&o, e + 8, 8);
+		memcpy(&l, e + 16, 8);
+		h = XXH3_64bits(img + o, l);
+		memcpy(e + 24, &h, 8);
+	}
+	h = XXH3_64bits(img + toff, 32 * ns);
+	memcpy(img + 136, &h, 8);
+	h = XXH3_64bits(img, hs - 8);
+	memcpy(img + hs - 8, &h, 8);
+
+	ibp_container_t *cc = NULL;
+	cr_assert_eq(ibp_container_open_memory(img, fsize, 0, &cc), IBP_OK, "%s", ibp_last_error());
+	ibp_store_t *s = NULL;
+	cr_assert_eq(ibp_store_from_container(cc, &s), IBP_OK);
+	int64_t ids[6] = { 0, 150, 399, 250, 5, 260 };
+	uint8_t *out = xcalloc(6 * fx.R);
+	for (int t = 1; t <= 2; t++) {
+		cr_assert_eq(ibp_store_gather(s, ids, 6, out, t), IBP_ERR_CORRUPT);
+		cr_assert(strstr(ibp_last_error(), "position 3 (row 250)") != NULL, "%s", ibp_last_error());
+		cr_assert(strstr(ibp_last_error(), "block 2") != NULL, "%s", ibp_last_error());
+		cr_assert_eq(ibp_store_gather(s, ids, 3, out, t), IBP_OK, "%s", ibp_last_error());
+		check_gather(&fx, ids, 3, out);
+		cr_assert_eq(ibp_store_gather(s, ids + 3, 1, out, t), IBP_ERR_CORRUPT);
+	}
+	uint8_t *all = xcalloc(400 * fx.R);
+	cr_assert_eq(ibp_store_decode_all(s, all, 1), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibp_store_verify(s, 2), IBP_ERR_CORRUPT);
+	ibp_store_close(s);
+	free(all);
+	free(out);
+	free(img);
+	close_fixture(&fx);
+}

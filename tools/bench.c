@@ -532,11 +532,11 @@ int cmd_bench(int argc, char **argv)
 		return cli_fail(cmd, in, "the array has no rows to benchmark");
 	}
 
-	enum { R_IBP_PORT, R_IBP_BMI2, R_PAPER, R_Z1_ROW, R_Z1_BLK, R_Z3_ROW, R_Z3_BLK, R_LZ4_ROW, R_LZ4_BLK, NRES };
+	enum { R_IBP_PORT, R_IBP_BMI2, R_IBP_AVX512, R_PAPER, R_Z1_ROW, R_Z1_BLK, R_Z3_ROW, R_Z3_BLK, R_LZ4_ROW, R_LZ4_BLK, NRES };
 	result_t res[NRES];
 	memset(res, 0, sizeof(res));
 	static const char *names[NRES][2] = {
-		{"ibp", "portable"}, {"ibp", "bmi2"},   {"ibp paper layout", "row"},
+		{"ibp", "portable"}, {"ibp", "bmi2"},   {"ibp", "avx512"}, {"ibp paper layout", "row"},
 		{"zstd -1", "row"},  {"zstd -1", "64K"}, {"zstd -3", "row"},
 		{"zstd -3", "64K"},  {"lz4", "row"},     {"lz4", "64K"},
 	};
@@ -563,7 +563,7 @@ int cmd_bench(int argc, char **argv)
 	memset(b.out, 0, b.total);
 	memset(ic.payload, 0, b.total);
 
-	b.nsteps = (b.nt == 1 ? 2 : 4) * 8;
+	b.nsteps = (b.nt == 1 ? 2 : 4) * 9;
 	b.pg = progress_start("bench", b.nsteps);
 	progress_step(b.pg, "training");
 	double t0 = cli_now();
@@ -577,15 +577,21 @@ int cmd_bench(int argc, char **argv)
 	}
 	unsigned k = ibp_codec_nclusters(ic.codec);
 	ic.cl = k > 1 ? ic.clusters : NULL;
-	uint64_t meta = 2 * ibp_codec_nchunks(ic.codec) * ibp_codec_chunk_bytes(ic.codec) * k;
+	/* Mask and Bitval, plus the Xval table when the codec has one; the
+	 * paper layout has no Xvals. */
+	uint64_t table = ibp_codec_nchunks(ic.codec) * ibp_codec_chunk_bytes(ic.codec) * k;
+	uint64_t meta = (2 + (ibp_codec_has_xval(ic.codec) ? 1 : 0)) * table, paper_meta = 2 * table;
 	uint64_t per_row_meta = b.nrows * (k > 1 ? 2 : 1); /* flags (+ cluster ids) */
 
-	/* IBP, portable then BMI2; both must write the same bytes. */
-	for (int which = 0; which < 2 && rc == EXIT_OK; which++) {
-		result_t *r = &res[which ? R_IBP_BMI2 : R_IBP_PORT];
-		s = ibp_codec_set_impl(ic.codec, which ? IBP_IMPL_BMI2 : IBP_IMPL_PORTABLE);
+	/* IBP, portable, BMI2 then AVX-512; all must write the same bytes. */
+	static const ibp_impl_t impls[3] = { IBP_IMPL_PORTABLE, IBP_IMPL_BMI2, IBP_IMPL_AVX512 };
+	static const char *lacks[3] = { "unavailable", "CPU or build lacks BMI2",
+					"CPU or build lacks AVX-512 VBMI" };
+	for (int which = 0; which < 3 && rc == EXIT_OK; which++) {
+		result_t *r = &res[R_IBP_PORT + which];
+		s = ibp_codec_set_impl(ic.codec, impls[which]);
 		if (s != IBP_OK) {
-			snprintf(r->why, sizeof(r->why), "%s", which ? "CPU or build lacks BMI2" : "unavailable");
+			snprintf(r->why, sizeof(r->why), "%s", lacks[which]);
 			continue;
 		}
 		r->available = 1;
@@ -603,14 +609,14 @@ int cmd_bench(int argc, char **argv)
 			   memcmp(ref_flags, ic.flags, b.nrows) || (ic.cl && memcmp(ref_cl, ic.cl, b.nrows))) {
 			progress_end(b.pg);
 			b.pg = NULL;
-			rc = cli_fail(cmd, in, "the BMI2 and portable encoders wrote different bytes");
+			rc = cli_fail(cmd, in, "the CPU paths of the IBP encoder wrote different bytes");
 		}
 	}
 	if (rc != EXIT_OK)
 		goto out;
 	ibp_codec_set_impl(ic.codec, IBP_IMPL_AUTO);
 	res[R_PAPER].available = 1;
-	res[R_PAPER].bytes = ibp_paper_layout_size(ic.codec, b.data, b.nrows) + per_row_meta + meta;
+	res[R_PAPER].bytes = ibp_paper_layout_size(ic.codec, b.data, b.nrows) + per_row_meta + paper_meta;
 
 	static const struct {
 		int idx, kind, level, per_row;
@@ -707,9 +713,11 @@ int cmd_bench(int argc, char **argv)
 			printf("\n");
 		}
 		printf("\nratio = raw bytes / compressed bytes. IBP counts payload, 1 flags byte per row%s and\n"
-		       "the Mask/Bitval metadata (%llu B); the paper layout counts the same extras. Row offsets\n"
-		       "(needed by every per-row method for random access) are left out everywhere.\n",
-		       k > 1 ? " + 1 cluster byte" : "", (unsigned long long)meta);
+		       "the Mask/Bitval%s metadata (%llu B); the paper layout counts the same extras (%llu B of\n"
+		       "metadata: it has no Xvals). Row offsets (needed by every per-row method for random\n"
+		       "access) are left out everywhere.\n",
+		       k > 1 ? " + 1 cluster byte" : "", ibp_codec_has_xval(ic.codec) ? "/Xval" : "",
+		       (unsigned long long)meta, (unsigned long long)paper_meta);
 	}
 out:
 	progress_end(b.pg);

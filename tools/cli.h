@@ -26,6 +26,7 @@ int cmd_verify(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
 int cmd_gather(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 
 /* Prints "ibp CMD: PATH: STATUS: DETAIL" on stderr (PATH left out when NULL
  * or already in the detail) and returns EXIT_FAIL. */
@@ -62,9 +63,44 @@ enum {
 	OPT_HELP,
 	OPT_REPEAT,
 	OPT_MAX_MB,
+	OPT_CODEC,
+	OPT_LOSSY,
+	OPT_EXP_TABLE,
+	OPT_FP8_FORMAT,
+	OPT_FP8_BLOCK,
+	OPT_NO_HADAMARD,
+	OPT_NO_ADAPTIVE,
+	OPT_BLOCK_ROWS,
 };
 int cli_train_option(const char *cmd, int opt, const char *arg, ibp_train_opts_t *o,
 		     unsigned *npy_flags);
+
+/* Codec choice and value-codec options shared by pack and eval. */
+typedef struct cli_codec_opts {
+	ibp_codec_id_t codec; /* default IBP_CODEC_IBP */
+	int lossy;            /* --lossy given */
+	ibp_exp_opts_t exp;
+	ibp_fp8_opts_t fp8;
+	const char *exp_only; /* an exp-only option that was given, for usage errors */
+	const char *fp8_only; /* an fp8-only option that was given */
+} cli_codec_opts_t;
+
+void cli_codec_opts_default(cli_codec_opts_t *o);
+
+/* Handles --codec, --lossy, --exp-table, --fp8-format, --fp8-block,
+ * --no-hadamard, --no-adaptive: 1 if handled, -1 on a bad value (usage
+ * error printed), 0 if `opt` is none of them. */
+int cli_codec_option(const char *cmd, int opt, const char *arg, cli_codec_opts_t *o);
+
+/* After option parsing: options that belong to another codec than the one
+ * chosen are a usage error. Returns EXIT_OK or EXIT_USAGE (printed). */
+int cli_codec_check(const char *cmd, const cli_codec_opts_t *o);
+
+/* "ibp", "exp" or "fp8". */
+const char *cli_codec_name(ibp_codec_id_t id);
+
+/* 1 if the value codecs (exp, fp8) take `dt`: bf16, f16 or f32. */
+int cli_value_dtype(ibp_dtype_t dt);
 
 /* Loads IN.npy for pack/analyze/bench: checks there is at least one
  * dimension, at most IBP_MAX_NDIM and non-empty rows. On failure prints
@@ -99,6 +135,6 @@ const char *cli_shape(const uint64_t *shape, unsigned ndim, char *buf, size_t ca
 
 /* Help texts, printed by `ibp CMD --help`. */
 extern const char *const help_pack, *const help_unpack, *const help_info, *const help_verify,
-	*const help_analyze, *const help_gather, *const help_bench;
+	*const help_analyze, *const help_gather, *const help_bench, *const help_eval;
 
 #endif /* IBP_CLI_H */

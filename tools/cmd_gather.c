@@ -25,7 +25,9 @@ const char *const help_gather =
 	"  -h, --help        this text\n"
 	"\n"
 	"Prints the rows, bytes and decode speed on stdout. An id outside\n"
-	"[0, rows) is an error (exit 2) naming its position.\n";
+	"[0, rows) is an error (exit 2) naming its position. With the exp and fp8\n"
+	"codecs a row is read by decoding its whole block (the last block decoded\n"
+	"is kept per thread, so ids in the same block as the one before are cheap).\n";
 
 static uint64_t splitmix64(uint64_t *x)
 {

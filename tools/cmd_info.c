@@ -8,16 +8,99 @@
 const char *const help_info =
 	"usage: ibp info IN.ibp [--json]\n"
 	"\n"
-	"Show IN.ibp's header (format version, codec, layout, dtype, shape, chunk\n"
-	"size, clusters, threshold), its sizes and compression ratio, and how many\n"
-	"rows use each mode (raw, clean, bitmap, list). Opening checks the\n"
-	"structure and the metadata checksums; `ibp verify` checks the payload.\n"
+	"Show IN.ibp's header (format version, codec, layout, dtype, shape), its\n"
+	"sizes and compression ratio, and the codec's parameters: for ibp the chunk\n"
+	"size, clusters, threshold, Xvals and how many rows use each mode (raw,\n"
+	"clean, bitmap, list); for exp the table mode and blocks; for fp8 (lossy)\n"
+	"the format, scale block, Hadamard/adaptive switches and streams. Opening\n"
+	"checks the structure and the metadata checksums; `ibp verify` checks the\n"
+	"payload.\n"
 	"\n"
 	"options:\n"
 	"  --json        print one JSON object on stdout instead of text\n"
 	"  -h, --help    this text\n";
 
 static const char *mode_names[4] = {"raw", "clean", "bitmap", "list"};
+
+/* exp and fp8 containers: blocks of rows, no per-row metadata. */
+static int info_values(const char *in, ibp_container_t *ct, int as_json)
+{
+	uint64_t nrows = ibp_container_nrows(ct), rb = ibp_container_row_bytes(ct);
+	uint64_t raw = nrows * rb, fsize = ibp_container_file_bytes(ct), plen = 0;
+	ibp_container_payload(ct, &plen);
+	double ratio = fsize ? (double)raw / (double)fsize : 0, pratio = plen ? (double)raw / (double)plen : 0;
+	ibp_codec_id_t id = ibp_container_codec_id(ct);
+	unsigned ndim = ibp_container_ndim(ct);
+	const uint64_t *shape = ibp_container_shape(ct);
+	uint64_t nb = ibp_container_nblocks(ct), br = ibp_container_block_rows(ct);
+	uint64_t ce = ibp_container_chunk_elems(ct);
+	ibp_fp8_opts_t fo;
+	ibp_fp8_opts_default(&fo);
+	if (id == IBP_CODEC_FP8)
+		ibp_container_fp8_opts(ct, &fo);
+	const char *table = ibp_container_exp_table_mode(ct) == IBP_EXP_TABLE_SIGMA ? "sigma"
+			    : ibp_container_exp_table_mode(ct) == IBP_EXP_TABLE_HISTOGRAM ? "hist" : "given";
+	const char *fmt = fo.format == IBP_FP8_E4M3 ? "e4m3" : "e5m2";
+	if (as_json) {
+		json_t j;
+		json_init(&j, stdout);
+		json_begin_object(&j);
+		json_kv_string(&j, "file", in);
+		json_kv_uint(&j, "file_bytes", fsize);
+		json_key(&j, "format_version");
+		json_begin_array(&j);
+		json_uint(&j, ibp_container_version_major(ct));
+		json_uint(&j, ibp_container_version_minor(ct));
+		json_end_array(&j);
+		json_kv_string(&j, "codec", cli_codec_name(id));
+		json_kv_bool(&j, "lossy", ibp_container_lossy(ct));
+		json_kv_string(&j, "layout", "packed");
+		json_kv_string(&j, "dtype", ibp_dtype_name(ibp_container_dtype(ct)));
+		json_key(&j, "shape");
+		json_begin_array(&j);
+		for (unsigned i = 0; i < ndim; i++)
+			json_uint(&j, shape[i]);
+		json_end_array(&j);
+		json_kv_uint(&j, "rows", nrows);
+		json_kv_uint(&j, "row_bytes", rb);
+		json_kv_uint(&j, "blocks", nb);
+		json_kv_uint(&j, "block_rows", br);
+		json_kv_uint(&j, "block_elems", ce);
+		if (id == IBP_CODEC_EXP) {
+			json_kv_string(&j, "exp_table", table);
+		} else {
+			json_kv_string(&j, "fp8_format", fmt);
+			json_kv_uint(&j, "fp8_block", fo.block);
+			json_kv_bool(&j, "hadamard", fo.hadamard);
+			json_kv_bool(&j, "adaptive", fo.adaptive);
+		}
+		json_kv_uint(&j, "raw_bytes", raw);
+		json_kv_uint(&j, "payload_bytes", plen);
+		json_kv_double(&j, "ratio", ratio);
+		json_kv_double(&j, "payload_ratio", pratio);
+		json_end_object(&j);
+	} else {
+		char b1[32], b2[32], sh[256];
+		printf("file          %s (%s, format %u.%u)\n", in, cli_bytes(fsize, b1, sizeof(b1)),
+		       ibp_container_version_major(ct), ibp_container_version_minor(ct));
+		if (id == IBP_CODEC_EXP)
+			printf("codec         exp (lossless), table %s\n", table);
+		else
+			printf("codec         fp8 (LOSSY), %s, scale block %u, Hadamard %s, adaptive %s\n", fmt,
+			       fo.block, fo.hadamard ? "on" : "off", fo.adaptive ? "on" : "off");
+		printf("blocks        %llu of %llu rows (%llu elements)\n", (unsigned long long)nb,
+		       (unsigned long long)br, (unsigned long long)ce);
+		printf("layout        packed\n");
+		printf("dtype, shape  %s %s\n", ibp_dtype_name(ibp_container_dtype(ct)),
+		       cli_shape(shape, ndim, sh, sizeof(sh)));
+		printf("rows          %llu x %llu B\n", (unsigned long long)nrows, (unsigned long long)rb);
+		printf("raw size      %s (%llu B)\n", cli_bytes(raw, b1, sizeof(b1)), (unsigned long long)raw);
+		printf("payload       %s (%llu B)\n", cli_bytes(plen, b2, sizeof(b2)), (unsigned long long)plen);
+		printf("ratio         %.3f (whole file), %.3f (payload)\n", ratio, pratio);
+	}
+	ibp_container_close(ct);
+	return EXIT_OK;
+}
 
 int cmd_info(int argc, char **argv)
 {
@@ -44,6 +127,8 @@ int cmd_info(int argc, char **argv)
 	ibp_status_t s = ibp_container_open(in, IBP_OPEN_MMAP, &ct);
 	if (s != IBP_OK)
 		return cli_fail_status(cmd, in, s);
+	if (ibp_container_codec_id(ct) != IBP_CODEC_IBP)
+		return info_values(in, ct, as_json);
 
 	const ibp_codec_t *codec = ibp_container_codec(ct);
 	uint64_t nrows = ibp_container_nrows(ct), rb = ibp_container_row_bytes(ct);
@@ -74,7 +159,8 @@ int cmd_info(int argc, char **argv)
 	double ratio = fsize ? (double)raw / (double)fsize : 0;
 	double pratio = plen ? (double)raw / (double)plen : 0;
 	const char *layout = ibp_container_layout(ct) == IBP_LAYOUT_PACKED ? "packed" : "inplace";
-	const char *codec_name = ibp_container_codec_id(ct) == IBP_CODEC_IBP ? "ibp" : "unknown";
+	const char *codec_name = "ibp";
+	int xval = codec ? ibp_codec_has_xval(codec) : 0;
 	unsigned ndim = ibp_container_ndim(ct);
 	const uint64_t *shape = ibp_container_shape(ct);
 
@@ -90,6 +176,7 @@ int cmd_info(int argc, char **argv)
 		json_uint(&j, ibp_container_version_minor(ct));
 		json_end_array(&j);
 		json_kv_string(&j, "codec", codec_name);
+		json_kv_bool(&j, "lossy", 0);
 		json_kv_string(&j, "layout", layout);
 		json_kv_string(&j, "dtype", ibp_dtype_name(ibp_container_dtype(ct)));
 		json_key(&j, "shape");
@@ -102,6 +189,7 @@ int cmd_info(int argc, char **argv)
 		json_kv_uint(&j, "chunk_bytes", C);
 		json_kv_uint(&j, "chunks_per_row", D);
 		json_kv_uint(&j, "clusters", k);
+		json_kv_bool(&j, "xvals", xval);
 		if (ibp_container_threshold(ct) >= 0)
 			json_kv_double(&j, "threshold", ibp_container_threshold(ct));
 		else {
@@ -135,6 +223,8 @@ int cmd_info(int argc, char **argv)
 		       (unsigned long long)D, k, k == 1 ? "" : "s");
 		if (ibp_container_threshold(ct) >= 0)
 			printf(", threshold %.2f", ibp_container_threshold(ct));
+		if (xval)
+			printf(", Xvals");
 		printf("\nlayout        %s\n", layout);
 		printf("dtype, shape  %s %s\n", ibp_dtype_name(ibp_container_dtype(ct)),
 		       cli_shape(shape, ndim, sh, sizeof(sh)));

@@ -1,6 +1,7 @@
 /* cmd_pack.c - `ibp pack IN.npy OUT.ibp`: train a codec, encode every row,
- * write the container. Encoding goes in slices so a progress line can
- * follow it. */
+ * write the container (IBP, the default); or encode with the exponent or
+ * FP8 block codec (--codec exp|fp8). IBP encoding goes in slices so a
+ * progress line can follow it. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,7 +15,23 @@ const char *const help_pack =
 	"Compress the array in IN.npy into the container OUT.ibp. Rows are the\n"
 	"first dimension; a row is everything else (shape[1] * ... * element size).\n"
 	"\n"
-	"options:\n"
+	"codec:\n"
+	"  --codec ibp|exp|fp8     ibp (default): Invariant Bit Packing, row by row,\n"
+	"                          lossless, any dtype; exp: exponent coding in blocks\n"
+	"                          of rows, lossless, bf16/f16/f32; fp8: FP8 blocks,\n"
+	"                          LOSSY (about 1 byte per element), bf16/f16/f32\n"
+	"  --lossy                 required with --codec fp8: unpack then gives back\n"
+	"                          approximate values\n"
+	"  --exp-table sigma|hist  exp: exponent table from the RMS (default) or from\n"
+	"                          each block's histogram\n"
+	"  --fp8-format e4m3|e5m2  fp8: element format (default e4m3)\n"
+	"  --fp8-block N           fp8: scale block, power of two 16..4096 (default 256)\n"
+	"  --no-hadamard           fp8: no Walsh-Hadamard rotation (ablation)\n"
+	"  --no-adaptive           fp8: no adaptive pre-scale (ablation)\n"
+	"  --block-rows N          exp/fp8: rows per block (default: about 4 Mi\n"
+	"                          elements); a row is read by decoding its block\n"
+	"\n"
+	"ibp options:\n"
 	"  --chunk 1|2|4|8|auto    chunk size in bytes (default auto: smallest result)\n"
 	"  --threshold T|auto      invariance threshold in [0.5, 1] (default auto:\n"
 	"                          sweep 0.70 .. 1.00)\n"
@@ -23,17 +40,63 @@ const char *const help_pack =
 	"  --seed N                seed of the row sample and k-means (default 0x1B9)\n"
 	"  --layout packed|inplace packed: rows back to back (smallest file, default);\n"
 	"                          inplace: row i at i * row_bytes (the paper's layout)\n"
+	"\n"
+	"other options:\n"
 	"  --dtype bf16            read a '<u2' or '|V2' array as bfloat16\n"
 	"  --threads N             worker threads (default 0 = all CPUs)\n"
 	"  -h, --help              this text\n"
 	"\n"
-	"Prints a one-line summary on stdout. Exit status: 0 ok, 1 usage, 2 error.\n";
+	"Prints a short summary on stdout. Exit status: 0 ok, 1 usage (also fp8\n"
+	"without --lossy), 2 error (also exp/fp8 on a dtype other than bf16, f16, f32).\n";
 
 /* Rows per encode slice: about 64 MiB of input. */
 static uint64_t slice_rows(uint64_t row_bytes)
 {
 	uint64_t r = (64ull << 20) / row_bytes;
 	return r ? r : 1;
+}
+
+/* --codec exp|fp8: one library call encodes and writes. */
+static int pack_values(const char *cmd, const char *in, const char *out, const cli_codec_opts_t *co,
+		       const ibp_npy_info_t *info, const void *data, uint64_t nrows, uint64_t rb,
+		       uint64_t block_rows)
+{
+	const char *cn = cli_codec_name(co->codec);
+	if (!cli_value_dtype(info->dtype))
+		return cli_fail(cmd, in, "the %s codec takes bf16, f16 or f32 arrays, this one is '%s' (%s); "
+				"bfloat16 stored as '<u2' needs --dtype bf16", cn, info->descr,
+				ibp_dtype_name(info->dtype));
+	progress_t *pg = progress_start(cmd, 0);
+	progress_step(pg, "encoding");
+	progress_tick(pg);
+	double t0 = cli_now();
+	ibp_status_t s = co->codec == IBP_CODEC_EXP
+				 ? ibp_pack_exp(out, data, info->dtype, info->ndim, info->shape, &co->exp, block_rows)
+				 : ibp_pack_fp8(out, data, info->dtype, info->ndim, info->shape, &co->fp8, block_rows);
+	double t = cli_now() - t0;
+	progress_end(pg);
+	if (s != IBP_OK)
+		return cli_fail_status(cmd, out, s);
+	ibp_container_t *ct;
+	s = ibp_container_open(out, IBP_OPEN_MMAP, &ct);
+	if (s != IBP_OK)
+		return cli_fail_status(cmd, out, s);
+	uint64_t total = nrows * rb, fsize = ibp_container_file_bytes(ct), nb = ibp_container_nblocks(ct);
+	char b1[32], b2[32], sh[256];
+	printf("%s: %s %s (%s) -> %s: %s, ratio %.3f\n", in, ibp_dtype_name(info->dtype),
+	       cli_shape(info->shape, info->ndim, sh, sizeof(sh)), cli_bytes(total, b1, sizeof(b1)), out,
+	       cli_bytes(fsize, b2, sizeof(b2)), fsize ? (double)total / (double)fsize : 0.0);
+	if (co->codec == IBP_CODEC_EXP)
+		printf("  codec exp (lossless), table %s; ", co->exp.table_mode == IBP_EXP_TABLE_SIGMA ? "sigma" : "hist");
+	else
+		printf("  codec fp8 (LOSSY), %s, block %u, Hadamard %s, adaptive %s; ",
+		       co->fp8.format == IBP_FP8_E4M3 ? "E4M3" : "E5M2", co->fp8.block, co->fp8.hadamard ? "on" : "off",
+		       co->fp8.adaptive ? "on" : "off");
+	printf("%llu block%s of %llu rows (%llu elements)\n", (unsigned long long)nb, nb == 1 ? "" : "s",
+	       (unsigned long long)ibp_container_block_rows(ct), (unsigned long long)ibp_container_chunk_elems(ct));
+	printf("  encode and write %.3f s (%.2f GB/s)\n", t, t > 0 ? (double)total / t / 1e9 : 0.0);
+	ibp_container_close(ct);
+	return EXIT_OK;
 }
 
 int cmd_pack(int argc, char **argv)
@@ -47,14 +110,26 @@ int cmd_pack(int argc, char **argv)
 		{"layout", required_argument, 0, OPT_LAYOUT},
 		{"dtype", required_argument, 0, OPT_DTYPE},
 		{"threads", required_argument, 0, OPT_THREADS},
+		{"codec", required_argument, 0, OPT_CODEC},
+		{"lossy", no_argument, 0, OPT_LOSSY},
+		{"exp-table", required_argument, 0, OPT_EXP_TABLE},
+		{"fp8-format", required_argument, 0, OPT_FP8_FORMAT},
+		{"fp8-block", required_argument, 0, OPT_FP8_BLOCK},
+		{"no-hadamard", no_argument, 0, OPT_NO_HADAMARD},
+		{"no-adaptive", no_argument, 0, OPT_NO_ADAPTIVE},
+		{"block-rows", required_argument, 0, OPT_BLOCK_ROWS},
 		{"help", no_argument, 0, OPT_HELP},
 		{0, 0, 0, 0},
 	};
 	const char *cmd = "pack";
 	ibp_train_opts_t o;
 	ibp_train_opts_default(&o);
+	cli_codec_opts_t co;
+	cli_codec_opts_default(&co);
 	unsigned npy_flags = 0;
 	ibp_layout_t layout = IBP_LAYOUT_PACKED;
+	const char *ibp_only = NULL; /* an IBP-only option given, for usage errors */
+	uint64_t block_rows = 0;
 	int c;
 	optind = 1;
 	while ((c = cli_getopt(cmd, argc, argv, lo)) != -1) {
@@ -69,16 +144,42 @@ int cmd_pack(int argc, char **argv)
 				layout = IBP_LAYOUT_INPLACE;
 			else
 				return cli_usage_error(cmd, "--layout must be packed or inplace, got '%s'", optarg);
+			if (layout == IBP_LAYOUT_INPLACE)
+				ibp_only = "--layout inplace";
 			continue;
 		}
-		int r = cli_train_option(cmd, c, optarg, &o, &npy_flags);
+		if (c == OPT_BLOCK_ROWS) {
+			if (cli_parse_u64(cmd, "--block-rows", optarg, &block_rows))
+				return EXIT_USAGE;
+			if (block_rows == 0)
+				return cli_usage_error(cmd, "--block-rows must be at least 1");
+			continue;
+		}
+		int r = cli_codec_option(cmd, c, optarg, &co);
+		if (r < 0)
+			return EXIT_USAGE;
+		if (r > 0)
+			continue;
+		r = cli_train_option(cmd, c, optarg, &o, &npy_flags);
 		if (r < 0)
 			return EXIT_USAGE;
 		if (r == 0)
 			return cli_usage_error(cmd, "unexpected option '%s'", argv[optind - 1]);
+		if (c == OPT_CHUNK || c == OPT_THRESHOLD || c == OPT_SAMPLE || c == OPT_CLUSTERS || c == OPT_SEED)
+			ibp_only = c == OPT_CHUNK ? "--chunk" : c == OPT_THRESHOLD ? "--threshold"
+				 : c == OPT_SAMPLE ? "--sample" : c == OPT_CLUSTERS ? "--clusters" : "--seed";
 	}
 	if (argc - optind != 2)
 		return cli_usage_error(cmd, "needs IN.npy and OUT.ibp");
+	if (cli_codec_check(cmd, &co) != EXIT_OK)
+		return EXIT_USAGE;
+	if (co.codec != IBP_CODEC_IBP && ibp_only)
+		return cli_usage_error(cmd, "%s applies to --codec ibp only", ibp_only);
+	if (co.codec == IBP_CODEC_IBP && block_rows)
+		return cli_usage_error(cmd, "--block-rows applies to --codec exp and fp8 only");
+	if (co.codec == IBP_CODEC_FP8 && !co.lossy)
+		return cli_usage_error(cmd, "--codec fp8 is lossy (unpack gives back approximate values); "
+				       "add --lossy to accept that");
 	const char *in = argv[optind], *out = argv[optind + 1];
 
 	ibp_npy_info_t info;
@@ -87,6 +188,12 @@ int cmd_pack(int argc, char **argv)
 	int rc = cli_load_rows(cmd, in, npy_flags, &info, &data, &nrows, &rb);
 	if (rc != EXIT_OK)
 		return rc;
+	if (co.codec != IBP_CODEC_IBP) {
+		co.exp.nthreads = co.fp8.nthreads = o.nthreads;
+		rc = pack_values(cmd, in, out, &co, &info, data, nrows, rb, block_rows);
+		ibp_npy_free(data);
+		return rc;
+	}
 
 	ibp_codec_t *codec = NULL;
 	uint8_t *payload = NULL, *flags = NULL, *clusters = NULL, *tmp = NULL;

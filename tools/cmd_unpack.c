@@ -7,11 +7,12 @@
 const char *const help_unpack =
 	"usage: ibp unpack IN.ibp OUT.npy [--threads N]\n"
 	"\n"
-	"Decode every row of IN.ibp into OUT.npy (format 1.0, C order). The array\n"
-	"data is byte-identical to what was packed, with the same shape and dtype;\n"
-	"bfloat16 has no NumPy type and is written as '<u2' (the raw bit patterns;\n"
-	"view them with ml_dtypes.bfloat16, or widen them to float32 with\n"
-	"(a.astype(np.uint32) << 16).view(np.float32)).\n"
+	"Decode every row of IN.ibp into OUT.npy (format 1.0, C order), with the\n"
+	"packed shape and dtype. For the lossless codecs (ibp, exp) the data is\n"
+	"byte-identical to what was packed; for fp8 (lossy) it is the FP8\n"
+	"reconstruction in the original dtype. bfloat16 has no NumPy type and is\n"
+	"written as '<u2' (the raw bit patterns; view them with ml_dtypes.bfloat16,\n"
+	"or widen them to float32 with (a.astype(np.uint32) << 16).view(np.float32)).\n"
 	"\n"
 	"options:\n"
 	"  --threads N   decode threads (default 0 = all CPUs)\n"
@@ -51,9 +52,10 @@ int cmd_unpack(int argc, char **argv)
 	if (rc == EXIT_OK) {
 		char b[32], sh[256];
 		uint64_t bytes = n * ibp_store_row_bytes(st);
-		printf("%s -> %s: %s %s (%s) in %.3f s (%.2f GB/s)\n", in, out, ibp_dtype_name(ibp_store_dtype(st)),
-		       cli_shape(ibp_store_shape(st), ibp_store_ndim(st), sh, sizeof(sh)),
-		       cli_bytes(bytes, b, sizeof(b)), secs, secs > 0 ? (double)bytes / secs / 1e9 : 0.0);
+		printf("%s -> %s: %s %s (%s) in %.3f s (%.2f GB/s)%s\n", in, out,
+		       ibp_dtype_name(ibp_store_dtype(st)), cli_shape(ibp_store_shape(st), ibp_store_ndim(st), sh, sizeof(sh)),
+		       cli_bytes(bytes, b, sizeof(b)), secs, secs > 0 ? (double)bytes / secs / 1e9 : 0.0,
+		       ibp_container_lossy(ibp_store_container(st)) ? ", lossy fp8 values" : "");
 	}
 	ibp_store_close(st);
 	return rc;

@@ -175,6 +175,97 @@ int cli_train_option(const char *cmd, int opt, const char *arg, ibp_train_opts_t
 	return 0;
 }
 
+void cli_codec_opts_default(cli_codec_opts_t *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->codec = IBP_CODEC_IBP;
+	ibp_exp_opts_default(&o->exp);
+	ibp_fp8_opts_default(&o->fp8);
+}
+
+int cli_codec_option(const char *cmd, int opt, const char *arg, cli_codec_opts_t *o)
+{
+	uint64_t u;
+	switch (opt) {
+	case OPT_CODEC:
+		if (!strcmp(arg, "ibp"))
+			o->codec = IBP_CODEC_IBP;
+		else if (!strcmp(arg, "exp"))
+			o->codec = IBP_CODEC_EXP;
+		else if (!strcmp(arg, "fp8"))
+			o->codec = IBP_CODEC_FP8;
+		else {
+			cli_usage_error(cmd, "--codec must be ibp, exp or fp8, got '%s'", arg);
+			return -1;
+		}
+		return 1;
+	case OPT_LOSSY:
+		o->lossy = 1;
+		return 1;
+	case OPT_EXP_TABLE:
+		if (!strcmp(arg, "sigma"))
+			o->exp.table_mode = IBP_EXP_TABLE_SIGMA;
+		else if (!strcmp(arg, "hist"))
+			o->exp.table_mode = IBP_EXP_TABLE_HISTOGRAM;
+		else {
+			cli_usage_error(cmd, "--exp-table must be sigma or hist, got '%s'", arg);
+			return -1;
+		}
+		o->exp_only = "--exp-table";
+		return 1;
+	case OPT_FP8_FORMAT:
+		if (!strcmp(arg, "e4m3"))
+			o->fp8.format = IBP_FP8_E4M3;
+		else if (!strcmp(arg, "e5m2"))
+			o->fp8.format = IBP_FP8_E5M2;
+		else {
+			cli_usage_error(cmd, "--fp8-format must be e4m3 or e5m2, got '%s'", arg);
+			return -1;
+		}
+		o->fp8_only = "--fp8-format";
+		return 1;
+	case OPT_FP8_BLOCK:
+		if (cli_parse_u64(cmd, "--fp8-block", arg, &u))
+			return -1;
+		if (u < IBP_FP8_MIN_BLOCK || u > IBP_FP8_MAX_BLOCK || (u & (u - 1)) != 0) {
+			cli_usage_error(cmd, "--fp8-block must be a power of two in [%u, %u], got '%s'",
+					IBP_FP8_MIN_BLOCK, IBP_FP8_MAX_BLOCK, arg);
+			return -1;
+		}
+		o->fp8.block = (uint32_t)u;
+		o->fp8_only = "--fp8-block";
+		return 1;
+	case OPT_NO_HADAMARD:
+		o->fp8.hadamard = 0;
+		o->fp8_only = "--no-hadamard";
+		return 1;
+	case OPT_NO_ADAPTIVE:
+		o->fp8.adaptive = 0;
+		o->fp8_only = "--no-adaptive";
+		return 1;
+	}
+	return 0;
+}
+
+int cli_codec_check(const char *cmd, const cli_codec_opts_t *o)
+{
+	if (o->exp_only && o->codec != IBP_CODEC_EXP)
+		return cli_usage_error(cmd, "%s applies to --codec exp only", o->exp_only);
+	if (o->fp8_only && o->codec != IBP_CODEC_FP8)
+		return cli_usage_error(cmd, "%s applies to --codec fp8 only", o->fp8_only);
+	return EXIT_OK;
+}
+
+const char *cli_codec_name(ibp_codec_id_t id)
+{
+	return id == IBP_CODEC_IBP ? "ibp" : id == IBP_CODEC_EXP ? "exp" : id == IBP_CODEC_FP8 ? "fp8" : "unknown";
+}
+
+int cli_value_dtype(ibp_dtype_t dt)
+{
+	return dt == IBP_DTYPE_BF16 || dt == IBP_DTYPE_F16 || dt == IBP_DTYPE_F32;
+}
+
 int cli_load_rows(const char *cmd, const char *path, unsigned npy_flags, ibp_npy_info_t *info,
 		  void **data, uint64_t *nrows, uint64_t *row_bytes)
 {

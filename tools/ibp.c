@@ -23,6 +23,7 @@ static const struct {
 	{"analyze", cmd_analyze, &help_analyze, "report bit invariance and predicted sizes of an .npy"},
 	{"gather", cmd_gather, &help_gather, "decode selected rows of a container into an .npy"},
 	{"bench", cmd_bench, &help_bench, "compare IBP with zstd and lz4 on an .npy"},
+	{"eval", cmd_eval, &help_eval, "ratio, speed and error of one codec (ibp, exp, fp8) on an .npy"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 

@@ -1,21 +1,32 @@
 /* ibp/container.h - the `.ibp` file: a compressed tensor on disk.
  *
  * A container holds one tensor of `shape` (dim 0 = rows) and `dtype`,
- * encoded row by row with a codec, plus everything needed to decode any
- * row on its own: codec metadata, per-row flags and cluster ids, row
- * offsets (packed layout) and the payload. docs/FORMAT.md section 2 is the
- * byte-level specification.
+ * encoded with one of three codecs, plus everything needed to decode it.
+ * docs/FORMAT.md section 2 is the byte-level specification.
  *
- * Two layouts:
+ *   IBP_CODEC_IBP  row by row with the IBP row codec (ibp/codec.h): codec
+ *                  metadata (Masks, Bitvals, Xvals), per-row flags and
+ *                  cluster ids, row offsets (packed layout) and the payload.
+ *                  Any row decodes on its own. Lossless, any dtype.
+ *   IBP_CODEC_EXP  the exponent codec (ibp/exp.h): the tensor's elements cut
+ *                  into blocks of whole rows (about 4 Mi elements each),
+ *                  block offsets and the blocks. Lossless; bf16/f16/f32.
+ *   IBP_CODEC_FP8  the FP8 block codec (ibp/fp8.h): the same cut into
+ *                  streams at a fixed stride. LOSSY; bf16/f16/f32. Files
+ *                  carry a required feature bit so older readers refuse them.
+ * A row of an exp or fp8 container is read by decoding its whole block.
+ *
+ * Two layouts (IBP codec; exp and fp8 are always packed):
  *   IBP_LAYOUT_PACKED   rows back to back; a uint64 offset table says where
  *                       each starts. Smallest file.
  *   IBP_LAYOUT_INPLACE  row i starts at i * row_bytes, zero-filled to the
  *                       stride (the IBP paper's layout). No offsets; a row's
  *                       address is known without any lookup.
  *
- * Writing: ibp_pack() trains a codec and writes in one call;
- * ibp_pack_with_codec() encodes with a given codec; ibp_container_write()
- * stores rows that are already encoded. Every writer writes a temporary
+ * Writing: ibp_pack() trains an IBP codec and writes in one call;
+ * ibp_pack_with_codec() encodes with a given codec; ibp_pack_exp() and
+ * ibp_pack_fp8() encode with the value codecs; ibp_container_write*()
+ * store data that is already encoded. Every writer writes a temporary
  * file beside `path` and renames it over `path` only when complete, so a
  * crash never leaves a partial file under the final name.
  *
@@ -23,10 +34,11 @@
  * the metadata, flags, cluster ids and offsets (structure and checksums)
  * so that no later access can read outside the file. The payload is
  * checked only by ibp_container_verify() (per-MiB checksums, then a decode
- * of every row). For fast gathers use ibp/store.h on top of this.
+ * of every row or block). For fast gathers use ibp/store.h on top of this.
  *
- * A container is immutable after open; every const accessor and
- * ibp_container_decode_row may be called from any number of threads.
+ * A container is immutable after open; every const accessor,
+ * ibp_container_decode_row and ibp_container_decode_block may be called
+ * from any number of threads.
  */
 #ifndef IBP_CONTAINER_H
 #define IBP_CONTAINER_H
@@ -36,6 +48,8 @@
 #include "status.h"
 #include "types.h"
 #include "codec.h"
+#include "exp.h"
+#include "fp8.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,9 +59,14 @@ extern "C" {
 #define IBP_MAX_NDIM 8u
 
 /* Format version written by this library. Readers accept any minor
- * version of their major (docs/FORMAT.md 2.8). */
+ * version of their major (docs/FORMAT.md 2.9). 1.1 added Xvals, the
+ * exponent and FP8 codecs and the LOSSY feature bit. */
 #define IBP_FORMAT_MAJOR 1u
-#define IBP_FORMAT_MINOR 0u
+#define IBP_FORMAT_MINOR 1u
+
+/* Elements per block the exp/fp8 packers aim for when given block_rows 0
+ * (ibp_block_rows_default). */
+#define IBP_BLOCK_ELEMS_DEFAULT (1ull << 22)
 
 /* Row layouts. Values are stored in files: stable. */
 typedef enum ibp_layout {
@@ -55,12 +74,12 @@ typedef enum ibp_layout {
 	IBP_LAYOUT_INPLACE = 1
 } ibp_layout_t;
 
-/* Codec ids. Values are stored in files: stable. Only IBP_CODEC_IBP is
- * implemented; files naming another codec open with IBP_ERR_UNSUPPORTED. */
+/* Codec ids. Values are stored in files: stable. Files naming another
+ * codec open with IBP_ERR_UNSUPPORTED. */
 typedef enum ibp_codec_id {
-	IBP_CODEC_IBP = 1, /* Invariant Bit Packing (ibp/codec.h) */
-	IBP_CODEC_EXP = 2, /* reserved: exponent codec */
-	IBP_CODEC_FP8 = 3  /* reserved: FP8 codec */
+	IBP_CODEC_IBP = 1, /* Invariant Bit Packing rows (ibp/codec.h), lossless */
+	IBP_CODEC_EXP = 2, /* exponent codec blocks (ibp/exp.h), lossless */
+	IBP_CODEC_FP8 = 3  /* FP8 block codec streams (ibp/fp8.h), lossy */
 } ibp_codec_id_t;
 
 /* Flags of ibp_container_open / ibp_store_open. */
@@ -73,7 +92,7 @@ typedef struct ibp_container ibp_container_t;
 /* ---- writing ---------------------------------------------------------- */
 
 /* Writes a container to `path` from rows already encoded with `codec`
- * (an IBP codec). The tensor is `ndim` (1..IBP_MAX_NDIM) dimensions given
+ * (an IBP codec; its Xvals are stored when ibp_codec_has_xval). The tensor is `ndim` (1..IBP_MAX_NDIM) dimensions given
  * by `shape`; rows = shape[0], and the row length shape[1] * ... *
  * ibp_dtype_size(dtype) must equal ibp_codec_row_bytes(codec).
  *
@@ -109,6 +128,55 @@ ibp_status_t ibp_pack_with_codec(const char *path, const ibp_codec_t *codec, con
 ibp_status_t ibp_pack(const char *path, const void *data, ibp_dtype_t dtype, unsigned ndim,
 		      const uint64_t *shape, const ibp_train_opts_t *opts, ibp_layout_t layout);
 
+/* Rows per block the exp/fp8 packers use for block_rows 0: about
+ * IBP_BLOCK_ELEMS_DEFAULT elements of whole rows, at least 1 row and at
+ * most max(nrows, 1). row_elems >= 1. */
+uint64_t ibp_block_rows_default(uint64_t row_elems, uint64_t nrows);
+
+/* Encodes the tensor `data` (dtype IBP_DTYPE_BF16, F16 or F32; shape as
+ * for ibp_container_write) with the exponent codec, one block per
+ * `block_rows` rows (0 = ibp_block_rows_default), using
+ * ibp_exp_encode_batch with `opts` (NULL = defaults; opts->nthreads
+ * workers), and writes it to `path` (codec IBP_CODEC_EXP, packed).
+ * Lossless. Needs about the tensor's size in temporary memory. Errors:
+ * IBP_ERR_INVALID_ARG (dtype, shape, options), IBP_ERR_IO, IBP_ERR_NOMEM.
+ * Thread-safe (distinct paths). */
+ibp_status_t ibp_pack_exp(const char *path, const void *data, ibp_dtype_t dtype, unsigned ndim,
+			  const uint64_t *shape, const ibp_exp_opts_t *opts, uint64_t block_rows);
+
+/* As ibp_pack_exp with the LOSSY FP8 block codec (ibp_fp8_encode per
+ * block of `block_rows` rows, `opts` NULL = defaults). Decoding gives the
+ * quantised values (error bounds in docs/CODECS.md 3.3), in `dtype`. */
+ibp_status_t ibp_pack_fp8(const char *path, const void *data, ibp_dtype_t dtype, unsigned ndim,
+			  const uint64_t *shape, const ibp_fp8_opts_t *opts, uint64_t block_rows);
+
+/* Writes an exponent-codec container from blocks already encoded, e.g. by
+ * ibp_exp_encode_batch(data, dtype, n, chunk_elems, ...) with n =
+ * shape[0] * row elements: `payload` holds offsets[nblocks] bytes, block b
+ * at payload[offsets[b], offsets[b+1]), nblocks = ceil(n / chunk_elems)
+ * (0 when n = 0; `offsets` has nblocks + 1 entries, offsets[0] = 0).
+ * chunk_elems must be a positive whole number of rows; offsets must be
+ * non-decreasing multiples of 128 and each block's size plausible for its
+ * element count (the blocks are not decoded). `table_mode` is recorded for
+ * information. Errors as ibp_container_write. */
+ibp_status_t ibp_container_write_exp(const char *path, ibp_dtype_t dtype, unsigned ndim,
+				     const uint64_t *shape, uint64_t chunk_elems,
+				     ibp_exp_table_mode_t table_mode, const void *payload,
+				     const uint64_t *offsets);
+
+/* Writes an FP8 container from streams already encoded with `opts`
+ * (format, block, hadamard, adaptive; nthreads ignored): stream b holds
+ * elements [b * chunk_elems, ...) and starts at b * S, S =
+ * ibp_fp8_encoded_size(opts, chunk_elems); the last, possibly shorter one
+ * ends the payload, so payload_len = (nblocks - 1) * S + its size (0 for
+ * an empty tensor). The layout of ibp_fp8_encode_cuda, cut after the last
+ * stream. chunk_elems must be a positive whole number of rows. The
+ * streams are not decoded. Errors as ibp_container_write. */
+ibp_status_t ibp_container_write_fp8(const char *path, ibp_dtype_t dtype, unsigned ndim,
+				     const uint64_t *shape, uint64_t chunk_elems,
+				     const ibp_fp8_opts_t *opts, const void *payload,
+				     uint64_t payload_len);
+
 /* ---- reading ---------------------------------------------------------- */
 
 /* Opens and validates the container at `path`. `flags`: IBP_OPEN_READ
@@ -131,10 +199,11 @@ ibp_status_t ibp_container_open_memory(const void *data, uint64_t size, unsigned
 				       ibp_container_t **out);
 
 /* Full payload check: the XXH3-64 of every payload block (1 MiB) and of
- * the whole payload, then a decode of every row (packed rows must use
- * their extent exactly). `nthreads` workers (0 = all CPUs). Returns
- * IBP_OK, IBP_ERR_CHECKSUM or IBP_ERR_CORRUPT (the detail names the row
- * or block), or IBP_ERR_NOMEM. */
+ * the whole payload, then a decode of every row (IBP: packed rows must use
+ * their extent exactly) or every exp block / fp8 stream (each must fill
+ * its extent exactly; for fp8 this checks decodability, not the values).
+ * `nthreads` workers (0 = all CPUs). Returns IBP_OK, IBP_ERR_CHECKSUM or
+ * IBP_ERR_CORRUPT (the detail names the row or block), or IBP_ERR_NOMEM. */
 ibp_status_t ibp_container_verify(const ibp_container_t *c, int nthreads);
 
 /* Closes a container (unmaps or frees its memory, frees its codec);
@@ -143,8 +212,21 @@ void ibp_container_close(ibp_container_t *c);
 
 /* Decodes row `row` into dst (row_bytes bytes). Returns
  * IBP_ERR_OUT_OF_RANGE for row >= nrows, IBP_ERR_CORRUPT for a row that
- * fails to decode (never reads outside the row's extent). */
+ * fails to decode (never reads outside the row's extent). For exp and fp8
+ * containers this decodes the row's whole block into a temporary buffer
+ * (allocated per call: IBP_ERR_NOMEM possible); use ibp/store.h to read
+ * many rows. */
 ibp_status_t ibp_container_decode_row(const ibp_container_t *c, uint64_t row, void *dst);
+
+/* Exp and fp8 containers: decodes block `block` (< ibp_container_nblocks)
+ * into dst, which receives the block's rows (ibp_container_block_rows, or
+ * fewer for the last block) times row_bytes bytes, in the file's dtype.
+ * The block must fill its extent exactly and agree with the header's
+ * parameters. `nthreads` threads inside the block (0 = all CPUs).
+ * IBP_ERR_OUT_OF_RANGE for a block past the end, IBP_ERR_INVALID_ARG for
+ * an IBP container, IBP_ERR_CORRUPT for a block that fails to decode. */
+ibp_status_t ibp_container_decode_block(const ibp_container_t *c, uint64_t block, void *dst,
+					int nthreads);
 
 /* ---- accessors (valid until ibp_container_close) ---------------------- */
 
@@ -156,11 +238,36 @@ unsigned ibp_container_ndim(const ibp_container_t *c);
 const uint64_t *ibp_container_shape(const ibp_container_t *c);
 ibp_layout_t ibp_container_layout(const ibp_container_t *c);
 ibp_codec_id_t ibp_container_codec_id(const ibp_container_t *c);
+/* 1 for a lossy codec (fp8), else 0. */
+int ibp_container_lossy(const ibp_container_t *c);
+/* IBP chunk size C (1, 2, 4, 8); 0 for exp and fp8. */
 unsigned ibp_container_chunk_bytes(const ibp_container_t *c);
-/* The codec built from the stored metadata (owned by the container). */
+/* The IBP codec built from the stored metadata (owned by the container);
+ * NULL for exp and fp8 containers. */
 const ibp_codec_t *ibp_container_codec(const ibp_container_t *c);
-/* Training threshold recorded by the writer, or -1 when unknown. */
+/* Training threshold recorded by the writer, or -1 when unknown (and for
+ * exp and fp8). */
 double ibp_container_threshold(const ibp_container_t *c);
+
+/* Exp and fp8 containers (0 / NULL for IBP): the number of blocks (exp)
+ * or streams (fp8), the elements per block (a whole number of rows; the
+ * last block may hold fewer), the rows per block, and for exp the
+ * nblocks + 1 block offsets into the payload (NULL for fp8, whose block
+ * b starts at b * ibp_fp8_encoded_size(opts, chunk_elems)). */
+uint64_t ibp_container_nblocks(const ibp_container_t *c);
+uint64_t ibp_container_chunk_elems(const ibp_container_t *c);
+uint64_t ibp_container_block_rows(const ibp_container_t *c);
+const uint64_t *ibp_container_block_offsets(const ibp_container_t *c);
+/* Encoded extent of block `block` in the payload (exp and fp8).
+ * IBP_ERR_OUT_OF_RANGE past the end, IBP_ERR_INVALID_ARG for IBP. */
+ibp_status_t ibp_container_block(const ibp_container_t *c, uint64_t block, const uint8_t **src,
+				 uint64_t *len);
+/* Exp containers: the table mode the writer recorded (informational;
+ * each block says its own). IBP_EXP_TABLE_SIGMA for other codecs. */
+ibp_exp_table_mode_t ibp_container_exp_table_mode(const ibp_container_t *c);
+/* Fp8 containers: the stored options (format, block, hadamard, adaptive;
+ * nthreads 0) into *o. IBP_ERR_INVALID_ARG for other codecs or NULL. */
+ibp_status_t ibp_container_fp8_opts(const ibp_container_t *c, ibp_fp8_opts_t *o);
 /* Format version of the file (the minor may exceed IBP_FORMAT_MINOR). */
 unsigned ibp_container_version_major(const ibp_container_t *c);
 unsigned ibp_container_version_minor(const ibp_container_t *c);
@@ -173,7 +280,8 @@ const char *ibp_container_name(const ibp_container_t *c);
  * upload, benchmarks). The payload has *len bytes; offsets has nrows + 1
  * entries and is NULL in the inplace layout; clusters is NULL when the
  * codec has one cluster. All were validated at open, except the payload
- * bytes (see ibp_container_verify). */
+ * bytes (see ibp_container_verify). Offsets, flags and clusters are NULL
+ * for exp and fp8 containers (see ibp_container_block_offsets). */
 const uint8_t *ibp_container_payload(const ibp_container_t *c, uint64_t *len);
 const uint64_t *ibp_container_offsets(const ibp_container_t *c);
 const uint8_t *ibp_container_flags(const ibp_container_t *c);
@@ -181,7 +289,8 @@ const uint8_t *ibp_container_clusters(const ibp_container_t *c);
 
 /* Encoded extent of row `row`: *src points into the payload, *len is its
  * length (packed: offsets[row+1] - offsets[row]; inplace: row_bytes).
- * IBP_ERR_OUT_OF_RANGE for row >= nrows. */
+ * IBP_ERR_OUT_OF_RANGE for row >= nrows; IBP_ERR_UNSUPPORTED for exp and
+ * fp8 containers, whose rows are not encoded one by one. */
 ibp_status_t ibp_container_row(const ibp_container_t *c, uint64_t row, const uint8_t **src,
 			       uint64_t *len);
 

@@ -7,9 +7,19 @@
  * (one worker per online CPU, less the calling thread, which works too) and
  * shut down by ibp_store_close; a gather itself allocates nothing.
  *
+ * All three codecs are served. Exp and fp8 containers hold blocks of many
+ * rows (ibp/container.h): a row is read by decoding its whole block into a
+ * scratch buffer ("slot") and copying the row out. The slots are allocated
+ * when the store is opened: one per thread that may gather at once, at most
+ * one per block, fewer if together they would exceed 1 GiB (at least one),
+ * each min(block rows, rows) * row_bytes bytes. A slot keeps the block it
+ * last decoded, so ids that fall in the same block as their predecessor
+ * cost only a copy; random ids over many blocks cost a block decode each.
+ *
  * Threads: accessors may be called from any thread. Gathers from several
  * threads at once are allowed: those with nthreads == 1 run fully in
- * parallel on their callers' threads; multi-threaded ones share the pool
+ * parallel on their callers' threads (for exp/fp8, as long as a slot is
+ * free; otherwise they wait for one); multi-threaded ones share the pool
  * and take turns.
  */
 #ifndef IBP_STORE_H
@@ -29,8 +39,9 @@ typedef struct ibp_store ibp_store_t;
 
 /* Opens the container at `path` (flags as ibp_container_open: IBP_OPEN_READ
  * or IBP_OPEN_MMAP, optionally | IBP_OPEN_VERIFY) and wraps it in a store.
- * Errors are those of ibp_container_open, plus IBP_ERR_NOMEM. On success
- * *out owns the store; close it with ibp_store_close. */
+ * Errors are those of ibp_container_open, plus IBP_ERR_NOMEM (also for
+ * the block slots of exp/fp8 containers). On success *out owns the store;
+ * close it with ibp_store_close. */
 ibp_status_t ibp_store_open(const char *path, unsigned flags, ibp_store_t **out);
 
 /* Wraps an already open container. On success the store owns `c` (it is
@@ -47,15 +58,18 @@ void ibp_store_close(ibp_store_t *s);
  * work starts: a negative id or one >= nrows returns IBP_ERR_OUT_OF_RANGE
  * and the detail names its position and value. `nthreads`: 0 = all of the
  * pool (the CPU count), 1 = the calling thread only, larger values are
- * capped at ibp_store_max_threads(). Returns IBP_ERR_INVALID_ARG for NULL
- * ids/out with n > 0 or nthreads < 0, IBP_ERR_CORRUPT if a row fails to
- * decode (the detail names the position and row; out is then partly
- * written). Allocates nothing; see the file comment for threading. */
+ * capped at ibp_store_max_threads() (and, for exp/fp8, at the number of
+ * slots). Returns IBP_ERR_INVALID_ARG for NULL ids/out with n > 0 or
+ * nthreads < 0, IBP_ERR_CORRUPT if a row (or its block) fails to decode
+ * (the detail names the position and row; out is then partly written).
+ * Allocates no buffers; see the file comment for threading. */
 ibp_status_t ibp_store_gather(ibp_store_t *s, const int64_t *ids, uint64_t n, void *out,
 			      int nthreads);
 
 /* Decodes every row, in order, into out (nrows * row_bytes bytes), as
- * ibp_store_gather with ids 0, 1, ..., nrows - 1. */
+ * ibp_store_gather with ids 0, 1, ..., nrows - 1. Exp/fp8 blocks are
+ * decoded straight into `out`, one block per thread, or with all threads
+ * inside each block when there are fewer blocks than threads. */
 ibp_status_t ibp_store_decode_all(ibp_store_t *s, void *out, int nthreads);
 
 /* Full payload check of the underlying container (ibp_container_verify). */
@@ -68,7 +82,7 @@ ibp_dtype_t ibp_store_dtype(const ibp_store_t *s);
 unsigned ibp_store_ndim(const ibp_store_t *s);
 /* The ndim dimensions (owned by the store). */
 const uint64_t *ibp_store_shape(const ibp_store_t *s);
-/* The codec (owned by the store). */
+/* The IBP codec (owned by the store); NULL for exp and fp8 containers. */
 const ibp_codec_t *ibp_store_codec(const ibp_store_t *s);
 /* The container (owned by the store). */
 const ibp_container_t *ibp_store_container(const ibp_store_t *s);

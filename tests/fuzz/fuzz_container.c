@@ -5,10 +5,20 @@
  *
  * Random mutations almost never keep the XXH3 checksums valid, so each
  * input is opened twice: as given (exercises the checksum paths), and as a
- * copy whose checksums were recomputed (FORMAT.md 2.2-2.6), which lets the
+ * copy whose checksums were recomputed (FORMAT.md 2.2-2.7), which lets the
  * fuzzer reach the structural checks and the row decoder behind them.
  *
- * Seeds: any small .ibp files, e.g. from ibp_pack_with_codec on a few rows.
+ * Seeds: tests/fuzz/corpus/fuzz_container/, small valid containers of each
+ * codec made with the CLI from a few rows of random data (NumPy), e.g.
+ *   ibp pack u8.npy ibp_packed.ibp --chunk 1 --clusters 2
+ *   ibp pack u8.npy ibp_inplace.ibp --layout inplace --chunk 2
+ *   ibp pack bin.npy ibp_xval.ibp --chunk 2 --clusters 2   (sparse 0/1 f32: Xvals)
+ *   ibp pack bf16.npy exp_bf16.ibp --codec exp --dtype bf16 --block-rows 6
+ *   ibp pack f32.npy exp_f32_hist.ibp --codec exp --exp-table hist --block-rows 10
+ *   ibp pack f16.npy exp_f16.ibp --codec exp
+ *   ibp pack f32.npy fp8_e4m3.ibp --codec fp8 --lossy --fp8-block 16 --block-rows 7
+ *   ibp pack bf16.npy fp8_e5m2.ibp --codec fp8 --lossy --dtype bf16 --fp8-format e5m2
+ *            --fp8-block 32 --no-hadamard --no-adaptive
  */
 #include <stdint.h>
 #include <stdlib.h>
