@@ -4,7 +4,10 @@
 # Usage: tools/install-deps.sh [--fuzz]   (--fuzz adds clang and its libFuzzer runtime)
 set -euo pipefail
 
-pkgs=(cmake make gcc pkg-config libcriterion-dev libjemalloc-dev libxxhash-dev libzstd-dev liblz4-dev)
+# libjemalloc2 is the run-time jemalloc libibp dlopen()s (libc malloc without
+# it). libjemalloc-dev is needed only by CUDA builds (src/pinned_cudahost.c
+# includes <jemalloc/jemalloc.h> for extent_hooks_t).
+pkgs=(cmake make gcc pkg-config libcriterion-dev libjemalloc2 libjemalloc-dev libxxhash-dev libzstd-dev liblz4-dev)
 if [[ "${1:-}" == "--fuzz" ]]; then
 	pkgs+=(clang libclang-rt-14-dev)
 fi

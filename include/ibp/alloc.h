@@ -7,15 +7,25 @@
  * of the application's heap and gives one place to attach extent hooks (a
  * later pinned-memory arena for CUDA transfers plugs in here).
  *
+ * jemalloc is a run-time dependency: libibp does not link it, it dlopen()s
+ * libjemalloc.so.2 on first use (RTLD_LOCAL). A shared library that NEEDs
+ * Debian's libjemalloc cannot be loaded late (Python ctypes after numpy
+ * fails with "cannot allocate memory in static TLS block", since jemalloc
+ * uses initial-exec TLS). Its TLS is larger than glibc's static TLS
+ * surplus, so in practice the dlopen() succeeds only when the program
+ * already has jemalloc loaded (it links -ljemalloc, as the `ibp` CLI does,
+ * or runs with LD_PRELOAD=libjemalloc.so.2); a failed dlopen() is
+ * harmless. When jemalloc cannot be loaded (not installed, no static TLS
+ * left, or IBP_NO_JEMALLOC=1 in the environment) the functions use
+ * posix_memalign/free instead. The choice is made once per process;
+ * ibp_host_allocator() reports it.
+ *
  * libibp calls only jemalloc's non-standard entry points (mallocx, dallocx,
- * mallctl); it never relies on jemalloc being the process malloc. Debian's
- * libjemalloc also exports unprefixed malloc/free, so a program that links
- * libjemalloc itself (for example through the static libibp.a, whose link
- * line carries -ljemalloc) gets jemalloc as its process-wide malloc; through
- * the shared libibp.so, libc's malloc is found first and stays in use.
- * Either way nothing is mixed: a pointer from ibp_host_alloc goes back only
- * through ibp_host_free. Under AddressSanitizer the functions use
- * posix_memalign/free instead, so the sanitizer sees every buffer's bounds.
+ * sallocx, mallctl) and never makes jemalloc the process malloc itself
+ * (a program that links libjemalloc gets it as its malloc). Nothing is
+ * mixed: a pointer from ibp_host_alloc goes back only through
+ * ibp_host_free. Under AddressSanitizer the functions always use
+ * posix_memalign/free, so the sanitizer sees every buffer's bounds.
  */
 #ifndef IBP_ALLOC_H
 #define IBP_ALLOC_H
@@ -39,6 +49,14 @@ void *ibp_host_alloc(uint64_t size, uint64_t align);
 
 /* Frees memory from ibp_host_alloc; NULL is a no-op. Thread-safe. */
 void ibp_host_free(void *p);
+
+/* Names the allocator ibp_host_alloc uses in this process (deciding it now
+ * if no allocation has yet): "jemalloc arena N (jemalloc 5.3.0
+ * (libjemalloc.so.2))", "libc (jemalloc unavailable: <reason>)" or
+ * "libc (AddressSanitizer build)". Meant for logs and `ibp` CLI output.
+ * The string is static, never NULL, and stays valid for the life of the
+ * process. Thread-safe. */
+const char *ibp_host_allocator(void);
 
 #ifdef __cplusplus
 }
