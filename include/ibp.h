@@ -18,6 +18,7 @@
 #include "ibp/alloc.h"
 #include "ibp/container.h"
 #include "ibp/store.h"
+#include "ibp/cuda.h"
 #include "ibp/exp.h"
 #include "ibp/fp8.h"
 

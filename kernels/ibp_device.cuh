@@ -1,0 +1,733 @@
+/* ibp_device.cuh - device helpers shared by the IBP CUDA kernels
+ * (ibp_train.cu, ibp_encode.cu, ibp_gather.cu): the device codec, CUDA
+ * error mapping, bit helpers, warp/group primitives, cp.async staging and
+ * the row validator/decoder that mirrors src/codec.c (docs/FORMAT.md §1).
+ *
+ * Groups. A row is handled by a "group": one warp (NW = 1) or a whole
+ * thread block of NW warps. Every group-wide value is computed identically
+ * by all its threads, so branches on it are uniform and the group's
+ * barriers (IbpGroup::sync/sum/any) are reached by every thread.
+ *
+ * Tiles. Chunks are processed 32 at a time (one per lane): tile t holds
+ * chunks [32t, 32t + 32). The static part of chunk j starts at a bit offset
+ * known from the Mask alone; the device codec keeps it per tile (tso), and
+ * lanes add a warp scan of the static widths inside the tile.
+ *
+ * Xvals (FORMAT.md §1.1). An exception of a chunk whose Xval is enabled
+ * starts with a hit bit, so where a field starts depends on the hit bits
+ * before it. Without enabled Xvals in the row's cluster every width is
+ * known and tiles decode in parallel; with them one warp walks the
+ * exceptions in order (ibp_walk_exc), as the CPU does, after the static
+ * part was decoded in parallel.
+ */
+#ifndef IBP_DEVICE_CUH
+#define IBP_DEVICE_CUH
+
+#include <stdint.h>
+#include <string.h>
+#include <cuda_runtime.h>
+
+#include "ibp/codec.h"
+#include "ibp/cuda.h"
+#include "cuda_check.h"
+extern "C" {
+#include "error.h"
+#include "ibp_cuda_internal.h"
+}
+
+/* ---------------------------------------------------------------------- */
+/* host: CUDA errors (kernels/cuda_check.h does the mapping)               */
+/* ---------------------------------------------------------------------- */
+
+/* A failed CUDA call -> IBP_ERR_CUDA / IBP_ERR_NO_DEVICE with CUDA's text. */
+#define ibp_cu_fail(e, what) ibp_cuda_status((e), (what), __FILE__, __LINE__)
+
+#define IBP_CU(call, what)                                                          \
+	do {                                                                        \
+		cudaError_t ibp_cu_e_ = (call);                                     \
+		if (ibp_cu_e_ != cudaSuccess)                                       \
+			return ibp_cuda_status(ibp_cu_e_, (what), __FILE__, __LINE__); \
+	} while (0)
+
+/* The current device in *dev; IBP_ERR_NO_DEVICE when none is usable. */
+static inline ibp_status_t ibp_cu_current(int *dev)
+{
+	IBP_TRY(ibp_cuda_require_device());
+	IBP_CU(cudaGetDevice(dev), "cudaGetDevice");
+	return IBP_OK;
+}
+
+/* Checks that `dev` (the device an object was made on) is current. */
+static inline ibp_status_t ibp_cu_on_device(int dev, const char *what)
+{
+	int cur = -1;
+	IBP_CU(cudaGetDevice(&cur), "cudaGetDevice");
+	if (cur != dev)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: object lives on device %d, current device is %d",
+				what, dev, cur);
+	return IBP_OK;
+}
+
+static inline uint64_t ibp_round_up(uint64_t x, uint64_t a)
+{
+	return (x + a - 1) / a * a;
+}
+
+/* ---------------------------------------------------------------------- */
+/* the device codec                                                        */
+/* ---------------------------------------------------------------------- */
+
+/* Everything a kernel needs about a codec; passed by value. */
+struct IbpDevCodec {
+	uint64_t R;            /* row bytes */
+	uint64_t D;            /* chunks per row */
+	uint64_t ntiles;       /* ceil(D / 32) */
+	uint64_t last_bytes;   /* bytes of the last chunk inside the row */
+	uint64_t bitmap_bytes; /* ceil(D / 8) */
+	uint64_t max_extent;   /* largest extent a decodable row can have */
+	unsigned C, W, K, L;
+	const uint8_t *m;      /* K * D chunk words of C bytes, cluster-major */
+	const uint8_t *b;
+	const uint8_t *x;      /* Xvals, as m and b: x_j != b_j where chunk j's Xval is enabled */
+	uint64_t xmask;        /* bit k: cluster k has an enabled Xval (its rows need the walk) */
+	const uint64_t *tso;   /* K * (ntiles + 1): static bit offset of each tile; [ntiles] = S */
+};
+
+struct ibp_cuda_codec {
+	ibp_codec_t *host; /* owned copy */
+	int device;
+	IbpDevCodec d;
+	void *mem;         /* one cudaMalloc holding m, b, tso */
+};
+
+/* ---------------------------------------------------------------------- */
+/* device: bits                                                            */
+/* ---------------------------------------------------------------------- */
+
+#define IBP_FULL_MASK 0xffffffffu
+
+template <unsigned C> struct IbpWord;
+template <> struct IbpWord<1> { typedef uint8_t T; };
+template <> struct IbpWord<2> { typedef uint16_t T; };
+template <> struct IbpWord<4> { typedef uint32_t T; };
+template <> struct IbpWord<8> { typedef unsigned long long T; };
+
+__device__ __forceinline__ uint64_t ibp_d_lowmask(unsigned n)
+{
+	return n >= 64 ? ~0ull : ((1ull << n) - 1);
+}
+
+/* Index of the lowest set bit; x != 0. */
+__device__ __forceinline__ unsigned ibp_d_ctz(uint64_t x)
+{
+	return (unsigned)__ffsll((long long)x) - 1u;
+}
+
+__device__ __forceinline__ unsigned ibp_d_popc(uint64_t x)
+{
+	return (unsigned)__popcll(x);
+}
+
+/* pdep: the low bits of v, in order, to the set positions of m (run by run). */
+__device__ __forceinline__ uint64_t ibp_d_deposit(uint64_t v, uint64_t m)
+{
+	uint64_t x = 0;
+	while (m) {
+		unsigned pos = ibp_d_ctz(m);
+		uint64_t y = ~(m >> pos);
+		unsigned len = y ? ibp_d_ctz(y) : 64u - pos;
+		uint64_t lm = ibp_d_lowmask(len);
+		x |= (v & lm) << pos;
+		v = len >= 64 ? 0 : v >> len;
+		m &= ~(lm << pos);
+	}
+	return x;
+}
+
+/* pext: the bits of x at the set positions of m, packed low. */
+__device__ __forceinline__ uint64_t ibp_d_extract(uint64_t x, uint64_t m)
+{
+	uint64_t v = 0;
+	unsigned src = 0;
+	while (m) {
+		unsigned pos = ibp_d_ctz(m);
+		uint64_t y = ~(m >> pos);
+		unsigned len = y ? ibp_d_ctz(y) : 64u - pos;
+		uint64_t lm = ibp_d_lowmask(len);
+		v |= ((x >> pos) & lm) << src; /* src < 64 while m has bits left */
+		src += len;
+		m &= ~(lm << pos);
+	}
+	return v;
+}
+
+/* Chunk word j of a row at `row` (zero-padded last chunk), as the CPU's
+ * ibp_ld_chunk / ibp_ld_partial. */
+template <unsigned C>
+__device__ __forceinline__ uint64_t ibp_d_load_chunk(const uint8_t *row, uint64_t j, uint64_t D,
+						     uint64_t last_bytes)
+{
+	typedef typename IbpWord<C>::T T;
+	const uint8_t *p = row + j * C;
+	uint64_t nb = j + 1 < D ? C : last_bytes;
+	if (nb == C && ((uintptr_t)p % C) == 0)
+		return (uint64_t)*reinterpret_cast<const T *>(p);
+	uint64_t v = 0;
+	for (uint64_t i = 0; i < nb; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+/* Stores the first bytes (all C, or last_bytes for the last chunk) of x. */
+template <unsigned C>
+__device__ __forceinline__ void ibp_d_store_chunk(uint8_t *row, uint64_t j, uint64_t D,
+						  uint64_t last_bytes, uint64_t x)
+{
+	typedef typename IbpWord<C>::T T;
+	uint8_t *p = row + j * C;
+	uint64_t nb = j + 1 < D ? C : last_bytes;
+	if (nb == C && ((uintptr_t)p % C) == 0) {
+		*reinterpret_cast<T *>(p) = (T)x;
+		return;
+	}
+	for (uint64_t i = 0; i < nb; i++)
+		p[i] = (uint8_t)(x >> (8 * i));
+}
+
+/* ---------------------------------------------------------------------- */
+/* device: warp and group primitives                                       */
+/* ---------------------------------------------------------------------- */
+
+__device__ __forceinline__ unsigned ibp_lane(void)
+{
+	return threadIdx.x & 31u;
+}
+
+/* Inclusive prefix sum over the warp (all 32 lanes take part). */
+__device__ __forceinline__ unsigned ibp_warp_scan(unsigned v)
+{
+	const unsigned lane = ibp_lane();
+#pragma unroll
+	for (unsigned o = 1; o < 32; o <<= 1) {
+		unsigned u = __shfl_up_sync(IBP_FULL_MASK, v, o);
+		if (lane >= o)
+			v += u;
+	}
+	return v;
+}
+
+__device__ __forceinline__ uint64_t ibp_warp_sum(uint64_t v)
+{
+#pragma unroll
+	for (unsigned o = 16; o; o >>= 1)
+		v += __shfl_xor_sync(IBP_FULL_MASK, v, o);
+	return v;
+}
+
+/* A group of NW warps handling one row: a warp (NW = 1) or the block. */
+template <int NW>
+struct IbpGroup {
+	static constexpr unsigned SIZE = 32u * NW;
+	/* Shared scratch (uint64 words) that sum() and the decoders need. */
+	static constexpr unsigned SCRATCH = NW == 1 ? 0u : 5u * NW;
+	__device__ static __forceinline__ unsigned tid(void)
+	{
+		return NW == 1 ? (threadIdx.x & 31u) : threadIdx.x;
+	}
+	__device__ static __forceinline__ unsigned warp(void)
+	{
+		return NW == 1 ? 0u : (threadIdx.x >> 5);
+	}
+	__device__ static __forceinline__ void sync(void)
+	{
+		if (NW == 1)
+			__syncwarp();
+		else
+			__syncthreads();
+	}
+	__device__ static __forceinline__ bool any(bool p)
+	{
+		if (NW == 1)
+			return __any_sync(IBP_FULL_MASK, p) != 0;
+		return __syncthreads_or(p) != 0;
+	}
+	/* Sum over the group, returned to every thread; red: NW shared words. */
+	__device__ static __forceinline__ uint64_t sum(uint64_t v, uint64_t *red)
+	{
+		v = ibp_warp_sum(v);
+		if (NW == 1)
+			return v;
+		__syncthreads(); /* earlier readers of red are done */
+		if (ibp_lane() == 0)
+			red[threadIdx.x >> 5] = v;
+		__syncthreads();
+		uint64_t s = 0;
+#pragma unroll
+		for (int w = 0; w < NW; w++)
+			s += red[w];
+		return s;
+	}
+	/* Exclusive prefix over the group's warps of one value per warp (the
+	 * warp's total, same in all its lanes), plus the total of all warps.
+	 * tot: 2 * NW shared words, used alternately by parity `r`. */
+	__device__ static __forceinline__ uint64_t prefix(uint64_t v, uint64_t r, uint64_t *tot,
+							  uint64_t *all)
+	{
+		if (NW == 1) {
+			*all = v;
+			return 0;
+		}
+		uint64_t *tt = tot + (r & 1) * NW;
+		if (ibp_lane() == 0)
+			tt[threadIdx.x >> 5] = v;
+		__syncthreads(); /* the other parity's readers finished a round ago */
+		const unsigned w0 = threadIdx.x >> 5;
+		uint64_t before = 0, a = 0;
+#pragma unroll
+		for (int w = 0; w < NW; w++) {
+			uint64_t x = tt[w];
+			if ((unsigned)w < w0)
+				before += x;
+			a += x;
+		}
+		*all = a;
+		return before;
+	}
+};
+
+/* ---------------------------------------------------------------------- */
+/* device: readers of an encoded row                                       */
+/* ---------------------------------------------------------------------- */
+
+/* A row staged in shared memory: byte i of the row is base[skew + i]. base
+ * is 16-byte aligned and the buffer extends at least 16 bytes past the
+ * row's last byte, so whole aligned words can be read around any field. */
+struct IbpStageReader {
+	const uint8_t *base;
+	unsigned skew;
+	/* Field of nbits (0..64) at stream bit pos, LSB-first. */
+	__device__ __forceinline__ uint64_t bits(uint64_t pos, unsigned nbits) const
+	{
+		if (nbits == 0)
+			return 0;
+		uint64_t a = pos + 8ull * skew;
+		const uint64_t *w = reinterpret_cast<const uint64_t *>(base) + (a >> 6);
+		unsigned sh = (unsigned)(a & 63);
+		uint64_t v = w[0] >> sh;
+		if (sh + nbits > 64)
+			v |= w[1] << (64 - sh); /* sh > 0 here */
+		return v & ibp_d_lowmask(nbits);
+	}
+	__device__ __forceinline__ unsigned byte(uint64_t i) const
+	{
+		return base[skew + i];
+	}
+};
+
+/* A row read in place (device or mapped host memory): bytes p[0, len),
+ * read one by one and never outside them. */
+struct IbpGlobalReader {
+	const uint8_t *p;
+	uint64_t len;
+	__device__ __forceinline__ uint64_t bits(uint64_t pos, unsigned nbits) const
+	{
+		if (nbits == 0)
+			return 0;
+		uint64_t b0 = pos >> 3, b1 = (pos + nbits + 7) >> 3; /* at most 9 bytes */
+		if (b1 > len)
+			b1 = len;
+		unsigned sh = (unsigned)(pos & 7);
+		uint64_t lo = 0, hi = 0;
+		for (uint64_t i = b0; i < b1; i++) {
+			uint64_t v = p[i];
+			unsigned k = (unsigned)(i - b0);
+			if (k < 8)
+				lo |= v << (8 * k);
+			else
+				hi = v;
+		}
+		uint64_t v = lo >> sh;
+		if (sh)
+			v |= hi << (64 - sh);
+		return v & ibp_d_lowmask(nbits);
+	}
+	__device__ __forceinline__ unsigned byte(uint64_t i) const
+	{
+		return p[i];
+	}
+};
+
+/* ---------------------------------------------------------------------- */
+/* device: staging (cp.async)                                              */
+/* ---------------------------------------------------------------------- */
+
+/* cp.async wrappers. The #else branches (plain copies) are what a host-side
+ * emulation of the kernels compiles; nvcc's device pass takes the PTX. */
+__device__ __forceinline__ void ibp_cp_async16(void *smem, const void *gmem)
+{
+#if defined(__CUDA_ARCH__)
+	unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+#else
+	memcpy(smem, gmem, 16);
+#endif
+}
+
+__device__ __forceinline__ void ibp_cp_async_commit(void)
+{
+#if defined(__CUDA_ARCH__)
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void ibp_cp_async_wait(void)
+{
+#if defined(__CUDA_ARCH__)
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+/* One byte of a staged row that is not covered by 16-byte copies (the
+ * unaligned head and tail, at most 30 bytes): loaded into a register when
+ * the fetch is issued, stored to shared memory when the row is used. */
+struct IbpEdge {
+	uint32_t pos;
+	uint32_t val;
+	int has;
+};
+
+/* Starts copying src[0, len) (device or mapped host memory) into buf so
+ * that byte i lands at buf[(src & 15) + i]. The aligned middle moves in
+ * 16-byte cp.async pieces; the group's threads take consecutive pieces of
+ * 128-byte lines (thread i of a warp: piece i of the warp's 512 bytes), so
+ * each warp instruction asks for whole aligned lines, minus the pieces
+ * outside the row. Nothing outside [src, src + len) is read. Threads 0..29
+ * load the edge bytes into `e`. buf must hold (src & 15) + len bytes. */
+template <int NW>
+__device__ __forceinline__ void ibp_issue_fetch(uint8_t *buf, const uint8_t *src, uint64_t len,
+						unsigned t, IbpEdge &e)
+{
+	const uintptr_t a = (uintptr_t)src;
+	const unsigned skew = (unsigned)(a & 15);
+	const uintptr_t f16 = (a + 15) & ~(uintptr_t)15;  /* first aligned byte */
+	const uintptr_t l16 = (a + len) & ~(uintptr_t)15; /* end of the aligned middle */
+	uint64_t head, nmid, tail;
+	if (f16 <= l16) {
+		head = f16 - a;           /* 0..15 */
+		nmid = (l16 - f16) >> 4;
+		tail = a + len - l16;     /* 0..15 */
+	} else {
+		head = len;               /* row inside one 16-byte piece: < 15 bytes */
+		nmid = 0;
+		tail = 0;
+	}
+	const uint64_t q0 = (f16 & 127) >> 4; /* piece index of f16 inside its line */
+	uint8_t *mid = buf + skew + head;     /* 16-byte aligned */
+	for (uint64_t i = t; i < q0 + nmid; i += IbpGroup<NW>::SIZE)
+		if (i >= q0)
+			ibp_cp_async16(mid + 16 * (i - q0), (const void *)(f16 + 16 * (i - q0)));
+	e.has = 0;
+	if (t < head + tail) {
+		uint64_t off = t < head ? t : (l16 - a) + (t - head);
+		e.pos = (uint32_t)(skew + off);
+		e.val = src[off];
+		e.has = 1;
+	}
+}
+
+/* ---------------------------------------------------------------------- */
+/* device: output helpers                                                  */
+/* ---------------------------------------------------------------------- */
+
+/* dst[0, n) = row bytes [0, n) of rd, 4-byte stores where dst allows. */
+template <int NW, class Rd>
+__device__ __forceinline__ void ibp_copy_out(const Rd &rd, uint8_t *dst, uint64_t n)
+{
+	const unsigned t = IbpGroup<NW>::tid();
+	uint64_t head = (4u - ((uintptr_t)dst & 3u)) & 3u;
+	if (head > n)
+		head = n;
+	if (t < head)
+		dst[t] = (uint8_t)rd.byte(t);
+	const uint64_t nw = (n - head) >> 2;
+	uint32_t *dw = reinterpret_cast<uint32_t *>(dst + head);
+	for (uint64_t w = t; w < nw; w += IbpGroup<NW>::SIZE)
+		dw[w] = (uint32_t)rd.bits(8 * (head + 4 * w), 32);
+	const uint64_t tail = head + 4 * nw;
+	if (tail + t < n)
+		dst[tail + t] = (uint8_t)rd.byte(tail + t);
+}
+
+template <int NW>
+__device__ __forceinline__ void ibp_zero_out(uint8_t *dst, uint64_t n)
+{
+	const unsigned t = IbpGroup<NW>::tid();
+	uint64_t head = (4u - ((uintptr_t)dst & 3u)) & 3u;
+	if (head > n)
+		head = n;
+	if (t < head)
+		dst[t] = 0;
+	const uint64_t nw = (n - head) >> 2;
+	uint32_t *dw = reinterpret_cast<uint32_t *>(dst + head);
+	for (uint64_t w = t; w < nw; w += IbpGroup<NW>::SIZE)
+		dw[w] = 0;
+	const uint64_t tail = head + 4 * nw;
+	if (tail + t < n)
+		dst[tail + t] = 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* device: validation and decoding (src/codec.c's ibp_decode_row_ext)      */
+/* ---------------------------------------------------------------------- */
+
+struct IbpRowHdr {
+	uint64_t hdr;    /* header bytes */
+	uint64_t n;      /* exceptions (LIST; BITMAP: their count) */
+	uint64_t extent; /* header + body bytes (unknown until the walk when walk = 1) */
+	int walk;        /* exceptions of a cluster with Xvals: ibp_walk_exc decodes them */
+};
+
+/* Validates a non-raw row (mode CLEAN, BITMAP or LIST) of `len` readable
+ * bytes under cluster cl < K, with the CPU decoder's checks in its order.
+ * IBP_OK fills h; otherwise IBP_ERR_CORRUPT. Reads only inside [0, len). */
+template <unsigned C, int NW, class Rd>
+__device__ __forceinline__ int ibp_validate_row(const IbpDevCodec &cd, const Rd &rd, uint64_t len,
+						unsigned mode, unsigned cl, IbpRowHdr &h,
+						uint64_t *red)
+{
+	typedef typename IbpWord<C>::T T;
+	typedef IbpGroup<NW> G;
+	const unsigned t = G::tid();
+	const uint64_t D = cd.D;
+	const T *m = reinterpret_cast<const T *>(cd.m) + (uint64_t)cl * D;
+	const uint64_t S = cd.tso[(uint64_t)cl * (cd.ntiles + 1) + cd.ntiles];
+	const bool xv = (cd.xmask >> cl) & 1; /* widths depend on hit bits: E comes from the walk */
+	uint64_t hdr = 0, n = 0, E = 0;
+	if (mode == IBP_ROW_BITMAP) {
+		hdr = cd.bitmap_bytes;
+		if (hdr > len)
+			return IBP_ERR_CORRUPT;
+		if ((D & 7) && rd.bits(D, 8u - (unsigned)(D & 7)) != 0)
+			return IBP_ERR_CORRUPT; /* bits past chunk D-1 */
+		uint64_t ln = 0, le = 0;
+		for (uint64_t w = t; w * 64 < D; w += G::SIZE) {
+			unsigned nb = D - 64 * w >= 64 ? 64u : (unsigned)(D - 64 * w);
+			uint64_t v = rd.bits(64 * w, nb);
+			ln += ibp_d_popc(v);
+			while (v && !xv) {
+				uint64_t j = 64 * w + ibp_d_ctz(v);
+				le += ibp_d_popc((uint64_t)m[j]);
+				v &= v - 1;
+			}
+		}
+		n = G::sum(ln, red);
+		if (!xv)
+			E = G::sum(le, red);
+		if (n == 0)
+			return IBP_ERR_CORRUPT;
+	} else if (mode == IBP_ROW_LIST) {
+		const unsigned L = cd.L;
+		if ((L + 7) / 8 > len)
+			return IBP_ERR_CORRUPT;
+		n = rd.bits(0, L) + 1;
+		if (n > D)
+			return IBP_ERR_CORRUPT;
+		hdr = ((uint64_t)L * (n + 1) + 7) / 8;
+		if (hdr > len)
+			return IBP_ERR_CORRUPT;
+		bool bad = false;
+		uint64_t le = 0;
+		for (uint64_t k = t; k < n; k += G::SIZE) {
+			uint64_t j = rd.bits((uint64_t)L * (k + 1), L);
+			if (j >= D || (k && j <= rd.bits((uint64_t)L * k, L))) {
+				bad = true;
+				continue;
+			}
+			le += ibp_d_popc((uint64_t)m[j]);
+		}
+		if (G::any(bad))
+			return IBP_ERR_CORRUPT;
+		if (!xv)
+			E = G::sum(le, red);
+	}
+	h.hdr = hdr;
+	h.n = n;
+	h.walk = xv && n > 0;
+	if (h.walk) {
+		/* as the CPU: the static part must fit; the walk checks each field */
+		if ((S + 7) / 8 > len - hdr)
+			return IBP_ERR_CORRUPT;
+		h.extent = 0;
+		return IBP_OK;
+	}
+	const uint64_t body = (S + E + 7) / 8;
+	if (body > len - hdr)
+		return IBP_ERR_CORRUPT;
+	h.extent = hdr + body;
+	return IBP_OK;
+}
+
+/* Whether chunk j is in the (validated, increasing) exception list. */
+template <class Rd>
+__device__ __forceinline__ bool ibp_list_has(const Rd &rd, unsigned L, uint64_t n, uint64_t j)
+{
+	uint64_t lo = 0, hi = n;
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (rd.bits((uint64_t)L * (mid + 1), L) < j)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < n && rd.bits((uint64_t)L * (lo + 1), L) == j;
+}
+
+/* Replaces the Mask bits of decoded chunk j in out by v (v has no bits
+ * outside m): the CPU's patch of an exception. */
+template <unsigned C>
+__device__ __forceinline__ void ibp_d_patch_chunk(uint8_t *out, uint64_t j, uint64_t D,
+						  uint64_t last_bytes, uint64_t m, uint64_t v)
+{
+	typedef typename IbpWord<C>::T T;
+	uint8_t *p = out + j * C;
+	const uint64_t nb = j + 1 < D ? C : last_bytes;
+	if (nb == C && ((uintptr_t)p % C) == 0) {
+		T *q = reinterpret_cast<T *>(p);
+		*q = (T)(((uint64_t)*q & ~m) | v);
+		return;
+	}
+	for (uint64_t i = 0; i < nb; i++) {
+		const unsigned sh = (unsigned)(8 * i);
+		p[i] = (uint8_t)((p[i] & ~(unsigned)(m >> sh)) | (unsigned)(v >> sh));
+	}
+}
+
+/* Walks the exception part of a row validated with h.walk = 1 (one warp;
+ * every lane of the warp calls it): exceptions in order, 32 at a time (a
+ * bitmap tile, or 32 list entries). A field's start is the sum of the widths
+ * before it, and the width of an enabled exception (1 on a hit, 1 + e_j on
+ * a miss) is known only once its hit bit is read, so the enabled exceptions
+ * of a batch are resolved one after another; a warp scan places the rest.
+ * Every field is checked against the row's length before it is read, as the
+ * CPU's walk does. With out != NULL the exceptions patch the chunks that
+ * ibp_decode_chunks wrote as matched. Returns IBP_OK with the end bit of
+ * the exception part (from the body start) in *end, or IBP_ERR_CORRUPT. */
+template <unsigned C, class Rd>
+__device__ __forceinline__ int ibp_walk_exc(const IbpDevCodec &cd, const Rd &rd, uint64_t len,
+					    unsigned mode, unsigned cl, const IbpRowHdr &h,
+					    uint8_t *out, uint64_t *end)
+{
+	typedef typename IbpWord<C>::T T;
+	const unsigned lane = ibp_lane();
+	const uint64_t D = cd.D, L = cd.L;
+	const T *m = reinterpret_cast<const T *>(cd.m) + (uint64_t)cl * D;
+	const T *b = reinterpret_cast<const T *>(cd.b) + (uint64_t)cl * D;
+	const T *xh = reinterpret_cast<const T *>(cd.x) + (uint64_t)cl * D;
+	const uint64_t body0 = 8 * h.hdr, lim = 8 * (len - h.hdr);
+	uint64_t pos = cd.tso[(uint64_t)cl * (cd.ntiles + 1) + cd.ntiles]; /* S <= lim */
+	const uint64_t nbatch = mode == IBP_ROW_BITMAP ? cd.ntiles : (h.n + 31) / 32;
+	for (uint64_t bt = 0; bt < nbatch; bt++) {
+		bool act;
+		uint64_t j = 0;
+		if (mode == IBP_ROW_BITMAP) {
+			j = 32 * bt + lane;
+			act = j < D && rd.bits(j, 1) != 0;
+		} else {
+			const uint64_t k = 32 * bt + lane; /* entries were validated */
+			act = k < h.n;
+			if (act)
+				j = rd.bits(L * (k + 1), (unsigned)L);
+		}
+		if (__ballot_sync(IBP_FULL_MASK, act) == 0)
+			continue;
+		const uint64_t mj = act ? (uint64_t)m[j] : 0;
+		const unsigned w = ibp_d_popc(mj);
+		const bool en = act && (uint64_t)xh[j] != (uint64_t)b[j];
+		unsigned wd = act ? w + (en ? 1u : 0u) : 0u; /* a miss until the hit bit says */
+		bool hit = false, bad = false;
+		for (unsigned pend = __ballot_sync(IBP_FULL_MASK, en); pend; pend &= pend - 1) {
+			const unsigned l = (unsigned)__ffs((int)pend) - 1;
+			const unsigned in = ibp_warp_scan(wd);
+			const uint64_t start = pos + (in - wd);
+			unsigned hb = 0;
+			if (lane == l) {
+				if (start < lim)
+					hb = (unsigned)rd.bits(body0 + start, 1);
+				else
+					bad = true; /* hit bit past the row: corrupt */
+			}
+			hb = __shfl_sync(IBP_FULL_MASK, hb, (int)l);
+			if (lane == l) {
+				hit = hb != 0;
+				wd = hit ? 1u : 1u + w;
+			}
+		}
+		const unsigned in = ibp_warp_scan(wd);
+		const unsigned tot = __shfl_sync(IBP_FULL_MASK, in, 31);
+		const uint64_t start = pos + (in - wd);
+		if (act && start + wd > lim)
+			bad = true;
+		if (__any_sync(IBP_FULL_MASK, bad))
+			return IBP_ERR_CORRUPT;
+		if (act && out) {
+			const uint64_t v = hit ? (uint64_t)xh[j]
+					       : ibp_d_deposit(rd.bits(body0 + start + (en ? 1 : 0), w), mj);
+			ibp_d_patch_chunk<C>(out, j, D, cd.last_bytes, mj, v);
+		}
+		pos += tot;
+	}
+	*end = pos;
+	return IBP_OK;
+}
+
+/* Decodes a validated non-raw row into out[0, R). Tile t goes to warp
+ * t mod NW; the exception bits of earlier tiles are carried across rounds
+ * with a prefix over the group's warps. tot: 2 * NW shared words. */
+template <unsigned C, int NW, class Rd>
+__device__ __forceinline__ void ibp_decode_chunks(const IbpDevCodec &cd, const Rd &rd,
+						  unsigned mode, unsigned cl, const IbpRowHdr &h,
+						  uint8_t *out, uint64_t *tot)
+{
+	typedef typename IbpWord<C>::T T;
+	typedef IbpGroup<NW> G;
+	const unsigned W = 8 * C;
+	const unsigned lane = ibp_lane(), warp = G::warp();
+	const uint64_t D = cd.D, ntiles = cd.ntiles;
+	const T *m = reinterpret_cast<const T *>(cd.m) + (uint64_t)cl * D;
+	const T *b = reinterpret_cast<const T *>(cd.b) + (uint64_t)cl * D;
+	const uint64_t *tso = cd.tso + (uint64_t)cl * (ntiles + 1);
+	const uint64_t body0 = 8 * h.hdr, exc0 = body0 + tso[ntiles];
+	const uint64_t full = ibp_d_lowmask(W);
+	uint64_t carry = 0; /* exception bits of the tiles of earlier rounds */
+	for (uint64_t r = 0; r * NW < ntiles; r++) {
+		const uint64_t tile = r * NW + warp;
+		const uint64_t j = tile * 32 + lane;
+		const bool active = tile < ntiles && j < D;
+		const uint64_t mj = active ? (uint64_t)m[j] : 0;
+		const unsigned ew = ibp_d_popc(mj);
+		const unsigned s = active ? W - ew : 0;
+		bool exc = false;
+		if (active && mode == IBP_ROW_BITMAP)
+			exc = rd.bits(j, 1) != 0;
+		else if (active && mode == IBP_ROW_LIST)
+			exc = ibp_list_has(rd, cd.L, h.n, j);
+		const unsigned e = exc ? ew : 0;
+		const unsigned s_in = ibp_warp_scan(s);
+		const unsigned e_in = ibp_warp_scan(e);
+		const unsigned e_tot = __shfl_sync(IBP_FULL_MASK, e_in, 31);
+		uint64_t all;
+		const uint64_t before = carry + G::prefix(e_tot, r, tot, &all);
+		carry += all;
+		if (active) {
+			uint64_t x = ibp_d_deposit(rd.bits(body0 + tso[tile] + s_in - s, s), ~mj & full);
+			if (exc)
+				x |= ibp_d_deposit(rd.bits(exc0 + before + e_in - e, e), mj);
+			else
+				x |= (uint64_t)b[j];
+			ibp_d_store_chunk<C>(out, j, D, cd.last_bytes, x);
+		}
+	}
+}
+
+#endif /* IBP_DEVICE_CUH */

@@ -1,0 +1,729 @@
+/* ibp_gather.cu - gather + decode of IBP rows on the GPU (the twin of
+ * ibp_decode_row over picked rows), the device store, and the plain
+ * (uncompressed) gather.
+ *
+ * Pipeline per group (a warp, or a block for large rows), one request at a
+ * time in a grid-stride loop: while request k is decoded from shared
+ * buffer b, the compressed bytes of request k + ngroups are already moving
+ * into buffer b ^ 1 (cp.async, 16-byte pieces of aligned 128-byte lines,
+ * only inside the row's extent; the unaligned head/tail bytes travel in
+ * registers). Rows too long for the buffers are decoded straight from the
+ * payload with bounded byte reads (IBP_CUDA_KERNEL_DIRECT does that for
+ * every row). Validation mirrors the CPU decoder, so a corrupt row gets
+ * IBP_ERR_CORRUPT and a zero-filled output, never an out-of-bounds read.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ibp_device.cuh"
+
+/* ---------------------------------------------------------------------- */
+/* kernels                                                                 */
+/* ---------------------------------------------------------------------- */
+
+struct IbpGatherArgs {
+	IbpDevCodec cd;
+	const uint8_t *payload;   /* device address (device or mapped host memory) */
+	uint64_t payload_bytes;
+	const uint64_t *offsets;  /* packed: nrows + 1; NULL: row i at i * stride */
+	const uint64_t *lens;     /* fixed stride: bytes of each row (NULL: row_bytes) */
+	const uint8_t *flags;     /* NULL: every row is raw (plain gather) */
+	const uint8_t *clusters;  /* NULL: cluster 0 */
+	uint64_t nrows;
+	uint64_t stride;
+	int exact;                /* packed: a row must use exactly its extent */
+	const int64_t *ids;
+	uint64_t n;
+	uint8_t *out;
+	const int64_t *out_rows;
+	int32_t *status;
+	unsigned long long *nerr;
+	uint32_t stage_bytes;     /* bytes of each of a group's two buffers (0: no staging) */
+};
+
+/* One request: where its row is and what is already known about it. */
+struct IbpJob {
+	uint64_t start, len;
+	int64_t orow;
+	int32_t pre; /* IBP_OK, or the status decided without reading the row */
+	unsigned flags, cl;
+	int staged;
+};
+
+__device__ __forceinline__ IbpJob ibp_empty_job(void)
+{
+	IbpJob jb;
+	jb.start = 0;
+	jb.len = 0;
+	jb.orow = -1;
+	jb.pre = IBP_OK;
+	jb.flags = IBP_ROW_RAW;
+	jb.cl = 0;
+	jb.staged = 0;
+	return jb;
+}
+
+__device__ __forceinline__ IbpJob ibp_load_job(const IbpGatherArgs &a, uint64_t k)
+{
+	IbpJob jb = ibp_empty_job();
+	jb.orow = a.out_rows ? a.out_rows[k] : (int64_t)k;
+	const int64_t id = a.ids[k];
+	if (jb.orow < 0) {
+		jb.pre = IBP_ERR_INVALID_ARG;
+		return jb;
+	}
+	if (id < 0 || (uint64_t)id >= a.nrows) {
+		jb.pre = IBP_ERR_OUT_OF_RANGE;
+		return jb;
+	}
+	const uint64_t i = (uint64_t)id;
+	if (a.offsets) {
+		/* validated at store creation; checked again because it is cheap */
+		uint64_t s = a.offsets[i], e = a.offsets[i + 1];
+		if (e < s || e > a.payload_bytes || e - s > a.cd.max_extent) {
+			jb.pre = IBP_ERR_CORRUPT;
+			return jb;
+		}
+		jb.start = s;
+		jb.len = e - s;
+	} else {
+		jb.start = i * a.stride;
+		jb.len = a.lens ? a.lens[i] : a.cd.R;
+		if (jb.len > a.stride)
+			jb.len = a.stride;
+	}
+	if (a.flags)
+		jb.flags = a.flags[i];
+	if (a.clusters)
+		jb.cl = a.clusters[i];
+	jb.staged = a.stage_bytes && jb.len + 32 <= a.stage_bytes;
+	return jb;
+}
+
+/* Decodes one request's row from reader rd into orow. */
+template <unsigned C, int NW, class Rd>
+__device__ __forceinline__ int32_t ibp_process(const IbpGatherArgs &a, const IbpJob &jb, const Rd &rd,
+					       uint8_t *orow, uint64_t *red, uint64_t *tot)
+{
+	if (jb.flags & ~IBP_ROW_MODE_MASK)
+		return IBP_ERR_CORRUPT;
+	if (jb.cl >= a.cd.K)
+		return IBP_ERR_CORRUPT;
+	const unsigned mode = jb.flags & IBP_ROW_MODE_MASK;
+	if (mode == IBP_ROW_RAW) {
+		if (jb.len < a.cd.R || (a.exact && jb.len != a.cd.R))
+			return IBP_ERR_CORRUPT;
+		ibp_copy_out<NW>(rd, orow, a.cd.R);
+		return IBP_OK;
+	}
+	IbpRowHdr h;
+	int st = ibp_validate_row<C, NW>(a.cd, rd, jb.len, mode, jb.cl, h, red);
+	if (st != IBP_OK)
+		return st;
+	if (!h.walk) {
+		if (a.exact && h.extent != jb.len)
+			return IBP_ERR_CORRUPT;
+		ibp_decode_chunks<C, NW>(a.cd, rd, mode, jb.cl, h, orow, tot);
+		return IBP_OK;
+	}
+	/* Xvals: the static part (every chunk as matched) in parallel, then
+	 * warp 0 walks the exceptions and patches their chunks */
+	ibp_decode_chunks<C, NW>(a.cd, rd, IBP_ROW_CLEAN, jb.cl, h, orow, tot);
+	IbpGroup<NW>::sync();
+	uint64_t end = 0;
+	if (NW == 1) {
+		st = ibp_walk_exc<C>(a.cd, rd, jb.len, mode, jb.cl, h, orow, &end);
+		__syncwarp(); /* the walk's last patches land before a zero-fill */
+	} else {
+		if (IbpGroup<NW>::warp() == 0) {
+			st = ibp_walk_exc<C>(a.cd, rd, jb.len, mode, jb.cl, h, orow, &end);
+			if (ibp_lane() == 0) {
+				red[0] = (uint64_t)st;
+				red[1] = end;
+			}
+		}
+		__syncthreads(); /* red's next writer (IbpGroup::sum) syncs first */
+		st = (int)red[0];
+		end = red[1];
+	}
+	if (st != IBP_OK)
+		return st;
+	if (a.exact && h.hdr + (end + 7) / 8 != jb.len)
+		return IBP_ERR_CORRUPT;
+	return IBP_OK;
+}
+
+/* Shared memory: per group two stage buffers of stage_bytes, then (NW > 1)
+ * the group scratch. */
+template <unsigned C, int NW>
+__global__ void __launch_bounds__(256) ibp_gather_kernel(const IbpGatherArgs a)
+{
+	extern __shared__ __align__(16) uint8_t ibp_smem[];
+	typedef IbpGroup<NW> G;
+	const unsigned gpb = NW == 1 ? blockDim.x / 32 : 1;
+	const unsigned gib = NW == 1 ? threadIdx.x / 32 : 0;
+	const unsigned t = G::tid();
+	const uint64_t SB = a.stage_bytes;
+	uint8_t *const buf0 = ibp_smem + (uint64_t)gib * 2 * SB; /* buffer bi at buf0 + bi * SB */
+	uint64_t *red = reinterpret_cast<uint64_t *>(ibp_smem + (uint64_t)gpb * 2 * SB);
+	uint64_t *tot = red + NW;
+	const uint64_t ngroups = (uint64_t)gridDim.x * gpb;
+	uint64_t k = (uint64_t)blockIdx.x * gpb + gib;
+
+	IbpJob cur = ibp_empty_job(), nxt = ibp_empty_job();
+	IbpEdge ecur, enxt;
+	ecur.pos = ecur.val = 0;
+	ecur.has = 0;
+	enxt = ecur;
+	if (k < a.n) {
+		cur = ibp_load_job(a, k);
+		if (cur.pre == IBP_OK && cur.staged)
+			ibp_issue_fetch<NW>(buf0, a.payload + cur.start, cur.len, t, ecur);
+	}
+	ibp_cp_async_commit();
+	unsigned bi = 0;
+	while (k < a.n) {
+		const uint64_t kn = k + ngroups;
+		enxt.has = 0;
+		nxt = ibp_empty_job();
+		if (kn < a.n) {
+			nxt = ibp_load_job(a, kn);
+			if (nxt.pre == IBP_OK && nxt.staged)
+				ibp_issue_fetch<NW>(buf0 + (bi ^ 1) * SB, a.payload + nxt.start, nxt.len, t, enxt);
+		}
+		ibp_cp_async_commit();
+		ibp_cp_async_wait<1>(); /* this thread's pieces of request k are in */
+		if (ecur.has)
+			buf0[bi * SB + ecur.pos] = (uint8_t)ecur.val;
+		G::sync(); /* ... and everyone's */
+
+		int32_t st = cur.pre;
+		uint8_t *orow = cur.orow >= 0 ? a.out + (uint64_t)cur.orow * a.cd.R : nullptr;
+		if (st == IBP_OK) {
+			if (cur.staged) {
+				IbpStageReader rd;
+				rd.base = buf0 + bi * SB;
+				rd.skew = (unsigned)((uintptr_t)(a.payload + cur.start) & 15);
+				st = ibp_process<C, NW>(a, cur, rd, orow, red, tot);
+			} else {
+				IbpGlobalReader rd;
+				rd.p = a.payload + cur.start;
+				rd.len = cur.len;
+				st = ibp_process<C, NW>(a, cur, rd, orow, red, tot);
+			}
+		}
+		if (st != IBP_OK && orow)
+			ibp_zero_out<NW>(orow, a.cd.R);
+		if (t == 0) {
+			if (a.status)
+				a.status[k] = st;
+			if (st != IBP_OK && a.nerr)
+				atomicAdd(a.nerr, 1ull);
+		}
+		G::sync(); /* buffer bi is free for the fetch after next */
+		cur = nxt;
+		ecur = enxt;
+		bi ^= 1;
+		k = kn;
+	}
+	ibp_cp_async_wait<0>();
+}
+
+/* Finds each inplace row's own length (its extent; row_bytes when it does
+ * not decode), with the gather's validator. One warp per row. */
+template <unsigned C>
+__global__ void __launch_bounds__(256)
+	ibp_extent_kernel(const IbpDevCodec cd, const uint8_t *payload, uint64_t stride,
+			  const uint8_t *flags, const uint8_t *clusters, uint64_t nrows, uint64_t *lens)
+{
+	const uint64_t wpb = blockDim.x / 32;
+	const uint64_t nwarps = (uint64_t)gridDim.x * wpb;
+	for (uint64_t i = (uint64_t)blockIdx.x * wpb + threadIdx.x / 32; i < nrows; i += nwarps) {
+		uint64_t ext = cd.R;
+		const unsigned fl = flags[i], cl = clusters ? clusters[i] : 0u;
+		const unsigned mode = fl & IBP_ROW_MODE_MASK;
+		if (!(fl & ~IBP_ROW_MODE_MASK) && cl < cd.K && mode != IBP_ROW_RAW) {
+			IbpGlobalReader rd;
+			rd.p = payload + i * stride;
+			rd.len = cd.R;
+			IbpRowHdr h;
+			uint64_t end = 0;
+			if (ibp_validate_row<C, 1>(cd, rd, cd.R, mode, cl, h, nullptr) == IBP_OK) {
+				if (!h.walk)
+					ext = h.extent;
+				else if (ibp_walk_exc<C>(cd, rd, cd.R, mode, cl, h, nullptr, &end) == IBP_OK)
+					ext = h.hdr + (end + 7) / 8;
+			}
+		}
+		if (ibp_lane() == 0)
+			lens[i] = ext;
+	}
+}
+
+/* ---------------------------------------------------------------------- */
+/* host: launch configuration                                              */
+/* ---------------------------------------------------------------------- */
+
+typedef void (*IbpGatherFn)(const IbpGatherArgs);
+
+static IbpGatherFn ibp_gather_fn(unsigned C, int nw)
+{
+	if (nw == 1) {
+		switch (C) {
+		case 1: return ibp_gather_kernel<1, 1>;
+		case 2: return ibp_gather_kernel<2, 1>;
+		case 4: return ibp_gather_kernel<4, 1>;
+		default: return ibp_gather_kernel<8, 1>;
+		}
+	}
+	switch (C) {
+	case 1: return ibp_gather_kernel<1, 8>;
+	case 2: return ibp_gather_kernel<2, 8>;
+	case 4: return ibp_gather_kernel<4, 8>;
+	default: return ibp_gather_kernel<8, 8>;
+	}
+}
+
+#define IBP_WARP_MAX_ROW 4096u /* AUTO: warp per row up to this row size */
+#define IBP_BLOCK_WARPS 8
+
+struct IbpLaunch {
+	IbpGatherFn fn;
+	unsigned threads;
+	unsigned gpb;        /* groups per block */
+	uint32_t stage;      /* bytes per stage buffer */
+	size_t smem;
+	uint64_t max_blocks; /* resident blocks on the whole device */
+};
+
+/* Picks kernel, staging size and grid cap for rows of R bytes. Raises the
+ * kernel's dynamic shared memory limit to the device's maximum, so that
+ * stores with different row sizes never undercut each other. */
+static ibp_status_t ibp_gather_config(ibp_cuda_kernel_t kind, uint64_t R, unsigned C, int dev,
+				      IbpLaunch *L)
+{
+	int nsm = 0, optin = 0;
+	IBP_CU(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+	IBP_CU(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+	       "cudaDeviceGetAttribute");
+	if (kind == IBP_CUDA_KERNEL_AUTO)
+		kind = R <= IBP_WARP_MAX_ROW ? IBP_CUDA_KERNEL_WARP : IBP_CUDA_KERNEL_BLOCK;
+	const uint64_t want = ibp_round_up(R + 32, 16); /* a raw row plus reader slack */
+	int nw;
+	if (kind == IBP_CUDA_KERNEL_WARP) {
+		nw = 1;
+		uint64_t cap = ((uint64_t)optin / 2) & ~15ull;
+		L->stage = (uint32_t)(want < cap ? want : cap);
+		uint64_t g = (uint64_t)optin / (2ull * L->stage);
+		L->gpb = (unsigned)(g < 1 ? 1 : g > 8 ? 8 : g);
+		L->smem = (size_t)L->gpb * 2 * L->stage;
+	} else {
+		nw = IBP_BLOCK_WARPS;
+		const uint64_t scratch = 8ull * IbpGroup<IBP_BLOCK_WARPS>::SCRATCH;
+		uint64_t cap = (((uint64_t)optin - scratch) / 2) & ~15ull;
+		L->stage = kind == IBP_CUDA_KERNEL_DIRECT ? 0u : (uint32_t)(want < cap ? want : cap);
+		L->gpb = 1;
+		L->smem = (size_t)(2ull * L->stage + scratch);
+	}
+	L->threads = nw == 1 ? 32u * L->gpb : 32u * IBP_BLOCK_WARPS;
+	L->fn = ibp_gather_fn(C, nw);
+	cudaFuncAttributes fa;
+	IBP_CU(cudaFuncGetAttributes(&fa, (const void *)L->fn), "cudaFuncGetAttributes");
+	IBP_CU(cudaFuncSetAttribute((const void *)L->fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				    optin - (int)fa.sharedSizeBytes),
+	       "cudaFuncSetAttribute");
+	int per_sm = 0;
+	IBP_CU(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)L->fn, (int)L->threads,
+							     L->smem),
+	       "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+	if (per_sm < 1)
+		return ibp_fail(IBP_ERR_CUDA, "gather: no block of %u threads with %zu bytes of shared "
+				"memory fits on an SM", L->threads, L->smem);
+	L->max_blocks = (uint64_t)per_sm * (uint64_t)nsm;
+	return IBP_OK;
+}
+
+static ibp_status_t ibp_gather_launch(const IbpLaunch *L, const IbpGatherArgs *a, cudaStream_t s)
+{
+	uint64_t blocks = (a->n + L->gpb - 1) / L->gpb;
+	if (blocks > L->max_blocks)
+		blocks = L->max_blocks;
+	L->fn<<<(unsigned)blocks, L->threads, L->smem, s>>>(*a);
+	IBP_CU(cudaGetLastError(), "gather kernel launch");
+	return IBP_OK;
+}
+
+/* ---------------------------------------------------------------------- */
+/* host: the device store                                                  */
+/* ---------------------------------------------------------------------- */
+
+struct ibp_cuda_store {
+	int on_device;
+	ibp_hstore_t *host;           /* host-fallback store */
+	ibp_cuda_codec_t *codec;
+	int device;
+	uint64_t nrows, R;
+	const uint8_t *payload;       /* device address */
+	uint64_t payload_bytes;
+	uint64_t *offsets;            /* device: packed offsets (nrows + 1) */
+	uint64_t *lens;               /* device: inplace row lengths (nrows) */
+	uint8_t *flags, *clusters;    /* device */
+	unsigned long long *nerr;     /* device: failed rows */
+	void *meta;                   /* the cudaMalloc holding the five arrays above */
+	void *own_pinned;             /* COPY_PINNED payload */
+	void *own_dev;                /* COPY_DEVICE payload */
+	void *registered;             /* REGISTER: the range to unregister */
+	ibp_cuda_kernel_t kernel;
+	IbpLaunch launch;
+};
+
+/* Device address of mapped host memory [p, p + n), checking both ends. */
+static ibp_status_t ibp_mapped_ptr(const void *p, uint64_t n, const uint8_t **dev)
+{
+	void *d0 = NULL, *d1 = NULL;
+	ibp_status_t st = ibp_pinned_device_ptr(p, &d0);
+	if (st == IBP_OK)
+		st = ibp_pinned_device_ptr((const uint8_t *)p + n - 1, &d1);
+	if (st != IBP_OK) {
+		char msg[256]; /* ibp_fail writes the buffer ibp_last_error reads */
+		snprintf(msg, sizeof(msg), "%s", ibp_last_error());
+		return ibp_fail(st, "cuda store: payload: %s", msg);
+	}
+	if ((uint8_t *)d1 != (uint8_t *)d0 + n - 1)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda store: payload spans separately mapped ranges");
+	*dev = (const uint8_t *)d0;
+	return IBP_OK;
+}
+
+static ibp_status_t ibp_place_payload(ibp_cuda_store_t *s, const ibp_cuda_store_desc_t *d,
+				      cudaStream_t stream)
+{
+	const uint64_t n = d->payload_bytes;
+	if (n == 0) {
+		s->payload = NULL;
+		return IBP_OK;
+	}
+	switch (d->payload_kind) {
+	case IBP_CUDA_PAYLOAD_MAPPED:
+		return ibp_mapped_ptr(d->payload, n, &s->payload);
+	case IBP_CUDA_PAYLOAD_DEVICE: {
+		cudaPointerAttributes at0, at1;
+		cudaError_t e = cudaPointerGetAttributes(&at0, d->payload);
+		if (e == cudaSuccess)
+			e = cudaPointerGetAttributes(&at1, (const uint8_t *)d->payload + n - 1);
+		if (e != cudaSuccess)
+			return ibp_cu_fail(e, "cuda store: cudaPointerGetAttributes");
+		if ((at0.type != cudaMemoryTypeDevice && at0.type != cudaMemoryTypeManaged) ||
+		    at0.type != at1.type || at0.device != s->device || at1.device != s->device)
+			return ibp_fail(IBP_ERR_INVALID_ARG,
+					"cuda store: payload is not device memory of device %d", s->device);
+		s->payload = (const uint8_t *)d->payload;
+		return IBP_OK;
+	}
+	case IBP_CUDA_PAYLOAD_COPY_PINNED: {
+		void *p = NULL;
+		IBP_TRY(ibp_pinned_alloc(n, 256, 0, &p));
+		s->own_pinned = p;
+		memcpy(p, d->payload, n);
+		return ibp_mapped_ptr(p, n, &s->payload);
+	}
+	case IBP_CUDA_PAYLOAD_COPY_DEVICE: {
+		void *p = NULL;
+		IBP_CU(cudaMalloc(&p, n), "cuda store: cudaMalloc(payload)");
+		s->own_dev = p;
+		IBP_CU(cudaMemcpyAsync(p, d->payload, n, cudaMemcpyHostToDevice, stream),
+		       "cuda store: copy payload");
+		s->payload = (const uint8_t *)p;
+		return IBP_OK;
+	}
+	case IBP_CUDA_PAYLOAD_REGISTER: {
+		int ro = 0;
+		IBP_CU(cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, s->device),
+		       "cudaDeviceGetAttribute");
+		unsigned fl = cudaHostRegisterMapped | cudaHostRegisterPortable |
+			      (ro ? cudaHostRegisterReadOnly : 0u);
+		cudaError_t e = cudaHostRegister((void *)d->payload, n, fl);
+		if (e == cudaSuccess)
+			s->registered = (void *)d->payload;
+		else if (e == cudaErrorHostMemoryAlreadyRegistered)
+			(void)cudaGetLastError(); /* someone else pinned it: use it, leave it */
+		else
+			return ibp_cu_fail(e, "cuda store: cudaHostRegister(payload)");
+		return ibp_mapped_ptr(d->payload, n, &s->payload);
+	}
+	}
+	return ibp_fail(IBP_ERR_INVALID_ARG, "cuda store: unknown payload kind");
+}
+
+typedef void (*IbpExtentFn)(const IbpDevCodec, const uint8_t *, uint64_t, const uint8_t *,
+			    const uint8_t *, uint64_t, uint64_t *);
+
+static ibp_status_t ibp_find_extents(ibp_cuda_store_t *s, cudaStream_t stream)
+{
+	const IbpDevCodec &cd = s->codec->d;
+	IbpExtentFn fn;
+	switch (cd.C) {
+	case 1: fn = ibp_extent_kernel<1>; break;
+	case 2: fn = ibp_extent_kernel<2>; break;
+	case 4: fn = ibp_extent_kernel<4>; break;
+	default: fn = ibp_extent_kernel<8>; break;
+	}
+	int nsm = 0;
+	IBP_CU(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, s->device),
+	       "cudaDeviceGetAttribute");
+	uint64_t blocks = (s->nrows + 7) / 8, cap = (uint64_t)nsm * 8;
+	if (blocks > cap)
+		blocks = cap;
+	fn<<<(unsigned)blocks, 256, 0, stream>>>(cd, s->payload, s->R, s->flags, s->clusters, s->nrows,
+						 s->lens);
+	IBP_CU(cudaGetLastError(), "cuda store: extent kernel launch");
+	return IBP_OK;
+}
+
+void ibp_cuda_store_free(ibp_cuda_store_t *s)
+{
+	if (!s)
+		return;
+	if (s->on_device) {
+		(void)cudaDeviceSynchronize(); /* no gather may still read what we free */
+		if (s->registered)
+			(void)cudaHostUnregister(s->registered);
+		ibp_pinned_free(s->own_pinned);
+		(void)cudaFree(s->own_dev);
+		(void)cudaFree(s->meta);
+		ibp_cuda_codec_free(s->codec);
+		(void)cudaGetLastError();
+	}
+	ibp_hstore_free(s->host);
+	free(s);
+}
+
+ibp_status_t ibp_cuda_store_create(const ibp_cuda_store_desc_t *d, unsigned flags, void *stream,
+				   ibp_cuda_store_t **out)
+{
+	if (!out)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda_store_create: NULL out");
+	*out = NULL;
+	IBP_TRY(ibp_cuda_desc_check(d));
+	int dev = 0;
+	ibp_status_t st = ibp_cu_current(&dev);
+	if (st == IBP_ERR_NO_DEVICE) {
+		if (!(flags & IBP_CUDA_HOST_FALLBACK))
+			return st;
+		ibp_cuda_store_t *s = (ibp_cuda_store_t *)calloc(1, sizeof(*s));
+		if (!s)
+			return ibp_fail(IBP_ERR_NOMEM, "cuda_store_create: out of memory");
+		s->nrows = d->nrows;
+		s->R = ibp_codec_row_bytes(d->codec);
+		st = ibp_hstore_create(d, &s->host);
+		if (st != IBP_OK) {
+			free(s);
+			return st;
+		}
+		*out = s;
+		return ibp_fail(IBP_ERR_NO_DEVICE,
+				"cuda_store_create: no usable CUDA device; the store was made in ordinary "
+				"host memory and ibp_gather_cuda will decode on the CPU");
+	}
+	if (st != IBP_OK)
+		return st;
+	cudaStream_t cs = (cudaStream_t)stream;
+	ibp_cuda_store_t *s = (ibp_cuda_store_t *)calloc(1, sizeof(*s));
+	if (!s)
+		return ibp_fail(IBP_ERR_NOMEM, "cuda_store_create: out of memory");
+	s->on_device = 1;
+	s->device = dev;
+	s->nrows = d->nrows;
+	s->R = ibp_codec_row_bytes(d->codec);
+	s->payload_bytes = d->payload_bytes;
+	s->kernel = IBP_CUDA_KERNEL_AUTO;
+	const uint64_t n = d->nrows;
+	/* one allocation: offsets or lens, flags, clusters, error counter */
+	const uint64_t o_bytes = ibp_round_up((d->offsets ? n + 1 : n) * 8 + 8, 256);
+	const uint64_t f_bytes = ibp_round_up(n + 1, 256);
+	const uint64_t c_bytes = d->clusters ? f_bytes : 0;
+	uint8_t *meta = NULL;
+	st = ibp_cuda_codec_create(d->codec, stream, &s->codec);
+	if (st != IBP_OK)
+		goto fail;
+	st = ibp_place_payload(s, d, cs);
+	if (st != IBP_OK)
+		goto fail;
+	{
+		cudaError_t e = cudaMalloc((void **)&meta, o_bytes + f_bytes + c_bytes + 256);
+		if (e != cudaSuccess) {
+			st = ibp_cu_fail(e, "cuda store: cudaMalloc(row arrays)");
+			goto fail;
+		}
+	}
+	s->meta = meta;
+	if (d->offsets)
+		s->offsets = (uint64_t *)meta;
+	else
+		s->lens = (uint64_t *)meta;
+	s->flags = meta + o_bytes;
+	s->clusters = d->clusters ? meta + o_bytes + f_bytes : NULL;
+	s->nerr = (unsigned long long *)(meta + o_bytes + f_bytes + c_bytes);
+	{
+		cudaError_t e = cudaSuccess;
+		if (d->offsets)
+			e = cudaMemcpyAsync(s->offsets, d->offsets, (n + 1) * 8, cudaMemcpyHostToDevice, cs);
+		if (e == cudaSuccess && n)
+			e = cudaMemcpyAsync(s->flags, d->flags, n, cudaMemcpyHostToDevice, cs);
+		if (e == cudaSuccess && n && d->clusters)
+			e = cudaMemcpyAsync(s->clusters, d->clusters, n, cudaMemcpyHostToDevice, cs);
+		if (e == cudaSuccess)
+			e = cudaMemsetAsync(s->nerr, 0, 8, cs);
+		if (e != cudaSuccess) {
+			st = ibp_cu_fail(e, "cuda store: copy row arrays");
+			goto fail;
+		}
+	}
+	if (!d->offsets && n) {
+		st = ibp_find_extents(s, cs);
+		if (st != IBP_OK)
+			goto fail;
+	}
+	st = ibp_gather_config(s->kernel, s->R, s->codec->d.C, dev, &s->launch);
+	if (st != IBP_OK)
+		goto fail;
+	{
+		cudaError_t e = cudaStreamSynchronize(cs);
+		if (e != cudaSuccess) {
+			st = ibp_cu_fail(e, "cuda store: creation");
+			goto fail;
+		}
+	}
+	*out = s;
+	return IBP_OK;
+fail:
+	ibp_cuda_store_free(s);
+	return st;
+}
+
+int ibp_cuda_store_on_device(const ibp_cuda_store_t *s)
+{
+	return s ? s->on_device : 0;
+}
+
+uint64_t ibp_cuda_store_nrows(const ibp_cuda_store_t *s)
+{
+	return s ? s->nrows : 0;
+}
+
+uint64_t ibp_cuda_store_row_bytes(const ibp_cuda_store_t *s)
+{
+	return s ? s->R : 0;
+}
+
+const ibp_cuda_codec_t *ibp_cuda_store_codec(const ibp_cuda_store_t *s)
+{
+	return s ? s->codec : NULL;
+}
+
+ibp_status_t ibp_cuda_store_set_kernel(ibp_cuda_store_t *s, ibp_cuda_kernel_t k)
+{
+	if (!s || (unsigned)k > (unsigned)IBP_CUDA_KERNEL_DIRECT)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda_store_set_kernel: bad store or kernel %d", (int)k);
+	if (!s->on_device) {
+		s->kernel = k;
+		return IBP_OK;
+	}
+	IBP_TRY(ibp_cu_on_device(s->device, "cuda_store_set_kernel"));
+	IbpLaunch L;
+	IBP_TRY(ibp_gather_config(k, s->R, s->codec->d.C, s->device, &L));
+	s->launch = L;
+	s->kernel = k;
+	return IBP_OK;
+}
+
+ibp_status_t ibp_cuda_store_errors(ibp_cuda_store_t *s, uint64_t *count, void *stream)
+{
+	if (!s || !count)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda_store_errors: NULL argument");
+	if (!s->on_device) {
+		*count = s->host->nerr;
+		s->host->nerr = 0;
+		return IBP_OK;
+	}
+	IBP_TRY(ibp_cu_on_device(s->device, "cuda_store_errors"));
+	cudaStream_t cs = (cudaStream_t)stream;
+	unsigned long long v = 0;
+	IBP_CU(cudaMemcpyAsync(&v, s->nerr, 8, cudaMemcpyDeviceToHost, cs), "cuda_store_errors: copy");
+	IBP_CU(cudaMemsetAsync(s->nerr, 0, 8, cs), "cuda_store_errors: reset");
+	IBP_CU(cudaStreamSynchronize(cs), "cuda_store_errors: sync");
+	*count = v;
+	return IBP_OK;
+}
+
+ibp_status_t ibp_gather_cuda(const ibp_cuda_store_t *s, const int64_t *ids, uint64_t n, void *out,
+			     const int64_t *out_rows, int32_t *status, void *stream)
+{
+	if (!s)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_cuda: NULL store");
+	if (!s->on_device)
+		return ibp_hstore_gather(s->host, ids, n, out, out_rows, status);
+	if (n == 0)
+		return IBP_OK;
+	if (!ids || !out)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_cuda: NULL ids or out");
+	IBP_TRY(ibp_cu_on_device(s->device, "gather_cuda"));
+	IbpGatherArgs a;
+	memset(&a, 0, sizeof(a));
+	a.cd = s->codec->d;
+	a.payload = s->payload;
+	a.payload_bytes = s->payload_bytes;
+	a.offsets = s->offsets;
+	a.lens = s->lens;
+	a.flags = s->flags;
+	a.clusters = s->clusters;
+	a.nrows = s->nrows;
+	a.stride = s->R;
+	a.exact = s->offsets != NULL;
+	a.ids = ids;
+	a.n = n;
+	a.out = (uint8_t *)out;
+	a.out_rows = out_rows;
+	a.status = status;
+	a.nerr = s->nerr;
+	a.stage_bytes = s->launch.stage;
+	return ibp_gather_launch(&s->launch, &a, (cudaStream_t)stream);
+}
+
+ibp_status_t ibp_gather_plain_cuda(const void *src, uint64_t nrows, uint64_t row_bytes,
+				   const int64_t *ids, uint64_t n, void *out,
+				   const int64_t *out_rows, int32_t *status, void *stream)
+{
+	if (row_bytes == 0 || row_bytes > IBP_MAX_ROW_BYTES || (nrows && !src) ||
+	    (nrows && row_bytes > UINT64_MAX / nrows))
+		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_plain_cuda: bad array (%llu x %llu)",
+				(unsigned long long)nrows, (unsigned long long)row_bytes);
+	int dev = 0;
+	IBP_TRY(ibp_cu_current(&dev));
+	if (n == 0)
+		return IBP_OK;
+	if (!ids || !out)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_plain_cuda: NULL ids or out");
+	IbpLaunch L;
+	IBP_TRY(ibp_gather_config(IBP_CUDA_KERNEL_AUTO, row_bytes, 1, dev, &L));
+	IbpGatherArgs a;
+	memset(&a, 0, sizeof(a));
+	a.cd.R = row_bytes;
+	a.cd.K = 1;
+	a.cd.C = 1;
+	a.cd.W = 8;
+	a.cd.max_extent = row_bytes;
+	a.payload = (const uint8_t *)src;
+	a.payload_bytes = nrows * row_bytes;
+	a.nrows = nrows;
+	a.stride = row_bytes;
+	a.exact = 1;
+	a.ids = ids;
+	a.n = n;
+	a.out = (uint8_t *)out;
+	a.out_rows = out_rows;
+	a.status = status;
+	a.stage_bytes = L.stage;
+	return ibp_gather_launch(&L, &a, (cudaStream_t)stream);
+}
