@@ -90,6 +90,8 @@ ibp_status_t ibp_cuda_sync(void *stream);
  * from cudaHostAlloc(cudaHostAllocMapped | cudaHostAllocPortable) through
  * jemalloc extent hooks (docs/GPU.md). Pinned extents are kept for reuse
  * when freed and are never returned to the driver while the process runs.
+ * When jemalloc cannot be loaded (ibp/alloc.h), every allocation is its
+ * own cudaHostAlloc, returned by ibp_pinned_free.
  *
  * Allocates `size` bytes aligned to `align` (power of two up to 1 GiB;
  * 0 = 256) and stores the pointer in *out. The memory is uninitialised and
