@@ -1,6 +1,7 @@
 /* error.c - status strings and the thread-local detail message. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "ibp.h"
 #include "error.h"
@@ -38,10 +39,13 @@ void ibp_clear_error(void)
 
 ibp_status_t ibp_fail(ibp_status_t s, const char *fmt, ...)
 {
+	/* Format aside first: callers may pass ibp_last_error() as an argument. */
+	char msg[sizeof(ibp_err_msg)];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(ibp_err_msg, sizeof(ibp_err_msg), fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	memcpy(ibp_err_msg, msg, sizeof(msg));
 	return s;
 }
 

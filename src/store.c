@@ -28,6 +28,7 @@
 #include "ibp/container.h"
 #include "ibp/store.h"
 #include "error.h"
+#include "codec_internal.h"
 
 #define STORE_MAX_THREADS 256
 #define GRAIN_BYTES (64u * 1024u) /* output bytes a worker claims at once */
@@ -172,8 +173,14 @@ static uint64_t decode_range(const ibp_store_t *s, const int64_t *ids, int block
 			src = s->payload + row * s->R;
 			len = s->R;
 		}
-		*st = ibp_decode_row(s->codec, src, len, s->flags[row], s->clusters ? s->clusters[row] : 0,
-				     out + i * s->R);
+		uint64_t used = 0;
+		*st = ibp_decode_row_ext(s->codec, src, len, s->flags[row], s->clusters ? s->clusters[row] : 0,
+					 out + i * s->R, &used);
+		/* A packed row fills its extent exactly (FORMAT.md §1.3), as the
+		 * batch decoder and the GPU gather require. */
+		if (*st == IBP_OK && s->offsets && used != len)
+			*st = ibp_fail(IBP_ERR_CORRUPT, "row %llu: encoded row is %llu bytes, its extent %llu",
+				       (unsigned long long)row, (unsigned long long)used, (unsigned long long)len);
 		if (*st != IBP_OK)
 			return i;
 	}
