@@ -640,11 +640,7 @@ int cmd_bench(int argc, char **argv)
 		json_begin_object(&j);
 		json_kv_string(&j, "file", in);
 		json_kv_string(&j, "dtype", ibp_dtype_name(info.dtype));
-		json_key(&j, "shape");
-		json_begin_array(&j);
-		for (unsigned i = 0; i < info.ndim; i++)
-			json_uint(&j, info.shape[i]);
-		json_end_array(&j);
+		json_kv_shape(&j, "shape", info.shape, info.ndim);
 		json_kv_uint(&j, "rows", b.nrows);
 		json_kv_uint(&j, "rows_in_file", nrows_all);
 		json_kv_uint(&j, "row_bytes", rb);

@@ -117,3 +117,12 @@ void json_kv_string(json_t *j, const char *k, const char *s) { json_key(j, k); j
 void json_kv_uint(json_t *j, const char *k, uint64_t v) { json_key(j, k); json_uint(j, v); }
 void json_kv_double(json_t *j, const char *k, double v) { json_key(j, k); json_double(j, v); }
 void json_kv_bool(json_t *j, const char *k, int v) { json_key(j, k); json_bool(j, v); }
+
+void json_kv_shape(json_t *j, const char *k, const uint64_t *shape, unsigned ndim)
+{
+	json_key(j, k);
+	json_begin_array(j);
+	for (unsigned i = 0; i < ndim; i++)
+		json_uint(j, shape[i]);
+	json_end_array(j);
+}

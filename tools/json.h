@@ -31,6 +31,8 @@ void json_null(json_t *j);
 /* key + value shorthands */
 void json_kv_string(json_t *j, const char *k, const char *s);
 void json_kv_uint(json_t *j, const char *k, uint64_t v);
+/* "k": [shape[0], ..., shape[ndim-1]] */
+void json_kv_shape(json_t *j, const char *k, const uint64_t *shape, unsigned ndim);
 void json_kv_double(json_t *j, const char *k, double v);
 void json_kv_bool(json_t *j, const char *k, int v);
 
