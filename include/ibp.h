@@ -6,10 +6,7 @@
 #ifndef IBP_H
 #define IBP_H
 
-#define IBP_VERSION_MAJOR 0
-#define IBP_VERSION_MINOR 1
-#define IBP_VERSION_PATCH 0
-
+#include "ibp/version.h"
 #include "ibp/status.h"
 #include "ibp/types.h"
 #include "ibp/codec.h"
@@ -21,14 +18,5 @@
 #include "ibp/cuda.h"
 #include "ibp/exp.h"
 #include "ibp/fp8.h"
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-/* "MAJOR.MINOR.PATCH" of the library actually linked. */
-const char *ibp_version_string(void);
-#ifdef __cplusplus
-}
-#endif
 
 #endif /* IBP_H */

@@ -11,7 +11,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "error.h"
+#include "util/error.h"
 }
 
 static inline ibp_status_t ibp_cuda_status(cudaError_t e, const char *what, const char *file, int line)

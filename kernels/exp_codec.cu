@@ -1,5 +1,5 @@
 /* exp_codec.cu - the exponent codec on the GPU (ibp_exp_encode_cuda,
- * ibp_exp_decode_cuda). Bytes equal the CPU reference (src/exp_codec.c):
+ * ibp_exp_decode_cuda). Bytes equal the CPU reference (src/exp/exp_codec.c):
  * both follow docs/CODECS.md and share exp_format.h.
  *
  * One CUDA block of 256 threads works on one escape group (4096 elements)
@@ -19,7 +19,7 @@
 
 #include "ibp/exp.h"
 #include "cuda_check.h"
-#include "exp_format.h"
+#include "exp/exp_format.h"
 
 #define EXPK_THREADS 256
 #define EXPK_SCAN_THREADS 1024
@@ -402,7 +402,7 @@ static __device__ bool expk_zero(const uint8_t *p, uint64_t from, uint64_t to)
 	return __syncthreads_and(ok) != 0;
 }
 
-/* Header checks of parse_header (src/exp_codec.c); 0 = corrupt. */
+/* Header checks of parse_header (src/exp/exp_codec.c); 0 = corrupt. */
 static __device__ bool expk_header_ok(const uint8_t *h, uint64_t avail, const expk_batch &b, uint64_t len,
 				      expf_layout_t *L, uint64_t *esc_out)
 {

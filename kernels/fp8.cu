@@ -1,5 +1,5 @@
 /* fp8.cu - FP8 conversion and the TACO block codec on the GPU. Bytes and
- * decoded values equal the CPU reference (src/fp8.c): the scalar steps come
+ * decoded values equal the CPU reference (src/fp8/fp8.c): the scalar steps come
  * from fp8_impl.h (float ops as __fadd_rn & co., never contracted), the sum
  * of squares uses the same halving tree and the Hadamard butterflies the
  * same stride order.
@@ -14,7 +14,7 @@
 
 #include "ibp/fp8.h"
 #include "cuda_check.h"
-#include "fp8_impl.h"
+#include "fp8/fp8_impl.h"
 
 #define FP8K_MAX_THREADS 256
 
@@ -186,10 +186,10 @@ fp8k_encode(const uint8_t *src, fp8k_shape sh, uint8_t *dst)
 		float mx = 0.0f;
 		for (uint32_t i = threadIdx.x; i < B; i += T) {
 			float v = i < len ? fp8k_load(in, sh.dt, base + i) : 0.0f;
-			uint32_t a = fp8i_bits(v) & 0x7fffffffu;
+			uint32_t a = ibp_f32_bits(v) & 0x7fffffffu;
 			fin &= a < 0x7f800000u;
 			x[i] = v;
-			mx = fmaxf(mx, fp8i_float(a));
+			mx = fmaxf(mx, ibp_f32_from_bits(a));
 		}
 		bool all_fin = __syncthreads_and(fin) != 0;
 		mx = fp8k_block_max(all_fin ? mx : 0.0f, red);
@@ -210,7 +210,7 @@ fp8k_encode(const uint8_t *src, fp8k_shape sh, uint8_t *dst)
 				__syncthreads();
 			}
 			k = taco_alpha_exp(e, t[0], len, taco_qmax(sh.fmt));
-			float alpha = fp8i_pow2(k);
+			float alpha = ibp_pow2f(k);
 			for (uint32_t i = threadIdx.x; i < B; i += T)
 				x[i] = FP_MUL(x[i], alpha);
 			__syncthreads();
@@ -219,9 +219,9 @@ fp8k_encode(const uint8_t *src, fp8k_shape sh, uint8_t *dst)
 			fp8k_hadamard(x, sh.log2b);
 		float mz = 0.0f;
 		for (uint32_t i = threadIdx.x; i < B; i += T)
-			mz = fmaxf(mz, fp8i_float(fp8i_bits(x[i]) & 0x7fffffffu));
+			mz = fmaxf(mz, ibp_f32_from_bits(ibp_f32_bits(x[i]) & 0x7fffffffu));
 		mz = fp8k_block_max(mz, red);
-		if (!(fp8i_bits(mz) < 0x7f800000u))
+		if (!(ibp_f32_bits(mz) < 0x7f800000u))
 			nan_block = true; /* overflow in the rotation (no adaptive step) */
 		if (nan_block) {
 			for (uint32_t i = threadIdx.x; i < B; i += T)
@@ -293,7 +293,7 @@ fp8k_decode(const uint8_t *src, fp8k_shape sh, uint8_t *dst, int32_t *status)
 		}
 		if (m == 0)
 			continue;
-		/* per-block fields (block_ok in src/fp8.c) */
+		/* per-block fields (block_ok in src/fp8/fp8.c) */
 		uint32_t sb = *(const uint32_t *)(scales + 4 * blk);
 		int k = (int8_t)kexp[blk];
 		bool bok = k <= TACO_K_MAX && k >= -TACO_K_MAX && ((flags & TACO_FLAG_ADAPTIVE) || k == 0);
@@ -320,7 +320,7 @@ fp8k_decode(const uint8_t *src, fp8k_shape sh, uint8_t *dst, int32_t *status)
 		uint64_t base = blk << sh.log2b;
 		uint32_t len = clen - base < B ? (uint32_t)(clen - base) : B;
 		uint8_t *out = dst + c * sh.chunk * esize;
-		float s = fp8i_float(sb);
+		float s = ibp_f32_from_bits(sb);
 		if (isnan) {
 			for (uint32_t i = threadIdx.x; i < len; i += T)
 				fp8k_store(out, sh.dt, base + i, s);
@@ -331,7 +331,7 @@ fp8k_decode(const uint8_t *src, fp8k_shape sh, uint8_t *dst, int32_t *status)
 		__syncthreads();
 		if (flags & TACO_FLAG_HADAMARD)
 			fp8k_hadamard(z, sh.log2b);
-		float inv_alpha = fp8i_pow2(-k);
+		float inv_alpha = ibp_pow2f(-k);
 		for (uint32_t i = threadIdx.x; i < len; i += T)
 			fp8k_store(out, sh.dt, base + i, FP_MUL(z[i], inv_alpha));
 		__syncthreads();

@@ -1,7 +1,7 @@
 /* ibp_device.cuh - device helpers shared by the IBP CUDA kernels
  * (ibp_train.cu, ibp_encode.cu, ibp_gather.cu): the device codec, CUDA
  * error mapping, bit helpers, warp/group primitives, cp.async staging and
- * the row validator/decoder that mirrors src/codec.c (docs/FORMAT.md §1).
+ * the row validator/decoder that mirrors src/bitpack/codec.c (docs/FORMAT.md §1).
  *
  * Groups. A row is handled by a "group": one warp (NW = 1) or a whole
  * thread block of NW warps. Every group-wide value is computed identically
@@ -31,8 +31,8 @@
 #include "ibp/cuda.h"
 #include "cuda_check.h"
 extern "C" {
-#include "error.h"
-#include "ibp_cuda_internal.h"
+#include "util/error.h"
+#include "cuda/ibp_cuda_internal.h"
 }
 
 /* ---------------------------------------------------------------------- */
@@ -478,7 +478,7 @@ __device__ __forceinline__ void ibp_zero_out(uint8_t *dst, uint64_t n)
 }
 
 /* ---------------------------------------------------------------------- */
-/* device: validation and decoding (src/codec.c's ibp_decode_row_ext)      */
+/* device: validation and decoding (src/bitpack/codec.c's ibp_decode_row_ext)      */
 /* ---------------------------------------------------------------------- */
 
 struct IbpRowHdr {

@@ -1,5 +1,5 @@
 /* ibp_encode.cu - the codec on the device, and batched encoding on the GPU:
- * the twin of ibp_encode_batch (src/codec.c), byte for byte.
+ * the twin of ibp_encode_batch (src/bitpack/codec.c), byte for byte.
  *
  * Two passes, as on the CPU. Sizes: one group (warp, or block for rows over
  * 4 KiB) per row counts exceptions under each cluster, applies the mode
@@ -152,7 +152,7 @@ struct IbpEncArgs {
 	uint64_t stage_words;    /* 32-bit words of one group's stage (multiple of 4) */
 };
 
-/* The FORMAT.md mode rule, as src/codec_internal.h's ibp_choose_mode. */
+/* The FORMAT.md mode rule, as src/bitpack/codec_internal.h's ibp_choose_mode. */
 __device__ __forceinline__ void ibp_d_choose_mode(const IbpDevCodec &cd, uint64_t S, uint64_t n,
 						  uint64_t E, unsigned *mode, uint64_t *size)
 {

@@ -1,5 +1,5 @@
 /* ibp_train.cu - training on the GPU: the bit counters of ibp_train_count
- * and the Mask/Bitval rule of ibp_train_mask (src/train.c), with the same
+ * and the Mask/Bitval rule of ibp_train_mask (src/bitpack/train.c), with the same
  * results.
  *
  * Counting: a thread owns 4 byte positions (32 counters) of a slice of
@@ -12,7 +12,7 @@
 
 #include "ibp_device.cuh"
 extern "C" {
-#include "train_internal.h"
+#include "bitpack/train_internal.h"
 }
 
 #define IBP_COUNT_THREADS 256u

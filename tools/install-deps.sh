@@ -5,7 +5,7 @@
 set -euo pipefail
 
 # libjemalloc2 is the run-time jemalloc libibp dlopen()s (libc malloc without
-# it). libjemalloc-dev is needed only by CUDA builds (src/pinned_cudahost.c
+# it). libjemalloc-dev is needed only by CUDA builds (src/mem/pinned_cudahost.c
 # includes <jemalloc/jemalloc.h> for extent_hooks_t).
 pkgs=(cmake make gcc pkg-config libcriterion-dev libjemalloc2 libjemalloc-dev libxxhash-dev libzstd-dev liblz4-dev)
 if [[ "${1:-}" == "--fuzz" ]]; then

@@ -58,6 +58,48 @@ void ibp_host_free(void *p);
  * process. Thread-safe. */
 const char *ibp_host_allocator(void);
 
+/* Option bit for ibp_pinned_alloc and ibp_cuda_store_create: when no GPU
+ * can be used, fall back to ordinary host memory instead of failing. The
+ * call then still returns IBP_ERR_NO_DEVICE, with a detail that says so,
+ * but its output is valid and must be released as usual. */
+#define IBP_CUDA_HOST_FALLBACK 1u
+
+/* ---- pinned host memory ------------------------------------------------ */
+
+/* One process-wide allocator of pinned, mapped host memory, shared by
+ * staging buffers, stores and KV blocks: a jemalloc arena whose extents come
+ * from cudaHostAlloc(cudaHostAllocMapped | cudaHostAllocPortable) through
+ * jemalloc extent hooks (docs/GPU.md). Pinned extents are kept for reuse
+ * when freed and are never returned to the driver while the process runs.
+ * When jemalloc cannot be loaded (ibp/alloc.h), every allocation is its
+ * own cudaHostAlloc, returned by ibp_pinned_free.
+ *
+ * Allocates `size` bytes aligned to `align` (power of two up to 1 GiB;
+ * 0 = 256) and stores the pointer in *out. The memory is uninitialised and
+ * device-accessible at the same address (unified addressing);
+ * ibp_pinned_device_ptr gives the device address explicitly.
+ * Errors: IBP_ERR_INVALID_ARG, IBP_ERR_NOMEM, IBP_ERR_CUDA,
+ * IBP_ERR_NO_DEVICE (with IBP_CUDA_HOST_FALLBACK in `flags`: *out is then
+ * ordinary host memory, still released with ibp_pinned_free).
+ * Thread-safe. */
+ibp_status_t ibp_pinned_alloc(uint64_t size, uint64_t align, unsigned flags, void **out);
+
+/* Frees memory from ibp_pinned_alloc (pinned or fallback); NULL is a no-op.
+ * Thread-safe. */
+void ibp_pinned_free(void *p);
+
+/* 1 if p lies inside memory pinned by ibp_pinned_alloc, else 0. */
+int ibp_pinned_owns(const void *p);
+
+/* Device address of pinned mapped host memory `host` (any pinned mapped
+ * memory, not only ibp_pinned_alloc's). Errors: IBP_ERR_INVALID_ARG (NULL,
+ * or not pinned and mapped: CUDA's message in the detail), IBP_ERR_NO_DEVICE. */
+ibp_status_t ibp_pinned_device_ptr(const void *host, void **dev);
+
+/* Bytes the pinned allocator has obtained from cudaHostAlloc so far and the
+ * bytes currently handed out by ibp_pinned_alloc (either may be NULL). */
+void ibp_pinned_stats(uint64_t *reserved, uint64_t *in_use);
+
 #ifdef __cplusplus
 }
 #endif

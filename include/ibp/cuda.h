@@ -37,6 +37,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include "status.h"
+#include "alloc.h"
 #include "codec.h"
 #include "store.h"
 
@@ -53,12 +54,6 @@ int ibp_cuda_built(void);
  * Returns IBP_OK when at least one exists, IBP_ERR_NO_DEVICE otherwise (no
  * device, no driver, or built without CUDA; the detail says which). */
 ibp_status_t ibp_cuda_device_count(int *count);
-
-/* Option bit for ibp_pinned_alloc and ibp_cuda_store_create: when no GPU
- * can be used, fall back to ordinary host memory instead of failing. The
- * call then still returns IBP_ERR_NO_DEVICE, with a detail that says so,
- * but its output is valid and must be released as usual. */
-#define IBP_CUDA_HOST_FALLBACK 1u
 
 /* ---- device memory, for callers without CUDA headers ------------------- */
 
@@ -83,42 +78,6 @@ ibp_status_t ibp_cuda_memset(void *dst, int value, uint64_t bytes, void *stream)
  * it failed. */
 ibp_status_t ibp_cuda_sync(void *stream);
 
-/* ---- pinned host memory ------------------------------------------------ */
-
-/* One process-wide allocator of pinned, mapped host memory, shared by
- * staging buffers, stores and KV blocks: a jemalloc arena whose extents come
- * from cudaHostAlloc(cudaHostAllocMapped | cudaHostAllocPortable) through
- * jemalloc extent hooks (docs/GPU.md). Pinned extents are kept for reuse
- * when freed and are never returned to the driver while the process runs.
- * When jemalloc cannot be loaded (ibp/alloc.h), every allocation is its
- * own cudaHostAlloc, returned by ibp_pinned_free.
- *
- * Allocates `size` bytes aligned to `align` (power of two up to 1 GiB;
- * 0 = 256) and stores the pointer in *out. The memory is uninitialised and
- * device-accessible at the same address (unified addressing);
- * ibp_pinned_device_ptr gives the device address explicitly.
- * Errors: IBP_ERR_INVALID_ARG, IBP_ERR_NOMEM, IBP_ERR_CUDA,
- * IBP_ERR_NO_DEVICE (with IBP_CUDA_HOST_FALLBACK in `flags`: *out is then
- * ordinary host memory, still released with ibp_pinned_free).
- * Thread-safe. */
-ibp_status_t ibp_pinned_alloc(uint64_t size, uint64_t align, unsigned flags, void **out);
-
-/* Frees memory from ibp_pinned_alloc (pinned or fallback); NULL is a no-op.
- * Thread-safe. */
-void ibp_pinned_free(void *p);
-
-/* 1 if p lies inside memory pinned by ibp_pinned_alloc, else 0. */
-int ibp_pinned_owns(const void *p);
-
-/* Device address of pinned mapped host memory `host` (any pinned mapped
- * memory, not only ibp_pinned_alloc's). Errors: IBP_ERR_INVALID_ARG (NULL,
- * or not pinned and mapped: CUDA's message in the detail), IBP_ERR_NO_DEVICE. */
-ibp_status_t ibp_pinned_device_ptr(const void *host, void **dev);
-
-/* Bytes the pinned allocator has obtained from cudaHostAlloc so far and the
- * bytes currently handed out by ibp_pinned_alloc (either may be NULL). */
-void ibp_pinned_stats(uint64_t *reserved, uint64_t *in_use);
-
 /* ---- the codec on the device ------------------------------------------- */
 
 /* A codec's tables (Mask, Bitval, static bit offsets) copied to the current
@@ -139,7 +98,7 @@ void ibp_cuda_codec_free(ibp_cuda_codec_t *c);
  * until ibp_cuda_codec_free). */
 const ibp_codec_t *ibp_cuda_codec_host(const ibp_cuda_codec_t *c);
 
-/* ---- training (twins of src/train.c) ----------------------------------- */
+/* ---- training (twins of src/bitpack/train.c) ----------------------------------- */
 
 /* counts[8*p + b] = number of the n rows rows[idx[i]] (idx NULL: rows
  * 0..n-1) with bit b of byte p set; counts has 8 * row_bytes entries and is

@@ -16,7 +16,7 @@
 
 #include "ibp_device.cuh"
 extern "C" {
-#include "train_internal.h"
+#include "bitpack/train_internal.h"
 ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64_t src_len, uint8_t flags,
 				unsigned cluster, uint8_t *dst, uint64_t *extent);
 }

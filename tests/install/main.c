@@ -1,4 +1,4 @@
-/* A program outside the tree that uses an installed libibp (tests/test_install.sh). */
+/* A program outside the tree that uses an installed libibp (tests/install/test_install.sh). */
 #include <ibp.h>
 #include <stdio.h>
 int main(void) {

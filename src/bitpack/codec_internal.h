@@ -1,0 +1,606 @@
+/* codec_internal.h - the codec's private structures and bit-level helpers.
+ *
+ * Shared by src/bitpack/codec.c (portable kernels, public API) and src/bitpack/codec_bmi2.c
+ * (pext/pdep kernels). Other library files (train.c, the container, the
+ * store) may include it to read a codec's precomputed tables.
+ *
+ * The second half of this file (after the include guard) is a kernel
+ * template: a .c file that defines IBP_CODEC_KERNEL_BODY, the suffix macro
+ * IBP_K(name) and the four inline primitives ibp_k_dep_nm / ibp_k_dep_m /
+ * ibp_k_ext_nm / ibp_k_ext_m, then includes this header again, gets the row
+ * kernels for its instruction set.
+ */
+#ifndef IBP_CODEC_INTERNAL_H
+#define IBP_CODEC_INTERNAL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "ibp/codec.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "libibp's codec assumes a little-endian host"
+#endif
+
+#define IBP_INLINE static inline __attribute__((always_inline))
+
+/* One contiguous run of set bits of a chunk word: bits [pos, pos+len) of the
+ * word correspond to bits [src, src+len) of the packed (extracted) value;
+ * mask = lowmask(len) << pos. */
+typedef struct ibp_run {
+	uint64_t mask;
+	uint8_t pos;
+	uint8_t src;
+} ibp_run_t;
+
+/* The first two runs of a chunk word inline, for the portable path's
+ * common case (most trained masks leave one or two runs of static bits):
+ * deposit(v) = ((v << p0) & m0) | (((v >> s1) << p1) & m1) when !more
+ * (m1 = 0 for a single run, m0 = m1 = 0 for none). */
+typedef struct ibp_run2 {
+	uint64_t m0, m1;
+	uint8_t p0, p1, s1, more;
+} ibp_run2_t;
+
+/* Per-cluster tables, each indexed by chunk position j in [0, D). */
+typedef struct ibp_cluster {
+	const uint64_t *m;     /* Mask, widened */
+	const uint64_t *b;     /* Bitval, widened (b ⊆ m) */
+	const uint64_t *nm;    /* ~m within W bits: the static bit positions */
+	const uint64_t *soff;  /* D + 1 entries: static bit offset of chunk j; soff[D] = S */
+	const uint8_t *sw;     /* static width s_j = W - popc(m_j) */
+	const uint8_t *ew;     /* exception width e_j = popc(m_j) */
+	const uint64_t *nrun;  /* D + 1 entries: runs of nm_j are runs[nrun[j], nrun[j+1]) */
+	const uint64_t *mrun;  /* D + 1 entries: runs of m_j are runs[mrun[j], mrun[j+1]) */
+	const ibp_run_t *runs;
+	const ibp_run2_t *nr2; /* the runs of nm_j, first two inline */
+	uint64_t S;            /* static bits of a non-raw row */
+	uint64_t nclean;       /* CLEAN row size in bytes: ceil(S / 8) */
+	/* Exception values x̂ (FORMAT.md §1.1, Xval): x[j] ⊆ m[j], widened,
+	 * equal to b[j] where disabled; xen[j] = 1 iff enabled (x[j] != b[j]).
+	 * has_x = 0 (no chunk enabled) keeps every kernel on the plain paths. */
+	const uint64_t *x;
+	const uint8_t *xen;
+	unsigned has_x;
+	/* SIMD static-part tables (built only when the CPU can use them, else
+	 * nvg = 0): chunks [0, nvg * G) in nvg groups of G lanes (G = 16 for
+	 * C <= 2, 8 for C = 4; none for C = 8), vbase[g] the byte of the body
+	 * where group g's window starts. Chunks whose ~m_j has more than two
+	 * runs are decoded wrong by the lanes and listed in vfix[0, nvfix). */
+	const struct ibp_vgroup *vg;
+	const uint64_t *vbase;
+	uint64_t nvg;
+	const uint64_t *vfix;
+	uint64_t nvfix;
+} ibp_cluster_t;
+
+/* One SIMD group of the static part: lane l (LB = 4 bytes for C <= 2, 8
+ * for C = 4) gets bytes idx[l*LB, l*LB+LB) of the 64-byte window at vbase,
+ * then chunk = (((w >> sh) << p0) & m0) | (((w >> q1) << p1) & m1) | b,
+ * the two runs of ~m_j (q1 = sh + bits of the first run). Masks and Bitval
+ * are LB-byte little-endian lanes, and so are the shift counts. */
+typedef struct ibp_vgroup {
+	uint8_t idx[64];
+	uint8_t m0[64];
+	uint8_t m1[64];
+	uint8_t b[64];
+	uint8_t sh[64];
+	uint8_t p0[64];
+	uint8_t q1[64];
+	uint8_t p1[64];
+} ibp_vgroup_t;
+
+struct ibp_codec;
+
+/* Row kernels of one implementation. Headers are validated before these are
+ * called; `avail` is the number of readable bytes from `body` on (the
+ * encoded body lies within them). */
+typedef struct ibp_kernels {
+	ibp_impl_t impl;
+	/* Writes header (for `mode` BITMAP/LIST) and body of a non-raw row with
+	 * n exceptions into dst (exactly the row's size, already checked). */
+	void (*encode)(const struct ibp_codec *c, const ibp_cluster_t *cl, const uint8_t *row,
+		       unsigned mode, uint64_t n, uint8_t *dst);
+	/* Decodes the static part: dst chunk j = deposit(static_j, ~m_j) | b_j. */
+	void (*decode_static)(const struct ibp_codec *c, const ibp_cluster_t *cl,
+			      const uint8_t *body, uint64_t avail, uint8_t *dst);
+	/* Applies the n exceptions named by header `hdr` (BITMAP: hdr_len bytes
+	 * of bitmap, bits >= D already checked clear; LIST: the list stream of
+	 * n entries) whose bits start at body bit S, and returns the bit where
+	 * they end. The walk checks each field against avail (with Xvals their
+	 * widths depend on the hit bits) and each LIST index (< D, strictly
+	 * increasing), and returns UINT64_MAX (dst then partly written) on a
+	 * corrupt row. */
+	uint64_t (*decode_exc)(const struct ibp_codec *c, const ibp_cluster_t *cl, unsigned mode,
+			       const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
+			       uint64_t avail, uint8_t *dst);
+} ibp_kernels_t;
+
+struct ibp_codec {
+	uint64_t R;          /* row bytes */
+	uint64_t D;          /* chunks per row */
+	unsigned C;          /* chunk bytes */
+	unsigned W;          /* chunk bits */
+	unsigned K;          /* clusters */
+	unsigned L;          /* LIST field width: max(1, bitlen(D - 1)) */
+	uint64_t last_bytes; /* bytes of the last chunk that belong to the row */
+	uint64_t full;       /* W low bits set */
+	uint64_t bitmap_bytes; /* ceil(D / 8) */
+	double threshold;    /* -1 unless set by training */
+	ibp_impl_t impl;     /* PORTABLE, BMI2 or AVX512 */
+	const ibp_kernels_t *k;
+	uint8_t *mask_bytes;   /* K * D * C, as given */
+	uint8_t *bitval_bytes; /* K * D * C, as given */
+	uint8_t *xval_bytes;   /* K * D * C, as given (the Bitvals when none) */
+	int has_xval;          /* some cluster has an enabled chunk */
+	ibp_cluster_t *cl;     /* K entries */
+	void *mem[8];          /* allocations owned by the codec */
+};
+
+/* The kernels; ibp_kernels_bmi2 exists on x86-64 builds only. */
+extern const ibp_kernels_t ibp_kernels_portable;
+#if defined(__x86_64__) || defined(_M_X64)
+#define IBP_HAVE_BMI2_KERNELS 1
+extern const ibp_kernels_t ibp_kernels_bmi2;
+/* AVX-512 (F, BW, VL, VBMI) static part, BMI2 for the rest. */
+extern const ibp_kernels_t ibp_kernels_avx512;
+#endif
+
+/* For training (src/bitpack/train.c): records the threshold a codec was trained with. */
+void ibp_codec_set_threshold(ibp_codec_t *c, double threshold);
+
+/* Exceptions (n) and the bits of the exception part (E, FORMAT.md §1.3,
+ * Xval hit bits counted) of `row` under `cl`. */
+void ibp_row_stats(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
+		   uint64_t *n, uint64_t *E);
+
+/* Mode and exact encoded size of a row with n exceptions of total width E
+ * (the FORMAT.md mode choice rule). */
+IBP_INLINE void ibp_choose_mode(const ibp_codec_t *c, const ibp_cluster_t *cl, uint64_t n,
+				uint64_t E, unsigned *mode, uint64_t *size)
+{
+	uint64_t best;
+	unsigned m;
+	if (n == 0) {
+		best = cl->nclean;
+		m = IBP_ROW_CLEAN;
+	} else {
+		uint64_t body = (cl->S + E + 7) >> 3;
+		uint64_t bm = c->bitmap_bytes + body;
+		uint64_t li = (((uint64_t)c->L * (n + 1) + 7) >> 3) + body;
+		if (li < bm) {
+			best = li;
+			m = IBP_ROW_LIST;
+		} else {
+			best = bm;
+			m = IBP_ROW_BITMAP;
+		}
+	}
+	if (best >= c->R) {
+		best = c->R;
+		m = IBP_ROW_RAW;
+	}
+	*mode = m;
+	*size = best;
+}
+
+/* Internal encode/decode used by the public functions and the batch paths.
+ * ibp_decode_row_ext also returns the row's extent (bytes it occupies). */
+ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64_t src_len,
+				uint8_t flags, unsigned cluster, uint8_t *dst, uint64_t *extent);
+
+/* ---- bit helpers ---- */
+
+IBP_INLINE uint64_t ibp_lowmask(unsigned n)
+{
+	return n >= 64 ? ~0ull : ((1ull << n) - 1);
+}
+
+IBP_INLINE uint64_t ibp_load64(const uint8_t *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+IBP_INLINE void ibp_store64(uint8_t *p, uint64_t v)
+{
+	memcpy(p, &v, 8);
+}
+
+/* Loads a full chunk of C bytes (little-endian). */
+IBP_INLINE uint64_t ibp_ld_chunk(const uint8_t *p, unsigned C)
+{
+	switch (C) {
+	case 1:
+		return p[0];
+	case 2: {
+		uint16_t v;
+		memcpy(&v, p, 2);
+		return v;
+	}
+	case 4: {
+		uint32_t v;
+		memcpy(&v, p, 4);
+		return v;
+	}
+	default:
+		return ibp_load64(p);
+	}
+}
+
+IBP_INLINE void ibp_st_chunk(uint8_t *p, uint64_t x, unsigned C)
+{
+	switch (C) {
+	case 1:
+		p[0] = (uint8_t)x;
+		break;
+	case 2: {
+		uint16_t v = (uint16_t)x;
+		memcpy(p, &v, 2);
+		break;
+	}
+	case 4: {
+		uint32_t v = (uint32_t)x;
+		memcpy(p, &v, 4);
+		break;
+	}
+	default:
+		ibp_store64(p, x);
+	}
+}
+
+/* Loads the first `nb` (1..8) bytes of a chunk, zero-padded. */
+IBP_INLINE uint64_t ibp_ld_partial(const uint8_t *p, uint64_t nb)
+{
+	uint64_t v = 0;
+	for (uint64_t i = 0; i < nb; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+IBP_INLINE void ibp_st_partial(uint8_t *p, uint64_t x, uint64_t nb)
+{
+	for (uint64_t i = 0; i < nb; i++)
+		p[i] = (uint8_t)(x >> (8 * i));
+}
+
+/* Reads the stream field of nbits (0..64) at bit `off` of p, where p has
+ * `avail` readable bytes and the field lies within them. Bits above nbits
+ * of the result are unspecified (mask them when they matter). Never reads
+ * outside p[0, avail). */
+IBP_INLINE uint64_t ibp_peek_bits(const uint8_t *p, uint64_t avail, uint64_t off, unsigned nbits)
+{
+	uint64_t byte = off >> 3;
+	unsigned sh = (unsigned)(off & 7);
+	uint64_t w;
+	if (avail >= 8 && byte <= avail - 8) {
+		w = ibp_load64(p + byte) >> sh;
+		if (sh + nbits > 64)
+			w |= (uint64_t)p[byte + 8] << (64 - sh);
+		return w;
+	}
+	/* tail: the field needs at most 8 bytes here */
+	uint64_t end = (off + nbits + 7) >> 3;
+	w = 0;
+	for (uint64_t i = byte; i < end; i++)
+		w |= (uint64_t)p[i] << (8 * (i - byte));
+	return w >> sh;
+}
+
+IBP_INLINE uint64_t ibp_read_bits(const uint8_t *p, uint64_t avail, uint64_t off, unsigned nbits)
+{
+	return ibp_peek_bits(p, avail, off, nbits) & ibp_lowmask(nbits);
+}
+
+/* LSB-first bit writer. Stores whole 64-bit words as they fill, so it only
+ * writes bytes that belong to the stream; ibp_bw_flush writes the rest. */
+typedef struct ibp_bw {
+	uint8_t *p;
+	uint64_t acc;
+	unsigned fill; /* < 64 */
+} ibp_bw_t;
+
+/* Starts a writer at stream bit `bit` of `base`; the bits below `bit` in
+ * its byte are kept (they were written by a previous writer). */
+IBP_INLINE void ibp_bw_init(ibp_bw_t *w, uint8_t *base, uint64_t bit)
+{
+	w->p = base + (bit >> 3);
+	w->fill = (unsigned)(bit & 7);
+	w->acc = w->fill ? (w->p[0] & ibp_lowmask(w->fill)) : 0;
+}
+
+/* Appends the n (0..64) low bits of v; v must have no bits above n. */
+IBP_INLINE void ibp_bw_put(ibp_bw_t *w, uint64_t v, unsigned n)
+{
+	w->acc |= v << w->fill;
+	unsigned f = w->fill + n;
+	if (f >= 64) {
+		ibp_store64(w->p, w->acc);
+		w->p += 8;
+		f -= 64;
+		w->acc = f ? v >> (n - f) : 0;
+	}
+	w->fill = f;
+}
+
+IBP_INLINE void ibp_bw_flush(ibp_bw_t *w)
+{
+	unsigned nb = (w->fill + 7) >> 3;
+	for (unsigned i = 0; i < nb; i++)
+		w->p[i] = (uint8_t)(w->acc >> (8 * i));
+}
+
+/* Number of chunks j (from 0) whose static field can be read with one
+ * unaligned 8-byte load: soff[j]/8 + 8 <= avail. soff is non-decreasing. */
+IBP_INLINE uint64_t ibp_fast_chunks(const ibp_cluster_t *cl, uint64_t D, uint64_t avail)
+{
+	if (avail < 8)
+		return 0;
+	uint64_t lim = avail - 8; /* need soff[j] >> 3 <= lim */
+	uint64_t lo = 0, hi = D;  /* answer in [lo, hi] */
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		if ((cl->soff[mid] >> 3) <= lim)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+#endif /* IBP_CODEC_INTERNAL_H */
+
+/* ===================================================================== */
+/* Kernel template (see the top of this file).                           */
+/* ===================================================================== */
+#ifdef IBP_CODEC_KERNEL_BODY
+#undef IBP_CODEC_KERNEL_BODY
+
+IBP_INLINE void IBP_K(encode_c)(const ibp_codec_t *c, const ibp_cluster_t *clp, const uint8_t *row,
+				unsigned mode, uint64_t n, uint8_t *dst, const unsigned C)
+{
+	/* a local copy: the compiler then knows stores to dst leave it alone */
+	const ibp_cluster_t clv = *clp, *cl = &clv;
+	const uint64_t D = c->D;
+	uint8_t *body = dst;
+	ibp_bw_t hw = { dst, 0, 0 };
+	if (mode == IBP_ROW_BITMAP) {
+		memset(dst, 0, c->bitmap_bytes);
+		body = dst + c->bitmap_bytes;
+	} else if (mode == IBP_ROW_LIST) {
+		body = dst + (((uint64_t)c->L * (n + 1) + 7) >> 3);
+		ibp_bw_init(&hw, dst, 0);
+		ibp_bw_put(&hw, n - 1, c->L);
+	}
+	/* static part */
+	ibp_bw_t bw;
+	ibp_bw_init(&bw, body, 0);
+	const uint8_t *sw = cl->sw;
+	uint64_t j;
+	for (j = 0; j + 1 < D; j++) {
+		uint64_t x = ibp_ld_chunk(row + j * C, C);
+		ibp_bw_put(&bw, ibp_k_ext_nm(cl, j, x), sw[j]);
+	}
+	uint64_t xl = ibp_ld_partial(row + j * C, c->last_bytes);
+	ibp_bw_put(&bw, ibp_k_ext_nm(cl, j, xl), sw[j]);
+	ibp_bw_flush(&bw);
+	if (n == 0)
+		return;
+	/* exception part, from bit S */
+	ibp_bw_init(&bw, body, cl->S);
+	const uint64_t *m = cl->m, *b = cl->b, *xv = cl->x;
+	const uint8_t *ew = cl->ew, *xen = cl->xen;
+	for (j = 0; j < D; j++) {
+		uint64_t x = j + 1 < D ? ibp_ld_chunk(row + j * C, C) : xl;
+		uint64_t xm = x & m[j];
+		if (xm == b[j])
+			continue;
+		/* Xval: a hit bit, and the e_j bits only on a miss */
+		unsigned hit = 0;
+		if (xen[j]) {
+			hit = xm == xv[j];
+			ibp_bw_put(&bw, hit, 1);
+		}
+		if (!hit)
+			ibp_bw_put(&bw, ibp_k_ext_m(cl, j, x), ew[j]);
+		if (mode == IBP_ROW_BITMAP)
+			dst[j >> 3] |= (uint8_t)(1u << (j & 7));
+		else
+			ibp_bw_put(&hw, j, c->L);
+	}
+	ibp_bw_flush(&bw);
+	if (mode == IBP_ROW_LIST)
+		ibp_bw_flush(&hw);
+}
+
+static void IBP_K(encode)(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
+			  unsigned mode, uint64_t n, uint8_t *dst)
+{
+	switch (c->C) {
+	case 1: IBP_K(encode_c)(c, cl, row, mode, n, dst, 1); break;
+	case 2: IBP_K(encode_c)(c, cl, row, mode, n, dst, 2); break;
+	case 4: IBP_K(encode_c)(c, cl, row, mode, n, dst, 4); break;
+	default: IBP_K(encode_c)(c, cl, row, mode, n, dst, 8); break;
+	}
+}
+
+/* Decodes the static fields of chunks [j0, D). */
+IBP_INLINE void IBP_K(decode_static_c)(const ibp_codec_t *c, const ibp_cluster_t *clp,
+				       const uint8_t *body, uint64_t avail, uint8_t *dst,
+				       uint64_t j0, const unsigned C)
+{
+	const ibp_cluster_t clv = *clp, *cl = &clv;
+	const uint64_t D = c->D;
+	const uint64_t *soff = cl->soff, *b = cl->b;
+	const uint8_t *sw = cl->sw;
+	uint64_t jf = ibp_fast_chunks(cl, D, avail);
+	if (jf > D - 1)
+		jf = D - 1;
+	uint64_t j = j0;
+	for (; j < jf; j++) {
+		uint64_t o = soff[j];
+		unsigned sh = (unsigned)(o & 7);
+		uint64_t w = ibp_load64(body + (o >> 3)) >> sh;
+		if (C == 8 && sh + sw[j] > 64)
+			w |= (uint64_t)body[(o >> 3) + 8] << (64 - sh);
+		ibp_st_chunk(dst + j * C, ibp_k_dep_nm(cl, j, w) | b[j], C);
+	}
+	/* The rest start in the last 8 bytes (all of them in a short body, as
+	 * Xval hits make): read those from a zero-padded copy of those bytes,
+	 * with the same loads. Fields lie within avail, so the padding only
+	 * fills unused bits. (The last chunk, always here, may start earlier.) */
+	const uint64_t t0 = avail > 8 ? avail - 8 : 0;
+	uint8_t tail[24] = { 0 };
+	memcpy(tail, body + t0, avail - t0);
+	for (; j < D; j++) {
+		const uint8_t *p = tail;
+		uint64_t o = soff[j] - 8 * t0;
+		if (soff[j] < 8 * t0) {
+			p = body;
+			o = soff[j];
+		}
+		unsigned sh = (unsigned)(o & 7);
+		uint64_t w = ibp_load64(p + (o >> 3)) >> sh;
+		if (C == 8 && sh + sw[j] > 64)
+			w |= (uint64_t)p[(o >> 3) + 8] << (64 - sh);
+		w = ibp_k_dep_nm(cl, j, w) | b[j];
+		if (j + 1 < D)
+			ibp_st_chunk(dst + j * C, w, C);
+		else
+			ibp_st_partial(dst + j * C, w, c->last_bytes);
+	}
+}
+
+static __attribute__((unused)) void IBP_K(decode_static_from)(const ibp_codec_t *c,
+								 const ibp_cluster_t *cl,
+								 const uint8_t *body, uint64_t avail,
+								 uint8_t *dst, uint64_t j0)
+{
+	switch (c->C) {
+	case 1: IBP_K(decode_static_c)(c, cl, body, avail, dst, j0, 1); break;
+	case 2: IBP_K(decode_static_c)(c, cl, body, avail, dst, j0, 2); break;
+	case 4: IBP_K(decode_static_c)(c, cl, body, avail, dst, j0, 4); break;
+	default: IBP_K(decode_static_c)(c, cl, body, avail, dst, j0, 8); break;
+	}
+}
+
+static __attribute__((unused)) void IBP_K(decode_static)(const ibp_codec_t *c, const ibp_cluster_t *cl,
+				 const uint8_t *body, uint64_t avail, uint8_t *dst)
+{
+	IBP_K(decode_static_from)(c, cl, body, avail, dst, 0);
+}
+
+/* Chunk j was decoded as matched (invariant bits b_j); XORs in delta to
+ * give it its exception's invariant bits. */
+IBP_INLINE void IBP_K(patch_delta)(const ibp_codec_t *c, uint64_t j, uint64_t delta, uint8_t *dst,
+				   const unsigned C)
+{
+	uint8_t *p = dst + j * C;
+	if (__builtin_expect(j + 1 < c->D, 1)) {
+		ibp_st_chunk(p, ibp_ld_chunk(p, C) ^ delta, C);
+	} else {
+		uint64_t nb = c->last_bytes;
+		ibp_st_partial(p, ibp_ld_partial(p, nb) ^ delta, nb);
+	}
+}
+
+/* Reads exception j's field at body bit *e (advancing *e) and patches
+ * chunk j. With xv (the cluster has Xvals), an enabled chunk starts with
+ * its hit bit: 1 means the invariant bits are x̂_j and nothing follows.
+ * Every field is checked against lim = 8 * avail bits first (returns 0
+ * when one would pass it); *e <= lim holds throughout. */
+IBP_INLINE int IBP_K(exc_one)(const ibp_codec_t *c, const ibp_cluster_t *cl, uint64_t j,
+			      uint64_t *e, const uint8_t *body, uint64_t avail, uint64_t lim,
+			      uint8_t *dst, const int xv, const unsigned C)
+{
+	const unsigned w = cl->ew[j];
+	/* A branch on the hit bit: measured faster than computing both
+	 * outcomes, which chains each field's position on the previous load. */
+	if (xv && cl->xen[j]) {
+		if (*e >= lim)
+			return 0;
+		uint64_t h = (body[*e >> 3] >> (*e & 7)) & 1;
+		*e += 1;
+		if (h) {
+			IBP_K(patch_delta)(c, j, cl->x[j] ^ cl->b[j], dst, C);
+			return 1;
+		}
+	}
+	if (w > lim - *e)
+		return 0;
+	const uint64_t byte = *e >> 3;
+	const unsigned sh = (unsigned)(*e & 7);
+	uint64_t v;
+	if (__builtin_expect(byte + 8 <= avail, 1)) {
+		v = ibp_load64(body + byte) >> sh;
+		if (C == 8 && sh + w > 64)
+			v |= (uint64_t)body[byte + 8] << (64 - sh);
+	} else {
+		v = ibp_peek_bits(body, avail, *e, w);
+	}
+	*e += w;
+	IBP_K(patch_delta)(c, j, ibp_k_dep_m(cl, j, v) ^ cl->b[j], dst, C);
+	return 1;
+}
+
+/* Walks the exception part. Checks every field against avail and, for
+ * LIST, every index (< D, strictly increasing); returns UINT64_MAX when
+ * the row is corrupt (dst then partly written), else the end bit. */
+IBP_INLINE uint64_t IBP_K(decode_exc_x)(const ibp_codec_t *cp, const ibp_cluster_t *clp,
+					unsigned mode, const uint8_t *hdr, uint64_t hdr_len,
+					uint64_t n, const uint8_t *body, uint64_t avail,
+					uint8_t *dst, const int xv, const unsigned C)
+{
+	const ibp_codec_t cv = *cp, *c = &cv;
+	const ibp_cluster_t clv = *clp, *cl = &clv;
+	const uint64_t lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail;
+	uint64_t e = cl->S;
+	if (e > lim)
+		return UINT64_MAX;
+	if (mode == IBP_ROW_BITMAP) {
+		/* bits >= D were checked to be clear */
+		for (uint64_t i = 0; i < hdr_len; i += 8) {
+			uint64_t left = hdr_len - i;
+			uint64_t w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left);
+			while (w) {
+				uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
+				w &= w - 1;
+				if (!IBP_K(exc_one)(c, cl, j, &e, body, avail, lim, dst, xv, C))
+					return UINT64_MAX;
+			}
+		}
+	} else {
+		const unsigned L = c->L;
+		const uint64_t D = c->D;
+		uint64_t prev = 0;
+		for (uint64_t k = 0; k < n; k++) {
+			uint64_t j = ibp_read_bits(hdr, hdr_len, (uint64_t)L * (k + 1), L);
+			if (j >= D || (k && j <= prev))
+				return UINT64_MAX;
+			prev = j;
+			if (!IBP_K(exc_one)(c, cl, j, &e, body, avail, lim, dst, xv, C))
+				return UINT64_MAX;
+		}
+	}
+	return e;
+}
+
+static uint64_t IBP_K(decode_exc)(const ibp_codec_t *c, const ibp_cluster_t *cl, unsigned mode,
+				  const uint8_t *hdr, uint64_t hdr_len, uint64_t n,
+				  const uint8_t *body, uint64_t avail, uint8_t *dst)
+{
+	/* two copies per chunk size: clusters without Xvals keep the plain loop */
+#define IBP_EXC_C(CC)                                                                          \
+	return cl->has_x ? IBP_K(decode_exc_x)(c, cl, mode, hdr, hdr_len, n, body, avail, dst, 1, CC) \
+			 : IBP_K(decode_exc_x)(c, cl, mode, hdr, hdr_len, n, body, avail, dst, 0, CC)
+	switch (c->C) {
+	case 1: IBP_EXC_C(1);
+	case 2: IBP_EXC_C(2);
+	case 4: IBP_EXC_C(4);
+	default: IBP_EXC_C(8);
+	}
+#undef IBP_EXC_C
+}
+
+#endif /* IBP_CODEC_KERNEL_BODY */

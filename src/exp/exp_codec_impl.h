@@ -1,0 +1,356 @@
+/* exp_codec_impl.h - the exponent codec's hot loops. Included once by
+ * exp_codec.c (EXP_VARIANT portable) and once by exp_codec_avx2.c (EXP_VARIANT
+ * avx2, compiled with -mavx2), so the compiler vectorises the same C for
+ * each ISA. Loops are written branch-free on fixed 64-element words so they
+ * vectorise; no floating-point reassociation is needed or allowed. */
+#ifndef EXP_VARIANT
+#error "define EXP_VARIANT before including exp_codec_impl.h"
+#endif
+
+#include "exp/exp_codec_internal.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#define EXP_CAT2(a, b) a##_##b
+#define EXP_CAT(a, b) EXP_CAT2(a, b)
+#define EXP_FN(name) EXP_CAT(name, EXP_VARIANT)
+
+static inline uint64_t exp_ld64(const uint8_t *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+static inline void exp_st64(uint8_t *p, uint64_t v)
+{
+	memcpy(p, &v, 8);
+}
+
+static inline uint32_t exp_ld_elem(const uint8_t *p, uint32_t esize)
+{
+	if (esize == 2) {
+		uint16_t v;
+		memcpy(&v, p, 2);
+		return v;
+	}
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+/* ------------------------------------------------------------ mean square */
+
+double EXP_FN(ibp_exp_ms_group)(const uint8_t *p, uint32_t dt, uint64_t *nonfinite)
+{
+	double acc[256];
+	uint32_t bad = 0;
+	for (int t = 0; t < 256; t++)
+		acc[t] = 0.0;
+	/* branch-free so it vectorises; Inf/NaN contribute +0 (acc + 0 == acc) */
+	if (dt == EXPF_DT_BF16) {
+		for (int k = 0; k < 16; k++) {
+			uint16_t v[256];
+			memcpy(v, p + (uint64_t)k * 512, 512);
+			for (int t = 0; t < 256; t++) {
+				uint32_t x = v[t], nf = ((x & 0x7f80u) + 0x80u) >> 15;
+				uint32_t u = (x << 16) & (nf - 1u);
+				float f;
+				memcpy(&f, &u, 4);
+				double d = f;
+				acc[t] = acc[t] + d * d;
+				bad += nf;
+			}
+		}
+	} else if (dt == EXPF_DT_F32) {
+		for (int k = 0; k < 16; k++) {
+			uint32_t v[256];
+			memcpy(v, p + (uint64_t)k * 1024, 1024);
+			for (int t = 0; t < 256; t++) {
+				uint32_t x = v[t], nf = ((x & 0x7f800000u) + 0x800000u) >> 31;
+				uint32_t u = x & (nf - 1u);
+				float f;
+				memcpy(&f, &u, 4);
+				double d = f;
+				acc[t] = acc[t] + d * d;
+				bad += nf;
+			}
+		}
+	} else {
+		/* FP16: |x| = mm * 2^(ee - 25), mm and the power of two exact in float */
+		for (int k = 0; k < 16; k++) {
+			uint16_t v[256];
+			memcpy(v, p + (uint64_t)k * 512, 512);
+			for (int t = 0; t < 256; t++) {
+				uint32_t x = v[t] & 0x7fffu, e = x >> 10, m = x & 0x3ffu;
+				uint32_t nf = (x + 0x400u) >> 15;
+				uint32_t isn = (e + 31u) >> 5; /* 1 when e != 0 */
+				uint32_t mm = (m | (isn << 10)) & (nf - 1u);
+				uint32_t ee = e + (isn ^ 1u);
+				uint32_t pb = (ee - 25u + 127u) << 23;
+				float pw;
+				memcpy(&pw, &pb, 4);
+				double d = (double)((float)mm * pw);
+				acc[t] = acc[t] + d * d;
+				bad += nf;
+			}
+		}
+	}
+	for (int h = 128; h >= 1; h >>= 1)
+		for (int t = 0; t < h; t++)
+			acc[t] = acc[t] + acc[t + h];
+	*nonfinite += bad;
+	return acc[0];
+}
+
+/* ----------------------------------------------------------------- encode */
+
+/* Bits 0, 1, 2 of 64 bytes (values 0..7) as three plane words (bit i =
+ * element i). SSE2: shift the wanted bit to the byte's top, movemask. */
+static inline void pack_planes(const uint8_t *c, uint64_t *p0, uint64_t *p1, uint64_t *p2)
+{
+#if defined(__SSE2__)
+	uint64_t r0 = 0, r1 = 0, r2 = 0;
+	for (int j = 0; j < 4; j++) {
+		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)(c + 16 * j));
+		r0 |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_slli_epi16(v, 7)) << (16 * j);
+		r1 |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_slli_epi16(v, 6)) << (16 * j);
+		r2 |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_slli_epi16(v, 5)) << (16 * j);
+	}
+	*p0 = r0;
+	*p1 = r1;
+	*p2 = r2;
+#else
+	/* 8 bytes at a time: isolate the bit, gather it with a carry-free multiply */
+	uint64_t r[3] = {0, 0, 0};
+	for (int j = 0; j < 8; j++) {
+		uint64_t w = exp_ld64(c + 8 * j);
+		for (int b = 0; b < 3; b++)
+			r[b] |= ((((w >> b) & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56) << (8 * j);
+	}
+	*p0 = r[0];
+	*p1 = r[1];
+	*p2 = r[2];
+#endif
+}
+
+/* Encodes words [w0, w0 + nw) of 64 elements (cnt valid in the last) into
+ * the static sections and appends escapes at *esc; returns escapes written.
+ * dt is a constant at each call site so each format gets its own loop. */
+static inline __attribute__((always_inline)) uint64_t enc_words(const exp_enc_block_t *b, uint32_t dt, uint64_t w0,
+								   uint64_t nw, uint64_t n, uint8_t *esc)
+{
+	const expf_shape_t *s = &b->s;
+	const expf_layout_t *L = &b->L;
+	const uint8_t *t = b->table;
+	uint8_t *planes = b->dst + L->off_planes;
+	uint64_t nesc = 0;
+	for (uint64_t w = w0; w < w0 + nw; w++) {
+		uint64_t i0 = w * 64;
+		uint32_t cnt = n - i0 < 64 ? (uint32_t)(n - i0) : 64u;
+		const uint8_t *src = b->src + i0 * s->esize;
+		uint8_t f[64], c[64], h3[64];
+		if (cnt == 64) {
+			if (dt == EXPF_DT_BF16) {
+				uint8_t *lo = b->dst + L->off_lo + i0;
+				for (int i = 0; i < 64; i++) {
+					uint16_t v;
+					memcpy(&v, src + 2 * i, 2);
+					f[i] = (uint8_t)(v >> 7);
+					lo[i] = (uint8_t)(((v >> 8) & 0x80u) | (v & 0x7fu));
+				}
+			} else if (dt == EXPF_DT_F16) {
+				uint8_t *lo = b->dst + L->off_lo + i0;
+				for (int i = 0; i < 64; i++) {
+					uint16_t v;
+					memcpy(&v, src + 2 * i, 2);
+					f[i] = (uint8_t)((v >> 10) & 31u);
+					lo[i] = (uint8_t)v;
+					h3[i] = (uint8_t)(((v >> 8) & 3u) | ((v >> 13) & 4u));
+				}
+			} else {
+				uint8_t *lo = b->dst + L->off_lo + 2 * i0, *hi = b->dst + L->off_hi + i0;
+				for (int i = 0; i < 64; i++) {
+					uint32_t u;
+					memcpy(&u, src + 4 * i, 4);
+					f[i] = (uint8_t)(u >> 23);
+					uint16_t l16 = (uint16_t)u;
+					memcpy(lo + 2 * i, &l16, 2);
+					hi[i] = (uint8_t)(((u >> 24) & 0x80u) | ((u >> 16) & 0x7fu));
+				}
+			}
+			for (int i = 0; i < 64; i++) {
+				uint8_t x = f[i], r = 0;
+				for (int k = 0; k < 7; k++)
+					r |= x == t[k] ? (uint8_t)(k + 1) : 0;
+				c[i] = r;
+			}
+		} else {
+			/* tail word: scalar, zero-padded */
+			memset(f, 0, sizeof(f));
+			memset(c, 0, sizeof(c));
+			memset(h3, 0, sizeof(h3));
+			for (uint32_t i = 0; i < cnt; i++) {
+				uint32_t bits = exp_ld_elem(src + (uint64_t)i * s->esize, s->esize);
+				uint32_t sm = expf_sm(bits, s);
+				f[i] = (uint8_t)expf_field(bits, s);
+				if (dt == EXPF_DT_F32) {
+					uint16_t l16 = (uint16_t)sm;
+					memcpy(b->dst + L->off_lo + 2 * (i0 + i), &l16, 2);
+					b->dst[L->off_hi + i0 + i] = (uint8_t)(sm >> 16);
+				} else {
+					b->dst[L->off_lo + i0 + i] = (uint8_t)sm;
+					h3[i] = (uint8_t)(sm >> 8);
+				}
+				uint8_t r = 0;
+				for (int k = 0; k < 7; k++)
+					r |= f[i] == t[k] ? (uint8_t)(k + 1) : 0;
+				c[i] = r;
+			}
+		}
+		uint64_t p0, p1, p2;
+		pack_planes(c, &p0, &p1, &p2);
+		exp_st64(planes + 8 * w, p0);
+		exp_st64(planes + L->plane_bytes + 8 * w, p1);
+		exp_st64(planes + 2 * L->plane_bytes + 8 * w, p2);
+		if (dt == EXPF_DT_F16) {
+			uint64_t q0, q1, q2;
+			pack_planes(h3, &q0, &q1, &q2);
+			exp_st64(planes + 3 * L->plane_bytes + 8 * w, q0);
+			exp_st64(planes + 4 * L->plane_bytes + 8 * w, q1);
+			exp_st64(planes + 5 * L->plane_bytes + 8 * w, q2);
+		}
+		uint64_t valid = cnt == 64 ? ~0ull : (1ull << cnt) - 1;
+		uint64_t z = ~(p0 | p1 | p2) & valid;
+		while (z) {
+			int i = __builtin_ctzll(z);
+			esc[nesc++] = f[i];
+			z &= z - 1;
+		}
+	}
+	return nesc;
+}
+
+uint64_t EXP_FN(ibp_exp_enc_groups)(const exp_enc_block_t *b, uint64_t g0, uint64_t g1, uint8_t *esc)
+{
+	const expf_layout_t *L = &b->L;
+	uint64_t total = 0;
+	for (uint64_t g = g0; g < g1; g++) {
+		uint64_t w0 = g * (EXPF_GROUP / 64);
+		uint64_t nw = (expf_group_len(L->n, g) + 63) / 64;
+		uint64_t c;
+		if (b->dt == EXPF_DT_BF16)
+			c = enc_words(b, EXPF_DT_BF16, w0, nw, L->n, esc + total);
+		else if (b->dt == EXPF_DT_F16)
+			c = enc_words(b, EXPF_DT_F16, w0, nw, L->n, esc + total);
+		else
+			c = enc_words(b, EXPF_DT_F32, w0, nw, L->n, esc + total);
+		exp_st64(b->dst + L->off_prefix + 8 * g, c);
+		total += c;
+	}
+	return total;
+}
+
+/* ----------------------------------------------------------------- decode */
+
+/* Codes of 64 elements from their three plane words. */
+static inline void unpack_codes(uint64_t p0, uint64_t p1, uint64_t p2, uint8_t *c)
+{
+	for (int j = 0; j < 8; j++) {
+		uint64_t v = ibp_exp_spread8[(p0 >> (8 * j)) & 255] | ibp_exp_spread8[(p1 >> (8 * j)) & 255] << 1 |
+			     ibp_exp_spread8[(p2 >> (8 * j)) & 255] << 2;
+		memcpy(c + 8 * j, &v, 8);
+	}
+}
+
+/* Decodes group g; returns 0 on corrupt input. Per 64 elements: codes from
+ * the planes, codes to fields by compare-select (vectorised), escapes
+ * patched into the fields, then the values assembled (vectorised). */
+static inline __attribute__((always_inline)) int dec_group(const exp_dec_block_t *b, uint32_t dt, uint64_t g)
+{
+	const expf_layout_t *L = &b->L;
+	const uint8_t *planes = b->src + L->off_planes;
+	const uint8_t *t = b->table;
+	uint64_t n = L->n;
+	uint64_t pfx = exp_ld64(b->src + L->off_prefix + 8 * g);
+	uint64_t pnext = g + 1 < L->ngroups ? exp_ld64(b->src + L->off_prefix + 8 * (g + 1)) : b->escapes;
+	uint64_t have = pnext - pfx, used = 0; /* validated: pnext >= pfx */
+	const uint8_t *esc = b->src + L->static_bytes + pfx;
+	uint32_t fmax = (1u << b->s.ebits) - 1u;
+	uint64_t w0 = g * (EXPF_GROUP / 64), nw = (expf_group_len(n, g) + 63) / 64;
+	for (uint64_t w = w0; w < w0 + nw; w++) {
+		uint64_t i0 = w * 64;
+		uint32_t cnt = n - i0 < 64 ? (uint32_t)(n - i0) : 64u;
+		uint64_t p0 = exp_ld64(planes + 8 * w), p1 = exp_ld64(planes + L->plane_bytes + 8 * w),
+			 p2 = exp_ld64(planes + 2 * L->plane_bytes + 8 * w);
+		uint8_t c[64], fb[64], h3[64], lo8[64], hi8[64];
+		uint16_t lo16[64];
+		unpack_codes(p0, p1, p2, c);
+		for (int i = 0; i < 64; i++) {
+			uint8_t x = c[i], r = 0;
+			for (int k = 0; k < 7; k++)
+				r |= (uint8_t)(0u - (uint32_t)(x == k + 1)) & t[k];
+			fb[i] = r;
+		}
+		uint64_t valid = cnt == 64 ? ~0ull : (1ull << cnt) - 1;
+		uint64_t z = ~(p0 | p1 | p2) & valid;
+		while (z) {
+			int i = __builtin_ctzll(z);
+			if (used >= have)
+				return 0;
+			uint8_t e = esc[used++];
+			if (e > fmax || b->in_table[e])
+				return 0;
+			fb[i] = e;
+			z &= z - 1;
+		}
+		uint8_t *d = b->dst + i0 * b->s.esize;
+		if (dt == EXPF_DT_BF16) {
+			uint16_t o[64];
+			memcpy(lo8, b->src + L->off_lo + i0, cnt);
+			for (int i = 0; i < 64; i++)
+				o[i] = (uint16_t)((uint32_t)fb[i] << 7 | (uint32_t)(lo8[i] & 0x80u) << 8 | (lo8[i] & 0x7fu));
+			memcpy(d, o, 2 * (size_t)cnt);
+		} else if (dt == EXPF_DT_F16) {
+			uint16_t o[64];
+			uint64_t q0 = exp_ld64(planes + 3 * L->plane_bytes + 8 * w),
+				 q1 = exp_ld64(planes + 4 * L->plane_bytes + 8 * w),
+				 q2 = exp_ld64(planes + 5 * L->plane_bytes + 8 * w);
+			unpack_codes(q0, q1, q2, h3);
+			memcpy(lo8, b->src + L->off_lo + i0, cnt);
+			for (int i = 0; i < 64; i++)
+				o[i] = (uint16_t)((uint32_t)fb[i] << 10 | (uint32_t)(h3[i] & 4u) << 13 |
+						  (uint32_t)(h3[i] & 3u) << 8 | lo8[i]);
+			memcpy(d, o, 2 * (size_t)cnt);
+		} else {
+			uint32_t o[64];
+			memcpy(lo16, b->src + L->off_lo + 2 * i0, 2 * (size_t)cnt);
+			memcpy(hi8, b->src + L->off_hi + i0, cnt);
+			for (int i = 0; i < 64; i++)
+				o[i] = (uint32_t)fb[i] << 23 | (uint32_t)(hi8[i] & 0x80u) << 24 |
+				       (uint32_t)(hi8[i] & 0x7fu) << 16 | lo16[i];
+			memcpy(d, o, 4 * (size_t)cnt);
+		}
+	}
+	return used == have;
+}
+
+int EXP_FN(ibp_exp_dec_groups)(const exp_dec_block_t *b, uint64_t g0, uint64_t g1, uint64_t *bad)
+{
+	for (uint64_t g = g0; g < g1; g++) {
+		int ok;
+		if (b->dt == EXPF_DT_BF16)
+			ok = dec_group(b, EXPF_DT_BF16, g);
+		else if (b->dt == EXPF_DT_F16)
+			ok = dec_group(b, EXPF_DT_F16, g);
+		else
+			ok = dec_group(b, EXPF_DT_F32, g);
+		if (!ok) {
+			*bad = g;
+			return 0;
+		}
+	}
+	return 1;
+}

@@ -1,0 +1,67 @@
+/* exp_codec_internal.h - state shared by the exponent codec's driver
+ * (exp_codec.c) and its hot loops, which exp_codec_impl.h compiles twice:
+ * portable (exp_codec.c) and AVX2 (exp_codec_avx2.c). Both variants run
+ * the same C, so their output is identical by construction. */
+#ifndef IBP_EXP_CODEC_INTERNAL_H
+#define IBP_EXP_CODEC_INTERNAL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "exp/exp_format.h"
+#include "util/parallel.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the exponent codec assumes a little-endian host"
+#endif
+
+typedef struct exp_enc_block {
+	const uint8_t *src;
+	uint8_t *dst;
+	expf_shape_t s;
+	expf_layout_t L;
+	uint32_t dt;
+	uint8_t table[8];
+	/* per tid: its group range and escapes */
+	uint64_t range_begin[IBP_MAX_THREADS], range_end[IBP_MAX_THREADS], range_esc[IBP_MAX_THREADS];
+	int avx2;
+} exp_enc_block_t;
+
+typedef struct exp_dec_block {
+	const uint8_t *src;
+	uint8_t *dst;
+	expf_shape_t s;
+	expf_layout_t L;
+	uint32_t dt;
+	uint8_t table[8];
+	uint8_t in_table[256]; /* 1 where a field is a table entry */
+	uint64_t escapes;
+	int avx2;
+	int bad[IBP_MAX_THREADS];
+	uint64_t bad_group[IBP_MAX_THREADS];
+} exp_dec_block_t;
+
+/* spread8[b]: byte j is bit j of b (filled once by exp_codec.c). */
+extern uint64_t ibp_exp_spread8[256];
+
+/* Lane sums of one full group (4096 elements) as the mean-square order
+ * defines them, reduced by the halving tree; *nonfinite += Inf/NaN count. */
+double ibp_exp_ms_group_portable(const uint8_t *p, uint32_t dt, uint64_t *nonfinite);
+double ibp_exp_ms_group_avx2(const uint8_t *p, uint32_t dt, uint64_t *nonfinite);
+
+/* Encodes groups [g0, g1); escapes go to esc in order; per-group counts to
+ * the prefix slots. Returns the escapes written. */
+uint64_t ibp_exp_enc_groups_portable(const exp_enc_block_t *b, uint64_t g0, uint64_t g1, uint8_t *esc);
+uint64_t ibp_exp_enc_groups_avx2(const exp_enc_block_t *b, uint64_t g0, uint64_t g1, uint8_t *esc);
+
+/* Decodes groups [g0, g1); returns 1, or 0 with *bad = the corrupt group. */
+int ibp_exp_dec_groups_portable(const exp_dec_block_t *b, uint64_t g0, uint64_t g1, uint64_t *bad);
+int ibp_exp_dec_groups_avx2(const exp_dec_block_t *b, uint64_t g0, uint64_t g1, uint64_t *bad);
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define EXP_HAVE_AVX2_BUILD 1
+#else
+#define EXP_HAVE_AVX2_BUILD 0
+#endif
+
+#endif /* IBP_EXP_CODEC_INTERNAL_H */

@@ -1,0 +1,540 @@
+/* store.c - the CPU store: gather on a persistent worker pool.
+ *
+ * The pool is created once, on the first gather that wants more than one
+ * thread, and lives until ibp_store_close. A job is posted by bumping a
+ * generation counter; participating workers and the caller then claim
+ * grains of the request from an atomic cursor, so uneven rows balance
+ * out. The caller waits until every participant has left the job before
+ * returning, so nothing of the job outlives the call. Nothing is allocated
+ * per gather: the job and its error slot live in the store.
+ *
+ * Exp and fp8 containers are encoded in blocks of many rows, so a row is
+ * read by decoding its block into a scratch buffer and copying the row
+ * out. The buffers ("slots") are allocated at open, one per thread that
+ * may gather at once; a gathering thread holds one for its whole share of
+ * the job and keeps the last block it decoded, so runs of ids in the same
+ * block decode it once. decode_all decodes blocks straight into the
+ * output instead.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ibp/codec.h"
+#include "ibp/exp.h"
+#include "ibp/fp8.h"
+#include "ibp/container.h"
+#include "ibp/alloc.h"
+#include "ibp/store.h"
+#include "util/error.h"
+#include "bitpack/codec_internal.h"
+
+#define STORE_MAX_THREADS 256
+#define GRAIN_BYTES (64u * 1024u) /* output bytes a worker claims at once */
+#define SLOT_BYTES_MAX (1ull << 30) /* all block scratch together, beyond one slot */
+#define NO_BLOCK UINT64_MAX
+
+typedef unsigned long long ull;
+
+struct ibp_store;
+
+typedef struct worker {
+	struct ibp_store *s;
+	int index; /* 0-based among helpers */
+} worker_t;
+
+/* Block scratch of an exp/fp8 store. */
+typedef struct slot {
+	uint8_t *buf;   /* block_rows * R bytes */
+	uint64_t block; /* block held in buf, or NO_BLOCK */
+	int busy;       /* guarded by slot_mu */
+} slot_t;
+
+/* One gather request; `ids` NULL means rows 0 .. n-1, or with `blocks`
+ * set blocks 0 .. n-1 of an exp/fp8 container (decode_all). */
+typedef struct job {
+	const int64_t *ids;
+	int blocks;
+	uint64_t n;
+	uint8_t *out;
+	uint64_t grain;
+	atomic_uint_fast64_t next;
+	atomic_int failed;
+	/* first failure by position, guarded by the store's mutex */
+	ibp_status_t err;
+	uint64_t err_pos;
+	char err_msg[256];
+} job_t;
+
+struct ibp_store {
+	ibp_container_t *c;
+	const ibp_codec_t *codec;
+	uint64_t nrows, R;
+	const uint8_t *payload;
+	const uint64_t *offsets;
+	const uint8_t *flags, *clusters;
+	int max_threads; /* caller + helpers */
+
+	/* exp and fp8 (block codecs): nblk blocks of block_rows rows */
+	int block_codec;
+	uint64_t block_rows, nblk;
+	slot_t *slots;
+	int nslots;
+	pthread_mutex_t slot_mu;
+	pthread_cond_t slot_cv;
+
+	pthread_mutex_t gather_mu; /* one pooled gather at a time; guards pool creation */
+	pthread_mutex_t mu;        /* job hand-off */
+	pthread_cond_t cv_work, cv_done;
+	int pool_created;
+	int nhelpers; /* threads actually running */
+	pthread_t threads[STORE_MAX_THREADS];
+	worker_t workers[STORE_MAX_THREADS];
+	uint64_t gen;
+	int shutdown;
+	int job_helpers; /* helpers taking part in the current job */
+	int done;        /* helpers that have left the current job */
+	job_t job;
+};
+
+static int cpu_count(void)
+{
+	cpu_set_t set;
+	long n = 0;
+	if (sched_getaffinity(0, sizeof(set), &set) == 0)
+		n = CPU_COUNT(&set);
+	if (n < 1)
+		n = sysconf(_SC_NPROCESSORS_ONLN);
+	if (n < 1)
+		n = 1;
+	return n > STORE_MAX_THREADS ? STORE_MAX_THREADS : (int)n;
+}
+
+/* Takes a free block slot, waiting while all are in use (a holder only
+ * decodes and returns it, so the wait ends). */
+static slot_t *slot_get(ibp_store_t *s)
+{
+	pthread_mutex_lock(&s->slot_mu);
+	for (;;) {
+		for (int i = 0; i < s->nslots; i++)
+			if (!s->slots[i].busy) {
+				s->slots[i].busy = 1;
+				pthread_mutex_unlock(&s->slot_mu);
+				return &s->slots[i];
+			}
+		pthread_cond_wait(&s->slot_cv, &s->slot_mu);
+	}
+}
+
+static void slot_put(ibp_store_t *s, slot_t *sl)
+{
+	if (!sl)
+		return;
+	pthread_mutex_lock(&s->slot_mu);
+	sl->busy = 0;
+	pthread_cond_signal(&s->slot_cv);
+	pthread_mutex_unlock(&s->slot_mu);
+}
+
+/* Decodes positions [b, e) of the job; returns the first failing position
+ * or e. The failure's detail stays in this thread's error slot. `sl` is
+ * the caller's block slot (block codecs gathering rows), else NULL. */
+static uint64_t decode_range(const ibp_store_t *s, const int64_t *ids, int blocks, uint8_t *out, uint64_t b,
+			     uint64_t e, slot_t *sl, ibp_status_t *st)
+{
+	for (uint64_t i = b; i < e; i++) {
+		if (blocks) {
+			/* decode_all of a block codec: block i straight into place */
+			*st = ibp_container_decode_block(s->c, i, out + i * s->block_rows * s->R, 1);
+			if (*st != IBP_OK)
+				return i;
+			continue;
+		}
+		uint64_t row = ids ? (uint64_t)ids[i] : i;
+		if (s->block_codec) {
+			uint64_t blk = row / s->block_rows;
+			if (sl->block != blk) {
+				sl->block = NO_BLOCK; /* a failed decode leaves nothing cached */
+				*st = ibp_container_decode_block(s->c, blk, sl->buf, 1);
+				if (*st != IBP_OK)
+					return i;
+				sl->block = blk;
+			}
+			memcpy(out + i * s->R, sl->buf + (row - blk * s->block_rows) * s->R, (size_t)s->R);
+			continue;
+		}
+		const uint8_t *src;
+		uint64_t len;
+		if (s->offsets) {
+			src = s->payload + s->offsets[row];
+			len = s->offsets[row + 1] - s->offsets[row];
+		} else {
+			src = s->payload + row * s->R;
+			len = s->R;
+		}
+		uint64_t used = 0;
+		*st = ibp_decode_row_ext(s->codec, src, len, s->flags[row], s->clusters ? s->clusters[row] : 0,
+					 out + i * s->R, &used);
+		/* A packed row fills its extent exactly (FORMAT.md §1.3), as the
+		 * batch decoder and the GPU gather require. */
+		if (*st == IBP_OK && s->offsets && used != len)
+			*st = ibp_fail(IBP_ERR_CORRUPT, "row %llu: encoded row is %llu bytes, its extent %llu",
+				       (unsigned long long)row, (unsigned long long)used, (unsigned long long)len);
+		if (*st != IBP_OK)
+			return i;
+	}
+	*st = IBP_OK;
+	return e;
+}
+
+static void record_failure(ibp_store_t *s, job_t *j, uint64_t pos, ibp_status_t st)
+{
+	pthread_mutex_lock(&s->mu);
+	if (!atomic_load(&j->failed) || pos < j->err_pos) {
+		j->err = st;
+		j->err_pos = pos;
+		snprintf(j->err_msg, sizeof(j->err_msg), "%s", ibp_last_error());
+	}
+	atomic_store(&j->failed, 1);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void run_job(ibp_store_t *s)
+{
+	job_t *j = &s->job;
+	slot_t *sl = s->block_codec && !j->blocks ? slot_get(s) : NULL;
+	for (;;) {
+		if (atomic_load_explicit(&j->failed, memory_order_relaxed))
+			break;
+		uint64_t b = atomic_fetch_add(&j->next, j->grain);
+		if (b >= j->n)
+			break;
+		uint64_t e = j->n - b < j->grain ? j->n : b + j->grain;
+		ibp_status_t st;
+		uint64_t at = decode_range(s, j->ids, j->blocks, j->out, b, e, sl, &st);
+		if (st != IBP_OK) {
+			record_failure(s, j, at, st);
+			break;
+		}
+	}
+	slot_put(s, sl);
+}
+
+static void *worker_main(void *arg)
+{
+	worker_t *w = arg;
+	ibp_store_t *s = w->s;
+	uint64_t seen = 0; /* the pool exists before the first job: gen starts at 0 */
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		while (!s->shutdown && s->gen == seen)
+			pthread_cond_wait(&s->cv_work, &s->mu);
+		if (s->shutdown)
+			break;
+		seen = s->gen;
+		if (w->index >= s->job_helpers)
+			continue;
+		pthread_mutex_unlock(&s->mu);
+		run_job(s);
+		pthread_mutex_lock(&s->mu);
+		if (++s->done == s->job_helpers)
+			pthread_cond_signal(&s->cv_done);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+/* Starts the helpers once; called with gather_mu held. If some threads
+ * cannot start, the pool is simply smaller. */
+static void ensure_pool(ibp_store_t *s)
+{
+	if (s->pool_created)
+		return;
+	s->pool_created = 1;
+	for (int i = 0; i < s->max_threads - 1; i++) {
+		s->workers[i] = (worker_t){ s, i };
+		if (pthread_create(&s->threads[i], NULL, worker_main, &s->workers[i]) != 0)
+			break;
+		s->nhelpers++;
+	}
+}
+
+static void free_slots(ibp_store_t *s)
+{
+	for (int i = 0; s->slots && i < s->nslots; i++)
+		ibp_host_free(s->slots[i].buf);
+	free(s->slots);
+}
+
+ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
+{
+	if (!c || !out)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_store_from_container: NULL argument");
+	*out = NULL;
+	ibp_store_t *s = calloc(1, sizeof(*s));
+	if (!s)
+		return ibp_fail(IBP_ERR_NOMEM, "ibp_store_from_container: out of memory");
+	s->c = c;
+	s->codec = ibp_container_codec(c);
+	s->nrows = ibp_container_nrows(c);
+	s->R = ibp_container_row_bytes(c);
+	s->payload = ibp_container_payload(c, NULL);
+	s->offsets = ibp_container_offsets(c);
+	s->flags = ibp_container_flags(c);
+	s->clusters = ibp_container_clusters(c);
+	s->max_threads = cpu_count();
+	s->block_codec = ibp_container_codec_id(c) != IBP_CODEC_IBP;
+	if (s->block_codec) {
+		s->block_rows = ibp_container_block_rows(c);
+		s->nblk = ibp_container_nblocks(c);
+		/* one slot per thread that can gather at once, fewer when there
+		 * are fewer blocks or the slots would take over 1 GiB together */
+		uint64_t rows = s->block_rows < s->nrows ? s->block_rows : s->nrows;
+		uint64_t bytes = rows * s->R; /* <= the decoded tensor, validated at open */
+		uint64_t n = s->nblk < (uint64_t)s->max_threads ? s->nblk : (uint64_t)s->max_threads;
+		while (n > 1 && n * bytes > SLOT_BYTES_MAX)
+			n--;
+		s->nslots = (int)n;
+		s->slots = calloc(n ? n : 1, sizeof(slot_t));
+		for (uint64_t i = 0; s->slots && i < n; i++) {
+			s->slots[i].block = NO_BLOCK;
+			s->slots[i].buf = ibp_host_alloc(bytes, 0);
+			if (!s->slots[i].buf) {
+				for (uint64_t k = 0; k < i; k++)
+					ibp_host_free(s->slots[k].buf);
+				free(s->slots);
+				s->slots = NULL;
+			}
+		}
+		if (!s->slots) {
+			free(s);
+			return ibp_fail(IBP_ERR_NOMEM, "%s: no memory for %llu block buffers of %llu bytes",
+					ibp_container_name(c), (ull)n, (ull)bytes);
+		}
+	}
+	int ok = 0;
+	if (pthread_mutex_init(&s->gather_mu, NULL) == 0) {
+		ok = 1;
+		if (pthread_mutex_init(&s->mu, NULL) == 0) {
+			ok = 2;
+			if (pthread_cond_init(&s->cv_work, NULL) == 0) {
+				ok = 3;
+				if (pthread_cond_init(&s->cv_done, NULL) == 0) {
+					ok = 4;
+					if (pthread_mutex_init(&s->slot_mu, NULL) == 0) {
+						ok = 5;
+						if (pthread_cond_init(&s->slot_cv, NULL) == 0)
+							ok = 6;
+					}
+				}
+			}
+		}
+	}
+	if (ok < 6) {
+		if (ok >= 5)
+			pthread_mutex_destroy(&s->slot_mu);
+		if (ok >= 4)
+			pthread_cond_destroy(&s->cv_done);
+		if (ok >= 3)
+			pthread_cond_destroy(&s->cv_work);
+		if (ok >= 2)
+			pthread_mutex_destroy(&s->mu);
+		if (ok >= 1)
+			pthread_mutex_destroy(&s->gather_mu);
+		free_slots(s);
+		free(s);
+		return ibp_fail(IBP_ERR_NOMEM, "ibp_store_from_container: cannot create locks");
+	}
+	*out = s;
+	return IBP_OK;
+}
+
+ibp_status_t ibp_store_open(const char *path, unsigned flags, ibp_store_t **out)
+{
+	if (!out)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_store_open: NULL out");
+	*out = NULL;
+	ibp_container_t *c = NULL;
+	IBP_TRY(ibp_container_open(path, flags, &c));
+	ibp_status_t st = ibp_store_from_container(c, out);
+	if (st != IBP_OK)
+		ibp_container_close(c);
+	return st;
+}
+
+void ibp_store_close(ibp_store_t *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->shutdown = 1;
+	pthread_cond_broadcast(&s->cv_work);
+	pthread_mutex_unlock(&s->mu);
+	for (int i = 0; i < s->nhelpers; i++)
+		pthread_join(s->threads[i], NULL);
+	pthread_cond_destroy(&s->cv_done);
+	pthread_cond_destroy(&s->cv_work);
+	pthread_mutex_destroy(&s->mu);
+	pthread_mutex_destroy(&s->gather_mu);
+	pthread_cond_destroy(&s->slot_cv);
+	pthread_mutex_destroy(&s->slot_mu);
+	free_slots(s);
+	ibp_container_close(s->c);
+	free(s);
+}
+
+/* The detail `msg` without a leading "<container name>: " (block decode
+ * errors name the file, which the gather message names already). */
+static const char *after_name(const ibp_store_t *s, const char *msg)
+{
+	const char *name = ibp_container_name(s->c);
+	size_t n = strlen(name);
+	return !strncmp(msg, name, n) && !strncmp(msg + n, ": ", 2) ? msg + n + 2 : msg;
+}
+
+static ibp_status_t job_failure(const ibp_store_t *s, ibp_status_t st, const char *what, const int64_t *ids,
+				int blocks, uint64_t pos, const char *why)
+{
+	if (blocks)
+		return ibp_fail(st, "%s: %s: %s", ibp_container_name(s->c), what, after_name(s, why));
+	return ibp_fail(st, "%s: %s: position %llu (row %llu): %s", ibp_container_name(s->c), what, (ull)pos,
+			(ull)(ids ? (uint64_t)ids[pos] : pos), after_name(s, why));
+}
+
+/* ids NULL: rows 0 .. n-1 (decode_all), or with `blocks` blocks 0 .. n-1
+ * of a block codec, each decoded into place. */
+static ibp_status_t gather(ibp_store_t *s, const int64_t *ids, int blocks, uint64_t n, void *out,
+			   int nthreads, const char *what)
+{
+	if (!s)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL store", what);
+	if (nthreads < 0)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: nthreads %d < 0", what, nthreads);
+	if (n == 0)
+		return IBP_OK;
+	if (!out)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL output for %llu rows", what, (ull)n);
+	if (ids)
+		for (uint64_t i = 0; i < n; i++)
+			if (ids[i] < 0 || (uint64_t)ids[i] >= s->nrows)
+				return ibp_fail(IBP_ERR_OUT_OF_RANGE,
+						"%s: %s: ids[%llu] = %lld is outside the %llu rows", ibp_container_name(s->c),
+						what, (ull)i, (long long)ids[i], (ull)s->nrows);
+
+	int t = nthreads == 0 || nthreads > s->max_threads ? s->max_threads : nthreads;
+	uint64_t grain = blocks ? 1 : GRAIN_BYTES / s->R;
+	if (grain < 1)
+		grain = 1;
+	/* keep a few grains per thread so the tail balances */
+	uint64_t fair = n / ((uint64_t)t * 4);
+	if (grain > fair)
+		grain = fair < 1 ? 1 : fair;
+	uint64_t ngrains = n / grain + (n % grain != 0);
+	if ((uint64_t)t > ngrains)
+		t = (int)ngrains;
+	/* block codecs: every thread gathering rows needs a block slot */
+	if (s->block_codec && !blocks && t > s->nslots)
+		t = s->nslots;
+
+	if (t <= 1) {
+		/* the calling thread alone: no pool, concurrent callers run in
+		 * parallel (block codecs: as far as there are free slots) */
+		ibp_status_t st;
+		slot_t *sl = s->block_codec && !blocks ? slot_get(s) : NULL;
+		uint64_t at = decode_range(s, ids, blocks, out, 0, n, sl, &st);
+		slot_put(s, sl);
+		if (st != IBP_OK) {
+			char why[256];
+			snprintf(why, sizeof(why), "%s", ibp_last_error());
+			return job_failure(s, st, what, ids, blocks, at, why);
+		}
+		return IBP_OK;
+	}
+
+	pthread_mutex_lock(&s->gather_mu);
+	ensure_pool(s);
+	int helpers = t - 1 < s->nhelpers ? t - 1 : s->nhelpers;
+	job_t *j = &s->job;
+	pthread_mutex_lock(&s->mu);
+	j->ids = ids;
+	j->blocks = blocks;
+	j->n = n;
+	j->out = out;
+	j->grain = grain;
+	atomic_store(&j->next, 0);
+	atomic_store(&j->failed, 0);
+	j->err = IBP_OK;
+	j->err_pos = 0;
+	j->err_msg[0] = '\0';
+	s->job_helpers = helpers;
+	s->done = 0;
+	s->gen++;
+	pthread_cond_broadcast(&s->cv_work);
+	pthread_mutex_unlock(&s->mu);
+
+	run_job(s);
+
+	pthread_mutex_lock(&s->mu);
+	while (s->done < s->job_helpers)
+		pthread_cond_wait(&s->cv_done, &s->mu);
+	ibp_status_t st = atomic_load(&j->failed) ? j->err : IBP_OK;
+	uint64_t pos = j->err_pos;
+	pthread_mutex_unlock(&s->mu);
+	ibp_status_t ret = IBP_OK;
+	if (st != IBP_OK)
+		ret = job_failure(s, st, what, ids, blocks, pos, j->err_msg);
+	pthread_mutex_unlock(&s->gather_mu);
+	return ret;
+}
+
+ibp_status_t ibp_store_gather(ibp_store_t *s, const int64_t *ids, uint64_t n, void *out, int nthreads)
+{
+	if (n > 0 && !ids)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "gather: NULL ids for %llu rows", (ull)n);
+	return gather(s, ids, 0, n, out, nthreads, "gather");
+}
+
+ibp_status_t ibp_store_decode_all(ibp_store_t *s, void *out, int nthreads)
+{
+	if (!s)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "decode_all: NULL store");
+	if (!s->block_codec || s->nrows == 0)
+		return gather(s, NULL, 0, s->nrows, out, nthreads, "decode_all");
+	if (nthreads < 0)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "decode_all: nthreads %d < 0", nthreads);
+	if (!out)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "decode_all: NULL output for %llu rows", (ull)s->nrows);
+	int t = nthreads == 0 || nthreads > s->max_threads ? s->max_threads : nthreads;
+	if (s->nblk >= (uint64_t)t)
+		return gather(s, NULL, 1, s->nblk, out, nthreads, "decode_all");
+	/* fewer blocks than threads: one block at a time, threads inside it */
+	for (uint64_t b = 0; b < s->nblk; b++) {
+		ibp_status_t st = ibp_container_decode_block(s->c, b, (uint8_t *)out + b * s->block_rows * s->R, t);
+		if (st != IBP_OK) {
+			char why[256];
+			snprintf(why, sizeof(why), "%s", ibp_last_error());
+			return job_failure(s, st, "decode_all", NULL, 1, b, why);
+		}
+	}
+	return IBP_OK;
+}
+
+ibp_status_t ibp_store_verify(const ibp_store_t *s, int nthreads)
+{
+	if (!s)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_store_verify: NULL store");
+	return ibp_container_verify(s->c, nthreads);
+}
+
+uint64_t ibp_store_nrows(const ibp_store_t *s) { return s->nrows; }
+uint64_t ibp_store_row_bytes(const ibp_store_t *s) { return s->R; }
+ibp_dtype_t ibp_store_dtype(const ibp_store_t *s) { return ibp_container_dtype(s->c); }
+unsigned ibp_store_ndim(const ibp_store_t *s) { return ibp_container_ndim(s->c); }
+const uint64_t *ibp_store_shape(const ibp_store_t *s) { return ibp_container_shape(s->c); }
+const ibp_codec_t *ibp_store_codec(const ibp_store_t *s) { return s->codec; }
+const ibp_container_t *ibp_store_container(const ibp_store_t *s) { return s->c; }
+int ibp_store_max_threads(const ibp_store_t *s) { return s->max_threads; }

@@ -1,0 +1,1180 @@
+/* test_codec.c - the row codec: every chunk size and row length 1..300 plus
+ * a spread up to 4099, adversarial rows, trained-like and random masks,
+ * with and without Xvals (enabled/disabled mixes, hits and misses), every
+ * mode, BMI2 == portable == an independent bit-by-bit reference encoder
+ * (written from docs/FORMAT.md), corrupt input, batches, creation errors,
+ * the paper layout size and the parallel-for helper. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ibp.h"
+#include "util/cpu.h"
+#include "util/parallel.h"
+#include "testutil.h"
+
+/* Criterion reports every passing assertion to its runner; in hot loops
+ * only failures go through it. */
+#define CHECK(cond, ...)                              \
+	do {                                          \
+		if (!(cond))                          \
+			cr_assert_fail(__VA_ARGS__);  \
+	} while (0)
+
+static int have_bmi2(void)
+{
+#if defined(__x86_64__)
+	return ibp_cpu()->bmi2;
+#else
+	return 0;
+#endif
+}
+
+static int have_avx512(void)
+{
+#if defined(__x86_64__)
+	return ibp_cpu()->avx512vbmi && ibp_cpu()->bmi2;
+#else
+	return 0;
+#endif
+}
+
+/* ------------------------------------------------------------------ */
+/* reference encoder: bit by bit, straight from FORMAT.md §1            */
+/* ------------------------------------------------------------------ */
+
+static void put_bits(uint8_t *p, uint64_t *k, uint64_t v, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++, (*k)++)
+		if ((v >> i) & 1)
+			p[*k / 8] |= (uint8_t)(1u << (*k % 8));
+}
+
+static unsigned bitlen(uint64_t v)
+{
+	unsigned n = 0;
+	while (v) {
+		n++;
+		v >>= 1;
+	}
+	return n;
+}
+
+/* Xval hits and misses the reference encoder wrote (coverage checks). */
+static uint64_t g_xhits, g_xmisses;
+
+/* Encodes `row` with mask/bitval/xval of one cluster (xval NULL = none);
+ * out must hold R bytes (zeroed here). Returns the length and sets *mode. */
+static uint64_t ref_encode(const uint8_t *row, uint64_t R, unsigned C, const uint8_t *mask,
+			   const uint8_t *bitval, const uint8_t *xval, uint8_t *out, uint8_t *mode)
+{
+	const uint64_t D = (R + C - 1) / C, W = 8 * C;
+	uint8_t *padded = tu_xcalloc(D * C);
+	memcpy(padded, row, R);
+	uint64_t S = 0, E = 0, n = 0;
+	for (uint64_t j = 0; j < D; j++) {
+		uint64_t x = tu_word(padded, C, j), m = tu_word(mask, C, j), b = tu_word(bitval, C, j);
+		uint64_t xh = xval ? tu_word(xval, C, j) : b;
+		unsigned e = (unsigned)__builtin_popcountll(m);
+		S += W - e;
+		if ((x & m) != b) {
+			n++;
+			if (xh != b) /* enabled: hit bit, then e bits on a miss */
+				E += 1 + ((x & m) == xh ? 0 : e);
+			else
+				E += e;
+		}
+	}
+	unsigned L = D > 1 ? bitlen(D - 1) : 1;
+	if (L == 0)
+		L = 1;
+	uint64_t body = (S + E + 7) / 8, size;
+	unsigned md;
+	if (n == 0) {
+		md = 1;
+		size = (S + 7) / 8;
+	} else {
+		uint64_t bm = (D + 7) / 8 + body, li = (L * (n + 1) + 7) / 8 + body;
+		md = li < bm ? 3 : 2;
+		size = li < bm ? li : bm;
+	}
+	memset(out, 0, R);
+	if (size >= R) {
+		memcpy(out, row, R);
+		*mode = 0;
+		free(padded);
+		return R;
+	}
+	uint64_t hdr = md == 1 ? 0 : md == 2 ? (D + 7) / 8 : (L * (n + 1) + 7) / 8;
+	uint64_t hk = 0;
+	if (md == 3)
+		put_bits(out, &hk, n - 1, L);
+	/* static part */
+	uint64_t k = 8 * hdr;
+	for (uint64_t j = 0; j < D; j++) {
+		uint64_t x = tu_word(padded, C, j), m = tu_word(mask, C, j);
+		for (unsigned i = 0; i < W; i++)
+			if (!((m >> i) & 1))
+				put_bits(out, &k, (x >> i) & 1, 1);
+	}
+	/* exception part and header */
+	for (uint64_t j = 0; j < D; j++) {
+		uint64_t x = tu_word(padded, C, j), m = tu_word(mask, C, j), b = tu_word(bitval, C, j);
+		uint64_t xh = xval ? tu_word(xval, C, j) : b;
+		if ((x & m) == b)
+			continue;
+		if (md == 2)
+			out[j / 8] |= (uint8_t)(1u << (j % 8));
+		else
+			put_bits(out, &hk, j, L);
+		if (xh != b) {
+			unsigned h = (x & m) == xh;
+			put_bits(out, &k, h, 1);
+			g_xhits += h;
+			g_xmisses += !h;
+			if (h)
+				continue;
+		}
+		for (unsigned i = 0; i < W; i++)
+			if ((m >> i) & 1)
+				put_bits(out, &k, (x >> i) & 1, 1);
+	}
+	if (k != 8 * hdr + S + E)
+		abort();
+	*mode = (uint8_t)md;
+	free(padded);
+	return size;
+}
+
+/* ------------------------------------------------------------------ */
+/* round trip of one row under one cluster, every implementation        */
+/* ------------------------------------------------------------------ */
+
+static uint64_t g_modes[4];
+
+static void check_row(ibp_codec_t *c, const uint8_t *row, unsigned cluster, const char *what)
+{
+	const uint64_t R = ibp_codec_row_bytes(c);
+	const unsigned C = ibp_codec_chunk_bytes(c);
+	uint8_t *ref = tu_xcalloc(R), *enc = tu_xcalloc(R), *dec = tu_xcalloc(R);
+	uint8_t rmode;
+	uint64_t rlen = ref_encode(row, R, C, ibp_codec_mask(c, cluster), ibp_codec_bitval(c, cluster),
+				   ibp_codec_has_xval(c) ? ibp_codec_xval(c, cluster) : NULL, ref, &rmode);
+	g_modes[rmode]++;
+
+	uint64_t slen;
+	uint8_t smode;
+	CHECK(ibp_row_size(c, row, cluster, &slen, &smode) == IBP_OK, "row_size");
+	CHECK(slen == rlen && smode == rmode, "%s R=%llu C=%u k=%u: row_size %llu/%u, reference %llu/%u",
+	      what, (unsigned long long)R, C, cluster, (unsigned long long)slen, smode,
+	      (unsigned long long)rlen, rmode);
+
+	ibp_impl_t impls[3] = { IBP_IMPL_PORTABLE, IBP_IMPL_BMI2, IBP_IMPL_AVX512 };
+	for (int ii = 0; ii < 3; ii++) {
+		if (impls[ii] == IBP_IMPL_BMI2 && !have_bmi2())
+			continue;
+		if (impls[ii] == IBP_IMPL_AVX512 && !have_avx512())
+			continue;
+		CHECK(ibp_codec_set_impl(c, impls[ii]) == IBP_OK, "set_impl");
+		uint64_t len = ~0ull;
+		uint8_t fl = 0xFF;
+		/* exact-size heap buffer: ASan builds catch any overrun */
+		uint8_t *dst = malloc(rlen ? rlen : 1);
+		ibp_status_t st = ibp_encode_row(c, row, cluster, dst, rlen, &len, &fl);
+		CHECK(st == IBP_OK, "%s: encode_row: %s", what, ibp_last_error());
+		CHECK(len == rlen && fl == rmode, "%s R=%llu C=%u k=%u impl=%d: len %llu mode %u, reference %llu mode %u",
+		      what, (unsigned long long)R, C, cluster, impls[ii], (unsigned long long)len, fl,
+		      (unsigned long long)rlen, rmode);
+		CHECK(memcmp(dst, ref, rlen) == 0, "%s R=%llu C=%u k=%u impl=%d mode %u: bytes differ from the reference\n got %s",
+		      what, (unsigned long long)R, C, cluster, impls[ii], fl, tu_hex(dst, rlen < 64 ? rlen : 64));
+		memcpy(enc, dst, rlen);
+		/* decode from the exact-size buffer */
+		memset(dec, 0xA5, R);
+		st = ibp_decode_row(c, dst, rlen, fl, cluster, dec);
+		CHECK(st == IBP_OK, "%s R=%llu C=%u: decode: %s", what, (unsigned long long)R, C, ibp_last_error());
+		CHECK(memcmp(dec, row, R) == 0, "%s R=%llu C=%u k=%u impl=%d mode %u: round trip differs",
+		      what, (unsigned long long)R, C, cluster, impls[ii], fl);
+		free(dst);
+		if (rlen > 0) {
+			uint64_t small;
+			uint8_t sfl;
+			uint8_t *tmp = malloc(rlen);
+			CHECK(ibp_encode_row(c, row, cluster, tmp, rlen - 1, &small, &sfl) ==
+				      IBP_ERR_BUFFER_TOO_SMALL,
+			      "%s: buffer too small not reported", what);
+			free(tmp);
+		}
+	}
+	/* fixed-stride layout: trailing garbage is ignored */
+	uint8_t *stride = malloc(R + 16);
+	memcpy(stride, enc, rlen);
+	memset(stride + rlen, 0xEE, R + 16 - rlen);
+	memset(dec, 0, R);
+	CHECK(ibp_decode_row(c, stride, R + 16, rmode, cluster, dec) == IBP_OK &&
+		      memcmp(dec, row, R) == 0,
+	      "%s: stride decode", what);
+	/* truncations are rejected */
+	for (uint64_t cut = rlen / 2; rlen > 0 && cut < rlen; cut += (rlen - cut + 1) / 2) {
+		uint8_t *tr = malloc(cut ? cut : 1);
+		memcpy(tr, enc, cut);
+		CHECK(ibp_decode_row(c, tr, cut, rmode, cluster, dec) == IBP_ERR_CORRUPT,
+		      "%s R=%llu C=%u: truncated row (%llu of %llu) not rejected", what,
+		      (unsigned long long)R, C, (unsigned long long)cut, (unsigned long long)rlen);
+		free(tr);
+	}
+	free(stride);
+	free(ref);
+	free(enc);
+	free(dec);
+	ibp_codec_set_impl(c, IBP_IMPL_AUTO);
+}
+
+/* A codec with 5 clusters for rows of pattern p: trained-like masks
+ * (threshold 0.9 and 0.6), random masks (density 0.5 and 0.95), empty and
+ * full masks; one per cluster (6 clusters). */
+#define NMASK 6
+static ibp_codec_t *make_codec(tu_rng_t *r, tu_pattern_t p, uint64_t R, unsigned C)
+{
+	const uint64_t D = tu_nchunks(R, C);
+	uint8_t *m = tu_xcalloc(NMASK * D * C), *b = tu_xcalloc(NMASK * D * C);
+	uint8_t *rows = tu_xcalloc(8 * R);
+	tu_gen_rows(r, p, rows, 8, R);
+	tu_mask_count(rows, 8, R, C, 0.9, m, b);
+	tu_mask_count(rows, 8, R, C, 0.6, m + D * C, b + D * C);
+	tu_mask_random(r, 0.5, m + 2 * D * C, b + 2 * D * C, R, C);
+	tu_mask_random(r, 0.95, m + 3 * D * C, b + 3 * D * C, R, C);
+	tu_fix_padding(m + 4 * D * C, b + 4 * D * C, R, C); /* empty */
+	memset(m + 5 * D * C, 0xFF, D * C);                 /* full */
+	tu_fill_random(r, b + 5 * D * C, D * C);
+	tu_fix_padding(m + 5 * D * C, b + 5 * D * C, R, C);
+	ibp_codec_t *c = NULL;
+	ibp_status_t st = ibp_codec_create(R, C, NMASK, m, b, &c);
+	cr_assert_eq(st, IBP_OK, "codec_create R=%llu C=%u: %s", (unsigned long long)R, C,
+		     ibp_last_error());
+	free(m);
+	free(b);
+	free(rows);
+	return c;
+}
+
+/* Random Xvals for the clusters of c (same Masks/Bitvals): per chunk,
+ * disabled (x = b), the invariant bits of a row of pattern p (what training
+ * would pick), or random bits inside the mask; padding bits stay clear. */
+static ibp_codec_t *make_xcodec(tu_rng_t *r, const ibp_codec_t *c, tu_pattern_t p)
+{
+	const uint64_t R = ibp_codec_row_bytes(c), D = ibp_codec_nchunks(c);
+	const unsigned C = ibp_codec_chunk_bytes(c), K = ibp_codec_nclusters(c);
+	uint8_t *m = tu_xcalloc(K * D * C), *b = tu_xcalloc(K * D * C), *x = tu_xcalloc(K * D * C);
+	uint8_t *pr = tu_xcalloc(D * C), *rnd = tu_xcalloc(D * C);
+	for (unsigned k = 0; k < K; k++) {
+		uint64_t o = (uint64_t)k * D * C;
+		memcpy(m + o, ibp_codec_mask(c, k), D * C);
+		memcpy(b + o, ibp_codec_bitval(c, k), D * C);
+		tu_gen_row(r, p, pr, R); /* pr is zero past R */
+		tu_fill_random(r, rnd, R);
+		uint64_t mode = tu_below(r, 4); /* 0: mixed, 1: all from the row, 2: all random, 3: none */
+		for (uint64_t j = 0; j < D; j++) {
+			uint64_t mj = tu_word(m + o, C, j), pick = mode == 0 ? tu_below(r, 3) : mode;
+			uint64_t v = pick == 1 ? tu_word(pr, C, j) & mj
+				   : pick == 2 ? tu_word(rnd, C, j) & mj : tu_word(b + o, C, j);
+			tu_set_word(x + o, C, j, v);
+		}
+	}
+	ibp_codec_t *cx = NULL;
+	ibp_status_t st = ibp_codec_create_ex(R, C, K, m, b, x, &cx);
+	cr_assert_eq(st, IBP_OK, "codec_create_ex R=%llu C=%u: %s", (unsigned long long)R, C,
+		     ibp_last_error());
+	for (unsigned k = 0; k < K; k++)
+		CHECK(memcmp(ibp_codec_xval(cx, k), x + (uint64_t)k * D * C, D * C) == 0, "xval accessor");
+	free(m);
+	free(b);
+	free(x);
+	free(pr);
+	free(rnd);
+	return cx;
+}
+
+static void check_pattern(tu_rng_t *r, tu_pattern_t p, uint64_t R, unsigned C, int variants)
+{
+	ibp_codec_t *c0 = make_codec(r, p, R, C);
+	ibp_codec_t *cx = make_xcodec(r, c0, p);
+	const uint64_t D = tu_nchunks(R, C);
+	uint8_t *row = tu_xcalloc(R), *v = tu_xcalloc(R);
+	tu_gen_row(r, p, row, R);
+	char what[64];
+	for (unsigned k = 0; k < 2 * NMASK; k++) {
+		/* clusters 0..NMASK-1 without Xvals, then the same with Xvals */
+		ibp_codec_t *c = k < NMASK ? c0 : cx;
+		const unsigned kk = k % NMASK;
+		const uint8_t *m = ibp_codec_mask(c, kk), *b = ibp_codec_bitval(c, kk);
+		const uint8_t *xv = ibp_codec_xval(c, kk);
+		snprintf(what, sizeof(what), "%s%s", tu_pattern_name(p), k < NMASK ? "" : "/xval");
+		check_row(c, row, kk, what);
+		if (k >= NMASK) {
+			/* every chunk a hit where enabled, a match elsewhere */
+			memcpy(v, row, R);
+			for (uint64_t j = 0; j < D; j++)
+				tu_make_match(v, m, xv, R, C, j);
+			snprintf(what, sizeof(what), "%s/xval-hits", tu_pattern_name(p));
+			check_row(c, v, kk, what);
+			/* hits and misses: some chunks never match (they may still hit) */
+			uint8_t *nv = tu_xcalloc(R);
+			memcpy(nv, v, R);
+			tu_make_never_match(nv, m, b, R, C);
+			for (uint64_t j = tu_below(r, 2); j < D; j += 1 + tu_below(r, 3))
+				memcpy(v + j * C, nv + j * C, (j + 1) * C <= R ? C : R - j * C);
+			free(nv);
+			snprintf(what, sizeof(what), "%s/xval-mix", tu_pattern_name(p));
+			check_row(c, v, kk, what);
+		}
+		if (!variants)
+			continue;
+		/* every chunk matches: CLEAN (or RAW when S >= 8R) */
+		memcpy(v, row, R);
+		for (uint64_t j = 0; j < D; j++)
+			tu_make_match(v, m, b, R, C, j);
+		snprintf(what, sizeof(what), "%s/all-match", tu_pattern_name(p));
+		check_row(c, v, kk, what);
+		/* a few exceptions: LIST */
+		uint64_t ne = 1 + tu_below(r, 3);
+		for (uint64_t e = 0; e < ne; e++) {
+			uint64_t j = tu_below(r, D);
+			uint8_t *one = tu_xcalloc(R);
+			memcpy(one, v, R);
+			tu_make_never_match(one, m, b, R, C);
+			memcpy(v + j * C, one + j * C, (j + 1) * C <= R ? C : R - j * C);
+			free(one);
+		}
+		snprintf(what, sizeof(what), "%s/few-exc", tu_pattern_name(p));
+		check_row(c, v, kk, what);
+		/* no chunk matches */
+		memcpy(v, row, R);
+		tu_make_never_match(v, m, b, R, C);
+		snprintf(what, sizeof(what), "%s/never", tu_pattern_name(p));
+		check_row(c, v, kk, what);
+	}
+	free(row);
+	free(v);
+	ibp_codec_free(c0);
+	ibp_codec_free(cx);
+}
+
+static const uint64_t spread[] = { 301, 317, 383, 384, 385, 511, 512, 513, 640, 777, 1000,
+				   1023, 1024, 1025, 1500, 2047, 2048, 2049, 3001, 4093,
+				   4095, 4096, 4097, 4098, 4099 };
+
+static void roundtrip_chunk(unsigned C, uint64_t seed)
+{
+	tu_rng_t r;
+	tu_rng_seed(&r, seed);
+	memset(g_modes, 0, sizeof(g_modes));
+	g_xhits = g_xmisses = 0;
+	for (uint64_t R = 1; R <= 300; R++)
+		for (int p = 0; p < TU_PATTERN_COUNT; p++)
+			check_pattern(&r, (tu_pattern_t)p, R, C, p == TU_RANDOM || p == TU_F32_SMOOTH ||
+								    p == TU_SPARSE_BITS || R % 7 == 0);
+	for (size_t i = 0; i < sizeof(spread) / sizeof(spread[0]); i++)
+		for (int p = 0; p < TU_PATTERN_COUNT; p++)
+			check_pattern(&r, (tu_pattern_t)p, spread[i], C,
+				      p == TU_RANDOM || p == TU_F32_SMOOTH || p == TU_SPARSE_BITS);
+	for (int m = 0; m < 4; m++)
+		cr_assert_gt(g_modes[m], 0, "C=%u: mode %d never reached", C, m);
+	cr_assert_gt(g_xhits, 1000, "C=%u: %llu Xval hits written", C, (unsigned long long)g_xhits);
+	cr_assert_gt(g_xmisses, 1000, "C=%u: %llu Xval misses written", C,
+		     (unsigned long long)g_xmisses);
+	cr_log_info("C=%u modes raw/clean/bitmap/list: %llu %llu %llu %llu, xval hits/misses %llu %llu",
+		    C, (unsigned long long)g_modes[0], (unsigned long long)g_modes[1],
+		    (unsigned long long)g_modes[2], (unsigned long long)g_modes[3],
+		    (unsigned long long)g_xhits, (unsigned long long)g_xmisses);
+}
+
+Test(codec, roundtrip_c1) { roundtrip_chunk(1, 101); }
+Test(codec, roundtrip_c2) { roundtrip_chunk(2, 102); }
+Test(codec, roundtrip_c4) { roundtrip_chunk(4, 104); }
+Test(codec, roundtrip_c8) { roundtrip_chunk(8, 108); }
+
+/* ------------------------------------------------------------------ */
+/* mode choice on hand-made cases                                       */
+/* ------------------------------------------------------------------ */
+
+/* R = 64, C = 1: mask 0xF0 on every chunk, bitval 0 (high nibble zero). */
+static ibp_codec_t *nibble_codec(uint64_t R)
+{
+	uint8_t *m = tu_xcalloc(R), *b = tu_xcalloc(R);
+	memset(m, 0xF0, R);
+	ibp_codec_t *c;
+	cr_assert_eq(ibp_codec_create(R, 1, 1, m, b, &c), IBP_OK);
+	free(m);
+	free(b);
+	return c;
+}
+
+Test(codec, modes_by_hand)
+{
+	const uint64_t R = 64;
+	ibp_codec_t *c = nibble_codec(R);
+	cr_assert_eq(ibp_codec_static_bits(c, 0), 64 * 4);
+	uint8_t row[64], dst[64], back[64];
+	uint64_t len;
+	uint8_t fl;
+	/* all low nibbles: CLEAN, 32 bytes */
+	for (int i = 0; i < 64; i++)
+		row[i] = (uint8_t)(i & 15);
+	cr_assert_eq(ibp_encode_row(c, row, 0, dst, sizeof(dst), &len, &fl), IBP_OK);
+	cr_assert_eq(fl, IBP_ROW_CLEAN);
+	cr_assert_eq(len, 32);
+	/* one exception: LIST, L = 6, header ceil(12/8) = 2, body ceil(260/8) = 33 */
+	row[5] = 0x35;
+	cr_assert_eq(ibp_encode_row(c, row, 0, dst, sizeof(dst), &len, &fl), IBP_OK);
+	cr_assert_eq(fl, IBP_ROW_LIST);
+	cr_assert_eq(len, 2 + 33);
+	cr_assert_eq(dst[0], (5 << 6) & 0xFF); /* n-1 = 0 in 6 bits, then index 5 */
+	cr_assert_eq(dst[1], 5 >> 2);
+	cr_assert_eq(ibp_decode_row(c, dst, len, fl, 0, back), IBP_OK);
+	cr_assert_arr_eq(back, row, 64);
+	/* 9 exceptions: LIST header ceil(60/8) = 8 = bitmap size 8: tie -> BITMAP */
+	row[5] = 5;
+	for (int i = 0; i < 9; i++)
+		row[i * 7] = 0x80;
+	cr_assert_eq(ibp_encode_row(c, row, 0, dst, sizeof(dst), &len, &fl), IBP_OK);
+	cr_assert_eq(fl, IBP_ROW_BITMAP);
+	cr_assert_eq(len, 8 + (256 + 36 + 7) / 8);
+	cr_assert_eq(ibp_decode_row(c, dst, len, fl, 0, back), IBP_OK);
+	cr_assert_arr_eq(back, row, 64);
+	/* 8 exceptions: LIST header ceil(54/8) = 7 < 8 */
+	row[0] = 0;
+	cr_assert_eq(ibp_encode_row(c, row, 0, dst, sizeof(dst), &len, &fl), IBP_OK);
+	cr_assert_eq(fl, IBP_ROW_LIST);
+	cr_assert_eq(len, 7 + (256 + 32 + 7) / 8);
+	/* all exceptions: 8 + 64 = 72 >= 64: RAW */
+	memset(row, 0xFF, 64);
+	cr_assert_eq(ibp_encode_row(c, row, 0, dst, sizeof(dst), &len, &fl), IBP_OK);
+	cr_assert_eq(fl, IBP_ROW_RAW);
+	cr_assert_eq(len, 64);
+	cr_assert_arr_eq(dst, row, 64);
+	ibp_codec_free(c);
+}
+
+Test(codec, empty_static_part)
+{
+	/* full masks: a matching row encodes to 0 bytes */
+	uint8_t m[12], b[12], row[12], back[12];
+	memset(m, 0xFF, 12);
+	for (int i = 0; i < 12; i++)
+		b[i] = row[i] = (uint8_t)(i * 37);
+	ibp_codec_t *c;
+	cr_assert_eq(ibp_codec_create(12, 4, 1, m, b, &c), IBP_OK);
+	cr_assert_eq(ibp_codec_static_bits(c, 0), 0);
+	uint64_t len = 99;
+	uint8_t fl;
+	cr_assert_eq(ibp_encode_row(c, row, 0, NULL, 0, &len, &fl), IBP_OK);
+	cr_assert_eq(len, 0);
+	cr_assert_eq(fl, IBP_ROW_CLEAN);
+	memset(back, 0, 12);
+	cr_assert_eq(ibp_decode_row(c, NULL, 0, fl, 0, back), IBP_OK);
+	cr_assert_arr_eq(back, row, 12);
+	ibp_codec_free(c);
+}
+
+/* ------------------------------------------------------------------ */
+/* corrupt input                                                        */
+/* ------------------------------------------------------------------ */
+
+/* R = 100, C = 1, mask 0xF0: D = 100, L = 7. */
+static void encode_or_die(ibp_codec_t *c, const uint8_t *row, uint8_t *dst, uint64_t *len,
+			  uint8_t *fl, uint8_t want)
+{
+	cr_assert_eq(ibp_encode_row(c, row, 0, dst, ibp_row_bound(c), len, fl), IBP_OK);
+	cr_assert_eq(*fl, want, "mode %u, wanted %u", *fl, want);
+}
+
+Test(codec, corrupt_flags_and_raw)
+{
+	ibp_codec_t *c = nibble_codec(100);
+	uint8_t row[100] = { 0 }, dst[100], back[100];
+	uint64_t len;
+	uint8_t fl;
+	encode_or_die(c, row, dst, &len, &fl, IBP_ROW_CLEAN);
+	for (unsigned f = 4; f < 256; f++)
+		cr_assert_eq(ibp_decode_row(c, dst, len, (uint8_t)f, 0, back), IBP_ERR_CORRUPT, "flags %u", f);
+	/* raw rows shorter than R */
+	for (uint64_t l = 0; l < 100; l += 9)
+		cr_assert_eq(ibp_decode_row(c, dst, l, IBP_ROW_RAW, 0, back), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibp_decode_row(c, dst, 100, IBP_ROW_RAW, 0, back), IBP_OK);
+	/* clean row shorter than its body */
+	cr_assert_eq(ibp_decode_row(c, dst, 49, IBP_ROW_CLEAN, 0, back), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibp_decode_row(c, dst, 50, IBP_ROW_CLEAN, 0, back), IBP_OK);
+	/* cluster out of range */
+	cr_assert_eq(ibp_decode_row(c, dst, 50, IBP_ROW_CLEAN, 1, back), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibp_decode_row(c, dst, 50, IBP_ROW_CLEAN, 200, back), IBP_ERR_CORRUPT);
+	ibp_codec_free(c);
+}
+
+Test(codec, corrupt_list)
+{
+	ibp_codec_t *c = nibble_codec(100);
+	uint8_t row[100] = { 0 }, dst[100], bad[100], back[100];
+	uint64_t len;
+	uint8_t fl;
+	row[10] = 0x10;
+	row[20] = 0x20;
+	row[30] = 0x30;
+	encode_or_die(c, row, dst, &len, &fl, IBP_ROW_LIST);
+	/* L = 7: n-1 = 2 in bits 0..6, indices at 7, 14, 21; header 4 bytes */
+	cr_assert_eq(len, 4 + (400 + 12 + 7) / 8);
+	cr_assert_eq(ibp_decode_row(c, dst, len, fl, 0, back), IBP_OK);
+	cr_assert_arr_eq(back, row, 100);
+	uint64_t hdr = 0;
+	memcpy(&hdr, dst, 4);
+	cr_assert_eq(hdr & 127, 2);
+	cr_assert_eq((hdr >> 7) & 127, 10);
+	cr_assert_eq((hdr >> 14) & 127, 20);
+	cr_assert_eq((hdr >> 21) & 127, 30);
+#define WITH_HDR(h)                                  \
+	do {                                         \
+		memcpy(bad, dst, len);               \
+		uint64_t hh_ = (h);                  \
+		memcpy(bad, &hh_, 4);                \
+	} while (0)
+	/* index >= D (100..127 fit in 7 bits) */
+	WITH_HDR((hdr & ~(127ull << 21)) | (100ull << 21));
+	cr_assert_eq(ibp_decode_row(c, bad, len, fl, 0, back), IBP_ERR_CORRUPT);
+	WITH_HDR((hdr & ~(127ull << 21)) | (127ull << 21));
+	cr_assert_eq(ibp_decode_row(c, bad, len, fl, 0, back), IBP_ERR_CORRUPT);
+	/* unsorted: 20, 10, 30 */
+	WITH_HDR((hdr & ~(127ull << 7) & ~(127ull << 14)) | (20ull << 7) | (10ull << 14));
+	cr_assert_eq(ibp_decode_row(c, bad, len, fl, 0, back), IBP_ERR_CORRUPT);
+	/* duplicate: 10, 10, 30 */
+	WITH_HDR((hdr & ~(127ull << 14)) | (10ull << 14));
+	cr_assert_eq(ibp_decode_row(c, bad, len, fl, 0, back), IBP_ERR_CORRUPT);
+	/* count too large: n = 101 > D */
+	WITH_HDR((hdr & ~127ull) | 100ull);
+	cr_assert_eq(ibp_decode_row(c, bad, 100, fl, 0, back), IBP_ERR_CORRUPT);
+	/* count larger: header + body past the end */
+	WITH_HDR((hdr & ~127ull) | 60ull);
+	cr_assert_eq(ibp_decode_row(c, bad, len, fl, 0, back), IBP_ERR_CORRUPT);
+	/* too short for the count field / the header / the body */
+	cr_assert_eq(ibp_decode_row(c, dst, 0, fl, 0, back), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibp_decode_row(c, dst, 3, fl, 0, back), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibp_decode_row(c, dst, len - 1, fl, 0, back), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibp_decode_row(c, dst, len, fl, 0, back), IBP_OK);
+	ibp_codec_free(c);
+}
+
+Test(codec, corrupt_bitmap)
+{
+	ibp_codec_t *c = nibble_codec(100);
+	uint8_t row[100] = { 0 }, dst[100], bad[100], back[100];
+	uint64_t len;
+	uint8_t fl;
+	for (int i = 0; i < 100; i += 5)
+		row[i] = 0x40;
+	encode_or_die(c, row, dst, &len, &fl, IBP_ROW_BITMAP);
+	cr_assert_eq(len, 13 + (400 + 80 + 7) / 8);
+	cr_assert_eq(dst[0], 0x21); /* chunks 0 and 5 */
+	cr_assert_eq(ibp_decode_row(c, dst, len, fl, 0, back), IBP_OK);
+	cr_assert_arr_eq(back, row, 100);
+	/* bits past D = 100: byte 12 holds chunks 96..103 */
+	for (int bit = 4; bit < 8; bit++) {
+		memcpy(bad, dst, len);
+		bad[12] |= (uint8_t)(1u << bit);
+		cr_assert_eq(ibp_decode_row(c, bad, len, fl, 0, back), IBP_ERR_CORRUPT, "bit %d", bit);
+	}
+	/* no bit set */
+	memcpy(bad, dst, len);
+	memset(bad, 0, 13);
+	cr_assert_eq(ibp_decode_row(c, bad, len, fl, 0, back), IBP_ERR_CORRUPT);
+	/* more bits set: body past the end */
+	memcpy(bad, dst, len);
+	memset(bad, 0xFF, 12);
+	cr_assert_eq(ibp_decode_row(c, bad, len, fl, 0, back), IBP_ERR_CORRUPT);
+	/* truncated */
+	for (uint64_t l = 0; l < len; l++)
+		cr_assert_eq(ibp_decode_row(c, dst, l, fl, 0, back), IBP_ERR_CORRUPT, "len %llu",
+			     (unsigned long long)l);
+	ibp_codec_free(c);
+}
+
+Test(codec, random_garbage_never_crashes)
+{
+	tu_rng_t r;
+	tu_rng_seed(&r, 7);
+	unsigned Cs[4] = { 1, 2, 4, 8 };
+	uint64_t ok = 0, bad = 0;
+	for (int ci = 0; ci < 4; ci++)
+		for (uint64_t R = 1; R < 80; R += 3) {
+			uint64_t D = tu_nchunks(R, Cs[ci]);
+			uint8_t *m = tu_xcalloc(2 * D * Cs[ci]), *b = tu_xcalloc(2 * D * Cs[ci]);
+			tu_mask_random(&r, 0.7, m, b, R, Cs[ci]);
+			tu_mask_random(&r, 0.3, m + D * Cs[ci], b + D * Cs[ci], R, Cs[ci]);
+			ibp_codec_t *c;
+			cr_assert_eq(ibp_codec_create(R, Cs[ci], 2, m, b, &c), IBP_OK);
+			if (R % 2) { /* Xvals: hit bits change every field's position */
+				ibp_codec_t *cx = make_xcodec(&r, c, TU_RANDOM);
+				ibp_codec_free(c);
+				c = cx;
+			}
+			uint8_t *dec = tu_xcalloc(R);
+			for (int it = 0; it < 200; it++) {
+				uint64_t len = tu_below(&r, R + 8);
+				uint8_t *src = malloc(len ? len : 1);
+				tu_fill_random(&r, src, len);
+				if (it & 1)
+					memset(src, 0, len / 2); /* small list counts */
+				uint8_t fl = (uint8_t)(it % 17 == 0 ? tu_next(&r) : tu_below(&r, 4));
+				ibp_status_t st0 = IBP_OK;
+				uint8_t *dec0 = tu_xcalloc(R);
+				for (int impl = 1; impl <= 3; impl++) {
+					if (ibp_codec_set_impl(c, (ibp_impl_t)impl) != IBP_OK)
+						continue;
+					ibp_status_t st = ibp_decode_row(c, src, len, fl, (unsigned)(it & 1), dec);
+					CHECK(st == IBP_OK || st == IBP_ERR_CORRUPT, "status %d", st);
+					/* every implementation agrees on the status and the row */
+					if (impl == 1) {
+						st0 = st;
+						memcpy(dec0, dec, R);
+					} else {
+						CHECK(st == st0, "impl %d: status %d, portable %d", impl, st, st0);
+						CHECK(st != IBP_OK || memcmp(dec, dec0, R) == 0,
+						      "impl %d: decoded row differs from portable", impl);
+					}
+					if (st == IBP_OK)
+						ok++;
+					else
+						bad++;
+				}
+				free(dec0);
+				free(src);
+			}
+			free(dec);
+			free(m);
+			free(b);
+			ibp_codec_free(c);
+		}
+	cr_assert_gt(ok, 0);
+	cr_assert_gt(bad, 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* batches                                                              */
+/* ------------------------------------------------------------------ */
+
+static void batch_case_x(uint64_t R, unsigned C, unsigned K, uint64_t nrows, int nthreads, int xval)
+{
+	tu_rng_t r;
+	tu_rng_seed(&r, R * 31 + C * 7 + K);
+	const uint64_t D = tu_nchunks(R, C);
+	uint8_t *rows = tu_xcalloc(nrows * R);
+	for (uint64_t i = 0; i < nrows; i++)
+		tu_gen_row(&r, (tu_pattern_t)(i % TU_PATTERN_COUNT), rows + i * R, R);
+	uint8_t *m = tu_xcalloc(K * D * C), *b = tu_xcalloc(K * D * C);
+	for (unsigned k = 0; k < K; k++) {
+		uint8_t *tr = tu_xcalloc(16 * R);
+		tu_gen_rows(&r, (tu_pattern_t)(k % TU_PATTERN_COUNT), tr, 16, R);
+		tu_mask_count(tr, 16, R, C, 0.8, m + k * D * C, b + k * D * C);
+		free(tr);
+	}
+	ibp_codec_t *c;
+	cr_assert_eq(ibp_codec_create(R, C, K, m, b, &c), IBP_OK);
+	if (xval) {
+		ibp_codec_t *cx = make_xcodec(&r, c, TU_SPARSE_BITS);
+		ibp_codec_free(c);
+		c = cx;
+	}
+	uint64_t cap = ibp_batch_bound(c, nrows);
+	uint8_t *dst = malloc(cap ? cap : 1);
+	uint64_t *off = tu_xcalloc((nrows + 1) * 8);
+	uint8_t *fl = tu_xcalloc(nrows), *cls = tu_xcalloc(nrows), *back = tu_xcalloc(nrows * R);
+	cr_assert_eq(ibp_encode_batch(c, rows, nrows, dst, cap, off, fl, cls, nthreads), IBP_OK,
+		     "%s", ibp_last_error());
+	cr_assert_eq(off[0], 0);
+	/* each row matches the single-row API */
+	uint8_t *one = tu_xcalloc(R);
+	for (uint64_t i = 0; i < nrows; i++) {
+		const uint8_t *row = rows + i * R;
+		cr_assert_eq(cls[i], ibp_choose_cluster(c, row));
+		uint64_t len;
+		uint8_t f;
+		cr_assert_eq(ibp_encode_row(c, row, cls[i], one, R, &len, &f), IBP_OK);
+		CHECK(len == off[i + 1] - off[i] && f == fl[i], "row %llu", (unsigned long long)i);
+		CHECK(memcmp(one, dst + off[i], len) == 0, "row %llu bytes", (unsigned long long)i);
+		/* the chosen cluster is the smallest */
+		for (unsigned k = 0; k < K; k++) {
+			uint64_t s;
+			cr_assert_eq(ibp_row_size(c, row, k, &s, NULL), IBP_OK);
+			CHECK(s >= len && (s > len || k >= cls[i]), "cluster choice");
+		}
+	}
+	free(one);
+	cr_assert_eq(ibp_decode_batch(c, dst, off[nrows], off, fl, K > 1 ? cls : NULL, nrows, back,
+				      nthreads),
+		     IBP_OK, "%s", ibp_last_error());
+	cr_assert(memcmp(back, rows, nrows * R) == 0);
+	/* too small */
+	if (off[nrows] > 0)
+		cr_assert_eq(ibp_encode_batch(c, rows, nrows, dst, off[nrows] - 1, off, fl, cls, nthreads),
+			     IBP_ERR_BUFFER_TOO_SMALL);
+	/* K > 1 without a clusters array */
+	if (K > 1)
+		cr_assert_eq(ibp_encode_batch(c, rows, nrows, dst, cap, off, fl, NULL, nthreads),
+			     IBP_ERR_INVALID_ARG);
+	free(rows);
+	free(m);
+	free(b);
+	free(dst);
+	free(off);
+	free(fl);
+	free(cls);
+	free(back);
+	ibp_codec_free(c);
+}
+
+static void batch_case(uint64_t R, unsigned C, unsigned K, uint64_t nrows, int nthreads)
+{
+	batch_case_x(R, C, K, nrows, nthreads, 0);
+	batch_case_x(R, C, K, nrows, nthreads, 1);
+}
+
+Test(codec, batch_roundtrip)
+{
+	batch_case(1024, 4, 1, 777, 0);
+	batch_case(1024, 4, 1, 777, 1);
+	batch_case(1024, 4, 1, 777, 3);
+	batch_case(333, 2, 3, 500, 2);
+	batch_case(5, 8, 4, 1000, 4);
+	batch_case(4099, 1, 2, 64, 0);
+	batch_case(64, 8, 1, 1, 8);
+}
+
+Test(codec, batch_empty)
+{
+	ibp_codec_t *c = nibble_codec(16);
+	uint64_t off[1] = { 5 };
+	cr_assert_eq(ibp_encode_batch(c, NULL, 0, NULL, 0, off, NULL, NULL, 0), IBP_OK);
+	cr_assert_eq(off[0], 0);
+	cr_assert_eq(ibp_decode_batch(c, NULL, 0, off, NULL, NULL, 0, NULL, 0), IBP_OK);
+	ibp_codec_free(c);
+}
+
+Test(codec, batch_corrupt_offsets)
+{
+	ibp_codec_t *c = nibble_codec(16);
+	uint8_t rows[4 * 16], dst[4 * 16], back[4 * 16], fl[4];
+	uint64_t off[5];
+	for (int i = 0; i < 64; i++)
+		rows[i] = (uint8_t)(i < 16 ? 0xFF : i % 16);
+	cr_assert_eq(ibp_encode_batch(c, rows, 4, dst, sizeof(dst), off, fl, NULL, 2), IBP_OK);
+	cr_assert_eq(fl[0], IBP_ROW_RAW);
+	cr_assert_eq(fl[1], IBP_ROW_CLEAN);
+	cr_assert_eq(off[1], 16);
+	cr_assert_eq(off[4], 16 + 3 * 8);
+	cr_assert_eq(ibp_decode_batch(c, dst, off[4], off, fl, NULL, 4, back, 2), IBP_OK);
+	cr_assert_arr_eq(back, rows, 64);
+	uint64_t bad[5];
+	/* offsets[0] != 0 */
+	memcpy(bad, off, sizeof(off));
+	bad[0] = 1;
+	cr_assert_eq(ibp_decode_batch(c, dst, off[4], bad, fl, NULL, 4, back, 2), IBP_ERR_CORRUPT);
+	/* decreasing */
+	memcpy(bad, off, sizeof(off));
+	bad[2] = 10;
+	cr_assert_eq(ibp_decode_batch(c, dst, off[4], bad, fl, NULL, 4, back, 2), IBP_ERR_CORRUPT);
+	/* past src_len */
+	cr_assert_eq(ibp_decode_batch(c, dst, off[4] - 1, off, fl, NULL, 4, back, 2), IBP_ERR_CORRUPT);
+	/* a row longer than its extent (fixed-stride bytes are not allowed here) */
+	memcpy(bad, off, sizeof(off));
+	bad[2] += 1;
+	cr_assert_eq(ibp_decode_batch(c, dst, off[4], bad, fl, NULL, 4, back, 2), IBP_ERR_CORRUPT);
+	/* shorter */
+	memcpy(bad, off, sizeof(off));
+	bad[3] -= 1;
+	cr_assert_eq(ibp_decode_batch(c, dst, off[4], bad, fl, NULL, 4, back, 2), IBP_ERR_CORRUPT);
+	/* bad flags, bad cluster */
+	uint8_t bfl[4];
+	memcpy(bfl, fl, 4);
+	bfl[3] |= 0x80;
+	cr_assert_eq(ibp_decode_batch(c, dst, off[4], off, bfl, NULL, 4, back, 2), IBP_ERR_CORRUPT);
+	uint8_t cls[4] = { 0, 0, 1, 0 };
+	cr_assert_eq(ibp_decode_batch(c, dst, off[4], off, fl, cls, 4, back, 2), IBP_ERR_CORRUPT);
+	ibp_codec_free(c);
+}
+
+/* ------------------------------------------------------------------ */
+/* creation                                                             */
+/* ------------------------------------------------------------------ */
+
+Test(codec, create_rejects)
+{
+	uint8_t m[64], b[64];
+	memset(m, 0xFF, sizeof(m));
+	memset(b, 0, sizeof(b));
+	ibp_codec_t *c = (ibp_codec_t *)1;
+	unsigned badC[] = { 0, 3, 5, 6, 7, 9, 16 };
+	for (size_t i = 0; i < sizeof(badC) / sizeof(badC[0]); i++)
+		cr_assert_eq(ibp_codec_create(8, badC[i], 1, m, b, &c), IBP_ERR_CORRUPT);
+	cr_assert_null(c);
+	cr_assert_eq(ibp_codec_create(8, 1, 0, m, b, &c), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibp_codec_create(8, 1, IBP_MAX_CLUSTERS + 1, m, b, &c), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibp_codec_create(0, 1, 1, m, b, &c), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibp_codec_create(IBP_MAX_ROW_BYTES + 1, 1, 1, m, b, &c), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibp_codec_create(8, 1, 1, NULL, b, &c), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_codec_create(8, 1, 1, m, NULL, &c), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_codec_create(8, 1, 1, m, b, NULL), IBP_ERR_INVALID_ARG);
+	/* bitval outside the mask */
+	m[3] = 0x0F;
+	b[3] = 0x10;
+	cr_assert_eq(ibp_codec_create(8, 1, 1, m, b, &c), IBP_ERR_CORRUPT);
+	b[3] = 0x0F;
+	cr_assert_eq(ibp_codec_create(8, 1, 1, m, b, &c), IBP_OK);
+	ibp_codec_free(c);
+	/* padding: R = 5, C = 4: chunk 1 has bytes 5..7 as padding */
+	memset(m, 0, sizeof(m));
+	memset(b, 0, sizeof(b));
+	cr_assert_eq(ibp_codec_create(5, 4, 1, m, b, &c), IBP_ERR_CORRUPT);
+	m[5] = m[6] = 0xFF;
+	cr_assert_eq(ibp_codec_create(5, 4, 1, m, b, &c), IBP_ERR_CORRUPT);
+	m[7] = 0x7F;
+	cr_assert_eq(ibp_codec_create(5, 4, 1, m, b, &c), IBP_ERR_CORRUPT);
+	m[7] = 0xFF;
+	cr_assert_eq(ibp_codec_create(5, 4, 1, m, b, &c), IBP_OK);
+	cr_assert_eq(ibp_codec_static_bits(c, 0), 32 + 8);
+	ibp_codec_free(c);
+	b[6] = 0x01; /* padding bitval set */
+	cr_assert_eq(ibp_codec_create(5, 4, 1, m, b, &c), IBP_ERR_CORRUPT);
+	b[6] = 0;
+	/* second cluster bad */
+	uint8_t m2[16], b2[16];
+	memcpy(m2, m, 8);
+	memcpy(b2, b, 8);
+	memcpy(m2 + 8, m, 8);
+	memcpy(b2 + 8, b, 8);
+	m2[15] = 0;
+	cr_assert_eq(ibp_codec_create(5, 4, 2, m2, b2, &c), IBP_ERR_CORRUPT);
+	m2[15] = 0xFF;
+	cr_assert_eq(ibp_codec_create(5, 4, 2, m2, b2, &c), IBP_OK);
+	cr_assert_eq(ibp_codec_nclusters(c), 2);
+	cr_assert_eq(ibp_codec_nchunks(c), 2);
+	cr_assert_eq(ibp_codec_chunk_bytes(c), 4);
+	cr_assert_eq(ibp_codec_row_bytes(c), 5);
+	cr_assert_eq(ibp_codec_threshold(c), -1.0);
+	cr_assert_eq(ibp_row_bound(c), 5);
+	cr_assert_eq(ibp_batch_bound(c, 10), 50);
+	cr_assert_arr_eq(ibp_codec_mask(c, 1), m2 + 8, 8);
+	cr_assert_arr_eq(ibp_codec_bitval(c, 1), b2 + 8, 8);
+	cr_assert_null(ibp_codec_mask(c, 2));
+	cr_assert_null(ibp_codec_bitval(c, 2));
+	cr_assert_arr_eq(ibp_codec_xval(c, 1), b2 + 8, 8); /* no Xvals: the Bitvals */
+	cr_assert_null(ibp_codec_xval(c, 2));
+	cr_assert_eq(ibp_codec_has_xval(c), 0);
+	ibp_codec_free(c);
+	ibp_codec_free(NULL);
+	cr_assert_null(ibp_codec_xval(NULL, 0));
+	cr_assert_eq(ibp_codec_has_xval(NULL), 0);
+}
+
+Test(codec, create_ex_rejects)
+{
+	/* R = 5, C = 4, D = 2: chunk 1 has bytes 5..7 as padding. */
+	uint8_t m[8] = { 0xF0, 0xFF, 0x00, 0x0F, 0xFF, 0xFF, 0xFF, 0xFF };
+	uint8_t b[8] = { 0x10, 0x02, 0x00, 0x03, 0x00, 0x00, 0x00, 0x00 };
+	uint8_t x[8];
+	ibp_codec_t *c = (ibp_codec_t *)1;
+	/* x = b: nothing enabled, the same codec as ibp_codec_create */
+	memcpy(x, b, 8);
+	cr_assert_eq(ibp_codec_create_ex(5, 4, 1, m, b, x, &c), IBP_OK);
+	cr_assert_eq(ibp_codec_has_xval(c), 0);
+	cr_assert_arr_eq(ibp_codec_xval(c, 0), b, 8);
+	ibp_codec_free(c);
+	cr_assert_eq(ibp_codec_create_ex(5, 4, 1, m, b, NULL, &c), IBP_OK);
+	cr_assert_eq(ibp_codec_has_xval(c), 0);
+	cr_assert_arr_eq(ibp_codec_xval(c, 0), b, 8);
+	ibp_codec_free(c);
+	/* x̂ bits outside the mask, in each chunk */
+	const struct {
+		unsigned byte;
+		uint8_t v;
+	} bad[] = { { 0, 0x01 }, { 0, 0x1F }, { 2, 0x80 }, { 3, 0x10 }, { 3, 0xFF } };
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		memcpy(x, b, 8);
+		x[bad[i].byte] = bad[i].v;
+		c = (ibp_codec_t *)1;
+		cr_assert_eq(ibp_codec_create_ex(5, 4, 1, m, b, x, &c), IBP_ERR_CORRUPT, "case %u", i);
+		cr_assert_null(c);
+	}
+	/* x̂ bits among the padding bits of the last chunk (inside the mask) */
+	for (unsigned p = 5; p < 8; p++) {
+		memcpy(x, b, 8);
+		x[p] = 0x40;
+		cr_assert_eq(ibp_codec_create_ex(5, 4, 1, m, b, x, &c), IBP_ERR_CORRUPT, "byte %u", p);
+	}
+	/* valid and enabled: chunk 0 (x̂ = 0x...02E0 != b) and chunk 1 (byte 4) */
+	memcpy(x, b, 8);
+	x[0] = 0xE0;
+	x[4] = 0x77;
+	cr_assert_eq(ibp_codec_create_ex(5, 4, 1, m, b, x, &c), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_codec_has_xval(c), 1);
+	cr_assert_arr_eq(ibp_codec_xval(c, 0), x, 8);
+	cr_assert_arr_eq(ibp_codec_bitval(c, 0), b, 8);
+	ibp_codec_free(c);
+	/* a bad second cluster */
+	uint8_t m2[16], b2[16], x2[16];
+	memcpy(m2, m, 8);
+	memcpy(m2 + 8, m, 8);
+	memcpy(b2, b, 8);
+	memcpy(b2 + 8, b, 8);
+	memcpy(x2, x, 8);
+	memcpy(x2 + 8, b, 8);
+	cr_assert_eq(ibp_codec_create_ex(5, 4, 2, m2, b2, x2, &c), IBP_OK);
+	cr_assert_eq(ibp_codec_has_xval(c), 1);
+	cr_assert_arr_eq(ibp_codec_xval(c, 1), b, 8);
+	ibp_codec_free(c);
+	x2[10] = 0x01; /* byte 2 of cluster 1: mask 0x00 */
+	cr_assert_eq(ibp_codec_create_ex(5, 4, 2, m2, b2, x2, &c), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibp_codec_create_ex(5, 4, 1, NULL, b, x, &c), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_codec_create_ex(5, 4, 1, m, NULL, x, &c), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_codec_create_ex(5, 4, 1, m, b, x, NULL), IBP_ERR_INVALID_ARG);
+}
+
+/* R = 24 f32 0/1-like rows, C = 2, full masks, b = 0, x̂ = 0x3F80 on odd
+ * chunks (golden codec X): hit bits that lie past the end, flipped hit bits,
+ * every truncation. */
+Test(codec, xval_corrupt)
+{
+	uint8_t m[24], b[24] = { 0 }, x[24] = { 0 };
+	memset(m, 0xFF, 24);
+	for (int j = 1; j < 12; j += 2)
+		x[2 * j + 1] = 0x3F, x[2 * j] = 0x80;
+	ibp_codec_t *c;
+	cr_assert_eq(ibp_codec_create_ex(24, 2, 1, m, b, x, &c), IBP_OK);
+	uint8_t row[24] = { 0 }, dst[24], bad[24], back[24];
+	uint64_t len;
+	uint8_t fl;
+	/* one hit: LIST 30 01 */
+	row[6] = 0x80;
+	row[7] = 0x3F;
+	encode_or_die(c, row, dst, &len, &fl, IBP_ROW_LIST);
+	cr_assert_eq(len, 2);
+	cr_assert_eq(dst[0], 0x30);
+	cr_assert_eq(dst[1], 0x01);
+	cr_assert_eq(ibp_decode_row(c, dst, 1, fl, 0, back), IBP_ERR_CORRUPT); /* hit bit past the end */
+	cr_assert_eq(ibp_decode_row(c, dst, 0, fl, 0, back), IBP_ERR_CORRUPT);
+	/* h = 0: a miss needs 17 bits, 3 body bytes */
+	memcpy(bad, dst, 2);
+	bad[1] = 0x00;
+	cr_assert_eq(ibp_decode_row(c, bad, 2, fl, 0, back), IBP_ERR_CORRUPT);
+	memset(bad + 2, 0, 2);
+	cr_assert_eq(ibp_decode_row(c, bad, 4, fl, 0, back), IBP_OK); /* 0000: decodes as written */
+	/* BITMAP: hit, miss, disabled exception (golden x-bitmap-mix) */
+	memset(row, 0, 24);
+	row[2] = 0x80, row[3] = 0x3F, row[7] = 0x40, row[12] = 0x01;
+	encode_or_die(c, row, dst, &len, &fl, IBP_ROW_BITMAP);
+	cr_assert_eq(len, 7);
+	cr_assert_eq(ibp_decode_row(c, dst, len, fl, 0, back), IBP_OK);
+	cr_assert_arr_eq(back, row, 24);
+	for (uint64_t l = 0; l < len; l++)
+		cr_assert_eq(ibp_decode_row(c, dst, l, fl, 0, back), IBP_ERR_CORRUPT, "len %llu",
+			     (unsigned long long)l);
+	/* chunk 1's hit bit cleared: its field becomes 17 bits, the row needs 9 bytes */
+	memcpy(bad, dst, len);
+	bad[2] &= 0xFE;
+	cr_assert_eq(ibp_decode_row(c, bad, len, fl, 0, back), IBP_ERR_CORRUPT);
+	/* an enabled chunk whose hit bit would sit past the end: bit 11 (chunk 11) */
+	memcpy(bad, dst, len);
+	bad[1] = 0x08;
+	memset(bad + 2, 0, 5);
+	cr_assert_eq(ibp_decode_row(c, bad, 6, fl, 0, back), IBP_ERR_CORRUPT);
+	/* packed batch: a row shorter than its extent says is caught */
+	uint64_t off[2] = { 0, len };
+	cr_assert_eq(ibp_decode_batch(c, dst, len, off, &fl, NULL, 1, back, 1), IBP_OK);
+	memcpy(bad, dst, len);
+	bad[2] |= 0x02; /* chunk 3 now a hit: the fields after it move up */
+	cr_assert_eq(ibp_decode_batch(c, bad, len, off, &fl, NULL, 1, back, 1), IBP_ERR_CORRUPT);
+	ibp_codec_free(c);
+}
+
+Test(codec, encode_args)
+{
+	ibp_codec_t *c = nibble_codec(16);
+	uint8_t row[16] = { 0 }, dst[16];
+	uint64_t len;
+	uint8_t fl;
+	cr_assert_eq(ibp_encode_row(c, row, 1, dst, 16, &len, &fl), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_encode_row(c, NULL, 0, dst, 16, &len, &fl), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_encode_row(c, row, 0, dst, 7, &len, &fl), IBP_ERR_BUFFER_TOO_SMALL);
+	cr_assert_eq(ibp_encode_row(c, row, 0, dst, 8, &len, &fl), IBP_OK);
+	cr_assert_eq(ibp_row_size(c, row, 1, &len, &fl), IBP_ERR_INVALID_ARG);
+	ibp_codec_free(c);
+}
+
+/* ------------------------------------------------------------------ */
+/* implementations                                                      */
+/* ------------------------------------------------------------------ */
+
+Test(codec, impl_selection)
+{
+	ibp_codec_t *c = nibble_codec(16);
+	const char *e = getenv("IBP_FORCE_PORTABLE");
+	int forced = e && strcmp(e, "1") == 0;
+	ibp_impl_t got = ibp_codec_impl(c);
+	cr_assert_neq(got, IBP_IMPL_AUTO);
+	if (forced || !ibp_cpu()->fast_pdep)
+		cr_assert_eq(got, IBP_IMPL_PORTABLE);
+	else if (have_avx512())
+		cr_assert_eq(got, IBP_IMPL_AVX512);
+	else
+		cr_assert_eq(got, IBP_IMPL_BMI2);
+	cr_assert_eq(ibp_codec_set_impl(c, IBP_IMPL_PORTABLE), IBP_OK);
+	cr_assert_eq(ibp_codec_impl(c), IBP_IMPL_PORTABLE);
+	if (have_bmi2()) {
+		cr_assert_eq(ibp_codec_set_impl(c, IBP_IMPL_BMI2), IBP_OK);
+		cr_assert_eq(ibp_codec_impl(c), IBP_IMPL_BMI2);
+	} else {
+		cr_assert_eq(ibp_codec_set_impl(c, IBP_IMPL_BMI2), IBP_ERR_UNSUPPORTED);
+	}
+	if (have_avx512()) {
+		cr_assert_eq(ibp_codec_set_impl(c, IBP_IMPL_AVX512), IBP_OK);
+		cr_assert_eq(ibp_codec_impl(c), IBP_IMPL_AVX512);
+	} else {
+		cr_assert_eq(ibp_codec_set_impl(c, IBP_IMPL_AVX512), IBP_ERR_UNSUPPORTED);
+	}
+	cr_assert_eq(ibp_codec_set_impl(c, (ibp_impl_t)7), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_codec_set_impl(c, IBP_IMPL_AUTO), IBP_OK);
+	cr_assert_eq(ibp_codec_impl(c), got);
+	ibp_codec_free(c);
+}
+
+Test(codec, bmi2_equals_portable_large)
+{
+	if (!have_bmi2())
+		cr_skip_test("this CPU has no BMI2");
+	tu_rng_t r;
+	tu_rng_seed(&r, 99);
+	for (unsigned C = 1; C <= 8; C *= 2) {
+		const uint64_t R = 65536 + 3, D = tu_nchunks(R, C), N = 8;
+		uint8_t *rows = tu_xcalloc(N * R), *m = tu_xcalloc(D * C), *b = tu_xcalloc(D * C);
+		tu_gen_rows(&r, TU_F32_SMOOTH, rows, N, R);
+		tu_mask_count(rows, N, R, C, 0.75, m, b);
+		ibp_codec_t *c;
+		cr_assert_eq(ibp_codec_create(R, C, 1, m, b, &c), IBP_OK);
+		if (C != 2) { /* Xvals too (at C = 2 the plain codec) */
+			ibp_codec_t *cx = make_xcodec(&r, c, TU_F32_SMOOTH);
+			ibp_codec_free(c);
+			c = cx;
+		}
+		uint8_t *e1 = tu_xcalloc(R), *e2 = tu_xcalloc(R), *back = tu_xcalloc(R);
+		for (uint64_t i = 0; i < N; i++) {
+			uint64_t l1, l2;
+			uint8_t f1, f2;
+			ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
+			cr_assert_eq(ibp_encode_row(c, rows + i * R, 0, e1, R, &l1, &f1), IBP_OK);
+			ibp_codec_set_impl(c, IBP_IMPL_BMI2);
+			cr_assert_eq(ibp_encode_row(c, rows + i * R, 0, e2, R, &l2, &f2), IBP_OK);
+			cr_assert_eq(l1, l2);
+			cr_assert_eq(f1, f2);
+			cr_assert(memcmp(e1, e2, l1) == 0);
+			cr_assert_eq(ibp_decode_row(c, e1, l1, f1, 0, back), IBP_OK);
+			cr_assert(memcmp(back, rows + i * R, R) == 0);
+			ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
+			memset(back, 0, R);
+			cr_assert_eq(ibp_decode_row(c, e2, l2, f2, 0, back), IBP_OK);
+			cr_assert(memcmp(back, rows + i * R, R) == 0);
+			if (have_avx512()) { /* SIMD static part over many groups */
+				ibp_codec_set_impl(c, IBP_IMPL_AVX512);
+				uint64_t l3;
+				uint8_t f3;
+				cr_assert_eq(ibp_encode_row(c, rows + i * R, 0, e2, R, &l3, &f3), IBP_OK);
+				cr_assert(l3 == l1 && f3 == f1 && memcmp(e1, e2, l1) == 0);
+				memset(back, 0, R);
+				cr_assert_eq(ibp_decode_row(c, e1, l1, f1, 0, back), IBP_OK);
+				cr_assert(memcmp(back, rows + i * R, R) == 0);
+			}
+		}
+		free(rows);
+		free(m);
+		free(b);
+		free(e1);
+		free(e2);
+		free(back);
+		ibp_codec_free(c);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* paper layout                                                         */
+/* ------------------------------------------------------------------ */
+
+Test(codec, paper_layout_size)
+{
+	/* R = 64, C = 4, D = 16; mask 0xFFFF0000 (16 static bits per chunk).
+	 * Bitmap: 16 bits = 2 bytes -> 4. Clean row payload 16*16 bits = 32
+	 * bytes -> 32: 36. One exception: 15*16 + 32 = 272 bits = 34 bytes ->
+	 * 36: 40. All exceptions: 4 + 64 = 68 >= 64: raw 64. */
+	uint8_t m[64], b[64], rows[3 * 64];
+	for (int j = 0; j < 16; j++) {
+		uint32_t mm = 0xFFFF0000u, bb = 0x3F800000u & mm;
+		memcpy(m + 4 * j, &mm, 4);
+		memcpy(b + 4 * j, &bb, 4);
+	}
+	ibp_codec_t *c;
+	cr_assert_eq(ibp_codec_create(64, 4, 1, m, b, &c), IBP_OK);
+	memcpy(rows, b, 64);
+	memcpy(rows + 64, b, 64);
+	rows[64 + 7] ^= 0x40;
+	memset(rows + 128, 0x77, 64);
+	cr_assert_eq(ibp_paper_layout_size(c, rows, 1), 36);
+	cr_assert_eq(ibp_paper_layout_size(c, rows + 64, 1), 40);
+	cr_assert_eq(ibp_paper_layout_size(c, rows + 128, 1), 64);
+	cr_assert_eq(ibp_paper_layout_size(c, rows, 3), 36 + 40 + 64);
+	cr_assert_eq(ibp_paper_layout_size(c, rows, 0), 0);
+	ibp_codec_free(c);
+	/* Xvals are not part of the paper's layout: the same sizes */
+	uint8_t x[64];
+	memcpy(x, b, 64);
+	x[7] ^= 0x40; /* chunk 1: x̂ = the exception of rows[1] */
+	cr_assert_eq(ibp_codec_create_ex(64, 4, 1, m, b, x, &c), IBP_OK);
+	cr_assert_eq(ibp_paper_layout_size(c, rows, 3), 36 + 40 + 64);
+	uint64_t len;
+	cr_assert_eq(ibp_row_size(c, rows + 64, 0, &len, NULL), IBP_OK);
+	cr_assert_eq(len, 1 + 33); /* LIST (L = 4): 1 hit bit after 256 static bits */
+	ibp_codec_free(c);
+}
+
+/* ------------------------------------------------------------------ */
+/* parallel-for                                                         */
+/* ------------------------------------------------------------------ */
+
+typedef struct pf_ctx {
+	uint8_t *hits;
+	int bad_tid;
+	int maxt;
+} pf_ctx_t;
+
+static void pf_fn(void *ctx, uint64_t begin, uint64_t end, int tid)
+{
+	pf_ctx_t *x = ctx;
+	if (tid < 0 || tid >= x->maxt)
+		x->bad_tid = 1;
+	for (uint64_t i = begin; i < end; i++)
+		x->hits[i]++;
+}
+
+Test(codec, parallel_for)
+{
+	uint64_t ns[] = { 0, 1, 2, 3, 7, 100, 1001 };
+	int ts[] = { 0, 1, 2, 3, 5, 64 };
+	for (size_t a = 0; a < sizeof(ns) / sizeof(ns[0]); a++)
+		for (size_t t = 0; t < sizeof(ts) / sizeof(ts[0]); t++) {
+			pf_ctx_t x = { tu_xcalloc(ns[a] + 1), 0, ibp_parallel_threads(ts[t], ns[a]) };
+			cr_assert_geq(x.maxt, 1);
+			cr_assert_leq((uint64_t)x.maxt, ns[a] ? ns[a] : 1);
+			cr_assert_eq(ibp_parallel_for(ts[t], ns[a], pf_fn, &x), IBP_OK);
+			for (uint64_t i = 0; i < ns[a]; i++)
+				cr_assert_eq(x.hits[i], 1, "n=%llu t=%d i=%llu", (unsigned long long)ns[a], ts[t],
+					     (unsigned long long)i);
+			cr_assert_eq(x.bad_tid, 0);
+			free(x.hits);
+		}
+	cr_assert_eq(ibp_parallel_for(-1, 10, pf_fn, NULL), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_parallel_for(1, 10, NULL, NULL), IBP_ERR_INVALID_ARG);
+}
