@@ -11,7 +11,8 @@
  *               measured in this run (large pinned cudaMemcpyAsync)
  * Data: rows of 256 B, 1 KiB, 4 KiB, 32 KiB with synthetic masks removing
  * 10..90% of the bits (every row CLEAN, as in the paper's Figure 7), and real
- * rows from .npy files (by default those in datasets/sample) with a trained
+ * rows from .npy files (by default those in the source tree's datasets/sample,
+ * found from any working directory; $IBP_SOURCE_DIR overrides) with a trained
  * codec, replicated to the store size so that reads do not come from cache.
  * Each number is the median of --runs timed runs (CUDA events) after
  * --warmup runs, rotating over 4 id sets. The IBP output is checked against
@@ -39,6 +40,21 @@
 #ifndef IBP_SOURCE_DIR
 #define IBP_SOURCE_DIR "." /* where datasets/sample is looked for */
 #endif
+
+/* The source tree (for datasets/sample) from any working directory:
+ * $IBP_SOURCE_DIR, else the tree this file was compiled from, else
+ * IBP_SOURCE_DIR. */
+static std::string source_dir()
+{
+	const char *e = getenv("IBP_SOURCE_DIR");
+	if (e && *e)
+		return e;
+	const std::string f = __FILE__;
+	const size_t p = f.rfind("/bench/");
+	if (p != std::string::npos && f[0] == '/')
+		return f.substr(0, p);
+	return IBP_SOURCE_DIR;
+}
 
 #define CK(x)                                                                                    \
 	do {                                                                                     \
@@ -378,7 +394,7 @@ int main(int argc, char **argv)
 	}
 	if (o.use_npy && o.npy.empty()) {
 		glob_t g;
-		std::string pat = std::string(IBP_SOURCE_DIR) + "/datasets/sample/*.npy";
+		std::string pat = source_dir() + "/datasets/sample/*.npy";
 		if (glob(pat.c_str(), 0, nullptr, &g) == 0)
 			for (size_t i = 0; i < g.gl_pathc; i++)
 				o.npy.push_back(g.gl_pathv[i]);

@@ -27,7 +27,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # the struct mirrors need only ctypes (tests/abi checks them without numpy)
+    np = None
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,9 +46,15 @@ class IbpError(RuntimeError):
         self.status = status
 
 
+# The Structure classes below mirror C structs by hand: every member, in
+# order, with the C type's size. tests/abi/test_ctypes_abi.py compares each
+# (c_name, c_header) with the compiler's layout; a member the mirror lacks at
+# the end makes the C side write past the Python object.
+
 class TrainOpts(C.Structure):
     """Mirror of ``ibp_train_opts_t`` (include/ibp/codec.h)."""
 
+    c_name, c_header = "ibp_train_opts_t", "include/ibp/codec.h"
     _fields_ = [
         ("chunk_bytes", C.c_uint),
         ("threshold", C.c_double),
@@ -53,6 +62,7 @@ class TrainOpts(C.Structure):
         ("seed", C.c_uint64),
         ("clusters", C.c_uint),
         ("nthreads", C.c_int),
+        ("xval", C.c_int),
     ]
 
 
@@ -292,12 +302,13 @@ class IbpLib:
 
     def train_opts(self, chunk_bytes: int | None = None, threshold: float | None = None,
                    sample: float | None = None, clusters: int | None = None,
-                   seed: int | None = None, nthreads: int | None = None) -> TrainOpts:
+                   seed: int | None = None, nthreads: int | None = None,
+                   xval: int | None = None) -> TrainOpts:
         """ibp_train_opts_default() with the given fields overridden."""
         o = TrainOpts()
         self.dll.ibp_train_opts_default(C.byref(o))
         for k, v in dict(chunk_bytes=chunk_bytes, threshold=threshold, sample=sample,
-                         clusters=clusters, seed=seed, nthreads=nthreads).items():
+                         clusters=clusters, seed=seed, nthreads=nthreads, xval=xval).items():
             if v is not None:
                 setattr(o, k, v)
         return o
@@ -323,6 +334,7 @@ EXP_TABLE_SIGMA, EXP_TABLE_HISTOGRAM, EXP_TABLE_GIVEN = 0, 1, 2
 class ExpOpts(C.Structure):
     """Mirror of ``ibp_exp_opts_t`` (include/ibp/exp.h)."""
 
+    c_name, c_header = "ibp_exp_opts_t", "include/ibp/exp.h"
     _fields_ = [
         ("table_mode", C.c_int),
         ("sigma", C.c_double),
@@ -389,6 +401,7 @@ FP8_E4M3, FP8_E5M2 = 0, 1
 class Fp8Opts(C.Structure):
     """Mirror of ``ibp_fp8_opts_t`` (include/ibp/fp8.h)."""
 
+    c_name, c_header = "ibp_fp8_opts_t", "include/ibp/fp8.h"
     _fields_ = [
         ("format", C.c_int),
         ("block", C.c_uint32),
@@ -446,6 +459,8 @@ class Fp8Codec:
 
 def _as_rows(rows: np.ndarray) -> np.ndarray:
     """View any C-contiguous 2-D array as uint8 (nrows, row_bytes)."""
+    if np is None:
+        raise ImportError("ibp_ctypes: the array calls need numpy (bench/requirements.txt)")
     rows = np.ascontiguousarray(rows)
     if rows.ndim != 2:
         raise ValueError(f"expected a 2-D array of rows, got shape {rows.shape}")

@@ -18,5 +18,7 @@
 #include "ibp/cuda.h"
 #include "ibp/exp.h"
 #include "ibp/fp8.h"
+#include "ibp/cache.h"
+#include "ibp/coll.h"
 
 #endif /* IBP_H */

@@ -33,8 +33,29 @@ static inline ibp_status_t ibp_cuda_status(cudaError_t e, const char *what, cons
 			return ibp_cuda_status(ibp_cuda_e_, #call, __FILE__, __LINE__);   \
 	} while (0)
 
-/* After a <<<...>>> launch: reports a bad configuration right away. */
-#define IBP_CUDA_CHECK_LAUNCH(name) IBP_CUDA_CHECK(cudaGetLastError())
+/* Launches kernel k and returns THIS launch's error (a bad configuration,
+ * too much shared memory): cudaLaunchKernelEx reports it directly, where
+ * <<<...>>> followed by cudaGetLastError() would also report an unrelated
+ * earlier error left in the runtime's last-error slot by other code. */
+template <class... KArgs, class... Args>
+static inline cudaError_t ibp_cuda_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+					  Args &&...args)
+{
+	cudaLaunchConfig_t cfg = cudaLaunchConfig_t(); /* no attributes */
+	cfg.gridDim = grid;
+	cfg.blockDim = block;
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = s;
+	return cudaLaunchKernelEx(&cfg, k, static_cast<Args &&>(args)...);
+}
+
+/* Launches and returns IBP_ERR_CUDA naming the kernel when the launch fails. */
+#define IBP_CUDA_LAUNCH(name, k, grid, block, smem, stream, ...)                                    \
+	do {                                                                                      \
+		cudaError_t ibp_cuda_le_ = ibp_cuda_launch(k, grid, block, smem, stream, __VA_ARGS__); \
+		if (ibp_cuda_le_ != cudaSuccess)                                                  \
+			return ibp_cuda_status(ibp_cuda_le_, name, __FILE__, __LINE__);        \
+	} while (0)
 
 /* IBP_OK when the calling thread's current device is usable, else
  * IBP_ERR_NO_DEVICE (no device or no driver). */

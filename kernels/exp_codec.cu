@@ -653,23 +653,21 @@ extern "C" ibp_status_t ibp_exp_encode_cuda(const void *d_src, ibp_dtype_t dt, u
 	IBP_TRY(ibp_cuda_grid(b.nchunks, &grid_c));
 	const uint8_t *src = (const uint8_t *)d_src;
 	uint8_t *dst = (uint8_t *)d_dst;
+	const unsigned tgrid = (unsigned)((b.nchunks + 255) / 256 < 65535 ? (b.nchunks + 255) / 256 : 65535);
 
 	/* the table of each chunk, into the workspace */
 	if (opts->table_mode == IBP_EXP_TABLE_SIGMA && opts->sigma == 0.0) {
 		double *part = (double *)(ws + w.part_off);
 		uint64_t *nonfin = (uint64_t *)(ws + w.nonfin_off);
-		expk_ms_groups<<<grid_g, EXPK_THREADS, 0, st>>>(src, b, part, nonfin);
-		IBP_CUDA_CHECK_LAUNCH("expk_ms_groups");
-		expk_ms_chunks<<<grid_c, EXPK_SCAN_THREADS, 0, st>>>(b, part, nonfin, tables);
-		IBP_CUDA_CHECK_LAUNCH("expk_ms_chunks");
+		IBP_CUDA_LAUNCH("launch expk_ms_groups", expk_ms_groups, grid_g, EXPK_THREADS, 0, st, src,
+				b, part, nonfin);
+		IBP_CUDA_LAUNCH("launch expk_ms_chunks", expk_ms_chunks, grid_c, EXPK_SCAN_THREADS, 0, st,
+				b, part, nonfin, tables);
 	} else if (opts->table_mode == IBP_EXP_TABLE_HISTOGRAM) {
 		unsigned long long *hist = (unsigned long long *)(ws + w.hist_off);
 		IBP_CUDA_CHECK(cudaMemsetAsync(hist, 0, 256 * 8 * b.nchunks, st));
-		expk_hist<<<grid_g, EXPK_THREADS, 0, st>>>(src, b, hist);
-		IBP_CUDA_CHECK_LAUNCH("expk_hist");
-		expk_hist_table<<<(unsigned)((b.nchunks + 255) / 256 < 65535 ? (b.nchunks + 255) / 256 : 65535), 256, 0, st>>>(
-			b, hist, tables);
-		IBP_CUDA_CHECK_LAUNCH("expk_hist_table");
+		IBP_CUDA_LAUNCH("launch expk_hist", expk_hist, grid_g, EXPK_THREADS, 0, st, src, b, hist);
+		IBP_CUDA_LAUNCH("launch expk_hist_table", expk_hist_table, tgrid, 256, 0, st, b, hist, tables);
 	} else {
 		ibp_exp_table_t t;
 		if (opts->table_mode == IBP_EXP_TABLE_SIGMA) {
@@ -688,17 +686,14 @@ extern "C" ibp_status_t ibp_exp_encode_cuda(const void *d_src, ibp_dtype_t dt, u
 		uint64_t t0 = 0;
 		for (int k = 0; k < 7; k++)
 			t0 |= (uint64_t)t.field[k] << (8 * k);
-		expk_fill_table<<<(unsigned)((b.nchunks + 255) / 256 < 65535 ? (b.nchunks + 255) / 256 : 65535), 256, 0, st>>>(
-			b.nchunks, t0, tables);
-		IBP_CUDA_CHECK_LAUNCH("expk_fill_table");
+		IBP_CUDA_LAUNCH("launch expk_fill_table", expk_fill_table, tgrid, 256, 0, st, b.nchunks, t0, tables);
 	}
-	expk_enc_groups<<<grid_g, EXPK_THREADS, 0, st>>>(src, b, dst, dst_stride, tables, ws + w.esc_off, counts);
-	IBP_CUDA_CHECK_LAUNCH("expk_enc_groups");
-	expk_scan_chunks<<<grid_c, EXPK_SCAN_THREADS, 0, st>>>(b, dst, dst_stride, tables, (uint32_t)opts->table_mode,
-								counts, d_sizes);
-	IBP_CUDA_CHECK_LAUNCH("expk_scan_chunks");
-	expk_finish_groups<<<grid_g, EXPK_THREADS, 0, st>>>(src, b, dst, dst_stride, ws + w.esc_off, counts);
-	IBP_CUDA_CHECK_LAUNCH("expk_finish_groups");
+	IBP_CUDA_LAUNCH("launch expk_enc_groups", expk_enc_groups, grid_g, EXPK_THREADS, 0, st, src, b, dst,
+			dst_stride, tables, ws + w.esc_off, counts);
+	IBP_CUDA_LAUNCH("launch expk_scan_chunks", expk_scan_chunks, grid_c, EXPK_SCAN_THREADS, 0, st, b,
+			dst, dst_stride, tables, (uint32_t)opts->table_mode, counts, d_sizes);
+	IBP_CUDA_LAUNCH("launch expk_finish_groups", expk_finish_groups, grid_g, EXPK_THREADS, 0, st, src,
+			b, dst, dst_stride, ws + w.esc_off, counts);
 	return IBP_OK;
 }
 
@@ -719,8 +714,7 @@ extern "C" ibp_status_t ibp_exp_decode_cuda(const void *d_src, uint64_t src_byte
 		return IBP_OK;
 	unsigned grid = 1;
 	IBP_TRY(ibp_cuda_grid(b.nchunks * b.gpc, &grid));
-	expk_decode<<<grid, EXPK_THREADS, 0, st>>>((const uint8_t *)d_src, src_bytes, d_offsets, d_sizes, b,
-						   (uint8_t *)d_dst, d_status);
-	IBP_CUDA_CHECK_LAUNCH("expk_decode");
+	IBP_CUDA_LAUNCH("launch expk_decode", expk_decode, grid, EXPK_THREADS, 0, st,
+			(const uint8_t *)d_src, src_bytes, d_offsets, d_sizes, b, (uint8_t *)d_dst, d_status);
 	return IBP_OK;
 }

@@ -50,8 +50,8 @@ extern "C" ibp_status_t ibp_fp8_convert_cuda(const float *d_src, uint64_t n, ibp
 		return IBP_OK;
 	unsigned grid = 1;
 	IBP_TRY(fp8k_elementwise_grid(n, &grid));
-	fp8k_convert<<<grid, 256, 0, (cudaStream_t)stream>>>(d_src, n, (uint32_t)fmt, d_dst);
-	IBP_CUDA_CHECK_LAUNCH("fp8k_convert");
+	IBP_CUDA_LAUNCH("launch fp8k_convert", fp8k_convert, grid, 256, 0, (cudaStream_t)stream, d_src, n,
+			(uint32_t)fmt, d_dst);
 	return IBP_OK;
 }
 
@@ -67,8 +67,8 @@ extern "C" ibp_status_t ibp_fp8_expand_cuda(const uint8_t *d_src, uint64_t n, ib
 		return IBP_OK;
 	unsigned grid = 1;
 	IBP_TRY(fp8k_elementwise_grid(n, &grid));
-	fp8k_expand<<<grid, 256, 0, (cudaStream_t)stream>>>(d_src, n, (uint32_t)fmt, d_dst);
-	IBP_CUDA_CHECK_LAUNCH("fp8k_expand");
+	IBP_CUDA_LAUNCH("launch fp8k_expand", fp8k_expand, grid, 256, 0, (cudaStream_t)stream, d_src, n,
+			(uint32_t)fmt, d_dst);
 	return IBP_OK;
 }
 
@@ -387,8 +387,8 @@ extern "C" ibp_status_t ibp_fp8_encode_cuda(const void *d_src, ibp_dtype_t dt, u
 	size_t smem = 2 * (size_t)o->block * sizeof(float);
 	if (smem > 48 * 1024)
 		IBP_CUDA_CHECK(cudaFuncSetAttribute(fp8k_encode, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-	fp8k_encode<<<grid, threads, smem, (cudaStream_t)stream>>>((const uint8_t *)d_src, sh, (uint8_t *)d_dst);
-	IBP_CUDA_CHECK_LAUNCH("fp8k_encode");
+	IBP_CUDA_LAUNCH("launch fp8k_encode", fp8k_encode, grid, threads, smem, (cudaStream_t)stream,
+			(const uint8_t *)d_src, sh, (uint8_t *)d_dst);
 	return IBP_OK;
 }
 
@@ -411,8 +411,7 @@ extern "C" ibp_status_t ibp_fp8_decode_cuda(const void *d_src, ibp_dtype_t dt, u
 	unsigned grid = 1, threads = fp8k_threads(o->block);
 	IBP_TRY(ibp_cuda_grid(sh.nchunks * sh.mpc, &grid));
 	size_t smem = (size_t)o->block * sizeof(float);
-	fp8k_decode<<<grid, threads, smem, (cudaStream_t)stream>>>((const uint8_t *)d_src, sh, (uint8_t *)d_dst,
-								   d_status);
-	IBP_CUDA_CHECK_LAUNCH("fp8k_decode");
+	IBP_CUDA_LAUNCH("launch fp8k_decode", fp8k_decode, grid, threads, smem, (cudaStream_t)stream,
+			(const uint8_t *)d_src, sh, (uint8_t *)d_dst, d_status);
 	return IBP_OK;
 }

@@ -361,13 +361,16 @@ struct IbpGlobalReader {
 /* device: staging (cp.async)                                              */
 /* ---------------------------------------------------------------------- */
 
-/* cp.async wrappers. The #else branches (plain copies) are what a host-side
- * emulation of the kernels compiles; nvcc's device pass takes the PTX. */
+/* cp.async wrappers. nvcc's device pass takes the PTX; the host emulator
+ * (tests/emu, IBP_EMU) models the copies as asynchronous; the #else
+ * branches (plain copies) are for any other host compilation. */
 __device__ __forceinline__ void ibp_cp_async16(void *smem, const void *gmem)
 {
 #if defined(__CUDA_ARCH__)
 	unsigned s = (unsigned)__cvta_generic_to_shared(smem);
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+#elif defined(IBP_EMU)
+	emu_cp_async(smem, gmem, 16, __builtin_return_address(0));
 #else
 	memcpy(smem, gmem, 16);
 #endif
@@ -377,6 +380,8 @@ __device__ __forceinline__ void ibp_cp_async_commit(void)
 {
 #if defined(__CUDA_ARCH__)
 	asm volatile("cp.async.commit_group;\n" ::: "memory");
+#elif defined(IBP_EMU)
+	emu_cp_async_commit();
 #endif
 }
 
@@ -385,6 +390,8 @@ __device__ __forceinline__ void ibp_cp_async_wait(void)
 {
 #if defined(__CUDA_ARCH__)
 	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#elif defined(IBP_EMU)
+	emu_cp_async_wait(N, __builtin_return_address(0));
 #endif
 }
 

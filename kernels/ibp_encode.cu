@@ -38,8 +38,7 @@ void ibp_cuda_codec_free(ibp_cuda_codec_t *c)
 	if (!c)
 		return;
 	if (c->mem) {
-		(void)cudaDeviceSynchronize();
-		(void)cudaFree(c->mem);
+		(void)cudaFree(c->mem); /* waits for work that may use it; no device-wide sync */
 		(void)cudaGetLastError();
 	}
 	ibp_codec_free(c->host);
@@ -181,8 +180,11 @@ __device__ __forceinline__ void ibp_d_choose_mode(const IbpDevCodec &cd, uint64_
 	*size = best;
 }
 
-/* ORs the nbits (0..64) low bits of v into the LSB-first stream w at bit pos. */
-__device__ __forceinline__ void ibp_put_bits(uint32_t *w, uint64_t pos, uint64_t v, unsigned nbits)
+/* ORs the nbits (0..64) low bits of v into the LSB-first stream w of nw
+ * words at bit pos. Positions come from row data: bits past word nw - 1
+ * (rows or arrays that disagree with the sizes pass) are dropped, never
+ * written past the group's stage; the caller then sees the size mismatch. */
+__device__ __forceinline__ void ibp_put_bits(uint32_t *w, uint64_t nw, uint64_t pos, uint64_t v, unsigned nbits)
 {
 	if (nbits == 0)
 		return;
@@ -194,11 +196,11 @@ __device__ __forceinline__ void ibp_put_bits(uint32_t *w, uint64_t pos, uint64_t
 	const uint64_t lo = v << sh;
 	const uint64_t hi = sh ? v >> (64 - sh) : 0;
 	const uint32_t w0 = (uint32_t)lo, w1 = (uint32_t)(lo >> 32), w2 = (uint32_t)hi;
-	if (w0)
+	if (w0 && wi < nw)
 		atomicOr(w + wi, w0);
-	if (w1)
+	if (w1 && wi + 1 < nw)
 		atomicOr(w + wi + 1, w1);
-	if (w2)
+	if (w2 && wi + 2 < nw)
 		atomicOr(w + wi + 2, w2);
 }
 
@@ -276,23 +278,25 @@ __global__ void __launch_bounds__(256) ibp_enc_write_kernel(const IbpEncArgs a)
 		const uint64_t off = a.offsets[i], end = a.offsets[i + 1];
 		const unsigned fl = a.flags[i], mode = fl & IBP_ROW_MODE_MASK;
 		const unsigned cl = a.clusters ? a.clusters[i] : 0u;
-		if (end < off || end > a.dst_cap || cl >= cd.K || (fl & ~IBP_ROW_MODE_MASK))
-			continue; /* not what the sizes pass wrote: never write outside dst */
+		if (end < off || end > a.dst_cap)
+			continue; /* no extent inside dst: never write outside it (documented) */
 		const uint64_t len = end - off;
 		const uint8_t *row = a.rows + i * cd.R;
 		uint8_t *out = a.dst + off;
-		if (mode == IBP_ROW_RAW) {
-			if (len == cd.R) {
-				IbpGlobalReader rd;
-				rd.p = row;
-				rd.len = cd.R;
-				ibp_copy_out<NW>(rd, out, cd.R);
-			}
+		const uint64_t nw = (len + 3) / 4 + 4; /* the row, plus reader slack */
+		if (cl >= cd.K || (fl & ~IBP_ROW_MODE_MASK) || (mode == IBP_ROW_RAW && len != cd.R) ||
+		    (mode != IBP_ROW_RAW && nw > a.stage_words)) {
+			/* not what the sizes pass wrote: the extent gets zeros, not stale bytes */
+			ibp_zero_out<NW>(out, len);
 			continue;
 		}
-		const uint64_t nw = (len + 3) / 4 + 4; /* the row, plus reader slack */
-		if (nw > a.stage_words)
+		if (mode == IBP_ROW_RAW) {
+			IbpGlobalReader rd;
+			rd.p = row;
+			rd.len = cd.R;
+			ibp_copy_out<NW>(rd, out, cd.R);
 			continue;
+		}
 		const T *m = reinterpret_cast<const T *>(cd.m) + (uint64_t)cl * D;
 		const T *b = reinterpret_cast<const T *>(cd.b) + (uint64_t)cl * D;
 		const T *xh = reinterpret_cast<const T *>(cd.x) + (uint64_t)cl * D;
@@ -312,7 +316,7 @@ __global__ void __launch_bounds__(256) ibp_enc_write_kernel(const IbpEncArgs a)
 			stage[w] = 0;
 		G::sync();
 		if (mode == IBP_ROW_LIST && t == 0 && n)
-			ibp_put_bits(stage, 0, n - 1, L);
+			ibp_put_bits(stage, nw, 0, n - 1, L);
 		const uint64_t body0 = 8 * hdr, exc0 = body0 + tso[nt];
 		uint64_t ce = 0, cq = 0; /* exception bits / exceptions of earlier rounds */
 		for (uint64_t r = 0; r * NW < nt; r++) {
@@ -337,27 +341,35 @@ __global__ void __launch_bounds__(256) ibp_enc_write_kernel(const IbpEncArgs a)
 			ce += alle;
 			cq += allq;
 			if (active)
-				ibp_put_bits(stage, body0 + tso[tile] + s_in - s, ibp_d_extract(x, ~mj & full), s);
+				ibp_put_bits(stage, nw, body0 + tso[tile] + s_in - s, ibp_d_extract(x, ~mj & full), s);
 			if (exc) {
 				uint64_t p = exc0 + be + e_in - e;
 				if (en)
-					ibp_put_bits(stage, p++, hit ? 1u : 0u, 1);
+					ibp_put_bits(stage, nw, p++, hit ? 1u : 0u, 1);
 				if (!hit)
-					ibp_put_bits(stage, p, ibp_d_extract(x, mj), ew);
+					ibp_put_bits(stage, nw, p, ibp_d_extract(x, mj), ew);
 				if (mode == IBP_ROW_LIST)
-					ibp_put_bits(stage, (uint64_t)L * (bq + q_in), j, L);
+					ibp_put_bits(stage, nw, (uint64_t)L * (bq + q_in), j, L);
 			}
 			if (mode == IBP_ROW_BITMAP) {
 				const unsigned bal = __ballot_sync(IBP_FULL_MASK, exc);
 				if (lane == 0 && bal)
-					ibp_put_bits(stage, 32 * tile, bal, 32);
+					ibp_put_bits(stage, nw, 32 * tile, bal, 32);
 			}
 		}
+		/* the extent must be what this row encodes to under its mode and
+		 * cluster; else rows, flags or offsets disagree with the sizes pass
+		 * (and bits may have been dropped): zeros, as above */
+		const bool ok = hdr + (tso[nt] + ce + 7) / 8 == len && (mode == IBP_ROW_CLEAN) == (cq == 0);
 		G::sync();
-		IbpStageReader rd;
-		rd.base = reinterpret_cast<const uint8_t *>(stage);
-		rd.skew = 0;
-		ibp_copy_out<NW>(rd, out, len);
+		if (ok) {
+			IbpStageReader rd;
+			rd.base = reinterpret_cast<const uint8_t *>(stage);
+			rd.skew = 0;
+			ibp_copy_out<NW>(rd, out, len);
+		} else {
+			ibp_zero_out<NW>(out, len);
+		}
 		G::sync(); /* the stage is zeroed again for the next row */
 	}
 }
@@ -492,8 +504,8 @@ ibp_status_t ibp_encode_sizes_cuda(const ibp_cuda_codec_t *c, const void *rows, 
 	a.sizes = (uint64_t *)(ws + p.ws_sizes);
 	a.flags = flags;
 	a.clusters = clusters;
-	p.sizes_fn<<<(unsigned)p.sizes_blocks, p.threads, 0, cs>>>(a);
-	IBP_CU(cudaGetLastError(), "encode sizes kernel launch");
+	IBP_CUDA_LAUNCH("encode sizes kernel launch", p.sizes_fn, (unsigned)p.sizes_blocks, p.threads, 0,
+			cs, a);
 	size_t cb = p.cub_bytes;
 	IBP_CU(cub::DeviceScan::ExclusiveSum(ws + p.ws_cub, cb, (const uint64_t *)a.sizes, offsets,
 					     (uint64_t)(nrows + 1), cs),
@@ -533,8 +545,8 @@ ibp_status_t ibp_encode_write_cuda(const ibp_cuda_codec_t *c, const void *rows, 
 	a.dst_cap = dst_cap;
 	a.gstage = p.global_stage ? (uint32_t *)((uint8_t *)workspace + p.ws_stage) : NULL;
 	a.stage_words = p.stage_words;
-	p.write_fn<<<(unsigned)p.write_blocks, p.threads, p.smem, (cudaStream_t)stream>>>(a);
-	IBP_CU(cudaGetLastError(), "encode write kernel launch");
+	IBP_CUDA_LAUNCH("encode write kernel launch", p.write_fn, (unsigned)p.write_blocks, p.threads,
+			p.smem, (cudaStream_t)stream, a);
 	return IBP_OK;
 }
 

@@ -261,6 +261,14 @@ __global__ void __launch_bounds__(256)
 	}
 }
 
+/* Moves the store's error count to *out and resets it in one atomic step:
+ * errors that gathers count meanwhile land before or after, never lost. */
+__global__ void ibp_take_errors_kernel(unsigned long long *nerr, unsigned long long *out)
+{
+	if (blockIdx.x == 0 && threadIdx.x == 0)
+		*out = atomicExch(nerr, 0ull);
+}
+
 /* ---------------------------------------------------------------------- */
 /* host: launch configuration                                              */
 /* ---------------------------------------------------------------------- */
@@ -349,8 +357,7 @@ static ibp_status_t ibp_gather_launch(const IbpLaunch *L, const IbpGatherArgs *a
 	uint64_t blocks = (a->n + L->gpb - 1) / L->gpb;
 	if (blocks > L->max_blocks)
 		blocks = L->max_blocks;
-	L->fn<<<(unsigned)blocks, L->threads, L->smem, s>>>(*a);
-	IBP_CU(cudaGetLastError(), "gather kernel launch");
+	IBP_CUDA_LAUNCH("gather kernel launch", L->fn, (unsigned)blocks, L->threads, L->smem, s, *a);
 	return IBP_OK;
 }
 
@@ -369,7 +376,7 @@ struct ibp_cuda_store {
 	uint64_t *offsets;            /* device: packed offsets (nrows + 1) */
 	uint64_t *lens;               /* device: inplace row lengths (nrows) */
 	uint8_t *flags, *clusters;    /* device */
-	unsigned long long *nerr;     /* device: failed rows */
+	unsigned long long *nerr;     /* device: failed rows; nerr[1]: ibp_cuda_store_errors' copy */
 	void *meta;                   /* the cudaMalloc holding the five arrays above */
 	void *own_pinned;             /* COPY_PINNED payload */
 	void *own_dev;                /* COPY_DEVICE payload */
@@ -394,6 +401,36 @@ static ibp_status_t ibp_mapped_ptr(const void *p, uint64_t n, const uint8_t **de
 		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda store: payload spans separately mapped ranges");
 	*dev = (const uint8_t *)d0;
 	return IBP_OK;
+}
+
+/* Device address of [p, p + n) when the kernels can read it from device
+ * dev: device or managed memory of dev, or mapped pinned host memory
+ * (checked at both ends). Pageable host memory is IBP_ERR_INVALID_ARG: a
+ * kernel reading it would fault with an illegal address. */
+static ibp_status_t ibp_device_accessible(const void *p, uint64_t n, int dev, const uint8_t **out,
+					  const char *what)
+{
+	cudaPointerAttributes a0, a1;
+	cudaError_t e = cudaPointerGetAttributes(&a0, p);
+	if (e == cudaSuccess)
+		e = cudaPointerGetAttributes(&a1, (const uint8_t *)p + n - 1);
+	if (e != cudaSuccess)
+		return ibp_cu_fail(e, what);
+	const bool dev_ok = (a0.type == cudaMemoryTypeDevice || a0.type == cudaMemoryTypeManaged) &&
+			    a0.device == dev && a1.type == a0.type && a1.device == dev;
+	const bool host_ok = a0.type == cudaMemoryTypeHost && a1.type == cudaMemoryTypeHost && a0.devicePointer &&
+			     (const uint8_t *)a1.devicePointer == (const uint8_t *)a0.devicePointer + n - 1;
+	if (dev_ok) {
+		*out = (const uint8_t *)p;
+		return IBP_OK;
+	}
+	if (host_ok) {
+		*out = (const uint8_t *)a0.devicePointer;
+		return IBP_OK;
+	}
+	return ibp_fail(IBP_ERR_INVALID_ARG,
+			"%s is not device-accessible from device %d (pageable host memory, or another device's)",
+			what, dev);
 }
 
 static ibp_status_t ibp_place_payload(ibp_cuda_store_t *s, const ibp_cuda_store_desc_t *d,
@@ -475,9 +512,8 @@ static ibp_status_t ibp_find_extents(ibp_cuda_store_t *s, cudaStream_t stream)
 	uint64_t blocks = (s->nrows + 7) / 8, cap = (uint64_t)nsm * 8;
 	if (blocks > cap)
 		blocks = cap;
-	fn<<<(unsigned)blocks, 256, 0, stream>>>(cd, s->payload, s->R, s->flags, s->clusters, s->nrows,
-						 s->lens);
-	IBP_CU(cudaGetLastError(), "cuda store: extent kernel launch");
+	IBP_CUDA_LAUNCH("cuda store: extent kernel launch", fn, (unsigned)blocks, 256, 0, stream, cd,
+			s->payload, s->R, s->flags, s->clusters, s->nrows, s->lens);
 	return IBP_OK;
 }
 
@@ -486,12 +522,14 @@ void ibp_cuda_store_free(ibp_cuda_store_t *s)
 	if (!s)
 		return;
 	if (s->on_device) {
-		(void)cudaDeviceSynchronize(); /* no gather may still read what we free */
+		/* cudaFree waits for the work that may use the memory; freeing the
+		 * row arrays first makes the payload's release below wait for any
+		 * gather still reading it, without a device-wide synchronise */
+		(void)cudaFree(s->meta);
+		(void)cudaFree(s->own_dev);
 		if (s->registered)
 			(void)cudaHostUnregister(s->registered);
 		ibp_pinned_free(s->own_pinned);
-		(void)cudaFree(s->own_dev);
-		(void)cudaFree(s->meta);
 		ibp_cuda_codec_free(s->codec);
 		(void)cudaGetLastError();
 	}
@@ -650,8 +688,11 @@ ibp_status_t ibp_cuda_store_errors(ibp_cuda_store_t *s, uint64_t *count, void *s
 	IBP_TRY(ibp_cu_on_device(s->device, "cuda_store_errors"));
 	cudaStream_t cs = (cudaStream_t)stream;
 	unsigned long long v = 0;
-	IBP_CU(cudaMemcpyAsync(&v, s->nerr, 8, cudaMemcpyDeviceToHost, cs), "cuda_store_errors: copy");
-	IBP_CU(cudaMemsetAsync(s->nerr, 0, 8, cs), "cuda_store_errors: reset");
+	/* an exchange on the device: a copy then a reset would lose the errors
+	 * that gathers on other streams count in between */
+	IBP_CUDA_LAUNCH("cuda_store_errors: exchange kernel", ibp_take_errors_kernel, 1, 32, 0, cs, s->nerr,
+			s->nerr + 1);
+	IBP_CU(cudaMemcpyAsync(&v, s->nerr + 1, 8, cudaMemcpyDeviceToHost, cs), "cuda_store_errors: copy");
 	IBP_CU(cudaStreamSynchronize(cs), "cuda_store_errors: sync");
 	*count = v;
 	return IBP_OK;
@@ -705,6 +746,9 @@ ibp_status_t ibp_gather_plain_cuda(const void *src, uint64_t nrows, uint64_t row
 		return IBP_OK;
 	if (!ids || !out)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_plain_cuda: NULL ids or out");
+	const uint8_t *dsrc = NULL;
+	if (nrows)
+		IBP_TRY(ibp_device_accessible(src, nrows * row_bytes, dev, &dsrc, "gather_plain_cuda: src"));
 	IbpLaunch L;
 	IBP_TRY(ibp_gather_config(IBP_CUDA_KERNEL_AUTO, row_bytes, 1, dev, &L));
 	IbpGatherArgs a;
@@ -714,7 +758,7 @@ ibp_status_t ibp_gather_plain_cuda(const void *src, uint64_t nrows, uint64_t row
 	a.cd.C = 1;
 	a.cd.W = 8;
 	a.cd.max_extent = row_bytes;
-	a.payload = (const uint8_t *)src;
+	a.payload = dsrc;
 	a.payload_bytes = nrows * row_bytes;
 	a.nrows = nrows;
 	a.stride = row_bytes;

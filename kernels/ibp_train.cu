@@ -134,9 +134,8 @@ ibp_status_t ibp_train_count_cuda(const void *rows, uint64_t row_bytes, const ui
 	const uint64_t rps = (n + by - 1) / by;
 	by = (n + rps - 1) / rps;
 	dim3 grid((unsigned)bx, (unsigned)by);
-	ibp_count_kernel<<<grid, IBP_COUNT_THREADS, 0, cs>>>((const uint8_t *)rows, row_bytes, idx, n, rps,
-							     (unsigned long long *)counts);
-	IBP_CU(cudaGetLastError(), "train_count_cuda: kernel launch");
+	IBP_CUDA_LAUNCH("train_count_cuda: kernel launch", ibp_count_kernel, grid, IBP_COUNT_THREADS, 0, cs,
+			(const uint8_t *)rows, row_bytes, idx, n, rps, (unsigned long long *)counts);
 	return IBP_OK;
 }
 
@@ -155,8 +154,8 @@ ibp_status_t ibp_train_mask_cuda(const uint64_t *counts, uint64_t n, uint64_t ro
 	uint64_t blocks = (row_bytes + 255) / 256, cap = (uint64_t)nsm * 8;
 	if (blocks > cap)
 		blocks = cap;
-	ibp_mask_kernel<<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(
-		(const unsigned long long *)counts, n, row_bytes, need, mask, bitval);
-	IBP_CU(cudaGetLastError(), "train_mask_cuda: kernel launch");
+	IBP_CUDA_LAUNCH("train_mask_cuda: kernel launch", ibp_mask_kernel, (unsigned)blocks, 256, 0,
+			(cudaStream_t)stream, (const unsigned long long *)counts, n, row_bytes, need, mask,
+			bitval);
 	return IBP_OK;
 }

@@ -1,9 +1,11 @@
 /* bench.c - `ibp bench IN.npy`: IBP against zstd and lz4 on the same rows.
  *
- * Every method is timed for encode and decode, on one thread and on all
- * threads, with CLOCK_MONOTONIC; each figure is the median of several runs
- * (at least 5, until ~0.25 s are spent; one run is enough past 2 s). Every decode is compared with the
- * input byte for byte, outside the timed region; a mismatch fails (exit 2).
+ * Also libibp's exponent and FP8 codecs. Every method is timed for encode
+ * and decode, on one thread and on all threads, with CLOCK_MONOTONIC; each
+ * figure is the median of several runs (at least 5, until ~0.25 s are
+ * spent; one run is enough past 2 s). Every lossless decode is compared with
+ * the input byte for byte, outside the timed region; a mismatch fails
+ * (exit 2). FP8 decodes must repeat the first one exactly.
  * GB/s = uncompressed bytes / second / 1e9.
  */
 #include <math.h>
@@ -25,13 +27,15 @@
 const char *const help_bench =
 	"usage: ibp bench IN.npy [options]\n"
 	"\n"
-	"Compare IBP with zstd -1, zstd -3 and lz4 on the rows of IN.npy (rows =\n"
-	"dimension 0). Prints one table: compression ratio and encode / decode\n"
-	"GB/s (uncompressed bytes per second) on one thread and on all threads,\n"
-	"for IBP (portable and BMI2 code paths) and for each general-purpose\n"
-	"compressor both per row (every row compressed on its own: random access,\n"
-	"like IBP) and per 64 KiB block. Also the ratio of the IBP paper's layout.\n"
-	"Each time is the median of repeated runs; every decode is checked byte for\n"
+	"Compare IBP with libibp's exponent codec (lossless) and FP8 codec (lossy),\n"
+	"and with zstd -1, zstd -3 and lz4, on the rows of IN.npy (rows = dimension\n"
+	"0). Prints one table: compression ratio and encode / decode GB/s\n"
+	"(uncompressed bytes per second) on one thread and on all threads, for IBP\n"
+	"(portable, BMI2 and AVX-512 code paths) and for each other method both per\n"
+	"row (every row compressed on its own: random access, like IBP) and per\n"
+	"64 KiB block (exp and fp8: f32, bf16 and f16 data only). Also the ratio of\n"
+	"the IBP paper's layout, the FP8 error, and a one-line takeaway. Each time\n"
+	"is the median of repeated runs; every lossless decode is checked byte for\n"
 	"byte against the input (a mismatch exits with status 2).\n"
 	"\n"
 	"options:\n"
@@ -67,6 +71,8 @@ typedef struct result {
 	double ratio;
 	double enc[2], dec[2]; /* GB/s on 1 thread and on all; NAN = not measured */
 	int timed;             /* 0: ratio only */
+	int lossy;             /* fp8: decodes are checked for determinism, not equality */
+	double rel_l2;         /* lossy: ||decoded - input||_2 / ||input||_2 */
 } result_t;
 
 /* ---- timing ------------------------------------------------------------ */
@@ -144,8 +150,9 @@ static int measure(bench_t *b, const char *what, run_fn fn, void *ctx, int nthre
 	return 0;
 }
 
-/* Encode and decode on 1 and on all threads into r->enc / r->dec. */
-static int measure_pair(bench_t *b, result_t *r, run_fn enc, run_fn dec, void *ctx)
+/* Encode and decode on 1 and on all threads into r->enc / r->dec; `check`
+ * judges every decode. */
+static int measure_pair_checked(bench_t *b, result_t *r, run_fn enc, run_fn dec, void *ctx, check_fn check)
 {
 	char what[96];
 	int rc;
@@ -160,11 +167,17 @@ static int measure_pair(bench_t *b, result_t *r, run_fn enc, run_fn dec, void *c
 		if ((rc = measure(b, what, enc, ctx, nt, NULL, &r->enc[t])) != 0)
 			return rc;
 		snprintf(what, sizeof(what), "%.31s %.15s decode", r->name, r->unit);
-		if ((rc = measure(b, what, dec, ctx, nt, check_out, &r->dec[t])) != 0)
+		if ((rc = measure(b, what, dec, ctx, nt, check, &r->dec[t])) != 0)
 			return rc;
 	}
 	r->timed = 1;
 	return 0;
+}
+
+/* The same, every decode compared with the input byte for byte. */
+static int measure_pair(bench_t *b, result_t *r, run_fn enc, run_fn dec, void *ctx)
+{
+	return measure_pair_checked(b, r, enc, dec, ctx, check_out);
 }
 
 /* ---- IBP --------------------------------------------------------------- */
@@ -429,6 +442,324 @@ static int bench_gen(bench_t *b, result_t *r, int kind, int level, int per_row)
 	return rc;
 }
 
+/* ---- the exponent and FP8 codecs, per row or per 64 KiB block ---------- */
+
+/* A value codec (exp or fp8) over units of whole elements: one row, or 64 KiB
+ * of the rows as one stream (as the zstd/lz4 units). */
+typedef struct val {
+	bench_t *b;
+	int fp8;
+	ibp_dtype_t dt;
+	uint64_t es, n, unit_elems, nunits;
+	uint64_t cap;      /* exp: capacity of comp; fp8: stride of one stream */
+	uint8_t *comp;     /* exp: blocks back to back; fp8: one stream per stride */
+	uint64_t *off;     /* exp: nunits + 1 block offsets */
+	uint64_t *len;     /* fp8: size of each stream */
+	uint8_t *ref;      /* fp8: the first decode; every later one must equal it */
+	int have_ref;
+	double rel_l2;     /* fp8: error of the first decode */
+	ibp_exp_opts_t eo;
+	ibp_fp8_opts_t fo;
+	pthread_mutex_t lock;
+	ibp_status_t err;  /* first failure of a worker, and its detail */
+	char msg[160];
+} val_t;
+
+static uint64_t val_unit_elems(const val_t *v, uint64_t u)
+{
+	uint64_t a = u * v->unit_elems;
+	return v->n - a < v->unit_elems ? v->n - a : v->unit_elems;
+}
+
+/* Records a worker's failure (its detail is thread-local). */
+static void val_failed(val_t *v, ibp_status_t s)
+{
+	pthread_mutex_lock(&v->lock);
+	if (v->err == IBP_OK) {
+		v->err = s;
+		snprintf(v->msg, sizeof(v->msg), "%s", ibp_last_error());
+	}
+	pthread_mutex_unlock(&v->lock);
+}
+
+typedef struct vjob {
+	val_t *v;
+	int dec;
+	uint64_t a, e;
+} vjob_t;
+
+static void *fp8_job(void *p)
+{
+	vjob_t *j = p;
+	val_t *v = j->v;
+	for (uint64_t u = j->a; u < j->e; u++) {
+		uint64_t k = val_unit_elems(v, u);
+		uint8_t *src = (uint8_t *)v->b->data + u * v->unit_elems * v->es;
+		uint8_t *dst = v->b->out + u * v->unit_elems * v->es;
+		ibp_status_t s = j->dec ? ibp_fp8_decode(v->comp + u * v->cap, v->len[u], v->dt, k, dst, 1)
+					: ibp_fp8_encode(src, v->dt, k, &v->fo, v->comp + u * v->cap, v->cap,
+							 &v->len[u]);
+		if (s != IBP_OK) {
+			val_failed(v, s);
+			return NULL;
+		}
+	}
+	return NULL;
+}
+
+/* FP8: the streams split into nt contiguous ranges, one per thread. */
+static int fp8_run(val_t *v, int nt, int dec)
+{
+	vjob_t jobs[256];
+	pthread_t th[256];
+	int running[256] = {0};
+	if ((uint64_t)nt > v->nunits)
+		nt = (int)v->nunits;
+	for (int t = 0; t < nt; t++)
+		jobs[t] = (vjob_t){v, dec, v->nunits * (uint64_t)t / (uint64_t)nt,
+				   v->nunits * (uint64_t)(t + 1) / (uint64_t)nt};
+	for (int t = 1; t < nt; t++) {
+		running[t] = pthread_create(&th[t], NULL, fp8_job, &jobs[t]) == 0;
+		if (!running[t])
+			fp8_job(&jobs[t]);
+	}
+	fp8_job(&jobs[0]);
+	for (int t = 1; t < nt; t++)
+		if (running[t])
+			pthread_join(th[t], NULL);
+	return 0;
+}
+
+static int val_enc(void *p, int nt)
+{
+	val_t *v = p;
+	if (v->fp8) {
+		fp8_run(v, nt, 0);
+	} else {
+		v->eo.nthreads = nt;
+		ibp_status_t s = ibp_exp_encode_batch(v->b->data, v->dt, v->n, v->unit_elems, &v->eo, v->comp,
+						      v->cap, v->off);
+		if (s != IBP_OK)
+			val_failed(v, s);
+	}
+	if (v->err != IBP_OK) {
+		progress_end(v->b->pg);
+		v->b->pg = NULL;
+		return cli_fail("bench", v->b->in, "%s encode: %s", v->fp8 ? "fp8" : "exp", v->msg);
+	}
+	return 0;
+}
+
+static int val_dec(void *p, int nt)
+{
+	val_t *v = p;
+	if (v->fp8) {
+		fp8_run(v, nt, 1);
+	} else {
+		ibp_status_t s = ibp_exp_decode_batch(v->comp, v->off[v->nunits], v->off, v->dt, v->n, v->unit_elems,
+						      v->b->out, nt);
+		if (s != IBP_OK)
+			val_failed(v, s);
+	}
+	if (v->err != IBP_OK) {
+		progress_end(v->b->pg);
+		v->b->pg = NULL;
+		return cli_fail("bench", v->b->in, "%s decode: %s", v->fp8 ? "fp8" : "exp", v->msg);
+	}
+	return 0;
+}
+
+/* Element i of `p` (f32, bf16 or f16) as a double. */
+static double val_elem(const uint8_t *p, ibp_dtype_t dt, uint64_t i)
+{
+	uint16_t h;
+	if (dt == IBP_DTYPE_F32) {
+		float f;
+		memcpy(&f, p + 4 * i, 4);
+		return f;
+	}
+	memcpy(&h, p + 2 * i, 2);
+	if (dt == IBP_DTYPE_BF16) {
+		uint32_t u = (uint32_t)h << 16;
+		float f;
+		memcpy(&f, &u, 4);
+		return f;
+	}
+	int e = (h >> 10) & 31, m = h & 0x3FF;
+	double mag = e == 31 ? (m ? NAN : INFINITY) : e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+	return h & 0x8000 ? -mag : mag;
+}
+
+/* FP8 is lossy: the first decode gives the error against the input and is
+ * kept; every later decode must reproduce it byte for byte. */
+static int check_fp8(bench_t *b, void *ctx, const char *what)
+{
+	val_t *v = ctx;
+	if (!v->have_ref) {
+		double err2 = 0, ref2 = 0;
+		for (uint64_t i = 0; i < v->n; i++) {
+			double x = val_elem(b->data, v->dt, i), y = val_elem(b->out, v->dt, i);
+			if (!isfinite(x))
+				continue; /* non-finite inputs have no error to speak of */
+			double d = isfinite(y) ? y - x : INFINITY;
+			err2 += d * d;
+			ref2 += x * x;
+		}
+		v->rel_l2 = ref2 > 0 ? sqrt(err2 / ref2) : (err2 > 0 ? INFINITY : 0);
+		memcpy(v->ref, b->out, b->total);
+		v->have_ref = 1;
+		return 0;
+	}
+	if (memcmp(b->out, v->ref, b->total) != 0) {
+		progress_end(b->pg);
+		b->pg = NULL;
+		return cli_fail("bench", b->in, "%s: two decodes of the same FP8 streams differ", what);
+	}
+	return 0;
+}
+
+/* Runs the exp (fp8 = 0) or FP8 codec with one unit per row (per_row) or per
+ * 64 KiB. Sets r->available = 0 with a reason if the dtype does not suit. */
+static int bench_val(bench_t *b, result_t *r, ibp_dtype_t dt, int fp8, int per_row, double *rel_l2)
+{
+	if (dt != IBP_DTYPE_F32 && dt != IBP_DTYPE_BF16 && dt != IBP_DTYPE_F16) {
+		snprintf(r->why, sizeof(r->why), "f32, bf16 and f16 only%s",
+			 dt == IBP_DTYPE_U16 ? "; bf16 stored as u16: --dtype bf16" : "");
+		return 0;
+	}
+	val_t v;
+	memset(&v, 0, sizeof(v));
+	v.b = b;
+	v.fp8 = fp8;
+	v.dt = dt;
+	v.es = ibp_dtype_size(dt);
+	v.n = b->total / v.es;
+	v.unit_elems = per_row ? b->rb / v.es : BLOCK_BYTES / v.es;
+	if (v.unit_elems == 0 || v.n == 0) {
+		snprintf(r->why, sizeof(r->why), "no elements");
+		return 0;
+	}
+	v.nunits = (v.n + v.unit_elems - 1) / v.unit_elems;
+	ibp_exp_opts_default(&v.eo);
+	ibp_fp8_opts_default(&v.fo);
+	v.fo.nthreads = 1; /* threads work on different streams */
+	ibp_status_t s;
+	uint64_t slots = 0;
+	if (fp8) {
+		s = ibp_fp8_encoded_size(&v.fo, v.unit_elems, &v.cap);
+		if (s == IBP_OK && __builtin_mul_overflow(v.cap, v.nunits, &slots))
+			s = IBP_ERR_NOMEM;
+	} else {
+		s = ibp_exp_batch_bound(dt, v.n, v.unit_elems, &v.cap);
+		slots = v.cap;
+	}
+	if (s != IBP_OK || slots > SIZE_MAX) {
+		snprintf(r->why, sizeof(r->why), "cannot size the buffers: %.30s", ibp_status_string(s));
+		return 0;
+	}
+	pthread_mutex_init(&v.lock, NULL);
+	v.comp = malloc(slots ? slots : 1);
+	v.off = malloc((v.nunits + 1) * sizeof(uint64_t));
+	v.len = calloc(v.nunits + 1, sizeof(uint64_t));
+	v.ref = fp8 ? malloc(b->total) : NULL;
+	int rc = 0;
+	if (!v.comp || !v.off || !v.len || (fp8 && !v.ref)) {
+		snprintf(r->why, sizeof(r->why), "out of memory");
+	} else {
+		memset(v.comp, 0, slots); /* no page faults in the first timed run */
+		r->available = 1;
+		rc = measure_pair_checked(b, r, val_enc, val_dec, &v, fp8 ? check_fp8 : check_out);
+		if (rc == 0) {
+			r->bytes = fp8 ? 0 : v.off[v.nunits];
+			for (uint64_t u = 0; fp8 && u < v.nunits; u++)
+				r->bytes += v.len[u];
+			*rel_l2 = v.rel_l2;
+		}
+	}
+	free(v.comp);
+	free(v.off);
+	free(v.len);
+	free(v.ref);
+	pthread_mutex_destroy(&v.lock);
+	return rc;
+}
+
+/* ---- the takeaway -------------------------------------------------------- */
+
+/* Lossless, timed, and any row readable alone: IBP, or a method per row. */
+static int row_access(const result_t *r)
+{
+	return r->available && r->timed && !r->lossy && !isnan(r->ratio) &&
+	       (strcmp(r->name, "ibp") == 0 || strcmp(r->unit, "row") == 0);
+}
+
+static int is_ibp(const result_t *r) { return strcmp(r->name, "ibp") == 0; }
+
+/* Index of the best row-access result by ratio (key 0) or by 1-thread decode
+ * speed (key 1), among IBP (want_ibp 1), the others (0) or all (-1); with
+ * min_ratio, only those whose ratio exceeds it. -1 if none. */
+static int best_of(const result_t *res, int n, int key, int want_ibp, double min_ratio)
+{
+	int best = -1;
+	for (int i = 0; i < n; i++) {
+		const result_t *r = &res[i];
+		if (!row_access(r) || (want_ibp >= 0 && is_ibp(r) != want_ibp) || !(r->ratio > min_ratio))
+			continue;
+		double v = key ? r->dec[0] : r->ratio;
+		if (isnan(v))
+			continue;
+		if (best < 0 || v > (key ? res[best].dec[0] : res[best].ratio))
+			best = i;
+	}
+	return best;
+}
+
+static const char *label(const result_t *r, char *buf, size_t cap)
+{
+	if (is_ibp(r) && strcmp(r->unit, "portable") != 0)
+		snprintf(buf, cap, "ibp %s", r->unit);
+	else if (is_ibp(r))
+		snprintf(buf, cap, "ibp");
+	else
+		snprintf(buf, cap, "%s %s", r->name, r->unit);
+	return buf;
+}
+
+/* The takeaway's text (printed after "takeaway (lossless, random row
+ * access): "): which lossless method with random row access compresses best
+ * and which decodes fastest (among those that shrink the data), each with
+ * its margin over IBP or, when IBP wins, over the next method. */
+static void takeaway(const result_t *res, int n, char *out, size_t cap)
+{
+	char a[48], c[48];
+	int w = best_of(res, n, 0, -1, -INFINITY);
+	if (w < 0) {
+		snprintf(out, cap, "no method ran");
+		return;
+	}
+	int other = is_ibp(&res[w]) ? best_of(res, n, 0, 0, -INFINITY) : best_of(res, n, 0, 1, -INFINITY);
+	size_t len = (size_t)snprintf(out, cap, "best ratio %s %.3f",
+				      is_ibp(&res[w]) ? "ibp" : label(&res[w], a, sizeof(a)), res[w].ratio);
+	if (other >= 0 && len < cap)
+		len += (size_t)snprintf(out + len, cap - len, " (%.2fx %s)", res[w].ratio / res[other].ratio,
+					is_ibp(&res[other]) ? "ibp" : label(&res[other], c, sizeof(c)));
+	if (len >= cap)
+		return;
+	out += len;
+	cap -= len;
+	int f = best_of(res, n, 1, -1, 1.0);
+	if (f < 0) {
+		snprintf(out, cap, "; none of them shrinks this data");
+		return;
+	}
+	other = is_ibp(&res[f]) ? best_of(res, n, 1, 0, 1.0) : best_of(res, n, 1, 1, -INFINITY);
+	len = (size_t)snprintf(out, cap, "; fastest decode %s %.2f GB/s on 1 thread", label(&res[f], a, sizeof(a)),
+			       res[f].dec[0]);
+	if (other >= 0 && len < cap)
+		snprintf(out + len, cap - len, " (%.1fx %s)", res[f].dec[0] / res[other].dec[0],
+			 label(&res[other], c, sizeof(c)));
+}
+
 /* ---- the command -------------------------------------------------------- */
 
 static void print_gbps(double v)
@@ -439,66 +770,51 @@ static void print_gbps(double v)
 		printf(" %8.3f", v);
 }
 
+typedef struct bench_opts {
+	uint64_t repeat, max_mb;
+} bench_opts_t;
+
+static int bench_option(void *ctx, int code, const char *arg)
+{
+	bench_opts_t *p = ctx;
+	if (code == OPT_REPEAT) {
+		if (cli_parse_u64("bench", "--repeat", arg, &p->repeat))
+			return -1;
+		if (p->repeat < 1 || p->repeat > 50) {
+			cli_usage_error("bench", "--repeat must be 1..50");
+			return -1;
+		}
+		return 1;
+	}
+	if (code == OPT_MAX_MB) {
+		if (cli_parse_u64("bench", "--max-mb", arg, &p->max_mb))
+			return -1;
+		if (p->max_mb > (1ull << 30)) {
+			cli_usage_error("bench", "--max-mb is too large");
+			return -1;
+		}
+		return 1;
+	}
+	return 0;
+}
+
 int cmd_bench(int argc, char **argv)
 {
-	static const struct option lo[] = {
-		{"threads", required_argument, 0, OPT_THREADS},
-		{"repeat", required_argument, 0, OPT_REPEAT},
-		{"max-mb", required_argument, 0, OPT_MAX_MB},
-		{"chunk", required_argument, 0, OPT_CHUNK},
-		{"threshold", required_argument, 0, OPT_THRESHOLD},
-		{"sample", required_argument, 0, OPT_SAMPLE},
-		{"clusters", required_argument, 0, OPT_CLUSTERS},
-		{"seed", required_argument, 0, OPT_SEED},
-		{"dtype", required_argument, 0, OPT_DTYPE},
-		{"json", no_argument, 0, OPT_JSON},
-		{"help", no_argument, 0, OPT_HELP},
-		{0, 0, 0, 0},
-	};
-	const char *cmd = "bench";
+	static const int opts[] = {OPT_THREADS, OPT_REPEAT, OPT_MAX_MB, CLI_OPTS_TRAIN, OPT_DTYPE, OPT_JSON, 0};
+	const cli_spec_t sp = {"bench", help_bench, opts, "exactly one IN.npy", 1};
 	ibp_train_opts_t o;
 	ibp_train_opts_default(&o);
-	unsigned npy_flags = 0;
-	int as_json = 0, c, nthreads = 0;
-	uint64_t repeat = 0, max_mb = 64;
-	optind = 1;
-	while ((c = cli_getopt(cmd, argc, argv, lo)) != -1) {
-		if (c == -2)
-			return EXIT_USAGE;
-		if (c == OPT_HELP)
-			return cli_print_help(help_bench);
-		if (c == OPT_JSON) {
-			as_json = 1;
-			continue;
-		}
-		if (c == OPT_REPEAT) {
-			if (cli_parse_u64(cmd, "--repeat", optarg, &repeat))
-				return EXIT_USAGE;
-			if (repeat < 1 || repeat > 50)
-				return cli_usage_error(cmd, "--repeat must be 1..50");
-			continue;
-		}
-		if (c == OPT_MAX_MB) {
-			if (cli_parse_u64(cmd, "--max-mb", optarg, &max_mb))
-				return EXIT_USAGE;
-			if (max_mb > (1ull << 30))
-				return cli_usage_error(cmd, "--max-mb is too large");
-			continue;
-		}
-		if (c == OPT_THREADS) {
-			if (cli_parse_threads(cmd, optarg, &nthreads))
-				return EXIT_USAGE;
-			continue;
-		}
-		int r = cli_train_option(cmd, c, optarg, &o, &npy_flags);
-		if (r < 0)
-			return EXIT_USAGE;
-		if (r == 0)
-			return cli_usage_error(cmd, "unexpected option '%s'", argv[optind - 1]);
-	}
-	if (argc - optind != 1)
-		return cli_usage_error(cmd, "needs exactly one IN.npy");
-	const char *in = argv[optind];
+	bench_opts_t bo = {0, 64};
+	cli_args_t args = {.train = &o, .other = bench_option, .ctx = &bo};
+	int c = cli_parse_args(&sp, &args, argc, argv);
+	if (c != CLI_PARSED)
+		return c;
+	const char *cmd = sp.cmd, *in = args.operands[0];
+	unsigned npy_flags = args.npy_flags;
+	int as_json = args.json, nthreads = args.nthreads;
+	uint64_t repeat = bo.repeat, max_mb = bo.max_mb;
+	if ((c = cli_check_input(cmd, in, 0)) != EXIT_OK)
+		return c;
 	if (nthreads == 0) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);
 		nthreads = n > 0 ? (int)(n > 256 ? 256 : n) : 1;
@@ -532,11 +848,13 @@ int cmd_bench(int argc, char **argv)
 		return cli_fail(cmd, in, "the array has no rows to benchmark");
 	}
 
-	enum { R_IBP_PORT, R_IBP_BMI2, R_IBP_AVX512, R_PAPER, R_Z1_ROW, R_Z1_BLK, R_Z3_ROW, R_Z3_BLK, R_LZ4_ROW, R_LZ4_BLK, NRES };
+	enum { R_IBP_PORT, R_IBP_BMI2, R_IBP_AVX512, R_PAPER, R_EXP_ROW, R_EXP_BLK, R_FP8_ROW, R_FP8_BLK,
+	       R_Z1_ROW, R_Z1_BLK, R_Z3_ROW, R_Z3_BLK, R_LZ4_ROW, R_LZ4_BLK, NRES };
 	result_t res[NRES];
 	memset(res, 0, sizeof(res));
 	static const char *names[NRES][2] = {
 		{"ibp", "portable"}, {"ibp", "bmi2"},   {"ibp", "avx512"}, {"ibp paper layout", "row"},
+		{"exp", "row"},      {"exp", "64K"},    {"fp8 e4m3, lossy", "row"}, {"fp8 e4m3, lossy", "64K"},
 		{"zstd -1", "row"},  {"zstd -1", "64K"}, {"zstd -3", "row"},
 		{"zstd -3", "64K"},  {"lz4", "row"},     {"lz4", "64K"},
 	};
@@ -563,7 +881,7 @@ int cmd_bench(int argc, char **argv)
 	memset(b.out, 0, b.total);
 	memset(ic.payload, 0, b.total);
 
-	b.nsteps = (b.nt == 1 ? 2 : 4) * 9;
+	b.nsteps = (b.nt == 1 ? 2 : 4) * 13; /* timed methods */
 	b.pg = progress_start("bench", b.nsteps);
 	progress_step(b.pg, "training");
 	double t0 = cli_now();
@@ -624,6 +942,12 @@ int cmd_bench(int argc, char **argv)
 		{R_Z1_ROW, GEN_ZSTD, 1, 1}, {R_Z1_BLK, GEN_ZSTD, 1, 0}, {R_Z3_ROW, GEN_ZSTD, 3, 1},
 		{R_Z3_BLK, GEN_ZSTD, 3, 0}, {R_LZ4_ROW, GEN_LZ4, 0, 1}, {R_LZ4_BLK, GEN_LZ4, 0, 0},
 	};
+	/* The value codecs: exp (lossless) and FP8 (lossy), per row and per 64K. */
+	for (int i = R_EXP_ROW; i <= R_FP8_BLK && rc == EXIT_OK; i++) {
+		res[i].lossy = i >= R_FP8_ROW;
+		rc = bench_val(&b, &res[i], info.dtype, i >= R_FP8_ROW, i == R_EXP_ROW || i == R_FP8_ROW,
+			       &res[i].rel_l2);
+	}
 	for (size_t i = 0; i < sizeof(gens) / sizeof(gens[0]) && rc == EXIT_OK; i++)
 		rc = bench_gen(&b, &res[gens[i].idx], gens[i].kind, gens[i].level, gens[i].per_row);
 	progress_end(b.pg);
@@ -633,7 +957,8 @@ int cmd_bench(int argc, char **argv)
 	for (int i = 0; i < NRES; i++)
 		res[i].ratio = res[i].available && res[i].bytes ? (double)b.total / (double)res[i].bytes : NAN;
 
-	char sh[256], b1[32];
+	char sh[256], b1[32], take[400];
+	takeaway(res, NRES, take, sizeof(take));
 	if (as_json) {
 		json_t j;
 		json_init(&j, stdout);
@@ -676,20 +1001,27 @@ int cmd_bench(int argc, char **argv)
 				json_kv_double(&j, "encode_gbps_all", r->enc[1]);
 				json_kv_double(&j, "decode_gbps_1t", r->dec[0]);
 				json_kv_double(&j, "decode_gbps_all", r->dec[1]);
+				json_kv_bool(&j, "lossy", r->lossy);
+				if (r->lossy)
+					json_kv_double(&j, "rel_l2_err", r->rel_l2);
 			}
 			json_end_object(&j);
 		}
 		json_end_array(&j);
+		json_kv_string(&j, "takeaway", take);
 		json_end_object(&j);
 	} else {
 		printf("%s: %s %s", in, ibp_dtype_name(info.dtype), cli_shape(info.shape, info.ndim, sh, sizeof(sh)));
 		if (b.nrows < nrows_all)
 			printf(", first %llu of %llu rows (--max-mb)", (unsigned long long)b.nrows,
 			       (unsigned long long)nrows_all);
-		printf("\n  %llu rows x %llu B = %s; IBP chunk %u B, T=%.2f, %u cluster%s (trained in %.3f s)\n",
-		       (unsigned long long)b.nrows, (unsigned long long)rb, cli_bytes(b.total, b1, sizeof(b1)),
+		char rows[48];
+		printf("\n  %s x %llu B = %s; IBP chunk %u B, T=%.2f, %u cluster%s (trained in %.3f s)\n",
+		       cli_count(b.nrows, "row", "rows", rows, sizeof(rows)), (unsigned long long)rb,
+		       cli_bytes(b.total, b1, sizeof(b1)),
 		       ibp_codec_chunk_bytes(ic.codec), ibp_codec_threshold(ic.codec), k, k == 1 ? "" : "s", t_train);
-		printf("  GB/s = uncompressed bytes / s, median of repeated runs; every decode verified byte-exact\n\n");
+		printf("  GB/s = uncompressed bytes / s, median of repeated runs; every lossless decode verified\n"
+		       "  byte-exact\n\n");
 		char hdr[32];
 		snprintf(hdr, sizeof(hdr), "%dT", b.nt);
 		printf("%-18s %-9s %7s %8s %8s %8s %8s\n", "method", "unit", "ratio", "enc 1T", "enc", "dec 1T", "dec");
@@ -710,10 +1042,15 @@ int cmd_bench(int argc, char **argv)
 		}
 		printf("\nratio = raw bytes / compressed bytes. IBP counts payload, 1 flags byte per row%s and\n"
 		       "the Mask/Bitval%s metadata (%llu B); the paper layout counts the same extras (%llu B of\n"
-		       "metadata: it has no Xvals). Row offsets (needed by every per-row method for random\n"
-		       "access) are left out everywhere.\n",
+		       "metadata: it has no Xvals); exp its blocks, fp8 its streams. Row and block offsets\n"
+		       "(needed by every method for random access) are left out everywhere.\n",
 		       k > 1 ? " + 1 cluster byte" : "", ibp_codec_has_xval(ic.codec) ? "/Xval" : "",
 		       (unsigned long long)meta, (unsigned long long)paper_meta);
+		if (res[R_FP8_ROW].available || res[R_FP8_BLK].available)
+			printf("fp8 is lossy (E4M3, Hadamard blocks of 256): relative L2 error %.2f%% (row), %.2f%% (64K);\n"
+			       "its decodes are checked to be deterministic, not equal to the input.\n",
+			       100 * res[R_FP8_ROW].rel_l2, 100 * res[R_FP8_BLK].rel_l2);
+		printf("\ntakeaway (lossless, random row access): %s\n", take);
 	}
 out:
 	progress_end(b.pg);

@@ -26,45 +26,24 @@ const char *const help_analyze =
 
 int cmd_analyze(int argc, char **argv)
 {
-	static const struct option lo[] = {
-		{"threshold", required_argument, 0, OPT_THRESHOLD},
-		{"sample", required_argument, 0, OPT_SAMPLE},
-		{"seed", required_argument, 0, OPT_SEED},
-		{"dtype", required_argument, 0, OPT_DTYPE},
-		{"threads", required_argument, 0, OPT_THREADS},
-		{"json", no_argument, 0, OPT_JSON},
-		{"help", no_argument, 0, OPT_HELP},
-		{0, 0, 0, 0},
-	};
-	const char *cmd = "analyze";
+	static const int opts[] = {OPT_THRESHOLD, OPT_SAMPLE, OPT_SEED, OPT_DTYPE, OPT_THREADS, OPT_JSON, 0};
+	const cli_spec_t sp = {"analyze", help_analyze, opts, "exactly one IN.npy", 1};
 	ibp_train_opts_t o;
 	ibp_train_opts_default(&o);
-	unsigned npy_flags = 0;
-	int as_json = 0, c;
-	optind = 1;
-	while ((c = cli_getopt(cmd, argc, argv, lo)) != -1) {
-		if (c == -2)
-			return EXIT_USAGE;
-		if (c == OPT_HELP)
-			return cli_print_help(help_analyze);
-		if (c == OPT_JSON) {
-			as_json = 1;
-			continue;
-		}
-		int r = cli_train_option(cmd, c, optarg, &o, &npy_flags);
-		if (r < 0)
-			return EXIT_USAGE;
-		if (r == 0)
-			return cli_usage_error(cmd, "unexpected option '%s'", argv[optind - 1]);
-	}
-	if (argc - optind != 1)
-		return cli_usage_error(cmd, "needs exactly one IN.npy");
-	const char *in = argv[optind];
+	cli_args_t args = {.train = &o};
+	int rc = cli_parse_args(&sp, &args, argc, argv);
+	if (rc != CLI_PARSED)
+		return rc;
+	const char *cmd = sp.cmd, *in = args.operands[0];
+	o.nthreads = args.nthreads;
+	int as_json = args.json;
+	if ((rc = cli_check_input(cmd, in, 0)) != EXIT_OK)
+		return rc;
 
 	ibp_npy_info_t info;
 	void *data = NULL;
 	uint64_t nrows, rb;
-	int rc = cli_load_rows(cmd, in, npy_flags, &info, &data, &nrows, &rb);
+	rc = cli_load_rows(cmd, in, args.npy_flags, &info, &data, &nrows, &rb);
 	if (rc != EXIT_OK)
 		return rc;
 	progress_t *pg = progress_start("analyze", 0);
@@ -132,10 +111,11 @@ int cmd_analyze(int argc, char **argv)
 		json_end_object(&j);
 		json_end_object(&j);
 	} else {
-		printf("%s: %s %s, %llu rows x %llu B (%s), %llu rows sampled\n", in, ibp_dtype_name(info.dtype),
-		       cli_shape(info.shape, info.ndim, sh, sizeof(sh)), (unsigned long long)nrows,
+		char rows[48], sampled[48];
+		printf("%s: %s %s, %s x %llu B (%s), %s sampled\n", in, ibp_dtype_name(info.dtype),
+		       cli_shape(info.shape, info.ndim, sh, sizeof(sh)), cli_count(nrows, "row", "rows", rows, sizeof(rows)),
 		       (unsigned long long)rb, cli_bytes(nrows * rb, b1, sizeof(b1)),
-		       (unsigned long long)a->sample_rows);
+		       cli_count(a->sample_rows, "row", "rows", sampled, sizeof(sampled)));
 		printf("invariant bits at T=%.2f: %llu of %llu (%.1f%%)\n\n", a->threshold,
 		       (unsigned long long)a->invariant_bits, (unsigned long long)(8 * rb),
 		       100.0 * a->invariant_fraction);

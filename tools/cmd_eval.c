@@ -250,62 +250,58 @@ static ibp_status_t timed(ev_t *e, ibp_status_t (*fn)(ev_t *), uint64_t repeat, 
 	return IBP_OK;
 }
 
+typedef struct eval_opts {
+	ibp_dtype_t want; /* BYTES: the file's own dtype */
+	uint64_t repeat;
+} eval_opts_t;
+
+static int eval_option(void *ctx, int code, const char *arg)
+{
+	eval_opts_t *p = ctx;
+	if (code == OPT_DTYPE) { /* eval converts: its --dtype is not the training options' */
+		if (!strcmp(arg, "bf16"))
+			p->want = IBP_DTYPE_BF16;
+		else if (!strcmp(arg, "f16"))
+			p->want = IBP_DTYPE_F16;
+		else if (!strcmp(arg, "f32"))
+			p->want = IBP_DTYPE_F32;
+		else {
+			cli_usage_error("eval", "--dtype must be bf16, f16 or f32, got '%s'", arg);
+			return -1;
+		}
+		return 1;
+	}
+	if (code == OPT_REPEAT) {
+		if (cli_parse_u64("eval", "--repeat", arg, &p->repeat))
+			return -1;
+		if (p->repeat < 1 || p->repeat > 64) {
+			cli_usage_error("eval", "--repeat must be 1..64, got '%s'", arg);
+			return -1;
+		}
+		return 1;
+	}
+	return 0;
+}
+
 int cmd_eval(int argc, char **argv)
 {
-	static const struct option lo[] = {
-		{"codec", required_argument, 0, OPT_CODEC},
-		{"dtype", required_argument, 0, OPT_DTYPE},
-		{"exp-table", required_argument, 0, OPT_EXP_TABLE},
-		{"fp8-format", required_argument, 0, OPT_FP8_FORMAT},
-		{"fp8-block", required_argument, 0, OPT_FP8_BLOCK},
-		{"no-hadamard", no_argument, 0, OPT_NO_HADAMARD},
-		{"no-adaptive", no_argument, 0, OPT_NO_ADAPTIVE},
-		{"repeat", required_argument, 0, OPT_REPEAT},
-		{"json", no_argument, 0, OPT_JSON},
-		{"help", no_argument, 0, OPT_HELP},
-		{0, 0, 0, 0},
-	};
-	const char *cmd = "eval";
+	static const int opts[] = {CLI_OPTS_CODEC, OPT_DTYPE, OPT_REPEAT, OPT_JSON, 0};
+	const cli_spec_t sp = {"eval", help_eval, opts, "exactly one IN.npy", 1};
 	cli_codec_opts_t co;
 	cli_codec_opts_default(&co);
-	int as_json = 0, c;
-	ibp_dtype_t want = IBP_DTYPE_BYTES; /* BYTES: the file's own dtype */
-	uint64_t repeat = 0;
-	optind = 1;
-	while ((c = cli_getopt(cmd, argc, argv, lo)) != -1) {
-		if (c == -2)
-			return EXIT_USAGE;
-		if (c == OPT_HELP)
-			return cli_print_help(help_eval);
-		if (c == OPT_JSON) {
-			as_json = 1;
-		} else if (c == OPT_DTYPE) {
-			if (!strcmp(optarg, "bf16"))
-				want = IBP_DTYPE_BF16;
-			else if (!strcmp(optarg, "f16"))
-				want = IBP_DTYPE_F16;
-			else if (!strcmp(optarg, "f32"))
-				want = IBP_DTYPE_F32;
-			else
-				return cli_usage_error(cmd, "--dtype must be bf16, f16 or f32, got '%s'", optarg);
-		} else if (c == OPT_REPEAT) {
-			if (cli_parse_u64(cmd, "--repeat", optarg, &repeat))
-				return EXIT_USAGE;
-			if (repeat < 1 || repeat > 64)
-				return cli_usage_error(cmd, "--repeat must be 1..64, got '%s'", optarg);
-		} else {
-			int r = cli_codec_option(cmd, c, optarg, &co);
-			if (r < 0)
-				return EXIT_USAGE;
-			if (r == 0)
-				return cli_usage_error(cmd, "unexpected option '%s'", argv[optind - 1]);
-		}
-	}
-	if (argc - optind != 1)
-		return cli_usage_error(cmd, "needs exactly one IN.npy");
+	eval_opts_t eo = {IBP_DTYPE_BYTES, 0};
+	cli_args_t args = {.codec = &co, .other = eval_option, .ctx = &eo};
+	int rc = cli_parse_args(&sp, &args, argc, argv);
+	if (rc != CLI_PARSED)
+		return rc;
+	const char *cmd = sp.cmd, *in = args.operands[0];
+	int as_json = args.json;
+	ibp_dtype_t want = eo.want;
+	uint64_t repeat = eo.repeat;
 	if (cli_codec_check(cmd, &co) != EXIT_OK)
 		return EXIT_USAGE;
-	const char *in = argv[optind];
+	if ((rc = cli_check_input(cmd, in, 0)) != EXIT_OK)
+		return rc;
 
 	ibp_npy_info_t info;
 	void *loaded = NULL;
@@ -317,7 +313,7 @@ int cmd_eval(int argc, char **argv)
 	if (want == IBP_DTYPE_BF16 && ibp_npy_read_header(in, IBP_NPY_BF16, &head) == IBP_OK &&
 	    head.dtype == IBP_DTYPE_BF16)
 		npy_flags = IBP_NPY_BF16;
-	int rc = cli_load_rows(cmd, in, npy_flags, &info, &loaded, &nrows, &R);
+	rc = cli_load_rows(cmd, in, npy_flags, &info, &loaded, &nrows, &R);
 	if (rc != EXIT_OK)
 		return rc;
 	ev_t e;

@@ -18,16 +18,20 @@ const char *const help_gather =
 	"  random:N[:SEED]   N row ids drawn uniformly with replacement (SEED default 1)\n"
 	"  FILE              a .npy of integer ids (any shape, read flat; int64 as\n"
 	"                    written by NumPy), or a text file of decimal ids separated\n"
-	"                    by white space or commas ('#' starts a comment)\n"
+	"                    by white space or commas ('#' starts a comment); ids\n"
+	"                    are held in memory (at most half the physical memory)\n"
 	"\n"
 	"options:\n"
 	"  --threads N       decode threads (default 0 = all CPUs)\n"
 	"  -h, --help        this text\n"
 	"\n"
-	"Prints the rows, bytes and decode speed on stdout. An id outside\n"
-	"[0, rows) is an error (exit 2) naming its position. With the exp and fp8\n"
-	"codecs a row is read by decoding its whole block (the last block decoded\n"
-	"is kept per thread, so ids in the same block as the one before are cheap).\n";
+	"Prints the rows, bytes and decode speed on stdout. An id outside [0, rows)\n"
+	"is an error (exit 2) naming the ids file and the id's position; so is an\n"
+	"output larger than its file system's free space. OUT.npy is written to a\n"
+	"temporary file renamed over it when complete; an OUT.npy that is an input\n"
+	"or not a regular file is refused. With the exp and fp8 codecs a row is\n"
+	"read by decoding its whole block (the last block decoded is kept per\n"
+	"thread, so ids in the same block as the one before are cheap).\n";
 
 static uint64_t splitmix64(uint64_t *x)
 {
@@ -37,23 +41,45 @@ static uint64_t splitmix64(uint64_t *x)
 	return z ^ (z >> 31);
 }
 
-int cli_decode_to_npy(const char *cmd, ibp_store_t *st, const int64_t *ids, uint64_t n, const char *out,
+/* --ids and --out: ctx is {ids, out}. */
+static int gather_option(void *ctx, int code, const char *arg)
+{
+	const char **v = ctx;
+	if (code == OPT_IDS || code == OPT_OUT) {
+		v[code == OPT_OUT] = arg;
+		return 1;
+	}
+	return 0;
+}
+
+int cli_decode_to_npy(const char *cmd, ibp_store_t *st, const cli_ids_t *src, uint64_t n, cli_out_t *out,
 		      int nthreads, double *seconds)
 {
-	uint64_t rb = ibp_store_row_bytes(st);
+	uint64_t rb = ibp_store_row_bytes(st), nrows = ibp_store_nrows(st);
 	unsigned ndim = ibp_store_ndim(st);
 	uint64_t shape[IBP_MAX_NDIM];
 	memcpy(shape, ibp_store_shape(st), ndim * sizeof(uint64_t));
 	shape[0] = n;
+	/* Sizes first: nothing is created for an output that cannot be written. */
+	char b1[32];
+	if (rb && n > (UINT64_MAX - 65536) / rb)
+		return cli_fail(cmd, out->target, "%llu rows of %s is more than 2^64 bytes", (unsigned long long)n,
+				cli_bytes(rb, b1, sizeof(b1)));
+	int rc = cli_out_check_space(out, n * rb + 4096); /* + the .npy header */
+	if (rc != EXIT_OK)
+		return rc;
+	if ((rc = cli_out_open(out)) != EXIT_OK)
+		return rc;
 	ibp_npy_writer_t *w;
-	ibp_status_t s = ibp_npy_create(out, ibp_store_dtype(st), ndim, shape, &w);
+	ibp_status_t s = ibp_npy_create(out->tmp, ibp_store_dtype(st), ndim, shape, &w);
 	if (s != IBP_OK)
-		return cli_fail_status(cmd, out, s);
+		return cli_fail_out(out, s);
 	uint64_t slice = (32ull << 20) / rb;
 	if (slice == 0)
 		slice = 1;
 	if (slice > n)
 		slice = n ? n : 1;
+	const int64_t *ids = src ? src->ids : NULL;
 	uint8_t *buf = malloc(slice * rb);
 	int64_t *seq = ids ? NULL : malloc(slice * sizeof(int64_t));
 	if (!buf || (!ids && !seq)) {
@@ -64,25 +90,22 @@ int cli_decode_to_npy(const char *cmd, ibp_store_t *st, const int64_t *ids, uint
 	}
 	progress_t *pg = progress_start(cmd, n);
 	double t = 0;
-	int rc = EXIT_OK;
+	uint64_t x = src ? src->seed : 0; /* splitmix64 state of random ids */
 	for (uint64_t a = 0; a < n && rc == EXIT_OK; a += slice) {
 		uint64_t k = n - a < slice ? n - a : slice;
 		const int64_t *sl = ids ? ids + a : seq;
 		if (!ids)
 			for (uint64_t i = 0; i < k; i++)
-				seq[i] = (int64_t)(a + i);
+				seq[i] = src && src->random ? (int64_t)(splitmix64(&x) % nrows) : (int64_t)(a + i);
 		double t0 = cli_now();
 		s = ibp_store_gather(st, sl, k, buf, nthreads);
 		t += cli_now() - t0;
 		if (s == IBP_ERR_OUT_OF_RANGE) {
-			/* The store names the position inside this slice; name the global one. */
+			/* Callers check ids first; name the global position all the same. */
 			for (uint64_t i = 0; i < k; i++)
-				if (sl[i] < 0 || (uint64_t)sl[i] >= ibp_store_nrows(st)) {
-					progress_end(pg);
-					pg = NULL;
+				if (sl[i] < 0 || (uint64_t)sl[i] >= nrows) {
 					rc = cli_fail(cmd, NULL, "id %lld at position %llu is outside [0, %llu)",
-						      (long long)sl[i], (unsigned long long)(a + i),
-						      (unsigned long long)ibp_store_nrows(st));
+						      (long long)sl[i], (unsigned long long)(a + i), (unsigned long long)nrows);
 					break;
 				}
 			if (rc == EXIT_OK)
@@ -92,9 +115,8 @@ int cli_decode_to_npy(const char *cmd, ibp_store_t *st, const int64_t *ids, uint
 		if (s == IBP_OK)
 			s = ibp_npy_append(w, buf, k * rb);
 		if (s != IBP_OK) {
-			progress_end(pg);
-			pg = NULL;
-			rc = cli_fail_status(cmd, s == IBP_ERR_IO || s == IBP_ERR_INVALID_ARG ? out
+			/* A read error (corrupt data: exit 2) names the container, a write error the output. */
+			rc = cli_fail_status(cmd, s == IBP_ERR_IO || s == IBP_ERR_INVALID_ARG ? out->target
 							: ibp_container_name(ibp_store_container(st)), s);
 			break;
 		}
@@ -109,124 +131,143 @@ int cli_decode_to_npy(const char *cmd, ibp_store_t *st, const int64_t *ids, uint
 	}
 	s = ibp_npy_finish(w);
 	if (s != IBP_OK)
-		return cli_fail_status(cmd, out, s);
+		return cli_fail_out(out, s);
+	if ((rc = cli_out_commit(out)) != EXIT_OK)
+		return rc;
 	*seconds = t;
 	return EXIT_OK;
 }
 
-/* Reads ids from a .npy of integers or a text file. */
-static int read_id_file(const char *cmd, const char *path, int64_t **ids, uint64_t *n)
+int cli_open_for_decode(const char *cmd, const char *const *inputs, int ninputs, const char *out_path,
+			cli_out_t *out, ibp_store_t **st)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return cli_fail(cmd, path, "cannot open: %s", strerror(errno));
-	unsigned char magic[6] = {0};
-	size_t got = fread(magic, 1, 6, f);
-	if (got == 6 && !memcmp(magic, "\x93NUMPY", 6)) {
-		fclose(f);
-		ibp_npy_info_t info;
-		void *data;
-		ibp_status_t s = ibp_npy_load(path, 0, &info, &data);
+	int rc = cli_out_prepare(out, cmd, out_path, inputs, ninputs);
+	if (rc == EXIT_OK)
+		rc = cli_check_input(cmd, inputs[0], 0);
+	if (rc == EXIT_OK) {
+		/* The library checks the payload checksums at open (verified reads):
+		 * corrupt data is IBP_ERR_CORRUPT or _CHECKSUM here, exit 2. */
+		ibp_status_t s = ibp_store_open(inputs[0], IBP_OPEN_MMAP, st);
 		if (s != IBP_OK)
-			return cli_fail_status(cmd, path, s);
-		ibp_dtype_t dt = info.dtype;
-		int is_signed = dt == IBP_DTYPE_I8 || dt == IBP_DTYPE_I16 || dt == IBP_DTYPE_I32 || dt == IBP_DTYPE_I64;
-		int is_unsigned = dt == IBP_DTYPE_U8 || dt == IBP_DTYPE_U16 || dt == IBP_DTYPE_U32 || dt == IBP_DTYPE_U64;
-		if (!is_signed && !is_unsigned) {
-			ibp_npy_free(data);
-			return cli_fail(cmd, path, "ids must be integers, this array is '%s'", info.descr);
-		}
-		int64_t *v = malloc(info.count ? info.count * sizeof(int64_t) : 1);
-		if (!v) {
-			ibp_npy_free(data);
-			return cli_fail(cmd, path, "out of memory");
-		}
-		const uint8_t *p = data;
-		for (uint64_t i = 0; i < info.count; i++) {
-			uint64_t u = 0;
-			memcpy(&u, p + i * info.elem_bytes, info.elem_bytes); /* little-endian host */
-			if (is_signed && info.elem_bytes < 8 && (u >> (8 * info.elem_bytes - 1)) & 1)
-				u |= ~0ull << (8 * info.elem_bytes); /* sign-extend */
-			if (is_unsigned && u > (uint64_t)INT64_MAX) {
-				free(v);
-				ibp_npy_free(data);
-				return cli_fail(cmd, path, "id %llu at position %llu is too large",
-						(unsigned long long)u, (unsigned long long)i);
-			}
-			v[i] = (int64_t)u;
-		}
-		ibp_npy_free(data);
-		*ids = v;
-		*n = info.count;
-		return EXIT_OK;
+			rc = cli_fail_status(cmd, inputs[0], s);
 	}
-	/* Text: read it all, then tokenise. */
-	rewind(f);
-	size_t cap = 1 << 16, len = 0;
-	char *text = malloc(cap);
-	while (text) {
-		len += fread(text + len, 1, cap - len - 1, f);
-		if (len < cap - 1)
-			break;
-		char *bigger = realloc(text, cap * 2);
-		if (!bigger) {
-			free(text);
-			text = NULL;
-			break;
-		}
-		text = bigger;
-		cap *= 2;
+	if (rc != EXIT_OK)
+		cli_out_close(out);
+	return rc;
+}
+
+/* `tok` (len bytes of a longer token if cut) quoted for a message:
+ * non-printing bytes as \n, \t or \xNN. */
+static const char *quote_token(const char *tok, size_t len, int cut, char *buf, size_t cap)
+{
+	size_t n = 0;
+	buf[n++] = '\'';
+	for (size_t i = 0; i < len && n + 8 < cap; i++) {
+		unsigned char ch = (unsigned char)tok[i];
+		if (ch == '\n')
+			n += (size_t)snprintf(buf + n, cap - n, "\\n");
+		else if (ch == '\t')
+			n += (size_t)snprintf(buf + n, cap - n, "\\t");
+		else if (ch < 0x20 || ch >= 0x7f || ch == '\'')
+			n += (size_t)snprintf(buf + n, cap - n, "\\x%02x", ch);
+		else
+			buf[n++] = (char)ch;
 	}
-	int err = ferror(f);
-	fclose(f);
-	if (!text)
-		return cli_fail(cmd, path, "out of memory");
-	if (err) {
-		free(text);
-		return cli_fail(cmd, path, "read error");
-	}
-	text[len] = '\0';
-	uint64_t count = 0, vcap = 1024, line = 1;
-	int64_t *v = malloc(vcap * sizeof(int64_t));
-	int rc = v ? EXIT_OK : cli_fail(cmd, path, "out of memory");
-	for (char *p = text; rc == EXIT_OK && *p;) {
-		if (*p == '\n') {
+	snprintf(buf + n, cap - n, "%s'", cut ? "..." : "");
+	return buf;
+}
+
+/* A byte source: the bytes already read to sniff the format, then the file. */
+typedef struct reader {
+	FILE *f;
+	const unsigned char *head;
+	size_t nhead, at;
+} reader_t;
+
+static int next_ch(reader_t *r)
+{
+	return r->at < r->nhead ? r->head[r->at++] : getc_unlocked(r->f);
+}
+
+static int is_sep(int ch)
+{
+	return ch == ',' || (ch != EOF && isspace(ch));
+}
+
+/* Parses decimal ids from text: white space or commas between them, '#' to
+ * the end of a line a comment. The ids array grows up to cli_mem_limit(). */
+static int read_id_text(const char *cmd, const char *path, reader_t *r, int64_t **ids, uint64_t *n)
+{
+	uint64_t limit = cli_mem_limit() / sizeof(int64_t), count = 0, vcap = 0, line = 1;
+	int64_t *v = NULL;
+	int rc = EXIT_OK, ch = next_ch(r);
+	char tok[24], q[128];
+	while (rc == EXIT_OK && ch != EOF) {
+		if (ch == '\n') {
 			line++;
-			p++;
-		} else if (isspace((unsigned char)*p) || *p == ',') {
-			p++;
-		} else if (*p == '#') {
-			while (*p && *p != '\n')
-				p++;
-		} else if (isdigit((unsigned char)*p)) {
-			errno = 0;
-			char *end;
-			unsigned long long x = strtoull(p, &end, 10);
-			if (errno || x > (unsigned long long)INT64_MAX) {
-				rc = cli_fail(cmd, path, "line %llu: id too large", (unsigned long long)line);
-				break;
-			}
-			if (*end && !isspace((unsigned char)*end) && *end != ',' && *end != '#') {
-				rc = cli_fail(cmd, path, "line %llu: '%.20s' is not a row id", (unsigned long long)line, p);
-				break;
-			}
-			if (count == vcap) {
-				int64_t *bigger = realloc(v, vcap * 2 * sizeof(int64_t));
-				if (!bigger) {
-					rc = cli_fail(cmd, path, "out of memory");
-					break;
-				}
-				v = bigger;
-				vcap *= 2;
-			}
-			v[count++] = (int64_t)x;
-			p = end;
-		} else {
-			rc = cli_fail(cmd, path, "line %llu: '%.20s' is not a row id (ids are non-negative integers)",
-				      (unsigned long long)line, p);
+			ch = next_ch(r);
+			continue;
 		}
+		if (is_sep(ch)) {
+			ch = next_ch(r);
+			continue;
+		}
+		if (ch == '#') {
+			while (ch != EOF && ch != '\n')
+				ch = next_ch(r);
+			continue;
+		}
+		/* A token: up to the next separator or comment. */
+		size_t len = 0;
+		int cut = 0, digits = 1;
+		while (ch != EOF && !is_sep(ch) && ch != '#') {
+			digits &= isdigit(ch) != 0;
+			if (len < sizeof(tok))
+				tok[len++] = (char)ch;
+			else
+				cut = 1;
+			ch = next_ch(r);
+		}
+		if (!digits) {
+			rc = cli_fail(cmd, path, "line %llu: %s is not a row id (ids are non-negative integers)",
+				      (unsigned long long)line, quote_token(tok, len, cut, q, sizeof(q)));
+			break;
+		}
+		uint64_t x = 0;
+		int big = cut;
+		for (size_t i = 0; i < len && !big; i++) {
+			unsigned d = (unsigned)(tok[i] - '0');
+			big = x > ((uint64_t)INT64_MAX - d) / 10;
+			x = x * 10 + d;
+		}
+		if (big) {
+			rc = cli_fail(cmd, path, "line %llu: id %s is too large", (unsigned long long)line,
+				      quote_token(tok, len, cut, q, sizeof(q)));
+			break;
+		}
+		if (count == vcap) {
+			char b[32];
+			if (count >= limit) {
+				rc = cli_fail(cmd, path, "more than %llu ids; ids are held in memory and the limit is %s "
+						"(half the physical memory unless IBP_CLI_MEM_LIMIT sets it)",
+					      (unsigned long long)limit, cli_bytes(limit * sizeof(int64_t), b, sizeof(b)));
+				break;
+			}
+			uint64_t nc = vcap ? vcap * 2 : 1024;
+			if (nc > limit)
+				nc = limit;
+			int64_t *bigger = realloc(v, nc * sizeof(int64_t));
+			if (!bigger) {
+				rc = cli_fail(cmd, path, "out of memory for %llu ids", (unsigned long long)nc);
+				break;
+			}
+			v = bigger;
+			vcap = nc;
+		}
+		v[count++] = (int64_t)x;
 	}
-	free(text);
+	if (rc == EXIT_OK && ferror(r->f))
+		rc = cli_fail(cmd, path, "read error: %s", strerror(errno));
 	if (rc != EXIT_OK) {
 		free(v);
 		return rc;
@@ -236,43 +277,95 @@ static int read_id_file(const char *cmd, const char *path, int64_t **ids, uint64
 	return EXIT_OK;
 }
 
+/* A .npy of integer ids, any shape, read flat. */
+static int read_id_npy(const char *cmd, const char *path, int64_t **ids, uint64_t *n)
+{
+	ibp_npy_info_t info;
+	ibp_status_t s = ibp_npy_read_header(path, 0, &info);
+	if (s != IBP_OK)
+		return cli_fail_status(cmd, path, s);
+	ibp_dtype_t dt = info.dtype;
+	int is_signed = dt == IBP_DTYPE_I8 || dt == IBP_DTYPE_I16 || dt == IBP_DTYPE_I32 || dt == IBP_DTYPE_I64;
+	int is_unsigned = dt == IBP_DTYPE_U8 || dt == IBP_DTYPE_U16 || dt == IBP_DTYPE_U32 || dt == IBP_DTYPE_U64;
+	if (!is_signed && !is_unsigned)
+		return cli_fail(cmd, path, "ids must be integers, this array is '%s'", info.descr);
+	/* The file's array and the int64 copy are both held: check before loading. */
+	uint64_t limit = cli_mem_limit();
+	if (info.count > limit / (sizeof(int64_t) + info.elem_bytes)) {
+		char b[32];
+		return cli_fail(cmd, path, "%llu ids do not fit: ids are held in memory and the limit is %s "
+				"(half the physical memory unless IBP_CLI_MEM_LIMIT sets it)",
+				(unsigned long long)info.count, cli_bytes(limit, b, sizeof(b)));
+	}
+	void *data;
+	s = ibp_npy_load(path, 0, &info, &data);
+	if (s != IBP_OK)
+		return cli_fail_status(cmd, path, s);
+	int64_t *v = malloc(info.count ? info.count * sizeof(int64_t) : 1);
+	if (!v) {
+		ibp_npy_free(data);
+		return cli_fail(cmd, path, "out of memory");
+	}
+	const uint8_t *p = data;
+	for (uint64_t i = 0; i < info.count; i++) {
+		uint64_t u = 0;
+		memcpy(&u, p + i * info.elem_bytes, info.elem_bytes); /* little-endian host */
+		if (is_signed && info.elem_bytes < 8 && (u >> (8 * info.elem_bytes - 1)) & 1)
+			u |= ~0ull << (8 * info.elem_bytes); /* sign-extend */
+		if (is_unsigned && u > (uint64_t)INT64_MAX) {
+			free(v);
+			ibp_npy_free(data);
+			return cli_fail(cmd, path, "id %llu at position %llu is too large", (unsigned long long)u,
+					(unsigned long long)i);
+		}
+		v[i] = (int64_t)u;
+	}
+	ibp_npy_free(data);
+	*ids = v;
+	*n = info.count;
+	return EXIT_OK;
+}
+
+/* Reads ids from a .npy of integers or a text file (which may be a pipe). */
+static int read_id_file(const char *cmd, const char *path, int64_t **ids, uint64_t *n)
+{
+	int rc = cli_check_input(cmd, path, 1);
+	if (rc != EXIT_OK)
+		return rc;
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return cli_fail(cmd, path, "cannot open: %s", strerror(errno));
+	unsigned char magic[6] = {0};
+	size_t got = fread(magic, 1, sizeof(magic), f);
+	if (got == 6 && !memcmp(magic, "\x93NUMPY", 6)) {
+		fclose(f);
+		return read_id_npy(cmd, path, ids, n);
+	}
+	reader_t r = {f, magic, got, 0};
+	rc = read_id_text(cmd, path, &r, ids, n);
+	fclose(f);
+	return rc;
+}
+
 int cmd_gather(int argc, char **argv)
 {
-	static const struct option lo[] = {
-		{"ids", required_argument, 0, OPT_IDS},
-		{"out", required_argument, 0, OPT_OUT},
-		{"threads", required_argument, 0, OPT_THREADS},
-		{"help", no_argument, 0, OPT_HELP},
-		{0, 0, 0, 0},
-	};
-	const char *cmd = "gather", *spec = NULL, *out = NULL;
-	int nthreads = 0, c;
-	optind = 1;
-	while ((c = cli_getopt(cmd, argc, argv, lo)) != -1) {
-		switch (c) {
-		case -2: return EXIT_USAGE;
-		case OPT_HELP: return cli_print_help(help_gather);
-		case OPT_IDS: spec = optarg; break;
-		case OPT_OUT: out = optarg; break;
-		case OPT_THREADS:
-			if (cli_parse_threads(cmd, optarg, &nthreads))
-				return EXIT_USAGE;
-			break;
-		default: return cli_usage_error(cmd, "unexpected option '%s'", argv[optind - 1]);
-		}
-	}
-	if (argc - optind != 1)
-		return cli_usage_error(cmd, "needs exactly one IN.ibp");
-	if (!spec || !out)
+	static const int opts[] = {OPT_IDS, OPT_OUT, OPT_THREADS, 0};
+	const cli_spec_t sp = {"gather", help_gather, opts, "exactly one IN.ibp", 1};
+	const char *spec[2] = {NULL, NULL}; /* --ids, --out */
+	cli_args_t a = {.other = gather_option, .ctx = spec};
+	int rc = cli_parse_args(&sp, &a, argc, argv);
+	if (rc != CLI_PARSED)
+		return rc;
+	const char *cmd = sp.cmd, *in = a.operands[0], *ids_spec = spec[0], *out_path = spec[1];
+	if (!ids_spec || !out_path)
 		return cli_usage_error(cmd, "needs --ids and --out");
-	const char *in = argv[optind];
 
 	/* Parse a random: spec before opening anything (usage errors first). */
-	int is_random = !strncmp(spec, "random:", 7);
+	int is_random = !strncmp(ids_spec, "random:", 7);
 	uint64_t nrand = 0, seed = 1;
 	if (is_random) {
 		char buf[64];
-		snprintf(buf, sizeof(buf), "%s", spec + 7);
+		snprintf(buf, sizeof(buf), "%s", ids_spec + 7);
 		char *colon = strchr(buf, ':');
 		if (colon)
 			*colon = '\0';
@@ -280,46 +373,46 @@ int cmd_gather(int argc, char **argv)
 			return EXIT_USAGE;
 		if (colon && cli_parse_u64(cmd, "--ids random:N:SEED", colon + 1, &seed))
 			return EXIT_USAGE;
-		if (nrand > (1ull << 40))
-			return cli_usage_error(cmd, "--ids random:N: N is too large");
 	}
-
+	const char *inputs[2] = {in, is_random ? NULL : ids_spec};
+	cli_out_t out;
 	ibp_store_t *st;
-	ibp_status_t s = ibp_store_open(in, IBP_OPEN_MMAP, &st);
-	if (s != IBP_OK)
-		return cli_fail_status(cmd, in, s);
+	if ((rc = cli_open_for_decode(cmd, inputs, 2, out_path, &out, &st)) != EXIT_OK)
+		return rc;
 	int64_t *ids = NULL;
-	uint64_t n = 0;
-	int rc = EXIT_OK;
-	uint64_t nrows = ibp_store_nrows(st);
+	uint64_t n = 0, nrows = ibp_store_nrows(st);
+	cli_ids_t src = {NULL, 0, seed};
 	if (is_random) {
+		/* Drawn slice by slice while decoding: no list is held in memory. */
 		if (nrand && !nrows) {
 			rc = cli_fail(cmd, in, "the container has no rows to draw from");
 			goto out;
 		}
-		ids = malloc(nrand ? nrand * sizeof(int64_t) : 1);
-		if (!ids) {
-			rc = cli_fail(cmd, NULL, "out of memory for %llu ids", (unsigned long long)nrand);
-			goto out;
-		}
-		uint64_t x = seed;
-		for (uint64_t i = 0; i < nrand; i++)
-			ids[i] = (int64_t)(splitmix64(&x) % nrows);
+		src.random = 1;
 		n = nrand;
 	} else {
-		rc = read_id_file(cmd, spec, &ids, &n);
+		rc = read_id_file(cmd, ids_spec, &ids, &n);
 		if (rc != EXIT_OK)
 			goto out;
+		for (uint64_t i = 0; i < n; i++)
+			if (ids[i] < 0 || (uint64_t)ids[i] >= nrows) {
+				rc = cli_fail(cmd, ids_spec, "id %lld at position %llu is outside [0, %llu), the rows of %s",
+					      (long long)ids[i], (unsigned long long)i, (unsigned long long)nrows, in);
+				goto out;
+			}
+		src.ids = ids;
 	}
 	double secs = 0;
-	rc = cli_decode_to_npy(cmd, st, ids, n, out, nthreads, &secs);
+	rc = cli_decode_to_npy(cmd, st, &src, n, &out, a.nthreads, &secs);
 	if (rc == EXIT_OK) {
-		char b[32];
+		char b[32], rows[48];
 		uint64_t bytes = n * ibp_store_row_bytes(st);
-		printf("%s: gathered %llu rows (%s) into %s in %.3f s (%.2f GB/s)\n", in, (unsigned long long)n,
-		       cli_bytes(bytes, b, sizeof(b)), out, secs, secs > 0 ? (double)bytes / secs / 1e9 : 0.0);
+		printf("%s: gathered %s (%s) into %s in %.3f s (%.2f GB/s)\n", in,
+		       cli_count(n, "row", "rows", rows, sizeof(rows)), cli_bytes(bytes, b, sizeof(b)), out_path, secs,
+		       secs > 0 ? (double)bytes / secs / 1e9 : 0.0);
 	}
 out:
+	cli_out_close(&out);
 	free(ids);
 	ibp_store_close(st);
 	return rc;

@@ -21,7 +21,7 @@ const char *const help_pack =
 	"                          of rows, lossless, bf16/f16/f32; fp8: FP8 blocks,\n"
 	"                          LOSSY (about 1 byte per element), bf16/f16/f32\n"
 	"  --lossy                 required with --codec fp8: unpack then gives back\n"
-	"                          approximate values\n"
+	"                          approximate values (refused with ibp and exp)\n"
 	"  --exp-table sigma|hist  exp: exponent table from the RMS (default) or from\n"
 	"                          each block's histogram\n"
 	"  --fp8-format e4m3|e5m2  fp8: element format (default e4m3)\n"
@@ -46,6 +46,8 @@ const char *const help_pack =
 	"  --threads N             worker threads (default 0 = all CPUs)\n"
 	"  -h, --help              this text\n"
 	"\n"
+	"OUT.ibp is written to a temporary file beside it and renamed over it when\n"
+	"complete; an OUT.ibp that is IN.npy or not a regular file is refused.\n"
 	"Prints a short summary on stdout. Exit status: 0 ok, 1 usage (also fp8\n"
 	"without --lossy), 2 error (also exp/fp8 on a dtype other than bf16, f16, f32).\n";
 
@@ -57,7 +59,7 @@ static uint64_t slice_rows(uint64_t row_bytes)
 }
 
 /* --codec exp|fp8: one library call encodes and writes. */
-static int pack_values(const char *cmd, const char *in, const char *out, const cli_codec_opts_t *co,
+static int pack_values(const char *cmd, const char *in, cli_out_t *out, const cli_codec_opts_t *co,
 		       const ibp_npy_info_t *info, const void *data, uint64_t nrows, uint64_t rb,
 		       uint64_t block_rows)
 {
@@ -66,25 +68,34 @@ static int pack_values(const char *cmd, const char *in, const char *out, const c
 		return cli_fail(cmd, in, "the %s codec takes bf16, f16 or f32 arrays, this one is '%s' (%s); "
 				"bfloat16 stored as '<u2' needs --dtype bf16", cn, info->descr,
 				ibp_dtype_name(info->dtype));
+	/* A block never needs more rows than the array has; more would only make
+	 * every reader size its block buffer for rows that do not exist. */
+	if (block_rows > nrows)
+		block_rows = nrows ? nrows : 1;
+	int rc = cli_out_open(out);
+	if (rc != EXIT_OK)
+		return rc;
 	progress_t *pg = progress_start(cmd, 0);
 	progress_step(pg, "encoding");
 	progress_tick(pg);
 	double t0 = cli_now();
 	ibp_status_t s = co->codec == IBP_CODEC_EXP
-				 ? ibp_pack_exp(out, data, info->dtype, info->ndim, info->shape, &co->exp, block_rows)
-				 : ibp_pack_fp8(out, data, info->dtype, info->ndim, info->shape, &co->fp8, block_rows);
+				 ? ibp_pack_exp(out->tmp, data, info->dtype, info->ndim, info->shape, &co->exp, block_rows)
+				 : ibp_pack_fp8(out->tmp, data, info->dtype, info->ndim, info->shape, &co->fp8, block_rows);
 	double t = cli_now() - t0;
 	progress_end(pg);
 	if (s != IBP_OK)
-		return cli_fail_status(cmd, out, s);
+		return cli_fail_out(out, s);
+	if ((rc = cli_out_commit(out)) != EXIT_OK)
+		return rc;
 	ibp_container_t *ct;
-	s = ibp_container_open(out, IBP_OPEN_MMAP, &ct);
+	s = ibp_container_open(out->path, IBP_OPEN_MMAP, &ct);
 	if (s != IBP_OK)
-		return cli_fail_status(cmd, out, s);
+		return cli_fail_out(out, s);
 	uint64_t total = nrows * rb, fsize = ibp_container_file_bytes(ct), nb = ibp_container_nblocks(ct);
 	char b1[32], b2[32], sh[256];
 	printf("%s: %s %s (%s) -> %s: %s, ratio %.3f\n", in, ibp_dtype_name(info->dtype),
-	       cli_shape(info->shape, info->ndim, sh, sizeof(sh)), cli_bytes(total, b1, sizeof(b1)), out,
+	       cli_shape(info->shape, info->ndim, sh, sizeof(sh)), cli_bytes(total, b1, sizeof(b1)), out->target,
 	       cli_bytes(fsize, b2, sizeof(b2)), fsize ? (double)total / (double)fsize : 0.0);
 	if (co->codec == IBP_CODEC_EXP)
 		printf("  codec exp (lossless), table %s; ", co->exp.table_mode == IBP_EXP_TABLE_SIGMA ? "sigma" : "hist");
@@ -92,96 +103,19 @@ static int pack_values(const char *cmd, const char *in, const char *out, const c
 		printf("  codec fp8 (LOSSY), %s, block %u, Hadamard %s, adaptive %s; ",
 		       co->fp8.format == IBP_FP8_E4M3 ? "E4M3" : "E5M2", co->fp8.block, co->fp8.hadamard ? "on" : "off",
 		       co->fp8.adaptive ? "on" : "off");
-	printf("%llu block%s of %llu rows (%llu elements)\n", (unsigned long long)nb, nb == 1 ? "" : "s",
-	       (unsigned long long)ibp_container_block_rows(ct), (unsigned long long)ibp_container_chunk_elems(ct));
+	char rows[48], elems[48];
+	printf("%llu block%s of %s (%s)\n", (unsigned long long)nb, nb == 1 ? "" : "s",
+	       cli_count(ibp_container_block_rows(ct), "row", "rows", rows, sizeof(rows)),
+	       cli_count(ibp_container_chunk_elems(ct), "element", "elements", elems, sizeof(elems)));
 	printf("  encode and write %.3f s (%.2f GB/s)\n", t, t > 0 ? (double)total / t / 1e9 : 0.0);
 	ibp_container_close(ct);
 	return EXIT_OK;
 }
 
-int cmd_pack(int argc, char **argv)
+/* Loads IN, encodes and writes through `out` (prepared). */
+static int pack_file(const char *cmd, const char *in, cli_out_t *out, ibp_train_opts_t o, cli_codec_opts_t co,
+		     unsigned npy_flags, ibp_layout_t layout, uint64_t block_rows)
 {
-	static const struct option lo[] = {
-		{"chunk", required_argument, 0, OPT_CHUNK},
-		{"threshold", required_argument, 0, OPT_THRESHOLD},
-		{"sample", required_argument, 0, OPT_SAMPLE},
-		{"clusters", required_argument, 0, OPT_CLUSTERS},
-		{"seed", required_argument, 0, OPT_SEED},
-		{"layout", required_argument, 0, OPT_LAYOUT},
-		{"dtype", required_argument, 0, OPT_DTYPE},
-		{"threads", required_argument, 0, OPT_THREADS},
-		{"codec", required_argument, 0, OPT_CODEC},
-		{"lossy", no_argument, 0, OPT_LOSSY},
-		{"exp-table", required_argument, 0, OPT_EXP_TABLE},
-		{"fp8-format", required_argument, 0, OPT_FP8_FORMAT},
-		{"fp8-block", required_argument, 0, OPT_FP8_BLOCK},
-		{"no-hadamard", no_argument, 0, OPT_NO_HADAMARD},
-		{"no-adaptive", no_argument, 0, OPT_NO_ADAPTIVE},
-		{"block-rows", required_argument, 0, OPT_BLOCK_ROWS},
-		{"help", no_argument, 0, OPT_HELP},
-		{0, 0, 0, 0},
-	};
-	const char *cmd = "pack";
-	ibp_train_opts_t o;
-	ibp_train_opts_default(&o);
-	cli_codec_opts_t co;
-	cli_codec_opts_default(&co);
-	unsigned npy_flags = 0;
-	ibp_layout_t layout = IBP_LAYOUT_PACKED;
-	const char *ibp_only = NULL; /* an IBP-only option given, for usage errors */
-	uint64_t block_rows = 0;
-	int c;
-	optind = 1;
-	while ((c = cli_getopt(cmd, argc, argv, lo)) != -1) {
-		if (c == -2)
-			return EXIT_USAGE;
-		if (c == OPT_HELP)
-			return cli_print_help(help_pack);
-		if (c == OPT_LAYOUT) {
-			if (!strcmp(optarg, "packed"))
-				layout = IBP_LAYOUT_PACKED;
-			else if (!strcmp(optarg, "inplace"))
-				layout = IBP_LAYOUT_INPLACE;
-			else
-				return cli_usage_error(cmd, "--layout must be packed or inplace, got '%s'", optarg);
-			if (layout == IBP_LAYOUT_INPLACE)
-				ibp_only = "--layout inplace";
-			continue;
-		}
-		if (c == OPT_BLOCK_ROWS) {
-			if (cli_parse_u64(cmd, "--block-rows", optarg, &block_rows))
-				return EXIT_USAGE;
-			if (block_rows == 0)
-				return cli_usage_error(cmd, "--block-rows must be at least 1");
-			continue;
-		}
-		int r = cli_codec_option(cmd, c, optarg, &co);
-		if (r < 0)
-			return EXIT_USAGE;
-		if (r > 0)
-			continue;
-		r = cli_train_option(cmd, c, optarg, &o, &npy_flags);
-		if (r < 0)
-			return EXIT_USAGE;
-		if (r == 0)
-			return cli_usage_error(cmd, "unexpected option '%s'", argv[optind - 1]);
-		if (c == OPT_CHUNK || c == OPT_THRESHOLD || c == OPT_SAMPLE || c == OPT_CLUSTERS || c == OPT_SEED)
-			ibp_only = c == OPT_CHUNK ? "--chunk" : c == OPT_THRESHOLD ? "--threshold"
-				 : c == OPT_SAMPLE ? "--sample" : c == OPT_CLUSTERS ? "--clusters" : "--seed";
-	}
-	if (argc - optind != 2)
-		return cli_usage_error(cmd, "needs IN.npy and OUT.ibp");
-	if (cli_codec_check(cmd, &co) != EXIT_OK)
-		return EXIT_USAGE;
-	if (co.codec != IBP_CODEC_IBP && ibp_only)
-		return cli_usage_error(cmd, "%s applies to --codec ibp only", ibp_only);
-	if (co.codec == IBP_CODEC_IBP && block_rows)
-		return cli_usage_error(cmd, "--block-rows applies to --codec exp and fp8 only");
-	if (co.codec == IBP_CODEC_FP8 && !co.lossy)
-		return cli_usage_error(cmd, "--codec fp8 is lossy (unpack gives back approximate values); "
-				       "add --lossy to accept that");
-	const char *in = argv[optind], *out = argv[optind + 1];
-
 	ibp_npy_info_t info;
 	void *data = NULL;
 	uint64_t nrows, rb;
@@ -272,21 +206,25 @@ int cmd_pack(int argc, char **argv)
 		goto out;
 	}
 	uint64_t plen = layout == IBP_LAYOUT_PACKED ? offsets[nrows] : total;
-	s = ibp_container_write(out, codec, info.dtype, info.ndim, info.shape, layout, payload, plen,
+	if ((rc = cli_out_open(out)) != EXIT_OK)
+		goto out;
+	s = ibp_container_write(out->tmp, codec, info.dtype, info.ndim, info.shape, layout, payload, plen,
 				layout == IBP_LAYOUT_PACKED ? offsets : NULL, flags, clusters);
 	if (s != IBP_OK) {
-		rc = cli_fail_status(cmd, out, s);
+		rc = cli_fail_out(out, s);
 		goto out;
 	}
+	if ((rc = cli_out_commit(out)) != EXIT_OK)
+		goto out;
 
 	uint64_t modes[4] = {0, 0, 0, 0};
 	for (uint64_t i = 0; i < nrows; i++)
 		modes[flags[i] & IBP_ROW_MODE_MASK]++;
 	struct stat st;
-	uint64_t fsize = stat(out, &st) == 0 ? (uint64_t)st.st_size : 0;
+	uint64_t fsize = stat(out->path, &st) == 0 ? (uint64_t)st.st_size : 0;
 	char b1[32], b2[32], sh[256];
 	printf("%s: %s %s (%s) -> %s: %s, ratio %.3f\n", in, ibp_dtype_name(info.dtype),
-	       cli_shape(info.shape, info.ndim, sh, sizeof(sh)), cli_bytes(total, b1, sizeof(b1)), out,
+	       cli_shape(info.shape, info.ndim, sh, sizeof(sh)), cli_bytes(total, b1, sizeof(b1)), out->target,
 	       cli_bytes(fsize, b2, sizeof(b2)), fsize ? (double)total / (double)fsize : 0.0);
 	printf("  chunk %u B, threshold %.2f, %u cluster%s, %s layout; rows: raw %llu, clean %llu, "
 	       "bitmap %llu, list %llu\n",
@@ -303,5 +241,84 @@ out:
 	free(payload);
 	ibp_codec_free(codec);
 	ibp_npy_free(data);
+	return rc;
+}
+
+/* pack's own options (the rest are shared: opts.c). */
+typedef struct pack_ctx {
+	ibp_layout_t layout;
+	uint64_t block_rows;
+} pack_ctx_t;
+
+static int pack_option(void *ctx, int code, const char *arg)
+{
+	pack_ctx_t *p = ctx;
+	if (code == OPT_LAYOUT) {
+		if (!strcmp(arg, "packed"))
+			p->layout = IBP_LAYOUT_PACKED;
+		else if (!strcmp(arg, "inplace"))
+			p->layout = IBP_LAYOUT_INPLACE;
+		else {
+			cli_usage_error("pack", "--layout must be packed or inplace, got '%s'", arg);
+			return -1;
+		}
+		return 1;
+	}
+	if (code == OPT_BLOCK_ROWS) {
+		if (cli_parse_u64("pack", "--block-rows", arg, &p->block_rows))
+			return -1;
+		if (p->block_rows == 0) {
+			cli_usage_error("pack", "--block-rows must be at least 1");
+			return -1;
+		}
+		return 1;
+	}
+	return 0;
+}
+
+int cmd_pack(int argc, char **argv)
+{
+	static const int opts[] = {CLI_OPTS_TRAIN, OPT_LAYOUT, OPT_DTYPE, OPT_THREADS, CLI_OPTS_CODEC,
+				   OPT_LOSSY, OPT_BLOCK_ROWS, 0};
+	const cli_spec_t sp = {"pack", help_pack, opts, "IN.npy and OUT.ibp", 2};
+	ibp_train_opts_t o;
+	ibp_train_opts_default(&o);
+	cli_codec_opts_t co;
+	cli_codec_opts_default(&co);
+	pack_ctx_t pc = {IBP_LAYOUT_PACKED, 0};
+	cli_args_t a = {.train = &o, .codec = &co, .other = pack_option, .ctx = &pc};
+	int rc = cli_parse_args(&sp, &a, argc, argv);
+	if (rc != CLI_PARSED)
+		return rc;
+	const char *cmd = sp.cmd;
+	o.nthreads = a.nthreads;
+	/* The IBP-only option given last names the usage error. */
+	static const int ibp_opts[] = {CLI_OPTS_TRAIN, OPT_LAYOUT};
+	const char *ibp_only = NULL;
+	unsigned last = 0;
+	for (size_t i = 0; i < sizeof(ibp_opts) / sizeof(ibp_opts[0]); i++) {
+		int c = ibp_opts[i];
+		if (a.seen[c - OPT_FIRST] > last && (c != OPT_LAYOUT || pc.layout == IBP_LAYOUT_INPLACE)) {
+			last = a.seen[c - OPT_FIRST];
+			ibp_only = c == OPT_LAYOUT ? "--layout inplace" : cli_opt_name(c);
+		}
+	}
+	if (cli_codec_check(cmd, &co) != EXIT_OK)
+		return EXIT_USAGE;
+	if (co.codec != IBP_CODEC_IBP && ibp_only)
+		return cli_usage_error(cmd, "%s applies to --codec ibp only", ibp_only);
+	if (co.codec == IBP_CODEC_IBP && pc.block_rows)
+		return cli_usage_error(cmd, "--block-rows applies to --codec exp and fp8 only");
+	if (co.codec == IBP_CODEC_FP8 && !co.lossy)
+		return cli_usage_error(cmd, "--codec fp8 is lossy (unpack gives back approximate values); "
+				       "add --lossy to accept that");
+	const char *in = a.operands[0];
+	cli_out_t out;
+	rc = cli_out_prepare(&out, cmd, a.operands[1], &in, 1);
+	if (rc == EXIT_OK)
+		rc = cli_check_input(cmd, in, 0);
+	if (rc == EXIT_OK)
+		rc = pack_file(cmd, in, &out, o, co, a.npy_flags, pc.layout, pc.block_rows);
+	cli_out_close(&out);
 	return rc;
 }

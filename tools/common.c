@@ -5,12 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
 int cli_fail_status(const char *cmd, const char *path, ibp_status_t s)
 {
-	const char *detail = ibp_last_error();
+	return cli_fail_detail(cmd, path, s, ibp_last_error());
+}
+
+int cli_fail_detail(const char *cmd, const char *path, ibp_status_t s, const char *detail)
+{
 	fprintf(stderr, "ibp %s: ", cmd);
 	size_t pl = path ? strlen(path) : 0;
 	if (path && !strncmp(detail, path, pl) && !strncmp(detail + pl, ": ", 2)) {
@@ -20,9 +25,13 @@ int cli_fail_status(const char *cmd, const char *path, ibp_status_t s)
 	} else if (path && !strstr(detail, path)) {
 		fprintf(stderr, "%s: ", path);
 	}
-	fprintf(stderr, "%s", ibp_status_string(s));
-	if (detail[0])
-		fprintf(stderr, ": %s", detail);
+	/* A detail that already says what went wrong needs no status before it. */
+	if (detail[0] && strstr(detail, ibp_status_string(s)))
+		fprintf(stderr, "%s", detail);
+	else if (detail[0])
+		fprintf(stderr, "%s: %s", ibp_status_string(s), detail);
+	else
+		fprintf(stderr, "%s", ibp_status_string(s));
 	fputc('\n', stderr);
 	return EXIT_FAIL;
 }
@@ -156,20 +165,13 @@ int cli_train_option(const char *cmd, int opt, const char *arg, ibp_train_opts_t
 			return -1;
 		o->seed = u;
 		return 1;
-	case OPT_THREADS:
-		if (cli_parse_threads(cmd, arg, &o->nthreads))
-			return -1;
-		return 1;
 	case OPT_DTYPE:
+		/* Other dtypes come from the file; bf16 has no NumPy type of its own. */
 		if (!strcmp(arg, "bf16")) {
 			*npy_flags |= IBP_NPY_BF16;
 			return 1;
 		}
-		if (!strcmp(arg, "auto")) {
-			*npy_flags &= ~IBP_NPY_BF16;
-			return 1;
-		}
-		cli_usage_error(cmd, "--dtype must be bf16 or auto, got '%s'", arg);
+		cli_usage_error(cmd, "--dtype must be bf16 (other dtypes are read from the file), got '%s'", arg);
 		return -1;
 	}
 	return 0;
@@ -253,6 +255,9 @@ int cli_codec_check(const char *cmd, const cli_codec_opts_t *o)
 		return cli_usage_error(cmd, "%s applies to --codec exp only", o->exp_only);
 	if (o->fp8_only && o->codec != IBP_CODEC_FP8)
 		return cli_usage_error(cmd, "%s applies to --codec fp8 only", o->fp8_only);
+	if (o->lossy && o->codec != IBP_CODEC_FP8)
+		return cli_usage_error(cmd, "--lossy applies to --codec fp8 only (the %s codec is lossless)",
+				       cli_codec_name(o->codec));
 	return EXIT_OK;
 }
 
@@ -333,27 +338,30 @@ const char *cli_shape(const uint64_t *shape, unsigned ndim, char *buf, size_t ca
 	return buf;
 }
 
-int cli_getopt(const char *cmd, int argc, char **argv, const struct option *lo)
-{
-	int c = getopt_long(argc, argv, ":h", lo, NULL);
-	if (c == 'h')
-		return OPT_HELP;
-	if (c == '?') {
-		if (optopt)
-			cli_usage_error(cmd, "unknown option '-%c'", optopt);
-		else
-			cli_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
-		return -2;
-	}
-	if (c == ':') {
-		cli_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
-		return -2;
-	}
-	return c;
-}
-
 int cli_print_help(const char *text)
 {
 	fputs(text, stdout);
 	return EXIT_OK;
+}
+
+const char *cli_count(uint64_t n, const char *one, const char *many, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%llu %s", (unsigned long long)n, n == 1 ? one : many);
+	return buf;
+}
+
+uint64_t cli_mem_limit(void)
+{
+	const char *env = getenv("IBP_CLI_MEM_LIMIT");
+	if (env && *env) {
+		char *end;
+		errno = 0;
+		unsigned long long v = strtoull(env, &end, 10);
+		if (!errno && !*end)
+			return v;
+	}
+	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	if (pages <= 0 || psize <= 0)
+		return 1ull << 32; /* unknown: 4 GiB */
+	return (uint64_t)pages * (uint64_t)psize / 2;
 }

@@ -24,6 +24,7 @@ static const struct {
 	{"gather", cmd_gather, &help_gather, "decode selected rows of a container into an .npy"},
 	{"bench", cmd_bench, &help_bench, "compare IBP with zstd and lz4 on an .npy"},
 	{"eval", cmd_eval, &help_eval, "ratio, speed and error of one codec (ibp, exp, fp8) on an .npy"},
+	{"cache-sim", cmd_cache_sim, &help_cache_sim, "simulate the slab cache of compressed rows on a trace"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 

@@ -7,7 +7,9 @@ set -euo pipefail
 # libjemalloc2 is the run-time jemalloc libibp dlopen()s (libc malloc without
 # it). libjemalloc-dev is needed only by CUDA builds (src/mem/pinned_cudahost.c
 # includes <jemalloc/jemalloc.h> for extent_hooks_t).
-pkgs=(cmake make gcc pkg-config libcriterion-dev libjemalloc2 libjemalloc-dev libxxhash-dev libzstd-dev liblz4-dev)
+# Open MPI: the MPI transport of the collectives (src/coll, libibp_coll_mpi) and its mpirun tests.
+pkgs=(cmake make gcc pkg-config libcriterion-dev libjemalloc2 libjemalloc-dev libxxhash-dev libzstd-dev liblz4-dev
+	libopenmpi-dev openmpi-bin)
 if [[ "${1:-}" == "--fuzz" ]]; then
 	pkgs+=(clang libclang-rt-14-dev)
 fi

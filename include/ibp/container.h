@@ -17,8 +17,10 @@
  * A row of an exp or fp8 container is read by decoding its whole block.
  *
  * Two layouts (IBP codec; exp and fp8 are always packed):
- *   IBP_LAYOUT_PACKED   rows back to back; a uint64 offset table says where
- *                       each starts. Smallest file.
+ *   IBP_LAYOUT_PACKED   rows back to back; a compact row index (format 1.2:
+ *                       a u64 base per 64 rows plus a few bits per row for
+ *                       mode, cluster and length; 1.1 files: a u64 offset
+ *                       per row) says where each starts. Smallest file.
  *   IBP_LAYOUT_INPLACE  row i starts at i * row_bytes, zero-filled to the
  *                       stride (the IBP paper's layout). No offsets; a row's
  *                       address is known without any lookup.
@@ -31,10 +33,27 @@
  * crash never leaves a partial file under the final name.
  *
  * Reading: ibp_container_open() validates the header, the section table,
- * the metadata, flags, cluster ids and offsets (structure and checksums)
- * so that no later access can read outside the file. The payload is
- * checked only by ibp_container_verify() (per-MiB checksums, then a decode
- * of every row or block). For fast gathers use ibp/store.h on top of this.
+ * the metadata and the row index (structure and checksums) so that no
+ * later access can read outside the file.
+ *
+ * Verified reads (the default): open also checks the payload checksums
+ * (every 1 MiB block, in parallel), and every other byte of the file is
+ * covered by a checksum or must be zero, so after a successful open every
+ * byte is the one the writer wrote: a read (decode_row, decode_block, the
+ * store's gather and decode_all) returns the original data or fails with
+ * IBP_ERR_CORRUPT, never wrong data. Checking at open was chosen over
+ * checking the 1 MiB blocks under each row on every read: on a 1 GiB
+ * container the open-time check costs about one XXH3 pass over the file
+ * (0.2-0.5 s on a 2-core VM, a fraction of reading it), while per-read
+ * checks of random 4 KiB rows cost ~300x the gather itself
+ * (docs/BENCHMARKS.md, "Container 1.2"). IBP_OPEN_TRUSTED skips the
+ * payload checksums for callers that verified the file once; reads then
+ * still never leave the file, but a damaged payload may decode to wrong
+ * bytes. ibp_container_verify() additionally decodes every row or block.
+ * The guarantee holds for the bytes seen at open: with IBP_OPEN_MMAP the
+ * file must not change while open, and an image given to
+ * ibp_container_open_memory must not change either.
+ * For fast gathers use ibp/store.h on top of this.
  *
  * A container is immutable after open; every const accessor,
  * ibp_container_decode_row and ibp_container_decode_block may be called
@@ -62,7 +81,7 @@ extern "C" {
  * version of their major (docs/FORMAT.md 2.9). 1.1 added Xvals, the
  * exponent and FP8 codecs and the LOSSY feature bit. */
 #define IBP_FORMAT_MAJOR 1u
-#define IBP_FORMAT_MINOR 1u
+#define IBP_FORMAT_MINOR 2u
 
 /* Elements per block the exp/fp8 packers aim for when given block_rows 0
  * (ibp_block_rows_default). */
@@ -85,7 +104,8 @@ typedef enum ibp_codec_id {
 /* Flags of ibp_container_open / ibp_store_open. */
 #define IBP_OPEN_READ 0u   /* read the whole file into libibp's host arena (ibp/alloc.h) */
 #define IBP_OPEN_MMAP 1u   /* map the file read-only; the payload is used in place */
-#define IBP_OPEN_VERIFY 2u /* also run ibp_container_verify before returning */
+#define IBP_OPEN_VERIFY 2u /* also run ibp_container_verify (a decode of every row) before returning */
+#define IBP_OPEN_TRUSTED 4u /* skip the payload checksums at open (see "Verified reads") */
 
 typedef struct ibp_container ibp_container_t;
 
@@ -105,8 +125,9 @@ typedef struct ibp_container ibp_container_t;
  *            row_bytes long (ibp_encode_batch output fits as is).
  *   INPLACE: `payload` holds payload_len = nrows * row_bytes bytes, row i
  *            at i * row_bytes; `offsets` must be NULL.
- * These arguments are checked (IBP_ERR_INVALID_ARG); the rows themselves
- * are not decoded. Errors: IBP_ERR_INVALID_ARG, IBP_ERR_IO (the detail
+ * These arguments are checked (IBP_ERR_INVALID_ARG; in the packed layout
+ * a RAW row must be exactly row_bytes long, as decoding requires); the
+ * rows themselves are not decoded. Writes format 1.2 (docs/FORMAT.md 2). Errors: IBP_ERR_INVALID_ARG, IBP_ERR_IO (the detail
  * names the file and errno), IBP_ERR_NOMEM. On failure `path` is left as
  * it was. Thread-safe (distinct paths). */
 ibp_status_t ibp_container_write(const char *path, const ibp_codec_t *codec, ibp_dtype_t dtype,
@@ -180,21 +201,27 @@ ibp_status_t ibp_container_write_fp8(const char *path, ibp_dtype_t dtype, unsign
 /* ---- reading ---------------------------------------------------------- */
 
 /* Opens and validates the container at `path`. `flags`: IBP_OPEN_READ
- * (default) or IBP_OPEN_MMAP, optionally | IBP_OPEN_VERIFY. Checks
- * magic, version, header/section-table/metadata/flags/clusters/offsets/
- * payload-checksum-table checksums, and that every size agrees with the
- * shape and every offset lies inside the payload.
- * Errors: IBP_ERR_IO (open/read/mmap failed), IBP_ERR_CORRUPT (a
- * structural check failed: the detail names the file and field),
- * IBP_ERR_CHECKSUM, IBP_ERR_UNSUPPORTED (newer major version, unknown
- * required feature or section, codec not built in), IBP_ERR_NOMEM.
+ * (default) or IBP_OPEN_MMAP, optionally | IBP_OPEN_VERIFY or
+ * | IBP_OPEN_TRUSTED. Checks magic, version, the checksums of the header,
+ * section table and every section, that padding bytes are zero, that
+ * every size agrees with the shape (before anything is allocated from
+ * it) and every row or block lies inside the payload; then, unless
+ * IBP_OPEN_TRUSTED, the payload checksums ("Verified reads" above).
+ * Errors: IBP_ERR_INVALID_ARG (unknown flag bits), IBP_ERR_IO
+ * (open/read/mmap failed), IBP_ERR_CORRUPT (a structural check failed:
+ * the detail names the file and field), IBP_ERR_CHECKSUM (a checksum did
+ * not match: the bytes are corrupt), IBP_ERR_UNSUPPORTED (newer major
+ * version, unknown required feature or section, codec not built in),
+ * IBP_ERR_NOMEM.
  * With IBP_OPEN_MMAP the file must not be truncated while open (the
  * kernel would raise SIGBUS). On success *out owns the container. */
 ibp_status_t ibp_container_open(const char *path, unsigned flags, ibp_container_t **out);
 
 /* As ibp_container_open, for a container image in memory. `data` is
  * borrowed, not copied: it must stay valid and unchanged until
- * ibp_container_close. Only IBP_OPEN_VERIFY is meaningful in `flags`. */
+ * ibp_container_close. Only IBP_OPEN_VERIFY and IBP_OPEN_TRUSTED are
+ * meaningful in `flags` (IBP_OPEN_MMAP is ignored; unknown bits give
+ * IBP_ERR_INVALID_ARG). */
 ibp_status_t ibp_container_open_memory(const void *data, uint64_t size, unsigned flags,
 				       ibp_container_t **out);
 
@@ -279,9 +306,13 @@ const char *ibp_container_name(const ibp_container_t *c);
 /* Raw arrays, for decoders that work on the encoded data directly (GPU
  * upload, benchmarks). The payload has *len bytes; offsets has nrows + 1
  * entries and is NULL in the inplace layout; clusters is NULL when the
- * codec has one cluster. All were validated at open, except the payload
- * bytes (see ibp_container_verify). Offsets, flags and clusters are NULL
- * for exp and fp8 containers (see ibp_container_block_offsets). */
+ * codec has one cluster. All were validated at open (the payload too,
+ * unless opened with IBP_OPEN_TRUSTED). Offsets, flags and clusters are
+ * NULL for exp and fp8 containers (see ibp_container_block_offsets).
+ * Format 1.2 files store a compact index instead of these arrays: the
+ * first call expands it (10 bytes per row at most, kept until close; NULL
+ * if that allocation fails). Row readers should prefer
+ * ibp_container_row_meta, which reads the compact index directly. */
 const uint8_t *ibp_container_payload(const ibp_container_t *c, uint64_t *len);
 const uint64_t *ibp_container_offsets(const ibp_container_t *c);
 const uint8_t *ibp_container_flags(const ibp_container_t *c);
@@ -293,6 +324,27 @@ const uint8_t *ibp_container_clusters(const ibp_container_t *c);
  * fp8 containers, whose rows are not encoded one by one. */
 ibp_status_t ibp_container_row(const ibp_container_t *c, uint64_t row, const uint8_t **src,
 			       uint64_t *len);
+
+/* As ibp_container_row, plus the row's mode byte (*flags, for
+ * ibp_decode_row) and cluster id (*cluster, 0 with one cluster); either
+ * may be NULL. Works on both index kinds; with the compact index (1.2)
+ * the cost is one group base plus at most 63 entries. Also
+ * IBP_ERR_INVALID_ARG for NULL c, src or len. Thread-safe. */
+ibp_status_t ibp_container_row_meta(const ibp_container_t *c, uint64_t row, const uint8_t **src,
+				    uint64_t *len, uint8_t *flags, unsigned *cluster);
+
+/* 1 when the file stores the compact row index of format 1.2 (INDEX
+ * section), 0 for the 1.0/1.1 flags/offsets arrays or a non-IBP codec. */
+int ibp_container_compact_index(const ibp_container_t *c);
+
+/* Writes the 1.1-style row arrays of an IBP container into caller memory,
+ * whichever index the file has: offsets (nrows + 1 entries, packed layout
+ * only, else pass NULL), flags (nrows mode bytes) and clusters (nrows
+ * cluster ids, 0 with one cluster); each may be NULL. For GPU upload
+ * (ibp_cuda_store_from_store) and tools. IBP_ERR_INVALID_ARG for a
+ * non-IBP container or offsets with the inplace layout. O(nrows). */
+ibp_status_t ibp_container_index_expand(const ibp_container_t *c, uint64_t *offsets, uint8_t *flags,
+					uint8_t *clusters);
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,9 @@
  * (one worker per online CPU, less the calling thread, which works too) and
  * shut down by ibp_store_close; a gather itself allocates nothing.
  *
- * All three codecs are served. Exp and fp8 containers hold blocks of many
+ * Rows of IBP containers are located through the container's row index
+ * (the compact index of format 1.2 is read in place: a group base plus the
+ * lengths of at most 63 rows before it). All three codecs are served. Exp and fp8 containers hold blocks of many
  * rows (ibp/container.h): a row is read by decoding its whole block into a
  * scratch buffer ("slot") and copying the row out. The slots are allocated
  * when the store is opened: one per thread that may gather at once, at most
@@ -38,7 +40,11 @@ extern "C" {
 typedef struct ibp_store ibp_store_t;
 
 /* Opens the container at `path` (flags as ibp_container_open: IBP_OPEN_READ
- * or IBP_OPEN_MMAP, optionally | IBP_OPEN_VERIFY) and wraps it in a store.
+ * or IBP_OPEN_MMAP, optionally | IBP_OPEN_VERIFY or | IBP_OPEN_TRUSTED)
+ * and wraps it in a store. Reads are verified by default: the payload
+ * checksums are checked at open, so a gather returns the file's original
+ * rows or fails (ibp/container.h, "Verified reads"); IBP_OPEN_TRUSTED
+ * skips that for files verified before.
  * Errors are those of ibp_container_open, plus IBP_ERR_NOMEM (also for
  * the block slots of exp/fp8 containers). On success *out owns the store;
  * close it with ibp_store_close. */

@@ -33,6 +33,7 @@
 #include "util/error.h"
 #include "bitpack/codec_internal.h"
 #include "util/parallel.h"
+#include "io/container_internal.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the container maps little-endian offset tables in place: little-endian hosts only"
@@ -90,12 +91,16 @@ static const uint8_t MAGIC[8] = { 0x89, 'I', 'B', 'P', 0x0D, 0x0A, 0x1A, 0x0A };
 /* the header checksum is always the header's last 8 bytes */
 
 #define REQ_LOSSY 1u /* decoded values differ from the input: codec 3 */
-#define KNOWN_REQ_FEATURES REQ_LOSSY
+#define REQ_V12 2u   /* 1.2 layout (alignment, optional sums, coded tables): 1.1 readers refuse */
+#define KNOWN_REQ_FEATURES (REQ_LOSSY | REQ_V12)
 
 #define SEC_ENTRY 32u
 #define SEC_MAX 64u
-#define SEC_ALIGN 64u
-#define PAYLOAD_ALIGN 4096u /* page-aligned payload: mmap'd rows usable in place */
+#define SEC_ALIGN_11 64u  /* section alignment of 1.0 and 1.1 files */
+#define SEC_ALIGN 8u      /* 1.2: sections on 8-byte boundaries (u64 tables read in place) */
+#define PAYLOAD_ALIGN 64u /* 1.2: a payload of >= PAYLOAD_ALIGN_MIN bytes starts on a cache line */
+#define PAYLOAD_ALIGN_MIN 4096u
+#define MEM_ALIGN 4096u   /* alignment of the in-memory image (IBP_OPEN_READ) */
 #define SEC_F_REQUIRED 1u
 
 enum {
@@ -106,7 +111,8 @@ enum {
 	SEC_PAYLOAD = 5,
 	SEC_PAYLOAD_SUMS = 6,
 	SEC_XVALS = 7,
-	SEC_KNOWN_MAX = 7
+	SEC_INDEX = 8,
+	SEC_KNOWN_MAX = 8
 };
 
 #define META_HDR 16u
@@ -116,8 +122,24 @@ enum {
 
 static const char *const SEC_NAME[SEC_KNOWN_MAX + 1] = {
 	"?", "metadata", "flags", "cluster ids", "offsets", "payload", "payload checksums",
-	"exception values"
+	"exception values", "row index"
 };
+
+/* META coding word (1.2): the tables plain, or as runs (FORMAT.md 2.4.1) */
+#define META_PLAIN 0u
+#define META_RUNS 1u
+#define RUN_LITERAL 0x80000000u
+#define RUN_MAX 0x7fffffffu
+/* Run-coded tables may expand to at most this many times their coded
+ * bytes plus RUNS_SLACK: a tiny file cannot make the reader allocate much. */
+#define RUNS_EXPAND 64u
+#define RUNS_SLACK (1ull << 20)
+
+/* INDEX (1.2, FORMAT.md 2.4.2) */
+#define IDX_HDR 8u
+#define IDX_GROUP_SHIFT 6u   /* written: 64 rows per group */
+#define IDX_GROUP_SHIFT_MAX 16u
+#define IDX_LEN_BITS_MAX 41u /* bitlen(2^40) */
 
 static const char *codec_name(ibp_codec_id_t id)
 {
@@ -161,6 +183,7 @@ struct ibp_container {
 	char *name; /* path, or "<memory>", for messages */
 
 	unsigned major, minor;
+	int v12;                  /* required feature V12: the 1.2 layout rules */
 	ibp_dtype_t dtype;
 	unsigned ndim;
 	uint64_t shape[IBP_MAX_NDIM];
@@ -171,9 +194,20 @@ struct ibp_container {
 	double threshold;
 	uint64_t block;
 
+	/* Row metadata of 1.0/1.1 files (and the lazily expanded copy of a
+	 * compact index, see `legacy`) */
 	const uint8_t *flags;
 	const uint8_t *clusters;  /* NULL when nclusters == 1 */
 	const uint64_t *offsets;  /* NULL in the inplace layout */
+	/* 1.2 compact row index (FORMAT.md 2.4.2); ix == NULL for 1.0/1.1 */
+	const uint8_t *ix;        /* the INDEX section */
+	const uint8_t *ix_base;   /* packed: ngroups + 1 u64 group offsets */
+	const uint8_t *ix_ref;    /* packed: ngroups u32 reference lengths */
+	const uint8_t *ix_ent;    /* the entry bit stream */
+	uint64_t ix_ent_len;      /* its bytes */
+	unsigned ix_gs, ix_cb, ix_w, ix_bits; /* group shift, cluster bits, length bits, entry bits */
+	uint8_t *tables;          /* decoded run-coded Masks, Bitvals (, Xvals); owned */
+	_Atomic(void *) legacy;   /* expanded offsets/flags/clusters of a compact index */
 	const uint8_t *payload;
 	uint64_t payload_len;
 	uint64_t payload_sum;     /* XXH3-64 of the whole payload (section table) */
@@ -327,7 +361,7 @@ static ibp_status_t parse_header(ibp_container_t *c, uint64_t *hdr_size)
 	if (c->major != IBP_FORMAT_MAJOR)
 		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: format version %u.%u, this library reads %u.x",
 				c->name, c->major, c->minor, IBP_FORMAT_MAJOR);
-	if (hs < HDR_SIZE || hs % SEC_ALIGN != 0)
+	if (hs < HDR_SIZE || hs % SEC_ALIGN_11 != 0)
 		return ibp_fail(IBP_ERR_CORRUPT, "%s: header size %llu, expected a multiple of 64 >= %u",
 				c->name, (ull)hs, HDR_SIZE);
 	*hdr_size = hs;
@@ -377,6 +411,10 @@ static ibp_status_t parse_header(ibp_container_t *c, uint64_t *hdr_size)
 	if (layout != IBP_LAYOUT_PACKED && layout != IBP_LAYOUT_INPLACE)
 		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: unknown layout %u", c->name, (unsigned)layout);
 	c->layout = (ibp_layout_t)layout;
+	/* the V12 bit, not the minor, says which layout rules apply */
+	c->v12 = (req & REQ_V12) != 0;
+	if (c->v12 && c->minor < 2)
+		return ibp_fail(IBP_ERR_CORRUPT, "%s: format 1.%u with the 1.2 feature bit set", c->name, c->minor);
 	/* LOSSY is what makes an older reader refuse fp8 files: it must match */
 	if (((req & REQ_LOSSY) != 0) != (codec == IBP_CODEC_FP8))
 		return ibp_fail(IBP_ERR_CORRUPT, "%s: LOSSY feature bit %s for the %s codec", c->name,
@@ -401,13 +439,45 @@ static ibp_status_t parse_header(ibp_container_t *c, uint64_t *hdr_size)
 	return IBP_OK;
 }
 
+/* Every byte outside the header, the table and the sections (alignment
+ * padding, a tail) must be zero: no checksum covers these bytes, so a
+ * flipped one is caught here (FORMAT.md 2.1). Sections are already inside
+ * the file and disjoint. */
+static ibp_status_t check_gaps(const ibp_container_t *c, uint64_t hs, uint64_t toff, uint64_t tend,
+			       const sec_t *all, uint64_t n)
+{
+	uint64_t lo[SEC_MAX + 2], hi[SEC_MAX + 2];
+	unsigned m = 0;
+	lo[m] = 0, hi[m++] = hs;
+	lo[m] = toff, hi[m++] = tend;
+	for (uint64_t i = 0; i < n; i++)
+		if (all[i].len > 0)
+			lo[m] = all[i].off, hi[m++] = all[i].off + all[i].len;
+	for (unsigned i = 1; i < m; i++) /* insertion sort by start: at most 66 */
+		for (unsigned j = i; j > 0 && lo[j] < lo[j - 1]; j--) {
+			uint64_t t = lo[j]; lo[j] = lo[j - 1]; lo[j - 1] = t;
+			t = hi[j]; hi[j] = hi[j - 1]; hi[j - 1] = t;
+		}
+	uint64_t at = 0;
+	for (unsigned i = 0; i <= m; i++) {
+		uint64_t start = i < m ? lo[i] : c->size;
+		if (start > at && !all_zero(c->base + at, start - at))
+			return ibp_fail(IBP_ERR_CORRUPT, "%s: padding bytes %llu..%llu are not zero", c->name,
+					(ull)at, (ull)(start - 1));
+		if (i < m && hi[i] > at)
+			at = hi[i];
+	}
+	return IBP_OK;
+}
+
 static ibp_status_t parse_table(ibp_container_t *c, uint64_t hs, sec_t *known)
 {
 	const uint8_t *b = c->base;
 	uint64_t n = ld32(b + H_NSECTIONS), toff = ld64(b + H_TABLE_OFF);
 	if (n < 1 || n > SEC_MAX)
 		return ibp_fail(IBP_ERR_CORRUPT, "%s: %llu sections (1..%u allowed)", c->name, (ull)n, SEC_MAX);
-	if (toff < hs || toff % SEC_ALIGN != 0 || toff > c->size || n * SEC_ENTRY > c->size - toff)
+	uint64_t align = c->v12 ? SEC_ALIGN : SEC_ALIGN_11;
+	if (toff < hs || toff % align != 0 || toff > c->size || n * SEC_ENTRY > c->size - toff)
 		return ibp_fail(IBP_ERR_CORRUPT, "%s: section table at %llu (%llu entries) lies outside the file",
 				c->name, (ull)toff, (ull)n);
 	uint64_t tend = toff + n * SEC_ENTRY;
@@ -420,10 +490,10 @@ static ibp_status_t parse_table(ibp_container_t *c, uint64_t hs, sec_t *known)
 	for (uint64_t i = 0; i < n; i++) {
 		const uint8_t *e = b + toff + i * SEC_ENTRY;
 		sec_t s = { ld32(e), ld32(e + 4), ld64(e + 8), ld64(e + 16), ld64(e + 24), 1 };
-		if (s.off % SEC_ALIGN != 0 || s.off > c->size || s.len > c->size - s.off)
+		if (s.off % align != 0 || s.off > c->size || s.len > c->size - s.off)
 			return ibp_fail(IBP_ERR_CORRUPT, "%s: section %llu (id %u) at %llu, %llu bytes: outside "
-					"the file or not 64-byte aligned", c->name, (ull)i, (unsigned)s.id,
-					(ull)s.off, (ull)s.len);
+					"the file or not %llu-byte aligned", c->name, (ull)i, (unsigned)s.id,
+					(ull)s.off, (ull)s.len, (ull)align);
 		if (s.len > 0 && s.off < tend)
 			return ibp_fail(IBP_ERR_CORRUPT, "%s: section %llu (id %u) overlaps the header or table",
 					c->name, (ull)i, (unsigned)s.id);
@@ -445,45 +515,158 @@ static ibp_status_t parse_table(ibp_container_t *c, uint64_t hs, sec_t *known)
 		/* unknown optional sections are skipped unread */
 	}
 	/* the sections each codec needs are checked in parse_sections */
-	static const int must[] = { SEC_PAYLOAD, SEC_PAYLOAD_SUMS };
-	for (size_t i = 0; i < sizeof(must) / sizeof(must[0]); i++)
-		if (!known[must[i]].present)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: %s section is missing", c->name, SEC_NAME[must[i]]);
+	if (!known[SEC_PAYLOAD].present)
+		return ibp_fail(IBP_ERR_CORRUPT, "%s: %s section is missing", c->name, SEC_NAME[SEC_PAYLOAD]);
+	return check_gaps(c, hs, toff, tend, all, n);
+}
+
+/* Sections of an IBP container: metadata, Xvals, then the row index (1.2)
+ * or flags, cluster ids and row offsets (1.0/1.1); the payload is already
+ * located. */
+
+static unsigned bitlen64(uint64_t v) { return v ? 64u - (unsigned)__builtin_clzll(v) : 0u; }
+
+/* Decodes `n` run-coded words of `C` bytes from src[*at, len) into dst
+ * (FORMAT.md 2.4.1). */
+static ibp_status_t runs_decode(const char *name, const char *what, const uint8_t *src, uint64_t len,
+				uint64_t *at, uint64_t n, unsigned C, uint8_t *dst)
+{
+	uint64_t done = 0, p = *at;
+	while (done < n) {
+		if (len - p < 4)
+			return ibp_fail(IBP_ERR_CORRUPT, "%s: %s: run %llu words in: section ends", name, what,
+					(ull)done);
+		uint32_t h = ld32(src + p);
+		uint64_t cnt = h & RUN_MAX;
+		p += 4;
+		if (cnt == 0 || cnt > n - done)
+			return ibp_fail(IBP_ERR_CORRUPT, "%s: %s: a run of %llu words at word %llu of %llu",
+					name, what, (ull)cnt, (ull)done, (ull)n);
+		uint64_t need = (h & RUN_LITERAL) ? cnt * C : C;
+		if (len - p < need)
+			return ibp_fail(IBP_ERR_CORRUPT, "%s: %s: run at word %llu passes the section end", name,
+					what, (ull)done);
+		if (h & RUN_LITERAL) {
+			memcpy(dst + done * C, src + p, (size_t)need);
+		} else {
+			for (uint64_t i = 0; i < cnt; i++)
+				memcpy(dst + (done + i) * C, src + p, C);
+		}
+		p += need;
+		done += cnt;
+	}
+	*at = p;
 	return IBP_OK;
 }
 
-/* Sections of an IBP container: metadata, Xvals, flags, cluster ids, row
- * offsets; the payload is already located. */
-static ibp_status_t parse_ibp(ibp_container_t *c, const sec_t *k)
+/* Entry i of a compact index: mode, cluster, length field. */
+static uint64_t ix_entry(const ibp_container_t *c, uint64_t i)
+{
+	uint64_t bit = i * c->ix_bits, byte = bit / 8, v = 0;
+	uint64_t avail = c->ix_ent_len - byte;
+	memcpy(&v, c->ix_ent + byte, (size_t)(avail < 8 ? avail : 8));
+	v >>= bit % 8;
+	return c->ix_bits >= 64 ? v : v & ((1ull << c->ix_bits) - 1);
+}
+
+/* Encoded length of a row from its entry and its group's reference. */
+static uint64_t ix_len(const ibp_container_t *c, uint64_t e, uint64_t ref)
+{
+	return (e & IBP_ROW_MODE_MASK) == IBP_ROW_RAW ? c->row_bytes : ref + (e >> (2 + c->ix_cb));
+}
+
+static ibp_status_t parse_index(ibp_container_t *c, const sec_t *s)
+{
+	const uint8_t *p = c->base + s->off;
+	if (s->len < IDX_HDR)
+		return ibp_fail(IBP_ERR_CORRUPT, "%s: row index is %llu bytes, < %u", c->name, (ull)s->len, IDX_HDR);
+	c->ix = p;
+	c->ix_gs = p[0];
+	c->ix_cb = p[1];
+	c->ix_w = p[2];
+	unsigned want_cb = bitlen64(c->nclusters - 1);
+	int packed = c->layout == IBP_LAYOUT_PACKED;
+	if (c->ix_gs > IDX_GROUP_SHIFT_MAX || c->ix_cb != want_cb || p[3] != 0 || ld32(p + 4) != 0 ||
+	    (packed ? c->ix_w > IDX_LEN_BITS_MAX : c->ix_w != 0))
+		return ibp_fail(IBP_ERR_CORRUPT, "%s: row index header (group shift %u, cluster bits %u, length "
+				"bits %u) is invalid for %u clusters, %s layout", c->name, c->ix_gs, c->ix_cb,
+				c->ix_w, c->nclusters, packed ? "packed" : "inplace");
+	c->ix_bits = 2 + c->ix_cb + c->ix_w;
+	/* >= 2 bits per row in the section: nrows * ix_bits cannot overflow */
+	if (c->nrows / 4 > s->len)
+		return ibp_fail(IBP_ERR_CORRUPT, "%s: row index of %llu bytes for %llu rows", c->name,
+				(ull)s->len, (ull)c->nrows);
+	uint64_t G = 1ull << c->ix_gs, ng = c->nrows / G + (c->nrows % G != 0);
+	uint64_t ent = (c->nrows * c->ix_bits + 7) / 8, want;
+	uint64_t head = IDX_HDR + (packed ? 8 * (ng + 1) + 4 * ng : 0);
+	want = head + ent;
+	if (s->len != want)
+		return ibp_fail(IBP_ERR_CORRUPT, "%s: row index is %llu bytes, %llu rows of %u bits need %llu",
+				c->name, (ull)s->len, (ull)c->nrows, c->ix_bits, (ull)want);
+	c->ix_ent = p + head;
+	c->ix_ent_len = ent;
+	if (ent > 0 && (c->nrows * c->ix_bits) % 8 != 0 &&
+	    (c->ix_ent[ent - 1] >> ((c->nrows * c->ix_bits) % 8)) != 0)
+		return ibp_fail(IBP_ERR_CORRUPT, "%s: row index: padding bits after the last entry are set",
+				c->name);
+	if (packed) {
+		c->ix_base = p + IDX_HDR;
+		c->ix_ref = p + IDX_HDR + 8 * (ng + 1);
+	}
+	/* every entry: mode, cluster; packed: lengths add up to each group's extent */
+	uint64_t at = 0;
+	if (packed && ld64(c->ix_base) != 0)
+		return ibp_fail(IBP_ERR_CORRUPT, "%s: row index: group 0 starts at %llu, not 0", c->name,
+				(ull)ld64(c->ix_base));
+	for (uint64_t g = 0; g < ng; g++) {
+		uint64_t ref = packed ? ld32(c->ix_ref + 4 * g) : 0;
+		uint64_t end = (g + 1) * G < c->nrows ? (g + 1) * G : c->nrows;
+		if (ref > c->row_bytes)
+			return ibp_fail(IBP_ERR_CORRUPT, "%s: row index: group %llu reference length %llu > row "
+					"size %llu", c->name, (ull)g, (ull)ref, (ull)c->row_bytes);
+		for (uint64_t i = g * G; i < end; i++) {
+			uint64_t e = ix_entry(c, i);
+			unsigned cl = (unsigned)((e >> 2) & ((1u << c->ix_cb) - 1));
+			if (cl >= c->nclusters)
+				return ibp_fail(IBP_ERR_CORRUPT, "%s: row %llu: cluster %u >= %u clusters", c->name,
+						(ull)i, cl, c->nclusters);
+			if (!packed)
+				continue;
+			if ((e & IBP_ROW_MODE_MASK) == IBP_ROW_RAW && (e >> (2 + c->ix_cb)) != 0)
+				return ibp_fail(IBP_ERR_CORRUPT, "%s: row %llu: raw row with a length field", c->name,
+						(ull)i);
+			uint64_t len = ix_len(c, e, ref);
+			if (len > c->row_bytes)
+				return ibp_fail(IBP_ERR_CORRUPT, "%s: row %llu: length %llu exceeds the row size %llu",
+						c->name, (ull)i, (ull)len, (ull)c->row_bytes);
+			at += len; /* <= nrows * 2^40 < 2^64 + checked below per group */
+		}
+		if (packed && ld64(c->ix_base + 8 * (g + 1)) != at)
+			return ibp_fail(IBP_ERR_CORRUPT, "%s: row index: group %llu ends at %llu, its rows add up "
+					"to %llu", c->name, (ull)g, (ull)ld64(c->ix_base + 8 * (g + 1)), (ull)at);
+		if (at > c->payload_len)
+			return ibp_fail(IBP_ERR_CORRUPT, "%s: row index: rows pass the payload end (%llu bytes)",
+					c->name, (ull)c->payload_len);
+	}
+	if (packed && at != c->payload_len)
+		return ibp_fail(IBP_ERR_CORRUPT, "%s: rows end at %llu, payload is %llu bytes", c->name, (ull)at,
+				(ull)c->payload_len);
+	if (!packed) {
+		uint64_t need;
+		if (__builtin_mul_overflow(c->nrows, c->row_bytes, &need) || need != c->payload_len)
+			return ibp_fail(IBP_ERR_CORRUPT, "%s: payload is %llu bytes, inplace layout needs %llu "
+					"rows x %llu", c->name, (ull)c->payload_len, (ull)c->nrows,
+					(ull)c->row_bytes);
+	}
+	return IBP_OK;
+}
+
+/* FLAGS, CLUSTERS and OFFSETS of 1.0/1.1 files. */
+static ibp_status_t parse_row_arrays(ibp_container_t *c, const sec_t *k)
 {
 	const uint8_t *b = c->base;
-	static const int must[] = { SEC_META, SEC_FLAGS };
-	for (size_t i = 0; i < sizeof(must) / sizeof(must[0]); i++)
-		if (!k[must[i]].present)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: %s section is missing", c->name, SEC_NAME[must[i]]);
-	/* metadata: nclusters, reserved, threshold, masks, bitvals */
-	const sec_t *m = &k[SEC_META];
-	if (m->len < META_HDR)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: metadata section is %llu bytes, < %u", c->name,
-				(ull)m->len, META_HDR);
-	const uint8_t *mp = b + m->off;
-	c->nclusters = ld32(mp);
-	if (c->nclusters < 1 || c->nclusters > IBP_MAX_CLUSTERS ||
-	    (c->minor <= IBP_FORMAT_MINOR && ld32(mp + 4) != 0))
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: metadata: %u clusters (1..%u) or reserved word set",
-				c->name, c->nclusters, IBP_MAX_CLUSTERS);
-	uint64_t tbits = ld64(mp + 8);
-	memcpy(&c->threshold, &tbits, 8);
-	if (!(c->threshold == -1.0 || (c->threshold >= 0.0 && c->threshold <= 1.0)))
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: metadata: threshold is not -1 or in [0, 1]", c->name);
-	/* row_bytes <= 2^40, so these products cannot overflow */
-	uint64_t words = (c->row_bytes + c->chunk_bytes - 1) / c->chunk_bytes * c->chunk_bytes;
-	uint64_t table = (uint64_t)c->nclusters * words;
-	if (m->len != META_HDR + 2 * table)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: metadata section is %llu bytes, expected %llu for %u "
-				"clusters of %llu chunk bytes", c->name, (ull)m->len, (ull)(META_HDR + 2 * table),
-				c->nclusters, (ull)words);
-
+	if (!k[SEC_FLAGS].present)
+		return ibp_fail(IBP_ERR_CORRUPT, "%s: %s section is missing", c->name, SEC_NAME[SEC_FLAGS]);
 	/* flags: one byte per row, reserved bits clear */
 	if (k[SEC_FLAGS].len != c->nrows)
 		return ibp_fail(IBP_ERR_CORRUPT, "%s: flags section is %llu bytes for %llu rows", c->name,
@@ -538,18 +721,93 @@ static ibp_status_t parse_ibp(ibp_container_t *c, const sec_t *k)
 					"rows x %llu", c->name, (ull)c->payload_len, (ull)c->nrows,
 					(ull)c->row_bytes);
 	}
+	return IBP_OK;
+}
 
-	/* Xvals: a REQUIRED section of its own, so readers before 1.1 refuse the
-	 * file instead of decoding rows wrongly (FORMAT.md 2.4) */
-	const uint8_t *xv = NULL;
-	if (k[SEC_XVALS].present) {
-		if (k[SEC_XVALS].len != table)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: exception value section is %llu bytes, expected "
-					"%llu", c->name, (ull)k[SEC_XVALS].len, (ull)table);
-		xv = b + k[SEC_XVALS].off;
+static ibp_status_t parse_ibp(ibp_container_t *c, const sec_t *k)
+{
+	const uint8_t *b = c->base;
+	if (!k[SEC_META].present)
+		return ibp_fail(IBP_ERR_CORRUPT, "%s: %s section is missing", c->name, SEC_NAME[SEC_META]);
+	/* metadata: nclusters, coding, threshold, masks, bitvals */
+	const sec_t *m = &k[SEC_META];
+	if (m->len < META_HDR)
+		return ibp_fail(IBP_ERR_CORRUPT, "%s: metadata section is %llu bytes, < %u", c->name,
+				(ull)m->len, META_HDR);
+	const uint8_t *mp = b + m->off;
+	c->nclusters = ld32(mp);
+	uint32_t coding = ld32(mp + 4);
+	/* the coding word was reserved (zero) before 1.2 */
+	if (c->nclusters < 1 || c->nclusters > IBP_MAX_CLUSTERS ||
+	    (c->minor <= IBP_FORMAT_MINOR && coding != META_PLAIN && (!c->v12 || coding != META_RUNS)))
+		return ibp_fail(IBP_ERR_CORRUPT, "%s: metadata: %u clusters (1..%u) or table coding %u unknown",
+				c->name, c->nclusters, IBP_MAX_CLUSTERS, (unsigned)coding);
+	uint64_t tbits = ld64(mp + 8);
+	memcpy(&c->threshold, &tbits, 8);
+	if (!(c->threshold == -1.0 || (c->threshold >= 0.0 && c->threshold <= 1.0)))
+		return ibp_fail(IBP_ERR_CORRUPT, "%s: metadata: threshold is not -1 or in [0, 1]", c->name);
+	/* row_bytes <= 2^40, so these products cannot overflow */
+	uint64_t words = (c->row_bytes + c->chunk_bytes - 1) / c->chunk_bytes * c->chunk_bytes;
+	uint64_t table = (uint64_t)c->nclusters * words;
+	const sec_t *x = &k[SEC_XVALS];
+	const uint8_t *masks, *bitvals, *xv = NULL;
+	if (coding == META_RUNS) {
+		/* tables as runs: bounded expansion, checked before allocating */
+		uint64_t ntab = x->present ? 3 : 2, coded = m->len + (x->present ? x->len : 0);
+		if (table > (RUNS_EXPAND * coded + RUNS_SLACK) / ntab)
+			return ibp_fail(IBP_ERR_CORRUPT, "%s: metadata: %llu run-coded bytes cannot stand for %llu "
+					"table bytes", c->name, (ull)coded, (ull)(ntab * table));
+		c->tables = malloc((size_t)(ntab * table));
+		if (!c->tables)
+			return ibp_fail(IBP_ERR_NOMEM, "%s: no memory for %llu metadata bytes", c->name,
+					(ull)(ntab * table));
+		uint64_t n = table / c->chunk_bytes, at = META_HDR;
+		IBP_TRY(runs_decode(c->name, "Masks", mp, m->len, &at, n, c->chunk_bytes, c->tables));
+		IBP_TRY(runs_decode(c->name, "Bitvals", mp, m->len, &at, n, c->chunk_bytes, c->tables + table));
+		if (at != m->len)
+			return ibp_fail(IBP_ERR_CORRUPT, "%s: metadata: %llu bytes after the tables", c->name,
+					(ull)(m->len - at));
+		if (x->present) {
+			at = 0;
+			IBP_TRY(runs_decode(c->name, "Xvals", b + x->off, x->len, &at, n, c->chunk_bytes,
+					    c->tables + 2 * table));
+			if (at != x->len)
+				return ibp_fail(IBP_ERR_CORRUPT, "%s: exception values: %llu bytes after the table",
+						c->name, (ull)(x->len - at));
+			xv = c->tables + 2 * table;
+		}
+		masks = c->tables;
+		bitvals = c->tables + table;
+	} else {
+		if (m->len != META_HDR + 2 * table)
+			return ibp_fail(IBP_ERR_CORRUPT, "%s: metadata section is %llu bytes, expected %llu for %u "
+					"clusters of %llu chunk bytes", c->name, (ull)m->len,
+					(ull)(META_HDR + 2 * table), c->nclusters, (ull)words);
+		/* Xvals: a REQUIRED section of its own, so readers before 1.1 refuse
+		 * the file instead of decoding rows wrongly (FORMAT.md 2.4) */
+		if (x->present) {
+			if (x->len != table)
+				return ibp_fail(IBP_ERR_CORRUPT, "%s: exception value section is %llu bytes, "
+						"expected %llu", c->name, (ull)x->len, (ull)table);
+			xv = b + x->off;
+		}
+		masks = mp + META_HDR;
+		bitvals = mp + META_HDR + table;
 	}
-	ibp_status_t st = ibp_codec_create_ex(c->row_bytes, c->chunk_bytes, c->nclusters, mp + META_HDR,
-					      mp + META_HDR + table, xv, &c->codec);
+
+	if (k[SEC_INDEX].present) {
+		static const int none[] = { SEC_FLAGS, SEC_CLUSTERS, SEC_OFFSETS };
+		for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++)
+			if (k[none[i]].present)
+				return ibp_fail(IBP_ERR_CORRUPT, "%s: %s section beside a row index", c->name,
+						SEC_NAME[none[i]]);
+		IBP_TRY(parse_index(c, &k[SEC_INDEX]));
+	} else {
+		IBP_TRY(parse_row_arrays(c, k));
+	}
+
+	ibp_status_t st = ibp_codec_create_ex(c->row_bytes, c->chunk_bytes, c->nclusters, masks, bitvals, xv,
+					      &c->codec);
 	if (st != IBP_OK) {
 		char why[256];
 		save_error(why, sizeof(why));
@@ -631,15 +889,24 @@ static ibp_status_t parse_sections(ibp_container_t *c, const sec_t *k)
 	c->payload_len = k[SEC_PAYLOAD].len;
 	c->payload_sum = k[SEC_PAYLOAD].sum;
 	c->nsums = c->payload_len / c->block + (c->payload_len % c->block != 0);
-	if (k[SEC_PAYLOAD_SUMS].len != 8 * c->nsums)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: payload checksum section is %llu bytes, expected %llu",
-				c->name, (ull)k[SEC_PAYLOAD_SUMS].len, (ull)(8 * c->nsums));
-	c->sums = b + k[SEC_PAYLOAD_SUMS].off;
+	if (!k[SEC_PAYLOAD_SUMS].present) {
+		/* 1.2: a payload of one block has only its section checksum */
+		if (!c->v12 || c->nsums > 1)
+			return ibp_fail(IBP_ERR_CORRUPT, "%s: %s section is missing", c->name,
+					SEC_NAME[SEC_PAYLOAD_SUMS]);
+		c->nsums = 0;
+		c->sums = NULL;
+	} else {
+		if (k[SEC_PAYLOAD_SUMS].len != 8 * c->nsums)
+			return ibp_fail(IBP_ERR_CORRUPT, "%s: payload checksum section is %llu bytes, expected "
+					"%llu", c->name, (ull)k[SEC_PAYLOAD_SUMS].len, (ull)(8 * c->nsums));
+		c->sums = b + k[SEC_PAYLOAD_SUMS].off;
+	}
 	if (c->codec_id == IBP_CODEC_IBP)
 		return parse_ibp(c, k);
 
 	/* exp and fp8: no row metadata at all */
-	static const int none[] = { SEC_META, SEC_FLAGS, SEC_CLUSTERS, SEC_XVALS };
+	static const int none[] = { SEC_META, SEC_FLAGS, SEC_CLUSTERS, SEC_XVALS, SEC_INDEX };
 	for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++)
 		if (k[none[i]].present)
 			return ibp_fail(IBP_ERR_CORRUPT, "%s: %s section present, the %s codec has none", c->name,
@@ -666,6 +933,8 @@ static ibp_status_t parse_sections(ibp_container_t *c, const sec_t *k)
 	return IBP_OK;
 }
 
+static ibp_status_t check_payload(const ibp_container_t *c, int nthreads, int whole);
+
 static ibp_status_t parse(ibp_container_t *c, unsigned flags)
 {
 	uint64_t hs = 0;
@@ -674,6 +943,10 @@ static ibp_status_t parse(ibp_container_t *c, unsigned flags)
 	IBP_TRY(parse_header(c, &hs));
 	IBP_TRY(parse_table(c, hs, known));
 	IBP_TRY(parse_sections(c, known));
+	/* verified reads: every other byte was checked above; the payload
+	 * here, unless the caller vouches for it (IBP_OPEN_TRUSTED) */
+	if (!(flags & (IBP_OPEN_TRUSTED | IBP_OPEN_VERIFY)))
+		IBP_TRY(check_payload(c, 0, 0));
 	if (flags & IBP_OPEN_VERIFY)
 		IBP_TRY(ibp_container_verify(c, 0));
 	return IBP_OK;
@@ -697,6 +970,8 @@ void ibp_container_close(ibp_container_t *c)
 	if (!c)
 		return;
 	ibp_codec_free(c->codec);
+	free(c->tables);
+	free(atomic_load(&c->legacy));
 	if (c->own == OWN_HEAP)
 		ibp_host_free((void *)(uintptr_t)c->base);
 	else if (c->own == OWN_MMAP)
@@ -722,12 +997,14 @@ ibp_status_t ibp_container_open_memory(const void *data, uint64_t size, unsigned
 	if (!out || (!data && size > 0))
 		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_container_open_memory: NULL argument");
 	*out = NULL;
+	if (flags & ~(IBP_OPEN_MMAP | IBP_OPEN_VERIFY | IBP_OPEN_TRUSTED))
+		return ibp_fail(IBP_ERR_INVALID_ARG, "<memory>: unknown open flags 0x%x", flags);
 	ibp_container_t *c = new_container("<memory>");
 	if (!c)
 		return ibp_fail(IBP_ERR_NOMEM, "ibp_container_open_memory: out of memory");
 	if (size > 0 && ((uintptr_t)data % 8) != 0) {
 		/* offset tables are read as uint64_t in place: realign a copy */
-		void *p = ibp_host_alloc(size, PAYLOAD_ALIGN);
+		void *p = ibp_host_alloc(size, MEM_ALIGN);
 		if (!p) {
 			ibp_container_close(c);
 			return ibp_fail(IBP_ERR_NOMEM, "<memory>: cannot copy %llu bytes", (ull)size);
@@ -749,7 +1026,7 @@ ibp_status_t ibp_container_open(const char *path, unsigned flags, ibp_container_
 	if (!path || !out)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_container_open: NULL argument");
 	*out = NULL;
-	if (flags & ~(IBP_OPEN_MMAP | IBP_OPEN_VERIFY))
+	if (flags & ~(IBP_OPEN_MMAP | IBP_OPEN_VERIFY | IBP_OPEN_TRUSTED))
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: unknown open flags 0x%x", path, flags);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -786,7 +1063,7 @@ ibp_status_t ibp_container_open(const char *path, unsigned flags, ibp_container_
 		c->base = p;
 		c->own = OWN_MMAP;
 	} else {
-		uint8_t *p = ibp_host_alloc(size, PAYLOAD_ALIGN);
+		uint8_t *p = ibp_host_alloc(size, MEM_ALIGN);
 		if (!p) {
 			close(fd);
 			ibp_container_close(c);
@@ -816,15 +1093,30 @@ ibp_status_t ibp_container_open(const char *path, unsigned flags, ibp_container_
 
 /* ---- rows and blocks ----------------------------------------------------- */
 
-ibp_status_t ibp_container_row(const ibp_container_t *c, uint64_t row, const uint8_t **src,
-			       uint64_t *len)
+/* Row `row` (< nrows) of an IBP container: extent, mode, cluster. With a
+ * compact index the offset is the group's base plus the lengths of the
+ * rows before it in the group (at most 2^group_shift - 1 entries). */
+static void row_at(const ibp_container_t *c, uint64_t row, const uint8_t **src, uint64_t *len,
+		   uint8_t *mode, unsigned *cl)
 {
-	if (c->codec_id != IBP_CODEC_IBP)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: %s container: rows are encoded in blocks, not one "
-				"by one", c->name, codec_name(c->codec_id));
-	if (row >= c->nrows)
-		return ibp_fail(IBP_ERR_OUT_OF_RANGE, "%s: row %llu >= %llu rows", c->name, (ull)row,
-				(ull)c->nrows);
+	if (c->ix) {
+		uint64_t e = ix_entry(c, row);
+		*mode = (uint8_t)(e & IBP_ROW_MODE_MASK);
+		*cl = (unsigned)((e >> 2) & ((1u << c->ix_cb) - 1));
+		if (!c->ix_base) {
+			*src = c->payload + row * c->row_bytes;
+			*len = c->row_bytes;
+			return;
+		}
+		uint64_t g = row >> c->ix_gs, ref = ld32(c->ix_ref + 4 * g), off = ld64(c->ix_base + 8 * g);
+		for (uint64_t j = g << c->ix_gs; j < row; j++)
+			off += ix_len(c, ix_entry(c, j), ref);
+		*src = c->payload + off;
+		*len = ix_len(c, e, ref);
+		return;
+	}
+	*mode = c->flags[row];
+	*cl = c->clusters ? c->clusters[row] : 0;
 	if (c->offsets) {
 		*src = c->payload + c->offsets[row];
 		*len = c->offsets[row + 1] - c->offsets[row];
@@ -832,7 +1124,102 @@ ibp_status_t ibp_container_row(const ibp_container_t *c, uint64_t row, const uin
 		*src = c->payload + row * c->row_bytes;
 		*len = c->row_bytes;
 	}
+}
+
+ibp_status_t ibp_container_row_meta(const ibp_container_t *c, uint64_t row, const uint8_t **src,
+				    uint64_t *len, uint8_t *flags, unsigned *cluster)
+{
+	if (!c || !src || !len)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_container_row: NULL argument");
+	if (c->codec_id != IBP_CODEC_IBP)
+		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: %s container: rows are encoded in blocks, not one "
+				"by one", c->name, codec_name(c->codec_id));
+	if (row >= c->nrows)
+		return ibp_fail(IBP_ERR_OUT_OF_RANGE, "%s: row %llu >= %llu rows", c->name, (ull)row,
+				(ull)c->nrows);
+	uint8_t m;
+	unsigned cl;
+	row_at(c, row, src, len, &m, &cl);
+	if (flags)
+		*flags = m;
+	if (cluster)
+		*cluster = cl;
 	return IBP_OK;
+}
+
+ibp_status_t ibp_container_row(const ibp_container_t *c, uint64_t row, const uint8_t **src,
+			       uint64_t *len)
+{
+	return ibp_container_row_meta(c, row, src, len, NULL, NULL);
+}
+
+ibp_status_t ibp_container_index_expand(const ibp_container_t *c, uint64_t *offsets, uint8_t *flags,
+					uint8_t *clusters)
+{
+	if (!c || c->codec_id != IBP_CODEC_IBP)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_container_index_expand: NULL or not an IBP container");
+	if (offsets && c->layout != IBP_LAYOUT_PACKED)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: the inplace layout has no row offsets", c->name);
+	uint64_t off = 0;
+	for (uint64_t i = 0; i < c->nrows; i++) {
+		const uint8_t *src;
+		uint64_t len;
+		uint8_t m;
+		unsigned cl;
+		if (c->ix && c->ix_base && (i & ((1ull << c->ix_gs) - 1)) == 0)
+			off = ld64(c->ix_base + 8 * (i >> c->ix_gs));
+		if (c->ix && c->ix_base) {
+			/* sequential: one entry per row, not a group prefix each */
+			uint64_t e = ix_entry(c, i);
+			m = (uint8_t)(e & IBP_ROW_MODE_MASK);
+			cl = (unsigned)((e >> 2) & ((1u << c->ix_cb) - 1));
+			len = ix_len(c, e, ld32(c->ix_ref + 4 * (i >> c->ix_gs)));
+			src = c->payload + off;
+		} else {
+			row_at(c, i, &src, &len, &m, &cl);
+		}
+		if (offsets)
+			offsets[i] = (uint64_t)(src - c->payload);
+		if (flags)
+			flags[i] = m;
+		if (clusters)
+			clusters[i] = (uint8_t)cl;
+		off += len;
+	}
+	if (offsets)
+		offsets[c->nrows] = c->payload_len;
+	return IBP_OK;
+}
+
+/* The expanded row arrays of a compact index, made on first use by the
+ * 1.1-style accessors and kept until close (racing callers: one wins). */
+typedef struct legacy {
+	uint64_t *offsets;
+	uint8_t *flags, *clusters;
+} legacy_t;
+
+static const legacy_t *legacy_arrays(const ibp_container_t *c)
+{
+	ibp_container_t *mc = (ibp_container_t *)(uintptr_t)c;
+	void *have = atomic_load(&mc->legacy);
+	if (have || c->codec_id != IBP_CODEC_IBP)
+		return have;
+	uint64_t n = c->nrows, noff = c->layout == IBP_LAYOUT_PACKED ? n + 1 : 0;
+	uint64_t ncl = c->nclusters > 1 ? n : 0;
+	legacy_t *L = malloc(sizeof(*L) + (size_t)(8 * noff + n + ncl));
+	if (!L)
+		return NULL;
+	uint8_t *p = (uint8_t *)(L + 1);
+	L->offsets = noff ? (uint64_t *)(void *)p : NULL;
+	L->flags = p + 8 * noff;
+	L->clusters = c->nclusters > 1 ? p + 8 * noff + n : NULL; /* non-NULL even for 0 rows, as in 1.1 */
+	ibp_container_index_expand(c, L->offsets, L->flags, L->clusters);
+	void *expect = NULL;
+	if (!atomic_compare_exchange_strong(&mc->legacy, &expect, (void *)L)) {
+		free(L);
+		return expect;
+	}
+	return L;
 }
 
 ibp_status_t ibp_container_block(const ibp_container_t *c, uint64_t block, const uint8_t **src,
@@ -929,9 +1316,10 @@ ibp_status_t ibp_container_decode_row(const ibp_container_t *c, uint64_t row, vo
 	}
 	const uint8_t *src;
 	uint64_t len;
-	IBP_TRY(ibp_container_row(c, row, &src, &len));
-	unsigned cl = c->clusters ? c->clusters[row] : 0;
-	ibp_status_t st = ibp_decode_row(c->codec, src, len, c->flags[row], cl, dst);
+	uint8_t mode;
+	unsigned cl;
+	IBP_TRY(ibp_container_row_meta(c, row, &src, &len, &mode, &cl));
+	ibp_status_t st = ibp_decode_row(c->codec, src, len, mode, cl, dst);
 	if (st != IBP_OK) {
 		char why[256];
 		save_error(why, sizeof(why));
@@ -978,11 +1366,12 @@ static void verify_rows(void *p, uint64_t begin, uint64_t end, int tid)
 	for (uint64_t i = begin; i < end; i++) {
 		const uint8_t *src;
 		uint64_t len;
-		ibp_container_row(c, i, &src, &len);
-		unsigned cl = c->clusters ? c->clusters[i] : 0;
+		uint8_t mode;
+		unsigned cl;
+		row_at(c, i, &src, &len, &mode, &cl);
 		uint64_t want = 0;
-		ibp_status_t st = ibp_decode_row_ext(c->codec, src, len, c->flags[i], cl, row, &want);
-		if (st == IBP_OK && c->offsets) {
+		ibp_status_t st = ibp_decode_row_ext(c->codec, src, len, mode, cl, row, &want);
+		if (st == IBP_OK && c->layout == IBP_LAYOUT_PACKED) {
 			/* packed rows must fill their extent exactly */
 			if (want != len) {
 				st = IBP_ERR_CORRUPT;
@@ -1026,27 +1415,50 @@ static void verify_value_blocks(void *p, uint64_t begin, uint64_t end, int tid)
 	ibp_host_free(buf);
 }
 
-ibp_status_t ibp_container_verify(const ibp_container_t *c, int nthreads)
+/* The payload checksums: every PAYLOAD_SUMS block (in parallel), and the
+ * whole payload's section checksum when `whole` or when there are no
+ * block sums. */
+static ibp_status_t check_payload(const ibp_container_t *c, int nthreads, int whole)
 {
-	if (!c || nthreads < 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_container_verify: NULL container or nthreads < 0");
-	verify_ctx_t *v = calloc(1, sizeof(*v));
-	if (!v)
-		return ibp_fail(IBP_ERR_NOMEM, "%s: verify: out of memory", c->name);
-	v->c = c;
-	ibp_status_t st = ibp_parallel_for(nthreads, c->nsums, verify_sums, v);
-	for (int t = 0; st == IBP_OK && t < IBP_MAX_THREADS; t++)
-		if (v->st[t] != IBP_OK) {
-			uint64_t blk = v->bad[t];
-			st = ibp_fail(IBP_ERR_CHECKSUM, "%s: payload block %llu (bytes %llu..) checksum mismatch",
-				      c->name, (ull)blk, (ull)(blk * c->block));
+	ibp_status_t st = IBP_OK;
+	if (c->nsums > 0) {
+		verify_ctx_t *v = calloc(1, sizeof(*v));
+		if (!v)
+			return ibp_fail(IBP_ERR_NOMEM, "%s: payload checksums: out of memory", c->name);
+		v->c = c;
+		st = ibp_parallel_for(nthreads, c->nsums, verify_sums, v);
+		int worst = -1;
+		for (int t = 0; st == IBP_OK && t < IBP_MAX_THREADS; t++)
+			if (v->st[t] != IBP_OK && (worst < 0 || v->bad[t] < v->bad[worst]))
+				worst = t;
+		if (worst >= 0) {
+			uint64_t blk = v->bad[worst];
+			uint64_t end = (blk + 1) * c->block < c->payload_len ? (blk + 1) * c->block : c->payload_len;
+			st = ibp_fail(IBP_ERR_CHECKSUM, "%s: payload block %llu (bytes %llu..%llu)", c->name,
+				      (ull)blk, (ull)(blk * c->block), (ull)end);
 		}
-	if (st == IBP_OK) {
+		free(v);
+	}
+	if (st == IBP_OK && (whole || c->nsums == 0)) {
 		uint64_t h = XXH3_64bits(c->payload, (size_t)c->payload_len);
 		if (h != c->payload_sum)
 			st = ibp_fail(IBP_ERR_CHECKSUM, "%s: payload checksum %016llx, table says %016llx",
 				      c->name, (ull)h, (ull)c->payload_sum);
 	}
+	return st;
+}
+
+ibp_status_t ibp_container_verify(const ibp_container_t *c, int nthreads)
+{
+	if (!c || nthreads < 0)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_container_verify: NULL container or nthreads < 0");
+	ibp_status_t st = check_payload(c, nthreads, 1);
+	if (st != IBP_OK)
+		return st;
+	verify_ctx_t *v = calloc(1, sizeof(*v));
+	if (!v)
+		return ibp_fail(IBP_ERR_NOMEM, "%s: verify: out of memory", c->name);
+	v->c = c;
 	const char *unit = "row";
 	if (st == IBP_OK && c->codec_id == IBP_CODEC_IBP) {
 		st = ibp_parallel_for(nthreads, c->nrows, verify_rows, v);
@@ -1084,9 +1496,26 @@ unsigned ibp_container_version_major(const ibp_container_t *c) { return c->major
 unsigned ibp_container_version_minor(const ibp_container_t *c) { return c->minor; }
 uint64_t ibp_container_file_bytes(const ibp_container_t *c) { return c->size; }
 const char *ibp_container_name(const ibp_container_t *c) { return c->name; }
-const uint64_t *ibp_container_offsets(const ibp_container_t *c) { return c->offsets; }
-const uint8_t *ibp_container_flags(const ibp_container_t *c) { return c->flags; }
-const uint8_t *ibp_container_clusters(const ibp_container_t *c) { return c->clusters; }
+/* 1.2 files keep a compact index: these arrays are expanded on first use */
+const uint64_t *ibp_container_offsets(const ibp_container_t *c)
+{
+	const legacy_t *L = c->ix ? legacy_arrays(c) : NULL;
+	return c->ix ? (L ? L->offsets : NULL) : c->offsets;
+}
+
+const uint8_t *ibp_container_flags(const ibp_container_t *c)
+{
+	const legacy_t *L = c->ix ? legacy_arrays(c) : NULL;
+	return c->ix ? (L ? L->flags : NULL) : c->flags;
+}
+
+const uint8_t *ibp_container_clusters(const ibp_container_t *c)
+{
+	const legacy_t *L = c->ix && c->nclusters > 1 ? legacy_arrays(c) : NULL;
+	return c->ix ? (L ? L->clusters : NULL) : c->clusters;
+}
+
+int ibp_container_compact_index(const ibp_container_t *c) { return c->ix != NULL; }
 
 int ibp_container_lossy(const ibp_container_t *c) { return c->codec_id == IBP_CODEC_FP8; }
 uint64_t ibp_container_nblocks(const ibp_container_t *c) { return c->nblk; }
@@ -1111,6 +1540,15 @@ const uint8_t *ibp_container_payload(const ibp_container_t *c, uint64_t *len)
 }
 
 /* ---- writer ------------------------------------------------------------- */
+
+/* Format minor the writers produce: IBP_FORMAT_MINOR, or 1 for tests of
+ * the 1.1 reader (io/container_internal.h). */
+static atomic_uint write_minor = IBP_FORMAT_MINOR;
+
+void ibp_container_write_minor_set(unsigned minor)
+{
+	atomic_store(&write_minor, minor == 1 ? 1u : IBP_FORMAT_MINOR);
+}
 
 typedef struct wsec {
 	uint32_t id;
@@ -1137,7 +1575,7 @@ static ibp_status_t write_all(int fd, const void *buf, uint64_t len, const char 
 
 static ibp_status_t write_zeros(int fd, uint64_t n, const char *path)
 {
-	static const uint8_t zero[PAYLOAD_ALIGN];
+	static const uint8_t zero[4096];
 	while (n > 0) {
 		uint64_t k = n < sizeof(zero) ? n : sizeof(zero);
 		IBP_TRY(write_all(fd, zero, k, path));
@@ -1269,16 +1707,22 @@ static ibp_status_t write_container(const char *path, const whdr_t *h, wsec_t *s
 		uint64_t off = i * block, len = plen - off < block ? plen - off : block;
 		st64(sums + 8 * i, XXH3_64bits(pl + off, (size_t)len));
 	}
-	s[ns] = s[ns - 1];
-	s[ns - 1] = (wsec_t){ SEC_PAYLOAD_SUMS, sums, 8 * nsums, 0, 0 };
-	ns++;
+	/* one block: the payload's section checksum says it all (1.2) */
+	int v11 = atomic_load(&write_minor) == 1;
+	if (nsums > 1 || v11) {
+		s[ns] = s[ns - 1];
+		s[ns - 1] = (wsec_t){ SEC_PAYLOAD_SUMS, sums, 8 * nsums, 0, 0 };
+		ns++;
+	}
 
-	/* the payload is page-aligned; exp blocks inside it stay 128-aligned */
+	/* 8-byte sections; a payload of 4 KiB or more on a cache line */
 	uint64_t table_len = (uint64_t)ns * SEC_ENTRY, at = HDR_SIZE + table_len;
 	uint8_t table[(SEC_KNOWN_MAX + 1) * SEC_ENTRY];
 	memset(table, 0, sizeof(table));
 	for (unsigned i = 0; i < ns; i++) {
-		s[i].off = align_up(at, s[i].id == SEC_PAYLOAD ? PAYLOAD_ALIGN : SEC_ALIGN);
+		s[i].off = align_up(at, v11 ? (s[i].id == SEC_PAYLOAD ? 4096u : SEC_ALIGN_11)
+					    : s[i].id == SEC_PAYLOAD && s[i].len >= PAYLOAD_ALIGN_MIN ? PAYLOAD_ALIGN
+												      : SEC_ALIGN);
 		s[i].sum = XXH3_64bits(s[i].data ? s[i].data : "", (size_t)s[i].len);
 		at = s[i].off + s[i].len;
 		uint8_t *e = table + i * SEC_ENTRY;
@@ -1293,10 +1737,10 @@ static ibp_status_t write_container(const char *path, const whdr_t *h, wsec_t *s
 	memset(hdr, 0, sizeof(hdr));
 	memcpy(hdr + H_MAGIC, MAGIC, sizeof(MAGIC));
 	st16(hdr + H_MAJOR, IBP_FORMAT_MAJOR);
-	st16(hdr + H_MINOR, IBP_FORMAT_MINOR);
+	st16(hdr + H_MINOR, v11 ? 1 : IBP_FORMAT_MINOR);
 	st32(hdr + H_HDR_SIZE, HDR_SIZE);
 	st64(hdr + H_FILE_SIZE, at);
-	st32(hdr + H_REQ_FEATURES, h->req);
+	st32(hdr + H_REQ_FEATURES, h->req | (v11 ? 0 : REQ_V12));
 	st32(hdr + H_DTYPE, (uint32_t)h->dtype);
 	st32(hdr + H_NDIM, h->ndim);
 	for (unsigned i = 0; i < h->ndim; i++)
@@ -1315,6 +1759,107 @@ static ibp_status_t write_container(const char *path, const whdr_t *h, wsec_t *s
 	ibp_status_t st = write_file(path, hdr, table, table_len, s, ns);
 	free(sums);
 	return st;
+}
+
+/* Run coding of n words of C bytes (FORMAT.md 2.4.1) into dst, or only
+ * its size when dst is NULL. A repeat run pays off from 8 / C + 1 words. */
+static uint64_t runs_encode(const uint8_t *w, uint64_t n, unsigned C, uint8_t *dst)
+{
+	uint64_t size = 0, i = 0, lit = 0, min_rep = 8 / C + 1;
+	while (i <= n) {
+		uint64_t r = 0;
+		if (i < n)
+			for (r = 1; i + r < n && r < RUN_MAX && !memcmp(w + (i + r) * C, w + i * C, C); r++)
+				;
+		if (i == n || r >= min_rep) {
+			/* flush the literal words [lit, i) */
+			while (lit < i) {
+				uint64_t cnt = i - lit < RUN_MAX ? i - lit : RUN_MAX;
+				if (dst) {
+					st32(dst + size, (uint32_t)cnt | RUN_LITERAL);
+					memcpy(dst + size + 4, w + lit * C, (size_t)(cnt * C));
+				}
+				size += 4 + cnt * C;
+				lit += cnt;
+			}
+			if (i == n)
+				break;
+			if (dst) {
+				st32(dst + size, (uint32_t)r);
+				memcpy(dst + size + 4, w + i * C, C);
+			}
+			size += 4 + C;
+			lit = i + r;
+		}
+		i += r;
+	}
+	return size;
+}
+
+/* The INDEX section (FORMAT.md 2.4.2) of rows given as 1.1 arrays. */
+static ibp_status_t build_index(const char *path, ibp_layout_t layout, uint64_t nrows, uint64_t R,
+				unsigned k, const uint64_t *offsets, const uint8_t *flags,
+				const uint8_t *clusters, uint8_t **out, uint64_t *out_len)
+{
+	int packed = layout == IBP_LAYOUT_PACKED;
+	uint64_t G = 1ull << IDX_GROUP_SHIFT, ng = nrows / G + (nrows % G != 0);
+	unsigned cb = bitlen64(k - 1), w = 0;
+	uint32_t *refs = packed ? malloc((size_t)(4 * (ng ? ng : 1))) : NULL;
+	if (packed && !refs)
+		return ibp_fail(IBP_ERR_NOMEM, "%s: out of memory for the row index", path);
+	/* per group: the shortest coded row is the reference; the widest
+	 * difference to it over the file sets the length bits */
+	for (uint64_t g = 0; packed && g < ng; g++) {
+		uint64_t lo = UINT64_MAX, hi = 0, end = (g + 1) * G < nrows ? (g + 1) * G : nrows;
+		for (uint64_t i = g * G; i < end; i++) {
+			uint64_t len = offsets[i + 1] - offsets[i];
+			if ((flags[i] & IBP_ROW_MODE_MASK) == IBP_ROW_RAW) {
+				if (len != R) {
+					free(refs);
+					return ibp_fail(IBP_ERR_INVALID_ARG, "%s: row %llu: a raw row is %llu bytes, "
+							"not the row size %llu", path, (ull)i, (ull)len, (ull)R);
+				}
+				continue;
+			}
+			lo = len < lo ? len : lo;
+			hi = len > hi ? len : hi;
+		}
+		if (lo == UINT64_MAX)
+			lo = hi = 0;
+		if (lo > UINT32_MAX)
+			lo = UINT32_MAX;
+		refs[g] = (uint32_t)lo;
+		if (bitlen64(hi - lo) > w)
+			w = bitlen64(hi - lo);
+	}
+	unsigned bits = 2 + cb + w;
+	uint64_t head = IDX_HDR + (packed ? 8 * (ng + 1) + 4 * ng : 0), ent = (nrows * bits + 7) / 8;
+	uint8_t *p = calloc(1, (size_t)(head + ent + 8));
+	if (!p) {
+		free(refs);
+		return ibp_fail(IBP_ERR_NOMEM, "%s: out of memory for the row index", path);
+	}
+	p[0] = IDX_GROUP_SHIFT;
+	p[1] = (uint8_t)cb;
+	p[2] = (uint8_t)w;
+	for (uint64_t g = 0; packed && g <= ng; g++)
+		st64(p + IDX_HDR + 8 * g, offsets[g * G < nrows ? g * G : nrows]);
+	for (uint64_t g = 0; packed && g < ng; g++)
+		st32(p + IDX_HDR + 8 * (ng + 1) + 4 * g, refs[g]);
+	uint8_t *e = p + head;
+	for (uint64_t i = 0; i < nrows; i++) {
+		uint64_t mode = flags[i] & IBP_ROW_MODE_MASK, v = mode | (uint64_t)(k > 1 ? clusters[i] : 0) << 2;
+		if (packed && mode != IBP_ROW_RAW)
+			v |= (offsets[i + 1] - offsets[i] - refs[i / G]) << (2 + cb);
+		uint64_t bit = i * bits, cur;
+		memcpy(&cur, e + bit / 8, 8);
+		cur |= v << (bit % 8);
+		memcpy(e + bit / 8, &cur, 8);
+	}
+	free(refs);
+	*out = p;
+	*out_len = head + ent;
+	return IBP_OK;
 }
 
 ibp_status_t ibp_container_write(const char *path, const ibp_codec_t *codec, ibp_dtype_t dtype,
@@ -1356,47 +1901,80 @@ ibp_status_t ibp_container_write(const char *path, const ibp_codec_t *codec, ibp
 					path, (ull)nrows, (ull)R);
 	}
 
-	/* metadata section, and the Xvals beside it when the codec uses them */
-	uint64_t words = ibp_codec_nchunks(codec) * C;
-	uint64_t meta_len = META_HDR + 2 * (uint64_t)k * words;
+	/* metadata section, and the Xvals beside it when the codec uses them;
+	 * their tables plain or run-coded, whichever is smaller (FORMAT.md 2.4.1) */
+	uint64_t words = ibp_codec_nchunks(codec) * C, table = (uint64_t)k * words, n = table / C;
 	int xval = ibp_codec_has_xval(codec);
-	uint8_t *meta = calloc(1, (size_t)meta_len);
-	uint8_t *xv = xval ? malloc((size_t)((uint64_t)k * words)) : NULL;
-	if (!meta || (xval && !xv)) {
-		free(meta);
-		free(xv);
+	uint8_t *plain = malloc((size_t)(3 * table));
+	if (!plain)
 		return ibp_fail(IBP_ERR_NOMEM, "%s: out of memory for metadata", path);
+	for (unsigned i = 0; i < k; i++) {
+		memcpy(plain + i * words, ibp_codec_mask(codec, i), (size_t)words);
+		memcpy(plain + table + i * words, ibp_codec_bitval(codec, i), (size_t)words);
+		memcpy(plain + 2 * table + i * words, ibp_codec_xval(codec, i), (size_t)words);
+	}
+	uint64_t rm = runs_encode(plain, n, C, NULL), rb = runs_encode(plain + table, n, C, NULL);
+	uint64_t rx = xval ? runs_encode(plain + 2 * table, n, C, NULL) : 0;
+	uint64_t ntab = xval ? 3 : 2, coded = META_HDR + rm + rb + rx;
+	int v11 = atomic_load(&write_minor) == 1;
+	int runs = !v11 && rm + rb + rx < ntab * table && ntab * table <= RUNS_EXPAND * coded + RUNS_SLACK;
+	uint64_t meta_len = META_HDR + (runs ? rm + rb : 2 * table), xv_len = xval ? (runs ? rx : table) : 0;
+	uint8_t *meta = calloc(1, (size_t)meta_len);
+	uint8_t *xv = xval ? malloc((size_t)xv_len) : NULL;
+	uint8_t *index = NULL;
+	uint64_t index_len = 0;
+	ibp_status_t st = IBP_OK;
+	if (!meta || (xval && !xv)) {
+		st = ibp_fail(IBP_ERR_NOMEM, "%s: out of memory for metadata", path);
+		goto out;
 	}
 	st32(meta, k);
+	st32(meta + 4, runs ? META_RUNS : META_PLAIN);
 	double thr = ibp_codec_threshold(codec);
 	if (!(thr >= 0.0 && thr <= 1.0))
 		thr = -1.0;
 	uint64_t tbits;
 	memcpy(&tbits, &thr, 8);
 	st64(meta + 8, tbits);
-	for (unsigned i = 0; i < k; i++) {
-		memcpy(meta + META_HDR + i * words, ibp_codec_mask(codec, i), (size_t)words);
-		memcpy(meta + META_HDR + (k + i) * words, ibp_codec_bitval(codec, i), (size_t)words);
+	if (runs) {
+		runs_encode(plain, n, C, meta + META_HDR);
+		runs_encode(plain + table, n, C, meta + META_HDR + rm);
 		if (xv)
-			memcpy(xv + i * words, ibp_codec_xval(codec, i), (size_t)words);
+			runs_encode(plain + 2 * table, n, C, xv);
+	} else {
+		memcpy(meta + META_HDR, plain, (size_t)(2 * table));
+		if (xv)
+			memcpy(xv, plain + 2 * table, (size_t)table);
+	}
+	if (!v11) {
+		st = build_index(path, layout, nrows, R, k, offsets, flags, clusters, &index, &index_len);
+		if (st != IBP_OK)
+			goto out;
 	}
 
-	/* sections in file order; the payload goes last, page-aligned */
+	/* sections in file order; the payload goes last */
 	wsec_t s[SEC_KNOWN_MAX + 1];
 	unsigned ns = 0;
 	s[ns++] = (wsec_t){ SEC_META, meta, meta_len, 0, 0 };
 	if (xv)
-		s[ns++] = (wsec_t){ SEC_XVALS, xv, (uint64_t)k * words, 0, 0 };
-	s[ns++] = (wsec_t){ SEC_FLAGS, flags, nrows, 0, 0 };
-	if (k > 1)
-		s[ns++] = (wsec_t){ SEC_CLUSTERS, clusters, nrows, 0, 0 };
-	if (layout == IBP_LAYOUT_PACKED)
-		s[ns++] = (wsec_t){ SEC_OFFSETS, offsets, 8 * (nrows + 1), 0, 0 };
+		s[ns++] = (wsec_t){ SEC_XVALS, xv, xv_len, 0, 0 };
+	if (v11) {
+		s[ns++] = (wsec_t){ SEC_FLAGS, flags, nrows, 0, 0 };
+		if (k > 1)
+			s[ns++] = (wsec_t){ SEC_CLUSTERS, clusters, nrows, 0, 0 };
+		if (layout == IBP_LAYOUT_PACKED)
+			s[ns++] = (wsec_t){ SEC_OFFSETS, offsets, 8 * (nrows + 1), 0, 0 };
+	} else {
+		s[ns++] = (wsec_t){ SEC_INDEX, index, index_len, 0, 0 };
+	}
 	s[ns++] = (wsec_t){ SEC_PAYLOAD, payload, payload_len, 0, 0 };
 	whdr_t h = { dtype, ndim, shape, R, IBP_CODEC_IBP, (uint32_t)layout, C, 0, { 0 } };
-	ibp_status_t st = write_container(path, &h, s, ns);
+	st = write_container(path, &h, s, ns);
+out:
+	free(plain);
 	free(meta);
 	free(xv);
+	free(index);
 	return st;
 }
 
@@ -1475,7 +2053,7 @@ ibp_status_t ibp_pack_with_codec(const char *path, const ibp_codec_t *codec, con
 	if (total > 0 && !data)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: data is NULL", path);
 	unsigned k = ibp_codec_nclusters(codec);
-	uint8_t *buf = ibp_host_alloc(total, PAYLOAD_ALIGN);
+	uint8_t *buf = ibp_host_alloc(total, MEM_ALIGN);
 	uint64_t *offsets = malloc((size_t)(8 * (nrows + 1)));
 	uint8_t *flags = malloc((size_t)(nrows ? nrows : 1));
 	uint8_t *clusters = k > 1 ? malloc((size_t)(nrows ? nrows : 1)) : NULL;

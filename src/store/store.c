@@ -74,9 +74,7 @@ struct ibp_store {
 	ibp_container_t *c;
 	const ibp_codec_t *codec;
 	uint64_t nrows, R;
-	const uint8_t *payload;
-	const uint64_t *offsets;
-	const uint8_t *flags, *clusters;
+	int packed;      /* IBP packed layout: rows must fill their extents */
 	int max_threads; /* caller + helpers */
 
 	/* exp and fp8 (block codecs): nblk blocks of block_rows rows */
@@ -167,21 +165,17 @@ static uint64_t decode_range(const ibp_store_t *s, const int64_t *ids, int block
 			memcpy(out + i * s->R, sl->buf + (row - blk * s->block_rows) * s->R, (size_t)s->R);
 			continue;
 		}
+		/* the container's index: compact (1.2) or the 1.1 arrays */
 		const uint8_t *src;
-		uint64_t len;
-		if (s->offsets) {
-			src = s->payload + s->offsets[row];
-			len = s->offsets[row + 1] - s->offsets[row];
-		} else {
-			src = s->payload + row * s->R;
-			len = s->R;
-		}
-		uint64_t used = 0;
-		*st = ibp_decode_row_ext(s->codec, src, len, s->flags[row], s->clusters ? s->clusters[row] : 0,
-					 out + i * s->R, &used);
+		uint64_t len, used = 0;
+		uint8_t mode;
+		unsigned cl;
+		*st = ibp_container_row_meta(s->c, row, &src, &len, &mode, &cl);
+		if (*st == IBP_OK)
+			*st = ibp_decode_row_ext(s->codec, src, len, mode, cl, out + i * s->R, &used);
 		/* A packed row fills its extent exactly (FORMAT.md §1.3), as the
 		 * batch decoder and the GPU gather require. */
-		if (*st == IBP_OK && s->offsets && used != len)
+		if (*st == IBP_OK && s->packed && used != len)
 			*st = ibp_fail(IBP_ERR_CORRUPT, "row %llu: encoded row is %llu bytes, its extent %llu",
 				       (unsigned long long)row, (unsigned long long)used, (unsigned long long)len);
 		if (*st != IBP_OK)
@@ -282,10 +276,7 @@ ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 	s->codec = ibp_container_codec(c);
 	s->nrows = ibp_container_nrows(c);
 	s->R = ibp_container_row_bytes(c);
-	s->payload = ibp_container_payload(c, NULL);
-	s->offsets = ibp_container_offsets(c);
-	s->flags = ibp_container_flags(c);
-	s->clusters = ibp_container_clusters(c);
+	s->packed = ibp_container_layout(c) == IBP_LAYOUT_PACKED;
 	s->max_threads = cpu_count();
 	s->block_codec = ibp_container_codec_id(c) != IBP_CODEC_IBP;
 	if (s->block_codec) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ibp.h"
+#include "fixtures.h"
 #include "testutil.h"
 
 static const unsigned CHUNKS[4] = { 1, 2, 4, 8 };
@@ -49,23 +50,6 @@ static uint64_t row_sizes(const ibp_codec_t *c, const uint8_t *rows, uint64_t n,
 		*nonraw += mode != IBP_ROW_RAW;
 	}
 	return sum;
-}
-
-static uint8_t *graded_rows(uint64_t seed, uint64_t n, uint64_t R)
-{
-	tu_rng_t r;
-	tu_rng_seed(&r, seed);
-	uint8_t *rows = tu_xcalloc(n * R);
-	for (uint64_t i = 0; i < n; i++)
-		for (uint64_t p = 0; p < R; p++) {
-			uint8_t x = 0;
-			for (unsigned b = 0; b < 8; b++) {
-				double q = 0.5 * (double)((p * 8 + b) % 23) / 22.0;
-				x |= (uint8_t)((tu_uniform(&r) < q) << b);
-			}
-			rows[i * R + p] = x;
-		}
-	return rows;
 }
 
 Test(analyze, bits_hand_built)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ibp.h"
+#include "fixtures.h"
 #include "testutil.h"
 
 static const double SWEEP[7] = { 0.70, 0.75, 0.80, 0.85, 0.90, 0.95, 1.00 };
@@ -220,26 +221,6 @@ Test(train, threshold_one_is_exactly_invariant)
 		ibp_codec_free(c);
 	}
 	free(rows);
-}
-
-/* Rows whose bits are invariant with graded probabilities, so that the best
- * T lies inside the sweep. */
-static uint8_t *graded_rows(uint64_t seed, uint64_t n, uint64_t R)
-{
-	tu_rng_t r;
-	tu_rng_seed(&r, seed);
-	uint8_t *rows = tu_xcalloc(n * R);
-	for (uint64_t i = 0; i < n; i++)
-		for (uint64_t p = 0; p < R; p++) {
-			uint8_t x = 0;
-			for (unsigned b = 0; b < 8; b++) {
-				/* Bit (p, b) is 1 with probability q: from near-constant to random. */
-				double q = 0.5 * (double)((p * 8 + b) % 23) / 22.0;
-				x |= (uint8_t)((tu_uniform(&r) < q) << b);
-			}
-			rows[i * R + p] = x;
-		}
-	return rows;
 }
 
 Test(train, sweep_picks_smallest_size)
@@ -845,7 +826,11 @@ Test(train, xval_min_gain)
 	cr_assert_eq(ibp_codec_train(rows, n, R, &o, &c2), IBP_OK, "%s", ibp_last_error());
 	cr_assert_eq(ibp_codec_has_xval(c2), 1, "xval=2 fits the 0x55 exceptions");
 	cr_assert_eq(ibp_codec_has_xval(c1), 0, "a gain far below 5%% is dropped");
-	cr_assert_eq(roundtrip(c1, rows, n, R), roundtrip(c1, rows, n, R));
+	/* both round-trip; the Xvals xval=2 keeps make no row larger and save under 5% */
+	uint64_t s1 = roundtrip(c1, rows, n, R), s2 = roundtrip(c2, rows, n, R);
+	cr_assert_leq(s2, s1, "xval=2 sizes %llu, xval=1 %llu", (unsigned long long)s2, (unsigned long long)s1);
+	cr_assert_lt((s1 - s2) * 20, s1, "a gain of %llu of %llu is not below 5%%", (unsigned long long)(s1 - s2),
+		     (unsigned long long)s1);
 	ibp_codec_free(c1);
 	ibp_codec_free(c2);
 

@@ -454,6 +454,11 @@ Test(cli, gather)
 	uint64_t n2[2] = {2, 1};
 	cr_assert_eq(ibp_npy_write(P("ids32.npy"), IBP_DTYPE_I32, 2, n2, ids32), IBP_OK);
 	assert_run(0, "gather", P("a.ibp"), "--ids", P("ids32.npy"), "--out", P("g.npy"));
+	cr_assert_eq(ibp_npy_load(P("g.npy"), 0, &ig, &dg), IBP_OK);
+	cr_assert_eq(ig.shape[0], 2);
+	for (int i = 0; i < 2; i++)
+		cr_assert(row_equal((const float *)dg + i * cols, fa + ids32[i] * cols, cols), "int32 id %d", i);
+	ibp_npy_free(dg);
 
 	/* random:N:SEED is deterministic and every row is a real row. */
 	assert_run(0, "gather", P("a.ibp"), "--ids", "random:40:3", "--out", P("r1.npy"));
@@ -469,6 +474,11 @@ Test(cli, gather)
 	}
 	ibp_npy_free(dg);
 	assert_run(0, "gather", P("a.ibp"), "--ids", "random:0", "--out", P("r0.npy"));
+	cr_assert_eq(ibp_npy_load(P("r0.npy"), 0, &ig, &dg), IBP_OK);
+	cr_assert_eq(ig.ndim, 2);
+	cr_assert_eq(ig.shape[0], 0, "random:0 gathers no rows");
+	cr_assert_eq(ig.shape[1], cols);
+	ibp_npy_free(dg);
 
 	/* Errors: out of range (exit 2, no output), bad text, bad spec, missing options. */
 	int64_t bad[2] = {3, 150};
@@ -742,6 +752,27 @@ Test(cli, pack_exp_fp8)
 	cr_assert_not_null(strstr(out_buf, "e5m2, scale block 16, Hadamard off, adaptive off"), "%s", out_buf);
 	assert_run(0, "unpack", P("q.ibp"), P("q.npy"));
 	cr_assert_eq(file_size(P("q.npy")), file_size(P("bf.npy")));
+	{
+		/* the values, not just the size: near the bf16 input (e5m2 has 2
+		 * mantissa bits: 12.5% per element at most, without Hadamard) */
+		void *db, *dqb;
+		ibp_npy_info_t ib, iqb;
+		cr_assert_eq(ibp_npy_load(P("bf.npy"), 0, &ib, &db), IBP_OK);
+		cr_assert_eq(ibp_npy_load(P("q.npy"), 0, &iqb, &dqb), IBP_OK);
+		cr_assert_eq(iqb.dtype, ib.dtype);
+		double be2 = 0, br2 = 0;
+		for (uint64_t i = 0; i < rows * cols; i++) {
+			uint32_t ua = (uint32_t)((const uint16_t *)db)[i] << 16, ub = (uint32_t)((const uint16_t *)dqb)[i] << 16;
+			float a, b;
+			memcpy(&a, &ua, 4);
+			memcpy(&b, &ub, 4);
+			be2 += ((double)a - b) * ((double)a - b);
+			br2 += (double)a * a;
+		}
+		cr_assert(be2 > 0 && sqrt(be2 / br2) < 0.15, "e5m2 rel. L2 error %g", sqrt(be2 / br2));
+		ibp_npy_free(db);
+		ibp_npy_free(dqb);
+	}
 
 	/* dtypes the value codecs do not take: exit 2 */
 	uint64_t shape[2] = {20, 8};

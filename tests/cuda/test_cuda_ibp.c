@@ -22,6 +22,10 @@
 #include "bitpack/codec_internal.h"
 #include "bitpack/train_internal.h"
 #include "testutil.h"
+#include "gpu_main.h"
+
+/* exits 77 (ctest: skipped) when no device is usable */
+IBP_GPU_TEST_MAIN()
 
 /* ---- helpers ---------------------------------------------------------- */
 

@@ -1,145 +1,226 @@
-/* emu.h - run CUDA kernels on the host: one fiber (ucontext) per GPU thread,
- * scheduled cooperatively; __syncthreads/__syncwarp and the warp intrinsics
- * are barriers. A barrier no fiber can pass is reported as a deadlock (a
- * hang on the GPU). */
+/* emu.h - runs CUDA kernels on the host, as strictly as compute-sanitizer
+ * would check them on a device (docs/GPU.md, "Host emulation").
+ *
+ * One fiber per GPU thread; the blocks of a grid are interleaved (a few
+ * resident at a time) and a seeded scheduler switches fibers at barriers,
+ * warp collectives, atomics and random memory accesses. Kernel code is
+ * compiled with -fsanitize=thread, whose instrumentation calls the hooks in
+ * emu.cpp (not the TSan runtime): they check every access against a shadow
+ * of the registered device memory and of shared memory for
+ *   - races: two threads, one a write, not both atomic, not ordered by a
+ *     __syncthreads generation or a __syncwarp of both (per-warp vector
+ *     clocks); different blocks are never ordered inside one launch;
+ *   - bounds: the redzones around every emu_dev_alloc / shared array;
+ *   - cp.async: a destination read or written before wait_group completed
+ *     its group.
+ * Warp collectives check that the lanes in the mask pass the same mask
+ * from the same call site, that the caller is in the mask, and give
+ * poisoned values for source lanes outside it. __syncthreads checks that
+ * the whole block waits at one call site. Errors are fatal: they print
+ * both accesses (thread, source line) and the seed that reproduces them.
+ */
 #pragma once
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cmath>
 #include <tuple>
-#include <ucontext.h>
 #include <vector>
 
-#if defined(__SANITIZE_ADDRESS__)
-extern "C" void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
-extern "C" void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old, size_t *size_old);
-#define EMU_ASAN 1
-#endif
-
+#define IBP_EMU 1
 #define __global__
 #define __device__
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
-#define __shared__ static
 
-struct emu_dim3 { unsigned x = 0, y = 0, z = 0; };
-extern emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
-
-struct emu_bar { unsigned count = 0, need = 0; uint64_t gen = 0; };
-struct emu_fiber {
-	ucontext_t ctx;
-	void *stack;
-	size_t stack_size;
-	unsigned tid;
-	int done;
-	emu_bar *wait_bar;
-	uint64_t wait_gen;
+struct emu_dim3 {
+	unsigned x = 1, y = 1, z = 1;
+	constexpr emu_dim3() = default;
+	constexpr emu_dim3(unsigned a, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
-struct emu_warp { emu_bar bar; uint64_t v[32]; };
-extern emu_warp *emu_warps;
-extern emu_bar emu_block_bar;
-extern int emu_or_flags[1024];
-extern uint8_t *emu_dyn_smem;
+typedef emu_dim3 dim3;
+
+struct emu_block;
+struct emu_fiber {
+	void *sp;                 /* saved stack pointer */
+	uint8_t *stack_lo, *stack_hi;
+	emu_block *blk;
+	emu_dim3 tidx;
+	unsigned tid;             /* linear thread index in the block */
+	uint32_t gtid;            /* 1 + block * blockDim + tid (0: none) */
+	int state;                /* 0 runnable, 1 waiting, 2 done */
+	uint32_t wvc[32];         /* vector clock over the lanes of the warp */
+	int64_t budget;           /* accesses until the next preemption */
+	uint64_t result;          /* of the last collective */
+	const void *wait_site;
+	int wait_kind;
+	unsigned depth;           /* shadow call stack (reports) */
+	uintptr_t stk[48];
+	void *cpa;                /* cp.async queue (emu.cpp) */
+	int run_pos;              /* index in the runnable set, -1 if none */
+};
 extern emu_fiber *emu_cur;
-extern ucontext_t emu_sched_ctx;
-extern void *emu_fake_stack;
+extern emu_dim3 emu_block_dim, emu_grid_dim;
+extern int emu_defect; /* tests/emu/defects.sh: which deliberate defect is on */
 
-inline void emu_yield()
-{
-#ifdef EMU_ASAN
-	__sanitizer_start_switch_fiber(&emu_fake_stack, nullptr, 0); /* bottom set by scheduler side */
-#endif
-	swapcontext(&emu_cur->ctx, &emu_sched_ctx);
-#ifdef EMU_ASAN
-	__sanitizer_finish_switch_fiber(emu_fake_stack, nullptr, nullptr);
-#endif
-}
+emu_dim3 &emu_block_idx();
+#define threadIdx (emu_cur->tidx)
+#define blockIdx (emu_block_idx())
+#define blockDim emu_block_dim
+#define gridDim emu_grid_dim
 
-inline void emu_barrier(emu_bar &b)
-{
-	uint64_t g = b.gen;
-	if (++b.count == b.need) {
-		b.count = 0;
-		b.gen++;
-		return;
-	}
-	emu_cur->wait_bar = &b;
-	emu_cur->wait_gen = g;
-	emu_yield();
-}
+/* ---- device memory and shared memory ---- */
+void *emu_dev_alloc(size_t n, unsigned skew = 0, const char *name = "device");
+void emu_dev_free(void *p);
+/* A huge, sparse device allocation (mmap, zero pages): bounds are checked,
+ * races are not (no shadow). */
+void *emu_dev_alloc_sparse(size_t n, const char *name);
+uint8_t *emu_dyn_smem();
+struct emu_sslot { int unused; };
+void *emu_shared_raw(emu_sslot *s, size_t size, size_t align);
+template <class T> T *emu_shared(emu_sslot &s) { return (T *)emu_shared_raw(&s, sizeof(T), alignof(T)); }
 
-inline emu_warp &emu_w() { return emu_warps[threadIdx.x >> 5]; }
-inline void __syncwarp(unsigned = 0xffffffffu) { emu_barrier(emu_w().bar); }
-inline void __syncthreads() { emu_barrier(emu_block_bar); }
-inline int __syncthreads_or(int p)
-{
-	emu_or_flags[threadIdx.x] = p != 0;
-	__syncthreads();
-	int r = 0;
-	for (unsigned i = 0; i < blockDim.x; i++)
-		r |= emu_or_flags[i];
-	__syncthreads();
-	return r;
-}
-template <class T, class F> T emu_shfl(T v, F src)
+/* ---- barriers and collectives (site: the caller's return address) ---- */
+enum { EMU_SHFL_IDX, EMU_SHFL_UP, EMU_SHFL_DOWN, EMU_SHFL_XOR, EMU_BALLOT, EMU_SYNCWARP };
+enum { EMU_BAR_SYNC, EMU_BAR_OR, EMU_BAR_AND, EMU_BAR_COUNT };
+uint64_t emu_warp_op(int kind, unsigned mask, uint64_t v, unsigned arg, const void *site);
+int emu_block_op(int kind, int pred, const void *site);
+#define EMU_SITE __builtin_return_address(0)
+
+__attribute__((noinline)) inline void __syncwarp(unsigned m = 0xffffffffu) { emu_warp_op(EMU_SYNCWARP, m, 0, 0, EMU_SITE); }
+__attribute__((noinline)) inline void __syncthreads() { emu_block_op(EMU_BAR_SYNC, 0, EMU_SITE); }
+__attribute__((noinline)) inline int __syncthreads_or(int p) { return emu_block_op(EMU_BAR_OR, p, EMU_SITE); }
+__attribute__((noinline)) inline int __syncthreads_and(int p) { return emu_block_op(EMU_BAR_AND, p, EMU_SITE); }
+__attribute__((noinline)) inline int __syncthreads_count(int p) { return emu_block_op(EMU_BAR_COUNT, p, EMU_SITE); }
+
+template <class T> inline uint64_t emu_bits(T v)
 {
 	static_assert(sizeof(T) <= 8, "shfl size");
-	emu_warp &w = emu_w();
-	unsigned l = threadIdx.x & 31;
 	uint64_t b = 0;
 	memcpy(&b, &v, sizeof(T));
-	w.v[l] = b;
-	emu_barrier(w.bar);
-	unsigned s = src(l);
-	T r = v;
-	if (s < 32)
-		memcpy(&r, &w.v[s], sizeof(T));
-	emu_barrier(w.bar);
-	return r;
+	return b;
 }
-template <class T> T __shfl_up_sync(unsigned, T v, unsigned o)
+template <class T> inline T emu_unbits(uint64_t b)
 {
-	return emu_shfl(v, [o](unsigned l) { return l >= o ? l - o : 32u; });
+	T v;
+	memcpy(&v, &b, sizeof(T));
+	return v;
 }
-template <class T> T __shfl_xor_sync(unsigned, T v, unsigned o)
+template <class T> __attribute__((noinline)) T __shfl_sync(unsigned m, T v, int s, int w = 32)
 {
-	return emu_shfl(v, [o](unsigned l) { return (l ^ o) & 31; });
+	(void)w;
+	return emu_unbits<T>(emu_warp_op(EMU_SHFL_IDX, m, emu_bits(v), (unsigned)s, EMU_SITE));
 }
-template <class T> T __shfl_sync(unsigned, T v, int s)
+template <class T> __attribute__((noinline)) T __shfl_up_sync(unsigned m, T v, unsigned o, int w = 32)
 {
-	return emu_shfl(v, [s](unsigned) { return (unsigned)s; });
+	(void)w;
+	return emu_unbits<T>(emu_warp_op(EMU_SHFL_UP, m, emu_bits(v), o, EMU_SITE));
 }
-inline unsigned __ballot_sync(unsigned, int p)
+template <class T> __attribute__((noinline)) T __shfl_down_sync(unsigned m, T v, unsigned o, int w = 32)
 {
-	emu_warp &w = emu_w();
-	unsigned l = threadIdx.x & 31;
-	w.v[l] = p != 0;
-	emu_barrier(w.bar);
-	unsigned r = 0;
-	for (unsigned i = 0; i < 32; i++)
-		r |= (w.v[i] ? 1u : 0u) << i;
-	emu_barrier(w.bar);
-	return r;
+	(void)w;
+	return emu_unbits<T>(emu_warp_op(EMU_SHFL_DOWN, m, emu_bits(v), o, EMU_SITE));
 }
-inline int __any_sync(unsigned m, int p) { return __ballot_sync(m, p) != 0; }
+template <class T> __attribute__((noinline)) T __shfl_xor_sync(unsigned m, T v, int o, int w = 32)
+{
+	(void)w;
+	return emu_unbits<T>(emu_warp_op(EMU_SHFL_XOR, m, emu_bits(v), (unsigned)o, EMU_SITE));
+}
+__attribute__((noinline)) inline unsigned __ballot_sync(unsigned m, int p)
+{
+	return (unsigned)emu_warp_op(EMU_BALLOT, m, p != 0, 0, EMU_SITE);
+}
+__attribute__((noinline)) inline int __any_sync(unsigned m, int p)
+{
+	return emu_warp_op(EMU_BALLOT, m, p != 0, 0, EMU_SITE) != 0;
+}
+__attribute__((noinline)) inline int __all_sync(unsigned m, int p)
+{
+	return emu_warp_op(EMU_BALLOT, m, p != 0, 0, EMU_SITE) == m;
+}
+
+/* ---- atomics: checked as atomic accesses, a preemption point each ---- */
+void emu_atomic_access(const void *p, unsigned size, const void *pc);
+#define EMU_ATOMIC(name, T, expr)                                                  \
+	__attribute__((noinline, no_sanitize_thread)) inline T name(T *p, T v)     \
+	{                                                                          \
+		emu_atomic_access(p, sizeof(T), EMU_SITE);                         \
+		T o = *p;                                                          \
+		*p = (expr);                                                       \
+		return o;                                                          \
+	}
+EMU_ATOMIC(atomicOr, unsigned, o | v)
+EMU_ATOMIC(atomicOr, int, o | v)
+EMU_ATOMIC(atomicOr, unsigned long long, o | v)
+EMU_ATOMIC(atomicAnd, unsigned, o & v)
+EMU_ATOMIC(atomicXor, unsigned, o ^ v)
+EMU_ATOMIC(atomicAdd, unsigned, o + v)
+EMU_ATOMIC(atomicAdd, int, o + v)
+EMU_ATOMIC(atomicAdd, unsigned long long, o + v)
+EMU_ATOMIC(atomicMax, unsigned, o > v ? o : v)
+EMU_ATOMIC(atomicMin, unsigned, o < v ? o : v)
+EMU_ATOMIC(atomicExch, unsigned, v)
+EMU_ATOMIC(atomicExch, int, v)
+EMU_ATOMIC(atomicExch, unsigned long long, v)
+#define EMU_CAS(T)                                                                 \
+	__attribute__((noinline, no_sanitize_thread)) inline T atomicCAS(T *p, T cmp, T v) \
+	{                                                                          \
+		emu_atomic_access(p, sizeof(T), EMU_SITE);                         \
+		T o = *p;                                                          \
+		if (o == cmp)                                                      \
+			*p = v;                                                    \
+		return o;                                                          \
+	}
+EMU_CAS(int)
+EMU_CAS(unsigned)
+EMU_CAS(unsigned long long)
+
+/* ---- cp.async (kernels/ibp_device.cuh calls these under IBP_EMU) ---- */
+void emu_cp_async(void *smem, const void *gmem, unsigned bytes, const void *site);
+void emu_cp_async_commit();
+void emu_cp_async_wait(int n, const void *site);
+
+/* ---- integer and float intrinsics ---- */
 inline int __ffsll(long long x) { return __builtin_ffsll(x); }
 inline int __ffs(int x) { return __builtin_ffs(x); }
 inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
-inline unsigned atomicOr(unsigned *p, unsigned v) { unsigned o = *p; *p |= v; return o; }
-inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
+inline unsigned __brev(unsigned x)
 {
-	unsigned long long o = *p;
-	*p += v;
-	return o;
+	unsigned r = 0;
+	for (int i = 0; i < 32; i++)
+		r |= ((x >> i) & 1u) << (31 - i);
+	return r;
 }
+/* Round-to-nearest IEEE operations: what the host does with SSE and
+ * -ffp-contract=off (run.sh), which is the point of the _rn intrinsics. */
+inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
+inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
+inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
+inline float __fsqrt_rn(float a) { return sqrtf(a); }
+inline double __dadd_rn(double a, double b) { volatile double r = a + b; return r; }
+inline double __dsub_rn(double a, double b) { volatile double r = a - b; return r; }
+inline double __dmul_rn(double a, double b) { volatile double r = a * b; return r; }
+inline double __ddiv_rn(double a, double b) { volatile double r = a / b; return r; }
+inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+inline int __float_as_int(float f) { int u; memcpy(&u, &f, 4); return u; }
+inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
+inline long long __double_as_longlong(double d) { long long u; memcpy(&u, &d, 8); return u; }
+inline double __longlong_as_double(long long u) { double d; memcpy(&d, &u, 8); return d; }
 
-struct emu_job_base { virtual void run() = 0; virtual ~emu_job_base() {} };
-extern emu_job_base *emu_job;
-void emu_fiber_entry();
-void emu_run_block(unsigned nthreads, size_t smem);
+/* ---- launches ---- */
+struct emu_job_base {
+	virtual void run() = 0;
+	virtual ~emu_job_base() {}
+};
+void emu_run_grid(emu_job_base *job, emu_dim3 grid, emu_dim3 block, size_t smem, const char *name);
 
 template <class K, class... A>
 struct emu_job_t : emu_job_base {
@@ -152,13 +233,24 @@ struct emu_job_t : emu_job_base {
 template <class K, class... A>
 void emu_launch(K k, unsigned gx, unsigned gy, unsigned block, size_t smem, A... a)
 {
-	gridDim = { gx, gy, 1 };
-	blockDim = { block, 1, 1 };
 	emu_job_t<K, A...> job(k, a...);
-	emu_job = &job;
-	for (unsigned by = 0; by < gy; by++)
-		for (unsigned bx = 0; bx < gx; bx++) {
-			blockIdx = { bx, by, 0 };
-			emu_run_block(block, smem);
-		}
+	emu_run_grid(&job, emu_dim3(gx, gy), emu_dim3(block), smem, __PRETTY_FUNCTION__);
 }
+
+/* A configuration the device would refuse (cuda_stub.cpp): sets the
+ * runtime's last error instead of running. */
+bool emu_launch_refused(const void *k, emu_dim3 g, emu_dim3 b, size_t smem);
+
+/* k<<<grid, block, smem, stream>>>(args) as gen.py rewrites it. */
+struct emu_kcall {
+	emu_dim3 g, b;
+	size_t smem;
+	emu_kcall(emu_dim3 g_, emu_dim3 b_, size_t s = 0, const void * = nullptr) : g(g_), b(b_), smem(s) {}
+	template <class K, class... A> void run(K k, A... a)
+	{
+		if (emu_launch_refused((const void *)k, g, b, smem))
+			return; /* the error is in cudaGetLastError */
+		emu_job_t<K, A...> job(k, a...);
+		emu_run_grid(&job, g, b, smem, __PRETTY_FUNCTION__);
+	}
+};

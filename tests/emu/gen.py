@@ -1,7 +1,20 @@
 #!/usr/bin/env python3
-"""Cuts the kernel sections out of kernels/ibp_{gather,encode,train}.cu into
-OUT/k_*.inc for the host emulator (dynamic shared memory becomes a pointer
-the emulator sets per block). Usage: gen.py REPO OUT"""
+"""Turns kernels/*.cu into host C++ for the emulator (emu.h). Usage: gen.py REPO OUT
+
+OUT/k_{gather,encode,train,exp,fp8}.inc  kernels/*.cu, whole: their host code
+                                 (launch configuration, stores, workspaces)
+                                 runs against the H100 runtime stub (stub/,
+                                 cuda_stub.cpp)
+OUT/ibp_device.cuh               kernels/ibp_device.cuh
+
+Rewrites: `__shared__ T x[N];` becomes a per-block shared variable and
+`extern __shared__ T x[];` the block's dynamic shared memory (launches go
+through kernels/cuda_check.h's ibp_cuda_launch, which the stub runs; a
+`k<<<cfg>>>(args)` left anywhere is rewritten to an emulator call). It also
+plants the deliberate defects of run.sh defects, each behind
+`emu_defect == N`, so that one build serves both; every pattern must match
+exactly once, or gen.py fails (a kernel change must not silently disarm a
+defect)."""
 import re
 import sys
 
@@ -9,19 +22,104 @@ repo, out = sys.argv[1], sys.argv[2]
 src = repo + '/kernels/'
 
 
-def cut(text, start, end):
-    i = text.index(start)
-    return text[i:text.index(end, i)]
+def defect(text, old, new, count=1):
+    n = text.count(old)
+    if n != count:
+        sys.exit('gen.py: defect pattern found %d times (want %d): %r' % (n, count, old))
+    return text.replace(old, new)
 
 
-banner = '/* ---------------------------------------------------------------------- */\n'
+slot = [0]
+
+
+def shared(text):
+    text = re.sub(r'extern __shared__ (?:__align__\(\d+\) )?(\w+) (\w+)\[\];',
+                  r'\1 *\2 = (\1 *)emu_dyn_smem();', text)
+
+    def one(m):
+        ty, decls = m.group(1), m.group(2)
+        res = []
+        for d in decls.split(','):
+            d = d.strip()
+            dm = re.match(r'(\w+)\s*((?:\[[^\]]+\])*)$', d)
+            if not dm:
+                sys.exit('gen.py: cannot parse __shared__ declarator %r' % d)
+            slot[0] += 1
+            name, dims = dm.group(1), dm.group(2)
+            res.append('static emu_sslot emu_ss_%d; auto &%s = *emu_shared<%s%s>(emu_ss_%d);'
+                       % (slot[0], name, ty, dims, slot[0]))
+        return ' '.join(res)
+    text = re.sub(r'__shared__\s+(?:__align__\(\d+\)\s+)?((?:unsigned |signed |long |const )*\w+)\s+([^;]+);',
+                  one, text)
+    if '__shared__' in text:
+        sys.exit('gen.py: a __shared__ declaration was not rewritten')
+    return text
+
+
+def launches(text):
+    text, n = re.subn(r'([\w:]+(?:<[^<>;]*>)?)<<<(.*?)>>>\(', r'emu_kcall(\2).run(\1, ', text, flags=re.S)
+    return text
+
+
+dev = open(src + 'ibp_device.cuh').read()
+# defect 4: a shuffle whose mask leaves out half of the warp
+dev = defect(dev, 'unsigned u = __shfl_up_sync(IBP_FULL_MASK, v, o);',
+             'unsigned u = __shfl_up_sync(emu_defect == 4 ? 0x0000ffffu : IBP_FULL_MASK, v, o);')
+# defect 5: the staged fetch reads one byte past the row's extent
+dev = defect(dev, 'if (t < head + tail) {', 'if (t < head + tail + (emu_defect == 5 ? 1u : 0u)) {')
+def put(name, text):
+    # unchanged outputs keep their time stamps (run.sh rebuilds on newer files)
+    path = out + '/' + name
+    try:
+        if open(path).read() == text:
+            return
+    except OSError:
+        pass
+    open(path, 'w').write(text)
+
+
+put('ibp_device.cuh', dev)
+
+gather = open(src + 'ibp_gather.cu').read()
+# defect 3: wait_group 1 before the commit of the next fetch: request k's group may still be in flight
+gather = defect(gather, '''		ibp_cp_async_commit();
+		ibp_cp_async_wait<1>(); /* this thread's pieces of request k are in */''',
+                '''		if (emu_defect == 3) {
+			ibp_cp_async_wait<1>();
+			ibp_cp_async_commit();
+		} else {
+			ibp_cp_async_commit();
+			ibp_cp_async_wait<1>();
+		}''')
+
+encode = open(src + 'ibp_encode.cu').read()
+# defect 1: a plain |= for atomicOr
+for w, i in (('w0', 'wi'), ('w1', 'wi + 1'), ('w2', 'wi + 2')):
+    encode = defect(encode, 'atomicOr(w + %s, %s);' % (i, w),
+                    '{ if (emu_defect == 1) w[%s] |= %s; else atomicOr(w + %s, %s); }' % (i, w, i, w))
+# defect 6: put_bits without the clamp to the group's stage words
+encode = defect(encode, 'if (w0 && wi < nw)', 'if (w0 && (emu_defect == 6 || wi < nw))')
+encode = defect(encode, 'if (w1 && wi + 1 < nw)', 'if (w1 && (emu_defect == 6 || wi + 1 < nw))')
+encode = defect(encode, 'if (w2 && wi + 2 < nw)', 'if (w2 && (emu_defect == 6 || wi + 2 < nw))')
+# defect 2: no barrier before the stage is reused for the next row
+encode = defect(encode, 'G::sync(); /* the stage is zeroed again for the next row */',
+                'if (emu_defect != 2) G::sync(); /* the stage is zeroed again for the next row */')
+
+fp8 = open(src + 'fp8.cu').read()
+# defect 7: no barrier between the Hadamard butterfly rounds
+fp8 = defect(fp8, '''			x[j] = FP_SUB(a, b);
+		}
+		__syncthreads();''', '''			x[j] = FP_SUB(a, b);
+		}
+		if (emu_defect != 7)
+			__syncthreads();''')
+
 parts = {
-    'k_gather.inc': cut(open(src + 'ibp_gather.cu').read(), 'struct IbpGatherArgs',
-                        banner + '/* host: launch configuration'),
-    'k_encode.inc': cut(open(src + 'ibp_encode.cu').read(), 'struct IbpEncArgs', banner + '/* host  '),
-    'k_train.inc': cut(open(src + 'ibp_train.cu').read(), '#define IBP_COUNT_THREADS', 'static_assert'),
+    'k_gather.inc': launches(gather),
+    'k_encode.inc': launches(encode),
+    'k_train.inc': launches(open(src + 'ibp_train.cu').read()),
+    'k_exp.inc': launches(open(src + 'exp_codec.cu').read()),
+    'k_fp8.inc': launches(fp8),
 }
 for name, text in parts.items():
-    text = re.sub(r'extern __shared__ __align__\(16\) uint8_t (\w+)\[\];',
-                  r'uint8_t *\1 = emu_dyn_smem;', text)
-    open(out + '/' + name, 'w').write(text)
+    put(name, shared(text))

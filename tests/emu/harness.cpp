@@ -3,10 +3,15 @@
  * CPU codec: training counters/masks, encode (sizes + write, warp and block
  * kernels, shared and global stage), gather (warp/block kernels, full,
  * partial and no staging, request order and scatter, out-of-range ids),
- * corrupt stores, single-row stores in exactly sized allocations (ASan
- * catches any read outside a row's extent), inplace stores with the extent
- * kernel, and codecs with Xvals. Run through run.sh; exit status 0 = all
- * equal. Arguments: [seed [row_bytes]]; DBG=1 dumps mismatching rows. */
+ * corrupt stores, single-row stores in exactly sized device allocations at
+ * every start skew 0..15 (the emulator reports any read outside a row's
+ * extent), inplace stores with the extent kernel, and codecs with Xvals.
+ * Every buffer a kernel touches is device memory of the emulator (bounds
+ * and races checked). Run through run.sh; exit status 0 = all equal.
+ * Usage: harness SUITE [--seed S] [--quick] [--rows R,...] [--defect N]
+ *        [--preempt M]; SUITE: ibp, train, api (the public API, host code
+ *        included), exp, fp8, codecs, all.
+ * DBG=1 dumps mismatching rows. */
 #include <cstdio>
 #include <tuple>
 #include <cstdlib>
@@ -15,24 +20,43 @@
 #include <algorithm>
 
 #include "ibp_device.cuh"
+#include <string>
 extern "C" {
 #include "bitpack/train_internal.h"
 ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64_t src_len, uint8_t flags,
 				unsigned cluster, uint8_t *dst, uint64_t *extent);
 }
 
-
-
-
-
-
-
-
 #include "k_gather.inc"
 #include "k_encode.inc"
 #include "k_train.inc"
 
 static int failures = 0;
+
+/* A device buffer of the emulator (redzones on both sides; `skew`: its
+ * start mod 16), filled with garbage. */
+template <class T> struct DBuf {
+	T *p = nullptr;
+	size_t n = 0;
+	DBuf() {}
+	DBuf(size_t n_, const char *name, unsigned skew = 0) { init(n_, name, skew); }
+	DBuf(const std::vector<T> &v, const char *name, unsigned skew = 0)
+	{
+		init(v.size(), name, skew);
+		if (!v.empty())
+			memcpy(p, v.data(), v.size() * sizeof(T));
+	}
+	void init(size_t n_, const char *name, unsigned skew)
+	{
+		n = n_;
+		p = (T *)emu_dev_alloc(n * sizeof(T), skew, name);
+		memset((void *)p, 0xA7, n * sizeof(T));
+	}
+	~DBuf() { emu_dev_free(p); }
+	DBuf(const DBuf &) = delete;
+	DBuf &operator=(const DBuf &) = delete;
+	std::vector<T> vec() const { return std::vector<T>(p, p + n); }
+};
 #define CHECK(c, ...)                                                          \
 	do {                                                                   \
 		if (!(c)) {                                                    \
@@ -66,6 +90,8 @@ struct HDC {
 	IbpDevCodec d;
 	std::vector<uint8_t> m, b, x;
 	std::vector<uint64_t> tso;
+	DBuf<uint8_t> dm, db, dx;
+	DBuf<uint64_t> dtso;
 };
 
 static void make_hdc(const ibp_codec_t *h, HDC &x)
@@ -107,10 +133,18 @@ static void make_hdc(const ibp_codec_t *h, HDC &x)
 			exit(1);
 		}
 	}
-	d.m = x.m.data();
-	d.b = x.b.data();
-	d.x = x.x.data();
-	d.tso = x.tso.data();
+	x.dm.init(x.m.size(), "codec masks", 0);
+	x.db.init(x.b.size(), "codec bitvals", 0);
+	x.dx.init(x.x.size(), "codec xvals", 0);
+	x.dtso.init(x.tso.size(), "codec tile offsets", 0);
+	memcpy(x.dm.p, x.m.data(), x.m.size());
+	memcpy(x.db.p, x.b.data(), x.b.size());
+	memcpy(x.dx.p, x.x.data(), x.x.size());
+	memcpy(x.dtso.p, x.tso.data(), x.tso.size() * 8);
+	d.m = x.dm.p;
+	d.b = x.db.p;
+	d.x = x.dx.p;
+	d.tso = x.dtso.p;
 }
 
 struct Case {
@@ -185,67 +219,155 @@ static void make_case(Case &t, uint64_t R, unsigned C, unsigned K, uint64_t n)
 }
 
 static uint64_t modes[4];
+static int quick;
+static unsigned sk() { return (unsigned)(rnd() % 16); }
 
 template <unsigned C, int NW>
 static void run_encode(Case &t, const HDC &h, int gstage)
 {
 	const uint64_t n = t.n;
 	const unsigned gpb = NW == 1 ? 3 : 1, threads = NW == 1 ? 32 * gpb : 32 * NW, grid = 2;
-	std::vector<uint64_t> sizes(n + 1, 0xdead), off(n + 1);
-	std::vector<uint8_t> fl(n, 0xee), cl(n, 0xee);
+	DBuf<uint8_t> rows(t.rows, "rows to encode", (unsigned)(rnd() % 16));
+	DBuf<uint64_t> sizes(n + 1, "sizes");
+	DBuf<uint8_t> fl(n, "flags (sizes pass)"), cl(n, "clusters (sizes pass)");
+	std::vector<uint64_t> off(n + 1);
 	IbpEncArgs a;
 	memset(&a, 0, sizeof(a));
 	a.cd = h.d;
-	a.rows = t.rows.data();
+	a.rows = rows.p;
 	a.nrows = n;
-	a.sizes = sizes.data();
-	a.flags = fl.data();
-	a.clusters = cl.data();
+	a.sizes = sizes.p;
+	a.flags = fl.p;
+	a.clusters = cl.p;
 	emu_launch(ibp_enc_sizes_kernel<C, NW>, grid, 1, threads, 0, a);
-	CHECK(sizes[n] == 0, "sizes[n]");
+	CHECK(sizes.p[n] == 0, "sizes[n]");
 	uint64_t s = 0;
 	for (uint64_t i = 0; i <= n; i++) {
 		off[i] = s;
-		s += sizes[i];
+		s += sizes.p[i];
 	}
 	for (uint64_t i = 0; i <= n; i++)
 		CHECK(off[i] == t.off[i], "enc R %llu C %u K %u NW %d: offset %llu: %llu vs CPU %llu",
 		      (unsigned long long)t.R, C, t.K, NW, (unsigned long long)i, (unsigned long long)off[i],
 		      (unsigned long long)t.off[i]);
-	CHECK(fl == t.flags, "flags");
-	CHECK(cl == t.cl, "clusters");
+	CHECK(fl.vec() == t.flags, "flags");
+	CHECK(cl.vec() == t.cl, "clusters");
 	for (uint64_t i = 0; i < n; i++)
 		modes[t.flags[i] & 3]++;
 	/* write, into an exactly sized destination */
-	uint8_t *dst = (uint8_t *)malloc(off[n] ? off[n] : 1);
-	memset(dst, 0xEE, off[n]);
-	a.offsets = t.off.data();
-	a.flags = t.flags.data();
-	a.clusters = t.K > 1 ? t.cl.data() : nullptr;
-	a.dst = dst;
+	DBuf<uint8_t> dst(off[n], "encoded rows (dst)", (unsigned)(rnd() % 16));
+	DBuf<uint64_t> doff(t.off, "offsets");
+	DBuf<uint8_t> dfl(t.flags, "flags"), dcl(t.cl, "clusters");
+	a.offsets = doff.p;
+	a.flags = dfl.p;
+	a.clusters = t.K > 1 ? dcl.p : nullptr;
+	a.dst = dst.p;
 	a.dst_cap = off[n];
 	a.stage_words = (((t.R + 3) / 4 + 4) + 3) / 4 * 4;
-	std::vector<uint32_t> gs;
+	DBuf<uint32_t> gs;
 	size_t smem = 0;
 	if (gstage) {
-		gs.assign((size_t)grid * gpb * a.stage_words, 0xCDCDCDCD);
-		a.gstage = gs.data();
+		gs.init((size_t)grid * gpb * a.stage_words, "global stage", 0);
+		a.gstage = gs.p;
 	} else {
 		smem = (size_t)gpb * a.stage_words * 4;
 	}
 	emu_launch(ibp_enc_write_kernel<C, NW>, grid, 1, threads, smem, a);
 	for (uint64_t i = 0; i < n; i++) {
 		uint64_t len = t.off[i + 1] - t.off[i];
-		if (memcmp(dst + t.off[i], &t.enc[t.off[i]], len)) {
+		if (memcmp(dst.p + t.off[i], &t.enc[t.off[i]], len)) {
 			uint64_t at = 0;
-			while (dst[t.off[i] + at] == t.enc[t.off[i] + at])
+			while (dst.p[t.off[i] + at] == t.enc[t.off[i] + at])
 				at++;
 			CHECK(0, "enc R %llu C %u K %u NW %d gstage %d: row %llu mode %u len %llu: byte %llu %02x vs %02x",
 			      (unsigned long long)t.R, C, t.K, NW, gstage, (unsigned long long)i, t.flags[i],
-			      (unsigned long long)len, (unsigned long long)at, dst[t.off[i] + at], t.enc[t.off[i] + at]);
+			      (unsigned long long)len, (unsigned long long)at, dst.p[t.off[i] + at], t.enc[t.off[i] + at]);
 		}
 	}
-	free(dst);
+}
+
+/* The write pass with arrays that disagree with the rows (issue 10 item 5):
+ * RAW rows claimed BITMAP/LIST (their fields run past the extent and the
+ * group's stage), other modes, other clusters, shrunk extents. The kernel
+ * must stay inside its stage and dst (the emulator checks), and write every
+ * byte of every extent: a row is either a valid encoding of its row under
+ * the given flags/cluster (the CPU decodes it back, using all of its
+ * bytes) or zeros; rows left as the sizes pass said are the CPU's bytes. */
+template <unsigned C, int NW>
+static void run_encode_bad(Case &t, const HDC &h, int gstage)
+{
+	const uint64_t n = t.n;
+	const unsigned gpb = NW == 1 ? 3 : 1, threads = NW == 1 ? 32 * gpb : 32 * NW, grid = 2;
+	std::vector<uint64_t> off = t.off;
+	std::vector<uint8_t> fl = t.flags, cl = t.cl;
+	std::vector<int> same(n, 1);
+	for (uint64_t i = 0; i < n; i++) {
+		if ((t.flags[i] & 3) == IBP_ROW_RAW && rnd() % 2) {
+			fl[i] = (uint8_t)(IBP_ROW_BITMAP + rnd() % 2);
+			same[i] = 0;
+		} else if (rnd() % 4 == 0) {
+			switch (rnd() % 3) {
+			case 0: fl[i] = (uint8_t)((fl[i] + 1 + rnd() % 3) & 3); break;
+			case 1: cl[i] = (uint8_t)((cl[i] + 1) % t.K); break;
+			default:
+				if (off[i + 1] > off[i])
+					off[i + 1] -= 1 + rnd() % (off[i + 1] - off[i]); /* the next row grows */
+				break;
+			}
+			same[i] = 0;
+			if (i + 1 < n)
+				same[i + 1] = 0;
+		}
+	}
+	for (uint64_t i = 0; i < n; i++)
+		same[i] &= fl[i] == t.flags[i] && cl[i] == t.cl[i] && off[i] == t.off[i] && off[i + 1] == t.off[i + 1];
+	DBuf<uint8_t> rows(t.rows, "rows to encode", (unsigned)(rnd() % 16));
+	DBuf<uint8_t> dst(off[n], "encoded rows (dst)", (unsigned)(rnd() % 16));
+	memset(dst.p, 0xEE, off[n]);
+	DBuf<uint64_t> doff(off, "offsets");
+	DBuf<uint8_t> dfl(fl, "flags"), dcl(cl, "clusters");
+	IbpEncArgs a;
+	memset(&a, 0, sizeof(a));
+	a.cd = h.d;
+	a.rows = rows.p;
+	a.nrows = n;
+	a.offsets = doff.p;
+	a.flags = dfl.p;
+	a.clusters = t.K > 1 ? dcl.p : nullptr;
+	a.dst = dst.p;
+	a.dst_cap = off[n];
+	a.stage_words = (((t.R + 3) / 4 + 4) + 3) / 4 * 4;
+	DBuf<uint32_t> gs;
+	size_t smem = 0;
+	if (gstage) {
+		gs.init((size_t)grid * gpb * a.stage_words, "global stage", 0);
+		a.gstage = gs.p;
+	} else {
+		smem = (size_t)gpb * a.stage_words * 4;
+	}
+	emu_launch(ibp_enc_write_kernel<C, NW>, grid, 1, threads, smem, a);
+	std::vector<uint8_t> back(t.R);
+	for (uint64_t i = 0; i < n; i++) {
+		const uint64_t len = off[i + 1] - off[i];
+		const uint8_t *b = dst.p + off[i];
+		if (same[i]) {
+			CHECK(!memcmp(b, &t.enc[off[i]], len), "bad-arrays encode C %u NW %d: untouched row %llu differs", C, NW,
+			      (unsigned long long)i);
+			continue;
+		}
+		bool zero = true;
+		for (uint64_t q = 0; q < len; q++)
+			zero &= b[q] == 0;
+		if (zero)
+			continue;
+		uint64_t ext = 0;
+		ibp_status_t st = ibp_decode_row_ext(t.codec, b, len, fl[i], t.K > 1 ? cl[i] : 0, back.data(), &ext);
+		CHECK(st == IBP_OK && ext == len && !memcmp(back.data(), &t.rows[i * t.R], t.R),
+		      "bad-arrays encode R %llu C %u NW %d gstage %d: row %llu (flags %u->%u, cl %u->%u, len %llu->%llu) is "
+		      "neither zeros nor a valid encoding (st %d ext %llu)",
+		      (unsigned long long)t.R, C, NW, gstage, (unsigned long long)i, t.flags[i], fl[i], t.cl[i], cl[i],
+		      (unsigned long long)(t.off[i + 1] - t.off[i]), (unsigned long long)len, (int)st, (unsigned long long)ext);
+	}
 }
 
 /* CPU verdict */
@@ -269,84 +391,96 @@ static ibp_status_t cpu_row(const Case &t, const uint8_t *payload, const uint64_
 	return st;
 }
 
-/* gather from a store of the given arrays; payload copied to an exact allocation */
+/* gather from a store of the given arrays; payload copied to an exact
+ * device allocation that starts at `skew` mod 16 */
 template <unsigned C, int NW>
 static void run_gather(const char *what, const Case &t, const HDC &h, const uint8_t *payload_src,
-		       uint64_t payload_bytes, const uint64_t *offsets, const uint8_t *flags, const uint8_t *cls,
-		       uint64_t nrows, uint32_t stage, unsigned gpb, unsigned grid, int scatter, uint64_t n)
+		       uint64_t payload_bytes, const uint64_t *offsets_h, const uint8_t *flags_h, const uint8_t *cls_h,
+		       uint64_t nrows, uint32_t stage, unsigned gpb, unsigned grid, int scatter, uint64_t n,
+		       unsigned skew)
 {
 	const uint64_t R = t.R;
-	uint8_t *payload = (uint8_t *)malloc(payload_bytes ? payload_bytes : 1);
-	memcpy(payload, payload_src, payload_bytes);
-	std::vector<uint64_t> lens;
-	if (!offsets) {
-		lens.assign(nrows, 0x5555);
-		emu_launch(&ibp_extent_kernel<C>, 2, 1, 64, 0, h.d, (const uint8_t *)payload, R, flags, cls, nrows,
-			   lens.data());
+	DBuf<uint8_t> payload(payload_bytes, "payload", skew);
+	memcpy(payload.p, payload_src, payload_bytes);
+	DBuf<uint64_t> offsets;
+	if (offsets_h) {
+		offsets.init(nrows + 1, "offsets", 0);
+		memcpy(offsets.p, offsets_h, (nrows + 1) * 8);
 	}
-	std::vector<int64_t> ids(n), orows(n);
+	DBuf<uint8_t> flags(nrows, "flags"), cls;
+	memcpy(flags.p, flags_h, nrows);
+	if (cls_h) {
+		cls.init(nrows, "clusters", 0);
+		memcpy(cls.p, cls_h, nrows);
+	}
+	DBuf<uint64_t> lens;
+	if (!offsets_h) {
+		lens.init(nrows, "inplace lengths", 0);
+		emu_launch(&ibp_extent_kernel<C>, 2, 1, 64, 0, h.d, (const uint8_t *)payload.p, R,
+			   (const uint8_t *)flags.p, (const uint8_t *)cls.p, nrows, lens.p);
+	}
+	DBuf<int64_t> ids(n, "ids"), orows(n, "out rows");
 	for (uint64_t k = 0; k < n; k++) {
-		ids[k] = nrows ? (int64_t)(rnd() % nrows) : 0;
-		orows[k] = (int64_t)k;
+		ids.p[k] = nrows ? (int64_t)(rnd() % nrows) : 0;
+		orows.p[k] = (int64_t)k;
 	}
 	if (n > 4) {
-		ids[rnd() % n] = -1;
-		ids[rnd() % n] = (int64_t)nrows;
-		ids[rnd() % n] = INT64_MIN;
+		ids.p[rnd() % n] = -1;
+		ids.p[rnd() % n] = (int64_t)nrows;
+		ids.p[rnd() % n] = INT64_MIN;
 	}
 	if (scatter)
 		for (uint64_t k = n - 1; k > 0; k--)
-			std::swap(orows[k], orows[rnd() % (k + 1)]);
-	uint8_t *out = (uint8_t *)malloc(n * R);
-	memset(out, 0xA5, n * R);
-	std::vector<int32_t> st(n, 0x7f);
-	unsigned long long nerr = 0;
+			std::swap(orows.p[k], orows.p[rnd() % (k + 1)]);
+	DBuf<uint8_t> out(n * R, "gather out");
+	DBuf<int32_t> st(n, "status");
+	DBuf<unsigned long long> nerr(1, "error counter");
+	nerr.p[0] = 0;
 	IbpGatherArgs a;
 	memset(&a, 0, sizeof(a));
 	a.cd = h.d;
-	a.payload = payload;
+	a.payload = payload.p;
 	a.payload_bytes = payload_bytes;
-	a.offsets = offsets;
-	a.lens = offsets ? nullptr : lens.data();
-	a.flags = flags;
-	a.clusters = cls;
+	a.offsets = offsets.p;
+	a.lens = offsets_h ? nullptr : lens.p;
+	a.flags = flags.p;
+	a.clusters = cls.p;
 	a.nrows = nrows;
 	a.stride = R;
-	a.exact = offsets != nullptr;
-	a.ids = ids.data();
+	a.exact = offsets_h != nullptr;
+	a.ids = ids.p;
 	a.n = n;
-	a.out = out;
-	a.out_rows = scatter ? orows.data() : nullptr;
-	a.status = st.data();
-	a.nerr = &nerr;
+	a.out = out.p;
+	a.out_rows = scatter ? orows.p : nullptr;
+	a.status = st.p;
+	a.nerr = nerr.p;
 	a.stage_bytes = stage;
 	size_t smem = NW == 1 ? (size_t)gpb * 2 * stage : 2 * (size_t)stage + 8 * IbpGroup<NW>::SCRATCH;
 	emu_launch(ibp_gather_kernel<C, NW>, grid, 1, NW == 1 ? 32 * gpb : 32 * NW, smem, a);
 	std::vector<uint8_t> ref(R);
 	uint64_t bad = 0;
 	for (uint64_t k = 0; k < n; k++) {
-		ibp_status_t want = cpu_row(t, payload, offsets, flags, cls, nrows, ids[k], ref.data());
+		ibp_status_t want = cpu_row(t, payload.p, offsets_h, flags_h, cls_h, nrows, ids.p[k], ref.data());
 		bad += want != IBP_OK;
-		CHECK(st[k] == want, "%s C %u NW %d stage %u: request %llu id %lld status %d vs CPU %d", what, C, NW,
-		      stage, (unsigned long long)k, (long long)ids[k], st[k], (int)want);
-		const uint8_t *got = out + orows[k] * R;
+		CHECK(st.p[k] == want, "%s C %u NW %d stage %u skew %u: request %llu id %lld status %d vs CPU %d", what, C,
+		      NW, stage, skew, (unsigned long long)k, (long long)ids.p[k], st.p[k], (int)want);
+		const uint8_t *got = out.p + orows.p[k] * R;
 		if (memcmp(got, ref.data(), R)) {
 			uint64_t at = 0;
 			while (got[at] == ref[at])
 				at++;
 			if (getenv("DBG")) {
-				fprintf(stderr, "flags %02x len %llu cl %u:", flags[ids[k]], (unsigned long long)(offsets ? offsets[ids[k]+1]-offsets[ids[k]] : 0), cls ? cls[ids[k]] : 0);
-				for (uint64_t q = 0; q < R; q++) fprintf(stderr, " %02x", got[q]);
+				fprintf(stderr, "flags %02x cl %u:", flags_h[ids.p[k]], cls_h ? cls_h[ids.p[k]] : 0);
+				for (uint64_t q = 0; q < R; q++)
+					fprintf(stderr, " %02x", got[q]);
 				fprintf(stderr, "\n");
 			}
-			CHECK(0, "%s C %u NW %d stage %u: request %llu id %lld (st %d): byte %llu %02x vs %02x", what, C,
-			      NW, stage, (unsigned long long)k, (long long)ids[k], st[k], (unsigned long long)at,
-			      got[at], ref[at]);
+			CHECK(0, "%s C %u NW %d stage %u skew %u: request %llu id %lld (st %d): byte %llu %02x vs %02x", what,
+			      C, NW, stage, skew, (unsigned long long)k, (long long)ids.p[k], st.p[k],
+			      (unsigned long long)at, got[at], ref[at]);
 		}
 	}
-	CHECK(nerr == bad, "%s: nerr %llu vs %llu", what, nerr, (unsigned long long)bad);
-	free(out);
-	free(payload);
+	CHECK(nerr.p[0] == bad, "%s: nerr %llu vs %llu", what, nerr.p[0], (unsigned long long)bad);
 }
 
 template <unsigned C>
@@ -357,6 +491,8 @@ static void all_for_case(Case &t, int corrupt)
 	if (!corrupt) {
 		run_encode<C, 1>(t, h, 0);
 		run_encode<C, 8>(t, h, rnd() % 2);
+		run_encode_bad<C, 1>(t, h, rnd() % 2);
+		run_encode_bad<C, 8>(t, h, rnd() % 2);
 	}
 	const uint8_t *cls = t.K > 1 ? t.cl.data() : nullptr;
 	const uint32_t full = (uint32_t)((t.R + 32 + 15) / 16 * 16);
@@ -364,17 +500,20 @@ static void all_for_case(Case &t, int corrupt)
 	char what[80];
 	snprintf(what, sizeof(what), "%sR %llu K %u", corrupt ? "corrupt " : "", (unsigned long long)t.R, t.K);
 	const uint64_t n = 2 * t.n + 5;
-	run_gather<C, 1>(what, t, h, t.enc.data(), t.off[t.n], t.off.data(), t.flags.data(), cls, t.n, full, 3, 2, 1, n);
-	run_gather<C, 1>(what, t, h, t.enc.data(), t.off[t.n], t.off.data(), t.flags.data(), cls, t.n, small, 2, 1, 0, n);
-	run_gather<C, 8>(what, t, h, t.enc.data(), t.off[t.n], t.off.data(), t.flags.data(), cls, t.n, full, 1, 2, 0, n);
-	run_gather<C, 8>(what, t, h, t.enc.data(), t.off[t.n], t.off.data(), t.flags.data(), cls, t.n, 0, 1, 2, 1, n);
+	run_gather<C, 1>(what, t, h, t.enc.data(), t.off[t.n], t.off.data(), t.flags.data(), cls, t.n, full, 3, 2, 1, n, sk());
+	run_gather<C, 1>(what, t, h, t.enc.data(), t.off[t.n], t.off.data(), t.flags.data(), cls, t.n, small, 2, 1, 0, n, sk());
+	run_gather<C, 8>(what, t, h, t.enc.data(), t.off[t.n], t.off.data(), t.flags.data(), cls, t.n, full, 1, 2, 0, n, sk());
+	run_gather<C, 8>(what, t, h, t.enc.data(), t.off[t.n], t.off.data(), t.flags.data(), cls, t.n, 0, 1, 2, 1, n, sk());
 	/* strict bounds: single-row stores in exact allocations */
-	for (uint64_t i = 0; i < t.n; i += 1 + t.n / 6) {
+	static unsigned skew = 0; /* every skew 0..15 in turn */
+	for (uint64_t i = 0; i < t.n; i += 1 + t.n / (quick ? 3 : 8)) {
 		uint64_t o0 = t.off[i], len = t.off[i + 1] - o0;
 		uint64_t one[2] = { 0, len };
 		uint8_t f = t.flags[i], c = t.cl[i];
-		run_gather<C, 1>(what, t, h, &t.enc[o0], len, one, &f, cls ? &c : nullptr, 1, full, 1, 1, 0, 3);
-		run_gather<C, 8>(what, t, h, &t.enc[o0], len, one, &f, cls ? &c : nullptr, 1, 0, 1, 1, 0, 3);
+		run_gather<C, 1>(what, t, h, &t.enc[o0], len, one, &f, cls ? &c : nullptr, 1, full, 1, 1, 0, 3, skew);
+		run_gather<C, 8>(what, t, h, &t.enc[o0], len, one, &f, cls ? &c : nullptr, 1, 0, 1, 1, 0, 3, skew);
+		run_gather<C, 8>(what, t, h, &t.enc[o0], len, one, &f, cls ? &c : nullptr, 1, full, 1, 1, 0, 3, 15 - skew);
+		skew = (skew + 1) % 16;
 	}
 	/* inplace */
 	if (!corrupt) {
@@ -387,9 +526,88 @@ static void all_for_case(Case &t, int corrupt)
 			if (i % 5 == 2 && t.off[i + 1] - t.off[i] < t.R)
 				fixed[i * t.R + t.R - 1] = 0x5c;
 		}
-		run_gather<C, 1>("inplace", t, h, fixed.data(), t.n * t.R, nullptr, fl.data(), cls, t.n, full, 2, 2, 1, n);
-		run_gather<C, 8>("inplace", t, h, fixed.data(), t.n * t.R, nullptr, fl.data(), cls, t.n, small, 1, 1, 0, n);
+		run_gather<C, 1>("inplace", t, h, fixed.data(), t.n * t.R, nullptr, fl.data(), cls, t.n, full, 2, 2, 1, n, sk());
+		run_gather<C, 8>("inplace", t, h, fixed.data(), t.n * t.R, nullptr, fl.data(), cls, t.n, small, 1, 1, 0, n, sk());
 	}
+}
+
+/* A store of 2^32 + 40 rows whose payload is over 4 GiB (sparse memory):
+ * the requested rows lie past 2^32 both in id and in byte offset, so 32-bit
+ * index or offset arithmetic anywhere in the gather shows. Also empty rows,
+ * a row with a huge extent and ids out of range. */
+template <unsigned C>
+static void big_store_case()
+{
+	Case t;
+	make_case(t, 257, C, 3, 24);
+	HDC h;
+	make_hdc(t.codec, h);
+	const uint64_t n = t.n, base = (1ull << 32) + 8, N = (1ull << 32) + 40;
+	const uint64_t PB = (1ull << 32) + 4096 + 5, P = PB + t.off[n];
+	uint64_t *offs = (uint64_t *)emu_dev_alloc_sparse((N + 1) * 8, "big offsets");
+	uint8_t *fl = (uint8_t *)emu_dev_alloc_sparse(N, "big flags");
+	uint8_t *cl = (uint8_t *)emu_dev_alloc_sparse(N, "big clusters");
+	uint8_t *pay = (uint8_t *)emu_dev_alloc_sparse(P, "big payload");
+	for (uint64_t i = base; i <= N; i++)
+		offs[i] = PB + t.off[std::min(i - base, n)];
+	for (uint64_t k = 0; k < n; k++) {
+		fl[base + k] = t.flags[k];
+		cl[base + k] = t.cl[k];
+	}
+	memcpy(pay + PB, t.enc.data(), t.off[n]);
+	for (int v = 0; v < 2; v++) {
+		const uint64_t m = n + 5;
+		DBuf<int64_t> ids(m, "ids");
+		for (uint64_t k = 0; k < n; k++)
+			ids.p[k] = (int64_t)(base + rnd() % n);
+		ids.p[n] = 5;                   /* empty RAW row: corrupt */
+		ids.p[n + 1] = (int64_t)base - 1; /* extent of 4 GiB: corrupt */
+		ids.p[n + 2] = (int64_t)N - 1;  /* empty: corrupt */
+		ids.p[n + 3] = (int64_t)N;      /* out of range */
+		ids.p[n + 4] = (int64_t)(base + n - 1);
+		DBuf<uint8_t> out(m * t.R, "gather out");
+		DBuf<int32_t> st(m, "status");
+		IbpGatherArgs a;
+		memset(&a, 0, sizeof(a));
+		a.cd = h.d;
+		a.payload = pay;
+		a.payload_bytes = P;
+		a.offsets = offs;
+		a.flags = fl;
+		a.clusters = cl;
+		a.nrows = N;
+		a.stride = t.R;
+		a.exact = 1;
+		a.ids = ids.p;
+		a.n = m;
+		a.out = out.p;
+		a.status = st.p;
+		const uint32_t stage = (uint32_t)((t.R + 32 + 15) / 16 * 16);
+		if (v == 0)
+			emu_launch(ibp_gather_kernel<C, 1>, 2, 1, 64, (size_t)2 * 2 * stage, a);
+		else
+			emu_launch(ibp_gather_kernel<C, 8>, 1, 1, 256, (size_t)8 * IbpGroup<8>::SCRATCH, a);
+		std::vector<uint8_t> ref(t.R);
+		for (uint64_t k = 0; k < m; k++) {
+			const int64_t id = ids.p[k];
+			ibp_status_t want;
+			if (id >= (int64_t)base && id < (int64_t)(base + n)) {
+				want = cpu_row(t, t.enc.data(), t.off.data(), t.flags.data(), t.cl.data(), n, id - (int64_t)base,
+					       ref.data());
+			} else {
+				want = id >= (int64_t)N ? IBP_ERR_OUT_OF_RANGE : IBP_ERR_CORRUPT;
+				memset(ref.data(), 0, t.R);
+			}
+			CHECK(st.p[k] == want && !memcmp(out.p + k * t.R, ref.data(), t.R),
+			      "big store (%s) C %u: request %llu id %lld: status %d vs %d, or bytes differ",
+			      v ? "block, direct" : "warp, staged", C, (unsigned long long)k, (long long)id, st.p[k], (int)want);
+		}
+	}
+	emu_dev_free(offs);
+	emu_dev_free(fl);
+	emu_dev_free(cl);
+	emu_dev_free(pay);
+	ibp_codec_free(t.codec);
 }
 
 static void corrupt_case(Case &t)
@@ -422,46 +640,45 @@ static void train_check()
 	static const uint64_t Ns[] = { 0, 1, 5, 255, 256, 600 };
 	for (uint64_t R : Rs)
 		for (uint64_t n : Ns) {
+			if (quick && n == 600 && R > 17)
+				continue;
 			std::vector<uint8_t> rows(n * R);
 			for (auto &b : rows)
 				b = (uint8_t)(rnd() & rnd());
-			std::vector<uint64_t> cc(8 * R), cg(8 * R, 0);
+			std::vector<uint64_t> cc(8 * R);
+			DBuf<uint8_t> drows(rows, "training rows", (unsigned)(rnd() % 16));
+			DBuf<uint64_t> cg(8 * R, "counts");
+			memset(cg.p, 0, 8 * R * 8);
 			OK(ibp_train_count(rows.data(), R, nullptr, n, 1, cc.data()));
 			if (n) {
 				uint64_t bx = ((R + 3) / 4 + 63) / 64, by = std::min<uint64_t>(n, 3);
 				uint64_t rps = (n + by - 1) / by;
 				by = (n + rps - 1) / rps;
-				emu_launch(ibp_count_kernel, (unsigned)bx, (unsigned)by, 64, 0, (const uint8_t *)rows.data(), R,
-					   (const uint64_t *)nullptr, n, rps, (unsigned long long *)cg.data());
+				emu_launch(ibp_count_kernel, (unsigned)bx, (unsigned)by, 64, 0, (const uint8_t *)drows.p, R,
+					   (const uint64_t *)nullptr, n, rps, (unsigned long long *)cg.p);
 			}
-			CHECK(cg == cc, "counts R %llu n %llu", (unsigned long long)R, (unsigned long long)n);
+			CHECK(cg.vec() == cc, "counts R %llu n %llu", (unsigned long long)R, (unsigned long long)n);
 			for (double T : { 0.5, 0.7, 0.73, 0.8, 1.0 }) {
-				std::vector<uint8_t> mc(2 * R), mg(2 * R, 0x11);
+				std::vector<uint8_t> mc(2 * R);
+				DBuf<uint8_t> mg(2 * R, "mask and bitval");
 				ibp_train_mask(cc.data(), n, R, T, mc.data(), mc.data() + R);
 				uint64_t need = ibp_train_need(T, n);
-				emu_launch(ibp_mask_kernel, 2, 1, 32, 0, (const unsigned long long *)cc.data(), n, R, need,
-					   mg.data(), mg.data() + R);
-				CHECK(mg == mc, "mask R %llu n %llu T %g", (unsigned long long)R, (unsigned long long)n, T);
+				emu_launch(ibp_mask_kernel, 2, 1, 32, 0, (const unsigned long long *)cg.p, n, R, need, mg.p,
+					   mg.p + R);
+				CHECK(mg.vec() == mc, "mask R %llu n %llu T %g", (unsigned long long)R, (unsigned long long)n, T);
 			}
 		}
 }
 
-int main(int argc, char **argv)
+static void ibp_suite(const std::vector<uint64_t> &Rs)
 {
-	unsigned long long seed = argc > 1 ? strtoull(argv[1], 0, 0) : 1;
-	rs = seed;
-	std::vector<uint64_t> Rs = { 1, 2, 3, 7, 8, 9, 31, 33, 64, 65, 100, 255, 256, 257, 1000, 1025, 4096, 4097, 9000 };
-	if (argc > 2)
-		Rs = { strtoull(argv[2], 0, 0) };
-	train_check();
-	fprintf(stderr, "train ok (%d failures)\n", failures);
 	for (uint64_t R : Rs)
 		for (unsigned C : { 1u, 2u, 4u, 8u })
 			for (unsigned K : { 1u, 3u })
 				for (int corrupt = 0; corrupt < 2; corrupt++) {
 					fprintf(stderr, "R %llu C %u K %u corrupt %d\n", (unsigned long long)R, C, K, corrupt);
 					Case t;
-					uint64_t n = std::max<uint64_t>(5, std::min<uint64_t>(24, 60000 / R));
+					uint64_t n = std::max<uint64_t>(5, std::min<uint64_t>(quick ? 12 : 24, (quick ? 20000 : 60000) / R));
 					make_case(t, R, C, K, n);
 					if (corrupt)
 						corrupt_case(t);
@@ -475,6 +692,182 @@ int main(int argc, char **argv)
 				}
 	printf("modes: raw %llu clean %llu bitmap %llu list %llu\n", (unsigned long long)modes[0],
 	       (unsigned long long)modes[1], (unsigned long long)modes[2], (unsigned long long)modes[3]);
-	printf("%s (%d failures)\n", failures ? "FAILED" : "ALL OK", failures);
+}
+
+/* The public GPU API, host code included (launch configuration, stores,
+ * workspaces, error handling), against the H100 runtime stub. */
+static void api_case(uint64_t R, unsigned C, unsigned K)
+{
+	Case t;
+	const uint64_t n = std::max<uint64_t>(5, std::min<uint64_t>(20, 40000 / R));
+	make_case(t, R, C, K, n);
+	fprintf(stderr, "api R %llu C %u K %u\n", (unsigned long long)R, C, K);
+	ibp_cuda_codec_t *dc = nullptr;
+	OK(ibp_cuda_codec_create(t.codec, nullptr, &dc));
+	/* encode, both passes and the scan, as ibp_encode_batch */
+	DBuf<uint8_t> rows(t.rows, "rows", sk());
+	uint64_t ws = 0;
+	OK(ibp_encode_workspace_cuda(dc, n, &ws));
+	DBuf<uint8_t> wsb(ws, "encode workspace"), dst(n * R, "encode dst"), fl(n, "flags"), cl(n, "clusters");
+	DBuf<uint64_t> off(n + 1, "offsets");
+	OK(ibp_encode_batch_cuda(dc, rows.p, n, dst.p, n * R, off.p, fl.p, K > 1 ? cl.p : nullptr, wsb.p, ws, nullptr));
+	CHECK(off.vec() == t.off, "api encode R %llu C %u K %u: offsets", (unsigned long long)R, C, K);
+	CHECK(fl.vec() == t.flags, "api encode: flags");
+	CHECK(K == 1 || cl.vec() == t.cl, "api encode: clusters");
+	CHECK(!memcmp(dst.p, t.enc.data(), t.off[n]), "api encode R %llu C %u K %u: bytes", (unsigned long long)R, C, K);
+	/* packed and inplace stores, every gather kernel */
+	std::vector<uint8_t> fixed(n * R, 0);
+	for (uint64_t i = 0; i < n; i++)
+		memcpy(&fixed[i * R], &t.enc[t.off[i]], t.off[i + 1] - t.off[i]);
+	for (int inplace = 0; inplace < 2; inplace++) {
+		DBuf<uint8_t> pay(inplace ? fixed : std::vector<uint8_t>(t.enc.begin(), t.enc.begin() + t.off[n]), "payload");
+		ibp_cuda_store_desc_t d;
+		memset(&d, 0, sizeof(d));
+		d.codec = t.codec;
+		d.payload = pay.p;
+		d.payload_bytes = inplace ? n * R : t.off[n];
+		d.offsets = inplace ? nullptr : t.off.data();
+		d.flags = t.flags.data();
+		d.clusters = K > 1 ? t.cl.data() : nullptr;
+		d.nrows = n;
+		d.payload_kind = inplace ? IBP_CUDA_PAYLOAD_COPY_DEVICE : IBP_CUDA_PAYLOAD_DEVICE;
+		ibp_cuda_store_t *s = nullptr;
+		OK(ibp_cuda_store_create(&d, 0, nullptr, &s));
+		uint64_t bad = 0;
+		for (int kind = 0; kind <= 3; kind++) {
+			OK(ibp_cuda_store_set_kernel(s, (ibp_cuda_kernel_t)kind));
+			const uint64_t m = n + 3;
+			DBuf<int64_t> ids(m, "ids");
+			DBuf<uint8_t> out(m * R, "gather out");
+			DBuf<int32_t> st(m, "status");
+			for (uint64_t k = 0; k < m; k++)
+				ids.p[k] = k < n ? (int64_t)(rnd() % n) : k == n ? -1 : (int64_t)(n + k);
+			/* an unrelated error left in the runtime's last-error slot must
+			 * not fail this launch (launch errors come from the launch) */
+			emu_stub_plant_error(cudaErrorInvalidValue);
+			ibp_status_t gs = ibp_gather_cuda(s, ids.p, m, out.p, nullptr, st.p, nullptr);
+			CHECK(gs == IBP_OK, "api gather kernel %d: %d %s (a stale error reported?)", kind, (int)gs, ibp_last_error());
+			(void)cudaGetLastError();
+			std::vector<uint8_t> ref(R);
+			for (uint64_t k = 0; k < m; k++) {
+				ibp_status_t want = cpu_row(t, inplace ? fixed.data() : t.enc.data(), inplace ? nullptr : t.off.data(),
+							    t.flags.data(), K > 1 ? t.cl.data() : nullptr, n, ids.p[k], ref.data());
+				bad += st.p[k] != IBP_OK;
+				CHECK(st.p[k] == want, "api gather kernel %d inplace %d: request %llu status %d vs %d", kind, inplace,
+				      (unsigned long long)k, st.p[k], (int)want);
+				CHECK(!memcmp(out.p + k * R, ref.data(), R), "api gather kernel %d inplace %d: row %llu",
+				      kind, inplace, (unsigned long long)k);
+			}
+		}
+		uint64_t cnt = 0;
+		OK(ibp_cuda_store_errors(s, &cnt, nullptr));
+		CHECK(cnt == bad, "api store_errors: %llu vs %llu", (unsigned long long)cnt, (unsigned long long)bad);
+		OK(ibp_cuda_store_errors(s, &cnt, nullptr));
+		CHECK(cnt == 0, "api store_errors: not reset (%llu)", (unsigned long long)cnt);
+		const int syncs = emu_stub_device_syncs;
+		ibp_cuda_store_free(s);
+		CHECK(emu_stub_device_syncs == syncs, "api: ibp_cuda_store_free synchronised the whole device");
+	}
+	/* plain gather: device memory is read, pageable host memory refused */
+	{
+		const uint64_t m = n + 2;
+		DBuf<int64_t> ids(m, "ids");
+		DBuf<uint8_t> out(m * R, "plain out");
+		DBuf<int32_t> st(m, "status");
+		for (uint64_t k = 0; k < m; k++)
+			ids.p[k] = k < n ? (int64_t)(rnd() % n) : -1;
+		OK(ibp_gather_plain_cuda(rows.p, n, R, ids.p, m, out.p, nullptr, st.p, nullptr));
+		for (uint64_t k = 0; k < n; k++)
+			CHECK(st.p[k] == IBP_OK && !memcmp(out.p + k * R, &t.rows[ids.p[k] * R], R), "api plain gather row %llu",
+			      (unsigned long long)k);
+		CHECK(st.p[n] == IBP_ERR_OUT_OF_RANGE, "api plain gather: bad id status %d", st.p[n]);
+		CHECK(ibp_gather_plain_cuda(t.rows.data(), n, R, ids.p, m, out.p, nullptr, st.p, nullptr) == IBP_ERR_INVALID_ARG,
+		      "api plain gather: pageable host src accepted");
+	}
+	/* training */
+	{
+		DBuf<uint64_t> cnt(8 * R, "counts");
+		std::vector<uint64_t> cc(8 * R);
+		OK(ibp_train_count(t.rows.data(), R, nullptr, n, 1, cc.data()));
+		OK(ibp_train_count_cuda(rows.p, R, nullptr, n, cnt.p, nullptr));
+		CHECK(cnt.vec() == cc, "api train counts R %llu", (unsigned long long)R);
+		DBuf<uint8_t> mb(2 * R, "mask+bitval");
+		std::vector<uint8_t> mc(2 * R);
+		ibp_train_mask(cc.data(), n, R, 0.8, mc.data(), mc.data() + R);
+		OK(ibp_train_mask_cuda(cnt.p, n, R, 0.8, mb.p, mb.p + R, nullptr));
+		CHECK(mb.vec() == mc, "api train mask R %llu", (unsigned long long)R);
+	}
+	const int syncs = emu_stub_device_syncs;
+	ibp_cuda_codec_free(dc);
+	CHECK(emu_stub_device_syncs == syncs, "api: ibp_cuda_codec_free synchronised the whole device");
+	ibp_codec_free(t.codec);
+}
+
+static void api_suite()
+{
+	static const uint64_t Rs[] = { 3, 100, 1000, 5000 };
+	for (uint64_t R : Rs)
+		for (unsigned C : { 1u, 2u, 4u, 8u })
+			if (!quick || (R + C) % 3 == 0 || R == 5000)
+				api_case(R, C, 1 + (unsigned)(rnd() % 3));
+}
+
+extern uint64_t emu_seed;
+extern int emu_preempt_mean;
+extern uint64_t emu_stat_launches, emu_stat_fibers, emu_stat_switches;
+int emu_codecs_main(uint64_t seed, int quick, const char *which);
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s ibp|train|api|exp|fp8|codecs|all [--seed S] [--quick] [--rows R,...] "
+			"[--defect N] [--preempt M]\n", argv[0]);
+		return 2;
+	}
+	const std::string suite = argv[1];
+	unsigned long long seed = 1;
+	std::vector<uint64_t> Rs = { 1, 2, 3, 7, 8, 9, 31, 33, 64, 65, 100, 255, 256, 257, 1000, 1025, 4096, 4097, 9000 };
+	for (int i = 2; i < argc; i++) {
+		std::string a = argv[i];
+		if (a == "--seed" && i + 1 < argc) {
+			seed = strtoull(argv[++i], 0, 0);
+		} else if (a == "--quick") {
+			quick = 1;
+		} else if (a == "--defect" && i + 1 < argc) {
+			emu_defect = atoi(argv[++i]);
+		} else if (a == "--preempt" && i + 1 < argc) {
+			emu_preempt_mean = atoi(argv[++i]);
+		} else if (a == "--rows" && i + 1 < argc) {
+			Rs.clear();
+			for (char *p = argv[++i]; *p;) {
+				Rs.push_back(strtoull(p, &p, 0));
+				if (*p == ',')
+					p++;
+			}
+		} else {
+			fprintf(stderr, "unknown argument %s\n", a.c_str());
+			return 2;
+		}
+	}
+	rs = seed;
+	emu_seed = seed;
+	fprintf(stderr, "emu: suite %s seed %llu%s defect %d\n", suite.c_str(), seed, quick ? " (quick)" : "", emu_defect);
+	if (suite == "train" || suite == "all") {
+		train_check();
+		fprintf(stderr, "train done (%d failures)\n", failures);
+	}
+	if (suite == "ibp" || suite == "all")
+		ibp_suite(Rs);
+	if (suite == "api" || suite == "all") {
+		api_suite();
+		fprintf(stderr, "big store (2^32 + 40 rows, payload over 4 GiB)\n");
+		big_store_case<4>();
+		big_store_case<1>();
+	}
+	if (suite == "exp" || suite == "fp8" || suite == "codecs" || suite == "all")
+		failures += emu_codecs_main(seed, quick, suite == "all" ? "codecs" : suite.c_str());
+	printf("emu: %llu launches, %llu GPU threads, %llu switches\n", (unsigned long long)emu_stat_launches,
+	       (unsigned long long)emu_stat_fibers, (unsigned long long)emu_stat_switches);
+	printf("%s: %s (%d failures, seed %llu)\n", suite.c_str(), failures ? "FAILED" : "ALL OK", failures, seed);
 	return failures != 0;
 }

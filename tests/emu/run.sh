@@ -1,17 +1,157 @@
 #!/usr/bin/env bash
-# Runs the IBP CUDA kernels on the host emulator (no GPU needed) under
-# ASan/UBSan against the CPU codec. Needs a built CPU library:
-#   cmake -S . -B build-cuda-off -DIBP_CUDA=OFF && cmake --build build-cuda-off --target ibp_static
-# Usage: tests/emu/run.sh [SEED [ROW_BYTES]]   (all row sizes take ~30 min on 1 core)
+# Runs every CUDA kernel (kernels/*.cu) on the host emulator (no GPU needed):
+# races, out-of-bounds accesses, cp.async misuse, barrier and warp-collective
+# misuse, deadlocks, and every result against the CPU twin (tests/emu/emu.h).
+#
+# Usage: tests/emu/run.sh [quick|full|defects|build] [SEED]
+#   quick    (default; ctest test_emu) the quick suites, seed SEED (default 1)
+#   full     every row size, 3 seeds from SEED (tens of minutes; IBP_EMU_FULL=1
+#            makes `quick` do this)
+#   defects  (ctest test_emu_defects) plants each deliberate defect of gen.py
+#            and requires the emulator to report it
+#   build    only builds the harness
+# Environment: IBP_EMU_BUILD (build folder, default build-emu/), IBP_EMU_LIB
+# (a libibp.a built with -DIBP_CUDA=OFF; by default the script builds one in
+# the build folder), IBP_EMU_JOBS (parallel compiles, default 2).
+# Exit status: 0 passed, 1 failed, 77 skipped (no g++/python3/cmake, or not
+# x86-64 Linux: the fibers switch with x86-64 assembly).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-lib=${IBP_EMU_LIB:-$repo/build-cuda-off/libibp.a}
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-python3 "$here/gen.py" "$repo" "$out"
-g++ -std=c++20 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -w \
-	-I"$here/stub" -I"$out" -I"$here" -I"$repo/include" -I"$repo/src" -I"$repo/kernels" \
-	-include "$here/emu.h" "$here/harness.cpp" "$here/emu.cpp" -o "$out/harness" \
-	"$lib" -ljemalloc -lxxhash -lpthread -lm
-"$out/harness" "$@"
+mode=${1:-quick}
+seed=${2:-1}
+if [[ "$mode" =~ ^[0-9]+$ ]]; then # the old usage: run.sh SEED
+	seed=$mode
+	mode=quick
+fi
+[[ "$mode" == quick && "${IBP_EMU_FULL:-0}" == 1 ]] && mode=full
+bdir=${IBP_EMU_BUILD:-$repo/build-emu}
+jobs=${IBP_EMU_JOBS:-2}
+
+skip() { echo "SKIPPED: $*"; exit 77; }
+for tool in g++ python3 cmake addr2line; do
+	command -v "$tool" >/dev/null || skip "$tool not found"
+done
+[[ "$(uname -s)-$(uname -m)" == Linux-x86_64 ]] || skip "the emulator runs on x86-64 Linux only"
+
+mkdir -p "$bdir"
+exec 9>"$bdir/.lock"
+if command -v flock >/dev/null; then
+	flock 9 # one build at a time (ctest may start test_emu and test_emu_defects together)
+fi
+
+# --- the CPU library (the kernels' twins) ---
+lib=${IBP_EMU_LIB:-}
+if [[ -z "$lib" ]]; then
+	lib="$bdir/lib/libibp.a"
+	if [[ ! -f "$bdir/lib/CMakeCache.txt" ]]; then
+		cmake -S "$repo" -B "$bdir/lib" -DIBP_CUDA=OFF -DIBP_TESTS=OFF -DCMAKE_BUILD_TYPE=Release >"$bdir/lib.log" 2>&1 ||
+			{ cat "$bdir/lib.log"; exit 1; }
+	fi
+	cmake --build "$bdir/lib" --target ibp_static -j"$jobs" >>"$bdir/lib.log" 2>&1 || { tail -n 30 "$bdir/lib.log"; exit 1; }
+fi
+[[ -f "$lib" ]] || { echo "no CPU library at $lib"; exit 1; }
+
+# --- the harness: kernel code instrumented (-fsanitize=thread inserts the
+# calls to emu.cpp's __tsan_* hooks; the TSan runtime is not linked) ---
+gen="$bdir/gen"
+mkdir -p "$gen"
+python3 "$here/gen.py" "$repo" "$gen"
+common=(-std=c++20 -O1 -g -fno-pie -ffp-contract=off -fno-omit-frame-pointer -w
+	-I"$gen" -I"$here/stub" -I"$here" -I"$repo/include" -I"$repo/src" -I"$repo/kernels")
+ub=(-fsanitize=undefined -fno-sanitize-recover=undefined)
+if ! echo 'int main(void) { return 0; }' | g++ -x c++ "${ub[@]}" - -o "$bdir/ubsan-probe" 2>/dev/null; then
+	echo "note: no UBSan runtime for g++: building the harness without -fsanitize=undefined"
+	ub=()
+fi
+inst=(-fsanitize=thread "${ub[@]}" -include "$here/emu.h")
+plain=("${ub[@]}")
+stamp="$bdir/stamp"
+newest=$( (find "$here" "$repo/kernels" "$repo/include" "$gen" -type f -newer "$stamp"
+	find "$repo/src" -name '*.h' -newer "$stamp" -o -name '*_cudahost.c' -newer "$stamp") 2>/dev/null | head -n 1 || true)
+if [[ ! -x "$bdir/harness" || ! -f "$stamp" || -n "$newest" || "$lib" -nt "$bdir/harness" ]]; then
+	echo "building the emulator harness in $bdir ..."
+	t0=$(date +%s)
+	pids=()
+	g++ "${common[@]}" "${inst[@]}" -c "$here/harness.cpp" -o "$bdir/harness.o" & pids+=($!)
+	[[ $jobs -lt 2 ]] && { wait "${pids[@]}"; pids=(); }
+	g++ "${common[@]}" "${inst[@]}" -c "$here/harness_codecs.cpp" -o "$bdir/harness_codecs.o" & pids+=($!)
+	wait "${pids[@]}"
+	g++ "${common[@]}" "${plain[@]}" -c "$here/emu.cpp" -o "$bdir/emu.o"
+	g++ "${common[@]}" "${plain[@]}" -c "$here/cuda_stub.cpp" -o "$bdir/cuda_stub.o"
+	g++ "${common[@]}" "${plain[@]}" -c "$here/cudahost.cpp" -o "$bdir/cudahost.o"
+	g++ -no-pie "${ub[@]}" "$bdir/harness.o" "$bdir/harness_codecs.o" "$bdir/emu.o" "$bdir/cuda_stub.o" \
+		"$bdir/cudahost.o" \
+		"$lib" -lxxhash -lpthread -lm -o "$bdir/harness"
+	touch "$stamp"
+	echo "built in $(($(date +%s) - t0)) s"
+fi
+h="$bdir/harness"
+exec 9>&- # the runs need no lock
+
+run() { # name args...: runs the harness, prints its summary, returns its status
+	local name=$1 t0 rc
+	shift
+	t0=$(date +%s)
+	set +e
+	"$h" "$@" >"$bdir/$name.log" 2>&1
+	rc=$?
+	set -e
+	grep -E "ALL OK|FAILED|EMU ERROR|^FAIL" "$bdir/$name.log" | head -n 5 || true
+	echo "  $name: exit $rc, $(($(date +%s) - t0)) s (log: $bdir/$name.log)"
+	if [[ $rc -ne 0 ]]; then
+		grep -B2 -A40 -m1 -E "EMU ERROR|^FAIL" "$bdir/$name.log" | head -n 80 || tail -n 40 "$bdir/$name.log"
+	fi
+	return $rc
+}
+
+case "$mode" in
+build) exit 0 ;;
+quick)
+	# Each row size covers a code path: tiny rows, a partial last chunk,
+	# a tile boundary, the warp kernels' 4 KiB limit, the block kernels.
+	rc=0
+	run train train --quick --seed "$seed" || rc=1
+	run ibp ibp --quick --seed "$seed" --rows 1,9,33,257,1025,4097 || rc=1
+	run api api --quick --seed "$seed" || rc=1
+	run exp exp --quick --seed "$seed" || rc=1
+	run fp8 fp8 --quick --seed "$seed" || rc=1
+	exit $rc
+	;;
+full)
+	rc=0
+	for s in "$seed" $((seed + 1)) $((seed + 2)); do
+		run "all-$s" all --seed "$s" || rc=1
+	done
+	exit $rc
+	;;
+defects)
+	# Each deliberate defect (gen.py) must make the emulator report an
+	# error (EMU ERROR: race, bounds, cp.async, warp collective, barrier).
+	rc=0
+	names=("" "plain |= instead of atomicOr in ibp_put_bits" "no barrier before the encode stage is reused"
+		"cp.async.wait_group 1 where 0 is needed" "a shuffle mask that leaves out half of the warp"
+		"a staged fetch that reads one byte past the row"
+		"encode field writes not clamped to the group's stage (rows that disagree with their flags)"
+		"no barrier between the FP8 codec's Hadamard rounds")
+	for d in 1 2 3 4 5 6 7; do
+		suite=(ibp --rows 33,257)
+		[[ $d == 7 ]] && suite=(fp8)
+		set +e
+		"$h" "${suite[@]}" --quick --seed "$seed" --defect "$d" >"$bdir/defect$d.log" 2>&1
+		st=$?
+		set -e
+		if [[ $st -ne 0 ]] && grep -q "EMU ERROR" "$bdir/defect$d.log"; then
+			echo "defect $d (${names[$d]}): reported: $(grep -m1 'EMU ERROR' "$bdir/defect$d.log")"
+		else
+			echo "defect $d (${names[$d]}): NOT REPORTED (exit $st; log $bdir/defect$d.log)"
+			rc=1
+		fi
+	done
+	exit $rc
+	;;
+*)
+	echo "unknown mode $mode (quick, full, defects, build)"
+	exit 2
+	;;
+esac

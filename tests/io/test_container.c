@@ -16,117 +16,10 @@
 #include <xxhash.h>
 
 #include "ibp.h"
+#include "fixtures.h"
+#include "io/container_internal.h"
 
 /* ---- helpers ------------------------------------------------------------ */
-
-typedef struct rng {
-	uint64_t s;
-} rng_t;
-
-static uint64_t rnd(rng_t *r)
-{
-	uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
-static void *xcalloc(size_t n)
-{
-	void *p = calloc(1, n ? n : 1);
-	cr_assert_not_null(p);
-	return p;
-}
-
-static uint64_t wmask(unsigned C)
-{
-	return C == 8 ? ~0ull : (1ull << (8 * C)) - 1;
-}
-
-static uint64_t word_get(const uint8_t *a, unsigned C, uint64_t j)
-{
-	uint64_t v = 0;
-	memcpy(&v, a + j * C, C);
-	return v;
-}
-
-static void word_set(uint8_t *a, unsigned C, uint64_t j, uint64_t v)
-{
-	memcpy(a + j * C, &v, C);
-}
-
-/* Bits of chunk j that lie inside the row (not padding). */
-static uint64_t inrow(uint64_t R, unsigned C, uint64_t j)
-{
-	uint64_t have = R - j * C < C ? R - j * C : C;
-	return have >= 8 ? ~0ull : (1ull << (8 * have)) - 1;
-}
-
-/* A codec with k clusters of random masks (density about 3/4). */
-static ibp_codec_t *make_codec(uint64_t R, unsigned C, unsigned k, uint64_t seed)
-{
-	rng_t r = { seed };
-	uint64_t D = (R + C - 1) / C;
-	uint8_t *m = xcalloc(k * D * C), *b = xcalloc(k * D * C);
-	for (unsigned c = 0; c < k; c++)
-		for (uint64_t j = 0; j < D; j++) {
-			uint64_t in = inrow(R, C, j) & wmask(C);
-			uint64_t mm = ((rnd(&r) | rnd(&r)) & in) | (wmask(C) & ~in);
-			uint64_t bb = rnd(&r) & mm & in;
-			word_set(m + c * D * C, C, j, mm);
-			word_set(b + c * D * C, C, j, bb);
-		}
-	ibp_codec_t *codec = NULL;
-	ibp_status_t st = ibp_codec_create(R, C, k, m, b, &codec);
-	cr_assert_eq(st, IBP_OK, "codec_create: %s", ibp_last_error());
-	free(m);
-	free(b);
-	return codec;
-}
-
-/* Rows that mostly match a random cluster of `codec`: a mix of clean rows,
- * rows with a few exceptions, rows with many, and random rows. */
-static uint8_t *make_rows(const ibp_codec_t *codec, uint64_t n, uint64_t seed)
-{
-	rng_t r = { seed };
-	uint64_t R = ibp_codec_row_bytes(codec), D = ibp_codec_nchunks(codec);
-	unsigned C = ibp_codec_chunk_bytes(codec), k = ibp_codec_nclusters(codec);
-	uint8_t *rows = xcalloc(n * R);
-	uint8_t *tmp = xcalloc(D * C);
-	for (uint64_t i = 0; i < n; i++) {
-		unsigned cl = (unsigned)(rnd(&r) % k), kind = (unsigned)(rnd(&r) % 8);
-		const uint8_t *m = ibp_codec_mask(codec, cl), *b = ibp_codec_bitval(codec, cl);
-		for (uint64_t j = 0; j < D; j++) {
-			uint64_t x = rnd(&r) & wmask(C), mm = word_get(m, C, j), bb = word_get(b, C, j);
-			if (kind != 0) {
-				x = (x & ~mm) | bb;
-				uint64_t cand = mm & inrow(R, C, j);
-				uint64_t odds = kind == 1 ? 0 : kind < 6 ? 16 : 2;
-				if (cand && odds && rnd(&r) % odds == 0)
-					x ^= cand & (0 - cand); /* flip the lowest mask bit: an exception */
-			}
-			word_set(tmp, C, j, x);
-		}
-		memcpy(rows + i * R, tmp, R);
-	}
-	free(tmp);
-	return rows;
-}
-
-static char tmpdir[64];
-
-static void make_tmpdir(void)
-{
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/ibp_test_container_XXXXXX");
-	cr_assert_not_null(mkdtemp(tmpdir));
-}
-
-static void remove_tmpdir(void)
-{
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-	cr_assert_eq(system(cmd), 0);
-}
 
 static char *path_in_tmp(const char *name)
 {
@@ -285,7 +178,7 @@ static void round_trip(const rt_case_t *tc, ibp_layout_t layout)
 		cr_assert_eq(ibp_container_clusters(c) == NULL, tc->k == 1);
 		uint64_t plen = 0;
 		const uint8_t *pl = ibp_container_payload(c, &plen);
-		cr_assert_eq((uintptr_t)pl % 4096, 0, "payload is page-aligned");
+		cr_assert_eq((uintptr_t)pl % 8, 0, "payload is 8-byte aligned (1.2)");
 		if (layout == IBP_LAYOUT_INPLACE)
 			cr_assert_eq(plen, n * R);
 		else
@@ -485,7 +378,11 @@ static uint8_t *small_file(ibp_layout_t layout, unsigned k, uint64_t *size, uint
 	ibp_codec_t *codec = make_codec(R, 4, k, 21 + k);
 	uint8_t *rows = make_rows(codec, n, 22);
 	const char *p = path_in_tmp("small.ibp");
+	/* 1.1 layout: these tests edit its FLAGS/CLUSTERS/OFFSETS sections
+	 * (1.2 files: tests/io/test_format12.c) */
+	ibp_container_write_minor_set(1);
 	cr_assert_eq(ibp_pack_with_codec(p, codec, rows, IBP_DTYPE_U8, 2, shape, layout, 1), IBP_OK);
+	ibp_container_write_minor_set(0);
 	ibp_codec_free(codec);
 	*rows_out = rows;
 	*n_out = n;
@@ -536,7 +433,8 @@ static void flip_all(const uint8_t *f, uint64_t size, const uint8_t *expect, uin
 			harmless++;
 		}
 	cr_assert_gt(rejected, 0);
-	cr_assert_gt(harmless, 0, "the padding before the page-aligned payload is not checked");
+	/* padding must be zero (FORMAT.md 2.1): no flip anywhere is harmless */
+	cr_assert_eq(harmless, 0, "a flip of a padding byte was accepted");
 	free(covered);
 	free(g);
 }
@@ -728,6 +626,68 @@ Test(container, versions_and_features, .init = make_tmpdir, .fini = remove_tmpdi
 	free(rows);
 }
 
+/* After one payload byte at `at` (an address in the image c was opened
+ * from) changed with every checksum fixed: the rows (IBP) or blocks (exp,
+ * fp8) that do not hold it decode to `ref` exactly; verify fails exactly
+ * when the one that holds it does not decode to its extent (the detail
+ * names it), and a verified container decodes every row. */
+static void check_damaged(const ibp_container_t *c, const uint8_t *at, const uint8_t *ref)
+{
+	const uint64_t R = ibp_container_row_bytes(c), n = ibp_container_nrows(c);
+	uint8_t *row = xcalloc(R);
+	ibp_status_t vst = ibp_container_verify(c, 1);
+	cr_assert(vst == IBP_OK || vst == IBP_ERR_CORRUPT, "status %d", vst);
+	char why[256];
+	snprintf(why, sizeof(why), "%s", ibp_last_error());
+	if (ibp_container_codec_id(c) == IBP_CODEC_IBP) {
+		uint64_t hit = n;
+		for (uint64_t j = 0; j < n; j++) {
+			const uint8_t *src;
+			uint64_t len;
+			cr_assert_eq(ibp_container_row(c, j, &src, &len), IBP_OK);
+			ibp_status_t st = ibp_container_decode_row(c, j, row);
+			if (at >= src && at < src + len) {
+				hit = j;
+				if (vst == IBP_OK)
+					cr_assert_eq(st, IBP_OK, "verified, but row %llu fails", (unsigned long long)j);
+				continue;
+			}
+			cr_assert_eq(st, IBP_OK, "row %llu, not damaged: %s", (unsigned long long)j, ibp_last_error());
+			cr_assert_arr_eq(row, ref + j * R, R, "row %llu, not damaged, decodes to other data",
+					 (unsigned long long)j);
+		}
+		cr_assert_lt(hit, n, "the damaged byte is in no row");
+		if (vst != IBP_OK) {
+			char want[48];
+			snprintf(want, sizeof(want), "row %llu", (unsigned long long)hit);
+			cr_assert(strstr(why, want) != NULL, "verify names another row: %s", why);
+		}
+	} else {
+		const uint64_t nb = ibp_container_nblocks(c), br = ibp_container_block_rows(c);
+		uint8_t *blk = xcalloc(br * R);
+		uint64_t hit = nb;
+		for (uint64_t b = 0; b < nb; b++) {
+			const uint8_t *src;
+			uint64_t len, rows = n - b * br < br ? n - b * br : br;
+			cr_assert_eq(ibp_container_block(c, b, &src, &len), IBP_OK);
+			ibp_status_t st = ibp_container_decode_block(c, b, blk, 1);
+			if (at >= src && at < src + len) {
+				hit = b;
+				cr_assert_eq(vst == IBP_OK, st == IBP_OK, "verify %d, block %llu decodes with %d", vst,
+					     (unsigned long long)b, st);
+				continue;
+			}
+			cr_assert_eq(st, IBP_OK, "block %llu, not damaged: %s", (unsigned long long)b, ibp_last_error());
+			cr_assert_arr_eq(blk, ref + b * br * R, rows * R, "block %llu, not damaged, decodes to other data",
+					 (unsigned long long)b);
+		}
+		if (hit == nb) /* padding between blocks: must be zero, so caught */
+			cr_assert_eq(vst, IBP_ERR_CORRUPT, "a changed byte outside every block passed verify");
+		free(blk);
+	}
+	free(row);
+}
+
 /* Structural lies with valid checksums are caught by the checks, not by
  * luck: each must give IBP_ERR_CORRUPT and never an out-of-bounds access. */
 Test(container, consistent_checksums_bad_structure, .init = make_tmpdir, .fini = remove_tmpdir)
@@ -802,18 +762,27 @@ Test(container, consistent_checksums_bad_structure, .init = make_tmpdir, .fini =
 	cr_assert_eq(ibp_container_verify(c, 2), IBP_ERR_CORRUPT);
 	cr_assert(strstr(ibp_last_error(), "row") != NULL, "%s", ibp_last_error());
 	ibp_container_close(c);
-	/* a payload byte changed with its checksums fixed decodes to other data
-	 * or is caught by verify; never a crash (exercised over every byte) */
+	/* a payload byte changed with its checksums fixed (every byte in turn):
+	 * only its row can change, and verify fails exactly when that row no
+	 * longer fills its extent (check_damaged) */
 	for (uint64_t i = poff; i < size; i++) {
 		memcpy(g, f, size);
 		g[i] ^= 0x21;
 		refresh_checksums(g, size);
+		/* the sections' checksums fixed, the per-MiB table not: the
+		 * payload block's checksum is found wrong (by open, or by verify) */
+		ibp_status_t ost = ibp_container_open_memory(g, size, 0, &c);
+		if (ost == IBP_OK) {
+			cr_assert_eq(ibp_container_verify(c, 1), IBP_ERR_CHECKSUM, "byte %llu", (unsigned long long)i);
+			ibp_container_close(c);
+		} else {
+			cr_assert_eq(ost, IBP_ERR_CHECKSUM, "byte %llu: %s", (unsigned long long)i, ibp_last_error());
+		}
 		/* the per-MiB table needs fixing too */
 		st64(g + ld64(g + toff + 32 * find_section(g, 6) + 8), XXH3_64bits(g + poff, size - poff));
 		refresh_checksums(g, size);
 		cr_assert_eq(ibp_container_open_memory(g, size, 0, &c), IBP_OK);
-		ibp_status_t st = ibp_container_verify(c, 1);
-		cr_assert(st == IBP_OK || st == IBP_ERR_CORRUPT, "status %d", st);
+		check_damaged(c, g + i, rows);
 		ibp_container_close(c);
 	}
 	free(g);
@@ -1008,8 +977,10 @@ static uint8_t *small_xval_file(uint64_t *size, uint8_t **rows_out, uint64_t *n_
 				memcpy(rows + i * R + j * C, &v, have);
 			}
 	const char *p = path_in_tmp("xsmall.ibp");
+	ibp_container_write_minor_set(1); /* 1.1 layout, as small_file */
 	cr_assert_eq(ibp_pack_with_codec(p, codec, rows, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED, 1), IBP_OK,
 		     "%s", ibp_last_error());
+	ibp_container_write_minor_set(0);
 	ibp_codec_free(codec);
 	free(m);
 	free(b);
@@ -1157,7 +1128,7 @@ static void check_value_container(const char *p, ibp_codec_id_t id, ibp_dtype_t 
 		cr_assert_eq(ibp_container_block_offsets(c) == NULL, id == IBP_CODEC_FP8);
 		uint64_t plen;
 		const uint8_t *pl = ibp_container_payload(c, &plen);
-		cr_assert_eq((uintptr_t)pl % 128, 0);
+		cr_assert_eq((uintptr_t)pl % 8, 0);
 		const uint8_t *src;
 		uint64_t len;
 		cr_assert_eq(ibp_container_row(c, 0, &src, &len), IBP_ERR_UNSUPPORTED);
@@ -1350,7 +1321,9 @@ static uint8_t *small_exp_file(uint64_t *size, uint8_t **data, uint64_t *n, uint
 	const uint64_t shape[2] = { 36, 64 };
 	uint8_t *d = value_data(IBP_DTYPE_BF16, 36 * 64, 1.0, 5);
 	const char *p = path_in_tmp("esmall.ibp");
+	ibp_container_write_minor_set(1); /* 1.1 layout, as small_file */
 	cr_assert_eq(ibp_pack_exp(p, d, IBP_DTYPE_BF16, 2, shape, NULL, 16), IBP_OK, "%s", ibp_last_error());
+	ibp_container_write_minor_set(0);
 	*data = d;
 	*n = 36;
 	*R = 128;
@@ -1367,14 +1340,16 @@ static uint8_t *small_fp8_file(uint64_t *size, uint8_t **ref, uint64_t *n, uint6
 	ibp_fp8_opts_default(&o);
 	o.block = 16;
 	const char *p = path_in_tmp("fsmall.ibp");
+	ibp_container_write_minor_set(1); /* 1.1 layout, as small_file */
 	cr_assert_eq(ibp_pack_fp8(p, d, IBP_DTYPE_F32, 2, shape, &o, 8), IBP_OK, "%s", ibp_last_error());
+	ibp_container_write_minor_set(0);
 	ibp_container_t *c = NULL;
 	cr_assert_eq(ibp_container_open(p, 0, &c), IBP_OK, "%s", ibp_last_error());
 	cr_assert_eq(ibp_container_nblocks(c), 3);
 	uint8_t *out = xcalloc(20 * 128);
-	check_rows(c, d, 0, 128); /* nothing: only to use the helper with no rows */
 	for (uint64_t b = 0; b < 3; b++)
 		cr_assert_eq(ibp_container_decode_block(c, b, out + b * 8 * 128, 1), IBP_OK);
+	check_rows(c, out, 20, 128); /* each row alone: its block's values */
 	ibp_container_close(c);
 	free(d);
 	*ref = out;
@@ -1484,8 +1459,9 @@ Test(container, exp_fp8_bad_structure, .init = make_tmpdir, .fini = remove_tmpdi
 		cr_assert(strstr(ibp_last_error(), "the exp codec has none") != NULL, "%s", ibp_last_error());
 	}
 	TRY_F(IBP_ERR_CORRUPT, st32(g + ld64(g + 128) + 32 * find_section(g, 6), 2));
-	/* block payload bytes changed with all checksums fixed: decode and
-	 * verify fail or give other values, never a crash */
+	/* block payload bytes changed with all checksums fixed: only their
+	 * block can change, and verify fails exactly when it does not decode
+	 * (check_damaged) */
 	for (int codec = 0; codec < 2; codec++) {
 		const uint8_t *src = codec ? f : e;
 		uint64_t size = codec ? fsize : esize;
@@ -1498,11 +1474,7 @@ Test(container, exp_fp8_bad_structure, .init = make_tmpdir, .fini = remove_tmpdi
 			st64(g + ld64(g + t + 32 * si + 8), XXH3_64bits(g + poff, plen));
 			refresh_checksums(g, size);
 			cr_assert_eq(ibp_container_open_memory(g, size, 0, &c), IBP_OK, "%s", ibp_last_error());
-			ibp_status_t st = ibp_container_verify(c, 1);
-			cr_assert(st == IBP_OK || st == IBP_ERR_CORRUPT, "status %d", st);
-			uint8_t row[128];
-			st = ibp_container_decode_row(c, n - 1, row);
-			cr_assert(st == IBP_OK || st == IBP_ERR_CORRUPT, "status %d", st);
+			check_damaged(c, g + i, codec ? f_ref : e_data);
 			ibp_container_close(c);
 		}
 	}

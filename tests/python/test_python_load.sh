@@ -5,16 +5,17 @@
 # memory in static TLS block". libibp dlopen()s jemalloc itself and falls back
 # to libc, so the load must succeed with no GLIBC_TUNABLES.
 # Usage: tests/python/test_python_load.sh /path/to/libibp.so
+# Exit 77 (skipped) when python3 or numpy is missing.
 set -euo pipefail
 
 lib="${1:?usage: $0 /path/to/libibp.so}"
 if ! command -v python3 >/dev/null 2>&1; then
 	echo "SKIP: test_python_load: python3 not found"
-	exit 0
+	exit 77 # ctest: skipped (SKIP_RETURN_CODE), not passed
 fi
 if ! python3 -c "import numpy" >/dev/null 2>&1; then
 	echo "SKIP: test_python_load: python3 has no numpy"
-	exit 0
+	exit 77
 fi
 unset GLIBC_TUNABLES # the workaround users should not need
 

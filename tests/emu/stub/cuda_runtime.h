@@ -1,11 +1,105 @@
-/* host-emulation stub: only what the device headers' host helpers name */
+/* Host-emulation stub of the CUDA runtime (tests/emu/cuda_stub.cpp): what
+ * the kernels' host code calls, answering as one H100 (sm_90). Device
+ * memory is host memory from emu_dev_alloc; streams are ignored (the
+ * emulator runs every launch to completion). */
 #pragma once
 #include <stddef.h>
-typedef enum cudaError { cudaSuccess = 0, cudaErrorNoDevice = 100, cudaErrorInsufficientDriver = 35 } cudaError_t;
-enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+#include <stdint.h>
+typedef enum cudaError {
+	cudaSuccess = 0,
+	cudaErrorInvalidValue = 1,
+	cudaErrorMemoryAllocation = 2,
+	cudaErrorInvalidConfiguration = 9,
+	cudaErrorInsufficientDriver = 35,
+	cudaErrorHostMemoryAlreadyRegistered = 712,
+	cudaErrorNoDevice = 100,
+	cudaErrorLaunchOutOfResources = 701,
+} cudaError_t;
+typedef struct CUstream_st *cudaStream_t;
+enum cudaDeviceAttr {
+	cudaDevAttrMaxSharedMemoryPerBlock = 8,
+	cudaDevAttrMultiProcessorCount = 16,
+	cudaDevAttrComputeCapabilityMajor = 75,
+	cudaDevAttrComputeCapabilityMinor = 76,
+	cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+	cudaDevAttrHostRegisterReadOnlySupported = 113,
+};
+enum cudaMemcpyKind {
+	cudaMemcpyHostToHost = 0,
+	cudaMemcpyHostToDevice = 1,
+	cudaMemcpyDeviceToHost = 2,
+	cudaMemcpyDeviceToDevice = 3,
+	cudaMemcpyDefault = 4
+};
+enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2, cudaMemoryTypeManaged = 3 };
+struct cudaPointerAttributes {
+	enum cudaMemoryType type;
+	int device;
+	void *devicePointer, *hostPointer;
+};
+#define cudaHostRegisterPortable 1u
+#define cudaHostRegisterMapped 2u
+#define cudaHostRegisterReadOnly 8u
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+struct cudaFuncAttributes {
+	size_t sharedSizeBytes;
+	int maxThreadsPerBlock, numRegs;
+};
 cudaError_t cudaGetLastError(void);
+cudaError_t cudaPeekAtLastError(void);
 const char *cudaGetErrorString(cudaError_t);
 const char *cudaGetErrorName(cudaError_t);
 cudaError_t cudaGetDeviceCount(int *);
 cudaError_t cudaGetDevice(int *);
 cudaError_t cudaDeviceGetAttribute(int *, enum cudaDeviceAttr, int);
+cudaError_t cudaMemsetAsync(void *, int, size_t, cudaStream_t = 0);
+/* device memory: emu_dev_alloc (bounds and races checked in kernels) */
+cudaError_t cudaMalloc(void **, size_t);
+cudaError_t cudaFree(void *);
+cudaError_t cudaMemcpyAsync(void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t = 0);
+cudaError_t cudaMemcpy(void *, const void *, size_t, enum cudaMemcpyKind);
+cudaError_t cudaMemset(void *, int, size_t);
+cudaError_t cudaStreamSynchronize(cudaStream_t);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *, const void *);
+cudaError_t cudaHostRegister(void *, size_t, unsigned);
+cudaError_t cudaHostUnregister(void *);
+cudaError_t emu_occupancy(int *, const void *, int, size_t);
+template <class F> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, F f, int threads, size_t smem)
+{
+	return emu_occupancy(n, (const void *)f, threads, smem);
+}
+/* tests: calls made so far, and a stale error planted as other code would leave it */
+extern int emu_stub_device_syncs;
+void emu_stub_plant_error(cudaError_t e);
+cudaError_t emu_func_set_attr(const void *f, enum cudaFuncAttribute a, int v);
+cudaError_t emu_func_get_attr(struct cudaFuncAttributes *fa, const void *f);
+/* Launches (kernels/cuda_check.h's ibp_cuda_launch): the launch's own
+ * error is returned and also left in the last-error slot, as the runtime
+ * does; a good launch runs the grid to completion on the emulator. */
+struct cudaLaunchConfig_t {
+	dim3 gridDim, blockDim;
+	size_t dynamicSmemBytes;
+	cudaStream_t stream;
+	void *attrs;
+	unsigned numAttrs;
+};
+cudaError_t emu_launch_error(const void *k, dim3 g, dim3 b, size_t smem);
+template <class... E, class... A>
+cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *c, void (*k)(E...), A &&...a)
+{
+	cudaError_t e = emu_launch_error((const void *)k, c->gridDim, c->blockDim, c->dynamicSmemBytes);
+	if (e != cudaSuccess)
+		return e;
+	emu_job_t<void (*)(E...), E...> job(k, E(a)...);
+	emu_run_grid(&job, c->gridDim, c->blockDim, c->dynamicSmemBytes, __PRETTY_FUNCTION__);
+	return cudaSuccess;
+}
+template <class F> cudaError_t cudaFuncSetAttribute(F f, enum cudaFuncAttribute a, int v)
+{
+	return emu_func_set_attr((const void *)f, a, v);
+}
+template <class F> cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *fa, F f)
+{
+	return emu_func_get_attr(fa, (const void *)f);
+}

@@ -1,0 +1,138 @@
+/* cache_internal.h - the slab cache's storage (slabs, classes, bitmaps),
+ * index and per-class policy state, shared by slab.c (storage and index)
+ * and cache.c (policies and the API). Everything here is plain data so
+ * the GPU cache can mirror it; all decisions are deterministic. */
+#ifndef IBP_CACHE_INTERNAL_H
+#define IBP_CACHE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "ibp/cache.h"
+
+/* ---- 64-bit index entry ----
+ * bits 62-63 state, 54-61 class, 30-53 exact length, 13-29 slab, 0-12 slot.
+ * A GHOST entry (an id S3-FIFO evicted lately) keeps its ring sequence in
+ * the low 62 bits instead. */
+#define ENT_FILLING 1ull
+#define ENT_READY 2ull
+#define ENT_GHOST 3ull
+#define ENT_STATE(e) ((e) >> 62)
+#define ENT_CLASS(e) ((uint32_t)(((e) >> 54) & 0xFFu))
+#define ENT_LEN(e) ((uint64_t)(((e) >> 30) & 0xFFFFFFu))
+#define ENT_SLAB(e) ((uint64_t)(((e) >> 13) & 0x1FFFFu))
+#define ENT_SLOT(e) ((uint64_t)((e) & 0x1FFFu))
+#define ENT_MAKE(st, cls, len, slab, slot)                                                        \
+	(((uint64_t)(st) << 62) | ((uint64_t)(cls) << 54) | ((uint64_t)(len) << 30) |              \
+	 ((uint64_t)(slab) << 13) | (uint64_t)(slot))
+#define ENT_GHOST_SEQ(e) ((e) & ((1ull << 62) - 1))
+#define CACHE_MAX_SLABS (1ull << 17)
+#define CACHE_MAX_SPP (1ull << 13) /* slots per slab */
+
+#define KEY_EMPTY (-1)
+#define KEY_TOMB (-2)
+#define NIL UINT32_MAX
+#define SLAB_FREE 0xFFFFu
+
+/* slot flags (sflag) */
+#define SF_FILLING 1u
+#define SF_ZOMBIE 2u  /* invalidated while pinned: freed at the last unpin */
+#define SF_MAIN 4u    /* S3-FIFO: in the main queue */
+#define SF_REF 8u     /* CLOCK reference bit */
+#define SF_DECODED 16u /* the slot holds the decoded row */
+
+typedef struct cache_index {
+	int64_t *keys;
+	uint64_t *vals;
+	int64_t *keys2; /* rehash target, swapped in */
+	uint64_t *vals2;
+	uint64_t cap, used, tombs;
+} cache_index_t;
+
+typedef struct cache_class {
+	uint64_t slot_bytes;
+	uint64_t slabs, slots, used;
+	uint32_t partial; /* first slab of this class with a free slot (list through snext) */
+	uint32_t head[2]; /* policy lists: [0] CLOCK/LRU ring or S3-FIFO small, [1] S3-FIFO main */
+	uint64_t count[2];
+	uint64_t hist, target;
+	uint64_t hits, insertions, evictions, bytes_resident;
+} cache_class_t;
+
+typedef struct cache_ws {
+	int busy;
+	int64_t *uid;     /* unique ids of a pass */
+	uint64_t *ufirst; /* first request of each */
+	uint32_t *rep;    /* request -> unique (NIL: none) */
+	uint32_t *ucnt;   /* requests of each unique id */
+	int64_t *dkey;    /* dedupe table, dcap entries */
+	uint32_t *dval;
+	uint64_t dcap;
+	uint8_t *ukind;
+	int32_t *ustat;
+	const uint8_t **usrc;
+	uint64_t *ulen, *ug, *uclen;
+	uint8_t *ufl, *uclu;
+	uint32_t *ucls;
+	uint8_t *scratch; /* one row */
+} cache_ws_t;
+
+struct ibp_cache {
+	ibp_cache_opts_t o;
+	uint64_t rb, step, slab_bytes, nslabs, spp; /* spp: slot capacity of a slab (smallest class) */
+	uint32_t nclasses, raw;                     /* raw = nclasses - 1 */
+	uint8_t *mem;
+	/* slabs */
+	uint16_t *scls;
+	uint32_t *snslots, *sused, *spinned, *snext, *sprev;
+	uint64_t *bitmap, words; /* words per slab */
+	uint32_t free_slab;      /* pool of unassigned slabs (list through snext) */
+	uint64_t nfree_slabs;
+	cache_class_t cls[IBP_CACHE_MAX_CLASSES];
+	uint64_t hist_total;
+	/* slots, g = slab * spp + slot */
+	uint64_t nslots;
+	int64_t *sid;
+	uint32_t *pin, *prev, *next, *slen;
+	uint64_t *stamp;
+	uint8_t *sflag, *sfl, *sclu, *sfreq;
+	uint64_t tick;
+	cache_index_t ix;
+	int64_t *gring;
+	uint64_t gcap, gseq;
+	/* binding */
+	const ibp_store_t *store;
+	/* threads */
+	pthread_mutex_t mu;
+	pthread_cond_t ws_cv;
+	cache_ws_t *ws;
+	uint32_t nws;
+	ibp_cache_stats_t st;
+	uint64_t meta_bytes;
+};
+
+/* ---- slab.c: storage and index ---- */
+ibp_status_t cache_storage_init(ibp_cache_t *c);
+void cache_storage_free(ibp_cache_t *c);
+void cache_storage_reset(ibp_cache_t *c);
+/* Class of a row stored in `len` bytes (compressed), or c->raw. */
+uint32_t cache_class_of(const ibp_cache_t *c, uint64_t len);
+/* A free slot of class `cls` from its slabs or the free pool: global slot
+ * index, or UINT64_MAX when none (no eviction here). */
+uint64_t cache_slot_take(ibp_cache_t *c, uint32_t cls);
+void cache_slot_release(ibp_cache_t *c, uint64_t g);
+uint8_t *cache_slot_ptr(const ibp_cache_t *c, uint64_t g);
+/* Recomputes every class's slab target from the histogram. */
+void cache_targets(ibp_cache_t *c);
+/* Moves one slab to `cls` from the class furthest above its target, its
+ * unpinned rows first evicted through `evict` (nonzero on success). */
+int cache_slab_steal(ibp_cache_t *c, uint32_t cls, void (*evict)(ibp_cache_t *, uint64_t));
+
+uint64_t cache_hash(int64_t id);
+/* Position of `id` or UINT64_MAX. */
+uint64_t cache_ix_find(const cache_index_t *ix, int64_t id);
+/* Inserts `id` (known absent), rehashing first when needed. */
+void cache_ix_insert(cache_index_t *ix, int64_t id, uint64_t val);
+void cache_ix_erase(cache_index_t *ix, uint64_t pos);
+
+#endif /* IBP_CACHE_INTERNAL_H */

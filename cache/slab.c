@@ -1,0 +1,432 @@
+/* slab.c - the cache's storage: capacity carved into slabs, one size class
+ * per slab, a bitmap of slots per slab, the split of slabs among classes by
+ * the observed size histogram; and the id -> entry index (open addressing,
+ * linear probing, tombstones). Policy-free: cache.c decides what to evict. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache_internal.h"
+#include "util/error.h"
+
+static uint64_t pow2_at_least(uint64_t x)
+{
+	uint64_t p = 1;
+	while (p < x)
+		p <<= 1;
+	return p;
+}
+
+static uint64_t slab_len(const ibp_cache_t *c, uint64_t s)
+{
+	uint64_t off = s * c->slab_bytes, cap = c->o.capacity_bytes;
+	return cap - off < c->slab_bytes ? cap - off : c->slab_bytes;
+}
+
+/* Geometry: step, classes, slab size, slot counts. */
+static ibp_status_t geometry(ibp_cache_t *c)
+{
+	const ibp_cache_opts_t *o = &c->o;
+	uint64_t rb = o->row_bytes, cap = o->capacity_bytes;
+	c->rb = rb;
+	if (o->flags & IBP_CACHE_UNCOMPRESSED) {
+		/* The fixed-width baseline: one class of exactly row_bytes. */
+		c->step = rb;
+		c->nclasses = 1;
+		c->raw = 0;
+		c->cls[0].slot_bytes = rb;
+		uint64_t spp = o->slab_bytes ? o->slab_bytes / rb : cap / rb / 64;
+		if (spp < 1)
+			spp = 1;
+		if (spp > CACHE_MAX_SPP)
+			spp = CACHE_MAX_SPP;
+		if (o->slab_bytes && o->slab_bytes % rb)
+			return ibp_fail(IBP_ERR_INVALID_ARG, "cache: slab_bytes %llu is not a multiple of row_bytes %llu",
+					(unsigned long long)o->slab_bytes, (unsigned long long)rb);
+		c->spp = spp;
+		c->slab_bytes = spp * rb;
+	} else {
+		uint64_t raw_slot = (rb + 15) / 16 * 16;
+		uint64_t step = o->class_step;
+		if (!step) {
+			/* 128 (a GPU cache line); finer for rows under 2 KiB, so that a
+			 * class step stays below what compression saves on dense rows. */
+			step = 128;
+			while (step > 16 && step * 16 > raw_slot)
+				step >>= 1;
+		}
+		uint64_t slab = o->slab_bytes;
+		if (!slab) {
+			/* About capacity / 64 (16 KiB..1 MiB), a whole number of raw
+			 * slots (at least 4), so the raw class wastes nothing. */
+			uint64_t want = pow2_at_least(cap / 64);
+			if (want < (16u << 10))
+				want = 16u << 10;
+			if (want > (1u << 20))
+				want = 1u << 20;
+			uint64_t k = (want + raw_slot / 2) / raw_slot;
+			if (k < 4)
+				k = 4;
+			while ((cap + k * raw_slot - 1) / (k * raw_slot) > CACHE_MAX_SLABS)
+				k <<= 1;
+			slab = k * raw_slot;
+		}
+		if (slab < raw_slot)
+			return ibp_fail(IBP_ERR_INVALID_ARG, "cache: slab_bytes %llu is below one raw row (%llu bytes)",
+					(unsigned long long)slab, (unsigned long long)raw_slot);
+		/* Compressed classes: slots up to raw_threshold of the raw slot; a
+		 * row that needs a larger one is kept decoded in the raw class. */
+		double limit = o->raw_threshold * (double)raw_slot;
+		for (;;) {
+			uint64_t k = 0;
+			while ((double)((k + 1) * step) <= limit && (k + 1) * step < raw_slot)
+				k++;
+			if (k + 1 <= IBP_CACHE_MAX_CLASSES && slab / step <= CACHE_MAX_SPP) {
+				c->nclasses = (uint32_t)(k + 1);
+				break;
+			}
+			step <<= 1;
+		}
+		c->step = step;
+		c->raw = c->nclasses - 1;
+		for (uint32_t i = 0; i < c->raw; i++)
+			c->cls[i].slot_bytes = (uint64_t)(i + 1) * step;
+		c->cls[c->raw].slot_bytes = raw_slot;
+		c->slab_bytes = slab;
+		c->spp = slab / (c->raw ? step : raw_slot);
+		if (c->spp > CACHE_MAX_SPP)
+			c->spp = CACHE_MAX_SPP;
+	}
+	c->nslabs = (cap + c->slab_bytes - 1) / c->slab_bytes;
+	if (c->nslabs > CACHE_MAX_SLABS)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "cache: %llu slabs of %llu bytes exceed the 2^17 an entry can name",
+				(unsigned long long)c->nslabs, (unsigned long long)c->slab_bytes);
+	if (cap < c->cls[c->raw].slot_bytes)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "cache: capacity %llu is below one row slot (%llu bytes)",
+				(unsigned long long)cap, (unsigned long long)c->cls[c->raw].slot_bytes);
+	return IBP_OK;
+}
+
+ibp_status_t cache_storage_init(ibp_cache_t *c)
+{
+	IBP_TRY(geometry(c));
+	uint64_t ns = c->nslabs;
+	c->nslots = ns * c->spp;
+	c->words = (c->spp + 63) / 64;
+	c->gcap = c->o.policy == IBP_CACHE_S3FIFO ? c->nslots : 0;
+	uint64_t want = (c->nslots + c->gcap) * 4 / 3 + 64;
+	c->ix.cap = pow2_at_least(want);
+	c->mem = malloc(c->o.capacity_bytes);
+	c->scls = calloc(ns, sizeof(uint16_t));
+	c->snslots = calloc(ns, sizeof(uint32_t));
+	c->sused = calloc(ns, sizeof(uint32_t));
+	c->spinned = calloc(ns, sizeof(uint32_t));
+	c->snext = calloc(ns, sizeof(uint32_t));
+	c->sprev = calloc(ns, sizeof(uint32_t));
+	c->bitmap = calloc(ns * c->words, sizeof(uint64_t));
+	c->sid = malloc(c->nslots * sizeof(int64_t));
+	c->pin = calloc(c->nslots, sizeof(uint32_t));
+	c->prev = calloc(c->nslots, sizeof(uint32_t));
+	c->next = calloc(c->nslots, sizeof(uint32_t));
+	c->slen = calloc(c->nslots, sizeof(uint32_t));
+	c->stamp = calloc(c->nslots, sizeof(uint64_t));
+	c->sflag = calloc(c->nslots, 1);
+	c->sfl = calloc(c->nslots, 1);
+	c->sclu = calloc(c->nslots, 1);
+	c->sfreq = calloc(c->nslots, 1);
+	c->gring = c->gcap ? malloc(c->gcap * sizeof(int64_t)) : NULL;
+	c->ix.keys = malloc(c->ix.cap * sizeof(int64_t));
+	c->ix.vals = malloc(c->ix.cap * sizeof(uint64_t));
+	c->ix.keys2 = malloc(c->ix.cap * sizeof(int64_t));
+	c->ix.vals2 = malloc(c->ix.cap * sizeof(uint64_t));
+	if (!c->mem || !c->scls || !c->snslots || !c->sused || !c->spinned || !c->snext || !c->sprev ||
+	    !c->bitmap || !c->sid || !c->pin || !c->prev || !c->next || !c->slen || !c->stamp || !c->sflag ||
+	    !c->sfl || !c->sclu || !c->sfreq || (c->gcap && !c->gring) || !c->ix.keys || !c->ix.vals ||
+	    !c->ix.keys2 || !c->ix.vals2)
+		return ibp_fail(IBP_ERR_NOMEM, "cache: cannot allocate %llu bytes of slabs and their metadata",
+				(unsigned long long)c->o.capacity_bytes);
+	c->meta_bytes = ns * (2 + 5 * 4 + c->words * 8) + c->nslots * (8 + 4 * 4 + 8 + 4) +
+			c->gcap * 8 + c->ix.cap * 32;
+	cache_storage_reset(c);
+	return IBP_OK;
+}
+
+void cache_storage_free(ibp_cache_t *c)
+{
+	free(c->mem);
+	free(c->scls);
+	free(c->snslots);
+	free(c->sused);
+	free(c->spinned);
+	free(c->snext);
+	free(c->sprev);
+	free(c->bitmap);
+	free(c->sid);
+	free(c->pin);
+	free(c->prev);
+	free(c->next);
+	free(c->slen);
+	free(c->stamp);
+	free(c->sflag);
+	free(c->sfl);
+	free(c->sclu);
+	free(c->sfreq);
+	free(c->gring);
+	free(c->ix.keys);
+	free(c->ix.vals);
+	free(c->ix.keys2);
+	free(c->ix.vals2);
+}
+
+void cache_storage_reset(ibp_cache_t *c)
+{
+	uint64_t ns = c->nslabs;
+	/* Every slab back in the pool, in order. */
+	for (uint64_t s = 0; s < ns; s++) {
+		c->scls[s] = SLAB_FREE;
+		c->snslots[s] = c->sused[s] = c->spinned[s] = 0;
+		c->snext[s] = s + 1 < ns ? (uint32_t)(s + 1) : NIL;
+		c->sprev[s] = s ? (uint32_t)(s - 1) : NIL;
+	}
+	c->free_slab = 0;
+	c->nfree_slabs = ns;
+	memset(c->bitmap, 0, ns * c->words * sizeof(uint64_t));
+	for (uint32_t i = 0; i < c->nclasses; i++) {
+		cache_class_t *k = &c->cls[i];
+		uint64_t sb = k->slot_bytes;
+		memset(k, 0, sizeof(*k));
+		k->slot_bytes = sb;
+		k->partial = k->head[0] = k->head[1] = NIL;
+	}
+	c->hist_total = 0;
+	for (uint64_t g = 0; g < c->nslots; g++)
+		c->sid[g] = KEY_EMPTY;
+	memset(c->pin, 0, c->nslots * sizeof(uint32_t));
+	memset(c->sflag, 0, c->nslots);
+	memset(c->sfreq, 0, c->nslots);
+	c->tick = 0;
+	c->gseq = 0;
+	for (uint64_t i = 0; i < c->ix.cap; i++)
+		c->ix.keys[i] = KEY_EMPTY;
+	c->ix.used = c->ix.tombs = 0;
+}
+
+uint32_t cache_class_of(const ibp_cache_t *c, uint64_t len)
+{
+	if (c->raw == 0)
+		return 0;
+	uint64_t k = len ? (len - 1) / c->step : 0;
+	return k < c->raw ? (uint32_t)k : c->raw;
+}
+
+uint8_t *cache_slot_ptr(const ibp_cache_t *c, uint64_t g)
+{
+	uint64_t s = g / c->spp, b = g % c->spp;
+	return c->mem + s * c->slab_bytes + b * c->cls[c->scls[s]].slot_bytes;
+}
+
+/* Doubly linked lists of slabs through snext/sprev: the free pool and
+ * each class's slabs that have a free slot. */
+static void slab_unlink(ibp_cache_t *c, uint32_t *head, uint32_t s)
+{
+	uint32_t p = c->sprev[s], n = c->snext[s];
+	if (p != NIL)
+		c->snext[p] = n;
+	else
+		*head = n;
+	if (n != NIL)
+		c->sprev[n] = p;
+	c->snext[s] = c->sprev[s] = NIL;
+}
+
+static void slab_push(ibp_cache_t *c, uint32_t *head, uint32_t s)
+{
+	c->sprev[s] = NIL;
+	c->snext[s] = *head;
+	if (*head != NIL)
+		c->sprev[*head] = s;
+	*head = s;
+}
+
+static void slab_assign(ibp_cache_t *c, uint32_t s, uint32_t cls)
+{
+	cache_class_t *k = &c->cls[cls];
+	uint64_t n = slab_len(c, s) / k->slot_bytes;
+	if (n > c->spp)
+		n = c->spp;
+	c->scls[s] = (uint16_t)cls;
+	c->snslots[s] = (uint32_t)n;
+	c->sused[s] = 0;
+	memset(c->bitmap + (uint64_t)s * c->words, 0, c->words * sizeof(uint64_t));
+	k->slabs++;
+	k->slots += n;
+	slab_push(c, &k->partial, s);
+}
+
+uint64_t cache_slot_take(ibp_cache_t *c, uint32_t cls)
+{
+	cache_class_t *k = &c->cls[cls];
+	uint32_t s = k->partial;
+	if (s == NIL) {
+		/* A slab from the pool that holds at least one slot of this class
+		 * (only the last, shorter slab may not). */
+		for (s = c->free_slab; s != NIL; s = c->snext[s])
+			if (slab_len(c, s) >= k->slot_bytes)
+				break;
+		if (s == NIL)
+			return UINT64_MAX;
+		slab_unlink(c, &c->free_slab, s);
+		c->nfree_slabs--;
+		slab_assign(c, s, cls);
+	}
+	uint64_t *bm = c->bitmap + (uint64_t)s * c->words;
+	uint64_t n = c->snslots[s];
+	for (uint64_t w = 0; w < c->words; w++) {
+		if (bm[w] == UINT64_MAX)
+			continue;
+		uint64_t b = w * 64 + (uint64_t)__builtin_ctzll(~bm[w]);
+		if (b >= n)
+			break;
+		bm[w] |= 1ull << (b % 64);
+		k->used++;
+		if (++c->sused[s] == n)
+			slab_unlink(c, &k->partial, s);
+		return (uint64_t)s * c->spp + b;
+	}
+	return UINT64_MAX; /* not reached: a partial slab has a free bit */
+}
+
+void cache_slot_release(ibp_cache_t *c, uint64_t g)
+{
+	uint32_t s = (uint32_t)(g / c->spp);
+	uint64_t b = g % c->spp;
+	cache_class_t *k = &c->cls[c->scls[s]];
+	c->bitmap[(uint64_t)s * c->words + b / 64] &= ~(1ull << (b % 64));
+	if (c->sused[s] == c->snslots[s])
+		slab_push(c, &k->partial, s);
+	c->sused[s]--;
+	k->used--;
+	c->sid[g] = KEY_EMPTY;
+	c->sflag[g] = 0;
+}
+
+void cache_targets(ibp_cache_t *c)
+{
+	double total = 0;
+	for (uint32_t i = 0; i < c->nclasses; i++)
+		total += (double)c->cls[i].hist * (double)c->cls[i].slot_bytes;
+	for (uint32_t i = 0; i < c->nclasses; i++) {
+		cache_class_t *k = &c->cls[i];
+		if (total <= 0 || !k->hist) {
+			k->target = 0;
+			continue;
+		}
+		double share = (double)k->hist * (double)k->slot_bytes / total;
+		k->target = (uint64_t)(share * (double)c->nslabs);
+		if (!k->target)
+			k->target = 1;
+	}
+}
+
+int cache_slab_steal(ibp_cache_t *c, uint32_t cls, void (*evict)(ibp_cache_t *, uint64_t))
+{
+	uint32_t d = NIL;
+	uint64_t over = 0;
+	for (uint32_t i = 0; i < c->nclasses; i++) {
+		cache_class_t *k = &c->cls[i];
+		if (i != cls && k->slabs > k->target && k->slabs - k->target > over) {
+			over = k->slabs - k->target;
+			d = i;
+		}
+	}
+	if (d == NIL)
+		return 0;
+	/* The donor's least used slab with nothing pinned. */
+	uint32_t best = NIL;
+	for (uint64_t s = 0; s < c->nslabs; s++)
+		if (c->scls[s] == d && !c->spinned[s] && slab_len(c, s) >= c->cls[cls].slot_bytes &&
+		    (best == NIL || c->sused[s] < c->sused[best]))
+			best = (uint32_t)s;
+	if (best == NIL)
+		return 0;
+	uint64_t *bm = c->bitmap + (uint64_t)best * c->words;
+	for (uint64_t w = 0; w < c->words; w++)
+		while (bm[w]) {
+			uint64_t b = w * 64 + (uint64_t)__builtin_ctzll(bm[w]);
+			evict(c, (uint64_t)best * c->spp + b); /* clears the bit */
+		}
+	cache_class_t *k = &c->cls[d];
+	slab_unlink(c, &k->partial, best); /* empty now, so on the partial list */
+	k->slabs--;
+	k->slots -= c->snslots[best];
+	slab_assign(c, best, cls);
+	c->st.slab_moves++;
+	return 1;
+}
+
+/* ---- index ---- */
+
+uint64_t cache_hash(int64_t id)
+{
+	uint64_t z = (uint64_t)id + 0x9E3779B97F4A7C15ull;
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+uint64_t cache_ix_find(const cache_index_t *ix, int64_t id)
+{
+	uint64_t m = ix->cap - 1;
+	/* Past tombstones to the first empty key, so a key is found wherever a
+	 * later insert put it (the cuCollections #606 trap). */
+	for (uint64_t p = cache_hash(id) & m, i = 0; i < ix->cap; p = (p + 1) & m, i++) {
+		int64_t k = ix->keys[p];
+		if (k == id)
+			return p;
+		if (k == KEY_EMPTY)
+			return UINT64_MAX;
+	}
+	return UINT64_MAX;
+}
+
+static void ix_put(int64_t *keys, uint64_t *vals, uint64_t cap, int64_t id, uint64_t val)
+{
+	uint64_t m = cap - 1, p = cache_hash(id) & m;
+	while (keys[p] >= 0)
+		p = (p + 1) & m;
+	keys[p] = id;
+	vals[p] = val;
+}
+
+void cache_ix_insert(cache_index_t *ix, int64_t id, uint64_t val)
+{
+	if ((ix->used + ix->tombs + 1) * 8 > ix->cap * 7) {
+		/* Rehash into the spare arrays: drops the tombstones. */
+		for (uint64_t i = 0; i < ix->cap; i++)
+			ix->keys2[i] = KEY_EMPTY;
+		for (uint64_t i = 0; i < ix->cap; i++)
+			if (ix->keys[i] >= 0)
+				ix_put(ix->keys2, ix->vals2, ix->cap, ix->keys[i], ix->vals[i]);
+		int64_t *tk = ix->keys;
+		uint64_t *tv = ix->vals;
+		ix->keys = ix->keys2;
+		ix->vals = ix->vals2;
+		ix->keys2 = tk;
+		ix->vals2 = tv;
+		ix->tombs = 0;
+	}
+	uint64_t m = ix->cap - 1, p = cache_hash(id) & m;
+	while (ix->keys[p] >= 0) /* first tombstone or empty key: the caller checked `id` is absent */
+		p = (p + 1) & m;
+	if (ix->keys[p] == KEY_TOMB)
+		ix->tombs--;
+	ix->keys[p] = id;
+	ix->vals[p] = val;
+	ix->used++;
+}
+
+void cache_ix_erase(cache_index_t *ix, uint64_t pos)
+{
+	ix->keys[pos] = KEY_TOMB;
+	ix->used--;
+	ix->tombs++;
+}

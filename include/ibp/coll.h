@@ -1,0 +1,234 @@
+/* ibp/coll.h - compressed collectives: AllGather, ReduceScatter, AllReduce,
+ * AllToAll(v) with a codec chosen per call.
+ *
+ * Codecs: NONE (the dtype's bytes), EXP (lossless exponent codec, ibp/exp.h)
+ * and FP8 (lossy TACO FP8 E4M3 + Hadamard, ibp/fp8.h, block 256).
+ * Reductions (sum) decode each incoming partial, add in FP32, round to the
+ * dtype and re-encode at every hop, so EXP gives results bit-identical to
+ * the same call with NONE. FP8 in AllGather (and the gather half of
+ * AllReduce) encodes each shard once; every rank, its owner included,
+ * decodes the same bytes, so all ranks end with identical tensors.
+ *
+ * Algorithms, each written once against a transport (below):
+ *   AllGather      ring, P-1 steps, compressed blocks forwarded unchanged
+ *   ReduceScatter  ring, P-1 steps; chunk c is summed in the order
+ *                  c+1, c+2, ..., c (ranks mod P), whatever the codec
+ *   AllReduce      ring ReduceScatter on chunks of ceil/floor(count / P)
+ *                  elements, then ring AllGather
+ *   AllToAll(v)    pairwise: step s sends to rank+s, receives from rank-s;
+ *                  a rank's own block is copied, never encoded
+ * Every message carries a 32-byte header (operation, requested codec,
+ * dtype, count, elements, chunk, call sequence number). A receiver that
+ * finds any of them different from its own call returns
+ * IBP_ERR_INVALID_ARG ("mismatch" in the detail); corrupt payloads give
+ * IBP_ERR_CORRUPT. Every wait is bounded by the communicator's timeout:
+ * a peer that never sends gives IBP_ERR_IO ("timeout" in the detail).
+ * After any failed collective the communicator is broken: later calls
+ * return IBP_ERR_IO at once (peers are in an unknown state).
+ *
+ * Adaptive switcher (policy AUTO, the default): when the communicator is
+ * made, the link (latency alpha, bandwidth beta, by timed ring exchanges
+ * with the neighbours, throttle included) and the codecs' CPU throughput
+ * are measured. Per call, an alpha-beta model compares the plain time with
+ * the compressed time (fewer bytes plus encode and decode time), the ratio
+ * estimated on a sample of the send buffer; the codec is used only when
+ * it pays, and never when the sample would not shrink by 5% (e.g. random
+ * exponents). Each message says how it was encoded, so ranks need not
+ * agree on the decision. Decisions and achieved ratios are in the stats.
+ *
+ * Buffers are host memory; `stream` must be NULL in this release (a
+ * non-NULL stream gives IBP_ERR_UNSUPPORTED). A communicator is used by
+ * one thread at a time; different communicators are independent.
+ * Element counts are uint64_t; one message is at most 2^31 - 1 bytes on
+ * MPI (IBP_ERR_UNSUPPORTED beyond).
+ *
+ * Transports. An algorithm needs one primitive, sendrecv: send a byte
+ * message to one rank while receiving one from another, bounded by a
+ * timeout. Two ship here: in-process (threads of one process as ranks,
+ * with queues; for tests and single-node benchmarks) and MPI
+ * (libibp_coll_mpi, Isend/Irecv polled with MPI_Test until the deadline).
+ * How the others fit: an NCCL transport implements sendrecv as a grouped
+ * ncclSend/ncclRecv pair (size first, as NCCL receives need the exact
+ * count) on a device stream, with the codec steps run by the CUDA codec
+ * kernels on device buffers; torch.distributed implements it with
+ * isend/irecv and Work.wait(timeout). Both only fill an
+ * ibp_coll_transport_t; the algorithms do not change.
+ */
+#ifndef IBP_COLL_H
+#define IBP_COLL_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include "status.h"
+#include "types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ibp_coll_codec {
+	IBP_COLL_CODEC_NONE = 0, /* plain dtype bytes */
+	IBP_COLL_CODEC_EXP = 1,  /* lossless exponent codec */
+	IBP_COLL_CODEC_FP8 = 2   /* lossy FP8 E4M3 + Hadamard (TACO) */
+} ibp_coll_codec_t;
+
+typedef enum ibp_coll_redop {
+	IBP_COLL_SUM = 0 /* the only reduction in this release */
+} ibp_coll_redop_t;
+
+/* When the requested codec is applied. */
+typedef enum ibp_coll_policy {
+	IBP_COLL_POLICY_AUTO = 0,   /* the switcher decides per call (default) */
+	IBP_COLL_POLICY_ALWAYS = 1, /* always encode with the requested codec */
+	IBP_COLL_POLICY_NEVER = 2   /* always send plain bytes */
+} ibp_coll_policy_t;
+
+/* What the switcher did on a call. */
+typedef enum ibp_coll_decision {
+	IBP_COLL_DECIDED_PLAIN = 0,          /* codec NONE requested or policy NEVER */
+	IBP_COLL_DECIDED_COMPRESS = 1,       /* encoded with the requested codec */
+	IBP_COLL_DECIDED_NOT_WORTH = 2,      /* model: compression would be slower */
+	IBP_COLL_DECIDED_INCOMPRESSIBLE = 3  /* sample would not shrink by 5% */
+} ibp_coll_decision_t;
+
+/* Byte transport between the ranks of a communicator.
+ *
+ * sendrecv sends sbytes at sbuf to rank dst (dst < 0: send nothing) and
+ * receives one message from rank src (src < 0: receive nothing) into rbuf
+ * of rcap bytes, storing its size in *rbytes. Both may run concurrently
+ * (a ring step sends right while receiving from the left) and it returns
+ * when both are done. Messages between a pair of ranks arrive in order.
+ * It must return within about timeout_ms: IBP_ERR_IO with "timeout" in
+ * the detail when a peer does not answer, IBP_ERR_INVALID_ARG when an
+ * incoming message exceeds rcap. destroy (may be NULL) frees ctx. */
+typedef struct ibp_coll_transport {
+	int rank, nranks;
+	void *ctx;
+	ibp_status_t (*sendrecv)(void *ctx, int dst, const void *sbuf, uint64_t sbytes, int src, void *rbuf,
+				 uint64_t rcap, uint64_t *rbytes, int64_t timeout_ms);
+	void (*destroy)(void *ctx);
+} ibp_coll_transport_t;
+
+/* Communicator options. Always initialise with ibp_coll_opts_default(). */
+typedef struct ibp_coll_opts {
+	int64_t timeout_ms;       /* bound on every wait; default 60000 */
+	ibp_coll_policy_t policy; /* default AUTO */
+	int calibrate;            /* 1 (default): measure link and codecs at creation (collective) */
+	double rate;              /* > 0: throttle this rank's sends to rate bytes/s (token bucket) */
+	int nthreads;             /* codec threads per rank; default 1 */
+} ibp_coll_opts_t;
+
+/* Per-communicator statistics (this rank's view). */
+typedef struct ibp_coll_stats {
+	uint64_t calls;                     /* collectives called */
+	uint64_t compressed;                /* calls run with the codec */
+	uint64_t plain;                     /* calls with codec NONE or policy NEVER */
+	uint64_t not_worth;                 /* passthrough: the model said it would not pay */
+	uint64_t incompressible;            /* passthrough: the data would not shrink */
+	uint64_t logical_bytes;             /* bytes this rank sent, counted uncompressed */
+	uint64_t wire_bytes;                /* bytes this rank sent, as sent (headers included) */
+	double alpha_s;                     /* calibrated per-message latency (s); 0 = not calibrated */
+	double beta_Bps;                    /* calibrated link bandwidth (bytes/s) */
+	double exp_enc_Bps, exp_dec_Bps;    /* calibrated EXP codec throughput (input bytes/s) */
+	double fp8_enc_Bps, fp8_dec_Bps;    /* calibrated FP8 codec throughput (input bytes/s) */
+	ibp_coll_decision_t last_decision;  /* of the latest call */
+	double last_ratio;                  /* latest call: logical / wire bytes sent (1 = plain) */
+} ibp_coll_stats_t;
+
+typedef struct ibp_coll_comm ibp_coll_comm_t;
+typedef struct ibp_coll_inproc ibp_coll_inproc_t;
+
+/* Fills `o` with the defaults above. */
+void ibp_coll_opts_default(ibp_coll_opts_t *o);
+
+/* Short name of a codec ("none", "exp", "fp8") or "unknown". */
+const char *ibp_coll_codec_name(ibp_coll_codec_t c);
+
+/* Makes a communicator over transport `t` (copied; the communicator owns
+ * t->ctx and calls t->destroy at ibp_coll_comm_destroy, also when this call
+ * fails). Collective: every rank calls it (calibration exchanges messages).
+ * opts NULL = defaults. IBP_ERR_INVALID_ARG on a bad transport or options,
+ * IBP_ERR_NOMEM, or a transport error from calibration. */
+ibp_status_t ibp_coll_comm_create(const ibp_coll_transport_t *t, const ibp_coll_opts_t *opts,
+				  ibp_coll_comm_t **out);
+
+/* Makes a communicator from an MPI communicator: mpi_comm points to an
+ * MPI_Comm (void * keeps mpi.h out of this header); it is duplicated, so
+ * the caller's is untouched. MPI must be initialised (else
+ * IBP_ERR_INVALID_ARG); MPI failures give IBP_ERR_IO with MPI's message.
+ * Collective over mpi_comm; its MPI_Comm_dup is MPI's own blocking call
+ * (the one wait not bounded by timeout_ms), calibration is bounded.
+ * Defined in libibp_coll_mpi (built when CMake finds MPI; link it and
+ * MPI); the MPI library must have been initialised with
+ * MPI_THREAD_SERIALIZED or better if other threads call MPI. */
+ibp_status_t ibp_coll_comm_from_mpi(const void *mpi_comm, const ibp_coll_opts_t *opts, ibp_coll_comm_t **out);
+
+/* Frees a communicator (NULL is a no-op); not collective. */
+void ibp_coll_comm_destroy(ibp_coll_comm_t *comm);
+
+/* Rank and number of ranks. */
+int ibp_coll_comm_rank(const ibp_coll_comm_t *comm);
+int ibp_coll_comm_nranks(const ibp_coll_comm_t *comm);
+
+/* Copies the communicator's statistics to *st. */
+ibp_status_t ibp_coll_comm_stats(const ibp_coll_comm_t *comm, ibp_coll_stats_t *st);
+
+/* Changes the policy or the send throttle (rate <= 0: none) of a
+ * communicator; local to this rank. */
+ibp_status_t ibp_coll_comm_set_policy(ibp_coll_comm_t *comm, ibp_coll_policy_t policy);
+ibp_status_t ibp_coll_comm_set_rate(ibp_coll_comm_t *comm, double rate);
+
+/* ---- in-process transport: nranks threads of one process ---- */
+
+/* Makes a world of nranks (1..4096) ranks joined by in-memory queues. */
+ibp_status_t ibp_coll_inproc_create(int nranks, ibp_coll_inproc_t **out);
+
+/* Fills *t with rank `rank`'s transport of world w (w must outlive the
+ * communicator made from it). Then, from that rank's thread,
+ * ibp_coll_comm_create(t, ...). */
+ibp_status_t ibp_coll_inproc_transport(ibp_coll_inproc_t *w, int rank, ibp_coll_transport_t *t);
+
+/* Frees the world (NULL is a no-op) after every communicator on it is
+ * destroyed; undelivered messages are dropped. */
+void ibp_coll_inproc_destroy(ibp_coll_inproc_t *w);
+
+/* ---- collectives (NCCL's argument order; host buffers; sum only) ----
+ * dt: IBP_DTYPE_BF16, F16 or F32 (IBP_ERR_INVALID_ARG otherwise). Counts
+ * may be 0. Errors: IBP_ERR_INVALID_ARG (arguments, mismatch across
+ * ranks), IBP_ERR_IO (transport, timeout, broken communicator),
+ * IBP_ERR_CORRUPT (a payload failed validation), IBP_ERR_NOMEM,
+ * IBP_ERR_UNSUPPORTED (non-NULL stream). */
+
+/* recv[r*count, (r+1)*count) = rank r's send[0, count). In place when
+ * send == recv + rank*count. */
+ibp_status_t ibp_coll_allgather(const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
+				ibp_coll_codec_t codec, ibp_coll_comm_t *comm, void *stream);
+
+/* recv[0, recvcount) = sum over ranks of send[rank*recvcount, ...). send
+ * holds nranks * recvcount elements and must not overlap recv. */
+ibp_status_t ibp_coll_reducescatter(const void *send, void *recv, uint64_t recvcount, ibp_dtype_t dt,
+				    ibp_coll_redop_t op, ibp_coll_codec_t codec, ibp_coll_comm_t *comm,
+				    void *stream);
+
+/* recv[0, count) = sum over ranks of send[0, count). In place when
+ * send == recv. */
+ibp_status_t ibp_coll_allreduce(const void *send, void *recv, uint64_t count, ibp_dtype_t dt, ibp_coll_redop_t op,
+				ibp_coll_codec_t codec, ibp_coll_comm_t *comm, void *stream);
+
+/* recv[r*count, ...) = rank r's send[rank*count, ...) (count elements per
+ * peer). send and recv must not overlap. */
+ibp_status_t ibp_coll_alltoall(const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
+			       ibp_coll_codec_t codec, ibp_coll_comm_t *comm, void *stream);
+
+/* MPI_Alltoallv in elements: rank r's send + sdispls[p] (sendcounts[p]
+ * elements) lands in rank p's recv + rdispls[r] (recvcounts[r] elements,
+ * which must equal; a difference is a mismatch). Arrays have nranks
+ * entries. send and recv must not overlap. */
+ibp_status_t ibp_coll_alltoallv(const void *send, const uint64_t *sendcounts, const uint64_t *sdispls, void *recv,
+				const uint64_t *recvcounts, const uint64_t *rdispls, ibp_dtype_t dt,
+				ibp_coll_codec_t codec, ibp_coll_comm_t *comm, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* IBP_COLL_H */

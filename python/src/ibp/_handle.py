@@ -1,0 +1,60 @@
+"""A C object handle that may be used from many threads and closed safely.
+
+close() waits until every call that is using the handle has returned, so a
+close on one thread can never free the object under a gather on another
+(libibp's rule: "no gather may be running" when a store is closed).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from . import _errors
+
+
+class Handle:
+    __slots__ = ("_h", "_free", "_lock", "_idle", "_active", "_what", "__weakref__")
+
+    def __init__(self, h, free, what: str):
+        self._h = h
+        self._free = free
+        self._lock = threading.Lock()
+        self._idle = None  # an Event while close() waits for running calls
+        self._active = 0
+        self._what = what
+
+    def acquire(self):
+        with self._lock:
+            h = self._h
+            if h is None:
+                raise _errors.invalid(self._what, "the %s is closed" % self._what)
+            self._active += 1
+            return h
+
+    def release(self):
+        with self._lock:
+            self._active -= 1
+            if self._active == 0 and self._idle is not None:
+                self._idle.set()
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    def close(self):
+        with self._lock:
+            h, self._h = self._h, None
+            wait = None
+            if h is not None and self._active:
+                wait = self._idle = threading.Event()
+        if wait is not None:
+            wait.wait()
+        if h is not None:
+            self._free(h)
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+        return False

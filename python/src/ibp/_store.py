@@ -1,0 +1,414 @@
+"""ibp.pack, ibp.open and ibp.Store: `.ibp` containers from Python."""
+
+from __future__ import annotations
+
+import ctypes as C
+import os
+import tempfile
+
+import numpy as np
+
+from . import _arrays, _errors, _lib
+from ._handle import Handle
+
+lib = _lib.lib
+check = _lib.check
+
+_I64 = np.dtype(np.int64)
+_gather = lib.ibp_store_gather
+_addressof = C.addressof
+_byte_from_buffer = C.c_byte.from_buffer
+
+
+def _ptr(a: np.ndarray) -> int:
+    """Data address of a C-contiguous array; 4x cheaper than a.ctypes.data
+    for writable, non-empty arrays (the common case of a gather)."""
+    try:
+        return _addressof(_byte_from_buffer(a))
+    except (TypeError, ValueError, BufferError):  # read-only or empty
+        return a.ctypes.data
+
+
+def _raise_gather(st):
+    check(st, "ibp_store_gather")
+
+
+IBP_OPEN_READ = 0
+IBP_OPEN_MMAP = 1
+IBP_OPEN_VERIFY = 2
+IBP_OPEN_TRUSTED = 4
+
+CODEC_NAMES = {1: "ibp", 2: "exp", 3: "fp8"}
+LAYOUTS = {"packed": 0, "inplace": 1}
+_EXP_TABLES = {"sigma": 0, "hist": 1, "histogram": 1}
+_FP8_FORMATS = {"e4m3": 0, "e5m2": 1}
+
+_IBP_OPTS = {"chunk", "threshold", "sample", "clusters", "seed", "layout", "xval"}
+_EXP_OPTS = {"exp_table", "block_rows"}
+_FP8_OPTS = {"fp8_format", "fp8_block", "hadamard", "adaptive", "block_rows"}
+_COMMON = {"dtype", "nthreads", "lossy"}
+
+
+def _int_opt(func, name, v, lo, hi):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise _errors.invalid(func, "%s must be an integer, not %r" % (name, v))
+    v = int(v)
+    if not lo <= v <= hi:
+        raise _errors.invalid(func, "%s=%d is outside [%d, %d]" % (name, v, lo, hi))
+    return v
+
+
+def train_opts(func, chunk="auto", threshold="auto", sample=None, clusters=1, seed=None,
+               nthreads=0, xval=None):
+    """An ibp_train_opts_t from the Python options (the CLI's names)."""
+    o = _lib.TrainOpts()
+    lib.ibp_train_opts_default(C.byref(o))
+    if chunk not in ("auto", None):
+        if chunk not in (1, 2, 4, 8) or isinstance(chunk, bool):
+            raise _errors.invalid(func, "chunk must be 1, 2, 4, 8 or 'auto', not %r" % (chunk,))
+        o.chunk_bytes = int(chunk)
+    if threshold not in ("auto", None):
+        try:
+            t = float(threshold)
+        except (TypeError, ValueError):
+            raise _errors.invalid(func, "threshold must be a number or 'auto'") from None
+        if not 0.5 <= t <= 1.0:
+            raise _errors.invalid(func, "threshold=%r is outside [0.5, 1]" % (threshold,))
+        o.threshold = t
+    if sample not in ("auto", None):
+        try:
+            f = float(sample)
+        except (TypeError, ValueError):
+            raise _errors.invalid(func, "sample must be a fraction in (0, 1] or 'auto'") from None
+        if not 0.0 < f <= 1.0:
+            raise _errors.invalid(func, "sample=%r is outside (0, 1]" % (sample,))
+        o.sample = f
+    if clusters == "auto":
+        o.clusters = 0
+    else:
+        o.clusters = _int_opt(func, "clusters", clusters, 1, 64)
+    if seed is not None:
+        o.seed = _int_opt(func, "seed", seed, 0, (1 << 64) - 1)
+    o.nthreads = _int_opt(func, "nthreads", nthreads, 0, 1 << 20)
+    if xval is not None:
+        o.xval = _int_opt(func, "xval", int(xval) if isinstance(xval, bool) else xval, 0, 2)
+    return o
+
+
+def _shape_arg(h):
+    shape = (_lib.c_u64 * max(len(h.shape), 1))(*h.shape)
+    return shape
+
+
+def _pack_to(path: str, h: _arrays.HostArray, codec: str, opts: dict, func: str) -> None:
+    if codec not in ("ibp", "exp", "fp8"):
+        raise _errors.invalid(func, "codec must be 'ibp', 'exp' or 'fp8', not %r" % (codec,))
+    allowed = _COMMON | {"ibp": _IBP_OPTS, "exp": _EXP_OPTS, "fp8": _FP8_OPTS}[codec]
+    bad = sorted(set(opts) - allowed)
+    if bad:
+        raise _errors.invalid(func, "option(s) %s do not apply to codec %r" % (", ".join(bad), codec))
+    if codec == "fp8" and opts.get("lossy") is not True:
+        raise _errors.invalid(func, "codec 'fp8' is lossy: pass lossy=True to accept it")
+    if len(h.shape) == 0:
+        raise _errors.invalid(func, "a 0-dimensional array has no rows")
+    nthreads = opts.get("nthreads", 0)
+    bpath = os.fsencode(path)
+    ndim = len(h.shape)
+    shape = _shape_arg(h)
+    if codec == "ibp":
+        o = train_opts(func, opts.get("chunk", "auto"), opts.get("threshold", "auto"),
+                       opts.get("sample"), opts.get("clusters", 1), opts.get("seed"), nthreads,
+                       opts.get("xval"))
+        layout = opts.get("layout", "packed")
+        if layout not in LAYOUTS:
+            raise _errors.invalid(func, "layout must be 'packed' or 'inplace', not %r" % (layout,))
+        check(lib.ibp_pack(bpath, h.ptr, h.code, ndim, shape, C.byref(o), LAYOUTS[layout]), "ibp_pack")
+        return
+    block_rows = _int_opt(func, "block_rows", opts.get("block_rows", 0), 0, (1 << 63) - 1)
+    if codec == "exp":
+        o = exp_opts(func, opts.get("exp_table", "sigma"), nthreads)
+        check(lib.ibp_pack_exp(bpath, h.ptr, h.code, ndim, shape, C.byref(o), block_rows),
+              "ibp_pack_exp")
+    else:
+        o = fp8_opts(func, opts.get("fp8_format", "e4m3"), opts.get("fp8_block", 256),
+                     opts.get("hadamard", True), opts.get("adaptive", True), nthreads)
+        check(lib.ibp_pack_fp8(bpath, h.ptr, h.code, ndim, shape, C.byref(o), block_rows),
+              "ibp_pack_fp8")
+
+
+def exp_opts(func, table="sigma", nthreads=0, sigma=0.0):
+    o = _lib.ExpOpts()
+    lib.ibp_exp_opts_default(C.byref(o))
+    if table not in _EXP_TABLES:
+        raise _errors.invalid(func, "exp table must be 'sigma' or 'hist', not %r" % (table,))
+    o.table_mode = _EXP_TABLES[table]
+    o.sigma = float(sigma)
+    o.nthreads = _int_opt(func, "nthreads", nthreads, 0, 1 << 20)
+    return o
+
+
+def fp8_opts(func, fmt="e4m3", block=256, hadamard=True, adaptive=True, nthreads=0):
+    o = _lib.Fp8Opts()
+    lib.ibp_fp8_opts_default(C.byref(o))
+    if fmt not in _FP8_FORMATS:
+        raise _errors.invalid(func, "fp8 format must be 'e4m3' or 'e5m2', not %r" % (fmt,))
+    o.format = _FP8_FORMATS[fmt]
+    o.block = _int_opt(func, "fp8 block", block, 0, 1 << 31)
+    o.hadamard = 1 if hadamard else 0
+    o.adaptive = 1 if adaptive else 0
+    o.nthreads = _int_opt(func, "nthreads", nthreads, 0, 1 << 20)
+    return o
+
+
+def pack(array, path, codec: str = "ibp", **opts) -> str:
+    """Writes `array` (rows = dimension 0) to the container file `path`.
+
+    codec "ibp" (default; lossless, any dtype), "exp" (lossless exponent
+    codec; bfloat16/float16/float32) or "fp8" (LOSSY: needs lossy=True).
+    Options, as the CLI's `ibp pack`: ibp: chunk (1, 2, 4, 8, "auto"),
+    threshold ([0.5, 1] or "auto"), sample ((0, 1] or "auto"), clusters
+    (1..64 or "auto"), seed, layout ("packed" or "inplace"), xval (0, 1, 2);
+    exp: exp_table ("sigma" or "hist"), block_rows; fp8: fp8_format ("e4m3"
+    or "e5m2"), fp8_block (16..4096, power of two), hadamard, adaptive,
+    block_rows; all: dtype="bf16" (read 16-bit integers as bfloat16 bit
+    patterns), nthreads (0 = all CPUs). Returns `path`.
+    """
+    h = _arrays.as_host(array, "ibp.pack", dtype=opts.get("dtype"))
+    _pack_to(os.fspath(path), h, codec, opts, "ibp.pack")
+    return path
+
+
+def open(path, verify=True, *, mmap: bool = False) -> "Store":  # noqa: A001
+    """Opens the container at `path` as a Store.
+
+    The header, section table, metadata and row index are always validated.
+    verify=True (the default) also checks every payload checksum, so that
+    every later read returns the bytes the writer wrote or raises
+    ibp.CorruptError, never wrong data (libibp's "verified reads");
+    verify="full" also decodes every row or block once before returning
+    (ibp_container_verify); verify=False skips the payload checksums, for
+    files already verified once: reads then still never leave the file, but
+    a damaged payload may decode to wrong values. mmap=True maps the file
+    instead of reading it into memory (the file must not change while open).
+    """
+    if verify == "full":
+        vflags = IBP_OPEN_VERIFY
+    elif verify is True:
+        vflags = 0
+    elif verify is False:
+        vflags = IBP_OPEN_TRUSTED
+    else:
+        raise _errors.invalid("ibp.open", "verify must be True, False or 'full', not %r" % (verify,))
+    flags = (IBP_OPEN_MMAP if mmap else IBP_OPEN_READ) | vflags
+    out = _lib.c_vp()
+    check(lib.ibp_store_open(os.fsencode(os.fspath(path)), flags, C.byref(out)), "ibp_store_open")
+    return Store._wrap(out.value, os.fspath(path))
+
+
+class Store:
+    """A read-only store of compressed rows (a `.ibp` container) with gathers.
+
+    Made by ibp.open(path) or Store.from_array(array). Thread-safe: any
+    number of threads may gather at once (the GIL is released inside
+    libibp); close() waits for running gathers.
+    """
+
+    __slots__ = ("_handle", "path", "shape", "dtype", "nrows", "row_bytes", "codec", "lossy",
+                 "layout", "file_bytes", "chunk", "threshold", "nblocks", "block_rows",
+                 "version", "_code", "_np_dtype", "_row_shape", "_op_id", "__weakref__")
+
+    def __init__(self, *a, **k):
+        raise TypeError("use ibp.open(path) or ibp.Store.from_array(array)")
+
+    @classmethod
+    def _wrap(cls, h, path):
+        self = object.__new__(cls)
+        try:
+            c = lib.ibp_store_container(h)
+            ndim = lib.ibp_store_ndim(h)
+            sp = lib.ibp_store_shape(h)
+            self.shape = tuple(int(sp[i]) for i in range(ndim))
+            self._code = int(lib.ibp_store_dtype(h))
+            self.dtype = _arrays.DTYPE_NAMES.get(self._code, "unknown")
+            self.nrows = int(lib.ibp_store_nrows(h))
+            self.row_bytes = int(lib.ibp_store_row_bytes(h))
+            self.codec = CODEC_NAMES.get(int(lib.ibp_container_codec_id(c)), "unknown")
+            self.lossy = bool(lib.ibp_container_lossy(c))
+            self.layout = {0: "packed", 1: "inplace"}.get(int(lib.ibp_container_layout(c)), "unknown")
+            self.file_bytes = int(lib.ibp_container_file_bytes(c))
+            self.chunk = int(lib.ibp_container_chunk_bytes(c)) or None
+            t = float(lib.ibp_container_threshold(c))
+            self.threshold = t if t >= 0 else None
+            self.nblocks = int(lib.ibp_container_nblocks(c)) or None
+            self.block_rows = int(lib.ibp_container_block_rows(c)) or None
+            self.version = (int(lib.ibp_container_version_major(c)),
+                            int(lib.ibp_container_version_minor(c)))
+        except BaseException:
+            lib.ibp_store_close(h)
+            raise
+        self._row_shape = self.shape[1:]
+        self._np_dtype = np.dtype(_arrays._NP_STORAGE.get(self._code, np.uint8))
+        self.path = path
+        self._op_id = None
+        self._handle = Handle(h, lib.ibp_store_close, "store")
+        return self
+
+    @classmethod
+    def from_array(cls, array, codec: str = "ibp", **opts) -> "Store":
+        """Builds a store in memory from `array` (options as ibp.pack). The
+        container image is written to a private temporary file, read into
+        libibp's memory and the file removed at once."""
+        h = _arrays.as_host(array, "Store.from_array", dtype=opts.get("dtype"))
+        with tempfile.TemporaryDirectory(prefix="ibp-") as d:
+            p = os.path.join(d, "array.ibp")
+            _pack_to(p, h, codec, opts, "Store.from_array")
+            out = _lib.c_vp()
+            check(lib.ibp_store_open(os.fsencode(p), IBP_OPEN_READ, C.byref(out)), "ibp_store_open")
+        return cls._wrap(out.value, None)
+
+    # ---- properties -------------------------------------------------------
+
+    @property
+    def ratio(self) -> float:
+        """Decoded bytes / file bytes."""
+        return self.nrows * self.row_bytes / self.file_bytes if self.file_bytes else float("nan")
+
+    @property
+    def closed(self) -> bool:
+        return self._handle.closed
+
+    @property
+    def max_threads(self) -> int:
+        with self._handle as h:
+            return int(lib.ibp_store_max_threads(h))
+
+    def __len__(self) -> int:
+        return self.nrows
+
+    def __repr__(self):
+        state = "closed" if self.closed else "ratio %.3f" % self.ratio
+        return "<ibp.Store %s %s %s codec=%s%s, %s>" % (
+            self.path or "<memory>", self.dtype, list(self.shape), self.codec,
+            " (lossy)" if self.lossy else "", state)
+
+    # ---- reading ----------------------------------------------------------
+
+    def gather(self, ids, out=None, nthreads: int = 0):
+        """Decodes the rows named by `ids` (any integer array, tensor or
+        list; any shape), in order, duplicates allowed, into an array of
+        shape ids.shape + shape[1:]. torch ids give a torch tensor, others a
+        NumPy array; out= (C-contiguous, that shape and dtype) is written in
+        place and returned. An id < 0 or >= nrows raises ibp.OutOfRangeError
+        (also an IndexError) before anything is written: no wrap-around.
+        nthreads: 0 = libibp's pool (all CPUs), 1 = this thread only."""
+        if type(ids) is np.ndarray and ids.dtype == _I64 and ids.flags.c_contiguous:
+            ids_arr, kind = ids, "numpy"  # the fast path: no conversion
+        else:
+            ids_arr, kind = _arrays.as_ids(ids, "Store.gather")
+        shape = ids_arr.shape + self._row_shape
+        if out is None:
+            res, ptr = _arrays.empty(shape, self._code, kind)
+        elif (type(out) is np.ndarray and out.shape == shape and out.dtype == self._np_dtype
+              and out.flags.c_contiguous and out.flags.writeable):
+            ptr, res = _ptr(out), out  # the fast path for a NumPy out=
+        else:
+            ptr = _arrays.check_out(out, shape, self._code, "Store.gather").ptr
+            res = out
+        h = self._handle.acquire()
+        try:
+            st = _gather(h, _ptr(ids_arr), ids_arr.size, ptr, nthreads)
+        finally:
+            self._handle.release()
+        if st:
+            _raise_gather(st)
+        if out is None and kind != "torch" and self._code == 10:
+            return _arrays.wrap(res, 10, "numpy")
+        return res
+
+    def __getitem__(self, key):
+        """store[i] is row i (Python rules: -1 is the last row); store[a:b:c]
+        the rows of the slice; store[ids] is store.gather(ids)."""
+        if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+            i = int(key)
+            if i < 0:
+                i += self.nrows
+            if not 0 <= i < self.nrows:
+                raise _errors.OutOfRangeError("Store[%d]: row out of range (%d rows)" % (int(key), self.nrows),
+                                              func="Store.__getitem__", status=8)
+            return self.gather(np.array([i], dtype=np.int64))[0]
+        if isinstance(key, slice):
+            return self.gather(range(*key.indices(self.nrows)))
+        return self.gather(key)
+
+    def read(self, out=None, nthreads: int = 0):
+        """Every row, in order: an array of the stored shape and dtype (NumPy,
+        or a torch tensor passed as out=)."""
+        if out is None:
+            res, ptr = _arrays.empty(self.shape, self._code, "numpy")
+        else:
+            ptr = _arrays.check_out(out, self.shape, self._code, "Store.read").ptr
+            res = out
+        h = self._handle.acquire()
+        try:
+            check(lib.ibp_store_decode_all(h, ptr, nthreads), "ibp_store_decode_all")
+        finally:
+            self._handle.release()
+        if out is None and self._code == 10:
+            return _arrays.wrap(res, 10, "numpy")
+        return res
+
+    def verify(self, nthreads: int = 0) -> None:
+        """Checks every payload checksum and decodes every row or block;
+        raises ibp.CorruptError (ibp.ChecksumError) naming the first bad one."""
+        h = self._handle.acquire()
+        try:
+            check(lib.ibp_store_verify(h, nthreads), "ibp_store_verify")
+        finally:
+            self._handle.release()
+
+    # ---- GPU --------------------------------------------------------------
+
+    def to_cuda(self, device=None, pinned: bool = True):
+        """A GPU store of this store's rows (ibp.CudaStore). Raises
+        ibp.NoDeviceError without a usable GPU, CUDA driver or a libibp built
+        with CUDA, with libibp's detail message."""
+        from ._cuda import CudaStore
+        return CudaStore._create(self, device, pinned)
+
+    # ---- lifetime ---------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes the store (waits for running gathers). Idempotent."""
+        if self._op_id is not None:
+            from . import _registry
+            _registry.drop(self._op_id)
+            self._op_id = None
+        self._handle.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self._handle.close()
+        except Exception:
+            pass
+
+    @property
+    def op_handle(self) -> int:
+        """An integer naming this store for the torch custom ops
+        (torch.ops.ibp.gather(store.op_handle, ids); see ibp.ops)."""
+        if self._op_id is None:
+            from . import _registry
+            self._op_id = _registry.add(self)
+        return self._op_id
+
+    def _acquire(self):
+        return self._handle.acquire()
+
+    def _release(self):
+        self._handle.release()

@@ -1,0 +1,181 @@
+"""Whole-tensor compress/decompress for ibp.exp and ibp.fp8.
+
+A compressed tensor is one uint8 buffer: a small self-describing header, so
+that decompress restores dtype and shape, then one libibp block (exp) or
+stream (fp8) of all the tensor's elements:
+
+    offset  size     field
+    0       4        magic b"IBPT"
+    4       1        frame version (1)
+    5       1        codec: 2 = exp, 3 = fp8 (libibp's codec ids)
+    6       1        dtype (libibp's ibp_dtype_t: 9 f16, 10 bf16, 11 f32)
+    7       1        ndim (0..8)
+    8       8        payload bytes (little-endian u64)
+    16      8*ndim   shape (little-endian u64 each)
+    16+8*ndim        the block / stream (libibp validates its own header)
+
+Everything in a buffer handed to decompress is untrusted: the header is
+checked here and the block or stream by libibp, so corrupt input raises
+ibp.CorruptError and never reads outside the buffer.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import struct
+
+import numpy as np
+
+from . import _arrays, _errors, _lib
+
+lib = _lib.lib
+check = _lib.check
+
+MAGIC = b"IBPT"
+VERSION = 1
+_HDR = struct.Struct("<4sBBBBQ")
+_FLOAT_CODES = (9, 10, 11)
+_MAX_ELEMS = 1 << 56
+
+
+def header(codec: int, code: int, shape, payload: int) -> bytes:
+    return _HDR.pack(MAGIC, VERSION, codec, code, len(shape), payload) + \
+        struct.pack("<%dQ" % len(shape), *shape)
+
+
+def parse(buf: np.ndarray, codec: int, func: str):
+    """(dtype code, shape, payload offset, payload bytes) of a frame."""
+    raw = buf.size
+    if raw < _HDR.size:
+        raise _errors.CorruptError("%s: corrupt: %d bytes, shorter than the %d-byte header"
+                                   % (func, raw, _HDR.size), func=func, status=3)
+    magic, ver, cid, code, ndim, plen = _HDR.unpack(buf[:_HDR.size].tobytes())
+    if magic != MAGIC:
+        raise _errors.CorruptError("%s: corrupt: not a compressed tensor (bad magic)" % func,
+                                   func=func, status=3)
+    if ver != VERSION:
+        raise _errors.UnsupportedError("%s: frame version %d is not supported" % (func, ver),
+                                       func=func, status=6)
+    if cid != codec:
+        names = {2: "ibp.exp", 3: "ibp.fp8"}
+        raise _errors.CorruptError("%s: corrupt: the buffer was made by %s" % (
+            func, names.get(cid, "codec %d" % cid)), func=func, status=3)
+    if code not in _FLOAT_CODES:
+        raise _errors.CorruptError("%s: corrupt: dtype code %d" % (func, code), func=func, status=3)
+    if ndim > 8:
+        raise _errors.CorruptError("%s: corrupt: ndim %d > 8" % (func, ndim), func=func, status=3)
+    off = _HDR.size + 8 * ndim
+    if raw < off:
+        raise _errors.CorruptError("%s: corrupt: truncated header" % func, func=func, status=3)
+    shape = struct.unpack("<%dQ" % ndim, buf[_HDR.size:off].tobytes())
+    n = 1
+    for s in shape:
+        n *= s
+        if n > _MAX_ELEMS:
+            raise _errors.CorruptError("%s: corrupt: shape %s too large" % (func, shape), func=func,
+                                       status=3)
+    if plen > raw - off:
+        raise _errors.CorruptError("%s: corrupt: payload of %d bytes, %d present" % (
+            func, plen, raw - off), func=func, status=3)
+    return code, tuple(int(s) for s in shape), off, int(plen), n
+
+
+def as_bytes(buf, func: str):
+    """The compressed buffer as a flat uint8 NumPy view, plus the caller's kind."""
+    if isinstance(buf, (bytes, bytearray, memoryview)):
+        return np.frombuffer(buf, dtype=np.uint8), "numpy"
+    h = _arrays.as_host(buf, func)
+    if h.code not in (0, 1, 5):
+        raise _errors.invalid(func, "a compressed buffer is uint8, not %s" % _arrays.DTYPE_NAMES[h.code])
+    return h.np.reshape(-1).view(np.uint8), h.kind
+
+
+def _float_input(tensor, func, dtype=None):
+    h = _arrays.as_host(tensor, func, dtype=dtype)
+    if h.code not in _FLOAT_CODES:
+        raise _errors.invalid(func, "needs bfloat16, float16 or float32 data, not %s"
+                              % _arrays.DTYPE_NAMES[h.code])
+    return h
+
+
+def finish(frame: np.ndarray, kind: str):
+    if kind == "torch":
+        return _arrays.wrap(frame, 5, "torch")
+    return frame
+
+
+def output(code, shape, out, kind, func):
+    if out is None:
+        arr = np.empty(shape, dtype=_arrays._NP_STORAGE[code])
+        return arr, arr.ctypes.data, None
+    h = _arrays.check_out(out, shape, code, func)
+    return None, h.ptr, out
+
+
+def compress_exp(tensor, table="sigma", sigma=0.0, nthreads=0, dtype=None):
+    from ._store import exp_opts
+    func = "ibp.exp.compress"
+    h = _float_input(tensor, func, dtype)
+    n = h.np.size
+    o = exp_opts(func, table, nthreads, sigma)
+    bound = _lib.c_u64()
+    check(lib.ibp_exp_encode_bound(h.code, n, C.byref(bound)), "ibp_exp_encode_bound")
+    hdr = header(2, h.code, h.shape, 0)
+    frame = np.empty(len(hdr) + bound.value, dtype=np.uint8)
+    size = _lib.c_u64()
+    check(lib.ibp_exp_encode(h.ptr, h.code, n, C.byref(o), frame.ctypes.data + len(hdr), bound.value,
+                             C.byref(size)), "ibp_exp_encode")
+    frame[:len(hdr)] = np.frombuffer(header(2, h.code, h.shape, size.value), dtype=np.uint8)
+    return finish(frame[:len(hdr) + size.value].copy(), h.kind)
+
+
+def _too_short(func, n, plen, need):
+    if plen < need:
+        raise _errors.CorruptError("%s: corrupt: %d elements need at least %d bytes, the block has %d"
+                                   % (func, n, need, plen), func=func, status=3)
+
+
+def decompress_exp(buf, out=None, nthreads=0):
+    func = "ibp.exp.decompress"
+    b, kind = as_bytes(buf, func)
+    code, shape, off, plen, n = parse(b, 2, func)
+    # before allocating n elements: a block is never shorter than the smaller
+    # of its raw and coded static sizes
+    st, raw = _lib.c_u64(), _lib.c_u64()
+    check(lib.ibp_exp_static_size(code, n, C.byref(st)), "ibp_exp_static_size")
+    check(lib.ibp_exp_raw_size(code, n, C.byref(raw)), "ibp_exp_raw_size")
+    _too_short(func, n, plen, min(st.value, raw.value))
+    arr, ptr, user = output(code, shape, out, kind, func)
+    check(lib.ibp_exp_decode(b.ctypes.data + off, plen, code, n, ptr, nthreads), "ibp_exp_decode")
+    return user if user is not None else _arrays.wrap(arr, code, kind)
+
+
+def compress_fp8(tensor, format="e4m3", block=256, hadamard=True, adaptive=True, nthreads=0,
+                 dtype=None):
+    from ._store import fp8_opts
+    func = "ibp.fp8.compress"
+    h = _float_input(tensor, func, dtype)
+    n = h.np.size
+    o = fp8_opts(func, format, block, hadamard, adaptive, nthreads)
+    size = _lib.c_u64()
+    check(lib.ibp_fp8_encoded_size(C.byref(o), n, C.byref(size)), "ibp_fp8_encoded_size")
+    hdr = header(3, h.code, h.shape, size.value)
+    frame = np.empty(len(hdr) + size.value, dtype=np.uint8)
+    frame[:len(hdr)] = np.frombuffer(hdr, dtype=np.uint8)
+    got = _lib.c_u64()
+    check(lib.ibp_fp8_encode(h.ptr, h.code, n, C.byref(o), frame.ctypes.data + len(hdr), size.value,
+                             C.byref(got)), "ibp_fp8_encode")
+    if got.value != size.value:
+        raise _errors.InternalError("ibp.fp8.compress: stream size %d, expected %d"
+                                    % (got.value, size.value), status=11)
+    return finish(frame, h.kind)
+
+
+def decompress_fp8(buf, out=None, nthreads=0):
+    func = "ibp.fp8.decompress"
+    b, kind = as_bytes(buf, func)
+    code, shape, off, plen, n = parse(b, 3, func)
+    _too_short(func, n, plen, n)  # an FP8 stream holds at least a byte per element
+    arr, ptr, user = output(code, shape, out, kind, func)
+    check(lib.ibp_fp8_decode(b.ctypes.data + off, plen, code, n, ptr, nthreads), "ibp_fp8_decode")
+    return user if user is not None else _arrays.wrap(arr, code, kind)

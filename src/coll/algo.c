@@ -1,0 +1,354 @@
+/* algo.c - the collectives, written once against the transport: ring
+ * AllGather, ring ReduceScatter, AllReduce = ReduceScatter + AllGather,
+ * pairwise AllToAll(v). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll_internal.h"
+#include "util/error.h"
+
+/* Working buffers of one call, sized for its largest message. */
+typedef struct bufs {
+	uint64_t cap;
+	uint8_t *m[2];  /* messages: send, receive */
+	float *f;       /* a decoded partial in FP32 */
+	uint8_t *tmp;   /* a decoded partial in dt */
+	uint8_t *acc;   /* the running partial sum in dt */
+} bufs_t;
+
+static void bufs_free(bufs_t *b)
+{
+	free(b->m[0]);
+	free(b->m[1]);
+	free(b->f);
+	free(b->tmp);
+	free(b->acc);
+	memset(b, 0, sizeof *b);
+}
+
+static ibp_status_t bufs_alloc(bufs_t *b, ibp_dtype_t dt, uint64_t maxn, int reduce)
+{
+	memset(b, 0, sizeof *b);
+	IBP_TRY(coll_msg_cap(dt, maxn, &b->cap));
+	uint64_t esz = ibp_dtype_size(dt), n1 = maxn ? maxn : 1;
+	b->m[0] = malloc(b->cap);
+	b->m[1] = malloc(b->cap);
+	if (reduce) {
+		b->f = malloc(n1 * sizeof(float));
+		b->tmp = malloc(n1 * esz);
+		b->acc = malloc(n1 * esz);
+	}
+	if (!b->m[0] || !b->m[1] || (reduce && (!b->f || !b->tmp || !b->acc))) {
+		bufs_free(b);
+		return ibp_fail(IBP_ERR_NOMEM, "coll: out of memory for %llu-element messages",
+				(unsigned long long)maxn);
+	}
+	return IBP_OK;
+}
+
+static int mod(int a, int p)
+{
+	return ((a % p) + p) % p;
+}
+
+/* Ring ReduceScatter over chunks (off, len): at the end b->acc holds the
+ * sum of chunk `rank`. Step s sends chunk rank-1-s (own data at s = 0,
+ * then the partial just made) and receives chunk rank-2-s. */
+static ibp_status_t ring_rs(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *send, const uint64_t *off,
+			    const uint64_t *len, bufs_t *b)
+{
+	int r = c->rank, p = c->nranks, right = mod(r + 1, p), left = mod(r - 1, p);
+	ibp_dtype_t dt = (ibp_dtype_t)h.dtype;
+	uint64_t esz = ibp_dtype_size(dt);
+	if (p == 1) {
+		if (len[0])
+			memcpy(b->acc, send + off[0] * esz, len[0] * esz);
+		return IBP_OK;
+	}
+	uint8_t enc = h.enc;
+	for (int s = 0; s < p - 1; s++) {
+		int sc = mod(r - 1 - s, p), rc = mod(r - 2 - s, p);
+		coll_hdr_t sh = h, want = h, got;
+		sh.elems = len[sc];
+		sh.chunk = (uint32_t)sc;
+		sh.enc = len[sc] ? enc : COLL_ENC_RAW;
+		want.elems = len[rc];
+		want.chunk = (uint32_t)rc;
+		uint64_t sbytes = 0, rbytes = 0;
+		IBP_TRY(coll_encode(&sh, s == 0 ? send + off[sc] * esz : b->acc, b->m[0], b->cap, c->o.nthreads,
+				    &sbytes));
+		IBP_TRY(coll_sendrecv(c, right, b->m[0], sbytes, len[sc] * esz, left, b->m[1], b->cap, &rbytes));
+		IBP_TRY(coll_check(b->m[1], rbytes, &want, left, &got));
+		IBP_TRY(coll_decode_f32(&got, b->m[1], rbytes, b->f, b->tmp, c->o.nthreads));
+		coll_add_round(b->f, send + off[rc] * esz, dt, len[rc], b->acc);
+	}
+	return IBP_OK;
+}
+
+/* Ring AllGather over chunks (off, len): own (chunk `rank`, in dt) is
+ * encoded once; received messages are decoded and forwarded unchanged. */
+static ibp_status_t ring_ag(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *own, uint8_t *recv,
+			    const uint64_t *off, const uint64_t *len, bufs_t *b)
+{
+	int r = c->rank, p = c->nranks, right = mod(r + 1, p), left = mod(r - 1, p);
+	uint64_t esz = ibp_dtype_size((ibp_dtype_t)h.dtype), bytes = 0;
+	coll_hdr_t sh = h;
+	sh.elems = len[r];
+	sh.chunk = (uint32_t)r;
+	if (!len[r])
+		sh.enc = COLL_ENC_RAW;
+	IBP_TRY(coll_encode(&sh, own, b->m[0], b->cap, c->o.nthreads, &bytes));
+	if (sh.enc == COLL_ENC_FP8) /* lossy: the owner keeps what the others get */
+		IBP_TRY(coll_decode(&sh, b->m[0], bytes, recv + off[r] * esz, c->o.nthreads));
+	else if (len[r] && own != recv + off[r] * esz)
+		memmove(recv + off[r] * esz, own, len[r] * esz);
+	int cur = 0;
+	for (int s = 0; s < p - 1; s++) {
+		int sc = mod(r - s, p), rc = mod(r - 1 - s, p);
+		coll_hdr_t want = h, got;
+		want.elems = len[rc];
+		want.chunk = (uint32_t)rc;
+		uint64_t rbytes = 0;
+		IBP_TRY(coll_sendrecv(c, right, b->m[cur], bytes, len[sc] * esz, left, b->m[1 - cur], b->cap,
+				      &rbytes));
+		IBP_TRY(coll_check(b->m[1 - cur], rbytes, &want, left, &got));
+		IBP_TRY(coll_decode(&got, b->m[1 - cur], rbytes, recv + off[rc] * esz, c->o.nthreads));
+		cur = 1 - cur;
+		bytes = rbytes;
+	}
+	return IBP_OK;
+}
+
+/* Checks shared by every call; starts the call's bookkeeping. */
+static ibp_status_t begin(ibp_coll_comm_t *c, const char *what, ibp_dtype_t dt, ibp_coll_codec_t codec,
+			  void *stream)
+{
+	if (!c)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: %s: comm is NULL", what);
+	c->st.calls++;
+	if (c->broken != IBP_OK)
+		return ibp_fail(IBP_ERR_IO, "coll: %s: the communicator is broken by an earlier failure", what);
+	if (stream)
+		return ibp_fail(IBP_ERR_UNSUPPORTED, "coll: %s: streams (device buffers) are not supported yet", what);
+	if (dt != IBP_DTYPE_BF16 && dt != IBP_DTYPE_F16 && dt != IBP_DTYPE_F32)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: %s: dtype %s (bf16, f16 or f32 only)", what,
+				ibp_dtype_name(dt));
+	if ((unsigned)codec > IBP_COLL_CODEC_FP8)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: %s: unknown codec %d", what, (int)codec);
+	c->seq++;
+	return IBP_OK;
+}
+
+static ibp_status_t finish(ibp_coll_comm_t *c, ibp_status_t s, uint64_t wire0, uint64_t logical0)
+{
+	uint64_t w = c->st.wire_bytes - wire0, l = c->st.logical_bytes - logical0;
+	c->st.last_ratio = w ? (double)l / (double)w : 1.0;
+	if (s != IBP_OK)
+		c->broken = s;
+	return s;
+}
+
+static coll_hdr_t header(ibp_coll_comm_t *c, enum coll_op op, ibp_coll_codec_t codec, ibp_dtype_t dt,
+			 uint64_t count, enum coll_enc enc)
+{
+	coll_hdr_t h = { COLL_MAGIC, (uint8_t)op, (uint8_t)codec, (uint8_t)dt, (uint8_t)enc, count, 0, 0, c->seq };
+	return h;
+}
+
+static ibp_status_t chunks(int p, uint64_t **off, uint64_t **len)
+{
+	*off = calloc((size_t)p, sizeof **off);
+	*len = calloc((size_t)p, sizeof **len);
+	if (!*off || !*len) {
+		free(*off);
+		free(*len);
+		return ibp_fail(IBP_ERR_NOMEM, "coll: out of memory");
+	}
+	return IBP_OK;
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+#define SAMPLE 16384u
+
+ibp_status_t ibp_coll_allgather(const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
+				ibp_coll_codec_t codec, ibp_coll_comm_t *c, void *stream)
+{
+	IBP_TRY(begin(c, "allgather", dt, codec, stream));
+	if (count && (!send || !recv))
+		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: allgather: NULL buffer"), 0, 0);
+	if (count > IBP_COLL_MAX_V / (uint64_t)c->nranks)
+		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: allgather: count too large"), 0, 0);
+	uint64_t w0 = c->st.wire_bytes, l0 = c->st.logical_bytes, *off, *len;
+	int p = c->nranks;
+	enum coll_enc enc = coll_decide(c, codec, dt, send, min_u64(count, SAMPLE), count, (uint64_t)p - 1, 1,
+					(uint64_t)p - 1);
+	IBP_TRY(chunks(p, &off, &len));
+	for (int i = 0; i < p; i++) {
+		off[i] = (uint64_t)i * count;
+		len[i] = count;
+	}
+	bufs_t b;
+	ibp_status_t s = bufs_alloc(&b, dt, count, 0);
+	if (s == IBP_OK)
+		s = ring_ag(c, header(c, COLL_OP_AG, codec, dt, count, enc), send, recv, off, len, &b);
+	bufs_free(&b);
+	free(off);
+	free(len);
+	return finish(c, s, w0, l0);
+}
+
+ibp_status_t ibp_coll_reducescatter(const void *send, void *recv, uint64_t recvcount, ibp_dtype_t dt,
+				    ibp_coll_redop_t op, ibp_coll_codec_t codec, ibp_coll_comm_t *c, void *stream)
+{
+	IBP_TRY(begin(c, "reducescatter", dt, codec, stream));
+	if (op != IBP_COLL_SUM)
+		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: reducescatter: only SUM"), 0, 0);
+	if (recvcount && (!send || !recv))
+		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: reducescatter: NULL buffer"), 0, 0);
+	if (recvcount > IBP_COLL_MAX_V / (uint64_t)c->nranks)
+		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: reducescatter: count too large"), 0, 0);
+	uint64_t w0 = c->st.wire_bytes, l0 = c->st.logical_bytes, *off, *len, esz = ibp_dtype_size(dt);
+	int p = c->nranks;
+	enum coll_enc enc = coll_decide(c, codec, dt, send, min_u64(recvcount, SAMPLE), recvcount, (uint64_t)p - 1,
+					(uint64_t)p - 1, (uint64_t)p - 1);
+	IBP_TRY(chunks(p, &off, &len));
+	for (int i = 0; i < p; i++) {
+		off[i] = (uint64_t)i * recvcount;
+		len[i] = recvcount;
+	}
+	bufs_t b;
+	ibp_status_t s = bufs_alloc(&b, dt, recvcount, 1);
+	if (s == IBP_OK)
+		s = ring_rs(c, header(c, COLL_OP_RS, codec, dt, recvcount, enc), send, off, len, &b);
+	if (s == IBP_OK && recvcount)
+		memcpy(recv, b.acc, recvcount * esz);
+	bufs_free(&b);
+	free(off);
+	free(len);
+	return finish(c, s, w0, l0);
+}
+
+ibp_status_t ibp_coll_allreduce(const void *send, void *recv, uint64_t count, ibp_dtype_t dt, ibp_coll_redop_t op,
+				ibp_coll_codec_t codec, ibp_coll_comm_t *c, void *stream)
+{
+	IBP_TRY(begin(c, "allreduce", dt, codec, stream));
+	if (op != IBP_COLL_SUM)
+		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: allreduce: only SUM"), 0, 0);
+	if (count && (!send || !recv))
+		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: allreduce: NULL buffer"), 0, 0);
+	if (count > IBP_COLL_MAX_V)
+		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: allreduce: count too large"), 0, 0);
+	uint64_t w0 = c->st.wire_bytes, l0 = c->st.logical_bytes, *off, *len;
+	int p = c->nranks;
+	uint64_t q = count / (uint64_t)p, rem = count % (uint64_t)p, maxn = q + (rem != 0);
+	enum coll_enc enc = coll_decide(c, codec, dt, send, min_u64(count, SAMPLE), maxn, 2 * ((uint64_t)p - 1),
+					(uint64_t)p, 2 * ((uint64_t)p - 1));
+	IBP_TRY(chunks(p, &off, &len));
+	for (int i = 0; i < p; i++) {
+		len[i] = q + ((uint64_t)i < rem);
+		off[i] = (uint64_t)i * q + min_u64((uint64_t)i, rem);
+	}
+	bufs_t b;
+	ibp_status_t s = bufs_alloc(&b, dt, maxn, 1);
+	coll_hdr_t h = header(c, COLL_OP_AR, codec, dt, count, enc);
+	if (s == IBP_OK)
+		s = ring_rs(c, h, send, off, len, &b);
+	if (s == IBP_OK)
+		s = ring_ag(c, h, b.acc, recv, off, len, &b);
+	bufs_free(&b);
+	free(off);
+	free(len);
+	return finish(c, s, w0, l0);
+}
+
+/* Pairwise exchange: step s sends to rank+s and receives from rank-s. */
+static ibp_status_t a2a(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *send, const uint64_t *sc,
+			const uint64_t *sd, uint8_t *recv, const uint64_t *rc, const uint64_t *rd)
+{
+	int r = c->rank, p = c->nranks;
+	uint64_t esz = ibp_dtype_size((ibp_dtype_t)h.dtype), maxn = 0;
+	for (int i = 0; i < p; i++) {
+		maxn = sc[i] > maxn ? sc[i] : maxn;
+		maxn = rc[i] > maxn ? rc[i] : maxn;
+	}
+	if (sc[r] != rc[r])
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: alltoallv: rank %d sends itself %llu elements but expects %llu",
+				r, (unsigned long long)sc[r], (unsigned long long)rc[r]);
+	if (sc[r])
+		memcpy(recv + rd[r] * esz, send + sd[r] * esz, sc[r] * esz);
+	bufs_t b;
+	IBP_TRY(bufs_alloc(&b, (ibp_dtype_t)h.dtype, maxn, 0));
+	ibp_status_t s = IBP_OK;
+	for (int k = 1; k < p && s == IBP_OK; k++) {
+		int dst = mod(r + k, p), src = mod(r - k, p);
+		coll_hdr_t sh = h, want = h, got;
+		sh.elems = sc[dst];
+		sh.chunk = (uint32_t)r;
+		if (!sc[dst])
+			sh.enc = COLL_ENC_RAW;
+		want.elems = rc[src];
+		want.chunk = (uint32_t)src;
+		uint64_t sbytes = 0, rbytes = 0;
+		if ((s = coll_encode(&sh, send + sd[dst] * esz, b.m[0], b.cap, c->o.nthreads, &sbytes)) != IBP_OK ||
+		    (s = coll_sendrecv(c, dst, b.m[0], sbytes, sc[dst] * esz, src, b.m[1], b.cap, &rbytes)) !=
+			    IBP_OK ||
+		    (s = coll_check(b.m[1], rbytes, &want, src, &got)) != IBP_OK)
+			break;
+		s = coll_decode(&got, b.m[1], rbytes, recv + rd[src] * esz, c->o.nthreads);
+	}
+	bufs_free(&b);
+	return s;
+}
+
+ibp_status_t ibp_coll_alltoall(const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
+			       ibp_coll_codec_t codec, ibp_coll_comm_t *c, void *stream)
+{
+	IBP_TRY(begin(c, "alltoall", dt, codec, stream));
+	if (count && (!send || !recv))
+		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: alltoall: NULL buffer"), 0, 0);
+	if (count > IBP_COLL_MAX_V / (uint64_t)c->nranks)
+		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: alltoall: count too large"), 0, 0);
+	uint64_t w0 = c->st.wire_bytes, l0 = c->st.logical_bytes, *cnt, *dis;
+	int p = c->nranks;
+	enum coll_enc enc = coll_decide(c, codec, dt, send, min_u64(count * (uint64_t)p, SAMPLE), count,
+					(uint64_t)p - 1, (uint64_t)p - 1, (uint64_t)p - 1);
+	IBP_TRY(chunks(p, &cnt, &dis));
+	for (int i = 0; i < p; i++) {
+		cnt[i] = count;
+		dis[i] = (uint64_t)i * count;
+	}
+	ibp_status_t s = a2a(c, header(c, COLL_OP_A2A, codec, dt, count, enc), send, cnt, dis, recv, cnt, dis);
+	free(cnt);
+	free(dis);
+	return finish(c, s, w0, l0);
+}
+
+ibp_status_t ibp_coll_alltoallv(const void *send, const uint64_t *sendcounts, const uint64_t *sdispls, void *recv,
+				const uint64_t *recvcounts, const uint64_t *rdispls, ibp_dtype_t dt,
+				ibp_coll_codec_t codec, ibp_coll_comm_t *c, void *stream)
+{
+	IBP_TRY(begin(c, "alltoallv", dt, codec, stream));
+	if (!sendcounts || !sdispls || !recvcounts || !rdispls)
+		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: alltoallv: NULL count or displacement array"),
+			      0, 0);
+	int p = c->nranks;
+	uint64_t maxn = 0;
+	for (int i = 0; i < p; i++) {
+		if ((sendcounts[i] && !send) || (recvcounts[i] && !recv) || sendcounts[i] > IBP_COLL_MAX_V ||
+		    recvcounts[i] > IBP_COLL_MAX_V || sdispls[i] > IBP_COLL_MAX_V || rdispls[i] > IBP_COLL_MAX_V)
+			return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: alltoallv: bad entry for rank %d", i), 0,
+				      0);
+		maxn = sendcounts[i] > maxn ? sendcounts[i] : maxn;
+	}
+	uint64_t w0 = c->st.wire_bytes, l0 = c->st.logical_bytes;
+	const uint8_t *sample = sendcounts[0] ? (const uint8_t *)send + sdispls[0] * ibp_dtype_size(dt) : NULL;
+	enum coll_enc enc = coll_decide(c, codec, dt, sample, min_u64(sendcounts[0], SAMPLE), maxn, (uint64_t)p - 1,
+					(uint64_t)p - 1, (uint64_t)p - 1);
+	ibp_status_t s = a2a(c, header(c, COLL_OP_A2AV, codec, dt, 0, enc), send, sendcounts, sdispls, recv,
+			     recvcounts, rdispls);
+	return finish(c, s, w0, l0);
+}

@@ -1,0 +1,380 @@
+/* comm.c - communicators: options, the throttled and counted sendrecv,
+ * calibration of the alpha-beta model and the per-call switcher. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "coll/coll_internal.h"
+#include "ibp/exp.h"
+#include "ibp/fp8.h"
+#include "util/error.h"
+
+void ibp_coll_opts_default(ibp_coll_opts_t *o)
+{
+	memset(o, 0, sizeof *o);
+	o->timeout_ms = 60000;
+	o->policy = IBP_COLL_POLICY_AUTO;
+	o->calibrate = 1;
+	o->rate = 0;
+	o->nthreads = 1;
+}
+
+const char *ibp_coll_codec_name(ibp_coll_codec_t c)
+{
+	switch (c) {
+	case IBP_COLL_CODEC_NONE: return "none";
+	case IBP_COLL_CODEC_EXP: return "exp";
+	case IBP_COLL_CODEC_FP8: return "fp8";
+	}
+	return "unknown";
+}
+
+double coll_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sleep_s(double s)
+{
+	if (s <= 0)
+		return;
+	struct timespec ts = { (time_t)s, (long)((s - floor(s)) * 1e9) };
+	while (nanosleep(&ts, &ts) != 0) {
+	}
+}
+
+/* Token bucket: the link carries `rate` bytes/s with a burst of 16 KiB; a
+ * send returns once its bytes have "left". */
+static void pace(ibp_coll_comm_t *c, uint64_t bytes)
+{
+	double rate = c->o.rate;
+	if (rate <= 0 || bytes == 0)
+		return;
+	double now = coll_now(), burst = 16384.0 / rate;
+	if (c->pace_next < now - burst)
+		c->pace_next = now - burst;
+	c->pace_next += (double)bytes / rate;
+	sleep_s(c->pace_next - now);
+}
+
+ibp_status_t coll_sendrecv(ibp_coll_comm_t *c, int dst, const void *sbuf, uint64_t sbytes, uint64_t logical,
+			   int src, void *rbuf, uint64_t rcap, uint64_t *rbytes)
+{
+	if (dst >= 0) {
+		pace(c, sbytes);
+		c->st.wire_bytes += sbytes;
+		c->st.logical_bytes += logical;
+	}
+	uint64_t got = 0;
+	ibp_status_t s = c->t.sendrecv(c->t.ctx, dst, sbuf, sbytes, src, rbuf, rcap, &got, c->o.timeout_ms);
+	if (s != IBP_OK)
+		return s;
+	if (rbytes)
+		*rbytes = got;
+	return IBP_OK;
+}
+
+static ibp_status_t check_opts(const ibp_coll_opts_t *o)
+{
+	if (o->timeout_ms <= 0)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: timeout_ms must be > 0");
+	if ((unsigned)o->policy > IBP_COLL_POLICY_NEVER)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: unknown policy %d", (int)o->policy);
+	if (!(o->rate >= 0) || isinf(o->rate))
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: rate must be finite and >= 0");
+	if (o->nthreads < 0)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: nthreads must be >= 0");
+	return IBP_OK;
+}
+
+ibp_status_t ibp_coll_comm_create(const ibp_coll_transport_t *t, const ibp_coll_opts_t *opts,
+				  ibp_coll_comm_t **out)
+{
+	if (!out)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: comm_create: out is NULL");
+	*out = NULL;
+	if (!t)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: comm_create: transport is NULL");
+	ibp_coll_opts_t o;
+	if (opts)
+		o = *opts;
+	else
+		ibp_coll_opts_default(&o);
+	ibp_status_t s = IBP_OK;
+	if (!t->sendrecv || t->nranks < 1 || t->rank < 0 || t->rank >= t->nranks)
+		s = ibp_fail(IBP_ERR_INVALID_ARG, "coll: comm_create: bad transport (rank %d of %d)", t->rank,
+			     t->nranks);
+	else
+		s = check_opts(&o);
+	ibp_coll_comm_t *c = NULL;
+	if (s == IBP_OK && !(c = calloc(1, sizeof *c)))
+		s = ibp_fail(IBP_ERR_NOMEM, "coll: comm_create: out of memory");
+	if (s != IBP_OK) {
+		if (t->destroy)
+			t->destroy(t->ctx);
+		return s;
+	}
+	c->t = *t;
+	c->o = o;
+	c->rank = t->rank;
+	c->nranks = t->nranks;
+	c->st.last_ratio = 1;
+	if (o.calibrate && (s = coll_calibrate(c)) != IBP_OK) {
+		ibp_coll_comm_destroy(c);
+		return s;
+	}
+	*out = c;
+	return IBP_OK;
+}
+
+void ibp_coll_comm_destroy(ibp_coll_comm_t *c)
+{
+	if (!c)
+		return;
+	if (c->t.destroy)
+		c->t.destroy(c->t.ctx);
+	free(c);
+}
+
+int ibp_coll_comm_rank(const ibp_coll_comm_t *c)
+{
+	return c ? c->rank : -1;
+}
+
+int ibp_coll_comm_nranks(const ibp_coll_comm_t *c)
+{
+	return c ? c->nranks : 0;
+}
+
+ibp_status_t ibp_coll_comm_stats(const ibp_coll_comm_t *c, ibp_coll_stats_t *st)
+{
+	if (!c || !st)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: comm_stats: NULL argument");
+	*st = c->st;
+	return IBP_OK;
+}
+
+ibp_status_t ibp_coll_comm_set_policy(ibp_coll_comm_t *c, ibp_coll_policy_t policy)
+{
+	if (!c || (unsigned)policy > IBP_COLL_POLICY_NEVER)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: set_policy: bad argument");
+	c->o.policy = policy;
+	return IBP_OK;
+}
+
+ibp_status_t ibp_coll_comm_set_rate(ibp_coll_comm_t *c, double rate)
+{
+	if (!c || isnan(rate) || isinf(rate))
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: set_rate: bad argument");
+	c->o.rate = rate > 0 ? rate : 0;
+	return IBP_OK;
+}
+
+/* ---- calibration ---- */
+
+#define CAL_BIG (1u << 20)
+#define CAL_ELEMS (1u << 18)
+
+/* Smallest time of `reps` ring exchanges of `bytes` with the neighbours. */
+static ibp_status_t ring_time(ibp_coll_comm_t *c, uint8_t *sbuf, uint8_t *rbuf, uint64_t bytes, int reps,
+			      double *best)
+{
+	int right = (c->rank + 1) % c->nranks, left = (c->rank + c->nranks - 1) % c->nranks;
+	*best = INFINITY;
+	for (int i = 0; i < reps; i++) {
+		double t0 = coll_now();
+		uint64_t got;
+		IBP_TRY(coll_sendrecv(c, right, sbuf, bytes, 0, left, rbuf, bytes, &got));
+		double dt = coll_now() - t0;
+		if (got != bytes)
+			return ibp_fail(IBP_ERR_INVALID_ARG, "coll: calibration message of %llu bytes, expected %llu",
+					(unsigned long long)got, (unsigned long long)bytes);
+		if (dt < *best)
+			*best = dt;
+	}
+	return IBP_OK;
+}
+
+/* Throughput (input bytes/s) of encoding and decoding a Gaussian-like
+ * BF16 buffer: weights and activations look like this. */
+static void codec_speed(ibp_coll_comm_t *c, enum coll_enc enc, const uint16_t *x, uint8_t *msg, uint64_t cap,
+			uint16_t *out, double *enc_bps, double *dec_bps)
+{
+	coll_hdr_t h = { COLL_MAGIC, COLL_OP_CALIB, (uint8_t)enc, IBP_DTYPE_BF16, (uint8_t)enc, 0, CAL_ELEMS, 0, 0 };
+	double te = INFINITY, td = INFINITY;
+	uint64_t bytes = 0;
+	for (int i = 0; i < 2; i++) {
+		double t0 = coll_now();
+		if (coll_encode(&h, x, msg, cap, c->o.nthreads, &bytes) != IBP_OK)
+			return;
+		double t1 = coll_now();
+		if (coll_decode(&h, msg, bytes, out, c->o.nthreads) != IBP_OK)
+			return;
+		double t2 = coll_now();
+		te = fmin(te, t1 - t0);
+		td = fmin(td, t2 - t1);
+	}
+	*enc_bps = 2.0 * CAL_ELEMS / fmax(te, 1e-9);
+	*dec_bps = 2.0 * CAL_ELEMS / fmax(td, 1e-9);
+}
+
+ibp_status_t coll_calibrate(ibp_coll_comm_t *c)
+{
+	if (c->nranks == 1)
+		return IBP_OK;
+	uint64_t cap = 0;
+	IBP_TRY(coll_msg_cap(IBP_DTYPE_BF16, CAL_ELEMS, &cap));
+	if (cap < CAL_BIG)
+		cap = CAL_BIG;
+	uint8_t *sbuf = calloc(1, cap), *rbuf = calloc(1, cap);
+	uint16_t *x = malloc(CAL_ELEMS * 2), *y = malloc(CAL_ELEMS * 2);
+	ibp_status_t s = IBP_OK;
+	if (!sbuf || !rbuf || !x || !y) {
+		s = ibp_fail(IBP_ERR_NOMEM, "coll: calibration: out of memory");
+		goto out;
+	}
+	/* Throttled: about 10 ms of traffic per big message (64 KiB .. 1 MiB). */
+	uint64_t big = CAL_BIG;
+	if (c->o.rate > 0)
+		big = (uint64_t)fmin(fmax(c->o.rate * 0.01, 65536.0), (double)CAL_BIG);
+	double t_small, t_big;
+	if ((s = ring_time(c, sbuf, rbuf, 8, 5, &t_small)) != IBP_OK ||
+	    (s = ring_time(c, sbuf, rbuf, big, 3, &t_big)) != IBP_OK)
+		goto out;
+	c->st.alpha_s = t_small;
+	c->st.beta_Bps = (double)big / fmax(t_big - t_small, 1e-9);
+	/* Sum of 4 uniforms: close enough to a Gaussian of sigma ~0.03. */
+	uint32_t r = 0x9e3779b9u + (uint32_t)c->rank;
+	for (uint32_t i = 0; i < CAL_ELEMS; i++) {
+		float v = 0;
+		for (int k = 0; k < 4; k++) {
+			r = r * 1664525u + 1013904223u;
+			v += (float)(r >> 8) * (1.0f / 16777216.0f) - 0.5f;
+		}
+		uint32_t b;
+		float f = v * 0.05f;
+		memcpy(&b, &f, 4);
+		x[i] = (uint16_t)(b >> 16);
+	}
+	codec_speed(c, COLL_ENC_EXP, x, sbuf, cap, y, &c->st.exp_enc_Bps, &c->st.exp_dec_Bps);
+	codec_speed(c, COLL_ENC_FP8, x, sbuf, cap, y, &c->st.fp8_enc_Bps, &c->st.fp8_dec_Bps);
+	/* One model for all ranks (worst link, slowest codec), so ranks with
+	 * the same data make the same decision. */
+	double mine[6] = { c->st.alpha_s, c->st.beta_Bps, c->st.exp_enc_Bps, c->st.exp_dec_Bps, c->st.fp8_enc_Bps,
+			   c->st.fp8_dec_Bps },
+	       cur[6], got[6];
+	memcpy(cur, mine, sizeof cur);
+	int right = (c->rank + 1) % c->nranks, left = (c->rank + c->nranks - 1) % c->nranks;
+	for (int step = 0; step < c->nranks - 1; step++) {
+		uint64_t n = 0;
+		if ((s = coll_sendrecv(c, right, cur, sizeof cur, 0, left, got, sizeof got, &n)) != IBP_OK)
+			goto out;
+		if (n != sizeof got) {
+			s = ibp_fail(IBP_ERR_INVALID_ARG, "coll: calibration: %llu-byte model message",
+				     (unsigned long long)n);
+			goto out;
+		}
+		for (int k = 0; k < 6; k++)
+			if (!(got[k] >= 0) || isinf(got[k])) {
+				s = ibp_fail(IBP_ERR_CORRUPT, "coll: calibration: bad model value from rank %d", left);
+				goto out;
+			}
+		mine[0] = fmax(mine[0], got[0]);
+		for (int k = 1; k < 6; k++)
+			mine[k] = fmin(mine[k], got[k]);
+		memcpy(cur, got, sizeof cur);
+	}
+	c->st.alpha_s = mine[0];
+	c->st.beta_Bps = mine[1];
+	c->st.exp_enc_Bps = mine[2];
+	c->st.exp_dec_Bps = mine[3];
+	c->st.fp8_enc_Bps = mine[4];
+	c->st.fp8_dec_Bps = mine[5];
+	c->st.wire_bytes = c->st.logical_bytes = 0;
+out:
+	free(sbuf);
+	free(rbuf);
+	free(x);
+	free(y);
+	return s;
+}
+
+/* ---- the switcher ---- */
+
+#define SAMPLE_ELEMS 16384u
+
+static double estimate_ratio(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dtype_t dt, const void *sample,
+			     uint64_t n)
+{
+	uint64_t esz = ibp_dtype_size(dt);
+	if (codec == IBP_COLL_CODEC_FP8) {
+		ibp_fp8_opts_t o;
+		ibp_fp8_opts_default(&o);
+		uint64_t f = 0;
+		uint64_t m = n ? n : 1;
+		if (ibp_fp8_encoded_size(&o, m, &f) != IBP_OK)
+			return 1;
+		return (double)f / (double)(m * esz);
+	}
+	if (n > SAMPLE_ELEMS)
+		n = SAMPLE_ELEMS;
+	if (n == 0)
+		return 1;
+	uint64_t cap = 0, size = 0;
+	if (ibp_exp_encode_bound(dt, n, &cap) != IBP_OK)
+		return 1;
+	void *buf = malloc(cap);
+	if (!buf)
+		return 1;
+	ibp_exp_opts_t o;
+	ibp_exp_opts_default(&o);
+	o.nthreads = 1;
+	double r = 1;
+	if (ibp_exp_encode(sample, dt, n, &o, buf, cap, &size) == IBP_OK)
+		r = (double)size / (double)(n * esz);
+	free(buf);
+	(void)c;
+	return r;
+}
+
+enum coll_enc coll_decide(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dtype_t dt, const void *sample,
+			  uint64_t sample_n, uint64_t msg_elems, uint64_t nsteps, uint64_t n_enc, uint64_t n_dec)
+{
+	ibp_coll_decision_t d;
+	enum coll_enc enc = COLL_ENC_RAW;
+	if (codec == IBP_COLL_CODEC_NONE || c->o.policy == IBP_COLL_POLICY_NEVER || c->nranks == 1)
+		d = IBP_COLL_DECIDED_PLAIN;
+	else if (c->o.policy == IBP_COLL_POLICY_ALWAYS)
+		d = IBP_COLL_DECIDED_COMPRESS;
+	else {
+		double r = estimate_ratio(c, codec, dt, sample, sample_n);
+		if (r > 0.95)
+			d = IBP_COLL_DECIDED_INCOMPRESSIBLE;
+		else if (c->st.beta_Bps <= 0)
+			d = IBP_COLL_DECIDED_COMPRESS; /* not calibrated: compressible data is sent coded */
+		else {
+			/* Codec speeds were measured on BF16 input bytes; per byte they carry over. */
+			double m = (double)msg_elems * (double)ibp_dtype_size(dt), beta = c->st.beta_Bps;
+			double enc_bps = codec == IBP_COLL_CODEC_EXP ? c->st.exp_enc_Bps : c->st.fp8_enc_Bps;
+			double dec_bps = codec == IBP_COLL_CODEC_EXP ? c->st.exp_dec_Bps : c->st.fp8_dec_Bps;
+			double t_plain = (double)nsteps * (c->st.alpha_s + m / beta);
+			double t_comp = (double)nsteps * (c->st.alpha_s + m * r / beta) +
+					(double)n_enc * m / fmax(enc_bps, 1) + (double)n_dec * m / fmax(dec_bps, 1);
+			d = t_comp < t_plain ? IBP_COLL_DECIDED_COMPRESS : IBP_COLL_DECIDED_NOT_WORTH;
+		}
+	}
+	switch (d) {
+	case IBP_COLL_DECIDED_PLAIN: c->st.plain++; break;
+	case IBP_COLL_DECIDED_COMPRESS:
+		c->st.compressed++;
+		enc = codec == IBP_COLL_CODEC_EXP ? COLL_ENC_EXP : COLL_ENC_FP8;
+		break;
+	case IBP_COLL_DECIDED_NOT_WORTH: c->st.not_worth++; break;
+	case IBP_COLL_DECIDED_INCOMPRESSIBLE: c->st.incompressible++; break;
+	}
+	c->st.last_decision = d;
+	return enc;
+}

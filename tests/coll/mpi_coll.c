@@ -1,0 +1,145 @@
+/* mpi_coll.c - the collectives on Open MPI ranks (ctest runs it through
+ * run_mpi.sh with 2, 3 and 4 ranks): every collective x codec x dtype x
+ * size against the reference of coll_ref.h (NONE and EXP bit-exact, FP8
+ * within TACO's bound), a count mismatch and a dead peer. Prints one line
+ * per failure; exit 0 only when every rank passed. */
+#include <mpi.h>
+#include <stdio.h>
+
+#include "coll_ref.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                     \
+	do {                                                 \
+		if (!(cond)) {                               \
+			failures++;                          \
+			fprintf(stderr, __VA_ARGS__);        \
+			fputc('\n', stderr);                 \
+		}                                            \
+	} while (0)
+
+static ibp_status_t call(ibp_coll_comm_t *c, int op, void *in, void *out, uint64_t n, ibp_dtype_t dt,
+			 ibp_coll_codec_t codec, int p, int r)
+{
+	uint64_t sc[4], sd[4], rc[4], rd[4];
+	switch (op) {
+	case AG: return ibp_coll_allgather(in, out, n, dt, codec, c, NULL);
+	case RS: return ibp_coll_reducescatter(in, out, n, dt, IBP_COLL_SUM, codec, c, NULL);
+	case AR: return ibp_coll_allreduce(in, out, n, dt, IBP_COLL_SUM, codec, c, NULL);
+	case A2A: return ibp_coll_alltoall(in, out, n, dt, codec, c, NULL);
+	}
+	for (int q = 0; q < p; q++) {
+		sc[q] = vcount(r, q, n);
+		sd[q] = vsdispl(r, q, n);
+		rc[q] = vcount(q, r, n);
+		rd[q] = vrdispl(r, q, n);
+	}
+	return ibp_coll_alltoallv(in, sc, sd, out, rc, rd, dt, codec, c, NULL);
+}
+
+int main(int argc, char **argv)
+{
+	static const char *const names[] = { "allgather", "reducescatter", "allreduce", "alltoall", "alltoallv" };
+	static const ibp_dtype_t dts[] = { IBP_DTYPE_BF16, IBP_DTYPE_F16, IBP_DTYPE_F32 };
+	static const uint64_t sizes[] = { 0, 1, 5, 1000, 4097 };
+	int p, r;
+	MPI_Init(&argc, &argv);
+	MPI_Comm_size(MPI_COMM_WORLD, &p);
+	MPI_Comm_rank(MPI_COMM_WORLD, &r);
+	if (p > 4) {
+		if (r == 0)
+			fprintf(stderr, "mpi_coll: at most 4 ranks\n");
+		MPI_Finalize();
+		return 2;
+	}
+	ibp_coll_opts_t o;
+	ibp_coll_opts_default(&o);
+	o.policy = IBP_COLL_POLICY_ALWAYS;
+	o.timeout_ms = 20000;
+	ibp_coll_comm_t *c = NULL;
+	MPI_Comm world = MPI_COMM_WORLD;
+	ibp_status_t s = ibp_coll_comm_from_mpi(&world, &o, &c);
+	CHECK(s == IBP_OK, "rank %d: comm_from_mpi: %s", r, ibp_last_error());
+	ibp_coll_stats_t st;
+	if (c && ibp_coll_comm_stats(c, &st) == IBP_OK)
+		CHECK(st.beta_Bps > 0 && st.exp_enc_Bps > 0, "rank %d: not calibrated", r);
+	for (int op = AG; op < NOPS && c; op++)
+		for (size_t d = 0; d < 3; d++)
+			for (int k = 0; k < 3; k++)
+				for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++) {
+					ibp_dtype_t dt = dts[d];
+					ibp_coll_codec_t codec = (ibp_coll_codec_t)k;
+					uint64_t n = sizes[z], salt = n * 31 + (uint64_t)op;
+					void *ins[4];
+					for (int q = 0; q < p; q++)
+						ins[q] = make_input(q, dt, in_elems(op, n, p, q), salt);
+					uint64_t m = out_elems(op, n, p, r);
+					void *out = calloc(1, m * ibp_dtype_size(dt) + 1);
+					s = call(c, op, ins[r], out, n, dt, codec, p, r);
+					CHECK(s == IBP_OK, "rank %d %s %s %s n=%llu: %s", r, names[op], ibp_dtype_name(dt),
+					      ibp_coll_codec_name(codec), (unsigned long long)n, ibp_last_error());
+					double e2 = 0, x2 = 0;
+					uint64_t wrong = 0;
+					for (uint64_t i = 0; s == IBP_OK && i < m; i++) {
+						double ex;
+						float want = ref_expect(op, ins, p, r, dt, n, i, &ex), got = get(out, dt, i);
+						wrong += ref_bits(want) != ref_bits(got);
+						e2 += (got - ex) * (got - ex);
+						x2 += ex * ex;
+					}
+					if (codec != IBP_COLL_CODEC_FP8)
+						CHECK(wrong == 0, "rank %d %s %s %s n=%llu: %llu wrong elements", r, names[op],
+						      ibp_dtype_name(dt), ibp_coll_codec_name(codec), (unsigned long long)n,
+						      (unsigned long long)wrong);
+					else if (x2 > 0) {
+						double hops = op == RS ? p - 1 : op == AR ? p : 1;
+						CHECK(sqrt(e2 / x2) <= 0.0725 * hops, "rank %d %s %s fp8 n=%llu: rel-L2 %g", r,
+						      names[op], ibp_dtype_name(dt), (unsigned long long)n, sqrt(e2 / x2));
+					}
+					for (int q = 0; q < p; q++)
+						free(ins[q]);
+					free(out);
+				}
+	/* A count mismatch (rank 0 says 10, the others 11): rank 1 receives
+	 * rank 0's message first and reports the mismatch; ranks further on
+	 * the ring see either the mismatch or their left neighbour stop (a
+	 * timeout): an error everywhere, never a hang. */
+	ibp_coll_comm_destroy(c);
+	c = NULL;
+	o.timeout_ms = 1000;
+	o.calibrate = 0;
+	s = ibp_coll_comm_from_mpi(&world, &o, &c);
+	CHECK(s == IBP_OK, "rank %d: comm_from_mpi: %s", r, ibp_last_error());
+	if (c) {
+		float x[64] = { 0 }, y[64 * 4];
+		s = ibp_coll_allgather(x, y, r == 0 ? 10 : 11, IBP_DTYPE_F32, IBP_COLL_CODEC_NONE, c, NULL);
+		if (r == 1 || r == 0)
+			CHECK(s == IBP_ERR_INVALID_ARG && strstr(ibp_last_error(), "mismatch"),
+			      "rank %d: mismatch gave %d: %s", r, s, ibp_last_error());
+		else
+			CHECK(s == IBP_ERR_INVALID_ARG || s == IBP_ERR_IO, "rank %d: mismatch gave %d: %s", r, s,
+			      ibp_last_error());
+		ibp_coll_comm_destroy(c);
+		c = NULL;
+	}
+	MPI_Barrier(MPI_COMM_WORLD);
+	/* A dead peer (the last rank never calls) gives a timeout. */
+	o.timeout_ms = 300;
+	s = ibp_coll_comm_from_mpi(&world, &o, &c);
+	CHECK(s == IBP_OK, "rank %d: comm_from_mpi: %s", r, ibp_last_error());
+	if (c && r != p - 1) {
+		float x[16] = { 0 }, y[16];
+		s = ibp_coll_allreduce(x, y, 16, IBP_DTYPE_F32, IBP_COLL_SUM, IBP_COLL_CODEC_EXP, c, NULL);
+		CHECK(s == IBP_ERR_IO && strstr(ibp_last_error(), "timeout"), "rank %d: dead peer gave %d: %s", r, s,
+		      ibp_last_error());
+	}
+	MPI_Barrier(MPI_COMM_WORLD);
+	ibp_coll_comm_destroy(c);
+	int all = 0;
+	MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	if (r == 0)
+		printf("mpi_coll: %d ranks, %d failures\n", p, all);
+	MPI_Finalize();
+	return all ? 1 : 0;
+}

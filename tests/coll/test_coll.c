@@ -1,0 +1,520 @@
+/* test_coll.c - the collectives on the in-process transport (2, 3 and 4
+ * ranks as threads): every collective x codec x dtype x size against a
+ * reference computed here in the algorithm's reduction order (NONE and
+ * EXP bit-exact), FP8 within TACO's per-block bound, mismatches, a dead
+ * peer, and the switcher's decisions. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll_ref.h"
+
+typedef struct job {
+	ibp_coll_inproc_t *w;
+	int rank, nranks, op, policy, silent, calibrate;
+	ibp_dtype_t dt;
+	ibp_coll_codec_t codec;
+	uint64_t n;        /* count argument (AllToAllv: the vcount parameter) */
+	int64_t timeout_ms;
+	double rate;
+	void *in, *out;
+	uint64_t *sc, *sd, *rc, *rd;
+	ibp_status_t st;
+	char err[512];
+	ibp_coll_stats_t stats;
+	int repeat; /* calls of the same collective */
+} job_t;
+
+static void *run_job(void *arg)
+{
+	job_t *j = arg;
+	ibp_coll_transport_t t;
+	ibp_coll_comm_t *c = NULL;
+	ibp_coll_opts_t o;
+	ibp_coll_opts_default(&o);
+	o.calibrate = j->calibrate;
+	o.policy = (ibp_coll_policy_t)j->policy;
+	o.timeout_ms = j->timeout_ms ? j->timeout_ms : 20000;
+	o.rate = j->rate;
+	j->st = ibp_coll_inproc_transport(j->w, j->rank, &t);
+	if (j->st == IBP_OK)
+		j->st = ibp_coll_comm_create(&t, &o, &c);
+	/* Repeated calls go on after a failure (a broken comm must refuse them). */
+	for (int k = 0; k < (j->repeat ? j->repeat : 1) && c && !j->silent; k++) {
+		switch (j->op) {
+		case AG: j->st = ibp_coll_allgather(j->in, j->out, j->n, j->dt, j->codec, c, NULL); break;
+		case RS:
+			j->st = ibp_coll_reducescatter(j->in, j->out, j->n, j->dt, IBP_COLL_SUM, j->codec, c, NULL);
+			break;
+		case AR: j->st = ibp_coll_allreduce(j->in, j->out, j->n, j->dt, IBP_COLL_SUM, j->codec, c, NULL); break;
+		case A2A: j->st = ibp_coll_alltoall(j->in, j->out, j->n, j->dt, j->codec, c, NULL); break;
+		case A2AV:
+			j->st = ibp_coll_alltoallv(j->in, j->sc, j->sd, j->out, j->rc, j->rd, j->dt, j->codec, c, NULL);
+			break;
+		}
+	}
+	snprintf(j->err, sizeof j->err, "%s", ibp_last_error());
+	if (c)
+		ibp_coll_comm_stats(c, &j->stats);
+	ibp_coll_comm_destroy(c);
+	return NULL;
+}
+
+static void run_all(job_t *jobs, int p)
+{
+	pthread_t th[8];
+	for (int r = 0; r < p; r++)
+		cr_assert_eq(pthread_create(&th[r], NULL, run_job, &jobs[r]), 0);
+	for (int r = 0; r < p; r++)
+		pthread_join(th[r], NULL);
+}
+
+/* One collective on p ranks; leaves inputs and outputs in jobs. */
+static void run_case(job_t *jobs, int p, int op, ibp_dtype_t dt, ibp_coll_codec_t codec, uint64_t n)
+{
+	ibp_coll_inproc_t *w;
+	cr_assert_eq(ibp_coll_inproc_create(p, &w), IBP_OK);
+	for (int r = 0; r < p; r++) {
+		job_t *j = &jobs[r];
+		memset(j, 0, sizeof *j);
+		j->w = w;
+		j->rank = r;
+		j->nranks = p;
+		j->op = op;
+		j->dt = dt;
+		j->codec = codec;
+		j->n = n;
+		j->policy = IBP_COLL_POLICY_ALWAYS;
+		j->in = make_input(r, dt, in_elems(op, n, p, r), n * 31 + (uint64_t)op);
+		j->out = calloc(1, out_elems(op, n, p, r) * ibp_dtype_size(dt) + 1);
+		cr_assert(j->out);
+		if (op == A2AV) {
+			j->sc = calloc((size_t)p, 8);
+			j->sd = calloc((size_t)p, 8);
+			j->rc = calloc((size_t)p, 8);
+			j->rd = calloc((size_t)p, 8);
+			uint64_t so = 0, ro = 0;
+			for (int q = 0; q < p; q++) {
+				j->sc[q] = vcount(r, q, n);
+				j->sd[q] = so;
+				so += j->sc[q];
+				j->rc[q] = vcount(q, r, n);
+				j->rd[q] = ro;
+				ro += j->rc[q];
+			}
+		}
+	}
+	run_all(jobs, p);
+	for (int r = 0; r < p; r++)
+		cr_assert_eq(jobs[r].st, IBP_OK, "%s p=%d %s %s n=%llu rank %d: %s", op_names[op], p, ibp_dtype_name(dt),
+			     ibp_coll_codec_name(codec), (unsigned long long)n, r, jobs[r].err);
+	ibp_coll_inproc_destroy(w);
+}
+
+static void free_case(job_t *jobs, int p)
+{
+	for (int r = 0; r < p; r++) {
+		free(jobs[r].in);
+		free(jobs[r].out);
+		free(jobs[r].sc);
+		free(jobs[r].sd);
+		free(jobs[r].rc);
+		free(jobs[r].rd);
+	}
+}
+
+static float expect(job_t *jobs, int p, int r, uint64_t i, double *exact)
+{
+	void *ins[4];
+	for (int s = 0; s < p; s++)
+		ins[s] = jobs[s].in;
+	return ref_expect(jobs[r].op, ins, p, r, jobs[r].dt, jobs[r].n, i, exact);
+}
+
+static void check_case(job_t *jobs, int p)
+{
+	job_t *j0 = &jobs[0];
+	int op = j0->op;
+	for (int r = 0; r < p; r++) {
+		job_t *j = &jobs[r];
+		uint64_t m = out_elems(op, j->n, p, r);
+		double err2 = 0, ref2 = 0;
+		for (uint64_t i = 0; i < m; i++) {
+			double exact;
+			float e = expect(jobs, p, r, i, &exact), g = get(j->out, j->dt, i);
+			if (j->codec != IBP_COLL_CODEC_FP8)
+				cr_assert_eq(ref_bits(g), ref_bits(e), "%s p=%d %s %s n=%llu rank %d elem %llu: got %g want %g",
+					     op_names[op], p, ibp_dtype_name(j->dt), ibp_coll_codec_name(j->codec),
+					     (unsigned long long)j->n, r, (unsigned long long)i, g, e);
+			err2 += (g - exact) * (g - exact);
+			ref2 += exact * exact;
+		}
+		if (j->codec == IBP_COLL_CODEC_FP8 && ref2 > 0) {
+			/* Reductions quantise a partial at each of P-1 hops (+1 in
+			 * AllReduce's gather); errors of independent hops add. */
+			double hops = op == RS ? p - 1 : op == AR ? p : 1;
+			double rel = sqrt(err2 / ref2);
+			cr_assert_leq(rel, FP8_BOUND * hops, "%s p=%d %s n=%llu rank %d: fp8 rel-L2 %g", op_names[op], p,
+				      ibp_dtype_name(j->dt), (unsigned long long)j->n, r, rel);
+			if (j->n >= 255) /* one-element blocks are exact (the max lands on Qmax) */
+				cr_assert_gt(rel, 0.0, "fp8 should not be exact on Gaussian data");
+			/* TACO's typical single round trip on Gaussian data: rel-L2 ~0.026. */
+			if (j->n >= 1000 && (op == AG || op == A2A))
+				cr_assert_leq(rel, 0.035, "%s p=%d %s n=%llu rank %d: fp8 rel-L2 %g (typical 0.026)",
+					      op_names[op], p, ibp_dtype_name(j->dt), (unsigned long long)j->n, r, rel);
+		}
+		/* Gathered results are identical on every rank, FP8 included. */
+		if ((op == AG || op == AR) && r > 0)
+			cr_assert_eq(memcmp(j->out, j0->out, m * ibp_dtype_size(j->dt)), 0,
+				     "%s p=%d: rank %d differs from rank 0", op_names[op], p, r);
+	}
+}
+
+static void sweep(int op)
+{
+	static const uint64_t sizes[] = { 0, 1, 5, 255, 1000, 4097 };
+	job_t jobs[4];
+	for (int p = 2; p <= 4; p++)
+		for (size_t d = 0; d < 3; d++)
+			for (size_t k = 0; k < 3; k++)
+				for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+					run_case(jobs, p, op, dtypes[d], codecs[k], sizes[s]);
+					check_case(jobs, p);
+					free_case(jobs, p);
+				}
+}
+
+Test(coll, allgather) { sweep(AG); }
+Test(coll, reducescatter) { sweep(RS); }
+Test(coll, allreduce) { sweep(AR); }
+Test(coll, alltoall) { sweep(A2A); }
+Test(coll, alltoallv) { sweep(A2AV); }
+
+/* EXP must equal NONE bit for bit on the same inputs (the contract users
+ * rely on to switch it on), also on data whose exponents do not fit the
+ * table (escapes) and through the switcher's passthrough. */
+Test(coll, exp_bit_identical_to_none)
+{
+	job_t a[4], b[4];
+	for (int op = AG; op < NOPS; op++) {
+		run_case(a, 4, op, IBP_DTYPE_BF16, IBP_COLL_CODEC_NONE, 30001);
+		run_case(b, 4, op, IBP_DTYPE_BF16, IBP_COLL_CODEC_EXP, 30001);
+		for (int r = 0; r < 4; r++)
+			cr_assert_eq(memcmp(a[r].out, b[r].out, out_elems(op, 30001, 4, r) * 2), 0, "%s rank %d",
+				     op_names[op], r);
+		/* A compressed call sent fewer bytes than it carried. */
+		cr_assert_gt(b[0].stats.last_ratio, 1.05, "%s ratio %g", op_names[op], b[0].stats.last_ratio);
+		cr_assert_eq(b[0].stats.compressed, 1);
+		cr_assert_eq(a[0].stats.plain, 1);
+		free_case(a, 4);
+		free_case(b, 4);
+	}
+}
+
+static void mismatch(ibp_dtype_t dt1, ibp_coll_codec_t c1, uint64_t n1)
+{
+	ibp_coll_inproc_t *w;
+	job_t jobs[2];
+	cr_assert_eq(ibp_coll_inproc_create(2, &w), IBP_OK);
+	for (int r = 0; r < 2; r++) {
+		memset(&jobs[r], 0, sizeof jobs[r]);
+		jobs[r] = (job_t){ .w = w, .rank = r, .nranks = 2, .op = AG, .dt = r ? dt1 : IBP_DTYPE_BF16,
+				   .codec = r ? c1 : IBP_COLL_CODEC_EXP, .n = r ? n1 : 100, .timeout_ms = 3000 };
+		jobs[r].in = make_input(r, jobs[r].dt, jobs[r].n, 5);
+		jobs[r].out = calloc(1, 2 * jobs[r].n * 4 + 1);
+	}
+	run_all(jobs, 2);
+	for (int r = 0; r < 2; r++) {
+		cr_assert_eq(jobs[r].st, IBP_ERR_INVALID_ARG, "rank %d: status %d: %s", r, jobs[r].st, jobs[r].err);
+		cr_assert(strstr(jobs[r].err, "mismatch"), "rank %d: %s", r, jobs[r].err);
+	}
+	free_case(jobs, 2);
+	ibp_coll_inproc_destroy(w);
+}
+
+Test(coll, mismatch_count) { mismatch(IBP_DTYPE_BF16, IBP_COLL_CODEC_EXP, 101); }
+Test(coll, mismatch_count_smaller) { mismatch(IBP_DTYPE_BF16, IBP_COLL_CODEC_EXP, 99); }
+Test(coll, mismatch_dtype) { mismatch(IBP_DTYPE_F16, IBP_COLL_CODEC_EXP, 100); }
+Test(coll, mismatch_codec) { mismatch(IBP_DTYPE_BF16, IBP_COLL_CODEC_NONE, 100); }
+
+Test(coll, mismatch_op)
+{
+	ibp_coll_inproc_t *w;
+	job_t jobs[2];
+	cr_assert_eq(ibp_coll_inproc_create(2, &w), IBP_OK);
+	for (int r = 0; r < 2; r++) {
+		jobs[r] = (job_t){ .w = w, .rank = r, .nranks = 2, .op = r ? AR : AG, .dt = IBP_DTYPE_F32,
+				   .codec = IBP_COLL_CODEC_NONE, .n = 64, .timeout_ms = 3000 };
+		jobs[r].in = make_input(r, IBP_DTYPE_F32, 64, 5);
+		jobs[r].out = calloc(1, 64 * 4 * 2);
+	}
+	run_all(jobs, 2);
+	for (int r = 0; r < 2; r++) {
+		cr_assert_eq(jobs[r].st, IBP_ERR_INVALID_ARG, "rank %d: %s", r, jobs[r].err);
+		cr_assert(strstr(jobs[r].err, "mismatch"), "rank %d: %s", r, jobs[r].err);
+	}
+	free_case(jobs, 2);
+	ibp_coll_inproc_destroy(w);
+}
+
+/* Rank 2 never sends: the others time out instead of hanging, and the
+ * broken communicator refuses the next call. */
+Test(coll, dead_peer_times_out)
+{
+	ibp_coll_inproc_t *w;
+	job_t jobs[3];
+	cr_assert_eq(ibp_coll_inproc_create(3, &w), IBP_OK);
+	for (int r = 0; r < 3; r++) {
+		jobs[r] = (job_t){ .w = w, .rank = r, .nranks = 3, .op = AR, .dt = IBP_DTYPE_BF16,
+				   .codec = IBP_COLL_CODEC_EXP, .n = 1000, .timeout_ms = 200, .silent = r == 2,
+				   .repeat = 2 };
+		jobs[r].in = make_input(r, IBP_DTYPE_BF16, 1000, 5);
+		jobs[r].out = calloc(1, 2000);
+	}
+	run_all(jobs, 3);
+	for (int r = 0; r < 2; r++) {
+		cr_assert_eq(jobs[r].st, IBP_ERR_IO, "rank %d: %s", r, jobs[r].err);
+		/* The second call is refused at once. */
+		cr_assert(strstr(jobs[r].err, "broken"), "rank %d: %s", r, jobs[r].err);
+		cr_assert_eq(jobs[r].stats.calls, 2);
+	}
+	free_case(jobs, 3);
+	ibp_coll_inproc_destroy(w);
+}
+
+Test(coll, dead_peer_timeout_detail)
+{
+	ibp_coll_inproc_t *w;
+	job_t jobs[2];
+	cr_assert_eq(ibp_coll_inproc_create(2, &w), IBP_OK);
+	for (int r = 0; r < 2; r++) {
+		jobs[r] = (job_t){ .w = w, .rank = r, .nranks = 2, .op = AG, .dt = IBP_DTYPE_F32,
+				   .codec = IBP_COLL_CODEC_FP8, .n = 10, .timeout_ms = 100, .silent = r == 1 };
+		jobs[r].in = make_input(r, IBP_DTYPE_F32, 10, 5);
+		jobs[r].out = calloc(1, 80);
+	}
+	run_all(jobs, 2);
+	cr_assert_eq(jobs[0].st, IBP_ERR_IO, "%s", jobs[0].err);
+	cr_assert(strstr(jobs[0].err, "timeout"), "%s", jobs[0].err);
+	free_case(jobs, 2);
+	ibp_coll_inproc_destroy(w);
+}
+
+static job_t auto_run(int p, uint64_t n, double rate, int random_bits, ibp_coll_codec_t codec)
+{
+	ibp_coll_inproc_t *w;
+	job_t jobs[4];
+	cr_assert_eq(ibp_coll_inproc_create(p, &w), IBP_OK);
+	for (int r = 0; r < p; r++) {
+		jobs[r] = (job_t){ .w = w, .rank = r, .nranks = p, .op = AG, .dt = IBP_DTYPE_BF16, .codec = codec,
+				   .n = n, .calibrate = 1, .policy = IBP_COLL_POLICY_AUTO, .rate = rate };
+		jobs[r].in = make_input(r, IBP_DTYPE_BF16, n, 9);
+		if (random_bits) {
+			tu_rng_t g;
+			tu_rng_seed(&g, (uint64_t)r);
+			tu_fill_random(&g, jobs[r].in, n * 2);
+		}
+		jobs[r].out = calloc(1, n * 2 * (uint64_t)p);
+	}
+	run_all(jobs, p);
+	for (int r = 0; r < p; r++) {
+		cr_assert_eq(jobs[r].st, IBP_OK, "rank %d: %s", r, jobs[r].err);
+		for (int s = 0; s < p; s++)
+			cr_assert_eq(memcmp((uint8_t *)jobs[r].out + (uint64_t)s * n * 2, jobs[s].in, n * 2), 0);
+	}
+	job_t j = jobs[0];
+	free_case(jobs, p);
+	ibp_coll_inproc_destroy(w);
+	return j;
+}
+
+/* A slow link (1 MB/s): compression pays on Gaussian BF16 (even under
+ * ASan); the model was calibrated (latency, bandwidth near the throttle,
+ * codec speeds). */
+Test(coll, switcher_compresses_on_slow_link)
+{
+	job_t j = auto_run(2, 1 << 17, 1e6, 0, IBP_COLL_CODEC_EXP);
+	cr_assert_gt(j.stats.alpha_s, 0.0);
+	cr_assert(j.stats.beta_Bps > 5e5 && j.stats.beta_Bps < 2e6, "beta %g", j.stats.beta_Bps);
+	cr_assert_gt(j.stats.exp_enc_Bps, 0.0);
+	cr_assert_gt(j.stats.fp8_dec_Bps, 0.0);
+	cr_assert_eq(j.stats.last_decision, IBP_COLL_DECIDED_COMPRESS);
+	cr_assert_eq(j.stats.compressed, 1);
+	cr_assert_gt(j.stats.last_ratio, 1.1);
+	cr_assert_lt(j.stats.wire_bytes, j.stats.logical_bytes);
+}
+
+/* Random bits do not compress: passthrough, whatever the link. */
+Test(coll, switcher_passthrough_incompressible)
+{
+	job_t j = auto_run(2, 1 << 15, 4e6, 1, IBP_COLL_CODEC_EXP);
+	cr_assert_eq(j.stats.last_decision, IBP_COLL_DECIDED_INCOMPRESSIBLE);
+	cr_assert_eq(j.stats.incompressible, 1);
+	cr_assert_eq(j.stats.compressed, 0);
+}
+
+/* Unthrottled: the decision follows the calibrated model (on a quiet
+ * machine shared memory beats the codec and the call goes plain; under
+ * load the measured link can be slow enough for compression to pay, so
+ * the test checks the model's verdict, not a fixed outcome). */
+Test(coll, switcher_follows_model_unthrottled)
+{
+	uint64_t n = 1 << 18;
+	job_t j = auto_run(2, n, 0, 0, IBP_COLL_CODEC_EXP);
+	ibp_coll_stats_t m = j.stats;
+	cr_assert(m.beta_Bps > 0 && m.exp_enc_Bps > 0 && m.exp_dec_Bps > 0);
+	double bytes = 2.0 * (double)n, plain = m.alpha_s + bytes / m.beta_Bps;
+	/* AllGather on 2 ranks: 1 step, 1 encode, 1 decode; ratio 1.40-1.45 on this data. */
+	double comp_hi = m.alpha_s + bytes / 1.40 / m.beta_Bps + bytes / m.exp_enc_Bps + bytes / m.exp_dec_Bps;
+	double comp_lo = m.alpha_s + bytes / 1.45 / m.beta_Bps + bytes / m.exp_enc_Bps + bytes / m.exp_dec_Bps;
+	if (comp_lo >= plain)
+		cr_assert_eq(m.last_decision, IBP_COLL_DECIDED_NOT_WORTH, "plain %g comp %g", plain, comp_lo);
+	else if (comp_hi < plain)
+		cr_assert_eq(m.last_decision, IBP_COLL_DECIDED_COMPRESS, "plain %g comp %g", plain, comp_hi);
+	else
+		cr_assert(m.last_decision == IBP_COLL_DECIDED_COMPRESS || m.last_decision == IBP_COLL_DECIDED_NOT_WORTH);
+	cr_assert_eq(m.compressed + m.not_worth, 1);
+}
+
+Test(coll, bad_arguments)
+{
+	ibp_coll_inproc_t *w;
+	ibp_coll_transport_t t;
+	ibp_coll_comm_t *c;
+	cr_assert_eq(ibp_coll_inproc_create(0, &w), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_coll_inproc_create(1, &w), IBP_OK);
+	cr_assert_eq(ibp_coll_inproc_transport(w, 1, &t), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_coll_inproc_transport(w, 0, &t), IBP_OK);
+	cr_assert_eq(ibp_coll_comm_create(&t, NULL, &c), IBP_OK);
+	float x[4] = { 1, 2, 3, 4 }, y[4];
+	int stream;
+	cr_assert_eq(ibp_coll_allgather(x, y, 4, IBP_DTYPE_F32, IBP_COLL_CODEC_EXP, c, &stream), IBP_ERR_UNSUPPORTED);
+	cr_assert_eq(ibp_coll_allgather(x, y, 4, IBP_DTYPE_I32, IBP_COLL_CODEC_EXP, c, NULL), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_coll_allgather(x, y, 4, IBP_DTYPE_F32, (ibp_coll_codec_t)7, c, NULL), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_coll_allgather(NULL, y, 4, IBP_DTYPE_F32, IBP_COLL_CODEC_EXP, c, NULL), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_coll_comm_set_policy(c, (ibp_coll_policy_t)9), IBP_ERR_INVALID_ARG);
+	ibp_coll_comm_destroy(c);
+	/* One rank: a copy (fresh comm; the failed call above broke the old one). */
+	cr_assert_eq(ibp_coll_inproc_transport(w, 0, &t), IBP_OK);
+	cr_assert_eq(ibp_coll_comm_create(&t, NULL, &c), IBP_OK);
+	cr_assert_eq(ibp_coll_allreduce(x, y, 4, IBP_DTYPE_F32, IBP_COLL_SUM, IBP_COLL_CODEC_FP8, c, NULL), IBP_OK);
+	cr_assert_eq(memcmp(x, y, sizeof x), 0);
+	ibp_coll_comm_destroy(c);
+	ibp_coll_opts_t o;
+	ibp_coll_opts_default(&o);
+	o.timeout_ms = 0;
+	cr_assert_eq(ibp_coll_inproc_transport(w, 0, &t), IBP_OK);
+	cr_assert_eq(ibp_coll_comm_create(&t, &o, &c), IBP_ERR_INVALID_ARG);
+	cr_assert_null(c);
+	ibp_coll_inproc_destroy(w);
+}
+
+/* ---- corrupt payloads: a transport that damages what rank 0 receives ---- */
+
+typedef struct evil {
+	ibp_coll_transport_t inner;
+	tu_rng_t g;
+	int mode; /* 0 flip a byte, 1 truncate, 2 flip a header byte */
+} evil_t;
+
+static ibp_status_t evil_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t sbytes, int src, void *rbuf,
+				  uint64_t rcap, uint64_t *rbytes, int64_t timeout_ms)
+{
+	evil_t *e = ctx;
+	ibp_status_t s = e->inner.sendrecv(e->inner.ctx, dst, sbuf, sbytes, src, rbuf, rcap, rbytes, timeout_ms);
+	if (s != IBP_OK || src < 0 || *rbytes == 0)
+		return s;
+	uint8_t *b = rbuf;
+	if (e->mode == 0)
+		b[tu_below(&e->g, *rbytes)] ^= (uint8_t)(1u << tu_below(&e->g, 8));
+	else if (e->mode == 1)
+		*rbytes = tu_below(&e->g, *rbytes);
+	else
+		b[tu_below(&e->g, *rbytes < 32 ? *rbytes : 32)] ^= (uint8_t)(1u + tu_below(&e->g, 255));
+	return IBP_OK;
+}
+
+static void evil_destroy(void *ctx)
+{
+	evil_t *e = ctx;
+	e->inner.destroy(e->inner.ctx);
+	free(e);
+}
+
+typedef struct evil_job {
+	ibp_coll_inproc_t *w;
+	int rank, mode, op;
+	uint64_t seed;
+	ibp_coll_codec_t codec;
+	ibp_status_t st;
+} evil_job_t;
+
+static void *evil_run(void *arg)
+{
+	evil_job_t *j = arg;
+	ibp_coll_transport_t t;
+	ibp_coll_comm_t *c = NULL;
+	ibp_coll_opts_t o;
+	ibp_coll_opts_default(&o);
+	o.calibrate = 0;
+	o.policy = IBP_COLL_POLICY_ALWAYS;
+	/* Rank 1 times out once rank 0 has given up; keep that short. */
+	o.timeout_ms = j->rank ? 150 : 2000;
+	cr_assert_eq(ibp_coll_inproc_transport(j->w, j->rank, &t), IBP_OK);
+	if (j->rank == 0) {
+		evil_t *e = calloc(1, sizeof *e);
+		cr_assert(e);
+		e->inner = t;
+		e->mode = j->mode;
+		tu_rng_seed(&e->g, j->seed);
+		t.ctx = e;
+		t.sendrecv = evil_sendrecv;
+		t.destroy = evil_destroy;
+	}
+	cr_assert_eq(ibp_coll_comm_create(&t, &o, &c), IBP_OK);
+	uint64_t n = 777;
+	void *in = make_input(j->rank, IBP_DTYPE_BF16, 2 * n, j->seed), *out = calloc(2 * n, 2);
+	if (j->op == AG)
+		j->st = ibp_coll_allgather(in, out, n, IBP_DTYPE_BF16, j->codec, c, NULL);
+	else
+		j->st = ibp_coll_allreduce(in, out, 2 * n, IBP_DTYPE_BF16, IBP_COLL_SUM, j->codec, c, NULL);
+	free(in);
+	free(out);
+	ibp_coll_comm_destroy(c);
+	return NULL;
+}
+
+/* Whatever the damage, rank 0 returns a status (never crashes, never reads
+ * out of bounds under ASan); damage to the header or a truncation is
+ * always caught. */
+Test(coll, corrupt_messages)
+{
+	int caught[3] = { 0 }, runs[3] = { 0 };
+	for (int it = 0; it < 72; it++) {
+		ibp_coll_inproc_t *w;
+		cr_assert_eq(ibp_coll_inproc_create(2, &w), IBP_OK);
+		evil_job_t j[2];
+		pthread_t th[2];
+		int mode = it % 3;
+		for (int r = 0; r < 2; r++) {
+			j[r] = (evil_job_t){ w, r, mode, (it / 3) % 2 ? AR : AG, (uint64_t)it, codecs[(it / 6) % 3], IBP_OK };
+			cr_assert_eq(pthread_create(&th[r], NULL, evil_run, &j[r]), 0);
+		}
+		for (int r = 0; r < 2; r++)
+			pthread_join(th[r], NULL);
+		ibp_status_t s = j[0].st;
+		cr_assert(s == IBP_OK || s == IBP_ERR_CORRUPT || s == IBP_ERR_INVALID_ARG || s == IBP_ERR_IO,
+			  "iteration %d: status %d", it, s);
+		runs[mode]++;
+		caught[mode] += s != IBP_OK;
+		if (mode == 1 || mode == 2)
+			cr_assert_neq(s, IBP_OK, "iteration %d (mode %d, %s, codec %s): damage not caught", it, mode,
+				      op_names[j[0].op], ibp_coll_codec_name(j[0].codec));
+		ibp_coll_inproc_destroy(w);
+	}
+	cr_assert_eq(caught[1], runs[1]);
+	cr_assert_eq(caught[2], runs[2]);
+}

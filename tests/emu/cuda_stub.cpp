@@ -1,0 +1,208 @@
+/* cuda_stub.cpp - the CUDA runtime calls of the kernels' host code,
+ * answered as one H100 (sm_90: 132 SMs, 227 KiB opt-in shared memory per
+ * block) on the host emulator. Errors behave as the runtime's: a refused
+ * launch sets the last error, which cudaGetLastError returns and clears
+ * and cudaPeekAtLastError returns and keeps. */
+#include "emu.h"
+#include <cuda_runtime.h>
+
+#include <map>
+
+static cudaError_t last_error = cudaSuccess;
+static std::map<const void *, int> max_dyn; /* cudaFuncAttributeMaxDynamicSharedMemorySize */
+int emu_stub_no_device;                     /* tests: pretend there is no device */
+static const int H100_SMS = 132, H100_OPTIN = 227 * 1024, DEFAULT_DYN = 48 * 1024;
+
+static cudaError_t set(cudaError_t e)
+{
+	if (e != cudaSuccess)
+		last_error = e;
+	return e;
+}
+
+cudaError_t cudaGetLastError(void)
+{
+	cudaError_t e = last_error;
+	last_error = cudaSuccess;
+	return e;
+}
+
+cudaError_t cudaPeekAtLastError(void)
+{
+	return last_error;
+}
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+	switch (e) {
+	case cudaSuccess: return "no error";
+	case cudaErrorInvalidValue: return "invalid argument";
+	case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+	case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+	default: return "emulated CUDA error";
+	}
+}
+
+const char *cudaGetErrorName(cudaError_t e)
+{
+	switch (e) {
+	case cudaSuccess: return "cudaSuccess";
+	case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+	case cudaErrorNoDevice: return "cudaErrorNoDevice";
+	case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+	default: return "cudaErrorUnknown";
+	}
+}
+
+cudaError_t cudaGetDeviceCount(int *n)
+{
+	*n = emu_stub_no_device ? 0 : 1;
+	return emu_stub_no_device ? set(cudaErrorNoDevice) : cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *d)
+{
+	*d = 0;
+	return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int dev)
+{
+	if (dev != 0)
+		return set(cudaErrorInvalidValue);
+	switch (a) {
+	case cudaDevAttrMultiProcessorCount: *v = H100_SMS; return cudaSuccess;
+	case cudaDevAttrMaxSharedMemoryPerBlock: *v = DEFAULT_DYN; return cudaSuccess;
+	case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = H100_OPTIN; return cudaSuccess;
+	case cudaDevAttrComputeCapabilityMajor: *v = 9; return cudaSuccess;
+	case cudaDevAttrComputeCapabilityMinor: *v = 0; return cudaSuccess;
+	case cudaDevAttrHostRegisterReadOnlySupported: *v = 1; return cudaSuccess;
+	}
+	return set(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t)
+{
+	if (n && !p)
+		return set(cudaErrorInvalidValue);
+	memset(p, v, n);
+	return cudaSuccess;
+}
+
+cudaError_t emu_func_set_attr(const void *f, enum cudaFuncAttribute a, int v)
+{
+	if (a != cudaFuncAttributeMaxDynamicSharedMemorySize || v < 0 || v > H100_OPTIN)
+		return set(cudaErrorInvalidValue);
+	max_dyn[f] = v;
+	return cudaSuccess;
+}
+
+cudaError_t emu_func_get_attr(struct cudaFuncAttributes *fa, const void *)
+{
+	fa->sharedSizeBytes = 1024; /* a guess at the static __shared__ of any kernel */
+	fa->maxThreadsPerBlock = 1024;
+	fa->numRegs = 64;
+	return cudaSuccess;
+}
+
+cudaError_t emu_launch_error(const void *k, emu_dim3 g, emu_dim3 b, size_t smem)
+{
+	unsigned bt = b.x * b.y * b.z;
+	if (bt == 0 || bt > 1024 || g.x == 0 || g.y == 0 || g.y > 65535 || g.z != 1)
+		return set(cudaErrorInvalidConfiguration);
+	auto it = max_dyn.find(k);
+	size_t cap = it == max_dyn.end() ? DEFAULT_DYN : (size_t)it->second;
+	if (smem > cap) {
+		fprintf(stderr, "emu: launch refused: %zu bytes of dynamic shared memory, the kernel allows %zu\n", smem, cap);
+		return set(cudaErrorInvalidValue);
+	}
+	return cudaSuccess;
+}
+
+bool emu_launch_refused(const void *k, emu_dim3 g, emu_dim3 b, size_t smem)
+{
+	return emu_launch_error(k, g, b, smem) != cudaSuccess;
+}
+
+int emu_stub_device_syncs;
+
+void emu_stub_plant_error(cudaError_t e)
+{
+	last_error = e;
+}
+
+cudaError_t cudaMalloc(void **p, size_t n)
+{
+	*p = emu_dev_alloc(n, 0, "cudaMalloc");
+	return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p)
+{
+	emu_dev_free(p); /* the emulator has finished every launch: nothing is in flight */
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind, cudaStream_t)
+{
+	if (n && (!d || !s))
+		return set(cudaErrorInvalidValue);
+	memmove(d, s, n);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k)
+{
+	return cudaMemcpyAsync(d, s, n, k, nullptr);
+}
+
+cudaError_t cudaMemset(void *p, int v, size_t n)
+{
+	return cudaMemsetAsync(p, v, n, nullptr);
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t)
+{
+	return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+	emu_stub_device_syncs++;
+	return cudaSuccess;
+}
+
+bool emu_is_device_memory(const void *p);
+
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
+{
+	memset(a, 0, sizeof(*a));
+	if (emu_is_device_memory(p)) {
+		a->type = cudaMemoryTypeDevice;
+		a->devicePointer = (void *)p;
+	} else {
+		a->type = cudaMemoryTypeUnregistered; /* pageable host memory */
+	}
+	return cudaSuccess;
+}
+
+cudaError_t cudaHostRegister(void *, size_t, unsigned)
+{
+	return set(cudaErrorInvalidValue); /* mapped host memory is not modelled */
+}
+
+cudaError_t cudaHostUnregister(void *)
+{
+	return cudaSuccess;
+}
+
+cudaError_t emu_occupancy(int *n, const void *, int threads, size_t smem)
+{
+	/* sm_90: 2048 threads, 32 blocks, 228 KiB shared memory (1 KiB reserved per block) per SM */
+	int by_threads = 2048 / (threads > 0 ? threads : 1);
+	int by_smem = (int)((228 * 1024) / (smem + 1024 + 1024));
+	*n = by_threads < by_smem ? by_threads : by_smem;
+	if (*n > 32)
+		*n = 32;
+	return cudaSuccess;
+}

@@ -1,0 +1,265 @@
+/* harness_codecs.cpp - kernels/exp_codec.cu and kernels/fp8.cu, whole (their
+ * host code chooses the launches, against the H100 runtime stub), on the
+ * emulator, against the CPU codecs: encoded bytes and sizes, decoded values,
+ * corrupt blocks reported through the device status word, and the FP8
+ * conversion against an independent nearest-value conversion. */
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+extern "C" {
+#include "ibp.h"
+}
+#include "k_exp.inc"
+#include "k_fp8.inc"
+
+int emu_codec_failures;
+#define CCHECK(c, ...)                                                                 \
+	do {                                                                           \
+		if (!(c)) {                                                            \
+			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
+			fprintf(stderr, __VA_ARGS__);                                  \
+			fprintf(stderr, "\n");                                         \
+			if (++emu_codec_failures > 20)                                 \
+				exit(1);                                               \
+		}                                                                      \
+	} while (0)
+
+static uint64_t cs = 1;
+static uint64_t crnd()
+{
+	uint64_t z = (cs += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+static double cunif() { return (double)(crnd() >> 11) / 9007199254740992.0; }
+
+/* device buffer: emulator memory with redzones, poisoned */
+struct Dev {
+	uint8_t *p;
+	size_t n;
+	Dev(size_t n_, const char *name) : n(n_)
+	{
+		p = (uint8_t *)emu_dev_alloc(n, 0, name);
+		for (size_t i = 0; i < n; i++)
+			p[i] = (uint8_t)crnd();
+	}
+	~Dev() { emu_dev_free(p); }
+	Dev(const Dev &) = delete;
+};
+
+static size_t esz(ibp_dtype_t dt) { return dt == IBP_DTYPE_F32 ? 4 : 2; }
+
+static uint16_t to_half(float f, int bf)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if (bf)
+		return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+	/* f16 via the host's conversion */
+	_Float16 h = (_Float16)f;
+	uint16_t r;
+	memcpy(&r, &h, 2);
+	return r;
+}
+
+static void gen(ibp_dtype_t dt, uint8_t *p, uint64_t n, double sigma)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		double u = cunif(), v = cunif();
+		float f = (float)(sqrt(-2.0 * log(u < 1e-300 ? 1e-300 : u)) * cos(6.283185307179586 * v) * sigma);
+		uint64_t pick = crnd() % 500;
+		if (pick == 0)
+			f = NAN;
+		else if (pick == 1)
+			f = -INFINITY;
+		else if (pick == 2)
+			f = 0.0f;
+		if (dt == IBP_DTYPE_F32) {
+			memcpy(p + 4 * i, &f, 4);
+		} else {
+			uint16_t h = to_half(f, dt == IBP_DTYPE_BF16);
+			memcpy(p + 2 * i, &h, 2);
+		}
+	}
+}
+
+static void exp_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, const ibp_exp_opts_t *o)
+{
+	const size_t es = esz(dt);
+	const uint64_t nc = (n + chunk - 1) / chunk;
+	std::vector<uint8_t> src(n * es + 1);
+	gen(dt, src.data(), n, 0.02);
+	if (nc > 2)
+		for (uint64_t i = 0; i < chunk * es; i++)
+			src[chunk * es + i] = (uint8_t)crnd(); /* chunk 1 goes raw */
+	uint64_t cap = 0, stride = 0, ws = 0;
+	CCHECK(ibp_exp_batch_bound(dt, n, chunk, &cap) == IBP_OK, "bound");
+	std::vector<uint8_t> cpu(cap);
+	std::vector<uint64_t> off(nc + 1);
+	CCHECK(ibp_exp_encode_batch(src.data(), dt, n, chunk, o, cpu.data(), cap, off.data()) == IBP_OK, "cpu encode: %s",
+	       ibp_last_error());
+	CCHECK(ibp_exp_encode_bound(dt, chunk < n ? chunk : n, &stride) == IBP_OK, "bound");
+	stride = (stride + 127) / 128 * 128;
+	CCHECK(ibp_exp_cuda_encode_workspace(dt, n, chunk, &ws) == IBP_OK, "ws");
+	Dev dsrc(n * es, "exp src"), ddst(nc * stride, "exp dst"), dws(ws, "exp workspace"), dsz(nc * 8, "exp sizes");
+	memcpy(dsrc.p, src.data(), n * es);
+	ibp_status_t st = ibp_exp_encode_cuda(dsrc.p, dt, n, chunk, o, ddst.p, stride, (uint64_t *)dsz.p, dws.p, ws, nullptr);
+	CCHECK(st == IBP_OK, "exp_encode_cuda: %s", ibp_last_error());
+	for (uint64_t c = 0; c < nc; c++) {
+		uint64_t gs = ((uint64_t *)dsz.p)[c];
+		CCHECK(gs == off[c + 1] - off[c], "exp %s n %llu chunk %llu block %llu: size %llu vs CPU %llu",
+		       ibp_dtype_name(dt), (unsigned long long)n, (unsigned long long)chunk, (unsigned long long)c,
+		       (unsigned long long)gs, (unsigned long long)(off[c + 1] - off[c]));
+		if (gs == off[c + 1] - off[c])
+			CCHECK(!memcmp(ddst.p + c * stride, &cpu[off[c]], gs), "exp %s n %llu block %llu: bytes differ",
+			       ibp_dtype_name(dt), (unsigned long long)n, (unsigned long long)c);
+	}
+	/* decode the CPU's packed blocks */
+	Dev dblk(off[nc] ? off[nc] : 1, "exp blocks"), doff(nc * 8, "exp offsets"), dsizes(nc * 8, "exp block sizes"),
+		dout(n * es, "exp out"), dstat(4, "exp status");
+	memcpy(dblk.p, cpu.data(), off[nc]);
+	memcpy(doff.p, off.data(), nc * 8);
+	for (uint64_t c = 0; c < nc; c++)
+		((uint64_t *)dsizes.p)[c] = off[c + 1] - off[c];
+	st = ibp_exp_decode_cuda(dblk.p, off[nc], (uint64_t *)doff.p, (uint64_t *)dsizes.p, dt, n, chunk, dout.p,
+				 (int32_t *)dstat.p, nullptr);
+	CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_OK, "exp decode: %d status %d", st, *(int32_t *)dstat.p);
+	CCHECK(!memcmp(dout.p, src.data(), n * es), "exp %s n %llu: decoded values differ", ibp_dtype_name(dt),
+	       (unsigned long long)n);
+	/* a block claimed past the buffer, and a flipped byte, are reported as the CPU decides */
+	if (nc) {
+		((uint64_t *)dsizes.p)[nc - 1] += 128;
+		st = ibp_exp_decode_cuda(dblk.p, off[nc], (uint64_t *)doff.p, (uint64_t *)dsizes.p, dt, n, chunk, dout.p,
+					 (int32_t *)dstat.p, nullptr);
+		CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_ERR_CORRUPT, "exp: oversized block not reported");
+		((uint64_t *)dsizes.p)[nc - 1] -= 128;
+		uint64_t at = crnd() % off[1];
+		dblk.p[at] ^= (uint8_t)(1 + crnd() % 255);
+		st = ibp_exp_decode_cuda(dblk.p, off[nc], (uint64_t *)doff.p, (uint64_t *)dsizes.p, dt, n, chunk, dout.p,
+					 (int32_t *)dstat.p, nullptr);
+		std::vector<uint8_t> tmp(chunk * es + 8);
+		ibp_status_t cst = ibp_exp_decode(dblk.p, off[1], dt, chunk < n ? chunk : n, tmp.data(), 1);
+		CCHECK(st == IBP_OK && (*(int32_t *)dstat.p == IBP_OK) == (cst == IBP_OK),
+		       "exp %s: flipped byte %llu: GPU status %d, CPU %d", ibp_dtype_name(dt), (unsigned long long)at,
+		       *(int32_t *)dstat.p, cst);
+	}
+}
+
+static void fp8_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, uint32_t B, int v, double sigma)
+{
+	const size_t es = esz(dt);
+	const uint64_t ch = chunk ? chunk : (n ? n : 1), nc = n ? (n + ch - 1) / ch : 1;
+	ibp_fp8_opts_t o;
+	ibp_fp8_opts_default(&o);
+	o.block = B;
+	o.format = (ibp_fp8_format_t)(v & 1);
+	o.hadamard = v != 2;
+	o.adaptive = v != 3;
+	std::vector<uint8_t> src(n * es + 4);
+	gen(dt, src.data(), n, sigma);
+	uint64_t stride = 0;
+	CCHECK(ibp_fp8_encoded_size(&o, n < ch ? n : ch, &stride) == IBP_OK, "size");
+	std::vector<uint8_t> cpu(nc * stride);
+	for (uint64_t c = 0; c < nc; c++) {
+		uint64_t len = n ? (n - c * ch < ch ? n - c * ch : ch) : 0, size = 0;
+		CCHECK(ibp_fp8_encode(src.data() + c * ch * es, dt, len, &o, &cpu[c * stride], stride, &size) == IBP_OK,
+		       "cpu fp8");
+	}
+	Dev dsrc(n * es + 4, "fp8 src"), ddst(nc * stride, "fp8 streams"), dout(n * es + 4, "fp8 out"), dstat(4, "fp8 status");
+	memcpy(dsrc.p, src.data(), n * es);
+	ibp_status_t st = ibp_fp8_encode_cuda(dsrc.p, dt, n, chunk, &o, ddst.p, nullptr);
+	CCHECK(st == IBP_OK, "fp8_encode_cuda: %s", ibp_last_error());
+	for (uint64_t c = 0; c < nc; c++) {
+		uint64_t len = n ? (n - c * ch < ch ? n - c * ch : ch) : 0, sz = 0;
+		ibp_fp8_encoded_size(&o, len, &sz);
+		CCHECK(!memcmp(&cpu[c * stride], ddst.p + c * stride, sz), "fp8 %s n %llu B %u variant %d chunk %llu: bytes differ",
+		       ibp_dtype_name(dt), (unsigned long long)n, B, v, (unsigned long long)c);
+	}
+	st = ibp_fp8_decode_cuda(ddst.p, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p, nullptr);
+	CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_OK, "fp8 decode %d status %d", st, *(int32_t *)dstat.p);
+	std::vector<uint8_t> co(n * es + 4);
+	for (uint64_t c = 0; c < nc && n; c++) {
+		uint64_t len = n - c * ch < ch ? n - c * ch : ch;
+		CCHECK(ibp_fp8_decode(&cpu[c * stride], stride, dt, len, &co[c * ch * es], 1) == IBP_OK, "cpu decode");
+	}
+	CCHECK(!memcmp(dout.p, co.data(), n * es), "fp8 %s n %llu B %u variant %d: decoded values differ",
+	       ibp_dtype_name(dt), (unsigned long long)n, B, v);
+	ddst.p[4] = 9; /* version */
+	st = ibp_fp8_decode_cuda(ddst.p, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p, nullptr);
+	CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_ERR_CORRUPT, "fp8: corrupt header not reported");
+}
+
+static void fp8_convert_check(uint64_t n)
+{
+	std::vector<float> src(n);
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t u = (uint32_t)crnd();
+		if (i % 4 == 0) /* the interesting range: near FP8 values */
+			u = (u & 0x807fffffu) | ((uint32_t)(100 + crnd() % 60) << 23);
+		memcpy(&src[i], &u, 4);
+	}
+	for (int fmt = 0; fmt < 2; fmt++) {
+		Dev ds(n * 4, "convert src"), dd(n, "convert dst"), dx(n * 4, "expand dst");
+		memcpy(ds.p, src.data(), n * 4);
+		CCHECK(ibp_fp8_convert_cuda((float *)ds.p, n, (ibp_fp8_format_t)fmt, dd.p, nullptr) == IBP_OK, "convert");
+		std::vector<uint8_t> cpu(n);
+		ibp_fp8_convert(src.data(), n, (ibp_fp8_format_t)fmt, cpu.data());
+		for (uint64_t i = 0; i < n; i++)
+			CCHECK(dd.p[i] == cpu[i], "fp8 convert fmt %d: %a -> %02x (device model), CPU %02x", fmt, src[i], dd.p[i],
+			       cpu[i]);
+		CCHECK(ibp_fp8_expand_cuda(dd.p, n, (ibp_fp8_format_t)fmt, (float *)dx.p, nullptr) == IBP_OK, "expand");
+		std::vector<float> back(n);
+		ibp_fp8_expand(dd.p, n, (ibp_fp8_format_t)fmt, back.data());
+		CCHECK(!memcmp(back.data(), dx.p, n * 4), "fp8 expand fmt %d differs", fmt);
+	}
+}
+
+int emu_codecs_main(uint64_t seed, int quick, const char *which)
+{
+	cs = seed;
+	const bool do_exp = !strcmp(which, "exp") || !strcmp(which, "codecs");
+	const bool do_fp8 = !strcmp(which, "fp8") || !strcmp(which, "codecs");
+	static const ibp_dtype_t dts[3] = { IBP_DTYPE_BF16, IBP_DTYPE_F16, IBP_DTYPE_F32 };
+	if (do_exp) {
+		static const uint64_t shapes[][2] = { { 1, 1 }, { 100, 100 }, { 5000, 5000 }, { 9000, 4096 }, { 12288, 4000 } };
+		const int nshape = quick ? 4 : 5;
+		for (int d = 0; d < 3; d++)
+			for (int s = 0; s < nshape; s++)
+				for (int m = 0; m < 3; m++) {
+					ibp_exp_opts_t o;
+					ibp_exp_opts_default(&o);
+					o.nthreads = 1;
+					o.table_mode = (ibp_exp_table_mode_t)m;
+					if (m == 2)
+						for (int k = 0; k < 7; k++)
+							o.table.field[k] = (uint8_t)((dts[d] == IBP_DTYPE_F16 ? 8 : 115) + 2 * k);
+					if (m == 0 && s % 2)
+						o.sigma = 0.05;
+					if (quick && (d + s + m) % 2)
+						continue;
+					fprintf(stderr, "exp %s n %llu chunk %llu table %d\n", ibp_dtype_name(dts[d]),
+						(unsigned long long)shapes[s][0], (unsigned long long)shapes[s][1], m);
+					exp_case(dts[d], shapes[s][0], shapes[s][1], &o);
+				}
+	}
+	if (do_fp8) {
+		fp8_convert_check(quick ? 2000 : 20000);
+		static const uint64_t shapes[][2] = { { 0, 0 }, { 1, 0 }, { 700, 0 }, { 3000, 1000 }, { 5000, 4096 } };
+		for (int d = 0; d < 3; d++)
+			for (int s = 0; s < 5; s++)
+				for (uint32_t B = 16; B <= 4096; B *= 4)
+					for (int v = 0; v < 4; v++) {
+						if (quick && (d + s + v + B / 16) % 3)
+							continue;
+						if (B == 4096 && shapes[s][0] < 1000 && s > 1)
+							continue;
+						fprintf(stderr, "fp8 %s n %llu chunk %llu B %u variant %d\n", ibp_dtype_name(dts[d]),
+							(unsigned long long)shapes[s][0], (unsigned long long)shapes[s][1], B, v);
+						fp8_case(dts[d], shapes[s][0], shapes[s][1], B, v, s % 2 ? 1e-3 : 30.0);
+					}
+	}
+	return emu_codec_failures;
+}
