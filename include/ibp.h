@@ -15,6 +15,7 @@
 #include "ibp/alloc.h"
 #include "ibp/container.h"
 #include "ibp/store.h"
+#include "ibp/bag.h"
 #include "ibp/cuda.h"
 #include "ibp/exp.h"
 #include "ibp/fp8.h"

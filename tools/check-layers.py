@@ -25,7 +25,7 @@ LAYERS = [
     (2, 'exp', ['src/exp', 'include/ibp/exp.h']),
     (2, 'fp8', ['src/fp8', 'include/ibp/fp8.h']),
     (3, 'io', ['src/io', 'include/ibp/container.h', 'include/ibp/npy.h']),
-    (4, 'store', ['src/store', 'include/ibp/store.h']),
+    (4, 'store', ['src/store', 'include/ibp/store.h', 'include/ibp/bag.h']),
     (5, 'cuda', ['src/cuda', 'kernels', 'include/ibp/cuda.h']),
     (6, 'cache', ['cache', 'include/ibp/cache.h']),
     (7, 'coll', ['src/coll', 'include/ibp/coll.h']),

@@ -47,7 +47,8 @@ typedef enum ibp_impl {
 	IBP_IMPL_AUTO = 0,
 	IBP_IMPL_PORTABLE = 1, /* plain C, any CPU */
 	IBP_IMPL_BMI2 = 2,     /* x86-64 pext/pdep */
-	IBP_IMPL_AVX512 = 3    /* x86-64 AVX-512 (F, BW, VL, VBMI) and BMI2 */
+	IBP_IMPL_AVX512 = 3,   /* x86-64 AVX-512 (F, BW, VL, VBMI) and BMI2 */
+	IBP_IMPL_AVX2 = 4      /* x86-64 AVX2 and BMI2 (AUTO's choice without AVX-512) */
 } ibp_impl_t;
 
 typedef struct ibp_codec ibp_codec_t;

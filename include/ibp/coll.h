@@ -36,6 +36,36 @@
  * exponents). Each message says how it was encoded, so ranks need not
  * agree on the decision. Decisions and achieved ratios are in the stats.
  *
+ * DYNAMIQ (paper "DynamiQ", docs/COLLECTIVES.md) is an AllReduce codec
+ * (other collectives give IBP_ERR_INVALID_ARG). A call first all-gathers
+ * 2 FP32 statistics (mean, sum of squares) per super-group of 256
+ * elements; every rank derives the same bit width (2, 4 or 8) per
+ * super-group within a budget of 5 bits per element, scales included.
+ * The ring then carries quantized partial sums: each hop decodes, adds its
+ * centred contribution in FP32 and re-quantizes with fresh scales
+ * (non-uniform levels, a BF16 scale per 256 and a UINT8 scale per 16
+ * elements, unbiased stochastic rounding keyed by a fixed shared seed and
+ * the call number; the paper's rounding correlated across ranks is built
+ * but off, as it biases multi-hop sums). The sink's bytes are forwarded
+ * unchanged in the gather half, so every rank ends with the same result.
+ * Unbiased but lossy; the policy switcher is not consulted (NEVER sends
+ * plain bytes; one rank copies). NaN/Inf input gives IBP_ERR_INVALID_ARG on all ranks.
+ *
+ * LSQ and PTS (paper "RCMoE", docs/COLLECTIVES.md), lossy and unbiased,
+ * used whenever requested (policy NEVER sends plain bytes). LSQ is a
+ * per-message encoding for the dispatch/combine AllToAll(v) of MoE layers
+ * (AllToAll and AllToAllv only; others give IBP_ERR_INVALID_ARG): rows of
+ * 256 elements, each with
+ * its max as scale, entries stochastically rounded to 4-bit sign +
+ * magnitude codes (7 levels), row scales stochastically rounded to 4 bits
+ * of the message's FP32 max: about 4.02 bits per element. PTS is an
+ * AllReduce only: each rank keeps g_i with probability |g_i| / max|g|
+ * (sigma 1) as sign(g_i) * max|g| (a presence bitmap and one sign bit per
+ * kept element), the streams are all-gathered round the ring and every
+ * rank adds them in rank order, so all ranks get the same result. Non-
+ * finite input gives IBP_ERR_INVALID_ARG on the rank that has it (PTS,
+ * LSQ); its peers then time out.
+ *
  * Buffers are host memory; `stream` must be NULL in this release (a
  * non-NULL stream gives IBP_ERR_UNSUPPORTED). A communicator is used by
  * one thread at a time; different communicators are independent.
@@ -69,7 +99,10 @@ extern "C" {
 typedef enum ibp_coll_codec {
 	IBP_COLL_CODEC_NONE = 0, /* plain dtype bytes */
 	IBP_COLL_CODEC_EXP = 1,  /* lossless exponent codec */
-	IBP_COLL_CODEC_FP8 = 2   /* lossy FP8 E4M3 + Hadamard (TACO) */
+	IBP_COLL_CODEC_FP8 = 2,  /* lossy FP8 E4M3 + Hadamard (TACO) */
+	IBP_COLL_CODEC_DYNAMIQ = 3, /* lossy DynamiQ, AllReduce only (see below) */
+	IBP_COLL_CODEC_LSQ = 4,     /* lossy RCMoE LSQ, for AllToAll(v) payloads (see below) */
+	IBP_COLL_CODEC_PTS = 5      /* lossy RCMoE PTS sparse AllReduce (see below) */
 } ibp_coll_codec_t;
 
 typedef enum ibp_coll_redop {
@@ -141,7 +174,8 @@ typedef struct ibp_coll_inproc ibp_coll_inproc_t;
 /* Fills `o` with the defaults above. */
 void ibp_coll_opts_default(ibp_coll_opts_t *o);
 
-/* Short name of a codec ("none", "exp", "fp8") or "unknown". */
+/* Short name of a codec ("none", "exp", "fp8", "dynamiq", "lsq", "pts") or
+ * "unknown". */
 const char *ibp_coll_codec_name(ibp_coll_codec_t c);
 
 /* Makes a communicator over transport `t` (copied; the communicator owns

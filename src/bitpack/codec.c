@@ -115,6 +115,17 @@ static int ibp_avx512_ok(void)
 #endif
 }
 
+/* 1 if this build and CPU can run the AVX2 kernels. */
+static int ibp_avx2_ok(void)
+{
+#ifdef IBP_HAVE_BMI2_KERNELS
+	const ibp_cpu_features_t *f = ibp_cpu();
+	return f->avx2 && f->bmi2;
+#else
+	return 0;
+#endif
+}
+
 static ibp_impl_t ibp_auto_impl(void)
 {
 	const char *e = getenv("IBP_FORCE_PORTABLE");
@@ -122,7 +133,7 @@ static ibp_impl_t ibp_auto_impl(void)
 		return IBP_IMPL_PORTABLE;
 #ifdef IBP_HAVE_BMI2_KERNELS
 	if (ibp_cpu()->fast_pdep)
-		return ibp_avx512_ok() ? IBP_IMPL_AVX512 : IBP_IMPL_BMI2;
+		return ibp_avx512_ok() ? IBP_IMPL_AVX512 : ibp_avx2_ok() ? IBP_IMPL_AVX2 : IBP_IMPL_BMI2;
 #endif
 	return IBP_IMPL_PORTABLE;
 }
@@ -134,17 +145,20 @@ static const ibp_kernels_t *ibp_impl_kernels(ibp_impl_t impl)
 		return &ibp_kernels_bmi2;
 	if (impl == IBP_IMPL_AVX512)
 		return &ibp_kernels_avx512;
+	if (impl == IBP_IMPL_AVX2)
+		return &ibp_kernels_avx2;
 #endif
 	(void)impl;
 	return &ibp_kernels_portable;
 }
 
 /* Builds the SIMD static-part tables (ibp_cluster_t.vg, ibp_vgroup_t) of
- * every cluster when the AVX-512 kernels can run; returns 0 on no memory. */
+ * every cluster when the AVX-512 or AVX2 kernels can run (both read them);
+ * returns 0 on no memory. */
 static int ibp_build_vec(ibp_codec_t *c)
 {
 	const uint64_t D = c->D, C = c->C;
-	if (!ibp_avx512_ok() || C == 8 || D < 2)
+	if (!(ibp_avx512_ok() || ibp_avx2_ok()) || C == 8 || D < 2)
 		return 1;
 	const uint64_t G = C <= 2 ? 16 : 8, LB = C <= 2 ? 4 : 8;
 	const uint64_t nvg = (D - 1) / G; /* the last chunk stays scalar */
@@ -451,6 +465,13 @@ ibp_status_t ibp_codec_set_impl(ibp_codec_t *c, ibp_impl_t impl)
 		}
 		return ibp_fail(IBP_ERR_UNSUPPORTED,
 				"codec_set_impl: this CPU or build has no AVX-512 VBMI");
+	case IBP_IMPL_AVX2:
+		if (ibp_avx2_ok()) {
+			c->impl = IBP_IMPL_AVX2;
+			c->k = ibp_impl_kernels(IBP_IMPL_AVX2);
+			return IBP_OK;
+		}
+		return ibp_fail(IBP_ERR_UNSUPPORTED, "codec_set_impl: this CPU or build has no AVX2");
 	case IBP_IMPL_PORTABLE:
 		c->impl = IBP_IMPL_PORTABLE;
 		c->k = &ibp_kernels_portable;

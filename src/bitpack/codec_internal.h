@@ -127,7 +127,7 @@ struct ibp_codec {
 	uint64_t full;       /* W low bits set */
 	uint64_t bitmap_bytes; /* ceil(D / 8) */
 	double threshold;    /* -1 unless set by training */
-	ibp_impl_t impl;     /* PORTABLE, BMI2 or AVX512 */
+	ibp_impl_t impl;     /* PORTABLE, BMI2, AVX2 or AVX512 */
 	const ibp_kernels_t *k;
 	uint8_t *mask_bytes;   /* K * D * C, as given */
 	uint8_t *bitval_bytes; /* K * D * C, as given */
@@ -144,6 +144,8 @@ extern const ibp_kernels_t ibp_kernels_portable;
 extern const ibp_kernels_t ibp_kernels_bmi2;
 /* AVX-512 (F, BW, VL, VBMI) static part, BMI2 for the rest. */
 extern const ibp_kernels_t ibp_kernels_avx512;
+/* AVX2 static part (gathers, the same group tables), BMI2 for the rest. */
+extern const ibp_kernels_t ibp_kernels_avx2;
 #endif
 
 /* For training (src/bitpack/train.c): records the threshold a codec was trained with. */

@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "coll/coll_internal.h"
+#include "coll/dynamiq.h"
+#include "coll/rcmoe.h"
 #include "util/error.h"
 
 /* Working buffers of one call, sized for its largest message. */
@@ -133,8 +135,14 @@ static ibp_status_t begin(ibp_coll_comm_t *c, const char *what, ibp_dtype_t dt, 
 	if (dt != IBP_DTYPE_BF16 && dt != IBP_DTYPE_F16 && dt != IBP_DTYPE_F32)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: %s: dtype %s (bf16, f16 or f32 only)", what,
 				ibp_dtype_name(dt));
-	if ((unsigned)codec > IBP_COLL_CODEC_FP8)
+	if ((unsigned)codec > IBP_COLL_CODEC_PTS)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: %s: unknown codec %d", what, (int)codec);
+	if ((codec == IBP_COLL_CODEC_DYNAMIQ || codec == IBP_COLL_CODEC_PTS) && strcmp(what, "allreduce"))
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: %s: codec %s is for allreduce only", what,
+				ibp_coll_codec_name(codec));
+	/* LSQ's rounding is keyed per message, not per hop: chained re-encoding would reuse it. */
+	if (codec == IBP_COLL_CODEC_LSQ && strncmp(what, "alltoall", 8))
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: %s: codec lsq is for alltoall(v) only", what);
 	c->seq++;
 	return IBP_OK;
 }
@@ -245,8 +253,21 @@ ibp_status_t ibp_coll_allreduce(const void *send, void *recv, uint64_t count, ib
 	uint64_t w0 = c->st.wire_bytes, l0 = c->st.logical_bytes, *off, *len;
 	int p = c->nranks;
 	uint64_t q = count / (uint64_t)p, rem = count % (uint64_t)p, maxn = q + (rem != 0);
-	enum coll_enc enc = coll_decide(c, codec, dt, send, min_u64(count, SAMPLE), maxn, 2 * ((uint64_t)p - 1),
-					(uint64_t)p, 2 * ((uint64_t)p - 1));
+	enum coll_enc enc = COLL_ENC_RAW;
+	if (codec == IBP_COLL_CODEC_DYNAMIQ || codec == IBP_COLL_CODEC_PTS) { /* lossy by request: not weighed */
+		int use = c->o.policy != IBP_COLL_POLICY_NEVER && p > 1;
+		c->st.last_decision = use ? IBP_COLL_DECIDED_COMPRESS : IBP_COLL_DECIDED_PLAIN;
+		if (use) {
+			c->st.compressed++;
+			coll_hdr_t h = header(c, COLL_OP_AR, codec, dt, count, COLL_ENC_RAW);
+			return finish(c, codec == IBP_COLL_CODEC_PTS ? pts_allreduce(c, h, send, recv, count)
+								     : dq_allreduce(c, h, send, recv, count),
+				      w0, l0);
+		}
+		c->st.plain++;
+	} else
+		enc = coll_decide(c, codec, dt, send, min_u64(count, SAMPLE), maxn, 2 * ((uint64_t)p - 1), (uint64_t)p,
+				  2 * ((uint64_t)p - 1));
 	IBP_TRY(chunks(p, &off, &len));
 	for (int i = 0; i < p; i++) {
 		len[i] = q + ((uint64_t)i < rem);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "coll/coll_internal.h"
+#include "coll/rcmoe.h"
 #include "fp8/fp8_impl.h"
 #include "ibp/exp.h"
 #include "ibp/fp8.h"
@@ -30,6 +31,8 @@ ibp_status_t coll_msg_cap(ibp_dtype_t dt, uint64_t n, uint64_t *cap)
 		m = e;
 	if (f > m)
 		m = f;
+	if (lsq_bytes(n, LSQ_ROW, LSQ_BITS, LSQ_SBITS) > m)
+		m = lsq_bytes(n, LSQ_ROW, LSQ_BITS, LSQ_SBITS);
 	*cap = COLL_HDR + m;
 	return IBP_OK;
 }
@@ -59,6 +62,11 @@ ibp_status_t coll_encode(const coll_hdr_t *h, const void *src, void *msg, uint64
 	case COLL_ENC_FP8: {
 		ibp_fp8_opts_t o = fp8_opts(nthreads);
 		IBP_TRY(ibp_fp8_encode(src, dt, n, &o, p, pcap, &size));
+		break;
+	}
+	case COLL_ENC_LSQ: { /* rounding keyed by the call, the chunk and the sender's position */
+		uint64_t key = ((uint64_t)h->seq << 32 | h->chunk) * 0x9e3779b97f4a7c15ull ^ h->count ^ (h->elems << 17);
+		IBP_TRY(lsq_encode(src, dt, n, LSQ_ROW, LSQ_BITS, LSQ_SBITS, key, p, pcap, &size));
 		break;
 	}
 	default:
@@ -99,7 +107,7 @@ ibp_status_t coll_check(const void *msg, uint64_t bytes, const coll_hdr_t *want,
 				"%llu",
 				op_name(h->op), from, h->chunk, (unsigned long long)h->elems, want->chunk,
 				(unsigned long long)want->elems);
-	if (h->enc > COLL_ENC_FP8 || (h->enc != COLL_ENC_RAW && h->enc != h->codec))
+	if (h->enc > COLL_ENC_PTS || (h->enc != COLL_ENC_RAW && h->enc != h->codec))
 		return ibp_fail(IBP_ERR_CORRUPT, "coll: message from rank %d has encoding %u under codec %u", from,
 				h->enc, h->codec);
 	return IBP_OK;
@@ -128,6 +136,8 @@ ibp_status_t coll_decode(const coll_hdr_t *h, const void *msg, uint64_t bytes, v
 					(unsigned long long)info.bytes, (unsigned long long)size);
 		return ibp_fp8_decode(p, size, dt, n, dst, nthreads);
 	}
+	case COLL_ENC_LSQ:
+		return lsq_decode(p, size, dt, n, dst);
 	}
 	return ibp_fail(IBP_ERR_CORRUPT, "coll: encoding %u", h->enc);
 }

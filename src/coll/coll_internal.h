@@ -12,7 +12,7 @@
 #define IBP_COLL_MAX_V (1ull << 56) /* bound on counts and displacements (the codecs' limit) */
 
 /* What a message's payload is. */
-enum coll_enc { COLL_ENC_RAW = 0, COLL_ENC_EXP = 1, COLL_ENC_FP8 = 2 };
+enum coll_enc { COLL_ENC_RAW = 0, COLL_ENC_EXP = 1, COLL_ENC_FP8 = 2, COLL_ENC_DQ = 3, COLL_ENC_LSQ = 4, COLL_ENC_PTS = 5 };
 
 enum coll_op { COLL_OP_CALIB = 0, COLL_OP_AG = 1, COLL_OP_RS = 2, COLL_OP_AR = 3, COLL_OP_A2A = 4, COLL_OP_A2AV = 5 };
 

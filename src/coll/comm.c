@@ -26,6 +26,9 @@ const char *ibp_coll_codec_name(ibp_coll_codec_t c)
 	case IBP_COLL_CODEC_NONE: return "none";
 	case IBP_COLL_CODEC_EXP: return "exp";
 	case IBP_COLL_CODEC_FP8: return "fp8";
+	case IBP_COLL_CODEC_DYNAMIQ: return "dynamiq";
+	case IBP_COLL_CODEC_LSQ: return "lsq";
+	case IBP_COLL_CODEC_PTS: return "pts";
 	}
 	return "unknown";
 }
@@ -347,8 +350,8 @@ enum coll_enc coll_decide(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dtype_
 	enum coll_enc enc = COLL_ENC_RAW;
 	if (codec == IBP_COLL_CODEC_NONE || c->o.policy == IBP_COLL_POLICY_NEVER || c->nranks == 1)
 		d = IBP_COLL_DECIDED_PLAIN;
-	else if (c->o.policy == IBP_COLL_POLICY_ALWAYS)
-		d = IBP_COLL_DECIDED_COMPRESS;
+	else if (c->o.policy == IBP_COLL_POLICY_ALWAYS || codec == IBP_COLL_CODEC_LSQ)
+		d = IBP_COLL_DECIDED_COMPRESS; /* LSQ: lossy by request, not weighed */
 	else {
 		double r = estimate_ratio(c, codec, dt, sample, sample_n);
 		if (r > 0.95)
@@ -370,7 +373,7 @@ enum coll_enc coll_decide(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dtype_
 	case IBP_COLL_DECIDED_PLAIN: c->st.plain++; break;
 	case IBP_COLL_DECIDED_COMPRESS:
 		c->st.compressed++;
-		enc = codec == IBP_COLL_CODEC_EXP ? COLL_ENC_EXP : COLL_ENC_FP8;
+		enc = codec == IBP_COLL_CODEC_EXP ? COLL_ENC_EXP : codec == IBP_COLL_CODEC_LSQ ? COLL_ENC_LSQ : COLL_ENC_FP8;
 		break;
 	case IBP_COLL_DECIDED_NOT_WORTH: c->st.not_worth++; break;
 	case IBP_COLL_DECIDED_INCOMPRESSIBLE: c->st.incompressible++; break;

@@ -15,6 +15,11 @@
  * the job and keeps the last block it decoded, so runs of ids in the same
  * block decode it once. decode_all decodes blocks straight into the
  * output instead.
+ *
+ * IBP rows are gathered as a pipeline (decode_rows_ibp): the index entry
+ * of the row a few positions ahead is read and its payload lines
+ * prefetched while the current row decodes, so the cache misses of
+ * random rows overlap with decoding instead of adding to it.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -76,6 +81,7 @@ struct ibp_store {
 	uint64_t nrows, R;
 	int packed;      /* IBP packed layout: rows must fill their extents */
 	int max_threads; /* caller + helpers */
+	uint64_t pf;     /* rows looked ahead by a gather, <= PF_MAX */
 
 	/* exp and fp8 (block codecs): nblk blocks of block_rows rows */
 	int block_codec;
@@ -138,12 +144,80 @@ static void slot_put(ibp_store_t *s, slot_t *sl)
 	pthread_mutex_unlock(&s->slot_mu);
 }
 
+/* Rows whose index entry is read and payload prefetched ahead of the row
+ * being decoded: a random row's payload is a cache miss, and a decode is
+ * long enough that the core cannot overlap the next row's misses with it
+ * unless they are started early. The default was tuned with
+ * bench/bench_gather (docs/BENCHMARKS.md, "Random-row gather"), which
+ * compares distances through IBP_GATHER_PREFETCH (read at open, 0 = off). */
+#define PF_DEFAULT 8u
+#define PF_MAX 64u   /* ring size, a power of two */
+#define PF_LINES 16u /* cache lines prefetched per row at most */
+
+/* A row's place in the payload, read ahead of its decode. */
+typedef struct rowref {
+	const uint8_t *src;
+	uint64_t len;
+	uint8_t mode;
+	unsigned cl;
+	int ok; /* the index lookup succeeded (else it is redone in order) */
+} rowref_t;
+
+static inline void row_ahead(const ibp_store_t *s, uint64_t row, rowref_t *r)
+{
+	r->ok = ibp_container_row_meta(s->c, row, &r->src, &r->len, &r->mode, &r->cl) == IBP_OK;
+	if (!r->ok)
+		return;
+	/* the lines of the encoded row, up to PF_LINES of them: the hardware
+	 * prefetcher follows a long row once it is being read */
+	const uintptr_t p0 = (uintptr_t)r->src & ~(uintptr_t)63;
+	const uint64_t lines = (((uintptr_t)r->src & 63) + r->len + 63) / 64;
+	for (uint64_t k = 0; k < lines && k < PF_LINES; k++)
+		__builtin_prefetch((const void *)(p0 + 64 * k), 0, 3);
+}
+
+/* Decodes IBP rows at positions [b, e), looking s->pf rows ahead;
+ * returns the first failing position or e, as decode_range. */
+static uint64_t decode_rows_ibp(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b,
+				uint64_t e, ibp_status_t *st)
+{
+	rowref_t ring[PF_MAX];
+	const uint64_t R = s->R, d = s->pf;
+	for (uint64_t k = b; k < e && k < b + d; k++)
+		row_ahead(s, ids ? (uint64_t)ids[k] : k, &ring[k & (PF_MAX - 1)]);
+	for (uint64_t i = b; i < e; i++) {
+		rowref_t r = { .ok = 0 };
+		if (d) {
+			r = ring[i & (PF_MAX - 1)];
+			if (i + d < e)
+				row_ahead(s, ids ? (uint64_t)ids[i + d] : i + d, &ring[(i + d) & (PF_MAX - 1)]);
+		}
+		uint64_t row = ids ? (uint64_t)ids[i] : i;
+		uint64_t used = 0;
+		/* a failed lookup ahead is redone here, so its detail is this row's */
+		*st = r.ok ? IBP_OK : ibp_container_row_meta(s->c, row, &r.src, &r.len, &r.mode, &r.cl);
+		if (*st == IBP_OK)
+			*st = ibp_decode_row_ext(s->codec, r.src, r.len, r.mode, r.cl, out + i * R, &used);
+		/* A packed row fills its extent exactly (FORMAT.md §1.3), as the
+		 * batch decoder and the GPU gather require. */
+		if (*st == IBP_OK && s->packed && used != r.len)
+			*st = ibp_fail(IBP_ERR_CORRUPT, "row %llu: encoded row is %llu bytes, its extent %llu",
+				       (unsigned long long)row, (unsigned long long)used, (unsigned long long)r.len);
+		if (*st != IBP_OK)
+			return i;
+	}
+	*st = IBP_OK;
+	return e;
+}
+
 /* Decodes positions [b, e) of the job; returns the first failing position
  * or e. The failure's detail stays in this thread's error slot. `sl` is
  * the caller's block slot (block codecs gathering rows), else NULL. */
 static uint64_t decode_range(const ibp_store_t *s, const int64_t *ids, int blocks, uint8_t *out, uint64_t b,
 			     uint64_t e, slot_t *sl, ibp_status_t *st)
 {
+	if (!s->block_codec)
+		return decode_rows_ibp(s, ids, out, b, e, st);
 	for (uint64_t i = b; i < e; i++) {
 		if (blocks) {
 			/* decode_all of a block codec: block i straight into place */
@@ -153,33 +227,15 @@ static uint64_t decode_range(const ibp_store_t *s, const int64_t *ids, int block
 			continue;
 		}
 		uint64_t row = ids ? (uint64_t)ids[i] : i;
-		if (s->block_codec) {
-			uint64_t blk = row / s->block_rows;
-			if (sl->block != blk) {
-				sl->block = NO_BLOCK; /* a failed decode leaves nothing cached */
-				*st = ibp_container_decode_block(s->c, blk, sl->buf, 1);
-				if (*st != IBP_OK)
-					return i;
-				sl->block = blk;
-			}
-			memcpy(out + i * s->R, sl->buf + (row - blk * s->block_rows) * s->R, (size_t)s->R);
-			continue;
+		uint64_t blk = row / s->block_rows;
+		if (sl->block != blk) {
+			sl->block = NO_BLOCK; /* a failed decode leaves nothing cached */
+			*st = ibp_container_decode_block(s->c, blk, sl->buf, 1);
+			if (*st != IBP_OK)
+				return i;
+			sl->block = blk;
 		}
-		/* the container's index: compact (1.2) or the 1.1 arrays */
-		const uint8_t *src;
-		uint64_t len, used = 0;
-		uint8_t mode;
-		unsigned cl;
-		*st = ibp_container_row_meta(s->c, row, &src, &len, &mode, &cl);
-		if (*st == IBP_OK)
-			*st = ibp_decode_row_ext(s->codec, src, len, mode, cl, out + i * s->R, &used);
-		/* A packed row fills its extent exactly (FORMAT.md §1.3), as the
-		 * batch decoder and the GPU gather require. */
-		if (*st == IBP_OK && s->packed && used != len)
-			*st = ibp_fail(IBP_ERR_CORRUPT, "row %llu: encoded row is %llu bytes, its extent %llu",
-				       (unsigned long long)row, (unsigned long long)used, (unsigned long long)len);
-		if (*st != IBP_OK)
-			return i;
+		memcpy(out + i * s->R, sl->buf + (row - blk * s->block_rows) * s->R, (size_t)s->R);
 	}
 	*st = IBP_OK;
 	return e;
@@ -278,6 +334,12 @@ ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 	s->R = ibp_container_row_bytes(c);
 	s->packed = ibp_container_layout(c) == IBP_LAYOUT_PACKED;
 	s->max_threads = cpu_count();
+	s->pf = PF_DEFAULT;
+	const char *pf = getenv("IBP_GATHER_PREFETCH");
+	if (pf && *pf >= '0' && *pf <= '9') {
+		unsigned long v = strtoul(pf, NULL, 10);
+		s->pf = v > PF_MAX ? PF_MAX : v;
+	}
 	s->block_codec = ibp_container_codec_id(c) != IBP_CODEC_IBP;
 	if (s->block_codec) {
 		s->block_rows = ibp_container_block_rows(c);

@@ -40,6 +40,15 @@ static int have_avx512(void)
 #endif
 }
 
+static int have_avx2(void)
+{
+#if defined(__x86_64__)
+	return ibp_cpu()->avx2 && ibp_cpu()->bmi2;
+#else
+	return 0;
+#endif
+}
+
 /* ------------------------------------------------------------------ */
 /* reference encoder: bit by bit, straight from FORMAT.md §1            */
 /* ------------------------------------------------------------------ */
@@ -170,9 +179,11 @@ static void check_row(ibp_codec_t *c, const uint8_t *row, unsigned cluster, cons
 	      what, (unsigned long long)R, C, cluster, (unsigned long long)slen, smode,
 	      (unsigned long long)rlen, rmode);
 
-	ibp_impl_t impls[3] = { IBP_IMPL_PORTABLE, IBP_IMPL_BMI2, IBP_IMPL_AVX512 };
-	for (int ii = 0; ii < 3; ii++) {
+	ibp_impl_t impls[4] = { IBP_IMPL_PORTABLE, IBP_IMPL_BMI2, IBP_IMPL_AVX512, IBP_IMPL_AVX2 };
+	for (int ii = 0; ii < 4; ii++) {
 		if (impls[ii] == IBP_IMPL_BMI2 && !have_bmi2())
+			continue;
+		if (impls[ii] == IBP_IMPL_AVX2 && !have_avx2())
 			continue;
 		if (impls[ii] == IBP_IMPL_AVX512 && !have_avx512())
 			continue;
@@ -1022,6 +1033,8 @@ Test(codec, impl_selection)
 		cr_assert_eq(got, IBP_IMPL_PORTABLE);
 	else if (have_avx512())
 		cr_assert_eq(got, IBP_IMPL_AVX512);
+	else if (have_avx2())
+		cr_assert_eq(got, IBP_IMPL_AVX2);
 	else
 		cr_assert_eq(got, IBP_IMPL_BMI2);
 	cr_assert_eq(ibp_codec_set_impl(c, IBP_IMPL_PORTABLE), IBP_OK);
@@ -1037,6 +1050,12 @@ Test(codec, impl_selection)
 		cr_assert_eq(ibp_codec_impl(c), IBP_IMPL_AVX512);
 	} else {
 		cr_assert_eq(ibp_codec_set_impl(c, IBP_IMPL_AVX512), IBP_ERR_UNSUPPORTED);
+	}
+	if (have_avx2()) {
+		cr_assert_eq(ibp_codec_set_impl(c, IBP_IMPL_AVX2), IBP_OK);
+		cr_assert_eq(ibp_codec_impl(c), IBP_IMPL_AVX2);
+	} else {
+		cr_assert_eq(ibp_codec_set_impl(c, IBP_IMPL_AVX2), IBP_ERR_UNSUPPORTED);
 	}
 	cr_assert_eq(ibp_codec_set_impl(c, (ibp_impl_t)7), IBP_ERR_INVALID_ARG);
 	cr_assert_eq(ibp_codec_set_impl(c, IBP_IMPL_AUTO), IBP_OK);
@@ -1081,6 +1100,16 @@ Test(codec, bmi2_equals_portable_large)
 			cr_assert(memcmp(back, rows + i * R, R) == 0);
 			if (have_avx512()) { /* SIMD static part over many groups */
 				ibp_codec_set_impl(c, IBP_IMPL_AVX512);
+				uint64_t l3;
+				uint8_t f3;
+				cr_assert_eq(ibp_encode_row(c, rows + i * R, 0, e2, R, &l3, &f3), IBP_OK);
+				cr_assert(l3 == l1 && f3 == f1 && memcmp(e1, e2, l1) == 0);
+				memset(back, 0, R);
+				cr_assert_eq(ibp_decode_row(c, e1, l1, f1, 0, back), IBP_OK);
+				cr_assert(memcmp(back, rows + i * R, R) == 0);
+			}
+			if (have_avx2()) { /* AVX2 gathers over many groups */
+				ibp_codec_set_impl(c, IBP_IMPL_AVX2);
 				uint64_t l3;
 				uint8_t f3;
 				cr_assert_eq(ibp_encode_row(c, rows + i * R, 0, e2, R, &l3, &f3), IBP_OK);

@@ -94,11 +94,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint8_t flagset[5] = { 0, 1, 2, 3, data[11] };
 	/* every implementation this CPU has, each compared with the portable
 	 * one: same status, same bytes */
-	static const ibp_impl_t impls[3] = { IBP_IMPL_PORTABLE, IBP_IMPL_BMI2, IBP_IMPL_AVX512 };
+	static const ibp_impl_t impls[4] = { IBP_IMPL_PORTABLE, IBP_IMPL_BMI2, IBP_IMPL_AVX512, IBP_IMPL_AVX2 };
 	for (unsigned k = 0; k < ibp_codec_nclusters(c) + 1; k++)
 		for (int f = 0; f < 5; f++) {
 			ibp_status_t ref = IBP_OK;
-			for (int im = 0; im < 3; im++) {
+			for (int im = 0; im < 4; im++) {
 				if (ibp_codec_set_impl(c, impls[im]) != IBP_OK) {
 					if (im == 0)
 						abort(); /* the portable path exists everywhere */

@@ -1,7 +1,7 @@
 /* ibp-coll-perf - nccl-tests-style benchmark of the compressed collectives.
  *
  *   mpirun -np N ibp-coll-perf -o allgather|reducescatter|allreduce|alltoall
- *       -b 1M -e 256M -f 2 -c exp|fp8|none -d bf16|fp16|fp32
+ *       -b 1M -e 256M -f 2 -c exp|fp8|dynamiq|lsq|pts|none -d bf16|fp16|fp32
  *       [--data gauss|FILE.npy] [--rate BYTES_PER_S] [--json]
  *       [-n ITERS] [-w WARMUP] [--policy auto|always|never] [--threads N]
  *
@@ -9,8 +9,10 @@
  * busbw. Without MPI (or with --threads N) the ranks are threads of this
  * process on the in-process transport. --rate throttles each rank's sends
  * (token bucket in the transport layer). #wrong: elements that differ
- * from the same call made uncompressed (exp must give 0); fp8 reports its
- * rel-L2 error against it instead (column err). */
+ * from the same call made uncompressed (exp must give 0); the lossy
+ * codecs (fp8, dynamiq, lsq, pts) report their rel-L2 error against it
+ * instead (column err). dynamiq and pts are allreduce only, lsq alltoall
+ * only. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -277,7 +279,7 @@ static void run_rank(rank_ctx_t *rc)
 		max_all(rc, (double)wrong, &wrong_all);
 		double err = x2 > 0 ? sqrt(e2 / x2) : 0;
 		double errmax = max_all(rc, err, NULL);
-		if (g->codec == IBP_COLL_CODEC_FP8)
+		if (g->codec >= IBP_COLL_CODEC_FP8) /* lossy codecs */
 			wrong_all = 0; /* lossy: judged by err */
 		if (r == 0) {
 			double algbw = (double)logical / tmax / 1e9, busbw = algbw * busf;
@@ -339,7 +341,7 @@ static void *thread_main(void *arg)
 static void usage(void)
 {
 	fprintf(stderr, "usage: ibp-coll-perf -o allgather|reducescatter|allreduce|alltoall -b MIN -e MAX -f FACTOR\n"
-			"       -c exp|fp8|none -d bf16|fp16|fp32 [--data gauss|FILE.npy] [--rate BYTES_PER_S]\n"
+			"       -c exp|fp8|dynamiq|lsq|pts|none -d bf16|fp16|fp32 [--data gauss|FILE.npy] [--rate BYTES_PER_S]\n"
 			"       [--json] [-n ITERS] [-w WARMUP] [--policy auto|always|never] [--threads N]\n");
 }
 
@@ -390,6 +392,12 @@ int main(int argc, char **argv)
 				g.codec = IBP_COLL_CODEC_EXP;
 			else if (!strcmp(v, "fp8"))
 				g.codec = IBP_COLL_CODEC_FP8;
+			else if (!strcmp(v, "dynamiq"))
+				g.codec = IBP_COLL_CODEC_DYNAMIQ;
+			else if (!strcmp(v, "lsq"))
+				g.codec = IBP_COLL_CODEC_LSQ;
+			else if (!strcmp(v, "pts"))
+				g.codec = IBP_COLL_CODEC_PTS;
 			else {
 				usage();
 				return 2;

@@ -1,0 +1,325 @@
+/* bench_gather.c - random-row gather: ibp_store_gather against a plain
+ * memcpy gather of the same rows from the uncompressed array (issue 16,
+ * docs/BENCHMARKS.md "Random-row gather").
+ *
+ *   bench_gather FILE.npy [--dtype bf16|f32] [--rows N] [--cols N] [--ids N]
+ *                [--runs N] [--impl I,I,...] [--pf D,D,...]
+ *                [--keep PATH]
+ *
+ * Loads FILE.npy (a 2-D array; --dtype bf16 reads its u16 elements as
+ * bf16), keeps the first --cols columns (default all), tiles its rows up
+ * to --rows rows (default: as is), packs it with
+ * ibp_pack (trained, packed layout) into a temporary file and times, for
+ * --runs rounds (default 7) interleaved so load on a shared machine hits
+ * every method alike, a gather of --ids (default 65536) random ids with
+ * 1 and 2 threads: plain memcpy from the array, and ibp_store_gather.
+ * Every output is compared with the memcpy gather's. Prints the median
+ * GB/s (decoded bytes / second) of each and ibp's share of memcpy; for
+ * 1 thread also per second of the thread's CPU time, steadier on a loaded
+ * machine. --pf times the store at each gather prefetch distance listed
+ * (IBP_GATHER_PREFETCH, 0 = none; default: the library's own) side by side,
+ * --impl (auto, portable, bmi2, avx512, avx2) each decoder; the shorter
+ * list repeats its last value.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ibp.h"
+
+#define MAX_PF 8
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* CPU time of this thread: on a loaded machine it leaves out the time
+ * the thread waited for a core, which wall time counts. */
+static double cpu_now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void die(const char *what, ibp_status_t st)
+{
+	fprintf(stderr, "bench_gather: %s: %s (%s)\n", what, ibp_status_string(st), ibp_last_error());
+	exit(1);
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+/* The plain gather, split over threads like the store splits its work. */
+typedef struct plain {
+	const uint8_t *base;
+	const int64_t *ids;
+	uint64_t b, e, R;
+	uint8_t *out;
+} plain_t;
+
+static void *plain_run(void *arg)
+{
+	plain_t *p = arg;
+	for (uint64_t i = p->b; i < p->e; i++)
+		memcpy(p->out + i * p->R, p->base + (uint64_t)p->ids[i] * p->R, p->R);
+	return NULL;
+}
+
+static void plain_gather(const uint8_t *base, const int64_t *ids, uint64_t n, uint64_t R, uint8_t *out,
+			 int t)
+{
+	pthread_t th[16];
+	plain_t a[16];
+	for (int k = 0; k < t; k++)
+		a[k] = (plain_t){ base, ids, n * (uint64_t)k / (uint64_t)t, n * (uint64_t)(k + 1) / (uint64_t)t,
+				  R, out };
+	for (int k = 1; k < t; k++)
+		if (pthread_create(&th[k], NULL, plain_run, &a[k]) != 0) {
+			fprintf(stderr, "bench_gather: pthread_create failed\n");
+			exit(1);
+		}
+	plain_run(&a[0]);
+	for (int k = 1; k < t; k++)
+		pthread_join(th[k], NULL);
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_d);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Drops the gathered rows from the caches between runs, so every run
+ * starts cold as a gather of a table far larger than the cache does. */
+static void flush_caches(uint8_t *junk, uint64_t bytes)
+{
+	for (uint64_t i = 0; i < bytes; i += 64)
+		junk[i]++;
+}
+
+int main(int argc, char **argv)
+{
+	const char *path = NULL, *keep = NULL, *dts = NULL, *impls = "auto";
+	uint64_t rows = 0, cols = 0, nids = 65536;
+	int runs = 7;
+	int pfs[MAX_PF] = { -1 }, npf = 1;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--dtype") && i + 1 < argc)
+			dts = argv[++i];
+		else if (!strcmp(argv[i], "--rows") && i + 1 < argc)
+			rows = strtoull(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--cols") && i + 1 < argc)
+			cols = strtoull(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--ids") && i + 1 < argc)
+			nids = strtoull(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
+			runs = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--impl") && i + 1 < argc)
+			impls = argv[++i];
+		else if (!strcmp(argv[i], "--pf") && i + 1 < argc) {
+			npf = 0;
+			for (char *p = argv[++i]; *p && npf < MAX_PF; p += *p == ',') {
+				char *q;
+				pfs[npf++] = (int)strtol(p, &q, 10);
+				if (q == p)
+					break;
+				p = q;
+			}
+		} else if (!strcmp(argv[i], "--keep") && i + 1 < argc)
+			keep = argv[++i];
+		else if (argv[i][0] != '-' && !path)
+			path = argv[i];
+		else {
+			fprintf(stderr, "usage: bench_gather FILE.npy [--dtype bf16|f32] [--rows N] [--cols N] [--ids N] "
+					"[--runs N] [--impl I,I,...] [--pf D,D,...] [--keep PATH]\n");
+			return 2;
+		}
+	}
+	if (!path || runs < 1 || runs > 101 || nids == 0) {
+		fprintf(stderr, "bench_gather: need FILE.npy, 1 <= runs <= 101, ids >= 1\n");
+		return 2;
+	}
+	ibp_npy_info_t info;
+	void *data = NULL;
+	ibp_status_t st = ibp_npy_load(path, 0, &info, &data);
+	if (st != IBP_OK)
+		die(path, st);
+	if (info.ndim != 2 || info.shape[0] == 0) {
+		fprintf(stderr, "bench_gather: %s: need a 2-D array with rows\n", path);
+		return 1;
+	}
+	ibp_dtype_t dt = info.dtype;
+	if (dts && !strcmp(dts, "bf16"))
+		dt = IBP_DTYPE_BF16;
+	else if (dts && !strcmp(dts, "f32"))
+		dt = IBP_DTYPE_F32;
+	uint64_t n0 = info.shape[0], R0 = info.data_bytes / n0;
+	if (cols == 0 || cols > info.shape[1])
+		cols = info.shape[1];
+	uint64_t R = cols * info.elem_bytes;
+	if (rows == 0)
+		rows = n0;
+	uint8_t *tab = malloc((size_t)(rows * R));
+	if (!tab) {
+		fprintf(stderr, "bench_gather: no memory for %llu rows\n", (unsigned long long)rows);
+		return 1;
+	}
+	for (uint64_t r = 0; r < rows; r++)
+		memcpy(tab + r * R, (const uint8_t *)data + (r % n0) * R0, (size_t)R);
+	ibp_npy_free(data);
+
+	char tmp[64];
+	snprintf(tmp, sizeof(tmp), "/tmp/bench_gather_%d.ibp", (int)getpid());
+	const char *out_path = keep ? keep : tmp;
+	uint64_t shape[2] = { rows, cols };
+	ibp_train_opts_t o;
+	ibp_train_opts_default(&o);
+	double t0 = now();
+	st = ibp_pack(out_path, tab, dt, 2, shape, &o, IBP_LAYOUT_PACKED);
+	if (st != IBP_OK)
+		die("pack", st);
+	double tpack = now() - t0;
+	/* implementations, as many as --pf values (the last one repeats) */
+	static const char *impl_name[] = { "auto", "portable", "bmi2", "avx512", "avx2" };
+	ibp_impl_t want[MAX_PF];
+	int nimpl = 0;
+	for (const char *p = impls; nimpl < MAX_PF;) {
+		size_t n = strcspn(p, ",");
+		int found = -1;
+		for (int k = 0; k < 5; k++)
+			if (strlen(impl_name[k]) == n && !strncmp(p, impl_name[k], n))
+				found = k;
+		if (found < 0) {
+			fprintf(stderr, "bench_gather: unknown implementation in '%s'\n", impls);
+			return 2;
+		}
+		want[nimpl++] = (ibp_impl_t)found;
+		if (!p[n])
+			break;
+		p += n + 1;
+	}
+	for (; npf < nimpl; npf++)
+		pfs[npf] = pfs[npf - 1];
+	for (; nimpl < npf; nimpl++)
+		want[nimpl] = want[nimpl - 1];
+	/* one store per prefetch distance (IBP_GATHER_PREFETCH is read at open) */
+	ibp_store_t *sv[MAX_PF];
+	for (int k = 0; k < npf; k++) {
+		char v[16];
+		snprintf(v, sizeof(v), "%d", pfs[k]);
+		if (pfs[k] >= 0)
+			setenv("IBP_GATHER_PREFETCH", v, 1);
+		else
+			unsetenv("IBP_GATHER_PREFETCH");
+		if ((st = ibp_store_open(out_path, IBP_OPEN_READ, &sv[k])) != IBP_OK)
+			die("open", st);
+	}
+	ibp_store_t *s = sv[0];
+	if (!keep)
+		unlink(tmp);
+	/* the store's codec belongs to its container; a benchmark may switch
+	 * its implementation (the call exists for tests and benchmarks) */
+	ibp_codec_t *codec = (ibp_codec_t *)(uintptr_t)ibp_store_codec(s);
+	for (int k = 0; k < npf; k++)
+		if ((st = ibp_codec_set_impl((ibp_codec_t *)(uintptr_t)ibp_store_codec(sv[k]), want[k])) != IBP_OK)
+			die("impl", st);
+	const ibp_container_t *c = ibp_store_container(s);
+	printf("%s: %llu x %llu B (%s), %llu random ids, %d runs, impl (first store) %s, payload %.1f%% of raw, pack %.2f s\n",
+	       path, (unsigned long long)rows, (unsigned long long)R, ibp_dtype_name(dt),
+	       (unsigned long long)nids, runs, impl_name[ibp_codec_impl(codec)],
+	       100.0 * (double)(ibp_container_file_bytes(c)) / (double)(rows * R), tpack);
+
+	int64_t *ids = malloc(sizeof(int64_t) * nids);
+	uint8_t *ref = malloc((size_t)(nids * R)), *got = malloc((size_t)(nids * R));
+	uint64_t junk_bytes = 64ull << 20;
+	uint8_t *junk = calloc(1, (size_t)junk_bytes);
+	if (!ids || !ref || !got || !junk) {
+		fprintf(stderr, "bench_gather: out of memory\n");
+		return 1;
+	}
+	uint64_t seed = 16;
+	for (uint64_t i = 0; i < nids; i++)
+		ids[i] = (int64_t)(rng_next(&seed) % rows);
+
+	/* methods: memcpy 1t, memcpy 2t, then ibp 1t and 2t per distance */
+	int NM = 2 + 2 * npf;
+	char mname[2 + 2 * MAX_PF][64];
+	double *tm[2 + 2 * MAX_PF], *tc[2 + 2 * MAX_PF];
+	for (int m = 0; m < NM; m++) {
+		int t = m % 2 + 1;
+		if (m < 2)
+			snprintf(mname[m], sizeof(mname[m]), "memcpy %dt", t);
+		else if (pfs[(m - 2) / 2] < 0)
+			snprintf(mname[m], sizeof(mname[m]), "ibp %dt %s", t,
+				 impl_name[ibp_codec_impl(ibp_store_codec(sv[(m - 2) / 2]))]);
+		else
+			snprintf(mname[m], sizeof(mname[m]), "ibp %dt %s pf=%d", t,
+				 impl_name[ibp_codec_impl(ibp_store_codec(sv[(m - 2) / 2]))], pfs[(m - 2) / 2]);
+		tm[m] = calloc((size_t)runs, sizeof(double));
+		tc[m] = calloc((size_t)runs, sizeof(double));
+	}
+	plain_gather(tab, ids, nids, R, ref, 1);
+	for (int r = 0; r < runs; r++)
+		for (int m = 0; m < NM; m++) {
+			int t = m % 2 + 1;
+			memset(got, 0, (size_t)(nids * R));
+			flush_caches(junk, junk_bytes);
+			double c0 = cpu_now();
+			t0 = now();
+			if (m < 2)
+				plain_gather(tab, ids, nids, R, got, t);
+			else if ((st = ibp_store_gather(sv[(m - 2) / 2], ids, nids, got, t)) != IBP_OK)
+				die("gather", st);
+			tm[m][r] = now() - t0;
+			tc[m][r] = cpu_now() - c0;
+			if (memcmp(got, ref, (size_t)(nids * R))) {
+				fprintf(stderr, "bench_gather: %s output differs from the memcpy gather\n", mname[m]);
+				return 1;
+			}
+		}
+	/* 1 thread: also by the thread's CPU time (the caller does all the work) */
+	double gbs[2 + 2 * MAX_PF], cgbs[2 + 2 * MAX_PF];
+	for (int m = 0; m < NM; m++) {
+		gbs[m] = (double)(nids * R) / median(tm[m], runs) / 1e9;
+		cgbs[m] = (double)(nids * R) / median(tc[m], runs) / 1e9;
+		if (m % 2 == 0)
+			printf("  %-20s %6.2f GB/s wall (%3.0f%% of memcpy), %6.2f GB/s per CPU second (%3.0f%%)\n",
+			       mname[m], gbs[m], 100.0 * gbs[m] / gbs[0], cgbs[m], 100.0 * cgbs[m] / cgbs[0]);
+		else
+			printf("  %-20s %6.2f GB/s wall (%3.0f%% of memcpy)\n", mname[m], gbs[m],
+			       100.0 * gbs[m] / gbs[1]);
+	}
+	printf("  medians of %d runs; every output verified against the memcpy gather\n", runs);
+	for (int k = 0; k < npf; k++)
+		ibp_store_close(sv[k]);
+	for (int m = 0; m < NM; m++) {
+		free(tm[m]);
+		free(tc[m]);
+	}
+	free(ids);
+	free(ref);
+	free(got);
+	free(junk);
+	free(tab);
+	return 0;
+}

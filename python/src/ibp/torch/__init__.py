@@ -1,0 +1,53 @@
+"""ibp.torch: compressed feature and embedding tables as drop-ins for PyTorch users.
+
+GNN feature loading (rows gathered by node id):
+
+    fs = ibp.torch.FeatureStore()                  # PyG's torch_geometric.data.FeatureStore
+    fs["paper", "x", None] = x                     # compressed once (lossless by default)
+    rows = fs["paper", "x", node_ids]              # decoded rows, request order
+    feat = ibp.torch.Feature(x)                    # GraphBolt-style: read(ids), size(), count()
+    rows = ibp.torch.gather_pinned_tensor_rows(feat, ids)   # DGL's contract
+
+DLRM embedding bags (gather and pooling fused in libibp, inference only):
+
+    bag = ibp.torch.EmbeddingBag.from_pretrained(weight, mode="sum")
+    out = bag(input, offsets)                      # as nn.EmbeddingBag
+    ebc = ibp.torch.EmbeddingBagCollection({"user": w1, "item": w2})
+
+Everything here runs on the CPU; GPU paths go through ibp.CudaStore, which
+needs a CUDA build of libibp and a GPU (ibp.NoDeviceError otherwise).
+torch is imported by this subpackage (plain `import ibp` never does);
+torch_geometric is used when installed (FeatureStore then subclasses its
+FeatureStore) and is never required. See python/README.md, "ibp.torch".
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    "FeatureStore": "._features",
+    "TensorAttr": "._features",
+    "Feature": "._features",
+    "gather_pinned_tensor_rows": "._features",
+    "EmbeddingBag": "._bag",
+    "EmbeddingBagCollection": "._bag",
+    "embedding_bag": "._bag",
+    "KVOffloader": "._kv",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    # Lazy: `ibp.torch.EmbeddingBag` does not import torch_geometric.
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError("module 'ibp.torch' has no attribute %r" % name)
+    value = getattr(importlib.import_module(mod, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,551 @@
+/* dynamiq.c - DynamiQ ring all-reduce (paper 001; decisions in
+ * docs/COLLECTIVES.md): statistics all-gather, widths per super-group by
+ * a bisection on the shared threshold offset u, then a ring whose every
+ * hop decodes, adds in FP32 and re-quantizes in one pass per SG. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/dynamiq.h"
+#include "fp8/fp8_impl.h"
+#include "util/error.h"
+
+
+void dq_cfg_default(dq_cfg_t *cfg)
+{
+	cfg->budget = 5.0;
+	cfg->fixed_q = 0;
+	cfg->nonuniform = 1;
+	cfg->eps4 = 0.3; /* levels' non-uniformity per width (q = 2 has {0, 1}) */
+	cfg->eps8 = 0.05;
+	cfg->correlated = 0; /* biases multi-hop sums: docs/COLLECTIVES.md */
+	cfg->fresh = 1;
+	cfg->seed = 0x44796e616d695121ull;
+}
+
+static uint64_t ceil_div(uint64_t a, uint64_t b)
+{
+	return a / b + (a % b != 0);
+}
+
+uint64_t dq_sg_bytes(uint64_t c, int q)
+{
+	return 2 + ceil_div(c, DQ_G) + ceil_div(c * (uint64_t)q, 8);
+}
+
+static int qidx(int q)
+{
+	return q == 2 ? 0 : q == 4 ? 1 : 2;
+}
+
+/* max without fmaxf's NaN rules (inputs here are checked or finite), so it inlines. */
+static inline float maxf(float a, float b)
+{
+	return a > b ? a : b;
+}
+
+static uint64_t mix(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static float u01(uint64_t h)
+{
+	return (float)(h >> 40) * (1.0f / 16777216.0f);
+}
+
+/* BF16 of v >= 0 rounded up, so the group maxima never exceed it. */
+static uint16_t bf16_up(float v)
+{
+	uint16_t b = fp8i_f32_to_bf16(v);
+	if (fp8i_bf16_to_f32(b) < v)
+		b++;
+	return b;
+}
+
+void dq_local_stats(const float *x, uint64_t d, float *st)
+{
+	uint64_t J = ceil_div(d, DQ_S);
+	for (uint64_t j = 0; j < J; j++) {
+		uint64_t a = j * DQ_S, b = a + DQ_S < d ? a + DQ_S : d;
+		float s = 0, s2 = 0;
+		for (uint64_t i = a; i < b; i++) {
+			s += x[i];
+			s2 += x[i] * x[i];
+		}
+		st[j] = s / (float)(b - a);
+		st[J + j] = s2;
+	}
+}
+
+void dq_plan_free(dq_plan_t *pl)
+{
+	free(pl->q);
+	free(pl->mu);
+	free(pl->boff);
+	free(pl->lo);
+	free(pl->cbytes);
+	memset(pl, 0, sizeof *pl);
+}
+
+static int width_of(double lf, double u, int fixed)
+{
+	if (fixed)
+		return fixed;
+	/* c = 4 / log2(512/17) makes T48/T24 = 512/17 (equal marginal benefit per bit). */
+	double z = 0.8142430 * lf + u;
+	return !(z >= 4) ? 2 : z < 8 ? 4 : 8;
+}
+
+static uint64_t plan_bits(const double *lf, uint64_t J, uint64_t d, double u, int fixed)
+{
+	uint64_t bits = 0;
+	for (uint64_t j = 0; j < J; j++) {
+		uint64_t c = (j + 1) * DQ_S <= d ? DQ_S : d - j * DQ_S;
+		bits += 8 * dq_sg_bytes(c, width_of(lf[j], u, fixed));
+	}
+	return bits;
+}
+
+ibp_status_t dq_plan_make(dq_plan_t *pl, const dq_cfg_t *cfg, int n, uint64_t d, uint64_t seq, const float *gst)
+{
+	memset(pl, 0, sizeof *pl);
+	pl->cfg = *cfg;
+	pl->n = n;
+	pl->d = d;
+	pl->J = ceil_div(d, DQ_S);
+	pl->seq = seq;
+	uint64_t J = pl->J, J1 = J ? J : 1;
+	pl->q = malloc(J1);
+	pl->mu = malloc(J1 * sizeof(float));
+	pl->boff = malloc(J1 * sizeof(uint64_t));
+	pl->lo = malloc(((size_t)n + 1) * sizeof(uint64_t));
+	pl->cbytes = malloc((size_t)n * sizeof(uint64_t));
+	double *lf = calloc(J1, sizeof(double));
+	if (!pl->q || !pl->mu || !pl->boff || !pl->lo || !pl->cbytes || !lf) {
+		free(lf);
+		dq_plan_free(pl);
+		return ibp_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory for %llu super-groups",
+				(unsigned long long)J);
+	}
+	for (uint64_t j = 0; j < J; j++) {
+		if (!isfinite(gst[j]) || !isfinite(gst[J + j])) {
+			free(lf);
+			dq_plan_free(pl);
+			return ibp_fail(IBP_ERR_INVALID_ARG,
+					"coll: dynamiq: non-finite input (NaN or Inf) in super-group %llu",
+					(unsigned long long)j);
+		}
+		pl->mu[j] = gst[j] / (float)n;
+		lf[j] = gst[J + j] > 0 ? log2((double)gst[J + j]) : -INFINITY;
+	}
+	/* Largest u whose widths fit the budget: a fixed bisection, identical on every rank. */
+	int fixed = cfg->fixed_q;
+	double budget = cfg->budget * (double)d, lo = -400, hi = 400, u;
+	if ((double)plan_bits(lf, J, d, hi, fixed) <= budget)
+		u = hi;
+	else if ((double)plan_bits(lf, J, d, lo, fixed) > budget)
+		u = lo;
+	else {
+		for (int it = 0; it < 60; it++) {
+			double mid = 0.5 * (lo + hi);
+			if ((double)plan_bits(lf, J, d, mid, fixed) <= budget)
+				lo = mid;
+			else
+				hi = mid;
+		}
+		u = lo;
+	}
+	uint64_t total = 0;
+	for (uint64_t j = 0; j < J; j++) {
+		uint64_t c = (j + 1) * DQ_S <= d ? DQ_S : d - j * DQ_S;
+		pl->q[j] = (uint8_t)width_of(lf[j], u, fixed);
+		pl->boff[j] = total; /* prefix for now */
+		total += dq_sg_bytes(c, pl->q[j]);
+	}
+	free(lf);
+	pl->total_bytes = total;
+	/* Chunks on SG boundaries, balanced by bytes (the slowest chunk paces the ring). */
+	pl->lo[0] = 0;
+	uint64_t j = 0;
+	for (int k = 1; k < n; k++) {
+		uint64_t target = total / (uint64_t)n * (uint64_t)k + total % (uint64_t)n * (uint64_t)k / (uint64_t)n;
+		while (j < J && pl->boff[j] < target)
+			j++;
+		pl->lo[k] = j;
+	}
+	pl->lo[n] = J;
+	for (int k = 0; k < n; k++) {
+		uint64_t base = pl->lo[k] < J ? pl->boff[pl->lo[k]] : total;
+		uint64_t end = pl->lo[k + 1] < J ? pl->boff[pl->lo[k + 1]] : total;
+		pl->cbytes[k] = end - base;
+	}
+	/* Offsets restart at every chunk. */
+	for (int k = 0; k < n; k++) {
+		uint64_t base = 0;
+		for (uint64_t i = pl->lo[k]; i < pl->lo[k + 1]; i++) {
+			uint64_t c = (i + 1) * DQ_S <= d ? DQ_S : d - i * DQ_S;
+			pl->boff[i] = base;
+			base += dq_sg_bytes(c, pl->q[i]);
+		}
+	}
+	for (int w = 0; w < 3; w++) {
+		int q = 2 << w, R = (1 << (q - 1)) - 1;
+		double eps = q == 4 ? cfg->eps4 : cfg->eps8, a = 1 + 2 * eps * eps;
+		for (int r = 0; r <= R; r++)
+			pl->lv[w][r] = cfg->nonuniform && R > 1 && eps > 0 ? (float)((pow(a, r) - 1) / (pow(a, R) - 1))
+								: (float)r / (float)R;
+		pl->lv[w][R] = 1.0f;
+		for (int b = 0, r = 0; b < 1024; b++) {
+			while (r < R - 1 && pl->lv[w][r + 1] <= (float)b / 1024.0f)
+				r++;
+			pl->tab[w][b] = (uint8_t)r;
+		}
+	}
+	return IBP_OK;
+}
+
+/* Decodes one SG of c entries at width q into y. */
+static ibp_status_t sg_decode(const dq_plan_t *pl, const uint8_t *p, uint64_t c, int q, float *y)
+{
+	float sf = fp8i_bf16_to_f32((uint16_t)(p[0] | p[1] << 8));
+	if (!(sf >= 0) || isinf(sf))
+		return ibp_fail(IBP_ERR_CORRUPT, "coll: dynamiq: super-group scale is not a finite non-negative number");
+	const uint8_t *rg = p + 2, *code = p + 2 + ceil_div(c, DQ_G);
+	const float *lv = pl->lv[qidx(q)];
+	unsigned mask = (1u << (q - 1)) - 1;
+	float gs[DQ_S / DQ_G];
+	for (uint64_t g = 0; g < ceil_div(c, DQ_G); g++)
+		gs[g] = (float)rg[g] * sf / 255.0f; /* exact for r = 255: constant data stays exact */
+	for (uint64_t i = 0; i < c; i++) {
+		uint64_t bit = i * (uint64_t)q;
+		unsigned v = (code[bit >> 3] >> (bit & 7)) & ((1u << q) - 1);
+		float m = lv[v & mask] * gs[i / DQ_G];
+		y[i] = (v >> (q - 1)) ? -m : m;
+	}
+	return IBP_OK;
+}
+
+/* Quantizes y (c entries, SG starting at global coordinate g0) at width q
+ * into p. keep: scales to reuse (the no-fresh-scales baseline), else NULL. */
+static void sg_encode(const dq_plan_t *pl, const float *y, uint64_t c, int q, uint64_t g0, int w,
+		      const uint8_t *keep, uint8_t *p)
+{
+	uint64_t key = mix(pl->cfg.seed ^ mix(pl->seq));
+	uint64_t ng = ceil_div(c, DQ_G);
+	uint8_t *rg = p + 2, *code = p + 2 + ng;
+	float gmax[DQ_S / DQ_G], sf;
+	for (uint64_t g = 0; g < ng; g++) {
+		float m = 0;
+		for (uint64_t i = g * DQ_G; i < c && i < (g + 1) * DQ_G; i++)
+			m = maxf(m, fabsf(y[i]));
+		gmax[g] = m;
+	}
+	if (keep) {
+		memcpy(p, keep, 2 + ng);
+		sf = fp8i_bf16_to_f32((uint16_t)(p[0] | p[1] << 8));
+		for (uint64_t g = 0; g < ng; g++)
+			gmax[g] = (float)rg[g] * sf / 255.0f;
+	} else {
+		float M = 0;
+		for (uint64_t g = 0; g < ng; g++)
+			M = maxf(M, gmax[g]);
+		uint16_t sb = bf16_up(M);
+		p[0] = (uint8_t)sb;
+		p[1] = (uint8_t)(sb >> 8);
+		sf = fp8i_bf16_to_f32(sb);
+		for (uint64_t g = 0; g < ng; g++) {
+			float t = sf > 0 ? 255.0f * gmax[g] / sf : 0, fl = floorf(t);
+			float us = u01(mix(key ^ 0x5ca1e5ull ^ ((g0 / DQ_G + g) * 0xd1b54a32d192ed03ull) ^
+					   ((uint64_t)(w + 1) * 0x8cb92ba72f3d8dd7ull)));
+			float r = fl + (us < t - fl ? 1.0f : 0.0f);
+			rg[g] = (uint8_t)(r > 255 ? 255 : r);
+		}
+	}
+	const float *lv = pl->lv[qidx(q)];
+	const uint8_t *tab = pl->tab[qidx(q)];
+	int R = (1 << (q - 1)) - 1, n = pl->n;
+	memset(code, 0, ceil_div(c * (uint64_t)q, 8));
+	for (uint64_t i = 0; i < c; i++) {
+		float m = gmax[i / DQ_G];
+		float a = m > 0 ? fabsf(y[i]) / m : 0;
+		if (a > 1)
+			a = 1; /* only with kept scales: the partial sum outgrew them */
+		int lo = tab[a < 1 ? (int)(a * 1024.0f) : 1023]; /* then the largest r < R with lv[r] <= a */
+		while (lo < R - 1 && lv[lo + 1] <= a)
+			lo++;
+		uint64_t gi = g0 + i;
+		float g = u01(mix(key ^ (gi * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)(w + 1) * 0xd6e8feb86659fd93ull)));
+		float u = g;
+		if (pl->cfg.correlated) /* one rank per slice [k/n, (k+1)/n): a random shift per coordinate */
+			u = ((float)((uint64_t)(w + mix(key ^ gi) % (uint64_t)n) % (uint64_t)n) + g) / (float)n;
+		float pu = (a - lv[lo]) / (lv[lo + 1] - lv[lo]);
+		unsigned k = (unsigned)lo + (u < pu ? 1u : 0u);
+		unsigned v = k | ((y[i] < 0 && k ? 1u : 0u) << (q - 1));
+		uint64_t bit = i * (uint64_t)q;
+		code[bit >> 3] |= (uint8_t)(v << (bit & 7));
+	}
+}
+
+ibp_status_t dq_hop(const dq_plan_t *pl, uint64_t k, const uint8_t *in, const float *x, int w, uint8_t *out)
+{
+	float y[DQ_S];
+	for (uint64_t j = pl->lo[k]; j < pl->lo[k + 1]; j++) {
+		uint64_t a = j * DQ_S, c = a + DQ_S <= pl->d ? DQ_S : pl->d - a;
+		int q = pl->q[j];
+		if (in)
+			IBP_TRY(sg_decode(pl, in + pl->boff[j], c, q, y));
+		else
+			memset(y, 0, sizeof y);
+		float mu = pl->mu[j];
+		for (uint64_t i = 0; i < c; i++)
+			y[i] += x[a + i] - mu;
+		sg_encode(pl, y, c, q, a, w, in && !pl->cfg.fresh ? in + pl->boff[j] : NULL, out + pl->boff[j]);
+	}
+	return IBP_OK;
+}
+
+ibp_status_t dq_decode_chunk(const dq_plan_t *pl, uint64_t k, const uint8_t *in, float *y)
+{
+	for (uint64_t j = pl->lo[k]; j < pl->lo[k + 1]; j++) {
+		uint64_t a = j * DQ_S, c = a + DQ_S <= pl->d ? DQ_S : pl->d - a;
+		IBP_TRY(sg_decode(pl, in + pl->boff[j], c, pl->q[j], y + a));
+		float nm = (float)pl->n * pl->mu[j];
+		for (uint64_t i = 0; i < c; i++)
+			y[a + i] += nm;
+	}
+	return IBP_OK;
+}
+
+static uint64_t max_chunk(const dq_plan_t *pl)
+{
+	uint64_t m = 1;
+	for (int k = 0; k < pl->n; k++)
+		m = pl->cbytes[k] > m ? pl->cbytes[k] : m;
+	return m;
+}
+
+ibp_status_t dq_simulate(const float *const *x, int n, uint64_t d, const dq_cfg_t *cfg, uint64_t seq, float *out,
+			 uint64_t *wire_bits)
+{
+	uint64_t J = ceil_div(d, DQ_S), J1 = J ? J : 1;
+	float *st = calloc(2 * J1, sizeof(float)), *gst = calloc(2 * J1, sizeof(float));
+	if (!st || !gst) {
+		free(st);
+		free(gst);
+		return ibp_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory");
+	}
+	for (int r = 0; r < n; r++) { /* summed in rank order, as the collective does */
+		dq_local_stats(x[r], d, st);
+		for (uint64_t i = 0; i < 2 * J; i++)
+			gst[i] += st[i];
+	}
+	free(st);
+	dq_plan_t pl;
+	ibp_status_t s = dq_plan_make(&pl, cfg, n, d, seq, gst);
+	free(gst);
+	if (s != IBP_OK)
+		return s;
+	uint64_t mc = max_chunk(&pl);
+	uint8_t *a = malloc(mc), *b = malloc(mc);
+	if (!a || !b)
+		s = ibp_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory");
+	/* Chunk k: leaf k+1, then k+2, ..., sink k (the ring's order). */
+	for (int k = 0; k < n && s == IBP_OK; k++) {
+		s = dq_hop(&pl, (uint64_t)k, NULL, x[(k + 1) % n], (k + 1) % n, a);
+		for (int t = 2; t <= n && s == IBP_OK; t++) {
+			int w = (k + t) % n;
+			s = dq_hop(&pl, (uint64_t)k, a, x[w], w, b);
+			uint8_t *tmp = a;
+			a = b;
+			b = tmp;
+		}
+		if (s == IBP_OK)
+			s = dq_decode_chunk(&pl, (uint64_t)k, a, out);
+	}
+	if (wire_bits)
+		*wire_bits = pl.total_bytes * 8;
+	free(a);
+	free(b);
+	dq_plan_free(&pl);
+	return s;
+}
+
+static int mod(int a, int p)
+{
+	return ((a % p) + p) % p;
+}
+
+static uint64_t chunk_elems(const dq_plan_t *pl, int k)
+{
+	uint64_t a = pl->lo[k] * DQ_S, b = pl->lo[k + 1] * DQ_S;
+	return (b < pl->d ? b : pl->d) - (a < pl->d ? a : pl->d);
+}
+
+/* Every rank gets every rank's statistics; all sum them in rank order, so
+ * all derive the same plan bit for bit. */
+static ibp_status_t stats_allgather(ibp_coll_comm_t *c, coll_hdr_t h, const float *mine, uint64_t n2, float *all)
+{
+	int r = c->rank, p = c->nranks, right = mod(r + 1, p), left = mod(r - 1, p);
+	uint64_t bytes = n2 * sizeof(float), cap = COLL_HDR + bytes;
+	uint8_t *m = malloc(cap);
+	if (!m)
+		return ibp_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory");
+	if (n2)
+		memcpy(all + (uint64_t)r * n2, mine, bytes);
+	ibp_status_t s = IBP_OK;
+	h.enc = COLL_ENC_RAW;
+	h.elems = n2;
+	for (int t = 0; t < p - 1 && s == IBP_OK; t++) {
+		int so = mod(r - t, p), ro = mod(r - 1 - t, p);
+		coll_hdr_t sh = h, want = h, got;
+		sh.chunk = (uint32_t)so;
+		want.chunk = (uint32_t)ro;
+		memcpy(m, &sh, sizeof sh);
+		uint64_t rb = 0;
+		uint8_t *rbuf = (uint8_t *)(all + (uint64_t)ro * n2);
+		/* Receive straight after the header: send from a copy, receive into m. */
+		if (n2)
+			memcpy(m + COLL_HDR, all + (uint64_t)so * n2, bytes);
+		uint8_t *in = malloc(cap);
+		if (!in) {
+			s = ibp_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory");
+			break;
+		}
+		s = coll_sendrecv(c, right, m, cap, bytes, left, in, cap, &rb);
+		if (s == IBP_OK)
+			s = coll_check(in, rb, &want, left, &got);
+		if (s == IBP_OK && (got.enc != COLL_ENC_RAW || rb != cap))
+			s = ibp_fail(IBP_ERR_CORRUPT, "coll: dynamiq: statistics message from rank %d is malformed",
+				     left);
+		if (s == IBP_OK && n2)
+			memcpy(rbuf, in + COLL_HDR, bytes);
+		free(in);
+	}
+	free(m);
+	return s;
+}
+
+static void widen(const void *src, ibp_dtype_t dt, uint64_t n, float *dst)
+{
+	if (dt == IBP_DTYPE_F32) {
+		if (n)
+			memcpy(dst, src, n * 4);
+		return;
+	}
+	const uint16_t *s = src;
+	for (uint64_t i = 0; i < n; i++)
+		dst[i] = dt == IBP_DTYPE_BF16 ? fp8i_bf16_to_f32(s[i]) : fp8i_f16_to_f32(s[i]);
+}
+
+static void narrow(const float *src, ibp_dtype_t dt, uint64_t n, void *dst)
+{
+	if (dt == IBP_DTYPE_F32) {
+		if (n)
+			memcpy(dst, src, n * 4);
+		return;
+	}
+	uint16_t *d = dst;
+	for (uint64_t i = 0; i < n; i++)
+		d[i] = dt == IBP_DTYPE_BF16 ? fp8i_f32_to_bf16(src[i]) : fp8i_f32_to_f16(src[i]);
+}
+
+/* Receives chunk `ck` from `left` into m and checks its header and size. */
+static ibp_status_t recv_chunk(ibp_coll_comm_t *c, const dq_plan_t *pl, coll_hdr_t h, int ck, int left,
+			       const uint8_t *sbuf, uint64_t sbytes, uint64_t slogical, uint8_t *m, uint64_t cap)
+{
+	coll_hdr_t want = h, got;
+	want.elems = chunk_elems(pl, ck);
+	want.chunk = (uint32_t)ck;
+	uint64_t rb = 0;
+	IBP_TRY(coll_sendrecv(c, mod(c->rank + 1, c->nranks), sbuf, sbytes, slogical, left, m, cap, &rb));
+	IBP_TRY(coll_check(m, rb, &want, left, &got));
+	if (got.enc != COLL_ENC_DQ || rb != COLL_HDR + pl->cbytes[ck])
+		return ibp_fail(IBP_ERR_CORRUPT,
+				"coll: dynamiq: chunk %d from rank %d has %llu payload bytes (encoding %u), expected %llu",
+				ck, left, (unsigned long long)(rb - COLL_HDR), got.enc,
+				(unsigned long long)pl->cbytes[ck]);
+	return IBP_OK;
+}
+
+ibp_status_t dq_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, void *recv, uint64_t count)
+{
+	int r = c->rank, p = c->nranks, left = mod(r - 1, p);
+	ibp_dtype_t dt = (ibp_dtype_t)h.dtype;
+	uint64_t esz = ibp_dtype_size(dt), J = ceil_div(count, DQ_S), n2 = 2 * J;
+	float *x = malloc((count ? count : 1) * sizeof(float));
+	float *all = malloc(((uint64_t)p * n2 + 1) * sizeof(float)), *gst = calloc(n2 + 1, sizeof(float));
+	uint8_t *m[2] = { NULL, NULL };
+	dq_plan_t pl;
+	memset(&pl, 0, sizeof pl);
+	ibp_status_t s = IBP_OK;
+	if (!x || !all || !gst) {
+		s = ibp_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory for %llu elements", (unsigned long long)count);
+		goto out;
+	}
+	widen(send, dt, count, x);
+	dq_local_stats(x, count, gst);
+	if ((s = stats_allgather(c, h, gst, n2, all)) != IBP_OK)
+		goto out;
+	memset(gst, 0, n2 * sizeof(float));
+	for (int o = 0; o < p; o++)
+		for (uint64_t i = 0; i < n2; i++)
+			gst[i] += all[(uint64_t)o * n2 + i];
+	dq_cfg_t cfg;
+	dq_cfg_default(&cfg);
+	if ((s = dq_plan_make(&pl, &cfg, p, count, h.seq, gst)) != IBP_OK)
+		goto out;
+	uint64_t cap = COLL_HDR + max_chunk(&pl);
+	m[0] = malloc(cap);
+	m[1] = malloc(cap);
+	if (!m[0] || !m[1]) {
+		s = ibp_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory");
+		goto out;
+	}
+	h.enc = COLL_ENC_DQ;
+	/* Reduce-scatter: the leaf sends chunk r-1; each hop decodes, adds and re-quantizes. */
+	for (int t = 0; t < p - 1; t++) {
+		int sc = mod(r - 1 - t, p), rc = mod(r - 2 - t, p);
+		coll_hdr_t sh = h;
+		sh.elems = chunk_elems(&pl, sc);
+		sh.chunk = (uint32_t)sc;
+		memcpy(m[0], &sh, sizeof sh);
+		if (t == 0 && (s = dq_hop(&pl, (uint64_t)sc, NULL, x, r, m[0] + COLL_HDR)) != IBP_OK)
+			goto out;
+		if ((s = recv_chunk(c, &pl, h, rc, left, m[0], COLL_HDR + pl.cbytes[sc], sh.elems * esz, m[1], cap)) !=
+		    IBP_OK)
+			goto out;
+		if ((s = dq_hop(&pl, (uint64_t)rc, m[1] + COLL_HDR, x, r, m[0] + COLL_HDR)) != IBP_OK)
+			goto out;
+	}
+	/* m[0] holds chunk r as this rank (its sink) made it; all-gather forwards bytes unchanged. */
+	coll_hdr_t oh = h;
+	oh.elems = chunk_elems(&pl, r);
+	oh.chunk = (uint32_t)r;
+	memcpy(m[0], &oh, sizeof oh);
+	if ((s = dq_decode_chunk(&pl, (uint64_t)r, m[0] + COLL_HDR, x)) != IBP_OK)
+		goto out;
+	int cur = 0;
+	for (int t = 0; t < p - 1; t++) {
+		int sc = mod(r - t, p), rc = mod(r - 1 - t, p);
+		if ((s = recv_chunk(c, &pl, h, rc, left, m[cur], COLL_HDR + pl.cbytes[sc], chunk_elems(&pl, sc) * esz,
+				    m[1 - cur], cap)) != IBP_OK)
+			goto out;
+		if ((s = dq_decode_chunk(&pl, (uint64_t)rc, m[1 - cur] + COLL_HDR, x)) != IBP_OK)
+			goto out;
+		cur = 1 - cur;
+	}
+	narrow(x, dt, count, recv);
+out:
+	(void)esz;
+	free(x);
+	free(all);
+	free(gst);
+	free(m[0]);
+	free(m[1]);
+	dq_plan_free(&pl);
+	return s;
+}

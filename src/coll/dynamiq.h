@@ -1,0 +1,72 @@
+/* dynamiq.h - DynamiQ (paper 001): ring all-reduce whose partial sums
+ * travel quantized; every hop decodes, adds its contribution in FP32 and
+ * re-quantizes with fresh scales. The plan/chunk functions are shared by
+ * the collective (dynamiq.c) and the one-process simulation the tests use
+ * to measure vNMSE at up to 64 workers. Decisions: docs/COLLECTIVES.md. */
+#ifndef IBP_COLL_DYNAMIQ_H
+#define IBP_COLL_DYNAMIQ_H
+
+#include <stdint.h>
+
+#include "coll/coll_internal.h"
+
+#define DQ_G 16u  /* group: entries sharing one UINT8 scale */
+#define DQ_S 256u /* super-group: entries sharing one BF16 scale */
+
+typedef struct dq_cfg {
+	double budget;  /* bits per coordinate, scales included (default 5) */
+	int fixed_q;    /* 0: widths {2,4,8} chosen per SG; 2/4/8: that width everywhere */
+	int nonuniform; /* 1: ICE-Buckets levels (eps4, eps8); 0: uniform */
+	double eps4, eps8;
+	int correlated; /* 1: stratified rounding across ranks (shared seed) */
+	int fresh;      /* 1: fresh scales at every hop; 0: keep the leaf's scales (clip) */
+	uint64_t seed;  /* same on every rank */
+} dq_cfg_t;
+
+void dq_cfg_default(dq_cfg_t *cfg);
+
+/* What every rank derives from the summed statistics: widths, means, the
+ * chunking of SGs over ranks and each SG's byte offset in its chunk. */
+typedef struct dq_plan {
+	dq_cfg_t cfg;
+	int n;          /* ranks */
+	uint64_t d, J;  /* elements, super-groups */
+	uint64_t seq;   /* call number (keys the shared random streams) */
+	uint8_t *q;     /* width per SG */
+	float *mu;      /* global mean per SG */
+	uint64_t *boff; /* byte offset of SG j inside its chunk */
+	uint64_t *lo;   /* chunk k = SGs [lo[k], lo[k+1]) */
+	uint64_t *cbytes; /* payload bytes of chunk k */
+	uint64_t total_bytes;
+	float lv[3][128]; /* magnitude levels of widths 2, 4, 8 (index log2(q) - 1) */
+	uint8_t tab[3][1024]; /* largest r < R with lv[r] <= b / 1024: starts the level search */
+} dq_plan_t;
+
+/* Payload bytes of one SG of c entries at width q. */
+uint64_t dq_sg_bytes(uint64_t c, int q);
+
+/* Local statistics: st[j] = sum of x over SG j / c_j, st[J + j] = sum of x^2. */
+void dq_local_stats(const float *x, uint64_t d, float *st);
+
+/* Builds the plan from the statistics summed over ranks (2J floats).
+ * IBP_ERR_INVALID_ARG when they are not finite (NaN/Inf input). */
+ibp_status_t dq_plan_make(dq_plan_t *pl, const dq_cfg_t *cfg, int n, uint64_t d, uint64_t seq, const float *gst);
+void dq_plan_free(dq_plan_t *pl);
+
+/* One hop on chunk k by rank w: out = quantize(decode(in) + x - mu) over the
+ * chunk's SGs (in NULL: the leaf). x is the rank's whole FP32 buffer.
+ * in must hold exactly cbytes[k] bytes (checked by the caller). */
+ibp_status_t dq_hop(const dq_plan_t *pl, uint64_t k, const uint8_t *in, const float *x, int w, uint8_t *out);
+
+/* Decodes chunk k into the sum: y[i] = decoded + n * mu (chunk's range of y). */
+ibp_status_t dq_decode_chunk(const dq_plan_t *pl, uint64_t k, const uint8_t *in, float *y);
+
+/* The whole ring all-reduce of n FP32 buffers in one thread (x[r] is rank
+ * r's buffer): same plan, same hops, same bytes as the collective. */
+ibp_status_t dq_simulate(const float *const *x, int n, uint64_t d, const dq_cfg_t *cfg, uint64_t seq, float *out,
+			 uint64_t *wire_bits);
+
+/* The collective (called by ibp_coll_allreduce for IBP_COLL_CODEC_DYNAMIQ). */
+ibp_status_t dq_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, void *recv, uint64_t count);
+
+#endif /* IBP_COLL_DYNAMIQ_H */

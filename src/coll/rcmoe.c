@@ -1,0 +1,303 @@
+/* rcmoe.c - RCMoE's two compressors (paper 003): LSQ row-wise stochastic
+ * quantization and PTS probabilistic threshold sparsification with its
+ * all-gather based sparse AllReduce. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/rcmoe.h"
+#include "fp8/fp8_impl.h"
+#include "util/error.h"
+
+/* max without fmaxf's NaN rules (inputs here are checked or finite), so it inlines. */
+static inline float maxf(float a, float b)
+{
+	return a > b ? a : b;
+}
+
+static uint64_t mix(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static float u01(uint64_t h)
+{
+	return (float)(h >> 40) * (1.0f / 16777216.0f);
+}
+
+static uint64_t ceil_div(uint64_t a, uint64_t b)
+{
+	return a / b + (a % b != 0);
+}
+
+static float getf(const void *src, ibp_dtype_t dt, uint64_t i)
+{
+	if (dt == IBP_DTYPE_F32)
+		return ((const float *)src)[i];
+	uint16_t h = ((const uint16_t *)src)[i];
+	return dt == IBP_DTYPE_BF16 ? fp8i_bf16_to_f32(h) : fp8i_f16_to_f32(h);
+}
+
+static void putf(void *dst, ibp_dtype_t dt, uint64_t i, float v)
+{
+	if (dt == IBP_DTYPE_F32)
+		((float *)dst)[i] = v;
+	else
+		((uint16_t *)dst)[i] = dt == IBP_DTYPE_BF16 ? fp8i_f32_to_bf16(v) : fp8i_f32_to_f16(v);
+}
+
+#define LSQ_HDR 8u
+
+static int lsq_params_ok(uint64_t row, int B, int K)
+{
+	return row >= 1 && row <= 65535 && (B == 2 || B == 4 || B == 8) && (K == 0 || K == 4 || K == 8);
+}
+
+uint64_t lsq_bytes(uint64_t n, uint64_t row, int B, int K)
+{
+	uint64_t rows = ceil_div(n, row);
+	return LSQ_HDR + (K ? ceil_div(rows * (uint64_t)K, 8) : rows * 4) + ceil_div(n * (uint64_t)B, 8);
+}
+
+static void put_code(uint8_t *p, uint64_t i, int w, unsigned v)
+{
+	uint64_t bit = i * (uint64_t)w;
+	p[bit >> 3] |= (uint8_t)(v << (bit & 7));
+}
+
+static unsigned get_code(const uint8_t *p, uint64_t i, int w)
+{
+	uint64_t bit = i * (uint64_t)w;
+	return (p[bit >> 3] >> (bit & 7)) & ((1u << w) - 1);
+}
+
+ibp_status_t lsq_encode(const void *src, ibp_dtype_t dt, uint64_t n, uint64_t row, int B, int K, uint64_t key,
+			uint8_t *out, uint64_t cap, uint64_t *size)
+{
+	if (!lsq_params_ok(row, B, K))
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: lsq: row %llu, %d bits, %d scale bits",
+				(unsigned long long)row, B, K);
+	uint64_t rows = ceil_div(n, row), total = lsq_bytes(n, row, B, K);
+	if (total > cap)
+		return ibp_fail(IBP_ERR_INTERNAL, "coll: lsq: message capacity too small");
+	float *s = malloc((rows ? rows : 1) * sizeof(float));
+	if (!s)
+		return ibp_fail(IBP_ERR_NOMEM, "coll: lsq: out of memory");
+	float S = 0;
+	for (uint64_t r = 0; r < rows; r++) {
+		float m = 0;
+		for (uint64_t i = r * row; i < n && i < (r + 1) * row; i++) {
+			float v = fabsf(getf(src, dt, i));
+			if (!(v <= 3.4e38f)) {
+				free(s);
+				return ibp_fail(IBP_ERR_INVALID_ARG, "coll: lsq: non-finite input at element %llu",
+						(unsigned long long)i);
+			}
+			m = maxf(m, v);
+		}
+		s[r] = m;
+		S = maxf(S, m);
+	}
+	memset(out, 0, total);
+	memcpy(out, &S, 4);
+	out[4] = (uint8_t)B;
+	out[5] = (uint8_t)K;
+	out[6] = (uint8_t)row;
+	out[7] = (uint8_t)(row >> 8);
+	uint8_t *sc = out + LSQ_HDR, *code = sc + (K ? ceil_div(rows * (uint64_t)K, 8) : rows * 4);
+	unsigned Ls = K ? (1u << K) - 1 : 0, Lm = (1u << (B - 1)) - 1;
+	for (uint64_t r = 0; r < rows; r++) {
+		/* The row scale, stochastically rounded to K bits of S* (unbiased); entries use the exact one. */
+		if (K) {
+			float t = S > 0 ? s[r] / S * (float)Ls : 0, fl = floorf(t);
+			unsigned v = (unsigned)fl + (u01(mix(key ^ 0x736361ull ^ (r * 0xd1b54a32d192ed03ull))) < t - fl);
+			put_code(sc, r, K, v > Ls ? Ls : v);
+		} else
+			memcpy(sc + r * 4, &s[r], 4);
+		for (uint64_t i = r * row; i < n && i < (r + 1) * row; i++) {
+			float x = getf(src, dt, i), t = s[r] > 0 ? fabsf(x) / s[r] * (float)Lm : 0, fl = floorf(t);
+			unsigned m = (unsigned)fl + (u01(mix(key ^ (i * 0x9e3779b97f4a7c15ull))) < t - fl);
+			if (m > Lm)
+				m = Lm;
+			put_code(code, i, B, m | (x < 0 && m ? 1u << (B - 1) : 0u));
+		}
+	}
+	free(s);
+	*size = total;
+	return IBP_OK;
+}
+
+ibp_status_t lsq_decode(const uint8_t *in, uint64_t size, ibp_dtype_t dt, uint64_t n, void *dst)
+{
+	if (size < LSQ_HDR)
+		return ibp_fail(IBP_ERR_CORRUPT, "coll: lsq: %llu-byte stream", (unsigned long long)size);
+	float S;
+	memcpy(&S, in, 4);
+	int B = in[4], K = in[5];
+	uint64_t row = (uint64_t)in[6] | (uint64_t)in[7] << 8;
+	if (!lsq_params_ok(row, B, K) || !(S >= 0) || isinf(S) || lsq_bytes(n, row, B, K) != size)
+		return ibp_fail(IBP_ERR_CORRUPT,
+				"coll: lsq: stream of %llu bytes (bits %d, scale bits %d, row %llu) for %llu elements",
+				(unsigned long long)size, B, K, (unsigned long long)row, (unsigned long long)n);
+	uint64_t rows = ceil_div(n, row);
+	const uint8_t *sc = in + LSQ_HDR, *code = sc + (K ? ceil_div(rows * (uint64_t)K, 8) : rows * 4);
+	unsigned Lm = (1u << (B - 1)) - 1;
+	float Ls = K ? (float)((1u << K) - 1) : 0;
+	for (uint64_t r = 0; r < rows; r++) {
+		float s;
+		if (K)
+			s = (float)get_code(sc, r, K) / Ls * S;
+		else {
+			memcpy(&s, sc + r * 4, 4);
+			if (!(s >= 0) || isinf(s))
+				return ibp_fail(IBP_ERR_CORRUPT, "coll: lsq: row %llu has a bad scale",
+						(unsigned long long)r);
+		}
+		for (uint64_t i = r * row; i < n && i < (r + 1) * row; i++) {
+			unsigned v = get_code(code, i, B);
+			float m = (float)(v & Lm) * s / (float)Lm;
+			putf(dst, dt, i, (v >> (B - 1)) ? -m : m);
+		}
+	}
+	return IBP_OK;
+}
+
+/* ---- PTS ---- */
+
+#define PTS_HDR 12u
+
+uint64_t pts_max_bytes(uint64_t k)
+{
+	return PTS_HDR + 2 * ceil_div(k, 8);
+}
+
+ibp_status_t pts_encode(const float *g, uint64_t k, double sigma, uint64_t key, uint8_t *out, uint64_t cap,
+			uint64_t *size)
+{
+	if (!(sigma > 0 && sigma <= 1))
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: pts: sigma %g is not in (0, 1]", sigma);
+	if (cap < pts_max_bytes(k))
+		return ibp_fail(IBP_ERR_INTERNAL, "coll: pts: message capacity too small");
+	float m = 0;
+	for (uint64_t i = 0; i < k; i++) {
+		if (!(fabsf(g[i]) <= 3.4e38f))
+			return ibp_fail(IBP_ERR_INVALID_ARG, "coll: pts: non-finite input at element %llu",
+					(unsigned long long)i);
+		m = maxf(m, fabsf(g[i]));
+	}
+	uint64_t bm = ceil_div(k, 8), nnz = 0;
+	uint8_t *pres = out + PTS_HDR, *sgn = pres + bm;
+	memset(pres, 0, bm);
+	float mag = (float)(m / sigma), ps = (float)sigma;
+	for (uint64_t i = 0; i < k; i++) {
+		float p = m > 0 ? ps * fabsf(g[i]) / m : 0;
+		if (u01(mix(key ^ (i * 0x9e3779b97f4a7c15ull))) < p) {
+			pres[i >> 3] |= (uint8_t)(1u << (i & 7));
+			nnz++;
+		}
+	}
+	uint64_t sb = ceil_div(nnz, 8), j = 0;
+	memset(sgn, 0, sb);
+	for (uint64_t i = 0; i < k; i++)
+		if (pres[i >> 3] >> (i & 7) & 1) {
+			if (g[i] < 0)
+				sgn[j >> 3] |= (uint8_t)(1u << (j & 7));
+			j++;
+		}
+	memcpy(out, &mag, 4);
+	memcpy(out + 4, &nnz, 8);
+	*size = PTS_HDR + bm + sb;
+	return IBP_OK;
+}
+
+ibp_status_t pts_decode_add(const uint8_t *in, uint64_t size, uint64_t k, float *acc)
+{
+	uint64_t bm = ceil_div(k, 8), nnz;
+	float mag;
+	if (size < PTS_HDR + bm)
+		return ibp_fail(IBP_ERR_CORRUPT, "coll: pts: %llu-byte stream for %llu elements", (unsigned long long)size,
+				(unsigned long long)k);
+	memcpy(&mag, in, 4);
+	memcpy(&nnz, in + 4, 8);
+	if (!(mag >= 0) || isinf(mag) || nnz > k || size != PTS_HDR + bm + ceil_div(nnz, 8))
+		return ibp_fail(IBP_ERR_CORRUPT, "coll: pts: stream header (%llu kept of %llu) does not match its %llu bytes",
+				(unsigned long long)nnz, (unsigned long long)k, (unsigned long long)size);
+	const uint8_t *pres = in + PTS_HDR, *sgn = pres + bm;
+	uint64_t cnt = 0;
+	for (uint64_t b = 0; b < bm; b++)
+		cnt += (uint64_t)__builtin_popcount(pres[b]);
+	if (cnt != nnz || (k % 8 && pres[bm - 1] >> (k % 8)))
+		return ibp_fail(IBP_ERR_CORRUPT, "coll: pts: presence bitmap holds %llu entries, header says %llu",
+				(unsigned long long)cnt, (unsigned long long)nnz);
+	uint64_t j = 0;
+	for (uint64_t i = 0; i < k; i++)
+		if (pres[i >> 3] >> (i & 7) & 1) {
+			acc[i] += (sgn[j >> 3] >> (j & 7) & 1) ? -mag : mag;
+			j++;
+		}
+	return IBP_OK;
+}
+
+static int mod(int a, int p)
+{
+	return ((a % p) + p) % p;
+}
+
+ibp_status_t pts_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, void *recv, uint64_t count)
+{
+	int r = c->rank, p = c->nranks, right = mod(r + 1, p), left = mod(r - 1, p);
+	ibp_dtype_t dt = (ibp_dtype_t)h.dtype;
+	uint64_t cap = COLL_HDR + pts_max_bytes(count), k1 = count ? count : 1;
+	float *g = malloc(k1 * sizeof(float)), *acc = calloc(k1, sizeof(float));
+	uint8_t *all = malloc((uint64_t)p * cap);
+	uint64_t *sz = calloc((size_t)p, sizeof(uint64_t));
+	ibp_status_t s = IBP_OK;
+	if (!g || !acc || !all || !sz) {
+		s = ibp_fail(IBP_ERR_NOMEM, "coll: pts: out of memory for %llu elements", (unsigned long long)count);
+		goto out;
+	}
+	for (uint64_t i = 0; i < count; i++)
+		g[i] = getf(send, dt, i);
+	/* Each rank's own stream; the key differs per rank and per call. */
+	uint64_t key = mix(0x505453ull ^ mix(h.seq) ^ ((uint64_t)(r + 1) * 0xd6e8feb86659fd93ull));
+	uint8_t *mine = all + (uint64_t)r * cap;
+	coll_hdr_t oh = h;
+	oh.enc = COLL_ENC_PTS;
+	oh.elems = count;
+	oh.chunk = (uint32_t)r;
+	memcpy(mine, &oh, sizeof oh);
+	if ((s = pts_encode(g, count, PTS_SIGMA, key, mine + COLL_HDR, cap - COLL_HDR, &sz[r])) != IBP_OK)
+		goto out;
+	sz[r] += COLL_HDR;
+	/* Ring all-gather of the variable-size streams, forwarded unchanged. */
+	for (int t = 0; t < p - 1; t++) {
+		int so = mod(r - t, p), ro = mod(r - 1 - t, p);
+		coll_hdr_t want = h, got;
+		want.elems = count;
+		want.chunk = (uint32_t)ro;
+		uint8_t *rb = all + (uint64_t)ro * cap;
+		if ((s = coll_sendrecv(c, right, all + (uint64_t)so * cap, sz[so], count * ibp_dtype_size(dt), left, rb,
+				       cap, &sz[ro])) != IBP_OK ||
+		    (s = coll_check(rb, sz[ro], &want, left, &got)) != IBP_OK)
+			goto out;
+		if (got.enc != COLL_ENC_PTS) {
+			s = ibp_fail(IBP_ERR_CORRUPT, "coll: pts: message from rank %d has encoding %u", left, got.enc);
+			goto out;
+		}
+	}
+	/* Rank order: every rank adds the same values in the same order. */
+	for (int o = 0; o < p; o++)
+		if ((s = pts_decode_add(all + (uint64_t)o * cap + COLL_HDR, sz[o] - COLL_HDR, count, acc)) != IBP_OK)
+			goto out;
+	for (uint64_t i = 0; i < count; i++)
+		putf(recv, dt, i, acc[i]);
+out:
+	free(g);
+	free(acc);
+	free(all);
+	free(sz);
+	return s;
+}

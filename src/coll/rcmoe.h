@@ -1,0 +1,48 @@
+/* rcmoe.h - RCMoE (paper 003): LSQ, per-row unbiased stochastic
+ * quantization of AllToAll(v) payloads (a per-message encoding), and PTS,
+ * probabilistic threshold sparsification, as a sparse AllReduce.
+ * Decisions: docs/COLLECTIVES.md. */
+#ifndef IBP_COLL_RCMOE_H
+#define IBP_COLL_RCMOE_H
+
+#include <stdint.h>
+
+#include "coll/coll_internal.h"
+
+/* The codec's settings (IBP_COLL_CODEC_LSQ). */
+#define LSQ_ROW 256u /* elements per row (one scale each) */
+#define LSQ_BITS 4   /* bits per entry, sign included */
+#define LSQ_SBITS 4  /* bits per row scale (the paper's K = 3..4) */
+#define PTS_SIGMA 1.0
+
+/* Bytes of an LSQ stream of n elements (B in {2,4,8}, K in {0,4,8}; K = 0:
+ * FP32 row scales). */
+uint64_t lsq_bytes(uint64_t n, uint64_t row, int B, int K);
+
+/* Encodes n elements of dt: header (FP32 S*, B, K, row), row-scale codes,
+ * entry codes. key seeds the stochastic rounding. IBP_ERR_INVALID_ARG on
+ * non-finite input or bad parameters. */
+ibp_status_t lsq_encode(const void *src, ibp_dtype_t dt, uint64_t n, uint64_t row, int B, int K, uint64_t key,
+			uint8_t *out, uint64_t cap, uint64_t *size);
+
+/* Decodes exactly `size` bytes into n elements of dt; IBP_ERR_CORRUPT when
+ * the stream does not describe n elements or its scale is not finite. */
+ibp_status_t lsq_decode(const uint8_t *in, uint64_t size, ibp_dtype_t dt, uint64_t n, void *dst);
+
+/* Largest PTS stream for k elements. */
+uint64_t pts_max_bytes(uint64_t k);
+
+/* PTS of g (k floats, sigma in (0, 1]): keeps g_i with probability
+ * sigma |g_i| / max|g| as sign * max / sigma. Stream: FP32 magnitude, u64
+ * count kept, presence bitmap (k bits), sign bits of the kept. */
+ibp_status_t pts_encode(const float *g, uint64_t k, double sigma, uint64_t key, uint8_t *out, uint64_t cap,
+			uint64_t *size);
+
+/* acc[i] += decoded value; IBP_ERR_CORRUPT on a malformed stream. */
+ibp_status_t pts_decode_add(const uint8_t *in, uint64_t size, uint64_t k, float *acc);
+
+/* The sparse AllReduce (IBP_COLL_CODEC_PTS): every rank's stream goes round
+ * the ring; all ranks add the n streams in rank order. */
+ibp_status_t pts_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, void *recv, uint64_t count);
+
+#endif /* IBP_COLL_RCMOE_H */

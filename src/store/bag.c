@@ -1,0 +1,435 @@
+/* bag.c - embedding bags pooled straight from a compressed store (ibp/bag.h).
+ *
+ * One pass per bag: the bag's first row is decoded straight into its output
+ * row (float32) or widened into a float32 accumulator (16-bit dtypes), and
+ * every later row is decoded into one row of per-thread scratch, which stays
+ * in L1, and folded into the accumulator. Nothing the size of
+ * [indices, dim] is ever written.
+ *
+ * The reduction reproduces PyTorch's CPU embedding_bag bit for bit on
+ * float32: the accumulator starts at +0 (so a lone -0 row sums to +0, as
+ * 0 + (-0) does), weighted rows go through fmaf, mean divides by the count.
+ * The float kernels are compiled twice, portable and AVX2+FMA (picked at
+ * run time; IBP_FORCE_PORTABLE=1 forces the portable ones), from one body,
+ * so both give the same bits: fmaf is exact either way (libm's or the
+ * instruction), and C11 mode forbids contracting the other operations.
+ *
+ * Threads: bags are cut into one contiguous range per thread so that every
+ * range has about the same number of ids plus bags (an empty bag still
+ * costs a row of zeros), then run on ibp_parallel_for.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ibp/bag.h"
+#include "ibp/alloc.h"
+#include "ibp/container.h"
+#include "util/error.h"
+#include "util/parallel.h"
+#include "util/cpu.h"
+#include "bitpack/codec_internal.h"
+#include "fp8/fp8_impl.h"
+
+typedef unsigned long long ull;
+
+#define NO_BLOCK UINT64_MAX
+#define SCRATCH_MAX (1ull << 30) /* all threads' scratch together, beyond one thread's */
+
+/* ---- float32 kernels: one body, two compilations ---------------------- */
+
+#define BAG_BODY static inline __attribute__((always_inline))
+
+BAG_BODY void k_add(float *restrict a, const float *restrict r, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++)
+		a[i] = a[i] + r[i];
+}
+
+BAG_BODY void k_fma(float *restrict a, const float *restrict r, float w, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++)
+		a[i] = __builtin_fmaf(w, r[i], a[i]);
+}
+
+BAG_BODY void k_max(float *restrict a, const float *restrict r, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++)
+		a[i] = r[i] > a[i] ? r[i] : a[i];
+}
+
+/* a = 0 + r: the first row of a sum (turns -0 into +0, as PyTorch's +0 start).
+ * a may be r (float32: the row was decoded into the accumulator). */
+BAG_BODY void k_first(float *a, const float *r, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++)
+		a[i] = 0.0f + r[i];
+}
+
+/* a = fma(w, r, 0): the first row of a weighted sum (a may be r) */
+BAG_BODY void k_first_w(float *a, const float *r, float w, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++)
+		a[i] = __builtin_fmaf(w, r[i], 0.0f);
+}
+
+BAG_BODY void k_div(float *a, float n, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++)
+		a[i] = a[i] / n;
+}
+
+typedef struct bag_kernels {
+	void (*add)(float *restrict, const float *restrict, uint64_t);
+	void (*fma)(float *restrict, const float *restrict, float, uint64_t);
+	void (*max)(float *restrict, const float *restrict, uint64_t);
+	void (*first)(float *, const float *, uint64_t);
+	void (*first_w)(float *, const float *, float, uint64_t);
+	void (*div)(float *, float, uint64_t);
+} bag_kernels_t;
+
+#define BAG_VARIANT(SFX, ATTR)                                                                          \
+	ATTR static void add_##SFX(float *restrict a, const float *restrict r, uint64_t d) { k_add(a, r, d); } \
+	ATTR static void fma_##SFX(float *restrict a, const float *restrict r, float w, uint64_t d)          \
+	{                                                                                               \
+		k_fma(a, r, w, d);                                                                      \
+	}                                                                                               \
+	ATTR static void max_##SFX(float *restrict a, const float *restrict r, uint64_t d) { k_max(a, r, d); } \
+	ATTR static void first_##SFX(float *a, const float *r, uint64_t d)                                \
+	{                                                                                               \
+		k_first(a, r, d);                                                                       \
+	}                                                                                               \
+	ATTR static void first_w_##SFX(float *a, const float *r, float w, uint64_t d)                     \
+	{                                                                                               \
+		k_first_w(a, r, w, d);                                                                  \
+	}                                                                                               \
+	ATTR static void div_##SFX(float *a, float n, uint64_t d) { k_div(a, n, d); }                     \
+	static const bag_kernels_t kernels_##SFX = { add_##SFX,   fma_##SFX,     max_##SFX,               \
+						     first_##SFX, first_w_##SFX, div_##SFX };
+
+BAG_VARIANT(portable, )
+#if defined(__x86_64__) && defined(__GNUC__)
+BAG_VARIANT(avx2, __attribute__((target("avx2,fma"))))
+#endif
+
+static const bag_kernels_t *pick_kernels(void)
+{
+	const char *e = getenv("IBP_FORCE_PORTABLE");
+	if (e && *e && strcmp(e, "0") != 0)
+		return &kernels_portable;
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (ibp_cpu()->avx2 && __builtin_cpu_supports("fma"))
+		return &kernels_avx2;
+#endif
+	return &kernels_portable;
+}
+
+/* ---- the job ------------------------------------------------------------ */
+
+typedef struct bag_tls {
+	uint8_t *row;  /* R bytes: a decoded row */
+	float *accf;   /* dim floats: accumulator (16-bit dtypes) */
+	float *rowf;   /* dim floats: a row widened (16-bit dtypes) */
+	uint8_t *slot; /* exp/fp8: one block of rows */
+	uint64_t block; /* block held in slot, or NO_BLOCK */
+} bag_tls_t;
+
+typedef struct bag_job {
+	const ibp_container_t *c;
+	const ibp_codec_t *codec;
+	const bag_kernels_t *k;
+	int packed, block_codec;
+	ibp_dtype_t dt;
+	uint64_t R, dim, block_rows;
+	ibp_bag_mode_t mode;
+	const int32_t *ids32;
+	const int64_t *ids64;
+	const int64_t *offsets;
+	const float *weights;
+	int64_t padding;
+	uint8_t *out;
+	uint64_t part[IBP_MAX_THREADS + 1]; /* bag ranges, one per thread */
+	bag_tls_t tls[IBP_MAX_THREADS];
+	pthread_mutex_t mu; /* guards the first failure */
+	int failed;
+	ibp_status_t err;
+	uint64_t err_bag;
+	char err_msg[256];
+} bag_job_t;
+
+static inline int64_t id_at(const bag_job_t *j, uint64_t k)
+{
+	return j->ids64 ? j->ids64[k] : (int64_t)j->ids32[k];
+}
+
+/* Row `row` decoded: into `dst` (IBP rows) or in the thread's block slot;
+ * NULL on failure with *st set (the detail is in this thread's slot). */
+static const uint8_t *row_at(const bag_job_t *j, bag_tls_t *t, uint64_t row, uint8_t *dst, ibp_status_t *st)
+{
+	if (j->block_codec) {
+		uint64_t blk = row / j->block_rows;
+		if (t->block != blk) {
+			t->block = NO_BLOCK; /* a failed decode leaves nothing cached */
+			*st = ibp_container_decode_block(j->c, blk, t->slot, 1);
+			if (*st != IBP_OK)
+				return NULL;
+			t->block = blk;
+		}
+		return t->slot + (row - blk * j->block_rows) * j->R;
+	}
+	const uint8_t *src;
+	uint64_t len, used = 0;
+	uint8_t mode;
+	unsigned cl;
+	*st = ibp_container_row_meta(j->c, row, &src, &len, &mode, &cl);
+	if (*st == IBP_OK)
+		*st = ibp_decode_row_ext(j->codec, src, len, mode, cl, dst, &used);
+	/* a packed row fills its extent exactly (FORMAT.md §1.3), as in the gather */
+	if (*st == IBP_OK && j->packed && used != len)
+		*st = ibp_fail(IBP_ERR_CORRUPT, "row %llu: encoded row is %llu bytes, its extent %llu", (ull)row,
+			       (ull)used, (ull)len);
+	return *st == IBP_OK ? dst : NULL;
+}
+
+static void widen(const bag_job_t *j, const uint8_t *src, float *dst)
+{
+	const uint16_t *h = (const uint16_t *)src;
+	if (j->dt == IBP_DTYPE_BF16)
+		for (uint64_t i = 0; i < j->dim; i++)
+			dst[i] = fp8i_bf16_to_f32(h[i]);
+	else
+		for (uint64_t i = 0; i < j->dim; i++)
+			dst[i] = fp8i_f16_to_f32(h[i]);
+}
+
+static inline uint16_t narrow1(ibp_dtype_t dt, float v)
+{
+	return dt == IBP_DTYPE_BF16 ? fp8i_f32_to_bf16(v) : fp8i_f32_to_f16(v);
+}
+
+static inline float widen1(ibp_dtype_t dt, uint16_t h)
+{
+	return dt == IBP_DTYPE_BF16 ? fp8i_bf16_to_f32(h) : fp8i_f16_to_f32(h);
+}
+
+/* Pools bag b; returns IBP_OK or the failing status. */
+static ibp_status_t pool_bag(const bag_job_t *j, bag_tls_t *t, uint64_t b)
+{
+	const bag_kernels_t *k = j->k;
+	const int f32 = j->dt == IBP_DTYPE_F32;
+	uint8_t *o = j->out + b * j->R;
+	float *acc = f32 ? (float *)o : t->accf;
+	uint64_t cnt = 0;
+	ibp_status_t st = IBP_OK;
+	for (uint64_t i = (uint64_t)j->offsets[b]; i < (uint64_t)j->offsets[b + 1]; i++) {
+		int64_t id = id_at(j, i);
+		if (id == j->padding)
+			continue;
+		const float *r;
+		if (f32) {
+			/* the first row goes straight into the bag's output row */
+			const uint8_t *p = row_at(j, t, (uint64_t)id, cnt ? t->row : o, &st);
+			if (!p)
+				return st;
+			if (cnt == 0 && p != o)
+				memcpy(o, p, (size_t)j->R);
+			r = cnt ? (const float *)p : acc;
+		} else {
+			const uint8_t *p = row_at(j, t, (uint64_t)id, t->row, &st);
+			if (!p)
+				return st;
+			widen(j, p, t->rowf);
+			r = t->rowf;
+		}
+		if (cnt == 0) {
+			if (j->mode == IBP_BAG_MAX) {
+				if (r != acc)
+					memcpy(acc, r, (size_t)j->dim * sizeof(float));
+			} else if (j->weights)
+				k->first_w(acc, r, j->weights[i], j->dim);
+			else
+				k->first(acc, r, j->dim);
+		} else if (j->mode == IBP_BAG_MAX)
+			k->max(acc, r, j->dim);
+		else if (j->weights)
+			k->fma(acc, r, j->weights[i], j->dim);
+		else
+			k->add(acc, r, j->dim);
+		cnt++;
+	}
+	if (cnt == 0) {
+		memset(o, 0, (size_t)j->R);
+		return IBP_OK;
+	}
+	if (f32) {
+		if (j->mode == IBP_BAG_MEAN)
+			k->div(acc, (float)cnt, j->dim);
+		return IBP_OK;
+	}
+	uint16_t *h = (uint16_t *)o;
+	if (j->mode == IBP_BAG_MEAN) /* PyTorch rounds the sum, then the quotient */
+		for (uint64_t i = 0; i < j->dim; i++)
+			h[i] = narrow1(j->dt, widen1(j->dt, narrow1(j->dt, acc[i])) / (float)cnt);
+	else
+		for (uint64_t i = 0; i < j->dim; i++)
+			h[i] = narrow1(j->dt, acc[i]);
+	return IBP_OK;
+}
+
+static void run_part(void *ctx, uint64_t begin, uint64_t end, int tid)
+{
+	bag_job_t *j = ctx;
+	bag_tls_t *t = &j->tls[tid];
+	for (uint64_t p = begin; p < end; p++)
+		for (uint64_t b = j->part[p]; b < j->part[p + 1]; b++) {
+			if (__atomic_load_n(&j->failed, __ATOMIC_RELAXED))
+				return;
+			ibp_status_t st = pool_bag(j, t, b);
+			if (st == IBP_OK)
+				continue;
+			pthread_mutex_lock(&j->mu);
+			if (!j->failed || b < j->err_bag) {
+				j->err = st;
+				j->err_bag = b;
+				snprintf(j->err_msg, sizeof(j->err_msg), "%s", ibp_last_error());
+			}
+			__atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+			pthread_mutex_unlock(&j->mu);
+			return;
+		}
+}
+
+/* Cuts bags [0, n_bags) into t ranges of about equal cost, cost(b) =
+ * ids before bag b + b (so runs of empty bags are shared out too). */
+static void partition(bag_job_t *j, uint64_t n_bags, int t)
+{
+	const int64_t *off = j->offsets;
+	uint64_t total = (uint64_t)(off[n_bags] - off[0]) + n_bags;
+	j->part[0] = 0;
+	for (int p = 1; p < t; p++) {
+		uint64_t target = total / (uint64_t)t * (uint64_t)p + total % (uint64_t)t * (uint64_t)p / (uint64_t)t;
+		uint64_t lo = j->part[p - 1], hi = n_bags; /* first b with cost(b) >= target */
+		while (lo < hi) {
+			uint64_t mid = lo + (hi - lo) / 2;
+			if ((uint64_t)(off[mid] - off[0]) + mid < target)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		j->part[p] = lo;
+	}
+	j->part[t] = n_bags;
+}
+
+static uint64_t align64(uint64_t n)
+{
+	return (n + 63) & ~(uint64_t)63;
+}
+
+ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, const void *ids,
+				     ibp_dtype_t id_dtype, uint64_t n_ids, const int64_t *offsets,
+				     uint64_t n_bags, const float *weights, int64_t padding_idx, void *out,
+				     int nthreads)
+{
+	const char *fn = "embedding_bag";
+	if (!s)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL store", fn);
+	if (mode != IBP_BAG_SUM && mode != IBP_BAG_MEAN && mode != IBP_BAG_MAX)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: mode %d is not sum (0), mean (1) or max (2)", fn, (int)mode);
+	if (id_dtype != IBP_DTYPE_I32 && id_dtype != IBP_DTYPE_I64)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: ids must be int32 or int64, not dtype %d", fn, (int)id_dtype);
+	if (!offsets)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL offsets", fn);
+	if (n_ids > 0 && !ids)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL ids for %llu ids", fn, (ull)n_ids);
+	if (n_bags > 0 && !out)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL output for %llu bags", fn, (ull)n_bags);
+	if (weights && mode != IBP_BAG_SUM)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: per-id weights need mode sum", fn);
+	if (nthreads < 0)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: nthreads %d < 0", fn, nthreads);
+	const ibp_container_t *c = ibp_store_container(s);
+	uint64_t nrows = ibp_store_nrows(s), R = ibp_store_row_bytes(s);
+	ibp_dtype_t dt = ibp_store_dtype(s);
+	if (dt != IBP_DTYPE_F32 && dt != IBP_DTYPE_F16 && dt != IBP_DTYPE_BF16)
+		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: %s: rows of dtype %s cannot be pooled (float32, float16 "
+				"or bfloat16 only)", fn, ibp_container_name(c), ibp_dtype_name(dt));
+	if (padding_idx < -1 || (padding_idx >= 0 && (uint64_t)padding_idx >= nrows))
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: padding_idx %lld is not -1 or a row below %llu", fn,
+				(long long)padding_idx, (ull)nrows);
+	for (uint64_t b = 0; b < n_bags; b++)
+		if (offsets[b] > offsets[b + 1])
+			return ibp_fail(IBP_ERR_INVALID_ARG, "%s: offsets[%llu] = %lld > offsets[%llu] = %lld", fn,
+					(ull)b, (long long)offsets[b], (ull)b + 1, (long long)offsets[b + 1]);
+	if (offsets[0] < 0 || (uint64_t)offsets[n_bags] > n_ids)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: offsets span [%lld, %lld), outside the %llu ids", fn,
+				(long long)offsets[0], (long long)offsets[n_bags], (ull)n_ids);
+	for (uint64_t i = (uint64_t)offsets[0]; i < (uint64_t)offsets[n_bags]; i++) {
+		int64_t id = id_dtype == IBP_DTYPE_I64 ? ((const int64_t *)ids)[i] : ((const int32_t *)ids)[i];
+		if (id < 0 || (uint64_t)id >= nrows)
+			return ibp_fail(IBP_ERR_OUT_OF_RANGE, "%s: %s: ids[%llu] = %lld is outside the %llu rows", fn,
+					ibp_container_name(c), (ull)i, (long long)id, (ull)nrows);
+	}
+	if (n_bags == 0)
+		return IBP_OK;
+
+	bag_job_t *j = calloc(1, sizeof(*j));
+	if (!j)
+		return ibp_fail(IBP_ERR_NOMEM, "%s: out of memory", fn);
+	j->c = c;
+	j->codec = ibp_store_codec(s);
+	j->k = pick_kernels();
+	j->packed = ibp_container_layout(c) == IBP_LAYOUT_PACKED;
+	j->block_codec = ibp_container_codec_id(c) != IBP_CODEC_IBP;
+	j->dt = dt;
+	j->R = R;
+	j->dim = R / (dt == IBP_DTYPE_F32 ? 4 : 2);
+	j->mode = mode;
+	j->ids64 = id_dtype == IBP_DTYPE_I64 ? ids : NULL;
+	j->ids32 = id_dtype == IBP_DTYPE_I32 ? ids : NULL;
+	j->offsets = offsets;
+	j->weights = weights;
+	j->padding = padding_idx;
+	j->out = out;
+
+	/* scratch per thread: a row, two float rows (16-bit dtypes), a block */
+	uint64_t per = align64(R);
+	if (dt != IBP_DTYPE_F32)
+		per += 2 * align64(j->dim * sizeof(float));
+	if (j->block_codec) {
+		j->block_rows = ibp_container_block_rows(c);
+		per += align64((j->block_rows < nrows ? j->block_rows : nrows) * R);
+	}
+	int t = ibp_parallel_threads(nthreads, n_bags);
+	while (t > 1 && (uint64_t)t * per > SCRATCH_MAX)
+		t--;
+	uint8_t *scratch = ibp_host_alloc((uint64_t)t * per, 64);
+	if (!scratch || pthread_mutex_init(&j->mu, NULL) != 0) {
+		ibp_host_free(scratch);
+		free(j);
+		return ibp_fail(IBP_ERR_NOMEM, "%s: no memory for %d x %llu bytes of scratch", fn, t, (ull)per);
+	}
+	for (int i = 0; i < t; i++) {
+		uint8_t *p = scratch + (uint64_t)i * per;
+		bag_tls_t *tl = &j->tls[i];
+		tl->row = p;
+		p += align64(R);
+		if (dt != IBP_DTYPE_F32) {
+			tl->accf = (float *)p;
+			p += align64(j->dim * sizeof(float));
+			tl->rowf = (float *)p;
+			p += align64(j->dim * sizeof(float));
+		}
+		tl->slot = j->block_codec ? p : NULL;
+		tl->block = NO_BLOCK;
+	}
+	partition(j, n_bags, t);
+	ibp_status_t st = ibp_parallel_for(t, (uint64_t)t, run_part, j);
+	if (st == IBP_OK && j->failed)
+		st = ibp_fail(j->err, "%s: %s: bag %llu: %s", fn, ibp_container_name(c), (ull)j->err_bag, j->err_msg);
+	pthread_mutex_destroy(&j->mu);
+	ibp_host_free(scratch);
+	free(j);
+	return st;
+}

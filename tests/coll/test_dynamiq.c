@@ -1,0 +1,545 @@
+/* test_dynamiq.c - DynamiQ: the collective on the in-process transport
+ * against the one-process simulation (same bytes), the bit budget, vNMSE
+ * against worker count and against the paper's baselines (stale scales,
+ * THC-style fixed 4-bit, an MXFP8-like format), and corrupt payloads.
+ * IBP_DQ_MAX_WORKERS (default 8) raises the worker sweep up to 64. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/dynamiq.h"
+#include "fp8/fp8_impl.h"
+#include "ibp/coll.h"
+#include "ibp/status.h"
+#include "testutil.h"
+
+static double gauss(tu_rng_t *r)
+{
+	double u = tu_uniform(r), v = tu_uniform(r);
+	return sqrt(-2 * log(u + 1e-300)) * cos(6.283185307179586 * v);
+}
+
+/* Gradient-like buffers: a log-normal scale per 256 elements (layers
+ * differ by orders of magnitude), 30% of them near zero (embedding rows
+ * of tokens not in the batch), a signal shared by the workers plus
+ * per-worker noise, heavy-ish tails. */
+static double g_sigma = 1.5, g_zero = 0.3;
+
+static float **make_grads(int n, uint64_t d, uint64_t seed)
+{
+	tu_rng_t r;
+	tu_rng_seed(&r, seed);
+	float **x = malloc((size_t)n * sizeof *x);
+	float *sig = malloc(d * sizeof(float)), *sc = malloc((d / 256 + 1) * sizeof(float));
+	for (uint64_t j = 0; j <= d / 256; j++)
+		sc[j] = (float)(exp(g_sigma * gauss(&r)) * (tu_uniform(&r) < g_zero ? 1e-3 : 1));
+	for (uint64_t i = 0; i < d; i++)
+		sig[i] = (float)(gauss(&r) * (tu_uniform(&r) < 0.05 ? 4 : 1));
+	for (int w = 0; w < n; w++) {
+		x[w] = malloc(d * sizeof(float));
+		for (uint64_t i = 0; i < d; i++)
+			x[w][i] = sc[i / 256] * (0.5f * sig[i] + (float)gauss(&r));
+	}
+	free(sig);
+	free(sc);
+	return x;
+}
+
+static void free_grads(float **x, int n)
+{
+	for (int w = 0; w < n; w++)
+		free(x[w]);
+	free(x);
+}
+
+static double vnmse(float *const *x, int n, uint64_t d, const float *est)
+{
+	double e = 0, s = 0;
+	for (uint64_t i = 0; i < d; i++) {
+		double t = 0;
+		for (int w = 0; w < n; w++)
+			t += x[w][i];
+		e += (t - est[i]) * (t - est[i]);
+		s += t * t;
+	}
+	return e / s;
+}
+
+static double dq_vnmse(float *const *x, int n, uint64_t d, const dq_cfg_t *cfg, uint64_t *bits)
+{
+	float *out = malloc(d * sizeof(float));
+	cr_assert_eq(dq_simulate((const float *const *)x, n, d, cfg, 7, out, bits), IBP_OK, "%s", ibp_last_error());
+	double v = vnmse(x, n, d, out);
+	free(out);
+	return v;
+}
+
+/* E4M3 round to nearest of v in [0, 448]. */
+static float e4m3(float v)
+{
+	if (v <= 0)
+		return 0;
+	int e = (int)floor(log2(v));
+	if (e < -6)
+		e = -6;
+	float step = ldexpf(1.0f, e - 3), q = nearbyintf(v / step) * step;
+	return q > 448 ? 448 : q;
+}
+
+/* MXFP8-like ring: blocks of 32 with a BF16 scale (rounded up), E4M3
+ * elements, fresh scales re-computed at every hop (kinder to the baseline
+ * than the paper's global-max multiplier). */
+static double mxfp8_vnmse(float *const *x, int n, uint64_t d)
+{
+	float *out = malloc(d * sizeof(float)), *acc = malloc(d * sizeof(float));
+	for (int k = 0; k < n; k++) {
+		uint64_t a = d * (uint64_t)k / (uint64_t)n, b = d * (uint64_t)(k + 1) / (uint64_t)n;
+		for (uint64_t i = a; i < b; i++)
+			acc[i] = 0;
+		for (int t = 1; t <= n; t++) {
+			int w = (k + t) % n;
+			for (uint64_t i = a; i < b; i++)
+				acc[i] += x[w][i];
+			for (uint64_t blk = a; blk < b; blk += 32) {
+				uint64_t e = blk + 32 < b ? blk + 32 : b;
+				float m = 0;
+				for (uint64_t i = blk; i < e; i++)
+					m = fmaxf(m, fabsf(acc[i]));
+				uint16_t sb = fp8i_f32_to_bf16(m / 448);
+				if (fp8i_bf16_to_f32(sb) < m / 448)
+					sb++;
+				float s = fp8i_bf16_to_f32(sb);
+				for (uint64_t i = blk; i < e; i++)
+					acc[i] = s > 0 ? copysignf(e4m3(fabsf(acc[i]) / s) * s, acc[i]) : 0;
+			}
+		}
+		for (uint64_t i = a; i < b; i++)
+			out[i] = acc[i];
+	}
+	double v = vnmse(x, n, d, out);
+	free(out);
+	free(acc);
+	return v;
+}
+
+/* THC-style: one global range (max |x| over all workers), 4-bit uniform
+ * stochastic quantization at the leaf, integer lanes summed exactly. */
+static double thc_vnmse(float *const *x, int n, uint64_t d)
+{
+	float M = 0;
+	for (int w = 0; w < n; w++)
+		for (uint64_t i = 0; i < d; i++)
+			M = fmaxf(M, fabsf(x[w][i]));
+	tu_rng_t r;
+	tu_rng_seed(&r, 99);
+	float *out = calloc(d, sizeof(float));
+	for (int w = 0; w < n; w++)
+		for (uint64_t i = 0; i < d; i++) {
+			double t = (x[w][i] / M + 1) * 7.5, f = floor(t);
+			out[i] += (float)(((f + (tu_uniform(&r) < t - f)) / 7.5 - 1) * M);
+		}
+	double v = vnmse(x, n, d, out);
+	free(out);
+	return v;
+}
+
+Test(dynamiq, budget_and_widths)
+{
+	uint64_t d = 40000; /* not a multiple of 256: a short last super-group */
+	float **x = make_grads(4, d, 1);
+	dq_cfg_t cfg;
+	dq_cfg_default(&cfg);
+	for (double b = 3; b <= 8; b += 1) {
+		cfg.budget = b;
+		uint64_t bits = 0;
+		dq_vnmse(x, 4, d, &cfg, &bits);
+		cr_assert_leq((double)bits, b * (double)d, "budget %g: %llu bits", b, (unsigned long long)bits);
+		/* Tight: within one SG's step up (2 -> 4 or 4 -> 8 bits) of the budget. */
+		cr_assert_geq((double)bits, b * (double)d - 8.0 * 256 * 4 - 8, "budget %g: only %llu bits", b,
+			      (unsigned long long)bits);
+	}
+	/* Widths grow with the super-group's energy. */
+	uint64_t J = (d + 255) / 256;
+	float *st = calloc(2 * J, sizeof(float));
+	dq_local_stats(x[0], d, st);
+	dq_plan_t pl;
+	dq_cfg_default(&cfg);
+	cr_assert_eq(dq_plan_make(&pl, &cfg, 4, d, 1, st), IBP_OK);
+	int seen[9] = { 0 };
+	for (uint64_t a = 0; a < J; a++) {
+		seen[pl.q[a]] = 1;
+		for (uint64_t b = 0; b < J; b++)
+			if (st[J + a] < st[J + b])
+				cr_assert_leq(pl.q[a], pl.q[b]);
+	}
+	cr_assert(seen[2] && seen[4] && seen[8], "all three widths are used on log-normal data");
+	/* Levels: 0 and 1 at the ends, increasing, denser near 0. */
+	for (int w = 1; w < 3; w++) {
+		int R = (1 << ((2 << w) - 1)) - 1;
+		cr_assert_eq(pl.lv[w][0], 0.0f);
+		cr_assert_eq(pl.lv[w][R], 1.0f);
+		for (int r = 0; r < R; r++)
+			cr_assert_lt(pl.lv[w][r], pl.lv[w][r + 1]);
+		cr_assert_lt(pl.lv[w][1] - pl.lv[w][0], pl.lv[w][R] - pl.lv[w][R - 1]);
+	}
+	dq_plan_free(&pl);
+	free(st);
+	free_grads(x, 4);
+}
+
+Test(dynamiq, vnmse_vs_workers_and_baselines)
+{
+	int maxw = 8;
+	const char *e = getenv("IBP_DQ_MAX_WORKERS");
+	if (e && atoi(e) >= 2)
+		maxw = atoi(e) > 64 ? 64 : atoi(e);
+	uint64_t d = 1 << 15;
+	for (int n = 2; n <= maxw; n = n < 8 ? n + 1 : n * 2) {
+		/* Means over 3 data sets: one is dominated by its few largest super-groups. */
+		double dq = 0, corr = 0, uni4 = 0, stale = 0, mx = 0, thc = 0, bpc = 0;
+		for (uint64_t k = 0; k < 3; k++) {
+			float **x = make_grads(n, d, 100 * k + (uint64_t)n);
+			dq_cfg_t cfg;
+			dq_cfg_default(&cfg);
+			uint64_t bits;
+			dq += dq_vnmse(x, n, d, &cfg, &bits) / 3;
+			cr_assert_leq((double)bits, 5.0 * (double)d);
+			bpc = fmax(bpc, (double)bits / (double)d);
+			cfg.fresh = 0;
+			stale += dq_vnmse(x, n, d, &cfg, NULL) / 3;
+			dq_cfg_default(&cfg);
+			cfg.correlated = 1;
+			corr += dq_vnmse(x, n, d, &cfg, NULL) / 3;
+			dq_cfg_default(&cfg);
+			cfg.fixed_q = 4;
+			cfg.nonuniform = 0;
+			cfg.budget = 8.6;
+			uni4 += dq_vnmse(x, n, d, &cfg, NULL) / 3;
+			mx += mxfp8_vnmse(x, n, d) / 3;
+			thc += thc_vnmse(x, n, d) / 3;
+			free_grads(x, n);
+		}
+		cr_log_info("n=%d bits/coord %.3f vNMSE: dynamiq %.5f, correlated rounding %.5f, uniform 4-bit %.5f, "
+			    "stale scales %.5f, MXFP8-like %.5f, THC-style %.5f",
+			    n, bpc, dq, corr, uni4, stale, mx, thc);
+		/* The paper's ordering: DynamiQ well below MXFP8, far below THC and stale scales. */
+		cr_assert_lt(dq * 1.25, mx, "n=%d: dynamiq %.5f vs MXFP8-like %.5f", n, dq, mx);
+		cr_assert_lt(mx, thc, "n=%d: MXFP8-like %.5f vs THC-style %.5f", n, mx, thc);
+		cr_assert_lt(dq, stale, "n=%d: dynamiq %.5f vs stale scales %.5f", n, dq, stale);
+		cr_assert_lt(dq, uni4, "n=%d: dynamiq %.5f vs uniform 4-bit %.5f", n, dq, uni4);
+		cr_assert_lt(dq, 0.0005 * n, "n=%d: dynamiq %.5f", n, dq);
+	}
+}
+
+/* Unbiased: the mean over many calls (different seeds) approaches the sum. */
+Test(dynamiq, unbiased)
+{
+	int n = 3;
+	uint64_t d = 512, T = 400;
+	float **x = make_grads(n, d, 5);
+	double *mean = calloc(d, sizeof(double));
+	float *out = malloc(d * sizeof(float));
+	dq_cfg_t cfg;
+	dq_cfg_default(&cfg);
+	cfg.budget = 3; /* coarse, so the bias would show */
+	double e1 = 0;
+	for (uint64_t t = 0; t < T; t++) {
+		cr_assert_eq(dq_simulate((const float *const *)x, n, d, &cfg, t, out, NULL), IBP_OK);
+		for (uint64_t i = 0; i < d; i++)
+			mean[i] += out[i] / (double)T;
+		e1 += vnmse(x, n, d, out) / (double)T;
+	}
+	float *m = malloc(d * sizeof(float));
+	for (uint64_t i = 0; i < d; i++)
+		m[i] = (float)mean[i];
+	double em = vnmse(x, n, d, m);
+	/* Independent errors shrink like 1/T (ratio 1); a bias would not
+	 * (correlated rounding gives about 20 here). */
+	cr_assert_lt(em, 2 * e1 / (double)T, "mean of %llu calls: vNMSE %.6f, one call %.6f", (unsigned long long)T,
+		     em, e1);
+	free(m);
+	free(mean);
+	free(out);
+	free_grads(x, n);
+}
+
+/* Constant super-groups centre to zero and come back exactly. */
+Test(dynamiq, mean_added_back)
+{
+	int n = 4;
+	uint64_t d = 1000;
+	float *x[4], out[1000];
+	for (int w = 0; w < n; w++) {
+		x[w] = malloc(d * sizeof(float));
+		for (uint64_t i = 0; i < d; i++)
+			x[w][i] = (float)((int)(i / 256) * 3 - 2 + w);
+	}
+	dq_cfg_t cfg;
+	dq_cfg_default(&cfg);
+	cr_assert_eq(dq_simulate((const float *const *)x, n, d, &cfg, 1, out, NULL), IBP_OK);
+	for (uint64_t i = 0; i < d; i++)
+		cr_assert_eq(out[i], (float)(4 * ((int)(i / 256) * 3 - 2) + 6), "element %llu: %g", (unsigned long long)i,
+			     out[i]);
+	for (int w = 0; w < n; w++)
+		free(x[w]);
+}
+
+/* ---- the collective ---- */
+
+typedef struct job {
+	ibp_coll_inproc_t *w;
+	int rank;
+	ibp_dtype_t dt;
+	ibp_coll_codec_t codec;
+	uint64_t n;
+	const void *in;
+	void *out;
+	ibp_status_t st;
+	ibp_coll_stats_t stats;
+	int fake; /* 1: this rank sends a corrupt chunk instead of running the call */
+	char err[256];
+} job_t;
+
+static void *run_job(void *arg)
+{
+	job_t *j = arg;
+	ibp_coll_transport_t t;
+	ibp_coll_comm_t *c = NULL;
+	ibp_coll_opts_t o;
+	ibp_coll_opts_default(&o);
+	o.calibrate = 0;
+	o.timeout_ms = 5000;
+	o.policy = IBP_COLL_POLICY_ALWAYS;
+	j->st = ibp_coll_inproc_transport(j->w, j->rank, &t);
+	if (j->fake) { /* rank 1 of 2: valid statistics, then a bad chunk 0 */
+		uint64_t J = (j->n + 255) / 256, rb, cap = ((uint64_t)1 << 20) + COLL_HDR;
+		uint8_t *m = calloc(1, cap), *in = malloc(cap);
+		coll_hdr_t h = { COLL_MAGIC, COLL_OP_AR, (uint8_t)j->codec, (uint8_t)j->dt, COLL_ENC_RAW, j->n, 2 * J, 1, 1 };
+		memcpy(m, &h, sizeof h);
+		j->st = t.sendrecv(t.ctx, 0, m, COLL_HDR + 2 * J * 4, 0, in, cap, &rb, 5000);
+		/* The plan rank 0 makes: its statistics plus this rank's zeros. */
+		dq_plan_t pl;
+		dq_cfg_t cfg;
+		dq_cfg_default(&cfg);
+		cr_assert_eq(dq_plan_make(&pl, &cfg, 2, j->n, 1, (const float *)(in + COLL_HDR)), IBP_OK);
+		uint64_t e = (pl.lo[1] * 256 < j->n ? pl.lo[1] * 256 : j->n) - pl.lo[0] * 256;
+		h.enc = COLL_ENC_DQ;
+		h.chunk = 0;
+		h.elems = e;
+		memcpy(m, &h, sizeof h);
+		uint64_t size = pl.cbytes[0] - (j->fake == 1); /* 1: one byte short; 2: a NaN scale */
+		memset(m + COLL_HDR, 0, size);
+		m[COLL_HDR] = 0xc1;
+		m[COLL_HDR + 1] = 0x7f;
+		t.sendrecv(t.ctx, 0, m, COLL_HDR + size, -1, NULL, 0, &rb, 5000);
+		dq_plan_free(&pl);
+		free(m);
+		free(in);
+		if (t.destroy)
+			t.destroy(t.ctx);
+		return NULL;
+	}
+	if (j->st == IBP_OK)
+		j->st = ibp_coll_comm_create(&t, &o, &c);
+	if (j->st == IBP_OK)
+		j->st = ibp_coll_allreduce(j->in, j->out, j->n, j->dt, IBP_COLL_SUM, j->codec, c, NULL);
+	snprintf(j->err, sizeof j->err, "%s", ibp_last_error());
+	if (c)
+		ibp_coll_comm_stats(c, &j->stats);
+	ibp_coll_comm_destroy(c);
+	return NULL;
+}
+
+static void run(job_t *jobs, int p)
+{
+	ibp_coll_inproc_t *w;
+	cr_assert_eq(ibp_coll_inproc_create(p, &w), IBP_OK);
+	pthread_t th[8];
+	for (int r = 0; r < p; r++) {
+		jobs[r].w = w;
+		jobs[r].rank = r;
+		cr_assert_eq(pthread_create(&th[r], NULL, run_job, &jobs[r]), 0);
+	}
+	for (int r = 0; r < p; r++)
+		pthread_join(th[r], NULL);
+	ibp_coll_inproc_destroy(w);
+}
+
+Test(dynamiq, collective_matches_simulation)
+{
+	int p = 4;
+	uint64_t d = 5000;
+	float **x = make_grads(p, d, 42), *ref = malloc(d * sizeof(float));
+	dq_cfg_t cfg;
+	dq_cfg_default(&cfg);
+	/* The first call on a fresh communicator is call 1. */
+	cr_assert_eq(dq_simulate((const float *const *)x, p, d, &cfg, 1, ref, NULL), IBP_OK);
+	job_t jobs[4];
+	memset(jobs, 0, sizeof jobs);
+	for (int r = 0; r < p; r++) {
+		jobs[r].dt = IBP_DTYPE_F32;
+		jobs[r].codec = IBP_COLL_CODEC_DYNAMIQ;
+		jobs[r].n = d;
+		jobs[r].in = x[r];
+		jobs[r].out = malloc(d * sizeof(float));
+	}
+	run(jobs, p);
+	for (int r = 0; r < p; r++) {
+		cr_assert_eq(jobs[r].st, IBP_OK, "rank %d: %s", r, jobs[r].err);
+		cr_assert_eq(memcmp(jobs[r].out, ref, d * sizeof(float)), 0, "rank %d differs from the simulation", r);
+		cr_assert_eq(jobs[r].stats.compressed, 1);
+		/* Wire: about 5/32 of FP32 on the main ring plus the statistics. */
+		cr_assert_lt(jobs[r].stats.wire_bytes * 4, jobs[r].stats.logical_bytes, "ratio %.2f",
+			     (double)jobs[r].stats.logical_bytes / (double)jobs[r].stats.wire_bytes);
+		free(jobs[r].out);
+	}
+	free(ref);
+	free_grads(x, p);
+}
+
+Test(dynamiq, collective_bf16_identical_ranks)
+{
+	int p = 3;
+	uint64_t d = 3000;
+	float **x = make_grads(p, d, 43);
+	uint16_t *in[3], *out[3];
+	job_t jobs[3];
+	memset(jobs, 0, sizeof jobs);
+	for (int r = 0; r < p; r++) {
+		in[r] = malloc(d * 2);
+		out[r] = malloc(d * 2);
+		for (uint64_t i = 0; i < d; i++)
+			in[r][i] = fp8i_f32_to_bf16(x[r][i]);
+		jobs[r] = (job_t){ .dt = IBP_DTYPE_BF16, .codec = IBP_COLL_CODEC_DYNAMIQ, .n = d, .in = in[r], .out = out[r] };
+	}
+	run(jobs, p);
+	double e = 0, s = 0;
+	for (int r = 0; r < p; r++) {
+		cr_assert_eq(jobs[r].st, IBP_OK, "rank %d: %s", r, jobs[r].err);
+		cr_assert_eq(memcmp(out[r], out[0], d * 2), 0, "rank %d's result differs from rank 0's", r);
+	}
+	for (uint64_t i = 0; i < d; i++) {
+		double t = 0;
+		for (int r = 0; r < p; r++)
+			t += fp8i_bf16_to_f32(in[r][i]);
+		double g = fp8i_bf16_to_f32(out[0][i]);
+		e += (g - t) * (g - t);
+		s += t * t;
+	}
+	cr_assert_lt(e / s, 0.01, "vNMSE %.5f", e / s);
+	for (int r = 0; r < p; r++) {
+		free(in[r]);
+		free(out[r]);
+	}
+	free_grads(x, p);
+}
+
+Test(dynamiq, errors)
+{
+	/* NaN input: every rank refuses (they share the statistics). */
+	int p = 2;
+	uint64_t d = 600;
+	float *in[2], *out[2];
+	job_t jobs[2];
+	memset(jobs, 0, sizeof jobs);
+	for (int r = 0; r < p; r++) {
+		in[r] = calloc(d, sizeof(float));
+		out[r] = malloc(d * sizeof(float));
+		jobs[r] = (job_t){ .dt = IBP_DTYPE_F32, .codec = IBP_COLL_CODEC_DYNAMIQ, .n = d, .in = in[r], .out = out[r] };
+	}
+	in[1][300] = NAN;
+	run(jobs, p);
+	for (int r = 0; r < p; r++) {
+		cr_assert_eq(jobs[r].st, IBP_ERR_INVALID_ARG, "rank %d: %d %s", r, jobs[r].st, jobs[r].err);
+		cr_assert(strstr(jobs[r].err, "non-finite"), "%s", jobs[r].err);
+	}
+	/* A peer sending a malformed chunk (short; NaN scale): corrupt, not a crash or a hang. */
+	in[1][300] = 0;
+	for (int f = 1; f <= 2; f++) {
+		memset(jobs, 0, sizeof jobs);
+		for (int r = 0; r < p; r++)
+			jobs[r] = (job_t){ .dt = IBP_DTYPE_F32, .codec = IBP_COLL_CODEC_DYNAMIQ, .n = d, .in = in[r],
+					   .out = out[r], .fake = r == 1 ? f : 0 };
+		run(jobs, p);
+		cr_assert_eq(jobs[0].st, IBP_ERR_CORRUPT, "fake %d: %d %s", f, jobs[0].st, jobs[0].err);
+		cr_assert(strstr(jobs[0].err, f == 1 ? "payload bytes" : "scale"), "%s", jobs[0].err);
+	}
+	for (int r = 0; r < p; r++) {
+		free(in[r]);
+		free(out[r]);
+	}
+}
+
+/* Corrupt chunk bytes: a bad scale is IBP_ERR_CORRUPT, any other byte
+ * decodes to finite values (every code is valid). */
+Test(dynamiq, corrupt_payloads)
+{
+	int n = 2;
+	uint64_t d = 2000, J = (d + 255) / 256;
+	float **x = make_grads(n, d, 9);
+	float *st = calloc(2 * J, sizeof(float)), *y = malloc(d * sizeof(float));
+	dq_local_stats(x[0], d, st);
+	dq_plan_t pl;
+	dq_cfg_t cfg;
+	dq_cfg_default(&cfg);
+	cr_assert_eq(dq_plan_make(&pl, &cfg, n, d, 1, st), IBP_OK);
+	uint8_t *a = malloc(pl.cbytes[0]), *b = malloc(pl.cbytes[0]);
+	cr_assert_eq(dq_hop(&pl, 0, NULL, x[0], 0, a), IBP_OK);
+	tu_rng_t r;
+	tu_rng_seed(&r, 3);
+	int corrupt = 0;
+	for (int t = 0; t < 300; t++) {
+		memcpy(b, a, pl.cbytes[0]);
+		for (int k = 0; k < 4; k++)
+			b[tu_below(&r, pl.cbytes[0])] = (uint8_t)tu_next(&r);
+		if (t % 3 == 0) { /* the first SG's scale: +Inf, NaN or negative */
+			static const uint16_t bad[3] = { 0x7f80, 0x7fc1, 0xbf80 };
+			b[0] = (uint8_t)bad[t / 3 % 3];
+			b[1] = (uint8_t)(bad[t / 3 % 3] >> 8);
+		}
+		ibp_status_t s = dq_decode_chunk(&pl, 0, b, y);
+		if (t % 3 == 0) {
+			cr_assert_eq(s, IBP_ERR_CORRUPT);
+			cr_assert(strstr(ibp_last_error(), "scale"), "%s", ibp_last_error());
+			corrupt++;
+		} else if (s == IBP_OK) {
+			for (uint64_t i = pl.lo[0] * 256; i < pl.lo[1] * 256 && i < d; i++)
+				cr_assert(isfinite(y[i]));
+		}
+		s = dq_hop(&pl, 0, b, x[1], 1, a + 0);
+		cr_assert(s == IBP_OK || s == IBP_ERR_CORRUPT);
+		cr_assert_eq(dq_hop(&pl, 0, NULL, x[0], 0, a), IBP_OK);
+	}
+	cr_assert_eq(corrupt, 100);
+	free(a);
+	free(b);
+	free(y);
+	free(st);
+	dq_plan_free(&pl);
+	free_grads(x, n);
+}
+
+Test(dynamiq, other_collectives_refuse)
+{
+	ibp_coll_inproc_t *w;
+	cr_assert_eq(ibp_coll_inproc_create(1, &w), IBP_OK);
+	ibp_coll_transport_t t;
+	ibp_coll_comm_t *c;
+	ibp_coll_opts_t o;
+	ibp_coll_opts_default(&o);
+	o.calibrate = 0;
+	cr_assert_eq(ibp_coll_inproc_transport(w, 0, &t), IBP_OK);
+	cr_assert_eq(ibp_coll_comm_create(&t, &o, &c), IBP_OK);
+	float a[4] = { 1, 2, 3, 4 }, b[4];
+	cr_assert_eq(ibp_coll_allgather(a, b, 4, IBP_DTYPE_F32, IBP_COLL_CODEC_DYNAMIQ, c, NULL), IBP_ERR_INVALID_ARG);
+	cr_assert(strstr(ibp_last_error(), "allreduce only"));
+	/* One rank: the sum is the input. */
+	cr_assert_eq(ibp_coll_allreduce(a, b, 4, IBP_DTYPE_F32, IBP_COLL_SUM, IBP_COLL_CODEC_DYNAMIQ, c, NULL), IBP_OK);
+	cr_assert_eq(memcmp(a, b, sizeof a), 0);
+	cr_assert_str_eq(ibp_coll_codec_name(IBP_COLL_CODEC_DYNAMIQ), "dynamiq");
+	ibp_coll_comm_destroy(c);
+	ibp_coll_inproc_destroy(w);
+}

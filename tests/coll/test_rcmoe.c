@@ -1,0 +1,362 @@
+/* test_rcmoe.c - RCMoE's LSQ and PTS: unbiasedness and variance against
+ * their formulas (fixed seeds, stated tolerances), PTS sparsity against
+ * error, corrupt streams, and both inside the collectives (in-process
+ * transport). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/rcmoe.h"
+#include "fp8/fp8_impl.h"
+#include "ibp/coll.h"
+#include "ibp/status.h"
+#include "testutil.h"
+
+static double gauss(tu_rng_t *r)
+{
+	double u = tu_uniform(r), v = tu_uniform(r);
+	return sqrt(-2 * log(u + 1e-300)) * cos(6.283185307179586 * v);
+}
+
+/* rows x 64 floats, row scales spread over 3 decades; one zero row. */
+static float *make_rows(uint64_t rows, uint64_t row, uint64_t seed)
+{
+	tu_rng_t r;
+	tu_rng_seed(&r, seed);
+	float *x = malloc(rows * row * sizeof(float));
+	for (uint64_t i = 0; i < rows; i++) {
+		double s = i == 2 ? 0 : pow(10, 3 * tu_uniform(&r) - 1.5);
+		for (uint64_t j = 0; j < row; j++)
+			x[i * row + j] = (float)(s * gauss(&r));
+	}
+	return x;
+}
+
+/* Mean and variance of T decodes against x and the exact variance
+ * s^2 v_q + v_s (f^2 + v_q): every entry's mean within 5 standard errors,
+ * the summed variance within 3% of the formula. */
+static void lsq_check(int B, int K, uint64_t T)
+{
+	uint64_t rows = 6, row = 64, n = rows * row;
+	float *x = make_rows(rows, row, 11), *y = malloc(n * sizeof(float));
+	double *sum = calloc(n, sizeof(double)), *sq = calloc(n, sizeof(double));
+	uint64_t cap = lsq_bytes(n, row, B, K), size;
+	uint8_t *buf = malloc(cap);
+	for (uint64_t t = 0; t < T; t++) {
+		cr_assert_eq(lsq_encode(x, IBP_DTYPE_F32, n, row, B, K, t * 7919 + 1, buf, cap, &size), IBP_OK);
+		cr_assert_eq(size, cap);
+		cr_assert_eq(lsq_decode(buf, size, IBP_DTYPE_F32, n, y), IBP_OK);
+		for (uint64_t i = 0; i < n; i++) {
+			sum[i] += y[i];
+			sq[i] += (double)y[i] * y[i];
+		}
+	}
+	double S = 0, Lm = (1 << (B - 1)) - 1, Ls = K ? (1 << K) - 1 : 0, vemp = 0, vform = 0;
+	for (uint64_t i = 0; i < n; i++)
+		S = fmax(S, fabs(x[i]));
+	for (uint64_t r = 0; r < rows; r++) {
+		double s = 0;
+		for (uint64_t j = 0; j < row; j++)
+			s = fmax(s, fabs(x[r * row + j]));
+		double ts = K && S > 0 ? s / S * Ls : 0, ds = ts - floor(ts);
+		double vs = K ? (S / Ls) * (S / Ls) * ds * (1 - ds) : 0;
+		for (uint64_t j = 0; j < row; j++) {
+			uint64_t i = r * row + j;
+			double f = s > 0 ? fabs(x[i]) / s : 0, t = f * Lm, de = t - floor(t), vq = de * (1 - de) / (Lm * Lm);
+			double var = s * s * vq + vs * (f * f + vq);
+			double mean = sum[i] / (double)T, ev = sq[i] / (double)T - mean * mean;
+			double se = sqrt(var / (double)T);
+			cr_assert_leq(fabs(mean - x[i]), 5 * se + 1e-6 * fabs(x[i]) + 1e-30,
+				      "B=%d K=%d entry %llu: mean %g vs %g (se %g)", B, K, (unsigned long long)i, mean,
+				      (double)x[i], se);
+			vemp += ev;
+			vform += var;
+		}
+	}
+	cr_log_info("LSQ B=%d K=%d: summed variance %.6g, formula %.6g (ratio %.4f)", B, K, vemp, vform, vemp / vform);
+	cr_assert(fabs(vemp / vform - 1) < 0.03, "B=%d K=%d: variance %g vs formula %g", B, K, vemp, vform);
+	free(x);
+	free(y);
+	free(sum);
+	free(sq);
+	free(buf);
+}
+
+Test(lsq, unbiased_variance_formula)
+{
+	lsq_check(4, 4, 20000);
+	lsq_check(4, 0, 5000);
+	lsq_check(8, 8, 5000);
+	lsq_check(2, 4, 5000);
+}
+
+Test(lsq, bounds_and_size)
+{
+	uint64_t rows = 5, row = 64, n = rows * row - 7; /* a short last row */
+	float *x = make_rows(rows, row, 3), y[320];
+	uint64_t cap = lsq_bytes(n, row, 4, 0), size;
+	cr_assert_eq(cap, 8 + rows * 4 + (n + 1) / 2);
+	cr_assert_eq(lsq_bytes(1000, 256, 4, 4), 8 + 2 + 500);
+	uint8_t *buf = malloc(cap);
+	cr_assert_eq(lsq_encode(x, IBP_DTYPE_F32, n, row, 4, 0, 5, buf, cap, &size), IBP_OK);
+	cr_assert_eq(lsq_decode(buf, size, IBP_DTYPE_F32, n, y), IBP_OK);
+	for (uint64_t r = 0; r < rows; r++) {
+		float s = 0;
+		for (uint64_t i = r * row; i < n && i < (r + 1) * row; i++)
+			s = fmaxf(s, fabsf(x[i]));
+		for (uint64_t i = r * row; i < n && i < (r + 1) * row; i++) {
+			/* Without scale quantization: within one level, the row max exact. */
+			cr_assert_leq(fabsf(y[i] - x[i]), s / 7 * 1.0001f, "entry %llu", (unsigned long long)i);
+			if (fabsf(x[i]) == s)
+				cr_assert_eq(y[i], x[i]);
+			if (s == 0)
+				cr_assert_eq(y[i], 0);
+		}
+	}
+	/* Corrupt streams: errors, never crashes. */
+	cr_assert_eq(lsq_decode(buf, size - 1, IBP_DTYPE_F32, n, y), IBP_ERR_CORRUPT);
+	cr_assert_eq(lsq_decode(buf, size, IBP_DTYPE_F32, n + 2, y), IBP_ERR_CORRUPT);
+	buf[4] = 3;
+	cr_assert_eq(lsq_decode(buf, size, IBP_DTYPE_F32, n, y), IBP_ERR_CORRUPT);
+	buf[4] = 4;
+	float nan = NAN;
+	memcpy(buf, &nan, 4);
+	cr_assert_eq(lsq_decode(buf, size, IBP_DTYPE_F32, n, y), IBP_ERR_CORRUPT);
+	x[9] = INFINITY;
+	cr_assert_eq(lsq_encode(x, IBP_DTYPE_F32, n, row, 4, 0, 5, buf, cap, &size), IBP_ERR_INVALID_ARG);
+	tu_rng_t r;
+	tu_rng_seed(&r, 1);
+	for (int t = 0; t < 500; t++) {
+		tu_fill_random(&r, buf, cap);
+		ibp_status_t s = lsq_decode(buf, cap, IBP_DTYPE_F32, n, y);
+		cr_assert(s == IBP_OK || s == IBP_ERR_CORRUPT);
+	}
+	free(buf);
+	free(x);
+}
+
+/* PTS: E[nnz] = sigma |g|_1 / |g|_inf, unbiased, variance sum(|g| m / sigma - g^2);
+ * lower sigma: sparser and noisier. */
+Test(pts, sparsity_against_error)
+{
+	uint64_t k = 4096, T = 2000;
+	tu_rng_t r;
+	tu_rng_seed(&r, 21);
+	float *g = malloc(k * sizeof(float));
+	double l1 = 0, m = 0, g2 = 0;
+	for (uint64_t i = 0; i < k; i++) {
+		g[i] = (float)(gauss(&r) * (tu_uniform(&r) < 0.1 ? 5 : 1));
+		l1 += fabs(g[i]);
+		m = fmax(m, fabs(g[i]));
+		g2 += (double)g[i] * g[i];
+	}
+	uint8_t *buf = malloc(pts_max_bytes(k));
+	float *acc = malloc(k * sizeof(float));
+	double *mean = calloc(k, sizeof(double)), last_err = 0, last_nnz = 1e30;
+	static const double sig[3] = { 1.0, 0.5, 0.25 };
+	for (int si = 0; si < 3; si++) {
+		double sigma = sig[si], nnz = 0, err = 0, varf = 0, pvar = 0;
+		memset(mean, 0, k * sizeof(double));
+		for (uint64_t i = 0; i < k; i++) {
+			double p = sigma * fabs(g[i]) / m;
+			varf += fabs(g[i]) * m / sigma - (double)g[i] * g[i];
+			pvar += p * (1 - p);
+		}
+		for (uint64_t t = 0; t < T; t++) {
+			uint64_t size, kept;
+			cr_assert_eq(pts_encode(g, k, sigma, t * 104729 + 3, buf, pts_max_bytes(k), &size), IBP_OK);
+			memcpy(&kept, buf + 4, 8);
+			nnz += (double)kept / (double)T;
+			memset(acc, 0, k * sizeof(float));
+			cr_assert_eq(pts_decode_add(buf, size, k, acc), IBP_OK);
+			for (uint64_t i = 0; i < k; i++) {
+				cr_assert(acc[i] == 0 || fabsf(fabsf(acc[i]) - (float)(m / sigma)) <= 1e-6f * (float)m / (float)sigma);
+				err += ((double)acc[i] - g[i]) * ((double)acc[i] - g[i]) / (double)T;
+				mean[i] += acc[i] / (double)T;
+			}
+		}
+		double enz = sigma * l1 / m;
+		cr_log_info("PTS sigma %.2f: density %.4f (formula %.4f), vNMSE %.4f (formula %.4f)", sigma,
+			    nnz / (double)k, enz / (double)k, err / g2, varf / g2);
+		cr_assert_leq(fabs(nnz - enz), 5 * sqrt(pvar / (double)T), "sigma %g: nnz %g vs %g", sigma, nnz, enz);
+		cr_assert(fabs(err / varf - 1) < 0.05, "sigma %g: variance %g vs formula %g", sigma, err, varf);
+		cr_assert_leq(err, l1 * m / sigma, "the paper's bound");
+		double bias = 0;
+		for (uint64_t i = 0; i < k; i++)
+			bias += (mean[i] - g[i]) * (mean[i] - g[i]);
+		/* An unbiased mean's squared error is about (total variance) / T. */
+		cr_assert_lt(bias, 1.5 * varf / (double)T, "sigma %g: squared bias %g vs %g", sigma, bias, varf / (double)T);
+		cr_assert_lt(nnz, last_nnz);
+		cr_assert_gt(err, last_err);
+		last_nnz = nnz;
+		last_err = err;
+	}
+	/* Corrupt: a header count that disagrees with the bitmap, bits past k. */
+	uint64_t size, bad = 3;
+	cr_assert_eq(pts_encode(g, 1001, 1.0, 9, buf, pts_max_bytes(1001), &size), IBP_OK);
+	memcpy(buf + 4, &bad, 8);
+	cr_assert_eq(pts_decode_add(buf, size, 1001, acc), IBP_ERR_CORRUPT);
+	cr_assert_eq(pts_encode(g, 1001, 1.0, 9, buf, pts_max_bytes(1001), &size), IBP_OK);
+	buf[12 + 125] |= 0x80;
+	cr_assert_eq(pts_decode_add(buf, size, 1001, acc), IBP_ERR_CORRUPT);
+	cr_assert_eq(pts_encode(g, k, 1.5, 9, buf, pts_max_bytes(k), &size), IBP_ERR_INVALID_ARG);
+	free(g);
+	free(buf);
+	free(acc);
+	free(mean);
+}
+
+/* ---- in the collectives ---- */
+
+typedef struct job {
+	ibp_coll_inproc_t *w;
+	int rank, op;
+	ibp_dtype_t dt;
+	ibp_coll_codec_t codec;
+	uint64_t n;
+	const void *in;
+	void *out;
+	ibp_status_t st;
+	ibp_coll_stats_t stats;
+	char err[256];
+} job_t;
+
+static void *run_job(void *arg)
+{
+	job_t *j = arg;
+	ibp_coll_transport_t t;
+	ibp_coll_comm_t *c = NULL;
+	ibp_coll_opts_t o;
+	ibp_coll_opts_default(&o);
+	o.calibrate = 0;
+	o.timeout_ms = 5000;
+	j->st = ibp_coll_inproc_transport(j->w, j->rank, &t);
+	if (j->st == IBP_OK)
+		j->st = ibp_coll_comm_create(&t, &o, &c);
+	if (j->st == IBP_OK)
+		j->st = j->op ? ibp_coll_alltoall(j->in, j->out, j->n, j->dt, j->codec, c, NULL)
+			      : ibp_coll_allreduce(j->in, j->out, j->n, j->dt, IBP_COLL_SUM, j->codec, c, NULL);
+	snprintf(j->err, sizeof j->err, "%s", ibp_last_error());
+	if (c)
+		ibp_coll_comm_stats(c, &j->stats);
+	ibp_coll_comm_destroy(c);
+	return NULL;
+}
+
+static void run(job_t *jobs, int p)
+{
+	ibp_coll_inproc_t *w;
+	cr_assert_eq(ibp_coll_inproc_create(p, &w), IBP_OK);
+	pthread_t th[8];
+	for (int r = 0; r < p; r++) {
+		jobs[r].w = w;
+		jobs[r].rank = r;
+		cr_assert_eq(pthread_create(&th[r], NULL, run_job, &jobs[r]), 0);
+	}
+	for (int r = 0; r < p; r++)
+		pthread_join(th[r], NULL);
+	ibp_coll_inproc_destroy(w);
+}
+
+Test(lsq, alltoall)
+{
+	int p = 4;
+	uint64_t cnt = 1000; /* per peer: 3 full rows and a short one */
+	uint16_t *in[4], *out[4];
+	job_t jobs[4];
+	tu_rng_t r;
+	tu_rng_seed(&r, 4);
+	for (int k = 0; k < p; k++) {
+		in[k] = malloc(cnt * (uint64_t)p * 2);
+		out[k] = malloc(cnt * (uint64_t)p * 2);
+		for (uint64_t i = 0; i < cnt * (uint64_t)p; i++)
+			in[k][i] = fp8i_f32_to_bf16((float)gauss(&r));
+		jobs[k] = (job_t){ .op = 1, .dt = IBP_DTYPE_BF16, .codec = IBP_COLL_CODEC_LSQ, .n = cnt, .in = in[k],
+				   .out = out[k] };
+	}
+	run(jobs, p);
+	for (int k = 0; k < p; k++) {
+		cr_assert_eq(jobs[k].st, IBP_OK, "rank %d: %s", k, jobs[k].err);
+		cr_assert_eq(jobs[k].stats.compressed, 1);
+		/* BF16 at ~4.1 bits: 3.5x or better on the wire, headers included. */
+		cr_assert_gt(jobs[k].stats.last_ratio, 3.5, "ratio %g", jobs[k].stats.last_ratio);
+		double e = 0, s = 0;
+		for (int src = 0; src < p; src++)
+			for (uint64_t i = 0; i < cnt; i++) {
+				double want = fp8i_bf16_to_f32(in[src][(uint64_t)k * cnt + i]);
+				double got = fp8i_bf16_to_f32(out[k][(uint64_t)src * cnt + i]);
+				if (src == k) /* a rank's own block is copied */
+					cr_assert_eq(got, want);
+				e += (got - want) * (got - want);
+				s += want * want;
+			}
+		cr_assert_lt(e / s, 0.05, "rank %d: vNMSE %g", k, e / s);
+		cr_assert_gt(e, 0);
+	}
+	/* Other collectives refuse LSQ (and AllToAll refuses PTS). */
+	for (int k = 0; k < p; k++)
+		jobs[k] = (job_t){ .op = k % 2, .dt = IBP_DTYPE_BF16,
+				   .codec = k % 2 ? IBP_COLL_CODEC_PTS : IBP_COLL_CODEC_LSQ, .n = cnt, .in = in[k],
+				   .out = out[k] };
+	ibp_coll_inproc_t *w;
+	cr_assert_eq(ibp_coll_inproc_create(1, &w), IBP_OK);
+	for (int k = 0; k < 2; k++) {
+		jobs[k].w = w;
+		jobs[k].rank = 0;
+		run_job(&jobs[k]);
+		cr_assert_eq(jobs[k].st, IBP_ERR_INVALID_ARG, "%s", jobs[k].err);
+		cr_assert(strstr(jobs[k].err, k ? "allreduce only" : "alltoall(v) only"), "%s", jobs[k].err);
+	}
+	ibp_coll_inproc_destroy(w);
+	for (int k = 0; k < p; k++) {
+		free(in[k]);
+		free(out[k]);
+	}
+}
+
+Test(pts, allreduce)
+{
+	int p = 4;
+	uint64_t n = 3001;
+	float *in[4], *out[4];
+	job_t jobs[4];
+	tu_rng_t r;
+	tu_rng_seed(&r, 8);
+	for (int k = 0; k < p; k++) {
+		in[k] = malloc(n * 4);
+		out[k] = malloc(n * 4);
+		for (uint64_t i = 0; i < n; i++)
+			in[k][i] = (float)gauss(&r);
+		jobs[k] = (job_t){ .dt = IBP_DTYPE_F32, .codec = IBP_COLL_CODEC_PTS, .n = n, .in = in[k], .out = out[k] };
+	}
+	run(jobs, p);
+	/* The expected sum: each rank's stream, decoded in rank order (keys as the collective makes them are
+	 * internal, so compare the ranks with each other and the error with the formula's scale). */
+	double e = 0, s = 0, varf = 0;
+	for (int k = 0; k < p; k++) {
+		cr_assert_eq(jobs[k].st, IBP_OK, "rank %d: %s", k, jobs[k].err);
+		cr_assert_eq(memcmp(out[k], out[0], n * 4), 0, "rank %d differs", k);
+		double m = 0;
+		for (uint64_t i = 0; i < n; i++)
+			m = fmax(m, fabs(in[k][i]));
+		for (uint64_t i = 0; i < n; i++)
+			varf += fabs(in[k][i]) * m - (double)in[k][i] * in[k][i];
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		double t = 0;
+		for (int k = 0; k < p; k++)
+			t += in[k][i];
+		e += (out[0][i] - t) * (out[0][i] - t);
+		s += t * t;
+	}
+	/* One draw of a sum of independent errors: within a factor 1.5 of its expectation (n = 3001). */
+	cr_assert(e > varf / 1.5 && e < varf * 1.5, "error %g vs expected %g", e, varf);
+	cr_assert_eq(jobs[0].stats.compressed, 1);
+	for (int k = 0; k < p; k++) {
+		free(in[k]);
+		free(out[k]);
+	}
+}
