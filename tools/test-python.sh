@@ -91,6 +91,11 @@ if [[ "${IBP_PY_FRESH:-0}" == 1 || ! -x "$venv/bin/python" || "$(cat "$venv/.ibp
 		# --no-compile: byte-compiling torch's thousands of modules costs minutes
 		if "${pip[@]}" install -q --no-compile --no-index --find-links "$wh" "${torch_reqs[@]}"; then
 			say "torch installed in $(($(date +%s) - ts)) s"
+			# optional, pure Python: ibp.torch.FeatureStore then subclasses PyG's
+			# FeatureStore and the GraphSAGE test uses SAGEConv (else a torch layer)
+			{ "${pip[@]}" download -q -d "$wh" torch_geometric || true; } &&
+				"${pip[@]}" install -q --no-compile --no-index --find-links "$wh" torch_geometric ||
+				say "torch_geometric could not be installed: ibp.torch tests use their PyG-free path"
 		else
 			say "torch could not be installed: its tests will be skipped (the next run tries again)"
 			stamp="$stamp (torch missing)"

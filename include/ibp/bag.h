@@ -13,7 +13,9 @@
  * Arithmetic is PyTorch's CPU kernel's, so float32 results are bitwise
  * equal to nn.EmbeddingBag on the same rows: sum accumulates in float32 in
  * id order starting from +0 (0 + r0 + r1 + ...); weighted sum is
- * fma(w, r, acc) in id order from +0; mean is that sum divided by the
+ * fma(w, r, acc) in id order from +0 (PyTorch's fbgemm kernel), or with
+ * IBP_BAG_UNFUSED_WEIGHTS acc + (w * r) with both operations rounded
+ * (PyTorch's kernel for bags with a padding_idx); mean is that sum divided by the
  * number of rows pooled; max keeps the first of equal values (a later row
  * replaces the running value only when it is greater). float16 and
  * bfloat16 rows accumulate in float32 and are rounded (to nearest even)
@@ -40,6 +42,9 @@ typedef enum ibp_bag_mode {
 	IBP_BAG_MAX = 2   /* elementwise maximum */
 } ibp_bag_mode_t;
 
+/* Flags of ibp_store_embedding_bag. */
+#define IBP_BAG_UNFUSED_WEIGHTS 1u /* weighted rows as acc + (w * r), rounded twice, not fma */
+
 /* Pools the rows of `s` into `n_bags` bags.
  *
  * Bag b holds the rows ids[offsets[b]] .. ids[offsets[b + 1] - 1]:
@@ -57,8 +62,9 @@ typedef enum ibp_bag_mode {
  *
  * `nthreads`: 0 = all CPUs, 1 = the calling thread only, n = at most n.
  * Every argument, offset and id is checked before any work starts.
+ * `flags`: 0 or IBP_BAG_UNFUSED_WEIGHTS.
  * Returns IBP_ERR_INVALID_ARG for NULL s, ids (n_ids > 0), offsets or out
- * (n_bags > 0), a bad mode or id_dtype, weights with MEAN or MAX, offsets
+ * (n_bags > 0), a bad mode, flag or id_dtype, weights with MEAN or MAX, offsets
  * that decrease or pass n_ids, padding_idx < -1 or >= nrows, or
  * nthreads < 0; IBP_ERR_OUT_OF_RANGE for an id outside [0, nrows) (the
  * detail names its position and value); IBP_ERR_UNSUPPORTED for a store
@@ -71,8 +77,8 @@ typedef enum ibp_bag_mode {
  * so those codecs suit bags only with small blocks; IBP containers decode
  * row by row. Any number of threads may call this on one store at once.
  */
-ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, const void *ids,
-				     ibp_dtype_t id_dtype, uint64_t n_ids, const int64_t *offsets,
+ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, unsigned flags,
+				     const void *ids, ibp_dtype_t id_dtype, uint64_t n_ids, const int64_t *offsets,
 				     uint64_t n_bags, const float *weights, int64_t padding_idx, void *out,
 				     int nthreads);
 

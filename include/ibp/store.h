@@ -68,7 +68,10 @@ void ibp_store_close(ibp_store_t *s);
  * slots). Returns IBP_ERR_INVALID_ARG for NULL ids/out with n > 0 or
  * nthreads < 0, IBP_ERR_CORRUPT if a row (or its block) fails to decode
  * (the detail names the position and row; out is then partly written).
- * Allocates no buffers; see the file comment for threading. */
+ * Allocates no buffers; see the file comment for threading. Each thread
+ * prefetches the index entry and payload lines of the row 8 positions ahead
+ * (IBP_GATHER_PREFETCH=N in the environment at open sets the distance, at
+ * most 64; 0 turns it off). */
 ibp_status_t ibp_store_gather(ibp_store_t *s, const int64_t *ids, uint64_t n, void *out,
 			      int nthreads);
 

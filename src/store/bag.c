@@ -8,7 +8,9 @@
  *
  * The reduction reproduces PyTorch's CPU embedding_bag bit for bit on
  * float32: the accumulator starts at +0 (so a lone -0 row sums to +0, as
- * 0 + (-0) does), weighted rows go through fmaf, mean divides by the count.
+ * 0 + (-0) does), weighted rows go through fmaf (or, with
+ * IBP_BAG_UNFUSED_WEIGHTS, a product and a sum rounded apart), mean divides
+ * by the count.
  * The float kernels are compiled twice, portable and AVX2+FMA (picked at
  * run time; IBP_FORCE_PORTABLE=1 forces the portable ones), from one body,
  * so both give the same bits: fmaf is exact either way (libm's or the
@@ -74,6 +76,20 @@ BAG_BODY void k_first_w(float *a, const float *r, float w, uint64_t d)
 		a[i] = __builtin_fmaf(w, r[i], 0.0f);
 }
 
+/* a = a + w * r, rounded twice (PyTorch's kernel for bags with padding_idx) */
+BAG_BODY void k_axpy(float *restrict a, const float *restrict r, float w, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++)
+		a[i] = a[i] + w * r[i];
+}
+
+/* a = 0 + w * r: its first row (a may be r) */
+BAG_BODY void k_first_axpy(float *a, const float *r, float w, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++)
+		a[i] = 0.0f + w * r[i];
+}
+
 BAG_BODY void k_div(float *a, float n, uint64_t d)
 {
 	for (uint64_t i = 0; i < d; i++)
@@ -86,6 +102,8 @@ typedef struct bag_kernels {
 	void (*max)(float *restrict, const float *restrict, uint64_t);
 	void (*first)(float *, const float *, uint64_t);
 	void (*first_w)(float *, const float *, float, uint64_t);
+	void (*axpy)(float *restrict, const float *restrict, float, uint64_t);
+	void (*first_axpy)(float *, const float *, float, uint64_t);
 	void (*div)(float *, float, uint64_t);
 } bag_kernels_t;
 
@@ -104,9 +122,17 @@ typedef struct bag_kernels {
 	{                                                                                               \
 		k_first_w(a, r, w, d);                                                                  \
 	}                                                                                               \
+	ATTR static void axpy_##SFX(float *restrict a, const float *restrict r, float w, uint64_t d)        \
+	{                                                                                               \
+		k_axpy(a, r, w, d);                                                                     \
+	}                                                                                               \
+	ATTR static void first_axpy_##SFX(float *a, const float *r, float w, uint64_t d)                  \
+	{                                                                                               \
+		k_first_axpy(a, r, w, d);                                                               \
+	}                                                                                               \
 	ATTR static void div_##SFX(float *a, float n, uint64_t d) { k_div(a, n, d); }                     \
-	static const bag_kernels_t kernels_##SFX = { add_##SFX,   fma_##SFX,     max_##SFX,               \
-						     first_##SFX, first_w_##SFX, div_##SFX };
+	static const bag_kernels_t kernels_##SFX = { add_##SFX,   fma_##SFX,     max_##SFX,  first_##SFX,   \
+						     first_w_##SFX, axpy_##SFX, first_axpy_##SFX, div_##SFX };
 
 BAG_VARIANT(portable, )
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -143,6 +169,7 @@ typedef struct bag_job {
 	ibp_dtype_t dt;
 	uint64_t R, dim, block_rows;
 	ibp_bag_mode_t mode;
+	int unfused; /* IBP_BAG_UNFUSED_WEIGHTS */
 	const int32_t *ids32;
 	const int64_t *ids64;
 	const int64_t *offsets;
@@ -246,12 +273,16 @@ static ibp_status_t pool_bag(const bag_job_t *j, bag_tls_t *t, uint64_t b)
 			if (j->mode == IBP_BAG_MAX) {
 				if (r != acc)
 					memcpy(acc, r, (size_t)j->dim * sizeof(float));
-			} else if (j->weights)
+			} else if (j->weights && j->unfused)
+				k->first_axpy(acc, r, j->weights[i], j->dim);
+			else if (j->weights)
 				k->first_w(acc, r, j->weights[i], j->dim);
 			else
 				k->first(acc, r, j->dim);
 		} else if (j->mode == IBP_BAG_MAX)
 			k->max(acc, r, j->dim);
+		else if (j->weights && j->unfused)
+			k->axpy(acc, r, j->weights[i], j->dim);
 		else if (j->weights)
 			k->fma(acc, r, j->weights[i], j->dim);
 		else
@@ -327,8 +358,8 @@ static uint64_t align64(uint64_t n)
 	return (n + 63) & ~(uint64_t)63;
 }
 
-ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, const void *ids,
-				     ibp_dtype_t id_dtype, uint64_t n_ids, const int64_t *offsets,
+ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, unsigned flags,
+				     const void *ids, ibp_dtype_t id_dtype, uint64_t n_ids, const int64_t *offsets,
 				     uint64_t n_bags, const float *weights, int64_t padding_idx, void *out,
 				     int nthreads)
 {
@@ -345,6 +376,8 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL ids for %llu ids", fn, (ull)n_ids);
 	if (n_bags > 0 && !out)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL output for %llu bags", fn, (ull)n_bags);
+	if (flags & ~(unsigned)IBP_BAG_UNFUSED_WEIGHTS)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: unknown flags 0x%x", fn, flags);
 	if (weights && mode != IBP_BAG_SUM)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: per-id weights need mode sum", fn);
 	if (nthreads < 0)
@@ -386,6 +419,7 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 	j->R = R;
 	j->dim = R / (dt == IBP_DTYPE_F32 ? 4 : 2);
 	j->mode = mode;
+	j->unfused = (flags & IBP_BAG_UNFUSED_WEIGHTS) != 0;
 	j->ids64 = id_dtype == IBP_DTYPE_I64 ? ids : NULL;
 	j->ids32 = id_dtype == IBP_DTYPE_I32 ? ids : NULL;
 	j->offsets = offsets;

@@ -87,8 +87,8 @@ _FUNCS = {
     "ibp_store_codec": (c_vp, [c_vp]),
     "ibp_store_container": (c_vp, [c_vp]),
     "ibp_store_max_threads": (c_int, [c_vp]),
-    "ibp_store_embedding_bag": (_S, [c_vp, c_int, c_vp, c_int, c_u64, c_vp, c_u64, c_vp, c_i64, c_vp,
-                                     c_int]),
+    "ibp_store_embedding_bag": (_S, [c_vp, c_int, c_uint, c_vp, c_int, c_u64, c_vp, c_u64, c_vp, c_i64,
+                                     c_vp, c_int]),
     # exponent codec
     "ibp_exp_opts_default": (None, [P(ExpOpts)]),
     "ibp_exp_encode_bound": (_S, [c_int, c_u64, P(c_u64)]),

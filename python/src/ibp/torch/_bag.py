@@ -9,7 +9,6 @@ place), raise at construction.
 
 from __future__ import annotations
 
-import ctypes as C
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -21,6 +20,7 @@ from .._store import Store
 _MODES = {"sum": 0, "mean": 1, "max": 2}
 _POOLABLE = (torch.float32, torch.float16, torch.bfloat16)
 _I32, _I64 = 3, 4  # libibp dtype codes of the ids
+_UNFUSED = 1  # IBP_BAG_UNFUSED_WEIGHTS
 
 __all__ = ["EmbeddingBag", "EmbeddingBagCollection", "KeyedTensor", "embedding_bag"]
 
@@ -91,6 +91,7 @@ def embedding_bag(input, store: Store, offsets=None, mode: str = "mean", per_sam
             raise ValueError("if input is 2D, then offsets has to be None, as input is treated as a mini-batch "
                              "of fixed length sequences.")
         offsets = torch.arange(0, input.numel(), input.size(1), dtype=torch.int64)
+        include_last_offset = False  # as PyTorch: one bag per row
         input = input.reshape(-1)
         if per_sample_weights is not None:
             per_sample_weights = per_sample_weights.reshape(-1)
@@ -111,8 +112,11 @@ def embedding_bag(input, store: Store, offsets=None, mode: str = "mean", per_sam
         raise _errors.invalid(func, "offsets[0] has to be 0, i.e., the first sequence in the mini-batch has "
                               "to start from position 0. However, got %d" % int(offsets[0]))
     if include_last_offset:
-        if offsets.numel() == 0:
-            raise _errors.invalid(func, "include_last_offset needs at least one offset")
+        # PyTorch's documented rule; its kernels disagree with each other
+        # about the last bag when offsets[-1] is anything else
+        if offsets.numel() == 0 or int(offsets[-1]) != n_ids:
+            raise _errors.invalid(func, "with include_last_offset=True the last offset must be len(input) = %d"
+                                  % n_ids)
         bounds = offsets.contiguous()
     else:
         bounds = torch.cat([offsets, torch.tensor([n_ids], dtype=torch.int64)])
@@ -136,8 +140,10 @@ def embedding_bag(input, store: Store, offsets=None, mode: str = "mean", per_sam
         w = per_sample_weights.detach().to(torch.float32).contiguous()
     h = store._acquire()
     try:
+        # PyTorch's CPU kernel fuses w * row + acc (fbgemm) except for bags
+        # with a padding_idx, whose generic kernel rounds the product first
         st = _lib.lib.ibp_store_embedding_bag(
-            h, _MODES[mode], ids.data_ptr() if n_ids else None, _I64 if ids.dtype == torch.int64 else _I32,
+            h, _MODES[mode], _UNFUSED if pad >= 0 else 0, ids.data_ptr() if n_ids else None, _I64 if ids.dtype == torch.int64 else _I32,
             n_ids, bounds.data_ptr(), n_bags, w.data_ptr() if w is not None and n_ids else None, pad,
             out.data_ptr() if n_bags else None, int(nthreads))
     finally:

@@ -1,0 +1,350 @@
+/* test_bag.c - ibp_store_embedding_bag: every mode against a plain reference
+ * written here (bitwise, float32 and 16-bit rows), empty and all-padding
+ * bags, int32 and int64 ids, thread-count invariance, the +0 start of a sum
+ * (a lone -0 row), fused and unfused weights, block codecs agreeing with the
+ * row codec, and every argument error before any work. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ibp.h"
+#include "fixtures.h"
+#include "fp8/fp8_impl.h"
+
+#define DIM 37 /* odd: the vector loops' tails run too */
+#define NROWS 600
+#define PAD 7
+
+/* float rows with a row of -0 (row 3) and a row of +0 (row 4) */
+static float *make_table(uint64_t seed)
+{
+	float *t = xcalloc(NROWS * DIM * sizeof(float));
+	rng_t r = { seed };
+	for (uint64_t i = 0; i < NROWS * DIM; i++)
+		t[i] = (float)((int64_t)(rnd(&r) % 20001) - 10000) / 7919.0f;
+	for (int j = 0; j < DIM; j++) {
+		t[3 * DIM + j] = -0.0f;
+		t[4 * DIM + j] = 0.0f;
+	}
+	return t;
+}
+
+static void narrow(ibp_dtype_t dt, const float *src, uint16_t *dst, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		dst[i] = dt == IBP_DTYPE_BF16 ? fp8i_f32_to_bf16(src[i]) : fp8i_f32_to_f16(src[i]);
+}
+
+static float widen1(ibp_dtype_t dt, uint16_t h)
+{
+	return dt == IBP_DTYPE_BF16 ? fp8i_bf16_to_f32(h) : fp8i_f16_to_f32(h);
+}
+
+/* A store of `rows` (float32 values, stored as dt) with codec ibp or exp. */
+static ibp_store_t *open_table(const float *rows, ibp_dtype_t dt, int exp, const char *name)
+{
+	char path[160];
+	snprintf(path, sizeof(path), "%s/%s.ibp", tmpdir, name);
+	uint64_t shape[2] = { NROWS, DIM };
+	void *data = (void *)rows;
+	uint16_t *h = NULL;
+	if (dt != IBP_DTYPE_F32) {
+		h = xcalloc(NROWS * DIM * 2);
+		narrow(dt, rows, h, NROWS * DIM);
+		data = h;
+	}
+	if (exp)
+		cr_assert_eq(ibp_pack_exp(path, data, dt, 2, shape, NULL, 16), IBP_OK, "%s", ibp_last_error());
+	else
+		cr_assert_eq(ibp_pack(path, data, dt, 2, shape, NULL, IBP_LAYOUT_PACKED), IBP_OK, "%s",
+			     ibp_last_error());
+	free(h);
+	ibp_store_t *s = NULL;
+	cr_assert_eq(ibp_store_open(path, 0, &s), IBP_OK, "%s", ibp_last_error());
+	return s;
+}
+
+/* The reference: PyTorch's CPU rules written the plain way. `rows` are the
+ * stored values as float32 (16-bit ones widened). Output in dt. */
+static void reference(const float *rows, ibp_dtype_t dt, ibp_bag_mode_t mode, unsigned flags, const int64_t *ids,
+		      const int64_t *off, uint64_t n_bags, const float *w, int64_t pad, void *out)
+{
+	for (uint64_t b = 0; b < n_bags; b++) {
+		float acc[DIM] = { 0 };
+		uint64_t cnt = 0;
+		for (int64_t i = off[b]; i < off[b + 1]; i++) {
+			if (ids[i] == pad)
+				continue;
+			const float *r = rows + ids[i] * DIM;
+			for (int j = 0; j < DIM; j++) {
+				if (mode == IBP_BAG_MAX)
+					acc[j] = cnt == 0 || r[j] > acc[j] ? r[j] : acc[j];
+				else if (w && (flags & IBP_BAG_UNFUSED_WEIGHTS))
+					acc[j] = acc[j] + w[i] * r[j];
+				else if (w)
+					acc[j] = fmaf(w[i], r[j], acc[j]);
+				else
+					acc[j] = acc[j] + r[j];
+			}
+			cnt++;
+		}
+		if (cnt && mode == IBP_BAG_MEAN && dt != IBP_DTYPE_F32) {
+			uint16_t s[DIM];
+			narrow(dt, acc, s, DIM);
+			for (int j = 0; j < DIM; j++)
+				acc[j] = widen1(dt, s[j]) / (float)cnt;
+		} else if (cnt && mode == IBP_BAG_MEAN)
+			for (int j = 0; j < DIM; j++)
+				acc[j] = acc[j] / (float)cnt;
+		if (dt == IBP_DTYPE_F32)
+			memcpy((float *)out + b * DIM, acc, sizeof(acc));
+		else
+			narrow(dt, acc, (uint16_t *)out + b * DIM, DIM);
+	}
+}
+
+/* Bags of sizes 0..12, some empty, some all padding; ids include rows 3
+ * (-0), 4 (+0) and PAD. */
+typedef struct bags {
+	int64_t *ids, *off;
+	int32_t *ids32;
+	float *w;
+	uint64_t n_ids, n_bags;
+} bags_t;
+
+static bags_t make_bags(uint64_t n_bags, uint64_t seed)
+{
+	bags_t g = { 0 };
+	rng_t r = { seed };
+	g.n_bags = n_bags;
+	g.off = xcalloc((n_bags + 1) * sizeof(int64_t));
+	g.ids = xcalloc((n_bags * 12 + 1) * sizeof(int64_t));
+	g.ids32 = xcalloc((n_bags * 12 + 1) * sizeof(int32_t));
+	g.w = xcalloc((n_bags * 12 + 1) * sizeof(float));
+	for (uint64_t b = 0; b < n_bags; b++) {
+		uint64_t len = rnd(&r) % 13;
+		for (uint64_t k = 0; k < len; k++) {
+			uint64_t x = rnd(&r);
+			int64_t id = (int64_t)(x % NROWS);
+			if (b % 11 == 5)
+				id = PAD; /* a bag of padding only */
+			else if (x % 17 == 0)
+				id = 3 + (int64_t)(x % 2); /* -0 or +0 */
+			else if (x % 23 == 0)
+				id = PAD;
+			g.ids[g.n_ids] = id;
+			g.ids32[g.n_ids] = (int32_t)id;
+			g.w[g.n_ids] = (float)(rnd(&r) % 1000) / 331.0f - 1.0f;
+			g.n_ids++;
+		}
+		g.off[b + 1] = (int64_t)g.n_ids;
+	}
+	g.off[0] = 0;
+	g.ids[0] = 3; /* the first bag starts with -0 (if it has rows) */
+	g.ids32[0] = 3;
+	return g;
+}
+
+static void free_bags(bags_t *g)
+{
+	free(g->ids);
+	free(g->ids32);
+	free(g->off);
+	free(g->w);
+}
+
+/* Every mode, weights, padding, id width and thread count against the
+ * reference, bitwise, for one dtype and codec. */
+static void check_all(ibp_dtype_t dt, int exp)
+{
+	float *t = make_table(41);
+	ibp_store_t *s = open_table(t, dt, exp, exp ? "exp" : "ibp");
+	if (dt != IBP_DTYPE_F32) { /* the reference sees the stored values */
+		uint16_t *h = xcalloc(NROWS * DIM * 2);
+		narrow(dt, t, h, NROWS * DIM);
+		for (uint64_t i = 0; i < NROWS * DIM; i++)
+			t[i] = widen1(dt, h[i]);
+		free(h);
+	}
+	bags_t g = make_bags(257, 5);
+	size_t esz = dt == IBP_DTYPE_F32 ? 4 : 2, obytes = g.n_bags * DIM * esz;
+	uint8_t *want = xcalloc(obytes), *got = xcalloc(obytes);
+	const int threads[] = { 1, 2, 3, 0 };
+	for (int mode = 0; mode < 3; mode++)
+		for (int weighted = 0; weighted < (mode == IBP_BAG_SUM ? 3 : 1); weighted++)
+			for (int pad = 0; pad < 2; pad++) {
+				const float *w = weighted ? g.w : NULL;
+				unsigned flags = weighted == 2 ? IBP_BAG_UNFUSED_WEIGHTS : 0;
+				int64_t padding = pad ? PAD : -1;
+				reference(t, dt, (ibp_bag_mode_t)mode, flags, g.ids, g.off, g.n_bags, w, padding, want);
+				for (size_t k = 0; k < 4; k++)
+					for (int wide = 0; wide < 2; wide++) {
+						memset(got, 0xA5, obytes);
+						ibp_status_t st = ibp_store_embedding_bag(
+							s, (ibp_bag_mode_t)mode, flags, wide ? (void *)g.ids : (void *)g.ids32,
+							wide ? IBP_DTYPE_I64 : IBP_DTYPE_I32, g.n_ids, g.off, g.n_bags, w,
+							padding, got, threads[k]);
+						cr_assert_eq(st, IBP_OK, "%s", ibp_last_error());
+						for (uint64_t b = 0; b < g.n_bags; b++)
+							cr_assert(memcmp(got + b * DIM * esz, want + b * DIM * esz,
+									 DIM * esz) == 0,
+								  "dtype %d exp %d mode %d weighted %d pad %d threads %d "
+								  "int%d: bag %llu differs",
+								  (int)dt, exp, mode, weighted, pad, threads[k], wide ? 64 : 32,
+								  (unsigned long long)b);
+					}
+			}
+	free(want);
+	free(got);
+	free_bags(&g);
+	ibp_store_close(s);
+	free(t);
+}
+
+Test(bag, float32_matches_reference, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	check_all(IBP_DTYPE_F32, 0);
+}
+
+Test(bag, float16_matches_reference, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	check_all(IBP_DTYPE_F16, 0);
+}
+
+Test(bag, bfloat16_matches_reference, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	check_all(IBP_DTYPE_BF16, 0);
+}
+
+Test(bag, exp_blocks_match_reference, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	check_all(IBP_DTYPE_F32, 1);
+	check_all(IBP_DTYPE_BF16, 1);
+}
+
+/* A sum starts at +0: a bag of one -0 row gives +0, its max gives -0, and
+ * the weighted sum of it gives +0 too (fma(w, -0, +0) = +0). */
+Test(bag, sum_starts_at_positive_zero, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	float *t = make_table(3);
+	ibp_store_t *s = open_table(t, IBP_DTYPE_F32, 0, "z");
+	int64_t ids[1] = { 3 }, off[2] = { 0, 1 };
+	float w[1] = { 2.0f }, out[DIM];
+	for (int mode = 0; mode < 3; mode++) {
+		ibp_status_t st = ibp_store_embedding_bag(s, (ibp_bag_mode_t)mode, 0, ids, IBP_DTYPE_I64, 1, off, 1,
+							  NULL, -1, out, 1);
+		cr_assert_eq(st, IBP_OK, "%s", ibp_last_error());
+		for (int j = 0; j < DIM; j++)
+			cr_assert_eq(signbit(out[j]) != 0, mode == IBP_BAG_MAX, "mode %d: element %d is %g", mode, j,
+				     (double)out[j]);
+	}
+	cr_assert_eq(ibp_store_embedding_bag(s, IBP_BAG_SUM, 0, ids, IBP_DTYPE_I64, 1, off, 1, w, -1, out, 1), IBP_OK);
+	for (int j = 0; j < DIM; j++)
+		cr_assert(!signbit(out[j]));
+	ibp_store_close(s);
+	free(t);
+}
+
+Test(bag, empty_requests, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	float *t = make_table(4);
+	ibp_store_t *s = open_table(t, IBP_DTYPE_F32, 0, "e");
+	int64_t off[4] = { 0, 0, 0, 0 };
+	cr_assert_eq(ibp_store_embedding_bag(s, IBP_BAG_SUM, 0, NULL, IBP_DTYPE_I64, 0, off, 0, NULL, -1, NULL, 0),
+		     IBP_OK);
+	float out[3 * DIM];
+	memset(out, 0xA5, sizeof(out));
+	cr_assert_eq(ibp_store_embedding_bag(s, IBP_BAG_MAX, 0, NULL, IBP_DTYPE_I32, 0, off, 3, NULL, -1, out, 0),
+		     IBP_OK, "%s", ibp_last_error());
+	for (int j = 0; j < 3 * DIM; j++)
+		cr_assert(out[j] == 0.0f && !signbit(out[j]));
+	ibp_store_close(s);
+	free(t);
+}
+
+/* Every argument error is reported before anything is written. */
+Test(bag, argument_errors_before_any_work, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	float *t = make_table(5);
+	ibp_store_t *s = open_table(t, IBP_DTYPE_F32, 0, "a");
+	int64_t ids[4] = { 1, 2, NROWS - 1, 0 }, off[3] = { 0, 2, 4 }, dec[3] = { 0, 3, 2 }, past[3] = { 0, 2, 5 };
+	int32_t ids32[4] = { 1, 2, NROWS, 0 };
+	int64_t neg[4] = { 1, 2, -1, 0 };
+	float w[4] = { 1, 1, 1, 1 }, out[2 * DIM];
+	const ibp_bag_mode_t SUM = IBP_BAG_SUM;
+	memset(out, 0xA5, sizeof(out));
+#define BAG(st, ...) cr_assert_eq(ibp_store_embedding_bag(__VA_ARGS__), st, "%s", ibp_last_error())
+	BAG(IBP_ERR_OUT_OF_RANGE, s, SUM, 0, ids32, IBP_DTYPE_I32, 4, off, 2, NULL, -1, out, 0);
+	cr_assert(strstr(ibp_last_error(), "ids[2] = 600") != NULL, "%s", ibp_last_error());
+	BAG(IBP_ERR_OUT_OF_RANGE, s, SUM, 0, neg, IBP_DTYPE_I64, 4, off, 2, NULL, -1, out, 2);
+	BAG(IBP_ERR_INVALID_ARG, NULL, SUM, 0, ids, IBP_DTYPE_I64, 4, off, 2, NULL, -1, out, 0);
+	BAG(IBP_ERR_INVALID_ARG, s, (ibp_bag_mode_t)3, 0, ids, IBP_DTYPE_I64, 4, off, 2, NULL, -1, out, 0);
+	BAG(IBP_ERR_INVALID_ARG, s, SUM, 2, ids, IBP_DTYPE_I64, 4, off, 2, NULL, -1, out, 0);
+	BAG(IBP_ERR_INVALID_ARG, s, SUM, 0, ids, IBP_DTYPE_U64, 4, off, 2, NULL, -1, out, 0);
+	BAG(IBP_ERR_INVALID_ARG, s, SUM, 0, NULL, IBP_DTYPE_I64, 4, off, 2, NULL, -1, out, 0);
+	BAG(IBP_ERR_INVALID_ARG, s, SUM, 0, ids, IBP_DTYPE_I64, 4, NULL, 2, NULL, -1, out, 0);
+	BAG(IBP_ERR_INVALID_ARG, s, SUM, 0, ids, IBP_DTYPE_I64, 4, off, 2, NULL, -1, NULL, 0);
+	BAG(IBP_ERR_INVALID_ARG, s, IBP_BAG_MEAN, 0, ids, IBP_DTYPE_I64, 4, off, 2, w, -1, out, 0);
+	BAG(IBP_ERR_INVALID_ARG, s, IBP_BAG_MAX, 0, ids, IBP_DTYPE_I64, 4, off, 2, w, -1, out, 0);
+	BAG(IBP_ERR_INVALID_ARG, s, SUM, 0, ids, IBP_DTYPE_I64, 4, dec, 2, NULL, -1, out, 0);
+	BAG(IBP_ERR_INVALID_ARG, s, SUM, 0, ids, IBP_DTYPE_I64, 4, past, 2, NULL, -1, out, 0);
+	BAG(IBP_ERR_INVALID_ARG, s, SUM, 0, ids, IBP_DTYPE_I64, 4, off, 2, NULL, -2, out, 0);
+	BAG(IBP_ERR_INVALID_ARG, s, SUM, 0, ids, IBP_DTYPE_I64, 4, off, 2, NULL, NROWS, out, 0);
+	BAG(IBP_ERR_INVALID_ARG, s, SUM, 0, ids, IBP_DTYPE_I64, 4, off, 2, NULL, -1, out, -1);
+	for (size_t i = 0; i < sizeof(out) / 4; i++) {
+		uint32_t u;
+		memcpy(&u, &out[i], 4);
+		cr_assert_eq(u, 0xA5A5A5A5u, "out written at %zu", i);
+	}
+	/* ids outside the offsets' span are not read */
+	BAG(IBP_OK, s, SUM, 0, neg, IBP_DTYPE_I64, 4, off, 1, NULL, -1, out, 0);
+	ibp_store_close(s);
+
+	/* rows that are not floats cannot be pooled */
+	char path[160];
+	snprintf(path, sizeof(path), "%s/u8.ibp", tmpdir);
+	uint8_t bytes[64 * 8] = { 0 };
+	uint64_t shape[2] = { 64, 8 };
+	cr_assert_eq(ibp_pack(path, bytes, IBP_DTYPE_U8, 2, shape, NULL, IBP_LAYOUT_PACKED), IBP_OK);
+	cr_assert_eq(ibp_store_open(path, 0, &s), IBP_OK);
+	BAG(IBP_ERR_UNSUPPORTED, s, SUM, 0, ids, IBP_DTYPE_I64, 1, off, 0, NULL, -1, out, 0);
+#undef BAG
+	ibp_store_close(s);
+	free(t);
+}
+
+/* Bags far larger than a thread's share, and many more bags than threads:
+ * the partition balances and covers every bag exactly once. */
+Test(bag, skewed_bags_all_threads, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	float *t = make_table(6);
+	ibp_store_t *s = open_table(t, IBP_DTYPE_F32, 0, "k");
+	const uint64_t n_bags = 1000, big = 5000;
+	int64_t *off = xcalloc((n_bags + 1) * sizeof(int64_t));
+	int64_t *ids = xcalloc((big + n_bags) * sizeof(int64_t));
+	rng_t r = { 77 };
+	uint64_t n = 0;
+	for (uint64_t b = 0; b < n_bags; b++) {
+		uint64_t len = b == 1 ? big : b % 3 == 0 ? 0 : 1;
+		for (uint64_t k = 0; k < len; k++)
+			ids[n++] = (int64_t)(rnd(&r) % NROWS);
+		off[b + 1] = (int64_t)n;
+	}
+	float *want = xcalloc(n_bags * DIM * 4), *got = xcalloc(n_bags * DIM * 4);
+	reference(t, IBP_DTYPE_F32, IBP_BAG_SUM, 0, ids, off, n_bags, NULL, -1, want);
+	for (int th = 1; th <= 8; th++) {
+		memset(got, 0xA5, n_bags * DIM * 4);
+		cr_assert_eq(ibp_store_embedding_bag(s, IBP_BAG_SUM, 0, ids, IBP_DTYPE_I64, n, off, n_bags, NULL, -1,
+						     got, th),
+			     IBP_OK, "%s", ibp_last_error());
+		cr_assert(memcmp(got, want, n_bags * DIM * 4) == 0, "%d threads", th);
+	}
+	free(want);
+	free(got);
+	free(ids);
+	free(off);
+	ibp_store_close(s);
+	free(t);
+}
