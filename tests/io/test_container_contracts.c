@@ -13,30 +13,7 @@
 
 #include "ibp.h"
 #include "testutil.h"
-
-static char dir[64];
-
-static void mkdir_tmp(void)
-{
-	snprintf(dir, sizeof(dir), "/tmp/ibp_test_contracts_XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
-}
-
-static void rm_tmp(void)
-{
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	cr_assert_eq(system(cmd), 0);
-}
-
-static const char *path_of(const char *name)
-{
-	static char p[4][160];
-	static int i;
-	char *b = p[i++ % 4];
-	snprintf(b, 160, "%s/%s", dir, name);
-	return b;
-}
+#include "fixtures.h"
 
 static uint8_t *f32_values(uint64_t n, uint64_t seed)
 {
@@ -52,17 +29,17 @@ static uint8_t *f32_values(uint64_t n, uint64_t seed)
 
 /* ibp_container_row / _block / decode_row / decode_block: OUT_OF_RANGE
  * past the end, INVALID_ARG or UNSUPPORTED for the other kind of codec. */
-Test(contracts, row_and_block_ranges, .init = mkdir_tmp, .fini = rm_tmp)
+Test(contracts, row_and_block_ranges, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	const uint64_t rows = 30, cols = 16, shape[2] = { rows, cols };
 	uint8_t *d = f32_values(rows * cols, 3);
-	cr_assert_eq(ibp_pack(path_of("i.ibp"), d, IBP_DTYPE_F32, 2, shape, NULL, IBP_LAYOUT_PACKED), IBP_OK, "%s",
+	cr_assert_eq(ibp_pack(tmp_path("i.ibp"), d, IBP_DTYPE_F32, 2, shape, NULL, IBP_LAYOUT_PACKED), IBP_OK, "%s",
 		     ibp_last_error());
-	cr_assert_eq(ibp_pack_exp(path_of("e.ibp"), d, IBP_DTYPE_F32, 2, shape, NULL, 8), IBP_OK, "%s",
+	cr_assert_eq(ibp_pack_exp(tmp_path("e.ibp"), d, IBP_DTYPE_F32, 2, shape, NULL, 8), IBP_OK, "%s",
 		     ibp_last_error());
 	ibp_container_t *ci = NULL, *ce = NULL;
-	cr_assert_eq(ibp_container_open(path_of("i.ibp"), 0, &ci), IBP_OK, "%s", ibp_last_error());
-	cr_assert_eq(ibp_container_open(path_of("e.ibp"), 0, &ce), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_container_open(tmp_path("i.ibp"), 0, &ci), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_container_open(tmp_path("e.ibp"), 0, &ce), IBP_OK, "%s", ibp_last_error());
 	const uint8_t *src = NULL;
 	uint64_t len = 0;
 	uint8_t row[64], *blk = tu_xcalloc(8 * 64);
@@ -116,7 +93,7 @@ Test(contracts, row_and_block_ranges, .init = mkdir_tmp, .fini = rm_tmp)
 
 /* ibp_decode_row: a cluster id past the codec's and reserved flag bits are
  * refused (CORRUPT: they come from files), the encoder's row decodes. */
-Test(contracts, decode_row_refuses, .init = mkdir_tmp, .fini = rm_tmp)
+Test(contracts, decode_row_refuses, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	const uint64_t n = 64, R = 32;
 	tu_rng_t r;
@@ -145,11 +122,11 @@ Test(contracts, decode_row_refuses, .init = mkdir_tmp, .fini = rm_tmp)
 /* "On failure `path` is left as it was": a writer refusing its arguments
  * or failing to write keeps the old file byte for byte, and leaves no
  * temporary file beside it. */
-Test(contracts, failed_write_leaves_path, .init = mkdir_tmp, .fini = rm_tmp)
+Test(contracts, failed_write_leaves_path, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	const uint64_t shape[2] = { 10, 4 }, bad[2] = { 10, 5 };
 	uint8_t *d = f32_values(40, 4);
-	const char *p = path_of("keep.ibp");
+	const char *p = tmp_path("keep.ibp");
 	FILE *f = fopen(p, "wb");
 	cr_assert_not_null(f);
 	fputs("the old contents", f);
@@ -176,10 +153,10 @@ Test(contracts, failed_write_leaves_path, .init = mkdir_tmp, .fini = rm_tmp)
 	cr_assert_str_eq(buf, "the old contents");
 	/* nothing else in the directory */
 	char cmd[200];
-	snprintf(cmd, sizeof(cmd), "test $(ls -A '%s' | wc -l) -eq 1", dir);
+	snprintf(cmd, sizeof(cmd), "test $(ls -A '%s' | wc -l) -eq 1", tmpdir);
 	cr_assert_eq(system(cmd), 0, "a temporary file was left beside the target");
 	/* an unwritable directory: IBP_ERR_IO, nothing created */
-	cr_assert_eq(ibp_pack_exp(path_of("nodir/x.ibp"), d, IBP_DTYPE_F32, 2, shape, NULL, 0), IBP_ERR_IO);
+	cr_assert_eq(ibp_pack_exp(tmp_path("nodir/x.ibp"), d, IBP_DTYPE_F32, 2, shape, NULL, 0), IBP_ERR_IO);
 	free(d);
 }
 

@@ -13,30 +13,7 @@
 #include "ibp.h"
 #include "bitpack/codec_internal.h"
 #include "testutil.h"
-
-static char dir[64];
-
-static void mkdir_tmp(void)
-{
-	snprintf(dir, sizeof(dir), "/tmp/ibp_test_faults_XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
-}
-
-static void rm_tmp(void)
-{
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	cr_assert_eq(system(cmd), 0);
-}
-
-static const char *path_of(const char *name)
-{
-	static char p[4][160];
-	static int i;
-	char *b = p[i++ % 4];
-	snprintf(b, 160, "%s/%s", dir, name);
-	return b;
-}
+#include "fixtures.h"
 
 /* bf16 values of a smooth distribution (exp codes most exponents). */
 static uint8_t *bf16_data(uint64_t n, uint64_t seed)
@@ -63,15 +40,15 @@ static uint8_t *bf16_data(uint64_t n, uint64_t seed)
  * block 0, then one of block 2 (fails), then block 0 again must give block
  * 0's rows. Tried at several damage places that make block 2 fail after
  * the decoder wrote some of its output. */
-Test(store_faults, failed_block_not_cached, .init = mkdir_tmp, .fini = rm_tmp)
+Test(store_faults, failed_block_not_cached, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	const uint64_t rows = 400, cols = 64, brows = 100, R = cols * 2;
 	const uint64_t shape[2] = { rows, cols };
 	uint8_t *d = bf16_data(rows * cols, 11);
-	cr_assert_eq(ibp_pack_exp(path_of("e.ibp"), d, IBP_DTYPE_BF16, 2, shape, NULL, brows), IBP_OK, "%s",
+	cr_assert_eq(ibp_pack_exp(tmp_path("e.ibp"), d, IBP_DTYPE_BF16, 2, shape, NULL, brows), IBP_OK, "%s",
 		     ibp_last_error());
 	ibp_container_t *c = NULL;
-	cr_assert_eq(ibp_container_open(path_of("e.ibp"), 0, &c), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_container_open(tmp_path("e.ibp"), 0, &c), IBP_OK, "%s", ibp_last_error());
 	cr_assert_eq(ibp_container_nblocks(c), 4);
 	uint64_t plen;
 	const uint8_t *pl = ibp_container_payload(c, &plen);
@@ -94,11 +71,11 @@ Test(store_faults, failed_block_not_cached, .init = mkdir_tmp, .fini = rm_tmp)
 	for (uint64_t at = off[2] + 64; at < off[3] && tried < 4; at += 13) {
 		uint8_t keep = pay[at];
 		pay[at] ^= 0xA5;
-		cr_assert_eq(ibp_container_write_exp(path_of("d.ibp"), IBP_DTYPE_BF16, 2, shape, brows * cols,
+		cr_assert_eq(ibp_container_write_exp(tmp_path("d.ibp"), IBP_DTYPE_BF16, 2, shape, brows * cols,
 						     IBP_EXP_TABLE_SIGMA, pay, off),
 			     IBP_OK, "%s", ibp_last_error());
 		pay[at] = keep;
-		cr_assert_eq(ibp_container_open(path_of("d.ibp"), 0, &c), IBP_OK, "%s", ibp_last_error());
+		cr_assert_eq(ibp_container_open(tmp_path("d.ibp"), 0, &c), IBP_OK, "%s", ibp_last_error());
 		memset(blk, 0xEE, brows * R);
 		ibp_status_t bst = ibp_container_decode_block(c, 2, blk, 1);
 		ibp_container_close(c);
@@ -109,7 +86,7 @@ Test(store_faults, failed_block_not_cached, .init = mkdir_tmp, .fini = rm_tmp)
 			continue; /* still decodes, or fails before writing: not the case */
 		tried++;
 		ibp_store_t *s = NULL;
-		cr_assert_eq(ibp_store_open(path_of("d.ibp"), 0, &s), IBP_OK, "%s", ibp_last_error());
+		cr_assert_eq(ibp_store_open(tmp_path("d.ibp"), 0, &s), IBP_OK, "%s", ibp_last_error());
 		for (int t = 1; t <= 2; t++) {
 			int64_t a = 3, b = 250, a2 = 10;
 			cr_assert_eq(ibp_store_gather(s, &a, 1, out, 1), IBP_OK, "%s", ibp_last_error());
@@ -232,7 +209,7 @@ static void spoil_row(ibp_file_t *f, uint64_t k)
 
 /* Bug caught: store.c's gather not checking that a packed row fills its
  * extent (FORMAT.md 1.3): a stray byte after row k's encoding. */
-Test(store_faults, gather_requires_exact_extent, .init = mkdir_tmp, .fini = rm_tmp)
+Test(store_faults, gather_requires_exact_extent, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	ibp_file_t f = make_ibp(200, 64, 21);
 	uint64_t k = coded_row(&f, 50), n = f.n;
@@ -244,9 +221,9 @@ Test(store_faults, gather_requires_exact_extent, .init = mkdir_tmp, .fini = rm_t
 		f.off[i]++;
 	free(f.pay);
 	f.pay = pay;
-	write_ibp(&f, path_of("x.ibp"));
+	write_ibp(&f, tmp_path("x.ibp"));
 	ibp_store_t *s = NULL;
-	cr_assert_eq(ibp_store_open(path_of("x.ibp"), 0, &s), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_store_open(tmp_path("x.ibp"), 0, &s), IBP_OK, "%s", ibp_last_error());
 	uint8_t *out = tu_xcalloc(4 * f.R);
 	int64_t ids[4] = { 0, (int64_t)k + 1, (int64_t)k, 3 };
 	for (int t = 1; t <= 2; t++) {
@@ -275,15 +252,15 @@ Test(store_faults, gather_requires_exact_extent, .init = mkdir_tmp, .fini = rm_t
  * thread stops only between grains), while the helper, taking the second
  * grain meanwhile, fails at once on k2: both failures are recorded, and the
  * first by position must win. */
-Test(store_faults, first_failing_position_reported, .init = mkdir_tmp, .fini = rm_tmp)
+Test(store_faults, first_failing_position_reported, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	ibp_file_t f = make_ibp(300, 8, 22);
 	uint64_t k1 = coded_row(&f, 10), k2 = coded_row(&f, k1 + 1);
 	spoil_row(&f, k1);
 	spoil_row(&f, k2);
-	write_ibp(&f, path_of("p.ibp"));
+	write_ibp(&f, tmp_path("p.ibp"));
 	ibp_store_t *s = NULL;
-	cr_assert_eq(ibp_store_open(path_of("p.ibp"), 0, &s), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_store_open(tmp_path("p.ibp"), 0, &s), IBP_OK, "%s", ibp_last_error());
 	const uint64_t m = 70000, first = 8192; /* 65536 / R; m / (4 * 2) is larger */
 	int64_t *ids = tu_xcalloc(m * sizeof(int64_t));
 	uint8_t *out = tu_xcalloc(m * f.R);
@@ -308,24 +285,24 @@ Test(store_faults, first_failing_position_reported, .init = mkdir_tmp, .fini = r
 /* Bug caught: ibp_store_open ignoring IBP_OPEN_VERIFY (with it, a file
  * whose rows do not decode is refused at open; without it, it opens and
  * only the gather of the bad row fails). */
-Test(store_faults, open_verify_flag, .init = mkdir_tmp, .fini = rm_tmp)
+Test(store_faults, open_verify_flag, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	ibp_file_t f = make_ibp(100, 48, 23);
 	uint64_t k = coded_row(&f, 0);
-	write_ibp(&f, path_of("good.ibp"));
+	write_ibp(&f, tmp_path("good.ibp"));
 	spoil_row(&f, k);
-	write_ibp(&f, path_of("bad.ibp"));
+	write_ibp(&f, tmp_path("bad.ibp"));
 	ibp_store_t *s = NULL;
 	for (unsigned mm = 0; mm < 2; mm++) {
 		unsigned flags = mm ? IBP_OPEN_MMAP : IBP_OPEN_READ;
-		cr_assert_eq(ibp_store_open(path_of("good.ibp"), flags | IBP_OPEN_VERIFY, &s), IBP_OK, "%s",
+		cr_assert_eq(ibp_store_open(tmp_path("good.ibp"), flags | IBP_OPEN_VERIFY, &s), IBP_OK, "%s",
 			     ibp_last_error());
 		ibp_store_close(s);
 		s = (ibp_store_t *)1;
-		cr_assert_eq(ibp_store_open(path_of("bad.ibp"), flags | IBP_OPEN_VERIFY, &s), IBP_ERR_CORRUPT,
+		cr_assert_eq(ibp_store_open(tmp_path("bad.ibp"), flags | IBP_OPEN_VERIFY, &s), IBP_ERR_CORRUPT,
 			     "IBP_OPEN_VERIFY ignored");
 		cr_assert_null(s);
-		cr_assert_eq(ibp_store_open(path_of("bad.ibp"), flags, &s), IBP_OK, "%s", ibp_last_error());
+		cr_assert_eq(ibp_store_open(tmp_path("bad.ibp"), flags, &s), IBP_OK, "%s", ibp_last_error());
 		int64_t id = (int64_t)k;
 		uint8_t *out = tu_xcalloc(f.R);
 		cr_assert_eq(ibp_store_gather(s, &id, 1, out, 1), IBP_ERR_CORRUPT);

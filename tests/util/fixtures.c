@@ -124,3 +124,12 @@ void remove_tmpdir(void)
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
 	cr_assert_eq(system(cmd), 0);
 }
+
+const char *tmp_path(const char *name)
+{
+	static char bufs[4][160];
+	static int i;
+	char *b = bufs[i++ % 4];
+	snprintf(b, sizeof(bufs[0]), "%s/%s", tmpdir, name);
+	return b;
+}

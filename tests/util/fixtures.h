@@ -45,5 +45,7 @@ uint8_t *graded_rows(uint64_t seed, uint64_t n, uint64_t R);
 extern char tmpdir[64];
 void make_tmpdir(void);
 void remove_tmpdir(void);
+/* tmpdir + "/" + name, in one of 4 rotating buffers (valid for 3 more calls). */
+const char *tmp_path(const char *name);
 
 #endif /* IBP_TEST_FIXTURES_H */
