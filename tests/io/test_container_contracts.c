@@ -33,13 +33,13 @@ Test(contracts, row_and_block_ranges, .init = make_tmpdir, .fini = remove_tmpdir
 {
 	const uint64_t rows = 30, cols = 16, shape[2] = { rows, cols };
 	uint8_t *d = f32_values(rows * cols, 3);
-	cr_assert_eq(ibp_pack(tmp_path("i.ibp"), d, IBP_DTYPE_F32, 2, shape, NULL, IBP_LAYOUT_PACKED), IBP_OK, "%s",
+	cr_assert_eq(ibp_pack(tmpdir_path("i.ibp"), d, IBP_DTYPE_F32, 2, shape, NULL, IBP_LAYOUT_PACKED), IBP_OK, "%s",
 		     ibp_last_error());
-	cr_assert_eq(ibp_pack_exp(tmp_path("e.ibp"), d, IBP_DTYPE_F32, 2, shape, NULL, 8), IBP_OK, "%s",
+	cr_assert_eq(ibp_pack_exp(tmpdir_path("e.ibp"), d, IBP_DTYPE_F32, 2, shape, NULL, 8), IBP_OK, "%s",
 		     ibp_last_error());
 	ibp_container_t *ci = NULL, *ce = NULL;
-	cr_assert_eq(ibp_container_open(tmp_path("i.ibp"), 0, &ci), IBP_OK, "%s", ibp_last_error());
-	cr_assert_eq(ibp_container_open(tmp_path("e.ibp"), 0, &ce), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_container_open(tmpdir_path("i.ibp"), 0, &ci), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_container_open(tmpdir_path("e.ibp"), 0, &ce), IBP_OK, "%s", ibp_last_error());
 	const uint8_t *src = NULL;
 	uint64_t len = 0;
 	uint8_t row[64], *blk = tu_xcalloc(8 * 64);
@@ -126,7 +126,7 @@ Test(contracts, failed_write_leaves_path, .init = make_tmpdir, .fini = remove_tm
 {
 	const uint64_t shape[2] = { 10, 4 }, bad[2] = { 10, 5 };
 	uint8_t *d = f32_values(40, 4);
-	const char *p = tmp_path("keep.ibp");
+	const char *p = tmpdir_path("keep.ibp");
 	FILE *f = fopen(p, "wb");
 	cr_assert_not_null(f);
 	fputs("the old contents", f);
@@ -156,7 +156,7 @@ Test(contracts, failed_write_leaves_path, .init = make_tmpdir, .fini = remove_tm
 	snprintf(cmd, sizeof(cmd), "test $(ls -A '%s' | wc -l) -eq 1", tmpdir);
 	cr_assert_eq(system(cmd), 0, "a temporary file was left beside the target");
 	/* an unwritable directory: IBP_ERR_IO, nothing created */
-	cr_assert_eq(ibp_pack_exp(tmp_path("nodir/x.ibp"), d, IBP_DTYPE_F32, 2, shape, NULL, 0), IBP_ERR_IO);
+	cr_assert_eq(ibp_pack_exp(tmpdir_path("nodir/x.ibp"), d, IBP_DTYPE_F32, 2, shape, NULL, 0), IBP_ERR_IO);
 	free(d);
 }
 

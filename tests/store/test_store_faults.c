@@ -45,10 +45,10 @@ Test(store_faults, failed_block_not_cached, .init = make_tmpdir, .fini = remove_
 	const uint64_t rows = 400, cols = 64, brows = 100, R = cols * 2;
 	const uint64_t shape[2] = { rows, cols };
 	uint8_t *d = bf16_data(rows * cols, 11);
-	cr_assert_eq(ibp_pack_exp(tmp_path("e.ibp"), d, IBP_DTYPE_BF16, 2, shape, NULL, brows), IBP_OK, "%s",
+	cr_assert_eq(ibp_pack_exp(tmpdir_path("e.ibp"), d, IBP_DTYPE_BF16, 2, shape, NULL, brows), IBP_OK, "%s",
 		     ibp_last_error());
 	ibp_container_t *c = NULL;
-	cr_assert_eq(ibp_container_open(tmp_path("e.ibp"), 0, &c), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_container_open(tmpdir_path("e.ibp"), 0, &c), IBP_OK, "%s", ibp_last_error());
 	cr_assert_eq(ibp_container_nblocks(c), 4);
 	uint64_t plen;
 	const uint8_t *pl = ibp_container_payload(c, &plen);
@@ -71,11 +71,11 @@ Test(store_faults, failed_block_not_cached, .init = make_tmpdir, .fini = remove_
 	for (uint64_t at = off[2] + 64; at < off[3] && tried < 4; at += 13) {
 		uint8_t keep = pay[at];
 		pay[at] ^= 0xA5;
-		cr_assert_eq(ibp_container_write_exp(tmp_path("d.ibp"), IBP_DTYPE_BF16, 2, shape, brows * cols,
+		cr_assert_eq(ibp_container_write_exp(tmpdir_path("d.ibp"), IBP_DTYPE_BF16, 2, shape, brows * cols,
 						     IBP_EXP_TABLE_SIGMA, pay, off),
 			     IBP_OK, "%s", ibp_last_error());
 		pay[at] = keep;
-		cr_assert_eq(ibp_container_open(tmp_path("d.ibp"), 0, &c), IBP_OK, "%s", ibp_last_error());
+		cr_assert_eq(ibp_container_open(tmpdir_path("d.ibp"), 0, &c), IBP_OK, "%s", ibp_last_error());
 		memset(blk, 0xEE, brows * R);
 		ibp_status_t bst = ibp_container_decode_block(c, 2, blk, 1);
 		ibp_container_close(c);
@@ -86,7 +86,7 @@ Test(store_faults, failed_block_not_cached, .init = make_tmpdir, .fini = remove_
 			continue; /* still decodes, or fails before writing: not the case */
 		tried++;
 		ibp_store_t *s = NULL;
-		cr_assert_eq(ibp_store_open(tmp_path("d.ibp"), 0, &s), IBP_OK, "%s", ibp_last_error());
+		cr_assert_eq(ibp_store_open(tmpdir_path("d.ibp"), 0, &s), IBP_OK, "%s", ibp_last_error());
 		for (int t = 1; t <= 2; t++) {
 			int64_t a = 3, b = 250, a2 = 10;
 			cr_assert_eq(ibp_store_gather(s, &a, 1, out, 1), IBP_OK, "%s", ibp_last_error());
@@ -221,9 +221,9 @@ Test(store_faults, gather_requires_exact_extent, .init = make_tmpdir, .fini = re
 		f.off[i]++;
 	free(f.pay);
 	f.pay = pay;
-	write_ibp(&f, tmp_path("x.ibp"));
+	write_ibp(&f, tmpdir_path("x.ibp"));
 	ibp_store_t *s = NULL;
-	cr_assert_eq(ibp_store_open(tmp_path("x.ibp"), 0, &s), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_store_open(tmpdir_path("x.ibp"), 0, &s), IBP_OK, "%s", ibp_last_error());
 	uint8_t *out = tu_xcalloc(4 * f.R);
 	int64_t ids[4] = { 0, (int64_t)k + 1, (int64_t)k, 3 };
 	for (int t = 1; t <= 2; t++) {
@@ -258,9 +258,9 @@ Test(store_faults, first_failing_position_reported, .init = make_tmpdir, .fini =
 	uint64_t k1 = coded_row(&f, 10), k2 = coded_row(&f, k1 + 1);
 	spoil_row(&f, k1);
 	spoil_row(&f, k2);
-	write_ibp(&f, tmp_path("p.ibp"));
+	write_ibp(&f, tmpdir_path("p.ibp"));
 	ibp_store_t *s = NULL;
-	cr_assert_eq(ibp_store_open(tmp_path("p.ibp"), 0, &s), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_store_open(tmpdir_path("p.ibp"), 0, &s), IBP_OK, "%s", ibp_last_error());
 	const uint64_t m = 70000, first = 8192; /* 65536 / R; m / (4 * 2) is larger */
 	int64_t *ids = tu_xcalloc(m * sizeof(int64_t));
 	uint8_t *out = tu_xcalloc(m * f.R);
@@ -289,20 +289,20 @@ Test(store_faults, open_verify_flag, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	ibp_file_t f = make_ibp(100, 48, 23);
 	uint64_t k = coded_row(&f, 0);
-	write_ibp(&f, tmp_path("good.ibp"));
+	write_ibp(&f, tmpdir_path("good.ibp"));
 	spoil_row(&f, k);
-	write_ibp(&f, tmp_path("bad.ibp"));
+	write_ibp(&f, tmpdir_path("bad.ibp"));
 	ibp_store_t *s = NULL;
 	for (unsigned mm = 0; mm < 2; mm++) {
 		unsigned flags = mm ? IBP_OPEN_MMAP : IBP_OPEN_READ;
-		cr_assert_eq(ibp_store_open(tmp_path("good.ibp"), flags | IBP_OPEN_VERIFY, &s), IBP_OK, "%s",
+		cr_assert_eq(ibp_store_open(tmpdir_path("good.ibp"), flags | IBP_OPEN_VERIFY, &s), IBP_OK, "%s",
 			     ibp_last_error());
 		ibp_store_close(s);
 		s = (ibp_store_t *)1;
-		cr_assert_eq(ibp_store_open(tmp_path("bad.ibp"), flags | IBP_OPEN_VERIFY, &s), IBP_ERR_CORRUPT,
+		cr_assert_eq(ibp_store_open(tmpdir_path("bad.ibp"), flags | IBP_OPEN_VERIFY, &s), IBP_ERR_CORRUPT,
 			     "IBP_OPEN_VERIFY ignored");
 		cr_assert_null(s);
-		cr_assert_eq(ibp_store_open(tmp_path("bad.ibp"), flags, &s), IBP_OK, "%s", ibp_last_error());
+		cr_assert_eq(ibp_store_open(tmpdir_path("bad.ibp"), flags, &s), IBP_OK, "%s", ibp_last_error());
 		int64_t id = (int64_t)k;
 		uint8_t *out = tu_xcalloc(f.R);
 		cr_assert_eq(ibp_store_gather(s, &id, 1, out, 1), IBP_ERR_CORRUPT);

@@ -125,7 +125,7 @@ void remove_tmpdir(void)
 	cr_assert_eq(system(cmd), 0);
 }
 
-const char *tmp_path(const char *name)
+const char *tmpdir_path(const char *name)
 {
 	static char bufs[4][160];
 	static int i;

@@ -46,6 +46,6 @@ extern char tmpdir[64];
 void make_tmpdir(void);
 void remove_tmpdir(void);
 /* tmpdir + "/" + name, in one of 4 rotating buffers (valid for 3 more calls). */
-const char *tmp_path(const char *name);
+const char *tmpdir_path(const char *name);
 
 #endif /* IBP_TEST_FIXTURES_H */
