@@ -28,19 +28,8 @@
 #include <xxhash.h>
 
 #include "ibp.h"
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static void die(const char *what, ibp_status_t st)
-{
-	fprintf(stderr, "bench_container: %s: %s (%s)\n", what, ibp_status_string(st), ibp_last_error());
-	exit(1);
-}
+#define BENCH_NAME "bench_container"
+#include "bench_util.h"
 
 static uint64_t file_size(const char *path)
 {

@@ -3,8 +3,8 @@
  * docs/BENCHMARKS.md "Random-row gather").
  *
  *   bench_gather FILE.npy [--dtype bf16|f32] [--rows N] [--cols N] [--ids N]
- *                [--runs N] [--impl I,I,...] [--pf D,D,...]
- *                [--keep PATH]
+ *                [--runs N] [--impl I,I,...] [--pf D,D,...] [--map M,M,...]
+ *                [--keep PATH [--reuse]]
  *
  * Loads FILE.npy (a 2-D array; --dtype bf16 reads its u16 elements as
  * bf16), keeps the first --cols columns (default all), tiles its rows up
@@ -18,8 +18,16 @@
  * 1 thread also per second of the thread's CPU time, steadier on a loaded
  * machine. --pf times the store at each gather prefetch distance listed
  * (IBP_GATHER_PREFETCH, 0 = none; default: the library's own) side by side,
- * --impl (auto, portable, bmi2, avx512, avx2) each decoder; the shorter
- * list repeats its last value.
+ * --impl (auto, portable, bmi2, avx512, avx2) each decoder, --map 1 or 0
+ * with or without the store's row map (0 sets IBP_ROW_MAP_MAX=0: the
+ * gather walks the compact index, as before the map); the shorter lists
+ * repeat their last value. --keep PATH keeps the packed file; with
+ * --reuse an existing PATH is opened instead of packing again (it must be
+ * a pack of the same table: every output is still verified). --thp 0
+ * leaves the plain table and the store's file without transparent huge
+ * pages (default: both get them, as the library and NumPy ask for).
+ * --seq gathers rows 0, 1, 2, ... in order instead of random ids (the
+ * decode speed with the hardware prefetcher's help).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -27,41 +35,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "ibp.h"
+#define BENCH_NAME "bench_gather"
+#include "bench_util.h"
 
 #define MAX_PF 8
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* CPU time of this thread: on a loaded machine it leaves out the time
- * the thread waited for a core, which wall time counts. */
-static double cpu_now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static void die(const char *what, ibp_status_t st)
-{
-	fprintf(stderr, "bench_gather: %s: %s (%s)\n", what, ibp_status_string(st), ibp_last_error());
-	exit(1);
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
 
 /* The plain gather, split over threads like the store splits its work. */
 typedef struct plain {
@@ -97,6 +78,13 @@ static void plain_gather(const uint8_t *base, const int64_t *ids, uint64_t n, ui
 		pthread_join(th[k], NULL);
 }
 
+static void advise_huge(void *p, uint64_t size)
+{
+	const uintptr_t H = 2u << 20, lo = ((uintptr_t)p + H - 1) & ~(H - 1), hi = ((uintptr_t)p + size) & ~(H - 1);
+	if (hi > lo)
+		(void)madvise((void *)lo, (size_t)(hi - lo), MADV_HUGEPAGE);
+}
+
 static int cmp_d(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -121,8 +109,9 @@ int main(int argc, char **argv)
 {
 	const char *path = NULL, *keep = NULL, *dts = NULL, *impls = "auto";
 	uint64_t rows = 0, cols = 0, nids = 65536;
-	int runs = 7;
+	int runs = 7, reuse = 0, thp = 1, seq = 0;
 	int pfs[MAX_PF] = { -1 }, npf = 1;
+	int maps[MAX_PF] = { 1 }, nmap = 1;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--dtype") && i + 1 < argc)
 			dts = argv[++i];
@@ -145,13 +134,28 @@ int main(int argc, char **argv)
 					break;
 				p = q;
 			}
+		} else if (!strcmp(argv[i], "--map") && i + 1 < argc) {
+			nmap = 0;
+			for (char *p = argv[++i]; *p && nmap < MAX_PF; p += *p == ',') {
+				char *q;
+				maps[nmap++] = (int)strtol(p, &q, 10);
+				if (q == p)
+					break;
+				p = q;
+			}
 		} else if (!strcmp(argv[i], "--keep") && i + 1 < argc)
 			keep = argv[++i];
+		else if (!strcmp(argv[i], "--reuse"))
+			reuse = 1;
+		else if (!strcmp(argv[i], "--thp") && i + 1 < argc)
+			thp = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--seq"))
+			seq = 1;
 		else if (argv[i][0] != '-' && !path)
 			path = argv[i];
 		else {
 			fprintf(stderr, "usage: bench_gather FILE.npy [--dtype bf16|f32] [--rows N] [--cols N] [--ids N] "
-					"[--runs N] [--impl I,I,...] [--pf D,D,...] [--keep PATH]\n");
+					"[--runs N] [--impl I,I,...] [--pf D,D,...] [--map M,M,...] [--keep PATH [--reuse]] [--thp 0|1] [--seq]\n");
 			return 2;
 		}
 	}
@@ -184,6 +188,13 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_gather: no memory for %llu rows\n", (unsigned long long)rows);
 		return 1;
 	}
+	/* huge pages for the plain table as for the store's copy of the file
+	 * (NumPy asks for them on large arrays too): --thp 0 leaves both
+	 * without (the store then reads IBP_NO_HUGEPAGES) */
+	if (thp)
+		advise_huge(tab, rows * R);
+	else
+		setenv("IBP_NO_HUGEPAGES", "1", 1);
 	for (uint64_t r = 0; r < rows; r++)
 		memcpy(tab + r * R, (const uint8_t *)data + (r % n0) * R0, (size_t)R);
 	ibp_npy_free(data);
@@ -194,11 +205,13 @@ int main(int argc, char **argv)
 	uint64_t shape[2] = { rows, cols };
 	ibp_train_opts_t o;
 	ibp_train_opts_default(&o);
-	double t0 = now();
-	st = ibp_pack(out_path, tab, dt, 2, shape, &o, IBP_LAYOUT_PACKED);
-	if (st != IBP_OK)
-		die("pack", st);
-	double tpack = now() - t0;
+	double t0 = now(), tpack = 0.0;
+	if (!(reuse && keep && access(keep, R_OK) == 0)) {
+		st = ibp_pack(out_path, tab, dt, 2, shape, &o, IBP_LAYOUT_PACKED);
+		if (st != IBP_OK)
+			die("pack", st);
+		tpack = now() - t0;
+	}
 	/* implementations, as many as --pf values (the last one repeats) */
 	static const char *impl_name[] = { "auto", "portable", "bmi2", "avx512", "avx2" };
 	ibp_impl_t want[MAX_PF];
@@ -218,10 +231,12 @@ int main(int argc, char **argv)
 			break;
 		p += n + 1;
 	}
-	for (; npf < nimpl; npf++)
+	for (; npf < nimpl || npf < nmap; npf++)
 		pfs[npf] = pfs[npf - 1];
 	for (; nimpl < npf; nimpl++)
 		want[nimpl] = want[nimpl - 1];
+	for (; nmap < npf; nmap++)
+		maps[nmap] = maps[nmap - 1];
 	/* one store per prefetch distance (IBP_GATHER_PREFETCH is read at open) */
 	ibp_store_t *sv[MAX_PF];
 	for (int k = 0; k < npf; k++) {
@@ -231,6 +246,10 @@ int main(int argc, char **argv)
 			setenv("IBP_GATHER_PREFETCH", v, 1);
 		else
 			unsetenv("IBP_GATHER_PREFETCH");
+		if (maps[k])
+			unsetenv("IBP_ROW_MAP_MAX");
+		else
+			setenv("IBP_ROW_MAP_MAX", "0", 1);
 		if ((st = ibp_store_open(out_path, IBP_OPEN_READ, &sv[k])) != IBP_OK)
 			die("open", st);
 	}
@@ -244,9 +263,9 @@ int main(int argc, char **argv)
 		if ((st = ibp_codec_set_impl((ibp_codec_t *)(uintptr_t)ibp_store_codec(sv[k]), want[k])) != IBP_OK)
 			die("impl", st);
 	const ibp_container_t *c = ibp_store_container(s);
-	printf("%s: %llu x %llu B (%s), %llu random ids, %d runs, impl (first store) %s, payload %.1f%% of raw, pack %.2f s\n",
+	printf("%s: %llu x %llu B (%s), %llu %s ids, %d runs, impl (first store) %s, payload %.1f%% of raw, pack %.2f s\n",
 	       path, (unsigned long long)rows, (unsigned long long)R, ibp_dtype_name(dt),
-	       (unsigned long long)nids, runs, impl_name[ibp_codec_impl(codec)],
+	       (unsigned long long)nids, seq ? "sequential" : "random", runs, impl_name[ibp_codec_impl(codec)],
 	       100.0 * (double)(ibp_container_file_bytes(c)) / (double)(rows * R), tpack);
 
 	int64_t *ids = malloc(sizeof(int64_t) * nids);
@@ -259,22 +278,24 @@ int main(int argc, char **argv)
 	}
 	uint64_t seed = 16;
 	for (uint64_t i = 0; i < nids; i++)
-		ids[i] = (int64_t)(rng_next(&seed) % rows);
+		ids[i] = seq ? (int64_t)(i % rows) : (int64_t)(rng_next(&seed) % rows);
 
 	/* methods: memcpy 1t, memcpy 2t, then ibp 1t and 2t per distance */
 	int NM = 2 + 2 * npf;
-	char mname[2 + 2 * MAX_PF][64];
+	char mname[2 + 2 * MAX_PF][80];
 	double *tm[2 + 2 * MAX_PF], *tc[2 + 2 * MAX_PF];
 	for (int m = 0; m < NM; m++) {
 		int t = m % 2 + 1;
 		if (m < 2)
 			snprintf(mname[m], sizeof(mname[m]), "memcpy %dt", t);
 		else if (pfs[(m - 2) / 2] < 0)
-			snprintf(mname[m], sizeof(mname[m]), "ibp %dt %s", t,
-				 impl_name[ibp_codec_impl(ibp_store_codec(sv[(m - 2) / 2]))]);
+			snprintf(mname[m], sizeof(mname[m]), "ibp %dt %s%s", t,
+				 impl_name[ibp_codec_impl(ibp_store_codec(sv[(m - 2) / 2]))],
+				 maps[(m - 2) / 2] ? "" : " nomap");
 		else
-			snprintf(mname[m], sizeof(mname[m]), "ibp %dt %s pf=%d", t,
-				 impl_name[ibp_codec_impl(ibp_store_codec(sv[(m - 2) / 2]))], pfs[(m - 2) / 2]);
+			snprintf(mname[m], sizeof(mname[m]), "ibp %dt %s pf=%d%s", t,
+				 impl_name[ibp_codec_impl(ibp_store_codec(sv[(m - 2) / 2]))], pfs[(m - 2) / 2],
+				 maps[(m - 2) / 2] ? "" : " nomap");
 		tm[m] = calloc((size_t)runs, sizeof(double));
 		tc[m] = calloc((size_t)runs, sizeof(double));
 	}

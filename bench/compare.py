@@ -58,8 +58,12 @@ REPO = HERE.parent
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--lib", help="libibp.so, or a build directory holding it "
-                   "(default: build/libibp.so, else the newest build-*/libibp.so)")
+    p.add_argument("--lib", help="libibp.so, or a build directory holding it, for the ibp package "
+                   "to load (default: the installed package's own; without an installed "
+                   "package, python/src with build/libibp.so, else the newest build-*/libibp.so)")
+    p.add_argument("--impls", default="bmi2,portable",
+                   help="IBP CPU implementations to time, comma-separated (ibp.impls(): portable, "
+                   "bmi2, avx2, avx512; 'all' = every one this machine runs; default bmi2,portable)")
     p.add_argument("--data", nargs="+", help="data set directories or .npy files "
                    "(default: datasets/sample; with --full: datasets/cache)")
     p.add_argument("--out", default=str(REPO / "docs"),
@@ -123,45 +127,49 @@ def log(msg: str) -> None:
 # --------------------------------------------------------------------------
 
 def load_lib(args):
-    """(IbpLib or None, note). Restarts the process once if dlopen needs it."""
+    """(the ibp package or None, note); see ibp_package.py for which libibp."""
     if args.no_ibp:
         return None, "skipped (--no-ibp)"
-    import ibp_ctypes
+    import ibp_package
     try:
-        lib = ibp_ctypes.load_or_reexec(args.lib)
-    except (OSError, FileNotFoundError) as e:
+        ibp = ibp_package.load(args.lib)
+    except Exception as e:  # not found, or a library without the package's symbols
         return None, f"not available: {e}"
-    if not lib.has_ibp_codec:
-        return None, f"not available: {lib.path} exports no IBP training/batch API"
-    return lib, ibp_ctypes.library_version_note(lib)
+    return ibp, ibp_package.describe(ibp)
 
 
-def bench_ibp(lib, ds, args) -> tuple[list[Result], dict]:
-    """Train IBP with automatic options, then time both CPU implementations."""
+def impl_list(ibp, spec: str) -> list[str]:
+    """The implementations --impls names that this machine runs, in its order."""
+    have = ibp.impls()
+    if spec == "all":
+        return list(reversed(have))
+    return [n for n in (w.strip() for w in spec.split(",")) if n in have]
+
+
+def bench_ibp(ibp, ds, args) -> tuple[list[Result], dict]:
+    """Train IBP with automatic options, then time each CPU implementation."""
     out, info = [], {}
     t0 = time.perf_counter()
     try:
-        codec = lib.train(ds.rows, nthreads=1)
+        codec = ibp.train(ds.rows, nthreads=1)
     except Exception as e:
         out.append(_na(ds, "IBP", "libibp", "auto options", f"training failed: {e}"))
         return out, info
     train_s = time.perf_counter() - t0
-    info = dict(train_s=train_s, chunk=codec.chunk_bytes, threshold=codec.threshold,
-                k=codec.nclusters, metadata=codec.metadata_bytes())
-    settings = (f"auto: chunk {codec.chunk_bytes} B, T {codec.threshold:.2f}, k {codec.nclusters}; "
+    info = dict(train_s=train_s, chunk=codec.chunk, threshold=codec.threshold,
+                k=codec.nclusters, metadata=measure.metadata_bytes(codec))
+    settings = (f"auto: chunk {codec.chunk} B, T {codec.threshold:.2f}, k {codec.nclusters}; "
                 f"train {train_s * 1e3:.0f} ms (1 thread)")
-    import ibp_ctypes
-    for impl in (ibp_ctypes.IMPL_BMI2, ibp_ctypes.IMPL_PORTABLE):
-        if not codec.set_impl(impl):
-            continue
-        name = f"IBP ({codec.impl()})"
+    for impl in impl_list(ibp, args.impls):
+        codec.set_impl(impl)
+        name = f"IBP ({codec.impl})"
         try:
             enc_s, dec_s, enc, ok = measure.run_ibp(codec, ds.rows, args.reps, args.warmup)
         except Exception as e:
             out.append(_na(ds, name, "libibp", settings, f"failed: {e}"))
             continue
         total, parts = measure.ibp_stored_bytes(codec, enc)
-        modes = enc.mode_counts()
+        modes = measure.mode_counts(enc)
         meta_what = "Mask/Bitval/Xval" if codec.has_xval else "Mask/Bitval"
         note = ("size = rows + 1 flags B/row" + (" + 1 cluster id B/row" if parts["cluster_ids"] else "")
                 + f" + {parts['metadata']} B {meta_what}; modes " +
@@ -170,12 +178,9 @@ def bench_ibp(lib, ds, args) -> tuple[list[Result], dict]:
                    ds.nrows, ds.nbytes, total, enc_s, dec_s, ok, note,
                    extra=dict(parts=parts, modes=modes, train_s=train_s))
         out.append(r)
-    try:
-        # Same extras as ours and as `ibp bench`: + 1 flags byte per row + Mask/Bitval.
-        info["paper_bytes"] = (codec.paper_layout_size(ds.rows) + ds.nrows
-                               + codec.metadata_bytes(with_xval=False))
-    except Exception as e:  # older library without the paper-layout helper
-        info["paper_error"] = str(e)
+    # Same extras as ours and as `ibp bench`: + 1 flags byte per row + Mask/Bitval.
+    info["paper_bytes"] = (codec.paper_layout_size(ds.rows) + ds.nrows
+                           + measure.metadata_bytes(codec, with_xval=False))
     codec.close()
     return out, info
 
@@ -231,11 +236,14 @@ def bench_compressor(comp, ds, args, block_pieces) -> list[Result]:
 # the C-level numbers of `ibp bench`
 # --------------------------------------------------------------------------
 
-def find_cli(args, lib) -> Path | None:
-    """The ibp CLI: --ibp-cli, bin/ibp beside the library, or build/bin/ibp."""
+def find_cli(args, ibp) -> Path | None:
+    """The ibp CLI: --ibp-cli, bin/ibp beside the library, the package's own
+    (ibp.cli_path()), or build/bin/ibp."""
     cands = [Path(args.ibp_cli)] if args.ibp_cli else []
-    if lib is not None:
-        cands.append(Path(lib.path).parent / "bin" / "ibp")
+    if ibp is not None:
+        cands.append(Path(ibp.library_path()).parent / "bin" / "ibp")
+        if ibp.cli_path():
+            cands.append(Path(ibp.cli_path()))
     cands.append(REPO / "build" / "bin" / "ibp")
     for c in cands:
         if c.is_file() and os.access(c, os.X_OK):
@@ -410,7 +418,7 @@ def main(argv=None) -> int:
         study = run_studies(lib, files, args)
 
     env = dict(machine=machine_info(), packages=package_versions(comps), lib=lib_note,
-               reexec=_reexec_note(), command=command_line(argv), args=vars(args),
+               reexec="", command=command_line(argv), args=vars(args),
                extras=[e.status for e in extras], cli=str(cli) if cli else None,
                skipped=skipped, elapsed_s=None)
     out = Path(args.out)
@@ -434,7 +442,8 @@ def main(argv=None) -> int:
 
 
 def run_studies(lib, files, args) -> dict:
-    """The paper studies on every data set (row subset) plus synthetic ints."""
+    """The paper studies on every data set (row subset) plus synthetic ints;
+    `lib` is the ibp package."""
     cap = int(args.study_max_mib * 2**20)
     sets = []
     for f in files:
@@ -460,14 +469,6 @@ def run_studies(lib, files, args) -> dict:
                                    file_rows=d.file_rows)
         out["fig14"][d.name] = studies.clusters(lib, d)
     return out
-
-
-def _reexec_note() -> str:
-    try:
-        import ibp_ctypes
-        return ibp_ctypes.reexec_note()
-    except Exception:
-        return ""
 
 
 def command_line(argv) -> str:

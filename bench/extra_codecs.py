@@ -1,9 +1,9 @@
 """libibp's other codecs in the comparison: the exponent codec and FP8.
 
-:func:`discover` looks at the loaded library and returns one runner per
-codec family. A runner whose codec is missing (older build, header not
-landed yet) still appears, with ``status`` saying why, so the report can
-show "not available" rather than silently dropping it.
+:func:`discover` returns one runner per codec family, each calling the
+ibp package (ibp.exp / ibp.fp8 compress_chunks and decompress_chunks).
+Without libibp they still appear, with ``status`` saying why, so the report
+can show "not available" rather than silently dropping them.
 
 The FP8 codec is lossy: its rows are reported with the error they make
 instead of a byte-exact check.
@@ -11,14 +11,11 @@ instead of a byte-exact check.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 import measure
 from measure import Result
 
-REPO = Path(__file__).resolve().parent.parent
 ELEM = {"f16": 2, "bf16": 2, "f32": 4}
 
 
@@ -32,6 +29,16 @@ class Missing:
         return []
 
 
+def typed(rows: np.ndarray, dtype: str):
+    """(typed view of uint8 rows, dtype option for the ibp package): bf16 rows
+    are uint16 bit patterns read with dtype="bf16"."""
+    if dtype == "f32":
+        return rows.view(np.float32), None
+    if dtype == "f16":
+        return rows.view(np.float16), None
+    return rows.view(np.uint16), "bf16"
+
+
 class ExpRunner:
     """The exponent codec (include/ibp/exp.h) on f16 / bf16 / f32 data sets.
 
@@ -40,47 +47,47 @@ class ExpRunner:
     elements. Two table modes: SIGMA (the default; table from the block's
     RMS) and HISTOGRAM (top-7 exponents of the block). Sizes are the sum of
     the blocks, which carry their own 64-byte headers and 128-byte
-    alignment; one C call per batch (nthreads 1), buffers preallocated.
+    alignment. ibp.exp.compress_chunks / decompress_chunks: one libibp call
+    per batch (nthreads 1), buffers preallocated (out=).
     """
 
-    MODES = (("sigma", 0), ("histogram", 1))
+    MODES = (("sigma", "sigma"), ("histogram", "hist"))
 
-    def __init__(self, lib):
-        self.lib = lib
-        self.codec = lib.exp_codec()
-        self.status = "exponent codec: bound (ibp_exp_encode_batch / ibp_exp_decode_batch)"
+    def __init__(self, ibp):
+        self.ibp = ibp
+        self.status = ("exponent codec: ibp.exp.compress_chunks / decompress_chunks "
+                       "(ibp_exp_encode_batch / ibp_exp_decode_batch)")
 
     def bench(self, ds, args) -> list[Result]:
         if ds.dtype not in ELEM:
             return []
         out = []
         esz = ELEM[ds.dtype]
-        n = ds.nbytes // esz
         for gran, chunk in (("row", ds.row_bytes // esz),
                             (f"{args.block_kib} KiB block", args.block_kib * 1024 // esz)):
-            for mname, mode in self.MODES:
-                out.append(self._one(ds, gran, chunk, n, mname, mode, args))
+            for mname, table in self.MODES:
+                out.append(self._one(ds, gran, chunk, mname, table, args))
         return out
 
-    def _one(self, ds, gran, chunk, n, mname, mode, args) -> Result:
+    def _one(self, ds, gran, chunk, mname, table, args) -> Result:
         name = f"exp codec ({mname})"
         settings = f"table {mname}, {chunk} elements per block, 1 thread"
         src = ds.rows
+        exp = self.ibp.exp
         try:
-            opts = self.codec.opts(mode, nthreads=1)
-            dst, offs = self.codec.buffers(ds.dtype, n, chunk)
+            view, dt = typed(src, ds.dtype)
             out = np.empty_like(src)
-            enc_s, size = measure.timed(
-                lambda _: self.codec.encode(src, ds.dtype, chunk, opts, dst, offs),
-                args.reps, args.warmup)
+            oview = typed(out, ds.dtype)[0]
+            ch = exp.compress_chunks(view, chunk, table=table, nthreads=1, dtype=dt)
+            enc_s, _ = measure.timed(
+                lambda _: exp.compress_chunks(view, chunk, table=table, nthreads=1, dtype=dt,
+                                              out=ch), args.reps, args.warmup)
             dec_s, _ = measure.timed(
-                lambda _: self.codec.decode(dst, size, offs, ds.dtype, n, chunk, out, 1),
-                args.reps, args.warmup)
+                lambda _: exp.decompress_chunks(ch, out=oview, nthreads=1), args.reps, args.warmup)
             ok = bool(np.array_equal(out, src))
-            nblocks = len(offs) - 1
             return Result(ds.name, ds.cls, ds.dtype, name, "libibp", settings, gran, "C (1 call)",
-                          nblocks, ds.nbytes, int(size), enc_s, dec_s, ok,
-                          f"{nblocks} self-describing blocks (64 B header, 128 B aligned)")
+                          ch.nchunks, ds.nbytes, ch.nbytes, enc_s, dec_s, ok,
+                          f"{ch.nchunks} self-describing blocks (64 B header, 128 B aligned)")
         except Exception as e:
             return Result(ds.name, ds.cls, ds.dtype, name, "libibp", settings, gran, "-", 0,
                           ds.nbytes, 0, None, None, False, f"error: {e}")
@@ -90,18 +97,21 @@ class Fp8Runner:
     """The lossy FP8 (TACO) block codec (include/ibp/fp8.h) on f32/bf16/f16.
 
     The CPU API encodes one stream per call, so rows are encoded with one
-    ctypes call each (a Python loop of ctypes calls: about a microsecond of
-    overhead per call is included in the times). Block granularity: one
-    stream per 64 KiB of input. Not byte-exact by design: the round trip is
-    reported as "lossy" with the relative RMS error and the largest absolute
-    error relative to max |x| (finite values), measured on the decoded data.
+    ctypes call each (ibp.fp8.compress_chunks / decompress_chunks loop over
+    the chunks: about a microsecond of overhead per call is included in the
+    times). Block granularity: one stream per 64 KiB of input. Not
+    byte-exact by design: the round trip is reported as "lossy" with the
+    relative RMS error and the largest absolute error relative to max |x|
+    (finite values), measured on the decoded data.
     """
 
-    FORMATS = (("E4M3", 0),)
+    FORMATS = (("E4M3", "e4m3"),)
+    BLOCK = 256  # libibp's default FP8 scale block
 
-    def __init__(self, lib):
-        self.codec = lib.fp8_codec()
-        self.status = "FP8 codec: bound (ibp_fp8_encode / ibp_fp8_decode, lossy)"
+    def __init__(self, ibp):
+        self.ibp = ibp
+        self.status = ("FP8 codec: ibp.fp8.compress_chunks / decompress_chunks "
+                       "(ibp_fp8_encode / ibp_fp8_decode per chunk, lossy)")
 
     def bench(self, ds, args) -> list[Result]:
         if ds.dtype not in ELEM:
@@ -116,38 +126,25 @@ class Fp8Runner:
 
     def _one(self, ds, gran, chunk, fname, fmt, args) -> Result:
         name = f"FP8 {fname} (lossy)"
-        esz = ELEM[ds.dtype]
-        n = ds.nbytes // esz
         src = ds.rows
+        fp8 = self.ibp.fp8
         try:
-            opts = self.codec.opts(fmt, nthreads=1)
-            settings = f"block {opts.block}, Hadamard + adaptive scale, {chunk} elements per stream"
-            starts = list(range(0, n, chunk))
-            counts = [min(chunk, n - s0) for s0 in starts]
-            caps = [self.codec.encoded_size(opts, c) for c in counts]
-            doffs = np.concatenate([[0], np.cumsum(caps)]).astype(np.int64)
-            dst = np.empty(max(int(doffs[-1]), 1), np.uint8)
+            settings = (f"block {self.BLOCK}, Hadamard + adaptive scale, {chunk} elements per "
+                        "stream")
+            view, dt = typed(src, ds.dtype)
             out = np.empty_like(src)
-            sb, db, ob = src.ctypes.data, dst.ctypes.data, out.ctypes.data
-            jobs = [(sb + s0 * esz, c, db + int(o), cap, ob + s0 * esz)
-                    for s0, c, o, cap in zip(starts, counts, doffs[:-1], caps)]
-            enc, dec, dt = self.codec.encode_into, self.codec.decode_into, ds.dtype
-            sizes = []
-
-            def encode_all(_):
-                sizes[:] = [enc(sp, dt, c, opts, dp, cap) for sp, c, dp, cap, _op in jobs]
-
-            def decode_all(_):
-                for (sp, c, dp, cap, op), sz in zip(jobs, sizes):
-                    dec(dp, sz, dt, c, op, 1)
-
-            enc_t, _ = measure.timed(encode_all, args.reps, args.warmup)
-            dec_t, _ = measure.timed(decode_all, args.reps, args.warmup)
+            oview = typed(out, ds.dtype)[0]
+            kw = dict(format=fmt, block=self.BLOCK, nthreads=1, dtype=dt)
+            ch = fp8.compress_chunks(view, chunk, **kw)
+            enc_t, _ = measure.timed(lambda _: fp8.compress_chunks(view, chunk, out=ch, **kw),
+                                     args.reps, args.warmup)
+            dec_t, _ = measure.timed(lambda _: fp8.decompress_chunks(ch, out=oview, nthreads=1),
+                                     args.reps, args.warmup)
             rel_rms, rel_max = _errors(src, out, ds.dtype)
             note = (f"lossy: relative RMS error {rel_rms:.3g}, max |error| / max |x| {rel_max:.3g}; "
-                    f"{len(jobs)} streams, one ctypes call each")
+                    f"{ch.nchunks} streams, one ctypes call each")
             return Result(ds.name, ds.cls, ds.dtype, name, "libibp", settings, gran, "ctypes loop",
-                          len(jobs), ds.nbytes, int(sum(sizes)), enc_t, dec_t, "lossy", note,
+                          ch.nchunks, ds.nbytes, ch.nbytes, enc_t, dec_t, "lossy", note,
                           extra=dict(rel_rms=rel_rms, rel_max=rel_max))
         except Exception as e:
             return Result(ds.name, ds.cls, ds.dtype, name, "libibp", "-", gran, "-", 0,
@@ -178,20 +175,10 @@ def _errors(ref: np.ndarray, got: np.ndarray, dtype: str) -> tuple[float, float]
     return float(np.sqrt(np.mean(err * err)) / den), float(np.max(np.abs(err)) / mx)
 
 
-def discover(lib) -> list:
-    """Runners for the exponent and FP8 codecs (Missing ones say why)."""
-    runners = []
-    if lib is None:
+def discover(ibp) -> list:
+    """Runners for the exponent and FP8 codecs (Missing ones say why);
+    `ibp` is the package, or None without libibp."""
+    if ibp is None:
         return [Missing("exponent codec: not available (no libibp loaded)"),
                 Missing("FP8 codec: not available (no libibp loaded)")]
-    for label, has, header, make in (
-            ("exponent codec", lib.has_exp_codec, "exp.h", ExpRunner),
-            ("FP8 codec", lib.has_fp8_codec, "fp8.h", Fp8Runner)):
-        if has:
-            runners.append(make(lib))
-        elif (REPO / "include" / "ibp" / header).exists():
-            runners.append(Missing(f"{label}: not available: include/ibp/{header} exists but "
-                                   f"{lib.path.name} does not export its API (rebuild?)"))
-        else:
-            runners.append(Missing(f"{label}: not available: include/ibp/{header} not landed"))
-    return runners
+    return [ExpRunner(ibp), Fp8Runner(ibp)]

@@ -8,12 +8,14 @@ input; a mismatch is recorded (``verified = False``), never hidden.
 
 What a timing includes is recorded with it (``timing``):
 
-``C (1 call)``      one ctypes call for all rows (libibp batch API); output
-                    buffers preallocated, so no allocation is timed.
+``C (1 call)``      one call of the ibp package for all rows (one libibp batch
+                    call through ctypes); output buffers preallocated and
+                    reused (out=), so no allocation is timed.
 ``C batch``         one C call for all rows (zstandard's multi_*_to_buffer):
                     each row is still its own zstd frame.
 ``ctypes loop``     one ctypes call per row or block from a Python loop
-                    (libibp's FP8 codec, which has no CPU batch call).
+                    (libibp's FP8 codec, which has no CPU batch call: the
+                    loop of ibp.fp8.compress_chunks / decompress_chunks).
 ``Python loop``     one Python call per row or block; includes the interpreter
                     loop, the binding's argument parsing and the allocation
                     of each result object. For small rows this overhead can
@@ -208,7 +210,7 @@ def run_cbatch(comp, pieces: list[bytes], reps: int, warmup: int):
 
 
 def run_ibp(codec, rows: np.ndarray, reps: int, warmup: int):
-    """Time libibp batch encode/decode (nthreads 1) of ``rows``.
+    """Time libibp batch encode/decode (nthreads 1) of ``rows`` (an ibp.Codec).
 
     Returns (enc_s, dec_s, Encoded, verified).
     """
@@ -228,6 +230,21 @@ def ibp_stored_bytes(codec, enc) -> tuple[int, dict]:
     """
     flags = enc.nrows
     ids = enc.nrows if codec.nclusters > 1 else 0
-    meta = codec.metadata_bytes()
-    parts = dict(payload=enc.payload_bytes, flags=flags, cluster_ids=ids, metadata=meta)
-    return enc.payload_bytes + flags + ids + meta, parts
+    payload = int(enc.payload.nbytes)
+    meta = metadata_bytes(codec)
+    parts = dict(payload=payload, flags=flags, cluster_ids=ids, metadata=meta)
+    return payload + flags + ids + meta, parts
+
+
+def metadata_bytes(codec, with_xval: bool = True) -> int:
+    """Bytes of the Mask and Bitval (and Xval, when used) of every cluster:
+    k * D * C bytes per array; with_xval=False counts Mask and Bitval only
+    (the paper's layout has no Xval)."""
+    n = codec.masks.nbytes + codec.bitvals.nbytes
+    return n + (codec.xvals.nbytes if with_xval and codec.has_xval else 0)
+
+
+def mode_counts(enc) -> dict:
+    """How many rows took each mode (raw / clean / bitmap / list)."""
+    counts = np.bincount(enc.flags & 3, minlength=4)
+    return {name: int(counts[i]) for i, name in enumerate(("raw", "clean", "bitmap", "list"))}

@@ -141,13 +141,14 @@ NOTES = """## What each number includes
   per-data-set tables give both process-CPU-time and wall-clock figures. Every library thread pool is
   pinned to one thread (OMP_NUM_THREADS=1 etc.: the bitshuffle package would
   otherwise use OpenMP on every core).
-  - `C (1 call)`: libibp through ctypes, one call for all rows, output buffers
-    preallocated (no allocation timed).
+  - `C (1 call)`: libibp through the `ibp` Python package, one call for all rows
+    (one libibp batch call), output buffers preallocated (no allocation timed).
   - `C batch`: zstandard's `multi_compress_to_buffer` / `multi_decompress_to_buffer`,
     one C call for all rows, each row still its own zstd frame; includes the
     allocation of the result buffer.
   - `ctypes loop`: one ctypes call per row or block from a Python loop (libibp's
-    FP8 codec has no CPU batch call); about a microsecond of call overhead each.
+    FP8 codec has no CPU batch call: the loop of `ibp.fp8.compress_chunks` /
+    `decompress_chunks`); about a microsecond of call overhead each.
   - `Python loop`: one Python call per row or block; includes the interpreter loop,
     argument parsing and allocating each result object. At row granularity this
     overhead is large: the **Python floor** given per data set (a loop that only

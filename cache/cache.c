@@ -53,7 +53,7 @@ static int queue_of(const ibp_cache_t *c, uint64_t g)
 	return (c->sflag[g] & SF_MAIN) ? 1 : 0;
 }
 
-static void policy_insert(ibp_cache_t *c, uint64_t g, int was_ghost)
+void cache_policy_insert(ibp_cache_t *c, uint64_t g, int was_ghost)
 {
 	cache_class_t *k = &c->cls[c->scls[g / c->spp]];
 	c->sfreq[g] = 0;
@@ -63,7 +63,7 @@ static void policy_insert(ibp_cache_t *c, uint64_t g, int was_ghost)
 	list_push_tail(c, k, queue_of(c, g), g);
 }
 
-static void policy_hit(ibp_cache_t *c, uint64_t g)
+void cache_policy_hit(ibp_cache_t *c, uint64_t g)
 {
 	c->sflag[g] |= SF_REF;
 	c->stamp[g] = ++c->tick;
@@ -93,7 +93,7 @@ static void ghost_add(ibp_cache_t *c, int64_t id)
 
 /* Takes slot g out of the policy and the index (its id becomes a ghost
  * when asked); the slot is freed now, or at its last unpin when pinned. */
-static void drop_slot(ibp_cache_t *c, uint64_t g, int ghost)
+void cache_drop_slot(ibp_cache_t *c, uint64_t g, int ghost)
 {
 	cache_class_t *k = &c->cls[c->scls[g / c->spp]];
 	int64_t id = c->sid[g];
@@ -117,12 +117,21 @@ static void drop_slot(ibp_cache_t *c, uint64_t g, int ghost)
 		cache_slot_release(c, g);
 }
 
-/* Evicts unpinned slot g (its id becomes a ghost when asked). */
+/* Evicts unpinned slot g (its id becomes a ghost when asked), reported to
+ * the allocating call's sink. */
 static void evict_ghost(ibp_cache_t *c, uint64_t g, int ghost)
 {
+	cache_sink_t *k = c->sink;
+	if (k) {
+		if (k->ids)
+			k->ids[k->n] = c->sid[g]; /* n < cap: the callers checked the budget */
+		if (k->fn)
+			k->fn(k->user, c->sid[g], cache_slot_ptr(c, g), c->slen[g]);
+		k->n++;
+	}
 	c->cls[c->scls[g / c->spp]].evictions++;
 	c->st.evictions++;
-	drop_slot(c, g, ghost);
+	cache_drop_slot(c, g, ghost);
 }
 
 static void evict_slot(ibp_cache_t *c, uint64_t g)
@@ -206,30 +215,35 @@ static int policy_evict(ibp_cache_t *c, uint32_t cls)
 	return 0;
 }
 
-/* A slot of class `cls` for a new row: free, a slab from the pool or from
- * a class above its share, else a victim. UINT64_MAX when none. */
-static uint64_t alloc_slot(ibp_cache_t *c, uint32_t cls)
+uint64_t cache_alloc_slot(ibp_cache_t *c, uint32_t cls)
 {
 	uint64_t g = cache_slot_take(c, cls);
-	if (g != UINT64_MAX || c->o.policy == IBP_CACHE_STATIC)
+	if (g != UINT64_MAX)
 		return g;
+	if (c->o.policy == IBP_CACHE_STATIC) /* nothing is evicted; a static pool may take an emptied slab */
+		return c->pool && cache_slab_steal(c, cls, evict_slot, 0, 1) ? cache_slot_take(c, cls) : UINT64_MAX;
+	/* evictions this call may still make */
+	uint64_t budget = c->sink ? c->sink->cap - c->sink->n : UINT64_MAX;
 	cache_class_t *k = &c->cls[cls];
-	if (k->slabs < k->target && cache_slab_steal(c, cls, evict_slot))
+	if (k->slabs < k->target && cache_slab_steal(c, cls, evict_slot, budget, 0))
 		return cache_slot_take(c, cls);
-	if (policy_evict(c, cls))
+	if (budget && policy_evict(c, cls))
 		return cache_slot_take(c, cls);
-	if (!k->slabs && cache_slab_steal(c, cls, evict_slot))
+	/* A pool must serve every block while anything can go: a class
+	 * without a slab, or whose rows are all pinned, takes the least used
+	 * unpinned slab of any other class. */
+	if ((!k->slabs || c->pool) && cache_slab_steal(c, cls, evict_slot, budget, c->pool))
 		return cache_slot_take(c, cls);
 	return UINT64_MAX;
 }
 
-static void pin_slot(ibp_cache_t *c, uint64_t g)
+void cache_pin_slot(ibp_cache_t *c, uint64_t g)
 {
 	if (c->pin[g]++ == 0)
 		c->spinned[g / c->spp]++;
 }
 
-static void unpin_slot(ibp_cache_t *c, uint64_t g)
+void cache_unpin_slot(ibp_cache_t *c, uint64_t g)
 {
 	if (--c->pin[g] == 0) {
 		c->spinned[g / c->spp]--;
@@ -238,7 +252,7 @@ static void unpin_slot(ibp_cache_t *c, uint64_t g)
 	}
 }
 
-static void hist_add(ibp_cache_t *c, uint32_t cls)
+void cache_hist_add(ibp_cache_t *c, uint32_t cls)
 {
 	c->cls[cls].hist++;
 	if (++c->hist_total >= HIST_WINDOW) {
@@ -509,8 +523,8 @@ static uint8_t *out_row(const ibp_cache_t *c, void *out, const int64_t *out_rows
 
 /* One pass over at most max_batch requests. `out` NULL: prefetch. */
 static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_t *ids, uint64_t n, void *out,
-		 const int64_t *out_rows, int32_t *status, uint32_t flags, uint64_t base, ibp_status_t *first,
-		 uint64_t *first_pos)
+		 const int64_t *out_rows, int32_t *status, uint32_t flags, cache_sink_t *sink, uint64_t base,
+		 ibp_status_t *first, uint64_t *first_pos)
 {
 	const ibp_container_t *ct = ibp_store_container(store);
 	uint64_t nrows = ibp_store_nrows(store), nu = 0, m = w->dcap - 1;
@@ -565,9 +579,9 @@ static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_
 			uint64_t g = ENT_SLAB(e) * c->spp + ENT_SLOT(e);
 			w->ukind[u] = K_HIT;
 			w->ug[u] = g;
-			pin_slot(c, g);
+			cache_pin_slot(c, g);
 			if (out) {
-				policy_hit(c, g);
+				cache_policy_hit(c, g);
 				c->cls[ENT_CLASS(e)].hits += w->ucnt[u];
 			}
 		} else {
@@ -598,6 +612,7 @@ static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_
 
 	/* 4. allocate slots for the admitted misses (locked) */
 	pthread_mutex_lock(&c->mu);
+	c->sink = sink;
 	cache_targets(c);
 	for (uint64_t u = 0; u < nu; u++) {
 		if (w->ukind[u] != K_ADMIT)
@@ -615,8 +630,8 @@ static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_
 		int ghost = p != UINT64_MAX && ENT_STATE(c->ix.vals[p]) == ENT_GHOST;
 		if (p != UINT64_MAX && !ghost)
 			continue; /* another caller holds it: never a key twice */
-		hist_add(c, w->ucls[u]);
-		uint64_t g = alloc_slot(c, w->ucls[u]);
+		cache_hist_add(c, w->ucls[u]);
+		uint64_t g = cache_alloc_slot(c, w->ucls[u]);
 		if (g == UINT64_MAX) {
 			c->st.rejected++;
 			continue;
@@ -633,11 +648,12 @@ static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_
 		c->slen[g] = (uint32_t)w->uclen[u];
 		c->sfl[g] = w->ufl[u];
 		c->sclu[g] = w->uclu[u];
-		pin_slot(c, g);
-		policy_insert(c, g, ghost);
+		cache_pin_slot(c, g);
+		cache_policy_insert(c, g, ghost);
 		w->ug[u] = g;
 		w->ukind[u] = K_ALLOC;
 	}
+	c->sink = NULL;
 	pthread_mutex_unlock(&c->mu);
 
 	/* 5. copy into the slots; decode the hits */
@@ -692,16 +708,16 @@ static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_
 					c->st.slot_bytes_used += k->slot_bytes;
 					k->bytes_resident += c->slen[g];
 				} else {
-					drop_slot(c, g, 0); /* pinned: freed by the unpin below */
+					cache_drop_slot(c, g, 0); /* pinned: freed by the unpin below */
 				}
 			}
-			unpin_slot(c, g);
+			cache_unpin_slot(c, g);
 		} else if (w->ukind[u] == K_HIT) {
 			if (w->ustat[u] != IBP_OK && !(c->sflag[g] & SF_ZOMBIE)) {
 				c->st.invalidations++; /* bad bytes in the cache: drop them */
-				drop_slot(c, g, 0);
+				cache_drop_slot(c, g, 0);
 			}
-			unpin_slot(c, g);
+			cache_unpin_slot(c, g);
 		}
 	}
 	c->st.store_rows += srows;
@@ -738,8 +754,11 @@ static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_
 }
 
 static ibp_status_t run(ibp_cache_t *c, ibp_store_t *store, const int64_t *ids, uint64_t n, void *out,
-			const int64_t *out_rows, int32_t *status, uint32_t flags, int gather, const char *fn)
+			const int64_t *out_rows, int32_t *status, uint32_t flags, int gather, int64_t *evicted,
+			uint64_t evicted_cap, uint64_t *n_evicted, const char *fn)
 {
+	if (n_evicted)
+		*n_evicted = 0;
 	if (!c || !store)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL %s", fn, c ? "store" : "cache");
 	if (n && (!ids || (gather && !out)))
@@ -747,6 +766,10 @@ static ibp_status_t run(ibp_cache_t *c, ibp_store_t *store, const int64_t *ids, 
 				(unsigned long long)n);
 	if (flags & ~IBP_CACHE_NO_ADMIT)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: unknown flag bits 0x%x", fn, flags);
+	if ((evicted && !n_evicted) || (!evicted && evicted_cap))
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: %s", fn,
+				evicted ? "evicted ids without n_evicted" : "evicted_cap > 0 with NULL evicted");
+	cache_sink_t sink = { evicted, evicted ? evicted_cap : UINT64_MAX, 0, NULL, NULL };
 	pthread_mutex_lock(&c->mu);
 	ibp_status_t s = bind(c, store, fn);
 	pthread_mutex_unlock(&c->mu);
@@ -765,11 +788,13 @@ static ibp_status_t run(ibp_cache_t *c, ibp_store_t *store, const int64_t *ids, 
 	for (uint64_t a = 0; a < n; a += c->o.max_batch) {
 		uint64_t k = n - a < c->o.max_batch ? n - a : c->o.max_batch;
 		pass(c, w, store, ids + a, k, out, out_rows ? out_rows + a : NULL, status ? status + a : NULL, flags,
-		     a, &first, &first_pos);
+		     &sink, a, &first, &first_pos);
 		if (out && out_rows == NULL)
 			out = (uint8_t *)out + k * c->rb;
 	}
 	ws_put(c, w);
+	if (n_evicted)
+		*n_evicted = sink.n;
 	if (first != IBP_OK && out)
 		return ibp_fail(first, "%s: request %llu (id %lld): %s", fn, (unsigned long long)first_pos,
 				(long long)ids[first_pos],
@@ -783,14 +808,31 @@ ibp_status_t ibp_cache_gather(ibp_cache_t *c, ibp_store_t *store, const int64_t 
 			      const int64_t *out_rows, int32_t *status, uint32_t flags, void *stream)
 {
 	(void)stream;
-	return run(c, store, ids, n, out, out_rows, status, flags, 1, "ibp_cache_gather");
+	return run(c, store, ids, n, out, out_rows, status, flags, 1, NULL, 0, NULL, "ibp_cache_gather");
+}
+
+ibp_status_t ibp_cache_gather_evict(ibp_cache_t *c, ibp_store_t *store, const int64_t *ids, uint64_t n, void *out,
+				    const int64_t *out_rows, int32_t *status, uint32_t flags, int64_t *evicted,
+				    uint64_t evicted_cap, uint64_t *n_evicted, void *stream)
+{
+	(void)stream;
+	return run(c, store, ids, n, out, out_rows, status, flags, 1, evicted, evicted_cap, n_evicted,
+		   "ibp_cache_gather_evict");
 }
 
 ibp_status_t ibp_cache_prefetch(ibp_cache_t *c, ibp_store_t *store, const int64_t *ids, uint64_t n,
 				void *stream)
 {
 	(void)stream;
-	return run(c, store, ids, n, NULL, NULL, NULL, 0, 0, "ibp_cache_prefetch");
+	return run(c, store, ids, n, NULL, NULL, NULL, 0, 0, NULL, 0, NULL, "ibp_cache_prefetch");
+}
+
+ibp_status_t ibp_cache_prefetch_evict(ibp_cache_t *c, ibp_store_t *store, const int64_t *ids, uint64_t n,
+				      int64_t *evicted, uint64_t evicted_cap, uint64_t *n_evicted, void *stream)
+{
+	(void)stream;
+	return run(c, store, ids, n, NULL, NULL, NULL, 0, 0, evicted, evicted_cap, n_evicted,
+		   "ibp_cache_prefetch_evict");
 }
 
 static const float *sort_score;
@@ -878,7 +920,7 @@ ibp_status_t ibp_cache_invalidate(ibp_cache_t *c, const int64_t *ids, uint64_t n
 			c->st.invalidations++;
 		/* A row being read or filled leaves the index now; its slot goes at
 		 * the last unpin. */
-		drop_slot(c, g, 0);
+		cache_drop_slot(c, g, 0);
 	}
 	pthread_mutex_unlock(&c->mu);
 	return IBP_OK;

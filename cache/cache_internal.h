@@ -8,29 +8,27 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "cuda/slab_cache.h"
 #include "ibp/cache.h"
 
-/* ---- 64-bit index entry ----
- * bits 62-63 state, 54-61 class, 30-53 exact length, 13-29 slab, 0-12 slot.
- * A GHOST entry (an id S3-FIFO evicted lately) keeps its ring sequence in
- * the low 62 bits instead. */
-#define ENT_FILLING 1ull
-#define ENT_READY 2ull
-#define ENT_GHOST 3ull
-#define ENT_STATE(e) ((e) >> 62)
-#define ENT_CLASS(e) ((uint32_t)(((e) >> 54) & 0xFFu))
-#define ENT_LEN(e) ((uint64_t)(((e) >> 30) & 0xFFFFFFu))
-#define ENT_SLAB(e) ((uint64_t)(((e) >> 13) & 0x1FFFFu))
-#define ENT_SLOT(e) ((uint64_t)((e) & 0x1FFFu))
-#define ENT_MAKE(st, cls, len, slab, slot)                                                        \
-	(((uint64_t)(st) << 62) | ((uint64_t)(cls) << 54) | ((uint64_t)(len) << 30) |              \
-	 ((uint64_t)(slab) << 13) | (uint64_t)(slot))
+/* ---- 64-bit index entry: cuda/slab_cache.h, shared with the GPU kernels ----
+ * A GHOST entry (an id S3-FIFO evicted lately; host index only) keeps its
+ * ring sequence in the low 62 bits instead. */
+#define ENT_FILLING IBP_SLAB_FILLING
+#define ENT_READY IBP_SLAB_READY
+#define ENT_GHOST IBP_SLAB_GHOST
+#define ENT_STATE(e) IBP_SLAB_STATE(e)
+#define ENT_CLASS(e) IBP_SLAB_CLASS(e)
+#define ENT_LEN(e) IBP_SLAB_LEN(e)
+#define ENT_SLAB(e) IBP_SLAB_SLAB(e)
+#define ENT_SLOT(e) IBP_SLAB_SLOT(e)
+#define ENT_MAKE(st, cls, len, slab, slot) IBP_SLAB_ENTRY(st, cls, len, slab, slot)
 #define ENT_GHOST_SEQ(e) ((e) & ((1ull << 62) - 1))
 #define CACHE_MAX_SLABS (1ull << 17)
 #define CACHE_MAX_SPP (1ull << 13) /* slots per slab */
 
-#define KEY_EMPTY (-1)
-#define KEY_TOMB (-2)
+#define KEY_EMPTY IBP_SLAB_KEY_EMPTY
+#define KEY_TOMB IBP_SLAB_KEY_TOMB
 #define NIL UINT32_MAX
 #define SLAB_FREE 0xFFFFu
 
@@ -58,6 +56,17 @@ typedef struct cache_class {
 	uint64_t hist, target;
 	uint64_t hits, insertions, evictions, bytes_resident;
 } cache_class_t;
+
+/* Where the evictions of the call allocating now go (set under the lock
+ * for its allocation phase): ids[0..n) when ids is not NULL, at most cap
+ * evictions in all (UINT64_MAX: no limit), and fn (the slab pool's
+ * callback) for each, with the row's bytes still in place. */
+typedef struct cache_sink {
+	int64_t *ids;
+	uint64_t cap, n;
+	void (*fn)(void *user, int64_t id, const void *data, uint64_t len);
+	void *user;
+} cache_sink_t;
 
 typedef struct cache_ws {
 	int busy;
@@ -109,6 +118,10 @@ struct ibp_cache {
 	uint32_t nws;
 	ibp_cache_stats_t st;
 	uint64_t meta_bytes;
+	cache_sink_t *sink; /* evictions of the allocating call, or NULL */
+	int pool;           /* a slab pool (pool.c): memory from ibp_pinned_alloc, no ghosts, and a class
+			       without a free slot may take any unpinned slab */
+	int pinned;         /* pool: the slabs are pinned host memory */
 };
 
 /* ---- slab.c: storage and index ---- */
@@ -124,9 +137,25 @@ void cache_slot_release(ibp_cache_t *c, uint64_t g);
 uint8_t *cache_slot_ptr(const ibp_cache_t *c, uint64_t g);
 /* Recomputes every class's slab target from the histogram. */
 void cache_targets(ibp_cache_t *c);
-/* Moves one slab to `cls` from the class furthest above its target, its
- * unpinned rows first evicted through `evict` (nonzero on success). */
-int cache_slab_steal(ibp_cache_t *c, uint32_t cls, void (*evict)(ibp_cache_t *, uint64_t));
+/* Moves one slab to `cls` from the class furthest above its target (with
+ * `any`, from any other class), its rows first evicted through `evict`:
+ * the donor's least used slab with nothing pinned, if it holds at most
+ * `max_evict` rows. Nonzero on success. */
+int cache_slab_steal(ibp_cache_t *c, uint32_t cls, void (*evict)(ibp_cache_t *, uint64_t), uint64_t max_evict,
+		     int any);
+
+/* ---- cache.c: policy and slot life, shared with pool.c (under the lock) ---- */
+/* A slot of class `cls` for a new row: free, a slab from the pool or from
+ * a class above its share, else a policy victim (reported to c->sink).
+ * UINT64_MAX when none. */
+uint64_t cache_alloc_slot(ibp_cache_t *c, uint32_t cls);
+void cache_policy_insert(ibp_cache_t *c, uint64_t g, int was_ghost);
+void cache_policy_hit(ibp_cache_t *c, uint64_t g);
+/* Out of the policy and the index; freed now, or at the last unpin. */
+void cache_drop_slot(ibp_cache_t *c, uint64_t g, int ghost);
+void cache_pin_slot(ibp_cache_t *c, uint64_t g);
+void cache_unpin_slot(ibp_cache_t *c, uint64_t g);
+void cache_hist_add(ibp_cache_t *c, uint32_t cls);
 
 uint64_t cache_hash(int64_t id);
 /* Position of `id` or UINT64_MAX. */

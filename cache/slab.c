@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cache_internal.h"
+#include "ibp/alloc.h"
 #include "util/error.h"
 
 static uint64_t pow2_at_least(uint64_t x)
@@ -112,10 +113,28 @@ ibp_status_t cache_storage_init(ibp_cache_t *c)
 	uint64_t ns = c->nslabs;
 	c->nslots = ns * c->spp;
 	c->words = (c->spp + 63) / 64;
-	c->gcap = c->o.policy == IBP_CACHE_S3FIFO ? c->nslots : 0;
+	c->gcap = c->o.policy == IBP_CACHE_S3FIFO && !c->pool ? c->nslots : 0;
 	uint64_t want = (c->nslots + c->gcap) * 4 / 3 + 64;
 	c->ix.cap = pow2_at_least(want);
-	c->mem = malloc(c->o.capacity_bytes);
+	if (c->pool) {
+		/* Pinned host memory when CUDA can pin it, else (IBP_ERR_NO_DEVICE
+		 * with the fallback flag, or a pool asked for host memory) ordinary
+		 * host memory from the same allocator. */
+		void *m = NULL;
+		ibp_status_t s = c->pool > 1 ? IBP_ERR_NO_DEVICE
+					     : ibp_pinned_alloc(c->o.capacity_bytes, 4096, IBP_CUDA_HOST_FALLBACK, &m);
+		if (s == IBP_OK) {
+			c->pinned = 1;
+		} else {
+			if (m)
+				ibp_pinned_free(m);
+			m = ibp_host_alloc(c->o.capacity_bytes, 4096);
+			c->pinned = 0;
+		}
+		c->mem = m;
+	} else {
+		c->mem = malloc(c->o.capacity_bytes);
+	}
 	c->scls = calloc(ns, sizeof(uint16_t));
 	c->snslots = calloc(ns, sizeof(uint32_t));
 	c->sused = calloc(ns, sizeof(uint32_t));
@@ -152,7 +171,12 @@ ibp_status_t cache_storage_init(ibp_cache_t *c)
 
 void cache_storage_free(ibp_cache_t *c)
 {
-	free(c->mem);
+	if (!c->pool)
+		free(c->mem);
+	else if (c->pinned)
+		ibp_pinned_free(c->mem);
+	else
+		ibp_host_free(c->mem);
 	free(c->scls);
 	free(c->snslots);
 	free(c->sused);
@@ -327,7 +351,8 @@ void cache_targets(ibp_cache_t *c)
 	}
 }
 
-int cache_slab_steal(ibp_cache_t *c, uint32_t cls, void (*evict)(ibp_cache_t *, uint64_t))
+int cache_slab_steal(ibp_cache_t *c, uint32_t cls, void (*evict)(ibp_cache_t *, uint64_t), uint64_t max_evict,
+		     int any)
 {
 	uint32_t d = NIL;
 	uint64_t over = 0;
@@ -338,17 +363,31 @@ int cache_slab_steal(ibp_cache_t *c, uint32_t cls, void (*evict)(ibp_cache_t *, 
 			d = i;
 		}
 	}
-	if (d == NIL)
+	if (d == NIL && !any)
 		return 0;
-	/* The donor's least used slab with nothing pinned. */
+	/* The donor's least used slab with nothing pinned (any: of any other
+	 * class, the least used). */
 	uint32_t best = NIL;
 	for (uint64_t s = 0; s < c->nslabs; s++)
-		if (c->scls[s] == d && !c->spinned[s] && slab_len(c, s) >= c->cls[cls].slot_bytes &&
-		    (best == NIL || c->sused[s] < c->sused[best]))
+		if (c->scls[s] != SLAB_FREE && c->scls[s] != cls && (d == NIL || c->scls[s] == d) && !c->spinned[s] &&
+		    slab_len(c, s) >= c->cls[cls].slot_bytes && (best == NIL || c->sused[s] < c->sused[best]))
 			best = (uint32_t)s;
-	if (best == NIL)
+	if (best == NIL || c->sused[best] > max_evict)
 		return 0;
+	d = c->scls[best];
 	uint64_t *bm = c->bitmap + (uint64_t)best * c->words;
+	/* A pool evicts the slab's blocks least recently used first (its
+	 * callers see victims in policy order); the cache in slot order. */
+	while (c->pool && c->sused[best]) {
+		uint64_t g = UINT64_MAX;
+		for (uint64_t w = 0; w < c->words; w++)
+			for (uint64_t m = bm[w]; m; m &= m - 1) {
+				uint64_t x = (uint64_t)best * c->spp + w * 64 + (uint64_t)__builtin_ctzll(m);
+				if (g == UINT64_MAX || c->stamp[x] < c->stamp[g])
+					g = x;
+			}
+		evict(c, g);
+	}
 	for (uint64_t w = 0; w < c->words; w++)
 		while (bm[w]) {
 			uint64_t b = w * 64 + (uint64_t)__builtin_ctzll(bm[w]);
@@ -367,10 +406,7 @@ int cache_slab_steal(ibp_cache_t *c, uint32_t cls, void (*evict)(ibp_cache_t *, 
 
 uint64_t cache_hash(int64_t id)
 {
-	uint64_t z = (uint64_t)id + 0x9E3779B97F4A7C15ull;
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
+	return ibp_slab_hash(id); /* the GPU table's hash (cuda/slab_cache.h) */
 }
 
 uint64_t cache_ix_find(const cache_index_t *ix, int64_t id)

@@ -376,6 +376,23 @@ __device__ __forceinline__ void ibp_cp_async16(void *smem, const void *gmem)
 #endif
 }
 
+/* `if (p) ibp_cp_async16(smem, gmem)` as one predicated instruction that
+ * every lane executes (what the hardware issues for the warp; the emulator
+ * coalesces the lanes of one execution, tests/emu/emu.h). */
+__device__ __forceinline__ void ibp_cp_async16_if(bool p, void *smem, const void *gmem)
+{
+#if defined(__CUDA_ARCH__)
+	unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+	asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %0, 0;\n\t@p cp.async.cg.shared.global [%1], [%2], 16;\n\t}\n"
+		     ::"r"((int)p), "r"(s), "l"(gmem) : "memory");
+#elif defined(IBP_EMU)
+	emu_cp_async_pred(p, smem, gmem, 16);
+#else
+	if (p)
+		memcpy(smem, gmem, 16);
+#endif
+}
+
 __device__ __forceinline__ void ibp_cp_async_commit(void)
 {
 #if defined(__CUDA_ARCH__)
@@ -395,52 +412,65 @@ __device__ __forceinline__ void ibp_cp_async_wait(void)
 #endif
 }
 
-/* One byte of a staged row that is not covered by 16-byte copies (the
- * unaligned head and tail, at most 30 bytes): loaded into a register when
- * the fetch is issued, stored to shared memory when the row is used. */
-struct IbpEdge {
-	uint32_t pos;
-	uint32_t val;
-	int has;
-};
-
-/* Starts copying src[0, len) (device or mapped host memory) into buf so
- * that byte i lands at buf[(src & 15) + i]. The aligned middle moves in
- * 16-byte cp.async pieces; the group's threads take consecutive pieces of
- * 128-byte lines (thread i of a warp: piece i of the warp's 512 bytes), so
- * each warp instruction asks for whole aligned lines, minus the pieces
- * outside the row. Nothing outside [src, src + len) is read. Threads 0..29
- * load the edge bytes into `e`. buf must hold (src & 15) + len bytes. */
+/* Starts copying the row src[0, len) (device or mapped host memory) into
+ * buf so that byte i lands at buf[(src & 15) + i]. The fetch reads the
+ * 16-byte pieces that cover the row, [src & ~15, (src + len + 15) & ~15),
+ * each exactly once, with cp.async: the group's threads take consecutive
+ * pieces counted from the 128-byte line below the first one (thread i of a
+ * warp: piece i of the warp's 512 bytes), so each warp instruction asks for
+ * whole aligned sectors and lines, the only partial sectors are the one
+ * holding the row's first byte and the one holding its last, and no sector
+ * is asked for twice (tests/emu pcie suite; docs/GPU.md).
+ *
+ * What it may read: the bytes of the row's own 32-byte sectors that lie in
+ * the store's payload [lo, hi); the emulator reports anything else. In a
+ * sector that crosses lo or hi (only the store's first or last row, when
+ * the payload's ends are not sector aligned) only the row's own bytes are
+ * read, at most 31, one per thread in one instruction, and stored at once
+ * (a synchronous load: rare enough). So that such a sector is not asked
+ * for twice, no cp.async piece is taken from it. buf must hold
+ * (src & 15) + len + 15 bytes. */
 template <int NW>
 __device__ __forceinline__ void ibp_issue_fetch(uint8_t *buf, const uint8_t *src, uint64_t len,
-						unsigned t, IbpEdge &e)
+						const uint8_t *lo, const uint8_t *hi, unsigned t)
 {
-	const uintptr_t a = (uintptr_t)src;
-	const unsigned skew = (unsigned)(a & 15);
-	const uintptr_t f16 = (a + 15) & ~(uintptr_t)15;  /* first aligned byte */
-	const uintptr_t l16 = (a + len) & ~(uintptr_t)15; /* end of the aligned middle */
-	uint64_t head, nmid, tail;
-	if (f16 <= l16) {
-		head = f16 - a;           /* 0..15 */
-		nmid = (l16 - f16) >> 4;
-		tail = a + len - l16;     /* 0..15 */
-	} else {
-		head = len;               /* row inside one 16-byte piece: < 15 bytes */
-		nmid = 0;
-		tail = 0;
+	if (len == 0)
+		return;
+#if defined(IBP_EMU)
+	emu_fetch_begin(src, len, IbpGroup<NW>::SIZE);
+#endif
+	const uintptr_t a = (uintptr_t)src, e = a + len;
+	const uintptr_t p0 = a & ~(uintptr_t)15;
+	const uintptr_t s0 = a & ~(uintptr_t)31, s1 = (e + 31) & ~(uintptr_t)31; /* the row's sectors */
+	const bool hx = s0 < (uintptr_t)lo, tx = s1 > (uintptr_t)hi;   /* end sectors crossing the store's ends */
+	/* pieces by cp.async: [w0, w1), none in a crossing sector */
+	const uintptr_t w0 = hx ? s0 + 32 : p0;
+	const uintptr_t w1 = tx ? s1 - 32 : (e + 15) & ~(uintptr_t)15;
+	if (w1 > w0) {
+		const uintptr_t base = w0 & ~(uintptr_t)127;
+		const uint64_t np = (w1 - base) >> 4;
+		/* the same trip count in every thread: one predicated warp instruction per round */
+		for (uint64_t r = 0; r < np; r += IbpGroup<NW>::SIZE) {
+			const uintptr_t q = base + 16 * (r + t);
+			const bool p = q >= w0 && q < w1;
+			ibp_cp_async16_if(p, buf + ((p ? q : w0) - p0), (const void *)(p ? q : w0));
+		}
 	}
-	const uint64_t q0 = (f16 & 127) >> 4; /* piece index of f16 inside its line */
-	uint8_t *mid = buf + skew + head;     /* 16-byte aligned */
-	for (uint64_t i = t; i < q0 + nmid; i += IbpGroup<NW>::SIZE)
-		if (i >= q0)
-			ibp_cp_async16(mid + 16 * (i - q0), (const void *)(f16 + 16 * (i - q0)));
-	e.has = 0;
-	if (t < head + tail) {
-		uint64_t off = t < head ? t : (l16 - a) + (t - head);
-		e.pos = (uint32_t)(skew + off);
-		e.val = src[off];
-		e.has = 1;
+	/* the row's own bytes in a crossing sector: head [a, a + nh), tail [ts, e) */
+	const uint64_t nh = hx ? (e < s0 + 32 ? e : s0 + 32) - a : 0;
+	uintptr_t ts = tx ? s1 - 32 : e;
+	if (ts < a + nh)
+		ts = a + nh;
+	const uint64_t nt = e - ts;
+	if (t < nh)
+		buf[(a - p0) + t] = src[t];
+	if (t < nt) {
+		const uint64_t off = (ts - a) + t;
+		buf[(a - p0) + off] = src[off];
 	}
+#if defined(IBP_EMU)
+	emu_fetch_end();
+#endif
 }
 
 /* ---------------------------------------------------------------------- */

@@ -3,11 +3,12 @@
  * (uncompressed) gather.
  *
  * Pipeline per group (a warp, or a block for large rows), one request at a
- * time in a grid-stride loop: while request k is decoded from shared
- * buffer b, the compressed bytes of request k + ngroups are already moving
- * into buffer b ^ 1 (cp.async, 16-byte pieces of aligned 128-byte lines,
- * only inside the row's extent; the unaligned head/tail bytes travel in
- * registers). Rows too long for the buffers are decoded straight from the
+ * time in a grid-stride loop over a ring of nbuf shared buffers: while
+ * request k is decoded from its buffer, the compressed bytes of the next
+ * nbuf - 1 requests of the group (k + ngroups, k + 2 ngroups, ...) are
+ * already moving into the others (cp.async of the 16-byte pieces covering
+ * each row, in whole aligned sectors except one at each end of the row;
+ * ibp_issue_fetch). Rows too long for the buffers are decoded straight from the
  * payload with bounded byte reads (IBP_CUDA_KERNEL_DIRECT does that for
  * every row). Validation mirrors the CPU decoder, so a corrupt row gets
  * IBP_ERR_CORRUPT and a zero-filled output, never an out-of-bounds read.
@@ -39,10 +40,13 @@ struct IbpGatherArgs {
 	const int64_t *out_rows;
 	int32_t *status;
 	unsigned long long *nerr;
-	uint32_t stage_bytes;     /* bytes of each of a group's two buffers (0: no staging) */
+	uint32_t stage_bytes;     /* bytes of each of a group's buffers (0: no staging) */
+	uint32_t nbuf;            /* buffers per group, 2 or 3: rows in flight per group = nbuf - 1 */
 };
 
-/* One request: where its row is and what is already known about it. */
+/* One request: where its row is and what is already known about it. Kept
+ * in shared memory (a slot per buffer) while its row is in flight, so that
+ * rows in flight cost no registers. */
 struct IbpJob {
 	uint64_t start, len;
 	int64_t orow;
@@ -154,10 +158,33 @@ __device__ __forceinline__ int32_t ibp_process(const IbpGatherArgs &a, const Ibp
 	return IBP_OK;
 }
 
-/* Shared memory: per group two stage buffers of stage_bytes, then (NW > 1)
- * the group scratch. */
+/* Loads request k (nothing when k >= n) into job slot js and starts the
+ * fetch of its row into buf (one cp.async group, committed by the caller). */
+template <int NW>
+__device__ __forceinline__ void ibp_start_job(const IbpGatherArgs &a, uint64_t k, uint8_t *buf, IbpJob *js,
+					      unsigned t)
+{
+	if (k >= a.n)
+		return;
+	const IbpJob jb = ibp_load_job(a, k);
+	if (jb.pre == IBP_OK && jb.staged)
+		ibp_issue_fetch<NW>(buf, a.payload + jb.start, jb.len, a.payload, a.payload + a.payload_bytes, t);
+	if (t == 0)
+		*js = jb;
+}
+
+/* Shared memory per block, in this order: per group nbuf stage buffers of
+ * stage_bytes, per group nbuf job slots, then (NW > 1) the group scratch. */
+static inline size_t ibp_gather_smem(unsigned gpb, int nw, uint64_t stage, unsigned nbuf)
+{
+	return (size_t)gpb * nbuf * (stage + sizeof(IbpJob)) + (nw > 1 ? 8ull * IbpGroup<8>::SCRATCH : 0);
+}
+
+/* Two blocks of 256 threads per SM at least: at most 128 registers, so
+ * that 16 warps per SM keep nbuf - 1 rows each in flight (docs/GPU.md,
+ * "Rows in flight"; tests/cuda/kernel_resources.sh). */
 template <unsigned C, int NW>
-__global__ void __launch_bounds__(256) ibp_gather_kernel(const IbpGatherArgs a)
+__global__ void __launch_bounds__(256, 2) ibp_gather_kernel(const IbpGatherArgs a)
 {
 	extern __shared__ __align__(16) uint8_t ibp_smem[];
 	typedef IbpGroup<NW> G;
@@ -165,39 +192,32 @@ __global__ void __launch_bounds__(256) ibp_gather_kernel(const IbpGatherArgs a)
 	const unsigned gib = NW == 1 ? threadIdx.x / 32 : 0;
 	const unsigned t = G::tid();
 	const uint64_t SB = a.stage_bytes;
-	uint8_t *const buf0 = ibp_smem + (uint64_t)gib * 2 * SB; /* buffer bi at buf0 + bi * SB */
-	uint64_t *red = reinterpret_cast<uint64_t *>(ibp_smem + (uint64_t)gpb * 2 * SB);
+	const unsigned NB = a.nbuf;
+	uint8_t *const buf0 = ibp_smem + (uint64_t)gib * NB * SB; /* buffer b at buf0 + b * SB */
+	IbpJob *const jobs = reinterpret_cast<IbpJob *>(ibp_smem + (uint64_t)gpb * NB * SB) + gib * NB;
+	uint64_t *red = reinterpret_cast<uint64_t *>(ibp_smem + (uint64_t)gpb * NB * (SB + sizeof(IbpJob)));
 	uint64_t *tot = red + NW;
 	const uint64_t ngroups = (uint64_t)gridDim.x * gpb;
-	uint64_t k = (uint64_t)blockIdx.x * gpb + gib;
+	const uint64_t k0 = (uint64_t)blockIdx.x * gpb + gib;
 
-	IbpJob cur = ibp_empty_job(), nxt = ibp_empty_job();
-	IbpEdge ecur, enxt;
-	ecur.pos = ecur.val = 0;
-	ecur.has = 0;
-	enxt = ecur;
-	if (k < a.n) {
-		cur = ibp_load_job(a, k);
-		if (cur.pre == IBP_OK && cur.staged)
-			ibp_issue_fetch<NW>(buf0, a.payload + cur.start, cur.len, t, ecur);
-	}
-	ibp_cp_async_commit();
-	unsigned bi = 0;
-	while (k < a.n) {
-		const uint64_t kn = k + ngroups;
-		enxt.has = 0;
-		nxt = ibp_empty_job();
-		if (kn < a.n) {
-			nxt = ibp_load_job(a, kn);
-			if (nxt.pre == IBP_OK && nxt.staged)
-				ibp_issue_fetch<NW>(buf0 + (bi ^ 1) * SB, a.payload + nxt.start, nxt.len, t, enxt);
-		}
+	/* the first nbuf - 1 requests of the group start moving */
+	for (unsigned q = 0; q + 1 < NB; q++) {
+		ibp_start_job<NW>(a, k0 + q * ngroups, buf0 + q * SB, jobs + q, t);
 		ibp_cp_async_commit();
-		ibp_cp_async_wait<1>(); /* this thread's pieces of request k are in */
-		if (ecur.has)
-			buf0[bi * SB + ecur.pos] = (uint8_t)ecur.val;
-		G::sync(); /* ... and everyone's */
+	}
+	unsigned bi = 0;
+	for (uint64_t k = k0; k < a.n; k += ngroups) {
+		/* request k + (nbuf - 1) ngroups into the buffer freed last round */
+		const unsigned fi = bi == 0 ? NB - 1 : bi - 1;
+		ibp_start_job<NW>(a, k + (NB - 1) * ngroups, buf0 + fi * SB, jobs + fi, t);
+		ibp_cp_async_commit();
+		if (NB == 3)
+			ibp_cp_async_wait<2>(); /* this thread's pieces of request k are in */
+		else
+			ibp_cp_async_wait<1>();
+		G::sync(); /* ... and everyone's, and its job slot */
 
+		const IbpJob cur = jobs[bi];
 		int32_t st = cur.pre;
 		uint8_t *orow = cur.orow >= 0 ? a.out + (uint64_t)cur.orow * a.cd.R : nullptr;
 		if (st == IBP_OK) {
@@ -221,11 +241,8 @@ __global__ void __launch_bounds__(256) ibp_gather_kernel(const IbpGatherArgs a)
 			if (st != IBP_OK && a.nerr)
 				atomicAdd(a.nerr, 1ull);
 		}
-		G::sync(); /* buffer bi is free for the fetch after next */
-		cur = nxt;
-		ecur = enxt;
-		bi ^= 1;
-		k = kn;
+		G::sync(); /* buffer bi and its job slot are free for the fetch next round */
+		bi = bi + 1 == NB ? 0 : bi + 1;
 	}
 	ibp_cp_async_wait<0>();
 }
@@ -295,12 +312,15 @@ static IbpGatherFn ibp_gather_fn(unsigned C, int nw)
 
 #define IBP_WARP_MAX_ROW 4096u /* AUTO: warp per row up to this row size */
 #define IBP_BLOCK_WARPS 8
+#define IBP_WARP_GROUPS 8      /* warp kernel: at most this many warps (groups) per block */
+#define IBP_GATHER_NBUF 3      /* buffers per group: 2 rows in flight while one is decoded */
 
 struct IbpLaunch {
 	IbpGatherFn fn;
 	unsigned threads;
 	unsigned gpb;        /* groups per block */
 	uint32_t stage;      /* bytes per stage buffer */
+	unsigned nbuf;       /* stage buffers (and job slots) per group */
 	size_t smem;
 	uint64_t max_blocks; /* resident blocks on the whole device */
 };
@@ -318,22 +338,25 @@ static ibp_status_t ibp_gather_config(ibp_cuda_kernel_t kind, uint64_t R, unsign
 	if (kind == IBP_CUDA_KERNEL_AUTO)
 		kind = R <= IBP_WARP_MAX_ROW ? IBP_CUDA_KERNEL_WARP : IBP_CUDA_KERNEL_BLOCK;
 	const uint64_t want = ibp_round_up(R + 32, 16); /* a raw row plus reader slack */
+	const uint64_t J = sizeof(IbpJob);
 	int nw;
+	/* nbuf buffers when a row of R bytes fits them, else two (larger rows stay staged) */
 	if (kind == IBP_CUDA_KERNEL_WARP) {
 		nw = 1;
-		uint64_t cap = ((uint64_t)optin / 2) & ~15ull;
+		L->nbuf = (uint64_t)optin >= IBP_GATHER_NBUF * (want + J) ? IBP_GATHER_NBUF : 2u;
+		uint64_t cap = ((uint64_t)optin / L->nbuf - J) & ~15ull;
 		L->stage = (uint32_t)(want < cap ? want : cap);
-		uint64_t g = (uint64_t)optin / (2ull * L->stage);
-		L->gpb = (unsigned)(g < 1 ? 1 : g > 8 ? 8 : g);
-		L->smem = (size_t)L->gpb * 2 * L->stage;
+		uint64_t g = (uint64_t)optin / ((uint64_t)L->nbuf * (L->stage + J));
+		L->gpb = (unsigned)(g < 1 ? 1 : g > IBP_WARP_GROUPS ? IBP_WARP_GROUPS : g);
 	} else {
 		nw = IBP_BLOCK_WARPS;
 		const uint64_t scratch = 8ull * IbpGroup<IBP_BLOCK_WARPS>::SCRATCH;
-		uint64_t cap = (((uint64_t)optin - scratch) / 2) & ~15ull;
+		L->nbuf = (uint64_t)optin >= IBP_GATHER_NBUF * (want + J) + scratch ? IBP_GATHER_NBUF : 2u;
+		uint64_t cap = (((uint64_t)optin - scratch) / L->nbuf - J) & ~15ull;
 		L->stage = kind == IBP_CUDA_KERNEL_DIRECT ? 0u : (uint32_t)(want < cap ? want : cap);
 		L->gpb = 1;
-		L->smem = (size_t)(2ull * L->stage + scratch);
 	}
+	L->smem = ibp_gather_smem(L->gpb, nw, L->stage, L->nbuf);
 	L->threads = nw == 1 ? 32u * L->gpb : 32u * IBP_BLOCK_WARPS;
 	L->fn = ibp_gather_fn(C, nw);
 	cudaFuncAttributes fa;
@@ -729,6 +752,7 @@ ibp_status_t ibp_gather_cuda(const ibp_cuda_store_t *s, const int64_t *ids, uint
 	a.status = status;
 	a.nerr = s->nerr;
 	a.stage_bytes = s->launch.stage;
+	a.nbuf = s->launch.nbuf;
 	return ibp_gather_launch(&s->launch, &a, (cudaStream_t)stream);
 }
 
@@ -769,5 +793,6 @@ ibp_status_t ibp_gather_plain_cuda(const void *src, uint64_t nrows, uint64_t row
 	a.out_rows = out_rows;
 	a.status = status;
 	a.stage_bytes = L.stage;
+	a.nbuf = L.nbuf;
 	return ibp_gather_launch(&L, &a, (cudaStream_t)stream);
 }

@@ -36,7 +36,11 @@ const char *const help_bench =
 	"64 KiB block (exp and fp8: f32, bf16 and f16 data only). Also the ratio of\n"
 	"the IBP paper's layout, the FP8 error, and a one-line takeaway. Each time\n"
 	"is the median of repeated runs; every lossless decode is checked byte for\n"
-	"byte against the input (a mismatch exits with status 2).\n"
+	"byte against the input (a mismatch exits with status 2). Then a random-row\n"
+	"gather of 65536 random ids (fewer past 256 MiB): a plain memcpy of the rows,\n"
+	"ibp_store_gather over a packed copy (a temporary file in $TMPDIR), and zstd -1\n"
+	"and lz4 decoding each id's row, on one and on all threads, each output\n"
+	"checked against the plain gather.\n"
 	"\n"
 	"options:\n"
 	"  --threads N        'all threads' column uses N threads (default 0 = all CPUs)\n"
@@ -50,6 +54,7 @@ const char *const help_bench =
 	"  -h, --help         this text\n";
 
 #define BLOCK_BYTES (64u << 10)
+#define GATHER_IDS 65536u /* random ids of the gather (fewer past 256 MiB of rows) */
 
 typedef struct bench {
 	const char *in;
@@ -365,7 +370,7 @@ static void gen_free(gen_t *g)
 
 /* Runs one general-purpose method. Sets r->available = 0 with a reason if
  * it cannot run (not built in, too large). */
-static int bench_gen(bench_t *b, result_t *r, int kind, int level, int per_row)
+static int bench_gen(bench_t *b, result_t *r, int kind, int level, int per_row, gen_t *keep)
 {
 	gen_t g;
 	memset(&g, 0, sizeof(g));
@@ -438,8 +443,133 @@ static int bench_gen(bench_t *b, result_t *r, int kind, int level, int per_row)
 		for (uint64_t i = 0; i < g.nunits; i++)
 			r->bytes += g.clen[i];
 	}
+	if (rc == 0 && keep) {
+		*keep = g; /* the gather decodes its rows later; the caller frees it */
+		return 0;
+	}
 	gen_free(&g);
 	return rc;
+}
+
+/* ---- random-row gather ------------------------------------------------- */
+
+/* A gather of `n` random ids into gb->out, split over threads in
+ * contiguous ranges: plain memcpy of the rows, ibp_store_gather, or a
+ * per-row zstd / lz4 decode of each id's row. gb is a bench_t whose data
+ * is the expected gather (the plain one) and whose total is n rows, so
+ * measure() and check_out() time and verify it like any decode. */
+enum { GAT_PLAIN, GAT_IBP, GAT_GEN };
+
+typedef struct gat {
+	bench_t *b;  /* the table */
+	bench_t *gb; /* the gather's output and expected bytes */
+	const int64_t *ids;
+	uint64_t n;
+	int kind;
+	ibp_store_t *store;
+	gen_t *g;
+	volatile int failed;
+} gat_t;
+
+typedef struct gat_job {
+	gat_t *a;
+	int tid;
+	uint64_t lo, hi;
+} gat_job_t;
+
+static void *gat_range(void *p)
+{
+	gat_job_t *j = p;
+	gat_t *a = j->a;
+	const uint64_t rb = a->b->rb;
+	for (uint64_t i = j->lo; i < j->hi; i++) {
+		const uint64_t row = (uint64_t)a->ids[i];
+		uint8_t *dst = a->gb->out + i * rb;
+		if (a->kind == GAT_PLAIN) {
+			memcpy(dst, a->b->data + row * rb, rb);
+			continue;
+		}
+		int ok = 0;
+		const gen_t *g = a->g;
+		const uint8_t *src = g->comp + row * g->cap;
+#ifdef IBP_HAVE_ZSTD
+		if (g->kind == GEN_ZSTD) {
+			size_t z = ZSTD_decompressDCtx(g->dctx[j->tid], dst, rb, src, g->clen[row]);
+			ok = !ZSTD_isError(z) && z == rb;
+		}
+#endif
+#ifdef IBP_HAVE_LZ4
+		if (g->kind == GEN_LZ4)
+			ok = LZ4_decompress_safe((const char *)src, (char *)dst, (int)g->clen[row], (int)rb) == (int)rb;
+#endif
+		(void)src;
+		if (!ok) {
+			a->failed = 1;
+			return NULL;
+		}
+	}
+	return NULL;
+}
+
+static int gat_run(void *p, int nt)
+{
+	gat_t *a = p;
+	if (a->kind == GAT_IBP) {
+		ibp_status_t s = ibp_store_gather(a->store, a->ids, a->n, a->gb->out, nt);
+		if (s != IBP_OK) {
+			progress_end(a->gb->pg);
+			a->gb->pg = NULL;
+			return cli_fail_status("bench", a->b->in, s);
+		}
+		return 0;
+	}
+	gat_job_t jobs[256];
+	pthread_t th[256];
+	int running[256] = {0};
+	if (nt > 256)
+		nt = 256;
+	if (a->kind == GAT_GEN && a->g->kind == GEN_ZSTD && nt > a->g->nctx)
+		nt = a->g->nctx > 0 ? a->g->nctx : 1; /* one zstd context per thread */
+	a->failed = 0;
+	for (int t = 0; t < nt; t++)
+		jobs[t] = (gat_job_t){a, t, a->n * (uint64_t)t / (uint64_t)nt, a->n * (uint64_t)(t + 1) / (uint64_t)nt};
+	for (int t = 1; t < nt; t++) {
+		running[t] = pthread_create(&th[t], NULL, gat_range, &jobs[t]) == 0;
+		if (!running[t])
+			gat_range(&jobs[t]);
+	}
+	gat_range(&jobs[0]);
+	for (int t = 1; t < nt; t++)
+		if (running[t])
+			pthread_join(th[t], NULL);
+	if (a->failed) {
+		progress_end(a->gb->pg);
+		a->gb->pg = NULL;
+		return cli_fail("bench", a->b->in, "per-row decompression failed in the gather");
+	}
+	return 0;
+}
+
+/* Times the gather of `a` on 1 and on all threads into gbps[2], every
+ * output compared with the plain gather. */
+static int gat_measure(gat_t *a, const char *what, double gbps[2])
+{
+	int rc;
+	for (int t = 0; t < 2; t++) {
+		const int nt = t ? a->b->nt : 1;
+		if (t && a->b->nt == 1) {
+			gbps[1] = gbps[0];
+			break;
+		}
+		a->gb->pg = a->b->pg;
+		a->gb->step = a->b->step;
+		rc = measure(a->gb, what, gat_run, a, nt, a->kind == GAT_PLAIN ? NULL : check_out, &gbps[t]);
+		a->b->pg = a->gb->pg;
+		a->b->step = a->gb->step;
+		if (rc)
+			return rc;
+	}
+	return 0;
 }
 
 /* ---- the exponent and FP8 codecs, per row or per 64 KiB block ---------- */
@@ -881,7 +1011,7 @@ int cmd_bench(int argc, char **argv)
 	memset(b.out, 0, b.total);
 	memset(ic.payload, 0, b.total);
 
-	b.nsteps = (b.nt == 1 ? 2 : 4) * 13; /* timed methods */
+	b.nsteps = (b.nt == 1 ? 2 : 4) * 13 + (b.nt == 1 ? 1 : 2) * 4; /* timed methods, gathers */
 	b.pg = progress_start("bench", b.nsteps);
 	progress_step(b.pg, "training");
 	double t0 = cli_now();
@@ -948,8 +1078,90 @@ int cmd_bench(int argc, char **argv)
 		rc = bench_val(&b, &res[i], info.dtype, i >= R_FP8_ROW, i == R_EXP_ROW || i == R_FP8_ROW,
 			       &res[i].rel_l2);
 	}
+	gen_t keep_z1, keep_lz4;
+	memset(&keep_z1, 0, sizeof(keep_z1));
+	memset(&keep_lz4, 0, sizeof(keep_lz4));
 	for (size_t i = 0; i < sizeof(gens) / sizeof(gens[0]) && rc == EXIT_OK; i++)
-		rc = bench_gen(&b, &res[gens[i].idx], gens[i].kind, gens[i].level, gens[i].per_row);
+		rc = bench_gen(&b, &res[gens[i].idx], gens[i].kind, gens[i].level, gens[i].per_row,
+			       gens[i].idx == R_Z1_ROW ? &keep_z1 : gens[i].idx == R_LZ4_ROW ? &keep_lz4 : NULL);
+
+	/* Random-row gather (issue 16): the same random ids gathered plainly
+	 * (memcpy of the uncompressed rows), by ibp_store_gather over a packed
+	 * copy of the rows (a temporary file, the trained codec), and by zstd -1
+	 * and lz4 decoding each id's own row. */
+	enum { G_PLAIN, G_IBP, G_Z1, G_LZ4, NGAT };
+	static const char *gat_name[NGAT] = { "plain memcpy", "ibp", "zstd -1 row", "lz4 row" };
+	double gat_gbps[NGAT][2];
+	int gat_have[NGAT] = { 0 };
+	char gat_why[NGAT][64];
+	memset(gat_why, 0, sizeof(gat_why));
+	uint64_t gn = (256ull << 20) / rb < GATHER_IDS ? (256ull << 20) / rb : GATHER_IDS;
+	if (gn == 0)
+		gn = 1;
+	int64_t *gids = malloc(gn * sizeof(int64_t));
+	uint8_t *gref = malloc(gn * rb), *gout = malloc(gn * rb);
+	ibp_store_t *gstore = NULL;
+	if (rc == EXIT_OK && (!gids || !gref || !gout)) {
+		progress_end(b.pg);
+		b.pg = NULL;
+		rc = cli_fail(cmd, in, "out of memory for the gather");
+	}
+	if (rc == EXIT_OK) {
+		uint64_t seed = 16;
+		for (uint64_t i = 0; i < gn; i++) {
+			uint64_t z = (seed += 0x9E3779B97F4A7C15ull);
+			z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+			z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+			gids[i] = (int64_t)((z ^ (z >> 31)) % b.nrows);
+		}
+		for (uint64_t i = 0; i < gn; i++)
+			memcpy(gref + i * rb, b.data + (uint64_t)gids[i] * rb, rb);
+		memset(gout, 0, gn * rb);
+		/* the store reads a packed file: a temporary one, removed at once */
+		const char *td = getenv("TMPDIR");
+		char tmp[512];
+		snprintf(tmp, sizeof(tmp), "%s/ibp_bench_XXXXXX", td && *td ? td : "/tmp");
+		int fd = mkstemp(tmp);
+		if (fd < 0) {
+			snprintf(gat_why[G_IBP], sizeof(gat_why[G_IBP]), "no temporary file");
+		} else {
+			close(fd);
+			uint64_t shape[2] = { b.nrows, rb };
+			s = ibp_pack_with_codec(tmp, ic.codec, b.data, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED, b.nt);
+			if (s == IBP_OK)
+				s = ibp_store_open(tmp, IBP_OPEN_READ, &gstore);
+			if (s != IBP_OK)
+				snprintf(gat_why[G_IBP], sizeof(gat_why[G_IBP]), "%.60s", ibp_status_string(s));
+			unlink(tmp);
+		}
+		bench_t gb = b;
+		gb.data = gref;
+		gb.out = gout;
+		gb.total = gn * rb;
+		gb.nrows = gn;
+		gen_t *gg[NGAT] = { NULL, NULL, keep_z1.comp ? &keep_z1 : NULL, keep_lz4.comp ? &keep_lz4 : NULL };
+		if (!gg[G_Z1])
+			snprintf(gat_why[G_Z1], sizeof(gat_why[G_Z1]), "%s", res[R_Z1_ROW].why);
+		if (!gg[G_LZ4])
+			snprintf(gat_why[G_LZ4], sizeof(gat_why[G_LZ4]), "%s", res[R_LZ4_ROW].why);
+		for (int m = 0; m < NGAT && rc == EXIT_OK; m++) {
+			gat_gbps[m][0] = gat_gbps[m][1] = NAN;
+			if ((m == G_IBP && !gstore) || (m >= G_Z1 && !gg[m]))
+				continue;
+			gat_t a = { &b, &gb, gids, gn, m == G_PLAIN ? GAT_PLAIN : m == G_IBP ? GAT_IBP : GAT_GEN,
+				    gstore, gg[m], 0 };
+			char what[64];
+			snprintf(what, sizeof(what), "gather %s", gat_name[m]);
+			rc = gat_measure(&a, what, gat_gbps[m]);
+			gat_have[m] = rc == EXIT_OK;
+		}
+	}
+	ibp_store_close(gstore);
+	gen_free(&keep_z1);
+	gen_free(&keep_lz4);
+	free(gids);
+	free(gref);
+	free(gout);
 	progress_end(b.pg);
 	b.pg = NULL;
 	if (rc != EXIT_OK)
@@ -1008,6 +1220,25 @@ int cmd_bench(int argc, char **argv)
 			json_end_object(&j);
 		}
 		json_end_array(&j);
+		json_key(&j, "gather");
+		json_begin_object(&j);
+		json_kv_uint(&j, "ids", gn);
+		json_key(&j, "methods");
+		json_begin_array(&j);
+		for (int m = 0; m < NGAT; m++) {
+			json_begin_object(&j);
+			json_kv_string(&j, "name", gat_name[m]);
+			json_kv_bool(&j, "available", gat_have[m]);
+			if (gat_have[m]) {
+				json_kv_double(&j, "gbps_1t", gat_gbps[m][0]);
+				json_kv_double(&j, "gbps_all", gat_gbps[m][1]);
+			} else {
+				json_kv_string(&j, "reason", gat_why[m]);
+			}
+			json_end_object(&j);
+		}
+		json_end_array(&j);
+		json_end_object(&j);
 		json_kv_string(&j, "takeaway", take);
 		json_end_object(&j);
 	} else {
@@ -1050,6 +1281,20 @@ int cmd_bench(int argc, char **argv)
 			printf("fp8 is lossy (E4M3, Hadamard blocks of 256): relative L2 error %.2f%% (row), %.2f%% (64K);\n"
 			       "its decodes are checked to be deterministic, not equal to the input.\n",
 			       100 * res[R_FP8_ROW].rel_l2, 100 * res[R_FP8_BLK].rel_l2);
+		printf("\nrandom-row gather of %llu random ids (GB/s of rows gathered; every output verified\n"
+		       "against the plain gather; ibp through a store over a packed copy):\n",
+		       (unsigned long long)gn);
+		printf("%-26s %8s %8s %9s\n", "", "1T", hdr, "1T/plain");
+		for (int m = 0; m < NGAT; m++) {
+			printf("gather %-19s", gat_name[m]);
+			if (!gat_have[m]) {
+				printf(" %8s   (%s)\n", "-", gat_why[m]);
+				continue;
+			}
+			print_gbps(gat_gbps[m][0]);
+			print_gbps(gat_gbps[m][1]);
+			printf(" %8.0f%%\n", 100.0 * gat_gbps[m][0] / gat_gbps[G_PLAIN][0]);
+		}
 		printf("\ntakeaway (lossless, random row access): %s\n", take);
 	}
 out:

@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v python3 >/dev/null || { echo "mutate.sh: python3 is required" >&2; exit 2; }
 exec python3 - "$@" <<'PY'
-import os, shutil, subprocess, sys, time
+import os, shutil, subprocess, sys, tempfile, time
 
 root = os.getcwd()
 args = sys.argv[1:]
@@ -119,11 +119,16 @@ def run_suite(spec):
     cmd = [os.path.join(bdir, "bin", name), f"--jobs={jobs}", "--fail-fast", "--short-filename"]
     if filt:
         cmd.append(f"--filter={filt}")
-    env = dict(os.environ, IBP_TEST_QUICK="1", IBP_SOURCE_DIR=tree)
+    # A temporary root of its own (short: tests/util/tmproot.h), removed after
+    # the suite: a mutant that crashes a suite leaves no directories behind.
+    tmp = tempfile.mkdtemp(prefix="ibpm.", dir="/tmp")
+    env = dict(os.environ, IBP_TEST_QUICK="1", IBP_SOURCE_DIR=tree, TMPDIR=tmp)
     try:
         r = run(cmd, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
         return f"{spec}: hung (> {timeout}s)"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     if r.returncode in (0, 77):  # 77: nothing could run (no GPU), not a failure
         return 0
     lines = [l for l in r.stdout.splitlines() if "Assertion" in l or "FAIL" in l or "CRASH" in l]

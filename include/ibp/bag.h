@@ -7,8 +7,13 @@
  * [indices, dim] array of gathered rows exists at any time. Each thread
  * decodes a bag's first row straight into the bag's output row and every
  * later row into one row of scratch (in L1), which it then adds (or maxes)
- * into the output row. Bags are split across threads by their number of
- * ids.
+ * into the output row. Rows are read ahead as the store's gather reads
+ * them: while a row decodes, the index entry and first payload lines of the
+ * row 8 ids further on (IBP_GATHER_PREFETCH=N in the environment, read at
+ * each call, sets the distance, at most 64, 0 = off) are fetched, across bag
+ * boundaries, so the cache misses of random rows overlap with decoding.
+ * Bags are cut into ranges of about equal numbers of ids, four per thread,
+ * which the threads (started per call) claim in turn.
  *
  * Arithmetic is PyTorch's CPU kernel's, so float32 results are bitwise
  * equal to nn.EmbeddingBag on the same rows: sum accumulates in float32 in

@@ -79,7 +79,9 @@ void ibp_train_opts_default(ibp_train_opts_t *o);
  * Sample: with sample = 0 (auto) all rows when the data is <= 64 MiB, else
  * about 64 MiB of rows; sample = f takes round(f * nrows) rows (at least 1),
  * one from each equal slice of the data, picked by `seed`: the result does
- * not depend on nthreads. Rule: a bit is invariant with Bitval 1 when
+ * not depend on nthreads. sample = 1.0 is a full pass (`ibp pack --sample
+ * 1`): on the 144 MiB and 1 GiB tables of docs/BENCHMARKS.md it was 0.09%
+ * and 0% smaller and trained 2.5x and 10x slower. Rule: a bit is invariant with Bitval 1 when
  * count >= T*N and with Bitval 0 when N - count >= T*N, so T = 1.0 keeps
  * exactly the constant bits. With xval, each candidate Mask/Bitval gets
  * its Xvals: per chunk position the most common invariant bits among the

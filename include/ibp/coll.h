@@ -11,6 +11,8 @@
  *
  * Algorithms, each written once against a transport (below):
  *   AllGather      ring, P-1 steps, compressed blocks forwarded unchanged
+ *                  (a block of 32 KiB or more coded is decoded on a helper
+ *                  thread while the next step forwards it)
  *   ReduceScatter  ring, P-1 steps; chunk c is summed in the order
  *                  c+1, c+2, ..., c (ranks mod P), whatever the codec
  *   AllReduce      ring ReduceScatter on chunks of ceil/floor(count / P)
@@ -77,11 +79,12 @@
  * timeout. Two ship here: in-process (threads of one process as ranks,
  * with queues; for tests and single-node benchmarks) and MPI
  * (libibp_coll_mpi, Isend/Irecv polled with MPI_Test until the deadline).
- * How the others fit: an NCCL transport implements sendrecv as a grouped
- * ncclSend/ncclRecv pair (size first, as NCCL receives need the exact
- * count) on a device stream, with the codec steps run by the CUDA codec
- * kernels on device buffers; torch.distributed implements it with
- * isend/irecv and Work.wait(timeout). Both only fill an
+ * NCCL (ibp_coll_nccl_transport, below; built with CUDA and NCCL)
+ * implements sendrecv as grouped ncclSend/ncclRecv pairs (size first, as
+ * NCCL receives need the exact count) on a device stream; the codec steps
+ * still run on the CPU (GPU codecs in the collectives are future work).
+ * torch.distributed implements it in Python (python/src/ibp/torch/ddp.py:
+ * isend/irecv and Work.wait(timeout)). Each only fills an
  * ibp_coll_transport_t; the algorithms do not change.
  */
 #ifndef IBP_COLL_H
@@ -196,6 +199,28 @@ ibp_status_t ibp_coll_comm_create(const ibp_coll_transport_t *t, const ibp_coll_
  * MPI); the MPI library must have been initialised with
  * MPI_THREAD_SERIALIZED or better if other threads call MPI. */
 ibp_status_t ibp_coll_comm_from_mpi(const void *mpi_comm, const ibp_coll_opts_t *opts, ibp_coll_comm_t **out);
+
+/* ---- NCCL transport (libibp built with CUDA and NCCL; else both answer
+ * IBP_ERR_UNSUPPORTED) ----
+ * nccl_comm points to an ncclComm_t (void * keeps nccl.h out of this
+ * header). The transport splits it (ncclCommSplit, non-blocking config:
+ * collective over the NCCL communicator, bounded by timeout_ms), so the
+ * caller's communicator is untouched and a timeout aborts only the split.
+ * sendrecv copies each host message to a device buffer and runs grouped
+ * ncclSend/ncclRecv on its own stream (sizes first, then payloads), polled
+ * until the deadline. The collectives still take host buffers and run the
+ * codecs on the CPU (`stream` stays NULL): only the bytes cross NCCL.
+ * Call from a thread; CUDA's current device is set to the communicator's.
+ * IBP_ERR_INVALID_ARG (NULL, timeout_ms <= 0), IBP_ERR_IO (NCCL failure,
+ * with ncclGetErrorString and ncclGetLastError; timeout), IBP_ERR_CUDA,
+ * IBP_ERR_NOMEM, IBP_ERR_UNSUPPORTED (built without NCCL, or libnccl.so.2
+ * neither in the process nor loadable: libibp loads NCCL at run time and
+ * uses the one the process already has, e.g. PyTorch's). */
+ibp_status_t ibp_coll_nccl_transport(const void *nccl_comm, int64_t timeout_ms, ibp_coll_transport_t *t);
+
+/* ibp_coll_nccl_transport (timeout opts->timeout_ms) + ibp_coll_comm_create.
+ * Collective over the NCCL communicator. */
+ibp_status_t ibp_coll_comm_from_nccl(const void *nccl_comm, const ibp_coll_opts_t *opts, ibp_coll_comm_t **out);
 
 /* Frees a communicator (NULL is a no-op); not collective. */
 void ibp_coll_comm_destroy(ibp_coll_comm_t *comm);

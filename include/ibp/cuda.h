@@ -8,6 +8,8 @@
  *   ibp_encode_batch_cuda <-> ibp_encode_batch  (same offsets, flags, clusters, bytes)
  *   ibp_gather_cuda       <-> ibp_decode_row on rows picked by id (same bytes,
  *                             same accept/reject decision per row)
+ *   ibp_store_embedding_bag_cuda <-> ibp_store_embedding_bag (float32 bitwise
+ *                             equal, 16-bit outputs too; ibp/bag.h)
  *
  * Conventions.
  * - A `stream` is a cudaStream_t passed as void * so that C users need no
@@ -40,6 +42,7 @@
 #include "alloc.h"
 #include "codec.h"
 #include "store.h"
+#include "bag.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -284,6 +287,47 @@ ibp_status_t ibp_gather_cuda(const ibp_cuda_store_t *store, const int64_t *ids, 
 ibp_status_t ibp_gather_plain_cuda(const void *src, uint64_t nrows, uint64_t row_bytes,
 				   const int64_t *ids, uint64_t n, void *out,
 				   const int64_t *out_rows, int32_t *status, void *stream);
+
+/* ---- embedding bags (twin of ibp_store_embedding_bag, ibp/bag.h) ------- */
+
+/* nn.EmbeddingBag's forward over a device store: bag b pools the rows
+ * ids[offsets[b]] .. ids[offsets[b + 1] - 1] of `s` (sum, weighted sum,
+ * mean or max; `flags`, `weights`, `padding_idx` and the arithmetic exactly
+ * as ibp_store_embedding_bag, so every output equals the CPU's bit for bit,
+ * NaN payloads aside: a GPU's arithmetic returns its canonical NaN)
+ * into out + b * row_bytes. `dtype` is the rows' element type (the device
+ * store does not know it): IBP_DTYPE_F32, IBP_DTYPE_F16 or IBP_DTYPE_BF16;
+ * row_bytes must be whole elements. `ids` (n_ids of id_dtype, IBP_DTYPE_I32
+ * or IBP_DTYPE_I64), `offsets` (n_bags + 1), `weights` (NULL or n_ids
+ * floats), `out` (n_bags rows) and `status` (NULL or n_bags entries) are
+ * device memory or pinned mapped host memory (their device address).
+ * One warp per bag decodes the bag's rows in id order into shared memory
+ * and accumulates in float32; no [n_ids, dim] array is written, nothing is
+ * allocated.
+ * Per bag (the kernel decides; async): status[b] = IBP_OK;
+ * IBP_ERR_OUT_OF_RANGE for a bag with an id outside [0, nrows);
+ * IBP_ERR_INVALID_ARG for offsets[b] < 0, offsets[b + 1] < offsets[b] or
+ * offsets[b + 1] > n_ids; IBP_ERR_CORRUPT for a row the decoder rejects.
+ * A failed bag's output row is zeros (as is a bag with no rows pooled) and
+ * counts once in ibp_cuda_store_errors. Offsets in pinned host memory are
+ * also read and checked by the host before the launch (so they must be
+ * ready when this is called).
+ * Async on `stream`; the store's device must be current. Any number of
+ * threads may call this on one store at once (distinct outputs).
+ * Errors (synchronous): IBP_ERR_INVALID_ARG (NULL store, offsets, out, or
+ * ids with n_ids > 0; bad mode, flags or id_dtype; weights with MEAN or
+ * MAX; padding_idx < -1 or >= nrows; row bytes not whole elements; a
+ * pageable host pointer; a pointer not aligned to its element size;
+ * pinned offsets that decrease or pass n_ids; the
+ * store made on another device), IBP_ERR_UNSUPPORTED (another dtype, or
+ * rows too large for a warp's row and float32 accumulator in shared
+ * memory), IBP_ERR_CUDA, IBP_ERR_NO_DEVICE (no CUDA build, or a
+ * host-fallback store: pool those with ibp_store_embedding_bag). */
+ibp_status_t ibp_store_embedding_bag_cuda(const ibp_cuda_store_t *s, ibp_bag_mode_t mode, unsigned flags,
+					  const void *ids, ibp_dtype_t id_dtype, uint64_t n_ids,
+					  const int64_t *offsets, uint64_t n_bags, const float *weights,
+					  int64_t padding_idx, ibp_dtype_t dtype, void *out, int32_t *status,
+					  void *stream);
 
 #ifdef __cplusplus
 }

@@ -71,7 +71,12 @@ void ibp_store_close(ibp_store_t *s);
  * Allocates no buffers; see the file comment for threading. Each thread
  * prefetches the index entry and payload lines of the row 8 positions ahead
  * (IBP_GATHER_PREFETCH=N in the environment at open sets the distance, at
- * most 64; 0 turns it off). */
+ * most 64; 0 turns it off). An IBP store looks rows up in a row map built
+ * at open (about 4.1 bytes per row; docs/FORMAT.md "In-memory row map"),
+ * unless it would take more than the larger of 64 MiB and a quarter of the
+ * payload (IBP_ROW_MAP_MAX=BYTES at open sets the cap, 0 = no map); a file
+ * read into memory is given transparent huge pages (IBP_NO_HUGEPAGES=1
+ * leaves them off). */
 ibp_status_t ibp_store_gather(ibp_store_t *s, const int64_t *ids, uint64_t n, void *out,
 			      int nthreads);
 

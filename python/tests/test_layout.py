@@ -38,6 +38,7 @@ def test_struct_layouts_match_c(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     from ibp import _structs
     mirrored = {c.c_name for c in vars(_structs).values() if hasattr(c, "c_name")}
-    assert mirrored == {"ibp_train_opts_t", "ibp_exp_opts_t", "ibp_fp8_opts_t"}
+    # the codec options at least; every mirror (cache structs too) goes through the checker above
+    assert {"ibp_train_opts_t", "ibp_exp_opts_t", "ibp_fp8_opts_t"} <= mirrored
     for name in mirrored:
         assert "ok: " in r.stdout and name in r.stdout

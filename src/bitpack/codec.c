@@ -69,6 +69,7 @@ const ibp_kernels_t ibp_kernels_portable = {
 	ibp_portable_encode,
 	ibp_portable_decode_static,
 	ibp_portable_decode_exc,
+	ibp_row_stats,
 };
 
 /* ---------------------------------------------------------------------- */
@@ -161,7 +162,8 @@ static int ibp_build_vec(ibp_codec_t *c)
 	if (!(ibp_avx512_ok() || ibp_avx2_ok()) || C == 8 || D < 2)
 		return 1;
 	const uint64_t G = C <= 2 ? 16 : 8, LB = C <= 2 ? 4 : 8;
-	const uint64_t nvg = (D - 1) / G; /* the last chunk stays scalar */
+	/* a partial last chunk stays scalar, a full one is a lane */
+	const uint64_t nvg = c->last_bytes == C ? D / G : (D - 1) / G;
 	if (nvg == 0)
 		return 1;
 	const uint64_t K = c->K;
@@ -220,6 +222,67 @@ static int ibp_build_vec(ibp_codec_t *c)
 		cl->nvfix = nfix;
 		if (nfix > nvg * G / 4) /* mostly fix-ups: the scalar loop is faster */
 			cl->nvg = cl->nvfix = 0;
+	}
+	return 1;
+}
+
+/* Builds the SIMD exception-walk tables (ibp_cluster_t.xg) of every
+ * cluster without Xvals when the AVX-512 or AVX2 kernels can run; returns
+ * 0 on no memory. */
+static int ibp_build_xvec(ibp_codec_t *c)
+{
+	const uint64_t D = c->D, C = c->C, K = c->K;
+	if (!(ibp_avx512_ok() || ibp_avx2_ok()) || C == 8)
+		return 1;
+	const uint64_t G = C <= 2 ? 16 : 8, LB = C <= 2 ? 4 : 8;
+	const uint64_t nxg = (D + G - 1) / G, nw = (D + 63) / 64;
+	if (K * nxg > SIZE_MAX / sizeof(ibp_xgroup_t) / 2 || K * nw > SIZE_MAX / 16)
+		return 0;
+	ibp_xgroup_t *xg = aligned_alloc(64, K * nxg * sizeof(ibp_xgroup_t));
+	uint64_t *fix = calloc(K * nw, 8);
+	c->mem[7] = xg;
+	c->mem[8] = fix;
+	if (!xg || !fix)
+		return 0;
+	memset(xg, 0, K * nxg * sizeof(ibp_xgroup_t));
+	for (uint64_t k = 0; k < K; k++) {
+		ibp_cluster_t *cl = &c->cl[k];
+		if (cl->has_x)
+			continue;
+		ibp_xgroup_t *g0 = xg + k * nxg;
+		uint64_t *fx = fix + k * nw, nfix = 0;
+		for (uint64_t j = 0; j < D; j++) {
+			ibp_xgroup_t *q = &g0[j / G];
+			const uint64_t l = j % G;
+			const ibp_run_t *r = cl->runs + cl->mrun[j];
+			const uint64_t nr = cl->mrun[j + 1] - cl->mrun[j];
+			uint64_t m0 = 0, m1 = 0;
+			unsigned p0 = 0, s1 = 0, p1 = 0;
+			if (nr > 2) {
+				fx[j / 64] |= 1ull << (j % 64);
+				nfix++;
+			} else {
+				if (nr >= 1) {
+					m0 = r[0].mask;
+					p0 = r[0].pos; /* r[0].src == 0 */
+				}
+				if (nr == 2) {
+					m1 = r[1].mask;
+					s1 = r[1].src;
+					p1 = r[1].pos;
+				}
+			}
+			q->w[l * LB] = cl->ew[j];
+			memcpy(q->m0 + l * LB, &m0, LB);
+			memcpy(q->m1 + l * LB, &m1, LB);
+			memcpy(q->b + l * LB, &cl->b[j], LB);
+			q->p0[l * LB] = (uint8_t)p0;
+			q->s1[l * LB] = (uint8_t)s1;
+			q->p1[l * LB] = (uint8_t)p1;
+		}
+		cl->xg = g0;
+		cl->nxg = nxg;
+		cl->xfix = nfix ? fx : NULL;
 	}
 	return 1;
 }
@@ -387,7 +450,7 @@ ibp_status_t ibp_codec_create_ex(uint64_t row_bytes, unsigned chunk_bytes, unsig
 					  .x = xw, .xen = xen, .has_x = has_x };
 		c->has_xval |= (int)has_x;
 	}
-	if (!ibp_build_vec(c))
+	if (!ibp_build_vec(c) || !ibp_build_xvec(c))
 		goto nomem;
 	c->impl = ibp_auto_impl();
 	c->k = ibp_impl_kernels(c->impl);
@@ -787,7 +850,7 @@ static void ibp_enc_size_fn(void *ctx, uint64_t begin, uint64_t end, int tid)
 		const uint8_t *row = x->rows + i * c->R;
 		unsigned k = ibp_choose_cluster(c, row), mode;
 		uint64_t n, E;
-		ibp_row_stats(c, &c->cl[k], row, &n, &E);
+		c->k->row_stats(c, &c->cl[k], row, &n, &E);
 		ibp_choose_mode(c, &c->cl[k], n, E, &mode, &x->offsets[i + 1]);
 		x->nexc[i] = n;
 		x->flags[i] = (uint8_t)mode;

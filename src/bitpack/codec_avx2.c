@@ -36,6 +36,7 @@ IBP_INLINE uint64_t ibp_k_ext_m(const ibp_cluster_t *cl, uint64_t j, uint64_t x)
 }
 
 #define IBP_K(name) ibp_avx2_##name
+#define IBP_K_WIDE_PEXT /* the template may call _pext_u64 */
 #define IBP_CODEC_KERNEL_BODY
 #include "bitpack/codec_internal.h"
 #undef IBP_K
@@ -142,9 +143,186 @@ static void ibp_avx2_decode_static_v(const ibp_codec_t *c, const ibp_cluster_t *
 	ibp_avx2_decode_static_from(c, cl, body, avail, dst, ng * G);
 }
 
+/* ---- the exception walk, 8 (C <= 2) or 4 (C = 4) chunks at a time ----
+ *
+ * The AVX-512 walk (codec_avx512.c) on half groups of the same tables:
+ * the marked widths are prefix-summed across the lanes, each lane gathers
+ * the LB bytes at its field (vpgatherdd / vpgatherqq; from a zero-padded
+ * copy near the row's end, so nothing past `avail` is read), shifts and
+ * masks, the two runs of m_j deposit, XOR b_j, and the marked deltas are
+ * XORed into the row; m_j of more than two runs are patched with pdep. */
+
+IBP_INLINE void ibp_avx2_fix(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *body,
+			     uint64_t avail, uint64_t j, uint64_t bit, uint8_t *dst, const unsigned C)
+{
+	const uint64_t v = ibp_read_bits(body, avail, bit, cl->ew[j]);
+	ibp_avx2_patch_delta(c, j, _pdep_u64(v, cl->m[j]) ^ cl->b[j], dst, C);
+}
+
+/* XORs nb (<= 16) delta bytes into dst. */
+IBP_INLINE void ibp_avx2_xor_into(uint8_t *dst, __m128i d, uint64_t nb)
+{
+	if (nb == 16) {
+		_mm_storeu_si128((__m128i *)(void *)dst, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(const void *)dst), d));
+		return;
+	}
+	uint8_t t[16];
+	_mm_storeu_si128((__m128i *)(void *)t, d);
+	for (uint64_t i = 0; i < nb; i++)
+		dst[i] ^= t[i];
+}
+
+/* Half groups of C = 1, 2: 8 lanes of 32 bits. */
+IBP_INLINE uint64_t ibp_avx2_xwalk_c12(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint64_t *bm,
+				       const uint8_t *body, uint64_t avail, uint64_t e, uint64_t lim,
+				       uint8_t *dst, const unsigned C)
+{
+	const uint64_t R = c->R, nh = 2 * cl->nxg;
+	const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1), seven = _mm256_set1_epi32(7);
+	const __m256i bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128), l3 = _mm256_set1_epi32(3);
+	for (uint64_t h = 0; h < nh; h++) {
+		const ibp_xgroup_t *q = cl->xg + h / 2;
+		const unsigned o = 32 * (unsigned)(h & 1);
+		const unsigned mk = (unsigned)(bm[h >> 3] >> (8 * (h & 7))) & 0xFF;
+		const unsigned fx = mk && cl->xfix ? (unsigned)(cl->xfix[h >> 3] >> (8 * (h & 7))) & 0xFF : 0;
+		const __m256i vm = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)mk), bits), bits);
+		const __m256i w = _mm256_and_si256(ibp_avx2_ld(q->w + o), vm);
+		__m256i s = _mm256_add_epi32(w, _mm256_slli_si256(w, 4));
+		s = _mm256_add_epi32(s, _mm256_slli_si256(s, 8));
+		s = _mm256_add_epi32(s, _mm256_blend_epi32(zero, _mm256_permutevar8x32_epi32(s, l3), 0xF0));
+		const uint64_t tot = (uint32_t)_mm256_extract_epi32(s, 7);
+		if (tot > lim - e)
+			return UINT64_MAX;
+		const uint64_t b0 = e >> 3, last = ((e & 7) + tot) >> 3; /* no lane's byte is past last */
+		const __m256i rel = _mm256_add_epi32(_mm256_sub_epi32(s, w), _mm256_set1_epi32((int)(e & 7)));
+		const __m256i bi = _mm256_srli_epi32(rel, 3);
+		__m256i word;
+		if (b0 + last + 4 <= avail) {
+			word = _mm256_i32gather_epi32((const int *)(const void *)(body + b0), bi, 1);
+		} else {
+			uint8_t t[64] = { 0 }; /* fields span <= 7 + 8 * 16 bits */
+			const uint64_t k = avail - b0 < 32 ? avail - b0 : 32;
+			memcpy(t, body + b0, k);
+			word = _mm256_i32gather_epi32((const int *)(const void *)t, bi, 1);
+		}
+		const __m256i v = _mm256_and_si256(_mm256_srlv_epi32(word, _mm256_and_si256(rel, seven)),
+						   _mm256_sub_epi32(_mm256_sllv_epi32(one, w), one));
+		const __m256i t0 = _mm256_and_si256(_mm256_sllv_epi32(v, ibp_avx2_ld(q->p0 + o)), ibp_avx2_ld(q->m0 + o));
+		const __m256i t1 = _mm256_and_si256(
+			_mm256_sllv_epi32(_mm256_srlv_epi32(v, ibp_avx2_ld(q->s1 + o)), ibp_avx2_ld(q->p1 + o)),
+			ibp_avx2_ld(q->m1 + o));
+		const unsigned keep = mk & ~fx;
+		const __m256i vk = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)keep), bits), bits);
+		const __m256i d = _mm256_and_si256(_mm256_xor_si256(_mm256_or_si256(t0, t1), ibp_avx2_ld(q->b + o)), vk);
+		/* lanes hold values < 2^(8C): unsigned saturation narrows exactly */
+		const __m256i p16 = _mm256_permute4x64_epi64(_mm256_packus_epi32(d, d), 0xD8);
+		const uint64_t at = h * 8 * C;
+		if (at < R) {
+			const uint64_t nb = R - at < 8 * C ? R - at : 8 * C;
+			if (C == 2)
+				ibp_avx2_xor_into(dst + at, _mm256_castsi256_si128(p16), nb);
+			else
+				ibp_avx2_xor_into(dst + at, _mm_packus_epi16(_mm256_castsi256_si128(p16), _mm256_castsi256_si128(p16)), nb);
+		}
+		if (mk & fx) {
+			uint32_t r[8];
+			_mm256_storeu_si256((__m256i *)(void *)r, rel);
+			for (unsigned f = mk & fx; f; f &= f - 1) {
+				const unsigned l = (unsigned)__builtin_ctz(f);
+				ibp_avx2_fix(c, cl, body, avail, h * 8 + l, 8 * b0 + r[l], dst, C);
+			}
+		}
+		e += tot;
+	}
+	return e;
+}
+
+/* Half groups of C = 4: 4 lanes of 64 bits. */
+static uint64_t ibp_avx2_xwalk_c4(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint64_t *bm,
+				  const uint8_t *body, uint64_t avail, uint64_t e, uint64_t lim, uint8_t *dst)
+{
+	const uint64_t R = c->R, nh = 2 * cl->nxg;
+	const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi64x(1), seven = _mm256_set1_epi64x(7);
+	const __m256i bits = _mm256_setr_epi64x(1, 2, 4, 8);
+	const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+	for (uint64_t h = 0; h < nh; h++) {
+		const ibp_xgroup_t *q = cl->xg + h / 2;
+		const unsigned o = 32 * (unsigned)(h & 1);
+		const unsigned mk = (unsigned)(bm[h >> 4] >> (4 * (h & 15))) & 0xF;
+		const unsigned fx = mk && cl->xfix ? (unsigned)(cl->xfix[h >> 4] >> (4 * (h & 15))) & 0xF : 0;
+		const __m256i vm = _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x(mk), bits), bits);
+		const __m256i w = _mm256_and_si256(ibp_avx2_ld(q->w + o), vm);
+		__m256i s = _mm256_add_epi64(w, _mm256_slli_si256(w, 8));
+		s = _mm256_add_epi64(s, _mm256_blend_epi32(zero, _mm256_permute4x64_epi64(s, 0x55), 0xF0));
+		const uint64_t tot = (uint64_t)_mm256_extract_epi64(s, 3);
+		if (tot > lim - e)
+			return UINT64_MAX;
+		const uint64_t b0 = e >> 3, last = ((e & 7) + tot) >> 3;
+		const __m256i rel = _mm256_add_epi64(_mm256_sub_epi64(s, w), _mm256_set1_epi64x((long long)(e & 7)));
+		const __m256i bi = _mm256_srli_epi64(rel, 3);
+		__m256i word;
+		if (b0 + last + 8 <= avail) {
+			word = _mm256_i64gather_epi64((const long long *)(const void *)(body + b0), bi, 1);
+		} else {
+			uint8_t t[64] = { 0 }; /* fields span <= 7 + 4 * 32 bits */
+			const uint64_t k = avail - b0 < 32 ? avail - b0 : 32;
+			memcpy(t, body + b0, k);
+			word = _mm256_i64gather_epi64((const long long *)(const void *)t, bi, 1);
+		}
+		const __m256i v = _mm256_and_si256(_mm256_srlv_epi64(word, _mm256_and_si256(rel, seven)),
+						   _mm256_sub_epi64(_mm256_sllv_epi64(one, w), one));
+		const __m256i t0 = _mm256_and_si256(_mm256_sllv_epi64(v, ibp_avx2_ld(q->p0 + o)), ibp_avx2_ld(q->m0 + o));
+		const __m256i t1 = _mm256_and_si256(
+			_mm256_sllv_epi64(_mm256_srlv_epi64(v, ibp_avx2_ld(q->s1 + o)), ibp_avx2_ld(q->p1 + o)),
+			ibp_avx2_ld(q->m1 + o));
+		const unsigned keep = mk & ~fx;
+		const __m256i vk = _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x(keep), bits), bits);
+		const __m256i d = _mm256_and_si256(_mm256_xor_si256(_mm256_or_si256(t0, t1), ibp_avx2_ld(q->b + o)), vk);
+		const uint64_t at = h * 16;
+		if (at < R)
+			ibp_avx2_xor_into(dst + at, _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(d, even)),
+					  R - at < 16 ? R - at : 16);
+		if (mk & fx) {
+			uint64_t r[4];
+			_mm256_storeu_si256((__m256i *)(void *)r, rel);
+			for (unsigned f = mk & fx; f; f &= f - 1) {
+				const unsigned l = (unsigned)__builtin_ctz(f);
+				ibp_avx2_fix(c, cl, body, avail, h * 4 + l, 8 * b0 + r[l], dst, 4);
+			}
+		}
+		e += tot;
+	}
+	return e;
+}
+
+static uint64_t ibp_avx2_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_t *cl, unsigned mode,
+				      const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
+				      uint64_t avail, uint8_t *dst)
+{
+	uint64_t bm[IBP_XWALK_MAXD / 64 + 1];
+	if (mode == IBP_ROW_BITMAP) /* n is a placeholder: count the bitmap (bits >= D are clear) */
+		n = ibp_bitmap_count(hdr, hdr_len);
+	/* sparser rows keep the scalar walk: with gathers a half group costs
+	 * about as much as 4 scalar exceptions (measured on the sample KV and
+	 * f32 tables, docs/BENCHMARKS.md) */
+	if (cl->nxg == 0 || c->D > IBP_XWALK_MAXD || n < IBP_XWALK_PER_GROUP_AVX2 * cl->nxg)
+		return ibp_avx2_decode_exc(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
+	if (!ibp_exc_bitmap(c, mode, hdr, hdr_len, n, bm))
+		return UINT64_MAX;
+	const uint64_t lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail, e = cl->S;
+	if (e > lim)
+		return UINT64_MAX;
+	switch (c->C) {
+	case 1: return ibp_avx2_xwalk_c12(c, cl, bm, body, avail, e, lim, dst, 1);
+	case 2: return ibp_avx2_xwalk_c12(c, cl, bm, body, avail, e, lim, dst, 2);
+	default: return ibp_avx2_xwalk_c4(c, cl, bm, body, avail, e, lim, dst);
+	}
+}
+
 const ibp_kernels_t ibp_kernels_avx2 = {
 	IBP_IMPL_AVX2,
 	ibp_avx2_encode,
 	ibp_avx2_decode_static_v,
-	ibp_avx2_decode_exc,
+	ibp_avx2_decode_exc_v,
+	ibp_row_stats,
 };

@@ -11,8 +11,9 @@
  * and masks for the (at most two) runs of ~m_j, OR the Bitval, narrow to
  * the chunk size, store. Chunks with more than two static runs are patched
  * after with pdep; C = 8, the last chunk and the chunks past the last full
- * group use the scalar (BMI2) template loop. Encoding and the exception
- * part are the BMI2 template kernels.
+ * group use the scalar (BMI2) template loop. Encoding is the BMI2
+ * template kernel, with the exceptions of 8 chunks found by one compare
+ * (IBP_K_MISS8); the encoder's sizing pass (row_stats) is SIMD too.
  */
 /* Built with -mavx512vbmi (CMakeLists.txt): the dispatcher checks the CPU for VBMI. */
 #include <immintrin.h>
@@ -36,7 +37,25 @@ IBP_INLINE uint64_t ibp_k_ext_m(const ibp_cluster_t *cl, uint64_t j, uint64_t x)
 	return _pext_u64(x, cl->m[j]);
 }
 
+/* Exceptions among the 8 full chunks [j, j + 8) as bits 0..7. */
+IBP_INLINE __m512i ibp_avx512_ld8(const uint8_t *p, const unsigned C)
+{
+	switch (C) {
+	case 1: return _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)p));
+	case 2: return _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i *)p));
+	case 4: return _mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i *)p));
+	default: return _mm512_loadu_si512(p);
+	}
+}
+IBP_INLINE unsigned ibp_avx512_miss8(const ibp_cluster_t *cl, const uint8_t *row, uint64_t j,
+				     const unsigned C)
+{
+	__m512i xm = _mm512_and_si512(ibp_avx512_ld8(row + j * C, C), _mm512_loadu_si512(cl->m + j));
+	return _mm512_cmpneq_epu64_mask(xm, _mm512_loadu_si512(cl->b + j));
+}
+#define IBP_K_MISS8(cl, row, j, C) ibp_avx512_miss8(cl, row, j, C)
 #define IBP_K(name) ibp_avx512_##name
+#define IBP_K_WIDE_PEXT /* the template may call _pext_u64 */
 #define IBP_CODEC_KERNEL_BODY
 #include "bitpack/codec_internal.h"
 #undef IBP_K
@@ -134,9 +153,250 @@ static void ibp_avx512_decode_static_v(const ibp_codec_t *c, const ibp_cluster_t
 	ibp_avx512_decode_static_from(c, cl, body, avail, dst, nvg * G);
 }
 
+/* ---- the exception walk, G chunks at a time ----------------------------
+ *
+ * Without Xvals an exception's width is e_j, known from the chunk alone,
+ * so the field positions of a group's exceptions are S plus an exclusive
+ * prefix sum of the widths of the chunks marked in the row's bitmap (a
+ * LIST header is expanded into one first). For each group of G chunks
+ * with exceptions: the marked widths (others 0) are prefix-summed across
+ * the lanes, the group's fields (at most G * W + 7 bits) lie in one
+ * 64-byte window loaded masked at the first field's byte, a byte permute
+ * gives each lane the LB bytes at its field, a variable shift and mask
+ * extract the field, the two runs of m_j deposit it, XOR b_j gives the
+ * delta to the matched chunk, and the marked deltas are XORed into the
+ * row (bytes past R masked off). Chunks whose m_j has more than two runs
+ * are patched with pdep after. A group's total width is checked against
+ * the readable bits before anything of it is read, which is what the
+ * scalar walk's per-field checks amount to. */
+
+IBP_INLINE uint64_t ibp_avx512_fix(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *body,
+				   uint64_t avail, uint64_t j, uint64_t bit, uint8_t *dst, const unsigned C)
+{
+	const uint64_t v = ibp_read_bits(body, avail, bit, cl->ew[j]);
+	ibp_avx512_patch_delta(c, j, _pdep_u64(v, cl->m[j]) ^ cl->b[j], dst, C);
+	return 0;
+}
+
+/* C = 1, 2: 16 lanes of 32 bits */
+IBP_INLINE uint64_t ibp_avx512_xwalk_c12(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint64_t *bm,
+					 const uint8_t *body, uint64_t avail, uint64_t e, uint64_t lim,
+					 uint8_t *dst, const unsigned C)
+{
+	const uint64_t R = c->R, nxg = cl->nxg;
+	const ibp_xgroup_t *q = cl->xg;
+	const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1), seven = _mm512_set1_epi32(7);
+	/* each lane's byte 0 to all its four bytes, plus 0, 1, 2, 3 */
+	const __m512i bc = _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0x00000000);
+	const __m512i inc = _mm512_set1_epi32(0x03020100);
+	for (uint64_t g = 0; g < nxg; g++, q++) {
+		/* no branch on empty groups: a row's groups with and without
+		 * exceptions alternate unpredictably */
+		const __mmask16 mk = (__mmask16)(bm[g >> 2] >> (16 * (g & 3)));
+		const __m512i w = _mm512_maskz_load_epi32(mk, q->w);
+		__m512i s = _mm512_add_epi32(w, _mm512_alignr_epi32(w, zero, 15));
+		s = _mm512_add_epi32(s, _mm512_alignr_epi32(s, zero, 14));
+		s = _mm512_add_epi32(s, _mm512_alignr_epi32(s, zero, 12));
+		s = _mm512_add_epi32(s, _mm512_alignr_epi32(s, zero, 8));
+		const uint64_t tot = (uint32_t)_mm_extract_epi32(_mm512_extracti32x4_epi32(s, 3), 3);
+		if (tot > lim - e)
+			return UINT64_MAX;
+		/* field bit of each lane, from byte b0 of the body */
+		const uint64_t b0 = e >> 3, rem = avail - b0; /* e <= lim: b0 <= avail */
+		const __m512i rel = _mm512_add_epi32(_mm512_sub_epi32(s, w), _mm512_set1_epi32((int)(e & 7)));
+		const __mmask64 km = rem >= 64 ? ~0ull : _bzhi_u64(~0ull, (unsigned)rem);
+		const __m512i win = _mm512_maskz_loadu_epi8(km, body + b0);
+		const __m512i bi = _mm512_add_epi8(_mm512_shuffle_epi8(_mm512_srli_epi32(rel, 3), bc), inc);
+		const __m512i word = _mm512_permutexvar_epi8(bi, win);
+		const __m512i v = _mm512_and_si512(_mm512_srlv_epi32(word, _mm512_and_si512(rel, seven)),
+						   _mm512_sub_epi32(_mm512_sllv_epi32(one, w), one));
+		const __m512i t0 = _mm512_and_si512(_mm512_sllv_epi32(v, _mm512_load_si512((const void *)q->p0)),
+						    _mm512_load_si512((const void *)q->m0));
+		const __m512i t1 = _mm512_and_si512(
+			_mm512_sllv_epi32(_mm512_srlv_epi32(v, _mm512_load_si512((const void *)q->s1)),
+					  _mm512_load_si512((const void *)q->p1)),
+			_mm512_load_si512((const void *)q->m1));
+		/* t0 ^ t1 ^ b: the runs are disjoint, so ^ is | */
+		const __mmask16 fx = cl->xfix ? (__mmask16)(cl->xfix[g >> 2] >> (16 * (g & 3))) : 0;
+		const __m512i d = _mm512_maskz_ternarylogic_epi32((__mmask16)(mk & ~fx), t0, t1,
+								  _mm512_load_si512((const void *)q->b), 0x96);
+		const uint64_t at = g * 16 * C, nb = R - at < 16 * C ? R - at : 16 * C;
+		if (C == 2 && nb == 32) {
+			__m256i *p = (__m256i *)(void *)(dst + at);
+			_mm256_storeu_si256(p, _mm256_xor_si256(_mm256_loadu_si256(p), _mm512_cvtepi32_epi16(d)));
+		} else if (C == 2) {
+			const __mmask32 kb = (__mmask32)_bzhi_u64(~0ull, (unsigned)nb);
+			const __m256i o = _mm256_maskz_loadu_epi8(kb, dst + at);
+			_mm256_mask_storeu_epi8(dst + at, kb, _mm256_xor_si256(o, _mm512_cvtepi32_epi16(d)));
+		} else if (nb == 16) {
+			__m128i *p = (__m128i *)(void *)(dst + at);
+			_mm_storeu_si128(p, _mm_xor_si128(_mm_loadu_si128(p), _mm512_cvtepi32_epi8(d)));
+		} else {
+			const __mmask16 kb = (__mmask16)_bzhi_u64(~0ull, (unsigned)nb);
+			const __m128i o = _mm_maskz_loadu_epi8(kb, dst + at);
+			_mm_mask_storeu_epi8(dst + at, kb, _mm_xor_si128(o, _mm512_cvtepi32_epi8(d)));
+		}
+		if (mk & fx) {
+			uint32_t r[16];
+			_mm512_storeu_si512((void *)r, rel);
+			for (unsigned f = mk & fx; f; f &= f - 1) {
+				const unsigned l = (unsigned)__builtin_ctz(f);
+				ibp_avx512_fix(c, cl, body, avail, g * 16 + l, 8 * b0 + r[l], dst, C);
+			}
+		}
+		e += tot;
+	}
+	return e;
+}
+
+/* C = 4: 8 lanes of 64 bits */
+static uint64_t ibp_avx512_xwalk_c4(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint64_t *bm,
+				    const uint8_t *body, uint64_t avail, uint64_t e, uint64_t lim, uint8_t *dst)
+{
+	const uint64_t R = c->R, nxg = cl->nxg;
+	const ibp_xgroup_t *q = cl->xg;
+	const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi64(1), seven = _mm512_set1_epi64(7);
+	const __m512i bc = _mm512_set4_epi32(0x08080808, 0x08080808, 0x00000000, 0x00000000);
+	const __m512i inc = _mm512_set1_epi64(0x0706050403020100ll);
+	for (uint64_t g = 0; g < nxg; g++, q++) {
+		const __mmask8 mk = (__mmask8)(bm[g >> 3] >> (8 * (g & 7)));
+		const __m512i w = _mm512_maskz_load_epi64(mk, q->w);
+		__m512i s = _mm512_add_epi64(w, _mm512_alignr_epi64(w, zero, 7));
+		s = _mm512_add_epi64(s, _mm512_alignr_epi64(s, zero, 6));
+		s = _mm512_add_epi64(s, _mm512_alignr_epi64(s, zero, 4));
+		const uint64_t tot = (uint64_t)_mm_extract_epi64(_mm512_extracti32x4_epi32(s, 3), 1);
+		if (tot > lim - e)
+			return UINT64_MAX;
+		const uint64_t b0 = e >> 3, rem = avail - b0;
+		const __m512i rel = _mm512_add_epi64(_mm512_sub_epi64(s, w), _mm512_set1_epi64((long long)(e & 7)));
+		const __mmask64 km = rem >= 64 ? ~0ull : _bzhi_u64(~0ull, (unsigned)rem);
+		const __m512i win = _mm512_maskz_loadu_epi8(km, body + b0);
+		const __m512i bi = _mm512_add_epi8(_mm512_shuffle_epi8(_mm512_srli_epi64(rel, 3), bc), inc);
+		const __m512i word = _mm512_permutexvar_epi8(bi, win);
+		const __m512i v = _mm512_and_si512(_mm512_srlv_epi64(word, _mm512_and_si512(rel, seven)),
+						   _mm512_sub_epi64(_mm512_sllv_epi64(one, w), one));
+		const __m512i t0 = _mm512_and_si512(_mm512_sllv_epi64(v, _mm512_load_si512((const void *)q->p0)),
+						    _mm512_load_si512((const void *)q->m0));
+		const __m512i t1 = _mm512_and_si512(
+			_mm512_sllv_epi64(_mm512_srlv_epi64(v, _mm512_load_si512((const void *)q->s1)),
+					  _mm512_load_si512((const void *)q->p1)),
+			_mm512_load_si512((const void *)q->m1));
+		const __mmask8 fx = cl->xfix ? (__mmask8)(cl->xfix[g >> 3] >> (8 * (g & 7))) : 0;
+		const __m512i d = _mm512_maskz_ternarylogic_epi64((__mmask8)(mk & ~fx), t0, t1,
+								  _mm512_load_si512((const void *)q->b), 0x96);
+		const uint64_t at = g * 32, nb = R - at < 32 ? R - at : 32;
+		if (nb == 32) {
+			__m256i *p = (__m256i *)(void *)(dst + at);
+			_mm256_storeu_si256(p, _mm256_xor_si256(_mm256_loadu_si256(p), _mm512_cvtepi64_epi32(d)));
+		} else {
+			const __mmask32 kb = (__mmask32)_bzhi_u64(~0ull, (unsigned)nb);
+			const __m256i o = _mm256_maskz_loadu_epi8(kb, dst + at);
+			_mm256_mask_storeu_epi8(dst + at, kb, _mm256_xor_si256(o, _mm512_cvtepi64_epi32(d)));
+		}
+		if (mk & fx) {
+			uint64_t r[8];
+			_mm512_storeu_si512((void *)r, rel);
+			for (unsigned f = mk & fx; f; f &= f - 1) {
+				const unsigned l = (unsigned)__builtin_ctz(f);
+				ibp_avx512_fix(c, cl, body, avail, g * 8 + l, 8 * b0 + r[l], dst, 4);
+			}
+		}
+		e += tot;
+	}
+	return e;
+}
+
+static uint64_t ibp_avx512_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_t *cl, unsigned mode,
+					const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
+					uint64_t avail, uint8_t *dst)
+{
+	uint64_t bm[IBP_XWALK_MAXD / 64 + 1];
+	if (mode == IBP_ROW_BITMAP) /* n is a placeholder: count the bitmap (bits >= D are clear) */
+		n = ibp_bitmap_count(hdr, hdr_len);
+	/* A group costs about as much as two scalar exceptions (measured on
+	 * the sample KV and f32 tables, docs/BENCHMARKS.md): sparser rows keep
+	 * the scalar walk. */
+	if (cl->nxg == 0 || c->D > IBP_XWALK_MAXD || n < IBP_XWALK_PER_GROUP * cl->nxg)
+		return ibp_avx512_decode_exc(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
+	if (!ibp_exc_bitmap(c, mode, hdr, hdr_len, n, bm))
+		return UINT64_MAX;
+	const uint64_t lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail, e = cl->S;
+	if (e > lim)
+		return UINT64_MAX;
+	switch (c->C) {
+	case 1: return ibp_avx512_xwalk_c12(c, cl, bm, body, avail, e, lim, dst, 1);
+	case 2: return ibp_avx512_xwalk_c12(c, cl, bm, body, avail, e, lim, dst, 2);
+	default: return ibp_avx512_xwalk_c4(c, cl, bm, body, avail, e, lim, dst);
+	}
+}
+
+/* ibp_row_stats, 8 chunks per step in 64-bit lanes: the encoder's sizing
+ * pass was a third of pack time with the scalar loop. The last chunk (it
+ * may be partial) and the chunks past the last full group are scalar. */
+IBP_INLINE void ibp_avx512_row_stats_c(const ibp_codec_t *c, const ibp_cluster_t *cl,
+				       const uint8_t *row, uint64_t *pn, uint64_t *pE,
+				       const unsigned C, const int xv)
+{
+	const uint64_t D = c->D;
+	uint64_t n = 0, j = 0;
+	__m512i acc = _mm512_setzero_si512();
+	const __m512i one = _mm512_set1_epi64(1);
+	/* chunks [j, j + 8) all full: j + 8 <= D - 1 */
+	for (; j + 9 <= D; j += 8) {
+		__m512i x = ibp_avx512_ld8(row + j * C, C);
+		__m512i xm = _mm512_and_si512(x, _mm512_loadu_si512(cl->m + j));
+		__mmask8 miss = _mm512_cmpneq_epu64_mask(xm, _mm512_loadu_si512(cl->b + j));
+		n += (uint64_t)__builtin_popcount(miss);
+		__m512i ew = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)(cl->ew + j)));
+		if (xv) {
+			/* hit on a miss: 1 bit; else e_j + the hit bit (xen) */
+			__m512i xe = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)(cl->xen + j)));
+			__mmask8 hit = _mm512_cmpeq_epu64_mask(xm, _mm512_loadu_si512(cl->x + j));
+			ew = _mm512_mask_mov_epi64(_mm512_add_epi64(ew, xe), hit, one);
+		}
+		acc = _mm512_mask_add_epi64(acc, miss, acc, ew);
+	}
+	uint64_t E = (uint64_t)_mm512_reduce_add_epi64(acc);
+	for (; j < D; j++) {
+		uint64_t x = j + 1 < D ? ibp_ld_chunk(row + j * C, C)
+				       : ibp_ld_partial(row + j * C, c->last_bytes);
+		uint64_t xm = x & cl->m[j];
+		if (xm == cl->b[j])
+			continue;
+		n++;
+		if (xv && xm == cl->x[j])
+			E += 1;
+		else
+			E += (uint64_t)cl->ew[j] + (xv ? cl->xen[j] : 0);
+	}
+	*pn = n;
+	*pE = E;
+}
+
+static void ibp_avx512_row_stats(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
+				 uint64_t *n, uint64_t *E)
+{
+	if (cl->has_x) {
+		switch (c->C) {
+		case 1: ibp_avx512_row_stats_c(c, cl, row, n, E, 1, 1); break;
+		case 2: ibp_avx512_row_stats_c(c, cl, row, n, E, 2, 1); break;
+		case 4: ibp_avx512_row_stats_c(c, cl, row, n, E, 4, 1); break;
+		default: ibp_avx512_row_stats_c(c, cl, row, n, E, 8, 1); break;
+		}
+	} else {
+		switch (c->C) {
+		case 1: ibp_avx512_row_stats_c(c, cl, row, n, E, 1, 0); break;
+		case 2: ibp_avx512_row_stats_c(c, cl, row, n, E, 2, 0); break;
+		case 4: ibp_avx512_row_stats_c(c, cl, row, n, E, 4, 0); break;
+		default: ibp_avx512_row_stats_c(c, cl, row, n, E, 8, 0); break;
+		}
+	}
+}
+
 const ibp_kernels_t ibp_kernels_avx512 = {
 	IBP_IMPL_AVX512,
 	ibp_avx512_encode,
 	ibp_avx512_decode_static_v,
-	ibp_avx512_decode_exc,
+	ibp_avx512_decode_exc_v,
+	ibp_avx512_row_stats,
 };

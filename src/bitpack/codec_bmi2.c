@@ -26,6 +26,7 @@ IBP_INLINE uint64_t ibp_k_ext_m(const ibp_cluster_t *cl, uint64_t j, uint64_t x)
 }
 
 #define IBP_K(name) ibp_bmi2_##name
+#define IBP_K_WIDE_PEXT /* the template may call _pext_u64 */
 #define IBP_CODEC_KERNEL_BODY
 #include "bitpack/codec_internal.h"
 #undef IBP_K
@@ -35,4 +36,5 @@ const ibp_kernels_t ibp_kernels_bmi2 = {
 	ibp_bmi2_encode,
 	ibp_bmi2_decode_static,
 	ibp_bmi2_decode_exc,
+	ibp_row_stats,
 };

@@ -72,7 +72,30 @@ typedef struct ibp_cluster {
 	uint64_t nvg;
 	const uint64_t *vfix;
 	uint64_t nvfix;
+	/* SIMD exception-walk tables (built with the static ones, for clusters
+	 * without Xvals and C <= 4, else nxg = 0): chunks in nxg groups of G
+	 * lanes as above (the last group may be partial: lanes past D are 0);
+	 * xfix, D bits, marks the chunks whose m_j has more than two runs
+	 * (deposited with pdep after the lanes; NULL when none). */
+	const struct ibp_xgroup *xg;
+	uint64_t nxg;
+	const uint64_t *xfix;
 } ibp_cluster_t;
+
+/* One SIMD group of the exception walk: lane l (LB bytes, as in
+ * ibp_vgroup_t) holds chunk j's exception width w = e_j, and the two runs
+ * of m_j: deposit(v) = ((v << p0) & m0) | (((v >> s1) << p1) & m1); the
+ * lane's delta to the matched chunk is deposit(v) ^ b. */
+typedef struct ibp_xgroup {
+	uint8_t w[64];
+	uint8_t m0[64];
+	uint8_t m1[64];
+	uint8_t b[64];
+	uint8_t p0[64];
+	uint8_t s1[64];
+	uint8_t p1[64];
+	uint8_t pad[64];
+} ibp_xgroup_t;
 
 /* One SIMD group of the static part: lane l (LB = 4 bytes for C <= 2, 8
  * for C = 4) gets bytes idx[l*LB, l*LB+LB) of the 64-byte window at vbase,
@@ -114,6 +137,9 @@ typedef struct ibp_kernels {
 	uint64_t (*decode_exc)(const struct ibp_codec *c, const ibp_cluster_t *cl, unsigned mode,
 			       const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
 			       uint64_t avail, uint8_t *dst);
+	/* ibp_row_stats (the encoder's sizing pass); must give the same n, E. */
+	void (*row_stats)(const struct ibp_codec *c, const ibp_cluster_t *cl, const uint8_t *row,
+			  uint64_t *n, uint64_t *E);
 } ibp_kernels_t;
 
 struct ibp_codec {
@@ -134,7 +160,7 @@ struct ibp_codec {
 	uint8_t *xval_bytes;   /* K * D * C, as given (the Bitvals when none) */
 	int has_xval;          /* some cluster has an enabled chunk */
 	ibp_cluster_t *cl;     /* K entries */
-	void *mem[8];          /* allocations owned by the codec */
+	void *mem[10];         /* allocations owned by the codec */
 };
 
 /* The kernels; ibp_kernels_bmi2 exists on x86-64 builds only. */
@@ -351,6 +377,61 @@ IBP_INLINE uint64_t ibp_fast_chunks(const ibp_cluster_t *cl, uint64_t D, uint64_
 	return lo;
 }
 
+/* Chunks (D) up to which the SIMD exception walks take a row: they
+ * expand a LIST header into a bitmap of D bits on the stack. */
+#define IBP_XWALK_MAXD 8192u
+/* Exceptions per SIMD group (16 chunks for C <= 2, 8 for C = 4) from
+ * which a row takes the AVX-512 SIMD walk, and the AVX2 one. */
+#define IBP_XWALK_PER_GROUP 2u
+#define IBP_XWALK_PER_GROUP_AVX2 8u
+
+/* Set bits of a BITMAP header of len bytes. */
+IBP_INLINE uint64_t ibp_bitmap_count(const uint8_t *hdr, uint64_t len)
+{
+	uint64_t n = 0, i = 0;
+	for (; i + 8 <= len; i += 8)
+		n += (uint64_t)__builtin_popcountll(ibp_load64(hdr + i));
+	if (i < len)
+		n += (uint64_t)__builtin_popcountll(ibp_ld_partial(hdr + i, len - i));
+	return n;
+}
+
+/* The exceptions of a BITMAP or LIST row as a bitmap of D bits in
+ * bm[0, ceil(D / 64)], one word more than needed (a half group past D
+ * reads it; bits >= D clear). LIST entries are checked (< D,
+ * strictly increasing) as the scalar walk checks them; returns 0 on a bad
+ * one. BITMAP headers were checked by the caller (bits >= D clear). */
+IBP_INLINE int ibp_exc_bitmap(const ibp_codec_t *c, unsigned mode, const uint8_t *hdr, uint64_t hdr_len,
+			      uint64_t n, uint64_t *bm)
+{
+	const uint64_t D = c->D, nw = (D + 63) / 64;
+	bm[nw - 1] = bm[nw] = 0;
+	if (mode == IBP_ROW_BITMAP) {
+		memcpy(bm, hdr, hdr_len); /* hdr_len = ceil(D / 8) <= 8 nw */
+		return 1;
+	}
+	memset(bm, 0, 8 * nw);
+	const unsigned L = c->L;
+	const uint64_t lm = ibp_lowmask(L);
+	/* bits of the current word in a register: a store per word, not per
+	 * entry (entries ascend) */
+	uint64_t prev = 0, cur = 0, cw = 0;
+	for (uint64_t k = 0; k < n; k++) {
+		const uint64_t j = ibp_peek_bits(hdr, hdr_len, (uint64_t)L * (k + 1), L) & lm;
+		if (j >= D || (k && j <= prev))
+			return 0;
+		prev = j;
+		if ((j >> 6) != cw) {
+			bm[cw] = cur;
+			cw = j >> 6;
+			cur = 0;
+		}
+		cur |= 1ull << (j & 63);
+	}
+	bm[cw] |= cur;
+	return 1;
+}
+
 #endif /* IBP_CODEC_INTERNAL_H */
 
 /* ===================================================================== */
@@ -358,6 +439,24 @@ IBP_INLINE uint64_t ibp_fast_chunks(const ibp_cluster_t *cl, uint64_t D, uint64_
 /* ===================================================================== */
 #ifdef IBP_CODEC_KERNEL_BODY
 #undef IBP_CODEC_KERNEL_BODY
+
+/* Writes exception j (chunk value x, a miss) of a BITMAP/LIST row. */
+IBP_INLINE void IBP_K(encode_exc1)(const ibp_codec_t *c, const ibp_cluster_t *cl, uint64_t j,
+				   uint64_t x, unsigned mode, uint8_t *dst, ibp_bw_t *bw, ibp_bw_t *hw)
+{
+	/* Xval: a hit bit, and the e_j bits only on a miss */
+	unsigned hit = 0;
+	if (cl->xen[j]) {
+		hit = (x & cl->m[j]) == cl->x[j];
+		ibp_bw_put(bw, hit, 1);
+	}
+	if (!hit)
+		ibp_bw_put(bw, ibp_k_ext_m(cl, j, x), cl->ew[j]);
+	if (mode == IBP_ROW_BITMAP)
+		dst[j >> 3] |= (uint8_t)(1u << (j & 7));
+	else
+		ibp_bw_put(hw, j, c->L);
+}
 
 IBP_INLINE void IBP_K(encode_c)(const ibp_codec_t *c, const ibp_cluster_t *clp, const uint8_t *row,
 				unsigned mode, uint64_t n, uint8_t *dst, const unsigned C)
@@ -379,8 +478,21 @@ IBP_INLINE void IBP_K(encode_c)(const ibp_codec_t *c, const ibp_cluster_t *clp, 
 	ibp_bw_t bw;
 	ibp_bw_init(&bw, body, 0);
 	const uint8_t *sw = cl->sw;
-	uint64_t j;
-	for (j = 0; j + 1 < D; j++) {
+	uint64_t j = 0;
+#ifdef IBP_K_WIDE_PEXT
+	if (C < 8) {
+		/* 8 / C full chunks per pext: pext packs their static fields in
+		 * stream order, so one put replaces 8 / C. The Mask bytes as given
+		 * are the m_j of full chunks back to back. */
+		const uint8_t *mk = c->mask_bytes + (uint64_t)(clp - c->cl) * D * C;
+		for (; j + 8 / C < D; j += 8 / C) {
+			uint64_t nmw = ~ibp_load64(mk + j * C);
+			ibp_bw_put(&bw, _pext_u64(ibp_load64(row + j * C), nmw),
+				   (unsigned)__builtin_popcountll(nmw));
+		}
+	}
+#endif
+	for (; j + 1 < D; j++) {
 		uint64_t x = ibp_ld_chunk(row + j * C, C);
 		ibp_bw_put(&bw, ibp_k_ext_nm(cl, j, x), sw[j]);
 	}
@@ -391,25 +503,20 @@ IBP_INLINE void IBP_K(encode_c)(const ibp_codec_t *c, const ibp_cluster_t *clp, 
 		return;
 	/* exception part, from bit S */
 	ibp_bw_init(&bw, body, cl->S);
-	const uint64_t *m = cl->m, *b = cl->b, *xv = cl->x;
-	const uint8_t *ew = cl->ew, *xen = cl->xen;
-	for (j = 0; j < D; j++) {
-		uint64_t x = j + 1 < D ? ibp_ld_chunk(row + j * C, C) : xl;
-		uint64_t xm = x & m[j];
-		if (xm == b[j])
-			continue;
-		/* Xval: a hit bit, and the e_j bits only on a miss */
-		unsigned hit = 0;
-		if (xen[j]) {
-			hit = xm == xv[j];
-			ibp_bw_put(&bw, hit, 1);
+	j = 0;
+#ifdef IBP_K_MISS8
+	/* the exceptions of 8 full chunks as a bit mask: no branch per chunk */
+	for (; j + 8 < D; j += 8) {
+		for (unsigned mm = IBP_K_MISS8(cl, row, j, C); mm; mm &= mm - 1) {
+			const uint64_t i = j + (uint64_t)__builtin_ctz(mm);
+			IBP_K(encode_exc1)(c, cl, i, ibp_ld_chunk(row + i * C, C), mode, dst, &bw, &hw);
 		}
-		if (!hit)
-			ibp_bw_put(&bw, ibp_k_ext_m(cl, j, x), ew[j]);
-		if (mode == IBP_ROW_BITMAP)
-			dst[j >> 3] |= (uint8_t)(1u << (j & 7));
-		else
-			ibp_bw_put(&hw, j, c->L);
+	}
+#endif
+	for (; j < D; j++) {
+		uint64_t x = j + 1 < D ? ibp_ld_chunk(row + j * C, C) : xl;
+		if ((x & cl->m[j]) != cl->b[j])
+			IBP_K(encode_exc1)(c, cl, j, x, mode, dst, &bw, &hw);
 	}
 	ibp_bw_flush(&bw);
 	if (mode == IBP_ROW_LIST)
@@ -434,6 +541,8 @@ IBP_INLINE void IBP_K(decode_static_c)(const ibp_codec_t *c, const ibp_cluster_t
 {
 	const ibp_cluster_t clv = *clp, *cl = &clv;
 	const uint64_t D = c->D;
+	if (j0 >= D) /* the SIMD groups covered the row */
+		return;
 	const uint64_t *soff = cl->soff, *b = cl->b;
 	const uint8_t *sw = cl->sw;
 	uint64_t jf = ibp_fast_chunks(cl, D, avail);

@@ -1,6 +1,8 @@
 /* algo.c - the collectives, written once against the transport: ring
  * AllGather, ring ReduceScatter, AllReduce = ReduceScatter + AllGather,
  * pairwise AllToAll(v). */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,6 +89,37 @@ static ibp_status_t ring_rs(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *sen
 	return IBP_OK;
 }
 
+/* A received AllGather message decoded on a helper thread. */
+typedef struct dec_job {
+	coll_hdr_t h;
+	const uint8_t *msg;
+	uint64_t bytes;
+	uint8_t *dst;
+	int nthreads;
+	ibp_status_t st;
+	char err[256]; /* the helper's detail (ibp_fail's message is per thread) */
+} dec_job_t;
+
+#ifndef AG_OVERLAP_MIN /* -DAG_OVERLAP_MIN=UINT64_MAX turns the overlap off (A/B runs) */
+#define AG_OVERLAP_MIN (32u << 10) /* coded bytes (~50 KB of BF16): below, a thread start costs about a decode */
+#endif
+
+static void *dec_run(void *arg)
+{
+	dec_job_t *j = arg;
+	j->st = coll_decode(&j->h, j->msg, j->bytes, j->dst, j->nthreads);
+	if (j->st != IBP_OK)
+		snprintf(j->err, sizeof j->err, "%s", ibp_last_error());
+	return NULL;
+}
+
+/* Waits for the helper; its failure is re-recorded on this thread. */
+static ibp_status_t dec_join(pthread_t th, dec_job_t *j)
+{
+	(void)pthread_join(th, NULL); /* a joinable thread we made: cannot fail */
+	return j->st == IBP_OK ? IBP_OK : ibp_fail(j->st, "%s", j->err);
+}
+
 /* Ring AllGather over chunks (off, len): own (chunk `rank`, in dt) is
  * encoded once; received messages are decoded and forwarded unchanged. */
 static ibp_status_t ring_ag(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *own, uint8_t *recv,
@@ -104,21 +137,44 @@ static ibp_status_t ring_ag(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *own
 		IBP_TRY(coll_decode(&sh, b->m[0], bytes, recv + off[r] * esz, c->o.nthreads));
 	else if (len[r] && own != recv + off[r] * esz)
 		memmove(recv + off[r] * esz, own, len[r] * esz);
-	int cur = 0;
-	for (int s = 0; s < p - 1; s++) {
+	/* Step s forwards the message received at step s-1 while a helper
+	 * thread decodes that same message (both only read it); the next
+	 * receive goes to the other buffer, whose decode was joined before. */
+	int cur = 0, running = 0;
+	pthread_t th;
+	dec_job_t job;
+	ibp_status_t st = IBP_OK;
+	for (int s = 0; s < p - 1 && st == IBP_OK; s++) {
 		int sc = mod(r - s, p), rc = mod(r - 1 - s, p);
 		coll_hdr_t want = h, got;
 		want.elems = len[rc];
 		want.chunk = (uint32_t)rc;
 		uint64_t rbytes = 0;
-		IBP_TRY(coll_sendrecv(c, right, b->m[cur], bytes, len[sc] * esz, left, b->m[1 - cur], b->cap,
-				      &rbytes));
-		IBP_TRY(coll_check(b->m[1 - cur], rbytes, &want, left, &got));
-		IBP_TRY(coll_decode(&got, b->m[1 - cur], rbytes, recv + off[rc] * esz, c->o.nthreads));
+		st = coll_sendrecv(c, right, b->m[cur], bytes, len[sc] * esz, left, b->m[1 - cur], b->cap, &rbytes);
+		if (running) {
+			ibp_status_t ds = dec_join(th, &job);
+			st = st != IBP_OK ? st : ds;
+			running = 0;
+		}
+		if (st == IBP_OK)
+			st = coll_check(b->m[1 - cur], rbytes, &want, left, &got);
+		if (st != IBP_OK)
+			break;
+		job = (dec_job_t){ got, b->m[1 - cur], rbytes, recv + off[rc] * esz, c->o.nthreads, IBP_OK, "" };
+		/* Overlap only when a next step exists and the decode outweighs a thread start. */
+		if (s < p - 2 && got.enc != COLL_ENC_RAW && rbytes >= AG_OVERLAP_MIN &&
+		    pthread_create(&th, NULL, dec_run, &job) == 0)
+			running = 1;
+		else
+			st = coll_decode(&got, b->m[1 - cur], rbytes, recv + off[rc] * esz, c->o.nthreads);
 		cur = 1 - cur;
 		bytes = rbytes;
 	}
-	return IBP_OK;
+	if (running) {
+		ibp_status_t ds = dec_join(th, &job);
+		st = st != IBP_OK ? st : ds;
+	}
+	return st;
 }
 
 /* Checks shared by every call; starts the call's bookkeeping. */

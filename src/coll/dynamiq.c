@@ -1,15 +1,98 @@
 /* dynamiq.c - DynamiQ ring all-reduce (paper 001; decisions in
  * docs/COLLECTIVES.md): statistics all-gather, widths per super-group by
  * a bisection on the shared threshold offset u, then a ring whose every
- * hop decodes, adds in FP32 and re-quantizes in one pass per SG. */
+ * hop decodes, adds in FP32 and re-quantizes in one pass per SG. The
+ * scalar code here is the reference; full super-groups go through the
+ * vector kernels of dynamiq_simd.h when the CPU has them (same bytes). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coll/dynamiq.h"
+#include "coll/dynamiq_simd.h"
 #include "fp8/fp8_impl.h"
+#include "util/cpu.h"
 #include "util/error.h"
 
+/* ---- run-time dispatch of the vector kernels (shared with rcmoe.c) ---- */
+
+static int simd_forced;   /* coll_simd_set's choice; 0 = AUTO */
+static int simd_auto;     /* AUTO resolved once (0 = not yet) */
+
+static int simd_runs(coll_simd_impl_t impl)
+{
+	if (impl == COLL_SIMD_SCALAR)
+		return 1;
+#ifdef COLL_HAVE_SIMD
+	const ibp_cpu_features_t *f = ibp_cpu();
+	if (impl == COLL_SIMD_AVX2)
+		return f->avx2 && f->bmi2;
+	if (impl == COLL_SIMD_AVX512)
+		return f->avx512 && f->bmi2 && __builtin_cpu_supports("avx512dq");
+#endif
+	return 0;
+}
+
+coll_simd_impl_t coll_simd_get(void)
+{
+	int f = __atomic_load_n(&simd_forced, __ATOMIC_RELAXED);
+	if (f)
+		return (coll_simd_impl_t)f;
+	int a = __atomic_load_n(&simd_auto, __ATOMIC_RELAXED);
+	if (!a) {
+		const char *e = getenv("IBP_FORCE_PORTABLE");
+		a = e && strcmp(e, "1") == 0 ? COLL_SIMD_SCALAR
+		    : simd_runs(COLL_SIMD_AVX512) ? COLL_SIMD_AVX512
+		    : simd_runs(COLL_SIMD_AVX2)	  ? COLL_SIMD_AVX2
+						  : COLL_SIMD_SCALAR;
+		__atomic_store_n(&simd_auto, a, __ATOMIC_RELAXED);
+	}
+	return (coll_simd_impl_t)a;
+}
+
+int coll_simd_set(coll_simd_impl_t impl)
+{
+	if (impl != COLL_SIMD_AUTO && !simd_runs(impl))
+		return 0;
+	__atomic_store_n(&simd_forced, (int)impl, __ATOMIC_RELAXED);
+	return 1;
+}
+
+const char *coll_simd_name(coll_simd_impl_t impl)
+{
+	static const char *const names[] = { "auto", "scalar", "avx2", "avx512" };
+	return (unsigned)impl < 4 ? names[impl] : "unknown";
+}
+
+const dq_kern_t *dq_kern(void)
+{
+#ifdef COLL_HAVE_SIMD
+	switch (coll_simd_get()) {
+	case COLL_SIMD_AVX512:
+		return &dq_kern_avx512;
+	case COLL_SIMD_AVX2:
+		return &dq_kern_avx2;
+	default:
+		break;
+	}
+#endif
+	return NULL;
+}
+
+const rc_kern_t *rc_kern(void)
+{
+#ifdef COLL_HAVE_SIMD
+	switch (coll_simd_get()) {
+	case COLL_SIMD_AVX512:
+		return &rc_kern_avx512;
+	case COLL_SIMD_AVX2:
+		return &rc_kern_avx2;
+	default:
+		break;
+	}
+#endif
+	return NULL;
+}
 
 void dq_cfg_default(dq_cfg_t *cfg)
 {
@@ -42,19 +125,6 @@ static int qidx(int q)
 static inline float maxf(float a, float b)
 {
 	return a > b ? a : b;
-}
-
-static uint64_t mix(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static float u01(uint64_t h)
-{
-	return (float)(h >> 40) * (1.0f / 16777216.0f);
 }
 
 /* BF16 of v >= 0 rounded up, so the group maxima never exceed it. */
@@ -100,13 +170,26 @@ static int width_of(double lf, double u, int fixed)
 	return !(z >= 4) ? 2 : z < 8 ? 4 : 8;
 }
 
+/* The wire bits of the widths width_of gives at offset u. The full SGs are
+ * counted per width without branches (the bisection calls this 60 times
+ * per call, so it is vectorized); the same z, so the same widths. */
 static uint64_t plan_bits(const double *lf, uint64_t J, uint64_t d, double u, int fixed)
 {
-	uint64_t bits = 0;
-	for (uint64_t j = 0; j < J; j++) {
-		uint64_t c = (j + 1) * DQ_S <= d ? DQ_S : d - j * DQ_S;
-		bits += 8 * dq_sg_bytes(c, width_of(lf[j], u, fixed));
+	uint64_t full = d / DQ_S, bits;
+	if (fixed)
+		bits = 8 * full * dq_sg_bytes(DQ_S, fixed);
+	else {
+		uint64_t n4 = 0, n8 = 0;
+		for (uint64_t j = 0; j < full; j++) {
+			double z = 0.8142430 * lf[j] + u;
+			n4 += (z >= 4) & (z < 8);
+			n8 += z >= 8;
+		}
+		bits = 8 * ((full - n4 - n8) * dq_sg_bytes(DQ_S, 2) + n4 * dq_sg_bytes(DQ_S, 4) +
+			    n8 * dq_sg_bytes(DQ_S, 8));
 	}
+	if (full < J)
+		bits += 8 * dq_sg_bytes(d - full * DQ_S, width_of(lf[full], u, fixed));
 	return bits;
 }
 
@@ -208,8 +291,9 @@ ibp_status_t dq_plan_make(dq_plan_t *pl, const dq_cfg_t *cfg, int n, uint64_t d,
 	return IBP_OK;
 }
 
-/* Decodes one SG of c entries at width q into y. */
-static ibp_status_t sg_decode(const dq_plan_t *pl, const uint8_t *p, uint64_t c, int q, float *y)
+/* Decodes one SG of c entries at width q: y[i] = decoded + (x ? x[i] - add : add). */
+static ibp_status_t sg_decode(const dq_plan_t *pl, const uint8_t *p, uint64_t c, int q, const float *x, float add,
+			      float *y)
 {
 	float sf = fp8i_bf16_to_f32((uint16_t)(p[0] | p[1] << 8));
 	if (!(sf >= 0) || isinf(sf))
@@ -220,11 +304,16 @@ static ibp_status_t sg_decode(const dq_plan_t *pl, const uint8_t *p, uint64_t c,
 	float gs[DQ_S / DQ_G];
 	for (uint64_t g = 0; g < ceil_div(c, DQ_G); g++)
 		gs[g] = (float)rg[g] * sf / 255.0f; /* exact for r = 255: constant data stays exact */
+	const dq_kern_t *K = dq_kern();
+	if (K && c == DQ_S) {
+		K->decode(lv, code, q, gs, x, add, y);
+		return IBP_OK;
+	}
 	for (uint64_t i = 0; i < c; i++) {
 		uint64_t bit = i * (uint64_t)q;
 		unsigned v = (code[bit >> 3] >> (bit & 7)) & ((1u << q) - 1);
 		float m = lv[v & mask] * gs[i / DQ_G];
-		y[i] = (v >> (q - 1)) ? -m : m;
+		y[i] = ((v >> (q - 1)) ? -m : m) + (x ? x[i] - add : add);
 	}
 	return IBP_OK;
 }
@@ -234,10 +323,25 @@ static ibp_status_t sg_decode(const dq_plan_t *pl, const uint8_t *p, uint64_t c,
 static void sg_encode(const dq_plan_t *pl, const float *y, uint64_t c, int q, uint64_t g0, int w,
 		      const uint8_t *keep, uint8_t *p)
 {
-	uint64_t key = mix(pl->cfg.seed ^ mix(pl->seq));
+	uint64_t key = coll_mix(pl->cfg.seed ^ coll_mix(pl->seq));
 	uint64_t ng = ceil_div(c, DQ_G);
 	uint8_t *rg = p + 2, *code = p + 2 + ng;
 	float gmax[DQ_S / DQ_G], sf;
+	const dq_kern_t *K = dq_kern();
+	/* The vector path: full SGs, fresh scales, independent rounding, finite values. */
+	if (K && c == DQ_S && !keep && !pl->cfg.correlated && K->gmax(y, gmax)) {
+		float M = 0;
+		for (uint64_t g = 0; g < ng; g++)
+			M = maxf(M, gmax[g]);
+		uint16_t sb = bf16_up(M);
+		p[0] = (uint8_t)sb;
+		p[1] = (uint8_t)(sb >> 8);
+		sf = fp8i_bf16_to_f32(sb);
+		K->rg(gmax, sf, key ^ DQ_K_GTAG ^ ((uint64_t)(w + 1) * DQ_K_GRANK), g0 / DQ_G, rg);
+		K->codes(pl->lv[qidx(q)], pl->tab[qidx(q)], q, y, gmax, key ^ ((uint64_t)(w + 1) * DQ_K_RANK), g0,
+			 code);
+		return;
+	}
 	for (uint64_t g = 0; g < ng; g++) {
 		float m = 0;
 		for (uint64_t i = g * DQ_G; i < c && i < (g + 1) * DQ_G; i++)
@@ -259,8 +363,8 @@ static void sg_encode(const dq_plan_t *pl, const float *y, uint64_t c, int q, ui
 		sf = fp8i_bf16_to_f32(sb);
 		for (uint64_t g = 0; g < ng; g++) {
 			float t = sf > 0 ? 255.0f * gmax[g] / sf : 0, fl = floorf(t);
-			float us = u01(mix(key ^ 0x5ca1e5ull ^ ((g0 / DQ_G + g) * 0xd1b54a32d192ed03ull) ^
-					   ((uint64_t)(w + 1) * 0x8cb92ba72f3d8dd7ull)));
+			float us = coll_u01(coll_mix(key ^ DQ_K_GTAG ^ ((g0 / DQ_G + g) * DQ_K_GRP) ^
+						     ((uint64_t)(w + 1) * DQ_K_GRANK)));
 			float r = fl + (us < t - fl ? 1.0f : 0.0f);
 			rg[g] = (uint8_t)(r > 255 ? 255 : r);
 		}
@@ -278,10 +382,10 @@ static void sg_encode(const dq_plan_t *pl, const float *y, uint64_t c, int q, ui
 		while (lo < R - 1 && lv[lo + 1] <= a)
 			lo++;
 		uint64_t gi = g0 + i;
-		float g = u01(mix(key ^ (gi * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)(w + 1) * 0xd6e8feb86659fd93ull)));
+		float g = coll_u01(coll_mix(key ^ (gi * DQ_K_IDX) ^ ((uint64_t)(w + 1) * DQ_K_RANK)));
 		float u = g;
 		if (pl->cfg.correlated) /* one rank per slice [k/n, (k+1)/n): a random shift per coordinate */
-			u = ((float)((uint64_t)(w + mix(key ^ gi) % (uint64_t)n) % (uint64_t)n) + g) / (float)n;
+			u = ((float)((uint64_t)(w + coll_mix(key ^ gi) % (uint64_t)n) % (uint64_t)n) + g) / (float)n;
 		float pu = (a - lv[lo]) / (lv[lo + 1] - lv[lo]);
 		unsigned k = (unsigned)lo + (u < pu ? 1u : 0u);
 		unsigned v = k | ((y[i] < 0 && k ? 1u : 0u) << (q - 1));
@@ -296,13 +400,12 @@ ibp_status_t dq_hop(const dq_plan_t *pl, uint64_t k, const uint8_t *in, const fl
 	for (uint64_t j = pl->lo[k]; j < pl->lo[k + 1]; j++) {
 		uint64_t a = j * DQ_S, c = a + DQ_S <= pl->d ? DQ_S : pl->d - a;
 		int q = pl->q[j];
-		if (in)
-			IBP_TRY(sg_decode(pl, in + pl->boff[j], c, q, y));
-		else
-			memset(y, 0, sizeof y);
 		float mu = pl->mu[j];
-		for (uint64_t i = 0; i < c; i++)
-			y[i] += x[a + i] - mu;
+		if (in)
+			IBP_TRY(sg_decode(pl, in + pl->boff[j], c, q, x + a, mu, y));
+		else
+			for (uint64_t i = 0; i < c; i++)
+				y[i] = 0.0f + (x[a + i] - mu);
 		sg_encode(pl, y, c, q, a, w, in && !pl->cfg.fresh ? in + pl->boff[j] : NULL, out + pl->boff[j]);
 	}
 	return IBP_OK;
@@ -312,10 +415,8 @@ ibp_status_t dq_decode_chunk(const dq_plan_t *pl, uint64_t k, const uint8_t *in,
 {
 	for (uint64_t j = pl->lo[k]; j < pl->lo[k + 1]; j++) {
 		uint64_t a = j * DQ_S, c = a + DQ_S <= pl->d ? DQ_S : pl->d - a;
-		IBP_TRY(sg_decode(pl, in + pl->boff[j], c, pl->q[j], y + a));
 		float nm = (float)pl->n * pl->mu[j];
-		for (uint64_t i = 0; i < c; i++)
-			y[a + i] += nm;
+		IBP_TRY(sg_decode(pl, in + pl->boff[j], c, pl->q[j], NULL, nm, y + a));
 	}
 	return IBP_OK;
 }
@@ -437,8 +538,12 @@ static void widen(const void *src, ibp_dtype_t dt, uint64_t n, float *dst)
 		return;
 	}
 	const uint16_t *s = src;
-	for (uint64_t i = 0; i < n; i++)
-		dst[i] = dt == IBP_DTYPE_BF16 ? fp8i_bf16_to_f32(s[i]) : fp8i_f16_to_f32(s[i]);
+	if (dt == IBP_DTYPE_BF16) /* one loop per type, so the compiler vectorizes them */
+		for (uint64_t i = 0; i < n; i++)
+			dst[i] = fp8i_bf16_to_f32(s[i]);
+	else
+		for (uint64_t i = 0; i < n; i++)
+			dst[i] = fp8i_f16_to_f32(s[i]);
 }
 
 static void narrow(const float *src, ibp_dtype_t dt, uint64_t n, void *dst)
@@ -449,8 +554,12 @@ static void narrow(const float *src, ibp_dtype_t dt, uint64_t n, void *dst)
 		return;
 	}
 	uint16_t *d = dst;
-	for (uint64_t i = 0; i < n; i++)
-		d[i] = dt == IBP_DTYPE_BF16 ? fp8i_f32_to_bf16(src[i]) : fp8i_f32_to_f16(src[i]);
+	if (dt == IBP_DTYPE_BF16)
+		for (uint64_t i = 0; i < n; i++)
+			d[i] = fp8i_f32_to_bf16(src[i]);
+	else
+		for (uint64_t i = 0; i < n; i++)
+			d[i] = fp8i_f32_to_f16(src[i]);
 }
 
 /* Receives chunk `ck` from `left` into m and checks its header and size. */

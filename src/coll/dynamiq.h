@@ -40,6 +40,7 @@ typedef struct dq_plan {
 	uint64_t total_bytes;
 	float lv[3][128]; /* magnitude levels of widths 2, 4, 8 (index log2(q) - 1) */
 	uint8_t tab[3][1024]; /* largest r < R with lv[r] <= b / 1024: starts the level search */
+	uint8_t tab_pad[4];   /* zero: the vector kernels load 4 bytes at &tab[w][b] */
 } dq_plan_t;
 
 /* Payload bytes of one SG of c entries at width q. */

@@ -1,10 +1,14 @@
 /* rcmoe.c - RCMoE's two compressors (paper 003): LSQ row-wise stochastic
  * quantization and PTS probabilistic threshold sparsification with its
- * all-gather based sparse AllReduce. */
+ * all-gather based sparse AllReduce. The scalar code here is the
+ * reference; rows of a multiple of 16 elements and whole PTS buffers go
+ * through the vector kernels of dynamiq_simd.h when the CPU has them
+ * (same bytes). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/dynamiq_simd.h"
 #include "coll/rcmoe.h"
 #include "fp8/fp8_impl.h"
 #include "util/error.h"
@@ -13,19 +17,6 @@
 static inline float maxf(float a, float b)
 {
 	return a > b ? a : b;
-}
-
-static uint64_t mix(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static float u01(uint64_t h)
-{
-	return (float)(h >> 40) * (1.0f / 16777216.0f);
 }
 
 static uint64_t ceil_div(uint64_t a, uint64_t b)
@@ -86,10 +77,16 @@ ibp_status_t lsq_encode(const void *src, ibp_dtype_t dt, uint64_t n, uint64_t ro
 	float *s = malloc((rows ? rows : 1) * sizeof(float));
 	if (!s)
 		return ibp_fail(IBP_ERR_NOMEM, "coll: lsq: out of memory");
+	const rc_kern_t *V = row % 16 == 0 ? rc_kern() : NULL;
 	float S = 0;
 	for (uint64_t r = 0; r < rows; r++) {
 		float m = 0;
-		for (uint64_t i = r * row; i < n && i < (r + 1) * row; i++) {
+		uint64_t i = r * row, e = n < (r + 1) * row ? n : (r + 1) * row, l = (e - i) & ~(uint64_t)15;
+		if (V && l && V->lsq_max(src, dt, i, l, &m))
+			i += l; /* else the scalar loop finds the non-finite element */
+		else
+			m = 0;
+		for (; i < e; i++) {
 			float v = fabsf(getf(src, dt, i));
 			if (!(v <= 3.4e38f)) {
 				free(s);
@@ -113,13 +110,18 @@ ibp_status_t lsq_encode(const void *src, ibp_dtype_t dt, uint64_t n, uint64_t ro
 		/* The row scale, stochastically rounded to K bits of S* (unbiased); entries use the exact one. */
 		if (K) {
 			float t = S > 0 ? s[r] / S * (float)Ls : 0, fl = floorf(t);
-			unsigned v = (unsigned)fl + (u01(mix(key ^ 0x736361ull ^ (r * 0xd1b54a32d192ed03ull))) < t - fl);
+			unsigned v = (unsigned)fl + (coll_u01(coll_mix(key ^ 0x736361ull ^ (r * 0xd1b54a32d192ed03ull))) < t - fl);
 			put_code(sc, r, K, v > Ls ? Ls : v);
 		} else
 			memcpy(sc + r * 4, &s[r], 4);
-		for (uint64_t i = r * row; i < n && i < (r + 1) * row; i++) {
+		uint64_t i = r * row, e = n < (r + 1) * row ? n : (r + 1) * row, l = (e - i) & ~(uint64_t)15;
+		if (V && l) {
+			V->lsq_enc(src, dt, i, l, s[r], B, key, code);
+			i += l;
+		}
+		for (; i < e; i++) {
 			float x = getf(src, dt, i), t = s[r] > 0 ? fabsf(x) / s[r] * (float)Lm : 0, fl = floorf(t);
-			unsigned m = (unsigned)fl + (u01(mix(key ^ (i * 0x9e3779b97f4a7c15ull))) < t - fl);
+			unsigned m = (unsigned)fl + (coll_u01(coll_mix(key ^ (i * DQ_K_IDX))) < t - fl);
 			if (m > Lm)
 				m = Lm;
 			put_code(code, i, B, m | (x < 0 && m ? 1u << (B - 1) : 0u));
@@ -146,6 +148,7 @@ ibp_status_t lsq_decode(const uint8_t *in, uint64_t size, ibp_dtype_t dt, uint64
 	const uint8_t *sc = in + LSQ_HDR, *code = sc + (K ? ceil_div(rows * (uint64_t)K, 8) : rows * 4);
 	unsigned Lm = (1u << (B - 1)) - 1;
 	float Ls = K ? (float)((1u << K) - 1) : 0;
+	const rc_kern_t *V = row % 16 == 0 ? rc_kern() : NULL;
 	for (uint64_t r = 0; r < rows; r++) {
 		float s;
 		if (K)
@@ -156,7 +159,12 @@ ibp_status_t lsq_decode(const uint8_t *in, uint64_t size, ibp_dtype_t dt, uint64
 				return ibp_fail(IBP_ERR_CORRUPT, "coll: lsq: row %llu has a bad scale",
 						(unsigned long long)r);
 		}
-		for (uint64_t i = r * row; i < n && i < (r + 1) * row; i++) {
+		uint64_t i = r * row, e = n < (r + 1) * row ? n : (r + 1) * row, l = (e - i) & ~(uint64_t)15;
+		if (V && l) {
+			V->lsq_dec(code, B, s, i, l, dt, dst);
+			i += l;
+		}
+		for (; i < e; i++) {
 			unsigned v = get_code(code, i, B);
 			float m = (float)(v & Lm) * s / (float)Lm;
 			putf(dst, dt, i, (v >> (B - 1)) ? -m : m);
@@ -181,32 +189,41 @@ ibp_status_t pts_encode(const float *g, uint64_t k, double sigma, uint64_t key, 
 		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: pts: sigma %g is not in (0, 1]", sigma);
 	if (cap < pts_max_bytes(k))
 		return ibp_fail(IBP_ERR_INTERNAL, "coll: pts: message capacity too small");
+	const rc_kern_t *V = rc_kern();
 	float m = 0;
-	for (uint64_t i = 0; i < k; i++) {
-		if (!(fabsf(g[i]) <= 3.4e38f))
-			return ibp_fail(IBP_ERR_INVALID_ARG, "coll: pts: non-finite input at element %llu",
-					(unsigned long long)i);
-		m = maxf(m, fabsf(g[i]));
+	if (!V || !V->pts_max(g, k, &m)) { /* the scalar loop (also finds the non-finite element) */
+		m = 0;
+		for (uint64_t i = 0; i < k; i++) {
+			if (!(fabsf(g[i]) <= 3.4e38f))
+				return ibp_fail(IBP_ERR_INVALID_ARG, "coll: pts: non-finite input at element %llu",
+						(unsigned long long)i);
+			m = maxf(m, fabsf(g[i]));
+		}
 	}
 	uint64_t bm = ceil_div(k, 8), nnz = 0;
 	uint8_t *pres = out + PTS_HDR, *sgn = pres + bm;
 	memset(pres, 0, bm);
 	float mag = (float)(m / sigma), ps = (float)sigma;
-	for (uint64_t i = 0; i < k; i++) {
-		float p = m > 0 ? ps * fabsf(g[i]) / m : 0;
-		if (u01(mix(key ^ (i * 0x9e3779b97f4a7c15ull))) < p) {
-			pres[i >> 3] |= (uint8_t)(1u << (i & 7));
-			nnz++;
+	if (V)
+		nnz = V->pts_keep(g, k, m, ps, key, pres, sgn);
+	else {
+		for (uint64_t i = 0; i < k; i++) {
+			float p = m > 0 ? ps * fabsf(g[i]) / m : 0;
+			if (coll_u01(coll_mix(key ^ (i * DQ_K_IDX))) < p) {
+				pres[i >> 3] |= (uint8_t)(1u << (i & 7));
+				nnz++;
+			}
 		}
+		uint64_t j = 0;
+		memset(sgn, 0, ceil_div(nnz, 8));
+		for (uint64_t i = 0; i < k; i++)
+			if (pres[i >> 3] >> (i & 7) & 1) {
+				if (g[i] < 0)
+					sgn[j >> 3] |= (uint8_t)(1u << (j & 7));
+				j++;
+			}
 	}
-	uint64_t sb = ceil_div(nnz, 8), j = 0;
-	memset(sgn, 0, sb);
-	for (uint64_t i = 0; i < k; i++)
-		if (pres[i >> 3] >> (i & 7) & 1) {
-			if (g[i] < 0)
-				sgn[j >> 3] |= (uint8_t)(1u << (j & 7));
-			j++;
-		}
+	uint64_t sb = ceil_div(nnz, 8);
 	memcpy(out, &mag, 4);
 	memcpy(out + 4, &nnz, 8);
 	*size = PTS_HDR + bm + sb;
@@ -232,6 +249,11 @@ ibp_status_t pts_decode_add(const uint8_t *in, uint64_t size, uint64_t k, float 
 	if (cnt != nnz || (k % 8 && pres[bm - 1] >> (k % 8)))
 		return ibp_fail(IBP_ERR_CORRUPT, "coll: pts: presence bitmap holds %llu entries, header says %llu",
 				(unsigned long long)cnt, (unsigned long long)nnz);
+	const rc_kern_t *V = rc_kern();
+	if (V) {
+		V->pts_add(pres, sgn, k, mag, acc);
+		return IBP_OK;
+	}
 	uint64_t j = 0;
 	for (uint64_t i = 0; i < k; i++)
 		if (pres[i >> 3] >> (i & 7) & 1) {
@@ -262,7 +284,7 @@ ibp_status_t pts_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, v
 	for (uint64_t i = 0; i < count; i++)
 		g[i] = getf(send, dt, i);
 	/* Each rank's own stream; the key differs per rank and per call. */
-	uint64_t key = mix(0x505453ull ^ mix(h.seq) ^ ((uint64_t)(r + 1) * 0xd6e8feb86659fd93ull));
+	uint64_t key = coll_mix(0x505453ull ^ coll_mix(h.seq) ^ ((uint64_t)(r + 1) * 0xd6e8feb86659fd93ull));
 	uint8_t *mine = all + (uint64_t)r * cap;
 	coll_hdr_t oh = h;
 	oh.enc = COLL_ENC_PTS;

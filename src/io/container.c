@@ -208,6 +208,7 @@ struct ibp_container {
 	unsigned ix_gs, ix_cb, ix_w, ix_bits; /* group shift, cluster bits, length bits, entry bits */
 	uint8_t *tables;          /* decoded run-coded Masks, Bitvals (, Xvals); owned */
 	_Atomic(void *) legacy;   /* expanded offsets/flags/clusters of a compact index */
+	_Atomic(void *) rowmap;   /* ibp_rowmap_t, built by ibp_container_rowmap */
 	const uint8_t *payload;
 	uint64_t payload_len;
 	uint64_t payload_sum;     /* XXH3-64 of the whole payload (section table) */
@@ -972,6 +973,7 @@ void ibp_container_close(ibp_container_t *c)
 	ibp_codec_free(c->codec);
 	free(c->tables);
 	free(atomic_load(&c->legacy));
+	free(atomic_load(&c->rowmap));
 	if (c->own == OWN_HEAP)
 		ibp_host_free((void *)(uintptr_t)c->base);
 	else if (c->own == OWN_MMAP)
@@ -1019,6 +1021,26 @@ ibp_status_t ibp_container_open_memory(const void *data, uint64_t size, unsigned
 	}
 	c->size = size;
 	return finish_open(c, flags, out);
+}
+
+/* Asks for transparent huge pages on the 2 MiB pages inside a file read
+ * into memory (as NumPy does for large arrays): random rows of a large
+ * table otherwise miss the TLB on almost every row, which measured a
+ * quarter of a random gather's time (docs/BENCHMARKS.md). Advice only:
+ * nothing changes where the kernel gives none. */
+static void advise_huge(void *p, uint64_t size)
+{
+#ifdef MADV_HUGEPAGE
+	const char *no = getenv("IBP_NO_HUGEPAGES");
+	if (no && *no && strcmp(no, "0") != 0)
+		return;
+	const uintptr_t H = 2u << 20, lo = ((uintptr_t)p + H - 1) & ~(H - 1), hi = ((uintptr_t)p + size) & ~(H - 1);
+	if (hi > lo)
+		(void)madvise((void *)lo, (size_t)(hi - lo), MADV_HUGEPAGE);
+#else
+	(void)p;
+	(void)size;
+#endif
 }
 
 ibp_status_t ibp_container_open(const char *path, unsigned flags, ibp_container_t **out)
@@ -1071,6 +1093,7 @@ ibp_status_t ibp_container_open(const char *path, unsigned flags, ibp_container_
 		}
 		c->base = p;
 		c->own = OWN_HEAP;
+		advise_huge(p, size);
 		uint64_t at = 0;
 		while (at < size) {
 			size_t want = (size_t)(size - at < (1ull << 30) ? size - at : (1ull << 30));
@@ -1139,7 +1162,11 @@ ibp_status_t ibp_container_row_meta(const ibp_container_t *c, uint64_t row, cons
 				(ull)c->nrows);
 	uint8_t m;
 	unsigned cl;
-	row_at(c, row, src, len, &m, &cl);
+	const ibp_rowmap_t *map = atomic_load_explicit(&c->rowmap, memory_order_acquire);
+	if (map)
+		ibp_rowmap_get(map, row, src, len, &m, &cl);
+	else
+		row_at(c, row, src, len, &m, &cl);
 	if (flags)
 		*flags = m;
 	if (cluster)
@@ -1188,6 +1215,97 @@ ibp_status_t ibp_container_index_expand(const ibp_container_t *c, uint64_t *offs
 	}
 	if (offsets)
 		offsets[c->nrows] = c->payload_len;
+	return IBP_OK;
+}
+
+/* ---- the row map (container_internal.h) ---- */
+
+ibp_status_t ibp_container_rowmap(const ibp_container_t *c, uint64_t max_bytes, const ibp_rowmap_t **out)
+{
+	if (!c || !out)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_container_rowmap: NULL argument");
+	*out = NULL;
+	if (c->codec_id != IBP_CODEC_IBP)
+		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: %s container has no rows to map", c->name,
+				codec_name(c->codec_id));
+	ibp_container_t *mc = (ibp_container_t *)(uintptr_t)c;
+	void *have = atomic_load_explicit(&mc->rowmap, memory_order_acquire);
+	if (have) {
+		*out = have;
+		return IBP_OK;
+	}
+	const uint64_t n = c->nrows, G = 1ull << IBP_ROWMAP_GROUP_SHIFT;
+	const unsigned sh = 2 + bitlen64(c->nclusters - 1); /* <= 8: at most 64 clusters */
+	const uint64_t omax = (1ull << (32 - sh)) - 1;      /* largest offset a record holds */
+	if (c->row_bytes > omax / G)
+		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: rows of %llu bytes are too long for the row map",
+				c->name, (ull)c->row_bytes);
+	/* n < 2^62 (the index holds >= 2 bits per row of a file < 2^63 bytes) */
+	const uint64_t ng = n / G + (n % G != 0);
+	const uint64_t hdr = (sizeof(ibp_rowmap_t) + 63) & ~63ull;
+	const uint64_t nb = 8 * (ng + 1), nr = 4 * (uint64_t)IBP_ROWMAP_STRIDE * ng;
+	const uint64_t bytes = (hdr + nb + nr + 63) & ~63ull;
+	if (ng > UINT64_MAX / 512 || bytes > max_bytes || bytes > SIZE_MAX)
+		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: a row map of %llu rows exceeds %llu bytes", c->name,
+				(ull)n, (ull)max_bytes);
+	uint8_t *mem = aligned_alloc(64, (size_t)bytes);
+	if (!mem)
+		return ibp_fail(IBP_ERR_NOMEM, "%s: no memory for a row map of %llu bytes", c->name, (ull)bytes);
+	ibp_rowmap_t *m = (ibp_rowmap_t *)(void *)mem;
+	uint64_t *base = (uint64_t *)(void *)(mem + hdr);
+	uint32_t *rec = (uint32_t *)(void *)(mem + hdr + nb);
+	memset(rec, 0, (size_t)nr);
+	/* one pass in row order; a packed compact index is read entry by entry
+	 * (rows are contiguous from 0), everything else by row_at (O(1)) */
+	const int seq = c->ix && c->ix_base;
+	uint64_t at = 0;
+	for (uint64_t g = 0; g < ng; g++) {
+		const uint64_t first = g * G, cnt = n - first < G ? n - first : G;
+		uint32_t *r = rec + g * IBP_ROWMAP_STRIDE;
+		uint64_t end = 0;
+		for (uint64_t k = 0; k < cnt; k++) {
+			const uint64_t i = first + k;
+			const uint8_t *src;
+			uint64_t len;
+			uint8_t mode;
+			unsigned cl;
+			if (seq) {
+				uint64_t e = ix_entry(c, i);
+				mode = (uint8_t)(e & IBP_ROW_MODE_MASK);
+				cl = (unsigned)((e >> 2) & ((1u << c->ix_cb) - 1));
+				len = ix_len(c, e, ld32(c->ix_ref + 4 * (i >> c->ix_gs)));
+				src = c->payload + at;
+				at += len;
+			} else {
+				row_at(c, i, &src, &len, &mode, &cl);
+			}
+			const uint64_t off = (uint64_t)(src - c->payload);
+			if (k == 0)
+				base[g] = off;
+			/* validated at open; checked again so a map can never point out:
+			 * rows of a group are contiguous, inside it and the payload */
+			if (off < base[g] || off - base[g] != end || off - base[g] > omax - len ||
+			    len > c->row_bytes || off + len > c->payload_len) {
+				free(mem);
+				return ibp_fail(IBP_ERR_CORRUPT, "%s: row %llu: extent %llu + %llu is not where its "
+						"group's rows end or outside the payload", c->name, (ull)i, (ull)off,
+						(ull)len);
+			}
+			r[k] = (uint32_t)((off - base[g]) << sh | (uint64_t)cl << 2 | mode);
+			end = off - base[g] + len;
+		}
+		r[cnt] = (uint32_t)(end << sh);
+	}
+	base[ng] = c->payload_len;
+	*m = (ibp_rowmap_t){ c->payload, base, rec, sh, (1u << (sh - 2)) - 1, bytes };
+	void *expect = NULL;
+	if (!atomic_compare_exchange_strong_explicit(&mc->rowmap, &expect, (void *)m, memory_order_acq_rel,
+						     memory_order_acquire)) {
+		free(mem);
+		*out = expect;
+		return IBP_OK;
+	}
+	*out = m;
 	return IBP_OK;
 }
 

@@ -16,9 +16,18 @@
  * so both give the same bits: fmaf is exact either way (libm's or the
  * instruction), and C11 mode forbids contracting the other operations.
  *
- * Threads: bags are cut into one contiguous range per thread so that every
- * range has about the same number of ids plus bags (an empty bag still
- * costs a row of zeros), then run on ibp_parallel_for.
+ * Look-ahead: a thread reads its bags' ids as one stream, and the index
+ * entry and first payload lines of the row `ahead` ids further on are
+ * fetched while the current row decodes (store/row_ahead.h, the gather's
+ * scheme and distance, IBP_GATHER_PREFETCH), across bag boundaries, so the
+ * cache misses of random rows overlap with decoding. Block codecs (exp,
+ * fp8) decode a whole block per miss and do without.
+ *
+ * Threads: bags are cut into contiguous ranges of about the same number of
+ * ids plus bags (an empty bag still costs a row of zeros), PARTS_PER_THREAD
+ * per thread, which the threads of ibp_parallel_for claim in order from a
+ * shared cursor: a thread that gets less of a core (a shared machine)
+ * takes fewer ranges instead of holding up the call.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -33,11 +42,13 @@
 #include "util/cpu.h"
 #include "bitpack/codec_internal.h"
 #include "fp8/fp8_impl.h"
+#include "store/row_ahead.h"
 
 typedef unsigned long long ull;
 
 #define NO_BLOCK UINT64_MAX
 #define SCRATCH_MAX (1ull << 30) /* all threads' scratch together, beyond one thread's */
+#define PARTS_PER_THREAD 4
 
 /* ---- float32 kernels: one body, two compilations ---------------------- */
 
@@ -166,6 +177,7 @@ typedef struct bag_job {
 	const ibp_codec_t *codec;
 	const bag_kernels_t *k;
 	int packed, block_codec;
+	uint64_t ahead; /* look-ahead distance in ids (0: none; block codecs) */
 	ibp_dtype_t dt;
 	uint64_t R, dim, block_rows;
 	ibp_bag_mode_t mode;
@@ -176,7 +188,8 @@ typedef struct bag_job {
 	const float *weights;
 	int64_t padding;
 	uint8_t *out;
-	uint64_t part[IBP_MAX_THREADS + 1]; /* bag ranges, one per thread */
+	uint64_t part[IBP_MAX_THREADS + 1]; /* bag ranges part[p] .. part[p+1] */
+	uint64_t nparts, next;               /* ranges; the next one to claim (atomic) */
 	bag_tls_t tls[IBP_MAX_THREADS];
 	pthread_mutex_t mu; /* guards the first failure */
 	int failed;
@@ -190,9 +203,41 @@ static inline int64_t id_at(const bag_job_t *j, uint64_t k)
 	return j->ids64 ? j->ids64[k] : (int64_t)j->ids32[k];
 }
 
-/* Row `row` decoded: into `dst` (IBP rows) or in the thread's block slot;
- * NULL on failure with *st set (the detail is in this thread's slot). */
-static const uint8_t *row_at(const bag_job_t *j, bag_tls_t *t, uint64_t row, uint8_t *dst, ibp_status_t *st)
+/* A thread's look-ahead over id positions [.., end): ring[k % MAX] holds
+ * the place of the row at position k, read `d` positions early. */
+typedef struct pipe {
+	uint64_t d, end;
+	ibp_rowref_t ring[IBP_AHEAD_MAX];
+} pipe_t;
+
+static void pipe_start(const bag_job_t *j, pipe_t *p, uint64_t begin, uint64_t end)
+{
+	p->d = j->ahead;
+	p->end = end;
+	for (uint64_t k = begin; k < end && k < begin + p->d; k++)
+		ibp_row_ahead(j->c, (uint64_t)id_at(j, k), &p->ring[k & (IBP_AHEAD_MAX - 1)], IBP_AHEAD_LINES);
+}
+
+/* The place of the row at position i (read ahead; ok = 0 when there is
+ * no look-ahead), and the row d positions on is started. Called for every
+ * position in order, padding ones included. */
+static inline ibp_rowref_t pipe_take(const bag_job_t *j, pipe_t *p, uint64_t i)
+{
+	ibp_rowref_t r = { .ok = 0 };
+	if (p->d) {
+		r = p->ring[i & (IBP_AHEAD_MAX - 1)];
+		if (i + p->d < p->end)
+			ibp_row_ahead(j->c, (uint64_t)id_at(j, i + p->d), &p->ring[(i + p->d) & (IBP_AHEAD_MAX - 1)],
+				      IBP_AHEAD_LINES);
+	}
+	return r;
+}
+
+/* Row `row` decoded: into `dst` (IBP rows, from its place `ref` when read
+ * ahead) or in the thread's block slot; NULL on failure with *st set (the
+ * detail is in this thread's slot). */
+static const uint8_t *row_at(const bag_job_t *j, bag_tls_t *t, uint64_t row, ibp_rowref_t ref, uint8_t *dst,
+			     ibp_status_t *st)
 {
 	if (j->block_codec) {
 		uint64_t blk = row / j->block_rows;
@@ -205,17 +250,15 @@ static const uint8_t *row_at(const bag_job_t *j, bag_tls_t *t, uint64_t row, uin
 		}
 		return t->slot + (row - blk * j->block_rows) * j->R;
 	}
-	const uint8_t *src;
-	uint64_t len, used = 0;
-	uint8_t mode;
-	unsigned cl;
-	*st = ibp_container_row_meta(j->c, row, &src, &len, &mode, &cl);
+	uint64_t used = 0;
+	/* a failed lookup ahead is redone here, so its detail is this row's */
+	*st = ref.ok ? IBP_OK : ibp_container_row_meta(j->c, row, &ref.src, &ref.len, &ref.mode, &ref.cl);
 	if (*st == IBP_OK)
-		*st = ibp_decode_row_ext(j->codec, src, len, mode, cl, dst, &used);
+		*st = ibp_decode_row_ext(j->codec, ref.src, ref.len, ref.mode, ref.cl, dst, &used);
 	/* a packed row fills its extent exactly (FORMAT.md §1.3), as in the gather */
-	if (*st == IBP_OK && j->packed && used != len)
+	if (*st == IBP_OK && j->packed && used != ref.len)
 		*st = ibp_fail(IBP_ERR_CORRUPT, "row %llu: encoded row is %llu bytes, its extent %llu", (ull)row,
-			       (ull)used, (ull)len);
+			       (ull)used, (ull)ref.len);
 	return *st == IBP_OK ? dst : NULL;
 }
 
@@ -241,7 +284,7 @@ static inline float widen1(ibp_dtype_t dt, uint16_t h)
 }
 
 /* Pools bag b; returns IBP_OK or the failing status. */
-static ibp_status_t pool_bag(const bag_job_t *j, bag_tls_t *t, uint64_t b)
+static ibp_status_t pool_bag(const bag_job_t *j, bag_tls_t *t, pipe_t *pp, uint64_t b)
 {
 	const bag_kernels_t *k = j->k;
 	const int f32 = j->dt == IBP_DTYPE_F32;
@@ -250,20 +293,21 @@ static ibp_status_t pool_bag(const bag_job_t *j, bag_tls_t *t, uint64_t b)
 	uint64_t cnt = 0;
 	ibp_status_t st = IBP_OK;
 	for (uint64_t i = (uint64_t)j->offsets[b]; i < (uint64_t)j->offsets[b + 1]; i++) {
+		ibp_rowref_t ref = pipe_take(j, pp, i);
 		int64_t id = id_at(j, i);
 		if (id == j->padding)
 			continue;
 		const float *r;
 		if (f32) {
 			/* the first row goes straight into the bag's output row */
-			const uint8_t *p = row_at(j, t, (uint64_t)id, cnt ? t->row : o, &st);
+			const uint8_t *p = row_at(j, t, (uint64_t)id, ref, cnt ? t->row : o, &st);
 			if (!p)
 				return st;
 			if (cnt == 0 && p != o)
 				memcpy(o, p, (size_t)j->R);
 			r = cnt ? (const float *)p : acc;
 		} else {
-			const uint8_t *p = row_at(j, t, (uint64_t)id, t->row, &st);
+			const uint8_t *p = row_at(j, t, (uint64_t)id, ref, t->row, &st);
 			if (!p)
 				return st;
 			widen(j, p, t->rowf);
@@ -310,13 +354,20 @@ static ibp_status_t pool_bag(const bag_job_t *j, bag_tls_t *t, uint64_t b)
 
 static void run_part(void *ctx, uint64_t begin, uint64_t end, int tid)
 {
+	(void)begin; /* one call per thread: the ranges are claimed */
+	(void)end;
 	bag_job_t *j = ctx;
 	bag_tls_t *t = &j->tls[tid];
-	for (uint64_t p = begin; p < end; p++)
+	pipe_t pp;
+	for (;;) {
+		uint64_t p = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+		if (p >= j->nparts)
+			return;
+		pipe_start(j, &pp, (uint64_t)j->offsets[j->part[p]], (uint64_t)j->offsets[j->part[p + 1]]);
 		for (uint64_t b = j->part[p]; b < j->part[p + 1]; b++) {
 			if (__atomic_load_n(&j->failed, __ATOMIC_RELAXED))
 				return;
-			ibp_status_t st = pool_bag(j, t, b);
+			ibp_status_t st = pool_bag(j, t, &pp, b);
 			if (st == IBP_OK)
 				continue;
 			pthread_mutex_lock(&j->mu);
@@ -329,9 +380,10 @@ static void run_part(void *ctx, uint64_t begin, uint64_t end, int tid)
 			pthread_mutex_unlock(&j->mu);
 			return;
 		}
+	}
 }
 
-/* Cuts bags [0, n_bags) into t ranges of about equal cost, cost(b) =
+/* Cuts bags [0, n_bags) into t ranges (t <= IBP_MAX_THREADS) of about equal cost, cost(b) =
  * ids before bag b + b (so runs of empty bags are shared out too). */
 static void partition(bag_job_t *j, uint64_t n_bags, int t)
 {
@@ -415,6 +467,7 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 	j->k = pick_kernels();
 	j->packed = ibp_container_layout(c) == IBP_LAYOUT_PACKED;
 	j->block_codec = ibp_container_codec_id(c) != IBP_CODEC_IBP;
+	j->ahead = j->block_codec ? 0 : ibp_ahead_distance();
 	j->dt = dt;
 	j->R = R;
 	j->dim = R / (dt == IBP_DTYPE_F32 ? 4 : 2);
@@ -458,7 +511,10 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 		tl->slot = j->block_codec ? p : NULL;
 		tl->block = NO_BLOCK;
 	}
-	partition(j, n_bags, t);
+	j->nparts = t == 1 ? 1 : (uint64_t)t * PARTS_PER_THREAD;
+	if (j->nparts > IBP_MAX_THREADS)
+		j->nparts = IBP_MAX_THREADS;
+	partition(j, n_bags, (int)j->nparts);
 	ibp_status_t st = ibp_parallel_for(t, (uint64_t)t, run_part, j);
 	if (st == IBP_OK && j->failed)
 		st = ibp_fail(j->err, "%s: %s: bag %llu: %s", fn, ibp_container_name(c), (ull)j->err_bag, j->err_msg);

@@ -16,10 +16,13 @@
  * block decode it once. decode_all decodes blocks straight into the
  * output instead.
  *
- * IBP rows are gathered as a pipeline (decode_rows_ibp): the index entry
- * of the row a few positions ahead is read and its payload lines
- * prefetched while the current row decodes, so the cache misses of
- * random rows overlap with decoding instead of adding to it.
+ * IBP rows are gathered as a pipeline: the row map records (O(1) lookup,
+ * io/container_internal.h) of the row 2d positions ahead are prefetched,
+ * the row d ahead is looked up and its payload lines prefetched, while
+ * the current row decodes, so the cache misses of random rows overlap with
+ * decoding instead of adding to it (decode_rows_map). Without a row map
+ * (over its memory cap) the index entry of the row d ahead is read through
+ * the container and its payload prefetched (decode_rows_ibp).
  */
 #include <pthread.h>
 #include <sched.h>
@@ -37,11 +40,13 @@
 #include "ibp/store.h"
 #include "util/error.h"
 #include "bitpack/codec_internal.h"
+#include "io/container_internal.h"
 
 #define STORE_MAX_THREADS 256
 #define GRAIN_BYTES (64u * 1024u) /* output bytes a worker claims at once */
 #define SLOT_BYTES_MAX (1ull << 30) /* all block scratch together, beyond one slot */
 #define NO_BLOCK UINT64_MAX
+#define ROWMAP_MIN_CAP (64ull << 20) /* a row map may always take this much */
 
 typedef unsigned long long ull;
 
@@ -82,6 +87,7 @@ struct ibp_store {
 	int packed;      /* IBP packed layout: rows must fill their extents */
 	int max_threads; /* caller + helpers */
 	uint64_t pf;     /* rows looked ahead by a gather, <= PF_MAX */
+	const ibp_rowmap_t *map; /* IBP: the container's row map, or NULL (walk the index) */
 
 	/* exp and fp8 (block codecs): nblk blocks of block_rows rows */
 	int block_codec;
@@ -163,17 +169,82 @@ typedef struct rowref {
 	int ok; /* the index lookup succeeded (else it is redone in order) */
 } rowref_t;
 
-static inline void row_ahead(const ibp_store_t *s, uint64_t row, rowref_t *r)
+/* Decodes one looked-up row into dst; a packed row fills its extent
+ * exactly (FORMAT.md §1.3), as the batch decoder and the GPU gather
+ * require. */
+static inline ibp_status_t decode_one(const ibp_store_t *s, uint64_t row, const rowref_t *r, uint8_t *dst)
 {
-	r->ok = ibp_container_row_meta(s->c, row, &r->src, &r->len, &r->mode, &r->cl) == IBP_OK;
-	if (!r->ok)
-		return;
-	/* the lines of the encoded row, up to PF_LINES of them: the hardware
-	 * prefetcher follows a long row once it is being read */
+	uint64_t used = 0;
+	ibp_status_t st = ibp_decode_row_ext(s->codec, r->src, r->len, r->mode, r->cl, dst, &used);
+	if (st == IBP_OK && s->packed && used != r->len)
+		st = ibp_fail(IBP_ERR_CORRUPT, "row %llu: encoded row is %llu bytes, its extent %llu",
+			      (unsigned long long)row, (unsigned long long)used, (unsigned long long)r->len);
+	return st;
+}
+
+/* The lines of an encoded row, up to PF_LINES of them: the hardware
+ * prefetcher follows a long row once it is being read. */
+static inline void prefetch_payload(const rowref_t *r)
+{
 	const uintptr_t p0 = (uintptr_t)r->src & ~(uintptr_t)63;
 	const uint64_t lines = (((uintptr_t)r->src & 63) + r->len + 63) / 64;
 	for (uint64_t k = 0; k < lines && k < PF_LINES; k++)
 		__builtin_prefetch((const void *)(p0 + 64 * k), 0, 3);
+}
+
+static inline void row_ahead(const ibp_store_t *s, uint64_t row, rowref_t *r)
+{
+	r->ok = ibp_container_row_meta(s->c, row, &r->src, &r->len, &r->mode, &r->cl) == IBP_OK;
+	if (r->ok)
+		prefetch_payload(r);
+}
+
+/* decode_rows_ibp with the row map: a three-stage pipeline. The map
+ * records of the row 2d positions ahead are prefetched, the row d ahead
+ * is looked up (O(1), its records now cached) and its payload lines
+ * prefetched, and the current row decoded. Lookups cannot fail: ids were
+ * checked against the rows and the map was checked when built. */
+static uint64_t decode_rows_map(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b,
+				uint64_t e, ibp_status_t *st)
+{
+	rowref_t ring[PF_MAX];
+	const ibp_rowmap_t *m = s->map;
+	const uint64_t R = s->R, d = s->pf;
+#define ROW_AT(k) (ids ? (uint64_t)ids[k] : (k))
+	if (d == 0) {
+		for (uint64_t i = b; i < e; i++) {
+			rowref_t r = { .ok = 1 };
+			ibp_rowmap_get(m, ROW_AT(i), &r.src, &r.len, &r.mode, &r.cl);
+			if ((*st = decode_one(s, ROW_AT(i), &r, out + i * R)) != IBP_OK)
+				return i;
+		}
+		*st = IBP_OK;
+		return e;
+	}
+	const uint64_t e2 = e - b > 2 * d ? b + 2 * d : e, e1 = e - b > d ? b + d : e;
+	for (uint64_t k = b; k < e2; k++)
+		ibp_rowmap_prefetch(m, ROW_AT(k));
+	for (uint64_t k = b; k < e1; k++) {
+		rowref_t *r = &ring[k & (PF_MAX - 1)];
+		ibp_rowmap_get(m, ROW_AT(k), &r->src, &r->len, &r->mode, &r->cl);
+		prefetch_payload(r);
+	}
+	for (uint64_t i = b; i < e; i++) {
+		/* taken first: with d = PF_MAX the row d ahead reuses this slot */
+		const rowref_t cur = ring[i & (PF_MAX - 1)];
+		if (i + 2 * d < e)
+			ibp_rowmap_prefetch(m, ROW_AT(i + 2 * d));
+		if (i + d < e) {
+			rowref_t *r = &ring[(i + d) & (PF_MAX - 1)];
+			ibp_rowmap_get(m, ROW_AT(i + d), &r->src, &r->len, &r->mode, &r->cl);
+			prefetch_payload(r);
+		}
+		if ((*st = decode_one(s, ROW_AT(i), &cur, out + i * R)) != IBP_OK)
+			return i;
+	}
+#undef ROW_AT
+	*st = IBP_OK;
+	return e;
 }
 
 /* Decodes IBP rows at positions [b, e), looking s->pf rows ahead;
@@ -193,16 +264,10 @@ static uint64_t decode_rows_ibp(const ibp_store_t *s, const int64_t *ids, uint8_
 				row_ahead(s, ids ? (uint64_t)ids[i + d] : i + d, &ring[(i + d) & (PF_MAX - 1)]);
 		}
 		uint64_t row = ids ? (uint64_t)ids[i] : i;
-		uint64_t used = 0;
 		/* a failed lookup ahead is redone here, so its detail is this row's */
 		*st = r.ok ? IBP_OK : ibp_container_row_meta(s->c, row, &r.src, &r.len, &r.mode, &r.cl);
 		if (*st == IBP_OK)
-			*st = ibp_decode_row_ext(s->codec, r.src, r.len, r.mode, r.cl, out + i * R, &used);
-		/* A packed row fills its extent exactly (FORMAT.md §1.3), as the
-		 * batch decoder and the GPU gather require. */
-		if (*st == IBP_OK && s->packed && used != r.len)
-			*st = ibp_fail(IBP_ERR_CORRUPT, "row %llu: encoded row is %llu bytes, its extent %llu",
-				       (unsigned long long)row, (unsigned long long)used, (unsigned long long)r.len);
+			*st = decode_one(s, row, &r, out + i * R);
 		if (*st != IBP_OK)
 			return i;
 	}
@@ -217,7 +282,7 @@ static uint64_t decode_range(const ibp_store_t *s, const int64_t *ids, int block
 			     uint64_t e, slot_t *sl, ibp_status_t *st)
 {
 	if (!s->block_codec)
-		return decode_rows_ibp(s, ids, out, b, e, st);
+		return s->map ? decode_rows_map(s, ids, out, b, e, st) : decode_rows_ibp(s, ids, out, b, e, st);
 	for (uint64_t i = b; i < e; i++) {
 		if (blocks) {
 			/* decode_all of a block codec: block i straight into place */
@@ -320,6 +385,25 @@ static void free_slots(ibp_store_t *s)
 	free(s->slots);
 }
 
+/* The row map of an IBP store (O(1) random lookups, about 4.2 bytes per
+ * row; io/container_internal.h), unless it would take more than
+ * IBP_ROW_MAP_MAX bytes (read at open; 0 = never) or, by default, more
+ * than the larger of 64 MiB and a quarter of the payload: then, or when
+ * it cannot be built, gathers walk the compact index instead. */
+static const ibp_rowmap_t *store_rowmap(const ibp_container_t *c)
+{
+	uint64_t plen = 0;
+	(void)ibp_container_payload(c, &plen);
+	uint64_t max = plen / 4 > ROWMAP_MIN_CAP ? plen / 4 : ROWMAP_MIN_CAP;
+	const char *v = getenv("IBP_ROW_MAP_MAX");
+	if (v && *v >= '0' && *v <= '9')
+		max = strtoull(v, NULL, 10);
+	const ibp_rowmap_t *m = NULL;
+	if (max == 0 || ibp_container_rowmap(c, max, &m) != IBP_OK)
+		return NULL; /* not an error: the index walk reads the same rows */
+	return m;
+}
+
 ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 {
 	if (!c || !out)
@@ -341,6 +425,8 @@ ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 		s->pf = v > PF_MAX ? PF_MAX : v;
 	}
 	s->block_codec = ibp_container_codec_id(c) != IBP_CODEC_IBP;
+	if (!s->block_codec)
+		s->map = store_rowmap(c);
 	if (s->block_codec) {
 		s->block_rows = ibp_container_block_rows(c);
 		s->nblk = ibp_container_nblocks(c);

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """test_ctypes_abi.py - ctypes mirrors of C structs against the C compiler.
 
-For every ctypes.Structure in the mirror files (bench/ibp_ctypes.py, and
-python/src/ibp/_structs.py when present; each class names its C struct in
+For every ctypes.Structure in the mirror files (python/src/ibp/_structs.py,
+the Python package's mirrors, by default; each class names its C struct in
 `c_name` and its header in `c_header`), checks:
   - the members the header declares, in order, are the members that
     tests/abi/abi_layout.c lists (so a field added to a header is noticed);
@@ -15,7 +15,7 @@ Every struct abi_layout lists must have a mirror in some file. Needs only
 ctypes, not numpy. Exit 0 when all match, 1 otherwise.
 
 Usage: test_ctypes_abi.py ABI_LAYOUT_EXE SOURCE_DIR [MIRROR.py ...]
-(the mirror files default to those above)"""
+(the mirror file defaults to python/src/ibp/_structs.py)"""
 import ctypes
 import importlib.util
 import os
@@ -55,7 +55,7 @@ def header_members(path, cname):
     return names
 
 
-MIRROR_FILES = ['bench/ibp_ctypes.py', 'python/src/ibp/_structs.py']
+MIRROR_FILES = ['python/src/ibp/_structs.py']
 
 
 def mirrors(path, i):

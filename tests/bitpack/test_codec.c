@@ -671,6 +671,43 @@ Test(codec, random_garbage_never_crashes)
 /* batches                                                              */
 /* ------------------------------------------------------------------ */
 
+/* Every implementation's encode_batch (their own sizing pass) gives the
+ * portable one's offsets, flags, clusters and bytes; dst/off/fl/cls hold
+ * the default implementation's result. */
+static void batch_cross_paths(ibp_codec_t *c, const uint8_t *rows, uint64_t nrows, const uint8_t *dst,
+			      const uint64_t *off, const uint8_t *fl, const uint8_t *cls, int nthreads)
+{
+	const uint64_t cap = ibp_batch_bound(c, nrows);
+	uint8_t *pd = malloc(cap ? cap : 1), *d2 = malloc(cap ? cap : 1);
+	uint64_t *po = tu_xcalloc((nrows + 1) * 8), *o2 = tu_xcalloc((nrows + 1) * 8);
+	uint8_t *pf = tu_xcalloc(nrows), *pc = tu_xcalloc(nrows), *f2 = tu_xcalloc(nrows),
+		*c2 = tu_xcalloc(nrows);
+	cr_assert_eq(ibp_codec_set_impl(c, IBP_IMPL_PORTABLE), IBP_OK);
+	cr_assert_eq(ibp_encode_batch(c, rows, nrows, pd, cap, po, pf, pc, nthreads), IBP_OK);
+	cr_assert(memcmp(po, off, (nrows + 1) * 8) == 0 && memcmp(pf, fl, nrows) == 0 &&
+		  memcmp(pc, cls, nrows) == 0 && memcmp(pd, dst, po[nrows]) == 0,
+		  "default implementation's batch differs from portable");
+	const ibp_impl_t impls[3] = { IBP_IMPL_BMI2, IBP_IMPL_AVX2, IBP_IMPL_AVX512 };
+	for (int i = 0; i < 3; i++) {
+		if (ibp_codec_set_impl(c, impls[i]) != IBP_OK)
+			continue;
+		cr_assert_eq(ibp_encode_batch(c, rows, nrows, d2, cap, o2, f2, c2, nthreads), IBP_OK);
+		cr_assert(memcmp(po, o2, (nrows + 1) * 8) == 0, "impl %d: offsets differ", impls[i]);
+		cr_assert(memcmp(pf, f2, nrows) == 0, "impl %d: flags differ", impls[i]);
+		cr_assert(memcmp(pc, c2, nrows) == 0, "impl %d: clusters differ", impls[i]);
+		cr_assert(memcmp(pd, d2, po[nrows]) == 0, "impl %d: bytes differ", impls[i]);
+	}
+	ibp_codec_set_impl(c, IBP_IMPL_AUTO);
+	free(pd);
+	free(d2);
+	free(po);
+	free(o2);
+	free(pf);
+	free(pc);
+	free(f2);
+	free(c2);
+}
+
 static void batch_case_x(uint64_t R, unsigned C, unsigned K, uint64_t nrows, int nthreads, int xval)
 {
 	tu_rng_t r;
@@ -722,6 +759,7 @@ static void batch_case_x(uint64_t R, unsigned C, unsigned K, uint64_t nrows, int
 				      nthreads),
 		     IBP_OK, "%s", ibp_last_error());
 	cr_assert(memcmp(back, rows, nrows * R) == 0);
+	batch_cross_paths(c, rows, nrows, dst, off, fl, cls, nthreads);
 	/* too small */
 	if (off[nrows] > 0)
 		cr_assert_eq(ibp_encode_batch(c, rows, nrows, dst, off[nrows] - 1, off, fl, cls, nthreads),
@@ -756,6 +794,12 @@ Test(codec, batch_roundtrip)
 	batch_case(5, 8, 4, 1000, 4);
 	batch_case(4099, 1, 2, 64, 0);
 	batch_case(64, 8, 1, 1, 8);
+	/* group tails of the SIMD sizing pass: D - 1 not a multiple of 8, a partial last chunk */
+	batch_case(4 * 37 + 2, 4, 1, 300, 1);
+	batch_case(2 * 41 + 1, 2, 2, 300, 1);
+	batch_case(8 * 19 + 5, 8, 1, 300, 1);
+	batch_case(67, 1, 1, 300, 1);
+	batch_case(36, 4, 1, 300, 1);
 }
 
 Test(codec, batch_empty)

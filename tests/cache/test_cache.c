@@ -696,3 +696,237 @@ Test(cache, pinned_hits_survive_their_batch, .init = make_tmpdir, .fini = remove
 	}
 	ibp_store_close(f.s);
 }
+
+/* ---- evicted-row output (ibp_cache_gather_evict / _prefetch_evict) ---- */
+
+/* resident[id] for every id, by NO_ADMIT gathers of one id (hits count as
+ * uses for the policy; nothing is admitted or evicted). */
+static void resident_set(ibp_cache_t *c, ibp_store_t *s, uint64_t n, uint8_t *res, uint8_t *buf)
+{
+	for (uint64_t id = 0; id < n; id++)
+		res[id] = (uint8_t)resident(c, s, (int64_t)id, buf);
+}
+
+/* Every row that leaves the cache during a gather is reported, once, and
+ * nothing else: before \ evicted ⊆ after, evicted ∩ after = ∅, evicted ⊆
+ * before, after \ before ⊆ the batch, and the count equals the eviction
+ * counter; under every policy, compressed (slab moves) and fixed-width. */
+Test(cache, evicted_ids_exact, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	const uint64_t n = 240, R = 700;
+	fx_t f = open_store(n, R, IBP_LAYOUT_PACKED, "evict");
+	uint8_t *before = xcalloc(n), *after = xcalloc(n), *inb = xcalloc(n), *seen = xcalloc(n);
+	uint8_t *out = xcalloc(200 * R), *one = xcalloc(R);
+	int64_t ids[200], ev[4096];
+	for (int pol = IBP_CACHE_CLOCK; pol <= IBP_CACHE_LRU; pol++)
+		for (int fl = 0; fl < 2; fl++) {
+			ibp_cache_t *c = make_cache(n * R / 6, R, (ibp_cache_policy_t)pol, fl ? IBP_CACHE_UNCOMPRESSED : 0);
+			rng_t r = { 77 + (uint64_t)pol * 2 + (uint64_t)fl };
+			uint64_t total = 0;
+			for (int op = 0; op < 25; op++) {
+				uint64_t k = 1 + rnd(&r) % 200;
+				memset(inb, 0, n);
+				for (uint64_t i = 0; i < k; i++) {
+					ids[i] = (int64_t)(op < 12 ? rnd(&r) % n : (rnd(&r) % 2 ? rnd(&r) % 40 : 120 + rnd(&r) % 120));
+					inb[ids[i]] = 1;
+				}
+				resident_set(c, f.s, n, before, one);
+				ibp_cache_stats_t s0, s1;
+				ibp_cache_stats(c, &s0, 0);
+				uint64_t ne = 12345;
+				if (op % 3 == 2) {
+					cr_assert_eq(ibp_cache_prefetch_evict(c, f.s, ids, k, ev, 4096, &ne, NULL), IBP_OK, "%s",
+						     ibp_last_error());
+				} else {
+					cr_assert_eq(ibp_cache_gather_evict(c, f.s, ids, k, out, NULL, NULL, 0, ev, 4096, &ne, NULL),
+						     IBP_OK, "%s", ibp_last_error());
+					check_rows(ids, NULL, k, out, R);
+				}
+				ibp_cache_stats(c, &s1, 0);
+				cr_assert_eq(ne, s1.evictions - s0.evictions, "%s: %llu ids reported, %llu evicted",
+					     ibp_cache_policy_name(pol), (unsigned long long)ne,
+					     (unsigned long long)(s1.evictions - s0.evictions));
+				total += ne;
+				resident_set(c, f.s, n, after, one);
+				memset(seen, 0, n);
+				for (uint64_t i = 0; i < ne; i++) {
+					cr_assert(ev[i] >= 0 && (uint64_t)ev[i] < n, "evicted id %lld", (long long)ev[i]);
+					cr_assert(!seen[ev[i]], "id %lld reported twice", (long long)ev[i]);
+					seen[ev[i]] = 1;
+					cr_assert(before[ev[i]], "id %lld reported but was not resident", (long long)ev[i]);
+					cr_assert(!after[ev[i]], "id %lld reported but still resident", (long long)ev[i]);
+				}
+				for (uint64_t id = 0; id < n; id++) {
+					if (before[id] && !seen[id])
+						cr_assert(after[id], "%s: id %llu left the cache unreported", ibp_cache_policy_name(pol),
+							  (unsigned long long)id);
+					if (after[id] && !before[id])
+						cr_assert(inb[id], "id %llu appeared without being asked for", (unsigned long long)id);
+				}
+				check_invariants(c);
+			}
+			cr_assert(total > 0, "%s: the trace evicts", ibp_cache_policy_name(pol));
+			ibp_cache_free(c);
+		}
+	ibp_store_close(f.s);
+	free(before);
+	free(after);
+	free(inb);
+	free(seen);
+	free(out);
+	free(one);
+}
+
+/* A slab moved to a starved class evicts all of its rows: all reported. */
+Test(cache, evicted_ids_include_slab_moves, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	const uint64_t n = 3000, R = 1000;
+	fx_t f = open_store(n, R, IBP_LAYOUT_PACKED, "evmove");
+	ibp_cache_opts_t o;
+	ibp_cache_opts_default(&o);
+	o.capacity_bytes = 64 * 1024;
+	o.row_bytes = R;
+	o.slab_bytes = 8192;
+	o.policy = IBP_CACHE_CLOCK;
+	ibp_cache_t *c;
+	cr_assert_eq(ibp_cache_create(&o, &c), IBP_OK, "%s", ibp_last_error());
+	int64_t a[512], b[64];
+	uint64_t na = 0, nb = 0;
+	for (uint64_t i = 0; i < n && (na < 512 || nb < 64); i++) {
+		uint64_t kind = mix(i) % 6;
+		if (kind < 4 && na < 512)
+			a[na++] = (int64_t)i;
+		else if (kind == 5 && nb < 64)
+			b[nb++] = (int64_t)i;
+	}
+	uint8_t *out = xcalloc(512 * R);
+	int64_t *ev = xcalloc(4096 * sizeof(int64_t));
+	uint64_t ne = 0, reported = 0;
+	cr_assert_eq(ibp_cache_gather_evict(c, f.s, a, na, out, NULL, NULL, 0, ev, 4096, &ne, NULL), IBP_OK);
+	reported += ne;
+	ibp_cache_stats_t s1, s2;
+	ibp_cache_stats(c, &s1, 0);
+	for (int rep = 0; rep < 40; rep++) {
+		cr_assert_eq(ibp_cache_gather_evict(c, f.s, b, 8, out, NULL, NULL, 0, ev, 4096, &ne, NULL), IBP_OK);
+		for (uint64_t i = 0; i < ne; i++)
+			cr_assert(mix((uint64_t)ev[i]) % 6 < 4, "only phase-1 rows are evicted: id %lld", (long long)ev[i]);
+		reported += ne;
+	}
+	ibp_cache_stats(c, &s2, 0);
+	cr_assert(s2.slab_moves > 0);
+	cr_assert(s2.evictions > s1.evictions);
+	cr_assert_eq(reported, s2.evictions, "reported %llu, evicted %llu", (unsigned long long)reported,
+		     (unsigned long long)s2.evictions);
+	check_invariants(c);
+	ibp_cache_free(c);
+	ibp_store_close(f.s);
+	free(out);
+	free(ev);
+}
+
+/* evicted_cap bounds the evictions of a call: misses that would need more
+ * are refused (rejected), rows are still right; cap 0 fills free space only. */
+Test(cache, evicted_cap_limits_evictions, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	const uint64_t n = 400, R = 600;
+	fx_t f = open_store(n, R, IBP_LAYOUT_PACKED, "evcap");
+	ibp_cache_t *c = make_cache(30 * R, R, IBP_CACHE_CLOCK, IBP_CACHE_UNCOMPRESSED);
+	int64_t ids[100], ev[8];
+	uint8_t *out = xcalloc(100 * R);
+	for (int i = 0; i < 30; i++)
+		ids[i] = i;
+	uint64_t ne = 99;
+	cr_assert_eq(ibp_cache_gather_evict(c, f.s, ids, 30, out, NULL, NULL, 0, ev, 0, &ne, NULL), IBP_OK);
+	cr_assert_eq(ne, 0, "free space needs no eviction");
+	ibp_cache_stats_t s0, s1, s2;
+	ibp_cache_stats(c, &s0, 0);
+	cr_assert_eq(s0.rows_resident, 30);
+	for (int i = 0; i < 100; i++)
+		ids[i] = 100 + i;
+	/* cap 0: nothing can go, every miss is refused */
+	cr_assert_eq(ibp_cache_gather_evict(c, f.s, ids, 100, out, NULL, NULL, 0, ev, 0, &ne, NULL), IBP_OK);
+	check_rows(ids, NULL, 100, out, R);
+	ibp_cache_stats(c, &s1, 0);
+	cr_assert_eq(ne, 0);
+	cr_assert_eq(s1.evictions, s0.evictions);
+	cr_assert_eq(s1.rejected - s0.rejected, 100);
+	cr_assert_eq(s1.rows_resident, 30);
+	/* cap 8: exactly 8 evicted, 8 admitted, the rest refused */
+	cr_assert_eq(ibp_cache_gather_evict(c, f.s, ids, 100, out, NULL, NULL, 0, ev, 8, &ne, NULL), IBP_OK);
+	check_rows(ids, NULL, 100, out, R);
+	ibp_cache_stats(c, &s2, 0);
+	cr_assert_eq(ne, 8);
+	cr_assert_eq(s2.evictions - s1.evictions, 8);
+	cr_assert_eq(s2.insertions - s1.insertions, 8);
+	for (int i = 0; i < 8; i++)
+		cr_assert(ev[i] >= 0 && ev[i] < 30, "an old row went: %lld", (long long)ev[i]);
+	/* no limit, count only */
+	cr_assert_eq(ibp_cache_gather_evict(c, f.s, ids, 100, out, NULL, NULL, 0, NULL, 0, &ne, NULL), IBP_OK);
+	ibp_cache_stats_t s3;
+	ibp_cache_stats(c, &s3, 0);
+	cr_assert_eq(ne, s3.evictions - s2.evictions);
+	cr_assert(ne > 0);
+	/* NO_ADMIT never evicts */
+	for (int i = 0; i < 100; i++)
+		ids[i] = 300 + i;
+	cr_assert_eq(ibp_cache_gather_evict(c, f.s, ids, 100, out, NULL, NULL, IBP_CACHE_NO_ADMIT, ev, 8, &ne, NULL),
+		     IBP_OK);
+	cr_assert_eq(ne, 0);
+	/* argument errors: the count is still set */
+	ne = 7;
+	cr_assert_eq(ibp_cache_gather_evict(c, f.s, ids, 1, out, NULL, NULL, 0, ev, 8, NULL, NULL), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_cache_gather_evict(c, f.s, ids, 1, out, NULL, NULL, 0, NULL, 8, &ne, NULL), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ne, 0);
+	ne = 7;
+	cr_assert_eq(ibp_cache_prefetch_evict(c, f.s, ids, 1, NULL, 3, &ne, NULL), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ne, 0);
+	ne = 7;
+	cr_assert_eq(ibp_cache_gather_evict(NULL, f.s, ids, 1, out, NULL, NULL, 0, ev, 8, &ne, NULL), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ne, 0);
+	int64_t bad = (int64_t)n;
+	ne = 7;
+	cr_assert_eq(ibp_cache_prefetch_evict(c, f.s, &bad, 1, ev, 8, &ne, NULL), IBP_ERR_OUT_OF_RANGE);
+	cr_assert_eq(ne, 0);
+	check_invariants(c);
+	ibp_cache_free(c);
+	ibp_store_close(f.s);
+	free(out);
+}
+
+/* A call of more ids than max_batch loops over passes: the count spans them
+ * all and a limit holds across passes. */
+Test(cache, evicted_across_passes, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	const uint64_t n = 1200, R = 300;
+	fx_t f = open_store(n, R, IBP_LAYOUT_PACKED, "evpass");
+	ibp_cache_t *c = make_cache(50 * R, R, IBP_CACHE_S3FIFO, IBP_CACHE_UNCOMPRESSED);
+	int64_t *ids = xcalloc(n * sizeof(int64_t)), *ev = xcalloc(n * sizeof(int64_t));
+	for (uint64_t i = 0; i < n; i++)
+		ids[i] = (int64_t)i;
+	uint64_t ne = 0;
+	cr_assert_eq(ibp_cache_prefetch_evict(c, f.s, ids, n, ev, n, &ne, NULL), IBP_OK);
+	ibp_cache_stats_t st;
+	ibp_cache_stats(c, &st, 0);
+	/* 5 passes of 256: each admits 50 (the slots it fills stay pinned until
+	 * it publishes) and, from the second on, evicts the 50 before */
+	cr_assert_eq(ne, st.evictions);
+	cr_assert_eq(st.insertions, 250);
+	cr_assert_eq(ne, 200, "all but the last 50 admitted were evicted");
+	uint8_t *seen = xcalloc(n);
+	for (uint64_t i = 0; i < ne; i++) {
+		cr_assert(!seen[ev[i]], "id %lld twice", (long long)ev[i]);
+		seen[ev[i]] = 1;
+	}
+	free(seen);
+	ibp_cache_free(c);
+	c = make_cache(50 * R, R, IBP_CACHE_S3FIFO, IBP_CACHE_UNCOMPRESSED);
+	cr_assert_eq(ibp_cache_prefetch_evict(c, f.s, ids, n, ev, 120, &ne, NULL), IBP_OK);
+	ibp_cache_stats(c, &st, 0);
+	cr_assert_eq(ne, 120, "the limit holds over the passes");
+	cr_assert_eq(st.evictions, 120);
+	cr_assert_eq(st.insertions, 170);
+	ibp_cache_free(c);
+	ibp_store_close(f.s);
+	free(ids);
+	free(ev);
+}

@@ -143,3 +143,30 @@ Test(bench_report, bf16, .init = make_tmpdir, .fini = remove_tmpdir)
 	cr_assert_not_null(strstr(out, "bf16 stored as u16: --dtype bf16"), "%s", out);
 	cr_assert_null(strstr(out, "relative L2 error"), "%s", out);
 }
+
+/* The random-row gather table (issue 16): plain, ibp, zstd -1 and lz4 per
+ * row, each with a positive speed on 1 and on all threads, also in JSON. */
+Test(bench_report, random_row_gather, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	const char *p = write_f32();
+	cr_assert_eq(bench(p, "--repeat 1 --threads 2"), 0, "%s", out);
+	cr_assert_not_null(strstr(out, "random-row gather of 65536 random ids"), "%s", out);
+	static const char *const names[] = { "plain memcpy", "ibp", "zstd -1 row", "lz4 row" };
+	for (int m = 0; m < 4; m++) {
+		char key[64];
+		snprintf(key, sizeof(key), "gather %-19s", names[m]);
+		const char *l = strstr(out, key);
+		cr_assert_not_null(l, "no line '%s' in:\n%s", key, out);
+		char *end;
+		double g1 = strtod(l + strlen(key), &end), g2 = strtod(end, NULL);
+		if (m >= 2 && g1 == 0.0 && strstr(l, "(not built"))
+			continue; /* a build without zstd or lz4 */
+		cr_assert(g1 > 0 && g2 > 0, "%s: %f %f", key, g1, g2);
+	}
+	cr_assert_eq(bench(p, "--repeat 1 --threads 1 --json"), 0, "%s", out);
+	const char *g = strstr(out, "\"gather\"");
+	cr_assert_not_null(g, "%s", out);
+	cr_assert_not_null(strstr(g, "\"ids\""), "%s", out);
+	cr_assert_not_null(strstr(g, "\"name\""), "%s", out);
+	cr_assert_not_null(strstr(g, "\"gbps_1t\""), "%s", out);
+}

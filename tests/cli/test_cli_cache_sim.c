@@ -2,6 +2,7 @@
  * store: its JSON for a Zipf trace and a trace file, the comparison it makes
  * (the compressed cache holds more rows and moves fewer PCIe bytes on rows
  * that compress), and its usage and input errors. */
+#include "tmproot.h"
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,7 @@ static char dir[64], store[128], out[1 << 16];
 /* Sparse rows (about 1/40 of the bytes set): they compress well. */
 static void setup(void)
 {
-	strcpy(dir, "/tmp/ibp_test_cachesim_XXXXXX");
+	snprintf(dir, sizeof(dir), "%s/ibp_test_cachesim_XXXXXX", tu_tmp_root());
 	cr_assert_not_null(mkdtemp(dir));
 	cr_assert_eq(access(IBP_EXE, X_OK), 0, "%s is missing: build the ibp_cli target first", IBP_EXE);
 	const uint64_t n = 2000, R = 1200;

@@ -1,6 +1,7 @@
 /* test_cli_faults.c - the `ibp` command on containers whose checksums are
  * right but whose rows do not decode (written with the library's writer):
  * gather and unpack fail with exit 2 and leave no output, verify says why. */
+#include "tmproot.h"
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -20,7 +21,7 @@ static char dir[64];
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/ibp_test_clif_XXXXXX");
+	snprintf(dir, sizeof(dir), "%s/ibp_test_clif_XXXXXX", tu_tmp_root());
 	cr_assert_not_null(mkdtemp(dir));
 	cr_assert_eq(access(IBP_EXE, X_OK), 0, "%s is missing: build the ibp_cli target first", IBP_EXE);
 }

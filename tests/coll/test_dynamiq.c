@@ -1,7 +1,8 @@
 /* test_dynamiq.c - DynamiQ: the collective on the in-process transport
  * against the one-process simulation (same bytes), the bit budget, vNMSE
  * against worker count and against the paper's baselines (stale scales,
- * THC-style fixed 4-bit, an MXFP8-like format), and corrupt payloads.
+ * THC-style fixed 4-bit, an MXFP8-like format), corrupt payloads, and the
+ * vector kernels (AVX2, AVX-512) against the scalar reference, byte for byte.
  * IBP_DQ_MAX_WORKERS (default 8) raises the worker sweep up to 64. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "coll/dynamiq.h"
+#include "coll/dynamiq_simd.h"
 #include "fp8/fp8_impl.h"
 #include "ibp/coll.h"
 #include "ibp/status.h"
@@ -237,6 +239,8 @@ Test(dynamiq, vnmse_vs_workers_and_baselines)
 /* Unbiased: the mean over many calls (different seeds) approaches the sum. */
 Test(dynamiq, unbiased)
 {
+	/* the scalar reference's statistics; the vector kernels give its bytes (dynamiq/simd_same_bytes) */
+	cr_assert(coll_simd_set(COLL_SIMD_SCALAR));
 	int n = 3;
 	uint64_t d = 512, T = 400;
 	float **x = make_grads(n, d, 5);
@@ -542,4 +546,149 @@ Test(dynamiq, other_collectives_refuse)
 	cr_assert_str_eq(ibp_coll_codec_name(IBP_COLL_CODEC_DYNAMIQ), "dynamiq");
 	ibp_coll_comm_destroy(c);
 	ibp_coll_inproc_destroy(w);
+}
+
+/* ---- the vector kernels (dynamiq_simd.h) against the scalar reference ---- */
+
+/* The implementations this CPU runs besides the scalar one. */
+static int simd_impls(coll_simd_impl_t *out)
+{
+	int n = 0;
+	if (coll_simd_set(COLL_SIMD_AVX2))
+		out[n++] = COLL_SIMD_AVX2;
+	if (coll_simd_set(COLL_SIMD_AVX512))
+		out[n++] = COLL_SIMD_AVX512;
+	coll_simd_set(COLL_SIMD_AUTO);
+	return n;
+}
+
+/* One plan's leaf, hop and decode of every chunk under impl: all bytes and
+ * floats into one buffer, statuses into st (3 per chunk). */
+static void dq_paths(coll_simd_impl_t impl, const dq_plan_t *pl, float *const *x, const uint8_t *in, uint8_t *leaf,
+		     uint8_t *hop, float *dec, ibp_status_t *st)
+{
+	cr_assert(coll_simd_set(impl));
+	uint64_t off = 0;
+	for (int k = 0; k < pl->n; k++) {
+		st[3 * k] = dq_hop(pl, (uint64_t)k, NULL, x[k], k, leaf + off);
+		/* the hop decodes `in` (the scalar leaf, possibly corrupted), adds and re-quantizes */
+		st[3 * k + 1] = dq_hop(pl, (uint64_t)k, in + off, x[(k + 1) % pl->n], (k + 1) % pl->n, hop + off);
+		st[3 * k + 2] = dq_decode_chunk(pl, (uint64_t)k, in + off, dec);
+		off += pl->cbytes[k];
+	}
+	coll_simd_set(COLL_SIMD_AUTO);
+}
+
+Test(dynamiq, simd_same_bytes)
+{
+	coll_simd_impl_t im[2];
+	int ni = simd_impls(im);
+	if (!ni)
+		cr_skip("no vector implementation on this CPU");
+	static const struct {
+		int n;
+		uint64_t d;
+		double budget;
+		int fixed, nonuni, fresh, corr;
+	} cs[] = {
+		{ 4, 32768, 5, 0, 1, 1, 0 }, { 3, 10000, 3, 0, 1, 1, 0 }, { 5, 8300, 8, 0, 1, 1, 0 },
+		{ 2, 4096, 5, 2, 1, 1, 0 },  { 2, 4096, 5, 4, 1, 1, 0 },  { 2, 4096, 5, 8, 1, 1, 0 },
+		{ 4, 9000, 5, 0, 0, 1, 0 },  { 4, 9000, 5, 8, 0, 1, 0 },  { 4, 9000, 5, 0, 1, 0, 0 },
+		{ 4, 9000, 5, 0, 1, 1, 1 },  { 2, 256, 5, 0, 1, 1, 0 },   { 6, 100000, 4, 0, 1, 1, 0 },
+	};
+	tu_rng_t r;
+	tu_rng_seed(&r, 4242);
+	for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+		int n = cs[c].n;
+		uint64_t d = cs[c].d;
+		float **x = make_grads(n, d, 100 + c);
+		/* exact zeros, a constant group, -0 and huge values where they change the paths */
+		for (uint64_t i = 0; i < 64 && i < d; i++)
+			x[0][i] = 0.0f;
+		if (d > 600) {
+			x[1][300] = -0.0f;
+			x[0][512] = 3e18f;
+		}
+		uint64_t J = (d + 255) / 256;
+		float *st = calloc(2 * J, sizeof(float)), *gst = calloc(2 * J, sizeof(float));
+		for (int w = 0; w < n; w++) {
+			dq_local_stats(x[w], d, st);
+			for (uint64_t i = 0; i < 2 * J; i++)
+				gst[i] += st[i];
+		}
+		dq_cfg_t cfg;
+		dq_cfg_default(&cfg);
+		cfg.budget = cs[c].budget;
+		cfg.fixed_q = cs[c].fixed;
+		cfg.nonuniform = cs[c].nonuni;
+		cfg.fresh = cs[c].fresh;
+		cfg.correlated = cs[c].corr;
+		dq_plan_t pl;
+		cr_assert_eq(dq_plan_make(&pl, &cfg, n, d, 3 + c, gst), IBP_OK);
+		uint64_t T = pl.total_bytes;
+		uint8_t *in = malloc(T), *l0 = malloc(T), *h0 = malloc(T), *l1 = malloc(T), *h1 = malloc(T);
+		float *d0 = malloc(d * sizeof(float)), *d1 = malloc(d * sizeof(float));
+		ibp_status_t s0[3 * 64], s1[3 * 64];
+		for (int round = 0; round < 3; round++) {
+			/* round 0: the scalar leaf; 1: random bytes; 2: huge SG scales (Inf and NaN sums) */
+			cr_assert(coll_simd_set(COLL_SIMD_SCALAR));
+			uint64_t off = 0;
+			for (int k = 0; k < n; k++) {
+				cr_assert_eq(dq_hop(&pl, (uint64_t)k, NULL, x[(k + 3) % n], (k + 3) % n, in + off), IBP_OK);
+				off += pl.cbytes[k];
+			}
+			if (round == 1)
+				for (int f = 0; f < 40; f++)
+					in[tu_below(&r, T)] = (uint8_t)tu_next(&r);
+			if (round == 2)
+				for (int k = 0; k < n; k++)
+					for (uint64_t j = pl.lo[k]; j < pl.lo[k + 1]; j += 2) {
+						uint64_t base = 0;
+						for (int kk = 0; kk < k; kk++)
+							base += pl.cbytes[kk];
+						uint8_t *p = in + base + pl.boff[j];
+						p[0] = 0x7f; /* BF16 0x7f7f: 3.39e38 */
+						p[1] = 0x7f;
+					}
+			memset(l0, 0xa5, T);
+			memset(h0, 0xa5, T);
+			memset(l1, 0xa5, T);
+			memset(h1, 0xa5, T);
+			dq_paths(COLL_SIMD_SCALAR, &pl, x, in, l0, h0, d0, s0);
+			for (int q = 0; q < ni; q++) {
+				dq_paths(im[q], &pl, x, in, l1, h1, d1, s1);
+				cr_assert_arr_eq(s0, s1, 3 * (size_t)n * sizeof(ibp_status_t), "case %zu round %d %s: statuses",
+						 c, round, coll_simd_name(im[q]));
+				cr_assert_arr_eq(l0, l1, T, "case %zu round %d %s: leaf bytes differ", c, round,
+						 coll_simd_name(im[q]));
+				cr_assert_arr_eq(h0, h1, T, "case %zu round %d %s: hop bytes differ", c, round,
+						 coll_simd_name(im[q]));
+				cr_assert_arr_eq(d0, d1, d * sizeof(float), "case %zu round %d %s: decoded floats differ", c,
+						 round, coll_simd_name(im[q]));
+			}
+		}
+		/* and the whole ring */
+		float *o0 = malloc(d * sizeof(float)), *o1 = malloc(d * sizeof(float));
+		cr_assert(coll_simd_set(COLL_SIMD_SCALAR));
+		cr_assert_eq(dq_simulate((const float *const *)x, n, d, &cfg, 9, o0, NULL), IBP_OK);
+		for (int q = 0; q < ni; q++) {
+			cr_assert(coll_simd_set(im[q]));
+			cr_assert_eq(dq_simulate((const float *const *)x, n, d, &cfg, 9, o1, NULL), IBP_OK);
+			cr_assert_arr_eq(o0, o1, d * sizeof(float), "case %zu %s: ring results differ", c, coll_simd_name(im[q]));
+		}
+		coll_simd_set(COLL_SIMD_AUTO);
+		free(o0);
+		free(o1);
+		free(in);
+		free(l0);
+		free(h0);
+		free(l1);
+		free(h1);
+		free(d0);
+		free(d1);
+		free(st);
+		free(gst);
+		dq_plan_free(&pl);
+		free_grads(x, n);
+	}
 }

@@ -1,7 +1,8 @@
 /* test_rcmoe.c - RCMoE's LSQ and PTS: unbiasedness and variance against
  * their formulas (fixed seeds, stated tolerances), PTS sparsity against
- * error, corrupt streams, and both inside the collectives (in-process
- * transport). */
+ * error, corrupt streams, both inside the collectives (in-process
+ * transport), and the vector kernels (AVX2, AVX-512) against the scalar
+ * reference, byte for byte. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/dynamiq_simd.h"
 #include "coll/rcmoe.h"
 #include "fp8/fp8_impl.h"
 #include "ibp/coll.h"
@@ -142,6 +144,8 @@ Test(lsq, bounds_and_size)
  * lower sigma: sparser and noisier. */
 Test(pts, sparsity_against_error)
 {
+	/* the scalar reference's statistics; the vector kernels give its bytes (pts/simd_same_bytes) */
+	cr_assert(coll_simd_set(COLL_SIMD_SCALAR));
 	uint64_t k = 4096, T = 2000;
 	tu_rng_t r;
 	tu_rng_seed(&r, 21);
@@ -359,4 +363,163 @@ Test(pts, allreduce)
 		free(in[k]);
 		free(out[k]);
 	}
+}
+
+/* ---- the vector kernels (dynamiq_simd.h) against the scalar reference ---- */
+
+static int simd_impls(coll_simd_impl_t *out)
+{
+	int n = 0;
+	if (coll_simd_set(COLL_SIMD_AVX2))
+		out[n++] = COLL_SIMD_AVX2;
+	if (coll_simd_set(COLL_SIMD_AVX512))
+		out[n++] = COLL_SIMD_AVX512;
+	coll_simd_set(COLL_SIMD_AUTO);
+	return n;
+}
+
+/* n values of dt: Gaussian with row scales over decades, zeros, -0, the
+ * encoder's limit (3.4e38) and, when bad, one value past it at `bad_at`. */
+static void *rc_data(tu_rng_t *r, ibp_dtype_t dt, uint64_t n, uint64_t bad_at)
+{
+	uint8_t *p = malloc(n * 4 + 4);
+	for (uint64_t i = 0; i < n; i++) {
+		float f = (float)(gauss(r) * pow(10.0, (double)((i / 100) % 7) - 3));
+		uint64_t pick = tu_below(r, 200);
+		if (pick == 0)
+			f = 0.0f;
+		else if (pick == 1)
+			f = -0.0f;
+		else if (pick == 2 && dt == IBP_DTYPE_F32)
+			f = 3.4e38f;
+		if (i == bad_at)
+			f = dt == IBP_DTYPE_F32 ? 3.401e38f : INFINITY;
+		if (dt == IBP_DTYPE_F32)
+			memcpy(p + 4 * i, &f, 4);
+		else {
+			uint16_t h = dt == IBP_DTYPE_BF16 ? fp8i_f32_to_bf16(f) : fp8i_f32_to_f16(f);
+			memcpy(p + 2 * i, &h, 2);
+		}
+	}
+	return p;
+}
+
+Test(lsq, simd_same_bytes)
+{
+	coll_simd_impl_t im[2];
+	int ni = simd_impls(im);
+	if (!ni)
+		cr_skip("no vector implementation on this CPU");
+	static const ibp_dtype_t dts[3] = { IBP_DTYPE_BF16, IBP_DTYPE_F16, IBP_DTYPE_F32 };
+	static const uint64_t ns[] = { 0, 5, 16, 300, 1000, 4096, 5003 };
+	static const uint64_t rowsz[] = { 16, 48, 256, 100, 1024 };
+	static const int Bs[3] = { 2, 4, 8 }, Ks[3] = { 0, 4, 8 };
+	tu_rng_t r;
+	tu_rng_seed(&r, 777);
+	int cases = 0;
+	for (int di = 0; di < 3; di++)
+		for (size_t ni_ = 0; ni_ < sizeof ns / sizeof ns[0]; ni_++)
+			for (size_t ri = 0; ri < sizeof rowsz / sizeof rowsz[0]; ri++)
+				for (int bi = 0; bi < 3; bi++) {
+					ibp_dtype_t dt = dts[di];
+					uint64_t n = ns[ni_], row = rowsz[ri], es = ibp_dtype_size(dt);
+					int B = Bs[bi], K = Ks[(bi + ri) % 3];
+					uint64_t bad = (bi == 1 && n > 20) ? tu_below(&r, n) : UINT64_MAX;
+					void *src = rc_data(&r, dt, n, bad);
+					uint64_t cap = lsq_bytes(n, row, B, K), z0 = 0, z1 = 0;
+					uint8_t *e0 = malloc(cap + 1), *e1 = malloc(cap + 1);
+					uint8_t *o0 = malloc(n * es + 1), *o1 = malloc(n * es + 1);
+					uint64_t key = tu_next(&r);
+					cr_assert(coll_simd_set(COLL_SIMD_SCALAR));
+					ibp_status_t s0 = lsq_encode(src, dt, n, row, B, K, key, e0, cap, &z0);
+					char msg0[256];
+					snprintf(msg0, sizeof msg0, "%s", ibp_last_error());
+					if (s0 == IBP_OK)
+						cr_assert_eq(lsq_decode(e0, z0, dt, n, o0), IBP_OK);
+					for (int q = 0; q < ni; q++) {
+						cr_assert(coll_simd_set(im[q]));
+						ibp_status_t s1 = lsq_encode(src, dt, n, row, B, K, key, e1, cap, &z1);
+						cr_assert_eq(s0, s1, "%s n %llu row %llu: status", coll_simd_name(im[q]),
+							     (unsigned long long)n, (unsigned long long)row);
+						if (s0 != IBP_OK) {
+							cr_assert_str_eq(msg0, ibp_last_error());
+							continue;
+						}
+						cr_assert_eq(z0, z1);
+						cr_assert_arr_eq(e0, e1, z0, "%s %s n %llu row %llu B %d K %d: bytes differ",
+								 coll_simd_name(im[q]), ibp_dtype_name(dt), (unsigned long long)n,
+								 (unsigned long long)row, B, K);
+						memset(o1, 0x5a, n * es + 1);
+						cr_assert_eq(lsq_decode(e0, z0, dt, n, o1), IBP_OK);
+						cr_assert_arr_eq(o0, o1, n * es, "%s %s n %llu row %llu B %d: decoded values differ",
+								 coll_simd_name(im[q]), ibp_dtype_name(dt), (unsigned long long)n,
+								 (unsigned long long)row, B);
+						cases++;
+					}
+					free(src);
+					free(e0);
+					free(e1);
+					free(o0);
+					free(o1);
+				}
+	coll_simd_set(COLL_SIMD_AUTO);
+	cr_assert_geq(cases, 250 * ni); /* every (dtype, n, row, B) without a bad element */
+}
+
+Test(pts, simd_same_bytes)
+{
+	coll_simd_impl_t im[2];
+	int ni = simd_impls(im);
+	if (!ni)
+		cr_skip("no vector implementation on this CPU");
+	static const uint64_t ks[] = { 0, 1, 7, 63, 64, 65, 1000, 4097, 20000 };
+	static const double sig[] = { 1.0, 0.5, 0.01 };
+	tu_rng_t r;
+	tu_rng_seed(&r, 31337);
+	for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+		for (int si = 0; si < 3; si++)
+			for (int bad = 0; bad < 2; bad++) {
+				uint64_t k = ks[ki];
+				float *g = rc_data(&r, IBP_DTYPE_F32, k, bad && k ? tu_below(&r, k) : UINT64_MAX);
+				if (ki == 4 && si == 1) /* all zero: nothing kept */
+					memset(g, 0, k * 4);
+				uint64_t cap = pts_max_bytes(k), z0 = 0, z1 = 0, key = tu_next(&r);
+				uint8_t *e0 = malloc(cap), *e1 = malloc(cap);
+				float *a0 = malloc(k * 4 + 4), *a1 = malloc(k * 4 + 4);
+				for (uint64_t i = 0; i < k; i++)
+					a0[i] = (i % 5 == 0) ? -0.0f : (float)gauss(&r);
+				cr_assert(coll_simd_set(COLL_SIMD_SCALAR));
+				ibp_status_t s0 = pts_encode(g, k, sig[si], key, e0, cap, &z0);
+				char msg0[256];
+				snprintf(msg0, sizeof msg0, "%s", ibp_last_error());
+				memcpy(a1, a0, k * 4);
+				/* (max |g| / sigma past FLT_MAX makes a stream the decoder refuses: both paths alike) */
+				ibp_status_t d0 = s0 == IBP_OK ? pts_decode_add(e0, z0, k, a0) : IBP_OK;
+				for (int q = 0; q < ni; q++) {
+					cr_assert(coll_simd_set(im[q]));
+					memset(e1, 0x77, cap);
+					ibp_status_t s1 = pts_encode(g, k, sig[si], key, e1, cap, &z1);
+					cr_assert_eq(s0, s1);
+					if (s0 != IBP_OK) {
+						cr_assert_str_eq(msg0, ibp_last_error());
+						continue;
+					}
+					cr_assert_eq(z0, z1, "%s k %llu: size %llu vs %llu", coll_simd_name(im[q]),
+						     (unsigned long long)k, (unsigned long long)z1, (unsigned long long)z0);
+					cr_assert_arr_eq(e0, e1, z0, "%s k %llu sigma %g: bytes differ", coll_simd_name(im[q]),
+							 (unsigned long long)k, sig[si]);
+					float *a2 = malloc(k * 4 + 4);
+					memcpy(a2, a1, k * 4);
+					cr_assert_eq(pts_decode_add(e0, z0, k, a2), d0);
+					cr_assert_arr_eq(a0, a2, k * 4, "%s k %llu: sums differ", coll_simd_name(im[q]),
+							 (unsigned long long)k);
+					free(a2);
+				}
+				free(g);
+				free(e0);
+				free(e1);
+				free(a0);
+				free(a1);
+			}
+	coll_simd_set(COLL_SIMD_AUTO);
 }

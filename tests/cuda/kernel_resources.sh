@@ -2,11 +2,17 @@
 # kernel_resources.sh - registers, spills, stack and static shared memory of
 # every CUDA kernel as ptxas reports them for sm_ARCH (default 90), and the
 # occupancy the registers allow on an H100 (64 K registers, 64 warps per SM).
+# For each gather kernel it then computes the rows in flight per GPU (an
+# H100: 132 SMs) from its registers and its own launch configuration
+# (kernels/ibp_gather.cu: groups per block, stage buffers per group) and
+# compares their bytes with the PCIe bandwidth-delay product, 55 GB/s x
+# 2 us = 110 KB (docs/GPU.md, "Rows in flight"). Targets, failures unless
+# IBP_PTXAS_STRICT=0: no gather kernel spills, and the rows in flight cover
+# at least 4x the product (warp kernels: 128-byte compressed rows, R = 256
+# at 50%; block kernels: their smallest rows, R = 4097 at 50%).
 # No GPU needed (ctest test_kernel_resources in CUDA builds; tools/gpu-check.sh).
-# A gather kernel that spills is flagged (the target is none; today the
-# block kernels for C = 2, 4, 8 spill 32 bytes); IBP_PTXAS_STRICT=1 makes
-# that a failure. Usage: tests/cuda/kernel_resources.sh [ARCH]
-# Exit 77: no nvcc; 1: a kernel did not compile (or a strict spill).
+# Usage: tests/cuda/kernel_resources.sh [ARCH]
+# Exit 77: no nvcc; 1: a kernel did not compile, or a target is missed.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -30,8 +36,8 @@ for cu in "$repo"/kernels/*.cu; do
 	name=$(basename "$cu" .cu)
 	[[ -f "$out/$name.failed" ]] && { echo "nvcc failed on $cu:"; cat "$out/$name.log"; rc=1; }
 done
-cat "$out"/*.log | python3 -c '
-import re, subprocess, sys
+cat "$out"/*.log | IBP_GATHER_SRC="$repo/kernels/ibp_gather.cu" python3 -c '
+import os, re, subprocess, sys
 rows, cur = [], None
 for line in sys.stdin:
     m = re.search(r"Function properties for (\S+)", line)
@@ -63,8 +69,57 @@ for r, d in zip(rows, dem):
     print("%-72s %5d %6d %6d %6d %7d %d" % (d, r["regs"], r["spill_st"], r["spill_ld"], r["stack"], r["smem"], warps))
     if "gather" in d and (r["spill_st"] or r["spill_ld"]):
         bad += 1
-        print("  ^ WARNING: a gather kernel spills (target: none)")
-strict = "'"${IBP_PTXAS_STRICT:-0}"'" == "1"
+        print("  ^ FAILED: a gather kernel spills (target: none)")
+
+# Rows in flight per GPU. The launch configuration of ibp_gather_config
+# (kernels/ibp_gather.cu), with its constants read from the source: a warp
+# kernel block holds gpb groups (warps), a block kernel block one group of
+# IBP_BLOCK_WARPS warps; each group keeps nbuf - 1 rows in flight while it
+# decodes one. H100 (sm_90): 132 SMs, 64 K registers (allocated per warp in
+# units of 256), 2048 threads, 32 blocks, 228 KiB shared memory per SM (1 KiB
+# reserved per block), 227 KiB per block.
+src = open(os.environ["IBP_GATHER_SRC"]).read()
+def const(name):
+    m = re.search(r"#define %s (\d+)" % name, src)
+    if not m:
+        print("cannot find %s in kernels/ibp_gather.cu" % name)
+        sys.exit(1)
+    return int(m.group(1))
+NBUF, GROUPS, BW, WMAX = const("IBP_GATHER_NBUF"), const("IBP_WARP_GROUPS"), const("IBP_BLOCK_WARPS"), const("IBP_WARP_MAX_ROW")
+SMS, OPTIN, SM_SMEM, JOB = 132, 227 * 1024, 228 * 1024, 40  # JOB: sizeof(IbpJob)
+SCRATCH = 8 * 5 * BW
+BDP = 55e9 * 2e-6
+print()
+print("Rows in flight per GPU (H100, %d SMs) against the PCIe bandwidth-delay product (55 GB/s x 2 us = %.0f KB):" % (SMS, BDP / 1e3))
+print("%-40s %5s %7s %5s %4s %9s %8s %9s %9s %7s" % ("gather kernel", "regs", "threads", "nbuf", "R", "row bytes", "blk/SM", "rows/GPU", "KB", "x BDP"))
+for r, d in zip(rows, dem):
+    m = re.search(r"ibp_gather_kernel<(\d+)u?, (\d+)>", d or "")
+    if not m:
+        continue
+    C, nw = int(m.group(1)), int(m.group(2))
+    R = 256 if nw == 1 else WMAX + 1
+    comp = R // 2  # compressed bytes at 50% savings
+    want = (R + 32 + 15) // 16 * 16
+    if nw == 1:
+        nbuf = NBUF if OPTIN >= NBUF * (want + JOB) else 2
+        stage = min(want, (OPTIN // nbuf - JOB) & ~15)
+        gpb = max(1, min(GROUPS, OPTIN // (nbuf * (stage + JOB))))
+        threads, smem = 32 * gpb, gpb * nbuf * (stage + JOB)
+    else:
+        nbuf = NBUF if OPTIN >= NBUF * (want + JOB) + SCRATCH else 2
+        stage = min(want, ((OPTIN - SCRATCH) // nbuf - JOB) & ~15)
+        gpb, threads = 1, 32 * BW
+        smem = nbuf * (stage + JOB) + SCRATCH
+    per_warp = ((r["regs"] * 32 + 255) // 256) * 256 if r["regs"] else 256
+    wpb = threads // 32
+    blocks = min((65536 // per_warp) // wpb, 2048 // threads, 32, SM_SMEM // (smem + 1024))
+    inflight = SMS * blocks * gpb * (nbuf - 1)
+    x = inflight * comp / BDP
+    print("%-40s %5d %7d %5d %4d %9d %8d %9d %9.0f %7.2f" % ("ibp_gather_kernel<C=%d, NW=%d> %s" % (C, nw, "warp/row" if nw == 1 else "block/row"), r["regs"], threads, nbuf, R, comp, blocks, inflight, inflight * comp / 1e3, x))
+    if x < 4:
+        bad += 1
+        print("  ^ FAILED: rows in flight cover less than 4x the bandwidth-delay product")
+strict = "'"${IBP_PTXAS_STRICT:-1}"'" != "0"
 sys.exit(1 if bad and strict else 0)
 ' || rc=1
 exit $rc

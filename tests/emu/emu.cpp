@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <string>
+#include <unordered_map>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -158,6 +160,8 @@ struct Region {
 	uint8_t *pend; /* cp.async destination not yet complete */
 	void *mem;
 	size_t map_bytes; /* sparse (mmap) regions: bounds only, no shadow */
+	int shared;       /* shared memory (a __shared__ variable or a block's dynamic shared memory) */
+	int watch;        /* host memory whose reads are logged (emu_host_watch) */
 };
 static std::vector<Region *> regions; /* sorted by alo */
 static Region *last_region;
@@ -324,6 +328,7 @@ void *emu_shared_raw(emu_sslot *s, size_t size, size_t align)
 	char name[64];
 	snprintf(name, sizeof(name), "__shared__ variable (%zu bytes) of block %u", size, b->lin);
 	Region *r = region_new(size, 0, name, 1);
+	r->shared = 1;
 	b->slots.push_back({ s, r });
 	return (void *)r->lo;
 }
@@ -408,6 +413,99 @@ static const char *what(const Rec &r)
 
 enum { A_WRITE = 1, A_ATOMIC = 2, A_ASYNC_ISSUE = 4, A_ASYNC_DONE = 8 };
 
+/* ------------------------------------- row fetches, host-memory accounting */
+
+static std::vector<emu_host_read> host_log;
+static std::vector<emu_fetch_info> fetch_rows(1); /* by tag; [0]: none */
+static std::map<std::tuple<uint32_t, unsigned, unsigned, uint32_t>, uint32_t> fetch_tags;
+
+/* The lane's execution count of instruction site pc within its current fetch. */
+static uint32_t occurrence(emu_fiber *f, uintptr_t pc)
+{
+	if (!f->ftag)
+		return 0;
+	if (!f->occ)
+		f->occ = new std::unordered_map<uintptr_t, uint32_t>();
+	return (*(std::unordered_map<uintptr_t, uint32_t> *)f->occ)[pc]++;
+}
+
+static void host_read(emu_fiber *f, const Region *g, uintptr_t a, unsigned n, uintptr_t pc)
+{
+	if (f->ftag) {
+		/* a fetch may read the 32-byte sectors that hold its row's bytes */
+		const uintptr_t lo = f->flo & ~(uintptr_t)31, hi = (f->fhi + 31) & ~(uintptr_t)31;
+		if (a < lo || a + n > hi) {
+			char s[400];
+			snprintf(s, sizeof(s),
+				 "read of %u bytes at %s+%ld by %s while fetching the row at %s+%ld (%lu bytes): "
+				 "outside the 32-byte sectors [%+ld, %+ld) that hold the row\n",
+				 n, g->name.c_str(), (long)(a - g->lo), who(f->gtid).c_str(), g->name.c_str(),
+				 (long)(f->flo - g->lo), (unsigned long)(f->fhi - f->flo), (long)(lo - f->flo),
+				 (long)(hi - f->flo));
+			fatal("fetch window", s + sym(pc));
+		}
+	}
+	if (!g->watch)
+		return;
+	emu_host_read r;
+	r.tag = f->ftag;
+	r.warp = f->blk->lin * ((f->blk->n + 31) / 32) + f->tid / 32;
+	r.pc = pc;
+	r.occ = occurrence(f, pc);
+	r.lane = f->tid % 32;
+	r.addr = a;
+	r.n = n;
+	host_log.push_back(r);
+}
+
+void emu_fetch_begin(const void *src, uint64_t len, unsigned group_threads)
+{
+	emu_fiber *f = emu_cur;
+	if (!f)
+		return;
+	if (f->ftag)
+		fatal("fetch window", "emu_fetch_begin inside a fetch\n");
+	const unsigned grp = group_threads ? f->tid / group_threads : 0;
+	auto key = std::make_tuple(launch_id, f->blk->lin, grp, ++f->fseq);
+	auto it = fetch_tags.find(key);
+	if (it == fetch_tags.end()) {
+		it = fetch_tags.emplace(key, (uint32_t)fetch_rows.size()).first;
+		fetch_rows.push_back({ (uintptr_t)src, (uintptr_t)src + len });
+	}
+	f->ftag = it->second;
+	f->flo = (uintptr_t)src;
+	f->fhi = (uintptr_t)src + len;
+	if (f->occ)
+		((std::unordered_map<uintptr_t, uint32_t> *)f->occ)->clear();
+}
+
+void emu_fetch_end()
+{
+	if (emu_cur)
+		emu_cur->ftag = 0;
+}
+
+void emu_host_watch(const void *p, int on)
+{
+	Region *r = region_at((uintptr_t)p);
+	if (!r) {
+		fprintf(stderr, "emu_host_watch: %p is not emulator memory\n", p);
+		_exit(2);
+	}
+	r->watch = on;
+}
+
+std::vector<emu_host_read> emu_host_take(std::vector<emu_fetch_info> *fetches)
+{
+	std::vector<emu_host_read> v;
+	v.swap(host_log);
+	if (fetches)
+		*fetches = fetch_rows;
+	fetch_rows.assign(1, emu_fetch_info{ 0, 0 });
+	fetch_tags.clear();
+	return v;
+}
+
 static void check(uintptr_t a, unsigned n, int fl, uintptr_t pc)
 {
 	emu_fiber *f = emu_cur;
@@ -425,6 +523,8 @@ static void check(uintptr_t a, unsigned n, int fl, uintptr_t pc)
 			 (unsigned long)(g->hi - g->lo), who(f->gtid).c_str());
 		fatal("out of bounds", s + sym(pc));
 	}
+	if (!(fl & (A_WRITE | A_ATOMIC)) && !g->shared && (f->ftag || g->watch))
+		host_read(f, g, a, n, pc);
 	if (g->map_bytes)
 		return; /* sparse: bounds only */
 	const size_t N = g->hi - g->lo;
@@ -647,7 +747,24 @@ static CpaQ &cpq()
 	return *(CpaQ *)emu_cur->cpa;
 }
 
+static void cp_async(void *smem, const void *gmem, unsigned bytes, const void *site);
+
 void emu_cp_async(void *smem, const void *gmem, unsigned bytes, const void *site)
+{
+	(void)site; /* the wrapper's return address: not its call site once inlined */
+	cp_async(smem, gmem, bytes, __builtin_return_address(0));
+}
+
+void emu_cp_async_pred(int pred, void *smem, const void *gmem, unsigned bytes)
+{
+	const void *site = __builtin_return_address(0);
+	if (pred)
+		cp_async(smem, gmem, bytes, site);
+	else if (emu_cur)
+		(void)occurrence(emu_cur, (uintptr_t)site); /* the lane executed it, predicated off */
+}
+
+static void cp_async(void *smem, const void *gmem, unsigned bytes, const void *site)
 {
 	char s[300];
 	if ((bytes != 4 && bytes != 8 && bytes != 16) || ((uintptr_t)smem % bytes) || ((uintptr_t)gmem % bytes)) {
@@ -738,6 +855,7 @@ static void block_start(emu_block *b, unsigned lin, size_t smem)
 	char name[64];
 	snprintf(name, sizeof(name), "dynamic shared memory of block %u", lin);
 	b->dyn = region_new(smem, 0, name, 1);
+	b->dyn->shared = 1;
 	b->slots.clear();
 	b->f.assign(bd, emu_fiber());
 	for (unsigned t = 0; t < bd; t++) {
@@ -768,8 +886,11 @@ static void block_start(emu_block *b, unsigned lin, size_t smem)
 
 static void block_end(emu_block *b)
 {
-	for (auto &x : b->f)
+	for (auto &x : b->f) {
 		stack_pool.push_back(x.stack_lo);
+		delete (std::unordered_map<uintptr_t, uint32_t> *)x.occ;
+		x.occ = nullptr;
+	}
 	region_free(b->dyn);
 	for (auto &p : b->slots)
 		region_free(p.second);

@@ -12,7 +12,9 @@
  *     clocks); different blocks are never ordered inside one launch;
  *   - bounds: the redzones around every emu_dev_alloc / shared array;
  *   - cp.async: a destination read or written before wait_group completed
- *     its group.
+ *     its group;
+ *   - fetch window: a row fetch reading outside the row's 32-byte sectors
+ *     (emu_fetch_begin).
  * Warp collectives check that the lanes in the mask pass the same mask
  * from the same call site, that the caller is in the mask, and give
  * poisoned values for source lanes outside it. __syncthreads checks that
@@ -61,6 +63,10 @@ struct emu_fiber {
 	uintptr_t stk[48];
 	void *cpa;                /* cp.async queue (emu.cpp) */
 	int run_pos;              /* index in the runnable set, -1 if none */
+	uint32_t ftag;            /* the row fetch in progress (emu_fetch_begin), 0: none */
+	uint32_t fseq;            /* fetches begun by this thread */
+	uintptr_t flo, fhi;       /* its row: [flo, fhi) */
+	void *occ;                /* executions per instruction site since emu_fetch_begin (emu.cpp) */
 };
 extern emu_fiber *emu_cur;
 extern emu_dim3 emu_block_dim, emu_grid_dim;
@@ -182,6 +188,41 @@ EMU_CAS(unsigned long long)
 void emu_cp_async(void *smem, const void *gmem, unsigned bytes, const void *site);
 void emu_cp_async_commit();
 void emu_cp_async_wait(int n, const void *site);
+
+/* A predicated cp.async (`@p cp.async`): every lane of the warp executes
+ * the instruction, the lanes with pred = 0 copy nothing. */
+void emu_cp_async_pred(int pred, void *smem, const void *gmem, unsigned bytes);
+
+/* ---- row fetches and host-memory (PCIe) accounting ----
+ * A kernel's fetch of one encoded row (ibp_issue_fetch) is bracketed by
+ * emu_fetch_begin/emu_fetch_end in every thread of its group
+ * (group_threads: 32 for a warp, the block size for a block). In between,
+ * a thread may read global memory only inside the 32-byte sectors that
+ * hold the row's bytes [src, src + len): anything else is an error
+ * ("fetch window"), as is any read outside an allocation (redzones).
+ * Reads of a region marked with emu_host_watch (the store's payload in
+ * host memory) are logged per lane with their instruction site and the
+ * number of times the lane executed that site since emu_fetch_begin, so
+ * that the harness can coalesce them into warp instructions and sectors
+ * as the hardware does (harness.cpp, pcie suite). */
+void emu_fetch_begin(const void *src, uint64_t len, unsigned group_threads);
+void emu_fetch_end();
+void emu_host_watch(const void *p, int on);
+struct emu_host_read {
+	uint32_t tag;    /* the row fetch (emu_fetch_info), 0: outside any fetch */
+	uint32_t warp;   /* block * warps per block + warp */
+	uintptr_t pc;    /* instruction site */
+	uint32_t occ;    /* the lane's execution count of that site within the fetch */
+	uint32_t lane;
+	uintptr_t addr;
+	uint32_t n;
+};
+struct emu_fetch_info {
+	uintptr_t lo, hi; /* the row's bytes */
+};
+/* Moves out the reads logged since the last call; *fetches[tag] is the row of
+ * each tag (index 0 unused). */
+std::vector<emu_host_read> emu_host_take(std::vector<emu_fetch_info> *fetches);
 
 /* ---- integer and float intrinsics ---- */
 inline int __ffsll(long long x) { return __builtin_ffsll(x); }

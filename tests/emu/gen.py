@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Turns kernels/*.cu into host C++ for the emulator (emu.h). Usage: gen.py REPO OUT
 
-OUT/k_{gather,encode,train,exp,fp8}.inc  kernels/*.cu, whole: their host code
+OUT/k_{gather,encode,train,exp,fp8,dynamiq,rcmoe,slab,bag}.inc  kernels/*.cu, whole: their host code
                                  (launch configuration, stores, workspaces)
                                  runs against the H100 runtime stub (stub/,
                                  cuda_stub.cpp)
@@ -65,8 +65,15 @@ dev = open(src + 'ibp_device.cuh').read()
 # defect 4: a shuffle whose mask leaves out half of the warp
 dev = defect(dev, 'unsigned u = __shfl_up_sync(IBP_FULL_MASK, v, o);',
              'unsigned u = __shfl_up_sync(emu_defect == 4 ? 0x0000ffffu : IBP_FULL_MASK, v, o);')
-# defect 5: the staged fetch reads one byte past the row's extent
-dev = defect(dev, 'if (t < head + tail) {', 'if (t < head + tail + (emu_defect == 5 ? 1u : 0u)) {')
+# defect 5: the staged fetch reads one byte past the row's extent: the tail
+# count is one too large where the row's last sector crosses the store's end
+# (the only place a fetch must not read the rest of the row's sector)
+dev = defect(dev, 'const uint64_t nt = e - ts;', 'const uint64_t nt = e - ts + (emu_defect == 5 && tx ? 1u : 0u);')
+# defect 8 (a performance defect, for the pcie suite): a warp's pieces
+# counted from the row's first piece instead of the 128-byte line below it,
+# so a sector can fall into two warp instructions and be fetched twice
+dev = defect(dev, 'const uintptr_t base = w0 & ~(uintptr_t)127;',
+             'const uintptr_t base = emu_defect == 8 ? w0 : w0 & ~(uintptr_t)127;')
 def put(name, text):
     # unchanged outputs keep their time stamps (run.sh rebuilds on newer files)
     path = out + '/' + name
@@ -81,16 +88,20 @@ def put(name, text):
 put('ibp_device.cuh', dev)
 
 gather = open(src + 'ibp_gather.cu').read()
-# defect 3: wait_group 1 before the commit of the next fetch: request k's group may still be in flight
-gather = defect(gather, '''		ibp_cp_async_commit();
-		ibp_cp_async_wait<1>(); /* this thread's pieces of request k are in */''',
-                '''		if (emu_defect == 3) {
-			ibp_cp_async_wait<1>();
-			ibp_cp_async_commit();
-		} else {
-			ibp_cp_async_commit();
-			ibp_cp_async_wait<1>();
-		}''')
+# defect 3: a wait_group one too large (nbuf where nbuf - 1 is needed):
+# request k's group may still be in flight
+gather = defect(gather, '''		if (NB == 3)
+			ibp_cp_async_wait<2>(); /* this thread's pieces of request k are in */
+		else
+			ibp_cp_async_wait<1>();''',
+                '''		if (NB == 3 && emu_defect == 3)
+			ibp_cp_async_wait<3>();
+		else if (NB == 3)
+			ibp_cp_async_wait<2>();
+		else if (emu_defect == 3)
+			ibp_cp_async_wait<2>();
+		else
+			ibp_cp_async_wait<1>();''')
 
 encode = open(src + 'ibp_encode.cu').read()
 # defect 1: a plain |= for atomicOr
@@ -114,12 +125,38 @@ fp8 = defect(fp8, '''			x[j] = FP_SUB(a, b);
 		if (emu_defect != 7)
 			__syncthreads();''')
 
+dq = open(src + 'dynamiq.cu').read()
+# defect 16: no barrier between DynamiQ's group maxima and the super-group scale (thread 0 reads gm[] while
+# the other groups' threads still write it)
+dq = defect(dq, '''			gm[i] = m;
+		}
+		__syncthreads();''', '''			gm[i] = m;
+		}
+		if (emu_defect != 16)
+			__syncthreads();''')
+
+slab = open(src + 'slab_cache.cu').read()
+# defect 21: the slab cache's probe pins a slot with a plain increment
+# (duplicate ids of a batch pin one slot from several threads: a race)
+slab = defect(slab, 'atomicAdd(t.pin + ibp_slab_slot(&t, e), 1u); /* duplicates pin the same slot */',
+              '{ if (emu_defect == 21) t.pin[ibp_slab_slot(&t, e)]++; else atomicAdd(t.pin + ibp_slab_slot(&t, e), 1u); }')
+
+bag = open(src + 'ibp_bag.cu').read()
+# defect 24: no __syncwarp between the decode of a row into the warp's row
+# buffer (chunk j by lane j mod 32) and the lanes' reads of its elements
+bag = defect(bag, '__syncwarp(); /* the row\'s chunks (by chunk lane) are in before lanes read elements */',
+             'if (emu_defect != 24) __syncwarp(); /* the row\'s chunks (by chunk lane) are in before lanes read elements */')
+
 parts = {
+    'k_bag.inc': launches(bag),
+    'k_slab.inc': launches(slab),
     'k_gather.inc': launches(gather),
     'k_encode.inc': launches(encode),
     'k_train.inc': launches(open(src + 'ibp_train.cu').read()),
     'k_exp.inc': launches(open(src + 'exp_codec.cu').read()),
     'k_fp8.inc': launches(fp8),
+    'k_dynamiq.inc': launches(dq),
+    'k_rcmoe.inc': launches(open(src + 'rcmoe.cu').read()),
 }
 for name, text in parts.items():
     put(name, shared(text))

@@ -9,8 +9,10 @@
  * Every buffer a kernel touches is device memory of the emulator (bounds
  * and races checked). Run through run.sh; exit status 0 = all equal.
  * Usage: harness SUITE [--seed S] [--quick] [--rows R,...] [--defect N]
- *        [--preempt M]; SUITE: ibp, train, api (the public API, host code
- *        included), exp, fp8, codecs, all.
+ *        [--preempt M] [--data DIR] [--tmp DIR]; SUITE: ibp, train, api (the
+ *        public API, host code included), exp, fp8, codecs, all, pcie (the
+ *        host-memory requests of the gather kernels per row, over the real
+ *        sample datasets in --data: a table, and the targets checked).
  * DBG=1 dumps mismatching rows. */
 #include <cstdio>
 #include <tuple>
@@ -20,7 +22,13 @@
 #include <algorithm>
 
 #include "ibp_device.cuh"
+#include <map>
+#include <set>
 #include <string>
+#include <unistd.h>
+#include "ibp/container.h"
+#include "ibp/npy.h"
+#include "ibp/store.h"
 extern "C" {
 #include "bitpack/train_internal.h"
 ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64_t src_len, uint8_t flags,
@@ -455,7 +463,8 @@ static void run_gather(const char *what, const Case &t, const HDC &h, const uint
 	a.status = st.p;
 	a.nerr = nerr.p;
 	a.stage_bytes = stage;
-	size_t smem = NW == 1 ? (size_t)gpb * 2 * stage : 2 * (size_t)stage + 8 * IbpGroup<NW>::SCRATCH;
+	a.nbuf = 2 + (unsigned)(rnd() % 2); /* one or two rows in flight per group */
+	const size_t smem = ibp_gather_smem(gpb, NW, stage, a.nbuf);
 	emu_launch(ibp_gather_kernel<C, NW>, grid, 1, NW == 1 ? 32 * gpb : 32 * NW, smem, a);
 	std::vector<uint8_t> ref(R);
 	uint64_t bad = 0;
@@ -583,10 +592,13 @@ static void big_store_case()
 		a.out = out.p;
 		a.status = st.p;
 		const uint32_t stage = (uint32_t)((t.R + 32 + 15) / 16 * 16);
-		if (v == 0)
-			emu_launch(ibp_gather_kernel<C, 1>, 2, 1, 64, (size_t)2 * 2 * stage, a);
-		else
-			emu_launch(ibp_gather_kernel<C, 8>, 1, 1, 256, (size_t)8 * IbpGroup<8>::SCRATCH, a);
+		a.nbuf = 3 - (unsigned)v;
+		if (v == 0) {
+			a.stage_bytes = stage;
+			emu_launch(ibp_gather_kernel<C, 1>, 2, 1, 64, ibp_gather_smem(2, 1, stage, a.nbuf), a);
+		} else {
+			emu_launch(ibp_gather_kernel<C, 8>, 1, 1, 256, ibp_gather_smem(1, 8, 0, a.nbuf), a);
+		}
 		std::vector<uint8_t> ref(t.R);
 		for (uint64_t k = 0; k < m; k++) {
 			const int64_t id = ids.p[k];
@@ -812,6 +824,277 @@ static void api_suite()
 				api_case(R, C, 1 + (unsigned)(rnd() % 3));
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* pcie: host-memory (PCIe) requests per gathered row                        */
+/* ------------------------------------------------------------------------ */
+
+/* A gather from the pinned store reads its rows' bytes from host memory.
+ * The emulator logs every lane's read of the store's payload (emu.h,
+ * emu_host_watch) with its instruction site and the lane's execution count
+ * of that site within the row's fetch; a warp instruction is one (warp,
+ * site, count). As the hardware does, an instruction coalesces its lanes'
+ * addresses into 32-byte sectors (one request each) in 128-byte lines. Per
+ * row: warp instructions, sector requests, line requests, the bytes they
+ * cover against the row's compressed bytes, sectors requested twice, and
+ * the sectors only partly inside the row (head: before its first byte,
+ * tail: past its last) or not at all. */
+struct PcieRow {
+	uint64_t len;
+	unsigned skew;                 /* start mod 128 */
+	uint32_t instr, sectors, lines;
+	uint32_t cover;                /* sectors holding the row's bytes: the least a fetch can ask for */
+	uint32_t dup;                  /* sector requests beyond the first for the same sector */
+	uint32_t head, tail, outside;  /* distinct sectors partly before / partly after / wholly outside the row */
+};
+
+static std::vector<PcieRow> pcie_account(const std::vector<emu_host_read> &log,
+					 const std::vector<emu_fetch_info> &rows, uint64_t *untagged)
+{
+	struct Ins { std::set<uintptr_t> sec, line; };
+	std::vector<std::map<std::tuple<uint32_t, uintptr_t, uint32_t>, Ins>> by(rows.size());
+	*untagged = 0;
+	for (const emu_host_read &r : log) {
+		if (!r.tag) {
+			*untagged += r.n;
+			continue;
+		}
+		Ins &in = by[r.tag][std::make_tuple(r.warp, r.pc, r.occ)];
+		for (uintptr_t a = r.addr; a < r.addr + r.n; a++) {
+			in.sec.insert(a >> 5);
+			in.line.insert(a >> 7);
+		}
+	}
+	std::vector<PcieRow> out;
+	for (size_t tg = 1; tg < rows.size(); tg++) {
+		const uintptr_t lo = rows[tg].lo, hi = rows[tg].hi;
+		if (hi == lo)
+			continue; /* an empty row: nothing to fetch */
+		PcieRow p;
+		memset(&p, 0, sizeof(p));
+		p.len = hi - lo;
+		p.skew = (unsigned)(lo & 127);
+		p.cover = (uint32_t)((((hi + 31) & ~(uintptr_t)31) - (lo & ~(uintptr_t)31)) >> 5);
+		std::map<uintptr_t, uint32_t> times;
+		for (auto &e : by[tg]) {
+			p.instr++;
+			p.sectors += (uint32_t)e.second.sec.size();
+			p.lines += (uint32_t)e.second.line.size();
+			for (uintptr_t sc : e.second.sec)
+				times[sc]++;
+		}
+		for (auto &e : times) {
+			const uintptr_t s0 = e.first << 5, s1 = s0 + 32;
+			p.dup += e.second - 1;
+			if (s1 <= lo || s0 >= hi)
+				p.outside++;
+			else {
+				p.head += s0 < lo;
+				p.tail += s1 > hi;
+			}
+		}
+		out.push_back(p);
+	}
+	return out;
+}
+
+static std::string pcie_dir(const char *which)
+{
+	const std::string f = __FILE__;
+	const size_t q = f.rfind("/tests/emu/");
+	const std::string repo = q == std::string::npos ? std::string(".") : f.substr(0, q);
+	return std::string(which) == "data" ? repo + "/datasets/sample" : std::string("/tmp");
+}
+
+static std::string pcie_data = "", pcie_tmp = "";
+
+struct PcieSet {
+	std::string name;
+	uint64_t R = 0, n = 0;
+	std::string kernel;
+	std::vector<PcieRow> rows;
+	uint64_t untagged = 0;
+};
+
+/* Gathers every row of a store (random order) through the public API, so the
+ * real launch configuration picks the kernel (AUTO), with the payload in a
+ * 256-aligned allocation as the pinned copy has it; checks every row against
+ * the CPU and accounts the host-memory reads. */
+static bool pcie_gather(PcieSet &ps, const ibp_codec_t *codec, const uint8_t *payload, uint64_t payload_bytes,
+			const uint64_t *offsets, const uint8_t *flags, const uint8_t *clusters, uint64_t n)
+{
+	const uint64_t R = ibp_codec_row_bytes(codec);
+	ibp_cuda_store_desc_t d;
+	memset(&d, 0, sizeof(d));
+	d.codec = codec;
+	d.payload = payload;
+	d.payload_bytes = payload_bytes;
+	d.offsets = offsets;
+	d.flags = flags;
+	d.clusters = clusters;
+	d.nrows = n;
+	d.payload_kind = IBP_CUDA_PAYLOAD_COPY_DEVICE;
+	ibp_cuda_store_t *s = nullptr;
+	OK(ibp_cuda_store_create(&d, 0, nullptr, &s));
+	ps.R = R;
+	ps.n = n;
+	ps.kernel = s->launch.threads == 32u * s->launch.gpb ? "warp/row" : "block/row";
+	DBuf<int64_t> ids(n, "ids");
+	for (uint64_t i = 0; i < n; i++)
+		ids.p[i] = (int64_t)i;
+	for (uint64_t i = n - 1; i > 0; i--)
+		std::swap(ids.p[i], ids.p[rnd() % (i + 1)]);
+	DBuf<uint8_t> out(n * R, "gather out");
+	DBuf<int32_t> st(n, "status");
+	emu_host_take(nullptr);
+	emu_host_watch(s->payload, 1);
+	OK(ibp_gather_cuda(s, ids.p, n, out.p, nullptr, st.p, nullptr));
+	emu_host_watch(s->payload, 0);
+	std::vector<emu_fetch_info> rows;
+	std::vector<emu_host_read> log = emu_host_take(&rows);
+	ps.rows = pcie_account(log, rows, &ps.untagged);
+	std::vector<uint8_t> ref(R);
+	bool ok = true;
+	for (uint64_t k2 = 0; k2 < n && ok; k2++) {
+		const int64_t id = ids.p[k2];
+		uint64_t ext = 0;
+		ibp_status_t cs = ibp_decode_row_ext(codec, payload + offsets[id], offsets[id + 1] - offsets[id], flags[id],
+						     clusters ? clusters[id] : 0, ref.data(), &ext);
+		ok = cs == IBP_OK && st.p[k2] == IBP_OK && !memcmp(out.p + k2 * R, ref.data(), R);
+		CHECK(ok, "pcie %s: row %lld differs from the CPU (status %d)", ps.name.c_str(), (long long)id, st.p[k2]);
+	}
+	ibp_cuda_store_free(s);
+	return ok;
+}
+
+/* A committed sample .npy, packed into a .ibp (ibp_pack: trained codec,
+ * packed layout, format 1.2) and opened as a store. */
+static bool pcie_npy(PcieSet &ps, const std::string &file)
+{
+	const std::string path = pcie_data + "/" + file;
+	ibp_npy_info_t info;
+	void *data = nullptr;
+	if (ibp_npy_load(path.c_str(), IBP_NPY_BF16, &info, &data) != IBP_OK || info.ndim < 2 || !info.shape[0]) {
+		fprintf(stderr, "pcie: cannot read %s: %s\n", path.c_str(), ibp_last_error());
+		ibp_npy_free(data);
+		return false;
+	}
+	const std::string ibp = pcie_tmp + "/pcie-" + file + "." + std::to_string(getpid()) + ".ibp";
+	OK(ibp_pack(ibp.c_str(), data, info.dtype, info.ndim, info.shape, nullptr, IBP_LAYOUT_PACKED));
+	ibp_npy_free(data);
+	ibp_store_t *st = nullptr;
+	OK(ibp_store_open(ibp.c_str(), IBP_OPEN_READ, &st));
+	unlink(ibp.c_str());
+	const ibp_container_t *c = ibp_store_container(st);
+	const ibp_codec_t *codec = ibp_store_codec(st);
+	const uint64_t n = ibp_store_nrows(st);
+	std::vector<uint64_t> off(n + 1);
+	std::vector<uint8_t> fl(n), cl(n);
+	OK(ibp_container_index_expand(c, off.data(), fl.data(), cl.data()));
+	uint64_t pb = 0;
+	const uint8_t *pay = ibp_container_payload(c, &pb);
+	ps.name = file;
+	bool ok = pcie_gather(ps, codec, pay, pb, off.data(), fl.data(), ibp_codec_nclusters(codec) > 1 ? cl.data() : nullptr, n);
+	ibp_store_close(st);
+	return ok;
+}
+
+/* The benchmark's synthetic rows (bench/gpu_gather.cu): R = 256, 64-bit
+ * chunks with their top 32 bits fixed, every row CLEAN at 128 bytes. */
+static bool pcie_synthetic(PcieSet &ps)
+{
+	const uint64_t R = 256, D = R / 8, n = 512;
+	std::vector<uint64_t> mask(D, ~0ull << 32), bitval(D);
+	for (uint64_t j = 0; j < D; j++)
+		bitval[j] = rnd() & mask[j];
+	ibp_codec_t *codec = nullptr;
+	OK(ibp_codec_create(R, 8, 1, mask.data(), bitval.data(), &codec));
+	std::vector<uint64_t> raw(n * D);
+	for (uint64_t i = 0; i < n * D; i++)
+		raw[i] = (rnd() & ~mask[i % D]) | bitval[i % D];
+	std::vector<uint8_t> enc(n * R), fl(n), cl(n);
+	std::vector<uint64_t> off(n + 1);
+	OK(ibp_encode_batch(codec, raw.data(), n, enc.data(), n * R, off.data(), fl.data(), cl.data(), 1));
+	ps.name = "synthetic 50% (bench)";
+	bool ok = pcie_gather(ps, codec, enc.data(), off[n], off.data(), fl.data(), nullptr, n);
+	ibp_codec_free(codec);
+	return ok;
+}
+
+static void pcie_suite()
+{
+	if (pcie_data.empty())
+		pcie_data = pcie_dir("data");
+	if (pcie_tmp.empty())
+		pcie_tmp = pcie_dir("tmp");
+	std::vector<PcieSet> sets;
+	static const char *files[] = { "minilm_tok_emb_f32.npy", "minilm_kv_bf16.npy", "debian_bow_f32.npy" };
+	for (const char *f : files) {
+		PcieSet ps;
+		fprintf(stderr, "pcie: %s\n", f);
+		if (pcie_npy(ps, f))
+			sets.push_back(ps);
+		else
+			CHECK(0, "pcie: data set %s not gathered", f);
+	}
+	{
+		PcieSet ps;
+		fprintf(stderr, "pcie: synthetic\n");
+		if (pcie_synthetic(ps))
+			sets.push_back(ps);
+	}
+	printf("Host-memory (PCIe) reads of the gather per row, from the emulator (tests/emu, pcie suite):\n"
+	       "warp memory instructions, 32-byte sector requests and 128-byte line requests per row; fetched =\n"
+	       "32 x sectors (or 128 x lines); needed = the row's compressed bytes; cover = the sectors holding them.\n\n");
+	printf("%-22s %5s %5s %-9s %16s %6s %6s %6s %6s %6s %6s %6s %6s %8s %9s %7s %7s\n", "data", "R", "rows", "kernel",
+	       "bytes min/med/max", "%al32", "instr", "sect", "cover", "lines", "amp32", "min32", "amp128", "twice B",
+	       "part h/t", "outside", "other");
+	for (PcieSet &ps : sets) {
+		std::vector<uint64_t> lens;
+		double instr = 0, sect = 0, cover = 0, lines = 0, need = 0;
+		uint64_t twice = 0, al32 = 0, outside = 0;
+		unsigned hmax = 0, tmax = 0;
+		for (const PcieRow &r : ps.rows) {
+			lens.push_back(r.len);
+			instr += r.instr;
+			sect += r.sectors;
+			cover += r.cover;
+			lines += r.lines;
+			need += (double)r.len;
+			twice += 32ull * r.dup;
+			al32 += r.skew % 32 == 0;
+			outside += r.outside;
+			hmax = std::max(hmax, r.head);
+			tmax = std::max(tmax, r.tail);
+		}
+		std::sort(lens.begin(), lens.end());
+		const double m = ps.rows.empty() ? 1 : (double)ps.rows.size();
+		char sz[40], pt[20];
+		snprintf(sz, sizeof(sz), "%llu/%llu/%llu", (unsigned long long)(lens.empty() ? 0 : lens.front()),
+			 (unsigned long long)(lens.empty() ? 0 : lens[lens.size() / 2]),
+			 (unsigned long long)(lens.empty() ? 0 : lens.back()));
+		snprintf(pt, sizeof(pt), "%u/%u", hmax, tmax);
+		printf("%-22s %5llu %5llu %-9s %16s %5.1f%% %6.2f %6.2f %6.2f %6.2f %6.3f %6.3f %6.3f %8llu %9s %7llu %7llu\n",
+		       ps.name.c_str(), (unsigned long long)ps.R, (unsigned long long)ps.rows.size(), ps.kernel.c_str(), sz,
+		       100.0 * (double)al32 / m, instr / m, sect / m, cover / m, lines / m, 32.0 * sect / need,
+		       32.0 * cover / need, 128.0 * lines / need, (unsigned long long)twice, pt, (unsigned long long)outside,
+		       (unsigned long long)ps.untagged);
+		/* the targets (issue 10, item 6) */
+		CHECK(twice == 0, "pcie %s: %llu bytes fetched twice (target: none)", ps.name.c_str(), (unsigned long long)twice);
+		CHECK(hmax <= 1 && tmax <= 1, "pcie %s: up to %u/%u partial sectors at a row's head/tail (target: at most 1)",
+		      ps.name.c_str(), hmax, tmax);
+		CHECK(outside == 0, "pcie %s: %llu sectors requested outside their rows", ps.name.c_str(), (unsigned long long)outside);
+		CHECK(ps.untagged == 0, "pcie %s: %llu bytes of host memory read outside a row fetch", ps.name.c_str(),
+		      (unsigned long long)ps.untagged);
+		CHECK(sect == cover, "pcie %s: %.0f sector requests where the rows' %.0f sectors would do", ps.name.c_str(), sect,
+		      cover);
+	}
+	printf("\n%%al32: rows starting on a sector; instr/sect/cover/lines: per row; amp32 = fetched/needed by sectors, "
+	       "min32 = the least a sector-granular fetch can have (cover), amp128 = by lines; twice B: bytes fetched "
+	       "twice (sector requests repeated within a row); part h/t: most sectors partly before/after a row; "
+	       "outside: sectors wholly outside their row; other: host bytes read outside any row fetch.\n");
+}
+
 extern uint64_t emu_seed;
 extern int emu_preempt_mean;
 extern uint64_t emu_stat_launches, emu_stat_fibers, emu_stat_switches;
@@ -820,12 +1103,13 @@ int emu_codecs_main(uint64_t seed, int quick, const char *which);
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s ibp|train|api|exp|fp8|codecs|all [--seed S] [--quick] [--rows R,...] "
-			"[--defect N] [--preempt M]\n", argv[0]);
+		fprintf(stderr, "usage: %s ibp|train|api|exp|fp8|codecs|all|pcie [--seed S] [--quick] [--rows R,...] "
+			"[--defect N] [--preempt M] [--data DIR] [--tmp DIR]\n", argv[0]);
 		return 2;
 	}
 	const std::string suite = argv[1];
 	unsigned long long seed = 1;
+	int preempt_set = 0;
 	std::vector<uint64_t> Rs = { 1, 2, 3, 7, 8, 9, 31, 33, 64, 65, 100, 255, 256, 257, 1000, 1025, 4096, 4097, 9000 };
 	for (int i = 2; i < argc; i++) {
 		std::string a = argv[i];
@@ -837,6 +1121,11 @@ int main(int argc, char **argv)
 			emu_defect = atoi(argv[++i]);
 		} else if (a == "--preempt" && i + 1 < argc) {
 			emu_preempt_mean = atoi(argv[++i]);
+			preempt_set = 1;
+		} else if (a == "--data" && i + 1 < argc) {
+			pcie_data = argv[++i];
+		} else if (a == "--tmp" && i + 1 < argc) {
+			pcie_tmp = argv[++i];
 		} else if (a == "--rows" && i + 1 < argc) {
 			Rs.clear();
 			for (char *p = argv[++i]; *p;) {
@@ -851,6 +1140,8 @@ int main(int argc, char **argv)
 	}
 	rs = seed;
 	emu_seed = seed;
+	if (suite == "pcie" && !preempt_set)
+		emu_preempt_mean = 4096; /* counts, not races: fewer switches, a faster run */
 	fprintf(stderr, "emu: suite %s seed %llu%s defect %d\n", suite.c_str(), seed, quick ? " (quick)" : "", emu_defect);
 	if (suite == "train" || suite == "all") {
 		train_check();
@@ -864,6 +1155,8 @@ int main(int argc, char **argv)
 		big_store_case<4>();
 		big_store_case<1>();
 	}
+	if (suite == "pcie")
+		pcie_suite();
 	if (suite == "exp" || suite == "fp8" || suite == "codecs" || suite == "all")
 		failures += emu_codecs_main(seed, quick, suite == "all" ? "codecs" : suite.c_str());
 	printf("emu: %llu launches, %llu GPU threads, %llu switches\n", (unsigned long long)emu_stat_launches,

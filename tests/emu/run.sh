@@ -3,12 +3,17 @@
 # races, out-of-bounds accesses, cp.async misuse, barrier and warp-collective
 # misuse, deadlocks, and every result against the CPU twin (tests/emu/emu.h).
 #
-# Usage: tests/emu/run.sh [quick|full|defects|build] [SEED]
+# Usage: tests/emu/run.sh [quick|full|defects|pcie|build] [SEED]
 #   quick    (default; ctest test_emu) the quick suites, seed SEED (default 1)
 #   full     every row size, 3 seeds from SEED (tens of minutes; IBP_EMU_FULL=1
 #            makes `quick` do this)
 #   defects  (ctest test_emu_defects) plants each deliberate defect of gen.py
-#            and requires the emulator to report it
+#            and requires the emulator to report it (defect 8, a performance
+#            defect: the pcie suite's targets)
+#   pcie     (ctest test_emu_pcie) the host-memory (PCIe) requests of the
+#            gather kernels per row over the sample datasets (datasets/sample):
+#            prints the table and fails unless no byte is fetched twice and
+#            a row has at most one partial sector at each end (docs/GPU.md)
 #   build    only builds the harness
 # Environment: IBP_EMU_BUILD (build folder, default build-emu/), IBP_EMU_LIB
 # (a libibp.a built with -DIBP_CUDA=OFF; by default the script builds one in
@@ -69,7 +74,7 @@ plain=("${ub[@]}")
 stamp="$bdir/stamp"
 newest=$( (find "$here" "$repo/kernels" "$repo/include" "$gen" -type f -newer "$stamp"
 	find "$repo/src" -name '*.h' -newer "$stamp" -o -name '*_cudahost.c' -newer "$stamp") 2>/dev/null | head -n 1 || true)
-if [[ ! -x "$bdir/harness" || ! -f "$stamp" || -n "$newest" || "$lib" -nt "$bdir/harness" ]]; then
+if [[ ! -x "$bdir/harness" || ! -x "$bdir/harness_dq" || ! -x "$bdir/harness_cache" || ! -x "$bdir/harness_bag" || ! -f "$stamp" || -n "$newest" || "$lib" -nt "$bdir/harness" ]]; then
 	echo "building the emulator harness in $bdir ..."
 	t0=$(date +%s)
 	pids=()
@@ -83,6 +88,18 @@ if [[ ! -x "$bdir/harness" || ! -f "$stamp" || -n "$newest" || "$lib" -nt "$bdir
 	g++ -no-pie "${ub[@]}" "$bdir/harness.o" "$bdir/harness_codecs.o" "$bdir/emu.o" "$bdir/cuda_stub.o" \
 		"$bdir/cudahost.o" \
 		"$lib" -lxxhash -lpthread -lm -o "$bdir/harness"
+	# kernels/dynamiq.cu: a binary of its own (harness_dynamiq.cpp has its main)
+	g++ "${common[@]}" "${inst[@]}" -c "$here/harness_dynamiq.cpp" -o "$bdir/harness_dynamiq.o"
+	g++ -no-pie "${ub[@]}" "$bdir/harness_dynamiq.o" "$bdir/emu.o" "$bdir/cuda_stub.o" \
+		"$lib" -lxxhash -lpthread -lm -o "$bdir/harness_dq"
+	# kernels/slab_cache.cu (+ cache/slab_cudahost.c): harness_cache.cpp, its own binary
+	g++ "${common[@]}" "${inst[@]}" -c "$here/harness_cache.cpp" -o "$bdir/harness_cache.o"
+	g++ -no-pie "${ub[@]}" "$bdir/harness_cache.o" "$bdir/emu.o" "$bdir/cuda_stub.o" \
+		"$lib" -lxxhash -lpthread -lm -o "$bdir/harness_cache"
+	# kernels/ibp_bag.cu (+ cuda/ibp_bag_cudahost.c): harness_bag.cpp, its own binary
+	g++ "${common[@]}" "${inst[@]}" -c "$here/harness_bag.cpp" -o "$bdir/harness_bag.o"
+	g++ -no-pie "${ub[@]}" "$bdir/harness_bag.o" "$bdir/emu.o" "$bdir/cuda_stub.o" "$bdir/cudahost.o" \
+		"$lib" -lxxhash -lpthread -lm -o "$bdir/harness_bag"
 	touch "$stamp"
 	echo "built in $(($(date +%s) - t0)) s"
 fi
@@ -116,12 +133,37 @@ quick)
 	run api api --quick --seed "$seed" || rc=1
 	run exp exp --quick --seed "$seed" || rc=1
 	run fp8 fp8 --quick --seed "$seed" || rc=1
+	hh=$h h="$bdir/harness_dq"
+	run dynamiq dynamiq --quick --seed "$seed" || rc=1
+	run lsq lsq --quick --seed "$seed" || rc=1
+	run pts pts --quick --seed "$seed" || rc=1
+	h="$bdir/harness_cache"
+	run cache cache --quick --seed "$seed" || rc=1
+	h="$bdir/harness_bag"
+	run bag bag --quick --seed "$seed" --data "$repo/datasets/sample" --tmp "$bdir" || rc=1
+	h=$hh
+	exit $rc
+	;;
+pcie)
+	set +e
+	"$h" pcie --seed "$seed" --data "$repo/datasets/sample" --tmp "$bdir" >"$bdir/pcie.log" 2>"$bdir/pcie.err"
+	rc=$?
+	set -e
+	cat "$bdir/pcie.log"
+	[[ $rc -ne 0 ]] && { grep -E "EMU ERROR|^FAIL" -A20 -m3 "$bdir/pcie.err" || tail -n 30 "$bdir/pcie.err"; }
 	exit $rc
 	;;
 full)
 	rc=0
 	for s in "$seed" $((seed + 1)) $((seed + 2)); do
 		run "all-$s" all --seed "$s" || rc=1
+		hh=$h h="$bdir/harness_dq"
+		run "dynamiq-$s" all --seed "$s" || rc=1
+		h="$bdir/harness_cache"
+		run "cache-$s" cache --seed "$s" || rc=1
+		h="$bdir/harness_bag"
+		run "bag-$s" bag --seed "$s" --data "$repo/datasets/sample" --tmp "$bdir" || rc=1
+		h=$hh
 	done
 	exit $rc
 	;;
@@ -130,28 +172,66 @@ defects)
 	# error (EMU ERROR: race, bounds, cp.async, warp collective, barrier).
 	rc=0
 	names=("" "plain |= instead of atomicOr in ibp_put_bits" "no barrier before the encode stage is reused"
-		"cp.async.wait_group 1 where 0 is needed" "a shuffle mask that leaves out half of the warp"
-		"a staged fetch that reads one byte past the row"
+		"cp.async.wait_group one too large (nbuf where nbuf - 1 is needed)" "a shuffle mask that leaves out half of the warp"
+		"a staged fetch that reads one byte past the row (a store's last row)"
 		"encode field writes not clamped to the group's stage (rows that disagree with their flags)"
-		"no barrier between the FP8 codec's Hadamard rounds")
-	for d in 1 2 3 4 5 6 7; do
+		"no barrier between the FP8 codec's Hadamard rounds"
+		"a fetch whose warp instructions are not line-aligned (sectors fetched twice; pcie suite)")
+	for d in 1 2 3 4 5 6 7 8; do
 		suite=(ibp --rows 33,257)
 		[[ $d == 7 ]] && suite=(fp8)
+		[[ $d == 8 ]] && suite=(pcie --data "$repo/datasets/sample" --tmp "$bdir")
+		want="EMU ERROR"
+		[[ $d == 8 ]] && want="fetched twice"
 		set +e
 		"$h" "${suite[@]}" --quick --seed "$seed" --defect "$d" >"$bdir/defect$d.log" 2>&1
 		st=$?
 		set -e
-		if [[ $st -ne 0 ]] && grep -q "EMU ERROR" "$bdir/defect$d.log"; then
-			echo "defect $d (${names[$d]}): reported: $(grep -m1 'EMU ERROR' "$bdir/defect$d.log")"
+		if [[ $st -ne 0 ]] && grep -q "$want" "$bdir/defect$d.log"; then
+			echo "defect $d (${names[$d]}): reported: $(grep -m1 "$want" "$bdir/defect$d.log")"
 		else
 			echo "defect $d (${names[$d]}): NOT REPORTED (exit $st; log $bdir/defect$d.log)"
 			rc=1
 		fi
 	done
+	# defect 16 is in kernels/dynamiq.cu (harness_dq)
+	set +e
+	"$bdir/harness_dq" dynamiq --quick --seed "$seed" --defect 16 >"$bdir/defect16.log" 2>&1
+	st=$?
+	set -e
+	if [[ $st -ne 0 ]] && grep -q "EMU ERROR" "$bdir/defect16.log"; then
+		echo "defect 16 (no barrier between DynamiQ's group maxima and its scale): reported: $(grep -m1 'EMU ERROR' "$bdir/defect16.log")"
+	else
+		echo "defect 16 (no barrier between DynamiQ's group maxima and its scale): NOT REPORTED (exit $st; log $bdir/defect16.log)"
+		rc=1
+	fi
+	# defect 21 is in kernels/slab_cache.cu (harness_cache)
+	set +e
+	"$bdir/harness_cache" cache --quick --seed "$seed" --defect 21 >"$bdir/defect21.log" 2>&1
+	st=$?
+	set -e
+	if [[ $st -ne 0 ]] && grep -q "EMU ERROR" "$bdir/defect21.log"; then
+		echo "defect 21 (the slab cache's probe pins with a plain increment): reported: $(grep -m1 'EMU ERROR' "$bdir/defect21.log")"
+	else
+		echo "defect 21 (the slab cache's probe pins with a plain increment): NOT REPORTED (exit $st; log $bdir/defect21.log)"
+		rc=1
+	fi
+	# defect 24 is in kernels/ibp_bag.cu (harness_bag)
+	set +e
+	"$bdir/harness_bag" bag --quick --seed "$seed" --defect 24 --data "$repo/datasets/sample" --tmp "$bdir" \
+		>"$bdir/defect24.log" 2>&1
+	st=$?
+	set -e
+	if [[ $st -ne 0 ]] && grep -q "EMU ERROR" "$bdir/defect24.log"; then
+		echo "defect 24 (no __syncwarp between the bag kernel's row decode and its element reads): reported: $(grep -m1 'EMU ERROR' "$bdir/defect24.log")"
+	else
+		echo "defect 24 (no __syncwarp between the bag kernel's row decode and its element reads): NOT REPORTED (exit $st; log $bdir/defect24.log)"
+		rc=1
+	fi
 	exit $rc
 	;;
 *)
-	echo "unknown mode $mode (quick, full, defects, build)"
+	echo "unknown mode $mode (quick, full, defects, pcie, build)"
 	exit 2
 	;;
 esac

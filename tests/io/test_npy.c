@@ -1,5 +1,6 @@
 /* test_npy.c - .npy header parsing (valid, unsupported, corrupt), loading and
  * writing: round trips, np.save byte compatibility, error paths. */
+#include "tmproot.h"
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +45,7 @@ static char tmp_dir[64];
 
 static void make_tmp(void)
 {
-	strcpy(tmp_dir, "/tmp/ibp_test_npy_XXXXXX");
+	snprintf(tmp_dir, sizeof(tmp_dir), "%s/ibp_test_npy_XXXXXX", tu_tmp_root());
 	cr_assert_not_null(mkdtemp(tmp_dir));
 }
 

@@ -2,6 +2,7 @@
  * sizes, error paths, which allocator is reported, and the libc fallback
  * (in a child process run with IBP_NO_JEMALLOC=1, since the choice is made
  * once per process). */
+#include "tmproot.h"
 #include <criterion/criterion.h>
 #include <spawn.h>
 #include <stdint.h>
@@ -165,7 +166,8 @@ Test(alloc, fallback_child)
 
 Test(alloc, libc_fallback)
 {
-	char out[] = "/tmp/ibp_test_alloc_XXXXXX";
+	char out[96];
+	snprintf(out, sizeof(out), "%s/ibp_test_alloc_XXXXXX", tu_tmp_root());
 	int fd = mkstemp(out);
 	cr_assert_geq(fd, 0);
 	close(fd);

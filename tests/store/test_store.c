@@ -347,6 +347,97 @@ Test(store, corrupt_row_reported, .init = make_tmpdir, .fini = remove_tmpdir)
 	close_fixture(&fx);
 }
 
+/* The row map (io/container_internal.h) gives every row the extent, mode
+ * and cluster the index walk gives, for 1.2 and 1.1 files, both layouts,
+ * a partial last group; gathers through it (look-ahead 0, 1, 8, 64) and
+ * through the index walk (IBP_ROW_MAP_MAX=0) return the same rows. */
+Test(store, row_map_matches_index_walk, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	const uint64_t n = 1000, R = 37; /* 15 full groups of 64 and one of 40 */
+	for (int minor = 0; minor < 2; minor++)
+		for (int layout = 0; layout < 2; layout++) {
+			ibp_container_write_minor_set(minor ? 1 : 0);
+			setenv("IBP_ROW_MAP_MAX", "0", 1);
+			fixture_t fx = open_fixture(n, R, 4, 3, (ibp_layout_t)layout, IBP_OPEN_READ);
+			unsetenv("IBP_ROW_MAP_MAX");
+			ibp_container_write_minor_set(0);
+			const ibp_container_t *c = ibp_store_container(fx.s);
+			/* the walk's answers, before any map exists */
+			const uint8_t **src = xcalloc(n * sizeof(*src));
+			uint64_t *len = xcalloc(n * 8);
+			uint8_t *mode = xcalloc(n);
+			unsigned *cl = xcalloc(n * sizeof(unsigned)), seen_cl = 0;
+			for (uint64_t i = 0; i < n; i++) {
+				cr_assert_eq(ibp_container_row_meta(c, i, &src[i], &len[i], &mode[i], &cl[i]), IBP_OK);
+				seen_cl |= 1u << cl[i];
+			}
+			cr_assert_gt(seen_cl & ~1u, 0, "rows of more than one cluster");
+			/* gathers without the map (this store; the walk), later with it */
+			const uint64_t k = 3000;
+			int64_t *ids = xcalloc(k * sizeof(int64_t));
+			rng_t r = { 77 };
+			for (uint64_t i = 0; i < k; i++)
+				ids[i] = i % 5 == 0 ? (int64_t)(63 + (i / 5) % 3 * 64) % (int64_t)n /* group edges */
+					: (int64_t)(rnd(&r) % n);
+			ids[k - 1] = (int64_t)n - 1;
+			uint8_t *out = xcalloc(k * R);
+			for (int t = 1; t <= 2; t++) {
+				memset(out, 0, k * R);
+				cr_assert_eq(ibp_store_gather(fx.s, ids, k, out, t), IBP_OK, "%s", ibp_last_error());
+				check_gather(&fx, ids, k, out);
+			}
+			const ibp_rowmap_t *m = NULL;
+			cr_assert_eq(ibp_container_rowmap(c, 1000, &m), IBP_ERR_UNSUPPORTED, "over the cap");
+			cr_assert_null(m);
+			cr_assert_eq(ibp_container_rowmap(c, UINT64_MAX, &m), IBP_OK, "%s", ibp_last_error());
+			cr_assert_not_null(m);
+			/* 16 groups: 17 bases, 16 x 65 records, a 64-byte header, rounded to 64 */
+			cr_assert_leq(m->bytes, 64 + 17 * 8 + 16 * 65 * 4 + 63);
+			const ibp_rowmap_t *again = NULL;
+			cr_assert_eq(ibp_container_rowmap(c, 0, &again), IBP_OK, "built once, then kept");
+			cr_assert_eq(again, m);
+			for (uint64_t i = 0; i < n; i++) {
+				const uint8_t *s2;
+				uint64_t l2;
+				uint8_t m2;
+				unsigned c2;
+				ibp_rowmap_get(m, i, &s2, &l2, &m2, &c2);
+				cr_assert(s2 == src[i] && l2 == len[i] && m2 == mode[i] && c2 == cl[i],
+					  "v1.%d layout %d row %llu: map %p+%llu mode %u cluster %u, walk %p+%llu %u %u",
+					  minor ? 1 : 2, layout, (unsigned long long)i, (const void *)s2,
+					  (unsigned long long)l2, m2, c2, (const void *)src[i],
+					  (unsigned long long)len[i], mode[i], cl[i]);
+				/* row_meta answers from the map now, the same */
+				cr_assert_eq(ibp_container_row_meta(c, i, &s2, &l2, &m2, &c2), IBP_OK);
+				cr_assert(s2 == src[i] && l2 == len[i] && m2 == mode[i] && c2 == cl[i]);
+			}
+			char path[128];
+			snprintf(path, sizeof(path), "%s/s%llu_%d.ibp", tmpdir, (unsigned long long)R, layout);
+			static const char *const pf[] = { "0", "1", "8", "64" }; /* 64: the ring's size */
+			for (int p = 0; p < 4; p++) {
+				setenv("IBP_GATHER_PREFETCH", pf[p], 1);
+				ibp_store_t *s = NULL;
+				cr_assert_eq(ibp_store_open(path, IBP_OPEN_READ, &s), IBP_OK, "%s", ibp_last_error());
+				unsetenv("IBP_GATHER_PREFETCH");
+				for (int t = 1; t <= 2; t++) {
+					memset(out, 0, k * R);
+					cr_assert_eq(ibp_store_gather(s, ids, k, out, t), IBP_OK, "%s", ibp_last_error());
+					check_gather(&fx, ids, k, out);
+				}
+				cr_assert_eq(ibp_store_decode_all(s, out, 2), IBP_OK);
+				cr_assert(memcmp(out, fx.rows, n * R) == 0, "decode_all through the map");
+				ibp_store_close(s);
+			}
+			free(ids);
+			free(out);
+			free(src);
+			free(len);
+			free(mode);
+			free(cl);
+			close_fixture(&fx);
+		}
+}
+
 /* Open errors propagate through the store. */
 Test(store, open_errors, .init = make_tmpdir, .fini = remove_tmpdir)
 {

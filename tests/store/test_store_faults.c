@@ -245,23 +245,25 @@ Test(store_faults, gather_requires_exact_extent, .init = make_tmpdir, .fini = re
 }
 
 /* Bug caught: the pooled gather reporting the last failing position (or
- * any but the first). Rows k1 < k2 are spoiled (spoil_row). With 8-byte
- * rows and 70000 positions, a 2-thread gather works in grains of 8192
- * positions: the first grain holds valid rows and k1 at its end, every
+ * any but the first). Rows k1 < k2 are spoiled (spoil_row). With 4-byte
+ * rows and 140000 positions, a 2-thread gather works in grains of 16384
+ * positions (small rows: a grain takes long enough, per-row costs, for the
+ * helper thread to be running before it ends, even with the row map's fast
+ * lookups): the first grain holds valid rows and k1 at its end, every
  * later position is k2. The first grain is always decoded up to k1 (a
  * thread stops only between grains), while the helper, taking the second
  * grain meanwhile, fails at once on k2: both failures are recorded, and the
  * first by position must win. */
 Test(store_faults, first_failing_position_reported, .init = make_tmpdir, .fini = remove_tmpdir)
 {
-	ibp_file_t f = make_ibp(300, 8, 22);
+	ibp_file_t f = make_ibp(300, 4, 22);
 	uint64_t k1 = coded_row(&f, 10), k2 = coded_row(&f, k1 + 1);
 	spoil_row(&f, k1);
 	spoil_row(&f, k2);
 	write_ibp(&f, tmpdir_path("p.ibp"));
 	ibp_store_t *s = NULL;
 	cr_assert_eq(ibp_store_open(tmpdir_path("p.ibp"), 0, &s), IBP_OK, "%s", ibp_last_error());
-	const uint64_t m = 70000, first = 8192; /* 65536 / R; m / (4 * 2) is larger */
+	const uint64_t m = 140000, first = 16384; /* 65536 / R; m / (4 * 2) is larger */
 	int64_t *ids = tu_xcalloc(m * sizeof(int64_t));
 	uint8_t *out = tu_xcalloc(m * f.R);
 	for (uint64_t i = 0; i < m; i++) {

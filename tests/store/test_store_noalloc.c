@@ -4,6 +4,7 @@
  * friends with counting forwarders to glibc's (and sets IBP_NO_JEMALLOC=1
  * so libibp's host allocator goes through them too); under AddressSanitizer
  * the replacement is not possible and the test skips. */
+#include "tmproot.h"
 #include <criterion/criterion.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -103,7 +104,7 @@ static char dir[64];
 static void mkdir_tmp(void)
 {
 	setenv("IBP_NO_JEMALLOC", "1", 1); /* before libibp's first allocation */
-	snprintf(dir, sizeof(dir), "/tmp/ibp_test_noalloc_XXXXXX");
+	snprintf(dir, sizeof(dir), "%s/ibp_test_noalloc_XXXXXX", tu_tmp_root());
 	cr_assert_not_null(mkdtemp(dir));
 }
 

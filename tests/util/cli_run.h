@@ -7,6 +7,7 @@
 #ifndef IBP_TEST_CLI_RUN_H
 #define IBP_TEST_CLI_RUN_H
 
+#include "tmproot.h"
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -27,7 +28,7 @@ static char out_buf[1 << 16], err_buf[1 << 16];
 
 static inline void setup(void)
 {
-	strcpy(dir, "/tmp/ibp_test_" CLI_RUN_TAG "_XXXXXX");
+	snprintf(dir, sizeof(dir), "%s/ibp_test_" CLI_RUN_TAG "_XXXXXX", tu_tmp_root());
 	cr_assert_not_null(mkdtemp(dir));
 	cr_assert_eq(access(IBP_EXE, X_OK), 0, "%s is missing: build the ibp_cli target first", IBP_EXE);
 }

@@ -1,4 +1,5 @@
 /* fixtures.c - see fixtures.h. */
+#include "tmproot.h"
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
@@ -109,12 +110,12 @@ uint8_t *graded_rows(uint64_t seed, uint64_t n, uint64_t R)
 	return rows;
 }
 
-char tmpdir[64];
+char tmpdir[96];
 
 void make_tmpdir(void)
 {
 	/* the program's name keeps the suites apart: /tmp/ibp_test_store_XXXXXX */
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/ibp_%.32s_XXXXXX", program_invocation_short_name);
+	snprintf(tmpdir, sizeof(tmpdir), "%s/ibp_%.32s_XXXXXX", tu_tmp_root(), program_invocation_short_name);
 	cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp %s: %s", tmpdir, strerror(errno));
 }
 

@@ -42,7 +42,7 @@ uint8_t *graded_rows(uint64_t seed, uint64_t n, uint64_t R);
 
 /* A fresh directory per test, for `.init = make_tmpdir, .fini =
  * remove_tmpdir`: /tmp/ibp_<program>_XXXXXX, its path in tmpdir. */
-extern char tmpdir[64];
+extern char tmpdir[96];
 void make_tmpdir(void);
 void remove_tmpdir(void);
 /* tmpdir + "/" + name, in one of 4 rotating buffers (valid for 3 more calls). */

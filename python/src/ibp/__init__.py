@@ -21,13 +21,18 @@ from ._errors import (BufferTooSmallError, ChecksumError, CorruptError, CudaErro
 from . import _lib
 from ._store import Store, open, pack
 from ._codec import Codec, Encoded, train
+from ._chunks import Chunks
+from ._impl import default_impl, impls
 from ._cuda import CudaStore, cuda_built, device_count
+from ._cache import Cache, MissingBlockError, SlabPool
+from ._coll import Communicator  # compressed collectives over any transport (ibp.torch.ddp)
 from . import exp, fp8
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "pack", "open", "Store", "train", "Codec", "Encoded", "exp", "fp8", "CudaStore",
+    "pack", "open", "Store", "train", "Codec", "Encoded", "Chunks", "exp", "fp8", "CudaStore",
+    "impls", "default_impl", "Cache", "SlabPool", "MissingBlockError", "Communicator",
     "cuda_built", "device_count", "library_version", "library_path", "host_allocator", "cli_path",
     "Error", "CorruptError", "ChecksumError", "InvalidArgumentError", "BufferTooSmallError",
     "OutOfRangeError", "NoDeviceError", "NoMemoryError", "FileError", "UnsupportedError",

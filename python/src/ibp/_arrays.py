@@ -148,6 +148,8 @@ def as_host(x, func: str, *, dtype=None, writable: bool = False, copy_ok: bool =
                 raise _errors.invalid(func, "out= must be a contiguous tensor")
             x = x.contiguous()
         if x.is_conj() or x.is_neg():
+            if not copy_ok:  # resolving would copy: out= would not be written in place
+                raise _errors.invalid(func, "out= must not be a negative or conjugate view")
             x = x.resolve_conj().resolve_neg()
         code = _torch_codes().get(x.dtype)
         if code is None:

@@ -7,7 +7,10 @@ import ctypes as C
 import numpy as np
 
 from . import _arrays, _errors, _lib
+import contextlib
+
 from ._handle import Handle
+from ._impl import ImplMixin
 from ._store import train_opts
 
 lib = _lib.lib
@@ -43,9 +46,10 @@ class Encoded:
     clusters[i] (None with one cluster). shape and dtype are those of the
     encoded array."""
 
-    __slots__ = ("payload", "offsets", "flags", "clusters", "shape", "dtype", "_code", "_kind")
+    __slots__ = ("payload", "offsets", "flags", "clusters", "shape", "dtype", "_code", "_kind", "_buf")
 
     def __init__(self, payload, offsets, flags, clusters, shape, code, kind="numpy"):
+        self._buf = None  # Codec.encode(out=...): the full-capacity buffer payload is a view of
         self.payload = payload
         self.offsets = offsets
         self.flags = flags
@@ -69,8 +73,8 @@ class Encoded:
         return "<ibp.Encoded %d rows, %d payload bytes>" % (self.nrows, self.payload.nbytes)
 
 
-class Codec:
-    """A trained IBP codec (immutable; may be shared by threads)."""
+class Codec(ImplMixin):
+    """A trained IBP codec (immutable but for set_impl; may be shared by threads)."""
 
     __slots__ = ("_handle", "row_bytes", "chunk", "threshold", "nclusters", "nchunks",
                  "has_xval", "masks", "bitvals", "xvals", "_row_shape", "_code")
@@ -106,25 +110,87 @@ class Codec:
         self._handle = Handle(h, lib.ibp_codec_free, "codec")
         return self
 
-    def encode(self, rows, nthreads: int = 0) -> Encoded:
-        """Encodes the rows of `rows` (row length must equal row_bytes)."""
-        h = _arrays.as_host(rows, "Codec.encode")
-        nrows, row_bytes = _rows_of(h, "Codec.encode")
+    def encode(self, rows, nthreads: int = 0, out: Encoded = None) -> Encoded:
+        """Encodes the rows of `rows` (row length must equal row_bytes).
+
+        out= a previous Encoded, refilled in place and returned: its buffers
+        are reused when large enough (after the first call into it, a timed
+        loop allocates nothing), and its payload becomes a view of a
+        worst-case-sized buffer that the next encode into it overwrites."""
+        func = "Codec.encode"
+        h = _arrays.as_host(rows, func)
+        nrows, row_bytes = _rows_of(h, func)
         if nrows and row_bytes != self.row_bytes:
-            raise _errors.invalid("Codec.encode", "rows of %d bytes, the codec's are %d bytes"
+            raise _errors.invalid(func, "rows of %d bytes, the codec's are %d bytes"
                                   % (row_bytes, self.row_bytes))
-        offsets = np.zeros(nrows + 1, dtype=np.uint64)
-        flags = np.zeros(nrows, dtype=np.uint8)
-        clusters = np.zeros(nrows, dtype=np.uint8) if self.nclusters > 1 else None
+        if out is not None and not isinstance(out, Encoded):
+            raise _errors.invalid(func, "out= must be an ibp.Encoded, not %s" % type(out).__name__)
+
+        def reuse(a, n, dt):
+            return a if a is not None and a.size == n and a.dtype == dt and a.flags.writeable \
+                and a.flags.c_contiguous else np.zeros(n, dtype=dt)
+
         with self._handle as c:
             cap = int(lib.ibp_batch_bound(c, nrows))
-            dst = np.empty(max(cap, 1), dtype=np.uint8)
+            if out is None:
+                dst = np.empty(max(cap, 1), dtype=np.uint8)
+                offsets = np.zeros(nrows + 1, dtype=np.uint64)
+                flags = np.zeros(nrows, dtype=np.uint8)
+                clusters = np.zeros(nrows, dtype=np.uint8) if self.nclusters > 1 else None
+            else:
+                buf = out._buf
+                dst = buf if buf is not None and buf.size >= max(cap, 1) else \
+                    np.empty(max(cap, 1), dtype=np.uint8)
+                offsets = reuse(out.offsets, nrows + 1, np.uint64)
+                flags = reuse(out.flags, nrows, np.uint8)
+                clusters = reuse(out.clusters, nrows, np.uint8) if self.nclusters > 1 else None
             check(lib.ibp_encode_batch(c, h.ptr, nrows, dst.ctypes.data, cap, offsets.ctypes.data,
                                        flags.ctypes.data,
                                        clusters.ctypes.data if clusters is not None else None,
                                        nthreads), "ibp_encode_batch")
         total = int(offsets[-1])
-        return Encoded(dst[:total].copy(), offsets, flags, clusters, h.shape, h.code, h.kind)
+        if out is None:
+            return Encoded(dst[:total].copy(), offsets, flags, clusters, h.shape, h.code, h.kind)
+        out._buf = dst
+        out.payload, out.offsets, out.flags, out.clusters = dst[:total], offsets, flags, clusters
+        out.shape, out._code, out.dtype, out._kind = h.shape, h.code, _arrays.DTYPE_NAMES[h.code], h.kind
+        return out
+
+    def paper_layout_size(self, rows) -> int:
+        """Bytes the rows of `rows` would take in the IBP paper's original
+        layout (a participation bitmap of D bits rounded up to a chunk word,
+        then the payload rounded up to a chunk word; raw when not smaller;
+        each row under its best cluster), without flags or masks: for
+        comparing this library's layout with the paper's
+        (ibp_paper_layout_size)."""
+        func = "Codec.paper_layout_size"
+        h = _arrays.as_host(rows, func)
+        nrows, row_bytes = _rows_of(h, func)
+        if nrows and row_bytes != self.row_bytes:
+            raise _errors.invalid(func, "rows of %d bytes, the codec's are %d bytes"
+                                  % (row_bytes, self.row_bytes))
+        with self._handle as c:
+            return int(lib.ibp_paper_layout_size(c, h.ptr, nrows))
+
+    def static_bits(self, cluster: int = 0) -> int:
+        """Size in bits of the static part of a non-raw row of `cluster`."""
+        if isinstance(cluster, bool) or not isinstance(cluster, (int, np.integer)) \
+                or not 0 <= int(cluster) < self.nclusters:
+            raise _errors.invalid("Codec.static_bits", "cluster %r is outside [0, %d)"
+                                  % (cluster, self.nclusters))
+        with self._handle as c:
+            return int(lib.ibp_codec_static_bits(c, int(cluster)))
+
+    _impl_name = "Codec"
+
+    @contextlib.contextmanager
+    def _impl_codec(self, exclusive):
+        if exclusive:
+            with self._handle.exclusive("Codec.set_impl") as c:
+                yield c
+        else:
+            with self._handle as c:
+                yield c
 
     def decode(self, encoded: Encoded, out=None, nthreads: int = 0):
         """Decodes an Encoded back to an array of its shape and dtype (the

@@ -7,6 +7,7 @@ close on one thread can never free the object under a gather on another
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 from . import _errors
@@ -36,6 +37,20 @@ class Handle:
             self._active -= 1
             if self._active == 0 and self._idle is not None:
                 self._idle.set()
+
+    @contextlib.contextmanager
+    def exclusive(self, func: str):
+        """Gives the object to one caller alone: raises if another call is
+        using it, and keeps new calls from starting (they wait on the lock)
+        until the block ends. For the few operations that change the C object
+        (Codec.set_impl), which libibp forbids while other threads use it."""
+        with self._lock:
+            if self._h is None:
+                raise _errors.invalid(func, "the %s is closed" % self._what)
+            if self._active:
+                raise _errors.invalid(func, "the %s is in use by %d other call(s); it can only "
+                                      "be changed while idle" % (self._what, self._active))
+            yield self._h
 
     @property
     def closed(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes as C
 import os
 import tempfile
@@ -10,12 +11,37 @@ import numpy as np
 
 from . import _arrays, _errors, _lib
 from ._handle import Handle
+from ._impl import ImplMixin
 
 lib = _lib.lib
 check = _lib.check
 
 _I64 = np.dtype(np.int64)
+_ndarray = np.ndarray
+_np_empty = np.empty
 _gather = lib.ibp_store_gather
+_T_I64 = object()  # torch.int64 once torch is seen (a sentinel no dtype is, until then)
+_TENSOR = None
+
+
+def _torch():
+    return _arrays._torch()
+
+
+def _torch_tensor_type():
+    """torch.Tensor once a program has imported torch, else a type nothing is
+    (this package never imports torch itself)."""
+    global _TENSOR, _T_I64
+    if _TENSOR is None:
+        t = _arrays._torch()
+        if t is None:
+            return _NoTensor
+        _TENSOR, _T_I64 = t.Tensor, t.int64
+    return _TENSOR
+
+
+class _NoTensor:
+    pass
 _addressof = C.addressof
 _byte_from_buffer = C.c_byte.from_buffer
 
@@ -205,7 +231,7 @@ def open(path, verify=True, *, mmap: bool = False) -> "Store":  # noqa: A001
     return Store._wrap(out.value, os.fspath(path))
 
 
-class Store:
+class Store(ImplMixin):
     """A read-only store of compressed rows (a `.ibp` container) with gathers.
 
     Made by ibp.open(path) or Store.from_array(array). Thread-safe: any
@@ -215,7 +241,8 @@ class Store:
 
     __slots__ = ("_handle", "path", "shape", "dtype", "nrows", "row_bytes", "codec", "lossy",
                  "layout", "file_bytes", "chunk", "threshold", "nblocks", "block_rows",
-                 "version", "_code", "_np_dtype", "_row_shape", "_op_id", "__weakref__")
+                 "version", "_code", "_np_dtype", "_out_dtype", "_tdtype", "_row_shape", "_op_id",
+                 "__weakref__")
 
     def __init__(self, *a, **k):
         raise TypeError("use ibp.open(path) or ibp.Store.from_array(array)")
@@ -248,6 +275,10 @@ class Store:
             raise
         self._row_shape = self.shape[1:]
         self._np_dtype = np.dtype(_arrays._NP_STORAGE.get(self._code, np.uint8))
+        # dtype of new NumPy results (bfloat16: ml_dtypes' when installed)
+        self._out_dtype = _arrays.numpy_dtype(self._code) if self._code in _arrays.DTYPE_NAMES \
+            else self._np_dtype
+        self._tdtype = None
         self.path = path
         self._op_id = None
         self._handle = Handle(h, lib.ibp_store_close, "store")
@@ -300,30 +331,68 @@ class Store:
         NumPy array; out= (C-contiguous, that shape and dtype) is written in
         place and returned. An id < 0 or >= nrows raises ibp.OutOfRangeError
         (also an IndexError) before anything is written: no wrap-around.
-        nthreads: 0 = libibp's pool (all CPUs), 1 = this thread only."""
-        if type(ids) is np.ndarray and ids.dtype == _I64 and ids.flags.c_contiguous:
-            ids_arr, kind = ids, "numpy"  # the fast path: no conversion
+        nthreads: 0 = libibp's pool (all CPUs), 1 = this thread only.
+
+        The common cases (C-contiguous int64 ids, NumPy or CPU torch, with
+        or without a matching out=) take a fast path that adds about a
+        microsecond to the C call (bench/py_overhead.py)."""
+        # ---- ids: fast paths for C-contiguous int64 NumPy arrays and CPU tensors
+        tp = type(ids)
+        if tp is _ndarray and (ids.dtype is _I64 or ids.dtype == _I64) and ids.flags.c_contiguous:
+            kind, shape, n = 0, ids.shape + self._row_shape, ids.size
+            iptr = _ptr(ids)
+        elif tp is _torch_tensor_type() and ids.dtype is _T_I64 and ids.is_cpu \
+                and ids.is_contiguous() and not ids.is_neg():
+            kind, shape, n = 1, tuple(ids.shape) + self._row_shape, ids.numel()
+            iptr = ids.data_ptr()
         else:
-            ids_arr, kind = _arrays.as_ids(ids, "Store.gather")
-        shape = ids_arr.shape + self._row_shape
+            ids, k = _arrays.as_ids(ids, "Store.gather")  # ids stays alive for the call
+            kind, shape, n = (1 if k == "torch" else 0), ids.shape + self._row_shape, ids.size
+            iptr = _ptr(ids)
+        # ---- out: fast paths for an exact NumPy array or CPU tensor
         if out is None:
-            res, ptr = _arrays.empty(shape, self._code, kind)
-        elif (type(out) is np.ndarray and out.shape == shape and out.dtype == self._np_dtype
-              and out.flags.c_contiguous and out.flags.writeable):
-            ptr, res = _ptr(out), out  # the fast path for a NumPy out=
+            if kind:
+                res = _torch().empty(shape, dtype=self._torch_dtype())
+                ptr = res.data_ptr()
+            else:
+                res = _np_empty(shape, self._out_dtype)
+                ptr = _ptr(res)
+        elif type(out) is _ndarray and out.dtype is self._np_dtype and out.shape == shape \
+                and out.flags.c_contiguous and out.flags.writeable:
+            ptr, res = _ptr(out), out
+        elif type(out) is _torch_tensor_type() and out.dtype is self._torch_dtype() and out.is_cpu \
+                and out.is_contiguous() and out.shape == shape and not out.is_neg():
+            ptr, res = out.data_ptr(), out
         else:
             ptr = _arrays.check_out(out, shape, self._code, "Store.gather").ptr
             res = out
-        h = self._handle.acquire()
+        # ---- the call; Handle.acquire/release inlined (they were a third of the fixed cost)
+        hd = self._handle
+        lock = hd._lock
+        lock.acquire()
+        h = hd._h
+        if h is None:
+            lock.release()
+            raise _errors.invalid("Store.gather", "the store is closed")
+        hd._active += 1
+        lock.release()
         try:
-            st = _gather(h, _ptr(ids_arr), ids_arr.size, ptr, nthreads)
+            st = _gather(h, iptr, n, ptr, nthreads)
         finally:
-            self._handle.release()
+            lock.acquire()
+            hd._active -= 1
+            if not hd._active and hd._idle is not None:
+                hd._idle.set()
+            lock.release()
         if st:
             _raise_gather(st)
-        if out is None and kind != "torch" and self._code == 10:
-            return _arrays.wrap(res, 10, "numpy")
         return res
+
+    def _torch_dtype(self):
+        """torch dtype of this store's rows (cached)."""
+        if self._tdtype is None:
+            self._tdtype = _arrays.torch_dtype(self._code)
+        return self._tdtype
 
     def __getitem__(self, key):
         """store[i] is row i (Python rules: -1 is the last row); store[a:b:c]
@@ -365,6 +434,21 @@ class Store:
             check(lib.ibp_store_verify(h, nthreads), "ibp_store_verify")
         finally:
             self._handle.release()
+
+    # ---- CPU implementation (IBP stores) ------------------------------------
+
+    _impl_name = "Store"
+
+    @contextlib.contextmanager
+    def _impl_codec(self, exclusive):
+        # the store's codec is owned by the store; set_impl changes it only
+        # while no gather runs (Handle.exclusive), as libibp requires
+        if exclusive:
+            with self._handle.exclusive("Store.set_impl") as h:
+                yield lib.ibp_store_codec(h)
+        else:
+            with self._handle as h:
+                yield lib.ibp_store_codec(h)
 
     # ---- GPU --------------------------------------------------------------
 

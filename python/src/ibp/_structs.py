@@ -50,3 +50,76 @@ class Fp8Opts(C.Structure):
         ("adaptive", C.c_int),
         ("nthreads", C.c_int),
     ]
+
+
+class CacheOpts(C.Structure):
+    """Mirror of ibp_cache_opts_t (`policy` is ibp_cache_policy_t, an int)."""
+
+    c_name = "ibp_cache_opts_t"
+    c_header = "include/ibp/cache.h"
+    _fields_ = [
+        ("capacity_bytes", C.c_uint64),
+        ("row_bytes", C.c_uint64),
+        ("slab_bytes", C.c_uint64),
+        ("class_step", C.c_uint64),
+        ("raw_threshold", C.c_double),
+        ("max_batch", C.c_uint64),
+        ("max_callers", C.c_uint32),
+        ("policy", C.c_int),
+        ("flags", C.c_uint32),
+        ("device", C.c_int),
+    ]
+
+
+_CACHE_STATS = ("requests hits misses store_rows store_bytes hit_bytes insertions evictions rejected "
+                "invalidations bytes_copied slab_moves rows_resident bytes_resident slot_bytes_used "
+                "raw_bytes_resident capacity_bytes slab_bytes nslabs free_slabs meta_bytes class_step").split()
+
+
+class CacheStats(C.Structure):
+    """Mirror of ibp_cache_stats_t."""
+
+    c_name = "ibp_cache_stats_t"
+    c_header = "include/ibp/cache.h"
+    _fields_ = [(n, C.c_uint64) for n in _CACHE_STATS] + [("nclasses", C.c_uint32)]
+
+
+class CacheClassStats(C.Structure):
+    """Mirror of ibp_cache_class_stats_t."""
+
+    c_name = "ibp_cache_class_stats_t"
+    c_header = "include/ibp/cache.h"
+    _fields_ = [(n, C.c_uint64) for n in ("slot_bytes slabs slots used hits insertions evictions "
+                                           "bytes_resident bytes_saved hist").split()]
+
+
+# void (*)(void *user, int64_t handle, const void *data, uint64_t len)
+SlabPoolEvictFn = C.CFUNCTYPE(None, C.c_void_p, C.c_int64, C.c_void_p, C.c_uint64)
+
+
+class SlabPoolOpts(C.Structure):
+    """Mirror of ibp_slab_pool_opts_t."""
+
+    c_name = "ibp_slab_pool_opts_t"
+    c_header = "include/ibp/cache.h"
+    _fields_ = [
+        ("capacity_bytes", C.c_uint64),
+        ("max_block_bytes", C.c_uint64),
+        ("slab_bytes", C.c_uint64),
+        ("class_step", C.c_uint64),
+        ("policy", C.c_int),
+        ("flags", C.c_uint32),
+        ("on_evict", SlabPoolEvictFn),
+        ("user", C.c_void_p),
+    ]
+
+
+class SlabPoolStats(C.Structure):
+    """Mirror of ibp_slab_pool_stats_t."""
+
+    c_name = "ibp_slab_pool_stats_t"
+    c_header = "include/ibp/cache.h"
+    _fields_ = [(n, C.c_uint64) for n in (
+        "allocs frees evictions failed reads slab_moves blocks bytes slot_bytes_used pinned_blocks "
+        "capacity_bytes max_block_bytes slab_bytes nslabs free_slabs meta_bytes class_step").split()] + [
+        ("next_handle", C.c_int64), ("nclasses", C.c_uint32), ("pinned_memory", C.c_int32)]

@@ -4,13 +4,16 @@ float32): about 1 byte per element, relative L2 error about 2.6% (E4M3).
 
     buf = ibp.fp8.compress(t)        # uint8 array (tensor for torch input)
     approx = ibp.fp8.decompress(buf) # same dtype and shape, LOSSY values
+    ch = ibp.fp8.compress_chunks(t, chunk_elems=t.shape[-1])   # one stream per row
+    approx = ibp.fp8.decompress_chunks(ch)
 """
 
 from __future__ import annotations
 
+from ._chunks import Chunks, compress_fp8_chunks as _cc, decompress_fp8_chunks as _dc
 from ._tensor import compress_fp8 as _c, decompress_fp8 as _d
 
-__all__ = ["compress", "decompress"]
+__all__ = ["compress", "decompress", "compress_chunks", "decompress_chunks", "Chunks"]
 
 
 def compress(tensor, *, format: str = "e4m3", block: int = 256, hadamard: bool = True,
@@ -28,3 +31,25 @@ def decompress(buf, out=None, *, nthreads: int = 0):
     dtype and shape, or written into out= in place. Corrupt buffers raise
     ibp.CorruptError."""
     return _d(buf, out, nthreads)
+
+
+def compress_chunks(tensor, chunk_elems: int, *, format: str = "e4m3", block: int = 256,
+                    hadamard: bool = True, adaptive: bool = True, nthreads: int = 0, dtype=None,
+                    out=None) -> Chunks:
+    """Compresses (LOSSY) a bfloat16/float16/float32 array or tensor in
+    independent chunks of `chunk_elems` elements (C order; the last chunk
+    may be shorter), each its own FP8 stream, packed back to back: an
+    ibp.Chunks. Any chunk decodes alone (chunk_elems = a row's elements:
+    random access by row); each stream's bytes equal those compress gives
+    for that chunk alone. libibp has no CPU batch call for FP8, so this is
+    one ibp_fp8_encode call per chunk from a loop (the GIL released in each).
+    Options as for compress; out= a previous Chunks, refilled in place."""
+    return _cc(tensor, chunk_elems, format, block, hadamard, adaptive, nthreads, dtype, out)
+
+
+def decompress_chunks(chunks: Chunks, out=None, *, nthreads: int = 0):
+    """The FP8 reconstruction (lossy) of the tensor compress_chunks was
+    given, in its dtype and shape, or written into out= in place; one
+    ibp_fp8_decode call per chunk. Payload and offsets are untrusted:
+    damage raises ibp.CorruptError."""
+    return _dc(chunks, out, nthreads)

@@ -14,6 +14,19 @@ DLRM embedding bags (gather and pooling fused in libibp, inference only):
     out = bag(input, offsets)                      # as nn.EmbeddingBag
     ebc = ibp.torch.EmbeddingBagCollection({"user": w1, "item": w2})
 
+Compressed gradient collectives (libibp's ring algorithms with
+torch.distributed as the transport): ibp.torch.ddp_hook(codec="exp") for
+DistributedDataParallel.register_comm_hook, ibp.torch.fsdp's
+CompressedAllGather / CompressedReduceScatter for FSDP2, and
+ibp.torch.moe's all_to_all_single / all_to_all (differentiable) for
+expert-parallel MoE dispatch and combine.
+
+LLM KV-cache offload: ibp.torch.KVOffloader (paged blocks compressed into a
+host pool), and ibp.torch.vllm, an out-of-tree vLLM OffloadingSpec over it
+(kv_connector_extra_config={"spec_name": "IBPOffloadingSpec",
+"spec_module_path": "ibp.torch.vllm", "num_cpu_blocks": N}; vLLM is
+imported only when installed).
+
 Everything here runs on the CPU; GPU paths go through ibp.CudaStore, which
 needs a CUDA build of libibp and a GPU (ibp.NoDeviceError otherwise).
 torch is imported by this subpackage (plain `import ibp` never does);
@@ -34,6 +47,9 @@ _LAZY = {
     "EmbeddingBagCollection": "._bag",
     "embedding_bag": "._bag",
     "KVOffloader": "._kv",
+    "ddp_hook": ".ddp",  # DDP comm hook over libibp's compressed collectives
+    "all_to_all_single": ".moe",  # MoE all-to-all over libibp's AllToAll(v)
+    "all_to_all": ".moe",  # its differentiable form
 }
 
 __all__ = sorted(_LAZY)
@@ -41,6 +57,10 @@ __all__ = sorted(_LAZY)
 
 def __getattr__(name):
     # Lazy: `ibp.torch.EmbeddingBag` does not import torch_geometric.
+    if name == "vllm":  # the submodule (it imports vLLM only when installed)
+        return importlib.import_module(".vllm", __name__)
+    if name == "moe":  # the submodule: compressed all-to-all for MoE layers
+        return importlib.import_module(".moe", __name__)
     mod = _LAZY.get(name)
     if mod is None:
         raise AttributeError("module 'ibp.torch' has no attribute %r" % name)

@@ -1,0 +1,259 @@
+"""ibp.torch.ddp: compressed gradient all-reduce for DistributedDataParallel.
+
+    import ibp.torch.ddp as ibp_ddp
+    model = torch.nn.parallel.DistributedDataParallel(net)           # gloo, CPU
+    model.register_comm_hook(None, ibp_ddp.compressed_allreduce_hook(codec="exp"))
+
+The hook follows DDP's contract (``hook(state, bucket: dist.GradBucket) ->
+torch.futures.Future[torch.Tensor]``): it divides the bucket by the world
+size (as DDP's default all-reduce does), sums it over the ranks with one of
+libibp's compressed collectives and returns a completed Future of the bucket
+tensor. Codecs, by name (docs/COLLECTIVES.md):
+
+    "none"     the same ring AllReduce, plain bytes (a baseline)
+    "exp"      lossless exponent codec: bit-identical to "none"; with 2 ranks
+               (or any sum whose order the ring shares) bit-identical to DDP
+               without a hook
+    "fp8"      LOSSY FP8 E4M3 + Hadamard (TACO), re-encoded at every hop
+    "dynamiq"  LOSSY DynamiQ (quantized partial sums, ~5 bits per element)
+    "pts"      LOSSY RCMoE PTS (sparse, unbiased, very noisy per step)
+    "lsq"      LOSSY RCMoE LSQ: reduce-scatter as an LSQ AllToAll (each rank
+               sums the blocks it owns, in rank order), then a lossless "exp"
+               AllGather of the sums, so all replicas stay identical
+
+Design (docs/COLLECTIVES.md, "PyTorch hooks"): the hook runs libibp's own
+collective algorithms with torch.distributed as their transport
+(TorchTransport: each libibp message is a size then a payload sent with
+dist.isend / dist.irecv, every wait bounded by Work.wait(timeout)). So the
+ring, the per-hop decode-add-re-encode of the reductions, the message
+headers that catch mismatched calls, the switcher and the statistics are the
+ones the C tests check, and DynamiQ and PTS (algorithms, not per-message
+codecs) are available. The group's backend must carry CPU tensors (gloo);
+with an NCCL default group pass ``process_group=dist.new_group(backend="gloo")``.
+CUDA buckets are copied to the host and back (there is no NCCL transport in
+Python; see docs/GPU.md for the C one).
+
+Errors raise ibp.Error subclasses (ibp.InvalidArgumentError for an unknown
+codec or a mismatch across ranks, ibp.CorruptError for a corrupt payload,
+ibp.FileError for a timeout or a dead peer; the detail names the rank). After
+a failure the hook's communicator is broken and later calls raise at once.
+"""
+
+import datetime
+import itertools
+import time
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .. import _coll, _errors
+
+__all__ = ["compressed_allreduce_hook", "ddp_hook", "CompressedAllReduceHook", "TorchTransport", "communicator",
+           "allreduce_", "CODECS"]
+
+CODECS = tuple(_coll.CODECS)
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_TAG_BASE = 0x1B9C00
+_tags = itertools.count()
+
+
+class TorchTransport:
+    """libibp's transport primitive over torch.distributed point-to-point
+    calls (any CPU-capable backend; gloo). Each message is two: an int64 size
+    (tag t) then the payload (tag t + 1), because a receive must know its
+    size. Sends and receives are all posted before any wait, so a ring step
+    (send right, receive left) cannot deadlock; every wait gets the time left
+    until the call's deadline, and running out raises a TransportError that
+    libibp reports as IBP_ERR_IO ("timeout ... rank N").
+
+    Every transport made in a process takes the next pair of tags, so ranks
+    must make them in the same order (SPMD programs do). Payloads are
+    copies owned by Python: a timed-out send or receive can finish later
+    without touching libibp's freed buffers."""
+
+    def __init__(self, group=None, tag: Optional[int] = None):
+        if not dist.is_available() or not dist.is_initialized():
+            raise _errors.invalid("TorchTransport", "torch.distributed is not initialised "
+                                  "(call dist.init_process_group first)")
+        self.group = group if group is not None else dist.group.WORLD
+        self.rank = dist.get_rank(self.group)
+        self.nranks = dist.get_world_size(self.group)
+        if self.rank < 0:
+            raise _errors.invalid("TorchTransport", "this process is not in the group")
+        self._glob = [dist.get_global_rank(self.group, r) if self.group is not dist.group.WORLD else r
+                      for r in range(self.nranks)]
+        self.tag = _TAG_BASE + 2 * next(_tags) if tag is None else int(tag)
+        self._abandoned = []  # works that timed out (kept alive with their tensors)
+
+    def _wait(self, work, deadline, what):
+        left = deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise TimeoutError("deadline passed")
+            ok = work.wait(timeout=datetime.timedelta(seconds=left))
+        except Exception as e:  # gloo raises on timeout and on a dead peer
+            self._abandoned.append(work)
+            late = time.monotonic() >= deadline - 1e-3
+            raise _coll.TransportError("%s%s (%s)" % ("timeout: " if late else "", what, e)) from None
+        if ok is False:
+            self._abandoned.append(work)
+            raise _coll.TransportError("%s was aborted" % what)
+
+    def sendrecv(self, dst, payload, src, rcap, timeout):
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        sends = []
+        if dst >= 0:
+            size = torch.tensor([payload.size], dtype=torch.int64)
+            sends.append((dist.isend(size, self._glob[dst], group=self.group, tag=self.tag), size))
+            if payload.size:
+                data = torch.from_numpy(payload)
+                sends.append((dist.isend(data, self._glob[dst], group=self.group, tag=self.tag + 1), data))
+        got = None
+        if src >= 0:
+            size = torch.empty(1, dtype=torch.int64)
+            self._wait(dist.irecv(size, self._glob[src], group=self.group, tag=self.tag), deadline,
+                       "receiving a message size from rank %d within %.3g s" % (src, timeout))
+            n = int(size[0])
+            if n < 0 or n > rcap:
+                raise _coll.TransportError("mismatch: %d-byte message from rank %d exceeds the expected %d bytes"
+                                           % (n, src, rcap), 1)
+            got = np.empty(n, dtype=np.uint8)
+            if n:
+                self._wait(dist.irecv(torch.from_numpy(got), self._glob[src], group=self.group, tag=self.tag + 1),
+                           deadline, "receiving %d bytes from rank %d within %.3g s" % (n, src, timeout))
+        for w, _ in sends:
+            self._wait(w, deadline, "sending to rank %d within %.3g s" % (dst, timeout))
+        return got
+
+
+def communicator(process_group=None, *, policy: str = "auto", timeout: float = 60.0, calibrate: bool = True,
+                 nthreads: int = 1) -> _coll.Communicator:
+    """A libibp communicator over torch.distributed (TorchTransport).
+    Collective over the group: every rank makes it, in the same order."""
+    return _coll.Communicator(TorchTransport(process_group), timeout=timeout, policy=policy,
+                              calibrate=calibrate, nthreads=nthreads)
+
+
+def _check_tensor(t, func):
+    if not isinstance(t, torch.Tensor):
+        raise _errors.invalid(func, "expected a torch.Tensor, not %s" % type(t).__name__)
+    if t.dtype not in _DTYPES:
+        raise _errors.invalid(func, "the compressed collectives take float32, bfloat16 or float16 "
+                              "tensors, not %s" % t.dtype)
+
+
+def _lsq_allreduce(comm, host, gather_codec):
+    """Sum over ranks with LSQ on the reduce-scatter half: the bucket is cut
+    into nranks blocks (zero-padded), block j goes to rank j in an LSQ
+    AllToAll (a rank's own block is copied exactly), rank j adds the nranks
+    blocks in rank order in FP32, and the sums are all-gathered with a
+    lossless codec, so every replica gets the same tensor."""
+    p, n = comm.nranks, host.numel()
+    m = -(-n // p)
+    flat = host.reshape(-1)
+    padded = torch.zeros(p * m, dtype=host.dtype)
+    padded[:n] = flat
+    blocks = comm.alltoall(padded, codec="lsq")
+    acc = blocks[0].to(torch.float32)
+    for r in range(1, p):
+        acc += blocks[r].to(torch.float32)
+    gathered = comm.allgather(acc.to(host.dtype), codec=gather_codec)
+    flat.copy_(gathered.reshape(-1)[:n])
+
+
+def allreduce_(tensor: torch.Tensor, comm: _coll.Communicator, codec: str = "exp", *, average: bool = False,
+               lsq_gather_codec: str = "exp") -> torch.Tensor:
+    """In-place sum (average=True: mean) of `tensor` over the communicator's
+    ranks with `codec`; returns `tensor`. CPU tensors are reduced in place
+    (a non-contiguous one through a copy); CUDA ones through a host copy."""
+    func = "ibp.torch.ddp.allreduce_"
+    _coll.codec_id(codec, func)
+    _check_tensor(tensor, func)
+    p = comm.nranks
+    work = tensor
+    if tensor.device.type != "cpu" or not tensor.is_contiguous():
+        work = tensor.detach().to("cpu", copy=True).contiguous()
+    with torch.no_grad():
+        if average and p > 1:
+            work.div_(p)  # before the sum, as DDP's default hook: keeps the same numerics
+        if work.numel() and p > 1:
+            if codec.lower() == "lsq":
+                _lsq_allreduce(comm, work, lsq_gather_codec)
+            else:
+                comm.allreduce(work.detach(), out=work.detach(), codec=codec)
+        if work is not tensor:
+            tensor.copy_(work)
+    return tensor
+
+
+class CompressedAllReduceHook:
+    """A DDP communication hook (see the module docstring). The libibp
+    communicator is made on the first bucket (collective: every rank's DDP
+    calls the hook for the same buckets in the same order), over
+    `process_group` (default: the default group; with state a ProcessGroup
+    and no process_group, that one). policy: "auto" lets libibp's switcher
+    send plain bytes when compression would not pay or the data would not
+    shrink ("always" compresses every call; lossy codecs dynamiq, pts and
+    lsq are used whenever requested). timeout (s) bounds every wait.
+
+    ``stats()`` gives the communicator's statistics (calls, compressed,
+    last_ratio, ...)."""
+
+    def __init__(self, codec: str = "exp", *, process_group=None, policy: str = "auto", timeout: float = 60.0,
+                 calibrate: bool = True, nthreads: int = 1, lsq_gather_codec: str = "exp"):
+        func = "compressed_allreduce_hook"
+        _coll.codec_id(codec, func)
+        _coll.policy_id(policy, func)
+        if _coll.codec_id(lsq_gather_codec, func) not in (0, 1, 2):
+            raise _errors.invalid(func, "lsq_gather_codec must be none, exp or fp8, not %r" % (lsq_gather_codec,))
+        _coll.make_opts(func, timeout, policy, calibrate, 0.0, nthreads)
+        self.codec = codec.lower()
+        self.process_group = process_group
+        self.policy = policy
+        self.timeout = timeout
+        self.calibrate = calibrate
+        self.nthreads = nthreads
+        self.lsq_gather_codec = lsq_gather_codec
+        self.comm = None
+        self.__name__ = self.__qualname__ = "ibp_%s_allreduce_hook" % self.codec  # DDP logs hooks by name
+
+    def _comm(self, state):
+        if self.comm is None:
+            group = self.process_group
+            if group is None and isinstance(state, dist.ProcessGroup):
+                group = state
+            self.comm = communicator(group, policy=self.policy, timeout=self.timeout, calibrate=self.calibrate,
+                                     nthreads=self.nthreads)
+        return self.comm
+
+    def __call__(self, state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        buf = bucket.buffer()
+        allreduce_(buf, self._comm(state), self.codec, average=True, lsq_gather_codec=self.lsq_gather_codec)
+        fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        fut.set_result(buf)
+        return fut
+
+    def stats(self) -> dict:
+        """The communicator's statistics (empty before the first bucket)."""
+        return self.comm.stats() if self.comm is not None else {}
+
+    def close(self):
+        if self.comm is not None:
+            self.comm.close()
+            self.comm = None
+
+
+def compressed_allreduce_hook(codec: str = "exp", **kwargs) -> CompressedAllReduceHook:
+    """A hook for ``DistributedDataParallel.register_comm_hook(state, hook)``
+    that all-reduces each gradient bucket with libibp's `codec` ("none",
+    "exp", "fp8", "dynamiq", "pts", "lsq"); keyword arguments as
+    CompressedAllReduceHook. An unknown codec raises ibp.InvalidArgumentError
+    here, before any communication."""
+    return CompressedAllReduceHook(codec, **kwargs)
+
+
+
+ddp_hook = compressed_allreduce_hook  # the name issue 14 gives it: ibp.torch.ddp_hook(codec=...)

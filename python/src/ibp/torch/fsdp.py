@@ -1,0 +1,155 @@
+"""ibp.torch.fsdp: compressed all-gather and reduce-scatter for FSDP2.
+
+    from torch.distributed.fsdp import fully_shard
+    import ibp.torch.fsdp as ibp_fsdp
+    model = fully_shard(net, mesh=init_device_mesh("cpu", (world,)))
+    ag, rs = ibp_fsdp.CompressedAllGather("exp"), ibp_fsdp.CompressedReduceScatter("exp")
+    ibp_fsdp.set_compressed_collectives(model, ag, rs)   # on every FSDP module
+
+FSDP2 keeps the custom comm per FSDP module (per parameter group), so it
+must be set on every module fully_shard was applied to, not only the root
+(whose own group may hold no parameters); set_compressed_collectives does.
+
+Both implement FSDP2's Comm interface (``allocate`` and ``__call__``, see
+torch.distributed.fsdp's AllGather / ReduceScatter) with libibp's ring
+AllGather and ReduceScatter over torch.distributed (ibp.torch.ddp's
+TorchTransport), so they run synchronously and return no Work. Codecs:
+AllGather "none", "exp" (lossless), "fp8" (LOSSY; each shard is encoded
+once and every rank, its owner included, decodes the same bytes, so the
+unsharded parameters are identical everywhere); ReduceScatter "none", "exp",
+"fp8" (LOSSY, re-encoded at every hop) and "lsq" (LOSSY: an LSQ AllToAll,
+then each rank adds its blocks in rank order in FP32). DynamiQ and PTS are
+AllReduce algorithms and are refused here (ibp.InvalidArgumentError).
+
+Buffers of other dtypes (FSDP2 packs mixed-dtype parameters as uint8) and
+reductions other than SUM and AVG raise ibp.UnsupportedError; CUDA buffers
+go through a host copy. One communicator per process group, made on the
+first call (collective over the group).
+"""
+
+import torch
+import torch.distributed as dist
+
+from .. import _coll, _errors
+from .ddp import _DTYPES, communicator
+
+__all__ = ["CompressedAllGather", "CompressedReduceScatter", "set_compressed_collectives"]
+
+try:  # FSDP2's abstract Comm classes (torch >= 2.8); plain objects before
+    from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather as _AGBase
+    from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter as _RSBase
+except ImportError:  # pragma: no cover
+    _AGBase = _RSBase = object
+
+
+class _Base:
+    _allowed = ()
+
+    def __init__(self, codec="exp", *, policy="auto", timeout=60.0, calibrate=True, nthreads=1):
+        func = type(self).__name__
+        if _coll.codec_id(codec, func) not in [_coll.CODECS[c] for c in self._allowed]:
+            raise _errors.invalid(func, "codec %r is not available here (use one of %s)"
+                                  % (codec, ", ".join(self._allowed)))
+        _coll.make_opts(func, timeout, policy, calibrate, 0.0, nthreads)
+        self.codec = codec.lower()
+        self._kw = dict(policy=policy, timeout=timeout, calibrate=calibrate, nthreads=nthreads)
+        self._comms = {}
+
+    def allocate(self, size, *, dtype, device):
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def comm(self, group):
+        c = self._comms.get(group)
+        if c is None:
+            c = self._comms[group] = communicator(group, **self._kw)
+        return c
+
+    def stats(self, group=None) -> dict:
+        """Statistics of the communicator of `group` (the only one by default)."""
+        if group is None and len(self._comms) == 1:
+            group = next(iter(self._comms))
+        c = self._comms.get(group)
+        return c.stats() if c is not None else {}
+
+    def _check(self, func, *tensors):
+        for t in tensors:
+            if t.dtype not in _DTYPES:
+                raise _errors.UnsupportedError(
+                    "%s: a %s buffer: the compressed collectives take float32, bfloat16 or float16 (FSDP2 "
+                    "packs parameters of mixed dtypes as uint8)" % (func, t.dtype), func=func, status=6)
+
+
+def _host(t):
+    return t if t.device.type == "cpu" and t.is_contiguous() else t.detach().to("cpu").contiguous()
+
+
+class CompressedAllGather(_Base, _AGBase):
+    """FSDP2 custom all-gather (``FSDPModule.set_custom_all_gather``)."""
+
+    _allowed = ("none", "exp", "fp8")
+
+    def __call__(self, output_tensor, input_tensor, group, async_op=False):
+        func = "CompressedAllGather"
+        self._check(func, output_tensor, input_tensor)
+        c = self.comm(group)
+        n = input_tensor.numel()
+        if output_tensor.numel() != n * c.nranks:
+            raise _errors.invalid(func, "output has %d elements, expected %d x %d"
+                                  % (output_tensor.numel(), c.nranks, n))
+        out = _host(output_tensor)
+        with torch.no_grad():
+            c.allgather(_host(input_tensor).reshape(-1), out=out.view(c.nranks, n), codec=self.codec)
+            if out is not output_tensor:
+                output_tensor.copy_(out.view_as(output_tensor))
+        return None
+
+
+class CompressedReduceScatter(_Base, _RSBase):
+    """FSDP2 custom reduce-scatter (``FSDPModule.set_custom_reduce_scatter``):
+    SUM, or AVG (the sum divided by the group size afterwards)."""
+
+    _allowed = ("none", "exp", "fp8", "lsq")
+
+    def __call__(self, output_tensor, input_tensor, group, op=dist.ReduceOp.SUM, async_op=False):
+        func = "CompressedReduceScatter"
+        self._check(func, output_tensor, input_tensor)
+        if op == dist.ReduceOp.SUM:
+            avg = False
+        elif op == dist.ReduceOp.AVG:
+            avg = True
+        else:
+            raise _errors.UnsupportedError("%s: reduction %s (SUM and AVG only)" % (func, op), func=func, status=6)
+        c = self.comm(group)
+        n = output_tensor.numel()
+        if input_tensor.numel() != n * c.nranks:
+            raise _errors.invalid(func, "input has %d elements, expected %d x %d"
+                                  % (input_tensor.numel(), c.nranks, n))
+        src = _host(input_tensor).reshape(-1)
+        with torch.no_grad():
+            if self.codec == "lsq":
+                blocks = c.alltoall(src, codec="lsq")
+                acc = blocks[0].to(torch.float32)
+                for r in range(1, c.nranks):
+                    acc += blocks[r].to(torch.float32)
+                res = acc.to(output_tensor.dtype)
+            else:
+                res = c.reducescatter(src, codec=self.codec)
+            if avg:
+                res = res.div_(c.nranks)
+            output_tensor.copy_(res.view_as(output_tensor))
+        return None
+
+
+def set_compressed_collectives(model, all_gather=None, reduce_scatter=None) -> int:
+    """Sets `all_gather` / `reduce_scatter` (either may be None) on every
+    FSDPModule in `model` (itself included); returns how many modules."""
+    from torch.distributed.fsdp import FSDPModule
+    n = 0
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            if all_gather is not None:
+                m.set_custom_all_gather(all_gather)
+            if reduce_scatter is not None:
+                m.set_custom_reduce_scatter(reduce_scatter)
+            n += 1
+    return n

@@ -1,0 +1,165 @@
+"""ibp.Cache and ibp.SlabPool: the slab cache's rows equal the store's on
+every policy, hits and evictions counted, the evicted ids exactly the rows
+that left; the pool's blocks round-trip, capacity holds, victims are
+reported through on_evict, freed slots are reused, errors raise."""
+
+import numpy as np
+import pytest
+
+import ibp
+from conftest import make_rows
+
+
+@pytest.fixture(scope="module")
+def store():
+    rng = np.random.default_rng(7)
+    rows = make_rows(rng, 250, (96,), "float32")
+    s = ibp.Store.from_array(rows)
+    yield s, rows
+    s.close()
+
+
+@pytest.mark.parametrize("policy", ["clock", "s3fifo", "lru"])
+def test_cache_rows_hits_evicted(store, policy):
+    s, rows = store
+    c = ibp.Cache(25 * s.row_bytes, store=s, policy=policy)
+    rng = np.random.default_rng(1)
+    reported = 0
+    for b in range(30):
+        ids = rng.integers(0, 40 if b % 2 else 250, size=int(rng.integers(1, 120)))
+        before = _resident(c, s)
+        got, ev = c.gather(s, ids, return_evicted=True)
+        assert np.array_equal(got, rows[ids])
+        after = _resident(c, s)
+        assert len(set(ev.tolist())) == len(ev)
+        assert set(ev.tolist()) <= before and not (set(ev.tolist()) & after)
+        assert before - set(ev.tolist()) <= after  # nothing left unreported
+        reported += len(ev)
+    st = c.stats()
+    assert st["hits"] > 0 and st["evictions"] == reported > 0
+    assert st["slot_bytes_used"] <= st["capacity_bytes"]
+    assert sum(k["used"] for k in c.class_stats()) == st["rows_resident"]
+    c.close()
+    assert c.closed
+
+
+def _resident(c, s):
+    """Ids resident now (NO_ADMIT gathers of one id, counted by hits)."""
+    res = set()
+    for i in range(s.nrows):
+        h0 = c.stats()["hits"]
+        c.gather(s, [i], admit=False)
+        if c.stats()["hits"] > h0:
+            res.add(i)
+    return res
+
+
+def test_cache_torch_ids_and_limits(store):
+    torch = pytest.importorskip("torch")
+    s, rows = store
+    c = ibp.Cache(30 * s.row_bytes, store=s, policy="clock", uncompressed=True)
+    ids = torch.arange(0, 30)
+    out, ev = c.gather(s, ids, return_evicted=True)
+    assert isinstance(out, torch.Tensor) and torch.equal(out, torch.from_numpy(rows[:30]))
+    assert isinstance(ev, torch.Tensor) and ev.numel() == 0
+    _, ev = c.gather(s, np.arange(100, 180), return_evicted=True, max_evict=5)
+    assert len(ev) == 5 and all(0 <= e < 30 for e in ev.tolist())
+    assert c.prefetch(s, np.arange(210, 220), return_evicted=True, max_evict=0).size == 0
+    c.invalidate([10, 11, 12])
+    c.invalidate([])  # nothing (not everything)
+    st = c.stats()
+    assert st["invalidations"] >= 1
+    c.invalidate()
+    assert c.stats()["rows_resident"] == 0
+    scores = np.zeros(s.nrows, np.float32)
+    scores[200:210] = 1
+    c2 = ibp.Cache(10 * s.row_bytes, store=s, policy="static", uncompressed=True)
+    c2.preload(s, scores)
+    assert c2.stats()["rows_resident"] == 10
+    c2.gather(s, np.arange(200, 210), admit=False)
+    assert c2.stats()["hits"] == 10
+    with pytest.raises(ibp.OutOfRangeError):
+        c.gather(s, [s.nrows])
+    with pytest.raises(ValueError):
+        ibp.Cache(1000, store=s, policy="fifo")
+    with pytest.raises(ValueError):
+        ibp.Cache(0, 100)
+    with pytest.raises(ValueError):
+        c.gather(s, [1], max_evict=3)  # needs return_evicted
+    other = ibp.Store.from_array(rows[:10])
+    with pytest.raises(ibp.InvalidArgumentError):
+        c.gather(other, [1])  # bound to `s` (the out-of-range gather bound it) until emptied
+    other.close()
+
+
+def test_pool_round_trip_capacity_eviction():
+    evicted = []
+    p = ibp.SlabPool(64 * 1024, 4096, policy="clock", on_evict=evicted.append)
+    assert p.stats()["pinned_memory"] in (0, 1) and isinstance(p.pinned, bool)
+    rng = np.random.default_rng(3)
+    blocks = {}
+    for i in range(300):
+        data = rng.integers(0, 256, size=int(rng.integers(0, 4097)), dtype=np.uint8)
+        h = p.put(data)
+        assert h == i
+        blocks[h] = data
+        for e in evicted:
+            blocks.pop(e, None)
+        st = p.stats()
+        assert st["slot_bytes_used"] <= 64 * 1024 and st["bytes"] <= st["slot_bytes_used"]
+    assert len(evicted) == p.stats()["evictions"] > 0 and len(set(evicted)) == len(evicted)
+    assert len(p) == len(blocks)
+    for h, data in blocks.items():
+        assert np.array_equal(p.get(h), data) and p.size(h) == len(data) and h in p
+    for h in evicted:
+        assert h not in p
+        with pytest.raises(KeyError):
+            p.get(h)
+    with pytest.raises(ibp.OutOfRangeError):
+        p.remove(evicted[0])
+    # bytes-like and arrays of other dtypes are stored as their bytes
+    h = p.put(b"hello")
+    assert bytes(p.get(h)) == b"hello"
+    a = np.arange(10, dtype=np.float32)
+    h = p.put(a)
+    assert np.array_equal(p.get(h).view(np.float32), a)
+    out = np.zeros(100, np.uint8)
+    assert p.get(h, out=out).size == 40
+    with pytest.raises(ValueError):
+        p.put(np.zeros(4097, np.uint8))
+    p.close()
+
+
+def test_pool_freed_slots_reused_and_callback_may_use_pool():
+    p = ibp.SlabPool(16 * 1024, 1024, policy="s3fifo", pinned=False)
+    assert not p.pinned
+    hs = [p.put(np.full(1000, i, np.uint8)) for i in range(16)]
+    assert p.stats()["evictions"] == 0 and len(p) == 16
+    p.remove(hs[3])
+    p.put(np.full(1000, 99, np.uint8))
+    assert p.stats()["evictions"] == 0  # the freed slot took it
+    seen = []
+
+    def on_evict(h):
+        seen.append(h)
+        assert h not in p  # called after the pool's lock is released: the pool may be used
+
+    p.on_evict = on_evict
+    for i in range(5):
+        p.put(np.full(1000, 200 + i, np.uint8))
+    assert len(seen) == 5 == p.stats()["evictions"]
+    p.close()
+    with pytest.raises(ValueError):
+        ibp.SlabPool(100, 1024)  # below one slot of the largest block
+    with pytest.raises(ValueError):
+        ibp.SlabPool(1 << 16, 0)
+
+
+def test_pool_static_full_raises():
+    p = ibp.SlabPool(4096, 1024, policy="static")
+    for i in range(4):
+        p.put(np.zeros(1024, np.uint8))
+    with pytest.raises(ibp.NoMemoryError):
+        p.put(np.zeros(1024, np.uint8))
+    assert p.stats()["failed"] == 1
+    p.close()

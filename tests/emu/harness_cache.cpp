@@ -1,0 +1,262 @@
+/* harness_cache.cpp - the slab cache's device steps (kernels/slab_cache.cu:
+ * probe, erase, insert, gather-from-slab, and the table's device memory from
+ * cache/slab_cudahost.c) on the emulator, against their CPU twins
+ * (cache/slab_batch.c), round after round of a random batch sequence on two
+ * copies of one table (host memory for the twins, emulator device memory
+ * for the kernels): every probe entry and pin count, every staged byte,
+ * length and codec byte, the erase counts, and after each round the index
+ * (each live key once, with the same entry) and every resident slot's
+ * bytes. Probes carry many duplicates, so pins of one slot come from many
+ * threads at once. A small index makes chains long and wrap around.
+ * Usage: harness_cache [--seed S] [--quick] [--defect N] [--preempt M]
+ * (run.sh builds and runs it; exit status 0 = all equal). */
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "k_slab.inc"
+
+extern "C" {
+#include "../../cache/slab_batch.h"
+}
+#include "../../cache/slab_cudahost.c"
+
+extern uint64_t emu_seed;
+extern int emu_preempt_mean;
+
+#include "harness_check.h"
+
+template <class T> static T *dev(size_t n, const char *name)
+{
+	T *p = (T *)emu_dev_alloc(n * sizeof(T) + 1, 0, name);
+	memset((void *)p, 0xA7, n * sizeof(T) + 1);
+	return p;
+}
+
+struct Slot {
+	int64_t key;
+	uint64_t entry;
+};
+
+/* One table geometry run for `rounds` rounds. */
+static void run_case(uint64_t cap, uint64_t nslabs, int rounds)
+{
+	const uint32_t nclasses = 4;
+	const uint32_t slot_bytes[nclasses] = { 48, 128, 272, 512 };
+	const uint64_t slab_bytes = 2048, spp = slab_bytes / slot_bytes[0], nslots = nslabs * spp;
+	const uint64_t mem_bytes = nslabs * slab_bytes;
+	/* host twin table */
+	std::vector<int64_t> hkeys(cap, IBP_SLAB_KEY_EMPTY);
+	std::vector<uint64_t> hvals(cap, 0);
+	std::vector<uint32_t> hpin(nslots, 0);
+	std::vector<uint16_t> hmeta(nslots, 0);
+	std::vector<uint8_t> hmem(mem_bytes, 0x5C);
+	ibp_slab_table_t H = { hkeys.data(), hvals.data(), cap, hpin.data(), hmeta.data(), hmem.data(), slot_bytes, spp,
+			       slab_bytes };
+	/* device table */
+	ibp_slab_table_t D;
+	OK(ibp_slab_table_alloc_cuda(&D, cap, nslots, mem_bytes, slot_bytes, nclasses));
+	D.spp = spp;
+	D.slab_bytes = slab_bytes;
+	memset(D.mem, 0x5C, mem_bytes);
+	/* model: each slab's class, its free slots, the live keys */
+	std::vector<int> scls(nslabs);
+	std::vector<std::vector<uint64_t>> freeslots(nslabs);
+	for (uint64_t s = 0; s < nslabs; s++) {
+		scls[s] = (int)(rnd() % nclasses);
+		for (uint64_t b = 0; b < slab_bytes / slot_bytes[scls[s]]; b++)
+			freeslots[s].push_back(b);
+	}
+	std::map<int64_t, uint64_t> live; /* key -> entry */
+	int64_t next_key = (int64_t)(rnd() % 1000);
+	unsigned long long *dcount = dev<unsigned long long>(2, "counters");
+	const uint64_t maxn = 160;
+	int64_t *dids = dev<int64_t>(maxn, "ids");
+	uint64_t *dent = dev<uint64_t>(maxn, "entries");
+	ibp_slab_insert_op_t *dops = dev<ibp_slab_insert_op_t>(maxn, "insert ops");
+	uint8_t *dsrc = dev<uint8_t>(maxn * 512, "source bytes");
+	std::vector<uint8_t> hsrc(maxn * 512);
+	const uint64_t stride = 520;
+	uint8_t *dstage = dev<uint8_t>(maxn * stride, "stage");
+	uint32_t *dlen = dev<uint32_t>(maxn, "lengths");
+	uint32_t *dmeta = dev<uint32_t>(maxn, "codec bytes");
+
+	for (int round = 0; round < rounds; round++) {
+		/* ---- erase: some live keys (victims, invalidations) and some absent ones ---- */
+		std::vector<int64_t> er;
+		for (auto &kv : live)
+			if (rnd() % 4 == 0 && er.size() < maxn / 2)
+				er.push_back(kv.first);
+		for (int i = 0; i < 5; i++)
+			er.push_back(next_key + 100000 + (int64_t)(rnd() % 1000)); /* never inserted */
+		std::shuffle(er.begin(), er.end(), std::mt19937_64(rnd()));
+		unsigned long long hn = 0;
+		OK(ibp_slab_erase(&H, er.data(), er.size(), &hn));
+		memcpy(dids, er.data(), er.size() * 8);
+		dcount[0] = 0;
+		OK(ibp_slab_erase_cuda(&D, dids, er.size(), dcount, nullptr));
+		CHECK(dcount[0] == hn, "round %d: erase counted %llu, twin %llu", round, dcount[0], hn);
+		for (int64_t k : er) {
+			auto it = live.find(k);
+			if (it == live.end())
+				continue;
+			uint64_t e = it->second, s = IBP_SLAB_SLAB(e);
+			freeslots[s].push_back(IBP_SLAB_SLOT(e));
+			live.erase(it);
+		}
+		/* ---- insert: new keys into free slots (keys with ids colliding on purpose) ---- */
+		std::vector<ibp_slab_insert_op_t> hops, dv;
+		uint64_t want = 1 + rnd() % (maxn / 2);
+		for (uint64_t i = 0; i < want && live.size() + hops.size() < cap * 3 / 4; i++) {
+			uint64_t s = rnd() % nslabs;
+			if (freeslots[s].empty())
+				continue;
+			size_t j = rnd() % freeslots[s].size();
+			uint64_t b = freeslots[s][j];
+			freeslots[s].erase(freeslots[s].begin() + (long)j);
+			uint32_t cls = (uint32_t)scls[s];
+			uint64_t len = rnd() % 7 == 0 ? 0 : 1 + rnd() % slot_bytes[cls];
+			uint64_t e = IBP_SLAB_ENTRY(IBP_SLAB_READY, cls, len, s, b);
+			uint64_t k = hops.size();
+			for (uint64_t x = 0; x < len; x++)
+				hsrc[k * 512 + x] = (uint8_t)rnd();
+			ibp_slab_insert_op_t o = { next_key, e, &hsrc[k * 512], (uint32_t)(rnd() % 65536) };
+			next_key += 1 + (int64_t)(rnd() % 3);
+			hops.push_back(o);
+			o.src = dsrc + k * 512;
+			dv.push_back(o);
+			live[o.key] = e;
+		}
+		memcpy(dsrc, hsrc.data(), hops.size() * 512);
+		hn = 0;
+		OK(ibp_slab_insert(&H, hops.data(), hops.size(), &hn));
+		if (!dv.empty())
+			memcpy(dops, dv.data(), dv.size() * sizeof(ibp_slab_insert_op_t));
+		dcount[1] = 0;
+		OK(ibp_slab_insert_cuda(&D, dops, dv.size(), dcount + 1, nullptr));
+		CHECK(hn == 0 && dcount[1] == 0, "round %d: full table (twin %llu, device %llu)", round, hn, dcount[1]);
+		/* ---- probe with duplicates, then gather and unpin ---- */
+		std::vector<int64_t> ids;
+		std::vector<int64_t> keys;
+		for (auto &kv : live)
+			keys.push_back(kv.first);
+		uint64_t n = 1 + rnd() % maxn;
+		for (uint64_t i = 0; i < n; i++) {
+			uint64_t r = rnd() % 10;
+			if (r < 4 && !keys.empty())
+				ids.push_back(keys[rnd() % std::min<size_t>(keys.size(), 3)]); /* hot: many pins of one slot */
+			else if (r < 8 && !keys.empty())
+				ids.push_back(keys[rnd() % keys.size()]);
+			else if (r < 9)
+				ids.push_back(next_key + 5000 + (int64_t)(rnd() % 100)); /* absent */
+			else
+				ids.push_back(-1 - (int64_t)(rnd() % 3)); /* never a key */
+		}
+		std::vector<uint64_t> hent(n);
+		OK(ibp_slab_probe(&H, ids.data(), n, hent.data(), 1));
+		memcpy(dids, ids.data(), n * 8);
+		OK(ibp_slab_probe_cuda(&D, dids, n, dent, 1, nullptr));
+		for (uint64_t k = 0; k < n; k++) {
+			CHECK(dent[k] == hent[k], "round %d: probe %llu (id %lld): entry %llx, twin %llx", round,
+			      (unsigned long long)k, (long long)ids[k], (unsigned long long)dent[k],
+			      (unsigned long long)hent[k]);
+			auto it = live.find(ids[k]);
+			CHECK(hent[k] == (it == live.end() ? 0 : it->second), "round %d: twin probe of %lld wrong", round,
+			      (long long)ids[k]);
+		}
+		CHECK(!memcmp(D.pin, hpin.data(), nslots * 4), "round %d: pin counts differ after the probe", round);
+		std::vector<uint8_t> hstage(n * stride, 0x3E);
+		memset(dstage, 0x3E, n * stride);
+		std::vector<uint32_t> hlen(n), hm(n);
+		OK(ibp_slab_gather(&H, hent.data(), n, hstage.data(), stride, hlen.data(), hm.data(), 1));
+		OK(ibp_slab_gather_cuda(&D, dent, n, dstage, stride, dlen, dmeta, 1, nullptr));
+		CHECK(!memcmp(dlen, hlen.data(), n * 4), "round %d: gathered lengths differ", round);
+		CHECK(!memcmp(dmeta, hm.data(), n * 4), "round %d: gathered codec bytes differ", round);
+		CHECK(!memcmp(dstage, hstage.data(), n * stride), "round %d: staged bytes differ", round);
+		for (uint32_t p : hpin)
+			CHECK(p == 0, "round %d: a slot still pinned after the gather", round);
+		CHECK(!memcmp(D.pin, hpin.data(), nslots * 4), "round %d: pins differ after the gather", round);
+		/* ---- the index and the slots ---- */
+		std::map<int64_t, uint64_t> seen;
+		for (uint64_t p = 0; p < cap; p++) {
+			int64_t k = D.keys[p];
+			CHECK(k >= 0 || k == IBP_SLAB_KEY_EMPTY || k == IBP_SLAB_KEY_TOMB, "bad key %lld", (long long)k);
+			if (k < 0)
+				continue;
+			CHECK(!seen.count(k), "round %d: key %lld stored twice on the device", round, (long long)k);
+			seen[k] = D.vals[p];
+		}
+		CHECK(seen == live, "round %d: device index has %zu keys, the model %zu (or other entries)", round,
+		      seen.size(), live.size());
+		for (auto &kv : live) {
+			uint64_t e = kv.second, l = IBP_SLAB_LEN(e);
+			CHECK(!memcmp(ibp_slab_addr(&D, e), ibp_slab_addr(&H, e), l), "round %d: slot bytes of %lld differ",
+			      round, (long long)kv.first);
+			CHECK(D.meta[ibp_slab_slot(&D, e)] == hmeta[ibp_slab_slot(&H, e)], "round %d: codec byte differs", round);
+		}
+	}
+	emu_dev_free(dcount);
+	emu_dev_free(dids);
+	emu_dev_free(dent);
+	emu_dev_free(dops);
+	emu_dev_free(dsrc);
+	emu_dev_free(dstage);
+	emu_dev_free(dlen);
+	emu_dev_free(dmeta);
+	ibp_slab_table_free_cuda(&D);
+	CHECK(D.keys == nullptr && D.mem == nullptr, "table not cleared by free");
+}
+
+/* Argument errors, alike on both sides. */
+static void errors_case()
+{
+	ibp_slab_table_t t;
+	memset(&t, 0, sizeof(t));
+	int64_t id = 1;
+	uint64_t e;
+	CHECK(ibp_slab_probe(&t, &id, 1, &e, 0) == IBP_ERR_INVALID_ARG, "twin: a table without index");
+	CHECK(ibp_slab_probe_cuda(&t, &id, 1, &e, 0, nullptr) == IBP_ERR_INVALID_ARG, "device: a table without index");
+	CHECK(ibp_slab_probe_cuda(nullptr, &id, 1, &e, 0, nullptr) == IBP_ERR_INVALID_ARG, "device: NULL table");
+	CHECK(ibp_slab_table_alloc_cuda(&t, 100, 4, 4, nullptr, 1) == IBP_ERR_INVALID_ARG, "alloc: bad sizes");
+	uint32_t sb = 16;
+	CHECK(ibp_slab_table_alloc_cuda(&t, 64, 4, 64, &sb, 1) == IBP_OK, "alloc: %s", ibp_last_error());
+	CHECK(ibp_slab_gather_cuda(&t, &e, 1, nullptr, 16, nullptr, nullptr, 1, nullptr) == IBP_ERR_INVALID_ARG,
+	      "gather: NULL outputs");
+	CHECK(ibp_slab_probe_cuda(&t, nullptr, 0, nullptr, 0, nullptr) == IBP_OK, "n = 0");
+	ibp_slab_table_free_cuda(&t);
+	ibp_slab_table_free_cuda(&t); /* zeroed: a no-op */
+}
+
+int main(int argc, char **argv)
+{
+	unsigned long long seed = 1;
+	int quick = 0;
+	for (int i = 1; i < argc; i++) {
+		std::string a = argv[i];
+		if (a == "--seed" && i + 1 < argc)
+			seed = strtoull(argv[++i], 0, 0);
+		else if (a == "--quick")
+			quick = 1;
+		else if (a == "--defect" && i + 1 < argc)
+			emu_defect = atoi(argv[++i]);
+		else if (a == "--preempt" && i + 1 < argc)
+			emu_preempt_mean = atoi(argv[++i]);
+		else if (a != "cache") {
+			fprintf(stderr, "usage: %s [cache] [--seed S] [--quick] [--defect N] [--preempt M]\n", argv[0]);
+			return 2;
+		}
+	}
+	rs = seed;
+	emu_seed = seed;
+	fprintf(stderr, "emu: suite cache seed %llu%s defect %d\n", seed, quick ? " (quick)" : "", emu_defect);
+	errors_case();
+	run_case(64, 4, quick ? 6 : 20);     /* a small index: long chains that wrap */
+	run_case(1024, 12, quick ? 6 : 30);  /* many slots, short chains */
+	printf("cache: %s (%d failures, seed %llu)\n", failures ? "FAILED" : "ALL OK", failures, seed);
+	return failures != 0;
+}
