@@ -41,6 +41,7 @@
 #include "util/error.h"
 #include "bitpack/codec_internal.h"
 #include "io/container_internal.h"
+#include "store/first_failure.h"
 
 #define STORE_MAX_THREADS 256
 #define GRAIN_BYTES (64u * 1024u) /* output bytes a worker claims at once */
@@ -309,7 +310,7 @@ static uint64_t decode_range(const ibp_store_t *s, const int64_t *ids, int block
 static void record_failure(ibp_store_t *s, job_t *j, uint64_t pos, ibp_status_t st)
 {
 	pthread_mutex_lock(&s->mu);
-	if (!atomic_load(&j->failed) || pos < j->err_pos) {
+	if (ibp_failure_replaces(atomic_load(&j->failed), pos, j->err_pos)) {
 		j->err = st;
 		j->err_pos = pos;
 		snprintf(j->err_msg, sizeof(j->err_msg), "%s", ibp_last_error());

@@ -12,6 +12,7 @@
 
 #include "ibp.h"
 #include "bitpack/codec_internal.h"
+#include "store/first_failure.h"
 #include "testutil.h"
 #include "fixtures.h"
 
@@ -242,6 +243,28 @@ Test(store_faults, gather_requires_exact_extent, .init = make_tmpdir, .fini = re
 	free(out);
 	ibp_store_close(s);
 	free_ibp(&f);
+}
+
+/* Bug caught: keeping any failure but the one at the smallest position.
+ * The rule on its own, over failures found in every order (the pooled
+ * test below depends on the helper thread running in time). */
+Test(store_faults, earliest_failure_kept)
+{
+	static const uint64_t found[][4] = { { 9, 3, 7, 5 }, { 3, 9, 7, 5 }, { 7, 5, 9, 3 }, { 5, 5, 2, 8 } };
+	for (size_t k = 0; k < sizeof(found) / sizeof(found[0]); k++) {
+		int have = 0;
+		uint64_t at = 0, least = UINT64_MAX;
+		for (int i = 0; i < 4; i++) {
+			if (ibp_failure_replaces(have, found[k][i], at))
+				at = found[k][i];
+			have = 1;
+			least = found[k][i] < least ? found[k][i] : least;
+		}
+		cr_assert_eq(at, least, "order %zu: kept %llu, first is %llu", k, (unsigned long long)at,
+			     (unsigned long long)least);
+	}
+	cr_assert(ibp_failure_replaces(0, 100, 0), "the first failure is always recorded");
+	cr_assert(!ibp_failure_replaces(1, 4, 4), "an equal position keeps the first message");
 }
 
 /* Bug caught: the pooled gather reporting the last failing position (or
