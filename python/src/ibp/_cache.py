@@ -26,7 +26,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import _arrays, _errors, _lib
-from ._handle import Handle
+from ._handle import Handle, Owner
 from ._structs import (CacheClassStats, CacheOpts, CacheStats, SlabPoolEvictFn, SlabPoolOpts,
                        SlabPoolStats)
 
@@ -85,7 +85,7 @@ def _struct_dict(st) -> dict:
     return {name: int(getattr(st, name)) for name, _ in st._fields_}
 
 
-class Cache:
+class Cache(Owner):
     """A slab cache of compressed rows of one store (ibp_cache_*): hot rows
     kept compressed in size-classed slots, so the same bytes hold about
     `ratio` times more rows than a cache of decoded rows.
@@ -247,25 +247,9 @@ class Cache:
                 res.append(_struct_dict(cs))
         return res
 
-    def close(self) -> None:
-        """Frees the cache (waits for running calls). Idempotent."""
-        self._handle.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self._handle.close()
-        except Exception:
-            pass
 
 
-class SlabPool:
+class SlabPool(Owner):
     """A pool of variable-size blocks on the cache's size-class allocator
     (ibp_slab_pool_*): capacity in bytes, handles 0, 1, 2, ... never reused,
     freed slots reused, and when a block does not fit the policy evicts
@@ -417,21 +401,6 @@ class SlabPool:
                 res.append(_struct_dict(cs))
         return res
 
-    def close(self) -> None:
-        self._handle.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self._handle.close()
-        except Exception:
-            pass
 
 
 class MissingBlockError(_errors.OutOfRangeError, KeyError):

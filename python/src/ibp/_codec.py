@@ -9,7 +9,7 @@ import numpy as np
 from . import _arrays, _errors, _lib
 import contextlib
 
-from ._handle import Handle
+from ._handle import Handle, Owner
 from ._impl import ImplMixin
 from ._store import train_opts
 
@@ -73,7 +73,7 @@ class Encoded:
         return "<ibp.Encoded %d rows, %d payload bytes>" % (self.nrows, self.payload.nbytes)
 
 
-class Codec(ImplMixin):
+class Codec(Owner, ImplMixin):
     """A trained IBP codec (immutable but for set_impl; may be shared by threads)."""
 
     __slots__ = ("_handle", "row_bytes", "chunk", "threshold", "nclusters", "nchunks",
@@ -224,21 +224,6 @@ class Codec(ImplMixin):
             return out
         return _arrays.wrap(arr, encoded._code, encoded._kind)
 
-    def close(self) -> None:
-        self._handle.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self._handle.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         return "<ibp.Codec row_bytes=%d chunk=%d threshold=%s clusters=%d>" % (

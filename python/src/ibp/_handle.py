@@ -73,3 +73,28 @@ class Handle:
     def __exit__(self, *exc):
         self.release()
         return False
+
+
+class Owner:
+    """Lifetime of a Python object owning one Handle (self._handle): close()
+    (idempotent; subclasses extend it), a context manager that closes, and a
+    finaliser that frees the C object if close() was never called."""
+
+    __slots__ = ()  # subclasses with __slots__ stay without a __dict__
+
+    def close(self) -> None:
+        """Frees the C object (waits for running calls). Idempotent."""
+        self._handle.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self._handle.close()
+        except Exception:
+            pass

@@ -10,7 +10,7 @@ import tempfile
 import numpy as np
 
 from . import _arrays, _errors, _lib
-from ._handle import Handle
+from ._handle import Handle, Owner
 from ._impl import ImplMixin
 
 lib = _lib.lib
@@ -231,7 +231,7 @@ def open(path, verify=True, *, mmap: bool = False) -> "Store":  # noqa: A001
     return Store._wrap(out.value, os.fspath(path))
 
 
-class Store(ImplMixin):
+class Store(Owner, ImplMixin):
     """A read-only store of compressed rows (a `.ibp` container) with gathers.
 
     Made by ibp.open(path) or Store.from_array(array). Thread-safe: any
@@ -469,18 +469,6 @@ class Store(ImplMixin):
             self._op_id = None
         self._handle.close()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self._handle.close()
-        except Exception:
-            pass
 
     @property
     def op_handle(self) -> int:
