@@ -35,8 +35,8 @@ work = os.path.join(root, os.environ.get("IBP_MUTATE_DIR", "build-mutate"))
 tree = os.path.join(work, "tree")
 bdir = os.path.join(work, "build")
 
-def say(*a):
-    print(*a, flush=True)
+def say(*a, sep=" "):
+    print(*a, sep=sep, flush=True)
 
 # ---- the list ----------------------------------------------------------
 # "@ FILE SUITE..." opens an entry (SUITE = test binary, or binary:filter
