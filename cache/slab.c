@@ -368,10 +368,16 @@ int cache_slab_steal(ibp_cache_t *c, uint32_t cls, void (*evict)(ibp_cache_t *, 
 	/* The donor's least used slab with nothing pinned (any: of any other
 	 * class, the least used). */
 	uint32_t best = NIL;
-	for (uint64_t s = 0; s < c->nslabs; s++)
-		if (c->scls[s] != SLAB_FREE && c->scls[s] != cls && (d == NIL || c->scls[s] == d) && !c->spinned[s] &&
-		    slab_len(c, s) >= c->cls[cls].slot_bytes && (best == NIL || c->sused[s] < c->sused[best]))
-			best = (uint32_t)s;
+	for (int pass = 0; pass < 2 && best == NIL; pass++) {
+		/* any: when every slab of the donor is pinned, look at all classes */
+		if (pass && (!any || d == NIL))
+			break;
+		for (uint64_t s = 0; s < c->nslabs; s++)
+			if (c->scls[s] != SLAB_FREE && c->scls[s] != cls && (pass || d == NIL || c->scls[s] == d) &&
+			    !c->spinned[s] && slab_len(c, s) >= c->cls[cls].slot_bytes &&
+			    (best == NIL || c->sused[s] < c->sused[best]))
+				best = (uint32_t)s;
+	}
 	if (best == NIL || c->sused[best] > max_evict)
 		return 0;
 	d = c->scls[best];
