@@ -3,7 +3,7 @@
  * array the way PyTorch's CPU kernel does (issue 13, docs/BENCHMARKS.md
  * "Embedding bags").
  *
- *   bench_bag FILE.npy [--rows N] [--bags N] [--pooling L] [--runs N] [--pf D,D,...]
+ *   bench_bag FILE.npy [--rows N] [--bags N] [--pooling L] [--runs N] [--pf D,D,...] [--calls N]
  *
  * Loads FILE.npy (2-D float32), tiles its rows up to --rows (default: as
  * is), packs it (trained, packed layout) into a temporary file and times,
@@ -15,6 +15,12 @@
  * output is compared bitwise with the plain one. Prints the median bags
  * per second of each, for 1 thread also per second of the thread's CPU
  * time (steadier on a loaded machine), and the table bytes each holds.
+ * --calls N (default 1) times N calls per run and method: small batches
+ * (a few hundred bags), where the cost of a call itself shows (the bag
+ * runs on the store's thread pool: no thread is started per call). For 2
+ * threads it also prints bags per second of the process's CPU time (all
+ * threads, starting and ending them included), which a loaded machine
+ * disturbs far less than the wall clock.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -29,6 +35,13 @@
 #include "bench_util.h"
 
 #define MAX_PF 8
+
+static double proc_cpu_now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 /* The plain pooled sum: 0 + r0 + r1 + ... in float32, as PyTorch's CPU
  * kernel, bags split over threads in contiguous ranges. */
@@ -88,7 +101,7 @@ int main(int argc, char **argv)
 {
 	const char *path = NULL;
 	uint64_t rows = 0, nbags = 4096, pool = 20;
-	int runs = 7, pfs[MAX_PF] = { 0, 8 }, npf = 2;
+	int runs = 7, pfs[MAX_PF] = { 0, 8 }, npf = 2, calls = 1;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--rows") && i + 1 < argc)
 			rows = strtoull(argv[++i], NULL, 10);
@@ -98,6 +111,8 @@ int main(int argc, char **argv)
 			pool = strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
 			runs = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--calls") && i + 1 < argc)
+			calls = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--pf") && i + 1 < argc) {
 			npf = 0;
 			for (char *p = argv[++i]; *p && npf < MAX_PF; p += *p == ',') {
@@ -111,12 +126,12 @@ int main(int argc, char **argv)
 			path = argv[i];
 		else {
 			fprintf(stderr, "usage: bench_bag FILE.npy [--rows N] [--bags N] [--pooling L] [--runs N] "
-					"[--pf D,D,...]\n");
+					"[--pf D,D,...] [--calls N]\n");
 			return 2;
 		}
 	}
-	if (!path || runs < 1 || runs > 101 || nbags == 0 || npf == 0) {
-		fprintf(stderr, "bench_bag: need FILE.npy, 1 <= runs <= 101, bags >= 1, a --pf list\n");
+	if (!path || runs < 1 || runs > 101 || nbags == 0 || npf == 0 || calls < 1) {
+		fprintf(stderr, "bench_bag: need FILE.npy, 1 <= runs <= 101, bags >= 1, calls >= 1, a --pf list\n");
 		return 2;
 	}
 	ibp_npy_info_t info;
@@ -151,10 +166,10 @@ int main(int argc, char **argv)
 	unlink(tmp);
 	uint64_t held = ibp_container_file_bytes(ibp_store_container(s));
 	printf("%s: %llu x %llu float32 (%.1f MiB plain, %.1f MiB compressed, %.1f%% saved), %llu bags of %llu "
-	       "ids, %d runs\n",
+	       "ids, %d runs of %d calls\n",
 	       path, (unsigned long long)rows, (unsigned long long)dim, (double)(rows * R) / 1048576.0,
 	       (double)held / 1048576.0, 100.0 * (1.0 - (double)held / (double)(rows * R)),
-	       (unsigned long long)nbags, (unsigned long long)pool, runs);
+	       (unsigned long long)nbags, (unsigned long long)pool, runs, calls);
 
 	uint64_t nids = nbags * pool;
 	int64_t *ids = malloc(sizeof(int64_t) * nids), *off = malloc(sizeof(int64_t) * (nbags + 1));
@@ -171,7 +186,7 @@ int main(int argc, char **argv)
 
 	/* methods: plain 1t, plain 2t, then ibp 1t and 2t per distance */
 	int NM = 2 + 2 * npf;
-	double *tm[2 + 2 * MAX_PF], *tc[2 + 2 * MAX_PF];
+	double *tm[2 + 2 * MAX_PF], *tc[2 + 2 * MAX_PF], *tp[2 + 2 * MAX_PF];
 	char mname[2 + 2 * MAX_PF][48];
 	for (int m = 0; m < NM; m++) {
 		if (m < 2)
@@ -180,6 +195,7 @@ int main(int argc, char **argv)
 			snprintf(mname[m], sizeof(mname[m]), "ibp %dt pf=%d", m % 2 + 1, pfs[(m - 2) / 2]);
 		tm[m] = calloc((size_t)runs, sizeof(double));
 		tc[m] = calloc((size_t)runs, sizeof(double));
+		tp[m] = calloc((size_t)runs, sizeof(double));
 	}
 	plain_bag(tab, ids, off, nbags, dim, ref, 1);
 	for (int r = 0; r < runs; r++)
@@ -191,33 +207,39 @@ int main(int argc, char **argv)
 				setenv("IBP_GATHER_PREFETCH", v, 1);
 			}
 			memset(got, 0xff, (size_t)(nbags * R));
-			double c0 = cpu_now(), t0 = now();
-			if (m < 2)
-				plain_bag(tab, ids, off, nbags, dim, got, t);
-			else if ((st = ibp_store_embedding_bag(s, IBP_BAG_SUM, 0, ids, IBP_DTYPE_I64, nids, off, nbags,
-							       NULL, -1, got, t)) != IBP_OK)
-				die("embedding_bag", st);
+			double c0 = cpu_now(), p0 = proc_cpu_now(), t0 = now();
+			for (int k = 0; k < calls; k++) {
+				if (m < 2)
+					plain_bag(tab, ids, off, nbags, dim, got, t);
+				else if ((st = ibp_store_embedding_bag(s, IBP_BAG_SUM, 0, ids, IBP_DTYPE_I64, nids, off,
+								       nbags, NULL, -1, got, t)) != IBP_OK)
+					die("embedding_bag", st);
+			}
 			tm[m][r] = now() - t0;
 			tc[m][r] = cpu_now() - c0;
+			tp[m][r] = proc_cpu_now() - p0;
 			if (memcmp(got, ref, (size_t)(nbags * R))) {
 				fprintf(stderr, "bench_bag: %s output differs from the plain pooled sum\n", mname[m]);
 				return 1;
 			}
 		}
 	for (int m = 0; m < NM; m++) {
-		double w = (double)nbags / median(tm[m], runs), c = (double)nbags / median(tc[m], runs);
-		double w0 = (double)nbags / median(tm[m % 2], runs), c0 = (double)nbags / median(tc[0], runs);
+		const double nb = (double)nbags * calls;
+		double w = nb / median(tm[m], runs), c = nb / median(tc[m], runs);
+		double w0 = nb / median(tm[m % 2], runs), c0 = nb / median(tc[0], runs);
 		if (m % 2 == 0)
 			printf("  %-14s %10.0f bags/s wall (%5.1f%% of plain), %10.0f bags/s per CPU second (%5.1f%%)\n",
 			       mname[m], w, 100.0 * w / w0, c, 100.0 * c / c0);
 		else
-			printf("  %-14s %10.0f bags/s wall (%5.1f%% of plain)\n", mname[m], w, 100.0 * w / w0);
+			printf("  %-14s %10.0f bags/s wall (%5.1f%% of plain), %10.0f bags/s per process CPU second\n",
+			       mname[m], w, 100.0 * w / w0, nb / median(tp[m], runs));
 	}
 	printf("  medians of %d runs; every output bitwise equal to the plain pooled sum\n", runs);
 	ibp_store_close(s);
 	for (int m = 0; m < NM; m++) {
 		free(tm[m]);
 		free(tc[m]);
+		free(tp[m]);
 	}
 	free(ids);
 	free(off);

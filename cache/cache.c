@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache_cuda.h"
 #include "cache_internal.h"
 #include "ibp/codec.h"
 #include "ibp/container.h"
@@ -13,8 +14,6 @@
 #define LRU_WINDOW 8u
 #define HIST_WINDOW 8192u /* admissions between halvings of the histogram */
 
-/* unique-id kinds of a pass */
-enum { K_HIT = 1, K_MISS, K_ADMIT, K_ALLOC, K_FILLED, K_BADFILL, K_ERR };
 
 /* ---- policy lists: circular, doubly linked through prev/next ---- */
 
@@ -349,9 +348,6 @@ ibp_status_t ibp_cache_create(const ibp_cache_opts_t *opts, ibp_cache_t **out)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: NULL %s", opts ? "out" : "opts");
 	*out = NULL;
 	ibp_cache_opts_t o = *opts;
-	if (o.device >= 0)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "ibp_cache_create: device %d: the GPU cache is not built yet "
-				"(use device -1, host memory)", o.device);
 	if (!o.capacity_bytes)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: capacity_bytes is 0");
 	if (!o.row_bytes || o.row_bytes > IBP_CACHE_MAX_ROW_BYTES)
@@ -365,7 +361,7 @@ ibp_status_t ibp_cache_create(const ibp_cache_opts_t *opts, ibp_cache_t **out)
 				o.raw_threshold);
 	if (o.policy > IBP_CACHE_LRU)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: unknown policy %d", (int)o.policy);
-	if (o.flags & ~(IBP_CACHE_UNCOMPRESSED | IBP_CACHE_NO_RAW))
+	if (o.flags & ~(IBP_CACHE_UNCOMPRESSED | IBP_CACHE_NO_RAW | IBP_CACHE_HOST_FALLBACK))
 		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: unknown flag bits 0x%x", o.flags);
 	if (o.policy == IBP_CACHE_POLICY_DEFAULT)
 		o.policy = IBP_CACHE_S3FIFO;
@@ -404,14 +400,22 @@ ibp_status_t ibp_cache_create(const ibp_cache_opts_t *opts, ibp_cache_t **out)
 	c->meta_bytes += c->nws * (o.max_batch * 64 + (c->ws[0].dcap * 12));
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->ws_cv, NULL);
+	if (o.device >= 0) { /* the GPU cache's device side (cache_cuda.c) */
+		s = cache_cuda_init(c);
+		if (!c->dev) {
+			ibp_cache_free(c);
+			return s;
+		}
+	}
 	*out = c;
-	return IBP_OK;
+	return s; /* IBP_ERR_NO_DEVICE: a host-fallback device cache */
 }
 
 void ibp_cache_free(ibp_cache_t *c)
 {
 	if (!c)
 		return;
+	cache_cuda_free(c);
 	for (uint32_t i = 0; i < c->nws; i++)
 		ws_free(&c->ws[i]);
 	free(c->ws);
@@ -477,8 +481,13 @@ static ibp_status_t miss_meta(ibp_cache_t *c, const ibp_container_t *ct, cache_w
 			return s;
 		w->uclu[u] = (uint8_t)clu;
 	}
-	int compressed = !(c->o.flags & IBP_CACHE_UNCOMPRESSED) && w->usrc[u] &&
-			 ibp_container_layout(ct) == IBP_LAYOUT_PACKED &&
+	cache_miss_class(c, w, u, w->usrc[u] && ibp_container_layout(ct) == IBP_LAYOUT_PACKED);
+	return IBP_OK;
+}
+
+void cache_miss_class(ibp_cache_t *c, cache_ws_t *w, uint64_t u, int packed)
+{
+	int compressed = !(c->o.flags & IBP_CACHE_UNCOMPRESSED) && packed &&
 			 (w->ufl[u] & IBP_ROW_MODE_MASK) != IBP_ROW_RAW;
 	uint32_t cls = compressed ? cache_class_of(c, w->ulen[u]) : c->raw;
 	if (cls == c->raw)
@@ -487,7 +496,6 @@ static ibp_status_t miss_meta(ibp_cache_t *c, const ibp_container_t *ct, cache_w
 	w->uclen[u] = compressed ? w->ulen[u] : c->rb;
 	if (!compressed)
 		w->ufl[u] = 0xFF; /* decoded */
-	return IBP_OK;
 }
 
 /* Decodes row id from the store into dst. */
@@ -527,12 +535,95 @@ static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_
 		 ibp_status_t *first, uint64_t *first_pos)
 {
 	const ibp_container_t *ct = ibp_store_container(store);
-	uint64_t nrows = ibp_store_nrows(store), nu = 0, m = w->dcap - 1;
+	uint64_t nu = cache_pass_dedupe(c, w, ids, n, ibp_store_nrows(store), out != NULL, out, out_rows, status, base,
+					first, first_pos);
+	int admit = !(flags & IBP_CACHE_NO_ADMIT);
+	cache_pass_probe(c, w, nu, out != NULL, admit);
+
+	/* 3. misses: where their bytes are, and (gather) decode them from the store */
+	uint64_t srows = 0, sbytes = 0;
+	for (uint64_t u = 0; u < nu; u++) {
+		if (w->ukind[u] == K_HIT || (!out && w->ukind[u] != K_ADMIT))
+			continue;
+		ibp_status_t s = miss_meta(c, ct, w, u);
+		if (s == IBP_OK && out)
+			s = store_row(store, ct, w, u, out_row(c, out, out_rows, w->ufirst[u]));
+		if (s == IBP_OK) {
+			srows++;
+			sbytes += w->ulen[u];
+		}
+		if (s != IBP_OK) {
+			w->ustat[u] = s == IBP_ERR_NOMEM ? s : IBP_ERR_CORRUPT;
+			w->ukind[u] = K_ERR;
+			if (out)
+				memset(out_row(c, out, out_rows, w->ufirst[u]), 0, c->rb);
+		}
+	}
+
+	cache_pass_alloc(c, w, nu, out != NULL, sink);
+
+	/* 5. copy into the slots; decode the hits */
+	uint64_t copied = 0, hit_bytes = 0;
+	for (uint64_t u = 0; u < nu; u++) {
+		if (w->ukind[u] == K_ALLOC) {
+			uint8_t *dst = cache_slot_ptr(c, w->ug[u]);
+			ibp_status_t s = IBP_OK;
+			if (!out) /* prefetch: decode once to check the bytes */
+				s = store_row(store, ct, w, u, w->scratch);
+			if (s == IBP_OK) {
+				if (w->ufl[u] == 0xFF)
+					memcpy(dst, out ? out_row(c, out, out_rows, w->ufirst[u]) : w->scratch, c->rb);
+				else
+					memcpy(dst, w->usrc[u], w->uclen[u]);
+				copied += w->uclen[u];
+				w->ukind[u] = K_FILLED;
+				if (!out) {
+					srows++;
+					sbytes += w->ulen[u];
+				}
+			} else {
+				w->ukind[u] = K_BADFILL; /* prefetch: skipped, not an error */
+			}
+		} else if (w->ukind[u] == K_HIT && out) {
+			uint8_t *dst = out_row(c, out, out_rows, w->ufirst[u]);
+			ibp_status_t s = slot_row(c, store, w->ug[u], dst);
+			hit_bytes += c->slen[w->ug[u]];
+			if (s != IBP_OK) {
+				memset(dst, 0, c->rb);
+				w->ustat[u] = IBP_ERR_CORRUPT;
+			}
+		}
+	}
+
+	cache_pass_publish(c, w, n, nu, out != NULL, srows, sbytes, copied, hit_bytes);
+
+	/* 7. statuses and duplicates */
+	for (uint64_t k = 0; k < n; k++) {
+		uint32_t u = w->rep[k];
+		if (u == NIL)
+			continue;
+		ibp_status_t s = (ibp_status_t)w->ustat[u];
+		if (out && w->ufirst[u] != k)
+			memcpy(out_row(c, out, out_rows, k), out_row(c, out, out_rows, w->ufirst[u]), c->rb);
+		if (status)
+			status[k] = s;
+		if (s != IBP_OK && *first == IBP_OK) {
+			*first = s;
+			*first_pos = base + k;
+		}
+	}
+}
+
+uint64_t cache_pass_dedupe(ibp_cache_t *c, cache_ws_t *w, const int64_t *ids, uint64_t n, uint64_t nrows, int gather,
+			   void *out, const int64_t *out_rows, int32_t *status, uint64_t base, ibp_status_t *first,
+			   uint64_t *first_pos)
+{
+	uint64_t nu = 0, m = w->dcap - 1;
 	/* 1. validate and deduplicate */
 	for (uint64_t k = 0; k < n; k++) {
 		w->rep[k] = NIL;
 		ibp_status_t s = IBP_OK;
-		if (out && out_rows && out_rows[k] < 0)
+		if (gather && out_rows && out_rows[k] < 0)
 			s = IBP_ERR_INVALID_ARG;
 		else if (ids[k] < 0 || (uint64_t)ids[k] >= nrows)
 			s = IBP_ERR_OUT_OF_RANGE;
@@ -567,8 +658,11 @@ static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_
 			p = (p + 1) & m;
 		w->dkey[p] = KEY_EMPTY;
 	}
+	return nu;
+}
 
-	int admit = !(flags & IBP_CACHE_NO_ADMIT);
+void cache_pass_probe(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gather, int admit)
+{
 	/* 2. probe and pin (locked) */
 	pthread_mutex_lock(&c->mu);
 	for (uint64_t u = 0; u < nu; u++) {
@@ -580,7 +674,7 @@ static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_
 			w->ukind[u] = K_HIT;
 			w->ug[u] = g;
 			cache_pin_slot(c, g);
-			if (out) {
+			if (gather) {
 				cache_policy_hit(c, g);
 				c->cls[ENT_CLASS(e)].hits += w->ucnt[u];
 			}
@@ -589,27 +683,10 @@ static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_
 		}
 	}
 	pthread_mutex_unlock(&c->mu);
+}
 
-	/* 3. misses: where their bytes are, and (gather) decode them from the store */
-	uint64_t srows = 0, sbytes = 0;
-	for (uint64_t u = 0; u < nu; u++) {
-		if (w->ukind[u] == K_HIT || (!out && w->ukind[u] != K_ADMIT))
-			continue;
-		ibp_status_t s = miss_meta(c, ct, w, u);
-		if (s == IBP_OK && out)
-			s = store_row(store, ct, w, u, out_row(c, out, out_rows, w->ufirst[u]));
-		if (s == IBP_OK) {
-			srows++;
-			sbytes += w->ulen[u];
-		}
-		if (s != IBP_OK) {
-			w->ustat[u] = s == IBP_ERR_NOMEM ? s : IBP_ERR_CORRUPT;
-			w->ukind[u] = K_ERR;
-			if (out)
-				memset(out_row(c, out, out_rows, w->ufirst[u]), 0, c->rb);
-		}
-	}
-
+void cache_pass_alloc(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gather, cache_sink_t *sink)
+{
 	/* 4. allocate slots for the admitted misses (locked) */
 	pthread_mutex_lock(&c->mu);
 	c->sink = sink;
@@ -618,7 +695,7 @@ static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_
 		if (w->ukind[u] != K_ADMIT)
 			continue;
 		w->ukind[u] = K_MISS;
-		if (c->o.policy == IBP_CACHE_STATIC && out) {
+		if (c->o.policy == IBP_CACHE_STATIC && gather) {
 			c->st.rejected++; /* static: gathers never admit */
 			continue;
 		}
@@ -655,40 +732,11 @@ static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_
 	}
 	c->sink = NULL;
 	pthread_mutex_unlock(&c->mu);
+}
 
-	/* 5. copy into the slots; decode the hits */
-	uint64_t copied = 0, hit_bytes = 0;
-	for (uint64_t u = 0; u < nu; u++) {
-		if (w->ukind[u] == K_ALLOC) {
-			uint8_t *dst = cache_slot_ptr(c, w->ug[u]);
-			ibp_status_t s = IBP_OK;
-			if (!out) /* prefetch: decode once to check the bytes */
-				s = store_row(store, ct, w, u, w->scratch);
-			if (s == IBP_OK) {
-				if (w->ufl[u] == 0xFF)
-					memcpy(dst, out ? out_row(c, out, out_rows, w->ufirst[u]) : w->scratch, c->rb);
-				else
-					memcpy(dst, w->usrc[u], w->uclen[u]);
-				copied += w->uclen[u];
-				w->ukind[u] = K_FILLED;
-				if (!out) {
-					srows++;
-					sbytes += w->ulen[u];
-				}
-			} else {
-				w->ukind[u] = K_BADFILL; /* prefetch: skipped, not an error */
-			}
-		} else if (w->ukind[u] == K_HIT && out) {
-			uint8_t *dst = out_row(c, out, out_rows, w->ufirst[u]);
-			ibp_status_t s = slot_row(c, store, w->ug[u], dst);
-			hit_bytes += c->slen[w->ug[u]];
-			if (s != IBP_OK) {
-				memset(dst, 0, c->rb);
-				w->ustat[u] = IBP_ERR_CORRUPT;
-			}
-		}
-	}
-
+void cache_pass_publish(ibp_cache_t *c, cache_ws_t *w, uint64_t n, uint64_t nu, int gather, uint64_t srows,
+			uint64_t sbytes, uint64_t copied, uint64_t hit_bytes)
+{
 	/* 6. publish and unpin (locked) */
 	pthread_mutex_lock(&c->mu);
 	for (uint64_t u = 0; u < nu; u++) {
@@ -724,7 +772,7 @@ static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_
 	c->st.store_bytes += sbytes;
 	c->st.bytes_copied += copied;
 	c->st.hit_bytes += hit_bytes;
-	if (out) {
+	if (gather) {
 		c->st.requests += n;
 		for (uint64_t k = 0; k < n; k++)
 			if (w->rep[k] != NIL) {
@@ -735,22 +783,6 @@ static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_
 			}
 	}
 	pthread_mutex_unlock(&c->mu);
-
-	/* 7. statuses and duplicates */
-	for (uint64_t k = 0; k < n; k++) {
-		uint32_t u = w->rep[k];
-		if (u == NIL)
-			continue;
-		ibp_status_t s = (ibp_status_t)w->ustat[u];
-		if (out && w->ufirst[u] != k)
-			memcpy(out_row(c, out, out_rows, k), out_row(c, out, out_rows, w->ufirst[u]), c->rb);
-		if (status)
-			status[k] = s;
-		if (s != IBP_OK && *first == IBP_OK) {
-			*first = s;
-			*first_pos = base + k;
-		}
-	}
 }
 
 static ibp_status_t run(ibp_cache_t *c, ibp_store_t *store, const int64_t *ids, uint64_t n, void *out,
@@ -761,6 +793,9 @@ static ibp_status_t run(ibp_cache_t *c, ibp_store_t *store, const int64_t *ids, 
 		*n_evicted = 0;
 	if (!c || !store)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL %s", fn, c ? "store" : "cache");
+	if (c->dev)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: a device cache (opts.device %d) is filled by "
+				"ibp_cache_gather_cuda only", fn, c->o.device);
 	if (n && (!ids || (gather && !out)))
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL %s with n = %llu", fn, ids ? "out" : "ids",
 				(unsigned long long)n);
@@ -884,6 +919,14 @@ ibp_status_t ibp_cache_preload(ibp_cache_t *c, ibp_store_t *store, const float *
 	return s;
 }
 
+/* A device cache: the same removal on its table, then its lock released. */
+static ibp_status_t invalidate_dev(ibp_cache_t *c, const int64_t *ids, uint64_t n)
+{
+	ibp_status_t s = cache_cuda_invalidate(c, ids, n);
+	pthread_mutex_unlock(&c->dev->mu);
+	return s;
+}
+
 ibp_status_t ibp_cache_invalidate(ibp_cache_t *c, const int64_t *ids, uint64_t n, void *stream)
 {
 	(void)stream;
@@ -893,18 +936,22 @@ ibp_status_t ibp_cache_invalidate(ibp_cache_t *c, const int64_t *ids, uint64_t n
 		if (n)
 			return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_invalidate: NULL ids with n = %llu",
 					(unsigned long long)n);
+		if (c->dev)
+			pthread_mutex_lock(&c->dev->mu);
 		pthread_mutex_lock(&c->mu);
 		c->st.invalidations += c->st.rows_resident;
 		cache_storage_reset(c);
 		c->st.rows_resident = c->st.bytes_resident = c->st.slot_bytes_used = 0;
 		c->store = NULL;
 		pthread_mutex_unlock(&c->mu);
-		return IBP_OK;
+		return c->dev ? invalidate_dev(c, NULL, 0) : IBP_OK;
 	}
 	for (uint64_t k = 0; k < n; k++)
 		if (ids[k] < 0)
 			return ibp_fail(IBP_ERR_OUT_OF_RANGE, "ibp_cache_invalidate: id %lld at position %llu is negative",
 					(long long)ids[k], (unsigned long long)k);
+	if (c->dev)
+		pthread_mutex_lock(&c->dev->mu);
 	pthread_mutex_lock(&c->mu);
 	for (uint64_t k = 0; k < n; k++) {
 		uint64_t p = cache_ix_find(&c->ix, ids[k]);
@@ -923,7 +970,7 @@ ibp_status_t ibp_cache_invalidate(ibp_cache_t *c, const int64_t *ids, uint64_t n
 		cache_drop_slot(c, g, 0);
 	}
 	pthread_mutex_unlock(&c->mu);
-	return IBP_OK;
+	return c->dev ? invalidate_dev(c, ids, n) : IBP_OK;
 }
 
 ibp_status_t ibp_cache_stats(ibp_cache_t *c, ibp_cache_stats_t *st, int reset)

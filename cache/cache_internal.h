@@ -122,6 +122,7 @@ struct ibp_cache {
 	int pool;           /* a slab pool (pool.c): memory from ibp_pinned_alloc, no ghosts, and a class
 			       without a free slot may take any unpinned slab */
 	int pinned;         /* pool: the slabs are pinned host memory */
+	struct cache_dev *dev; /* a GPU cache's device side (cache_cuda.c), or NULL */
 };
 
 /* ---- slab.c: storage and index ---- */
@@ -156,6 +157,28 @@ void cache_drop_slot(ibp_cache_t *c, uint64_t g, int ghost);
 void cache_pin_slot(ibp_cache_t *c, uint64_t g);
 void cache_unpin_slot(ibp_cache_t *c, uint64_t g);
 void cache_hist_add(ibp_cache_t *c, uint32_t cls);
+
+/* ---- cache.c: the phases of a pass (cache_cuda.c drives them too) ----
+ * `gather` 0: a prefetch. Kinds of a pass's unique ids: */
+enum { K_HIT = 1, K_MISS, K_ADMIT, K_ALLOC, K_FILLED, K_BADFILL, K_ERR };
+/* 1. Validates requests (status and *first for the bad ones; `out` not
+ * NULL: out-of-range rows zero-filled there) and deduplicates: returns the
+ * unique ids (w->uid, ufirst, ucnt; w->rep per request, NIL: none). */
+uint64_t cache_pass_dedupe(ibp_cache_t *c, cache_ws_t *w, const int64_t *ids, uint64_t n, uint64_t nrows, int gather,
+			   void *out, const int64_t *out_rows, int32_t *status, uint64_t base, ibp_status_t *first,
+			   uint64_t *first_pos);
+/* 2. Probes the index (locked): K_HIT (pinned, w->ug), K_ADMIT or K_MISS. */
+void cache_pass_probe(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gather, int admit);
+/* A miss's class and kept length from w->ulen/ufl (packed: its bytes can be
+ * kept compressed); ufl 0xFF marks a row kept decoded. */
+void cache_miss_class(ibp_cache_t *c, cache_ws_t *w, uint64_t u, int packed);
+/* 4. Slots for the K_ADMIT misses (locked): K_ALLOC (FILLING, pinned) or
+ * K_MISS; evictions go to `sink`. */
+void cache_pass_alloc(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gather, cache_sink_t *sink);
+/* 6. Publishes K_FILLED rows, drops K_BADFILL ones and hits whose decode
+ * failed (w->ustat), unpins, and counts (locked). */
+void cache_pass_publish(ibp_cache_t *c, cache_ws_t *w, uint64_t n, uint64_t nu, int gather, uint64_t srows,
+			uint64_t sbytes, uint64_t copied, uint64_t hit_bytes);
 
 uint64_t cache_hash(int64_t id);
 /* Position of `id` or UINT64_MAX. */

@@ -253,6 +253,13 @@ static IbpBagFn ibp_bag_fn(unsigned C)
 
 #define IBP_BAG_WARPS 8 /* warps (bags in flight) per block, at most */
 
+/* cuda/ibp_cuda_internal.h: a host-fallback store's host store. */
+extern "C" ibp_hstore_t *ibp_cuda_store_hstore(const ibp_cuda_store_t *store)
+{
+	const IbpBagStoreView *s = reinterpret_cast<const IbpBagStoreView *>(store);
+	return s && !s->on_device ? s->host : nullptr;
+}
+
 /* The launch half of ibp_store_embedding_bag_cuda (ibp_bag_cudahost.c has
  * the argument checks; the prototype is repeated there). The store is on
  * the device and current; pointers are device-accessible. */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "ibp_device.cuh"
+#include "cuda/ibp_gather_staged.h"
 
 /* ---------------------------------------------------------------------- */
 /* kernels                                                                 */
@@ -40,6 +41,9 @@ struct IbpGatherArgs {
 	const int64_t *out_rows;
 	int32_t *status;
 	unsigned long long *nerr;
+	const uint32_t *lens32;   /* staged (ibp_gather_staged_cuda): bytes of each stage row */
+	const uint32_t *meta32;   /* staged: mode | cluster << 8 of each stage row (then flags,
+				     clusters unused) */
 	uint32_t stage_bytes;     /* bytes of each of a group's buffers (0: no staging) */
 	uint32_t nbuf;            /* buffers per group, 2 or 3: rows in flight per group = nbuf - 1 */
 };
@@ -72,7 +76,7 @@ __device__ __forceinline__ IbpJob ibp_load_job(const IbpGatherArgs &a, uint64_t 
 {
 	IbpJob jb = ibp_empty_job();
 	jb.orow = a.out_rows ? a.out_rows[k] : (int64_t)k;
-	const int64_t id = a.ids[k];
+	const int64_t id = a.ids ? a.ids[k] : (int64_t)k; /* NULL: identity (staged) */
 	if (jb.orow < 0) {
 		jb.pre = IBP_ERR_INVALID_ARG;
 		return jb;
@@ -93,14 +97,24 @@ __device__ __forceinline__ IbpJob ibp_load_job(const IbpGatherArgs &a, uint64_t 
 		jb.len = e - s;
 	} else {
 		jb.start = i * a.stride;
-		jb.len = a.lens ? a.lens[i] : a.cd.R;
-		if (jb.len > a.stride)
+		jb.len = a.lens32 ? a.lens32[i] : a.lens ? a.lens[i] : a.cd.R;
+		if (jb.len > a.stride) {
+			if (a.lens32) { /* a stage row longer than its room */
+				jb.pre = IBP_ERR_CORRUPT;
+				return jb;
+			}
 			jb.len = a.stride;
+		}
 	}
-	if (a.flags)
-		jb.flags = a.flags[i];
-	if (a.clusters)
-		jb.cl = a.clusters[i];
+	if (a.meta32) {
+		jb.flags = a.meta32[i] & 0xFFu;
+		jb.cl = (a.meta32[i] >> 8) & 0xFFu;
+	} else {
+		if (a.flags)
+			jb.flags = a.flags[i];
+		if (a.clusters)
+			jb.cl = a.clusters[i];
+	}
 	jb.staged = a.stage_bytes && jb.len + 32 <= a.stage_bytes;
 	return jb;
 }
@@ -406,6 +420,8 @@ struct ibp_cuda_store {
 	void *registered;             /* REGISTER: the range to unregister */
 	ibp_cuda_kernel_t kernel;
 	IbpLaunch launch;
+	uint64_t *h_off;              /* host copies of a packed store's arrays (the cache's decisions) */
+	uint8_t *h_flags, *h_cl;
 };
 
 /* Device address of mapped host memory [p, p + n), checking both ends. */
@@ -557,6 +573,9 @@ void ibp_cuda_store_free(ibp_cuda_store_t *s)
 		(void)cudaGetLastError();
 	}
 	ibp_hstore_free(s->host);
+	free(s->h_off);
+	free(s->h_flags);
+	free(s->h_cl);
 	free(s);
 }
 
@@ -605,6 +624,21 @@ ibp_status_t ibp_cuda_store_create(const ibp_cuda_store_desc_t *d, unsigned flag
 	const uint64_t f_bytes = ibp_round_up(n + 1, 256);
 	const uint64_t c_bytes = d->clusters ? f_bytes : 0;
 	uint8_t *meta = NULL;
+	if (d->offsets) {
+		s->h_off = (uint64_t *)malloc((n + 1) * 8);
+		s->h_flags = (uint8_t *)malloc(n ? n : 1);
+		s->h_cl = d->clusters ? (uint8_t *)malloc(n ? n : 1) : NULL;
+		if (!s->h_off || !s->h_flags || (d->clusters && !s->h_cl)) {
+			st = ibp_fail(IBP_ERR_NOMEM, "cuda store: out of memory for the host copies of %llu rows",
+				      (unsigned long long)n);
+			goto fail;
+		}
+		memcpy(s->h_off, d->offsets, (n + 1) * 8);
+		if (n)
+			memcpy(s->h_flags, d->flags, n);
+		if (n && d->clusters)
+			memcpy(s->h_cl, d->clusters, n);
+	}
 	st = ibp_cuda_codec_create(d->codec, stream, &s->codec);
 	if (st != IBP_OK)
 		goto fail;
@@ -795,4 +829,68 @@ ibp_status_t ibp_gather_plain_cuda(const void *src, uint64_t nrows, uint64_t row
 	a.stage_bytes = L.stage;
 	a.nbuf = L.nbuf;
 	return ibp_gather_launch(&L, &a, (cudaStream_t)stream);
+}
+
+/* ---------------------------------------------------------------------- */
+/* host: staged rows (cuda/ibp_gather_staged.h)                            */
+/* ---------------------------------------------------------------------- */
+
+ibp_status_t ibp_gather_staged_cuda(const ibp_cuda_store_t *s, const uint8_t *stage, uint64_t stride,
+				    uint64_t nstage, const uint32_t *lens, const uint32_t *meta,
+				    const int64_t *idx, uint64_t n, void *out, const int64_t *out_rows,
+				    int32_t *status, void *stream)
+{
+	if (!s)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_staged_cuda: NULL store");
+	if (!s->on_device)
+		return ibp_hstore_gather_staged(s->host, stage, stride, nstage, lens, meta, idx, n, out, out_rows,
+						status);
+	IBP_TRY(ibp_staged_check(stride, nstage, stage, lens, meta, n, out));
+	if (n == 0)
+		return IBP_OK;
+	IBP_TRY(ibp_cu_on_device(s->device, "gather_staged_cuda"));
+	IbpGatherArgs a;
+	memset(&a, 0, sizeof(a));
+	a.cd = s->codec->d;
+	a.payload = stage;
+	a.payload_bytes = nstage * stride;
+	a.lens32 = lens;
+	a.meta32 = meta;
+	a.nrows = nstage;
+	a.stride = stride;
+	a.exact = 1; /* a slot holds exactly its row */
+	a.ids = idx;
+	a.n = n;
+	a.out = (uint8_t *)out;
+	a.out_rows = out_rows;
+	a.status = status;
+	a.stage_bytes = s->launch.stage;
+	a.nbuf = s->launch.nbuf;
+	return ibp_gather_launch(&s->launch, &a, (cudaStream_t)stream);
+}
+
+int ibp_cuda_store_row_info(const ibp_cuda_store_t *s, uint64_t id, uint64_t *off, uint64_t *len, uint8_t *flags,
+			    uint8_t *cl)
+{
+	if (!s)
+		return 0;
+	if (!s->on_device)
+		return ibp_hstore_row_info(s->host, id, off, len, flags, cl);
+	if (!s->h_off || id >= s->nrows)
+		return 0;
+	*off = s->h_off[id];
+	*len = s->h_off[id + 1] - s->h_off[id];
+	*flags = s->h_flags[id];
+	*cl = s->h_cl ? s->h_cl[id] : 0;
+	return 1;
+}
+
+const uint8_t *ibp_cuda_store_payload(const ibp_cuda_store_t *s)
+{
+	return !s ? NULL : s->on_device ? s->payload : s->host->payload;
+}
+
+const ibp_codec_t *ibp_cuda_store_host_codec(const ibp_cuda_store_t *s)
+{
+	return !s ? NULL : s->on_device ? ibp_cuda_codec_host(s->codec) : s->host->codec;
 }

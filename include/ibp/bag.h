@@ -13,7 +13,9 @@
  * each call, sets the distance, at most 64, 0 = off) are fetched, across bag
  * boundaries, so the cache misses of random rows overlap with decoding.
  * Bags are cut into ranges of about equal numbers of ids, four per thread,
- * which the threads (started per call) claim in turn.
+ * which the threads claim in turn: the calling thread and the store's
+ * worker pool (the one its gathers use, started with the store's first
+ * pooled job; no thread is started per call).
  *
  * Arithmetic is PyTorch's CPU kernel's, so float32 results are bitwise
  * equal to nn.EmbeddingBag on the same rows: sum accumulates in float32 in
@@ -65,7 +67,10 @@ typedef enum ibp_bag_mode {
  * float16 or bfloat16), bag b at out + b * row_bytes. A bag with no rows
  * pooled (empty, or only padding) gives zeros.
  *
- * `nthreads`: 0 = all CPUs, 1 = the calling thread only, n = at most n.
+ * `nthreads`: 0 = all the store's threads (its CPUs), 1 = the calling
+ * thread only (no pool, no lock), n = at most n. With more than one, the
+ * call runs on the store's pool, one pooled job (gather or bag) per store
+ * at a time: concurrent callers on one store take turns.
  * Every argument, offset and id is checked before any work starts.
  * `flags`: 0 or IBP_BAG_UNFUSED_WEIGHTS.
  * Returns IBP_ERR_INVALID_ARG for NULL s, ids (n_ids > 0), offsets or out
@@ -80,7 +85,8 @@ typedef enum ibp_bag_mode {
  * Rows of exp and fp8 containers are read by decoding their block into the
  * thread's scratch (kept while the following ids fall in the same block),
  * so those codecs suit bags only with small blocks; IBP containers decode
- * row by row. Any number of threads may call this on one store at once.
+ * row by row. Any number of threads may call this on one store at once
+ * (pooled calls take turns, see nthreads).
  */
 ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, unsigned flags,
 				     const void *ids, ibp_dtype_t id_dtype, uint64_t n_ids, const int64_t *offsets,

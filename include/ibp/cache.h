@@ -36,13 +36,18 @@
  * other callers read as a miss; copy the compressed bytes in; publish
  * (READY); decode the hits; unpin.
  *
- * Where it lives: this build keeps the cache in host memory (opts.device
- * = -1); `out`, `ids`, `out_rows` and `status` are host memory and `stream`
- * is ignored. The GPU cache (device slabs, the same decisions) is to come:
- * its device steps (probe, erase, insert, gather-from-slab:
- * kernels/slab_cache.cu, internal) exist and equal their CPU twins on the
- * emulator; opts.device >= 0 returns IBP_ERR_UNSUPPORTED until the API
- * drives them.
+ * Where it lives. opts.device = -1: host memory; ibp_cache_gather & co.
+ * take host pointers and ignore `stream`. opts.device >= 0: a GPU cache,
+ * used with ibp_cache_gather_cuda and a device store (ibp/cuda.h): the
+ * host keeps a mirror of the index and slot state that makes every
+ * decision (the code above, unchanged), and the device holds the slabs
+ * and a copy of the index on which the device steps (probe, erase,
+ * insert, gather-from-slab: kernels/slab_cache.cu) replay them; hits are
+ * decoded from the slabs by the store's gather kernel, misses straight
+ * from the store. Without a usable GPU, IBP_CACHE_HOST_FALLBACK makes the
+ * same cache with its table in host memory (the CPU twins of the steps),
+ * used with host-fallback stores: that is what the tests run. The device
+ * path has run only on the emulator (tests/emu), never on a GPU.
  *
  * Threads: one cache may be used by up to opts.max_callers threads at once
  * (more wait for a free workspace); gathers, prefetches, invalidations and
@@ -76,6 +81,8 @@ typedef enum ibp_cache_policy {
 #define IBP_CACHE_UNCOMPRESSED 1u /* keep decoded rows only: one class of exactly row_bytes
 				     (the fixed-width cache, the baseline of `ibp cache-sim`) */
 #define IBP_CACHE_NO_RAW 2u       /* do not admit rows that would go to the raw class */
+#define IBP_CACHE_HOST_FALLBACK 4u /* device >= 0 without a usable GPU: keep the device table in
+				      host memory (see ibp_cache_create) */
 
 /* gather flags */
 #define IBP_CACHE_ADMIT 0u    /* admit the misses (the default) */
@@ -100,8 +107,9 @@ typedef struct ibp_cache_opts {
 	uint64_t max_batch;      /* ids one workspace takes per pass (larger calls loop); 0 = 65536 */
 	uint32_t max_callers;    /* workspaces = threads served at once; 0 = 4 */
 	ibp_cache_policy_t policy;
-	uint32_t flags;          /* IBP_CACHE_UNCOMPRESSED, IBP_CACHE_NO_RAW */
-	int device;              /* -1 = host memory (the only one in this build) */
+	uint32_t flags;          /* IBP_CACHE_UNCOMPRESSED, IBP_CACHE_NO_RAW, IBP_CACHE_HOST_FALLBACK */
+	int device;              /* -1 = host memory; >= 0: a GPU cache on this CUDA device, which must
+				    be the current one */
 } ibp_cache_opts_t;
 
 /* Counters since creation (or the last reset), per cache. */
@@ -149,12 +157,57 @@ void ibp_cache_opts_default(ibp_cache_opts_t *o);
  * Errors: IBP_ERR_INVALID_ARG (NULL, capacity 0 or below one raw slot,
  * row_bytes 0 or too large, class_step not a power of two in range,
  * raw_threshold outside (0, 1], unknown policy or flag bits, a slab
- * geometry beyond 2^17 slabs or 2^13 slots per slab), IBP_ERR_UNSUPPORTED
- * (device >= 0: no device cache yet), IBP_ERR_NOMEM. Thread-safe. */
+ * geometry beyond 2^17 slabs or 2^13 slots per slab, device >= 0 past the
+ * last device), IBP_ERR_NOMEM.
+ * device >= 0 also allocates, on the device: the slabs (capacity_bytes),
+ * the index copy (16 bytes x twice the slots, rounded to a power of two),
+ * 6 bytes per slot, and per-pass buffers of about max_batch x (largest
+ * slot + 80) bytes; in pinned host memory about max_batch x 100 bytes;
+ * meta_bytes counts all but the slabs. Errors then also: IBP_ERR_CUDA;
+ * IBP_ERR_NO_DEVICE without a usable GPU (no device, no driver, a build
+ * without CUDA) and *out NULL, unless opts.flags has
+ * IBP_CACHE_HOST_FALLBACK: then *out is a valid cache whose device table
+ * lives in host memory (used with host-fallback stores, on the CPU) and the
+ * call still returns IBP_ERR_NO_DEVICE with a detail saying so (as
+ * ibp_cuda_store_create does). Thread-safe. */
 ibp_status_t ibp_cache_create(const ibp_cache_opts_t *opts, ibp_cache_t **out);
 
-/* Frees the cache; NULL is a no-op. No call may be running on it. */
+/* Frees the cache (and its device memory); NULL is a no-op. No call may be
+ * running on it. */
 void ibp_cache_free(ibp_cache_t *c);
+
+struct ibp_cuda_store; /* ibp_cuda_store_t, ibp/cuda.h */
+
+/* ibp_cache_gather of a GPU cache (opts.device >= 0) in front of a device
+ * store (ibp_cuda_store_create / ibp_cuda_store_from_store): row ids[k] goes
+ * to output row out_rows[k] (NULL: k) of `out`, equal to what
+ * ibp_gather_cuda and ibp_store_gather give, with the same decisions,
+ * counters and statuses as a host cache fed the same calls (see
+ * ibp_cache_gather: IBP_OK, IBP_ERR_OUT_OF_RANGE and IBP_ERR_CORRUPT
+ * zero-filled, IBP_ERR_INVALID_ARG for a negative out row, nothing
+ * written; the first failing status returned after serving the others).
+ * Hits are decoded from the device slabs; misses from the store (over PCIe
+ * for a pinned payload), and admitted: their compressed bytes copied from
+ * the store's payload into their slots (decoded rows from `out`) and
+ * published after a fence. Memory: ids, out_rows, status (NULL allowed) and
+ * out are device memory (or mapped) of the cache's device; for a
+ * host-fallback cache and store all are host memory. Runs on `stream` and
+ * synchronises it (twice a pass of max_batch ids: the statuses of the
+ * misses decide what is admitted); no allocation. The first call binds the
+ * cache to `store` (another store: IBP_ERR_INVALID_ARG until
+ * ibp_cache_invalidate(c, NULL, 0)). Errors: IBP_ERR_INVALID_ARG (NULL
+ * c/store, NULL ids/out with n > 0, unknown flag bits, a host cache, a
+ * host-fallback store with a GPU cache or the reverse, other row_bytes),
+ * IBP_ERR_CUDA, IBP_ERR_NO_DEVICE; after a failed device step the cache
+ * refuses gathers (IBP_ERR_CUDA) until ibp_cache_invalidate(c, NULL, 0).
+ * ibp_cache_gather, _prefetch and _preload refuse a GPU cache
+ * (IBP_ERR_INVALID_ARG); ibp_cache_invalidate removes rows from the device
+ * table too, and ibp_cache_stats / _class_stats work as for a host cache.
+ * Threads: calls on one GPU cache (gathers, invalidations) run one at a
+ * time (an internal lock); stats may be read at any time. */
+ibp_status_t ibp_cache_gather_cuda(ibp_cache_t *c, const struct ibp_cuda_store *store, const int64_t *ids,
+				   uint64_t n, void *out, const int64_t *out_rows, int32_t *status, uint32_t flags,
+				   void *stream);
 
 /* Gathers rows: for k in [0, n), row ids[k] of `store` goes to output row
  * out_rows[k] (out_rows NULL: row k) of `out`, rows row_bytes apart, equal

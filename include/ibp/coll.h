@@ -11,8 +11,10 @@
  *
  * Algorithms, each written once against a transport (below):
  *   AllGather      ring, P-1 steps, compressed blocks forwarded unchanged
- *                  (a block of 32 KiB or more coded is decoded on a helper
- *                  thread while the next step forwards it)
+ *                  (a block of 32 KiB or more coded is decoded on the
+ *                  communicator's helper thread, made on first use and
+ *                  joined by ibp_coll_comm_destroy, while the next step
+ *                  forwards it)
  *   ReduceScatter  ring, P-1 steps; chunk c is summed in the order
  *                  c+1, c+2, ..., c (ranks mod P), whatever the codec
  *   AllReduce      ring ReduceScatter on chunks of ceil/floor(count / P)
@@ -58,9 +60,10 @@
  * per-message encoding for the dispatch/combine AllToAll(v) of MoE layers
  * (AllToAll and AllToAllv only; others give IBP_ERR_INVALID_ARG): rows of
  * 256 elements, each with
- * its max as scale, entries stochastically rounded to 4-bit sign +
- * magnitude codes (7 levels), row scales stochastically rounded to 4 bits
- * of the message's FP32 max: about 4.02 bits per element. PTS is an
+ * its max as scale, entries stochastically rounded to B-bit sign +
+ * magnitude codes (2^(B-1) - 1 levels; B = 4 by default, 2 or 8 with
+ * ibp_coll_comm_set_lsq_bits), row scales stochastically rounded to 4 bits
+ * (8 at B = 8) of the message's FP32 max: about B + 0.02 bits per element. PTS is an
  * AllReduce only: each rank keeps g_i with probability |g_i| / max|g|
  * (sigma 1) as sign(g_i) * max|g| (a presence bitmap and one sign bit per
  * kept element), the streams are all-gathered round the ring and every
@@ -222,7 +225,8 @@ ibp_status_t ibp_coll_nccl_transport(const void *nccl_comm, int64_t timeout_ms, 
  * Collective over the NCCL communicator. */
 ibp_status_t ibp_coll_comm_from_nccl(const void *nccl_comm, const ibp_coll_opts_t *opts, ibp_coll_comm_t **out);
 
-/* Frees a communicator (NULL is a no-op); not collective. */
+/* Frees a communicator (NULL is a no-op); not collective. Joins the
+ * communicator's AllGather helper thread if one was started. */
 void ibp_coll_comm_destroy(ibp_coll_comm_t *comm);
 
 /* Rank and number of ranks. */
@@ -236,6 +240,13 @@ ibp_status_t ibp_coll_comm_stats(const ibp_coll_comm_t *comm, ibp_coll_stats_t *
  * communicator; local to this rank. */
 ibp_status_t ibp_coll_comm_set_policy(ibp_coll_comm_t *comm, ibp_coll_policy_t policy);
 ibp_status_t ibp_coll_comm_set_rate(ibp_coll_comm_t *comm, double rate);
+
+/* Sets the width B of the LSQ codes this rank sends: 2, 4 (the default) or
+ * 8 bits per element, sign included (3 is refused: codes never straddle a
+ * byte). Local to this rank: every LSQ message names its width, so ranks
+ * may differ. IBP_ERR_INVALID_ARG on a NULL comm or another width. Same
+ * threading as the collectives (the thread using the communicator). */
+ibp_status_t ibp_coll_comm_set_lsq_bits(ibp_coll_comm_t *comm, int bits);
 
 /* ---- in-process transport: nranks threads of one process ---- */
 

@@ -30,7 +30,11 @@
  * ibp_pack_fp8() encode with the value codecs; ibp_container_write*()
  * store data that is already encoded. Every writer writes a temporary
  * file beside `path` and renames it over `path` only when complete, so a
- * crash never leaves a partial file under the final name.
+ * crash never leaves a partial file under the final name. A section of
+ * 256 MiB or more (a large payload) is written with O_DIRECT where the
+ * file system takes it (else through the page cache as the rest): it does
+ * not stay in the page cache, so a first read after writing comes from
+ * the disk.
  *
  * Reading: ibp_container_open() validates the header, the section table,
  * the metadata and the row index (structure and checksums) so that no

@@ -217,7 +217,8 @@ typedef struct ibp_cuda_store ibp_cuda_store_t;
  * memory (MAPPED/REGISTER payloads are borrowed as plain host memory, COPY_*
  * payloads are copied; DEVICE payloads cannot fall back), *out is valid,
  * the call still returns IBP_ERR_NO_DEVICE with a detail saying so, and
- * ibp_gather_cuda on it decodes on the CPU.
+ * ibp_gather_cuda on it decodes on the CPU (ibp_store_embedding_bag_cuda
+ * pools on the CPU).
  * Errors: IBP_ERR_INVALID_ARG, IBP_ERR_CORRUPT, IBP_ERR_NOMEM, IBP_ERR_CUDA,
  * IBP_ERR_NO_DEVICE. */
 ibp_status_t ibp_cuda_store_create(const ibp_cuda_store_desc_t *desc, unsigned flags, void *stream,
@@ -321,8 +322,12 @@ ibp_status_t ibp_gather_plain_cuda(const void *src, uint64_t nrows, uint64_t row
  * pinned offsets that decrease or pass n_ids; the
  * store made on another device), IBP_ERR_UNSUPPORTED (another dtype, or
  * rows too large for a warp's row and float32 accumulator in shared
- * memory), IBP_ERR_CUDA, IBP_ERR_NO_DEVICE (no CUDA build, or a
- * host-fallback store: pool those with ibp_store_embedding_bag). */
+ * memory), IBP_ERR_CUDA, IBP_ERR_NO_DEVICE.
+ * Host-fallback store (IBP_CUDA_HOST_FALLBACK, both builds): the bags are
+ * pooled on the CPU now, on the calling thread, by ibp_store_embedding_bag's
+ * engine (bit for bit its results); every pointer is host memory, `stream`
+ * is ignored, offsets are checked before any work (IBP_ERR_INVALID_ARG),
+ * and ids and rows per bag with the status and error count above. */
 ibp_status_t ibp_store_embedding_bag_cuda(const ibp_cuda_store_t *s, ibp_bag_mode_t mode, unsigned flags,
 					  const void *ids, ibp_dtype_t id_dtype, uint64_t n_ids,
 					  const int64_t *offsets, uint64_t n_bags, const float *weights,

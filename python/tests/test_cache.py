@@ -163,3 +163,38 @@ def test_pool_static_full_raises():
         p.put(np.zeros(1024, np.uint8))
     assert p.stats()["failed"] == 1
     p.close()
+
+
+def test_device_cache_without_gpu(store):
+    """ibp.Cache(device=...) is a GPU cache: without a GPU it raises
+    ibp.NoDeviceError naming the cause; a bad device is refused."""
+    s, _ = store
+    if ibp.device_count():
+        pytest.skip("a usable CUDA device is present")
+    with pytest.raises(ibp.NoDeviceError, match="no usable GPU"):
+        ibp.Cache(64 * s.row_bytes, store=s, device=0)
+    for bad in (-1, "cuda", 1.5, True):
+        with pytest.raises(ibp.InvalidArgumentError):
+            ibp.Cache(64 * s.row_bytes, store=s, device=bad)
+
+
+def test_device_cache_gather_gpu(store):
+    """CudaStore.gather(ids, cache=...) equals Store.gather, hits counted."""
+    if not ibp.device_count():
+        pytest.skip("no usable CUDA device (or a CPU-only libibp): the GPU cache is tested on a GPU only")
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    s, rows = store
+    rng = np.random.default_rng(3)
+    with s.to_cuda() as cs:
+        c = ibp.Cache(40 * s.row_bytes, store=s, device=0)
+        for _ in range(6):
+            ids = rng.integers(0, 60, size=100)
+            got = cs.gather(torch.as_tensor(ids), cache=c).cpu().numpy()
+            assert np.array_equal(got.view(np.uint8), s.gather(ids).view(np.uint8))
+        st = c.stats()
+        assert st["hits"] > 0 and st["insertions"] > 0
+        with pytest.raises(ibp.OutOfRangeError):
+            cs.gather(torch.as_tensor([0, 250]), cache=c)
+        c.close()

@@ -629,7 +629,9 @@ static uint64_t ibp_size_under(const ibp_codec_t *c, unsigned k, const uint8_t *
 			       unsigned *mode)
 {
 	uint64_t n, E, size;
-	ibp_row_stats(c, &c->cl[k], row, &n, &E);
+	/* the codec's own sizing pass (SIMD on AVX-512): training sizes every
+	 * sampled row under each candidate codec through here */
+	c->k->row_stats(c, &c->cl[k], row, &n, &E);
 	ibp_choose_mode(c, &c->cl[k], n, E, mode, &size);
 	return size;
 }
@@ -677,7 +679,7 @@ static ibp_status_t ibp_encode_one(const ibp_codec_t *c, const uint8_t *row, uns
 	const ibp_cluster_t *cl = &c->cl[cluster];
 	uint64_t n, E, size;
 	unsigned mode;
-	ibp_row_stats(c, cl, row, &n, &E);
+	c->k->row_stats(c, cl, row, &n, &E);
 	ibp_choose_mode(c, cl, n, E, &mode, &size);
 	if (dst_cap < size)
 		return ibp_fail(IBP_ERR_BUFFER_TOO_SMALL, "encode_row: needs %llu bytes, have %llu",

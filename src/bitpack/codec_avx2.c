@@ -12,7 +12,9 @@
  * only groups whose whole window (31 + LB bytes past its base at most) is
  * readable run vectorised; the rest of the row, the fix-up chunks (more
  * than two static runs), C = 8, encoding and the exception part are the
- * BMI2 template kernels.
+ * BMI2 template kernels, except that the encoder finds the exceptions of 8
+ * chunks with two 4-lane compares (IBP_K_MISS8) and its sizing pass
+ * (row_stats) takes 4 chunks per step.
  */
 #include <immintrin.h>
 
@@ -35,6 +37,37 @@ IBP_INLINE uint64_t ibp_k_ext_m(const ibp_cluster_t *cl, uint64_t j, uint64_t x)
 	return _pext_u64(x, cl->m[j]);
 }
 
+/* Chunks j .. j + 3 (all full) in 64-bit lanes. */
+IBP_INLINE __m256i ibp_avx2_ld4(const uint8_t *p, const unsigned C)
+{
+	switch (C) {
+	case 1: {
+		uint32_t v;
+		memcpy(&v, p, 4);
+		return _mm256_cvtepu8_epi64(_mm_cvtsi32_si128((int)v));
+	}
+	case 2: return _mm256_cvtepu16_epi64(_mm_loadl_epi64((const __m128i *)(const void *)p));
+	case 4: return _mm256_cvtepu32_epi64(_mm_loadu_si128((const __m128i *)(const void *)p));
+	default: return _mm256_loadu_si256((const __m256i *)(const void *)p);
+	}
+}
+/* Lanes of chunks j .. j + 3 whose invariant bits match (x & m_j == b_j). */
+IBP_INLINE __m256i ibp_avx2_match4(const ibp_cluster_t *cl, const uint8_t *row, uint64_t j,
+				   const unsigned C)
+{
+	const __m256i xm = _mm256_and_si256(ibp_avx2_ld4(row + j * C, C),
+					    _mm256_loadu_si256((const __m256i *)(const void *)(cl->m + j)));
+	return _mm256_cmpeq_epi64(xm, _mm256_loadu_si256((const __m256i *)(const void *)(cl->b + j)));
+}
+/* The exceptions of 8 full chunks as a bit mask (as AVX-512's). */
+IBP_INLINE unsigned ibp_avx2_miss8(const ibp_cluster_t *cl, const uint8_t *row, uint64_t j,
+				   const unsigned C)
+{
+	const unsigned lo = (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(ibp_avx2_match4(cl, row, j, C)));
+	const unsigned hi = (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(ibp_avx2_match4(cl, row, j + 4, C)));
+	return ~(lo | hi << 4) & 0xFFu;
+}
+#define IBP_K_MISS8(cl, row, j, C) ibp_avx2_miss8(cl, row, j, C)
 #define IBP_K(name) ibp_avx2_##name
 #define IBP_K_WIDE_PEXT /* the template may call _pext_u64 */
 #define IBP_CODEC_KERNEL_BODY
@@ -319,10 +352,74 @@ static uint64_t ibp_avx2_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_t 
 	}
 }
 
+/* ibp_row_stats, 4 chunks per step in 64-bit lanes (the AVX-512 one
+ * takes 8); the last chunk (it may be partial) and the chunks past the
+ * last full step are scalar. Same n and E as the portable pass. */
+IBP_INLINE void ibp_avx2_row_stats_c(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
+				     uint64_t *pn, uint64_t *pE, const unsigned C, const int xv)
+{
+	const uint64_t D = c->D;
+	uint64_t n = 0, j = 0;
+	__m256i acc = _mm256_setzero_si256();
+	const __m256i one = _mm256_set1_epi64x(1);
+	/* chunks [j, j + 4) all full: j + 4 <= D - 1 */
+	for (; j + 5 <= D; j += 4) {
+		const __m256i xm = _mm256_and_si256(ibp_avx2_ld4(row + j * C, C),
+						    _mm256_loadu_si256((const __m256i *)(const void *)(cl->m + j)));
+		const __m256i match = _mm256_cmpeq_epi64(xm, _mm256_loadu_si256((const __m256i *)(const void *)(cl->b + j)));
+		n += 4u - (unsigned)__builtin_popcount((unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(match)));
+		uint32_t w4;
+		memcpy(&w4, cl->ew + j, 4);
+		__m256i ew = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128((int)w4));
+		if (xv) {
+			/* hit on a miss: 1 bit; else e_j + the hit bit (xen) */
+			memcpy(&w4, cl->xen + j, 4);
+			const __m256i xe = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128((int)w4));
+			const __m256i hit = _mm256_cmpeq_epi64(xm, _mm256_loadu_si256((const __m256i *)(const void *)(cl->x + j)));
+			ew = _mm256_blendv_epi8(_mm256_add_epi64(ew, xe), one, hit);
+		}
+		acc = _mm256_add_epi64(acc, _mm256_andnot_si256(match, ew));
+	}
+	uint64_t lanes[4];
+	_mm256_storeu_si256((__m256i *)(void *)lanes, acc);
+	uint64_t E = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+	for (; j < D; j++) {
+		uint64_t x = j + 1 < D ? ibp_ld_chunk(row + j * C, C) : ibp_ld_partial(row + j * C, c->last_bytes);
+		uint64_t xm = x & cl->m[j];
+		if (xm == cl->b[j])
+			continue;
+		n++;
+		if (xv && xm == cl->x[j])
+			E += 1;
+		else
+			E += (uint64_t)cl->ew[j] + (xv ? cl->xen[j] : 0);
+	}
+	*pn = n;
+	*pE = E;
+}
+
+static void ibp_avx2_row_stats(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
+			       uint64_t *n, uint64_t *E)
+{
+#define IBP_AVX2_STATS(XV)                                                             \
+	switch (c->C) {                                                                \
+	case 1: ibp_avx2_row_stats_c(c, cl, row, n, E, 1, XV); break;                  \
+	case 2: ibp_avx2_row_stats_c(c, cl, row, n, E, 2, XV); break;                  \
+	case 4: ibp_avx2_row_stats_c(c, cl, row, n, E, 4, XV); break;                  \
+	default: ibp_avx2_row_stats_c(c, cl, row, n, E, 8, XV); break;                 \
+	}
+	if (cl->has_x) {
+		IBP_AVX2_STATS(1)
+	} else {
+		IBP_AVX2_STATS(0)
+	}
+#undef IBP_AVX2_STATS
+}
+
 const ibp_kernels_t ibp_kernels_avx2 = {
 	IBP_IMPL_AVX2,
 	ibp_avx2_encode,
 	ibp_avx2_decode_static_v,
 	ibp_avx2_decode_exc_v,
-	ibp_row_stats,
+	ibp_avx2_row_stats,
 };

@@ -1,7 +1,6 @@
 /* algo.c - the collectives, written once against the transport: ring
  * AllGather, ring ReduceScatter, AllReduce = ReduceScatter + AllGather,
  * pairwise AllToAll(v). */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,7 +79,7 @@ static ibp_status_t ring_rs(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *sen
 		want.chunk = (uint32_t)rc;
 		uint64_t sbytes = 0, rbytes = 0;
 		IBP_TRY(coll_encode(&sh, s == 0 ? send + off[sc] * esz : b->acc, b->m[0], b->cap, c->o.nthreads,
-				    &sbytes));
+				    c->lsq_bits, &sbytes));
 		IBP_TRY(coll_sendrecv(c, right, b->m[0], sbytes, len[sc] * esz, left, b->m[1], b->cap, &rbytes));
 		IBP_TRY(coll_check(b->m[1], rbytes, &want, left, &got));
 		IBP_TRY(coll_decode_f32(&got, b->m[1], rbytes, b->f, b->tmp, c->o.nthreads));
@@ -89,7 +88,7 @@ static ibp_status_t ring_rs(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *sen
 	return IBP_OK;
 }
 
-/* A received AllGather message decoded on a helper thread. */
+/* A received AllGather message decoded on the communicator's helper thread. */
 typedef struct dec_job {
 	coll_hdr_t h;
 	const uint8_t *msg;
@@ -101,22 +100,21 @@ typedef struct dec_job {
 } dec_job_t;
 
 #ifndef AG_OVERLAP_MIN /* -DAG_OVERLAP_MIN=UINT64_MAX turns the overlap off (A/B runs) */
-#define AG_OVERLAP_MIN (32u << 10) /* coded bytes (~50 KB of BF16): below, a thread start costs about a decode */
+#define AG_OVERLAP_MIN (32u << 10) /* coded bytes (~50 KB of BF16): below, a handoff costs about a decode */
 #endif
 
-static void *dec_run(void *arg)
+static void dec_run(void *arg)
 {
 	dec_job_t *j = arg;
 	j->st = coll_decode(&j->h, j->msg, j->bytes, j->dst, j->nthreads);
 	if (j->st != IBP_OK)
 		snprintf(j->err, sizeof j->err, "%s", ibp_last_error());
-	return NULL;
 }
 
-/* Waits for the helper; its failure is re-recorded on this thread. */
-static ibp_status_t dec_join(pthread_t th, dec_job_t *j)
+/* Waits for the helper; the job's failure is re-recorded on this thread. */
+static ibp_status_t dec_join(ibp_coll_comm_t *c, dec_job_t *j)
 {
-	(void)pthread_join(th, NULL); /* a joinable thread we made: cannot fail */
+	IBP_TRY(coll_helper_wait(c->helper));
 	return j->st == IBP_OK ? IBP_OK : ibp_fail(j->st, "%s", j->err);
 }
 
@@ -132,16 +130,15 @@ static ibp_status_t ring_ag(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *own
 	sh.chunk = (uint32_t)r;
 	if (!len[r])
 		sh.enc = COLL_ENC_RAW;
-	IBP_TRY(coll_encode(&sh, own, b->m[0], b->cap, c->o.nthreads, &bytes));
+	IBP_TRY(coll_encode(&sh, own, b->m[0], b->cap, c->o.nthreads, c->lsq_bits, &bytes));
 	if (sh.enc == COLL_ENC_FP8) /* lossy: the owner keeps what the others get */
 		IBP_TRY(coll_decode(&sh, b->m[0], bytes, recv + off[r] * esz, c->o.nthreads));
 	else if (len[r] && own != recv + off[r] * esz)
 		memmove(recv + off[r] * esz, own, len[r] * esz);
-	/* Step s forwards the message received at step s-1 while a helper
+	/* Step s forwards the message received at step s-1 while the helper
 	 * thread decodes that same message (both only read it); the next
 	 * receive goes to the other buffer, whose decode was joined before. */
 	int cur = 0, running = 0;
-	pthread_t th;
 	dec_job_t job;
 	ibp_status_t st = IBP_OK;
 	for (int s = 0; s < p - 1 && st == IBP_OK; s++) {
@@ -152,7 +149,7 @@ static ibp_status_t ring_ag(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *own
 		uint64_t rbytes = 0;
 		st = coll_sendrecv(c, right, b->m[cur], bytes, len[sc] * esz, left, b->m[1 - cur], b->cap, &rbytes);
 		if (running) {
-			ibp_status_t ds = dec_join(th, &job);
+			ibp_status_t ds = dec_join(c, &job);
 			st = st != IBP_OK ? st : ds;
 			running = 0;
 		}
@@ -161,17 +158,19 @@ static ibp_status_t ring_ag(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *own
 		if (st != IBP_OK)
 			break;
 		job = (dec_job_t){ got, b->m[1 - cur], rbytes, recv + off[rc] * esz, c->o.nthreads, IBP_OK, "" };
-		/* Overlap only when a next step exists and the decode outweighs a thread start. */
-		if (s < p - 2 && got.enc != COLL_ENC_RAW && rbytes >= AG_OVERLAP_MIN &&
-		    pthread_create(&th, NULL, dec_run, &job) == 0)
-			running = 1;
-		else
+		/* Overlap only when a next step exists and the decode outweighs a handoff. */
+		if (s < p - 2 && got.enc != COLL_ENC_RAW && rbytes >= AG_OVERLAP_MIN) {
+			if (!c->helper)
+				st = coll_helper_start(&c->helper);
+			if (st == IBP_OK && (st = coll_helper_post(c->helper, dec_run, &job)) == IBP_OK)
+				running = 1;
+		} else
 			st = coll_decode(&got, b->m[1 - cur], rbytes, recv + off[rc] * esz, c->o.nthreads);
 		cur = 1 - cur;
 		bytes = rbytes;
 	}
 	if (running) {
-		ibp_status_t ds = dec_join(th, &job);
+		ibp_status_t ds = dec_join(c, &job);
 		st = st != IBP_OK ? st : ds;
 	}
 	return st;
@@ -370,7 +369,7 @@ static ibp_status_t a2a(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *send, c
 		want.elems = rc[src];
 		want.chunk = (uint32_t)src;
 		uint64_t sbytes = 0, rbytes = 0;
-		if ((s = coll_encode(&sh, send + sd[dst] * esz, b.m[0], b.cap, c->o.nthreads, &sbytes)) != IBP_OK ||
+		if ((s = coll_encode(&sh, send + sd[dst] * esz, b.m[0], b.cap, c->o.nthreads, c->lsq_bits, &sbytes)) != IBP_OK ||
 		    (s = coll_sendrecv(c, dst, b.m[0], sbytes, sc[dst] * esz, src, b.m[1], b.cap, &rbytes)) !=
 			    IBP_OK ||
 		    (s = coll_check(b.m[1], rbytes, &want, src, &got)) != IBP_OK)

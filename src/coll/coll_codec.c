@@ -31,14 +31,14 @@ ibp_status_t coll_msg_cap(ibp_dtype_t dt, uint64_t n, uint64_t *cap)
 		m = e;
 	if (f > m)
 		m = f;
-	if (lsq_bytes(n, LSQ_ROW, LSQ_BITS, LSQ_SBITS) > m)
-		m = lsq_bytes(n, LSQ_ROW, LSQ_BITS, LSQ_SBITS);
+	if (lsq_bytes(n, LSQ_ROW, LSQ_MAX_BITS, lsq_scale_bits(LSQ_MAX_BITS)) > m) /* any sender's width fits */
+		m = lsq_bytes(n, LSQ_ROW, LSQ_MAX_BITS, lsq_scale_bits(LSQ_MAX_BITS));
 	*cap = COLL_HDR + m;
 	return IBP_OK;
 }
 
 ibp_status_t coll_encode(const coll_hdr_t *h, const void *src, void *msg, uint64_t cap, int nthreads,
-			 uint64_t *bytes)
+			 int lsq_bits, uint64_t *bytes)
 {
 	uint8_t *p = (uint8_t *)msg + COLL_HDR;
 	uint64_t pcap = cap - COLL_HDR, size = 0, n = h->elems;
@@ -66,7 +66,7 @@ ibp_status_t coll_encode(const coll_hdr_t *h, const void *src, void *msg, uint64
 	}
 	case COLL_ENC_LSQ: { /* rounding keyed by the call, the chunk and the sender's position */
 		uint64_t key = ((uint64_t)h->seq << 32 | h->chunk) * 0x9e3779b97f4a7c15ull ^ h->count ^ (h->elems << 17);
-		IBP_TRY(lsq_encode(src, dt, n, LSQ_ROW, LSQ_BITS, LSQ_SBITS, key, p, pcap, &size));
+		IBP_TRY(lsq_encode(src, dt, n, LSQ_ROW, lsq_bits, lsq_scale_bits(lsq_bits), key, p, pcap, &size));
 		break;
 	}
 	default:

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "coll/helper.h"
 #include "ibp/coll.h"
 
 #define COLL_MAGIC 0x43504249u /* "IBPC" little-endian */
@@ -35,6 +36,8 @@ struct ibp_coll_comm {
 	ibp_status_t broken; /* IBP_OK, or the failure that broke it */
 	double pace_next;    /* token bucket: time (s) the link is free again */
 	ibp_coll_stats_t st;
+	coll_helper_t *helper; /* AllGather's decode thread; NULL until first needed */
+	int lsq_bits;          /* LSQ entry width (2, 4 or 8) */
 };
 
 /* Monotonic seconds. */
@@ -51,9 +54,9 @@ ibp_status_t coll_sendrecv(ibp_coll_comm_t *c, int dst, const void *sbuf, uint64
 ibp_status_t coll_msg_cap(ibp_dtype_t dt, uint64_t n, uint64_t *cap);
 
 /* Writes header + payload of src[0, n) encoded as `enc` at msg (capacity
- * cap); *bytes = total size. */
+ * cap; LSQ entries of lsq_bits bits); *bytes = total size. */
 ibp_status_t coll_encode(const coll_hdr_t *h, const void *src, void *msg, uint64_t cap, int nthreads,
-			 uint64_t *bytes);
+			 int lsq_bits, uint64_t *bytes);
 
 /* Checks a received message's header against what this rank expects
  * (op, codec, dtype, count, elems, chunk, seq) and copies it to *h. */

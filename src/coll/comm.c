@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "coll/coll_internal.h"
+#include "coll/rcmoe.h"
 #include "ibp/exp.h"
 #include "ibp/fp8.h"
 #include "util/error.h"
@@ -125,6 +126,7 @@ ibp_status_t ibp_coll_comm_create(const ibp_coll_transport_t *t, const ibp_coll_
 	c->rank = t->rank;
 	c->nranks = t->nranks;
 	c->st.last_ratio = 1;
+	c->lsq_bits = LSQ_BITS;
 	if (o.calibrate && (s = coll_calibrate(c)) != IBP_OK) {
 		ibp_coll_comm_destroy(c);
 		return s;
@@ -137,6 +139,8 @@ void ibp_coll_comm_destroy(ibp_coll_comm_t *c)
 {
 	if (!c)
 		return;
+	/* A void API: a failed join is not reportable; the helper is leaked then (helper.h). */
+	(void)coll_helper_stop(c->helper);
 	if (c->t.destroy)
 		c->t.destroy(c->t.ctx);
 	free(c);
@@ -165,6 +169,16 @@ ibp_status_t ibp_coll_comm_set_policy(ibp_coll_comm_t *c, ibp_coll_policy_t poli
 	if (!c || (unsigned)policy > IBP_COLL_POLICY_NEVER)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: set_policy: bad argument");
 	c->o.policy = policy;
+	return IBP_OK;
+}
+
+ibp_status_t ibp_coll_comm_set_lsq_bits(ibp_coll_comm_t *c, int bits)
+{
+	if (!c)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: set_lsq_bits: comm is NULL");
+	if (bits != 2 && bits != 4 && bits != 8)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: set_lsq_bits: %d bits (2, 4 or 8)", bits);
+	c->lsq_bits = bits;
 	return IBP_OK;
 }
 
@@ -211,7 +225,7 @@ static void codec_speed(ibp_coll_comm_t *c, enum coll_enc enc, const uint16_t *x
 	uint64_t bytes = 0;
 	for (int i = 0; i < 2; i++) {
 		double t0 = coll_now();
-		if (coll_encode(&h, x, msg, cap, c->o.nthreads, &bytes) != IBP_OK)
+		if (coll_encode(&h, x, msg, cap, c->o.nthreads, c->lsq_bits, &bytes) != IBP_OK)
 			return;
 		double t1 = coll_now();
 		if (coll_decode(&h, msg, bytes, out, c->o.nthreads) != IBP_OK)

@@ -6,6 +6,7 @@
 #include "ibp/bag.h"
 #include "ibp/cuda.h"
 #include "util/error.h"
+#include "cuda/ibp_cuda_internal.h"
 
 typedef unsigned long long ull;
 
@@ -57,6 +58,9 @@ ibp_status_t ibp_store_embedding_bag_cuda(const ibp_cuda_store_t *s, ibp_bag_mod
 	const char *fn = "embedding_bag_cuda";
 	if (!s)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL store", fn);
+	if (!ibp_cuda_store_on_device(s)) /* host fallback: the CPU bag, host pointers, now */
+		return ibp_hstore_embedding_bag(ibp_cuda_store_hstore(s), mode, flags, ids, id_dtype, n_ids, offsets,
+						n_bags, weights, padding_idx, dtype, out, status);
 	if (mode != IBP_BAG_SUM && mode != IBP_BAG_MEAN && mode != IBP_BAG_MAX)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: mode %d is not sum (0), mean (1) or max (2)", fn, (int)mode);
 	if (id_dtype != IBP_DTYPE_I32 && id_dtype != IBP_DTYPE_I64)
@@ -82,9 +86,6 @@ ibp_status_t ibp_store_embedding_bag_cuda(const ibp_cuda_store_t *s, ibp_bag_mod
 	if (padding_idx < -1 || (padding_idx >= 0 && (uint64_t)padding_idx >= nrows))
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: padding_idx %lld is not -1 or a row below %llu", fn,
 				(long long)padding_idx, (ull)nrows);
-	if (!ibp_cuda_store_on_device(s))
-		return ibp_fail(IBP_ERR_NO_DEVICE, "%s: a host-fallback store (no usable GPU): pool its rows with "
-				"ibp_store_embedding_bag", fn);
 	if (n_bags == 0)
 		return IBP_OK;
 	if (!offsets || !out || (n_ids > 0 && !ids))

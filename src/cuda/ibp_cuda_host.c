@@ -175,3 +175,63 @@ ibp_status_t ibp_hstore_gather(ibp_hstore_t *h, const int64_t *ids, uint64_t n, 
 	}
 	return IBP_OK;
 }
+
+ibp_status_t ibp_staged_check(uint64_t stride, uint64_t nstage, const void *stage, const uint32_t *lens,
+			      const uint32_t *meta, uint64_t n, const void *out)
+{
+	if (!stride || (nstage && stride > UINT64_MAX / nstage))
+		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_staged_cuda: stride %llu for %llu stage rows",
+				(unsigned long long)stride, (unsigned long long)nstage);
+	if (n && (!out || (nstage && (!stage || !lens || !meta))))
+		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_staged_cuda: NULL stage, lens, meta or out");
+	return IBP_OK;
+}
+
+ibp_status_t ibp_hstore_gather_staged(const ibp_hstore_t *h, const uint8_t *stage, uint64_t stride, uint64_t nstage,
+				      const uint32_t *lens, const uint32_t *meta, const int64_t *idx, uint64_t n,
+				      void *out, const int64_t *out_rows, int32_t *status)
+{
+	IBP_TRY(ibp_staged_check(stride, nstage, stage, lens, meta, n, out));
+	const uint64_t R = h->row_bytes;
+	for (uint64_t k = 0; k < n; k++) {
+		int64_t orow = out_rows ? out_rows[k] : (int64_t)k;
+		int64_t r = idx ? idx[k] : (int64_t)k;
+		ibp_status_t st = IBP_OK;
+		if (orow < 0) {
+			st = IBP_ERR_INVALID_ARG;
+		} else {
+			uint8_t *dst = (uint8_t *)out + (uint64_t)orow * R;
+			if (r < 0 || (uint64_t)r >= nstage) {
+				st = IBP_ERR_OUT_OF_RANGE;
+			} else {
+				uint64_t len = lens[r], ext = 0;
+				uint32_t m = meta[r];
+				if (len > stride)
+					st = IBP_ERR_CORRUPT;
+				else
+					st = ibp_decode_row_ext(h->codec, stage + (uint64_t)r * stride, len, m & 0xFF,
+								(m >> 8) & 0xFF, dst, &ext);
+				if (st == IBP_OK && ext != len)
+					st = IBP_ERR_CORRUPT;
+				if (st != IBP_OK)
+					st = IBP_ERR_CORRUPT;
+			}
+			if (st != IBP_OK)
+				memset(dst, 0, R);
+		}
+		if (status)
+			status[k] = (int32_t)st;
+	}
+	return IBP_OK;
+}
+
+int ibp_hstore_row_info(const ibp_hstore_t *h, uint64_t id, uint64_t *off, uint64_t *len, uint8_t *flags, uint8_t *cl)
+{
+	if (!h->offsets || id >= h->nrows)
+		return 0;
+	*off = h->offsets[id];
+	*len = h->offsets[id + 1] - h->offsets[id];
+	*flags = h->flags[id];
+	*cl = h->clusters ? h->clusters[id] : 0;
+	return 1;
+}

@@ -8,6 +8,7 @@
 #include "ibp/cuda.h"
 #include "util/error.h"
 #include "cuda/ibp_cuda_internal.h"
+#include "cuda/ibp_gather_staged.h"
 
 #define NO_CUDA "libibp was built without CUDA"
 
@@ -165,6 +166,11 @@ void ibp_cuda_store_free(ibp_cuda_store_t *s)
 	free(s);
 }
 
+ibp_hstore_t *ibp_cuda_store_hstore(const ibp_cuda_store_t *s)
+{
+	return s ? s->host : NULL;
+}
+
 int ibp_cuda_store_on_device(const ibp_cuda_store_t *s)
 {
 	(void)s;
@@ -221,4 +227,32 @@ ibp_status_t ibp_gather_plain_cuda(const void *src, uint64_t nrows, uint64_t row
 	(void)src; (void)nrows; (void)row_bytes; (void)ids; (void)n; (void)out; (void)out_rows;
 	(void)status; (void)stream;
 	return no_device("gather_plain_cuda");
+}
+
+ibp_status_t ibp_gather_staged_cuda(const ibp_cuda_store_t *store, const uint8_t *stage, uint64_t stride,
+				    uint64_t nstage, const uint32_t *lens, const uint32_t *meta,
+				    const int64_t *idx, uint64_t n, void *out, const int64_t *out_rows,
+				    int32_t *status, void *stream)
+{
+	(void)stream;
+	if (!store)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_staged_cuda: NULL store");
+	return ibp_hstore_gather_staged(store->host, stage, stride, nstage, lens, meta, idx, n, out, out_rows,
+					status);
+}
+
+int ibp_cuda_store_row_info(const ibp_cuda_store_t *s, uint64_t id, uint64_t *off, uint64_t *len, uint8_t *flags,
+			    uint8_t *cl)
+{
+	return s ? ibp_hstore_row_info(s->host, id, off, len, flags, cl) : 0;
+}
+
+const uint8_t *ibp_cuda_store_payload(const ibp_cuda_store_t *s)
+{
+	return s ? s->host->payload : NULL;
+}
+
+const ibp_codec_t *ibp_cuda_store_host_codec(const ibp_cuda_store_t *s)
+{
+	return s ? s->host->codec : NULL;
 }

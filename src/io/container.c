@@ -1718,6 +1718,81 @@ static void sync_dir(const char *path)
 	}
 }
 
+/* Bytes per write() of a large section (see write_file). */
+#define WRITE_PIECE (32ull << 20)
+/* O_DIRECT needs file offsets, lengths and memory aligned to the device's
+ * logical block (512 or 4096 bytes); 4096 covers both. */
+#define DIRECT_ALIGN 4096u
+
+/* Sections of at least this many bytes go out with O_DIRECT (the test
+ * hook in io/container_internal.h lowers it). */
+static _Atomic uint64_t direct_min = 256ull << 20;
+
+void ibp_container_write_direct_min_set(uint64_t bytes)
+{
+	atomic_store(&direct_min, bytes ? bytes : 256ull << 20);
+}
+
+/* Writes [off, off + len) of the file (the fd's position is at off) from
+ * buf, the aligned middle with O_DIRECT where the file system takes it:
+ * the bytes go from a reused 4096-aligned bounce buffer to the disk, not
+ * through freshly allocated page-cache pages (a kernel copy that took
+ * 0.2-2 s for 900 MiB on a VM, against a steady 0.3-0.55 s direct). O_DIRECT
+ * is set on fd itself (F_SETFL), not on a second open of the temporary
+ * name, which could by then name another file. The unaligned head and
+ * tail, and everything after a refusal (EINVAL: no O_DIRECT here), go
+ * through the page cache; on return fd's position is off + len. */
+static ibp_status_t write_direct(int fd, const char *tmp, const uint8_t *buf, uint64_t len, uint64_t off)
+{
+	uint64_t a = (off + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN, done = 0;
+	if (a - off >= len)
+		return write_all(fd, buf, len, tmp);
+	const uint64_t end = a - off + (len - (a - off)) / DIRECT_ALIGN * DIRECT_ALIGN;
+	const int fl = fcntl(fd, F_GETFL);
+	uint8_t *bounce = end > a - off && fl >= 0 ? aligned_alloc(DIRECT_ALIGN, WRITE_PIECE) : NULL;
+	if (bounce) {
+		ibp_status_t st = write_all(fd, buf, a - off, tmp);
+		done = a - off;
+		if (st == IBP_OK && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0) {
+			while (done < end) {
+				uint64_t k = end - done < WRITE_PIECE ? end - done : WRITE_PIECE;
+				memcpy(bounce, buf + done, (size_t)k);
+				ssize_t w = pwrite(fd, bounce, (size_t)k, (off_t)(off + done));
+				if (w < 0 && errno == EINTR)
+					continue;
+				if (w > 0)
+					done += (uint64_t)w;
+				if (w <= 0 || (uint64_t)w % DIRECT_ALIGN) {
+					/* EINVAL: refused (alignment); a short odd write: the
+					 * rest goes through the page cache */
+					if (w < 0 && errno != EINVAL)
+						st = ibp_fail(IBP_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+					else if (w == 0)
+						st = ibp_fail(IBP_ERR_IO, "%s: write failed: no progress", tmp);
+					break;
+				}
+			}
+			if (fcntl(fd, F_SETFL, fl) != 0 && st == IBP_OK)
+				st = ibp_fail(IBP_ERR_IO, "%s: cannot clear O_DIRECT: %s", tmp, strerror(errno));
+		}
+		free(bounce);
+		if (st == IBP_OK && lseek(fd, (off_t)(off + done), SEEK_SET) < 0)
+			st = ibp_fail(IBP_ERR_IO, "%s: seek failed: %s", tmp, strerror(errno));
+		IBP_TRY(st);
+	}
+	/* the tail, or all of it without O_DIRECT */
+	for (uint64_t d = done; d < len; d += WRITE_PIECE) {
+		uint64_t k = len - d < WRITE_PIECE ? len - d : WRITE_PIECE;
+		IBP_TRY(write_all(fd, buf + d, k, tmp));
+#ifdef SYNC_FILE_RANGE_WRITE
+		/* best effort: a failure here shows at the fsync */
+		if (len > WRITE_PIECE)
+			(void)sync_file_range(fd, (off_t)(off + d), (off_t)k, SYNC_FILE_RANGE_WRITE);
+#endif
+	}
+	return IBP_OK;
+}
+
 static ibp_status_t write_file(const char *path, const uint8_t *hdr, const uint8_t *table,
 			       uint64_t table_len, const wsec_t *s, unsigned ns)
 {
@@ -1745,7 +1820,9 @@ static ibp_status_t write_file(const char *path, const uint8_t *hdr, const uint8
 	uint64_t at = HDR_SIZE + table_len;
 	for (unsigned i = 0; st == IBP_OK && i < ns; i++) {
 		st = write_zeros(fd, s[i].off - at, tmp);
-		if (st == IBP_OK)
+		if (st == IBP_OK && s[i].len >= atomic_load(&direct_min))
+			st = write_direct(fd, tmp, s[i].data, s[i].len, s[i].off);
+		else if (st == IBP_OK)
 			st = write_all(fd, s[i].data, s[i].len, tmp);
 		at = s[i].off + s[i].len;
 	}

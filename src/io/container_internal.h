@@ -14,6 +14,11 @@
  * thread-safe with respect to writers running meanwhile. */
 void ibp_container_write_minor_set(unsigned minor);
 
+/* Sections of at least `bytes` bytes are written with O_DIRECT where the
+ * file system allows it (default, and for 0: 256 MiB). For tests of that
+ * path; not thread-safe with respect to writers running meanwhile. */
+void ibp_container_write_direct_min_set(uint64_t bytes);
+
 /* ---- the row map ---------------------------------------------------------
  *
  * A decoded copy of an IBP container's row index for O(1) random lookups

@@ -25,9 +25,16 @@
  *
  * Threads: bags are cut into contiguous ranges of about the same number of
  * ids plus bags (an empty bag still costs a row of zeros), PARTS_PER_THREAD
- * per thread, which the threads of ibp_parallel_for claim in order from a
- * shared cursor: a thread that gets less of a core (a shared machine)
- * takes fewer ranges instead of holding up the call.
+ * per thread, which the tasks run on the store's worker pool
+ * (ibp_store_run, store/pool.h: no thread is started per call) claim in
+ * order from a shared cursor: a thread that gets less of a core (a shared
+ * machine) takes fewer ranges instead of holding up the call.
+ *
+ * The same engine pools the rows of a host-fallback device store
+ * (ibp_bag_pool_rows, store/bag_rows.h) for ibp_store_embedding_bag_cuda:
+ * rows from plain arrays instead of a container, on the calling thread,
+ * and with the device's per-bag status (a failed bag is zeros) instead of
+ * a failed call.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -38,17 +45,19 @@
 #include "ibp/alloc.h"
 #include "ibp/container.h"
 #include "util/error.h"
-#include "util/parallel.h"
 #include "util/cpu.h"
 #include "bitpack/codec_internal.h"
 #include "fp8/fp8_impl.h"
 #include "store/row_ahead.h"
+#include "store/pool.h"
+#include "store/bag_rows.h"
 
 typedef unsigned long long ull;
 
 #define NO_BLOCK UINT64_MAX
 #define SCRATCH_MAX (1ull << 30) /* all threads' scratch together, beyond one thread's */
 #define PARTS_PER_THREAD 4
+#define MAX_TASKS 256 /* the store's threads at most */
 
 /* ---- float32 kernels: one body, two compilations ---------------------- */
 
@@ -173,7 +182,9 @@ typedef struct bag_tls {
 } bag_tls_t;
 
 typedef struct bag_job {
-	const ibp_container_t *c;
+	const ibp_container_t *c; /* or NULL: rows from the arrays of `rows` */
+	const ibp_bag_rows_t *rows;
+	uint64_t nrows;
 	const ibp_codec_t *codec;
 	const bag_kernels_t *k;
 	int packed, block_codec;
@@ -188,9 +199,12 @@ typedef struct bag_job {
 	const float *weights;
 	int64_t padding;
 	uint8_t *out;
-	uint64_t part[IBP_MAX_THREADS + 1]; /* bag ranges part[p] .. part[p+1] */
-	uint64_t nparts, next;               /* ranges; the next one to claim (atomic) */
-	bag_tls_t tls[IBP_MAX_THREADS];
+	int per_bag;      /* the device's contract: a failed bag is zeros and a status, not a failed call */
+	int32_t *status;  /* per_bag: NULL or n_bags statuses */
+	uint64_t nfailed; /* bags failed (with status; atomic) */
+	uint64_t part[MAX_TASKS + 1]; /* bag ranges part[p] .. part[p+1] */
+	uint64_t nparts, next;        /* ranges; the next one to claim (atomic) */
+	bag_tls_t tls[MAX_TASKS];
 	pthread_mutex_t mu; /* guards the first failure */
 	int failed;
 	ibp_status_t err;
@@ -251,6 +265,18 @@ static const uint8_t *row_at(const bag_job_t *j, bag_tls_t *t, uint64_t row, ibp
 		return t->slot + (row - blk * j->block_rows) * j->R;
 	}
 	uint64_t used = 0;
+	if (!j->c) {
+		/* plain arrays (a host-fallback device store): packed rows fill
+		 * their extent, inplace rows may end early */
+		static const uint8_t none[1];
+		const ibp_bag_rows_t *a = j->rows;
+		uint64_t o = a->offsets ? a->offsets[row] : row * j->R;
+		ref.src = a->payload ? a->payload + o : none;
+		ref.len = a->offsets ? a->offsets[row + 1] - o : j->R;
+		ref.mode = a->flags[row];
+		ref.cl = a->clusters ? a->clusters[row] : 0;
+		ref.ok = 1;
+	}
 	/* a failed lookup ahead is redone here, so its detail is this row's */
 	*st = ref.ok ? IBP_OK : ibp_container_row_meta(j->c, row, &ref.src, &ref.len, &ref.mode, &ref.cl);
 	if (*st == IBP_OK)
@@ -295,6 +321,9 @@ static ibp_status_t pool_bag(const bag_job_t *j, bag_tls_t *t, pipe_t *pp, uint6
 	for (uint64_t i = (uint64_t)j->offsets[b]; i < (uint64_t)j->offsets[b + 1]; i++) {
 		ibp_rowref_t ref = pipe_take(j, pp, i);
 		int64_t id = id_at(j, i);
+		/* with per-bag status ids are checked here, as on the device */
+		if (j->per_bag && (id < 0 || (uint64_t)id >= j->nrows))
+			return IBP_ERR_OUT_OF_RANGE;
 		if (id == j->padding)
 			continue;
 		const float *r;
@@ -352,10 +381,8 @@ static ibp_status_t pool_bag(const bag_job_t *j, bag_tls_t *t, pipe_t *pp, uint6
 	return IBP_OK;
 }
 
-static void run_part(void *ctx, uint64_t begin, uint64_t end, int tid)
+static void run_part(void *ctx, int tid)
 {
-	(void)begin; /* one call per thread: the ranges are claimed */
-	(void)end;
 	bag_job_t *j = ctx;
 	bag_tls_t *t = &j->tls[tid];
 	pipe_t pp;
@@ -368,6 +395,18 @@ static void run_part(void *ctx, uint64_t begin, uint64_t end, int tid)
 			if (__atomic_load_n(&j->failed, __ATOMIC_RELAXED))
 				return;
 			ibp_status_t st = pool_bag(j, t, &pp, b);
+			if (j->per_bag) {
+				/* the device's contract: the bag is zeros, the call goes on */
+				if (st != IBP_OK && st != IBP_ERR_OUT_OF_RANGE)
+					st = IBP_ERR_CORRUPT;
+				if (st != IBP_OK) {
+					memset(j->out + b * j->R, 0, (size_t)j->R);
+					__atomic_fetch_add(&j->nfailed, 1, __ATOMIC_RELAXED);
+				}
+				if (j->status)
+					j->status[b] = (int32_t)st;
+				continue;
+			}
 			if (st == IBP_OK)
 				continue;
 			pthread_mutex_lock(&j->mu);
@@ -383,7 +422,7 @@ static void run_part(void *ctx, uint64_t begin, uint64_t end, int tid)
 	}
 }
 
-/* Cuts bags [0, n_bags) into t ranges (t <= IBP_MAX_THREADS) of about equal cost, cost(b) =
+/* Cuts bags [0, n_bags) into t ranges (t <= MAX_TASKS) of about equal cost, cost(b) =
  * ids before bag b + b (so runs of empty bags are shared out too). */
 static void partition(bag_job_t *j, uint64_t n_bags, int t)
 {
@@ -410,14 +449,12 @@ static uint64_t align64(uint64_t n)
 	return (n + 63) & ~(uint64_t)63;
 }
 
-ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, unsigned flags,
-				     const void *ids, ibp_dtype_t id_dtype, uint64_t n_ids, const int64_t *offsets,
-				     uint64_t n_bags, const float *weights, int64_t padding_idx, void *out,
-				     int nthreads)
+/* Checks shared by both entry points; ids only when check_ids. */
+static ibp_status_t check_args(const char *fn, ibp_bag_mode_t mode, unsigned flags, const void *ids,
+			       ibp_dtype_t id_dtype, uint64_t n_ids, const int64_t *offsets, uint64_t n_bags,
+			       const float *weights, int64_t padding_idx, const void *out, ibp_dtype_t dt,
+			       uint64_t nrows, const char *name)
 {
-	const char *fn = "embedding_bag";
-	if (!s)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL store", fn);
 	if (mode != IBP_BAG_SUM && mode != IBP_BAG_MEAN && mode != IBP_BAG_MAX)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: mode %d is not sum (0), mean (1) or max (2)", fn, (int)mode);
 	if (id_dtype != IBP_DTYPE_I32 && id_dtype != IBP_DTYPE_I64)
@@ -432,14 +469,9 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: unknown flags 0x%x", fn, flags);
 	if (weights && mode != IBP_BAG_SUM)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: per-id weights need mode sum", fn);
-	if (nthreads < 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: nthreads %d < 0", fn, nthreads);
-	const ibp_container_t *c = ibp_store_container(s);
-	uint64_t nrows = ibp_store_nrows(s), R = ibp_store_row_bytes(s);
-	ibp_dtype_t dt = ibp_store_dtype(s);
 	if (dt != IBP_DTYPE_F32 && dt != IBP_DTYPE_F16 && dt != IBP_DTYPE_BF16)
 		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: %s: rows of dtype %s cannot be pooled (float32, float16 "
-				"or bfloat16 only)", fn, ibp_container_name(c), ibp_dtype_name(dt));
+				"or bfloat16 only)", fn, name, ibp_dtype_name(dt));
 	if (padding_idx < -1 || (padding_idx >= 0 && (uint64_t)padding_idx >= nrows))
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: padding_idx %lld is not -1 or a row below %llu", fn,
 				(long long)padding_idx, (ull)nrows);
@@ -450,24 +482,20 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 	if (offsets[0] < 0 || (uint64_t)offsets[n_bags] > n_ids)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: offsets span [%lld, %lld), outside the %llu ids", fn,
 				(long long)offsets[0], (long long)offsets[n_bags], (ull)n_ids);
-	for (uint64_t i = (uint64_t)offsets[0]; i < (uint64_t)offsets[n_bags]; i++) {
-		int64_t id = id_dtype == IBP_DTYPE_I64 ? ((const int64_t *)ids)[i] : ((const int32_t *)ids)[i];
-		if (id < 0 || (uint64_t)id >= nrows)
-			return ibp_fail(IBP_ERR_OUT_OF_RANGE, "%s: %s: ids[%llu] = %lld is outside the %llu rows", fn,
-					ibp_container_name(c), (ull)i, (long long)id, (ull)nrows);
-	}
-	if (n_bags == 0)
-		return IBP_OK;
+	return IBP_OK;
+}
 
+/* A job for n_bags > 0 bags with everything but the row source and the
+ * scratch filled in; NULL when out of memory. */
+static bag_job_t *new_job(ibp_bag_mode_t mode, unsigned flags, const void *ids, ibp_dtype_t id_dtype,
+			  const int64_t *offsets, const float *weights, int64_t padding_idx, void *out,
+			  ibp_dtype_t dt, uint64_t R, uint64_t nrows)
+{
 	bag_job_t *j = calloc(1, sizeof(*j));
 	if (!j)
-		return ibp_fail(IBP_ERR_NOMEM, "%s: out of memory", fn);
-	j->c = c;
-	j->codec = ibp_store_codec(s);
+		return NULL;
 	j->k = pick_kernels();
-	j->packed = ibp_container_layout(c) == IBP_LAYOUT_PACKED;
-	j->block_codec = ibp_container_codec_id(c) != IBP_CODEC_IBP;
-	j->ahead = j->block_codec ? 0 : ibp_ahead_distance();
+	j->nrows = nrows;
 	j->dt = dt;
 	j->R = R;
 	j->dim = R / (dt == IBP_DTYPE_F32 ? 4 : 2);
@@ -479,16 +507,23 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 	j->weights = weights;
 	j->padding = padding_idx;
 	j->out = out;
+	return j;
+}
 
+/* Scratch for t threads (fewer when it would pass SCRATCH_MAX), the bags
+ * partitioned; then the job runs (on the store's pool when `pool`, else on
+ * this thread). Frees the job; *nfailed (if not NULL) gets its failed bags. */
+static ibp_status_t run_job(bag_job_t *j, const ibp_store_t *pool, int t, uint64_t n_bags, const char *fn,
+			    const char *name, uint64_t *nfailed)
+{
 	/* scratch per thread: a row, two float rows (16-bit dtypes), a block */
-	uint64_t per = align64(R);
-	if (dt != IBP_DTYPE_F32)
+	uint64_t per = align64(j->R);
+	if (j->dt != IBP_DTYPE_F32)
 		per += 2 * align64(j->dim * sizeof(float));
-	if (j->block_codec) {
-		j->block_rows = ibp_container_block_rows(c);
-		per += align64((j->block_rows < nrows ? j->block_rows : nrows) * R);
-	}
-	int t = ibp_parallel_threads(nthreads, n_bags);
+	if (j->block_codec)
+		per += align64((j->block_rows < j->nrows ? j->block_rows : j->nrows) * j->R);
+	if (t > MAX_TASKS)
+		t = MAX_TASKS;
 	while (t > 1 && (uint64_t)t * per > SCRATCH_MAX)
 		t--;
 	uint8_t *scratch = ibp_host_alloc((uint64_t)t * per, 64);
@@ -501,8 +536,8 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 		uint8_t *p = scratch + (uint64_t)i * per;
 		bag_tls_t *tl = &j->tls[i];
 		tl->row = p;
-		p += align64(R);
-		if (dt != IBP_DTYPE_F32) {
+		p += align64(j->R);
+		if (j->dt != IBP_DTYPE_F32) {
 			tl->accf = (float *)p;
 			p += align64(j->dim * sizeof(float));
 			tl->rowf = (float *)p;
@@ -512,14 +547,87 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 		tl->block = NO_BLOCK;
 	}
 	j->nparts = t == 1 ? 1 : (uint64_t)t * PARTS_PER_THREAD;
-	if (j->nparts > IBP_MAX_THREADS)
-		j->nparts = IBP_MAX_THREADS;
+	if (j->nparts > MAX_TASKS)
+		j->nparts = MAX_TASKS;
 	partition(j, n_bags, (int)j->nparts);
-	ibp_status_t st = ibp_parallel_for(t, (uint64_t)t, run_part, j);
-	if (st == IBP_OK && j->failed)
-		st = ibp_fail(j->err, "%s: %s: bag %llu: %s", fn, ibp_container_name(c), (ull)j->err_bag, j->err_msg);
+	if (pool)
+		ibp_store_run(pool, t, run_part, j);
+	else
+		run_part(j, 0);
+	ibp_status_t st = IBP_OK;
+	if (j->failed)
+		st = ibp_fail(j->err, "%s: %s: bag %llu: %s", fn, name, (ull)j->err_bag, j->err_msg);
+	if (nfailed)
+		*nfailed = j->nfailed;
 	pthread_mutex_destroy(&j->mu);
 	ibp_host_free(scratch);
 	free(j);
 	return st;
+}
+
+ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, unsigned flags,
+				     const void *ids, ibp_dtype_t id_dtype, uint64_t n_ids, const int64_t *offsets,
+				     uint64_t n_bags, const float *weights, int64_t padding_idx, void *out,
+				     int nthreads)
+{
+	const char *fn = "embedding_bag";
+	if (!s)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL store", fn);
+	if (nthreads < 0)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: nthreads %d < 0", fn, nthreads);
+	const ibp_container_t *c = ibp_store_container(s);
+	uint64_t nrows = ibp_store_nrows(s), R = ibp_store_row_bytes(s);
+	ibp_dtype_t dt = ibp_store_dtype(s);
+	IBP_TRY(check_args(fn, mode, flags, ids, id_dtype, n_ids, offsets, n_bags, weights, padding_idx, out, dt,
+			   nrows, ibp_container_name(c)));
+	for (uint64_t i = (uint64_t)offsets[0]; i < (uint64_t)offsets[n_bags]; i++) {
+		int64_t id = id_dtype == IBP_DTYPE_I64 ? ((const int64_t *)ids)[i] : ((const int32_t *)ids)[i];
+		if (id < 0 || (uint64_t)id >= nrows)
+			return ibp_fail(IBP_ERR_OUT_OF_RANGE, "%s: %s: ids[%llu] = %lld is outside the %llu rows", fn,
+					ibp_container_name(c), (ull)i, (long long)id, (ull)nrows);
+	}
+	if (n_bags == 0)
+		return IBP_OK;
+
+	bag_job_t *j = new_job(mode, flags, ids, id_dtype, offsets, weights, padding_idx, out, dt, R, nrows);
+	if (!j)
+		return ibp_fail(IBP_ERR_NOMEM, "%s: out of memory", fn);
+	j->c = c;
+	j->codec = ibp_store_codec(s);
+	j->packed = ibp_container_layout(c) == IBP_LAYOUT_PACKED;
+	j->block_codec = ibp_container_codec_id(c) != IBP_CODEC_IBP;
+	j->ahead = j->block_codec ? 0 : ibp_ahead_distance();
+	if (j->block_codec)
+		j->block_rows = ibp_container_block_rows(c);
+	return run_job(j, s, ibp_store_pool_width(s, nthreads, n_bags), n_bags, fn, ibp_container_name(c), NULL);
+}
+
+ibp_status_t ibp_bag_pool_rows(const ibp_bag_rows_t *rows, ibp_bag_mode_t mode, unsigned flags, const void *ids,
+			       ibp_dtype_t id_dtype, uint64_t n_ids, const int64_t *offsets, uint64_t n_bags,
+			       const float *weights, int64_t padding_idx, void *out, int32_t *status,
+			       uint64_t *nfailed)
+{
+	const char *fn = "embedding_bag_cuda";
+	if (nfailed)
+		*nfailed = 0;
+	if (!rows || !rows->codec)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL rows or codec", fn);
+	const uint64_t R = rows->row_bytes;
+	if (R % (rows->dtype == IBP_DTYPE_F32 ? 4u : 2u) != 0)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: rows of %llu bytes are not whole %s elements", fn, (ull)R,
+				ibp_dtype_name(rows->dtype));
+	IBP_TRY(check_args(fn, mode, flags, ids, id_dtype, n_ids, offsets, n_bags, weights, padding_idx, out,
+			   rows->dtype, rows->nrows, "host-fallback store"));
+	if (n_bags == 0)
+		return IBP_OK;
+	bag_job_t *j = new_job(mode, flags, ids, id_dtype, offsets, weights, padding_idx, out, rows->dtype, R,
+			       rows->nrows);
+	if (!j)
+		return ibp_fail(IBP_ERR_NOMEM, "%s: out of memory", fn);
+	j->rows = rows;
+	j->codec = rows->codec;
+	j->packed = rows->offsets != NULL;
+	j->per_bag = 1;
+	j->status = status;
+	return run_job(j, NULL, 1, n_bags, fn, "host-fallback store", nfailed);
 }

@@ -7,6 +7,9 @@
  * out. The caller waits until every participant has left the job before
  * returning, so nothing of the job outlives the call. Nothing is allocated
  * per gather: the job and its error slot live in the store.
+ * ibp_store_run (store/pool.h) lends the same pool to other jobs of the
+ * store (the embedding bag): tasks claimed from a counter, no thread
+ * started per call.
  *
  * Exp and fp8 containers are encoded in blocks of many rows, so a row is
  * read by decoding its block into a scratch buffer and copying the row
@@ -42,6 +45,7 @@
 #include "bitpack/codec_internal.h"
 #include "io/container_internal.h"
 #include "store/first_failure.h"
+#include "store/pool.h"
 
 #define STORE_MAX_THREADS 256
 #define GRAIN_BYTES (64u * 1024u) /* output bytes a worker claims at once */
@@ -68,6 +72,11 @@ typedef struct slot {
 /* One gather request; `ids` NULL means rows 0 .. n-1, or with `blocks`
  * set blocks 0 .. n-1 of an exp/fp8 container (decode_all). */
 typedef struct job {
+	/* a lent job (ibp_store_run): tasks [0, ntasks) of fn, else a gather */
+	ibp_store_task_fn fn;
+	void *ctx;
+	int ntasks;
+	atomic_int next_task;
 	const int64_t *ids;
 	int blocks;
 	uint64_t n;
@@ -322,6 +331,11 @@ static void record_failure(ibp_store_t *s, job_t *j, uint64_t pos, ibp_status_t 
 static void run_job(ibp_store_t *s)
 {
 	job_t *j = &s->job;
+	if (j->fn) {
+		for (int tid; (tid = atomic_fetch_add(&j->next_task, 1)) < j->ntasks;)
+			j->fn(j->ctx, tid);
+		return;
+	}
 	slot_t *sl = s->block_codec && !j->blocks ? slot_get(s) : NULL;
 	for (;;) {
 		if (atomic_load_explicit(&j->failed, memory_order_relaxed))
@@ -600,6 +614,7 @@ static ibp_status_t gather(ibp_store_t *s, const int64_t *ids, int blocks, uint6
 	int helpers = t - 1 < s->nhelpers ? t - 1 : s->nhelpers;
 	job_t *j = &s->job;
 	pthread_mutex_lock(&s->mu);
+	j->fn = NULL;
 	j->ids = ids;
 	j->blocks = blocks;
 	j->n = n;
@@ -629,6 +644,46 @@ static ibp_status_t gather(ibp_store_t *s, const int64_t *ids, int blocks, uint6
 		ret = job_failure(s, st, what, ids, blocks, pos, j->err_msg);
 	pthread_mutex_unlock(&s->gather_mu);
 	return ret;
+}
+
+int ibp_store_pool_width(const ibp_store_t *s, int nthreads, uint64_t n)
+{
+	int t = nthreads <= 0 || nthreads > s->max_threads ? s->max_threads : nthreads;
+	return n < (uint64_t)t ? (n ? (int)n : 1) : t;
+}
+
+void ibp_store_run(const ibp_store_t *cs, int ntasks, ibp_store_task_fn fn, void *ctx)
+{
+	if (ntasks <= 1) {
+		if (ntasks == 1)
+			fn(ctx, 0);
+		return;
+	}
+	/* the pool and its hand-off are mutable state of every store (which
+	 * ibp_store_from_container allocates, never const) */
+	ibp_store_t *s = (ibp_store_t *)cs;
+	pthread_mutex_lock(&s->gather_mu);
+	ensure_pool(s);
+	job_t *j = &s->job;
+	pthread_mutex_lock(&s->mu);
+	j->fn = fn;
+	j->ctx = ctx;
+	j->ntasks = ntasks;
+	atomic_store(&j->next_task, 0);
+	s->job_helpers = ntasks - 1 < s->nhelpers ? ntasks - 1 : s->nhelpers;
+	s->done = 0;
+	s->gen++;
+	pthread_cond_broadcast(&s->cv_work);
+	pthread_mutex_unlock(&s->mu);
+
+	run_job(s);
+
+	pthread_mutex_lock(&s->mu);
+	while (s->done < s->job_helpers)
+		pthread_cond_wait(&s->cv_done, &s->mu);
+	j->fn = NULL;
+	pthread_mutex_unlock(&s->mu);
+	pthread_mutex_unlock(&s->gather_mu);
 }
 
 ibp_status_t ibp_store_gather(ibp_store_t *s, const int64_t *ids, uint64_t n, void *out, int nthreads)

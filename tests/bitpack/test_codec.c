@@ -188,6 +188,11 @@ static void check_row(ibp_codec_t *c, const uint8_t *row, unsigned cluster, cons
 		if (impls[ii] == IBP_IMPL_AVX512 && !have_avx512())
 			continue;
 		CHECK(ibp_codec_set_impl(c, impls[ii]) == IBP_OK, "set_impl");
+		/* the sizing pass of this path (SIMD on AVX2 and AVX-512) */
+		CHECK(ibp_row_size(c, row, cluster, &slen, &smode) == IBP_OK, "row_size");
+		CHECK(slen == rlen && smode == rmode, "%s R=%llu C=%u k=%u impl=%d: row_size %llu/%u, reference %llu/%u",
+		      what, (unsigned long long)R, C, cluster, impls[ii], (unsigned long long)slen, smode,
+		      (unsigned long long)rlen, rmode);
 		uint64_t len = ~0ull;
 		uint8_t fl = 0xFF;
 		/* exact-size heap buffer: ASan builds catch any overrun */

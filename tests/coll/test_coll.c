@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/helper.h"
 #include "coll_ref.h"
 
 typedef struct job {
@@ -517,4 +518,73 @@ Test(coll, corrupt_messages)
 	}
 	cr_assert_eq(caught[1], runs[1]);
 	cr_assert_eq(caught[2], runs[2]);
+}
+
+/* The persistent helper thread (src/coll/helper.c): many jobs through one
+ * thread in order, each finished when wait returns; a second post before
+ * wait is refused; stop runs a job still posted, then joins. */
+typedef struct hjob {
+	int n;
+	pthread_t seen;
+} hjob_t;
+
+static void hjob_run(void *arg)
+{
+	hjob_t *j = arg;
+	j->n++;
+	j->seen = pthread_self();
+}
+
+Test(coll, helper_thread_handoff)
+{
+	coll_helper_t *h;
+	cr_assert_eq(coll_helper_start(&h), IBP_OK, "%s", ibp_last_error());
+	hjob_t j = { 0 };
+	pthread_t first = pthread_self(); /* replaced by the helper's id at job 0 */
+	for (int k = 0; k < 1000; k++) {
+		cr_assert_eq(coll_helper_post(h, hjob_run, &j), IBP_OK, "%s", ibp_last_error());
+		cr_assert_eq(coll_helper_wait(h), IBP_OK, "%s", ibp_last_error());
+		cr_assert_eq(j.n, k + 1, "job %d not finished when wait returned", k);
+		if (k == 0)
+			first = j.seen;
+		cr_assert(pthread_equal(j.seen, first), "job %d ran on another thread", k);
+		cr_assert(!pthread_equal(j.seen, pthread_self()));
+	}
+	cr_assert_eq(coll_helper_wait(h), IBP_OK); /* nothing posted: returns at once */
+	cr_assert_eq(coll_helper_post(h, hjob_run, &j), IBP_OK);
+	cr_assert_eq(coll_helper_post(h, hjob_run, &j), IBP_ERR_INTERNAL);
+	cr_assert_eq(coll_helper_stop(h), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(j.n, 1001, "stop dropped the posted job");
+	cr_assert_eq(coll_helper_stop(NULL), IBP_OK);
+}
+
+/* Repeated AllGathers on one communicator whose blocks are decoded on the
+ * helper (4 ranks, EXP blocks over 32 KiB coded): the same bytes as NONE
+ * every time (the helper is made once and reused). */
+Test(coll, allgather_overlap_repeated_bit_identical)
+{
+	job_t a[4], b[4];
+	uint64_t n = 40000;
+	run_case(a, 4, AG, IBP_DTYPE_BF16, IBP_COLL_CODEC_NONE, n);
+	ibp_coll_inproc_t *w;
+	cr_assert_eq(ibp_coll_inproc_create(4, &w), IBP_OK);
+	for (int r = 0; r < 4; r++) {
+		b[r] = (job_t){ .w = w, .rank = r, .nranks = 4, .op = AG, .dt = IBP_DTYPE_BF16,
+				.codec = IBP_COLL_CODEC_EXP, .n = n, .policy = IBP_COLL_POLICY_ALWAYS, .repeat = 5 };
+		b[r].in = make_input(r, IBP_DTYPE_BF16, n, n * 31 + (uint64_t)AG);
+		b[r].out = calloc(1, 4 * n * 2 + 1);
+		cr_assert(b[r].out);
+	}
+	run_all(b, 4);
+	for (int r = 0; r < 4; r++) {
+		cr_assert_eq(b[r].st, IBP_OK, "rank %d: %s", r, b[r].err);
+		cr_assert_eq(memcmp(a[r].out, b[r].out, 4 * n * 2), 0, "rank %d differs from NONE", r);
+		cr_assert_eq(b[r].stats.compressed, 5);
+		cr_assert_gt(b[r].stats.wire_bytes * 1.05, 0);
+		cr_assert_lt(b[r].stats.wire_bytes * 1.05, (double)b[r].stats.logical_bytes, "rank %d: not compressed",
+			     r);
+	}
+	ibp_coll_inproc_destroy(w);
+	free_case(a, 4);
+	free_case(b, 4);
 }

@@ -16,6 +16,7 @@
 #include "fp8/fp8_impl.h"
 #include "ibp/coll.h"
 #include "ibp/status.h"
+#include "ranks.h"
 #include "testutil.h"
 
 static double gauss(tu_rng_t *r)
@@ -293,83 +294,36 @@ Test(dynamiq, mean_added_back)
 
 /* ---- the collective ---- */
 
-typedef struct job {
-	ibp_coll_inproc_t *w;
-	int rank;
-	ibp_dtype_t dt;
-	ibp_coll_codec_t codec;
-	uint64_t n;
-	const void *in;
-	void *out;
-	ibp_status_t st;
-	ibp_coll_stats_t stats;
-	int fake; /* 1: this rank sends a corrupt chunk instead of running the call */
-	char err[256];
-} job_t;
-
-static void *run_job(void *arg)
+/* Rank 1 of 2 (ranks.h custom): valid statistics, then a bad chunk 0
+ * (fake 1: one byte short; 2: a NaN scale). */
+static void fake_rank(rank_job_t *j, ibp_coll_transport_t *tp)
 {
-	job_t *j = arg;
-	ibp_coll_transport_t t;
-	ibp_coll_comm_t *c = NULL;
-	ibp_coll_opts_t o;
-	ibp_coll_opts_default(&o);
-	o.calibrate = 0;
-	o.timeout_ms = 5000;
-	o.policy = IBP_COLL_POLICY_ALWAYS;
-	j->st = ibp_coll_inproc_transport(j->w, j->rank, &t);
-	if (j->fake) { /* rank 1 of 2: valid statistics, then a bad chunk 0 */
-		uint64_t J = (j->n + 255) / 256, rb, cap = ((uint64_t)1 << 20) + COLL_HDR;
-		uint8_t *m = calloc(1, cap), *in = malloc(cap);
-		coll_hdr_t h = { COLL_MAGIC, COLL_OP_AR, (uint8_t)j->codec, (uint8_t)j->dt, COLL_ENC_RAW, j->n, 2 * J, 1, 1 };
-		memcpy(m, &h, sizeof h);
-		j->st = t.sendrecv(t.ctx, 0, m, COLL_HDR + 2 * J * 4, 0, in, cap, &rb, 5000);
-		/* The plan rank 0 makes: its statistics plus this rank's zeros. */
-		dq_plan_t pl;
-		dq_cfg_t cfg;
-		dq_cfg_default(&cfg);
-		cr_assert_eq(dq_plan_make(&pl, &cfg, 2, j->n, 1, (const float *)(in + COLL_HDR)), IBP_OK);
-		uint64_t e = (pl.lo[1] * 256 < j->n ? pl.lo[1] * 256 : j->n) - pl.lo[0] * 256;
-		h.enc = COLL_ENC_DQ;
-		h.chunk = 0;
-		h.elems = e;
-		memcpy(m, &h, sizeof h);
-		uint64_t size = pl.cbytes[0] - (j->fake == 1); /* 1: one byte short; 2: a NaN scale */
-		memset(m + COLL_HDR, 0, size);
-		m[COLL_HDR] = 0xc1;
-		m[COLL_HDR + 1] = 0x7f;
-		t.sendrecv(t.ctx, 0, m, COLL_HDR + size, -1, NULL, 0, &rb, 5000);
-		dq_plan_free(&pl);
-		free(m);
-		free(in);
-		if (t.destroy)
-			t.destroy(t.ctx);
-		return NULL;
-	}
-	if (j->st == IBP_OK)
-		j->st = ibp_coll_comm_create(&t, &o, &c);
-	if (j->st == IBP_OK)
-		j->st = ibp_coll_allreduce(j->in, j->out, j->n, j->dt, IBP_COLL_SUM, j->codec, c, NULL);
-	snprintf(j->err, sizeof j->err, "%s", ibp_last_error());
-	if (c)
-		ibp_coll_comm_stats(c, &j->stats);
-	ibp_coll_comm_destroy(c);
-	return NULL;
-}
-
-static void run(job_t *jobs, int p)
-{
-	ibp_coll_inproc_t *w;
-	cr_assert_eq(ibp_coll_inproc_create(p, &w), IBP_OK);
-	pthread_t th[8];
-	for (int r = 0; r < p; r++) {
-		jobs[r].w = w;
-		jobs[r].rank = r;
-		cr_assert_eq(pthread_create(&th[r], NULL, run_job, &jobs[r]), 0);
-	}
-	for (int r = 0; r < p; r++)
-		pthread_join(th[r], NULL);
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_transport_t t = *tp;
+	uint64_t J = (j->n + 255) / 256, rb, cap = ((uint64_t)1 << 20) + COLL_HDR;
+	uint8_t *m = calloc(1, cap), *in = malloc(cap);
+	coll_hdr_t h = { COLL_MAGIC, COLL_OP_AR, (uint8_t)j->codec, (uint8_t)j->dt, COLL_ENC_RAW, j->n, 2 * J, 1, 1 };
+	memcpy(m, &h, sizeof h);
+	j->st = t.sendrecv(t.ctx, 0, m, COLL_HDR + 2 * J * 4, 0, in, cap, &rb, 5000);
+	/* The plan rank 0 makes: its statistics plus this rank's zeros. */
+	dq_plan_t pl;
+	dq_cfg_t cfg;
+	dq_cfg_default(&cfg);
+	cr_assert_eq(dq_plan_make(&pl, &cfg, 2, j->n, 1, (const float *)(in + COLL_HDR)), IBP_OK);
+	uint64_t e = (pl.lo[1] * 256 < j->n ? pl.lo[1] * 256 : j->n) - pl.lo[0] * 256;
+	h.enc = COLL_ENC_DQ;
+	h.chunk = 0;
+	h.elems = e;
+	memcpy(m, &h, sizeof h);
+	uint64_t size = pl.cbytes[0] - (j->fake == 1); /* 1: one byte short; 2: a NaN scale */
+	memset(m + COLL_HDR, 0, size);
+	m[COLL_HDR] = 0xc1;
+	m[COLL_HDR + 1] = 0x7f;
+	t.sendrecv(t.ctx, 0, m, COLL_HDR + size, -1, NULL, 0, &rb, 5000);
+	dq_plan_free(&pl);
+	free(m);
+	free(in);
+	if (t.destroy)
+		t.destroy(t.ctx);
 }
 
 Test(dynamiq, collective_matches_simulation)
@@ -381,7 +335,7 @@ Test(dynamiq, collective_matches_simulation)
 	dq_cfg_default(&cfg);
 	/* The first call on a fresh communicator is call 1. */
 	cr_assert_eq(dq_simulate((const float *const *)x, p, d, &cfg, 1, ref, NULL), IBP_OK);
-	job_t jobs[4];
+	rank_job_t jobs[4];
 	memset(jobs, 0, sizeof jobs);
 	for (int r = 0; r < p; r++) {
 		jobs[r].dt = IBP_DTYPE_F32;
@@ -390,7 +344,7 @@ Test(dynamiq, collective_matches_simulation)
 		jobs[r].in = x[r];
 		jobs[r].out = malloc(d * sizeof(float));
 	}
-	run(jobs, p);
+	ranks_run(jobs, p);
 	for (int r = 0; r < p; r++) {
 		cr_assert_eq(jobs[r].st, IBP_OK, "rank %d: %s", r, jobs[r].err);
 		cr_assert_eq(memcmp(jobs[r].out, ref, d * sizeof(float)), 0, "rank %d differs from the simulation", r);
@@ -410,16 +364,16 @@ Test(dynamiq, collective_bf16_identical_ranks)
 	uint64_t d = 3000;
 	float **x = make_grads(p, d, 43);
 	uint16_t *in[3], *out[3];
-	job_t jobs[3];
+	rank_job_t jobs[3];
 	memset(jobs, 0, sizeof jobs);
 	for (int r = 0; r < p; r++) {
 		in[r] = malloc(d * 2);
 		out[r] = malloc(d * 2);
 		for (uint64_t i = 0; i < d; i++)
 			in[r][i] = fp8i_f32_to_bf16(x[r][i]);
-		jobs[r] = (job_t){ .dt = IBP_DTYPE_BF16, .codec = IBP_COLL_CODEC_DYNAMIQ, .n = d, .in = in[r], .out = out[r] };
+		jobs[r] = (rank_job_t){ .dt = IBP_DTYPE_BF16, .codec = IBP_COLL_CODEC_DYNAMIQ, .n = d, .in = in[r], .out = out[r] };
 	}
-	run(jobs, p);
+	ranks_run(jobs, p);
 	double e = 0, s = 0;
 	for (int r = 0; r < p; r++) {
 		cr_assert_eq(jobs[r].st, IBP_OK, "rank %d: %s", r, jobs[r].err);
@@ -447,15 +401,15 @@ Test(dynamiq, errors)
 	int p = 2;
 	uint64_t d = 600;
 	float *in[2], *out[2];
-	job_t jobs[2];
+	rank_job_t jobs[2];
 	memset(jobs, 0, sizeof jobs);
 	for (int r = 0; r < p; r++) {
 		in[r] = calloc(d, sizeof(float));
 		out[r] = malloc(d * sizeof(float));
-		jobs[r] = (job_t){ .dt = IBP_DTYPE_F32, .codec = IBP_COLL_CODEC_DYNAMIQ, .n = d, .in = in[r], .out = out[r] };
+		jobs[r] = (rank_job_t){ .dt = IBP_DTYPE_F32, .codec = IBP_COLL_CODEC_DYNAMIQ, .n = d, .in = in[r], .out = out[r] };
 	}
 	in[1][300] = NAN;
-	run(jobs, p);
+	ranks_run(jobs, p);
 	for (int r = 0; r < p; r++) {
 		cr_assert_eq(jobs[r].st, IBP_ERR_INVALID_ARG, "rank %d: %d %s", r, jobs[r].st, jobs[r].err);
 		cr_assert(strstr(jobs[r].err, "non-finite"), "%s", jobs[r].err);
@@ -465,9 +419,10 @@ Test(dynamiq, errors)
 	for (int f = 1; f <= 2; f++) {
 		memset(jobs, 0, sizeof jobs);
 		for (int r = 0; r < p; r++)
-			jobs[r] = (job_t){ .dt = IBP_DTYPE_F32, .codec = IBP_COLL_CODEC_DYNAMIQ, .n = d, .in = in[r],
-					   .out = out[r], .fake = r == 1 ? f : 0 };
-		run(jobs, p);
+			jobs[r] = (rank_job_t){ .dt = IBP_DTYPE_F32, .codec = IBP_COLL_CODEC_DYNAMIQ, .n = d, .in = in[r],
+					   .out = out[r], .fake = r == 1 ? f : 0,
+						.custom = r == 1 ? fake_rank : NULL };
+		ranks_run(jobs, p);
 		cr_assert_eq(jobs[0].st, IBP_ERR_CORRUPT, "fake %d: %d %s", f, jobs[0].st, jobs[0].err);
 		cr_assert(strstr(jobs[0].err, f == 1 ? "payload bytes" : "scale"), "%s", jobs[0].err);
 	}

@@ -15,6 +15,7 @@
 #include "fp8/fp8_impl.h"
 #include "ibp/coll.h"
 #include "ibp/status.h"
+#include "ranks.h"
 #include "testutil.h"
 
 static double gauss(tu_rng_t *r)
@@ -93,6 +94,8 @@ Test(lsq, unbiased_variance_formula)
 	lsq_check(4, 0, 5000);
 	lsq_check(8, 8, 5000);
 	lsq_check(2, 4, 5000);
+	lsq_check(8, 4, 5000); /* the collective's scale width at the other entry widths */
+	lsq_check(2, 0, 5000);
 }
 
 Test(lsq, bounds_and_size)
@@ -215,62 +218,12 @@ Test(pts, sparsity_against_error)
 
 /* ---- in the collectives ---- */
 
-typedef struct job {
-	ibp_coll_inproc_t *w;
-	int rank, op;
-	ibp_dtype_t dt;
-	ibp_coll_codec_t codec;
-	uint64_t n;
-	const void *in;
-	void *out;
-	ibp_status_t st;
-	ibp_coll_stats_t stats;
-	char err[256];
-} job_t;
-
-static void *run_job(void *arg)
-{
-	job_t *j = arg;
-	ibp_coll_transport_t t;
-	ibp_coll_comm_t *c = NULL;
-	ibp_coll_opts_t o;
-	ibp_coll_opts_default(&o);
-	o.calibrate = 0;
-	o.timeout_ms = 5000;
-	j->st = ibp_coll_inproc_transport(j->w, j->rank, &t);
-	if (j->st == IBP_OK)
-		j->st = ibp_coll_comm_create(&t, &o, &c);
-	if (j->st == IBP_OK)
-		j->st = j->op ? ibp_coll_alltoall(j->in, j->out, j->n, j->dt, j->codec, c, NULL)
-			      : ibp_coll_allreduce(j->in, j->out, j->n, j->dt, IBP_COLL_SUM, j->codec, c, NULL);
-	snprintf(j->err, sizeof j->err, "%s", ibp_last_error());
-	if (c)
-		ibp_coll_comm_stats(c, &j->stats);
-	ibp_coll_comm_destroy(c);
-	return NULL;
-}
-
-static void run(job_t *jobs, int p)
-{
-	ibp_coll_inproc_t *w;
-	cr_assert_eq(ibp_coll_inproc_create(p, &w), IBP_OK);
-	pthread_t th[8];
-	for (int r = 0; r < p; r++) {
-		jobs[r].w = w;
-		jobs[r].rank = r;
-		cr_assert_eq(pthread_create(&th[r], NULL, run_job, &jobs[r]), 0);
-	}
-	for (int r = 0; r < p; r++)
-		pthread_join(th[r], NULL);
-	ibp_coll_inproc_destroy(w);
-}
-
 Test(lsq, alltoall)
 {
 	int p = 4;
 	uint64_t cnt = 1000; /* per peer: 3 full rows and a short one */
 	uint16_t *in[4], *out[4];
-	job_t jobs[4];
+	rank_job_t jobs[4];
 	tu_rng_t r;
 	tu_rng_seed(&r, 4);
 	for (int k = 0; k < p; k++) {
@@ -278,10 +231,10 @@ Test(lsq, alltoall)
 		out[k] = malloc(cnt * (uint64_t)p * 2);
 		for (uint64_t i = 0; i < cnt * (uint64_t)p; i++)
 			in[k][i] = fp8i_f32_to_bf16((float)gauss(&r));
-		jobs[k] = (job_t){ .op = 1, .dt = IBP_DTYPE_BF16, .codec = IBP_COLL_CODEC_LSQ, .n = cnt, .in = in[k],
+		jobs[k] = (rank_job_t){ .op = 1, .dt = IBP_DTYPE_BF16, .codec = IBP_COLL_CODEC_LSQ, .n = cnt, .in = in[k],
 				   .out = out[k] };
 	}
-	run(jobs, p);
+	ranks_run(jobs, p);
 	for (int k = 0; k < p; k++) {
 		cr_assert_eq(jobs[k].st, IBP_OK, "rank %d: %s", k, jobs[k].err);
 		cr_assert_eq(jobs[k].stats.compressed, 1);
@@ -302,7 +255,7 @@ Test(lsq, alltoall)
 	}
 	/* Other collectives refuse LSQ (and AllToAll refuses PTS). */
 	for (int k = 0; k < p; k++)
-		jobs[k] = (job_t){ .op = k % 2, .dt = IBP_DTYPE_BF16,
+		jobs[k] = (rank_job_t){ .op = k % 2, .dt = IBP_DTYPE_BF16,
 				   .codec = k % 2 ? IBP_COLL_CODEC_PTS : IBP_COLL_CODEC_LSQ, .n = cnt, .in = in[k],
 				   .out = out[k] };
 	ibp_coll_inproc_t *w;
@@ -310,10 +263,105 @@ Test(lsq, alltoall)
 	for (int k = 0; k < 2; k++) {
 		jobs[k].w = w;
 		jobs[k].rank = 0;
-		run_job(&jobs[k]);
+		rank_job_run(&jobs[k]);
 		cr_assert_eq(jobs[k].st, IBP_ERR_INVALID_ARG, "%s", jobs[k].err);
 		cr_assert(strstr(jobs[k].err, k ? "allreduce only" : "alltoall(v) only"), "%s", jobs[k].err);
 	}
+	ibp_coll_inproc_destroy(w);
+	for (int k = 0; k < p; k++) {
+		free(in[k]);
+		free(out[k]);
+	}
+}
+
+/* LSQ at 2, 4 and 8 bits through AllToAll (ibp_coll_comm_set_lsq_bits):
+ * the wire ratio follows the width, the error falls as it grows; ranks may
+ * send different widths (each message names its own), and a sender's
+ * width sets the error of its blocks only. */
+static void lsq_bits_run(const int *bits, uint16_t **in, uint16_t **out, double *err_from, double *ratio)
+{
+	int p = 4;
+	uint64_t cnt = 2048;
+	rank_job_t jobs[4];
+	for (int k = 0; k < p; k++)
+		jobs[k] = (rank_job_t){ .op = RJ_ALLTOALL, .dt = IBP_DTYPE_BF16, .codec = IBP_COLL_CODEC_LSQ, .n = cnt,
+					.in = in[k], .out = out[k], .lsq_bits = bits[k] };
+	ranks_run(jobs, p);
+	double e[4] = { 0 }, s[4] = { 0 };
+	for (int k = 0; k < p; k++) {
+		cr_assert_eq(jobs[k].st, IBP_OK, "rank %d (%d bits): %s", k, bits[k], jobs[k].err);
+		cr_assert_eq(jobs[k].stats.compressed, 1);
+		ratio[k] = jobs[k].stats.last_ratio;
+		for (int src = 0; src < p; src++)
+			for (uint64_t i = 0; i < cnt; i++) {
+				double want = fp8i_bf16_to_f32(in[src][(uint64_t)k * cnt + i]);
+				double got = fp8i_bf16_to_f32(out[k][(uint64_t)src * cnt + i]);
+				if (src == k)
+					cr_assert_eq(got, want);
+				else {
+					e[src] += (got - want) * (got - want);
+					s[src] += want * want;
+				}
+			}
+	}
+	for (int src = 0; src < p; src++)
+		err_from[src] = e[src] / s[src];
+}
+
+Test(lsq, alltoall_bits)
+{
+	int p = 4;
+	uint64_t cnt = 2048;
+	uint16_t *in[4], *out[4];
+	tu_rng_t r;
+	tu_rng_seed(&r, 8);
+	for (int k = 0; k < p; k++) {
+		in[k] = malloc(cnt * (uint64_t)p * 2);
+		out[k] = malloc(cnt * (uint64_t)p * 2);
+		for (uint64_t i = 0; i < cnt * (uint64_t)p; i++)
+			in[k][i] = fp8i_f32_to_bf16((float)gauss(&r));
+	}
+	static const int widths[3] = { 2, 4, 8 };
+	double last = 1e30, err[4], ratio[4];
+	for (int b = 0; b < 3; b++) {
+		int B = widths[b], bits[4] = { B, B, B, B };
+		lsq_bits_run(bits, in, out, err, ratio);
+		for (int k = 0; k < p; k++) {
+			/* 16-bit BF16 over B + ~0.02 bits, 32-byte headers: at least 90% of 16 / B. */
+			cr_assert_gt(ratio[k], 0.9 * 16.0 / B, "%d bits: ratio %g", B, ratio[k]);
+			cr_assert_lt(ratio[k], 16.0 / B, "%d bits: ratio %g", B, ratio[k]);
+			cr_assert_gt(err[k], 0);
+			cr_assert_lt(err[k], last * 0.5, "%d bits: vNMSE %g (narrower: %g)", B, err[k], last);
+			if (B == 8) /* 8-bit row scales: 4-bit ones alone give ~1.4e-3 */
+				cr_assert_lt(err[k], 3e-4, "8 bits: vNMSE %g", err[k]);
+		}
+		last = err[0];
+		cr_log_info("LSQ all-to-all %d bits: ratio %.3f, vNMSE %.5f", B, ratio[0], err[0]);
+	}
+	/* Mixed widths: the 2-bit sender's blocks are the noisiest, the 8-bit one's the cleanest. */
+	int mixed[4] = { 2, 8, 4, 4 };
+	lsq_bits_run(mixed, in, out, err, ratio);
+	cr_assert_gt(err[0], 2 * err[2]);
+	cr_assert_gt(err[2], 2 * err[1]);
+	cr_assert_gt(ratio[0], 2 * ratio[1]);
+	/* Widths the format does not take; a NULL communicator. */
+	ibp_coll_inproc_t *w;
+	ibp_coll_transport_t t;
+	ibp_coll_comm_t *c;
+	ibp_coll_opts_t o;
+	ibp_coll_opts_default(&o);
+	o.calibrate = 0;
+	cr_assert_eq(ibp_coll_inproc_create(1, &w), IBP_OK);
+	cr_assert_eq(ibp_coll_inproc_transport(w, 0, &t), IBP_OK);
+	cr_assert_eq(ibp_coll_comm_create(&t, &o, &c), IBP_OK);
+	static const int bad[5] = { 0, 1, 3, 5, 16 };
+	for (int k = 0; k < 5; k++) {
+		cr_assert_eq(ibp_coll_comm_set_lsq_bits(c, bad[k]), IBP_ERR_INVALID_ARG, "%d bits", bad[k]);
+		cr_assert(strstr(ibp_last_error(), "2, 4 or 8"), "%s", ibp_last_error());
+	}
+	cr_assert_eq(ibp_coll_comm_set_lsq_bits(c, 8), IBP_OK);
+	cr_assert_eq(ibp_coll_comm_set_lsq_bits(NULL, 4), IBP_ERR_INVALID_ARG);
+	ibp_coll_comm_destroy(c);
 	ibp_coll_inproc_destroy(w);
 	for (int k = 0; k < p; k++) {
 		free(in[k]);
@@ -326,7 +374,7 @@ Test(pts, allreduce)
 	int p = 4;
 	uint64_t n = 3001;
 	float *in[4], *out[4];
-	job_t jobs[4];
+	rank_job_t jobs[4];
 	tu_rng_t r;
 	tu_rng_seed(&r, 8);
 	for (int k = 0; k < p; k++) {
@@ -334,9 +382,9 @@ Test(pts, allreduce)
 		out[k] = malloc(n * 4);
 		for (uint64_t i = 0; i < n; i++)
 			in[k][i] = (float)gauss(&r);
-		jobs[k] = (job_t){ .dt = IBP_DTYPE_F32, .codec = IBP_COLL_CODEC_PTS, .n = n, .in = in[k], .out = out[k] };
+		jobs[k] = (rank_job_t){ .dt = IBP_DTYPE_F32, .codec = IBP_COLL_CODEC_PTS, .n = n, .in = in[k], .out = out[k] };
 	}
-	run(jobs, p);
+	ranks_run(jobs, p);
 	/* The expected sum: each rank's stream, decoded in rank order (keys as the collective makes them are
 	 * internal, so compare the ranks with each other and the error with the formula's scale). */
 	double e = 0, s = 0, varf = 0;

@@ -29,6 +29,7 @@
 #include "ibp/container.h"
 #include "ibp/npy.h"
 #include "ibp/store.h"
+#include "cuda/ibp_gather_staged.h"
 extern "C" {
 #include "bitpack/train_internal.h"
 ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64_t src_len, uint8_t flags,
@@ -38,6 +39,11 @@ ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64
 #include "k_gather.inc"
 #include "k_encode.inc"
 #include "k_train.inc"
+#include "k_slab.inc"
+#include "../../cache/slab_cudahost.c"
+extern "C" {
+#include "../../cache/cache_cuda.h"
+}
 
 static int failures = 0;
 
@@ -706,6 +712,106 @@ static void ibp_suite(const std::vector<uint64_t> &Rs)
 	       (unsigned long long)modes[1], (unsigned long long)modes[2], (unsigned long long)modes[3]);
 }
 
+/* ibp_gather_staged_cuda (the slab cache's hits): rows copied into a
+ * stage at a stride, with their lengths and codec bytes, a decoded row
+ * (RAW), a row one byte too long, one with bad flag bits and bad indices;
+ * the kernel's outputs and statuses equal the CPU decoder's and the host
+ * twin's (ibp_hstore_gather_staged). */
+static void api_staged(const Case &t, const ibp_cuda_store_t *s)
+{
+	const uint64_t n = t.n, R = t.R, ns = n + 3;
+	const uint8_t *cls = t.K > 1 ? t.cl.data() : nullptr;
+	uint64_t maxlen = R + 1;
+	for (uint64_t i = 0; i < n; i++)
+		maxlen = std::max<uint64_t>(maxlen, t.off[i + 1] - t.off[i] + 1);
+	const uint64_t stride = (maxlen + 15) / 16 * 16 + 16 * (rnd() % 2);
+	std::vector<uint8_t> hst(ns * stride, 0x3c);
+	std::vector<uint32_t> hl(ns), hm(ns);
+	for (uint64_t r = 0; r < n; r++) {
+		hl[r] = (uint32_t)(t.off[r + 1] - t.off[r]);
+		hm[r] = t.flags[r] | (uint32_t)(cls ? cls[r] : 0) << 8;
+		memcpy(&hst[r * stride], &t.enc[t.off[r]], hl[r]);
+	}
+	memcpy(&hst[n * stride], t.rows.data(), R); /* a decoded row: RAW, R bytes */
+	hl[n] = (uint32_t)R;
+	hm[n] = IBP_ROW_RAW;
+	for (uint64_t r = n + 1; r < ns; r++) { /* row 0 too long by a byte; row 0 with bad flag bits */
+		memcpy(&hst[r * stride], &t.enc[0], hl[0]);
+		hl[r] = hl[0] + (r == n + 1);
+		hm[r] = hm[0] | (r == n + 2 ? 4u : 0u);
+	}
+	const uint64_t m = 2 * ns + 2;
+	DBuf<uint8_t> stage(hst, "stage", sk());
+	DBuf<uint32_t> lens(hl, "stage lens"), meta(hm, "stage meta");
+	DBuf<int64_t> idx(m, "stage idx"), orows(m, "out rows");
+	std::vector<int64_t> hidx(m), hrows(m);
+	for (uint64_t k = 0; k < m; k++) {
+		hidx[k] = k < ns ? (int64_t)k : (int64_t)(rnd() % ns);
+		hrows[k] = (int64_t)k;
+	}
+	hidx[m - 2] = (int64_t)ns;
+	hidx[m - 1] = -1;
+	for (uint64_t k = m - 1; k > 0; k--)
+		std::swap(hrows[k], hrows[rnd() % (k + 1)]);
+	memcpy(idx.p, hidx.data(), m * 8);
+	memcpy(orows.p, hrows.data(), m * 8);
+	DBuf<uint8_t> out(m * R, "staged out");
+	DBuf<int32_t> st(m, "staged status");
+	OK(ibp_gather_staged_cuda(s, stage.p, stride, ns, lens.p, meta.p, idx.p, m, out.p, orows.p, st.p, nullptr));
+	/* the host twin on a host store of the same codec */
+	ibp_cuda_store_desc_t d;
+	memset(&d, 0, sizeof(d));
+	d.codec = t.codec;
+	d.payload = t.enc.data();
+	d.payload_bytes = t.off[n];
+	d.offsets = t.off.data();
+	d.flags = t.flags.data();
+	d.clusters = cls;
+	d.nrows = n;
+	d.payload_kind = IBP_CUDA_PAYLOAD_MAPPED;
+	ibp_hstore_t *h = nullptr;
+	OK(ibp_hstore_create(&d, &h));
+	std::vector<uint8_t> hout(m * R, 0xA7);
+	std::vector<int32_t> hstat(m, 99);
+	OK(ibp_hstore_gather_staged(h, hst.data(), stride, ns, hl.data(), hm.data(), hidx.data(), m, hout.data(),
+				    hrows.data(), hstat.data()));
+	ibp_hstore_free(h);
+	std::vector<uint8_t> ref(R);
+	for (uint64_t k = 0; k < m; k++) {
+		const int64_t r = hidx[k];
+		ibp_status_t want;
+		if (r < 0 || (uint64_t)r >= ns) {
+			want = IBP_ERR_OUT_OF_RANGE;
+			memset(ref.data(), 0, R);
+		} else if ((uint64_t)r < n) {
+			want = cpu_row(t, t.enc.data(), t.off.data(), t.flags.data(), cls, n, r, ref.data());
+		} else if ((uint64_t)r == n) {
+			want = IBP_OK;
+			memcpy(ref.data(), t.rows.data(), R);
+		} else {
+			want = IBP_ERR_CORRUPT;
+			memset(ref.data(), 0, R);
+		}
+		CHECK(st.p[k] == want && hstat[k] == want, "api staged R %llu: request %llu (stage row %lld) status %d, "
+		      "host twin %d, want %d", (unsigned long long)R, (unsigned long long)k, (long long)r, st.p[k], hstat[k],
+		      (int)want);
+		CHECK(!memcmp(out.p + hrows[k] * R, ref.data(), R), "api staged R %llu: request %llu (stage row %lld)",
+		      (unsigned long long)R, (unsigned long long)k, (long long)r);
+		CHECK(!memcmp(&hout[hrows[k] * R], ref.data(), R), "api staged R %llu: host twin, request %llu",
+		      (unsigned long long)R, (unsigned long long)k);
+	}
+	/* idx NULL: stage row k to output row k */
+	DBuf<uint8_t> out2(ns * R, "staged out (identity)");
+	OK(ibp_gather_staged_cuda(s, stage.p, stride, ns, lens.p, meta.p, nullptr, ns, out2.p, nullptr, nullptr, nullptr));
+	for (uint64_t r = 0; r < n; r++) {
+		cpu_row(t, t.enc.data(), t.off.data(), t.flags.data(), cls, n, (int64_t)r, ref.data());
+		CHECK(!memcmp(out2.p + r * R, ref.data(), R), "api staged R %llu identity: row %llu", (unsigned long long)R,
+		      (unsigned long long)r);
+	}
+	CHECK(ibp_gather_staged_cuda(s, stage.p, 0, ns, lens.p, meta.p, nullptr, ns, out2.p, nullptr, nullptr, nullptr) ==
+		      IBP_ERR_INVALID_ARG, "api staged: stride 0 accepted");
+}
+
 /* The public GPU API, host code included (launch configuration, stores,
  * workspaces, error handling), against the H100 runtime stub. */
 static void api_case(uint64_t R, unsigned C, unsigned K)
@@ -771,6 +877,8 @@ static void api_case(uint64_t R, unsigned C, unsigned K)
 				      kind, inplace, (unsigned long long)k);
 			}
 		}
+		if (!inplace)
+			api_staged(t, s);
 		uint64_t cnt = 0;
 		OK(ibp_cuda_store_errors(s, &cnt, nullptr));
 		CHECK(cnt == bad, "api store_errors: %llu vs %llu", (unsigned long long)cnt, (unsigned long long)bad);
@@ -815,6 +923,142 @@ static void api_case(uint64_t R, unsigned C, unsigned K)
 	ibp_codec_free(t.codec);
 }
 
+/* The GPU slab cache (ibp_cache_gather_cuda, cache/cache_cuda.c) with its
+ * device table and a device store in emulated device memory: the real
+ * orchestration (copies, syncs, the slab steps and the gathers in order)
+ * against a host cache fed the same batches and ibp_store_gather: the same
+ * bytes, statuses and counters, and the device table's READY entries equal
+ * to the host cache's (slot bytes included) after every batch. */
+static void api_cache_case(uint64_t R, ibp_cache_policy_t pol)
+{
+	const uint64_t n = 300, B = 150;
+	std::vector<uint8_t> rows(n * R, 0);
+	for (uint64_t i = 0; i < n; i++) {
+		uint8_t *r = &rows[i * R];
+		if (i % 7 == 3) {
+			for (uint64_t j = 0; j < R; j++)
+				r[j] = (uint8_t)rnd();
+			continue;
+		}
+		for (uint64_t j = 0, m = 1 + rnd() % (R / 8 + 2); j < m; j++)
+			r[rnd() % R] = (uint8_t)(rnd() | 1);
+	}
+	char path[256];
+	snprintf(path, sizeof(path), "/tmp/ibp_emu_cache_%d_%llu.ibp", (int)getpid(), (unsigned long long)R);
+	uint64_t shape[2] = { n, R };
+	ibp_train_opts_t to;
+	ibp_train_opts_default(&to);
+	to.nthreads = 1;
+	to.threshold = 0.8;
+	OK(ibp_pack(path, rows.data(), IBP_DTYPE_U8, 2, shape, &to, IBP_LAYOUT_PACKED));
+	ibp_store_t *s = nullptr;
+	OK(ibp_store_open(path, IBP_OPEN_READ, &s));
+	unlink(path);
+	ibp_cuda_store_t *cs = nullptr;
+	OK(ibp_cuda_store_from_store(s, IBP_CUDA_PAYLOAD_COPY_DEVICE, 0, nullptr, &cs));
+	uint64_t stored = 0;
+	ibp_container_payload(ibp_store_container(s), &stored);
+	ibp_cache_opts_t o;
+	ibp_cache_opts_default(&o);
+	o.capacity_bytes = stored / 6 + 2 * R;
+	o.row_bytes = R;
+	o.policy = pol;
+	o.max_batch = 64;
+	o.slab_bytes = 4 * ((R + 15) / 16 * 16);
+	ibp_cache_t *h = nullptr, *d = nullptr;
+	OK(ibp_cache_create(&o, &h));
+	o.device = 0;
+	OK(ibp_cache_create(&o, &d));
+	CHECK(d->dev && d->dev->on_device, "api cache: not a device cache");
+	DBuf<int64_t> ids(B, "cache ids"), orows(B, "cache out rows");
+	DBuf<uint8_t> out(B * R, "cache out");
+	DBuf<int32_t> st(B, "cache status");
+	std::vector<int64_t> hids(B), hrows(B);
+	std::vector<uint8_t> hout(B * R), ref(R);
+	std::vector<int32_t> hst(B);
+	for (int b = 0; b < 10; b++) {
+		const uint64_t m = 1 + rnd() % B;
+		for (uint64_t k = 0; k < m; k++) {
+			double u = unif();
+			hids[k] = (int64_t)((double)n * u * u * u);
+			hrows[k] = (int64_t)k;
+		}
+		if (b % 3 == 1)
+			hids[rnd() % m] = b % 2 ? (int64_t)n : -7;
+		const int scatter = b % 2;
+		for (uint64_t k = m - 1; scatter && k > 0; k--)
+			std::swap(hrows[k], hrows[rnd() % (k + 1)]);
+		const uint32_t fl = b % 5 == 4 ? IBP_CACHE_NO_ADMIT : 0;
+		memcpy(ids.p, hids.data(), m * 8);
+		memcpy(orows.p, hrows.data(), m * 8);
+		memset(out.p, 0xA5, B * R);
+		memset(hout.data(), 0xA5, B * R);
+		ibp_status_t rd = ibp_cache_gather_cuda(d, cs, ids.p, m, out.p, scatter ? orows.p : nullptr, st.p, fl, nullptr);
+		ibp_status_t rh = ibp_cache_gather(h, s, hids.data(), m, hout.data(), scatter ? hrows.data() : nullptr,
+						   hst.data(), fl, nullptr);
+		CHECK(rd == rh, "api cache R %llu batch %d: returned %d (%s), host cache %d", (unsigned long long)R, b, (int)rd,
+		      ibp_last_error(), (int)rh);
+		CHECK(!memcmp(st.p, hst.data(), m * 4), "api cache R %llu batch %d: statuses", (unsigned long long)R, b);
+		CHECK(!memcmp(out.p, hout.data(), B * R), "api cache R %llu batch %d: output differs from the host cache's",
+		      (unsigned long long)R, b);
+		for (uint64_t k = 0; k < m; k++) {
+			if (hids[k] < 0 || (uint64_t)hids[k] >= n)
+				continue;
+			OK(ibp_store_gather(s, &hids[k], 1, ref.data(), 1));
+			CHECK(st.p[k] == IBP_OK && !memcmp(out.p + (uint64_t)hrows[k] * R, ref.data(), R),
+			      "api cache R %llu batch %d request %llu: not the store's row", (unsigned long long)R, b,
+			      (unsigned long long)k);
+		}
+		if (b % 4 == 3) {
+			int64_t inv[3] = { hids[0] >= 0 && hids[0] < (int64_t)n ? hids[0] : 0, 1, 2 };
+			OK(ibp_cache_invalidate(h, inv, 3, nullptr));
+			OK(ibp_cache_invalidate(d, inv, 3, nullptr));
+		}
+		ibp_cache_stats_t a, c;
+		OK(ibp_cache_stats(d, &a, 0));
+		OK(ibp_cache_stats(h, &c, 0));
+		a.meta_bytes = c.meta_bytes = 0;
+		CHECK(!memcmp(&a, &c, sizeof(a)), "api cache R %llu batch %d: counters differ (hits %llu/%llu, insertions "
+		      "%llu/%llu, evictions %llu/%llu)", (unsigned long long)R, b, (unsigned long long)a.hits,
+		      (unsigned long long)c.hits, (unsigned long long)a.insertions, (unsigned long long)c.insertions,
+		      (unsigned long long)a.evictions, (unsigned long long)c.evictions);
+		/* the device table (emulated device memory, readable here) */
+		const ibp_slab_table_t *t = &d->dev->t;
+		uint64_t ready = 0, keys = 0;
+		for (uint64_t p = 0; p < d->ix.cap; p++) {
+			int64_t id = d->ix.keys[p];
+			uint64_t e = d->ix.vals[p];
+			if (id < 0 || ENT_STATE(e) != ENT_READY)
+				continue;
+			ready++;
+			uint64_t mk = t->cap - 1, q = ibp_slab_hash(id) & mk, i = 0;
+			while (t->keys[q] != id && i++ < t->cap)
+				q = (q + 1) & mk;
+			CHECK(t->keys[q] == id && t->vals[q] == e, "api cache R %llu batch %d: id %lld's device entry",
+			      (unsigned long long)R, b, (long long)id);
+			uint64_t ph = cache_ix_find(&h->ix, id), g = ENT_SLAB(e) * d->spp + ENT_SLOT(e);
+			CHECK(ph != UINT64_MAX && h->ix.vals[ph] == e, "api cache: id %lld decided otherwise", (long long)id);
+			CHECK(!memcmp(ibp_slab_addr(t, e), cache_slot_ptr(h, g), ENT_LEN(e)), "api cache: id %lld slot bytes",
+			      (long long)id);
+			CHECK(t->pin[g] == 0, "api cache: slot of id %lld still pinned", (long long)id);
+		}
+		for (uint64_t q = 0; q < t->cap; q++)
+			keys += t->keys[q] >= 0;
+		CHECK(keys == ready, "api cache R %llu batch %d: %llu device keys, %llu READY rows", (unsigned long long)R, b,
+		      (unsigned long long)keys, (unsigned long long)ready);
+	}
+	ibp_cache_stats_t a;
+	OK(ibp_cache_stats(d, &a, 0));
+	CHECK(a.hits > 0 && a.insertions > 0, "api cache R %llu: hits %llu insertions %llu", (unsigned long long)R,
+	      (unsigned long long)a.hits, (unsigned long long)a.insertions);
+	/* a host-fallback store is refused by a GPU cache */
+	OK(ibp_cache_invalidate(d, nullptr, 0, nullptr));
+	ibp_cache_free(d);
+	ibp_cache_free(h);
+	ibp_cuda_store_free(cs);
+	ibp_store_close(s);
+}
+
 static void api_suite()
 {
 	static const uint64_t Rs[] = { 3, 100, 1000, 5000 };
@@ -822,6 +1066,9 @@ static void api_suite()
 		for (unsigned C : { 1u, 2u, 4u, 8u })
 			if (!quick || (R + C) % 3 == 0 || R == 5000)
 				api_case(R, C, 1 + (unsigned)(rnd() % 3));
+	api_cache_case(203, IBP_CACHE_S3FIFO);
+	if (!quick) /* a larger row, another policy */
+		api_cache_case(1000, IBP_CACHE_LRU);
 }
 
 

@@ -230,6 +230,53 @@ Test(container, data_covers_every_mode, .init = make_tmpdir, .fini = remove_tmpd
 	ibp_codec_free(codec);
 }
 
+/* A payload written with O_DIRECT (the writer's path for large sections,
+ * forced here from 1 byte) gives the file the buffered writer gives, byte
+ * for byte: payloads shorter than the gap to the next 4096-byte boundary,
+ * a few blocks with a head and a tail, and one past a 32 MiB write piece.
+ * The tmp directory is on a disk file system here, so the direct path runs;
+ * where O_DIRECT is refused, the fallback must give the same bytes too. */
+Test(container, direct_write_same_bytes, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	static const uint64_t nrows[] = { 1, 3, 700, 1500000 };
+	for (size_t t = 0; t < sizeof(nrows) / sizeof(nrows[0]); t++) {
+		uint64_t n = nrows[t], R = 24, shape[2] = { n, R };
+		ibp_codec_t *codec = make_codec(R, 4, 1, 31 + t);
+		uint8_t *rows = make_rows(codec, n, 32 + t);
+		if (n == 1500000) { /* random rows: raw, so the payload passes 32 MiB */
+			uint64_t x = 0x9E3779B97F4A7C15ull;
+			for (uint64_t i = 0; i < n * R; i++) {
+				x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+				rows[i] = (uint8_t)x;
+			}
+		}
+		char pb[200], pd[200];
+		snprintf(pb, sizeof(pb), "%s", path_in_tmp("buffered.ibp"));
+		snprintf(pd, sizeof(pd), "%s", path_in_tmp("direct.ibp"));
+		cr_assert_eq(ibp_pack_with_codec(pb, codec, rows, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED, 0),
+			     IBP_OK);
+		ibp_container_write_direct_min_set(1);
+		ibp_status_t st = ibp_pack_with_codec(pd, codec, rows, IBP_DTYPE_U8, 2, shape,
+						      IBP_LAYOUT_PACKED, 0);
+		ibp_container_write_direct_min_set(0);
+		cr_assert_eq(st, IBP_OK, "%s", ibp_last_error());
+		uint64_t nb, nd;
+		uint8_t *fb = read_file(pb, &nb), *fd = read_file(pd, &nd);
+		cr_assert_eq(nd, nb, "%llu rows: %llu bytes direct, %llu buffered", (unsigned long long)n,
+			     (unsigned long long)nd, (unsigned long long)nb);
+		cr_assert(!memcmp(fd, fb, nb), "%llu rows: the files differ", (unsigned long long)n);
+		if (n == 1500000)
+			cr_assert_gt(nb, 33ull << 20, "the last case must pass a write piece");
+		ibp_container_t *c = NULL;
+		cr_assert_eq(ibp_container_open(pd, IBP_OPEN_VERIFY, &c), IBP_OK, "%s", ibp_last_error());
+		ibp_container_close(c);
+		free(fb);
+		free(fd);
+		free(rows);
+		ibp_codec_free(codec);
+	}
+}
+
 /* ibp_container_write from ibp_encode_batch output gives the same file as
  * ibp_pack_with_codec, and reads back. */
 Test(container, write_from_encoded_arrays, .init = make_tmpdir, .fini = remove_tmpdir)

@@ -2,10 +2,13 @@
  * written here (bitwise, float32 and 16-bit rows), empty and all-padding
  * bags, int32 and int64 ids, thread-count invariance, the +0 start of a sum
  * (a lone -0 row), fused and unfused weights, block codecs agreeing with the
- * row codec, every look-ahead distance giving the same bits, and every
- * argument error before any work. */
+ * row codec, every look-ahead distance giving the same bits, every
+ * argument error before any work, and bags run on the store's worker pool
+ * (no thread started per call; concurrent bags and gathers on one store). */
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +20,18 @@
 #define DIM 37 /* odd: the vector loops' tails run too */
 #define NROWS 600
 #define PAD 7
+
+/* Every pthread_create of this binary (the library's included) is counted,
+ * so a test can tell that the bag starts no thread per call. */
+static unsigned long threads_started;
+
+int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+	int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+	*(void **)&real = dlsym(RTLD_NEXT, "pthread_create");
+	__atomic_fetch_add(&threads_started, 1, __ATOMIC_RELAXED);
+	return real(th, attr, fn, arg);
+}
 
 /* float rows with a row of -0 (row 3) and a row of +0 (row 4) */
 static float *make_table(uint64_t seed)
@@ -380,6 +395,109 @@ Test(bag, lookahead_distances_agree, .init = make_tmpdir, .fini = remove_tmpdir)
 	free(want);
 	free(got);
 	free_bags(&g);
+	ibp_store_close(s);
+	free(t);
+}
+
+/* The bag runs on the store's pool: threads start once per store (with the
+ * first pooled job), never per call, and results do not change. Bug caught:
+ * threads started per call (the bag's former ibp_parallel_for). */
+Test(bag, no_thread_started_per_call, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	float *t = make_table(12);
+	ibp_store_t *s = open_table(t, IBP_DTYPE_F32, 0, "pool");
+	if (ibp_store_max_threads(s) < 2) {
+		ibp_store_close(s);
+		free(t);
+		cr_skip_test("one CPU: the bag runs on the calling thread, no pool to check");
+	}
+	rng_t r = { 5 };
+	enum { NB = 300, PER = 5 };
+	int64_t ids[NB * PER], off[NB + 1];
+	for (int i = 0; i < NB * PER; i++)
+		ids[i] = (int64_t)(rnd(&r) % NROWS);
+	for (int b = 0; b <= NB; b++)
+		off[b] = b * PER;
+	float *want = xcalloc(NB * DIM * 4), *got = xcalloc(NB * DIM * 4);
+	reference(t, IBP_DTYPE_F32, IBP_BAG_SUM, 0, ids, off, NB, NULL, -1, want);
+	unsigned long before = __atomic_load_n(&threads_started, __ATOMIC_RELAXED), first = 0;
+	for (int call = 0; call < 20; call++) {
+		memset(got, 0xA5, NB * DIM * 4);
+		cr_assert_eq(ibp_store_embedding_bag(s, IBP_BAG_SUM, 0, ids, IBP_DTYPE_I64, NB * PER, off, NB, NULL, -1,
+						     got, 0),
+			     IBP_OK, "%s", ibp_last_error());
+		cr_assert(memcmp(got, want, NB * DIM * 4) == 0, "call %d", call);
+		if (call == 0)
+			first = __atomic_load_n(&threads_started, __ATOMIC_RELAXED) - before;
+	}
+	unsigned long total = __atomic_load_n(&threads_started, __ATOMIC_RELAXED) - before;
+	/* the first call starts the pool (which shows the count sees the library's threads) */
+	cr_assert(first >= 1 && first <= (unsigned long)ibp_store_max_threads(s) - 1, "the pool: %lu threads", first);
+	cr_assert_eq(total, first, "%lu threads started after the pool's %lu", total - first, first);
+	free(want);
+	free(got);
+	ibp_store_close(s);
+	free(t);
+}
+
+typedef struct racer {
+	ibp_store_t *s;
+	const int64_t *ids, *off;
+	const float *want;
+	const uint8_t *rows; /* the store's rows 0 .. 63, to check gathers */
+	int gather;
+	int bad;
+} racer_t;
+
+static void *race(void *arg)
+{
+	racer_t *a = arg;
+	float *got = xcalloc(200 * DIM * 4);
+	for (int k = 0; k < 25 && !a->bad; k++) {
+		if (a->gather) {
+			int64_t g[64];
+			for (int i = 0; i < 64; i++)
+				g[i] = 63 - i;
+			if (ibp_store_gather(a->s, g, 64, got, 2) != IBP_OK)
+				a->bad = 1;
+			for (int i = 0; i < 64 && !a->bad; i++)
+				a->bad = memcmp((uint8_t *)got + i * DIM * 4, a->rows + (63 - i) * DIM * 4, DIM * 4) != 0;
+		} else {
+			if (ibp_store_embedding_bag(a->s, IBP_BAG_SUM, 0, a->ids, IBP_DTYPE_I64, 200 * 3, a->off, 200,
+						    NULL, -1, got, 0) != IBP_OK ||
+			    memcmp(got, a->want, 200 * DIM * 4) != 0)
+				a->bad = 1;
+		}
+	}
+	free(got);
+	return NULL;
+}
+
+/* Bags and gathers called at once on one store share its pool, one pooled
+ * job at a time: all finish, all correct. */
+Test(bag, concurrent_bags_and_gathers, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	float *t = make_table(13);
+	ibp_store_t *s = open_table(t, IBP_DTYPE_F32, 0, "conc");
+	int64_t ids[600], off[201];
+	rng_t r = { 8 };
+	for (int i = 0; i < 600; i++)
+		ids[i] = (int64_t)(rnd(&r) % NROWS);
+	for (int b = 0; b <= 200; b++)
+		off[b] = b * 3;
+	float *want = xcalloc(200 * DIM * 4);
+	reference(t, IBP_DTYPE_F32, IBP_BAG_SUM, 0, ids, off, 200, NULL, -1, want);
+	racer_t a[4];
+	pthread_t th[4];
+	for (int i = 0; i < 4; i++) {
+		a[i] = (racer_t){ s, ids, off, want, (const uint8_t *)t, i == 3, 0 };
+		cr_assert_eq(pthread_create(&th[i], NULL, race, &a[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		cr_assert_eq(a[i].bad, 0, "caller %d", i);
+	}
+	free(want);
 	ibp_store_close(s);
 	free(t);
 }

@@ -4,6 +4,7 @@
  *       -b 1M -e 256M -f 2 -c exp|fp8|dynamiq|lsq|pts|none -d bf16|fp16|fp32
  *       [--data gauss|FILE.npy] [--rate BYTES_PER_S] [--json]
  *       [-n ITERS] [-w WARMUP] [--policy auto|always|never] [--threads N]
+ *       [--lsq-bits 2|4|8]
  *
  * Sizes are logical (uncompressed) bytes, so compression shows up as
  * busbw. Without MPI (or with --threads N) the ranks are threads of this
@@ -32,7 +33,7 @@ static const char *const opnames[] = { "allgather", "reducescatter", "allreduce"
 static const char *const decisions[] = { "plain", "compress", "not_worth", "incompressible" };
 
 typedef struct cfg {
-	int op, json, iters, warmup, threads, policy;
+	int op, json, iters, warmup, threads, policy, lsq_bits;
 	uint64_t b, e;
 	double f, rate;
 	ibp_coll_codec_t codec;
@@ -216,6 +217,11 @@ static void run_rank(rank_ctx_t *rc)
 	size_t esz = ibp_dtype_size(g->dt);
 	double busf = g->op == AR ? 2.0 * (p - 1) / p : (double)(p - 1) / p;
 	ibp_coll_comm_set_policy(rc->comm, (ibp_coll_policy_t)g->policy);
+	if (ibp_coll_comm_set_lsq_bits(rc->comm, g->lsq_bits) != IBP_OK) {
+		fprintf(stderr, "rank %d: %s\n", r, ibp_last_error());
+		g->errors++;
+		return;
+	}
 	if (r == 0 && !g->json) {
 		printf("# ibp-coll-perf: %s, %d ranks, %s, codec %s, data %s, rate %s%.3g B/s\n", opnames[g->op], p,
 		       ibp_dtype_name(g->dt), ibp_coll_codec_name(g->codec), g->data, g->rate > 0 ? "" : "unthrottled ",
@@ -342,12 +348,13 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: ibp-coll-perf -o allgather|reducescatter|allreduce|alltoall -b MIN -e MAX -f FACTOR\n"
 			"       -c exp|fp8|dynamiq|lsq|pts|none -d bf16|fp16|fp32 [--data gauss|FILE.npy] [--rate BYTES_PER_S]\n"
-			"       [--json] [-n ITERS] [-w WARMUP] [--policy auto|always|never] [--threads N]\n");
+			"       [--json] [-n ITERS] [-w WARMUP] [--policy auto|always|never] [--threads N]\n"
+			"       [--lsq-bits 2|4|8]\n");
 }
 
 int main(int argc, char **argv)
 {
-	static cfg_t g = { .op = AR, .iters = 5, .warmup = 1, .b = 1 << 20, .e = 1 << 20, .f = 2,
+	static cfg_t g = { .op = AR, .iters = 5, .warmup = 1, .lsq_bits = 4, .b = 1 << 20, .e = 1 << 20, .f = 2,
 			   .codec = IBP_COLL_CODEC_EXP, .dt = IBP_DTYPE_BF16, .data = "gauss" };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -428,6 +435,9 @@ int main(int argc, char **argv)
 		} else if (!strcmp(a, "--threads")) {
 			NEXT();
 			g.threads = atoi(v);
+		} else if (!strcmp(a, "--lsq-bits")) {
+			NEXT();
+			g.lsq_bits = atoi(v);
 		} else if (!strcmp(a, "--json"))
 			g.json = 1;
 		else {
@@ -435,7 +445,8 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (g.iters < 1 || g.warmup < 0 || g.f <= 1 || g.b > g.e || g.rate < 0 || g.threads < 0 || g.threads > 4096) {
+	if (g.iters < 1 || g.warmup < 0 || g.f <= 1 || g.b > g.e || g.rate < 0 || g.threads < 0 || g.threads > 4096 ||
+	    (g.lsq_bits != 2 && g.lsq_bits != 4 && g.lsq_bits != 8)) {
 		usage();
 		return 2;
 	}

@@ -12,7 +12,9 @@ size-class allocator as a pool of variable-size blocks): include/ibp/cache.h.
     pool.remove(h)
 
 Both are thread-safe (libibp locks inside; the GIL is released during
-calls). The cache lives in host memory in this build; the pool's memory is
+calls). The cache lives in host memory, or with device= on a GPU (used by
+CudaStore.gather(ids, cache=cache); without a GPU, ibp.NoDeviceError); the
+pool's memory is
 pinned when libibp has CUDA and a device, else ordinary host memory
 (`pool.pinned` says which).
 """
@@ -40,6 +42,7 @@ _FUNCS = {
     "ibp_cache_create": (c_int, [P(CacheOpts), P(c_vp)]),
     "ibp_cache_free": (None, [c_vp]),
     "ibp_cache_gather": (c_int, [c_vp, c_vp, c_vp, c_u64, c_vp, c_vp, c_vp, c_uint, c_vp]),
+    "ibp_cache_gather_cuda": (c_int, [c_vp, c_vp, c_vp, c_u64, c_vp, c_vp, c_vp, c_uint, c_vp]),
     "ibp_cache_gather_evict": (c_int, [c_vp, c_vp, c_vp, c_u64, c_vp, c_vp, c_vp, c_uint, c_vp, c_u64,
                                        P(c_u64), c_vp]),
     "ibp_cache_prefetch_evict": (c_int, [c_vp, c_vp, c_vp, c_u64, c_vp, c_u64, P(c_u64), c_vp]),
@@ -85,6 +88,25 @@ def _struct_dict(st) -> dict:
     return {name: int(getattr(st, name)) for name, _ in st._fields_}
 
 
+def _stats(handle, fname, struct, reset) -> dict:
+    """fname(h, &st, reset) (ibp_cache_stats, ibp_slab_pool_stats) as a dict."""
+    st = struct()
+    with handle as h:
+        check(getattr(lib, fname)(h, C.byref(st), 1 if reset else 0), fname)
+    return _struct_dict(st)
+
+
+def _class_stats(handle, fname, n) -> list:
+    """fname(h, i, &cs) for the n size classes, as dicts."""
+    res = []
+    with handle as h:
+        for i in range(n):
+            cs = CacheClassStats()
+            check(getattr(lib, fname)(h, i, C.byref(cs)), fname)
+            res.append(_struct_dict(cs))
+    return res
+
+
 class Cache(Owner):
     """A slab cache of compressed rows of one store (ibp_cache_*): hot rows
     kept compressed in size-classed slots, so the same bytes hold about
@@ -92,14 +114,18 @@ class Cache(Owner):
 
     Cache(capacity_bytes, row_bytes=None, *, store=None, policy="s3fifo",
     slab_bytes=0, class_step=0, raw_threshold=0.95, uncompressed=False,
-    no_raw=False, max_batch=0, max_callers=0). row_bytes defaults to the
-    store's. A cache binds to the first store it serves; another store is
-    refused until invalidate() empties it."""
+    no_raw=False, max_batch=0, max_callers=0, device=None). row_bytes
+    defaults to the store's. A cache binds to the first store it serves;
+    another store is refused until invalidate() empties it.
+
+    device (an int, or a torch CUDA device): a GPU cache on that device,
+    used with CudaStore.gather(ids, cache=cache) (not with gather() here);
+    without a usable GPU, ibp.NoDeviceError."""
 
     def __init__(self, capacity_bytes: int, row_bytes: Optional[int] = None, *, store=None,
                  policy: str = "s3fifo", slab_bytes: int = 0, class_step: int = 0,
                  raw_threshold: float = 0.95, uncompressed: bool = False, no_raw: bool = False,
-                 max_batch: int = 0, max_callers: int = 0):
+                 max_batch: int = 0, max_callers: int = 0, device=None):
         func = "ibp.Cache"
         if row_bytes is None:
             if store is None:
@@ -116,6 +142,15 @@ class Cache(Owner):
         o.max_callers = _size(func, "max_callers", max_callers)
         o.policy = _policy(func, policy)
         o.flags = (_CACHE_UNCOMPRESSED if uncompressed else 0) | (_CACHE_NO_RAW if no_raw else 0)
+        self.device = None
+        if device is not None:
+            index = getattr(device, "index", device)
+            if getattr(device, "type", "cuda") != "cuda" or isinstance(index, bool) or not isinstance(index, int) \
+                    or index < 0:
+                raise _errors.invalid(func, "device must be a CUDA device index or torch.device('cuda', i), "
+                                      "not %r" % (device,))
+            o.device = index
+            self.device = index
         out = c_vp()
         check(lib.ibp_cache_create(C.byref(o), C.byref(out)), "ibp_cache_create")
         self.capacity_bytes, self.row_bytes = int(o.capacity_bytes), int(o.row_bytes)
@@ -125,10 +160,6 @@ class Cache(Owner):
     def __repr__(self):
         return "<ibp.Cache %d bytes, policy %s%s>" % (self.capacity_bytes, self.policy,
                                                      ", closed" if self.closed else "")
-
-    @property
-    def closed(self) -> bool:
-        return self._handle.closed
 
     def gather(self, store, ids, out=None, *, admit: bool = True, return_evicted: bool = False,
                max_evict: Optional[int] = None):
@@ -231,21 +262,11 @@ class Cache(Owner):
 
     def stats(self, reset: bool = False) -> dict:
         """Counters and state (ibp_cache_stats_t) as a dict."""
-        st = CacheStats()
-        with self._handle as h:
-            check(lib.ibp_cache_stats(h, C.byref(st), 1 if reset else 0), "ibp_cache_stats")
-        return _struct_dict(st)
+        return _stats(self._handle, "ibp_cache_stats", CacheStats, reset)
 
     def class_stats(self) -> list:
         """One dict per size class (the last is the raw class)."""
-        n = self.stats()["nclasses"]
-        res = []
-        with self._handle as h:
-            for i in range(n):
-                cs = CacheClassStats()
-                check(lib.ibp_cache_class_stats(h, i, C.byref(cs)), "ibp_cache_class_stats")
-                res.append(_struct_dict(cs))
-        return res
+        return _class_stats(self._handle, "ibp_cache_class_stats", self.stats()["nclasses"])
 
 
 
@@ -298,10 +319,6 @@ class SlabPool(Owner):
     def __repr__(self):
         return "<ibp.SlabPool %d bytes, blocks up to %d, policy %s, %s>" % (
             self.capacity_bytes, self.max_block_bytes, self.policy, "pinned" if self.pinned else "host memory")
-
-    @property
-    def closed(self) -> bool:
-        return self._handle.closed
 
     def _drain(self) -> list:
         with self._vlock:
@@ -386,20 +403,11 @@ class SlabPool(Owner):
 
     def stats(self, reset: bool = False) -> dict:
         """Counters and state (ibp_slab_pool_stats_t) as a dict."""
-        st = SlabPoolStats()
-        with self._handle as h:
-            check(lib.ibp_slab_pool_stats(h, C.byref(st), 1 if reset else 0), "ibp_slab_pool_stats")
-        return _struct_dict(st)
+        return _stats(self._handle, "ibp_slab_pool_stats", SlabPoolStats, reset)
 
     def class_stats(self) -> list:
-        n = self.stats()["nclasses"]
-        res = []
-        with self._handle as h:
-            for i in range(n):
-                cs = CacheClassStats()
-                check(lib.ibp_slab_pool_class_stats(h, i, C.byref(cs)), "ibp_slab_pool_class_stats")
-                res.append(_struct_dict(cs))
-        return res
+        """One dict per size class (the last holds the largest blocks)."""
+        return _class_stats(self._handle, "ibp_slab_pool_class_stats", self.stats()["nclasses"])
 
 
 

@@ -118,6 +118,7 @@ _FUNCS = {
     "ibp_coll_comm_stats": (c_int, [c_vp, P(CollStats)]),
     "ibp_coll_comm_set_policy": (c_int, [c_vp, c_int]),
     "ibp_coll_comm_set_rate": (c_int, [c_vp, C.c_double]),
+    "ibp_coll_comm_set_lsq_bits": (c_int, [c_vp, c_int]),
     "ibp_coll_inproc_create": (c_int, [c_int, P(c_vp)]),
     "ibp_coll_inproc_transport": (c_int, [c_vp, c_int, P(CollTransport)]),
     "ibp_coll_inproc_destroy": (None, [c_vp]),
@@ -338,6 +339,16 @@ class Communicator:
     def set_policy(self, policy: str):
         self._check(_c("ibp_coll_comm_set_policy")(self._handle("set_policy"), policy_id(policy, "set_policy")),
                     "ibp_coll_comm_set_policy")
+
+    def set_lsq_bits(self, bits: int):
+        """Width of the LSQ codes this rank sends: 2, 4 (default) or 8 bits
+        per element; local (each message names its width).
+        InvalidArgumentError otherwise."""
+        if isinstance(bits, bool) or not isinstance(bits, int):
+            raise _errors.invalid("set_lsq_bits", "bits must be an int, not %r" % (bits,))
+        with self._lock:
+            self._check(_c("ibp_coll_comm_set_lsq_bits")(self._handle("set_lsq_bits"), bits),
+                        "ibp_coll_comm_set_lsq_bits")
 
     # -- collectives (host arrays; numpy or torch CPU tensors) --
     def _run(self, name, *args):

@@ -82,6 +82,11 @@ class Owner:
 
     __slots__ = ()  # subclasses with __slots__ stay without a __dict__
 
+    @property
+    def closed(self) -> bool:
+        """True once close() has run."""
+        return self._handle.closed
+
     def close(self) -> None:
         """Frees the C object (waits for running calls). Idempotent."""
         self._handle.close()

@@ -117,6 +117,8 @@ _FUNCS = {
     "ibp_cuda_store_errors": (_S, [c_vp, P(c_u64), c_vp]),
     "ibp_cuda_sync": (_S, [c_vp]),
     "ibp_gather_cuda": (_S, [c_vp, c_vp, c_u64, c_vp, c_vp, c_vp, c_vp]),
+    "ibp_store_embedding_bag_cuda": (_S, [c_vp, c_int, c_uint, c_vp, c_int, c_u64, c_vp, c_u64, c_vp, c_i64,
+                                          c_int, c_vp, c_vp, c_vp]),
 }
 
 

@@ -305,10 +305,6 @@ class Store(Owner, ImplMixin):
         return self.nrows * self.row_bytes / self.file_bytes if self.file_bytes else float("nan")
 
     @property
-    def closed(self) -> bool:
-        return self._handle.closed
-
-    @property
     def max_threads(self) -> int:
         with self._handle as h:
             return int(lib.ibp_store_max_threads(h))

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from .. import _errors, _lib
+from .._cuda import CudaStore
 from .._store import Store
 
 _MODES = {"sum": 0, "mean": 1, "max": 2}
@@ -58,22 +59,29 @@ def _inference_only(func, what):
         func=func, status=6)
 
 
-def embedding_bag(input, store: Store, offsets=None, mode: str = "mean", per_sample_weights=None,
+def embedding_bag(input, store: Union[Store, CudaStore], offsets=None, mode: str = "mean", per_sample_weights=None,
                   include_last_offset: bool = False, padding_idx: Optional[int] = None,
                   nthreads: int = 0, out=None):
     """torch.nn.functional.embedding_bag over the rows of `store` (a 2-D
     float32/float16/bfloat16 ibp.Store) instead of a weight tensor; same
     input, offsets, mode, per_sample_weights, include_last_offset and
-    padding_idx rules. Returns a new (bags, dim) tensor, or fills `out`."""
+    padding_idx rules. Returns a new (bags, dim) tensor, or fills `out`.
+    With an ibp.CudaStore (Store.to_cuda()) the bags are pooled on its GPU
+    (CudaStore.embedding_bag; the same bits as the CPU); a CPU store takes
+    CPU tensors only."""
     func = "embedding_bag"
     if mode not in _MODES:
         raise _errors.invalid(func, "mode must be 'sum', 'mean' or 'max', not %r" % (mode,))
     if not isinstance(input, torch.Tensor):
         input = torch.as_tensor(input)
+    if isinstance(store, CudaStore):
+        if per_sample_weights is not None and torch.is_grad_enabled() and per_sample_weights.requires_grad:
+            _inference_only(func, "per_sample_weights requires grad")
+        return store.embedding_bag(input, offsets, mode, per_sample_weights, padding_idx, include_last_offset,
+                                   out=out)
     if input.device.type != "cpu":
-        raise _errors.UnsupportedError(
-            "%s: input is on %s: the fused bag runs on the CPU only (no CUDA kernel yet)" % (func, input.device),
-            func=func, status=6)
+        raise _errors.invalid(func, "input is on %s but the table is a CPU ibp.Store: pass its CudaStore "
+                              "(store.to_cuda()), or move the module with .cuda() / .to(device)" % input.device)
     if input.dtype not in (torch.int32, torch.int64):
         raise _errors.invalid(func, "input must be int32 or int64, not %s" % input.dtype)
     if per_sample_weights is not None:
@@ -169,7 +177,13 @@ class EmbeddingBag(torch.nn.Module):
     into the bag's accumulator: float32 outputs are bitwise those of
     nn.EmbeddingBag on the CPU (sum, weighted sum, mean, max); float16 too;
     bfloat16 can differ by a few units in the last place (PyTorch rounds its
-    bfloat16 sums differently). CPU tensors only.
+    bfloat16 sums differently).
+
+    On a GPU: EmbeddingBag.from_pretrained(...).cuda() (or .to("cuda:N"),
+    or a CudaStore as the store, or simply CUDA input) pools on the GPU
+    through an ibp.CudaStore made from the compressed table
+    (CudaStore.embedding_bag: the same bits as the CPU path); without a
+    usable GPU that raises ibp.NoDeviceError. .cpu() goes back.
 
     The module has no parameters: the table is compressed, read-only, and
     never gets a gradient (as from_pretrained(..., freeze=True)).
@@ -178,10 +192,13 @@ class EmbeddingBag(torch.nn.Module):
     grad raise at forward, as does requires_grad_(True).
     """
 
-    def __init__(self, store: Store, mode: str = "mean", include_last_offset: bool = False,
+    def __init__(self, store: Union[Store, CudaStore], mode: str = "mean", include_last_offset: bool = False,
                  padding_idx: Optional[int] = None, nthreads: int = 0):
         super().__init__()
         func = "EmbeddingBag"
+        self.cuda_store = None  # the table on a GPU, once the module is moved there
+        if isinstance(store, CudaStore):
+            self.cuda_store, store = store, store._host
         if not isinstance(store, Store):
             raise _errors.invalid(func, "use EmbeddingBag.from_pretrained(weight) or pass an ibp.Store")
         _check_store(store, func)
@@ -223,8 +240,61 @@ class EmbeddingBag(torch.nn.Module):
                    include_last_offset=include_last_offset, padding_idx=padding_idx, nthreads=nthreads)
 
     def forward(self, input, offsets=None, per_sample_weights=None):
-        return embedding_bag(input, self.store, offsets, self.mode, per_sample_weights,
+        store = self.store
+        if isinstance(input, torch.Tensor) and input.device.type == "cuda":
+            if self.cuda_store is None or self.cuda_store.device != input.device:
+                self._to_device(input.device)
+            store = self.cuda_store
+        elif self.cuda_store is not None:
+            raise _errors.invalid("EmbeddingBag", "the module is on %s: input must be a tensor there, not on %s"
+                                  % (self.cuda_store.device, getattr(input, "device", "cpu")))
+        return embedding_bag(input, store, offsets, self.mode, per_sample_weights,
                              self.include_last_offset, self.padding_idx, self.nthreads)
+
+    def _to_device(self, device):
+        device = torch.device(device)
+        if device.type == "cpu":
+            cs, self.cuda_store = self.cuda_store, None
+            if cs is not None:
+                cs.close()
+            return
+        if device.type != "cuda":
+            raise _errors.invalid("EmbeddingBag.to", "device %s: only cpu and cuda" % device)
+        if self.cuda_store is not None and (device.index is None or self.cuda_store.device == device):
+            return
+        # the compressed table copied to the GPU; ibp.NoDeviceError without one
+        cs = self.store.to_cuda(device=device if device.index is not None else None)
+        if self.cuda_store is not None:
+            self.cuda_store.close()
+        self.cuda_store = cs
+
+    def cuda(self, device=None):
+        """Pools on a GPU from now on (the compressed table copied there as
+        an ibp.CudaStore). ibp.NoDeviceError without a usable GPU."""
+        if device is None:
+            device = torch.device("cuda")
+        elif isinstance(device, int):
+            device = torch.device("cuda", device)
+        self._to_device(device)
+        return self
+
+    def cpu(self):
+        self._to_device("cpu")
+        return self
+
+    def to(self, *args, **kwargs):
+        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if dtype is not None and dtype != getattr(torch, self.store.dtype):
+            raise _errors.invalid("EmbeddingBag.to", "the compressed table is %s; it cannot be cast to %s"
+                                  % (self.store.dtype, dtype))
+        if device is not None:
+            self._to_device(device)
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        """Where the module pools: cpu, or the device of its CudaStore."""
+        return self.cuda_store.device if self.cuda_store is not None else torch.device("cpu")
 
     def requires_grad_(self, requires_grad: bool = True):
         if requires_grad:

@@ -24,9 +24,10 @@ Returns ``output``. Codecs:
             torch.distributed.all_to_all_single
     "fp8"   LOSSY FP8 E4M3 + Hadamard (TACO)
     "lsq"   LOSSY RCMoE LSQ, unbiased: rows of 256 elements of each message,
-            each scaled by its max, 4-bit stochastic sign+magnitude codes
-            (~4.02 bits per element); a rank's own block is copied exactly.
-            ``bits`` must be 4 (the C codec's only width)
+            each scaled by its max, ``bits``-bit stochastic sign+magnitude
+            codes (~bits + 0.02 bits per element); a rank's own block is
+            copied exactly. ``bits``: 2, 4 (default) or 8 (sign included;
+            ibp_coll_comm_set_lsq_bits, set on the communicator per call)
 
 ``all_to_all(input, output_split_sizes=None, input_split_sizes=None,
 group=None, codec="lsq", bits=4, backward_codec=None, comm=None)`` returns
@@ -44,9 +45,9 @@ communicator's options (timeout, policy); the default one has policy
 "always", no calibration and a 60 s timeout.
 
 Errors raise ibp.Error subclasses: ibp.InvalidArgumentError for an unknown
-codec, bits other than 4 for "lsq", a dtype or shape the collective does
-not take, splits that do not add up (raised locally, before any
-communication; its peers then time out), and splits that differ across
+codec, bits other than 2, 4 or 8 for "lsq", a dtype or shape the
+collective does not take, splits that do not add up (raised locally, before
+any communication; its peers then time out), and splits that differ across
 ranks (libibp's "mismatch", on the rank that detects it); ibp.FileError for
 a timeout or dead peer; ibp.CorruptError for a corrupt payload. Non-finite
 input with "lsq" raises InvalidArgumentError on the rank that has it. After
@@ -67,6 +68,7 @@ from .ddp import communicator
 __all__ = ["all_to_all_single", "all_to_all", "AllToAll", "get_communicator", "CODECS"]
 
 CODECS = ("none", "exp", "fp8", "lsq")  # the ones libibp's AllToAll(v) takes
+LSQ_BITS = (2, 4, 8)  # the LSQ code widths libibp sends
 _DTYPES = {torch.float16: 9, torch.bfloat16: 10, torch.float32: 11}  # ibp_dtype_t
 _comms = {}  # process group -> Communicator
 
@@ -87,8 +89,8 @@ def _codec(codec, bits, func):
     name = codec.lower()
     if name not in CODECS:
         raise _errors.invalid(func, "codec %r is not an all-to-all codec (one of %s)" % (codec, ", ".join(CODECS)))
-    if name == "lsq" and bits != 4:
-        raise _errors.invalid(func, "lsq takes bits=4 only (libibp's LSQ codes are 4-bit), not %r" % (bits,))
+    if name == "lsq" and (not isinstance(bits, int) or isinstance(bits, bool) or bits not in LSQ_BITS):
+        raise _errors.invalid(func, "lsq takes bits=2, 4 or 8 (codes never straddle a byte), not %r" % (bits,))
     return cid
 
 
@@ -121,8 +123,9 @@ def _check(t, what, func):
         raise _errors.invalid(func, "%s must have at least one dimension" % what)
 
 
-def _a2a(output, input, out_sizes, in_sizes, comm, cid, func):
-    """The checked AllToAllv on host tensors; writes output."""
+def _a2a(output, input, out_sizes, in_sizes, comm, cid, func, bits=4):
+    """The checked AllToAllv on host tensors (LSQ codes of `bits` bits);
+    writes output."""
     p = comm.nranks
     _check(input, "input", func)
     _check(output, "output", func)
@@ -154,6 +157,8 @@ def _a2a(output, input, out_sizes, in_sizes, comm, cid, func):
     sc, sd = arrays(ins)
     rc, rd = arrays(outs)
     u64 = _coll.P(_coll.c_u64)
+    if cid == _coll.CODECS["lsq"]:
+        comm.set_lsq_bits(bits)
     comm._run("ibp_coll_alltoallv", src.data_ptr(), sc.ctypes.data_as(u64), sd.ctypes.data_as(u64),
               dst.data_ptr(), rc.ctypes.data_as(u64), rd.ctypes.data_as(u64), _DTYPES[src.dtype], cid,
               comm._handle(func), None)
@@ -174,7 +179,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     if comm is None:
         comm = get_communicator(group)
     with torch.no_grad():
-        return _a2a(output, input, output_split_sizes, input_split_sizes, comm, cid, func)
+        return _a2a(output, input, output_split_sizes, input_split_sizes, comm, cid, func, bits)
 
 
 class AllToAll(torch.autograd.Function):
@@ -182,25 +187,25 @@ class AllToAll(torch.autograd.Function):
     tensor, backward the reverse all-to-all of the gradient."""
 
     @staticmethod
-    def forward(ctx, input, out_sizes, in_sizes, comm, cid, bcid):
+    def forward(ctx, input, out_sizes, in_sizes, comm, cid, bcid, bits=4):
         func = "ibp.torch.moe.all_to_all"
         p = comm.nranks
         ins = _splits(in_sizes, input.shape[0] if input.dim() else 0, p, "input", func)
         rows = sum(out_sizes) if out_sizes is not None else input.shape[0]
         out = torch.empty((rows,) + tuple(input.shape[1:]), dtype=input.dtype, device=input.device)
-        _a2a(out, input, out_sizes, ins, comm, cid, func)
+        _a2a(out, input, out_sizes, ins, comm, cid, func, bits)
         ctx.out_sizes = list(out_sizes) if out_sizes is not None else None
         ctx.in_sizes = ins
         ctx.in_shape = tuple(input.shape)
-        ctx.comm, ctx.bcid = comm, bcid
+        ctx.comm, ctx.bcid, ctx.bits = comm, bcid, bits
         return out
 
     @staticmethod
     def backward(ctx, grad):
         g = torch.empty(ctx.in_shape, dtype=grad.dtype, device=grad.device)
         _a2a(g, grad.contiguous(), ctx.in_sizes, ctx.out_sizes, ctx.comm, ctx.bcid, "ibp.torch.moe.all_to_all "
-             "(backward)")
-        return g, None, None, None, None, None
+             "(backward)", ctx.bits)
+        return g, None, None, None, None, None, None
 
 
 def all_to_all(input: torch.Tensor, output_split_sizes: Optional[Sequence[int]] = None,
@@ -224,4 +229,4 @@ def all_to_all(input: torch.Tensor, output_split_sizes: Optional[Sequence[int]] 
             raise _errors.invalid(func, "output split sizes must be integers, not %r"
                                   % (output_split_sizes,)) from None
         output_split_sizes = _splits(output_split_sizes, rows, comm.nranks, "output", func)
-    return AllToAll.apply(input, output_split_sizes, input_split_sizes, comm, cid, bcid)
+    return AllToAll.apply(input, output_split_sizes, input_split_sizes, comm, cid, bcid, bits)
