@@ -39,7 +39,25 @@ def typed(rows: np.ndarray, dtype: str):
     return rows.view(np.uint16), "bf16"
 
 
-class ExpRunner:
+class _ChunkRunner:
+    """A libibp block codec run per row and per block of args.block_kib KiB,
+    once per variant in VARIANTS ((label, option) pairs: _one's arguments)."""
+
+    VARIANTS: tuple = ()
+
+    def bench(self, ds, args) -> list[Result]:
+        if ds.dtype not in ELEM:
+            return []
+        out = []
+        esz = ELEM[ds.dtype]
+        for gran, chunk in (("row", ds.row_bytes // esz),
+                            (f"{args.block_kib} KiB block", args.block_kib * 1024 // esz)):
+            for label, option in self.VARIANTS:
+                out.append(self._one(ds, gran, chunk, label, option, args))
+        return out
+
+
+class ExpRunner(_ChunkRunner):
     """The exponent codec (include/ibp/exp.h) on f16 / bf16 / f32 data sets.
 
     Row granularity: one block per row (chunk_elems = elements per row), so
@@ -51,23 +69,12 @@ class ExpRunner:
     per batch (nthreads 1), buffers preallocated (out=).
     """
 
-    MODES = (("sigma", "sigma"), ("histogram", "hist"))
+    VARIANTS = (("sigma", "sigma"), ("histogram", "hist"))  # (name, table)
 
     def __init__(self, ibp):
         self.ibp = ibp
         self.status = ("exponent codec: ibp.exp.compress_chunks / decompress_chunks "
                        "(ibp_exp_encode_batch / ibp_exp_decode_batch)")
-
-    def bench(self, ds, args) -> list[Result]:
-        if ds.dtype not in ELEM:
-            return []
-        out = []
-        esz = ELEM[ds.dtype]
-        for gran, chunk in (("row", ds.row_bytes // esz),
-                            (f"{args.block_kib} KiB block", args.block_kib * 1024 // esz)):
-            for mname, table in self.MODES:
-                out.append(self._one(ds, gran, chunk, mname, table, args))
-        return out
 
     def _one(self, ds, gran, chunk, mname, table, args) -> Result:
         name = f"exp codec ({mname})"
@@ -93,7 +100,7 @@ class ExpRunner:
                           ds.nbytes, 0, None, None, False, f"error: {e}")
 
 
-class Fp8Runner:
+class Fp8Runner(_ChunkRunner):
     """The lossy FP8 (TACO) block codec (include/ibp/fp8.h) on f32/bf16/f16.
 
     The CPU API encodes one stream per call, so rows are encoded with one
@@ -105,24 +112,13 @@ class Fp8Runner:
     (finite values), measured on the decoded data.
     """
 
-    FORMATS = (("E4M3", "e4m3"),)
+    VARIANTS = (("E4M3", "e4m3"),)  # (name, format)
     BLOCK = 256  # libibp's default FP8 scale block
 
     def __init__(self, ibp):
         self.ibp = ibp
         self.status = ("FP8 codec: ibp.fp8.compress_chunks / decompress_chunks "
                        "(ibp_fp8_encode / ibp_fp8_decode per chunk, lossy)")
-
-    def bench(self, ds, args) -> list[Result]:
-        if ds.dtype not in ELEM:
-            return []
-        out = []
-        esz = ELEM[ds.dtype]
-        for gran, chunk in (("row", ds.row_bytes // esz),
-                            (f"{args.block_kib} KiB block", args.block_kib * 1024 // esz)):
-            for fname, fmt in self.FORMATS:
-                out.append(self._one(ds, gran, chunk, fname, fmt, args))
-        return out
 
     def _one(self, ds, gran, chunk, fname, fmt, args) -> Result:
         name = f"FP8 {fname} (lossy)"

@@ -45,7 +45,7 @@ extern "C" {
 #include "../../cache/cache_cuda.h"
 }
 
-static int failures = 0;
+#include "harness_check.h" /* CHECK, OK, failures, rnd (seeded from --seed in main) */
 
 /* A device buffer of the emulator (redzones on both sides; `skew`: its
  * start mod 16), filled with garbage. */
@@ -71,33 +71,6 @@ template <class T> struct DBuf {
 	DBuf &operator=(const DBuf &) = delete;
 	std::vector<T> vec() const { return std::vector<T>(p, p + n); }
 };
-#define CHECK(c, ...)                                                          \
-	do {                                                                   \
-		if (!(c)) {                                                    \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);   \
-			fprintf(stderr, __VA_ARGS__);                          \
-			fprintf(stderr, "\n");                                 \
-			if (++failures > 20)                                   \
-				exit(1);                                       \
-		}                                                              \
-	} while (0)
-#define OK(x)                                                                            \
-	do {                                                                             \
-		ibp_status_t s_ = (x);                                                   \
-		if (s_ != IBP_OK) {                                                      \
-			fprintf(stderr, "%s: %d %s\n", #x, (int)s_, ibp_last_error());   \
-			exit(1);                                                         \
-		}                                                                        \
-	} while (0)
-
-static uint64_t rs = 12345;
-static uint64_t rnd()
-{
-	uint64_t z = (rs += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
 static double unif() { return (double)(rnd() >> 11) / 9007199254740992.0; }
 
 struct HDC {

@@ -21,35 +21,6 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static char *path_in_tmp(const char *name)
-{
-	static char p[160];
-	snprintf(p, sizeof(p), "%s/%s", tmpdir, name);
-	return p;
-}
-
-static uint8_t *read_file(const char *path, uint64_t *size)
-{
-	FILE *f = fopen(path, "rb");
-	cr_assert_not_null(f, "%s", path);
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	uint8_t *p = xcalloc((size_t)n);
-	cr_assert_eq(fread(p, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	*size = (uint64_t)n;
-	return p;
-}
-
-static void write_file(const char *path, const void *p, uint64_t n)
-{
-	FILE *f = fopen(path, "wb");
-	cr_assert_not_null(f);
-	cr_assert_eq(fwrite(p, 1, (size_t)n, f), (size_t)n);
-	cr_assert_eq(fclose(f), 0);
-}
-
 static uint64_t ld64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 static uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static void st64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
@@ -142,7 +113,7 @@ static void round_trip(const rt_case_t *tc, ibp_layout_t layout)
 	uint64_t n = tc->shape[0];
 	ibp_codec_t *codec = make_codec(R, tc->C, tc->k, 1000 + R * 7 + tc->k);
 	uint8_t *rows = make_rows(codec, n, 77 + n);
-	const char *path = path_in_tmp("rt.ibp");
+	const char *path = tmpdir_path("rt.ibp");
 	ibp_status_t st = ibp_pack_with_codec(path, codec, rows, tc->dtype, tc->ndim, tc->shape, layout, 2);
 	cr_assert_eq(st, IBP_OK, "pack: %s", ibp_last_error());
 
@@ -215,7 +186,7 @@ Test(container, data_covers_every_mode, .init = make_tmpdir, .fini = remove_tmpd
 	uint64_t shape[2] = { 400, 60 };
 	ibp_codec_t *codec = make_codec(60, 4, 2, 5);
 	uint8_t *rows = make_rows(codec, 400, 6);
-	const char *path = path_in_tmp("modes.ibp");
+	const char *path = tmpdir_path("modes.ibp");
 	cr_assert_eq(ibp_pack_with_codec(path, codec, rows, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED, 1),
 		     IBP_OK);
 	ibp_container_t *c = NULL;
@@ -251,8 +222,8 @@ Test(container, direct_write_same_bytes, .init = make_tmpdir, .fini = remove_tmp
 			}
 		}
 		char pb[200], pd[200];
-		snprintf(pb, sizeof(pb), "%s", path_in_tmp("buffered.ibp"));
-		snprintf(pd, sizeof(pd), "%s", path_in_tmp("direct.ibp"));
+		snprintf(pb, sizeof(pb), "%s", tmpdir_path("buffered.ibp"));
+		snprintf(pd, sizeof(pd), "%s", tmpdir_path("direct.ibp"));
 		cr_assert_eq(ibp_pack_with_codec(pb, codec, rows, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED, 0),
 			     IBP_OK);
 		ibp_container_write_direct_min_set(1);
@@ -261,7 +232,7 @@ Test(container, direct_write_same_bytes, .init = make_tmpdir, .fini = remove_tmp
 		ibp_container_write_direct_min_set(0);
 		cr_assert_eq(st, IBP_OK, "%s", ibp_last_error());
 		uint64_t nb, nd;
-		uint8_t *fb = read_file(pb, &nb), *fd = read_file(pd, &nd);
+		uint8_t *fb = read_whole_file(pb, &nb), *fd = read_whole_file(pd, &nd);
 		cr_assert_eq(nd, nb, "%llu rows: %llu bytes direct, %llu buffered", (unsigned long long)n,
 			     (unsigned long long)nd, (unsigned long long)nb);
 		cr_assert(!memcmp(fd, fb, nb), "%llu rows: the files differ", (unsigned long long)n);
@@ -288,14 +259,14 @@ Test(container, write_from_encoded_arrays, .init = make_tmpdir, .fini = remove_t
 	uint64_t *off = xcalloc((n + 1) * 8);
 	cr_assert_eq(ibp_encode_batch(codec, rows, n, dst, n * R, off, flags, cl, 1), IBP_OK);
 	char a[160], b[160];
-	snprintf(a, sizeof(a), "%s", path_in_tmp("a.ibp"));
-	snprintf(b, sizeof(b), "%s", path_in_tmp("b.ibp"));
+	snprintf(a, sizeof(a), "%s", tmpdir_path("a.ibp"));
+	snprintf(b, sizeof(b), "%s", tmpdir_path("b.ibp"));
 	cr_assert_eq(ibp_container_write(a, codec, IBP_DTYPE_F32, 3, shape, IBP_LAYOUT_PACKED, dst, off[n],
 					 off, flags, cl), IBP_OK, "%s", ibp_last_error());
 	cr_assert_eq(ibp_pack_with_codec(b, codec, rows, IBP_DTYPE_F32, 3, shape, IBP_LAYOUT_PACKED, 2),
 		     IBP_OK);
 	uint64_t sa, sb;
-	uint8_t *fa = read_file(a, &sa), *fb = read_file(b, &sb);
+	uint8_t *fa = read_whole_file(a, &sa), *fb = read_whole_file(b, &sb);
 	cr_assert_eq(sa, sb);
 	cr_assert(memcmp(fa, fb, sa) == 0, "writers disagree");
 	ibp_container_t *c = NULL;
@@ -325,7 +296,7 @@ Test(container, writer_rejects_bad_arguments, .init = make_tmpdir, .fini = remov
 	uint8_t *dst = xcalloc(n * R), *flags = xcalloc(n);
 	uint64_t *off = xcalloc((n + 1) * 8);
 	cr_assert_eq(ibp_encode_batch(codec, rows, n, dst, n * R, off, flags, NULL, 1), IBP_OK);
-	const char *p = path_in_tmp("bad.ibp");
+	const char *p = tmpdir_path("bad.ibp");
 	/* shape that disagrees with the codec's row size */
 	uint64_t wrong[2] = { n, 9 };
 	cr_assert_eq(ibp_container_write(p, codec, IBP_DTYPE_U8, 2, wrong, IBP_LAYOUT_PACKED, dst, off[n],
@@ -370,8 +341,8 @@ Test(container, writer_rejects_bad_arguments, .init = make_tmpdir, .fini = remov
 /* A file written over an existing one replaces it whole. */
 Test(container, overwrite_replaces, .init = make_tmpdir, .fini = remove_tmpdir)
 {
-	const char *p = path_in_tmp("o.ibp");
-	write_file(p, "junk", 4);
+	const char *p = tmpdir_path("o.ibp");
+	write_whole_file(p, "junk", 4);
 	uint64_t shape[2] = { 5, 3 };
 	ibp_codec_t *codec = make_codec(3, 1, 1, 8);
 	uint8_t *rows = make_rows(codec, 5, 9);
@@ -396,7 +367,7 @@ Test(container, pack_trains, .init = make_tmpdir, .fini = remove_tmpdir)
 	ibp_train_opts_t o;
 	ibp_train_opts_default(&o);
 	o.nthreads = 2;
-	const char *p = path_in_tmp("t.ibp");
+	const char *p = tmpdir_path("t.ibp");
 	for (int layout = 0; layout < 2; layout++) {
 		ibp_status_t st = ibp_pack(p, x, IBP_DTYPE_F32, 2, shape, &o, (ibp_layout_t)layout);
 		cr_assert_eq(st, IBP_OK, "pack: %s", ibp_last_error());
@@ -424,7 +395,7 @@ static uint8_t *small_file(ibp_layout_t layout, unsigned k, uint64_t *size, uint
 	uint64_t n = 40, R = 12, shape[2] = { n, 12 };
 	ibp_codec_t *codec = make_codec(R, 4, k, 21 + k);
 	uint8_t *rows = make_rows(codec, n, 22);
-	const char *p = path_in_tmp("small.ibp");
+	const char *p = tmpdir_path("small.ibp");
 	/* 1.1 layout: these tests edit its FLAGS/CLUSTERS/OFFSETS sections
 	 * (1.2 files: tests/io/test_format12.c) */
 	ibp_container_write_minor_set(1);
@@ -434,7 +405,7 @@ static uint8_t *small_file(ibp_layout_t layout, unsigned k, uint64_t *size, uint
 	*rows_out = rows;
 	*n_out = n;
 	*R_out = R;
-	return read_file(p, size);
+	return read_whole_file(p, size);
 }
 
 /* Flips every byte of the container image f (three ways): each result is
@@ -502,10 +473,10 @@ static void truncate_all(const uint8_t *f, uint64_t size)
 		free(g);
 	}
 	const uint64_t lens[] = { 0, 1, 23, 100, 255, 256, 300, size / 2, size - 1 };
-	const char *p = path_in_tmp("trunc.ibp");
+	const char *p = tmpdir_path("trunc.ibp");
 	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
 		for (unsigned mode = 0; mode < 2; mode++) {
-			write_file(p, f, lens[i]);
+			write_whole_file(p, f, lens[i]);
 			ibp_container_t *c = NULL;
 			ibp_status_t st = ibp_container_open(p, mode ? IBP_OPEN_MMAP : IBP_OPEN_READ, &c);
 			cr_assert_eq(st, IBP_ERR_CORRUPT, "file truncated to %llu: %d (%s)",
@@ -561,11 +532,11 @@ Test(container, wrong_magic, .init = make_tmpdir, .fini = remove_tmpdir)
 	f[1] = 'X';
 	cr_assert_eq(ibp_container_open_memory(f, size, 0, &c), IBP_ERR_CORRUPT);
 	cr_assert(strstr(ibp_last_error(), "magic") != NULL, "%s", ibp_last_error());
-	const char *p = path_in_tmp("magic.ibp");
-	write_file(p, f, size);
+	const char *p = tmpdir_path("magic.ibp");
+	write_whole_file(p, f, size);
 	cr_assert_eq(ibp_container_open(p, 0, &c), IBP_ERR_CORRUPT);
 	cr_assert(strstr(ibp_last_error(), p) != NULL);
-	cr_assert_eq(ibp_container_open(path_in_tmp("missing.ibp"), 0, &c), IBP_ERR_IO);
+	cr_assert_eq(ibp_container_open(tmpdir_path("missing.ibp"), 0, &c), IBP_ERR_IO);
 	free(f);
 	free(rows);
 }
@@ -860,7 +831,7 @@ Test(container, verify_requires_exact_extent, .init = make_tmpdir, .fini = remov
 	memcpy(pay + off[row + 1] + 1, dst + off[row + 1], off[n] - off[row + 1]);
 	for (uint64_t i = row + 1; i <= n; i++)
 		off[i]++;
-	const char *p = path_in_tmp("extent.ibp");
+	const char *p = tmpdir_path("extent.ibp");
 	cr_assert_eq(ibp_container_write(p, codec, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED, pay, off[n],
 					 off, flags, NULL), IBP_OK, "%s", ibp_last_error());
 	ibp_container_t *c = NULL;
@@ -953,11 +924,11 @@ Test(container, xval_round_trip, .init = make_tmpdir, .fini = remove_tmpdir)
 		cr_assert_eq(ibp_codec_train(x, n, R, &o, &codec), IBP_OK, "%s", ibp_last_error());
 		cr_assert_eq(ibp_codec_has_xval(codec), 1, "sparse binary rows enable Xvals");
 		for (int layout = 0; layout < 2; layout++) {
-			const char *p = path_in_tmp("x.ibp");
+			const char *p = tmpdir_path("x.ibp");
 			cr_assert_eq(ibp_pack_with_codec(p, codec, x, IBP_DTYPE_F32, 2, shape, (ibp_layout_t)layout, 2),
 				     IBP_OK, "%s", ibp_last_error());
 			uint64_t size;
-			uint8_t *f = read_file(p, &size);
+			uint8_t *f = read_whole_file(p, &size);
 			int xi = find_section(f, 7);
 			cr_assert_geq(xi, 0, "Xval section written");
 			cr_assert_eq(ld32(f + ld64(f + 128) + 32 * xi + 4) & 1, 1u, "and REQUIRED");
@@ -980,10 +951,10 @@ Test(container, xval_round_trip, .init = make_tmpdir, .fini = remove_tmpdir)
 	ibp_codec_t *codec = NULL;
 	cr_assert_eq(ibp_codec_train(x, n, R, &o, &codec), IBP_OK);
 	cr_assert_eq(ibp_codec_has_xval(codec), 0);
-	const char *p = path_in_tmp("nox.ibp");
+	const char *p = tmpdir_path("nox.ibp");
 	cr_assert_eq(ibp_pack_with_codec(p, codec, x, IBP_DTYPE_F32, 2, shape, IBP_LAYOUT_PACKED, 2), IBP_OK);
 	uint64_t size;
-	uint8_t *f = read_file(p, &size);
+	uint8_t *f = read_whole_file(p, &size);
 	cr_assert_eq(find_section(f, 7), -1);
 	free(f);
 	ibp_codec_free(codec);
@@ -1023,7 +994,7 @@ static uint8_t *small_xval_file(uint64_t *size, uint8_t **rows_out, uint64_t *n_
 				v = (v & ~mm) | xx;
 				memcpy(rows + i * R + j * C, &v, have);
 			}
-	const char *p = path_in_tmp("xsmall.ibp");
+	const char *p = tmpdir_path("xsmall.ibp");
 	ibp_container_write_minor_set(1); /* 1.1 layout, as small_file */
 	cr_assert_eq(ibp_pack_with_codec(p, codec, rows, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED, 1), IBP_OK,
 		     "%s", ibp_last_error());
@@ -1035,7 +1006,7 @@ static uint8_t *small_xval_file(uint64_t *size, uint8_t **rows_out, uint64_t *n_
 	*rows_out = rows;
 	*n_out = n;
 	*R_out = R;
-	return read_file(p, size);
+	return read_whole_file(p, size);
 }
 
 Test(container, xval_damaged, .init = make_tmpdir, .fini = remove_tmpdir)
@@ -1266,7 +1237,7 @@ Test(container, exp_round_trip, .init = make_tmpdir, .fini = remove_tmpdir)
 			ibp_exp_opts_default(&o);
 			o.table_mode = tm ? IBP_EXP_TABLE_HISTOGRAM : IBP_EXP_TABLE_SIGMA;
 			o.nthreads = 2;
-			const char *p = path_in_tmp("e.ibp");
+			const char *p = tmpdir_path("e.ibp");
 			cr_assert_eq(ibp_pack_exp(p, d, v->dt, v->ndim, v->shape, &o, v->block_rows), IBP_OK,
 				     "case %zu: %s", ci, ibp_last_error());
 			uint64_t br = v->block_rows ? v->block_rows
@@ -1309,7 +1280,7 @@ Test(container, fp8_round_trip, .init = make_tmpdir, .fini = remove_tmpdir)
 		o.hadamard = opts[oi].had;
 		o.adaptive = opts[oi].ada;
 		o.nthreads = 2;
-		const char *p = path_in_tmp("f.ibp");
+		const char *p = tmpdir_path("f.ibp");
 		cr_assert_eq(ibp_pack_fp8(p, d, v->dt, v->ndim, v->shape, &o, v->block_rows), IBP_OK, "case %zu: %s",
 			     ci, ibp_last_error());
 		uint64_t br = v->block_rows ? v->block_rows : ibp_block_rows_default(row_elems, n);
@@ -1367,14 +1338,14 @@ static uint8_t *small_exp_file(uint64_t *size, uint8_t **data, uint64_t *n, uint
 {
 	const uint64_t shape[2] = { 36, 64 };
 	uint8_t *d = value_data(IBP_DTYPE_BF16, 36 * 64, 1.0, 5);
-	const char *p = path_in_tmp("esmall.ibp");
+	const char *p = tmpdir_path("esmall.ibp");
 	ibp_container_write_minor_set(1); /* 1.1 layout, as small_file */
 	cr_assert_eq(ibp_pack_exp(p, d, IBP_DTYPE_BF16, 2, shape, NULL, 16), IBP_OK, "%s", ibp_last_error());
 	ibp_container_write_minor_set(0);
 	*data = d;
 	*n = 36;
 	*R = 128;
-	return read_file(p, size);
+	return read_whole_file(p, size);
 }
 
 /* A small fp8 file: 3 streams, the last one short; `ref` gets the decoded
@@ -1386,7 +1357,7 @@ static uint8_t *small_fp8_file(uint64_t *size, uint8_t **ref, uint64_t *n, uint6
 	ibp_fp8_opts_t o;
 	ibp_fp8_opts_default(&o);
 	o.block = 16;
-	const char *p = path_in_tmp("fsmall.ibp");
+	const char *p = tmpdir_path("fsmall.ibp");
 	ibp_container_write_minor_set(1); /* 1.1 layout, as small_file */
 	cr_assert_eq(ibp_pack_fp8(p, d, IBP_DTYPE_F32, 2, shape, &o, 8), IBP_OK, "%s", ibp_last_error());
 	ibp_container_write_minor_set(0);
@@ -1402,7 +1373,7 @@ static uint8_t *small_fp8_file(uint64_t *size, uint8_t **ref, uint64_t *n, uint6
 	*ref = out;
 	*n = 20;
 	*R = 128;
-	return read_file(p, size);
+	return read_whole_file(p, size);
 }
 
 Test(container, exp_fp8_damaged, .init = make_tmpdir, .fini = remove_tmpdir)
@@ -1536,7 +1507,7 @@ Test(container, exp_fp8_bad_structure, .init = make_tmpdir, .fini = remove_tmpdi
 
 Test(container, exp_fp8_writer_rejects_bad_arguments, .init = make_tmpdir, .fini = remove_tmpdir)
 {
-	const char *p = path_in_tmp("w.ibp");
+	const char *p = tmpdir_path("w.ibp");
 	uint64_t shape[2] = { 10, 8 };
 	uint8_t *d = value_data(IBP_DTYPE_F32, 80, 1.0, 3);
 	/* dtypes the value codecs do not take */

@@ -23,27 +23,6 @@ static const char *src_dir(void)
 	return d ? d : IBP_SOURCE_DIR;
 }
 
-static char *tmp_path(const char *name)
-{
-	static char p[160];
-	snprintf(p, sizeof(p), "%s/%s", tmpdir, name);
-	return p;
-}
-
-static uint8_t *slurp(const char *path, uint64_t *size)
-{
-	FILE *f = fopen(path, "rb");
-	cr_assert_not_null(f, "%s", path);
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	uint8_t *p = xcalloc((size_t)n + 1);
-	cr_assert_eq(fread(p, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	*size = (uint64_t)n;
-	return p;
-}
-
 /* Section `id` of an image: table index, or -1. */
 static int find_section(const uint8_t *f, uint32_t id)
 {
@@ -93,10 +72,10 @@ Test(format12, golden_1_1_files_decode)
 		char path[512];
 		uint64_t esize, fsize;
 		snprintf(path, sizeof(path), "%s/tests/golden/v1.1/%s.expect", src_dir(), g[i].name);
-		uint8_t *expect = slurp(path, &esize);
+		uint8_t *expect = read_whole_file(path, &esize);
 		cr_assert_eq(esize, g[i].rows * g[i].R, "%s", path);
 		snprintf(path, sizeof(path), "%s/tests/golden/v1.1/%s.ibp", src_dir(), g[i].name);
-		uint8_t *file = slurp(path, &fsize);
+		uint8_t *file = read_whole_file(path, &fsize);
 		cr_assert_eq(ld32(file + 8) & 0xffff, 1, "%s: major", path);
 		cr_assert_eq(ld32(file + 8) >> 16, 1, "%s: minor", path);
 		const unsigned modes[] = { IBP_OPEN_READ, IBP_OPEN_MMAP, IBP_OPEN_VERIFY };
@@ -155,7 +134,7 @@ Test(format12, small_arrays_stay_small, .init = make_tmpdir, .fini = remove_tmpd
 	for (int i = 0; i < 64; i++)
 		data[i] = (uint8_t)rnd(&r);
 	for (size_t i = 0; i < sizeof(a) / sizeof(a[0]); i++) {
-		const char *p = tmp_path("tiny.ibp");
+		const char *p = tmpdir_path("tiny.ibp");
 		cr_assert_eq(ibp_pack(p, data, a[i].dt, a[i].ndim, a[i].shape, NULL, IBP_LAYOUT_PACKED), IBP_OK, "%s",
 			     ibp_last_error());
 		ibp_container_t *c = NULL;
@@ -172,9 +151,9 @@ Test(format12, small_arrays_stay_small, .init = make_tmpdir, .fini = remove_tmpd
 	}
 	/* the exponent codec too */
 	uint64_t shape[1] = { 32 };
-	cr_assert_eq(ibp_pack_exp(tmp_path("tiny_exp.ibp"), data, IBP_DTYPE_BF16, 1, shape, NULL, 0), IBP_OK);
+	cr_assert_eq(ibp_pack_exp(tmpdir_path("tiny_exp.ibp"), data, IBP_DTYPE_BF16, 1, shape, NULL, 0), IBP_OK);
 	uint64_t size;
-	free(slurp(tmp_path("tiny_exp.ibp"), &size));
+	free(read_whole_file(tmpdir_path("tiny_exp.ibp"), &size));
 	cr_assert_leq(size, 512);
 }
 
@@ -186,11 +165,11 @@ Test(format12, index_is_compact_on_sparse_rows, .init = make_tmpdir, .fini = rem
 	rng_t r = { 11 };
 	for (uint64_t i = 0; i < n * cols; i++)
 		v[i] = rnd(&r) % 100 == 0 ? 1.0f : 0.0f;
-	const char *p = tmp_path("sparse.ibp");
+	const char *p = tmpdir_path("sparse.ibp");
 	cr_assert_eq(ibp_pack(p, v, IBP_DTYPE_F32, 2, shape, NULL, IBP_LAYOUT_PACKED), IBP_OK, "%s",
 		     ibp_last_error());
 	uint64_t size;
-	uint8_t *f = slurp(p, &size);
+	uint8_t *f = read_whole_file(p, &size);
 	int ii = find_section(f, 8);
 	cr_assert_geq(ii, 0, "no INDEX section");
 	cr_assert_lt(find_section(f, 2), 0, "FLAGS beside INDEX");
@@ -222,7 +201,7 @@ static void index_matches(ibp_layout_t layout, unsigned k, uint64_t n)
 	uint8_t *enc = xcalloc(n * R + 1), *flags = xcalloc(n + 1), *cl = xcalloc(n + 1);
 	uint64_t *off = xcalloc((n + 1) * 8);
 	cr_assert_eq(ibp_encode_batch(codec, rows, n, enc, n * R, off, flags, k > 1 ? cl : NULL, 1), IBP_OK);
-	const char *p = tmp_path("ix.ibp");
+	const char *p = tmpdir_path("ix.ibp");
 	cr_assert_eq(ibp_pack_with_codec(p, codec, rows, IBP_DTYPE_U8, 2, shape, layout, 1), IBP_OK);
 	ibp_container_t *c = NULL;
 	cr_assert_eq(ibp_container_open(p, IBP_OPEN_MMAP, &c), IBP_OK, "%s", ibp_last_error());
@@ -304,11 +283,11 @@ Test(format12, writer_refuses_short_raw_row, .init = make_tmpdir, .fini = remove
 	ibp_codec_t *codec = make_codec(R, 4, 1, 3);
 	uint8_t payload[16] = { 0 }, flags[2] = { IBP_ROW_RAW, IBP_ROW_RAW };
 	uint64_t off[3] = { 0, 8, 15 };
-	cr_assert_eq(ibp_container_write(tmp_path("r.ibp"), codec, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED,
+	cr_assert_eq(ibp_container_write(tmpdir_path("r.ibp"), codec, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED,
 					 payload, 15, off, flags, NULL),
 		     IBP_ERR_INVALID_ARG);
 	off[2] = 16;
-	cr_assert_eq(ibp_container_write(tmp_path("r.ibp"), codec, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED,
+	cr_assert_eq(ibp_container_write(tmpdir_path("r.ibp"), codec, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED,
 					 payload, 16, off, flags, NULL),
 		     IBP_OK, "%s", ibp_last_error());
 	ibp_codec_free(codec);
@@ -322,14 +301,14 @@ Test(format12, index_worked_example, .init = make_tmpdir, .fini = remove_tmpdir)
 	uint8_t payload[37] = { 0 };
 	const uint8_t flags[4] = { 3, 0, 1, 2 }, clusters[4] = { 0, 1, 1, 0 };
 	const uint64_t off[5] = { 0, 5, 25, 28, 37 };
-	const char *p = tmp_path("ex.ibp");
+	const char *p = tmpdir_path("ex.ibp");
 	cr_assert_eq(ibp_container_write(p, codec, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED, payload, 37, off,
 					 flags, clusters),
 		     IBP_OK, "%s", ibp_last_error());
 	static const uint8_t want[31] = { 0x06, 0x01, 0x03, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 					  0x25, 0, 0, 0, 0, 0, 0, 0, 0x03, 0, 0, 0, 0x13, 0x51, 0xc8 };
 	uint64_t size;
-	uint8_t *f = slurp(p, &size);
+	uint8_t *f = read_whole_file(p, &size);
 	int ii = find_section(f, 8);
 	cr_assert_geq(ii, 0);
 	cr_assert_eq(sec_len(f, ii), sizeof(want));
@@ -426,10 +405,10 @@ Test(format12, structural_lies_are_corrupt, .init = make_tmpdir, .fini = remove_
 	ibp_codec_t *codec = NULL;
 	cr_assert_eq(ibp_codec_create(R, 4, 3, masks, bitvals, &codec), IBP_OK, "%s", ibp_last_error());
 	uint8_t *rows = make_rows(codec, n, 8);
-	const char *p = tmp_path("lie.ibp");
+	const char *p = tmpdir_path("lie.ibp");
 	cr_assert_eq(ibp_pack_with_codec(p, codec, rows, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED, 1), IBP_OK);
 	uint64_t size;
-	uint8_t *f = slurp(p, &size), *g = xcalloc(size);
+	uint8_t *f = read_whole_file(p, &size), *g = xcalloc(size);
 	int ii = find_section(f, 8), mi = find_section(f, 1);
 	cr_assert_geq(ii, 0);
 	uint64_t ix = sec_off(f, ii), ixlen = sec_len(f, ii), meta = sec_off(f, mi);
@@ -464,10 +443,10 @@ Test(format12, v12_feature_bit, .init = make_tmpdir, .fini = remove_tmpdir)
 	uint64_t n = 30, R = 16, shape[2] = { n, R };
 	ibp_codec_t *codec = make_codec(R, 4, 1, 44);
 	uint8_t *rows = make_rows(codec, n, 45);
-	const char *p = tmp_path("v12.ibp");
+	const char *p = tmpdir_path("v12.ibp");
 	cr_assert_eq(ibp_pack_with_codec(p, codec, rows, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED, 1), IBP_OK);
 	uint64_t size;
-	uint8_t *f = slurp(p, &size), *g = xcalloc(size);
+	uint8_t *f = read_whole_file(p, &size), *g = xcalloc(size);
 	cr_assert_eq(ld32(f + 24), 2, "V12 set, LOSSY clear");
 	cr_assert_eq(ld32(f + 8) >> 16, 2, "minor 2");
 	cr_assert_lt(find_section(f, 6), 0, "one payload block: no PAYLOAD_SUMS");

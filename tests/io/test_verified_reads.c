@@ -14,35 +14,6 @@
 #include "ibp.h"
 #include "fixtures.h"
 
-static char *tmp_path(const char *name)
-{
-	static char p[160];
-	snprintf(p, sizeof(p), "%s/%s", tmpdir, name);
-	return p;
-}
-
-static uint8_t *slurp(const char *path, uint64_t *size)
-{
-	FILE *f = fopen(path, "rb");
-	cr_assert_not_null(f, "%s", path);
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	uint8_t *p = xcalloc((size_t)n + 1);
-	cr_assert_eq(fread(p, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	*size = (uint64_t)n;
-	return p;
-}
-
-static void spill(const char *path, const uint8_t *p, uint64_t n)
-{
-	FILE *f = fopen(path, "wb");
-	cr_assert_not_null(f);
-	cr_assert_eq(fwrite(p, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-}
-
 static int is_corrupt(ibp_status_t st) { return st == IBP_ERR_CORRUPT || st == IBP_ERR_CHECKSUM; }
 
 /* A small container and what every read of it must return. */
@@ -152,12 +123,12 @@ static img_t ibp_img(ibp_layout_t layout, unsigned k)
 	uint64_t n = 40, R = 12, shape[2] = { n, R };
 	ibp_codec_t *codec = make_codec(R, 4, k, 31 + k);
 	uint8_t *rows = make_rows(codec, n, 32);
-	const char *p = tmp_path("v.ibp");
+	const char *p = tmpdir_path("v.ibp");
 	cr_assert_eq(ibp_pack_with_codec(p, codec, rows, IBP_DTYPE_U8, 2, shape, layout, 1), IBP_OK, "%s",
 		     ibp_last_error());
 	ibp_codec_free(codec);
 	img_t m = { layout == IBP_LAYOUT_PACKED ? "ibp packed" : "ibp inplace", NULL, 0, rows, n, R };
-	m.file = slurp(p, &m.size);
+	m.file = read_whole_file(p, &m.size);
 	return m;
 }
 
@@ -190,14 +161,14 @@ Test(verified_reads, ibp_trained_xvals, .init = make_tmpdir, .fini = remove_tmpd
 	rng_t r = { 5 };
 	for (uint64_t i = 0; i < n * cols; i++)
 		v[i] = rnd(&r) % 23 == 0 ? 1.0f : 0.0f;
-	const char *p = tmp_path("x.ibp");
+	const char *p = tmpdir_path("x.ibp");
 	ibp_train_opts_t o;
 	ibp_train_opts_default(&o);
 	o.nthreads = 1;
 	cr_assert_eq(ibp_pack(p, v, IBP_DTYPE_F32, 2, shape, &o, IBP_LAYOUT_PACKED), IBP_OK, "%s",
 		     ibp_last_error());
 	img_t m = { "ibp trained", NULL, 0, (uint8_t *)v, n, cols * 4 };
-	m.file = slurp(p, &m.size);
+	m.file = read_whole_file(p, &m.size);
 	every_flip_and_truncation(&m);
 	free_img(&m);
 }
@@ -229,10 +200,10 @@ Test(verified_reads, exp_blocks, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	uint64_t n = 24, cols = 32, shape[2] = { n, cols };
 	uint8_t *d = gauss_bits(IBP_DTYPE_BF16, n * cols, 8);
-	const char *p = tmp_path("e.ibp");
+	const char *p = tmpdir_path("e.ibp");
 	cr_assert_eq(ibp_pack_exp(p, d, IBP_DTYPE_BF16, 2, shape, NULL, 10), IBP_OK, "%s", ibp_last_error());
 	img_t m = { "exp", NULL, 0, d, n, cols * 2 };
-	m.file = slurp(p, &m.size);
+	m.file = read_whole_file(p, &m.size);
 	every_flip_and_truncation(&m);
 	free_img(&m);
 }
@@ -245,7 +216,7 @@ Test(verified_reads, fp8_streams, .init = make_tmpdir, .fini = remove_tmpdir)
 	ibp_fp8_opts_default(&o);
 	o.block = 16;
 	o.nthreads = 1;
-	const char *p = tmp_path("f.ibp");
+	const char *p = tmpdir_path("f.ibp");
 	cr_assert_eq(ibp_pack_fp8(p, d, IBP_DTYPE_F32, 2, shape, &o, 5), IBP_OK, "%s", ibp_last_error());
 	/* lossy: the reference is what the intact file decodes to */
 	ibp_container_t *c = NULL;
@@ -256,7 +227,7 @@ Test(verified_reads, fp8_streams, .init = make_tmpdir, .fini = remove_tmpdir)
 	ibp_container_close(c);
 	free(d);
 	img_t m = { "fp8", NULL, 0, ref, n, cols * 4 };
-	m.file = slurp(p, &m.size);
+	m.file = read_whole_file(p, &m.size);
 	every_flip_and_truncation(&m);
 	free_img(&m);
 }
@@ -268,7 +239,7 @@ Test(verified_reads, payload_checked_at_open, .init = make_tmpdir, .fini = remov
 {
 	img_t m = ibp_img(IBP_LAYOUT_PACKED, 2);
 	ibp_container_t *c = NULL;
-	cr_assert_eq(ibp_container_open(tmp_path("v.ibp"), IBP_OPEN_TRUSTED, &c), IBP_OK);
+	cr_assert_eq(ibp_container_open(tmpdir_path("v.ibp"), IBP_OPEN_TRUSTED, &c), IBP_OK);
 	uint64_t plen = 0;
 	const uint8_t *pl = ibp_container_payload(c, &plen);
 	uint64_t poff = m.size - plen; /* the payload ends the file */
@@ -278,18 +249,18 @@ Test(verified_reads, payload_checked_at_open, .init = make_tmpdir, .fini = remov
 	uint8_t *g = xcalloc(m.size);
 	memcpy(g, m.file, m.size);
 	g[poff + plen / 2] ^= 0x10;
-	spill(tmp_path("bad.ibp"), g, m.size);
+	write_whole_file(tmpdir_path("bad.ibp"), g, m.size);
 	const unsigned modes[] = { IBP_OPEN_READ, IBP_OPEN_MMAP };
 	for (unsigned i = 0; i < 2; i++) {
 		c = NULL;
-		cr_assert_eq(ibp_container_open(tmp_path("bad.ibp"), modes[i], &c), IBP_ERR_CHECKSUM);
+		cr_assert_eq(ibp_container_open(tmpdir_path("bad.ibp"), modes[i], &c), IBP_ERR_CHECKSUM);
 		cr_assert_null(c);
 		cr_assert(strstr(ibp_last_error(), "payload") != NULL, "%s", ibp_last_error());
 		ibp_store_t *s = NULL;
-		cr_assert_eq(ibp_store_open(tmp_path("bad.ibp"), modes[i], &s), IBP_ERR_CHECKSUM);
+		cr_assert_eq(ibp_store_open(tmpdir_path("bad.ibp"), modes[i], &s), IBP_ERR_CHECKSUM);
 		cr_assert_null(s);
 		/* opted out: opens; a read decodes or fails, never leaves the file */
-		cr_assert_eq(ibp_container_open(tmp_path("bad.ibp"), modes[i] | IBP_OPEN_TRUSTED, &c), IBP_OK);
+		cr_assert_eq(ibp_container_open(tmpdir_path("bad.ibp"), modes[i] | IBP_OPEN_TRUSTED, &c), IBP_OK);
 		uint8_t row[12];
 		for (uint64_t r = 0; r < m.n; r++) {
 			ibp_status_t st = ibp_container_decode_row(c, r, row);
@@ -300,10 +271,10 @@ Test(verified_reads, payload_checked_at_open, .init = make_tmpdir, .fini = remov
 	}
 	/* the intact file opens the same ways */
 	for (unsigned i = 0; i < 2; i++) {
-		cr_assert_eq(ibp_container_open(tmp_path("v.ibp"), modes[i], &c), IBP_OK);
+		cr_assert_eq(ibp_container_open(tmpdir_path("v.ibp"), modes[i], &c), IBP_OK);
 		cr_assert_eq(read_all(c, &m, "intact from disk"), IBP_OK);
 	}
-	cr_assert_eq(ibp_container_open(tmp_path("v.ibp"), 8u, &c), IBP_ERR_INVALID_ARG, "unknown flag");
+	cr_assert_eq(ibp_container_open(tmpdir_path("v.ibp"), 8u, &c), IBP_ERR_INVALID_ARG, "unknown flag");
 	free(g);
 	free_img(&m);
 }

@@ -134,3 +134,26 @@ const char *tmpdir_path(const char *name)
 	snprintf(b, sizeof(bufs[0]), "%s/%s", tmpdir, name);
 	return b;
 }
+
+uint8_t *read_whole_file(const char *path, uint64_t *size)
+{
+	FILE *f = fopen(path, "rb");
+	cr_assert_not_null(f, "%s", path);
+	cr_assert_eq(fseek(f, 0, SEEK_END), 0, "%s", path);
+	long n = ftell(f);
+	cr_assert_geq(n, 0, "%s", path);
+	cr_assert_eq(fseek(f, 0, SEEK_SET), 0, "%s", path);
+	uint8_t *p = xcalloc((size_t)n + 1);
+	cr_assert_eq(fread(p, 1, (size_t)n, f), (size_t)n, "%s: short read", path);
+	fclose(f);
+	*size = (uint64_t)n;
+	return p;
+}
+
+void write_whole_file(const char *path, const void *p, uint64_t n)
+{
+	FILE *f = fopen(path, "wb");
+	cr_assert_not_null(f, "%s", path);
+	cr_assert_eq(fwrite(p, 1, (size_t)n, f), (size_t)n, "%s: short write", path);
+	cr_assert_eq(fclose(f), 0, "%s", path);
+}

@@ -47,5 +47,10 @@ void make_tmpdir(void);
 void remove_tmpdir(void);
 /* tmpdir + "/" + name, in one of 4 rotating buffers (valid for 3 more calls). */
 const char *tmpdir_path(const char *name);
+/* The whole file at path, NUL-terminated, in a new buffer (free it); its
+ * size in *size. Asserts that it can be read. */
+uint8_t *read_whole_file(const char *path, uint64_t *size);
+/* Writes n bytes at p as the whole file at path; asserts that it can. */
+void write_whole_file(const char *path, const void *p, uint64_t n);
 
 #endif /* IBP_TEST_FIXTURES_H */

@@ -36,6 +36,7 @@ import threading
 import numpy as np
 
 from . import _arrays, _errors, _lib
+from ._handle import Handle, Owner
 
 lib = _lib.lib
 P = C.POINTER
@@ -254,7 +255,7 @@ def _host(x, func, out=False):
     return h
 
 
-class Communicator:
+class Communicator(Owner):
     """An ibp_coll_comm_t over a transport (a Python object, see the module
     docstring, or InprocWorld.transport(rank)). Collective: every rank makes
     one, in the same order, and calls the same collectives in the same order
@@ -284,10 +285,9 @@ class Communicator:
             t.sendrecv = self._py.cfunc
             self._keep = transport
         h = c_vp()
-        self._h = None
         self._lock = threading.Lock()
         self._check(_c("ibp_coll_comm_create")(C.byref(t), C.byref(o), C.byref(h)), "ibp_coll_comm_create")
-        self._h = h
+        self._handle = Handle(h, _c("ibp_coll_comm_destroy"), "communicator")
         self.rank = _c("ibp_coll_comm_rank")(h)
         self.nranks = _c("ibp_coll_comm_nranks")(h)
 
@@ -304,40 +304,22 @@ class Communicator:
             raise _errors.from_status(st, func, _lib.status_string(st), "transport: " + perr)
         _lib.check(st, func)
 
-    def _handle(self, func):
-        if self._h is None:
+    def _comm(self, func):
+        # One thread at a time (the class's contract), so no acquire/release.
+        if self._handle.closed:
             raise _errors.invalid(func, "the communicator is closed")
-        return self._h
-
-    def close(self):
-        """Frees the communicator (not collective)."""
-        if self._h is not None:
-            _c("ibp_coll_comm_destroy")(self._h)
-            self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+        return self._handle._h
 
     def stats(self) -> dict:
         """This rank's ibp_coll_stats_t as a dict (last_decision by name)."""
         s = CollStats()
-        self._check(_c("ibp_coll_comm_stats")(self._handle("stats"), C.byref(s)), "ibp_coll_comm_stats")
+        self._check(_c("ibp_coll_comm_stats")(self._comm("stats"), C.byref(s)), "ibp_coll_comm_stats")
         d = {name: getattr(s, name) for name, _ in CollStats._fields_}
         d["last_decision"] = DECISIONS.get(d["last_decision"], str(d["last_decision"]))
         return d
 
     def set_policy(self, policy: str):
-        self._check(_c("ibp_coll_comm_set_policy")(self._handle("set_policy"), policy_id(policy, "set_policy")),
+        self._check(_c("ibp_coll_comm_set_policy")(self._comm("set_policy"), policy_id(policy, "set_policy")),
                     "ibp_coll_comm_set_policy")
 
     def set_lsq_bits(self, bits: int):
@@ -347,7 +329,7 @@ class Communicator:
         if isinstance(bits, bool) or not isinstance(bits, int):
             raise _errors.invalid("set_lsq_bits", "bits must be an int, not %r" % (bits,))
         with self._lock:
-            self._check(_c("ibp_coll_comm_set_lsq_bits")(self._handle("set_lsq_bits"), bits),
+            self._check(_c("ibp_coll_comm_set_lsq_bits")(self._comm("set_lsq_bits"), bits),
                         "ibp_coll_comm_set_lsq_bits")
 
     # -- collectives (host arrays; numpy or torch CPU tensors) --
@@ -367,7 +349,7 @@ class Communicator:
         else:
             o = _arrays.check_out(out, s.shape, s.code, func)
             res, optr = out, o.ptr
-        self._run("ibp_coll_allreduce", s.ptr, optr, s.np.size, s.code, _SUM, cid, self._handle(func), None)
+        self._run("ibp_coll_allreduce", s.ptr, optr, s.np.size, s.code, _SUM, cid, self._comm(func), None)
         return res
 
     def allgather(self, send, out=None, codec: str = "exp"):
@@ -382,7 +364,7 @@ class Communicator:
         else:
             o = _arrays.check_out(out, shape, s.code, func)
             res, optr = out, o.ptr
-        self._run("ibp_coll_allgather", s.ptr, optr, n, s.code, cid, self._handle(func), None)
+        self._run("ibp_coll_allgather", s.ptr, optr, n, s.code, cid, self._comm(func), None)
         return res
 
     def reducescatter(self, send, out=None, codec: str = "exp"):
@@ -399,7 +381,7 @@ class Communicator:
         else:
             o = _arrays.check_out(out, (n,), s.code, func)
             res, optr = out, o.ptr
-        self._run("ibp_coll_reducescatter", s.ptr, optr, n, s.code, _SUM, cid, self._handle(func), None)
+        self._run("ibp_coll_reducescatter", s.ptr, optr, n, s.code, _SUM, cid, self._comm(func), None)
         return res
 
     def alltoall(self, send, out=None, codec: str = "exp"):
@@ -417,5 +399,5 @@ class Communicator:
         else:
             o = _arrays.check_out(out, shape, s.code, func)
             res, optr = out, o.ptr
-        self._run("ibp_coll_alltoall", s.ptr, optr, n, s.code, cid, self._handle(func), None)
+        self._run("ibp_coll_alltoall", s.ptr, optr, n, s.code, cid, self._comm(func), None)
         return res

@@ -14,7 +14,7 @@ import ctypes as C
 import sys
 
 from . import _arrays, _errors, _lib
-from ._handle import Handle
+from ._handle import Handle, Owner
 
 lib = _lib.lib
 check = _lib.check
@@ -60,7 +60,7 @@ def stream_handle(stream) -> int:
                           "__cuda_stream__, not %s" % type(stream).__name__)
 
 
-class CudaStore:
+class CudaStore(Owner):
     """Compressed rows on a GPU (or in pinned host memory read by the GPU),
     gathered and decoded by CUDA kernels."""
 
@@ -264,19 +264,3 @@ class CudaStore:
                     raise _errors.from_status(st, func, _lib.status_string(st),
                                               "bag %d failed; %d bag(s) failed" % (b, bad.numel()))
         return out
-
-    def close(self):
-        self._handle.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self._handle.close()
-        except Exception:
-            pass

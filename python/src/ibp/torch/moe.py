@@ -78,7 +78,7 @@ def get_communicator(group=None) -> _coll.Communicator:
     default group), made on first use (collective over the group)."""
     g = group if group is not None else dist.group.WORLD
     c = _comms.get(g)
-    if c is None or c._h is None:
+    if c is None or c.closed:
         c = communicator(group, policy="always", calibrate=False)
         _comms[g] = c
     return c
@@ -161,7 +161,7 @@ def _a2a(output, input, out_sizes, in_sizes, comm, cid, func, bits=4):
         comm.set_lsq_bits(bits)
     comm._run("ibp_coll_alltoallv", src.data_ptr(), sc.ctypes.data_as(u64), sd.ctypes.data_as(u64),
               dst.data_ptr(), rc.ctypes.data_as(u64), rd.ctypes.data_as(u64), _DTYPES[src.dtype], cid,
-              comm._handle(func), None)
+              comm._comm(func), None)
     if staged:
         with torch.no_grad():
             output.copy_(dst)
