@@ -86,7 +86,7 @@ static void ghost_add(ibp_cache_t *c, int64_t id)
 			cache_ix_erase(&c->ix, p);
 	}
 	c->gring[pos] = id;
-	cache_ix_insert(&c->ix, id, (ENT_GHOST << 62) | c->gseq);
+	(void)cache_ix_insert(&c->ix, id, (ENT_GHOST << 62) | c->gseq); /* no memory: no ghost */
 	c->gseq++;
 }
 
@@ -219,6 +219,12 @@ uint64_t cache_alloc_slot(ibp_cache_t *c, uint32_t cls)
 	uint64_t g = cache_slot_take(c, cls);
 	if (g != UINT64_MAX)
 		return g;
+	/* a free slot of a slightly larger class (its slab stays that class);
+	 * static: of any larger class, as nothing else would ever use it */
+	uint32_t end = c->o.policy == IBP_CACHE_STATIC && !c->pool ? c->nclasses : cache_borrow_end(c, cls);
+	for (uint32_t j = cls + 1; j < end; j++)
+		if (c->cls[j].partial != NIL)
+			return cache_slot_take(c, j);
 	if (c->o.policy == IBP_CACHE_STATIC) /* nothing is evicted; a static pool may take an emptied slab */
 		return c->pool && cache_slab_steal(c, cls, evict_slot, 0, 1) ? cache_slot_take(c, cls) : UINT64_MAX;
 	/* evictions this call may still make */
@@ -228,6 +234,12 @@ uint64_t cache_alloc_slot(ibp_cache_t *c, uint32_t cls)
 		return cache_slot_take(c, cls);
 	if (budget && policy_evict(c, cls))
 		return cache_slot_take(c, cls);
+	/* A class with no slab promised (a tiny cache: cache_targets) evicts in
+	 * the next larger class that has rows and takes that slot. */
+	if (budget && !k->slabs && !k->target)
+		for (uint32_t j = cls + 1; j < end; j++)
+			if (c->cls[j].count[0] + c->cls[j].count[1] && policy_evict(c, j))
+				return cache_slot_take(c, j);
 	/* A pool must serve every block while anything can go: a class
 	 * without a slab, or whose rows are all pinned, takes the least used
 	 * unpinned slab of any other class. */
@@ -249,6 +261,11 @@ void cache_unpin_slot(ibp_cache_t *c, uint64_t g)
 		if (c->sflag[g] & SF_ZOMBIE)
 			cache_slot_release(c, g);
 	}
+}
+
+uint64_t cache_meta_bytes(const ibp_cache_t *c)
+{
+	return c->meta_bytes + c->ix.cap * 16;
 }
 
 void cache_hist_add(ibp_cache_t *c, uint32_t cls)
@@ -715,11 +732,15 @@ void cache_pass_alloc(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gather, ca
 		}
 		if (ghost) /* the ghost may have gone while evicting: look again */
 			p = cache_ix_find(&c->ix, w->uid[u]);
+		w->ucls[u] = c->scls[g / c->spp]; /* a borrowed slot: its slab's class */
 		uint64_t e = ENT_MAKE(ENT_FILLING, w->ucls[u], w->uclen[u], g / c->spp, g % c->spp);
-		if (p != UINT64_MAX)
+		if (p != UINT64_MAX) {
 			c->ix.vals[p] = e;
-		else
-			cache_ix_insert(&c->ix, w->uid[u], e);
+		} else if (cache_ix_insert(&c->ix, w->uid[u], e)) {
+			cache_slot_release(c, g); /* no memory to grow the index: not admitted */
+			c->st.rejected++;
+			continue;
+		}
 		c->sid[g] = w->uid[u];
 		c->sflag[g] = SF_FILLING;
 		c->slen[g] = (uint32_t)w->uclen[u];
@@ -983,7 +1004,7 @@ ibp_status_t ibp_cache_stats(ibp_cache_t *c, ibp_cache_stats_t *st, int reset)
 	c->st.slab_bytes = c->slab_bytes;
 	c->st.nslabs = c->nslabs;
 	c->st.free_slabs = c->nfree_slabs;
-	c->st.meta_bytes = c->meta_bytes;
+	c->st.meta_bytes = cache_meta_bytes(c);
 	c->st.class_step = c->step;
 	c->st.nclasses = c->nclasses;
 	*st = c->st;

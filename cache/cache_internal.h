@@ -42,8 +42,6 @@
 typedef struct cache_index {
 	int64_t *keys;
 	uint64_t *vals;
-	int64_t *keys2; /* rehash target, swapped in */
-	uint64_t *vals2;
 	uint64_t cap, used, tombs;
 } cache_index_t;
 
@@ -136,6 +134,10 @@ uint32_t cache_class_of(const ibp_cache_t *c, uint64_t len);
 uint64_t cache_slot_take(ibp_cache_t *c, uint32_t cls);
 void cache_slot_release(ibp_cache_t *c, uint64_t g);
 uint8_t *cache_slot_ptr(const ibp_cache_t *c, uint64_t g);
+/* Classes [cls + 1, end) a row of class `cls` may borrow a free slot of:
+ * larger ones (the raw class too) with slots at most 1.5x its own; a
+ * cache, not a pool (end = cls + 1). */
+uint32_t cache_borrow_end(const ibp_cache_t *c, uint32_t cls);
 /* Recomputes every class's slab target from the histogram. */
 void cache_targets(ibp_cache_t *c);
 /* Moves one slab to `cls` from the class furthest above its target (with
@@ -157,6 +159,8 @@ void cache_drop_slot(ibp_cache_t *c, uint64_t g, int ghost);
 void cache_pin_slot(ibp_cache_t *c, uint64_t g);
 void cache_unpin_slot(ibp_cache_t *c, uint64_t g);
 void cache_hist_add(ibp_cache_t *c, uint32_t cls);
+/* meta_bytes with the index as it is now (it grows). */
+uint64_t cache_meta_bytes(const ibp_cache_t *c);
 
 /* ---- cache.c: the phases of a pass (cache_cuda.c drives them too) ----
  * `gather` 0: a prefetch. Kinds of a pass's unique ids: */
@@ -183,8 +187,10 @@ void cache_pass_publish(ibp_cache_t *c, cache_ws_t *w, uint64_t n, uint64_t nu, 
 uint64_t cache_hash(int64_t id);
 /* Position of `id` or UINT64_MAX. */
 uint64_t cache_ix_find(const cache_index_t *ix, int64_t id);
-/* Inserts `id` (known absent), rehashing first when needed. */
-void cache_ix_insert(cache_index_t *ix, int64_t id, uint64_t val);
+/* Inserts `id` (known absent), rehashing first when needed (into new
+ * arrays, doubled while over half full: the host index grows). -1 when
+ * no memory and the table has no room: the caller skips the row. */
+int cache_ix_insert(cache_index_t *ix, int64_t id, uint64_t val);
 void cache_ix_erase(cache_index_t *ix, uint64_t pos);
 
 #endif /* IBP_CACHE_INTERNAL_H */

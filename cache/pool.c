@@ -123,7 +123,14 @@ ibp_status_t ibp_slab_pool_alloc(ibp_slab_pool_t *p, uint64_t len, int64_t *hand
 	}
 	cache_class_t *k = &c->cls[cls];
 	int64_t h = p->next++;
-	cache_ix_insert(&c->ix, h, ENT_MAKE(ENT_READY, cls, len, g / c->spp, g % c->spp));
+	if (cache_ix_insert(&c->ix, h, ENT_MAKE(ENT_READY, cls, len, g / c->spp, g % c->spp))) {
+		cache_slot_release(c, g);
+		p->next--;
+		p->failed++;
+		c->st.rejected++;
+		pthread_mutex_unlock(&c->mu);
+		return ibp_fail(IBP_ERR_NOMEM, "ibp_slab_pool_alloc: cannot grow the index");
+	}
 	c->sid[g] = h;
 	c->sflag[g] = 0;
 	c->slen[g] = (uint32_t)len;
@@ -284,7 +291,7 @@ ibp_status_t ibp_slab_pool_stats(ibp_slab_pool_t *p, ibp_slab_pool_stats_t *st, 
 	st->slab_bytes = c->slab_bytes;
 	st->nslabs = c->nslabs;
 	st->free_slabs = c->nfree_slabs;
-	st->meta_bytes = c->meta_bytes;
+	st->meta_bytes = cache_meta_bytes(c);
 	st->class_step = c->step;
 	st->next_handle = p->next;
 	st->nclasses = c->nclasses;

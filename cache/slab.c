@@ -23,6 +23,33 @@ static uint64_t slab_len(const ibp_cache_t *c, uint64_t s)
 	return cap - off < c->slab_bytes ? cap - off : c->slab_bytes;
 }
 
+/* The automatic ladder of compressed slot sizes (multiples of 16), from
+ * 32 bytes: 16 bytes apart up to 128, then about 1.125x apart, the gap
+ * never above `step` (so classes are step apart from about 8 * step up).
+ * Tiny compressed rows (sparse rows of a multi-KiB table) get slots near
+ * their size instead of a step-sized floor; relative waste stays under
+ * ~12%. The smallest slot is raised so a slab has at most CACHE_MAX_SPP
+ * slots. Fills c->cls[0..n) (n <= IBP_CACHE_MAX_CLASSES; more means the
+ * caller must coarsen `step`) and returns n. */
+static uint64_t ladder(ibp_cache_t *c, uint64_t step, uint64_t slab, double limit, uint64_t raw_slot)
+{
+	uint64_t s = 32, n = 0;
+	while (slab / s > CACHE_MAX_SPP)
+		s += 16;
+	while ((double)s <= limit && s < raw_slot) {
+		if (n == IBP_CACHE_MAX_CLASSES)
+			return n + 1;
+		c->cls[n++].slot_bytes = s;
+		uint64_t gap = (s / 8 + 15) / 16 * 16;
+		if (gap < 16)
+			gap = 16;
+		if (gap > step)
+			gap = step;
+		s += gap;
+	}
+	return n;
+}
+
 /* Geometry: step, classes, slab size, slot counts. */
 static ibp_status_t geometry(ibp_cache_t *c)
 {
@@ -48,6 +75,9 @@ static ibp_status_t geometry(ibp_cache_t *c)
 	} else {
 		uint64_t raw_slot = (rb + 15) / 16 * 16;
 		uint64_t step = o->class_step;
+		/* auto (a cache, not a pool): a ladder of slot sizes, not multiples of
+		 * one step (see ladder()) */
+		int lad = !step && !c->pool;
 		if (!step) {
 			/* 128 (a GPU cache line); finer for rows under 2 KiB, so that a
 			 * class step stays below what compression saves on dense rows. */
@@ -78,22 +108,26 @@ static ibp_status_t geometry(ibp_cache_t *c)
 		 * row that needs a larger one is kept decoded in the raw class. */
 		double limit = o->raw_threshold * (double)raw_slot;
 		for (;;) {
-			uint64_t k = 0;
-			while ((double)((k + 1) * step) <= limit && (k + 1) * step < raw_slot)
-				k++;
-			if (k + 1 <= IBP_CACHE_MAX_CLASSES && slab / step <= CACHE_MAX_SPP) {
-				c->nclasses = (uint32_t)(k + 1);
+			uint64_t n = lad ? ladder(c, step, slab, limit, raw_slot) : 0;
+			if (!lad) {
+				while ((double)((n + 1) * step) <= limit && (n + 1) * step < raw_slot &&
+				       n < IBP_CACHE_MAX_CLASSES)
+					n++;
+				for (uint64_t i = 0; i < n && i < IBP_CACHE_MAX_CLASSES; i++)
+					c->cls[i].slot_bytes = (i + 1) * step;
+			}
+			uint64_t small = n ? c->cls[0].slot_bytes : raw_slot;
+			if (n + 1 <= IBP_CACHE_MAX_CLASSES && slab / small <= CACHE_MAX_SPP) {
+				c->nclasses = (uint32_t)(n + 1);
 				break;
 			}
 			step <<= 1;
 		}
 		c->step = step;
 		c->raw = c->nclasses - 1;
-		for (uint32_t i = 0; i < c->raw; i++)
-			c->cls[i].slot_bytes = (uint64_t)(i + 1) * step;
 		c->cls[c->raw].slot_bytes = raw_slot;
 		c->slab_bytes = slab;
-		c->spp = slab / (c->raw ? step : raw_slot);
+		c->spp = slab / c->cls[0].slot_bytes;
 		if (c->spp > CACHE_MAX_SPP)
 			c->spp = CACHE_MAX_SPP;
 	}
@@ -114,7 +148,17 @@ ibp_status_t cache_storage_init(ibp_cache_t *c)
 	c->nslots = ns * c->spp;
 	c->words = (c->spp + 63) / 64;
 	c->gcap = c->o.policy == IBP_CACHE_S3FIFO && !c->pool ? c->nslots : 0;
-	uint64_t want = (c->nslots + c->gcap) * 4 / 3 + 64;
+	/* The host index starts sized for the rows of a typical slot (a cache:
+	 * the larger of 256 bytes and a quarter raw slot; a pool: every slot)
+	 * and grows when filled (cache_ix_insert), so its size follows what is
+	 * resident, not the most rows the smallest class could hold. */
+	uint64_t rows = c->nslots;
+	if (!c->pool) {
+		uint64_t typ = c->cls[c->raw].slot_bytes / 4 > 256 ? c->cls[c->raw].slot_bytes / 4 : 256;
+		if (c->o.capacity_bytes / typ + 1 < rows)
+			rows = c->o.capacity_bytes / typ + 1;
+	}
+	uint64_t want = (rows + (c->gcap < rows ? c->gcap : rows)) * 4 / 3 + 64;
 	c->ix.cap = pow2_at_least(want);
 	if (c->pool) {
 		/* Pinned host memory when CUDA can pin it, else (IBP_ERR_NO_DEVICE
@@ -155,16 +199,13 @@ ibp_status_t cache_storage_init(ibp_cache_t *c)
 	c->gring = c->gcap ? malloc(c->gcap * sizeof(int64_t)) : NULL;
 	c->ix.keys = malloc(c->ix.cap * sizeof(int64_t));
 	c->ix.vals = malloc(c->ix.cap * sizeof(uint64_t));
-	c->ix.keys2 = malloc(c->ix.cap * sizeof(int64_t));
-	c->ix.vals2 = malloc(c->ix.cap * sizeof(uint64_t));
 	if (!c->mem || !c->scls || !c->snslots || !c->sused || !c->spinned || !c->snext || !c->sprev ||
 	    !c->bitmap || !c->sid || !c->pin || !c->prev || !c->next || !c->slen || !c->stamp || !c->sflag ||
-	    !c->sfl || !c->sclu || !c->sfreq || (c->gcap && !c->gring) || !c->ix.keys || !c->ix.vals ||
-	    !c->ix.keys2 || !c->ix.vals2)
+	    !c->sfl || !c->sclu || !c->sfreq || (c->gcap && !c->gring) || !c->ix.keys || !c->ix.vals)
 		return ibp_fail(IBP_ERR_NOMEM, "cache: cannot allocate %llu bytes of slabs and their metadata",
 				(unsigned long long)c->o.capacity_bytes);
-	c->meta_bytes = ns * (2 + 5 * 4 + c->words * 8) + c->nslots * (8 + 4 * 4 + 8 + 4) +
-			c->gcap * 8 + c->ix.cap * 32;
+	/* without the index, which grows: cache_meta_bytes() adds it */
+	c->meta_bytes = ns * (2 + 5 * 4 + c->words * 8) + c->nslots * (8 + 4 * 4 + 8 + 4) + c->gcap * 8;
 	cache_storage_reset(c);
 	return IBP_OK;
 }
@@ -197,8 +238,6 @@ void cache_storage_free(ibp_cache_t *c)
 	free(c->gring);
 	free(c->ix.keys);
 	free(c->ix.vals);
-	free(c->ix.keys2);
-	free(c->ix.vals2);
 }
 
 void cache_storage_reset(ibp_cache_t *c)
@@ -236,10 +275,16 @@ void cache_storage_reset(ibp_cache_t *c)
 
 uint32_t cache_class_of(const ibp_cache_t *c, uint64_t len)
 {
-	if (c->raw == 0)
-		return 0;
-	uint64_t k = len ? (len - 1) / c->step : 0;
-	return k < c->raw ? (uint32_t)k : c->raw;
+	/* the first class whose slot holds len (slot sizes ascend) */
+	uint32_t lo = 0, hi = c->raw;
+	while (lo < hi) {
+		uint32_t mid = (lo + hi) / 2;
+		if (c->cls[mid].slot_bytes >= len)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return lo;
 }
 
 uint8_t *cache_slot_ptr(const ibp_cache_t *c, uint64_t g)
@@ -333,17 +378,64 @@ void cache_slot_release(ibp_cache_t *c, uint64_t g)
 	c->sflag[g] = 0;
 }
 
+uint32_t cache_borrow_end(const ibp_cache_t *c, uint32_t cls)
+{
+	if (c->pool || cls >= c->raw)
+		return cls + 1;
+	uint32_t j = cls + 1;
+	while (j < c->nclasses && c->cls[j].slot_bytes * 2 <= c->cls[cls].slot_bytes * 3)
+		j++;
+	return j;
+}
+
 void cache_targets(ibp_cache_t *c)
 {
 	double total = 0;
-	for (uint32_t i = 0; i < c->nclasses; i++)
+	uint64_t nhist = 0;
+	for (uint32_t i = 0; i < c->nclasses; i++) {
 		total += (double)c->cls[i].hist * (double)c->cls[i].slot_bytes;
+		nhist += c->cls[i].hist != 0;
+		c->cls[i].target = 0;
+	}
+	if (total <= 0)
+		return;
+	if (nhist > c->nslabs && !c->pool) {
+		/* Fewer slabs than classes in use (a tiny cache): no class is
+		 * promised a slab. Each slab goes to the class whose slots the most
+		 * admissions not yet served could use (its own and those of the
+		 * smaller classes that borrow its slots: cache_alloc_slot), so a
+		 * few slabs serve rows of several classes instead of the classes
+		 * taking them from each other. */
+		uint64_t left[IBP_CACHE_MAX_CLASSES];
+		for (uint64_t t = 0; t < c->nslabs; t++) {
+			if (t % nhist == 0)
+				for (uint32_t i = 0; i < c->nclasses; i++)
+					left[i] = c->cls[i].hist;
+			uint32_t best = NIL;
+			uint64_t bw = 0;
+			for (uint32_t j = 0; j < c->nclasses; j++) {
+				uint64_t w = 0;
+				for (uint32_t i = 0; i <= j; i++)
+					if (cache_borrow_end(c, i) > j)
+						w += left[i];
+				if (w > bw) {
+					bw = w;
+					best = j;
+				}
+			}
+			if (best == NIL)
+				break;
+			c->cls[best].target++;
+			for (uint32_t i = 0; i <= best; i++)
+				if (cache_borrow_end(c, i) > best)
+					left[i] = 0;
+		}
+		return;
+	}
 	for (uint32_t i = 0; i < c->nclasses; i++) {
 		cache_class_t *k = &c->cls[i];
-		if (total <= 0 || !k->hist) {
-			k->target = 0;
+		if (!k->hist)
 			continue;
-		}
 		double share = (double)k->hist * (double)k->slot_bytes / total;
 		k->target = (uint64_t)(share * (double)c->nslabs);
 		if (!k->target)
@@ -439,22 +531,40 @@ static void ix_put(int64_t *keys, uint64_t *vals, uint64_t cap, int64_t id, uint
 	vals[p] = val;
 }
 
-void cache_ix_insert(cache_index_t *ix, int64_t id, uint64_t val)
+/* Into new arrays of `cap` positions: drops the tombstones. 0, or -1
+ * (the index unchanged) when they cannot be allocated. */
+static int ix_rehash(cache_index_t *ix, uint64_t cap)
+{
+	int64_t *k = malloc(cap * sizeof(int64_t));
+	uint64_t *v = malloc(cap * sizeof(uint64_t));
+	if (!k || !v) {
+		free(k);
+		free(v);
+		return -1;
+	}
+	for (uint64_t i = 0; i < cap; i++)
+		k[i] = KEY_EMPTY;
+	for (uint64_t i = 0; i < ix->cap; i++)
+		if (ix->keys[i] >= 0)
+			ix_put(k, v, cap, ix->keys[i], ix->vals[i]);
+	free(ix->keys);
+	free(ix->vals);
+	ix->keys = k;
+	ix->vals = v;
+	ix->cap = cap;
+	ix->tombs = 0;
+	return 0;
+}
+
+int cache_ix_insert(cache_index_t *ix, int64_t id, uint64_t val)
 {
 	if ((ix->used + ix->tombs + 1) * 8 > ix->cap * 7) {
-		/* Rehash into the spare arrays: drops the tombstones. */
-		for (uint64_t i = 0; i < ix->cap; i++)
-			ix->keys2[i] = KEY_EMPTY;
-		for (uint64_t i = 0; i < ix->cap; i++)
-			if (ix->keys[i] >= 0)
-				ix_put(ix->keys2, ix->vals2, ix->cap, ix->keys[i], ix->vals[i]);
-		int64_t *tk = ix->keys;
-		uint64_t *tv = ix->vals;
-		ix->keys = ix->keys2;
-		ix->vals = ix->vals2;
-		ix->keys2 = tk;
-		ix->vals2 = tv;
-		ix->tombs = 0;
+		/* Rehash, doubled while over half full: drops the tombstones. */
+		uint64_t cap = ix->cap;
+		while ((ix->used + 1) * 2 > cap)
+			cap *= 2;
+		if (ix_rehash(ix, cap) && ix->used + ix->tombs + 2 > ix->cap)
+			return -1; /* no memory and no empty position left */
 	}
 	uint64_t m = ix->cap - 1, p = cache_hash(id) & m;
 	while (ix->keys[p] >= 0) /* first tombstone or empty key: the caller checked `id` is absent */
@@ -464,6 +574,7 @@ void cache_ix_insert(cache_index_t *ix, int64_t id, uint64_t val)
 	ix->keys[p] = id;
 	ix->vals[p] = val;
 	ix->used++;
+	return 0;
 }
 
 void cache_ix_erase(cache_index_t *ix, uint64_t pos)

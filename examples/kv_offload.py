@@ -48,8 +48,14 @@ def load_kv(block_size):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--device", default=None,
+                    help="cuda[:N]: the caches live on that GPU and the offloader takes its device path "
+                         "(needs a GPU; raises ibp.NoDeviceError without one)")
     a = ap.parse_args(argv)
     src, layers = load_kv(a.block_size)
+    if a.device is not None:
+        it.KVOffloader(1, (a.block_size, 12, 32), torch.bfloat16, device=a.device)  # ibp's error first
+        layers = [kv.to(a.device) for kv in layers]
     nb = layers[0].shape[1]
     shape = (a.block_size, 12, 32)
     raw = sum(kv.numel() * 2 for kv in layers)
@@ -66,7 +72,7 @@ def main(argv=None):
         r.index_copy_(1, perm, s)
     t_in_plain = time.perf_counter() - t
 
-    off = it.KVOffloader(len(layers), shape, torch.bfloat16)
+    off = it.KVOffloader(len(layers), shape, torch.bfloat16, device=a.device)
     t = time.perf_counter()
     for layer, kv in enumerate(layers):
         off.calibrate(layer, kv[:, : max(1, nb // 8)])  # prefill: calibrate on the first blocks
@@ -78,6 +84,8 @@ def main(argv=None):
     t = time.perf_counter()
     for layer in range(len(layers)):
         off.load(layer, handles[layer], back[layer], perm.tolist())
+    for layer in range(len(layers)):
+        off.wait(layer)
     t_in = time.perf_counter() - t
     same = all(torch.equal(b.view(torch.int16), kv.view(torch.int16)) for b, kv in zip(back, layers))
     print("codec per layer: %s (calibrated in %.2f s)" % (

@@ -41,7 +41,9 @@ const char *const help_cache_sim =
 	"  --policy P        static | clock | s3fifo | lru (default s3fifo); static\n"
 	"                    preloads the rows most frequent in the trace\n"
 	"  --batch B         ids per batch of a zipf trace (default 4096)\n"
-	"  --class-step S    size-class step of the compressed cache (default 128)\n"
+	"  --class-step S    size classes S apart in the compressed cache (default:\n"
+	"                    auto, a ladder from 32 bytes, 16 apart up to 128, then\n"
+	"                    ~1.125x apart, gaps at most 128)\n"
 	"  --json            one JSON object on stdout instead of the table\n"
 	"  -h, --help        this text\n"
 	"\n"
@@ -408,10 +410,11 @@ static void json_result(json_t *j, const char *k, const result_t *r)
 
 static void print_result(const char *name, const result_t *r)
 {
-	char b[32];
-	printf("  %-13s %8.2f%% %14llu %14s %12.3f ms\n", name,
+	char b[32], m[32];
+	printf("  %-13s %8.2f%% %14llu %14s %12.3f ms %12s\n", name,
 	       r->requests ? 100.0 * (double)r->hits / (double)r->requests : 0.0, (unsigned long long)r->resident,
-	       cli_bytes(r->pcie_bytes, b, sizeof(b)), 1e3 * model_s(r));
+	       cli_bytes(r->pcie_bytes, b, sizeof(b)), 1e3 * model_s(r),
+	       r->meta_bytes ? cli_bytes(r->meta_bytes, m, sizeof(m)) : "-");
 }
 
 int cmd_cache_sim(int argc, char **argv)
@@ -508,15 +511,16 @@ int cmd_cache_sim(int argc, char **argv)
 			json_kv_bool(&j, "target_pcie", t_pcie);
 			json_end_object(&j);
 		} else {
-			char b1[32], b2[32];
+			char b1[32], b2[32], b3[32];
 			printf("store    %s: %llu rows x %llu bytes, ratio %.2f\n", path, (unsigned long long)nrows,
 			       (unsigned long long)rb, ratio);
 			printf("trace    %s: %llu requests in %llu batches, %llu distinct rows\n", t.desc,
 			       (unsigned long long)t.n, (unsigned long long)t.nb, (unsigned long long)t.distinct);
 			printf("cache    %s (%.2f%% of the decoded table), policy %s\n", cli_bytes(cap, b1, sizeof(b1)),
 			       pct, pol);
-			printf("\n  %-13s %9s %14s %14s %15s\n", "", "hit rate", "rows resident", "PCIe bytes",
-			       "modelled time");
+			/* metadata: index, per-slot state, workspaces; outside the budget */
+			printf("\n  %-13s %9s %14s %14s %15s %12s\n", "", "hit rate", "rows resident", "PCIe bytes",
+			       "modelled time", "metadata");
 			print_result("no cache", &none);
 			print_result("uncompressed", &unc);
 			print_result("compressed", &comp);
@@ -525,6 +529,9 @@ int cmd_cache_sim(int argc, char **argv)
 			       rows_x, want, t_rows ? "met" : "missed");
 			printf("PCIe bytes: compressed %s, uncompressed %s: %s\n", cli_bytes(comp.pcie_bytes, b1, sizeof(b1)),
 			       cli_bytes(unc.pcie_bytes, b2, sizeof(b2)), t_pcie ? "fewer (met)" : "not fewer (missed)");
+			printf("metadata (index, per-slot state, workspaces) is outside the %s budget: compressed %s, "
+			       "uncompressed %s\n", cli_bytes(cap, b1, sizeof(b1)), cli_bytes(comp.meta_bytes, b2, sizeof(b2)),
+			       cli_bytes(unc.meta_bytes, b3, sizeof(b3)));
 		}
 	}
 	free(score);

@@ -57,7 +57,7 @@ step ptxas "$root/tests/cuda/kernel_resources.sh" "$arch"
 
 section "GPU tests"
 tests=()
-for t in "$build"/bin/test_cuda_* "$build"/bin/test_nccl; do
+for t in "$build"/bin/test_cuda_* "$build"/bin/test_nccl "$build"/bin/test_coll_device; do
 	[[ -x "$t" ]] && tests+=("$t")
 done
 for t in "${tests[@]}"; do

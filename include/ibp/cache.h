@@ -8,17 +8,33 @@
  *
  * Storage. `capacity_bytes` is carved into slabs of `slab_bytes`; each slab
  * serves one size class. Class c (0 <= c < nclasses - 1) holds rows whose
- * compressed length is at most (c + 1) * class_step bytes; the last class,
+ * compressed length fits its slot (ibp_cache_class_stats().slot_bytes) and
+ * not the slot below: with class_step set, slots are (c + 1) * class_step
+ * bytes; by default a ladder from 32 bytes, 16 apart up to 128, then about
+ * 1.125x apart with gaps of at most the automatic class_step (so a 28-byte
+ * row of a 5.7 KB table takes a 32-byte slot, not a 128-byte one); the last class,
  * the raw class, holds decoded rows (row_bytes each): rows stored RAW by the
  * codec, rows whose class slot would exceed raw_threshold of a raw slot,
  * rows of inplace containers and of the exp and fp8 codecs. Each slab has a
  * bitmap of its slots. Slabs go to classes on demand from the free pool;
  * once none is free, classes below their share of the observed (decayed)
  * histogram of admitted bytes take whole slabs from classes above theirs
- * (evicting those slabs' rows), so the split follows the drift.
+ * (evicting those slabs' rows), so the split follows the drift. A cache
+ * with fewer slabs than classes in use (a budget of a few slabs) gives
+ * each slab to the class whose slots the most rows can use, and a row
+ * whose class has no free slot may take a free slot (or, with no slab
+ * of its own, a policy victim's slot) of a larger class whose slots are at
+ * most 1.5x its own; its entry then names that class.
  * An index maps id -> one 64-bit entry (slab, slot, class, exact length,
  * state); a key is never stored twice. Metadata (index, per-slot state) is
- * kept outside capacity_bytes; ibp_cache_stats reports its size.
+ * kept outside capacity_bytes; ibp_cache_stats reports its size. The host
+ * index starts sized for capacity / max(256, row_bytes / 4) rows and
+ * doubles when filled (16 bytes a position, at most 4 positions per id it
+ * holds), so it follows what is resident; per-slot state (36 bytes) and
+ * the S3-FIFO ghost ring (8 bytes) are sized for the most slots a slab
+ * can have (slab_bytes / smallest slot), times the slabs. A GPU cache's
+ * device table is sized for that most (2 positions a slot) and never
+ * rehashed, so it cannot overflow.
  *
  * Policy, per size class, separate from storage: IBP_CACHE_CLOCK,
  * IBP_CACHE_S3FIFO (small/main FIFOs and a ghost list of recently evicted
@@ -99,9 +115,12 @@ typedef struct ibp_cache_opts {
 	uint64_t row_bytes;      /* decoded row size of the table (required, 1..IBP_CACHE_MAX_ROW_BYTES) */
 	uint64_t slab_bytes;     /* 0 = auto: about capacity / 64 (16 KiB..1 MiB), a whole number (>= 4)
 				    of raw slots */
-	uint64_t class_step;     /* class granularity, a power of two 16..65536; 0 = auto: 128, halved
-				    (down to 16) while above raw slot / 16. Raised until the classes
-				    fit IBP_CACHE_MAX_CLASSES and a slab has at most 8192 slots */
+	uint64_t class_step;     /* class granularity, a power of two 16..65536: slots (c + 1) * step;
+				    0 = auto: the ladder above (32, 48, .. 128, then ~1.125x apart),
+				    gaps at most 128, halved (down to 16) while above raw slot / 16;
+				    raised until the classes fit IBP_CACHE_MAX_CLASSES; the smallest
+				    slot is raised until a slab has at most 8192 slots. A slab pool
+				    with 0 uses the automatic step, without the ladder */
 	double raw_threshold;    /* (0, 1]: rows whose class slot would exceed this fraction of the raw
 				    slot go to the raw class; default 0.95 */
 	uint64_t max_batch;      /* ids one workspace takes per pass (larger calls loop); 0 = 65536 */
@@ -132,8 +151,9 @@ typedef struct ibp_cache_stats {
 	uint64_t slot_bytes_used;/* their slot sizes: <= capacity_bytes always */
 	uint64_t raw_bytes_resident; /* rows_resident * row_bytes: what they hold decoded */
 	uint64_t capacity_bytes, slab_bytes, nslabs, free_slabs;
-	uint64_t meta_bytes;     /* index and per-slot metadata, outside capacity_bytes */
-	uint64_t class_step;
+	uint64_t meta_bytes;     /* index (as grown now), per-slot metadata and workspaces, outside
+				    capacity_bytes */
+	uint64_t class_step;     /* the step in use (auto: the ladder's largest gap) */
 	uint32_t nclasses;
 } ibp_cache_stats_t;
 
@@ -403,6 +423,30 @@ ibp_status_t ibp_slab_pool_stats(ibp_slab_pool_t *p, ibp_slab_pool_stats_t *st, 
 
 /* Class `cls` (< stats.nclasses) as ibp_cache_class_stats (hits: pins). */
 ibp_status_t ibp_slab_pool_class_stats(ibp_slab_pool_t *p, uint32_t cls, ibp_cache_class_stats_t *st);
+
+/* ---- KV offload block format (ibp.torch.KVOffloader, IBP codec) ----
+ * A block is a 12-byte header (u32 len0, u32 len1 little-endian, u8 flag0,
+ * u8 flag1, u8 cluster0, u8 cluster1) then row 0's (K) and row 1's (V)
+ * encoded payloads. Both functions are pure and thread-safe. */
+#define IBP_KV_BLOCK_HEADER 12
+
+/* Packs an encoded batch of 2 * nblocks rows (ibp_encode_batch's payload,
+ * offsets[2 * nblocks + 1], flags and clusters (NULL: zero) per row), block
+ * b = rows 2b and 2b + 1, back to back into stage[0..stage_bytes);
+ * block_offsets[0..nblocks] (nblocks + 1 entries) get each block's start
+ * and the end. Errors: IBP_ERR_INVALID_ARG (NULL, decreasing offsets, a row
+ * over 4 GiB), IBP_ERR_BUFFER_TOO_SMALL (stage too small); nothing is
+ * written on error. */
+ibp_status_t ibp_kv_pack_blocks(const uint8_t *payload, const uint64_t *offsets, const uint8_t *flags,
+				const uint8_t *clusters, uint64_t nblocks, uint8_t *stage, uint64_t stage_bytes,
+				uint64_t *block_offsets);
+
+/* Validates an (untrusted) block of `bytes` bytes and reads its header:
+ * len[2] the rows' payload lengths, flags[2], clusters[2]. Errors:
+ * IBP_ERR_INVALID_ARG (NULL), IBP_ERR_CORRUPT (shorter than the header, or
+ * the lengths do not add up to the block). */
+ibp_status_t ibp_kv_block_parse(const uint8_t *block, uint64_t bytes, uint64_t len[2], uint8_t flags[2],
+				uint8_t clusters[2]);
 
 #ifdef __cplusplus
 }

@@ -71,8 +71,31 @@
  * finite input gives IBP_ERR_INVALID_ARG on the rank that has it (PTS,
  * LSQ); its peers then time out.
  *
- * Buffers are host memory; `stream` must be NULL in this release (a
- * non-NULL stream gives IBP_ERR_UNSUPPORTED). A communicator is used by
+ * Buffers are host memory by default, and `stream` must then be NULL (a
+ * non-NULL stream gives IBP_ERR_UNSUPPORTED).
+ *
+ * Device buffers (ibp_coll_comm_set_memory(comm, IBP_COLL_MEM_DEVICE)):
+ * send/recv are CUDA device pointers and `stream` a cudaStream_t (NULL =
+ * the default stream). The same algorithms run with their buffer steps
+ * on the device: EXP and FP8 encode/decode with ibp_exp_*_cuda /
+ * ibp_fp8_*_cuda (one chunk per message, bytes as on the host), the
+ * reductions' FP32 add + rounding in a kernel bit-identical to the CPU's,
+ * copies with cudaMemcpyAsync. Results equal the host path's bit for bit
+ * (EXP and NONE equal each other; FP8 equals the host FP8 result).
+ * Messages carry the same header (in a 128-byte slot) and receivers check
+ * it as on the host. Each step drains the stream before the transport
+ * runs (the transport has its own stream); working buffers are kept by the
+ * communicator and grown. Codecs NONE, EXP and FP8 only (others:
+ * IBP_ERR_UNSUPPORTED); the switcher does not sample device data: under
+ * policy AUTO the requested codec is used. The transport must carry
+ * device memory: the NCCL transport sends and receives such messages in
+ * place (no host staging). IBP_COLL_MEM_HOST_FALLBACK runs the same
+ * orchestration on host buffers with the kernels' CPU twins (any
+ * transport), which is how it is tested without a GPU: the device path
+ * has been compiled (nvcc sm_90) and its kernel run in the emulator, but
+ * it has never run on a GPU.
+ *
+ * A communicator is used by
  * one thread at a time; different communicators are independent.
  * Element counts are uint64_t; one message is at most 2^31 - 1 bytes on
  * MPI (IBP_ERR_UNSUPPORTED beyond).
@@ -148,6 +171,15 @@ typedef struct ibp_coll_transport {
 	void (*destroy)(void *ctx);
 } ibp_coll_transport_t;
 
+/* Where a communicator's collectives find their buffers
+ * (ibp_coll_comm_set_memory). */
+typedef enum ibp_coll_memory {
+	IBP_COLL_MEM_HOST = 0,         /* host memory, codecs on the CPU (default) */
+	IBP_COLL_MEM_DEVICE = 1,       /* CUDA device memory, codec kernels on the call's stream */
+	IBP_COLL_MEM_HOST_FALLBACK = 2 /* host memory through the device orchestration, CPU twins of
+					* the kernels (tests; the IBP_CUDA_HOST_FALLBACK convention) */
+} ibp_coll_memory_t;
+
 /* Communicator options. Always initialise with ibp_coll_opts_default(). */
 typedef struct ibp_coll_opts {
 	int64_t timeout_ms;       /* bound on every wait; default 60000 */
@@ -211,8 +243,11 @@ ibp_status_t ibp_coll_comm_from_mpi(const void *mpi_comm, const ibp_coll_opts_t 
  * caller's communicator is untouched and a timeout aborts only the split.
  * sendrecv copies each host message to a device buffer and runs grouped
  * ncclSend/ncclRecv on its own stream (sizes first, then payloads), polled
- * until the deadline. The collectives still take host buffers and run the
- * codecs on the CPU (`stream` stays NULL): only the bytes cross NCCL.
+ * until the deadline. Host messages (the default, codecs on the CPU,
+ * `stream` NULL) are staged through device buffers; device messages
+ * (ibp_coll_comm_set_memory(IBP_COLL_MEM_DEVICE): codec kernels on the
+ * call's stream, see "Device buffers" above) are sent and received in
+ * place.
  * Call from a thread; CUDA's current device is set to the communicator's.
  * IBP_ERR_INVALID_ARG (NULL, timeout_ms <= 0), IBP_ERR_IO (NCCL failure,
  * with ncclGetErrorString and ncclGetLastError; timeout), IBP_ERR_CUDA,
@@ -248,6 +283,20 @@ ibp_status_t ibp_coll_comm_set_rate(ibp_coll_comm_t *comm, double rate);
  * threading as the collectives (the thread using the communicator). */
 ibp_status_t ibp_coll_comm_set_lsq_bits(ibp_coll_comm_t *comm, int bits);
 
+/* Chooses where this rank's collectives take their buffers (see "Device
+ * buffers" above): IBP_COLL_MEM_HOST (the default), IBP_COLL_MEM_DEVICE
+ * (send/recv are device pointers, work is enqueued on the call's `stream`,
+ * a cudaStream_t, NULL = the default stream, and the call returns after
+ * the stream has drained; the transport must carry device memory: the
+ * NCCL transport does) or IBP_COLL_MEM_HOST_FALLBACK (host buffers, the
+ * device orchestration with the kernels' CPU twins; any transport). Every
+ * rank of the communicator must choose the same space. Working buffers
+ * are kept by the communicator and grown, freed by ibp_coll_comm_destroy
+ * or by a change of space. Errors: IBP_ERR_INVALID_ARG (NULL comm,
+ * unknown space), IBP_ERR_NO_DEVICE (DEVICE in a build without CUDA, or
+ * no device). Same threading as the collectives. */
+ibp_status_t ibp_coll_comm_set_memory(ibp_coll_comm_t *comm, ibp_coll_memory_t mem);
+
 /* ---- in-process transport: nranks threads of one process ---- */
 
 /* Makes a world of nranks (1..4096) ranks joined by in-memory queues. */
@@ -267,7 +316,9 @@ void ibp_coll_inproc_destroy(ibp_coll_inproc_t *w);
  * may be 0. Errors: IBP_ERR_INVALID_ARG (arguments, mismatch across
  * ranks), IBP_ERR_IO (transport, timeout, broken communicator),
  * IBP_ERR_CORRUPT (a payload failed validation), IBP_ERR_NOMEM,
- * IBP_ERR_UNSUPPORTED (non-NULL stream). */
+ * IBP_ERR_UNSUPPORTED (non-NULL stream on a host communicator; a codec
+ * other than NONE, EXP, FP8 on device buffers), IBP_ERR_CUDA (device
+ * buffers: a CUDA call failed). */
 
 /* recv[r*count, (r+1)*count) = rank r's send[0, count). In place when
  * send == recv + rank*count. */

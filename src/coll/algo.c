@@ -10,44 +10,7 @@
 #include "coll/rcmoe.h"
 #include "util/error.h"
 
-/* Working buffers of one call, sized for its largest message. */
-typedef struct bufs {
-	uint64_t cap;
-	uint8_t *m[2];  /* messages: send, receive */
-	float *f;       /* a decoded partial in FP32 */
-	uint8_t *tmp;   /* a decoded partial in dt */
-	uint8_t *acc;   /* the running partial sum in dt */
-} bufs_t;
-
-static void bufs_free(bufs_t *b)
-{
-	free(b->m[0]);
-	free(b->m[1]);
-	free(b->f);
-	free(b->tmp);
-	free(b->acc);
-	memset(b, 0, sizeof *b);
-}
-
-static ibp_status_t bufs_alloc(bufs_t *b, ibp_dtype_t dt, uint64_t maxn, int reduce)
-{
-	memset(b, 0, sizeof *b);
-	IBP_TRY(coll_msg_cap(dt, maxn, &b->cap));
-	uint64_t esz = ibp_dtype_size(dt), n1 = maxn ? maxn : 1;
-	b->m[0] = malloc(b->cap);
-	b->m[1] = malloc(b->cap);
-	if (reduce) {
-		b->f = malloc(n1 * sizeof(float));
-		b->tmp = malloc(n1 * esz);
-		b->acc = malloc(n1 * esz);
-	}
-	if (!b->m[0] || !b->m[1] || (reduce && (!b->f || !b->tmp || !b->acc))) {
-		bufs_free(b);
-		return ibp_fail(IBP_ERR_NOMEM, "coll: out of memory for %llu-element messages",
-				(unsigned long long)maxn);
-	}
-	return IBP_OK;
-}
+typedef coll_bufs_t bufs_t;
 
 static int mod(int a, int p)
 {
@@ -61,13 +24,9 @@ static ibp_status_t ring_rs(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *sen
 			    const uint64_t *len, bufs_t *b)
 {
 	int r = c->rank, p = c->nranks, right = mod(r + 1, p), left = mod(r - 1, p);
-	ibp_dtype_t dt = (ibp_dtype_t)h.dtype;
-	uint64_t esz = ibp_dtype_size(dt);
-	if (p == 1) {
-		if (len[0])
-			memcpy(b->acc, send + off[0] * esz, len[0] * esz);
-		return IBP_OK;
-	}
+	uint64_t esz = ibp_dtype_size((ibp_dtype_t)h.dtype);
+	if (p == 1)
+		return c->mem->copy(c, b->acc, send + off[0] * esz, len[0] * esz);
 	uint8_t enc = h.enc;
 	for (int s = 0; s < p - 1; s++) {
 		int sc = mod(r - 1 - s, p), rc = mod(r - 2 - s, p);
@@ -78,12 +37,10 @@ static ibp_status_t ring_rs(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *sen
 		want.elems = len[rc];
 		want.chunk = (uint32_t)rc;
 		uint64_t sbytes = 0, rbytes = 0;
-		IBP_TRY(coll_encode(&sh, s == 0 ? send + off[sc] * esz : b->acc, b->m[0], b->cap, c->o.nthreads,
-				    c->lsq_bits, &sbytes));
+		IBP_TRY(c->mem->encode(c, &sh, s == 0 ? send + off[sc] * esz : b->acc, b->m[0], b->cap, &sbytes));
 		IBP_TRY(coll_sendrecv(c, right, b->m[0], sbytes, len[sc] * esz, left, b->m[1], b->cap, &rbytes));
-		IBP_TRY(coll_check(b->m[1], rbytes, &want, left, &got));
-		IBP_TRY(coll_decode_f32(&got, b->m[1], rbytes, b->f, b->tmp, c->o.nthreads));
-		coll_add_round(b->f, send + off[rc] * esz, dt, len[rc], b->acc);
+		IBP_TRY(c->mem->check(c, b->m[1], rbytes, &want, left, &got));
+		IBP_TRY(c->mem->reduce(c, &got, b->m[1], rbytes, send + off[rc] * esz, b));
 	}
 	return IBP_OK;
 }
@@ -130,11 +87,11 @@ static ibp_status_t ring_ag(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *own
 	sh.chunk = (uint32_t)r;
 	if (!len[r])
 		sh.enc = COLL_ENC_RAW;
-	IBP_TRY(coll_encode(&sh, own, b->m[0], b->cap, c->o.nthreads, c->lsq_bits, &bytes));
+	IBP_TRY(c->mem->encode(c, &sh, own, b->m[0], b->cap, &bytes));
 	if (sh.enc == COLL_ENC_FP8) /* lossy: the owner keeps what the others get */
-		IBP_TRY(coll_decode(&sh, b->m[0], bytes, recv + off[r] * esz, c->o.nthreads));
-	else if (len[r] && own != recv + off[r] * esz)
-		memmove(recv + off[r] * esz, own, len[r] * esz);
+		IBP_TRY(c->mem->decode(c, &sh, b->m[0], bytes, recv + off[r] * esz));
+	else
+		IBP_TRY(c->mem->copy(c, recv + off[r] * esz, own, len[r] * esz));
 	/* Step s forwards the message received at step s-1 while the helper
 	 * thread decodes that same message (both only read it); the next
 	 * receive goes to the other buffer, whose decode was joined before. */
@@ -154,18 +111,18 @@ static ibp_status_t ring_ag(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *own
 			running = 0;
 		}
 		if (st == IBP_OK)
-			st = coll_check(b->m[1 - cur], rbytes, &want, left, &got);
+			st = c->mem->check(c, b->m[1 - cur], rbytes, &want, left, &got);
 		if (st != IBP_OK)
 			break;
 		job = (dec_job_t){ got, b->m[1 - cur], rbytes, recv + off[rc] * esz, c->o.nthreads, IBP_OK, "" };
 		/* Overlap only when a next step exists and the decode outweighs a handoff. */
-		if (s < p - 2 && got.enc != COLL_ENC_RAW && rbytes >= AG_OVERLAP_MIN) {
+		if (s < p - 2 && got.enc != COLL_ENC_RAW && rbytes >= AG_OVERLAP_MIN && c->mem == &coll_mem_host) {
 			if (!c->helper)
 				st = coll_helper_start(&c->helper);
 			if (st == IBP_OK && (st = coll_helper_post(c->helper, dec_run, &job)) == IBP_OK)
 				running = 1;
 		} else
-			st = coll_decode(&got, b->m[1 - cur], rbytes, recv + off[rc] * esz, c->o.nthreads);
+			st = c->mem->decode(c, &got, b->m[1 - cur], rbytes, recv + off[rc] * esz);
 		cur = 1 - cur;
 		bytes = rbytes;
 	}
@@ -185,8 +142,14 @@ static ibp_status_t begin(ibp_coll_comm_t *c, const char *what, ibp_dtype_t dt, 
 	c->st.calls++;
 	if (c->broken != IBP_OK)
 		return ibp_fail(IBP_ERR_IO, "coll: %s: the communicator is broken by an earlier failure", what);
-	if (stream)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "coll: %s: streams (device buffers) are not supported yet", what);
+	if (stream && c->mem_kind == IBP_COLL_MEM_HOST)
+		return ibp_fail(IBP_ERR_UNSUPPORTED,
+				"coll: %s: a stream needs device buffers (ibp_coll_comm_set_memory)", what);
+	if (c->mem_kind != IBP_COLL_MEM_HOST && (unsigned)codec > IBP_COLL_CODEC_FP8 &&
+	    (unsigned)codec <= IBP_COLL_CODEC_PTS)
+		return ibp_fail(IBP_ERR_UNSUPPORTED, "coll: %s: codec %s on device buffers (none, exp, fp8 only)",
+				what, ibp_coll_codec_name(codec));
+	c->stream = stream;
 	if (dt != IBP_DTYPE_BF16 && dt != IBP_DTYPE_F16 && dt != IBP_DTYPE_F32)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: %s: dtype %s (bf16, f16 or f32 only)", what,
 				ibp_dtype_name(dt));
@@ -204,6 +167,8 @@ static ibp_status_t begin(ibp_coll_comm_t *c, const char *what, ibp_dtype_t dt, 
 
 static ibp_status_t finish(ibp_coll_comm_t *c, ibp_status_t s, uint64_t wire0, uint64_t logical0)
 {
+	ibp_status_t f = c->mem->finish(c); /* the device table's stream drained */
+	s = s != IBP_OK ? s : f;
 	uint64_t w = c->st.wire_bytes - wire0, l = c->st.logical_bytes - logical0;
 	c->st.last_ratio = w ? (double)l / (double)w : 1.0;
 	if (s != IBP_OK)
@@ -255,10 +220,10 @@ ibp_status_t ibp_coll_allgather(const void *send, void *recv, uint64_t count, ib
 		len[i] = count;
 	}
 	bufs_t b;
-	ibp_status_t s = bufs_alloc(&b, dt, count, 0);
+	ibp_status_t s = c->mem->bufs_get(c, dt, count, 0, &b);
 	if (s == IBP_OK)
 		s = ring_ag(c, header(c, COLL_OP_AG, codec, dt, count, enc), send, recv, off, len, &b);
-	bufs_free(&b);
+	c->mem->bufs_put(c, &b);
 	free(off);
 	free(len);
 	return finish(c, s, w0, l0);
@@ -284,12 +249,12 @@ ibp_status_t ibp_coll_reducescatter(const void *send, void *recv, uint64_t recvc
 		len[i] = recvcount;
 	}
 	bufs_t b;
-	ibp_status_t s = bufs_alloc(&b, dt, recvcount, 1);
+	ibp_status_t s = c->mem->bufs_get(c, dt, recvcount, 1, &b);
 	if (s == IBP_OK)
 		s = ring_rs(c, header(c, COLL_OP_RS, codec, dt, recvcount, enc), send, off, len, &b);
-	if (s == IBP_OK && recvcount)
-		memcpy(recv, b.acc, recvcount * esz);
-	bufs_free(&b);
+	if (s == IBP_OK)
+		s = c->mem->copy(c, recv, b.acc, recvcount * esz);
+	c->mem->bufs_put(c, &b);
 	free(off);
 	free(len);
 	return finish(c, s, w0, l0);
@@ -329,13 +294,13 @@ ibp_status_t ibp_coll_allreduce(const void *send, void *recv, uint64_t count, ib
 		off[i] = (uint64_t)i * q + min_u64((uint64_t)i, rem);
 	}
 	bufs_t b;
-	ibp_status_t s = bufs_alloc(&b, dt, maxn, 1);
+	ibp_status_t s = c->mem->bufs_get(c, dt, maxn, 1, &b);
 	coll_hdr_t h = header(c, COLL_OP_AR, codec, dt, count, enc);
 	if (s == IBP_OK)
 		s = ring_rs(c, h, send, off, len, &b);
 	if (s == IBP_OK)
 		s = ring_ag(c, h, b.acc, recv, off, len, &b);
-	bufs_free(&b);
+	c->mem->bufs_put(c, &b);
 	free(off);
 	free(len);
 	return finish(c, s, w0, l0);
@@ -354,10 +319,9 @@ static ibp_status_t a2a(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *send, c
 	if (sc[r] != rc[r])
 		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: alltoallv: rank %d sends itself %llu elements but expects %llu",
 				r, (unsigned long long)sc[r], (unsigned long long)rc[r]);
-	if (sc[r])
-		memcpy(recv + rd[r] * esz, send + sd[r] * esz, sc[r] * esz);
+	IBP_TRY(c->mem->copy(c, recv + rd[r] * esz, send + sd[r] * esz, sc[r] * esz));
 	bufs_t b;
-	IBP_TRY(bufs_alloc(&b, (ibp_dtype_t)h.dtype, maxn, 0));
+	IBP_TRY(c->mem->bufs_get(c, (ibp_dtype_t)h.dtype, maxn, 0, &b));
 	ibp_status_t s = IBP_OK;
 	for (int k = 1; k < p && s == IBP_OK; k++) {
 		int dst = mod(r + k, p), src = mod(r - k, p);
@@ -369,14 +333,14 @@ static ibp_status_t a2a(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *send, c
 		want.elems = rc[src];
 		want.chunk = (uint32_t)src;
 		uint64_t sbytes = 0, rbytes = 0;
-		if ((s = coll_encode(&sh, send + sd[dst] * esz, b.m[0], b.cap, c->o.nthreads, c->lsq_bits, &sbytes)) != IBP_OK ||
+		if ((s = c->mem->encode(c, &sh, send + sd[dst] * esz, b.m[0], b.cap, &sbytes)) != IBP_OK ||
 		    (s = coll_sendrecv(c, dst, b.m[0], sbytes, sc[dst] * esz, src, b.m[1], b.cap, &rbytes)) !=
 			    IBP_OK ||
-		    (s = coll_check(b.m[1], rbytes, &want, src, &got)) != IBP_OK)
+		    (s = c->mem->check(c, b.m[1], rbytes, &want, src, &got)) != IBP_OK)
 			break;
-		s = coll_decode(&got, b.m[1], rbytes, recv + rd[src] * esz, c->o.nthreads);
+		s = c->mem->decode(c, &got, b.m[1], rbytes, recv + rd[src] * esz);
 	}
-	bufs_free(&b);
+	c->mem->bufs_put(c, &b);
 	return s;
 }
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "coll/coll_internal.h"
+#include "coll/coll_mem.h"
 #include "coll/rcmoe.h"
 #include "fp8/fp8_impl.h"
 #include "ibp/exp.h"
@@ -180,4 +181,45 @@ void coll_add_round(const float *acc, const void *src, ibp_dtype_t dt, uint64_t 
 	else
 		for (uint64_t i = 0; i < n; i++)
 			d[i] = fp8i_f32_to_f16(acc[i] + fp8i_f16_to_f32(s[i]));
+}
+
+/* a + b with NaNs made explicit, as x86 SSE does them (the host path's
+ * add): a NaN operand comes back quieted, the first one first; a NaN made
+ * by the add (Inf - Inf) is the default NaN 0xffc00000. The kernel twin
+ * applies the same rule, so even NaN bits agree. */
+static float add_nan(float a, float b)
+{
+	uint32_t u;
+	if (a != a || b != b) {
+		float n = a != a ? a : b;
+		memcpy(&u, &n, 4);
+		u |= 0x00400000u;
+	} else {
+		float r = a + b;
+		if (r == r)
+			return r;
+		u = 0xffc00000u;
+	}
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+void coll_reduce_add(const void *part, const void *local, ibp_dtype_t dt, uint64_t n, void *dst)
+{
+	if (dt == IBP_DTYPE_F32) {
+		const float *a = part, *s = local;
+		float *d = dst;
+		for (uint64_t i = 0; i < n; i++)
+			d[i] = add_nan(a[i], s[i]);
+		return;
+	}
+	const uint16_t *a = part, *s = local;
+	uint16_t *d = dst;
+	if (dt == IBP_DTYPE_BF16)
+		for (uint64_t i = 0; i < n; i++)
+			d[i] = fp8i_f32_to_bf16(add_nan(fp8i_bf16_to_f32(a[i]), fp8i_bf16_to_f32(s[i])));
+	else
+		for (uint64_t i = 0; i < n; i++)
+			d[i] = fp8i_f32_to_f16(add_nan(fp8i_f16_to_f32(a[i]), fp8i_f16_to_f32(s[i])));
 }

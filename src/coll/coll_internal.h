@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "coll/coll_mem.h"
 #include "coll/helper.h"
 #include "ibp/coll.h"
 
@@ -38,6 +39,10 @@ struct ibp_coll_comm {
 	ibp_coll_stats_t st;
 	coll_helper_t *helper; /* AllGather's decode thread; NULL until first needed */
 	int lsq_bits;          /* LSQ entry width (2, 4 or 8) */
+	ibp_coll_memory_t mem_kind; /* where the buffers are (ibp_coll_comm_set_memory) */
+	const coll_mem_ops_t *mem;  /* the buffer steps for mem_kind */
+	void *stream;               /* the current call's stream (device table) */
+	coll_dev_t dev;             /* the device table's buffers */
 };
 
 /* Monotonic seconds. */

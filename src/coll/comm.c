@@ -9,6 +9,7 @@
 #include "coll/rcmoe.h"
 #include "ibp/exp.h"
 #include "ibp/fp8.h"
+#include "ibp/cuda.h"
 #include "util/error.h"
 
 void ibp_coll_opts_default(ibp_coll_opts_t *o)
@@ -127,6 +128,8 @@ ibp_status_t ibp_coll_comm_create(const ibp_coll_transport_t *t, const ibp_coll_
 	c->nranks = t->nranks;
 	c->st.last_ratio = 1;
 	c->lsq_bits = LSQ_BITS;
+	c->mem_kind = IBP_COLL_MEM_HOST;
+	c->mem = &coll_mem_host;
 	if (o.calibrate && (s = coll_calibrate(c)) != IBP_OK) {
 		ibp_coll_comm_destroy(c);
 		return s;
@@ -141,6 +144,7 @@ void ibp_coll_comm_destroy(ibp_coll_comm_t *c)
 		return;
 	/* A void API: a failed join is not reportable; the helper is leaked then (helper.h). */
 	(void)coll_helper_stop(c->helper);
+	coll_dev_release(c);
 	if (c->t.destroy)
 		c->t.destroy(c->t.ctx);
 	free(c);
@@ -179,6 +183,26 @@ ibp_status_t ibp_coll_comm_set_lsq_bits(ibp_coll_comm_t *c, int bits)
 	if (bits != 2 && bits != 4 && bits != 8)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: set_lsq_bits: %d bits (2, 4 or 8)", bits);
 	c->lsq_bits = bits;
+	return IBP_OK;
+}
+
+ibp_status_t ibp_coll_comm_set_memory(ibp_coll_comm_t *c, ibp_coll_memory_t mem)
+{
+	if (!c)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: set_memory: comm is NULL");
+	if ((unsigned)mem > IBP_COLL_MEM_HOST_FALLBACK)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: set_memory: unknown memory space %d", (int)mem);
+	if (mem == IBP_COLL_MEM_DEVICE) {
+		int n = 0;
+		if (!ibp_cuda_built())
+			return ibp_fail(IBP_ERR_NO_DEVICE, "coll: set_memory: device buffers need libibp built with CUDA");
+		if (ibp_cuda_device_count(&n) != IBP_OK || n < 1)
+			return ibp_fail(IBP_ERR_NO_DEVICE, "coll: set_memory: no CUDA device");
+	}
+	if (mem != c->mem_kind)
+		coll_dev_release(c); /* buffers of the other space */
+	c->mem_kind = mem;
+	c->mem = mem == IBP_COLL_MEM_HOST ? &coll_mem_host : &coll_mem_device;
 	return IBP_OK;
 }
 
@@ -364,8 +388,8 @@ enum coll_enc coll_decide(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dtype_
 	enum coll_enc enc = COLL_ENC_RAW;
 	if (codec == IBP_COLL_CODEC_NONE || c->o.policy == IBP_COLL_POLICY_NEVER || c->nranks == 1)
 		d = IBP_COLL_DECIDED_PLAIN;
-	else if (c->o.policy == IBP_COLL_POLICY_ALWAYS || codec == IBP_COLL_CODEC_LSQ)
-		d = IBP_COLL_DECIDED_COMPRESS; /* LSQ: lossy by request, not weighed */
+	else if (c->o.policy == IBP_COLL_POLICY_ALWAYS || codec == IBP_COLL_CODEC_LSQ || c->mem_kind != IBP_COLL_MEM_HOST)
+		d = IBP_COLL_DECIDED_COMPRESS; /* LSQ: lossy by request, not weighed; device buffers: not sampled */
 	else {
 		double r = estimate_ratio(c, codec, dt, sample, sample_n);
 		if (r > 0.95)

@@ -4,7 +4,9 @@
  * sendrecv = two grouped ncclSend/ncclRecv pairs on the transport's own
  * stream and device buffers: first the 8-byte sizes (an NCCL receive needs
  * its exact count), then the payloads. Host messages are staged through
- * device buffers that grow to the largest message. Every wait is a poll of
+ * device buffers that grow to the largest message; device messages (the
+ * collectives on IBP_COLL_MEM_DEVICE communicators) are sent and received
+ * in place. Every wait is a poll of
  * cudaStreamQuery and ncclCommGetAsyncError against the deadline; on a
  * timeout the transport aborts its communicator (ncclCommAbort), so no
  * kernel waits forever on a dead peer, and later calls fail at once.
@@ -218,6 +220,17 @@ static ibp_status_t reserve(nctx_t *x, int i, uint64_t bytes)
 	return IBP_OK;
 }
 
+/* Whether p is device (or managed) memory: such messages skip the staging. */
+static int on_device(const void *p)
+{
+	struct cudaPointerAttributes a;
+	if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+		(void)cudaGetLastError(); /* plain host memory on old runtimes: not an error */
+		return 0;
+	}
+	return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
 static ibp_status_t n_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t sbytes, int src, void *rbuf,
 			       uint64_t rcap, uint64_t *rbytes, int64_t timeout_ms)
 {
@@ -253,14 +266,18 @@ static ibp_status_t n_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t sb
 	}
 	/* 2: payloads (a zero-byte message has no payload on either side) */
 	uint64_t sb = dst >= 0 ? sbytes : 0;
-	IBP_TRY(reserve(x, 0, sb));
-	IBP_TRY(reserve(x, 1, n));
-	if (sb)
+	int sdev = sb && on_device(sbuf), rdev = n && on_device(rbuf);
+	IBP_TRY(reserve(x, 0, sdev ? 0 : sb));
+	IBP_TRY(reserve(x, 1, rdev ? 0 : n));
+	if (sb && !sdev)
 		CU(cudaMemcpyAsync(x->d_buf[0], sbuf, (size_t)sb, cudaMemcpyHostToDevice, x->stream),
 		   "cudaMemcpyAsync (payload to the device)");
 	if (sb || n)
-		IBP_TRY(exchange(x, dst, x->d_buf[0], sb, src, x->d_buf[1], n, what, t0, deadline, timeout_ms));
-	if (n) {
+		IBP_TRY(exchange(x, dst, sdev ? sbuf : x->d_buf[0], sb, src, rdev ? rbuf : x->d_buf[1], n, what, t0,
+				 deadline, timeout_ms));
+	if (rdev)
+		IBP_TRY(wait_stream(x, what, t0, deadline, timeout_ms)); /* the message is in before the caller reads it */
+	else if (n) {
 		/* The stream is idle here, so this copy cannot wait on a peer. */
 		CU(cudaMemcpyAsync(rbuf, x->d_buf[1], (size_t)n, cudaMemcpyDeviceToHost, x->stream),
 		   "cudaMemcpyAsync (payload to the host)");

@@ -174,8 +174,13 @@ Test(cache, gather_hits_and_contents, .init = make_tmpdir, .fini = remove_tmpdir
 		if (cs.slot_bytes < R)
 			cr_assert_eq(cs.bytes_saved, cs.used * (R - cs.slot_bytes));
 		cr_assert(cs.bytes_resident <= cs.used * cs.slot_bytes);
-		if (i + 1 < s2.nclasses)
-			cr_assert_eq(cs.slot_bytes, (i + 1) * s2.class_step);
+		if (i + 1 < s2.nclasses) { /* the ladder: ascending, 16-byte multiples, gaps <= class_step */
+			ibp_cache_class_stats_t nx;
+			cr_assert_eq(ibp_cache_class_stats(c, i + 1, &nx), IBP_OK);
+			cr_assert(cs.slot_bytes % 16 == 0 && nx.slot_bytes > cs.slot_bytes);
+			if (i + 2 < s2.nclasses)
+				cr_assert_leq(nx.slot_bytes - cs.slot_bytes, s2.class_step);
+		}
 	}
 	cr_assert_eq(class_hits, s2.hits);
 	if (s1.rejected == 0 && s2.evictions == 0)
@@ -636,14 +641,10 @@ Test(cache, index_tombstones)
 {
 	cache_index_t ix = { 0 };
 	ix.cap = 16;
-	int64_t keys[16], keys2[16];
-	uint64_t vals[16], vals2[16];
-	ix.keys = keys;
-	ix.vals = vals;
-	ix.keys2 = keys2;
-	ix.vals2 = vals2;
+	ix.keys = xcalloc(16 * sizeof(int64_t));
+	ix.vals = xcalloc(16 * sizeof(uint64_t));
 	for (int i = 0; i < 16; i++)
-		keys[i] = KEY_EMPTY;
+		ix.keys[i] = KEY_EMPTY;
 	/* three ids with one home slot */
 	int64_t same[3];
 	int k = 0;
@@ -671,6 +672,14 @@ Test(cache, index_tombstones)
 	cr_assert_eq(ix.tombs, 0, "rehashed");
 	cr_assert_eq(ix.vals[cache_ix_find(&ix, same[2])], 12);
 	cr_assert_eq(ix.vals[cache_ix_find(&ix, same[1])], 21);
+	/* the host index grows past its first size, keeping every key */
+	for (int64_t id = 1000; id < 1040; id++)
+		cr_assert_eq(cache_ix_insert(&ix, id, (uint64_t)id), 0);
+	cr_assert(ix.cap >= 64 && ix.used * 8 <= ix.cap * 7, "grown to %llu", (unsigned long long)ix.cap);
+	for (int64_t id = 1000; id < 1040; id++)
+		cr_assert_eq(ix.vals[cache_ix_find(&ix, id)], (uint64_t)id);
+	free(ix.keys);
+	free(ix.vals);
 }
 
 /* A batch's hits are pinned until decoded: its misses cannot take their

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Turns kernels/*.cu into host C++ for the emulator (emu.h). Usage: gen.py REPO OUT
 
-OUT/k_{gather,encode,train,exp,fp8,dynamiq,rcmoe,slab,bag}.inc  kernels/*.cu, whole: their host code
+OUT/k_{gather,encode,train,exp,fp8,dynamiq,rcmoe,slab,bag,coll_reduce}.inc  kernels/*.cu, whole: their host code
                                  (launch configuration, stores, workspaces)
                                  runs against the H100 runtime stub (stub/,
                                  cuda_stub.cpp)
@@ -157,6 +157,7 @@ parts = {
     'k_fp8.inc': launches(fp8),
     'k_dynamiq.inc': launches(dq),
     'k_rcmoe.inc': launches(open(src + 'rcmoe.cu').read()),
+    'k_coll_reduce.inc': launches(open(src + 'coll_reduce.cu').read()),
 }
 for name, text in parts.items():
     put(name, shared(text))

@@ -74,7 +74,7 @@ plain=("${ub[@]}")
 stamp="$bdir/stamp"
 newest=$( (find "$here" "$repo/kernels" "$repo/include" "$gen" -type f -newer "$stamp"
 	find "$repo/src" -name '*.h' -newer "$stamp" -o -name '*_cudahost.c' -newer "$stamp") 2>/dev/null | head -n 1 || true)
-if [[ ! -x "$bdir/harness" || ! -x "$bdir/harness_dq" || ! -x "$bdir/harness_cache" || ! -x "$bdir/harness_bag" || ! -f "$stamp" || -n "$newest" || "$lib" -nt "$bdir/harness" ]]; then
+if [[ ! -x "$bdir/harness" || ! -x "$bdir/harness_dq" || ! -x "$bdir/harness_cache" || ! -x "$bdir/harness_bag" || ! -x "$bdir/harness_coll" || ! -f "$stamp" || -n "$newest" || "$lib" -nt "$bdir/harness" ]]; then
 	echo "building the emulator harness in $bdir ..."
 	t0=$(date +%s)
 	pids=()
@@ -100,6 +100,10 @@ if [[ ! -x "$bdir/harness" || ! -x "$bdir/harness_dq" || ! -x "$bdir/harness_cac
 	g++ "${common[@]}" "${inst[@]}" -c "$here/harness_bag.cpp" -o "$bdir/harness_bag.o"
 	g++ -no-pie "${ub[@]}" "$bdir/harness_bag.o" "$bdir/emu.o" "$bdir/cuda_stub.o" "$bdir/cudahost.o" \
 		"$lib" -lxxhash -lpthread -lm -o "$bdir/harness_bag"
+	# kernels/coll_reduce.cu: harness_coll.cpp, its own binary
+	g++ "${common[@]}" "${inst[@]}" -c "$here/harness_coll.cpp" -o "$bdir/harness_coll.o"
+	g++ -no-pie "${ub[@]}" "$bdir/harness_coll.o" "$bdir/emu.o" "$bdir/cuda_stub.o" \
+		"$lib" -lxxhash -lpthread -lm -o "$bdir/harness_coll"
 	touch "$stamp"
 	echo "built in $(($(date +%s) - t0)) s"
 fi
@@ -141,6 +145,8 @@ quick)
 	run cache cache --quick --seed "$seed" || rc=1
 	h="$bdir/harness_bag"
 	run bag bag --quick --seed "$seed" --data "$repo/datasets/sample" --tmp "$bdir" || rc=1
+	h="$bdir/harness_coll"
+	run coll-reduce reduce --quick --seed "$seed" || rc=1
 	h=$hh
 	exit $rc
 	;;
@@ -163,6 +169,8 @@ full)
 		run "cache-$s" cache --seed "$s" || rc=1
 		h="$bdir/harness_bag"
 		run "bag-$s" bag --seed "$s" --data "$repo/datasets/sample" --tmp "$bdir" || rc=1
+		h="$bdir/harness_coll"
+		run "coll-reduce-$s" reduce --seed "$s" || rc=1
 		h=$hh
 	done
 	exit $rc

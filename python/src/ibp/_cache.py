@@ -204,7 +204,8 @@ class Cache(Owner):
         if max_evict is None:
             # Evictions are bounded by what the cache can hold, not by the batch.
             st = self.stats()
-            cap = st["nslabs"] * max(1, st["slab_bytes"] // max(1, min(st["class_step"], self.row_bytes))) + n
+            # (the automatic class ladder starts at 32-byte slots, below class_step)
+            cap = st["nslabs"] * max(1, st["slab_bytes"] // max(1, min(st["class_step"], 32, self.row_bytes))) + n
         else:
             cap = _size(func, "max_evict", max_evict)
         return np.empty(max(cap, 1), dtype=np.int64), cap, nev

@@ -24,24 +24,47 @@ everything: the offloader adds pool segments as they fill. Setting
 capacity_bytes later moves the blocks into a pool of the new size (oldest
 first; the policy evicts what no longer fits).
 
-Not here yet (see the issue): the GPU path (encode on swap-out, decode on
-swap-in, a stream per layer; `device` must be None or "cpu") and the vLLM
-OffloadingSpec. wait(layer) is a no-op: CPU calls finish before returning.
+Device path (device="cuda[:N]"): store() packs the chosen blocks, in the
+byte format above, into a per-layer staging buffer (preallocated and grown,
+never per call), then copies each block's bytes into its pool slot; load()
+copies the slots into a per-layer load stage and decodes from it into the
+destination blocks (a stage rather than zero-copy decode from the pinned
+slots: one contiguous buffer with per-block lengths is what the staged
+decode takes). A block stored by either path loads on the other. The
+block format is C's (cache/kv_block.c): ibp_kv_pack_blocks packs an IBP
+batch into the stage, ibp_kv_block_parse validates every IBP block loaded.
+Not here yet (see the issue): the CUDA side (encode with
+ibp_cuda_codec_create + ibp_encode_batch_cuda / ibp_exp_encode_cuda into a
+device stage, async copies into the pinned slots, decode through the staged
+gather kernel, a stream per layer). On a machine without a
+GPU device="cuda" raises ibp.NoDeviceError; with one, UnsupportedError (the
+CUDA encode/decode orchestration in C is not written). Only the
+host-fallback twin of the orchestration runs: the TEST HOOK
+KVOffloader(..., device="cuda", _host_fallback=True) runs the same staging
+with the CPU codecs on host tensors. It never ran on a GPU. wait(layer) is
+a no-op: every call finishes before returning.
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 import torch
 
-from .. import _errors, exp as _exp
+from .. import _errors, _lib, exp as _exp
 from .._cache import SlabPool
 from .._codec import Encoded, train
 
 __all__ = ["KVOffloader"]
+
+_c = ctypes.c_void_p
+_lib.lib.ibp_kv_pack_blocks.restype = ctypes.c_int
+_lib.lib.ibp_kv_pack_blocks.argtypes = [_c, _c, _c, _c, ctypes.c_uint64, _c, ctypes.c_uint64, _c]
+_lib.lib.ibp_kv_block_parse.restype = ctypes.c_int
+_lib.lib.ibp_kv_block_parse.argtypes = [_c, ctypes.c_uint64, _c, _c, _c]
 
 _DTYPES = {torch.bfloat16: np.uint16, torch.float16: np.float16, torch.float32: np.float32}
 _KINDS = ("ibp", "exp", "raw")
@@ -51,12 +74,23 @@ _SEGMENT = 64 << 20  # pool segments when capacity_bytes is None
 
 class KVOffloader:
     def __init__(self, num_layers: int, block_shape: Sequence[int], dtype, capacity_bytes: Optional[int] = None,
-                 device=None, on_evict: Optional[Callable[[int], None]] = None):
+                 device=None, on_evict: Optional[Callable[[int], None]] = None, _host_fallback: bool = False):
         func = "KVOffloader"
-        if device is not None and torch.device(device).type != "cpu":
+        dev = torch.device("cpu" if device is None else device)
+        if dev.type not in ("cpu", "cuda"):
+            raise _errors.invalid(func, "device must be None, 'cpu' or 'cuda[:N]', not %r" % (device,))
+        # _host_fallback is a test hook (IBP_CUDA_HOST_FALLBACK's twin): the
+        # device path's staging, run on host tensors with the CPU codecs.
+        self._dev_path = dev.type == "cuda"
+        self._host_fallback = bool(_host_fallback) and self._dev_path
+        if self._dev_path and not self._host_fallback:
+            from .. import _cuda
+            _cuda.require_device(func)  # ibp.NoDeviceError without a GPU
             raise _errors.UnsupportedError(
-                "%s: device %s: only the CPU path exists so far (GPU encode/decode through ibp.CudaStore "
-                "kernels is not written)" % (func, device), func=func, status=6)
+                "%s: device %s: the GPU encode/decode orchestration is not written yet (only its "
+                "host-fallback twin exists); use device=None" % (func, device), func=func, status=6)
+        self.device = dev
+        self._stage = {}  # (layer, "store" | "load") -> uint8 buffer, grown by doubling
         if dtype not in _DTYPES:
             raise _errors.invalid(func, "dtype must be bfloat16, float16 or float32, not %s" % (dtype,))
         if len(block_shape) != 3 or min(block_shape) < 1:
@@ -171,13 +205,14 @@ class KVOffloader:
     def _rows(self, kv, block_ids=None):
         """[2, n, *block_shape] tensor -> (n * 2, block_elems) rows, block-major
         (block i's K then V), as NumPy (bf16 as uint16 bit patterns)."""
-        if not isinstance(kv, torch.Tensor) or kv.dtype != self.dtype or kv.device.type != "cpu":
-            raise _errors.invalid("KVOffloader", "expected a CPU %s tensor" % self.dtype)
+        want = "cuda" if self.device.type == "cuda" and not self._host_fallback else "cpu"
+        if not isinstance(kv, torch.Tensor) or kv.dtype != self.dtype or kv.device.type != want:
+            raise _errors.invalid("KVOffloader", "expected a %s %s tensor" % (want.upper(), self.dtype))
         if kv.dim() != 5 or kv.shape[0] != 2 or tuple(kv.shape[2:]) != self.block_shape:
             raise _errors.invalid("KVOffloader", "expected [2, num_blocks, %d, %d, %d], got %s"
                                   % (*self.block_shape, tuple(kv.shape)))
         if block_ids is not None:
-            kv = kv[:, torch.as_tensor(block_ids, dtype=torch.int64)]
+            kv = kv[:, _block_ids(block_ids, kv.shape[1], "KVOffloader.store")]
         t = kv.transpose(0, 1).contiguous().reshape(-1, self.block_elems)
         if self.dtype == torch.bfloat16:
             t = t.view(torch.int16)
@@ -209,16 +244,8 @@ class KVOffloader:
             return _exp.compress(torch.from_numpy(rows.view(np.int16)).view(torch.bfloat16))
         return _exp.compress(rows)
 
-    # ---- store / load --------------------------------------------------------
-
-    def store(self, layer: int, kv_cache, block_ids) -> List[int]:
-        """Compresses blocks `block_ids` of `kv_cache` (the layer's
-        [2, num_blocks, *block_shape] cache) into the pool; one handle per
-        block. Calibrates on these blocks first if the layer never was."""
-        if self._kind[layer] is None:
-            idx = torch.as_tensor(block_ids, dtype=torch.int64)
-            self.calibrate(layer, kv_cache[:, idx])
-        rows = self._rows(kv_cache, block_ids)
+    def _encode_blocks(self, layer, rows):
+        """(2n, block_elems) rows -> [(kind, uint8 bytes)] per block: THE block format."""
         kind, codec = self._kind[layer], self._codec[layer]
         if kind not in _KINDS:
             raise _errors.invalid("KVOffloader.store", "unknown codec %r" % (kind,))
@@ -238,13 +265,71 @@ class KVOffloader:
                 p = self._exp_pack(rows[i:i + 2]) if kind == "exp" else rows[i:i + 2]
                 p = p.numpy() if isinstance(p, torch.Tensor) else p
                 entries.append((kind, np.ascontiguousarray(p).reshape(-1).view(np.uint8)))
+        for i, (k, data) in enumerate(entries):
+            if data.nbytes > self.max_block_bytes:  # never for IBP; exp headers on tiny blocks
+                entries[i] = ("raw", np.ascontiguousarray(rows[2 * i:2 * i + 2]).reshape(-1).view(np.uint8))
+        return entries
+
+    def _stage_buf(self, layer, which, nbytes):
+        """The layer's staging buffer of at least nbytes (grown by doubling,
+        kept across calls)."""
+        buf = self._stage.get((layer, which))
+        if buf is None or buf.nbytes < nbytes:
+            cap = max(nbytes, 2 * (0 if buf is None else buf.nbytes), 1 << 16)
+            buf = self._stage[(layer, which)] = np.empty(cap, np.uint8)
+        return buf
+
+    def _through_stage(self, layer, entries):
+        """Device path, store side: the encoded blocks packed back to back into
+        the layer's stage (on a GPU: the encode kernels' output buffer); each
+        block's slice is then what is copied into its pool slot."""
+        total = sum(d.nbytes for _, d in entries)
+        stage = self._stage_buf(layer, "store", total)
+        out, pos = [], 0
+        for k, d in entries:
+            stage[pos:pos + d.nbytes] = d
+            out.append((k, stage[pos:pos + d.nbytes]))
+            pos += d.nbytes
+        return out
+
+    def _pack_ibp(self, layer, rows):
+        """Device path, IBP: the batch encoded at once and packed into the
+        layer's stage by ibp_kv_pack_blocks (the C side of the block format;
+        GIL released); each block's slice is copied into its pool slot."""
+        enc = self._codec[layer].encode(rows)
+        nb = rows.shape[0] // 2
+        offs = np.ascontiguousarray(enc.offsets, dtype=np.uint64)
+        flags = np.ascontiguousarray(enc.flags, dtype=np.uint8)
+        cl = None if enc.clusters is None else np.ascontiguousarray(enc.clusters, dtype=np.uint8)
+        pay = np.ascontiguousarray(enc.payload, dtype=np.uint8)
+        stage = self._stage_buf(layer, "store", int(offs[-1]) + nb * _HDR)
+        bo = np.empty(nb + 1, np.uint64)
+        _lib.check(_lib.lib.ibp_kv_pack_blocks(pay.ctypes.data if pay.size else None, offs.ctypes.data,
+                                                flags.ctypes.data, None if cl is None else cl.ctypes.data,
+                                                nb, stage.ctypes.data, stage.nbytes, bo.ctypes.data),
+                   "ibp_kv_pack_blocks")
+        return [("ibp", stage[int(bo[i]):int(bo[i + 1])]) for i in range(nb)]
+
+    # ---- store / load --------------------------------------------------------
+
+    def store(self, layer: int, kv_cache, block_ids) -> List[int]:
+        """Compresses blocks `block_ids` of `kv_cache` (the layer's
+        [2, num_blocks, *block_shape] cache) into the pool; one handle per
+        block. Calibrates on these blocks first if the layer never was."""
+        if self._kind[layer] is None:
+            self._rows(kv_cache[:, :0])
+            self.calibrate(layer, kv_cache[:, _block_ids(block_ids, kv_cache.shape[1], "KVOffloader.store")])
+        rows = self._rows(kv_cache, block_ids)
         raw_block = 2 * self.block_elems * rows.itemsize
         handles = []
-        with self._lock:
+        packed = self._kind[layer] == "ibp" and self._dev_path
+        entries = None if packed else self._encode_blocks(layer, rows)
+        with self._lock:  # the stage is the layer's, shared between calls
+            if packed:
+                entries = self._pack_ibp(layer, rows)
+            elif self._dev_path:
+                entries = self._through_stage(layer, entries)
             for k, data in entries:
-                if data.nbytes > self.max_block_bytes:  # never for IBP; exp headers on tiny blocks
-                    i = len(handles)
-                    k, data = "raw", np.ascontiguousarray(rows[2 * i:2 * i + 2]).reshape(-1).view(np.uint8)
                 h = self._next
                 self._put(h, layer, k, data)
                 self._next += 1
@@ -256,37 +341,67 @@ class KVOffloader:
     def load(self, layer: int, handles: Sequence[int], kv_cache, dst_block_ids) -> None:
         """Decompresses the blocks `handles` into blocks `dst_block_ids` of
         `kv_cache` (bit-exact). Raises KeyError for an evicted or freed handle."""
-        dst = torch.as_tensor(dst_block_ids, dtype=torch.int64)
+        self._rows(kv_cache[:, :0])  # checks the cache's dtype and shape
+        dst = _block_ids(dst_block_ids, kv_cache.shape[1], "KVOffloader.load")
         if len(handles) != dst.numel():
             raise _errors.invalid("KVOffloader.load", "%d handles for %d destination blocks"
                                   % (len(handles), dst.numel()))
-        self._rows(kv_cache[:, :0])  # checks the cache's dtype and shape
-        np_dtype = _DTYPES[self.dtype]
+        if self._dev_path:
+            return self._load_staged(layer, handles, kv_cache, dst.tolist())
         for h, d in zip(handles, dst.tolist()):
             with self._lock:
-                if h not in self._entries:
-                    raise KeyError("KVOffloader: handle %d was evicted or freed" % h)
-                lay, kind, seg, ph = self._entries[h]
-                if lay != layer:
-                    raise _errors.invalid("KVOffloader.load", "handle %d belongs to layer %d, not %d"
-                                          % (h, lay, layer))
+                kind, seg, ph = self._entry(layer, h)
                 data = self._segments[seg].get(ph)  # a use: the pool's LRU keeps it longer
-            if kind == "ibp":
-                n0, n1 = (int(x) for x in data[0:8].view(np.uint32))
-                cl = data[10:12].copy() if self._codec[layer].nclusters > 1 else None
-                rows = self._codec[layer].decode(Encoded(data[_HDR:_HDR + n0 + n1],
-                                                         np.array([0, n0, n0 + n1], np.uint64),
-                                                         data[8:10].copy(), cl,
-                                                         (2, self.block_elems), _code_of(np_dtype)))
-            elif kind == "exp":
-                rows = _exp.decompress(data)
-                rows = rows.view(torch.int16).numpy() if isinstance(rows, torch.Tensor) else rows
-            else:
-                rows = data
-            t = torch.from_numpy(np.ascontiguousarray(rows).view(np_dtype).copy())
-            if self.dtype == torch.bfloat16:
-                t = t.view(torch.int16).view(torch.bfloat16)
-            kv_cache[:, d] = t.view(2, *self.block_shape)
+            kv_cache[:, d] = self._decode_block(layer, kind, data)
+
+    def _entry(self, layer, h):
+        """(kind, segment, pool handle) of handle h (under the lock)."""
+        if h not in self._entries:
+            raise KeyError("KVOffloader: handle %d was evicted or freed" % h)
+        lay, kind, seg, ph = self._entries[h]
+        if lay != layer:
+            raise _errors.invalid("KVOffloader.load", "handle %d belongs to layer %d, not %d" % (h, lay, layer))
+        return kind, seg, ph
+
+    def _load_staged(self, layer, handles, kv_cache, dst):
+        """Device path, load side: every slot copied into the layer's load stage
+        (back to back, per-block lengths), then each block decoded from it.
+        All handles are checked before anything is written."""
+        with self._lock:
+            ents = [self._entry(layer, h) for h in handles]
+            lens = [self._segments[seg].size(ph) for _, seg, ph in ents]
+            stage = self._stage_buf(layer, "load", sum(lens))
+            pos = np.concatenate([[0], np.cumsum(lens, dtype=np.int64)]).tolist()
+            for (kind, seg, ph), a in zip(ents, pos):
+                self._segments[seg].get(ph, out=stage[a:])
+            blocks = [self._decode_block(layer, kind, stage[pos[i]:pos[i + 1]])
+                      for i, (kind, _, _) in enumerate(ents)]
+        for d, t in zip(dst, blocks):
+            kv_cache[:, d] = t
+
+    def _decode_block(self, layer, kind, data):
+        """One stored block's bytes -> its [2, *block_shape] tensor (bit-exact)."""
+        np_dtype = _DTYPES[self.dtype]
+        if kind == "ibp":
+            data = np.ascontiguousarray(data, dtype=np.uint8)
+            ln, fl, cl = np.zeros(2, np.uint64), np.zeros(2, np.uint8), np.zeros(2, np.uint8)
+            _lib.check(_lib.lib.ibp_kv_block_parse(data.ctypes.data, data.nbytes, ln.ctypes.data,
+                                                   fl.ctypes.data, cl.ctypes.data), "ibp_kv_block_parse")
+            n0, n1 = int(ln[0]), int(ln[1])
+            cl = cl if self._codec[layer].nclusters > 1 else None
+            rows = self._codec[layer].decode(Encoded(data[_HDR:_HDR + n0 + n1].copy(),
+                                                     np.array([0, n0, n0 + n1], np.uint64),
+                                                     fl, cl,
+                                                     (2, self.block_elems), _code_of(np_dtype)))
+        elif kind == "exp":
+            rows = _exp.decompress(data.copy())
+            rows = rows.view(torch.int16).numpy() if isinstance(rows, torch.Tensor) else rows
+        else:
+            rows = data
+        t = torch.from_numpy(np.ascontiguousarray(rows).view(np_dtype).copy())
+        if self.dtype == torch.bfloat16:
+            t = t.view(torch.int16).view(torch.bfloat16)
+        return t.view(2, *self.block_shape)
 
     def free(self, handles: Sequence[int]) -> None:
         """Drops blocks (their pool slots are reused); unknown handles are ignored."""
@@ -305,7 +420,18 @@ class KVOffloader:
             self._segments, self._entries, self._by_pool = [], {}, {}
 
     def wait(self, layer: int) -> None:
-        """CPU stores and loads finish before returning: nothing to wait for."""
+        """Waits for layer `layer`'s stores and loads. Every path (CPU, and the
+        device path's host-fallback twin) finishes before returning."""
+        if not 0 <= int(layer) < self.num_layers:
+            raise _errors.invalid("KVOffloader.wait", "layer %d out of [0, %d)" % (layer, self.num_layers))
+
+
+def _block_ids(ids, n, func):
+    """Block ids as an int64 tensor, each in [0, n) (no negative wrap-around)."""
+    t = torch.as_tensor(ids, dtype=torch.int64).reshape(-1)
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= n):
+        raise _errors.invalid(func, "block ids must lie in [0, %d)" % n)
+    return t
 
 
 def _code_of(np_dtype):

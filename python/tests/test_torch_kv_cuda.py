@@ -1,0 +1,159 @@
+"""ibp.torch.KVOffloader, device path (device="cuda"): on this machine only
+its host-fallback twin runs (test hook _host_fallback=True: the same
+staging with the CPU codecs on host tensors). Real MiniLM K/V as in
+test_torch_kv.py: round trips bit-exact, blocks byte-identical to the CPU
+path's and loadable across paths, capacity/eviction, wait, errors."""
+
+import os
+
+import numpy as np
+import pytest
+
+import ibp
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+import ibp.torch as it  # noqa: E402
+from ibp import _cuda  # noqa: E402
+from conftest import REPO  # noqa: E402
+
+BLOCK = (16, 12, 32)
+
+
+@pytest.fixture(scope="module")
+def kv_layers():
+    bits = np.load(os.path.join(REPO, "datasets", "sample", "minilm_kv_bf16.npy"))
+    t = torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
+    return [t.view(6, 2, 128, 384)[layer].reshape(2, 8, *BLOCK).contiguous() for layer in range(6)]
+
+
+def dev(n=1, dtype=torch.bfloat16, **k):
+    return it.KVOffloader(n, BLOCK, dtype, device="cuda", _host_fallback=True, **k)
+
+
+def stored(off, h):
+    _, _, seg, ph = off._entries[h]
+    return off._segments[seg].get(ph)
+
+
+def test_host_fallback_round_trip(kv_layers):
+    off = dev(6)
+    kinds = set()
+    for layer, kv in enumerate(kv_layers):
+        off.calibrate(layer, kv[:, :4])
+        hs = off.store(layer, kv, list(range(8)))
+        cache = torch.zeros(2, 12, *BLOCK, dtype=torch.bfloat16)
+        dst = [11, 0, 5, 3, 9, 1, 7, 2]
+        off.load(layer, hs, cache, dst)
+        off.wait(layer)
+        assert torch.equal(cache[:, dst].view(torch.int16), kv.view(torch.int16))
+        assert not cache[:, [4, 6, 8, 10]].view(torch.int16).any()
+        kinds.add(off.codec(layer))
+        assert off.ratio(layer) >= 1.0
+    assert kinds - {"raw"}  # something compressed
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kind", ["ibp", "exp", "raw"])
+def test_same_bytes_as_cpu_and_cross_path_load(kv_layers, kind, dtype):
+    kv = kv_layers[3].to(dtype)
+    cpu = it.KVOffloader(1, BLOCK, dtype)
+    gpu = dev(dtype=dtype)
+    cpu.calibrate(0, kv)
+    gpu._codec[0], gpu._kind[0] = cpu._codec[0], kind
+    cpu._kind[0] = kind
+    ids = [6, 0, 3, 3, 7]
+    hc, hg = cpu.store(0, kv, ids), gpu.store(0, kv, ids)
+    for a, b in zip(hc, hg):
+        assert stored(cpu, a).tobytes() == stored(gpu, b).tobytes()
+    assert cpu.used_bytes == gpu.used_bytes and cpu.ratio(0) == gpu.ratio(0)
+    # Stored by the device path, loaded by the CPU path, and the reverse.
+    for off, to_cpu in ((gpu, True), (cpu, False)):
+        hs = off.store(0, kv, ids)
+        off._dev_path = not to_cpu
+        cache = torch.zeros_like(kv)
+        off.load(0, hs[:4], cache, [1, 2, 4, 5])
+        assert torch.equal(cache[:, [1, 2, 4, 5]].view(torch.int16), kv[:, ids[:4]].view(torch.int16))
+
+
+def test_stage_preallocated_and_grown(kv_layers):
+    off = dev()
+    kv = kv_layers[0]
+    off.store(0, kv, [0])
+    s1 = off._stage[(0, "store")]
+    off.store(0, kv, [1, 2])
+    assert off._stage[(0, "store")] is s1  # reused, not per call
+    big = torch.cat([kv] * 40, dim=1)
+    off._kind[0] = "raw"
+    hs = off.store(0, big, list(range(big.shape[1])))
+    s2 = off._stage[(0, "store")]
+    assert s2.nbytes >= kv[:, 0].numel() * 2 * len(hs) and s2 is not s1  # grown to the batch
+    cache = torch.zeros_like(big)
+    off.load(0, hs, cache, list(range(big.shape[1])))
+    assert torch.equal(cache.view(torch.int16), big.view(torch.int16))
+
+
+def test_capacity_eviction(kv_layers):
+    kv = kv_layers[1]
+    evicted = []
+    off = dev(on_evict=evicted.append)
+    off.calibrate(0, kv)
+    first = off.store(0, kv, list(range(8)))
+    per_block = max(len(stored(off, h)) for h in first)
+    off.capacity_bytes = int(per_block * 3.5)
+    off.free(first)
+    evicted.clear()
+    hs = off.store(0, kv, list(range(8)))
+    assert off.used_bytes <= off.capacity_bytes and len(evicted) >= 4 and evicted == hs[:len(evicted)]
+    with pytest.raises(KeyError):
+        off.load(0, [hs[0]], torch.zeros_like(kv), [0])
+    cache = torch.zeros_like(kv)
+    off.load(0, [hs[-1]], cache, [0])
+    assert torch.equal(cache[:, 0].view(torch.int16), kv[:, 7].view(torch.int16))
+
+
+def test_errors(kv_layers):
+    kv = kv_layers[2]
+    off = dev(2)
+    hs = off.store(0, kv, [0, 1])
+    for bad in ([8], [-1]):
+        with pytest.raises(ValueError):
+            off.store(0, kv, bad)
+        with pytest.raises(ValueError):
+            off.load(0, hs[:1], torch.zeros_like(kv), bad)
+    with pytest.raises(ValueError):
+        off.store(0, kv.float(), [0])
+    with pytest.raises(ValueError):
+        off.store(0, kv[:, :, :8].contiguous(), [0])
+    with pytest.raises(ValueError):
+        off.load(1, hs, torch.zeros_like(kv), [0, 1])  # handles of layer 0
+    cache = torch.zeros_like(kv)
+    off.free(hs[1:])
+    with pytest.raises(KeyError):
+        off.load(0, hs, cache, [0, 1])
+    assert not cache.view(torch.int16).any()  # checked before anything is written
+    with pytest.raises(ValueError):
+        off.wait(2)
+    off.wait(1)
+    off.calibrate(1, kv)
+    off._kind[1] = "ibp"
+    blk = stored(off, off.store(1, kv, [0])[0]).copy()
+    blk[0:4] = np.frombuffer(np.uint32(1 << 30).tobytes(), np.uint8)  # a length past the block
+    with pytest.raises(ibp.CorruptError):
+        off._decode_block(1, "ibp", blk)
+
+
+def test_no_gpu_raises_no_device_error():
+    if _cuda.device_count() > 0:
+        pytest.skip("a GPU is present: see test_real_gpu")
+    with pytest.raises(ibp.NoDeviceError) as e:
+        it.KVOffloader(1, BLOCK, torch.bfloat16, device="cuda")
+    assert str(e.value)
+    with pytest.raises(ValueError):
+        it.KVOffloader(1, BLOCK, torch.bfloat16, device="meta")
+
+
+def test_real_gpu():
+    if _cuda.device_count() == 0 or not torch.cuda.is_available():
+        pytest.skip("no GPU: the device path ran only as its host-fallback twin")
+    with pytest.raises(ibp.UnsupportedError):  # GPU orchestration not written yet
+        it.KVOffloader(1, BLOCK, torch.bfloat16, device="cuda")
