@@ -1315,54 +1315,27 @@ static void pcie_suite()
 	       "outside: sectors wholly outside their row; other: host bytes read outside any row fetch.\n");
 }
 
-extern uint64_t emu_seed;
-extern int emu_preempt_mean;
 extern uint64_t emu_stat_launches, emu_stat_fibers, emu_stat_switches;
 int emu_codecs_main(uint64_t seed, int quick, const char *which);
 
 int main(int argc, char **argv)
 {
-	if (argc < 2) {
-		fprintf(stderr, "usage: %s ibp|train|api|exp|fp8|codecs|all|pcie [--seed S] [--quick] [--rows R,...] "
-			"[--defect N] [--preempt M] [--data DIR] [--tmp DIR]\n", argv[0]);
+	harness_args args;
+	if (!harness_parse(argc, argv, "ibp|train|api|exp|fp8|codecs|all|pcie", 0,
+			   "[--seed S] [--quick] [--rows R,...] [--defect N] [--preempt M] [--data DIR] [--tmp DIR]", &args))
 		return 2;
-	}
-	const std::string suite = argv[1];
-	unsigned long long seed = 1;
-	int preempt_set = 0;
+	const std::string &suite = args.suite;
+	const unsigned long long seed = args.seed;
+	quick = args.quick;
+	if (args.data)
+		pcie_data = args.data;
+	if (args.tmp)
+		pcie_tmp = args.tmp;
 	std::vector<uint64_t> Rs = { 1, 2, 3, 7, 8, 9, 31, 33, 64, 65, 100, 255, 256, 257, 1000, 1025, 4096, 4097, 9000 };
-	for (int i = 2; i < argc; i++) {
-		std::string a = argv[i];
-		if (a == "--seed" && i + 1 < argc) {
-			seed = strtoull(argv[++i], 0, 0);
-		} else if (a == "--quick") {
-			quick = 1;
-		} else if (a == "--defect" && i + 1 < argc) {
-			emu_defect = atoi(argv[++i]);
-		} else if (a == "--preempt" && i + 1 < argc) {
-			emu_preempt_mean = atoi(argv[++i]);
-			preempt_set = 1;
-		} else if (a == "--data" && i + 1 < argc) {
-			pcie_data = argv[++i];
-		} else if (a == "--tmp" && i + 1 < argc) {
-			pcie_tmp = argv[++i];
-		} else if (a == "--rows" && i + 1 < argc) {
-			Rs.clear();
-			for (char *p = argv[++i]; *p;) {
-				Rs.push_back(strtoull(p, &p, 0));
-				if (*p == ',')
-					p++;
-			}
-		} else {
-			fprintf(stderr, "unknown argument %s\n", a.c_str());
-			return 2;
-		}
-	}
-	rs = seed;
-	emu_seed = seed;
-	if (suite == "pcie" && !preempt_set)
+	if (!args.rows.empty())
+		Rs = args.rows;
+	if (suite == "pcie" && !args.preempt_set)
 		emu_preempt_mean = 4096; /* counts, not races: fewer switches, a faster run */
-	fprintf(stderr, "emu: suite %s seed %llu%s defect %d\n", suite.c_str(), seed, quick ? " (quick)" : "", emu_defect);
 	if (suite == "train" || suite == "all") {
 		train_check();
 		fprintf(stderr, "train done (%d failures)\n", failures);

@@ -27,7 +27,6 @@
 #include "k_bag.inc"
 #include "cuda/ibp_bag_cudahost.c"
 
-extern uint64_t emu_seed;
 
 /* ibp_bag.cu reads the store through a mirror of its leading members */
 #define SAME_AT(m) static_assert(offsetof(ibp_cuda_store, m) == offsetof(IbpBagStoreView, m), "store view: " #m)
@@ -282,35 +281,21 @@ static uint16_t to_f16(float f)
 
 int main(int argc, char **argv)
 {
-	unsigned long long seed = 1;
-	int quick = 0;
-	for (int i = 1; i < argc; i++) {
-		std::string a = argv[i];
-		if (a == "--seed" && i + 1 < argc)
-			seed = strtoull(argv[++i], 0, 0);
-		else if (a == "--quick")
-			quick = 1;
-		else if (a == "--defect" && i + 1 < argc)
-			emu_defect = atoi(argv[++i]);
-		else if (a == "--data" && i + 1 < argc)
-			datadir = argv[++i];
-		else if (a == "--tmp" && i + 1 < argc)
-			tmpdir = argv[++i];
-		else if (a != "bag") {
-			fprintf(stderr, "usage: %s [bag] [--seed S] [--quick] [--defect N] [--data DIR] [--tmp DIR]\n",
-				argv[0]);
-			return 2;
-		}
-	}
+	harness_args args;
+	if (!harness_parse(argc, argv, "bag", "bag", "[--seed S] [--quick] [--defect N] [--data DIR] [--tmp DIR]", &args))
+		return 2;
+	const unsigned long long seed = args.seed;
+	const int quick = args.quick;
+	if (args.data)
+		datadir = args.data;
+	if (args.tmp)
+		tmpdir = args.tmp;
 	if (datadir.empty()) {
 		const char *self = __FILE__; /* tests/emu/harness_bag.cpp -> the repository's datasets/sample */
 		std::string s(self);
 		const size_t at = s.rfind("tests/emu/");
 		datadir = (at == std::string::npos ? std::string(".") : s.substr(0, at)) + "datasets/sample";
 	}
-	rs = seed;
-	emu_seed = seed;
-	fprintf(stderr, "emu: suite bag seed %llu%s defect %d\n", seed, quick ? " (quick)" : "", emu_defect);
 	const uint64_t nb = quick ? 24 : 64;
 	const unsigned maxlen = quick ? 8 : 16;
 

@@ -26,8 +26,6 @@ extern "C" {
 }
 #include "../../cache/slab_cudahost.c"
 
-extern uint64_t emu_seed;
-extern int emu_preempt_mean;
 
 #include "harness_check.h"
 
@@ -234,26 +232,11 @@ static void errors_case()
 
 int main(int argc, char **argv)
 {
-	unsigned long long seed = 1;
-	int quick = 0;
-	for (int i = 1; i < argc; i++) {
-		std::string a = argv[i];
-		if (a == "--seed" && i + 1 < argc)
-			seed = strtoull(argv[++i], 0, 0);
-		else if (a == "--quick")
-			quick = 1;
-		else if (a == "--defect" && i + 1 < argc)
-			emu_defect = atoi(argv[++i]);
-		else if (a == "--preempt" && i + 1 < argc)
-			emu_preempt_mean = atoi(argv[++i]);
-		else if (a != "cache") {
-			fprintf(stderr, "usage: %s [cache] [--seed S] [--quick] [--defect N] [--preempt M]\n", argv[0]);
-			return 2;
-		}
-	}
-	rs = seed;
-	emu_seed = seed;
-	fprintf(stderr, "emu: suite cache seed %llu%s defect %d\n", seed, quick ? " (quick)" : "", emu_defect);
+	harness_args args;
+	if (!harness_parse(argc, argv, "cache", "cache", "[--seed S] [--quick] [--defect N] [--preempt M]", &args))
+		return 2;
+	const unsigned long long seed = args.seed;
+	const int quick = args.quick;
 	errors_case();
 	run_case(64, 4, quick ? 6 : 20);     /* a small index: long chains that wrap */
 	run_case(1024, 12, quick ? 6 : 30);  /* many slots, short chains */

@@ -23,8 +23,6 @@ extern "C" {
 #include "harness_check.h"
 
 extern uint64_t emu_stat_launches, emu_stat_fibers, emu_stat_switches;
-extern uint64_t emu_seed;
-extern int emu_preempt_mean;
 
 struct Dev {
 	uint8_t *p;
@@ -81,29 +79,12 @@ static void reduce_case(ibp_dtype_t dt, uint64_t n)
 
 int main(int argc, char **argv)
 {
-	const std::string suite = argc >= 2 ? argv[1] : "";
-	if (suite != "reduce" && suite != "all") {
-		fprintf(stderr, "usage: %s reduce|all [--seed S] [--quick] [--preempt M]\n", argv[0]);
+	harness_args args;
+	if (!harness_parse(argc, argv, "reduce|all", 0, "[--seed S] [--quick] [--preempt M]", &args))
 		return 2;
-	}
-	unsigned long long seed = 1;
-	int quick = 0;
-	for (int i = 2; i < argc; i++) {
-		std::string a = argv[i];
-		if (a == "--seed" && i + 1 < argc)
-			seed = strtoull(argv[++i], 0, 0);
-		else if (a == "--quick")
-			quick = 1;
-		else if (a == "--preempt" && i + 1 < argc)
-			emu_preempt_mean = atoi(argv[++i]);
-		else {
-			fprintf(stderr, "unknown argument %s\n", a.c_str());
-			return 2;
-		}
-	}
-	rs = seed;
-	emu_seed = seed;
-	fprintf(stderr, "emu: suite %s seed %llu%s\n", suite.c_str(), seed, quick ? " (quick)" : "");
+	const std::string &suite = args.suite;
+	const unsigned long long seed = args.seed;
+	const int quick = args.quick;
 	const ibp_dtype_t dts[] = { IBP_DTYPE_BF16, IBP_DTYPE_F16, IBP_DTYPE_F32 };
 	const uint64_t ns[] = { 0, 1, 255, 256, 257, 1000, 4099, 70000 };
 	for (ibp_dtype_t dt : dts)

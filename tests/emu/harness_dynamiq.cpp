@@ -342,39 +342,19 @@ static void pts_suite(int quick)
 		}
 }
 
-extern uint64_t emu_seed;
-extern int emu_preempt_mean;
 extern uint64_t emu_stat_launches, emu_stat_fibers, emu_stat_switches;
 
 int main(int argc, char **argv)
 {
-	const std::string suite = argc >= 2 ? argv[1] : "";
-	if (suite != "dynamiq" && suite != "lsq" && suite != "pts" && suite != "all") {
-		fprintf(stderr, "usage: %s dynamiq|lsq|pts|all [--seed S] [--quick] [--defect N] [--preempt M]\n", argv[0]);
+	harness_args args;
+	if (!harness_parse(argc, argv, "dynamiq|lsq|pts|all", 0, "[--seed S] [--quick] [--defect N] [--preempt M]",
+			   &args))
 		return 2;
-	}
-	unsigned long long seed = 1;
-	int quick = 0;
-	for (int i = 2; i < argc; i++) {
-		std::string a = argv[i];
-		if (a == "--seed" && i + 1 < argc)
-			seed = strtoull(argv[++i], 0, 0);
-		else if (a == "--quick")
-			quick = 1;
-		else if (a == "--defect" && i + 1 < argc)
-			emu_defect = atoi(argv[++i]);
-		else if (a == "--preempt" && i + 1 < argc)
-			emu_preempt_mean = atoi(argv[++i]);
-		else {
-			fprintf(stderr, "unknown argument %s\n", a.c_str());
-			return 2;
-		}
-	}
-	rs = seed;
-	emu_seed = seed;
+	const std::string &suite = args.suite;
+	const unsigned long long seed = args.seed;
+	const int quick = args.quick;
 	/* the CPU twin is the scalar reference (the vector kernels are checked against it in test_dynamiq) */
 	coll_simd_set(COLL_SIMD_SCALAR);
-	fprintf(stderr, "emu: suite %s seed %llu%s defect %d\n", suite.c_str(), seed, quick ? " (quick)" : "", emu_defect);
 	if (suite == "lsq" || suite == "all")
 		lsq_suite(quick);
 	if (suite == "pts" || suite == "all")
