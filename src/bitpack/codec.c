@@ -226,6 +226,85 @@ static int ibp_build_vec(ibp_codec_t *c)
 	return 1;
 }
 
+/* Builds the 16-lane static tables for C = 4 (ibp_cluster_t.vg16; the
+ * AVX-512 and AVX2 kernels read them) of every cluster whose fields all
+ * fit 32-bit lanes; returns 0 on no memory. Chunks whose ~m_j has more
+ * than two runs are listed in vfix16, as for vg. */
+static int ibp_build_vec16(ibp_codec_t *c)
+{
+	const uint64_t D = c->D, K = c->K, G = 16, LB = 4;
+	if (!(ibp_avx512_ok() || ibp_avx2_ok()) || c->C != 4)
+		return 1;
+	const uint64_t nvg = c->last_bytes == 4 ? D / G : (D - 1) / G;
+	if (nvg == 0)
+		return 1;
+	if (K * nvg > SIZE_MAX / sizeof(ibp_vgroup_t) / 2)
+		return 0;
+	/* one allocation: the groups (64-byte aligned), then vbase and vfix */
+	const size_t gbytes = K * nvg * sizeof(ibp_vgroup_t);
+	const size_t bytes = gbytes + (K * nvg + K * nvg * G) * sizeof(uint64_t);
+	uint8_t *mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+	c->mem[9] = mem;
+	if (!mem)
+		return 0;
+	memset(mem, 0, gbytes);
+	ibp_vgroup_t *vg = (ibp_vgroup_t *)(void *)mem;
+	uint64_t *vbase = (uint64_t *)(void *)(mem + gbytes), *vfix = vbase + K * nvg;
+	for (uint64_t k = 0; k < K; k++) {
+		ibp_cluster_t *cl = &c->cl[k];
+		ibp_vgroup_t *g0 = vg + k * nvg;
+		uint64_t *vb = vbase + k * nvg, *fx = vfix + k * nvg * G, nfix = 0;
+		int fits = 1;
+		for (uint64_t g = 0; g < nvg && fits; g++) {
+			ibp_vgroup_t *q = &g0[g];
+			vb[g] = cl->soff[g * G] >> 3;
+			for (uint64_t l = 0; l < G; l++) {
+				const uint64_t j = g * G + l, o = cl->soff[j];
+				const uint64_t rel = (o >> 3) - vb[g];
+				const unsigned sh = (unsigned)(o & 7);
+				const ibp_run_t *r = cl->runs + cl->nrun[j];
+				const uint64_t nr = cl->nrun[j + 1] - cl->nrun[j];
+				if (rel + LB > 64 || sh + cl->sw[j] > 32) {
+					fits = 0;
+					break;
+				}
+				for (uint64_t t = 0; t < LB; t++)
+					q->idx[l * LB + t] = (uint8_t)(rel + t);
+				uint32_t m0 = 0, m1 = 0, bj = (uint32_t)cl->b[j];
+				unsigned p0 = 0, q1 = 0, p1 = 0;
+				if (nr > 2) {
+					fx[nfix++] = j;
+				} else {
+					if (nr >= 1) {
+						m0 = (uint32_t)r[0].mask;
+						p0 = r[0].pos;
+					}
+					if (nr == 2) {
+						m1 = (uint32_t)r[1].mask;
+						p1 = r[1].pos;
+						q1 = sh + r[1].src; /* < sh + s_j <= 32 */
+					}
+				}
+				memcpy(q->m0 + l * LB, &m0, LB);
+				memcpy(q->m1 + l * LB, &m1, LB);
+				memcpy(q->b + l * LB, &bj, LB);
+				q->sh[l * LB] = (uint8_t)sh;
+				q->p0[l * LB] = (uint8_t)p0;
+				q->q1[l * LB] = (uint8_t)q1;
+				q->p1[l * LB] = (uint8_t)p1;
+			}
+		}
+		if (!fits || nfix > nvg * G / 4)
+			continue;
+		cl->vg16 = g0;
+		cl->vbase16 = vb;
+		cl->nvg16 = nvg;
+		cl->vfix16 = fx;
+		cl->nvfix16 = nfix;
+	}
+	return 1;
+}
+
 /* Builds the SIMD exception-walk tables (ibp_cluster_t.xg) of every
  * cluster without Xvals when the AVX-512 or AVX2 kernels can run; returns
  * 0 on no memory. */
@@ -450,7 +529,7 @@ ibp_status_t ibp_codec_create_ex(uint64_t row_bytes, unsigned chunk_bytes, unsig
 					  .x = xw, .xen = xen, .has_x = has_x };
 		c->has_xval |= (int)has_x;
 	}
-	if (!ibp_build_vec(c) || !ibp_build_xvec(c))
+	if (!ibp_build_vec(c) || !ibp_build_xvec(c) || !ibp_build_vec16(c))
 		goto nomem;
 	c->impl = ibp_auto_impl();
 	c->k = ibp_impl_kernels(c->impl);

@@ -14,7 +14,9 @@
  * than two static runs), C = 8, encoding and the exception part are the
  * BMI2 template kernels, except that the encoder finds the exceptions of 8
  * chunks with two 4-lane compares (IBP_K_MISS8) and its sizing pass
- * (row_stats) takes 4 chunks per step.
+ * (row_stats) takes 4 chunks per step. C = 4 clusters whose fields all
+ * fit 32-bit lanes use the 16-lane tables (vg16, windows of 64 bytes)
+ * instead of the 8-lane ones.
  */
 #include <immintrin.h>
 
@@ -147,10 +149,52 @@ static void ibp_avx2_static_c4(const ibp_cluster_t *cl, const uint8_t *body, uin
 	}
 }
 
+/* C = 4 in 16 lanes of 32 bits (the vg16 tables, codec.c: every field
+ * fits its lane, window offsets <= 60), two halves of 8 lanes: half the
+ * shifts and masks of ibp_avx2_static_c4 per chunk. Groups whose whole
+ * window is readable, then the fix-ups and the scalar rest. */
+static void ibp_avx2_static_c4w(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *body,
+				uint64_t avail, uint8_t *dst)
+{
+	const ibp_vgroup_t *q = cl->vg16;
+	const uint64_t *vb = cl->vbase16;
+	uint64_t ng = 0;
+	while (ng < cl->nvg16 && vb[ng] <= avail && avail - vb[ng] >= 64)
+		ng++;
+	const __m256i lo8 = _mm256_set1_epi32(0xFF);
+	for (uint64_t g = 0; g < ng; g++, q++) {
+		const int *base = (const int *)(const void *)(body + vb[g]);
+		for (unsigned h = 0; h < 2; h++) {
+			const unsigned o = 32 * h;
+			const __m256i ix = _mm256_and_si256(ibp_avx2_ld(q->idx + o), lo8);
+			const __m256i w = _mm256_i32gather_epi32(base, ix, 1);
+			const __m256i t0 = _mm256_sllv_epi32(_mm256_srlv_epi32(w, ibp_avx2_ld(q->sh + o)),
+							     ibp_avx2_ld(q->p0 + o));
+			const __m256i t1 = _mm256_sllv_epi32(_mm256_srlv_epi32(w, ibp_avx2_ld(q->q1 + o)),
+							     ibp_avx2_ld(q->p1 + o));
+			const __m256i r = _mm256_or_si256(
+				_mm256_or_si256(_mm256_and_si256(t0, ibp_avx2_ld(q->m0 + o)),
+						_mm256_and_si256(t1, ibp_avx2_ld(q->m1 + o))),
+				ibp_avx2_ld(q->b + o));
+			_mm256_storeu_si256((__m256i *)(void *)(dst + g * 64 + o), r);
+		}
+	}
+	for (uint64_t i = 0; i < cl->nvfix16 && cl->vfix16[i] < ng * 16; i++) {
+		const uint64_t j = cl->vfix16[i];
+		const uint64_t v = ibp_peek_bits(body, avail, cl->soff[j], cl->sw[j]);
+		ibp_st_chunk(dst + j * 4, _pdep_u64(v, cl->nm[j]) | cl->b[j], 4);
+	}
+	ibp_avx2_decode_static_from(c, cl, body, avail, dst, ng * 16);
+}
+
 static void ibp_avx2_decode_static_v(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *body,
 				     uint64_t avail, uint8_t *dst)
 {
 	const unsigned C = c->C;
+	if (cl->nvg16) {
+		ibp_avx2_static_c4w(c, cl, body, avail, dst);
+		return;
+	}
 	const uint64_t G = C <= 2 ? 16 : 8, reach = C <= 2 ? IBP_AVX2_REACH(4) : IBP_AVX2_REACH(8);
 	/* groups whose whole window is readable (vbase is non-decreasing) */
 	uint64_t ng = 0;

@@ -11,9 +11,11 @@
  * and masks for the (at most two) runs of ~m_j, OR the Bitval, narrow to
  * the chunk size, store. Chunks with more than two static runs are patched
  * after with pdep; C = 8, the last chunk and the chunks past the last full
- * group use the scalar (BMI2) template loop. Encoding is the BMI2
- * template kernel, with the exceptions of 8 chunks found by one compare
- * (IBP_K_MISS8); the encoder's sizing pass (row_stats) is SIMD too.
+ * group use the scalar (BMI2) template loop. A C = 4 cluster whose fields
+ * all fit 32-bit lanes takes 16 chunks per group (the vg16 tables).
+ * Encoding is the BMI2 template kernel, with the exceptions of 8 chunks
+ * found by one compare (IBP_K_MISS8); the encoder's sizing pass
+ * (row_stats) is SIMD too.
  */
 /* Built with -mavx512vbmi (CMakeLists.txt): the dispatcher checks the CPU for VBMI. */
 #include <immintrin.h>
@@ -120,10 +122,41 @@ IBP_INLINE void ibp_avx512_static_c12(const ibp_cluster_t *cl, const uint8_t *bo
 	}
 }
 
+/* C = 4 in 16 lanes of 32 bits (the vg16 tables: every field fits its
+ * lane), then the fix-ups and the scalar rest as below. */
+static void ibp_avx512_static_c4w(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *body,
+				  uint64_t avail, uint8_t *dst)
+{
+	const ibp_vgroup_t *q = cl->vg16;
+	const uint64_t *vb = cl->vbase16;
+	const uint64_t nvg = cl->nvg16;
+	for (uint64_t g = 0; g < nvg; g++, q++) {
+		const __m512i w = ibp_avx512_window(body, avail, vb[g], q);
+		const __m512i t0 = _mm512_sllv_epi32(_mm512_srlv_epi32(w, _mm512_load_si512((const void *)q->sh)),
+						     _mm512_load_si512((const void *)q->p0));
+		const __m512i t1 = _mm512_sllv_epi32(_mm512_srlv_epi32(w, _mm512_load_si512((const void *)q->q1)),
+						     _mm512_load_si512((const void *)q->p1));
+		__m512i r = _mm512_ternarylogic_epi32(t0, _mm512_load_si512((const void *)q->m0),
+						      _mm512_load_si512((const void *)q->b), IBP_TL_ANDOR);
+		r = _mm512_ternarylogic_epi32(t1, _mm512_load_si512((const void *)q->m1), r, IBP_TL_ANDOR);
+		_mm512_storeu_si512((void *)(dst + g * 64), r);
+	}
+	for (uint64_t i = 0; i < cl->nvfix16; i++) {
+		const uint64_t j = cl->vfix16[i];
+		const uint64_t v = ibp_peek_bits(body, avail, cl->soff[j], cl->sw[j]);
+		ibp_st_chunk(dst + j * 4, _pdep_u64(v, cl->nm[j]) | cl->b[j], 4);
+	}
+	ibp_avx512_decode_static_from(c, cl, body, avail, dst, nvg * 16);
+}
+
 static void ibp_avx512_decode_static_v(const ibp_codec_t *c, const ibp_cluster_t *cl,
 				     const uint8_t *body, uint64_t avail, uint8_t *dst)
 {
 	const uint64_t nvg = cl->nvg;
+	if (cl->nvg16) {
+		ibp_avx512_static_c4w(c, cl, body, avail, dst);
+		return;
+	}
 	if (nvg == 0) {
 		ibp_avx512_decode_static_from(c, cl, body, avail, dst, 0);
 		return;

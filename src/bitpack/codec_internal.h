@@ -80,6 +80,16 @@ typedef struct ibp_cluster {
 	const struct ibp_xgroup *xg;
 	uint64_t nxg;
 	const uint64_t *xfix;
+	/* SIMD static part for C = 4 in groups of 16 lanes of 32 bits (the
+	 * ibp_vgroup_t layout with LB = 4, as for C <= 2): built when every
+	 * lane's field fits its lane (field bit + s_j <= 32) and its bytes the
+	 * window, else nvg16 = 0 and the 8-lane tables above serve. Half the
+	 * groups of those, with the same work per group. */
+	const struct ibp_vgroup *vg16;
+	const uint64_t *vbase16;
+	uint64_t nvg16;
+	const uint64_t *vfix16;
+	uint64_t nvfix16;
 } ibp_cluster_t;
 
 /* One SIMD group of the exception walk: lane l (LB bytes, as in
@@ -686,7 +696,9 @@ IBP_INLINE uint64_t IBP_K(decode_exc_x)(const ibp_codec_t *cp, const ibp_cluster
 		const uint64_t D = c->D;
 		uint64_t prev = 0;
 		for (uint64_t k = 0; k < n; k++) {
-			uint64_t j = ibp_read_bits(hdr, hdr_len, (uint64_t)L * (k + 1), L);
+			/* L = 8 (D in 129..256, as bf16 rows of 256 chunks): entry k
+			 * is byte k + 1 (hdr_len = n + 1) */
+			uint64_t j = L == 8 ? hdr[k + 1] : ibp_read_bits(hdr, hdr_len, (uint64_t)L * (k + 1), L);
 			if (j >= D || (k && j <= prev))
 				return UINT64_MAX;
 			prev = j;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ibp.h"
+#include "bitpack/codec_internal.h"
 #include "util/cpu.h"
 #include "util/parallel.h"
 #include "testutil.h"
@@ -1173,6 +1174,91 @@ Test(codec, bmi2_equals_portable_large)
 		free(b);
 		free(e1);
 		free(e2);
+		free(back);
+		ibp_codec_free(c);
+	}
+}
+
+/* C = 4 with every static field <= 25 bits: the AVX-512 and AVX2 static
+ * parts run in 16 lanes of 32 bits (the vg16 tables), with chunks of one, two and
+ * three static runs (the last patched after the lanes), a full or a
+ * partial last chunk, rows with and without exceptions, and every
+ * truncation of each row: every path gives the same status and bytes. */
+Test(codec, simd_c4_wide_lanes)
+{
+	if (!have_avx2())
+		cr_skip_test("this CPU has no AVX2");
+	static const uint32_t mk[3] = { 0xFF800000u, 0xFF80FF00u, 0xFF8F0F00u }; /* 1, 2, 3 runs of ~m */
+	static const ibp_impl_t impls[] = { IBP_IMPL_PORTABLE, IBP_IMPL_BMI2, IBP_IMPL_AVX2, IBP_IMPL_AVX512 };
+	tu_rng_t r;
+	tu_rng_seed(&r, 1616);
+	static const uint64_t sizes[] = { 4 * 100, 4 * 100 + 2, 4 * 64, 4 * 33 + 1 };
+	for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+		const uint64_t R = sizes[si], D = (R + 3) / 4, N = 24;
+		uint8_t *m = tu_xcalloc(D * 4), *b = tu_xcalloc(D * 4), *rows = tu_xcalloc(N * R);
+		for (uint64_t j = 0; j < D; j++) {
+			const uint32_t mj = mk[j % 13 == 5 ? 2 : j % 3 == 1 ? 1 : 0];
+			const uint32_t bj = (uint32_t)tu_next(&r) & mj;
+			memcpy(m + 4 * j, &mj, 4);
+			memcpy(b + 4 * j, &bj, 4);
+		}
+		memset(m + R, 0xFF, 4 * D - R); /* padding: invariant zeros */
+		memset(b + R, 0, 4 * D - R);
+		for (uint64_t i = 0; i < N; i++) {
+			uint8_t *row = rows + i * R;
+			for (uint64_t j = 0; j < D; j++) {
+				uint32_t mj, bj, x = (uint32_t)tu_next(&r);
+				memcpy(&mj, m + 4 * j, 4);
+				memcpy(&bj, b + 4 * j, 4);
+				x = (x & ~mj) | bj;
+				if (tu_below(&r, 100) < i * 4) /* row i: about 4i% exceptions */
+					x ^= mj & (uint32_t)tu_next(&r);
+				uint64_t nb = R - 4 * j < 4 ? R - 4 * j : 4;
+				memcpy(row + 4 * j, &x, nb);
+			}
+		}
+		ibp_codec_t *c;
+		cr_assert_eq(ibp_codec_create(R, 4, 1, m, b, &c), IBP_OK);
+		cr_assert_gt(c->cl[0].nvg16, 0, "R=%llu: no 16-lane groups", (unsigned long long)R);
+		cr_assert_gt(c->cl[0].nvfix16, 0, "R=%llu: no three-run chunk", (unsigned long long)R);
+		uint8_t *enc = tu_xcalloc(R), *ref = tu_xcalloc(R), *back = tu_xcalloc(R);
+		for (uint64_t i = 0; i < N; i++) {
+			uint64_t len;
+			uint8_t f;
+			ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
+			cr_assert_eq(ibp_encode_row(c, rows + i * R, 0, enc, R, &len, &f), IBP_OK);
+			/* every truncation, then the whole row (len + 1 > len) */
+			for (uint64_t t = 0; t <= len; t++) {
+				ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
+				uint8_t *cut = tu_xcalloc(t ? t : 1);
+				memcpy(cut, enc, t);
+				memset(ref, 0, R);
+				const ibp_status_t s0 = ibp_decode_row(c, cut, t, f, 0, ref);
+				if (t == len) {
+					cr_assert_eq(s0, IBP_OK);
+					cr_assert(memcmp(ref, rows + i * R, R) == 0, "R=%llu row %llu",
+						  (unsigned long long)R, (unsigned long long)i);
+				}
+				for (size_t k = 1; k < sizeof(impls) / sizeof(impls[0]); k++) {
+					if (ibp_codec_set_impl(c, impls[k]) != IBP_OK)
+						continue;
+					memset(back, 0, R);
+					const ibp_status_t s1 = ibp_decode_row(c, cut, t, f, 0, back);
+					cr_assert_eq(s1, s0, "R=%llu row %llu len %llu of %llu impl %d",
+						     (unsigned long long)R, (unsigned long long)i,
+						     (unsigned long long)t, (unsigned long long)len, (int)impls[k]);
+					if (s0 == IBP_OK)
+						cr_assert(memcmp(back, ref, R) == 0, "R=%llu row %llu impl %d",
+							  (unsigned long long)R, (unsigned long long)i, (int)impls[k]);
+				}
+				free(cut);
+			}
+		}
+		free(m);
+		free(b);
+		free(rows);
+		free(enc);
+		free(ref);
 		free(back);
 		ibp_codec_free(c);
 	}
