@@ -37,7 +37,9 @@
  * the compressed time (fewer bytes plus encode and decode time), the ratio
  * estimated on a sample of the send buffer; the codec is used only when
  * it pays, and never when the sample would not shrink by 5% (e.g. random
- * exponents). Each message says how it was encoded, so ranks need not
+ * exponents). When not even the codec's best possible ratio would pay (a
+ * fast link, a small call), the call goes plain without the sample encode,
+ * so the switcher costs such calls nothing measurable. Each message says how it was encoded, so ranks need not
  * agree on the decision. Decisions and achieved ratios are in the stats.
  *
  * DYNAMIQ (paper "DynamiQ", docs/COLLECTIVES.md) is an AllReduce codec

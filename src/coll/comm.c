@@ -7,6 +7,7 @@
 
 #include "coll/coll_internal.h"
 #include "coll/rcmoe.h"
+#include "exp/exp_format.h"
 #include "ibp/exp.h"
 #include "ibp/fp8.h"
 #include "ibp/cuda.h"
@@ -381,31 +382,55 @@ static double estimate_ratio(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dty
 	return r;
 }
 
+/* The smallest size ratio the exponent codec can reach on dt: sign and
+ * mantissa bytes stay raw, each exponent costs at least its 3 code-plane
+ * bits (plus FP16's 3 sign/mantissa planes); headers and escapes only add. */
+static double exp_best_ratio(ibp_dtype_t dt)
+{
+	expf_shape_t sh;
+	if (!expf_shape_of((uint32_t)dt, &sh))
+		return 1;
+	return (double)(8 * (sh.lo_bytes + sh.hi_bytes) + 3 + sh.sm_planes) / (double)(8 * sh.esize);
+}
+
+/* The calibrated alpha-beta model: does sending at ratio r (coded/raw)
+ * beat sending plain? */
+static int coll_model_pays(const ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dtype_t dt, double r,
+			   uint64_t msg_elems, uint64_t nsteps, uint64_t n_enc, uint64_t n_dec)
+{
+	/* Codec speeds were measured on BF16 input bytes; per byte they carry over. */
+	double m = (double)msg_elems * (double)ibp_dtype_size(dt), beta = c->st.beta_Bps;
+	double enc_bps = codec == IBP_COLL_CODEC_EXP ? c->st.exp_enc_Bps : c->st.fp8_enc_Bps;
+	double dec_bps = codec == IBP_COLL_CODEC_EXP ? c->st.exp_dec_Bps : c->st.fp8_dec_Bps;
+	double t_plain = (double)nsteps * (c->st.alpha_s + m / beta);
+	double t_comp = (double)nsteps * (c->st.alpha_s + m * r / beta) + (double)n_enc * m / fmax(enc_bps, 1) +
+			(double)n_dec * m / fmax(dec_bps, 1);
+	return t_comp < t_plain;
+}
+
 enum coll_enc coll_decide(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dtype_t dt, const void *sample,
 			  uint64_t sample_n, uint64_t msg_elems, uint64_t nsteps, uint64_t n_enc, uint64_t n_dec)
 {
 	ibp_coll_decision_t d;
 	enum coll_enc enc = COLL_ENC_RAW;
+	const int calibrated = c->st.beta_Bps > 0;
 	if (codec == IBP_COLL_CODEC_NONE || c->o.policy == IBP_COLL_POLICY_NEVER || c->nranks == 1)
 		d = IBP_COLL_DECIDED_PLAIN;
 	else if (c->o.policy == IBP_COLL_POLICY_ALWAYS || codec == IBP_COLL_CODEC_LSQ || c->mem_kind != IBP_COLL_MEM_HOST)
 		d = IBP_COLL_DECIDED_COMPRESS; /* LSQ: lossy by request, not weighed; device buffers: not sampled */
+	else if (calibrated && codec == IBP_COLL_CODEC_EXP &&
+		 !coll_model_pays(c, codec, dt, exp_best_ratio(dt), msg_elems, nsteps, n_enc, n_dec))
+		d = IBP_COLL_DECIDED_NOT_WORTH; /* not even the best ratio would pay: no sample encode (a fast
+						   link and small calls would pay for it on every call) */
 	else {
 		double r = estimate_ratio(c, codec, dt, sample, sample_n);
 		if (r > 0.95)
 			d = IBP_COLL_DECIDED_INCOMPRESSIBLE;
-		else if (c->st.beta_Bps <= 0)
+		else if (!calibrated)
 			d = IBP_COLL_DECIDED_COMPRESS; /* not calibrated: compressible data is sent coded */
-		else {
-			/* Codec speeds were measured on BF16 input bytes; per byte they carry over. */
-			double m = (double)msg_elems * (double)ibp_dtype_size(dt), beta = c->st.beta_Bps;
-			double enc_bps = codec == IBP_COLL_CODEC_EXP ? c->st.exp_enc_Bps : c->st.fp8_enc_Bps;
-			double dec_bps = codec == IBP_COLL_CODEC_EXP ? c->st.exp_dec_Bps : c->st.fp8_dec_Bps;
-			double t_plain = (double)nsteps * (c->st.alpha_s + m / beta);
-			double t_comp = (double)nsteps * (c->st.alpha_s + m * r / beta) +
-					(double)n_enc * m / fmax(enc_bps, 1) + (double)n_dec * m / fmax(dec_bps, 1);
-			d = t_comp < t_plain ? IBP_COLL_DECIDED_COMPRESS : IBP_COLL_DECIDED_NOT_WORTH;
-		}
+		else
+			d = coll_model_pays(c, codec, dt, r, msg_elems, nsteps, n_enc, n_dec) ? IBP_COLL_DECIDED_COMPRESS
+											 : IBP_COLL_DECIDED_NOT_WORTH;
 	}
 	switch (d) {
 	case IBP_COLL_DECIDED_PLAIN: c->st.plain++; break;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/coll_internal.h"
 #include "coll/helper.h"
 #include "coll_ref.h"
 
@@ -378,6 +379,51 @@ Test(coll, switcher_follows_model_unthrottled)
 	else
 		cr_assert(m.last_decision == IBP_COLL_DECIDED_COMPRESS || m.last_decision == IBP_COLL_DECIDED_NOT_WORTH);
 	cr_assert_eq(m.compressed + m.not_worth, 1);
+}
+
+/* The switcher against a model set by hand (deterministic): when not even
+ * the exponent codec's best ratio would pay, the call goes plain WITHOUT
+ * the sample encode (random bits would otherwise read "incompressible");
+ * when it could pay, the sample decides. */
+Test(coll, switcher_skips_sample_when_codec_cannot_pay)
+{
+	ibp_coll_inproc_t *w;
+	ibp_coll_transport_t t;
+	ibp_coll_comm_t *c;
+	ibp_coll_opts_t o;
+	ibp_coll_opts_default(&o);
+	o.calibrate = 0;
+	cr_assert_eq(ibp_coll_inproc_create(2, &w), IBP_OK);
+	cr_assert_eq(ibp_coll_inproc_transport(w, 0, &t), IBP_OK);
+	cr_assert_eq(ibp_coll_comm_create(&t, &o, &c), IBP_OK);
+	const uint64_t n = 1 << 15;
+	uint16_t *noise = malloc(n * 2);
+	tu_rng_t g;
+	tu_rng_seed(&g, 5);
+	tu_fill_random(&g, noise, n * 2);
+	void *gauss = make_input(0, IBP_DTYPE_BF16, n, 9);
+	c->st.alpha_s = 1e-6;
+	c->st.exp_enc_Bps = c->st.exp_dec_Bps = 2e9;
+	/* A fast link (20 GB/s): bf16 at best 11/16 of the bytes saves 5/16 x 32 KiB / 20 GB/s = 0.5 us
+	 * per step, the codec costs 2 x 16 us. */
+	c->st.beta_Bps = 2e10;
+	cr_assert_eq(coll_decide(c, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, noise, n / 2, n, 1, 1, 1), COLL_ENC_RAW);
+	cr_assert_eq(c->st.last_decision, IBP_COLL_DECIDED_NOT_WORTH);
+	cr_assert_eq(coll_decide(c, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, gauss, n / 2, n, 1, 1, 1), COLL_ENC_RAW);
+	cr_assert_eq(c->st.last_decision, IBP_COLL_DECIDED_NOT_WORTH);
+	/* A slow link (10 MB/s): it could pay, so the sample decides. */
+	c->st.beta_Bps = 1e7;
+	cr_assert_eq(coll_decide(c, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, noise, n / 2, n, 1, 1, 1), COLL_ENC_RAW);
+	cr_assert_eq(c->st.last_decision, IBP_COLL_DECIDED_INCOMPRESSIBLE);
+	cr_assert_eq(coll_decide(c, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, gauss, n / 2, n, 1, 1, 1), COLL_ENC_EXP);
+	cr_assert_eq(c->st.last_decision, IBP_COLL_DECIDED_COMPRESS);
+	cr_assert_eq(c->st.not_worth, 2);
+	cr_assert_eq(c->st.incompressible, 1);
+	cr_assert_eq(c->st.compressed, 1);
+	free(noise);
+	free(gauss);
+	ibp_coll_comm_destroy(c);
+	ibp_coll_inproc_destroy(w);
 }
 
 Test(coll, bad_arguments)
