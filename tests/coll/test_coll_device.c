@@ -5,7 +5,8 @@
  * memory over the in-process transport. Every result must equal the host
  * path's byte for byte (EXP also equals NONE; FP8 equals the host path's
  * FP8, since the device layout is the host's), for 2, 3 and 4 ranks,
- * AllGather, ReduceScatter, AllReduce and AllToAll, three dtypes and
+ * AllGather, ReduceScatter, AllReduce, AllToAll and AllToAllv (uneven
+ * counts, blocks in reverse order), three dtypes and
  * sizes 0, 1 and non-multiples of the rank count; mismatches across ranks
  * and the unsupported cases are errors. */
 #include <criterion/criterion.h>
@@ -21,7 +22,7 @@
 #include "ranks.h"
 #include "testutil.h"
 
-enum { OP_AG = 0, OP_RS = 1, OP_AR = 2, OP_A2A = 3 };
+enum { OP_AG = 0, OP_RS = 1, OP_AR = 2, OP_A2A = 3, OP_A2AV = 4 };
 
 static const uint64_t SIZES[] = { 0, 1, 5, 37, 1000, 3 }; /* grows, then shrinks: kept buffers reused */
 #define NSIZES (sizeof SIZES / sizeof SIZES[0])
@@ -29,12 +30,35 @@ static const uint64_t SIZES[] = { 0, 1, 5, 37, 1000, 3 }; /* grows, then shrinks
 /* Elements of a rank's input / output for op at size n and p ranks. */
 static uint64_t in_elems(int op, uint64_t n, int p)
 {
-	return op == OP_AG || op == OP_AR ? n : n * (uint64_t)p;
+	return op == OP_A2AV ? (n + 1) * (uint64_t)p : op == OP_AG || op == OP_AR ? n : n * (uint64_t)p;
 }
 
 static uint64_t out_elems(int op, uint64_t n, int p)
 {
-	return op == OP_RS || op == OP_AR ? n : n * (uint64_t)p;
+	return op == OP_A2AV ? (n + 1) * (uint64_t)p : op == OP_RS || op == OP_AR ? n : n * (uint64_t)p;
+}
+
+/* AllToAllv at size n: rank s sends n + 1 + d(s, q) elements to rank q,
+ * d = +1 to the next rank, -1 to the one after (rows and columns of d sum
+ * to 0, so every rank sends and receives (n + 1) p elements, unevenly). */
+static uint64_t a2av_count(int s, int q, int p, uint64_t n)
+{
+	return n + 1 + (uint64_t)(q == (s + 1) % p) - (uint64_t)(q == (s + 2) % p);
+}
+
+/* Counts and displacements of rank r's AllToAllv at size n; blocks lie in
+ * reverse rank order, so a displacement ignored would show. */
+static void a2av_plan(int r, int p, uint64_t n, uint64_t *sc, uint64_t *sd, uint64_t *rc, uint64_t *rd)
+{
+	uint64_t so = 0, ro = 0;
+	for (int q = p - 1; q >= 0; q--) {
+		sc[q] = a2av_count(r, q, p, n);
+		rc[q] = a2av_count(q, r, p, n);
+		sd[q] = so;
+		rd[q] = ro;
+		so += sc[q];
+		ro += rc[q];
+	}
 }
 
 typedef struct call_set {
@@ -133,7 +157,13 @@ static void run_calls(rank_job_t *j, ibp_coll_transport_t *t)
 		case OP_AG: j->st = ibp_coll_allgather(s, r, n, j->dt, cd, c, NULL); break;
 		case OP_RS: j->st = ibp_coll_reducescatter(s, r, n, j->dt, IBP_COLL_SUM, cd, c, NULL); break;
 		case OP_AR: j->st = ibp_coll_allreduce(s, r, n, j->dt, IBP_COLL_SUM, cd, c, NULL); break;
-		default: j->st = ibp_coll_alltoall(s, r, n, j->dt, cd, c, NULL); break;
+		case OP_A2A: j->st = ibp_coll_alltoall(s, r, n, j->dt, cd, c, NULL); break;
+		default: {
+			uint64_t sc[8], sd[8], rc[8], rd[8];
+			a2av_plan(j->rank, cs->p, n, sc, sd, rc, rd);
+			j->st = ibp_coll_alltoallv(s, sc, sd, r, rc, rd, j->dt, cd, c, NULL);
+			break;
+		}
 		}
 		ioff += in_elems(cs->op, n, cs->p);
 		ooff += out_elems(cs->op, n, cs->p);
@@ -245,13 +275,14 @@ Test(coll_device, allgather) { check_op(OP_AG, IBP_COLL_MEM_HOST_FALLBACK); }
 Test(coll_device, reducescatter) { check_op(OP_RS, IBP_COLL_MEM_HOST_FALLBACK); }
 Test(coll_device, allreduce) { check_op(OP_AR, IBP_COLL_MEM_HOST_FALLBACK); }
 Test(coll_device, alltoall) { check_op(OP_A2A, IBP_COLL_MEM_HOST_FALLBACK); }
+Test(coll_device, alltoallv) { check_op(OP_A2AV, IBP_COLL_MEM_HOST_FALLBACK); }
 
 /* The same on a GPU (kernels, device buffers, the default stream); skipped without one. */
 Test(coll_device, gpu_all_ops)
 {
 	if (!have_gpu())
 		cr_skip_test("no CUDA device");
-	for (int op = OP_AG; op <= OP_A2A; op++)
+	for (int op = OP_AG; op <= OP_A2AV; op++)
 		check_op(op, IBP_COLL_MEM_DEVICE);
 }
 
