@@ -85,18 +85,6 @@ static void advise_huge(void *p, uint64_t size)
 		(void)madvise((void *)lo, (size_t)(hi - lo), MADV_HUGEPAGE);
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_d);
-	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Drops the gathered rows from the caches between runs, so every run
  * starts cold as a gather of a table far larger than the cache does. */
 static void flush_caches(uint8_t *junk, uint64_t bytes)

@@ -1,6 +1,6 @@
 /* bench_util.h - what the C benchmarks share: wall and thread-CPU clocks,
  * a fatal-error exit naming the libibp status (benchmarks are programs: they
- * may exit), and a splitmix64 generator. Define BENCH_NAME before including. */
+ * may exit), a splitmix64 generator and the median of a run's timings. Define BENCH_NAME before including. */
 #ifndef IBP_BENCH_UTIL_H
 #define IBP_BENCH_UTIL_H
 
@@ -39,6 +39,19 @@ static inline uint64_t rng_next(uint64_t *s)
 	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
 	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
 	return z ^ (z >> 31);
+}
+
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Median of v[0..n) (sorts v). */
+static inline double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), bench_cmp_double);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 #endif
