@@ -72,3 +72,37 @@ ibp_status_t ibp_kv_block_parse(const uint8_t *block, uint64_t bytes, uint64_t l
 	clusters[0] = block[10], clusters[1] = block[11];
 	return IBP_OK;
 }
+
+ibp_status_t ibp_kv_index_blocks(const uint8_t *stage, uint64_t stage_bytes, const uint64_t *block_offsets,
+				 uint64_t nblocks, uint64_t *row_start, uint64_t *row_len, uint8_t *flags,
+				 uint8_t *clusters)
+{
+	if (!block_offsets || (nblocks && (!stage || !row_start || !row_len || !flags || !clusters)))
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_index_blocks: NULL argument");
+	if (nblocks > UINT64_MAX / 2)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_index_blocks: %llu blocks", (unsigned long long)nblocks);
+	/* Validate every block before writing anything. */
+	for (uint64_t b = 0; b < nblocks; b++) {
+		uint64_t s = block_offsets[b], e = block_offsets[b + 1], len[2];
+		uint8_t fl[2], cl[2];
+		if (e < s || e > stage_bytes)
+			return ibp_fail(IBP_ERR_INVALID_ARG,
+					"ibp_kv_index_blocks: block %llu: offsets %llu..%llu, stage of %llu bytes",
+					(unsigned long long)b, (unsigned long long)s, (unsigned long long)e,
+					(unsigned long long)stage_bytes);
+		ibp_status_t st = ibp_kv_block_parse(stage + s, e - s, len, fl, cl);
+		if (st != IBP_OK)
+			return ibp_fail(st, "ibp_kv_index_blocks: block %llu does not parse", (unsigned long long)b);
+	}
+	for (uint64_t b = 0; b < nblocks; b++) {
+		uint64_t s = block_offsets[b], len[2];
+		uint8_t fl[2], cl[2];
+		(void)ibp_kv_block_parse(stage + s, block_offsets[b + 1] - s, len, fl, cl);
+		row_start[2 * b] = s + IBP_KV_BLOCK_HEADER;
+		row_start[2 * b + 1] = s + IBP_KV_BLOCK_HEADER + len[0];
+		row_len[2 * b] = len[0], row_len[2 * b + 1] = len[1];
+		flags[2 * b] = fl[0], flags[2 * b + 1] = fl[1];
+		clusters[2 * b] = cl[0], clusters[2 * b + 1] = cl[1];
+	}
+	return IBP_OK;
+}

@@ -448,6 +448,20 @@ ibp_status_t ibp_kv_pack_blocks(const uint8_t *payload, const uint64_t *offsets,
 ibp_status_t ibp_kv_block_parse(const uint8_t *block, uint64_t bytes, uint64_t len[2], uint8_t flags[2],
 				uint8_t clusters[2]);
 
+/* Indexes a stage of nblocks stored blocks back to back (block b is
+ * stage[block_offsets[b] .. block_offsets[b + 1]), nblocks + 1 entries) for
+ * a staged decode: the host-side validation of the load path, run on the
+ * (untrusted) bytes BEFORE anything is copied to a device or decoded. Every
+ * block is checked with ibp_kv_block_parse first; then row r = 2b (K) and
+ * 2b + 1 (V) get row_start[r] (its payload's offset in the stage), row_len[r],
+ * flags[r] and clusters[r] (each array 2 * nblocks entries). Errors:
+ * IBP_ERR_INVALID_ARG (NULL, decreasing offsets or past stage_bytes),
+ * IBP_ERR_CORRUPT (a block that does not parse: the detail names it);
+ * nothing is written on error. Pure and thread-safe. */
+ibp_status_t ibp_kv_index_blocks(const uint8_t *stage, uint64_t stage_bytes, const uint64_t *block_offsets,
+				 uint64_t nblocks, uint64_t *row_start, uint64_t *row_len, uint8_t *flags,
+				 uint8_t *clusters);
+
 #ifdef __cplusplus
 }
 #endif

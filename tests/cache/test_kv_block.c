@@ -76,3 +76,45 @@ Test(kv_block, errors)
 	cr_assert_eq(ibp_kv_block_parse(NULL, 0, len, fl, cl), IBP_ERR_CORRUPT);
 	cr_assert_eq(ibp_kv_block_parse(stage, n, NULL, fl, cl), IBP_ERR_INVALID_ARG);
 }
+
+Test(kv_block, index_inverts_pack)
+{
+	uint8_t pay[60], stage[200], fl[6], cl[6];
+	uint64_t bo[4], start[6], len[6];
+	payload(pay);
+	cr_assert_eq(ibp_kv_pack_blocks(pay, OFF, FLAGS, CL, 3, stage, sizeof stage, bo), IBP_OK);
+	cr_assert_eq(ibp_kv_index_blocks(stage, bo[3], bo, 3, start, len, fl, cl), IBP_OK);
+	for (int r = 0; r < 6; r++) {
+		cr_assert_eq(len[r], OFF[r + 1] - OFF[r], "row %d", r);
+		cr_assert_eq(memcmp(stage + start[r], pay + OFF[r], len[r]), 0, "row %d", r);
+		cr_assert(fl[r] == FLAGS[r] && cl[r] == CL[r], "row %d", r);
+	}
+	cr_assert_eq(ibp_kv_index_blocks(NULL, 0, bo, 0, NULL, NULL, NULL, NULL), IBP_OK); /* no blocks */
+}
+
+Test(kv_block, index_rejects_before_writing)
+{
+	uint8_t pay[60], stage[200], fl[6], cl[6];
+	uint64_t bo[4], start[6], len[6], bad[4];
+	payload(pay);
+	cr_assert_eq(ibp_kv_pack_blocks(pay, OFF, FLAGS, CL, 3, stage, sizeof stage, bo), IBP_OK);
+	memset(start, 0xAB, sizeof start);
+	memset(len, 0xAB, sizeof len);
+	memset(fl, 0xAB, sizeof fl);
+	/* The last block's length byte corrupted: blocks 0 and 1 are valid, yet nothing is written. */
+	stage[bo[2]] ^= 1;
+	cr_assert_eq(ibp_kv_index_blocks(stage, bo[3], bo, 3, start, len, fl, cl), IBP_ERR_CORRUPT);
+	cr_assert(start[0] == 0xABABABABABABABABull && len[0] == 0xABABABABABABABABull && fl[0] == 0xAB);
+	stage[bo[2]] ^= 1;
+	/* A block past the stage, and decreasing offsets. */
+	cr_assert_eq(ibp_kv_index_blocks(stage, bo[3] - 1, bo, 3, start, len, fl, cl), IBP_ERR_INVALID_ARG);
+	memcpy(bad, bo, sizeof bad);
+	bad[2] = bad[1] - 1; /* block 1 ends before it starts */
+	cr_assert_eq(ibp_kv_index_blocks(stage, bo[3], bad, 3, start, len, fl, cl), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(start[0], 0xABABABABABABABABull);
+	cr_assert_eq(ibp_kv_index_blocks(stage, bo[3], bo, 3, NULL, len, fl, cl), IBP_ERR_INVALID_ARG);
+	/* Block 1 shifted into block 0's bytes: its header no longer adds up. */
+	bad[1] = bo[1] - 1, bad[2] = bo[2], bad[3] = bo[3];
+	cr_assert_eq(ibp_kv_index_blocks(stage, bo[3], bad, 3, start, len, fl, cl), IBP_ERR_CORRUPT);
+	cr_assert_eq(start[0], 0xABABABABABABABABull);
+}
