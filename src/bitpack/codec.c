@@ -305,6 +305,32 @@ static int ibp_build_vec16(ibp_codec_t *c)
 	return 1;
 }
 
+/* Builds ibp_cluster_t.base_row of every cluster without static fields
+ * (S = 0), by the portable kernel on an empty body (it reads none), in one
+ * allocation of at most 64 MiB (else none: the kernels rebuild it per row);
+ * returns 0 on no memory. */
+static int ibp_build_base_rows(ibp_codec_t *c)
+{
+	uint64_t n = 0;
+	for (unsigned k = 0; k < c->K; k++)
+		n += c->cl[k].S == 0;
+	if (n == 0 || c->R > (64u << 20) / n)
+		return 1;
+	uint8_t *mem = malloc(n * c->R);
+	c->mem[10] = mem;
+	if (!mem)
+		return 0;
+	static const uint8_t empty[8];
+	for (unsigned k = 0; k < c->K; k++) {
+		if (c->cl[k].S != 0)
+			continue;
+		ibp_kernels_portable.decode_static(c, &c->cl[k], empty, 0, mem);
+		c->cl[k].base_row = mem;
+		mem += c->R;
+	}
+	return 1;
+}
+
 /* Builds the SIMD exception-walk tables (ibp_cluster_t.xg) of every
  * cluster without Xvals when the AVX-512 or AVX2 kernels can run; returns
  * 0 on no memory. */
@@ -529,7 +555,7 @@ ibp_status_t ibp_codec_create_ex(uint64_t row_bytes, unsigned chunk_bytes, unsig
 					  .x = xw, .xen = xen, .has_x = has_x };
 		c->has_xval |= (int)has_x;
 	}
-	if (!ibp_build_vec(c) || !ibp_build_xvec(c) || !ibp_build_vec16(c))
+	if (!ibp_build_vec(c) || !ibp_build_xvec(c) || !ibp_build_vec16(c) || !ibp_build_base_rows(c))
 		goto nomem;
 	c->impl = ibp_auto_impl();
 	c->k = ibp_impl_kernels(c->impl);
@@ -848,7 +874,10 @@ ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64
 	if ((cl->S + 7) / 8 > avail)
 		return ibp_fail(IBP_ERR_CORRUPT, "decode: static part past the row end (%llu)",
 				(unsigned long long)avail);
-	c->k->decode_static(c, cl, bp, avail, dst);
+	if (cl->base_row && c->k != &ibp_kernels_portable)
+		memcpy(dst, cl->base_row, c->R); /* S = 0: every row's static part */
+	else
+		c->k->decode_static(c, cl, bp, avail, dst);
 	if (n == 0) {
 		*extent = hdr + (cl->S + 7) / 8;
 		return IBP_OK;

@@ -80,6 +80,12 @@ typedef struct ibp_cluster {
 	const struct ibp_xgroup *xg;
 	uint64_t nxg;
 	const uint64_t *xfix;
+	/* S = 0 (no static field: rows of zeros and exceptions, as sparse
+	 * bag-of-words rows): the static part of every row is the same R
+	 * bytes (b_j narrowed), kept here so the SIMD paths copy it instead of
+	 * rebuilding it chunk by chunk; NULL otherwise. The portable kernel
+	 * (the reference) builds it, and always decodes without it. */
+	const uint8_t *base_row;
 	/* SIMD static part for C = 4 in groups of 16 lanes of 32 bits (the
 	 * ibp_vgroup_t layout with LB = 4, as for C <= 2): built when every
 	 * lane's field fits its lane (field bit + s_j <= 32) and its bytes the
@@ -170,7 +176,7 @@ struct ibp_codec {
 	uint8_t *xval_bytes;   /* K * D * C, as given (the Bitvals when none) */
 	int has_xval;          /* some cluster has an enabled chunk */
 	ibp_cluster_t *cl;     /* K entries */
-	void *mem[10];         /* allocations owned by the codec */
+	void *mem[11];         /* allocations owned by the codec */
 };
 
 /* The kernels; ibp_kernels_bmi2 exists on x86-64 builds only. */
