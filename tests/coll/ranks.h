@@ -31,18 +31,24 @@ typedef struct rank_job {
 	char err[256];
 } rank_job_t;
 
-/* One rank: communicator (no calibration, 5 s timeout, policy ALWAYS),
- * the call, the status, its detail and the statistics. */
+/* The tests' communicator options: no calibration, 5 s timeout, policy ALWAYS. */
+static inline void ranks_opts(ibp_coll_opts_t *o)
+{
+	ibp_coll_opts_default(o);
+	o->calibrate = 0;
+	o->timeout_ms = 5000;
+	o->policy = IBP_COLL_POLICY_ALWAYS;
+}
+
+/* One rank: communicator (ranks_opts), the call, the status, its detail
+ * and the statistics. */
 static void *rank_job_run(void *arg)
 {
 	rank_job_t *j = arg;
 	ibp_coll_transport_t t;
 	ibp_coll_comm_t *c = NULL;
 	ibp_coll_opts_t o;
-	ibp_coll_opts_default(&o);
-	o.calibrate = 0;
-	o.timeout_ms = 5000;
-	o.policy = IBP_COLL_POLICY_ALWAYS;
+	ranks_opts(&o);
 	j->st = ibp_coll_inproc_transport(j->w, j->rank, &t);
 	if (j->st == IBP_OK && j->custom) {
 		j->custom(j, &t);

@@ -21,6 +21,7 @@
 #include "ibp/status.h"
 #include "ranks.h"
 #include "testutil.h"
+#include "util/error.h"
 
 enum { OP_AG = 0, OP_RS = 1, OP_AR = 2, OP_A2A = 3, OP_A2AV = 4 };
 
@@ -76,12 +77,6 @@ typedef struct stage {
 	uint8_t *hs, *hr;
 } stage_t;
 
-#define TRY(x)                                   \
-	do {                                     \
-		ibp_status_t s_ = (x);           \
-		if (s_ != IBP_OK)                \
-			return s_;               \
-	} while (0)
 
 static ibp_status_t stage_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t sbytes, int src, void *rbuf,
 				   uint64_t rcap, uint64_t *rbytes, int64_t timeout_ms)
@@ -94,13 +89,13 @@ static ibp_status_t stage_sendrecv(void *ctx, int dst, const void *sbuf, uint64_
 	if (!x->hs || !x->hr)
 		return IBP_ERR_NOMEM;
 	if (dst >= 0 && sbytes) {
-		TRY(ibp_cuda_memcpy(x->hs, sbuf, sbytes, NULL));
-		TRY(ibp_cuda_sync(NULL));
+		IBP_TRY(ibp_cuda_memcpy(x->hs, sbuf, sbytes, NULL));
+		IBP_TRY(ibp_cuda_sync(NULL));
 	}
-	TRY(x->in.sendrecv(x->in.ctx, dst, x->hs, sbytes, src, x->hr, rcap, rbytes, timeout_ms));
+	IBP_TRY(x->in.sendrecv(x->in.ctx, dst, x->hs, sbytes, src, x->hr, rcap, rbytes, timeout_ms));
 	if (src >= 0 && *rbytes) {
-		TRY(ibp_cuda_memcpy(rbuf, x->hr, *rbytes, NULL));
-		TRY(ibp_cuda_sync(NULL));
+		IBP_TRY(ibp_cuda_memcpy(rbuf, x->hr, *rbytes, NULL));
+		IBP_TRY(ibp_cuda_sync(NULL));
 	}
 	return IBP_OK;
 }
@@ -124,10 +119,7 @@ static void run_calls(rank_job_t *j, ibp_coll_transport_t *t)
 	call_set_t *cs = &g_set[j->fake];
 	ibp_coll_comm_t *c = NULL;
 	ibp_coll_opts_t o;
-	ibp_coll_opts_default(&o);
-	o.calibrate = 0;
-	o.timeout_ms = 5000;
-	o.policy = IBP_COLL_POLICY_ALWAYS;
+	ranks_opts(&o);
 	uint64_t esz = ibp_dtype_size(j->dt), ioff = 0, ooff = 0;
 	const uint8_t *in = j->in;
 	uint8_t *out = j->out, *d_in = NULL, *d_out = NULL;
