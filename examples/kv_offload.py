@@ -64,12 +64,14 @@ def main(argv=None):
 
     # plain: copy the blocks to a host buffer and back
     t = time.perf_counter()
-    saved = [kv.index_select(1, perm) for kv in layers]
+    saved = [kv.index_select(1, perm.to(kv.device)).to("cpu") for kv in layers]  # to host memory
     t_out_plain = time.perf_counter() - t
     restored = [torch.empty_like(kv) for kv in layers]
     t = time.perf_counter()
     for r, s in zip(restored, saved):
-        r.index_copy_(1, perm, s)
+        r.index_copy_(1, perm.to(r.device), s.to(r.device))
+    if a.device is not None:
+        torch.cuda.synchronize(a.device)
     t_in_plain = time.perf_counter() - t
 
     off = it.KVOffloader(len(layers), shape, torch.bfloat16, device=a.device)
@@ -79,6 +81,8 @@ def main(argv=None):
     t_cal = time.perf_counter() - t
     t = time.perf_counter()
     handles = [off.store(layer, kv, perm.tolist()) for layer, kv in enumerate(layers)]
+    for layer in range(len(layers)):
+        off.wait(layer)  # the device path queues the copies into the pool
     t_out = time.perf_counter() - t
     back = [torch.zeros_like(kv) for kv in layers]
     t = time.perf_counter()

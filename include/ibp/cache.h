@@ -462,6 +462,86 @@ ibp_status_t ibp_kv_index_blocks(const uint8_t *stage, uint64_t stage_bytes, con
 				 uint64_t nblocks, uint64_t *row_start, uint64_t *row_len, uint8_t *flags,
 				 uint8_t *clusters);
 
+/* ---- KV offload through a device (ibp.torch.KVOffloader(device="cuda")) ----
+ * A layer's paged cache is vLLM's [2, num_blocks, block_size, heads,
+ * head_size]: rows of row_bytes bytes, K of block d is row d and V is row
+ * num_blocks + d. An ibp_kv_stream_t is one layer's state: its codec on the
+ * device, a CUDA stream and staging buffers reused across calls. Stores
+ * encode blocks on the device and copy them asynchronously into pool slots
+ * (pinned host memory, the KV block format above; a RAW block is its K row
+ * then its V row, 2 * row_bytes bytes); loads validate the slots' headers on
+ * the host, copy the payloads to a device stage and decode them straight
+ * into the destination blocks with the staged gather kernel. One call is in
+ * flight per stream: each call first finishes the previous one (a stream
+ * sync); ibp_kv_stream_wait finishes the last. Slots being written or read
+ * stay pinned in their pool (not evictable, freed at the last unpin) until
+ * then. Calls on one stream must not overlap (the caller serialises them);
+ * different streams are independent. With IBP_CUDA_HOST_FALLBACK and no
+ * GPU, the same orchestration runs with the CPU twins on host memory (all
+ * pointers host memory, every call complete on return). */
+typedef struct ibp_kv_stream ibp_kv_stream_t;
+
+/* Block kinds of ibp_kv_encode_cuda / ibp_kv_decode_cuda. */
+#define IBP_KV_IBP 0u /* the layer's IBP codec, KV block format */
+#define IBP_KV_RAW 1u /* uncompressed: K row then V row */
+
+/* Creates a layer's stream state for rows of row_bytes bytes. `codec`
+ * (copied; NULL: RAW blocks only) must have row_bytes bytes per row.
+ * `stream` is a cudaStream_t (NULL: the default stream), unused on the host.
+ * flags: 0 or IBP_CUDA_HOST_FALLBACK (ibp/alloc.h). Without a usable GPU:
+ * IBP_ERR_NO_DEVICE and *out = NULL, unless IBP_CUDA_HOST_FALLBACK: then
+ * *out is valid (host memory, CPU codecs) and the call still returns
+ * IBP_ERR_NO_DEVICE with a detail saying so. Errors: IBP_ERR_INVALID_ARG,
+ * IBP_ERR_NOMEM, IBP_ERR_CUDA, IBP_ERR_NO_DEVICE. */
+ibp_status_t ibp_kv_stream_create(const ibp_codec_t *codec, uint64_t row_bytes, unsigned flags, void *stream,
+				  ibp_kv_stream_t **out);
+
+/* Finishes the stream's work and frees it; NULL is a no-op. */
+void ibp_kv_stream_free(ibp_kv_stream_t *s);
+
+/* 1 if the stream runs on a GPU, 0 for the host fallback (or NULL). */
+int ibp_kv_stream_on_device(const ibp_kv_stream_t *s);
+
+/* Stores blocks block_ids[0..n) (host array, each in [0, num_blocks)) of
+ * the layer cache `kv` (2 * num_blocks rows; device memory, host memory for
+ * the host fallback) into new blocks of `pool` as `kind` (IBP_KV_IBP needs
+ * the codec): handles[b] and bytes[b] (host arrays, n entries) get each
+ * block's pool handle and stored length. Encodes on the device (gathering
+ * the K and V rows into a device buffer first), synchronises once to learn
+ * the sizes, allocates every slot (the pool may evict), writes the headers
+ * and queues the copies into the slots; `kv` must stay unchanged until the
+ * copies are done (the next call or ibp_kv_stream_wait). All or nothing:
+ * on error no block is kept and handles are -1. Errors: IBP_ERR_INVALID_ARG
+ * (NULL, a block id out of range, IBP_KV_IBP without a codec, unknown
+ * kind), IBP_ERR_NOMEM (the pool has no room: nothing evictable), and the
+ * previous call's IBP_ERR_CUDA, IBP_ERR_CUDA, IBP_ERR_NO_DEVICE. */
+ibp_status_t ibp_kv_encode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const void *kv, uint64_t num_blocks,
+				const int64_t *block_ids, uint64_t n, unsigned kind, int64_t *handles,
+				uint64_t *bytes);
+
+/* Loads n stored blocks into the layer cache `kv` (2 * num_blocks rows, as
+ * above): block k is handles[k] of pools[k], of kinds[k] (NULL: all
+ * IBP_KV_IBP), and goes to block dst_blocks[k] (distinct, in [0,
+ * num_blocks)); all arrays are host arrays. Every slot is pinned and its
+ * header checked on the host before anything is queued: IBP_ERR_OUT_OF_RANGE
+ * (a handle evicted or removed), IBP_ERR_CORRUPT (a header that does not
+ * parse, a row longer than row_bytes, a RAW block not 2 * row_bytes long),
+ * IBP_ERR_INVALID_ARG (NULL, bad or repeated destination, unknown kind)
+ * leave `kv` untouched. A row whose payload the decoder rejects is
+ * zero-filled and reported by ibp_kv_stream_wait (IBP_ERR_CORRUPT).
+ * Errors also: IBP_ERR_NOMEM, the previous call's IBP_ERR_CUDA, IBP_ERR_CUDA,
+ * IBP_ERR_NO_DEVICE. */
+ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pools, const int64_t *handles,
+				const uint8_t *kinds, uint64_t n, void *kv, uint64_t num_blocks,
+				const int64_t *dst_blocks);
+
+/* Finishes the stream's last call: synchronises the stream, unpins its
+ * slots and returns IBP_ERR_CORRUPT (the detail counts them) if rows of
+ * loads since the previous wait failed to decode (those rows are zero);
+ * the count is reset. Errors: IBP_ERR_INVALID_ARG (NULL), IBP_ERR_CUDA,
+ * IBP_ERR_CORRUPT. */
+ibp_status_t ibp_kv_stream_wait(ibp_kv_stream_t *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,8 +1,11 @@
 """ibp.torch.KVOffloader, device path (device="cuda"): on this machine only
-its host-fallback twin runs (test hook _host_fallback=True: the same
-staging with the CPU codecs on host tensors). Real MiniLM K/V as in
-test_torch_kv.py: round trips bit-exact, blocks byte-identical to the CPU
-path's and loadable across paths, capacity/eviction, wait, errors."""
+its host-fallback twin runs (test hook _host_fallback=True: the C
+orchestration, ibp_kv_encode_cuda / ibp_kv_decode_cuda, with the CPU twins
+on host tensors). Real MiniLM K/V as in test_torch_kv.py: round trips
+bit-exact, blocks byte-identical to the CPU path's and loadable across
+paths, capacity/eviction, pins held until wait, corrupt rows reported by
+wait, errors. test_real_gpu runs the same round trip on a GPU (skipped
+without one)."""
 
 import os
 
@@ -69,27 +72,77 @@ def test_same_bytes_as_cpu_and_cross_path_load(kv_layers, kind, dtype):
     # Stored by the device path, loaded by the CPU path, and the reverse.
     for off, to_cpu in ((gpu, True), (cpu, False)):
         hs = off.store(0, kv, ids)
-        off._dev_path = not to_cpu
+        off._dev_path, off._host_fallback = not to_cpu, True
         cache = torch.zeros_like(kv)
         off.load(0, hs[:4], cache, [1, 2, 4, 5])
         assert torch.equal(cache[:, [1, 2, 4, 5]].view(torch.int16), kv[:, ids[:4]].view(torch.int16))
 
 
-def test_stage_preallocated_and_grown(kv_layers):
+def test_stream_reused_and_grown(kv_layers):
     off = dev()
     kv = kv_layers[0]
+    off.calibrate(0, kv)
+    off._kind[0] = "ibp"
     off.store(0, kv, [0])
-    s1 = off._stage[(0, "store")]
+    s1 = off._kvs[0]
     off.store(0, kv, [1, 2])
-    assert off._stage[(0, "store")] is s1  # reused, not per call
+    assert off._kvs[0] is s1 and s1[1] is off._codec[0]  # one libibp stream per layer, not per call
     big = torch.cat([kv] * 40, dim=1)
     off._kind[0] = "raw"
-    hs = off.store(0, big, list(range(big.shape[1])))
-    s2 = off._stage[(0, "store")]
-    assert s2.nbytes >= kv[:, 0].numel() * 2 * len(hs) and s2 is not s1  # grown to the batch
+    hs = off.store(0, big, list(range(big.shape[1])))  # raw: made again, without the codec
+    assert off._kvs[0] is not s1 and off._kvs[0][1] is None
     cache = torch.zeros_like(big)
     off.load(0, hs, cache, list(range(big.shape[1])))
+    off.wait(0)
     assert torch.equal(cache.view(torch.int16), big.view(torch.int16))
+
+
+def test_slots_pinned_until_wait(kv_layers):
+    kv = kv_layers[4]
+    off = dev()
+    off.calibrate(0, kv)
+    off._kind[0] = "ibp"
+    hs = off.store(0, kv, list(range(8)))
+    assert off.pool_stats()["pinned_blocks"] == 8  # the queued copies write them
+    off.wait(0)
+    assert off.pool_stats()["pinned_blocks"] == 0
+    cache = torch.zeros_like(kv)
+    off.load(0, hs[:3], cache, [7, 6, 5])
+    assert off.pool_stats()["pinned_blocks"] == 3
+    off.free(hs[:1])  # freed at the last unpin
+    off.wait(0)
+    st = off.pool_stats()
+    assert st["pinned_blocks"] == 0 and st["blocks"] == 7
+    assert torch.equal(cache[:, [7, 6, 5]].view(torch.int16), kv[:, :3].view(torch.int16))
+
+
+def test_corrupt_row_reported_by_wait(kv_layers):
+    kv = kv_layers[5]
+    off = dev()
+    off.calibrate(0, kv)
+    off._kind[0] = "ibp"
+    hs = off.store(0, kv, [0, 1, 2])
+    off.wait(0)
+    _, _, seg, ph = off._entries[hs[1]]
+    pool = off._segments[seg]
+    blk = pool.get(ph).copy()
+    blk[8] = 0x7F  # K's mode byte: the header parses, the row does not decode
+    pool.remove(ph)
+    off._entries[hs[1]] = (0, "ibp", seg, pool.put(blk))
+    cache = torch.zeros_like(kv)
+    off.load(0, hs, cache, [3, 4, 5])
+    with pytest.raises(ibp.CorruptError, match="1 K/V rows"):
+        off.wait(0)
+    off.wait(0)  # reported once
+    assert not cache[0, 4].view(torch.int16).any()  # the bad K row is zero
+    assert torch.equal(cache[1, 4].view(torch.int16), kv[1, 1].view(torch.int16))
+    assert torch.equal(cache[:, [3, 5]].view(torch.int16), kv[:, [0, 2]].view(torch.int16))
+    blk[0] ^= 1  # a length that does not add up: refused before anything runs
+    off._entries[hs[1]] = (0, "ibp", seg, pool.put(blk))
+    cache.zero_()
+    with pytest.raises(ibp.CorruptError):
+        off.load(0, hs, cache, [3, 4, 5])
+    assert not cache.view(torch.int16).any()
 
 
 def test_capacity_eviction(kv_layers):
@@ -152,8 +205,21 @@ def test_no_gpu_raises_no_device_error():
         it.KVOffloader(1, BLOCK, torch.bfloat16, device="meta")
 
 
-def test_real_gpu():
+def test_real_gpu(kv_layers):
     if _cuda.device_count() == 0 or not torch.cuda.is_available():
         pytest.skip("no GPU: the device path ran only as its host-fallback twin")
-    with pytest.raises(ibp.UnsupportedError):  # GPU orchestration not written yet
-        it.KVOffloader(1, BLOCK, torch.bfloat16, device="cuda")
+    kv = kv_layers[3]
+    cpu = it.KVOffloader(1, BLOCK, torch.bfloat16)
+    gpu = it.KVOffloader(1, BLOCK, torch.bfloat16, device="cuda")
+    cpu.calibrate(0, kv)
+    for kind in ("ibp", "raw", "exp"):
+        gpu._codec[0], gpu._kind[0], cpu._kind[0] = cpu._codec[0], kind, kind
+        ids = [6, 0, 3, 7]
+        hc, hg = cpu.store(0, kv, ids), gpu.store(0, kv.cuda(), ids)
+        gpu.wait(0)
+        for a, b in zip(hc, hg):
+            assert stored(cpu, a).tobytes() == stored(gpu, b).tobytes()
+        cache = torch.zeros_like(kv).cuda()
+        gpu.load(0, hg, cache, [1, 2, 4, 5])
+        gpu.wait(0)
+        assert torch.equal(cache[:, [1, 2, 4, 5]].cpu().view(torch.int16), kv[:, ids].view(torch.int16))

@@ -1032,6 +1032,106 @@ static void api_cache_case(uint64_t R, ibp_cache_policy_t pol)
 	ibp_store_close(s);
 }
 
+/* KV offload through a device stream (cache/kv_cuda.c): the GPU branch of
+ * the orchestration (row gather, encode, one size sync, headers and slot
+ * copies; header checks, stage copies, the staged decode into the paged
+ * cache) in emulated device memory: stored blocks equal to the CPU
+ * packer's bytes, loads equal to the original rows, RAW blocks, a corrupt
+ * mode byte reported by the wait with its row zeroed. */
+static void api_kv_case(uint64_t R, unsigned C)
+{
+	const uint64_t NBk = 40, n = 10;
+	std::vector<uint8_t> kv(2 * NBk * R, 0);
+	for (uint64_t i = 0; i < 2 * NBk; i++) {
+		uint8_t *r = &kv[i * R];
+		for (uint64_t j = 0; j < R; j++)
+			r[j] = i % 9 == 4 ? (uint8_t)rnd() : (uint8_t)(j * 7 + (rnd() % 8 == 0 ? rnd() : 0));
+	}
+	ibp_train_opts_t to;
+	ibp_train_opts_default(&to);
+	to.nthreads = 1;
+	to.chunk_bytes = C;
+	ibp_codec_t *codec = nullptr;
+	OK(ibp_codec_train(kv.data(), 2 * NBk, R, &to, &codec));
+	DBuf<uint8_t> dkv(kv, "kv cache"), dout(2 * NBk * R, "kv out");
+	memset(dout.p, 0, 2 * NBk * R);
+	ibp_slab_pool_opts_t po;
+	ibp_slab_pool_opts_default(&po);
+	po.capacity_bytes = 1 << 20;
+	po.max_block_bytes = 2 * R + 64;
+	po.policy = IBP_CACHE_LRU;
+	po.flags = IBP_SLAB_POOL_HOST;
+	ibp_slab_pool_t *pool = nullptr;
+	OK(ibp_slab_pool_create(&po, &pool));
+	ibp_kv_stream_t *s = nullptr;
+	OK(ibp_kv_stream_create(codec, R, 0, nullptr, &s));
+	CHECK(ibp_kv_stream_on_device(s), "api kv: not a device stream");
+	std::vector<int64_t> ids(n + 2), h(n + 2), dst(n + 2);
+	std::vector<uint64_t> bytes(n + 2);
+	for (uint64_t b = 0; b < n + 2; b++)
+		ids[b] = (int64_t)(rnd() % NBk);
+	std::vector<int64_t> perm(NBk);
+	for (uint64_t d = 0; d < NBk; d++)
+		perm[d] = (int64_t)d;
+	for (uint64_t d = NBk - 1; d > 0; d--)
+		std::swap(perm[d], perm[rnd() % (d + 1)]);
+	for (uint64_t b = 0; b < n + 2; b++)
+		dst[b] = perm[b];
+	OK(ibp_kv_encode_cuda(s, pool, dkv.p, NBk, ids.data(), n, IBP_KV_IBP, h.data(), bytes.data()));
+	OK(ibp_kv_encode_cuda(s, pool, dkv.p, NBk, ids.data() + n, 2, IBP_KV_RAW, h.data() + n, bytes.data() + n));
+	OK(ibp_kv_stream_wait(s));
+	/* The CPU packer's bytes for the IBP blocks. */
+	std::vector<uint8_t> rows(2 * n * R), pay(2 * n * R), stage(2 * n * R + 12 * n), fl(2 * n), cl(2 * n);
+	std::vector<uint64_t> off(2 * n + 1), bo(n + 1);
+	for (uint64_t b = 0; b < n; b++) {
+		memcpy(&rows[2 * b * R], &kv[(uint64_t)ids[b] * R], R);
+		memcpy(&rows[(2 * b + 1) * R], &kv[(NBk + (uint64_t)ids[b]) * R], R);
+	}
+	OK(ibp_encode_batch(codec, rows.data(), 2 * n, pay.data(), pay.size(), off.data(), fl.data(), cl.data(), 1));
+	OK(ibp_kv_pack_blocks(pay.data(), off.data(), fl.data(), cl.data(), n, stage.data(), stage.size(), bo.data()));
+	std::vector<uint8_t> got(2 * R + 64);
+	for (uint64_t b = 0; b < n + 2; b++) {
+		uint64_t len = 0;
+		OK(ibp_slab_pool_get(pool, h[b], got.data(), got.size(), &len));
+		CHECK(len == bytes[b], "api kv R %llu C %u block %llu: %llu bytes stored, %llu reported", (unsigned long long)R,
+		      C, (unsigned long long)b, (unsigned long long)len, (unsigned long long)bytes[b]);
+		if (b < n)
+			CHECK(len == bo[b + 1] - bo[b] && !memcmp(got.data(), &stage[bo[b]], len),
+			      "api kv R %llu C %u block %llu: not the CPU packer's bytes", (unsigned long long)R, C,
+			      (unsigned long long)b);
+		else
+			CHECK(len == 2 * R && !memcmp(got.data(), &kv[(uint64_t)ids[b] * R], R) &&
+				      !memcmp(got.data() + R, &kv[(NBk + (uint64_t)ids[b]) * R], R),
+			      "api kv R %llu: raw block %llu", (unsigned long long)R, (unsigned long long)b);
+	}
+	std::vector<ibp_slab_pool_t *> pools(n + 2, pool);
+	std::vector<uint8_t> kinds(n + 2, IBP_KV_IBP);
+	kinds[n] = kinds[n + 1] = IBP_KV_RAW;
+	OK(ibp_kv_decode_cuda(s, pools.data(), h.data(), kinds.data(), n + 2, dout.p, NBk, dst.data()));
+	OK(ibp_kv_stream_wait(s));
+	for (uint64_t b = 0; b < n + 2; b++)
+		CHECK(!memcmp(dout.p + (uint64_t)dst[b] * R, &kv[(uint64_t)ids[b] * R], R) &&
+			      !memcmp(dout.p + (NBk + (uint64_t)dst[b]) * R, &kv[(NBk + (uint64_t)ids[b]) * R], R),
+		      "api kv R %llu C %u: block %llu loaded wrong", (unsigned long long)R, C, (unsigned long long)b);
+	/* A mode byte the decoder rejects: that row zero, reported once. */
+	void *p = nullptr;
+	uint64_t len = 0;
+	OK(ibp_slab_pool_pin(pool, h[0], &p, &len));
+	((uint8_t *)p)[8] = 0x7F;
+	OK(ibp_slab_pool_unpin(pool, p));
+	OK(ibp_kv_decode_cuda(s, pools.data(), h.data(), kinds.data(), 1, dout.p, NBk, dst.data()));
+	CHECK(ibp_kv_stream_wait(s) == IBP_ERR_CORRUPT, "api kv: a corrupt row was not reported");
+	OK(ibp_kv_stream_wait(s));
+	for (uint64_t j = 0; j < R; j++)
+		CHECK(dout.p[(uint64_t)dst[0] * R + j] == 0, "api kv: the corrupt row is not zero-filled");
+	ibp_slab_pool_stats_t ps;
+	OK(ibp_slab_pool_stats(pool, &ps, 0));
+	CHECK(ps.pinned_blocks == 0, "api kv: %llu slots left pinned", (unsigned long long)ps.pinned_blocks);
+	ibp_kv_stream_free(s);
+	ibp_slab_pool_free(pool);
+	ibp_codec_free(codec);
+}
+
 static void api_suite()
 {
 	static const uint64_t Rs[] = { 3, 100, 1000, 5000 };
@@ -1040,6 +1140,8 @@ static void api_suite()
 			if (!quick || (R + C) % 3 == 0 || R == 5000)
 				api_case(R, C, 1 + (unsigned)(rnd() % 3));
 	api_cache_case(203, IBP_CACHE_S3FIFO);
+	api_kv_case(512, 2);
+	api_kv_case(203, 4);
 	if (!quick) /* a larger row, another policy */
 		api_cache_case(1000, IBP_CACHE_LRU);
 }

@@ -24,29 +24,32 @@ everything: the offloader adds pool segments as they fill. Setting
 capacity_bytes later moves the blocks into a pool of the new size (oldest
 first; the policy evicts what no longer fits).
 
-Device path (device="cuda[:N]"): store() packs the chosen blocks, in the
-byte format above, into a per-layer staging buffer (preallocated and grown,
-never per call), then copies each block's bytes into its pool slot; load()
-copies the slots into a per-layer load stage and decodes from it into the
-destination blocks (a stage rather than zero-copy decode from the pinned
-slots: one contiguous buffer with per-block lengths is what the staged
-decode takes). A block stored by either path loads on the other. The
-block format is C's (cache/kv_block.c): ibp_kv_pack_blocks packs an IBP
-batch into the stage, ibp_kv_block_parse validates every IBP block loaded.
-Not here yet (see the issue): the CUDA side (encode with
-ibp_cuda_codec_create + ibp_encode_batch_cuda / ibp_exp_encode_cuda into a
-device stage, async copies into the pinned slots, decode through the staged
-gather kernel, a stream per layer). On a machine without a
-GPU device="cuda" raises ibp.NoDeviceError; with one, UnsupportedError (the
-CUDA encode/decode orchestration in C is not written). Only the
-host-fallback twin of the orchestration runs: the TEST HOOK
-KVOffloader(..., device="cuda", _host_fallback=True) runs the same staging
-with the CPU codecs on host tensors. It never ran on a GPU. wait(layer) is
-a no-op: every call finishes before returning.
+Device path (device="cuda[:N]"): each layer has a torch.cuda.Stream and
+a libibp KV stream (ibp_kv_stream_t, cache/kv_cuda.c). store() gathers
+the blocks' K and V rows on the GPU, encodes them there
+(ibp_encode_batch_cuda), synchronises once to learn the sizes, allocates
+the pool slots (pinned host memory) and queues asynchronous copies of the
+blocks, in the byte format above, into them; load() checks every slot's
+header on the host, queues copies of the payloads into a device stage and
+decodes them straight into the destination blocks (the staged gather
+kernel). Both return with the work queued on the layer's stream (which
+first waits for the current stream); wait(layer) finishes it and raises
+ibp.CorruptError if a stored row failed to decode (that row is left
+zero). One call per layer is in flight: the next call on a layer first
+finishes the previous one. The caches must be contiguous and must not be
+changed (store) or read (load) before wait(layer). Layers whose codec is
+the exponent codec encode and decode on the CPU (their rows are copied
+through host memory, synchronously). Blocks stored by either path load on
+the other (same bytes). Without a GPU device="cuda" raises
+ibp.NoDeviceError; the TEST HOOK _host_fallback=True runs the same C
+orchestration with the CPU twins on host tensors (IBP_CUDA_HOST_FALLBACK).
+The GPU side never ran on a GPU (none was lent): only the host-fallback
+twin and the kernels in the emulator are tested.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 from typing import Callable, List, Optional, Sequence
@@ -65,6 +68,21 @@ _lib.lib.ibp_kv_pack_blocks.restype = ctypes.c_int
 _lib.lib.ibp_kv_pack_blocks.argtypes = [_c, _c, _c, _c, ctypes.c_uint64, _c, ctypes.c_uint64, _c]
 _lib.lib.ibp_kv_block_parse.restype = ctypes.c_int
 _lib.lib.ibp_kv_block_parse.argtypes = [_c, ctypes.c_uint64, _c, _c, _c]
+_u64 = ctypes.c_uint64
+_lib.lib.ibp_kv_stream_create.restype = ctypes.c_int
+_lib.lib.ibp_kv_stream_create.argtypes = [_c, _u64, ctypes.c_uint, _c, ctypes.POINTER(_c)]
+_lib.lib.ibp_kv_stream_free.restype = None
+_lib.lib.ibp_kv_stream_free.argtypes = [_c]
+_lib.lib.ibp_kv_stream_on_device.restype = ctypes.c_int
+_lib.lib.ibp_kv_stream_on_device.argtypes = [_c]
+_lib.lib.ibp_kv_encode_cuda.restype = ctypes.c_int
+_lib.lib.ibp_kv_encode_cuda.argtypes = [_c, _c, _c, _u64, _c, _u64, ctypes.c_uint, _c, _c]
+_lib.lib.ibp_kv_decode_cuda.restype = ctypes.c_int
+_lib.lib.ibp_kv_decode_cuda.argtypes = [_c, _c, _c, _c, _u64, _c, _u64, _c]
+_lib.lib.ibp_kv_stream_wait.restype = ctypes.c_int
+_lib.lib.ibp_kv_stream_wait.argtypes = [_c]
+_HOST_FALLBACK, _NO_DEVICE, _NOMEM = 1, 10, 2
+_KIND_CODE = {"ibp": 0, "raw": 1}  # IBP_KV_IBP, IBP_KV_RAW
 
 _DTYPES = {torch.bfloat16: np.uint16, torch.float16: np.float16, torch.float32: np.float32}
 _KINDS = ("ibp", "exp", "raw")
@@ -86,11 +104,11 @@ class KVOffloader:
         if self._dev_path and not self._host_fallback:
             from .. import _cuda
             _cuda.require_device(func)  # ibp.NoDeviceError without a GPU
-            raise _errors.UnsupportedError(
-                "%s: device %s: the GPU encode/decode orchestration is not written yet (only its "
-                "host-fallback twin exists); use device=None" % (func, device), func=func, status=6)
         self.device = dev
-        self._stage = {}  # (layer, "store" | "load") -> uint8 buffer, grown by doubling
+        self._kvs = {}  # layer -> (ibp_kv_stream_t, codec it was made with)
+        self._streams = {}  # layer -> torch.cuda.Stream (GPU only)
+        self._pending = {}  # layer -> tensors a queued call still reads or writes
+        self._deferred = {}  # layer -> the error its wait() raises
         if dtype not in _DTYPES:
             raise _errors.invalid(func, "dtype must be bfloat16, float16 or float32, not %s" % (dtype,))
         if len(block_shape) != 3 or min(block_shape) < 1:
@@ -126,6 +144,7 @@ class KVOffloader:
         if cap is not None and (isinstance(cap, bool) or int(cap) < 1):
             raise _errors.invalid("KVOffloader", "capacity_bytes must be a positive integer or None")
         with self._lock:
+            self._quiesce()  # no slot may be pinned by queued copies
             old, old_cap = self._segments, self._capacity
             self._capacity = None if cap is None else int(cap)
             self._segments = []
@@ -213,7 +232,7 @@ class KVOffloader:
                                   % (*self.block_shape, tuple(kv.shape)))
         if block_ids is not None:
             kv = kv[:, _block_ids(block_ids, kv.shape[1], "KVOffloader.store")]
-        t = kv.transpose(0, 1).contiguous().reshape(-1, self.block_elems)
+        t = kv.transpose(0, 1).contiguous().reshape(-1, self.block_elems).cpu()
         if self.dtype == torch.bfloat16:
             t = t.view(torch.int16)
         return t.numpy().view(_DTYPES[self.dtype])
@@ -270,45 +289,146 @@ class KVOffloader:
                 entries[i] = ("raw", np.ascontiguousarray(rows[2 * i:2 * i + 2]).reshape(-1).view(np.uint8))
         return entries
 
-    def _stage_buf(self, layer, which, nbytes):
-        """The layer's staging buffer of at least nbytes (grown by doubling,
-        kept across calls)."""
-        buf = self._stage.get((layer, which))
-        if buf is None or buf.nbytes < nbytes:
-            cap = max(nbytes, 2 * (0 if buf is None else buf.nbytes), 1 << 16)
-            buf = self._stage[(layer, which)] = np.empty(cap, np.uint8)
-        return buf
+    # ---- the device path (GPU, or its host-fallback twin) -------------------
 
-    def _through_stage(self, layer, entries):
-        """Device path, store side: the encoded blocks packed back to back into
-        the layer's stage (on a GPU: the encode kernels' output buffer); each
-        block's slice is then what is copied into its pool slot."""
-        total = sum(d.nbytes for _, d in entries)
-        stage = self._stage_buf(layer, "store", total)
-        out, pos = [], 0
-        for k, d in entries:
-            stage[pos:pos + d.nbytes] = d
-            out.append((k, stage[pos:pos + d.nbytes]))
-            pos += d.nbytes
-        return out
+    def _kv_stream(self, layer):
+        """The layer's libibp KV stream (made again when its codec changed)."""
+        codec = self._codec[layer] if self._kind[layer] == "ibp" else None
+        got = self._kvs.get(layer)
+        if got is not None and got[1] is codec:
+            return got[0]
+        if got is not None:
+            self._finish(layer)
+            _lib.lib.ibp_kv_stream_free(got[0])
+            del self._kvs[layer]
+        stream = 0 if self._host_fallback else self._torch_stream(layer).cuda_stream
+        out = ctypes.c_void_p()
+        flags = _HOST_FALLBACK if self._host_fallback else 0
+        with contextlib.ExitStack() as ctx:
+            if not self._host_fallback:
+                ctx.enter_context(torch.cuda.device(self.device))  # the codec goes to this device
+            c = ctx.enter_context(codec._handle) if codec is not None else None
+            st = _lib.lib.ibp_kv_stream_create(c, self._row_bytes, flags, stream, ctypes.byref(out))
+        if st == _NO_DEVICE and out.value and self._host_fallback:
+            st = 0  # the fallback was asked for
+        _lib.check(st, "ibp_kv_stream_create")
+        if self._host_fallback and _lib.lib.ibp_kv_stream_on_device(out.value):
+            _lib.lib.ibp_kv_stream_free(out.value)
+            raise _errors.invalid("KVOffloader", "_host_fallback is a test hook for machines without a GPU")
+        self._kvs[layer] = (out.value, codec)
+        return out.value
 
-    def _pack_ibp(self, layer, rows):
-        """Device path, IBP: the batch encoded at once and packed into the
-        layer's stage by ibp_kv_pack_blocks (the C side of the block format;
-        GIL released); each block's slice is copied into its pool slot."""
-        enc = self._codec[layer].encode(rows)
-        nb = rows.shape[0] // 2
-        offs = np.ascontiguousarray(enc.offsets, dtype=np.uint64)
-        flags = np.ascontiguousarray(enc.flags, dtype=np.uint8)
-        cl = None if enc.clusters is None else np.ascontiguousarray(enc.clusters, dtype=np.uint8)
-        pay = np.ascontiguousarray(enc.payload, dtype=np.uint8)
-        stage = self._stage_buf(layer, "store", int(offs[-1]) + nb * _HDR)
-        bo = np.empty(nb + 1, np.uint64)
-        _lib.check(_lib.lib.ibp_kv_pack_blocks(pay.ctypes.data if pay.size else None, offs.ctypes.data,
-                                                flags.ctypes.data, None if cl is None else cl.ctypes.data,
-                                                nb, stage.ctypes.data, stage.nbytes, bo.ctypes.data),
-                   "ibp_kv_pack_blocks")
-        return [("ibp", stage[int(bo[i]):int(bo[i + 1])]) for i in range(nb)]
+    def _finish(self, layer):
+        """ibp_kv_stream_wait on the layer's stream; a failure is kept for
+        wait(layer) to raise (pools may need the pins released first)."""
+        got = self._kvs.get(layer)
+        if got is None:
+            return
+        st = _lib.lib.ibp_kv_stream_wait(got[0])
+        self._pending.pop(layer, None)
+        if st:
+            try:
+                _lib.check(st, "KVOffloader.wait")
+            except _errors.Error as e:
+                self._deferred.setdefault(layer, e)
+
+    def _quiesce(self):
+        """Finishes every layer's queued work (before pools are closed)."""
+        for layer in list(self._kvs):
+            self._finish(layer)
+
+    def _cuda_ctx(self, layer):
+        """The layer's torch stream, after the current stream (whose work
+        produced or will read the cache), as a context; none on the host."""
+        if self._host_fallback:
+            return contextlib.nullcontext()
+        cs = self._torch_stream(layer)
+        cs.wait_stream(torch.cuda.current_stream(self.device))
+        ctx = contextlib.ExitStack()
+        ctx.enter_context(torch.cuda.device(self.device))  # libibp allocates on the current device
+        ctx.enter_context(torch.cuda.stream(cs))
+        return ctx
+
+    def _torch_stream(self, layer):
+        cs = self._streams.get(layer)
+        if cs is None:
+            cs = self._streams[layer] = torch.cuda.Stream(device=self.device)
+        return cs
+
+    def _contiguous(self, kv_cache, func):
+        if not kv_cache.is_contiguous():
+            raise _errors.invalid(func, "the device path needs a contiguous layer cache")
+        if (not self._host_fallback and self.device.index is not None
+                and kv_cache.device.index != self.device.index):
+            raise _errors.invalid(func, "the cache is on %s, the offloader on %s" % (kv_cache.device, self.device))
+        return kv_cache
+
+    def _store_device(self, layer, kv_cache, ids, register):
+        """IBP and raw blocks through the C orchestration; register(kind,
+        seg, pool handle, bytes) is called for each block stored."""
+        kind = self._kind[layer]
+        kv_cache = self._contiguous(kv_cache, "KVOffloader.store")
+        s = self._kv_stream(layer)
+        n = len(ids)
+        bids = np.ascontiguousarray(ids, dtype=np.int64)
+        hnd, nbytes = np.full(n, -1, np.int64), np.zeros(n, np.uint64)
+
+        def encode(seg, lo, hi):
+            pool = self._segments[seg]
+            with self._cuda_ctx(layer), pool._handle as ph:
+                st = _lib.lib.ibp_kv_encode_cuda(s, ph, kv_cache.data_ptr(), kv_cache.shape[1],
+                                                 bids[lo:].ctypes.data, hi - lo, _KIND_CODE[kind],
+                                                 hnd[lo:].ctypes.data, nbytes[lo:].ctypes.data)
+                err = _lib.last_error() if st else ""
+            if not st:
+                self._pending[layer] = kv_cache  # read by the queued copies until wait
+                for b in range(lo, hi):
+                    register(kind, seg, int(hnd[b]), int(nbytes[b]))
+            pool._drain()  # on_evict for the victims (registered blocks included)
+            return st, err
+
+        if self._capacity is None:
+            seg = len(self._segments) - 1
+            st, err = (_NOMEM, "") if seg < 0 else encode(seg, 0, n)
+            if st == _NOMEM:  # the last segment is full (all or nothing): a new one
+                need = n * (self.max_block_bytes + 64)
+                self._segments.append(self._new_pool(max(_SEGMENT, 16 * self.max_block_bytes, 2 * need)))
+                st, err = encode(len(self._segments) - 1, 0, n)
+        else:
+            st, err = encode(0, 0, n)
+            if st == _NOMEM and n > 1:
+                # A batch larger than what can be evicted at once (its own
+                # slots stay pinned until copied): block by block, as the CPU
+                # path stores, so that earlier blocks of the batch may go.
+                for b in range(n):
+                    st, err = encode(0, b, b + 1)
+                    if st:
+                        break
+        if st:
+            raise _errors.from_status(st, "KVOffloader.store", _lib.status_string(st), err)
+
+    def _load_device(self, layer, ents, kv_cache, dst):
+        """IBP and raw blocks through the C orchestration (checked first)."""
+        kv_cache = self._contiguous(kv_cache, "KVOffloader.load")
+        s = self._kv_stream(layer)
+        n = len(ents)
+        pools = [self._segments[seg] for _, seg, _ in ents]
+        hnd = np.array([ph for _, _, ph in ents], np.int64)
+        kinds = np.array([_KIND_CODE[k] for k, _, _ in ents], np.uint8)
+        dsts = np.ascontiguousarray(dst, dtype=np.int64)
+        uniq = list({id(p): p for p in pools}.values())
+        with contextlib.ExitStack() as stack:
+            ptr = {id(p): stack.enter_context(p._handle) for p in uniq}
+            parr = (ctypes.c_void_p * max(n, 1))(*[ptr[id(p)] for p in pools])
+            with self._cuda_ctx(layer):
+                st = _lib.lib.ibp_kv_decode_cuda(s, parr, hnd.ctypes.data, kinds.ctypes.data, n,
+                                                 kv_cache.data_ptr(), kv_cache.shape[1], dsts.ctypes.data)
+            err = _lib.last_error() if st else ""
+        if st == 8:  # IBP_ERR_OUT_OF_RANGE: evicted between our check and the pin
+            raise KeyError("KVOffloader: %s" % err)
+        if st:
+            raise _errors.from_status(st, "KVOffloader.load", _lib.status_string(st), err)
+        self._pending[layer] = kv_cache
 
     # ---- store / load --------------------------------------------------------
 
@@ -319,24 +439,43 @@ class KVOffloader:
         if self._kind[layer] is None:
             self._rows(kv_cache[:, :0])
             self.calibrate(layer, kv_cache[:, _block_ids(block_ids, kv_cache.shape[1], "KVOffloader.store")])
-        rows = self._rows(kv_cache, block_ids)
-        raw_block = 2 * self.block_elems * rows.itemsize
+        ids = _block_ids(block_ids, kv_cache.shape[1], "KVOffloader.store")
+        self._rows(kv_cache[:, :0])  # checks the cache's dtype, device and shape
+        raw_block = 2 * self._row_bytes
         handles = []
-        packed = self._kind[layer] == "ibp" and self._dev_path
-        entries = None if packed else self._encode_blocks(layer, rows)
-        with self._lock:  # the stage is the layer's, shared between calls
-            if packed:
-                entries = self._pack_ibp(layer, rows)
-            elif self._dev_path:
-                entries = self._through_stage(layer, entries)
-            for k, data in entries:
-                h = self._next
-                self._put(h, layer, k, data)
-                self._next += 1
-                self._raw[layer] += raw_block
-                self._packed[layer] += data.nbytes
-                handles.append(h)
+
+        def register(kind, seg, ph, nbytes):
+            h = self._next
+            self._next += 1
+            if seg is None:
+                self._put(h, layer, kind, ph)
+            else:
+                self._entries[h] = (layer, kind, seg, ph)
+                self._by_pool[(seg, ph)] = h
+            self._raw[layer] += raw_block
+            self._packed[layer] += nbytes
+            handles.append(h)
+
+        with self._lock:  # the layer's stream and the pools are shared between calls
+            try:
+                if self._dev_path and self._kind[layer] in _KIND_CODE:
+                    self._store_device(layer, kv_cache, ids.tolist(), register)
+                else:
+                    src = kv_cache if not self._dev_path or self._host_fallback else kv_cache.cpu()
+                    rows = self._rows(src, ids) if src is kv_cache else self._host_rows(src, ids)
+                    for k, data in self._encode_blocks(layer, rows):
+                        register(k, None, data, data.nbytes)
+            except BaseException:
+                self.free(handles)  # a failed store keeps nothing
+                raise
         return handles
+
+    def _host_rows(self, kv_cpu, ids):
+        """_rows of a GPU cache copied to the host (exp layers on a GPU)."""
+        t = kv_cpu[:, ids].transpose(0, 1).contiguous().reshape(-1, self.block_elems)
+        if self.dtype == torch.bfloat16:
+            t = t.view(torch.int16)
+        return t.numpy().view(_DTYPES[self.dtype])
 
     def load(self, layer: int, handles: Sequence[int], kv_cache, dst_block_ids) -> None:
         """Decompresses the blocks `handles` into blocks `dst_block_ids` of
@@ -346,13 +485,25 @@ class KVOffloader:
         if len(handles) != dst.numel():
             raise _errors.invalid("KVOffloader.load", "%d handles for %d destination blocks"
                                   % (len(handles), dst.numel()))
-        if self._dev_path:
-            return self._load_staged(layer, handles, kv_cache, dst.tolist())
-        for h, d in zip(handles, dst.tolist()):
-            with self._lock:
-                kind, seg, ph = self._entry(layer, h)
-                data = self._segments[seg].get(ph)  # a use: the pool's LRU keeps it longer
-            kv_cache[:, d] = self._decode_block(layer, kind, data)
+        if not self._dev_path:
+            for h, d in zip(handles, dst.tolist()):
+                with self._lock:
+                    kind, seg, ph = self._entry(layer, h)
+                    data = self._segments[seg].get(ph)  # a use: the pool's LRU keeps it longer
+                kv_cache[:, d] = self._decode_block(layer, kind, data)
+            return
+        with self._lock:
+            ents = [self._entry(layer, h) for h in handles]  # every handle checked first
+            dev = [i for i, e in enumerate(ents) if e[0] in _KIND_CODE]
+            other = [i for i, e in enumerate(ents) if e[0] not in _KIND_CODE]
+            blocks = [(i, self._decode_block(layer, ents[i][0], self._segments[ents[i][1]].get(ents[i][2])))
+                      for i in other]  # exp: decoded on the CPU
+            dl = dst.tolist()
+            if dev:
+                self._load_device(layer, [ents[i] for i in dev], kv_cache, [dl[i] for i in dev])
+            for i, t in blocks:
+                with self._cuda_ctx(layer):
+                    kv_cache[:, dl[i]].copy_(t, non_blocking=False)
 
     def _entry(self, layer, h):
         """(kind, segment, pool handle) of handle h (under the lock)."""
@@ -362,22 +513,6 @@ class KVOffloader:
         if lay != layer:
             raise _errors.invalid("KVOffloader.load", "handle %d belongs to layer %d, not %d" % (h, lay, layer))
         return kind, seg, ph
-
-    def _load_staged(self, layer, handles, kv_cache, dst):
-        """Device path, load side: every slot copied into the layer's load stage
-        (back to back, per-block lengths), then each block decoded from it.
-        All handles are checked before anything is written."""
-        with self._lock:
-            ents = [self._entry(layer, h) for h in handles]
-            lens = [self._segments[seg].size(ph) for _, seg, ph in ents]
-            stage = self._stage_buf(layer, "load", sum(lens))
-            pos = np.concatenate([[0], np.cumsum(lens, dtype=np.int64)]).tolist()
-            for (kind, seg, ph), a in zip(ents, pos):
-                self._segments[seg].get(ph, out=stage[a:])
-            blocks = [self._decode_block(layer, kind, stage[pos[i]:pos[i + 1]])
-                      for i, (kind, _, _) in enumerate(ents)]
-        for d, t in zip(dst, blocks):
-            kv_cache[:, d] = t
 
     def _decode_block(self, layer, kind, data):
         """One stored block's bytes -> its [2, *block_shape] tensor (bit-exact)."""
@@ -413,17 +548,35 @@ class KVOffloader:
                     self._segments[e[2]].remove(e[3])
 
     def close(self) -> None:
-        """Frees the pool (every handle becomes invalid)."""
+        """Finishes queued work and frees the pool (every handle becomes
+        invalid) and the layers' streams."""
         with self._lock:
+            self._quiesce()
+            for s, _ in self._kvs.values():
+                _lib.lib.ibp_kv_stream_free(s)
+            self._kvs, self._pending = {}, {}
             for p in self._segments:
                 p.close()
             self._segments, self._entries, self._by_pool = [], {}, {}
 
     def wait(self, layer: int) -> None:
-        """Waits for layer `layer`'s stores and loads. Every path (CPU, and the
-        device path's host-fallback twin) finishes before returning."""
+        """Waits for layer `layer`'s queued stores and loads (device path:
+        the layer's stream; the CPU path finishes every call before
+        returning). Raises ibp.CorruptError if a loaded row failed to decode
+        (that row was left zero)."""
         if not 0 <= int(layer) < self.num_layers:
             raise _errors.invalid("KVOffloader.wait", "layer %d out of [0, %d)" % (layer, self.num_layers))
+        with self._lock:
+            self._finish(int(layer))
+            e = self._deferred.pop(int(layer), None)
+        if e is not None:
+            raise e
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 def _block_ids(ids, n, func):

@@ -36,9 +36,11 @@ compressed, and the host bytes are what the compression saves
 
 Worker side, IBPOffloadingHandler serves GPU->CPU (KVOffloader.store of the
 source blocks; a slot's previous blocks are freed when it is reused) and
-CPU->GPU (KVOffloader.load into the destination blocks), synchronously:
-transfer_async() does the copy, get_finished() reports it. Caches on a
-device are staged through host tensors. The caches are per layer in
+CPU->GPU (KVOffloader.load into the destination blocks): transfer_async()
+queues every layer's store or load and then waits for them all (on a GPU
+the layers run on their own streams, overlapping), get_finished() reports
+it. Caches on a GPU use KVOffloader(device=...) (GPU encode and decode);
+with a libibp without CUDA they are staged through host tensors. The caches are per layer in
 vLLM's FlashAttention layout [2, num_blocks, block_size, num_kv_heads,
 head_size] (a dict name -> tensor as older vLLM passes them, or a list);
 layouts with num_blocks first and the newer CanonicalKVCaches (int8 page
@@ -58,6 +60,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 import numpy as np
 import torch
 
+from .._errors import NoDeviceError
 from ._kv import KVOffloader
 
 __all__ = ["IBPOffloadingManager", "IBPOffloadingHandler", "HAVE_VLLM", "register",
@@ -262,6 +265,11 @@ class IBPOffloadingHandler(OffloadingHandler):
         self.k = int(block_size_factor)
         # the pool never evicts by itself: the manager's slot count bounds it
         self._own = offloader is None
+        if offloader is None and c0.device.type == "cuda":
+            try:  # the device path: encode/decode on the GPU, a stream per layer
+                offloader = KVOffloader(len(self.caches), tuple(c0.shape[2:]), c0.dtype, device=c0.device)
+            except NoDeviceError:  # libibp without CUDA: staged through host tensors
+                offloader = None
         self.offloader = offloader or KVOffloader(len(self.caches), tuple(c0.shape[2:]), c0.dtype)
         self.slots: Dict[int, List[List[int]]] = {}  # slot -> per layer, its k handles
         self._finished: List[TransferResult] = []
@@ -282,12 +290,13 @@ class IBPOffloadingHandler(OffloadingHandler):
         per_layer = []
         raw = 0
         for layer, cache in enumerate(self.caches):
-            if cache.device.type == "cpu":
+            if cache.device.type == self.offloader.device.type:  # queued on the layer's stream
                 hs = self.offloader.store(layer, cache, ids)
             else:  # staged through the host
                 hs = self.offloader.store(layer, cache[:, ids.to(cache.device)].cpu(), range(len(ids)))
             per_layer.append(hs)
             raw += cache[:, :1].numel() * cache.element_size() * len(ids)
+        self._wait_all()
         for j, s in enumerate(slots):
             self.slots[int(s)] = [hs[j * self.k:(j + 1) * self.k] for hs in per_layer]
         return raw
@@ -304,14 +313,27 @@ class IBPOffloadingHandler(OffloadingHandler):
             if len(hs) != len(gpu_ids):
                 raise ValueError("IBPOffloadingHandler: %d slots hold %d blocks, %d GPU blocks asked"
                                  % (len(slots), len(hs) + skip, len(gpu_ids)))
-            if cache.device.type == "cpu":
+            if cache.device.type == self.offloader.device.type:
                 self.offloader.load(layer, hs, cache, gpu_ids.tolist())
             else:
                 stage = torch.empty((2, len(hs)) + tuple(cache.shape[2:]), dtype=cache.dtype)
                 self.offloader.load(layer, hs, stage, list(range(len(hs))))
                 cache[:, torch.from_numpy(gpu_ids).to(cache.device)] = stage.to(cache.device)
             raw += cache[:, :1].numel() * cache.element_size() * len(gpu_ids)
+        self._wait_all()
         return raw
+
+    def _wait_all(self) -> None:
+        """Every layer's queued work finished (the layers overlap on the
+        device path); the first error is raised after all were waited for."""
+        err = None
+        for layer in range(len(self.caches)):
+            try:
+                self.offloader.wait(layer)
+            except Exception as e:  # noqa: BLE001 -- finish the other layers first
+                err = err or e
+        if err is not None:
+            raise err
 
     def transfer_async(self, job_id: int, spec) -> bool:
         src, dst = spec

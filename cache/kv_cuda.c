@@ -1,0 +1,517 @@
+/* kv_cuda.c - KV offload through a device (ibp_kv_stream_t, ibp/cache.h):
+ * stores encode on the device and copy the blocks asynchronously into
+ * pinned pool slots in the KV block format (kv_block.c); loads check the
+ * slots' headers on the host, copy the payloads into a device stage and
+ * decode them into the paged cache with the staged gather kernel. Built the
+ * same way with and without CUDA: it calls only the public GPU API, and a
+ * host-fallback stream runs every step with the CPU twin on host memory
+ * (the IBP_CUDA_HOST_FALLBACK convention), so the orchestration is tested
+ * without a GPU. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/ibp_gather_staged.h"
+#include "ibp/alloc.h"
+#include "ibp/cache.h"
+#include "ibp/codec.h"
+#include "ibp/cuda.h"
+#include "util/error.h"
+
+/* A buffer grown by doubling, on the device (or host for the fallback) or
+ * pinned host memory. */
+typedef struct kv_buf {
+	void *p;
+	uint64_t cap;
+} kv_buf_t;
+
+typedef struct kv_pin {
+	ibp_slab_pool_t *pool;
+	void *ptr;
+} kv_pin_t;
+
+struct ibp_kv_stream {
+	int on_device;
+	void *stream;
+	uint64_t R;
+	ibp_cuda_store_t *store; /* zero rows: the codec for the staged decode (NULL: RAW only) */
+	/* device (host for the fallback) */
+	kv_buf_t d_ids, d_rows, d_pay, d_off, d_flags, d_cl, d_ws, d_stage, d_lens, d_meta, d_orow, d_status;
+	/* pinned host */
+	kv_buf_t h_ids, h_off, h_flags, h_cl, h_lens, h_meta, h_orow, h_status;
+	/* the call in flight */
+	kv_pin_t *pins;
+	uint64_t npins, pins_cap;
+	uint64_t nstatus; /* rows of the last load whose status comes back in h_status */
+	uint64_t failed;  /* rows that failed to decode since the last wait */
+};
+
+static ibp_status_t dev_grow(ibp_kv_stream_t *s, kv_buf_t *b, uint64_t bytes)
+{
+	if (bytes <= b->cap)
+		return IBP_OK;
+	uint64_t cap = b->cap ? b->cap : 4096;
+	while (cap < bytes)
+		cap = cap > UINT64_MAX / 2 ? bytes : cap * 2;
+	void *p = NULL;
+	if (s->on_device) {
+		IBP_TRY(ibp_cuda_malloc(cap, &p));
+		ibp_cuda_free(b->p);
+	} else {
+		p = ibp_host_alloc(cap, 256);
+		if (!p)
+			return ibp_fail(IBP_ERR_NOMEM, "kv stream: out of memory for a %llu-byte buffer",
+					(unsigned long long)cap);
+		ibp_host_free(b->p);
+	}
+	b->p = p, b->cap = cap;
+	return IBP_OK;
+}
+
+static ibp_status_t host_grow(kv_buf_t *b, uint64_t bytes)
+{
+	if (bytes <= b->cap)
+		return IBP_OK;
+	uint64_t cap = b->cap ? b->cap : 4096;
+	while (cap < bytes)
+		cap = cap > UINT64_MAX / 2 ? bytes : cap * 2;
+	void *p = NULL;
+	/* Ordinary host memory where nothing can pin it (the host fallback,
+	 * and the emulator): NO_DEVICE then, with valid memory. */
+	ibp_status_t st = ibp_pinned_alloc(cap, 256, IBP_CUDA_HOST_FALLBACK, &p);
+	if (st != IBP_OK && !(st == IBP_ERR_NO_DEVICE && p))
+		return st;
+	ibp_pinned_free(b->p);
+	b->p = p, b->cap = cap;
+	return IBP_OK;
+}
+
+/* Copy in stream order: cudaMemcpyAsync on a GPU, memcpy on the host. */
+static ibp_status_t xcopy(ibp_kv_stream_t *s, void *dst, const void *src, uint64_t bytes)
+{
+	if (!bytes)
+		return IBP_OK;
+	if (s->on_device)
+		return ibp_cuda_memcpy(dst, src, bytes, s->stream);
+	memcpy(dst, src, bytes);
+	return IBP_OK;
+}
+
+static ibp_status_t add_pin(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, void *ptr)
+{
+	if (s->npins == s->pins_cap) {
+		uint64_t cap = s->pins_cap ? 2 * s->pins_cap : 64;
+		kv_pin_t *p = realloc(s->pins, cap * sizeof(*p));
+		if (!p)
+			return ibp_fail(IBP_ERR_NOMEM, "kv stream: out of memory for %llu pins",
+					(unsigned long long)cap);
+		s->pins = p, s->pins_cap = cap;
+	}
+	s->pins[s->npins].pool = pool, s->pins[s->npins].ptr = ptr;
+	s->npins++;
+	return IBP_OK;
+}
+
+static void unpin_all(ibp_kv_stream_t *s)
+{
+	for (uint64_t i = 0; i < s->npins; i++)
+		(void)ibp_slab_pool_unpin(s->pins[i].pool, s->pins[i].ptr);
+	s->npins = 0;
+}
+
+/* Finishes the call in flight: stream sync, unpin, count failed rows. */
+static ibp_status_t finish(ibp_kv_stream_t *s)
+{
+	ibp_status_t st = s->on_device ? ibp_cuda_sync(s->stream) : IBP_OK;
+	unpin_all(s);
+	if (st == IBP_OK) {
+		const int32_t *stat = s->h_status.p;
+		for (uint64_t i = 0; i < s->nstatus; i++)
+			s->failed += stat[i] != IBP_OK;
+	}
+	s->nstatus = 0;
+	return st;
+}
+
+void ibp_kv_stream_free(ibp_kv_stream_t *s)
+{
+	if (!s)
+		return;
+	(void)finish(s);
+	kv_buf_t *dev[] = { &s->d_ids, &s->d_rows, &s->d_pay, &s->d_off, &s->d_flags, &s->d_cl, &s->d_ws,
+			    &s->d_stage, &s->d_lens, &s->d_meta, &s->d_orow, &s->d_status };
+	kv_buf_t *host[] = { &s->h_ids, &s->h_off, &s->h_flags, &s->h_cl, &s->h_lens, &s->h_meta, &s->h_orow,
+			     &s->h_status };
+	for (unsigned i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) {
+		if (s->on_device)
+			ibp_cuda_free(dev[i]->p);
+		else
+			ibp_host_free(dev[i]->p);
+	}
+	for (unsigned i = 0; i < sizeof(host) / sizeof(host[0]); i++)
+		ibp_pinned_free(host[i]->p);
+	ibp_cuda_store_free(s->store);
+	free(s->pins);
+	free(s);
+}
+
+ibp_status_t ibp_kv_stream_create(const ibp_codec_t *codec, uint64_t row_bytes, unsigned flags, void *stream,
+				  ibp_kv_stream_t **out)
+{
+	if (!out)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_create: NULL out");
+	*out = NULL;
+	if (row_bytes == 0 || row_bytes > UINT32_MAX)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_create: row_bytes %llu (1 .. 4 GiB - 1)",
+				(unsigned long long)row_bytes);
+	if (codec && ibp_codec_row_bytes(codec) != row_bytes)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_create: codec rows of %llu bytes, not %llu",
+				(unsigned long long)ibp_codec_row_bytes(codec), (unsigned long long)row_bytes);
+	if (flags & ~IBP_CUDA_HOST_FALLBACK)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_create: unknown flags 0x%x", flags);
+	int count = 0;
+	ibp_status_t dev = ibp_cuda_device_count(&count);
+	if (dev != IBP_OK && (dev != IBP_ERR_NO_DEVICE || !(flags & IBP_CUDA_HOST_FALLBACK)))
+		return dev;
+	ibp_kv_stream_t *s = calloc(1, sizeof(*s));
+	if (!s)
+		return ibp_fail(IBP_ERR_NOMEM, "ibp_kv_stream_create: out of memory");
+	s->on_device = dev == IBP_OK;
+	s->stream = stream;
+	s->R = row_bytes;
+	if (codec) {
+		/* A store of zero rows: the device codec (encode) and the staged decode. */
+		static const uint64_t zero = 0;
+		ibp_cuda_store_desc_t d = { .codec = codec, .offsets = &zero, .payload_kind = IBP_CUDA_PAYLOAD_MAPPED };
+		ibp_status_t st = ibp_cuda_store_create(&d, s->on_device ? 0 : IBP_CUDA_HOST_FALLBACK, stream,
+							&s->store);
+		if (st != IBP_OK && !(st == IBP_ERR_NO_DEVICE && s->store && !s->on_device)) {
+			ibp_kv_stream_free(s);
+			return st;
+		}
+	}
+	*out = s;
+	if (!s->on_device)
+		return ibp_fail(IBP_ERR_NO_DEVICE, "ibp_kv_stream_create: no usable CUDA device; the stream runs on "
+				"the CPU on host memory (host fallback)");
+	return IBP_OK;
+}
+
+int ibp_kv_stream_on_device(const ibp_kv_stream_t *s)
+{
+	return s ? s->on_device : 0;
+}
+
+ibp_status_t ibp_kv_stream_wait(ibp_kv_stream_t *s)
+{
+	if (!s)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_wait: NULL stream");
+	IBP_TRY(finish(s));
+	if (s->failed) {
+		uint64_t f = s->failed;
+		s->failed = 0;
+		return ibp_fail(IBP_ERR_CORRUPT,
+				"ibp_kv_stream_wait: %llu K/V rows failed to decode (corrupt blocks; those rows are zero)",
+				(unsigned long long)f);
+	}
+	return IBP_OK;
+}
+
+/* Drops blocks allocated by a failed store (pinned: freed at the unpin). */
+static void undo_store(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, int64_t *handles, uint64_t n)
+{
+	if (s->on_device)
+		(void)ibp_cuda_sync(s->stream); /* no copy may still write a slot */
+	for (uint64_t b = 0; b < n; b++)
+		if (handles[b] >= 0)
+			(void)ibp_slab_pool_remove(pool, handles[b]);
+	unpin_all(s);
+	for (uint64_t b = 0; b < n; b++)
+		handles[b] = -1;
+}
+
+static void put_u32(uint8_t *p, uint64_t v)
+{
+	p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
+}
+
+/* The rows of the stored blocks, gathered into d_rows (2b: K, 2b + 1: V). */
+static ibp_status_t gather_rows(ibp_kv_stream_t *s, const uint8_t *kv, uint64_t num_blocks, uint64_t n)
+{
+	const uint64_t R = s->R, m = 2 * n;
+	IBP_TRY(dev_grow(s, &s->d_rows, m * R));
+	const int64_t *ids = s->h_ids.p;
+	if (!s->on_device) {
+		for (uint64_t r = 0; r < m; r++)
+			memcpy((uint8_t *)s->d_rows.p + r * R, kv + (uint64_t)ids[r] * R, R);
+		return IBP_OK;
+	}
+	IBP_TRY(dev_grow(s, &s->d_ids, m * 8));
+	IBP_TRY(xcopy(s, s->d_ids.p, ids, m * 8));
+	return ibp_gather_plain_cuda(kv, 2 * num_blocks, R, s->d_ids.p, m, s->d_rows.p, NULL, NULL, s->stream);
+}
+
+/* IBP: encodes d_rows into d_pay; h_off/h_flags/h_cl get the row arrays
+ * (one stream sync on a GPU). */
+static ibp_status_t encode_rows(ibp_kv_stream_t *s, uint64_t m)
+{
+	const ibp_codec_t *hc = ibp_cuda_store_host_codec(s->store);
+	const uint64_t cap = ibp_batch_bound(hc, m);
+	IBP_TRY(dev_grow(s, &s->d_pay, cap));
+	IBP_TRY(host_grow(&s->h_off, (m + 1) * 8));
+	IBP_TRY(host_grow(&s->h_flags, m));
+	IBP_TRY(host_grow(&s->h_cl, m));
+	if (!s->on_device)
+		return ibp_encode_batch(hc, s->d_rows.p, m, s->d_pay.p, cap, s->h_off.p, s->h_flags.p, s->h_cl.p, 1);
+	const ibp_cuda_codec_t *dc = ibp_cuda_store_codec(s->store);
+	uint64_t ws = 0;
+	IBP_TRY(ibp_encode_workspace_cuda(dc, m, &ws));
+	IBP_TRY(dev_grow(s, &s->d_ws, ws));
+	IBP_TRY(dev_grow(s, &s->d_off, (m + 1) * 8));
+	IBP_TRY(dev_grow(s, &s->d_flags, m));
+	IBP_TRY(dev_grow(s, &s->d_cl, m));
+	IBP_TRY(ibp_encode_batch_cuda(dc, s->d_rows.p, m, s->d_pay.p, cap, s->d_off.p, s->d_flags.p, s->d_cl.p,
+				      s->d_ws.p, s->d_ws.cap, s->stream));
+	IBP_TRY(xcopy(s, s->h_off.p, s->d_off.p, (m + 1) * 8));
+	IBP_TRY(xcopy(s, s->h_flags.p, s->d_flags.p, m));
+	IBP_TRY(xcopy(s, s->h_cl.p, s->d_cl.p, m));
+	return ibp_cuda_sync(s->stream);
+}
+
+ibp_status_t ibp_kv_encode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const void *kv, uint64_t num_blocks,
+				const int64_t *block_ids, uint64_t n, unsigned kind, int64_t *handles,
+				uint64_t *bytes)
+{
+	if (!s || !pool || !handles || !bytes || (n && (!kv || !block_ids)))
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: NULL argument");
+	for (uint64_t b = 0; b < n; b++)
+		handles[b] = -1;
+	if (kind > IBP_KV_RAW)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: unknown kind %u", kind);
+	if (kind == IBP_KV_IBP && !s->store)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: IBP blocks on a stream made without a codec");
+	const uint64_t R = s->R;
+	if (num_blocks > UINT64_MAX / 2 / R || n > UINT64_MAX / 2 / R)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: %llu blocks of %llu-byte rows",
+				(unsigned long long)num_blocks, (unsigned long long)R);
+	for (uint64_t b = 0; b < n; b++)
+		if (block_ids[b] < 0 || (uint64_t)block_ids[b] >= num_blocks)
+			return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: block id %lld not in [0, %llu)",
+					(long long)block_ids[b], (unsigned long long)num_blocks);
+	IBP_TRY(finish(s)); /* the previous call's buffers and pins */
+	if (n == 0)
+		return IBP_OK;
+	const uint64_t m = 2 * n;
+	IBP_TRY(host_grow(&s->h_ids, m * 8));
+	int64_t *ids = s->h_ids.p;
+	for (uint64_t b = 0; b < n; b++)
+		ids[2 * b] = block_ids[b], ids[2 * b + 1] = (int64_t)num_blocks + block_ids[b];
+	IBP_TRY(gather_rows(s, kv, num_blocks, n));
+	if (kind == IBP_KV_IBP)
+		IBP_TRY(encode_rows(s, m));
+	else if (s->on_device)
+		IBP_TRY(ibp_cuda_sync(s->stream)); /* gather errors surface here, before any slot exists */
+	const uint64_t *off = s->h_off.p;
+	const uint8_t *fl = s->h_flags.p, *cl = s->h_cl.p;
+	/* Every slot first: all or nothing. */
+	ibp_status_t st = IBP_OK;
+	uint8_t **slot = calloc(n ? n : 1, sizeof(*slot));
+	if (!slot)
+		return ibp_fail(IBP_ERR_NOMEM, "ibp_kv_encode_cuda: out of memory");
+	for (uint64_t b = 0; b < n && st == IBP_OK; b++) {
+		bytes[b] = kind == IBP_KV_RAW ? 2 * R : IBP_KV_BLOCK_HEADER + off[2 * b + 2] - off[2 * b];
+		void *p = NULL;
+		st = ibp_slab_pool_alloc(pool, bytes[b], &handles[b], &p);
+		if (st == IBP_OK) {
+			slot[b] = p;
+			st = add_pin(s, pool, p);
+		}
+	}
+	/* Headers on the host, payloads copied in stream order. */
+	for (uint64_t b = 0; b < n && st == IBP_OK; b++) {
+		if (kind == IBP_KV_RAW) {
+			st = xcopy(s, slot[b], (uint8_t *)s->d_rows.p + 2 * b * R, 2 * R);
+			continue;
+		}
+		uint8_t *h = slot[b];
+		put_u32(h, off[2 * b + 1] - off[2 * b]);
+		put_u32(h + 4, off[2 * b + 2] - off[2 * b + 1]);
+		h[8] = fl[2 * b], h[9] = fl[2 * b + 1];
+		h[10] = cl[2 * b], h[11] = cl[2 * b + 1];
+		st = xcopy(s, h + IBP_KV_BLOCK_HEADER, (uint8_t *)s->d_pay.p + off[2 * b], off[2 * b + 2] - off[2 * b]);
+	}
+	free(slot);
+	if (st != IBP_OK) {
+		undo_store(s, pool, handles, n);
+		return st;
+	}
+	return IBP_OK;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* Destinations in range and distinct (the decode writes them in parallel). */
+static ibp_status_t check_dst(const int64_t *dst, uint64_t n, uint64_t num_blocks)
+{
+	for (uint64_t k = 0; k < n; k++)
+		if (dst[k] < 0 || (uint64_t)dst[k] >= num_blocks)
+			return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_decode_cuda: destination block %lld not in [0, %llu)",
+					(long long)dst[k], (unsigned long long)num_blocks);
+	int64_t *t = malloc((n ? n : 1) * sizeof(*t));
+	if (!t)
+		return ibp_fail(IBP_ERR_NOMEM, "ibp_kv_decode_cuda: out of memory");
+	memcpy(t, dst, n * sizeof(*t));
+	qsort(t, n, sizeof(*t), cmp_i64);
+	ibp_status_t st = IBP_OK;
+	for (uint64_t k = 1; k < n && st == IBP_OK; k++)
+		if (t[k] == t[k - 1])
+			st = ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_decode_cuda: destination block %lld listed twice",
+				      (long long)t[k]);
+	free(t);
+	return st;
+}
+
+ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pools, const int64_t *handles,
+				const uint8_t *kinds, uint64_t n, void *kv, uint64_t num_blocks,
+				const int64_t *dst_blocks)
+{
+	if (!s || (n && (!pools || !handles || !kv || !dst_blocks)))
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_decode_cuda: NULL argument");
+	const uint64_t R = s->R;
+	if (num_blocks > UINT64_MAX / 2 / R)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_decode_cuda: %llu blocks of %llu-byte rows",
+				(unsigned long long)num_blocks, (unsigned long long)R);
+	for (uint64_t k = 0; k < n; k++) {
+		unsigned kd = kinds ? kinds[k] : IBP_KV_IBP;
+		if (!pools[k] || kd > IBP_KV_RAW || (kd == IBP_KV_IBP && !s->store))
+			return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_decode_cuda: block %llu: %s",
+					(unsigned long long)k,
+					!pools[k] ? "NULL pool" : kd > IBP_KV_RAW ? "unknown kind" : "IBP block, no codec");
+	}
+	IBP_TRY(check_dst(dst_blocks, n, num_blocks));
+	IBP_TRY(finish(s));
+	if (n == 0)
+		return IBP_OK;
+	uint8_t **slot = calloc(n, sizeof(*slot));
+	uint64_t *slen = calloc(n, sizeof(*slen));
+	if (!slot || !slen) {
+		free(slot);
+		free(slen);
+		return ibp_fail(IBP_ERR_NOMEM, "ibp_kv_decode_cuda: out of memory");
+	}
+	/* Pin and check every block on the host before anything is queued. */
+	ibp_status_t st = IBP_OK;
+	uint64_t m = 0; /* IBP rows */
+	for (uint64_t k = 0; k < n && st == IBP_OK; k++) {
+		void *p = NULL;
+		uint64_t len = 0, l[2];
+		uint8_t fl[2], cl[2];
+		st = ibp_slab_pool_pin(pools[k], handles[k], &p, &len);
+		if (st != IBP_OK) {
+			st = ibp_fail(st, "ibp_kv_decode_cuda: block %llu (handle %lld) was evicted or removed",
+				      (unsigned long long)k, (long long)handles[k]);
+			break;
+		}
+		slot[k] = p, slen[k] = len;
+		st = add_pin(s, pools[k], p);
+		if (st != IBP_OK) {
+			(void)ibp_slab_pool_unpin(pools[k], p);
+			break;
+		}
+		if (kinds && kinds[k] == IBP_KV_RAW) {
+			if (len != 2 * R)
+				st = ibp_fail(IBP_ERR_CORRUPT, "ibp_kv_decode_cuda: raw block %llu of %llu bytes, not %llu",
+					      (unsigned long long)k, (unsigned long long)len, (unsigned long long)(2 * R));
+			continue;
+		}
+		st = ibp_kv_block_parse(p, len, l, fl, cl);
+		if (st == IBP_OK && (l[0] > R || l[1] > R))
+			st = ibp_fail(IBP_ERR_CORRUPT, "ibp_kv_decode_cuda: block %llu: rows of %llu and %llu bytes, "
+				      "longer than a raw row (%llu)", (unsigned long long)k, (unsigned long long)l[0],
+				      (unsigned long long)l[1], (unsigned long long)R);
+		else if (st != IBP_OK)
+			st = ibp_fail(st, "ibp_kv_decode_cuda: block %llu (handle %lld) does not parse",
+				      (unsigned long long)k, (long long)handles[k]);
+		m += 2;
+	}
+	if (st == IBP_OK && m) {
+		st = dev_grow(s, &s->d_stage, m * R);
+		if (st == IBP_OK)
+			st = host_grow(&s->h_lens, m * 4);
+		if (st == IBP_OK)
+			st = host_grow(&s->h_meta, m * 4);
+		if (st == IBP_OK)
+			st = host_grow(&s->h_orow, m * 8);
+		if (st == IBP_OK)
+			st = host_grow(&s->h_status, m * 4);
+		if (st == IBP_OK && s->on_device) {
+			kv_buf_t *d[] = { &s->d_lens, &s->d_meta, &s->d_orow, &s->d_status };
+			const uint64_t sz[] = { m * 4, m * 4, m * 8, m * 4 };
+			for (unsigned i = 0; i < 4 && st == IBP_OK; i++)
+				st = dev_grow(s, d[i], sz[i]);
+		}
+	}
+	if (st != IBP_OK) {
+		unpin_all(s);
+		free(slot);
+		free(slen);
+		return st;
+	}
+	/* Queue: payload rows into the stage (row r at r * R), raw rows in place. */
+	uint32_t *lens = s->h_lens.p, *meta = s->h_meta.p;
+	int64_t *orow = s->h_orow.p;
+	uint8_t *out = kv;
+	uint64_t r = 0;
+	for (uint64_t k = 0; k < n && st == IBP_OK; k++) {
+		const uint64_t d = (uint64_t)dst_blocks[k];
+		const uint8_t *h = slot[k];
+		if (kinds && kinds[k] == IBP_KV_RAW) {
+			st = xcopy(s, out + d * R, h, R);
+			if (st == IBP_OK)
+				st = xcopy(s, out + (num_blocks + d) * R, h + R, R);
+			continue;
+		}
+		uint64_t l[2];
+		uint8_t fl[2], cl[2];
+		(void)ibp_kv_block_parse(h, slen[k], l, fl, cl); /* checked above */
+		const uint8_t *pay = h + IBP_KV_BLOCK_HEADER;
+		for (int j = 0; j < 2 && st == IBP_OK; j++, r++) {
+			lens[r] = (uint32_t)l[j];
+			meta[r] = fl[j] | (uint32_t)cl[j] << 8;
+			orow[r] = (int64_t)(j ? num_blocks + d : d);
+			st = xcopy(s, (uint8_t *)s->d_stage.p + r * R, pay, l[j]);
+			pay += l[j];
+		}
+	}
+	free(slot);
+	free(slen);
+	if (st == IBP_OK && m) {
+		const uint32_t *dl = lens, *dm = meta;
+		const int64_t *dor = orow;
+		int32_t *dst_status = s->h_status.p;
+		if (s->on_device) {
+			st = xcopy(s, s->d_lens.p, lens, m * 4);
+			if (st == IBP_OK)
+				st = xcopy(s, s->d_meta.p, meta, m * 4);
+			if (st == IBP_OK)
+				st = xcopy(s, s->d_orow.p, orow, m * 8);
+			dl = s->d_lens.p, dm = s->d_meta.p, dor = s->d_orow.p, dst_status = s->d_status.p;
+		}
+		if (st == IBP_OK)
+			st = ibp_gather_staged_cuda(s->store, s->d_stage.p, R, m, dl, dm, NULL, m, kv, dor, dst_status,
+						    s->stream);
+		if (st == IBP_OK && s->on_device)
+			st = xcopy(s, s->h_status.p, s->d_status.p, m * 4);
+		if (st == IBP_OK)
+			s->nstatus = m;
+	}
+	if (st != IBP_OK) {
+		/* Queued work may still run: finish it before the slots are unpinned. */
+		(void)finish(s);
+		s->nstatus = 0;
+	}
+	return st;
+}

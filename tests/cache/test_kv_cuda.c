@@ -1,0 +1,358 @@
+/* test_kv_cuda.c - KV offload through a device stream (ibp_kv_stream_t,
+ * cache/kv_cuda.c) on a machine without a GPU: the host-fallback stream runs
+ * the same orchestration with the CPU twins. A paged layer cache built from
+ * the committed MiniLM K/V sample (bf16): stored blocks equal the CPU
+ * packer's bytes (ibp_encode_batch + ibp_kv_pack_blocks), loads restore
+ * every bit into other blocks, RAW blocks, pins released at wait, and the
+ * error paths (evicted, corrupt header, corrupt payload reported by wait,
+ * bad or repeated destinations, a full pool: nothing kept). One test needs
+ * a GPU and skips without one. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixtures.h"
+#include "ibp/alloc.h"
+#include "ibp/cache.h"
+#include "ibp/codec.h"
+#include "ibp/cuda.h"
+#include "ibp/npy.h"
+
+#define OK(x) cr_assert_eq((x), IBP_OK, "%s", ibp_last_error())
+
+#define TOK 4        /* tokens per block */
+#define NB 48        /* blocks in the layer cache */
+
+typedef struct layer {
+	uint8_t *kv;   /* [2, NB, R]: K of block d is row d, V row NB + d */
+	uint64_t R;
+	ibp_codec_t *codec;
+} layer_t;
+
+static int have_gpu(void)
+{
+	int n = 0;
+	return ibp_cuda_device_count(&n) == IBP_OK;
+}
+
+#define NEED_NO_GPU()                                                                                  \
+	do {                                                                                           \
+		if (have_gpu())                                                                        \
+			cr_skip_test("a GPU is present: these tests drive the host-fallback stream"); \
+	} while (0)
+
+/* The sample's first 2 * NB * TOK token rows as a layer cache of NB blocks. */
+static layer_t load_layer(void)
+{
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/datasets/sample/minilm_kv_bf16.npy", IBP_SOURCE_DIR);
+	ibp_npy_info_t info;
+	void *data = NULL;
+	OK(ibp_npy_load(path, IBP_NPY_BF16, &info, &data));
+	uint64_t tok_bytes = info.data_bytes / info.shape[0];
+	cr_assert(info.shape[0] >= 2 * NB * TOK);
+	layer_t L = { NULL, TOK * tok_bytes, NULL };
+	L.kv = xcalloc(2 * NB * L.R);
+	memcpy(L.kv, data, 2 * NB * L.R);
+	ibp_npy_free(data);
+	ibp_train_opts_t o;
+	ibp_train_opts_default(&o);
+	o.nthreads = 1;
+	OK(ibp_codec_train(L.kv, 2 * NB, L.R, &o, &L.codec));
+	return L;
+}
+
+static void free_layer(layer_t *L)
+{
+	free(L->kv);
+	ibp_codec_free(L->codec);
+}
+
+static ibp_slab_pool_t *pool_of(uint64_t cap, uint64_t max_block, ibp_cache_policy_t pol)
+{
+	ibp_slab_pool_opts_t o;
+	ibp_slab_pool_opts_default(&o);
+	o.capacity_bytes = cap;
+	o.max_block_bytes = max_block;
+	o.policy = pol;
+	o.flags = IBP_SLAB_POOL_HOST;
+	ibp_slab_pool_t *p = NULL;
+	OK(ibp_slab_pool_create(&o, &p));
+	return p;
+}
+
+static ibp_kv_stream_t *fallback_stream(const ibp_codec_t *c, uint64_t R)
+{
+	ibp_kv_stream_t *s = NULL;
+	ibp_status_t st = ibp_kv_stream_create(c, R, IBP_CUDA_HOST_FALLBACK, NULL, &s);
+	cr_assert(st == IBP_ERR_NO_DEVICE && s && !ibp_kv_stream_on_device(s), "status %d: %s", (int)st,
+		  ibp_last_error());
+	return s;
+}
+
+static uint64_t pinned_blocks(ibp_slab_pool_t *p)
+{
+	ibp_slab_pool_stats_t st;
+	OK(ibp_slab_pool_stats(p, &st, 0));
+	return st.pinned_blocks;
+}
+
+/* What the CPU path stores for `ids`: the rows encoded by ibp_encode_batch
+ * and packed by ibp_kv_pack_blocks; block b at stage + bo[b]. */
+static uint8_t *cpu_blocks(const layer_t *L, const int64_t *ids, uint64_t n, uint64_t *bo)
+{
+	const uint64_t R = L->R;
+	uint8_t *rows = xcalloc(2 * n * R), *pay = xcalloc(2 * n * R), *stage = xcalloc(2 * n * R + 12 * n);
+	uint64_t *off = xcalloc((2 * n + 1) * 8);
+	uint8_t *fl = xcalloc(2 * n), *cl = xcalloc(2 * n);
+	for (uint64_t b = 0; b < n; b++) {
+		memcpy(rows + 2 * b * R, L->kv + (uint64_t)ids[b] * R, R);
+		memcpy(rows + (2 * b + 1) * R, L->kv + (NB + (uint64_t)ids[b]) * R, R);
+	}
+	OK(ibp_encode_batch(L->codec, rows, 2 * n, pay, 2 * n * R, off, fl, cl, 1));
+	OK(ibp_kv_pack_blocks(pay, off, fl, cl, n, stage, 2 * n * R + 12 * n, bo));
+	free(rows), free(pay), free(off), free(fl), free(cl);
+	return stage;
+}
+
+static void assert_block(const layer_t *L, const uint8_t *kv, int64_t dst, int64_t src)
+{
+	const uint64_t R = L->R;
+	cr_assert_eq(memcmp(kv + (uint64_t)dst * R, L->kv + (uint64_t)src * R, R), 0, "K of block %lld", (long long)dst);
+	cr_assert_eq(memcmp(kv + (NB + (uint64_t)dst) * R, L->kv + (NB + (uint64_t)src) * R, R), 0, "V of block %lld",
+		     (long long)dst);
+}
+
+Test(kv_cuda, store_equals_cpu_packer_and_load_round_trips, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	NEED_NO_GPU();
+	layer_t L = load_layer();
+	const uint64_t R = L.R;
+	ibp_slab_pool_t *pool = pool_of(64 * 2 * R, 2 * R + 64, IBP_CACHE_LRU);
+	ibp_kv_stream_t *s = fallback_stream(L.codec, R);
+	const int64_t ids[6] = { 5, 0, 47, 12, 12, 30 };
+	int64_t h[6], hr[2];
+	uint64_t bytes[6], rbytes[2], bo[7];
+	OK(ibp_kv_encode_cuda(s, pool, L.kv, NB, ids, 6, IBP_KV_IBP, h, bytes));
+	cr_assert_eq(pinned_blocks(pool), 6, "slots stay pinned until the copies are done");
+	OK(ibp_kv_stream_wait(s));
+	cr_assert_eq(pinned_blocks(pool), 0);
+	uint8_t *ref = cpu_blocks(&L, ids, 6, bo);
+	uint64_t total = 0;
+	for (int b = 0; b < 6; b++) {
+		uint8_t got[2 * 4096 + 64];
+		uint64_t len = 0;
+		cr_assert(bytes[b] <= sizeof got);
+		OK(ibp_slab_pool_get(pool, h[b], got, sizeof got, &len));
+		cr_assert_eq(len, bytes[b]);
+		cr_assert_eq(len, bo[b + 1] - bo[b], "block %d: %llu bytes, the CPU packer %llu", b,
+			     (unsigned long long)len, (unsigned long long)(bo[b + 1] - bo[b]));
+		cr_assert_eq(memcmp(got, ref + bo[b], len), 0, "block %d differs from the CPU packer's", b);
+		total += len;
+	}
+	cr_assert_lt(total, 6 * 2 * R, "the sample K/V compresses");
+	free(ref);
+	/* RAW blocks: K row then V row. */
+	const int64_t rid[2] = { 7, 46 };
+	OK(ibp_kv_encode_cuda(s, pool, L.kv, NB, rid, 2, IBP_KV_RAW, hr, rbytes));
+	cr_assert(rbytes[0] == 2 * R && rbytes[1] == 2 * R);
+	/* Load everything into other blocks of a fresh cache. */
+	uint8_t *kv = xcalloc(2 * NB * R);
+	ibp_slab_pool_t *pools[8];
+	int64_t hall[8] = { h[0], h[1], h[2], h[3], h[4], h[5], hr[0], hr[1] };
+	const uint8_t kinds[8] = { 0, 0, 0, 0, 0, 0, IBP_KV_RAW, IBP_KV_RAW };
+	const int64_t dst[8] = { 40, 1, 2, 3, 0, 17, 9, 47 };
+	const int64_t src[8] = { 5, 0, 47, 12, 12, 30, 7, 46 };
+	for (int k = 0; k < 8; k++)
+		pools[k] = pool;
+	OK(ibp_kv_decode_cuda(s, pools, hall, kinds, 8, kv, NB, dst));
+	cr_assert_eq(pinned_blocks(pool), 8);
+	OK(ibp_kv_stream_wait(s));
+	cr_assert_eq(pinned_blocks(pool), 0);
+	for (int k = 0; k < 8; k++)
+		assert_block(&L, kv, dst[k], src[k]);
+	for (uint64_t d = 0; d < NB; d++) { /* untouched blocks stay zero */
+		int listed = 0;
+		for (int k = 0; k < 8; k++)
+			listed |= dst[k] == (int64_t)d;
+		for (uint64_t j = 0; !listed && j < R; j++)
+			cr_assert(kv[d * R + j] == 0 && kv[(NB + d) * R + j] == 0, "block %llu written", (unsigned long long)d);
+	}
+	/* kinds NULL: all IBP. */
+	memset(kv, 0, 2 * NB * R);
+	OK(ibp_kv_decode_cuda(s, pools, h, NULL, 6, kv, NB, dst));
+	OK(ibp_kv_stream_wait(s));
+	for (int k = 0; k < 6; k++)
+		assert_block(&L, kv, dst[k], src[k]);
+	free(kv);
+	ibp_kv_stream_free(s);
+	ibp_slab_pool_free(pool);
+	free_layer(&L);
+}
+
+Test(kv_cuda, errors_leave_the_cache_untouched, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	NEED_NO_GPU();
+	layer_t L = load_layer();
+	const uint64_t R = L.R;
+	ibp_slab_pool_t *pool = pool_of(64 * 2 * R, 2 * R + 64, IBP_CACHE_LRU);
+	ibp_kv_stream_t *s = fallback_stream(L.codec, R);
+	const int64_t ids[4] = { 1, 2, 3, 4 };
+	int64_t h[4];
+	uint64_t bytes[4];
+	OK(ibp_kv_encode_cuda(s, pool, L.kv, NB, ids, 4, IBP_KV_IBP, h, bytes));
+	OK(ibp_kv_stream_wait(s));
+	ibp_slab_pool_t *pools[4] = { pool, pool, pool, pool };
+	uint8_t *kv = xcalloc(2 * NB * R), *zero = xcalloc(2 * NB * R);
+	int64_t dst[4] = { 10, 11, 12, 13 };
+
+	/* Arguments. */
+	const int64_t bad_id[1] = { NB };
+	int64_t h1[1] = { 99 };
+	uint64_t b1[1];
+	cr_assert_eq(ibp_kv_encode_cuda(s, pool, L.kv, NB, bad_id, 1, IBP_KV_IBP, h1, b1), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(h1[0], -1);
+	cr_assert_eq(ibp_kv_encode_cuda(s, pool, L.kv, NB, ids, 1, 7, h1, b1), IBP_ERR_INVALID_ARG);
+	int64_t rep[4] = { 10, 11, 10, 13 }, neg[4] = { 10, -1, 12, 13 };
+	cr_assert_eq(ibp_kv_decode_cuda(s, pools, h, NULL, 4, kv, NB, rep), IBP_ERR_INVALID_ARG);
+	cr_assert(strstr(ibp_last_error(), "twice"), "%s", ibp_last_error());
+	cr_assert_eq(ibp_kv_decode_cuda(s, pools, h, NULL, 4, kv, NB, neg), IBP_ERR_INVALID_ARG);
+	ibp_kv_stream_t *raw_only = fallback_stream(NULL, R);
+	cr_assert_eq(ibp_kv_encode_cuda(raw_only, pool, L.kv, NB, ids, 1, IBP_KV_IBP, h1, b1), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_kv_decode_cuda(raw_only, pools, h, NULL, 1, kv, NB, dst), IBP_ERR_INVALID_ARG);
+	ibp_kv_stream_free(raw_only);
+	ibp_kv_stream_t *other = NULL;
+	cr_assert_eq(ibp_kv_stream_create(L.codec, R + 2, IBP_CUDA_HOST_FALLBACK, NULL, &other), IBP_ERR_INVALID_ARG);
+	cr_assert_null(other);
+
+	/* An evicted (removed) block: nothing written, nothing left pinned. */
+	OK(ibp_slab_pool_remove(pool, h[2]));
+	cr_assert_eq(ibp_kv_decode_cuda(s, pools, h, NULL, 4, kv, NB, dst), IBP_ERR_OUT_OF_RANGE);
+	cr_assert_eq(pinned_blocks(pool), 0);
+	cr_assert_eq(memcmp(kv, zero, 2 * NB * R), 0);
+	OK(ibp_kv_encode_cuda(s, pool, L.kv, NB, ids + 2, 1, IBP_KV_IBP, &h[2], &bytes[2]));
+	OK(ibp_kv_stream_wait(s));
+
+	/* A header whose lengths do not add up: CORRUPT before anything runs. */
+	void *p = NULL;
+	uint64_t len = 0;
+	OK(ibp_slab_pool_pin(pool, h[1], &p, &len));
+	uint8_t *hd = p, save0 = hd[0];
+	hd[0] ^= 1;
+	OK(ibp_slab_pool_unpin(pool, p));
+	cr_assert_eq(ibp_kv_decode_cuda(s, pools, h, NULL, 4, kv, NB, dst), IBP_ERR_CORRUPT);
+	cr_assert_eq(memcmp(kv, zero, 2 * NB * R), 0);
+	cr_assert_eq(pinned_blocks(pool), 0);
+	hd[0] = save0;
+	/* A header naming a row longer than a raw row (its slot in the stage). */
+	{
+		uint8_t *big = xcalloc(IBP_KV_BLOCK_HEADER + R + 1);
+		big[0] = (uint8_t)(R + 1), big[1] = (uint8_t)((R + 1) >> 8), big[2] = (uint8_t)((R + 1) >> 16);
+		int64_t hb[1];
+		OK(ibp_slab_pool_put(pool, big, IBP_KV_BLOCK_HEADER + R + 1, hb));
+		cr_assert_eq(ibp_kv_decode_cuda(s, pools, hb, NULL, 1, kv, NB, dst), IBP_ERR_CORRUPT);
+		cr_assert(strstr(ibp_last_error(), "longer than a raw row"), "%s", ibp_last_error());
+		cr_assert_eq(memcmp(kv, zero, 2 * NB * R), 0);
+		OK(ibp_slab_pool_remove(pool, hb[0]));
+		free(big);
+	}
+	/* A RAW load of an IBP block: wrong length. */
+	const uint8_t kinds[4] = { 0, IBP_KV_RAW, 0, 0 };
+	cr_assert_eq(ibp_kv_decode_cuda(s, pools, h, kinds, 4, kv, NB, dst), IBP_ERR_CORRUPT);
+	cr_assert_eq(memcmp(kv, zero, 2 * NB * R), 0);
+
+	/* A bad mode byte parses but does not decode: that row is zero, the
+	 * others restored, and wait reports it once. */
+	uint8_t save8 = hd[8];
+	hd[8] = 0x7F;
+	OK(ibp_kv_decode_cuda(s, pools, h, NULL, 4, kv, NB, dst));
+	ibp_status_t st = ibp_kv_stream_wait(s);
+	cr_assert_eq(st, IBP_ERR_CORRUPT, "wait: %d", (int)st);
+	cr_assert(strstr(ibp_last_error(), "1 K/V rows"), "%s", ibp_last_error());
+	OK(ibp_kv_stream_wait(s)); /* reported once */
+	for (uint64_t j = 0; j < R; j++)
+		cr_assert_eq(kv[11 * R + j], 0, "the corrupt K row is zero-filled");
+	cr_assert_eq(memcmp(kv + (NB + 11) * R, L.kv + (NB + 2) * R, R), 0, "its V row decodes");
+	for (int k = 0; k < 4; k++)
+		if (k != 1)
+			assert_block(&L, kv, dst[k], ids[k]);
+	hd[8] = save8;
+	cr_assert_eq(pinned_blocks(pool), 0);
+
+	free(kv), free(zero);
+	ibp_kv_stream_free(s);
+	ibp_slab_pool_free(pool);
+	free_layer(&L);
+}
+
+Test(kv_cuda, full_pool_keeps_nothing, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	NEED_NO_GPU();
+	layer_t L = load_layer();
+	const uint64_t R = L.R;
+	/* A static pool with room for about two raw blocks: five do not fit. */
+	ibp_slab_pool_t *pool = pool_of(5 * R, 2 * R, IBP_CACHE_STATIC);
+	ibp_kv_stream_t *s = fallback_stream(L.codec, R);
+	const int64_t ids[5] = { 0, 1, 2, 3, 4 };
+	int64_t h[5];
+	uint64_t bytes[5];
+	cr_assert_eq(ibp_kv_encode_cuda(s, pool, L.kv, NB, ids, 5, IBP_KV_RAW, h, bytes), IBP_ERR_NOMEM);
+	for (int b = 0; b < 5; b++)
+		cr_assert_eq(h[b], -1);
+	ibp_slab_pool_stats_t st;
+	OK(ibp_slab_pool_stats(pool, &st, 0));
+	cr_assert_eq(st.blocks, 0, "all or nothing: %llu blocks kept", (unsigned long long)st.blocks);
+	cr_assert_eq(st.pinned_blocks, 0);
+	OK(ibp_kv_stream_wait(s));
+	ibp_kv_stream_free(s);
+	ibp_slab_pool_free(pool);
+	free_layer(&L);
+}
+
+Test(kv_cuda, gpu_round_trip, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	if (!have_gpu())
+		cr_skip_test("no CUDA device: the device KV stream is tested through its host fallback only");
+	layer_t L = load_layer();
+	const uint64_t R = L.R;
+	ibp_slab_pool_opts_t o;
+	ibp_slab_pool_opts_default(&o);
+	o.capacity_bytes = 64 * 2 * R;
+	o.max_block_bytes = 2 * R + 64;
+	ibp_slab_pool_t *pool = NULL;
+	OK(ibp_slab_pool_create(&o, &pool)); /* pinned */
+	ibp_kv_stream_t *s = NULL;
+	OK(ibp_kv_stream_create(L.codec, R, 0, NULL, &s));
+	cr_assert(ibp_kv_stream_on_device(s));
+	void *dkv = NULL, *dout = NULL;
+	OK(ibp_cuda_malloc(2 * NB * R, &dkv));
+	OK(ibp_cuda_malloc(2 * NB * R, &dout));
+	OK(ibp_cuda_memcpy(dkv, L.kv, 2 * NB * R, NULL));
+	OK(ibp_cuda_memset(dout, 0, 2 * NB * R, NULL));
+	const int64_t ids[5] = { 5, 0, 47, 12, 30 }, dst[5] = { 1, 2, 3, 4, 5 };
+	int64_t h[5];
+	uint64_t bytes[5], bo[6];
+	OK(ibp_kv_encode_cuda(s, pool, dkv, NB, ids, 5, IBP_KV_IBP, h, bytes));
+	OK(ibp_kv_stream_wait(s));
+	uint8_t *ref = cpu_blocks(&L, ids, 5, bo);
+	for (int b = 0; b < 5; b++) {
+		uint8_t got[2 * 4096 + 64];
+		uint64_t len = 0;
+		OK(ibp_slab_pool_get(pool, h[b], got, sizeof got, &len));
+		cr_assert(len == bo[b + 1] - bo[b] && !memcmp(got, ref + bo[b], len), "block %d: GPU != CPU bytes", b);
+	}
+	ibp_slab_pool_t *pools[5] = { pool, pool, pool, pool, pool };
+	OK(ibp_kv_decode_cuda(s, pools, h, NULL, 5, dout, NB, dst));
+	OK(ibp_kv_stream_wait(s));
+	uint8_t *kv = xcalloc(2 * NB * R);
+	OK(ibp_cuda_memcpy(kv, dout, 2 * NB * R, NULL));
+	OK(ibp_cuda_sync(NULL));
+	for (int k = 0; k < 5; k++)
+		assert_block(&L, kv, dst[k], ids[k]);
+	free(kv), free(ref);
+	ibp_cuda_free(dkv), ibp_cuda_free(dout);
+	ibp_kv_stream_free(s);
+	ibp_slab_pool_free(pool);
+	free_layer(&L);
+}
