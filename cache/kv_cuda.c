@@ -15,6 +15,7 @@
 #include "ibp/cache.h"
 #include "ibp/codec.h"
 #include "ibp/cuda.h"
+#include "ibp/exp.h"
 #include "util/error.h"
 
 /* A buffer grown by doubling, on the device (or host for the fallback) or
@@ -33,15 +34,22 @@ struct ibp_kv_stream {
 	int on_device;
 	void *stream;
 	uint64_t R;
+	ibp_dtype_t dt;          /* element type (EXP blocks) */
+	uint64_t chunk;          /* EXP: elements per block (2 rows); 0: no EXP blocks */
+	uint64_t estride;        /* EXP: a block's room in a stage (bound, 128-aligned) */
 	ibp_cuda_store_t *store; /* zero rows: the codec for the staged decode (NULL: RAW only) */
 	/* device (host for the fallback) */
 	kv_buf_t d_ids, d_rows, d_pay, d_off, d_flags, d_cl, d_ws, d_stage, d_lens, d_meta, d_orow, d_status;
+	kv_buf_t d_eoff, d_esz, d_eorow, d_estat;
 	/* pinned host */
 	kv_buf_t h_ids, h_off, h_flags, h_cl, h_lens, h_meta, h_orow, h_status;
+	kv_buf_t h_eoff, h_esz, h_eorow, h_estat;
 	/* the call in flight */
 	kv_pin_t *pins;
 	uint64_t npins, pins_cap;
 	uint64_t nstatus; /* rows of the last load whose status comes back in h_status */
+	uint64_t nexp;    /* EXP rows of the last load (h_eorow), one status in h_estat */
+	uint8_t *exp_kv;  /* their cache */
 	uint64_t failed;  /* rows that failed to decode since the last wait */
 };
 
@@ -128,7 +136,22 @@ static ibp_status_t finish(ibp_kv_stream_t *s)
 		for (uint64_t i = 0; i < s->nstatus; i++)
 			s->failed += stat[i] != IBP_OK;
 	}
-	s->nstatus = 0;
+	if (st == IBP_OK && s->nexp && *(const int32_t *)s->h_estat.p != IBP_OK) {
+		/* One status for the call's EXP blocks: all their rows are zeroed
+		 * (a failed block's output is unspecified). */
+		const int64_t *orow = s->h_eorow.p;
+		for (uint64_t i = 0; i < s->nexp && st == IBP_OK; i++) {
+			uint8_t *row = s->exp_kv + (uint64_t)orow[i] * s->R;
+			if (s->on_device)
+				st = ibp_cuda_memset(row, 0, s->R, s->stream);
+			else
+				memset(row, 0, s->R);
+		}
+		if (st == IBP_OK && s->on_device)
+			st = ibp_cuda_sync(s->stream);
+		s->failed += s->nexp;
+	}
+	s->nstatus = 0, s->nexp = 0;
 	return st;
 }
 
@@ -138,9 +161,10 @@ void ibp_kv_stream_free(ibp_kv_stream_t *s)
 		return;
 	(void)finish(s);
 	kv_buf_t *dev[] = { &s->d_ids, &s->d_rows, &s->d_pay, &s->d_off, &s->d_flags, &s->d_cl, &s->d_ws,
-			    &s->d_stage, &s->d_lens, &s->d_meta, &s->d_orow, &s->d_status };
+			    &s->d_stage, &s->d_lens, &s->d_meta, &s->d_orow, &s->d_status, &s->d_eoff,
+			    &s->d_esz, &s->d_eorow, &s->d_estat };
 	kv_buf_t *host[] = { &s->h_ids, &s->h_off, &s->h_flags, &s->h_cl, &s->h_lens, &s->h_meta, &s->h_orow,
-			     &s->h_status };
+			     &s->h_status, &s->h_eoff, &s->h_esz, &s->h_eorow, &s->h_estat };
 	for (unsigned i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) {
 		if (s->on_device)
 			ibp_cuda_free(dev[i]->p);
@@ -154,8 +178,8 @@ void ibp_kv_stream_free(ibp_kv_stream_t *s)
 	free(s);
 }
 
-ibp_status_t ibp_kv_stream_create(const ibp_codec_t *codec, uint64_t row_bytes, unsigned flags, void *stream,
-				  ibp_kv_stream_t **out)
+ibp_status_t ibp_kv_stream_create(const ibp_codec_t *codec, uint64_t row_bytes, ibp_dtype_t dtype, unsigned flags,
+				  void *stream, ibp_kv_stream_t **out)
 {
 	if (!out)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_create: NULL out");
@@ -178,6 +202,14 @@ ibp_status_t ibp_kv_stream_create(const ibp_codec_t *codec, uint64_t row_bytes, 
 	s->on_device = dev == IBP_OK;
 	s->stream = stream;
 	s->R = row_bytes;
+	s->dt = dtype;
+	const uint64_t esize = ibp_dtype_size(dtype);
+	uint64_t bound = 0;
+	if ((dtype == IBP_DTYPE_BF16 || dtype == IBP_DTYPE_F16 || dtype == IBP_DTYPE_F32) && row_bytes % esize == 0 &&
+	    ibp_exp_encode_bound(dtype, 2 * row_bytes / esize, &bound) == IBP_OK) {
+		s->chunk = 2 * row_bytes / esize;
+		s->estride = (bound + IBP_EXP_ALIGN - 1) / IBP_EXP_ALIGN * IBP_EXP_ALIGN;
+	}
 	if (codec) {
 		/* A store of zero rows: the device codec (encode) and the staged decode. */
 		static const uint64_t zero = 0;
@@ -277,6 +309,43 @@ static ibp_status_t encode_rows(ibp_kv_stream_t *s, uint64_t m)
 	return ibp_cuda_sync(s->stream);
 }
 
+/* EXP: encodes the n blocks of d_rows (2 rows each, one exponent block per
+ * block) into d_pay: block b at h_eoff[b], h_esz[b] bytes (one sync on a
+ * GPU). Bytes equal ibp_exp_encode's of the block's elements. */
+static ibp_status_t encode_exp(ibp_kv_stream_t *s, uint64_t n)
+{
+	ibp_exp_opts_t o;
+	ibp_exp_opts_default(&o);
+	o.nthreads = 1;
+	IBP_TRY(dev_grow(s, &s->d_pay, n * s->estride));
+	IBP_TRY(host_grow(&s->h_eoff, (n + 1) * 8));
+	IBP_TRY(host_grow(&s->h_esz, n * 8));
+	uint64_t *eoff = s->h_eoff.p, *esz = s->h_esz.p;
+	if (!s->on_device) {
+		IBP_TRY(ibp_exp_encode_batch(s->d_rows.p, s->dt, n * s->chunk, s->chunk, &o, s->d_pay.p, n * s->estride,
+					     eoff));
+		for (uint64_t b = 0; b < n; b++)
+			esz[b] = eoff[b + 1] - eoff[b];
+		return IBP_OK;
+	}
+	uint64_t ws = 0;
+	IBP_TRY(ibp_exp_cuda_encode_workspace(s->dt, n * s->chunk, s->chunk, &ws));
+	IBP_TRY(dev_grow(s, &s->d_ws, ws));
+	IBP_TRY(dev_grow(s, &s->d_esz, n * 8));
+	IBP_TRY(ibp_exp_encode_cuda(s->d_rows.p, s->dt, n * s->chunk, s->chunk, &o, s->d_pay.p, s->estride, s->d_esz.p,
+				    s->d_ws.p, s->d_ws.cap, s->stream));
+	IBP_TRY(xcopy(s, esz, s->d_esz.p, n * 8));
+	for (uint64_t b = 0; b < n; b++)
+		eoff[b] = b * s->estride;
+	IBP_TRY(ibp_cuda_sync(s->stream));
+	for (uint64_t b = 0; b < n; b++)
+		if (esz[b] > s->estride)
+			return ibp_fail(IBP_ERR_INTERNAL, "ibp_kv_encode_cuda: exponent block %llu of %llu bytes, over "
+					"its %llu-byte room", (unsigned long long)b, (unsigned long long)esz[b],
+					(unsigned long long)s->estride);
+	return IBP_OK;
+}
+
 ibp_status_t ibp_kv_encode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const void *kv, uint64_t num_blocks,
 				const int64_t *block_ids, uint64_t n, unsigned kind, int64_t *handles,
 				uint64_t *bytes)
@@ -285,10 +354,12 @@ ibp_status_t ibp_kv_encode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: NULL argument");
 	for (uint64_t b = 0; b < n; b++)
 		handles[b] = -1;
-	if (kind > IBP_KV_RAW)
+	if (kind > IBP_KV_EXP)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: unknown kind %u", kind);
 	if (kind == IBP_KV_IBP && !s->store)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: IBP blocks on a stream made without a codec");
+	if (kind == IBP_KV_EXP && !s->chunk)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: exponent blocks need a bf16, f16 or f32 stream");
 	const uint64_t R = s->R;
 	if (num_blocks > UINT64_MAX / 2 / R || n > UINT64_MAX / 2 / R)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: %llu blocks of %llu-byte rows",
@@ -308,9 +379,11 @@ ibp_status_t ibp_kv_encode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 	IBP_TRY(gather_rows(s, kv, num_blocks, n));
 	if (kind == IBP_KV_IBP)
 		IBP_TRY(encode_rows(s, m));
+	else if (kind == IBP_KV_EXP)
+		IBP_TRY(encode_exp(s, n));
 	else if (s->on_device)
 		IBP_TRY(ibp_cuda_sync(s->stream)); /* gather errors surface here, before any slot exists */
-	const uint64_t *off = s->h_off.p;
+	const uint64_t *off = s->h_off.p, *eoff = s->h_eoff.p, *esz = s->h_esz.p;
 	const uint8_t *fl = s->h_flags.p, *cl = s->h_cl.p;
 	/* Every slot first: all or nothing. */
 	ibp_status_t st = IBP_OK;
@@ -318,7 +391,9 @@ ibp_status_t ibp_kv_encode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 	if (!slot)
 		return ibp_fail(IBP_ERR_NOMEM, "ibp_kv_encode_cuda: out of memory");
 	for (uint64_t b = 0; b < n && st == IBP_OK; b++) {
-		bytes[b] = kind == IBP_KV_RAW ? 2 * R : IBP_KV_BLOCK_HEADER + off[2 * b + 2] - off[2 * b];
+		bytes[b] = kind == IBP_KV_RAW ? 2 * R
+			   : kind == IBP_KV_EXP ? esz[b]
+						: IBP_KV_BLOCK_HEADER + off[2 * b + 2] - off[2 * b];
 		void *p = NULL;
 		st = ibp_slab_pool_alloc(pool, bytes[b], &handles[b], &p);
 		if (st == IBP_OK) {
@@ -330,6 +405,10 @@ ibp_status_t ibp_kv_encode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 	for (uint64_t b = 0; b < n && st == IBP_OK; b++) {
 		if (kind == IBP_KV_RAW) {
 			st = xcopy(s, slot[b], (uint8_t *)s->d_rows.p + 2 * b * R, 2 * R);
+			continue;
+		}
+		if (kind == IBP_KV_EXP) {
+			st = xcopy(s, slot[b], (uint8_t *)s->d_pay.p + eoff[b], esz[b]);
 			continue;
 		}
 		uint8_t *h = slot[b];
@@ -344,6 +423,42 @@ ibp_status_t ibp_kv_encode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 		undo_store(s, pool, handles, n);
 		return st;
 	}
+	return IBP_OK;
+}
+
+/* EXP: the e staged blocks (d_pay + h_eoff[k], h_esz[k] bytes) decoded into
+ * d_rows and scattered to the cache rows h_eorow; one status (h_estat),
+ * read by finish(), which zeroes those rows if it is not OK. */
+static ibp_status_t decode_exp(ibp_kv_stream_t *s, uint64_t e, uint8_t *kv)
+{
+	const uint64_t R = s->R;
+	int32_t *estat = s->h_estat.p;
+	const int64_t *eorow = s->h_eorow.p;
+	int64_t *ids = s->h_ids.p;
+	if (!s->on_device) {
+		*estat = IBP_OK;
+		const uint64_t *eoff = s->h_eoff.p, *esz = s->h_esz.p;
+		for (uint64_t k = 0; k < e; k++) {
+			ibp_status_t r = ibp_exp_decode((uint8_t *)s->d_pay.p + eoff[k], esz[k], s->dt, s->chunk,
+							(uint8_t *)s->d_rows.p + 2 * k * R, 1);
+			if (r != IBP_OK)
+				*estat = r;
+		}
+		for (uint64_t r = 0; r < 2 * e; r++)
+			memcpy(kv + (uint64_t)eorow[r] * R, (uint8_t *)s->d_rows.p + r * R, R);
+	} else {
+		for (uint64_t r = 0; r < 2 * e; r++)
+			ids[r] = (int64_t)r;
+		IBP_TRY(xcopy(s, s->d_eoff.p, s->h_eoff.p, e * 8));
+		IBP_TRY(xcopy(s, s->d_esz.p, s->h_esz.p, e * 8));
+		IBP_TRY(xcopy(s, s->d_eorow.p, eorow, 2 * e * 8));
+		IBP_TRY(xcopy(s, s->d_ids.p, ids, 2 * e * 8));
+		IBP_TRY(ibp_exp_decode_cuda(s->d_pay.p, e * s->estride, s->d_eoff.p, s->d_esz.p, s->dt, e * s->chunk,
+					    s->chunk, s->d_rows.p, s->d_estat.p, s->stream));
+		IBP_TRY(ibp_gather_plain_cuda(s->d_rows.p, 2 * e, R, s->d_ids.p, 2 * e, kv, s->d_eorow.p, NULL, s->stream));
+		IBP_TRY(xcopy(s, estat, s->d_estat.p, 4));
+	}
+	s->nexp = 2 * e, s->exp_kv = kv;
 	return IBP_OK;
 }
 
@@ -386,10 +501,13 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 				(unsigned long long)num_blocks, (unsigned long long)R);
 	for (uint64_t k = 0; k < n; k++) {
 		unsigned kd = kinds ? kinds[k] : IBP_KV_IBP;
-		if (!pools[k] || kd > IBP_KV_RAW || (kd == IBP_KV_IBP && !s->store))
+		if (!pools[k] || kd > IBP_KV_EXP || (kd == IBP_KV_IBP && !s->store) || (kd == IBP_KV_EXP && !s->chunk))
 			return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_decode_cuda: block %llu: %s",
 					(unsigned long long)k,
-					!pools[k] ? "NULL pool" : kd > IBP_KV_RAW ? "unknown kind" : "IBP block, no codec");
+					!pools[k]	    ? "NULL pool"
+					: kd > IBP_KV_EXP   ? "unknown kind"
+					: kd == IBP_KV_EXP ? "exponent block on a stream of another element type"
+							    : "IBP block, no codec");
 	}
 	IBP_TRY(check_dst(dst_blocks, n, num_blocks));
 	IBP_TRY(finish(s));
@@ -404,7 +522,7 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 	}
 	/* Pin and check every block on the host before anything is queued. */
 	ibp_status_t st = IBP_OK;
-	uint64_t m = 0; /* IBP rows */
+	uint64_t m = 0, e = 0; /* IBP rows, EXP blocks */
 	for (uint64_t k = 0; k < n && st == IBP_OK; k++) {
 		void *p = NULL;
 		uint64_t len = 0, l[2];
@@ -425,6 +543,21 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 			if (len != 2 * R)
 				st = ibp_fail(IBP_ERR_CORRUPT, "ibp_kv_decode_cuda: raw block %llu of %llu bytes, not %llu",
 					      (unsigned long long)k, (unsigned long long)len, (unsigned long long)(2 * R));
+			continue;
+		}
+		if (kinds && kinds[k] == IBP_KV_EXP) {
+			ibp_exp_info_t info;
+			st = ibp_exp_block_info(p, len, &info);
+			if (st != IBP_OK)
+				st = ibp_fail(IBP_ERR_CORRUPT, "ibp_kv_decode_cuda: block %llu (handle %lld): not an exponent "
+					      "block", (unsigned long long)k, (long long)handles[k]);
+			else if (info.dtype != s->dt || info.n != s->chunk || info.block_bytes != len || len > s->estride)
+				st = ibp_fail(IBP_ERR_CORRUPT, "ibp_kv_decode_cuda: block %llu: an exponent block of %llu "
+					      "elements in %llu of %llu bytes, expected %llu elements",
+					      (unsigned long long)k, (unsigned long long)info.n,
+					      (unsigned long long)info.block_bytes, (unsigned long long)len,
+					      (unsigned long long)s->chunk);
+			e++;
 			continue;
 		}
 		st = ibp_kv_block_parse(p, len, l, fl, cl);
@@ -454,6 +587,20 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 				st = dev_grow(s, d[i], sz[i]);
 		}
 	}
+	if (st == IBP_OK && e) {
+		st = dev_grow(s, &s->d_pay, e * s->estride); /* the EXP stage */
+		if (st == IBP_OK)
+			st = dev_grow(s, &s->d_rows, 2 * e * R); /* their decoded rows */
+		kv_buf_t *h[] = { &s->h_eoff, &s->h_esz, &s->h_eorow, &s->h_ids, &s->h_estat };
+		const uint64_t sz[] = { e * 8, e * 8, 2 * e * 8, 2 * e * 8, 4 };
+		for (unsigned i = 0; i < 5 && st == IBP_OK; i++)
+			st = host_grow(h[i], sz[i]);
+		if (s->on_device) {
+			kv_buf_t *d[] = { &s->d_eoff, &s->d_esz, &s->d_eorow, &s->d_ids, &s->d_estat };
+			for (unsigned i = 0; i < 5 && st == IBP_OK; i++)
+				st = dev_grow(s, d[i], sz[i]);
+		}
+	}
 	if (st != IBP_OK) {
 		unpin_all(s);
 		free(slot);
@@ -463,8 +610,10 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 	/* Queue: payload rows into the stage (row r at r * R), raw rows in place. */
 	uint32_t *lens = s->h_lens.p, *meta = s->h_meta.p;
 	int64_t *orow = s->h_orow.p;
+	uint64_t *eoff = s->h_eoff.p, *esz = s->h_esz.p;
+	int64_t *eorow = s->h_eorow.p;
 	uint8_t *out = kv;
-	uint64_t r = 0;
+	uint64_t r = 0, x = 0;
 	for (uint64_t k = 0; k < n && st == IBP_OK; k++) {
 		const uint64_t d = (uint64_t)dst_blocks[k];
 		const uint8_t *h = slot[k];
@@ -472,6 +621,13 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 			st = xcopy(s, out + d * R, h, R);
 			if (st == IBP_OK)
 				st = xcopy(s, out + (num_blocks + d) * R, h + R, R);
+			continue;
+		}
+		if (kinds && kinds[k] == IBP_KV_EXP) {
+			eoff[x] = x * s->estride, esz[x] = slen[k];
+			eorow[2 * x] = (int64_t)d, eorow[2 * x + 1] = (int64_t)(num_blocks + d);
+			st = xcopy(s, (uint8_t *)s->d_pay.p + eoff[x], h, slen[k]);
+			x++;
 			continue;
 		}
 		uint64_t l[2];
@@ -508,6 +664,8 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 		if (st == IBP_OK)
 			s->nstatus = m;
 	}
+	if (st == IBP_OK && e)
+		st = decode_exp(s, e, kv);
 	if (st != IBP_OK) {
 		/* Queued work may still run: finish it before the slots are unpinned. */
 		(void)finish(s);

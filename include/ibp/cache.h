@@ -484,17 +484,20 @@ typedef struct ibp_kv_stream ibp_kv_stream_t;
 /* Block kinds of ibp_kv_encode_cuda / ibp_kv_decode_cuda. */
 #define IBP_KV_IBP 0u /* the layer's IBP codec, KV block format */
 #define IBP_KV_RAW 1u /* uncompressed: K row then V row */
+#define IBP_KV_EXP 2u /* one exponent-codec block (ibp/exp.h) of the K then V elements, default options */
 
-/* Creates a layer's stream state for rows of row_bytes bytes. `codec`
- * (copied; NULL: RAW blocks only) must have row_bytes bytes per row.
+/* Creates a layer's stream state for rows of row_bytes bytes of `dtype`
+ * elements. `codec` (copied; NULL: no IBP blocks) must have row_bytes bytes
+ * per row; EXP blocks need dtype IBP_DTYPE_BF16, F16 or F32 (another dtype:
+ * RAW and IBP blocks only).
  * `stream` is a cudaStream_t (NULL: the default stream), unused on the host.
  * flags: 0 or IBP_CUDA_HOST_FALLBACK (ibp/alloc.h). Without a usable GPU:
  * IBP_ERR_NO_DEVICE and *out = NULL, unless IBP_CUDA_HOST_FALLBACK: then
  * *out is valid (host memory, CPU codecs) and the call still returns
  * IBP_ERR_NO_DEVICE with a detail saying so. Errors: IBP_ERR_INVALID_ARG,
  * IBP_ERR_NOMEM, IBP_ERR_CUDA, IBP_ERR_NO_DEVICE. */
-ibp_status_t ibp_kv_stream_create(const ibp_codec_t *codec, uint64_t row_bytes, unsigned flags, void *stream,
-				  ibp_kv_stream_t **out);
+ibp_status_t ibp_kv_stream_create(const ibp_codec_t *codec, uint64_t row_bytes, ibp_dtype_t dtype, unsigned flags,
+				  void *stream, ibp_kv_stream_t **out);
 
 /* Finishes the stream's work and frees it; NULL is a no-op. */
 void ibp_kv_stream_free(ibp_kv_stream_t *s);
@@ -505,7 +508,7 @@ int ibp_kv_stream_on_device(const ibp_kv_stream_t *s);
 /* Stores blocks block_ids[0..n) (host array, each in [0, num_blocks)) of
  * the layer cache `kv` (2 * num_blocks rows; device memory, host memory for
  * the host fallback) into new blocks of `pool` as `kind` (IBP_KV_IBP needs
- * the codec): handles[b] and bytes[b] (host arrays, n entries) get each
+ * the codec, IBP_KV_EXP a float dtype): handles[b] and bytes[b] (host arrays, n entries) get each
  * block's pool handle and stored length. Encodes on the device (gathering
  * the K and V rows into a device buffer first), synchronises once to learn
  * the sizes, allocates every slot (the pool may evict), writes the headers
@@ -525,12 +528,14 @@ ibp_status_t ibp_kv_encode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
  * num_blocks)); all arrays are host arrays. Every slot is pinned and its
  * header checked on the host before anything is queued: IBP_ERR_OUT_OF_RANGE
  * (a handle evicted or removed), IBP_ERR_CORRUPT (a header that does not
- * parse, a row longer than row_bytes, a RAW block not 2 * row_bytes long),
+ * parse, a row longer than row_bytes, a RAW block not 2 * row_bytes long,
+ * an EXP block whose header is not of 2 rows of dtype or not its length),
  * IBP_ERR_INVALID_ARG (NULL, bad or repeated destination, unknown kind)
  * leave `kv` untouched. A row whose payload the decoder rejects is
  * zero-filled and reported by ibp_kv_stream_wait (IBP_ERR_CORRUPT).
- * Errors also: IBP_ERR_NOMEM, the previous call's IBP_ERR_CUDA, IBP_ERR_CUDA,
- * IBP_ERR_NO_DEVICE. */
+ * EXP blocks are decoded together with one status: if any fails, all the
+ * call's EXP rows are zeroed and counted. Errors also: IBP_ERR_NOMEM, the
+ * previous call's IBP_ERR_CUDA, IBP_ERR_CUDA, IBP_ERR_NO_DEVICE. */
 ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pools, const int64_t *handles,
 				const uint8_t *kinds, uint64_t n, void *kv, uint64_t num_blocks,
 				const int64_t *dst_blocks);

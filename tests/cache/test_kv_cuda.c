@@ -2,8 +2,9 @@
  * cache/kv_cuda.c) on a machine without a GPU: the host-fallback stream runs
  * the same orchestration with the CPU twins. A paged layer cache built from
  * the committed MiniLM K/V sample (bf16): stored blocks equal the CPU
- * packer's bytes (ibp_encode_batch + ibp_kv_pack_blocks), loads restore
- * every bit into other blocks, RAW blocks, pins released at wait, and the
+ * packer's bytes (ibp_encode_batch + ibp_kv_pack_blocks), EXP blocks equal
+ * ibp_exp_encode's, loads restore every bit into other blocks, RAW and EXP
+ * blocks, pins released at wait, and the
  * error paths (evicted, corrupt header, corrupt payload reported by wait,
  * bad or repeated destinations, a full pool: nothing kept). One test needs
  * a GPU and skips without one. */
@@ -17,6 +18,7 @@
 #include "ibp/cache.h"
 #include "ibp/codec.h"
 #include "ibp/cuda.h"
+#include "ibp/exp.h"
 #include "ibp/npy.h"
 
 #define OK(x) cr_assert_eq((x), IBP_OK, "%s", ibp_last_error())
@@ -85,7 +87,7 @@ static ibp_slab_pool_t *pool_of(uint64_t cap, uint64_t max_block, ibp_cache_poli
 static ibp_kv_stream_t *fallback_stream(const ibp_codec_t *c, uint64_t R)
 {
 	ibp_kv_stream_t *s = NULL;
-	ibp_status_t st = ibp_kv_stream_create(c, R, IBP_CUDA_HOST_FALLBACK, NULL, &s);
+	ibp_status_t st = ibp_kv_stream_create(c, R, IBP_DTYPE_BF16, IBP_CUDA_HOST_FALLBACK, NULL, &s);
 	cr_assert(st == IBP_ERR_NO_DEVICE && s && !ibp_kv_stream_on_device(s), "status %d: %s", (int)st,
 		  ibp_last_error());
 	return s;
@@ -223,7 +225,7 @@ Test(kv_cuda, errors_leave_the_cache_untouched, .init = make_tmpdir, .fini = rem
 	cr_assert_eq(ibp_kv_decode_cuda(raw_only, pools, h, NULL, 1, kv, NB, dst), IBP_ERR_INVALID_ARG);
 	ibp_kv_stream_free(raw_only);
 	ibp_kv_stream_t *other = NULL;
-	cr_assert_eq(ibp_kv_stream_create(L.codec, R + 2, IBP_CUDA_HOST_FALLBACK, NULL, &other), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_kv_stream_create(L.codec, R + 2, IBP_DTYPE_BF16, IBP_CUDA_HOST_FALLBACK, NULL, &other), IBP_ERR_INVALID_ARG);
 	cr_assert_null(other);
 
 	/* An evicted (removed) block: nothing written, nothing left pinned. */
@@ -286,6 +288,90 @@ Test(kv_cuda, errors_leave_the_cache_untouched, .init = make_tmpdir, .fini = rem
 	free_layer(&L);
 }
 
+Test(kv_cuda, exp_blocks_equal_the_cpu_codec_and_round_trip, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	NEED_NO_GPU();
+	layer_t L = load_layer();
+	const uint64_t R = L.R, n2 = 2 * R / 2; /* bf16 elements of a block */
+	ibp_slab_pool_t *pool = pool_of(64 * 2 * R, 2 * R + 4096, IBP_CACHE_LRU);
+	ibp_kv_stream_t *s = fallback_stream(NULL, R); /* no IBP codec needed */
+	const int64_t ids[5] = { 9, 3, 3, 44, 0 }, dst[5] = { 20, 21, 22, 23, 24 };
+	int64_t h[5];
+	uint64_t bytes[5];
+	OK(ibp_kv_encode_cuda(s, pool, L.kv, NB, ids, 5, IBP_KV_EXP, h, bytes));
+	OK(ibp_kv_stream_wait(s));
+	uint8_t *row2 = xcalloc(2 * R), *ref = NULL, *got = NULL;
+	uint64_t bound = 0;
+	OK(ibp_exp_encode_bound(IBP_DTYPE_BF16, n2, &bound));
+	ref = xcalloc(bound), got = xcalloc(bound);
+	ibp_exp_opts_t eo;
+	ibp_exp_opts_default(&eo);
+	eo.nthreads = 1;
+	for (int b = 0; b < 5; b++) {
+		memcpy(row2, L.kv + (uint64_t)ids[b] * R, R);
+		memcpy(row2 + R, L.kv + (NB + (uint64_t)ids[b]) * R, R);
+		uint64_t rs = 0, len = 0;
+		OK(ibp_exp_encode(row2, IBP_DTYPE_BF16, n2, &eo, ref, bound, &rs));
+		OK(ibp_slab_pool_get(pool, h[b], got, bound, &len));
+		cr_assert(len == rs && len == bytes[b] && !memcmp(got, ref, len), "EXP block %d: %llu bytes, the CPU codec's %llu",
+			  b, (unsigned long long)len, (unsigned long long)rs);
+		cr_assert_lt(len, 2 * R, "the sample K/V compresses by exponent");
+	}
+	uint8_t *kv = xcalloc(2 * NB * R);
+	ibp_slab_pool_t *pools[5] = { pool, pool, pool, pool, pool };
+	const uint8_t kinds[5] = { IBP_KV_EXP, IBP_KV_EXP, IBP_KV_EXP, IBP_KV_EXP, IBP_KV_EXP };
+	OK(ibp_kv_decode_cuda(s, pools, h, kinds, 5, kv, NB, dst));
+	OK(ibp_kv_stream_wait(s));
+	for (int k = 0; k < 5; k++)
+		assert_block(&L, kv, dst[k], ids[k]);
+	/* A header of another length: refused before anything runs. */
+	void *p = NULL;
+	uint64_t len = 0;
+	OK(ibp_slab_pool_pin(pool, h[1], &p, &len));
+	uint8_t save[64];
+	memcpy(save, p, 64);
+	memset(kv, 0, 2 * NB * R);
+	((uint8_t *)p)[0] ^= 0xFF;
+	cr_assert_eq(ibp_kv_decode_cuda(s, pools, h, kinds, 5, kv, NB, dst), IBP_ERR_CORRUPT);
+	cr_assert(strstr(ibp_last_error(), "block 1"), "%s", ibp_last_error());
+	memcpy(p, save, 64);
+	/* A valid exponent block of other rows (fewer elements): refused. */
+	{
+		uint64_t sz = 0;
+		int64_t hs[1];
+		OK(ibp_exp_encode(L.kv, IBP_DTYPE_BF16, n2 - 64, &eo, ref, bound, &sz));
+		OK(ibp_slab_pool_put(pool, ref, sz, hs));
+		cr_assert_eq(ibp_kv_decode_cuda(s, pools, hs, kinds, 1, kv, NB, dst), IBP_ERR_CORRUPT);
+		cr_assert(strstr(ibp_last_error(), "expected"), "%s", ibp_last_error());
+		OK(ibp_slab_pool_remove(pool, hs[0]));
+	}
+	/* A damaged body: the header passes, the decode fails; the wait reports
+	 * all EXP rows of the call (zeroed). */
+	((uint8_t *)p)[len - 1] ^= 0x5A;
+	OK(ibp_slab_pool_unpin(pool, p));
+	memset(kv, 0x33, 2 * NB * R);
+	OK(ibp_kv_decode_cuda(s, pools, h, kinds, 5, kv, NB, dst));
+	ibp_status_t st = ibp_kv_stream_wait(s);
+	cr_assert_eq(st, IBP_ERR_CORRUPT, "%s", ibp_last_error());
+	cr_assert(strstr(ibp_last_error(), "10 K/V rows"), "%s", ibp_last_error());
+	for (int k = 0; k < 5; k++)
+		for (uint64_t j = 0; j < R; j++)
+			cr_assert(kv[(uint64_t)dst[k] * R + j] == 0 && kv[(NB + (uint64_t)dst[k]) * R + j] == 0,
+				  "block %d not zeroed", k);
+	cr_assert_eq(kv[0], 0x33, "other blocks untouched");
+	/* A stream of another dtype cannot take EXP blocks. */
+	ibp_kv_stream_t *u8 = NULL;
+	cr_assert_eq(ibp_kv_stream_create(NULL, R, IBP_DTYPE_U8, IBP_CUDA_HOST_FALLBACK, NULL, &u8), IBP_ERR_NO_DEVICE);
+	int64_t h1[1];
+	uint64_t b1[1];
+	cr_assert_eq(ibp_kv_encode_cuda(u8, pool, L.kv, NB, ids, 1, IBP_KV_EXP, h1, b1), IBP_ERR_INVALID_ARG);
+	ibp_kv_stream_free(u8);
+	free(kv), free(row2), free(ref), free(got);
+	ibp_kv_stream_free(s);
+	ibp_slab_pool_free(pool);
+	free_layer(&L);
+}
+
 Test(kv_cuda, full_pool_keeps_nothing, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	NEED_NO_GPU();
@@ -323,7 +409,7 @@ Test(kv_cuda, gpu_round_trip, .init = make_tmpdir, .fini = remove_tmpdir)
 	ibp_slab_pool_t *pool = NULL;
 	OK(ibp_slab_pool_create(&o, &pool)); /* pinned */
 	ibp_kv_stream_t *s = NULL;
-	OK(ibp_kv_stream_create(L.codec, R, 0, NULL, &s));
+	OK(ibp_kv_stream_create(L.codec, R, IBP_DTYPE_BF16, 0, NULL, &s));
 	cr_assert(ibp_kv_stream_on_device(s));
 	void *dkv = NULL, *dout = NULL;
 	OK(ibp_cuda_malloc(2 * NB * R, &dkv));

@@ -28,6 +28,7 @@
 #include <unistd.h>
 #include "ibp/container.h"
 #include "ibp/npy.h"
+#include "ibp/exp.h"
 #include "ibp/store.h"
 #include "cuda/ibp_gather_staged.h"
 extern "C" {
@@ -1058,13 +1059,13 @@ static void api_kv_case(uint64_t R, unsigned C)
 	ibp_slab_pool_opts_t po;
 	ibp_slab_pool_opts_default(&po);
 	po.capacity_bytes = 1 << 20;
-	po.max_block_bytes = 2 * R + 64;
+	po.max_block_bytes = 2 * R + 4096; /* an EXP raw block is up to 192 bytes over 2 R */
 	po.policy = IBP_CACHE_LRU;
 	po.flags = IBP_SLAB_POOL_HOST;
 	ibp_slab_pool_t *pool = nullptr;
 	OK(ibp_slab_pool_create(&po, &pool));
 	ibp_kv_stream_t *s = nullptr;
-	OK(ibp_kv_stream_create(codec, R, 0, nullptr, &s));
+	OK(ibp_kv_stream_create(codec, R, IBP_DTYPE_BF16, 0, nullptr, &s));
 	CHECK(ibp_kv_stream_on_device(s), "api kv: not a device stream");
 	std::vector<int64_t> ids(n + 2), h(n + 2), dst(n + 2);
 	std::vector<uint64_t> bytes(n + 2);
@@ -1124,6 +1125,48 @@ static void api_kv_case(uint64_t R, unsigned C)
 	OK(ibp_kv_stream_wait(s));
 	for (uint64_t j = 0; j < R; j++)
 		CHECK(dout.p[(uint64_t)dst[0] * R + j] == 0, "api kv: the corrupt row is not zero-filled");
+	/* EXP blocks (bf16 rows): ibp_exp_encode's bytes, round trip, a damaged
+	 * body reported by the wait with every EXP row of the call zeroed. */
+	if (R % 2 == 0) {
+		const uint64_t ne = 4, el = R; /* 2 rows of R / 2 bf16 */
+		std::vector<int64_t> eh(ne), edst(ne);
+		std::vector<uint64_t> eb(ne);
+		OK(ibp_kv_encode_cuda(s, pool, dkv.p, NBk, ids.data(), ne, IBP_KV_EXP, eh.data(), eb.data()));
+		OK(ibp_kv_stream_wait(s));
+		uint64_t bound = 0;
+		OK(ibp_exp_encode_bound(IBP_DTYPE_BF16, el, &bound));
+		std::vector<uint8_t> two(2 * R), ref(bound), blk(bound);
+		ibp_exp_opts_t eo;
+		ibp_exp_opts_default(&eo);
+		eo.nthreads = 1;
+		for (uint64_t b = 0; b < ne; b++) {
+			memcpy(two.data(), &kv[(uint64_t)ids[b] * R], R);
+			memcpy(two.data() + R, &kv[(NBk + (uint64_t)ids[b]) * R], R);
+			uint64_t rs = 0, len2 = 0;
+			OK(ibp_exp_encode(two.data(), IBP_DTYPE_BF16, el, &eo, ref.data(), bound, &rs));
+			OK(ibp_slab_pool_get(pool, eh[b], blk.data(), blk.size(), &len2));
+			CHECK(len2 == rs && len2 == eb[b] && !memcmp(blk.data(), ref.data(), rs),
+			      "api kv R %llu: EXP block %llu is not ibp_exp_encode's", (unsigned long long)R,
+			      (unsigned long long)b);
+			edst[b] = perm[NBk - 1 - b];
+		}
+		std::vector<uint8_t> ekinds(ne, IBP_KV_EXP);
+		memset(dout.p, 0, 2 * NBk * R);
+		OK(ibp_kv_decode_cuda(s, pools.data(), eh.data(), ekinds.data(), ne, dout.p, NBk, edst.data()));
+		OK(ibp_kv_stream_wait(s));
+		for (uint64_t b = 0; b < ne; b++)
+			CHECK(!memcmp(dout.p + (uint64_t)edst[b] * R, &kv[(uint64_t)ids[b] * R], R) &&
+				      !memcmp(dout.p + (NBk + (uint64_t)edst[b]) * R, &kv[(NBk + (uint64_t)ids[b]) * R], R),
+			      "api kv R %llu: EXP block %llu loaded wrong", (unsigned long long)R, (unsigned long long)b);
+		OK(ibp_slab_pool_pin(pool, eh[2], &p, &len));
+		((uint8_t *)p)[len - 1] ^= 0x5A;
+		OK(ibp_slab_pool_unpin(pool, p));
+		OK(ibp_kv_decode_cuda(s, pools.data(), eh.data(), ekinds.data(), ne, dout.p, NBk, edst.data()));
+		CHECK(ibp_kv_stream_wait(s) == IBP_ERR_CORRUPT, "api kv: a damaged EXP block was not reported");
+		for (uint64_t b = 0; b < ne; b++)
+			for (uint64_t j = 0; j < R; j++)
+				CHECK(dout.p[(uint64_t)edst[b] * R + j] == 0, "api kv: EXP rows of a failed call not zeroed");
+	}
 	ibp_slab_pool_stats_t ps;
 	OK(ibp_slab_pool_stats(pool, &ps, 0));
 	CHECK(ps.pinned_blocks == 0, "api kv: %llu slots left pinned", (unsigned long long)ps.pinned_blocks);

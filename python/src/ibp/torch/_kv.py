@@ -37,10 +37,10 @@ first waits for the current stream); wait(layer) finishes it and raises
 ibp.CorruptError if a stored row failed to decode (that row is left
 zero). One call per layer is in flight: the next call on a layer first
 finishes the previous one. The caches must be contiguous and must not be
-changed (store) or read (load) before wait(layer). Layers whose codec is
-the exponent codec encode and decode on the CPU (their rows are copied
-through host memory, synchronously). Blocks stored by either path load on
-the other (same bytes). Without a GPU device="cuda" raises
+changed (store) or read (load) before wait(layer). Layers on the exponent
+codec run on the GPU too (ibp_exp_encode_cuda / ibp_exp_decode_cuda, one
+exponent block per K/V block). Blocks stored by either path load on the
+other (same bytes). Without a GPU device="cuda" raises
 ibp.NoDeviceError; the TEST HOOK _host_fallback=True runs the same C
 orchestration with the CPU twins on host tensors (IBP_CUDA_HOST_FALLBACK).
 The GPU side never ran on a GPU (none was lent): only the host-fallback
@@ -57,7 +57,7 @@ from typing import Callable, List, Optional, Sequence
 import numpy as np
 import torch
 
-from .. import _errors, _lib, exp as _exp
+from .. import _errors, _lib
 from .._cache import SlabPool
 from .._codec import Encoded, train
 
@@ -70,7 +70,7 @@ _lib.lib.ibp_kv_block_parse.restype = ctypes.c_int
 _lib.lib.ibp_kv_block_parse.argtypes = [_c, ctypes.c_uint64, _c, _c, _c]
 _u64 = ctypes.c_uint64
 _lib.lib.ibp_kv_stream_create.restype = ctypes.c_int
-_lib.lib.ibp_kv_stream_create.argtypes = [_c, _u64, ctypes.c_uint, _c, ctypes.POINTER(_c)]
+_lib.lib.ibp_kv_stream_create.argtypes = [_c, _u64, ctypes.c_int, ctypes.c_uint, _c, ctypes.POINTER(_c)]
 _lib.lib.ibp_kv_stream_free.restype = None
 _lib.lib.ibp_kv_stream_free.argtypes = [_c]
 _lib.lib.ibp_kv_stream_on_device.restype = ctypes.c_int
@@ -82,7 +82,8 @@ _lib.lib.ibp_kv_decode_cuda.argtypes = [_c, _c, _c, _c, _u64, _c, _u64, _c]
 _lib.lib.ibp_kv_stream_wait.restype = ctypes.c_int
 _lib.lib.ibp_kv_stream_wait.argtypes = [_c]
 _HOST_FALLBACK, _NO_DEVICE, _NOMEM = 1, 10, 2
-_KIND_CODE = {"ibp": 0, "raw": 1}  # IBP_KV_IBP, IBP_KV_RAW
+_KIND_CODE = {"ibp": 0, "raw": 1, "exp": 2}  # IBP_KV_IBP, IBP_KV_RAW, IBP_KV_EXP
+_EXP_DTYPE = {torch.bfloat16: 10, torch.float16: 9, torch.float32: 11}  # ibp_dtype_t
 
 _DTYPES = {torch.bfloat16: np.uint16, torch.float16: np.float16, torch.float32: np.float32}
 _KINDS = ("ibp", "exp", "raw")
@@ -109,6 +110,9 @@ class KVOffloader:
         self._streams = {}  # layer -> torch.cuda.Stream (GPU only)
         self._pending = {}  # layer -> tensors a queued call still reads or writes
         self._deferred = {}  # layer -> the error its wait() raises
+        self._exp_opts = _lib.ExpOpts()
+        _lib.lib.ibp_exp_opts_default(ctypes.byref(self._exp_opts))
+        self._exp_opts.nthreads = 1
         if dtype not in _DTYPES:
             raise _errors.invalid(func, "dtype must be bfloat16, float16 or float32, not %s" % (dtype,))
         if len(block_shape) != 3 or min(block_shape) < 1:
@@ -259,9 +263,18 @@ class KVOffloader:
         return self._raw[layer] / self._packed[layer] if self._packed[layer] else float("nan")
 
     def _exp_pack(self, rows):
-        if self.dtype == torch.bfloat16:
-            return _exp.compress(torch.from_numpy(rows.view(np.int16)).view(torch.bfloat16))
-        return _exp.compress(rows)
+        """One exponent-codec block of the rows' elements (ibp_exp_encode,
+        default options; no frame: the offloader knows the dtype and count).
+        The device path writes the same bytes (IBP_KV_EXP)."""
+        rows = np.ascontiguousarray(rows)
+        code, n = _EXP_DTYPE[self.dtype], rows.size
+        bound = _lib.c_u64()
+        _lib.check(_lib.lib.ibp_exp_encode_bound(code, n, ctypes.byref(bound)), "ibp_exp_encode_bound")
+        out = np.empty(bound.value, np.uint8)
+        size = _lib.c_u64()
+        _lib.check(_lib.lib.ibp_exp_encode(rows.ctypes.data, code, n, ctypes.byref(self._exp_opts),
+                                           out.ctypes.data, out.nbytes, ctypes.byref(size)), "ibp_exp_encode")
+        return out[:size.value].copy()
 
     def _encode_blocks(self, layer, rows):
         """(2n, block_elems) rows -> [(kind, uint8 bytes)] per block: THE block format."""
@@ -308,7 +321,8 @@ class KVOffloader:
             if not self._host_fallback:
                 ctx.enter_context(torch.cuda.device(self.device))  # the codec goes to this device
             c = ctx.enter_context(codec._handle) if codec is not None else None
-            st = _lib.lib.ibp_kv_stream_create(c, self._row_bytes, flags, stream, ctypes.byref(out))
+            st = _lib.lib.ibp_kv_stream_create(c, self._row_bytes, _EXP_DTYPE[self.dtype], flags, stream,
+                                               ctypes.byref(out))
         if st == _NO_DEVICE and out.value and self._host_fallback:
             st = 0  # the fallback was asked for
         _lib.check(st, "ibp_kv_stream_create")
@@ -458,24 +472,15 @@ class KVOffloader:
 
         with self._lock:  # the layer's stream and the pools are shared between calls
             try:
-                if self._dev_path and self._kind[layer] in _KIND_CODE:
+                if self._dev_path:
                     self._store_device(layer, kv_cache, ids.tolist(), register)
                 else:
-                    src = kv_cache if not self._dev_path or self._host_fallback else kv_cache.cpu()
-                    rows = self._rows(src, ids) if src is kv_cache else self._host_rows(src, ids)
-                    for k, data in self._encode_blocks(layer, rows):
+                    for k, data in self._encode_blocks(layer, self._rows(kv_cache, ids)):
                         register(k, None, data, data.nbytes)
             except BaseException:
                 self.free(handles)  # a failed store keeps nothing
                 raise
         return handles
-
-    def _host_rows(self, kv_cpu, ids):
-        """_rows of a GPU cache copied to the host (exp layers on a GPU)."""
-        t = kv_cpu[:, ids].transpose(0, 1).contiguous().reshape(-1, self.block_elems)
-        if self.dtype == torch.bfloat16:
-            t = t.view(torch.int16)
-        return t.numpy().view(_DTYPES[self.dtype])
 
     def load(self, layer: int, handles: Sequence[int], kv_cache, dst_block_ids) -> None:
         """Decompresses the blocks `handles` into blocks `dst_block_ids` of
@@ -494,16 +499,7 @@ class KVOffloader:
             return
         with self._lock:
             ents = [self._entry(layer, h) for h in handles]  # every handle checked first
-            dev = [i for i, e in enumerate(ents) if e[0] in _KIND_CODE]
-            other = [i for i, e in enumerate(ents) if e[0] not in _KIND_CODE]
-            blocks = [(i, self._decode_block(layer, ents[i][0], self._segments[ents[i][1]].get(ents[i][2])))
-                      for i in other]  # exp: decoded on the CPU
-            dl = dst.tolist()
-            if dev:
-                self._load_device(layer, [ents[i] for i in dev], kv_cache, [dl[i] for i in dev])
-            for i, t in blocks:
-                with self._cuda_ctx(layer):
-                    kv_cache[:, dl[i]].copy_(t, non_blocking=False)
+            self._load_device(layer, ents, kv_cache, dst.tolist())
 
     def _entry(self, layer, h):
         """(kind, segment, pool handle) of handle h (under the lock)."""
@@ -529,8 +525,10 @@ class KVOffloader:
                                                      fl, cl,
                                                      (2, self.block_elems), _code_of(np_dtype)))
         elif kind == "exp":
-            rows = _exp.decompress(data.copy())
-            rows = rows.view(torch.int16).numpy() if isinstance(rows, torch.Tensor) else rows
+            rows = np.empty((2, self.block_elems), np_dtype)
+            data = np.ascontiguousarray(data, dtype=np.uint8)
+            _lib.check(_lib.lib.ibp_exp_decode(data.ctypes.data, data.nbytes, _EXP_DTYPE[self.dtype],
+                                               rows.size, rows.ctypes.data, 1), "ibp_exp_decode")
         else:
             rows = data
         t = torch.from_numpy(np.ascontiguousarray(rows).view(np_dtype).copy())
