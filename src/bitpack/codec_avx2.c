@@ -13,8 +13,9 @@
  * readable run vectorised; the rest of the row, the fix-up chunks (more
  * than two static runs), C = 8, encoding and the exception part are the
  * BMI2 template kernels, except that the encoder finds the exceptions of 8
- * chunks with two 4-lane compares (IBP_K_MISS8) and its sizing pass
- * (row_stats) takes 4 chunks per step. C = 4 clusters whose fields all
+ * chunks with two 4-lane compares (IBP_K_MISS8), those of 64 chunks with
+ * 2 C compares in the one-pass encoder (IBP_K_XBLOCK), and its sizing
+ * pass (row_stats) takes 4 chunks per step. C = 4 clusters whose fields all
  * fit 32-bit lanes use the 16-lane tables (vg16, windows of 64 bytes)
  * instead of the 8-lane ones.
  */
@@ -70,6 +71,30 @@ IBP_INLINE unsigned ibp_avx2_miss8(const ibp_cluster_t *cl, const uint8_t *row, 
 	return ~(lo | hi << 4) & 0xFFu;
 }
 #define IBP_K_MISS8(cl, row, j, C) ibp_avx2_miss8(cl, row, j, C)
+/* The encoder's block of 64 full chunks (see the template's scalar
+ * xblock): a compare per 32 bytes, the words' exception masks m & ~eq. */
+IBP_INLINE uint64_t ibp_avx2_xblock(const uint8_t *row, const uint8_t *mk, const uint8_t *bk,
+				    uint64_t *mm, const unsigned C)
+{
+	uint64_t miss = 0;
+	for (unsigned v = 0; v < 2 * C; v++) {
+		const __m256i m = _mm256_loadu_si256((const __m256i *)(const void *)(mk + 32 * v));
+		const __m256i xm = _mm256_and_si256(
+			_mm256_loadu_si256((const __m256i *)(const void *)(row + 32 * v)), m);
+		const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(bk + 32 * v));
+		const __m256i eq = C == 1 ? _mm256_cmpeq_epi8(xm, b)
+				 : C == 2 ? _mm256_cmpeq_epi16(xm, b)
+					  : _mm256_cmpeq_epi32(xm, b);
+		_mm256_storeu_si256((__m256i *)(void *)(mm + 4 * v), _mm256_andnot_si256(eq, m));
+		/* a bit per byte: keep one per chunk */
+		const uint64_t ne = ~(uint64_t)(uint32_t)_mm256_movemask_epi8(eq) & 0xFFFFFFFFull;
+		const uint64_t bits = C == 1 ? ne : C == 2 ? _pext_u64(ne, 0x55555555ull)
+							   : _pext_u64(ne, 0x11111111ull);
+		miss |= bits << (v * 32 / C);
+	}
+	return miss;
+}
+#define IBP_K_XBLOCK(row, mk, bk, mm, C) ibp_avx2_xblock(row, mk, bk, mm, C)
 #define IBP_K(name) ibp_avx2_##name
 #define IBP_K_WIDE_PEXT /* the template may call _pext_u64 */
 #define IBP_CODEC_KERNEL_BODY

@@ -14,8 +14,10 @@
  * group use the scalar (BMI2) template loop. A C = 4 cluster whose fields
  * all fit 32-bit lanes takes 16 chunks per group (the vg16 tables).
  * Encoding is the BMI2 template kernel, with the exceptions of 8 chunks
- * found by one compare (IBP_K_MISS8); the encoder's sizing pass
- * (row_stats) is SIMD too.
+ * found by one compare (IBP_K_MISS8) and, in the one-pass encoder (C < 8,
+ * no Xvals), those of 64 chunks and their words' exception masks by C
+ * compares (IBP_K_XBLOCK); the encoder's sizing pass (row_stats) is SIMD
+ * too.
  */
 /* Built with -mavx512vbmi (CMakeLists.txt): the dispatcher checks the CPU for VBMI. */
 #include <immintrin.h>
@@ -56,6 +58,34 @@ IBP_INLINE unsigned ibp_avx512_miss8(const ibp_cluster_t *cl, const uint8_t *row
 	return _mm512_cmpneq_epu64_mask(xm, _mm512_loadu_si512(cl->b + j));
 }
 #define IBP_K_MISS8(cl, row, j, C) ibp_avx512_miss8(cl, row, j, C)
+/* The encoder's block of 64 full chunks (see the template's scalar
+ * xblock): a compare per 64 bytes gives the miss bits, and a masked move
+ * the words' exception masks. */
+IBP_INLINE uint64_t ibp_avx512_xblock(const uint8_t *row, const uint8_t *mk, const uint8_t *bk,
+				      uint64_t *mm, const unsigned C)
+{
+	uint64_t miss = 0;
+	for (unsigned v = 0; v < C; v++) {
+		const __m512i m = _mm512_loadu_si512(mk + 64 * v);
+		const __m512i xm = _mm512_and_si512(_mm512_loadu_si512(row + 64 * v), m);
+		const __m512i b = _mm512_loadu_si512(bk + 64 * v);
+		if (C == 1) {
+			const __mmask64 k = _mm512_cmpneq_epi8_mask(xm, b);
+			_mm512_storeu_si512(mm, _mm512_maskz_mov_epi8(k, m));
+			miss = k;
+		} else if (C == 2) {
+			const __mmask32 k = _mm512_cmpneq_epi16_mask(xm, b);
+			_mm512_storeu_si512(mm + 8 * v, _mm512_maskz_mov_epi16(k, m));
+			miss |= (uint64_t)k << (32 * v);
+		} else {
+			const __mmask16 k = _mm512_cmpneq_epi32_mask(xm, b);
+			_mm512_storeu_si512(mm + 8 * v, _mm512_maskz_mov_epi32(k, m));
+			miss |= (uint64_t)k << (16 * v);
+		}
+	}
+	return miss;
+}
+#define IBP_K_XBLOCK(row, mk, bk, mm, C) ibp_avx512_xblock(row, mk, bk, mm, C)
 #define IBP_K(name) ibp_avx512_##name
 #define IBP_K_WIDE_PEXT /* the template may call _pext_u64 */
 #define IBP_CODEC_KERNEL_BODY

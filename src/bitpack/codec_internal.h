@@ -375,6 +375,12 @@ IBP_INLINE void ibp_bw_flush(ibp_bw_t *w)
 		w->p[i] = (uint8_t)(w->acc >> (8 * i));
 }
 
+/* The high bit of every C-byte lane of a 64-bit word (C = 1, 2 or 4). */
+IBP_INLINE uint64_t ibp_lane_high(unsigned C)
+{
+	return C == 1 ? 0x8080808080808080ull : C == 2 ? 0x8000800080008000ull : 0x8000000080000000ull;
+}
+
 /* Number of chunks j (from 0) whose static field can be read with one
  * unaligned 8-byte load: soff[j]/8 + 8 <= avail. soff is non-decreasing. */
 IBP_INLINE uint64_t ibp_fast_chunks(const ibp_cluster_t *cl, uint64_t D, uint64_t avail)
@@ -474,9 +480,136 @@ IBP_INLINE void IBP_K(encode_exc1)(const ibp_codec_t *c, const ibp_cluster_t *cl
 		ibp_bw_put(hw, j, c->L);
 }
 
+#ifdef IBP_K_WIDE_PEXT
+#ifndef IBP_K_XBLOCK
+/* The misses among chunks [0, 64) of row (mask bytes mk, Bitval bytes
+ * bk, all full) as a 64-bit mask, and in mm[0, 8 C) each word's mask
+ * bytes kept for its missed chunks only. Scalar: 64-bit lanes of C bytes. */
+IBP_INLINE uint64_t IBP_K(xblock)(const uint8_t *row, const uint8_t *mk, const uint8_t *bk,
+				  uint64_t *mm, const unsigned C)
+{
+	const uint64_t hi = ibp_lane_high(C), lo = ~hi;
+	uint64_t miss = 0;
+	for (unsigned w = 0; w < 8 * C; w++) {
+		const uint64_t mw = ibp_load64(mk + 8 * w);
+		const uint64_t d = (ibp_load64(row + 8 * w) & mw) ^ ibp_load64(bk + 8 * w);
+		/* a lane's high bit of nz is set iff (x & m) != b there */
+		const uint64_t nz = (((d & lo) + lo) | d) & hi;
+		mm[w] = mw & ((nz - (nz >> (8 * C - 1))) | nz);
+		miss |= _pext_u64(nz, hi) << (w * 8 / C);
+	}
+	return miss;
+}
+#define IBP_K_XBLOCK(row, mk, bk, mm, C) IBP_K(xblock)(row, mk, bk, mm, C)
+#endif
+
+/* One word (8 / C full chunks from j) of encode_1pass. */
+IBP_INLINE void IBP_K(enc_word)(const ibp_codec_t *c, const uint8_t *row, const uint8_t *mk,
+				const uint8_t *bk, uint64_t j, const unsigned mode, uint8_t *dst,
+				ibp_bw_t *bw, ibp_bw_t *ew, ibp_bw_t *hw, uint64_t *bm, const unsigned C)
+{
+	const uint64_t hi = ibp_lane_high(C), lo = ~hi;
+	const uint64_t x = ibp_load64(row + j * C), mw = ibp_load64(mk + j * C);
+	ibp_bw_put(bw, _pext_u64(x, ~mw), (unsigned)__builtin_popcountll(~mw));
+	/* a lane's high bit of nz is set iff (x & m) != b there */
+	const uint64_t d = (x & mw) ^ ibp_load64(bk + j * C);
+	const uint64_t nz = (((d & lo) + lo) | d) & hi;
+	const uint64_t mm = mw & ((nz - (nz >> (8 * C - 1))) | nz);
+	const uint64_t v = _pext_u64(x, mm);
+	const unsigned nb = (unsigned)__builtin_popcountll(mm);
+	ibp_bw_put(ew, v, nb);
+	const unsigned miss = (unsigned)_pext_u64(nz, hi);
+	if (mode == IBP_ROW_BITMAP) {
+		*bm |= (uint64_t)miss << (j & 63);
+		if (((j + 8 / C) & 63) == 0) { /* chunks of the word all < D */
+			ibp_store64(dst + ((j >> 3) & ~(uint64_t)7), *bm);
+			*bm = 0;
+		}
+	} else {
+		for (unsigned q = miss; q; q &= q - 1)
+			ibp_bw_put(hw, j + (uint64_t)__builtin_ctz(q), c->L);
+	}
+}
+
+/* encode_c for C < 8, n > 0, no Xvals: one pass over the row, 8 / C full
+ * chunks per step. The static fields of a word are pext(word, ~mask
+ * word), and the exception fields are pext(word, M), M = m_j of its
+ * missed chunks only: two puts per word, none per exception (dense
+ * tables miss ~40% of chunks, and a put each was most of the encode). */
+IBP_INLINE void IBP_K(encode_1pass)(const ibp_codec_t *c, const ibp_cluster_t *clp,
+				    const uint8_t *row, const unsigned mode, uint64_t n, uint8_t *dst,
+				    const unsigned C)
+{
+	const ibp_cluster_t clv = *clp, *cl = &clv;
+	const uint64_t D = c->D, S = cl->S;
+	uint8_t *body = dst;
+	ibp_bw_t hw = { dst, 0, 0 };
+	if (mode == IBP_ROW_BITMAP) {
+		memset(dst, 0, c->bitmap_bytes);
+		body = dst + c->bitmap_bytes;
+	} else {
+		body = dst + (((uint64_t)c->L * (n + 1) + 7) >> 3);
+		ibp_bw_put(&hw, n - 1, c->L);
+	}
+	/* the exception writer starts at bit S with the bits below it zero:
+	 * the static writer writes that byte last and ORs them back */
+	ibp_bw_t bw = { body, 0, 0 }, ew = { body + (S >> 3), 0, (unsigned)(S & 7) };
+	const uint64_t off = (uint64_t)(clp - c->cl) * D * C;
+	const uint8_t *mk = c->mask_bytes + off, *bk = c->bitval_bytes + off;
+	uint64_t j = 0, bm = 0; /* BITMAP bits of chunks [j & ~63, j), stored per 64 */
+	/* blocks of 64 chunks, all in the row (the last chunk too when full):
+	 * the misses and the words' exception masks first (SIMD where the
+	 * ISA has it), then two pext and two puts per word */
+	for (; (j + 64) * C <= c->R; j += 64) {
+		uint64_t mm[32];
+		const uint8_t *x = row + j * C, *m = mk + j * C;
+		const uint64_t miss = IBP_K_XBLOCK(x, m, bk + j * C, mm, C);
+		for (unsigned w = 0; w < 8 * C; w++) {
+			const uint64_t xw = ibp_load64(x + 8 * w), nmw = ~ibp_load64(m + 8 * w);
+			ibp_bw_put(&bw, _pext_u64(xw, nmw), (unsigned)__builtin_popcountll(nmw));
+			ibp_bw_put(&ew, _pext_u64(xw, mm[w]), (unsigned)__builtin_popcountll(mm[w]));
+		}
+		if (mode == IBP_ROW_BITMAP)
+			ibp_store64(dst + (j >> 3), miss);
+		else
+			for (uint64_t q = miss; q; q &= q - 1)
+				ibp_bw_put(&hw, j + (uint64_t)__builtin_ctzll(q), c->L);
+	}
+	for (; j + 8 / C < D; j += 8 / C)
+		IBP_K(enc_word)(c, row, mk, bk, j, mode, dst, &bw, &ew, &hw, &bm, C);
+	if (mode == IBP_ROW_BITMAP && (j & 63))
+		ibp_st_partial(dst + ((j >> 3) & ~(uint64_t)7), bm, ((j & 63) + 7) >> 3);
+	for (; j < D; j++) {
+		const uint64_t x = j + 1 < D ? ibp_ld_chunk(row + j * C, C)
+					     : ibp_ld_partial(row + j * C, c->last_bytes);
+		ibp_bw_put(&bw, ibp_k_ext_nm(cl, j, x), cl->sw[j]);
+		if ((x & cl->m[j]) != cl->b[j])
+			IBP_K(encode_exc1)(c, cl, j, x, mode, dst, &ew, &hw);
+	}
+	/* n > 0 and no Xvals: E > 0, so ew wrote byte S / 8 */
+	ibp_bw_flush(&ew);
+	const uint8_t eb = body[S >> 3];
+	ibp_bw_flush(&bw);
+	if (S & 7)
+		body[S >> 3] |= eb;
+	if (mode == IBP_ROW_LIST)
+		ibp_bw_flush(&hw);
+}
+#endif
+
 IBP_INLINE void IBP_K(encode_c)(const ibp_codec_t *c, const ibp_cluster_t *clp, const uint8_t *row,
 				unsigned mode, uint64_t n, uint8_t *dst, const unsigned C)
 {
+#ifdef IBP_K_WIDE_PEXT
+	if (C < 8 && n && !clp->has_x) {
+		/* a loop per mode: the BITMAP one keeps its bits in a register */
+		if (mode == IBP_ROW_BITMAP)
+			IBP_K(encode_1pass)(c, clp, row, IBP_ROW_BITMAP, n, dst, C);
+		else
+			IBP_K(encode_1pass)(c, clp, row, IBP_ROW_LIST, n, dst, C);
+		return;
+	}
+#endif
 	/* a local copy: the compiler then knows stores to dst leave it alone */
 	const ibp_cluster_t clv = *clp, *cl = &clv;
 	const uint64_t D = c->D;

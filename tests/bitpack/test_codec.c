@@ -1268,6 +1268,54 @@ Test(codec, simd_c4_wide_lanes)
 /* paper layout                                                         */
 /* ------------------------------------------------------------------ */
 
+/* The one-pass encoder (C < 8, no Xvals: blocks of 64 chunks with SIMD
+ * compares, then words of 8 / C chunks, then single chunks): D around the
+ * block and word boundaries, a full or a partial last chunk, the second
+ * of two clusters (its Mask bytes start D * C in), and from one missed
+ * chunk (LIST) to every chunk (BITMAP): every path writes the reference's
+ * bytes (check_row). */
+Test(codec, encode_dense_blocks)
+{
+	tu_rng_t r;
+	tu_rng_seed(&r, 1616);
+	static const uint64_t Ds[] = { 1, 7, 63, 64, 65, 127, 128, 129, 191, 192, 384, 449 };
+	static const unsigned rate[] = { 0, 3, 40, 100 }; /* % of chunks missed; 0: one */
+	for (unsigned C = 1; C <= 4; C *= 2) {
+		for (size_t d = 0; d < sizeof(Ds) / sizeof(Ds[0]); d++) {
+			for (unsigned part = 0; part < (C > 1 ? 2u : 1u); part++) {
+				const uint64_t R = Ds[d] * C - part, D = tu_nchunks(R, C);
+				uint8_t *m = tu_xcalloc(2 * D * C), *b = tu_xcalloc(2 * D * C);
+				uint8_t *row = tu_xcalloc(R), *nv = tu_xcalloc(R);
+				tu_mask_random(&r, 0.9, m, b, R, C);
+				tu_mask_random(&r, 0.5, m + D * C, b + D * C, R, C);
+				ibp_codec_t *c = NULL;
+				cr_assert_eq(ibp_codec_create(R, C, 2, m, b, &c), IBP_OK);
+				for (unsigned k = 0; k < 2; k++) {
+					const uint8_t *mk = m + k * D * C, *bk = b + k * D * C;
+					for (size_t q = 0; q < sizeof(rate) / sizeof(rate[0]); q++) {
+						tu_fill_random(&r, row, R);
+						memcpy(nv, row, R);
+						tu_make_never_match(nv, mk, bk, R, C);
+						for (uint64_t j = 0; j < D; j++) {
+							if (rate[q] ? tu_below(&r, 100) < rate[q] : j == D / 2)
+								memcpy(row + j * C, nv + j * C,
+								       (j + 1) * C <= R ? C : R - j * C);
+							else
+								tu_make_match(row, mk, bk, R, C, j);
+						}
+						check_row(c, row, k, "dense");
+					}
+				}
+				ibp_codec_free(c);
+				free(m);
+				free(b);
+				free(row);
+				free(nv);
+			}
+		}
+	}
+}
+
 Test(codec, paper_layout_size)
 {
 	/* R = 64, C = 4, D = 16; mask 0xFFFF0000 (16 static bits per chunk).
