@@ -53,13 +53,21 @@ struct ibp_kv_stream {
 	uint64_t failed;  /* rows that failed to decode since the last wait */
 };
 
+/* The next capacity of a buffer that must hold `bytes`: doubled (from 4 KiB)
+ * so that growing batches reallocate O(log) times. */
+static uint64_t next_cap(uint64_t cap, uint64_t bytes)
+{
+	cap = cap ? cap : 4096;
+	while (cap < bytes)
+		cap = cap > UINT64_MAX / 2 ? bytes : cap * 2;
+	return cap;
+}
+
 static ibp_status_t dev_grow(ibp_kv_stream_t *s, kv_buf_t *b, uint64_t bytes)
 {
 	if (bytes <= b->cap)
 		return IBP_OK;
-	uint64_t cap = b->cap ? b->cap : 4096;
-	while (cap < bytes)
-		cap = cap > UINT64_MAX / 2 ? bytes : cap * 2;
+	const uint64_t cap = next_cap(b->cap, bytes);
 	void *p = NULL;
 	if (s->on_device) {
 		IBP_TRY(ibp_cuda_malloc(cap, &p));
@@ -79,9 +87,7 @@ static ibp_status_t host_grow(kv_buf_t *b, uint64_t bytes)
 {
 	if (bytes <= b->cap)
 		return IBP_OK;
-	uint64_t cap = b->cap ? b->cap : 4096;
-	while (cap < bytes)
-		cap = cap > UINT64_MAX / 2 ? bytes : cap * 2;
+	const uint64_t cap = next_cap(b->cap, bytes);
 	void *p = NULL;
 	/* Ordinary host memory where nothing can pin it (the host fallback,
 	 * and the emulator): NO_DEVICE then, with valid memory. */

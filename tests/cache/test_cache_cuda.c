@@ -22,6 +22,7 @@
 #include "ibp/cuda.h"
 #include "ibp/npy.h"
 #include "ibp/store.h"
+#include "testutil.h"
 
 #define OK(x) cr_assert_eq((x), IBP_OK, "%s", ibp_last_error())
 
@@ -64,15 +65,9 @@ static void close_fx(fx_t *f)
 	ibp_store_close(f->s);
 }
 
-static int have_gpu(void)
-{
-	int n = 0;
-	return ibp_cuda_device_count(&n) == IBP_OK;
-}
-
 #define NEED_NO_GPU()                                                                                   \
 	do {                                                                                            \
-		if (have_gpu())                                                                         \
+		if (tu_have_gpu())                                                                         \
 			cr_skip_test("a GPU is present: these tests drive the host-fallback device cache"); \
 	} while (0)
 
@@ -570,7 +565,7 @@ Test(cache_cuda, concurrent_callers, .init = make_tmpdir, .fini = remove_tmpdir,
  * mirror after every batch. */
 Test(cache_cuda, gpu_matches_host_cache, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 600)
 {
-	if (!have_gpu())
+	if (!tu_have_gpu())
 		cr_skip_test("no usable GPU (tests/emu runs this path on the emulator)");
 	const uint64_t n = 500, R = 203, B = 200;
 	uint8_t *rows = xcalloc(n * R);

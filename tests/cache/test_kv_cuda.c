@@ -20,6 +20,7 @@
 #include "ibp/cuda.h"
 #include "ibp/exp.h"
 #include "ibp/npy.h"
+#include "testutil.h"
 
 #define OK(x) cr_assert_eq((x), IBP_OK, "%s", ibp_last_error())
 
@@ -32,15 +33,9 @@ typedef struct layer {
 	ibp_codec_t *codec;
 } layer_t;
 
-static int have_gpu(void)
-{
-	int n = 0;
-	return ibp_cuda_device_count(&n) == IBP_OK;
-}
-
 #define NEED_NO_GPU()                                                                                  \
 	do {                                                                                           \
-		if (have_gpu())                                                                        \
+		if (tu_have_gpu())                                                                        \
 			cr_skip_test("a GPU is present: these tests drive the host-fallback stream"); \
 	} while (0)
 
@@ -398,7 +393,7 @@ Test(kv_cuda, full_pool_keeps_nothing, .init = make_tmpdir, .fini = remove_tmpdi
 
 Test(kv_cuda, gpu_round_trip, .init = make_tmpdir, .fini = remove_tmpdir)
 {
-	if (!have_gpu())
+	if (!tu_have_gpu())
 		cr_skip_test("no CUDA device: the device KV stream is tested through its host fallback only");
 	layer_t L = load_layer();
 	const uint64_t R = L.R;

@@ -223,12 +223,6 @@ static uint8_t *run_all(int op, int mem, int p, ibp_dtype_t dt, ibp_coll_codec_t
 	return outs;
 }
 
-static int have_gpu(void)
-{
-	int n = 0;
-	return ibp_cuda_built() && ibp_cuda_device_count(&n) == IBP_OK && n > 0;
-}
-
 /* mem: IBP_COLL_MEM_HOST_FALLBACK (every build) or IBP_COLL_MEM_DEVICE (a GPU). */
 static void check_op(int op, int mem)
 {
@@ -272,7 +266,7 @@ Test(coll_device, alltoallv) { check_op(OP_A2AV, IBP_COLL_MEM_HOST_FALLBACK); }
 /* The same on a GPU (kernels, device buffers, the default stream); skipped without one. */
 Test(coll_device, gpu_all_ops)
 {
-	if (!have_gpu())
+	if (!tu_have_gpu())
 		cr_skip_test("no CUDA device");
 	for (int op = OP_AG; op <= OP_A2AV; op++)
 		check_op(op, IBP_COLL_MEM_DEVICE);

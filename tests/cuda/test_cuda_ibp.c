@@ -29,15 +29,9 @@ IBP_GPU_TEST_MAIN()
 
 /* ---- helpers ---------------------------------------------------------- */
 
-static int have_gpu(void)
-{
-	int n = 0;
-	return ibp_cuda_device_count(&n) == IBP_OK && n > 0;
-}
-
 #define REQUIRE_GPU()                                                                          \
 	do {                                                                                   \
-		if (!have_gpu())                                                               \
+		if (!tu_have_gpu())                                                               \
 			cr_skip_test("no usable CUDA device (%s): GPU test skipped",           \
 				     ibp_cuda_built() ? "CUDA build, but no device or driver"  \
 						      : "libibp built without CUDA");          \
@@ -295,7 +289,7 @@ static void check_gather(const char *what, const ibp_codec_t *codec, const uint8
 
 Test(cuda, no_device_path)
 {
-	if (have_gpu()) {
+	if (tu_have_gpu()) {
 		cr_assert_eq(ibp_cuda_built(), 1);
 		int n = 0;
 		OK(ibp_cuda_device_count(&n));

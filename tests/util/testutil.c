@@ -5,6 +5,8 @@
 
 #include "testutil.h"
 
+#include "ibp/cuda.h"
+
 uint64_t tu_splitmix64(uint64_t *state)
 {
 	uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
@@ -283,4 +285,10 @@ const char *tu_hex(const void *p, size_t n)
 		k += (size_t)snprintf(buf + k, sizeof(buf) - k, "%02x%s", b[i], i + 1 < n ? " " : "");
 	buf[k] = 0;
 	return buf;
+}
+
+int tu_have_gpu(void)
+{
+	int n = 0;
+	return ibp_cuda_built() && ibp_cuda_device_count(&n) == IBP_OK && n > 0;
 }

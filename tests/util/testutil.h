@@ -15,6 +15,10 @@
 extern "C" {
 #endif
 
+/* 1 when libibp was built with CUDA and a usable GPU is present (the
+ * device tests run; the host-fallback twins skip). */
+int tu_have_gpu(void);
+
 /* ---- RNG ---- */
 typedef struct tu_rng {
 	uint64_t s[4];
