@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bitpack/codec_internal.h"
+#include "cuda/ibp_cuda_internal.h"
 #include "cuda/ibp_gather_staged.h"
 #include "ibp/alloc.h"
 #include "ibp/cache.h"
@@ -32,12 +34,14 @@ typedef struct kv_pin {
 
 struct ibp_kv_stream {
 	int on_device;
+	int host_threads; /* CPU encoders' threads: 0 (all) for IBP_KV_HOST, 1 for the fallback twin */
 	void *stream;
 	uint64_t R;
 	ibp_dtype_t dt;          /* element type (EXP blocks) */
 	uint64_t chunk;          /* EXP: elements per block (2 rows); 0: no EXP blocks */
 	uint64_t estride;        /* EXP: a block's room in a stage (bound, 128-aligned) */
-	ibp_cuda_store_t *store; /* zero rows: the codec for the staged decode (NULL: RAW only) */
+	ibp_codec_t *hcodec;     /* own copy of the codec (NULL: no IBP blocks) */
+	ibp_cuda_store_t *store; /* GPU: zero rows, the device codec and the staged decode */
 	/* device (host for the fallback) */
 	kv_buf_t d_ids, d_rows, d_pay, d_off, d_flags, d_cl, d_ws, d_stage, d_lens, d_meta, d_orow, d_status;
 	kv_buf_t d_eoff, d_esz, d_eorow, d_estat;
@@ -180,6 +184,7 @@ void ibp_kv_stream_free(ibp_kv_stream_t *s)
 	for (unsigned i = 0; i < sizeof(host) / sizeof(host[0]); i++)
 		ibp_pinned_free(host[i]->p);
 	ibp_cuda_store_free(s->store);
+	ibp_codec_free(s->hcodec);
 	free(s->pins);
 	free(s);
 }
@@ -196,16 +201,17 @@ ibp_status_t ibp_kv_stream_create(const ibp_codec_t *codec, uint64_t row_bytes, 
 	if (codec && ibp_codec_row_bytes(codec) != row_bytes)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_create: codec rows of %llu bytes, not %llu",
 				(unsigned long long)ibp_codec_row_bytes(codec), (unsigned long long)row_bytes);
-	if (flags & ~IBP_CUDA_HOST_FALLBACK)
+	if (flags & ~(IBP_CUDA_HOST_FALLBACK | IBP_KV_HOST))
 		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_create: unknown flags 0x%x", flags);
 	int count = 0;
-	ibp_status_t dev = ibp_cuda_device_count(&count);
-	if (dev != IBP_OK && (dev != IBP_ERR_NO_DEVICE || !(flags & IBP_CUDA_HOST_FALLBACK)))
+	ibp_status_t dev = (flags & IBP_KV_HOST) ? IBP_ERR_NO_DEVICE : ibp_cuda_device_count(&count);
+	if (dev != IBP_OK && (dev != IBP_ERR_NO_DEVICE || !(flags & (IBP_CUDA_HOST_FALLBACK | IBP_KV_HOST))))
 		return dev;
 	ibp_kv_stream_t *s = calloc(1, sizeof(*s));
 	if (!s)
 		return ibp_fail(IBP_ERR_NOMEM, "ibp_kv_stream_create: out of memory");
 	s->on_device = dev == IBP_OK;
+	s->host_threads = (flags & IBP_KV_HOST) ? 0 : 1;
 	s->stream = stream;
 	s->R = row_bytes;
 	s->dt = dtype;
@@ -216,19 +222,19 @@ ibp_status_t ibp_kv_stream_create(const ibp_codec_t *codec, uint64_t row_bytes, 
 		s->chunk = 2 * row_bytes / esize;
 		s->estride = (bound + IBP_EXP_ALIGN - 1) / IBP_EXP_ALIGN * IBP_EXP_ALIGN;
 	}
-	if (codec) {
-		/* A store of zero rows: the device codec (encode) and the staged decode. */
+	ibp_status_t st = codec ? ibp_cuda_codec_clone(codec, &s->hcodec) : IBP_OK;
+	if (st == IBP_OK && codec && s->on_device) {
+		/* A device store of zero rows: the device codec (encode) and the staged decode. */
 		static const uint64_t zero = 0;
 		ibp_cuda_store_desc_t d = { .codec = codec, .offsets = &zero, .payload_kind = IBP_CUDA_PAYLOAD_MAPPED };
-		ibp_status_t st = ibp_cuda_store_create(&d, s->on_device ? 0 : IBP_CUDA_HOST_FALLBACK, stream,
-							&s->store);
-		if (st != IBP_OK && !(st == IBP_ERR_NO_DEVICE && s->store && !s->on_device)) {
-			ibp_kv_stream_free(s);
-			return st;
-		}
+		st = ibp_cuda_store_create(&d, 0, stream, &s->store);
+	}
+	if (st != IBP_OK) {
+		ibp_kv_stream_free(s);
+		return st;
 	}
 	*out = s;
-	if (!s->on_device)
+	if (!s->on_device && !(flags & IBP_KV_HOST))
 		return ibp_fail(IBP_ERR_NO_DEVICE, "ibp_kv_stream_create: no usable CUDA device; the stream runs on "
 				"the CPU on host memory (host fallback)");
 	return IBP_OK;
@@ -292,14 +298,15 @@ static ibp_status_t gather_rows(ibp_kv_stream_t *s, const uint8_t *kv, uint64_t 
  * (one stream sync on a GPU). */
 static ibp_status_t encode_rows(ibp_kv_stream_t *s, uint64_t m)
 {
-	const ibp_codec_t *hc = ibp_cuda_store_host_codec(s->store);
+	const ibp_codec_t *hc = s->hcodec;
 	const uint64_t cap = ibp_batch_bound(hc, m);
 	IBP_TRY(dev_grow(s, &s->d_pay, cap));
 	IBP_TRY(host_grow(&s->h_off, (m + 1) * 8));
 	IBP_TRY(host_grow(&s->h_flags, m));
 	IBP_TRY(host_grow(&s->h_cl, m));
 	if (!s->on_device)
-		return ibp_encode_batch(hc, s->d_rows.p, m, s->d_pay.p, cap, s->h_off.p, s->h_flags.p, s->h_cl.p, 1);
+		return ibp_encode_batch(hc, s->d_rows.p, m, s->d_pay.p, cap, s->h_off.p, s->h_flags.p, s->h_cl.p,
+					s->host_threads);
 	const ibp_cuda_codec_t *dc = ibp_cuda_store_codec(s->store);
 	uint64_t ws = 0;
 	IBP_TRY(ibp_encode_workspace_cuda(dc, m, &ws));
@@ -322,7 +329,7 @@ static ibp_status_t encode_exp(ibp_kv_stream_t *s, uint64_t n)
 {
 	ibp_exp_opts_t o;
 	ibp_exp_opts_default(&o);
-	o.nthreads = 1;
+	o.nthreads = s->host_threads;
 	IBP_TRY(dev_grow(s, &s->d_pay, n * s->estride));
 	IBP_TRY(host_grow(&s->h_eoff, (n + 1) * 8));
 	IBP_TRY(host_grow(&s->h_esz, n * 8));
@@ -362,7 +369,7 @@ ibp_status_t ibp_kv_encode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 		handles[b] = -1;
 	if (kind > IBP_KV_EXP)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: unknown kind %u", kind);
-	if (kind == IBP_KV_IBP && !s->store)
+	if (kind == IBP_KV_IBP && !s->hcodec)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: IBP blocks on a stream made without a codec");
 	if (kind == IBP_KV_EXP && !s->chunk)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: exponent blocks need a bf16, f16 or f32 stream");
@@ -468,6 +475,21 @@ static ibp_status_t decode_exp(ibp_kv_stream_t *s, uint64_t e, uint8_t *kv)
 	return IBP_OK;
 }
 
+/* The host's decode of one IBP row straight from its slot: the staged
+ * kernel's rules (the row must use exactly its length; a failed row is
+ * zero-filled and its status CORRUPT). */
+static void decode_host(const ibp_kv_stream_t *s, const uint8_t *src, uint64_t len, uint8_t mode, uint8_t cl,
+			uint8_t *dst, int32_t *status)
+{
+	uint64_t ext = 0;
+	ibp_status_t st = ibp_decode_row_ext(s->hcodec, src, len, mode, cl, dst, &ext);
+	if (st != IBP_OK || ext != len) {
+		memset(dst, 0, s->R);
+		st = IBP_ERR_CORRUPT;
+	}
+	*status = (int32_t)st;
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
 	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -507,7 +529,7 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 				(unsigned long long)num_blocks, (unsigned long long)R);
 	for (uint64_t k = 0; k < n; k++) {
 		unsigned kd = kinds ? kinds[k] : IBP_KV_IBP;
-		if (!pools[k] || kd > IBP_KV_EXP || (kd == IBP_KV_IBP && !s->store) || (kd == IBP_KV_EXP && !s->chunk))
+		if (!pools[k] || kd > IBP_KV_EXP || (kd == IBP_KV_IBP && !s->hcodec) || (kd == IBP_KV_EXP && !s->chunk))
 			return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_decode_cuda: block %llu: %s",
 					(unsigned long long)k,
 					!pools[k]	    ? "NULL pool"
@@ -577,7 +599,7 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 		m += 2;
 	}
 	if (st == IBP_OK && m) {
-		st = dev_grow(s, &s->d_stage, m * R);
+		st = s->on_device ? dev_grow(s, &s->d_stage, m * R) : IBP_OK; /* the host decodes from the slots */
 		if (st == IBP_OK)
 			st = host_grow(&s->h_lens, m * 4);
 		if (st == IBP_OK)
@@ -644,32 +666,29 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 			lens[r] = (uint32_t)l[j];
 			meta[r] = fl[j] | (uint32_t)cl[j] << 8;
 			orow[r] = (int64_t)(j ? num_blocks + d : d);
-			st = xcopy(s, (uint8_t *)s->d_stage.p + r * R, pay, l[j]);
+			if (s->on_device)
+				st = xcopy(s, (uint8_t *)s->d_stage.p + r * R, pay, l[j]);
+			else
+				decode_host(s, pay, l[j], fl[j], cl[j], out + (uint64_t)orow[r] * R, &((int32_t *)s->h_status.p)[r]);
 			pay += l[j];
 		}
 	}
 	free(slot);
 	free(slen);
-	if (st == IBP_OK && m) {
-		const uint32_t *dl = lens, *dm = meta;
-		const int64_t *dor = orow;
-		int32_t *dst_status = s->h_status.p;
-		if (s->on_device) {
-			st = xcopy(s, s->d_lens.p, lens, m * 4);
-			if (st == IBP_OK)
-				st = xcopy(s, s->d_meta.p, meta, m * 4);
-			if (st == IBP_OK)
-				st = xcopy(s, s->d_orow.p, orow, m * 8);
-			dl = s->d_lens.p, dm = s->d_meta.p, dor = s->d_orow.p, dst_status = s->d_status.p;
-		}
+	if (st == IBP_OK && m && s->on_device) {
+		st = xcopy(s, s->d_lens.p, lens, m * 4);
 		if (st == IBP_OK)
-			st = ibp_gather_staged_cuda(s->store, s->d_stage.p, R, m, dl, dm, NULL, m, kv, dor, dst_status,
-						    s->stream);
-		if (st == IBP_OK && s->on_device)
+			st = xcopy(s, s->d_meta.p, meta, m * 4);
+		if (st == IBP_OK)
+			st = xcopy(s, s->d_orow.p, orow, m * 8);
+		if (st == IBP_OK)
+			st = ibp_gather_staged_cuda(s->store, s->d_stage.p, R, m, s->d_lens.p, s->d_meta.p, NULL, m, kv,
+						    s->d_orow.p, s->d_status.p, s->stream);
+		if (st == IBP_OK)
 			st = xcopy(s, s->h_status.p, s->d_status.p, m * 4);
-		if (st == IBP_OK)
-			s->nstatus = m;
 	}
+	if (st == IBP_OK)
+		s->nstatus = m;
 	if (st == IBP_OK && e)
 		st = decode_exp(s, e, kv);
 	if (st != IBP_OK) {

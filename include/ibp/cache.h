@@ -477,8 +477,10 @@ ibp_status_t ibp_kv_index_blocks(const uint8_t *stage, uint64_t stage_bytes, con
  * stay pinned in their pool (not evictable, freed at the last unpin) until
  * then. Calls on one stream must not overlap (the caller serialises them);
  * different streams are independent. With IBP_CUDA_HOST_FALLBACK and no
- * GPU, the same orchestration runs with the CPU twins on host memory (all
- * pointers host memory, every call complete on return). */
+ * GPU, or with IBP_KV_HOST, the same orchestration runs with the CPU twins
+ * on host memory (all pointers host memory, every call complete on return;
+ * IBP rows decode straight from their slots, with the staged kernel's
+ * rules). */
 typedef struct ibp_kv_stream ibp_kv_stream_t;
 
 /* Block kinds of ibp_kv_encode_cuda / ibp_kv_decode_cuda. */
@@ -486,12 +488,17 @@ typedef struct ibp_kv_stream ibp_kv_stream_t;
 #define IBP_KV_RAW 1u /* uncompressed: K row then V row */
 #define IBP_KV_EXP 2u /* one exponent-codec block (ibp/exp.h) of the K then V elements, default options */
 
+/* ibp_kv_stream_create flag: run on the CPU on host memory even where a GPU
+ * could be used (the CPU path of a KV offloader); returns IBP_OK. */
+#define IBP_KV_HOST 2u
+
 /* Creates a layer's stream state for rows of row_bytes bytes of `dtype`
  * elements. `codec` (copied; NULL: no IBP blocks) must have row_bytes bytes
  * per row; EXP blocks need dtype IBP_DTYPE_BF16, F16 or F32 (another dtype:
  * RAW and IBP blocks only).
  * `stream` is a cudaStream_t (NULL: the default stream), unused on the host.
- * flags: 0 or IBP_CUDA_HOST_FALLBACK (ibp/alloc.h). Without a usable GPU:
+ * flags: 0, IBP_CUDA_HOST_FALLBACK (ibp/alloc.h) or IBP_KV_HOST (always the
+ * CPU: the host orchestration, IBP_OK). Without a usable GPU:
  * IBP_ERR_NO_DEVICE and *out = NULL, unless IBP_CUDA_HOST_FALLBACK: then
  * *out is valid (host memory, CPU codecs) and the call still returns
  * IBP_ERR_NO_DEVICE with a detail saying so. Errors: IBP_ERR_INVALID_ARG,

@@ -2,8 +2,8 @@
 its host-fallback twin runs (test hook _host_fallback=True: the C
 orchestration, ibp_kv_encode_cuda / ibp_kv_decode_cuda, with the CPU twins
 on host tensors). Real MiniLM K/V as in test_torch_kv.py: round trips
-bit-exact, blocks byte-identical to the CPU path's and loadable across
-paths, capacity/eviction, pins held until wait, corrupt rows reported by
+bit-exact, blocks byte-identical to the CPU path's and to a Python
+reference of the block formats (which both paths load), capacity/eviction, pins held until wait, corrupt rows reported by
 wait, errors. test_real_gpu runs the same round trip on a GPU (skipped
 without one)."""
 
@@ -55,9 +55,37 @@ def test_host_fallback_round_trip(kv_layers):
     assert kinds - {"raw"}  # something compressed
 
 
+def ref_blocks(off, layer, kv, ids):
+    """The block formats written in Python, independently of libibp's C
+    orchestration: the IBP batch from Codec.encode with its 12-byte headers,
+    the exponent block from ibp.exp.compress_chunks (one chunk per block),
+    raw rows."""
+    rows = off._rows(kv, ids)
+    kind = off.codec(layer)
+    out = []
+    if kind == "ibp":
+        enc = off._codec[layer].encode(rows)
+        o = enc.offsets.astype(np.int64)
+        for i in range(0, rows.shape[0], 2):
+            hdr = np.zeros(12, np.uint8)
+            hdr[0:8].view(np.uint32)[:] = (o[i + 1] - o[i], o[i + 2] - o[i + 1])
+            hdr[8:10] = enc.flags[i:i + 2]
+            if enc.clusters is not None:
+                hdr[10:12] = enc.clusters[i:i + 2]
+            out.append(np.concatenate([hdr, enc.payload[o[i]:o[i + 2]]]))
+    elif kind == "exp":
+        t = torch.from_numpy(rows.view(np.int16)).view(torch.bfloat16) if off.dtype == torch.bfloat16 else rows
+        ch = ibp.exp.compress_chunks(t, 2 * rows.shape[1], nthreads=1)
+        p, o = np.asarray(ch.payload).view(np.uint8), np.asarray(ch.offsets).astype(np.int64)
+        out = [p[o[i]:o[i + 1]] for i in range(len(o) - 1)]
+    else:
+        out = [np.ascontiguousarray(rows[i:i + 2]).reshape(-1).view(np.uint8) for i in range(0, rows.shape[0], 2)]
+    return out
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("kind", ["ibp", "exp", "raw"])
-def test_same_bytes_as_cpu_and_cross_path_load(kv_layers, kind, dtype):
+def test_same_bytes_as_cpu_and_python_reference(kv_layers, kind, dtype):
     kv = kv_layers[3].to(dtype)
     cpu = it.KVOffloader(1, BLOCK, dtype)
     gpu = dev(dtype=dtype)
@@ -66,15 +94,22 @@ def test_same_bytes_as_cpu_and_cross_path_load(kv_layers, kind, dtype):
     cpu._kind[0] = kind
     ids = [6, 0, 3, 3, 7]
     hc, hg = cpu.store(0, kv, ids), gpu.store(0, kv, ids)
-    for a, b in zip(hc, hg):
-        assert stored(cpu, a).tobytes() == stored(gpu, b).tobytes()
+    gpu.wait(0)
+    ref = ref_blocks(cpu, 0, kv, ids)
+    for a, b, r in zip(hc, hg, ref):
+        assert stored(cpu, a).tobytes() == stored(gpu, b).tobytes() == r.tobytes()
     assert cpu.used_bytes == gpu.used_bytes and cpu.ratio(0) == gpu.ratio(0)
-    # Stored by the device path, loaded by the CPU path, and the reverse.
-    for off, to_cpu in ((gpu, True), (cpu, False)):
-        hs = off.store(0, kv, ids)
-        off._dev_path, off._host_fallback = not to_cpu, True
+    # Blocks written by the Python reference load through either path.
+    for off in (cpu, gpu):
+        hs = []
+        for r in ref:
+            h = off._next
+            off._next += 1
+            off._entries[h] = (0, kind, 0, off._segments[0].put(r))
+            hs.append(h)
         cache = torch.zeros_like(kv)
         off.load(0, hs[:4], cache, [1, 2, 4, 5])
+        off.wait(0)
         assert torch.equal(cache[:, [1, 2, 4, 5]].view(torch.int16), kv[:, ids[:4]].view(torch.int16))
 
 
@@ -189,10 +224,16 @@ def test_errors(kv_layers):
     off.wait(1)
     off.calibrate(1, kv)
     off._kind[1] = "ibp"
-    blk = stored(off, off.store(1, kv, [0])[0]).copy()
+    h = off.store(1, kv, [0])[0]
+    blk = stored(off, h).copy()
     blk[0:4] = np.frombuffer(np.uint32(1 << 30).tobytes(), np.uint8)  # a length past the block
+    _, _, seg, ph = off._entries[h]
+    off._segments[seg].remove(ph)
+    off._entries[h] = (1, "ibp", seg, off._segments[seg].put(blk))
+    cache = torch.zeros_like(kv)
     with pytest.raises(ibp.CorruptError):
-        off._decode_block(1, "ibp", blk)
+        off.load(1, [h], cache, [0])
+    assert not cache.view(torch.int16).any()
 
 
 def test_no_gpu_raises_no_device_error():

@@ -391,6 +391,42 @@ Test(kv_cuda, full_pool_keeps_nothing, .init = make_tmpdir, .fini = remove_tmpdi
 	free_layer(&L);
 }
 
+Test(kv_cuda, host_flag_runs_on_the_cpu_everywhere, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	/* IBP_KV_HOST (the CPU path of KVOffloader): IBP_OK, never on a GPU,
+	 * whether or not one exists; the same bytes as the CPU packer. */
+	layer_t L = load_layer();
+	const uint64_t R = L.R;
+	ibp_slab_pool_t *pool = pool_of(64 * 2 * R, 2 * R + 4096, IBP_CACHE_LRU);
+	ibp_kv_stream_t *s = NULL;
+	OK(ibp_kv_stream_create(L.codec, R, IBP_DTYPE_BF16, IBP_KV_HOST, NULL, &s));
+	cr_assert(!ibp_kv_stream_on_device(s));
+	const int64_t ids[3] = { 2, 40, 2 }, dst[3] = { 0, 1, 2 };
+	int64_t h[3];
+	uint64_t bytes[3], bo[4];
+	OK(ibp_kv_encode_cuda(s, pool, L.kv, NB, ids, 3, IBP_KV_IBP, h, bytes));
+	OK(ibp_kv_stream_wait(s));
+	uint8_t *ref = cpu_blocks(&L, ids, 3, bo);
+	for (int b = 0; b < 3; b++) {
+		uint8_t got[2 * 4096 + 64];
+		uint64_t len = 0;
+		OK(ibp_slab_pool_get(pool, h[b], got, sizeof got, &len));
+		cr_assert(len == bo[b + 1] - bo[b] && !memcmp(got, ref + bo[b], len), "block %d", b);
+	}
+	uint8_t *kv = xcalloc(2 * NB * R);
+	ibp_slab_pool_t *pools[3] = { pool, pool, pool };
+	OK(ibp_kv_decode_cuda(s, pools, h, NULL, 3, kv, NB, dst));
+	OK(ibp_kv_stream_wait(s));
+	for (int k = 0; k < 3; k++)
+		assert_block(&L, kv, dst[k], ids[k]);
+	ibp_kv_stream_t *bad = NULL;
+	cr_assert_eq(ibp_kv_stream_create(L.codec, R, IBP_DTYPE_BF16, 8, NULL, &bad), IBP_ERR_INVALID_ARG);
+	free(kv), free(ref);
+	ibp_kv_stream_free(s);
+	ibp_slab_pool_free(pool);
+	free_layer(&L);
+}
+
 Test(kv_cuda, gpu_round_trip, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	if (!tu_have_gpu())

@@ -1,5 +1,5 @@
-"""LLM KV-cache offload, CPU path: compress paged KV blocks into a host pool
-and restore them, losslessly (issue 13, section 3).
+"""LLM KV-cache offload: compress paged KV blocks into a host pool and
+restore them, losslessly (issue 13, section 3), on the CPU or a GPU.
 
     off = ibp.torch.KVOffloader(num_layers, (block_size, num_kv_heads, head_size), torch.bfloat16,
                                 capacity_bytes=1 << 30, on_evict=print)
@@ -11,7 +11,18 @@ Layout as vLLM's per-layer cache: [2 (K, V), num_blocks, block_size,
 num_kv_heads, head_size]. A block (its K and V) is one entry of the pool.
 calibrate() trains the layer's IBP codec on the given blocks and keeps
 whichever of IBP, the exponent codec and no codec gives the fewest bytes
-on them (bf16 KV often compresses better by exponent).
+on them (bf16 KV often compresses better by exponent). A stored block is,
+by codec: ibp, a 12-byte header (u32 K and V payload lengths, their mode
+and cluster bytes) then the two IBP rows; exp, one exponent-codec block of
+the K then V elements (ibp_exp_encode, default options); raw, the K row
+then the V row (include/ibp/cache.h, "KV offload").
+
+Every path runs one C orchestration per layer (ibp_kv_stream_t,
+cache/kv_cuda.c: ibp_kv_encode_cuda / ibp_kv_decode_cuda): rows gathered,
+encoded in one batch, slots allocated (all or nothing), blocks copied in;
+loads check every slot's header before anything is written. On the CPU
+(device=None) it runs on host memory (IBP_KV_HOST) and each call finishes
+before returning; errors raise there.
 
 The compressed blocks live in an ibp.SlabPool: the slab cache's size-class
 allocator over pinned host memory (ordinary host memory without CUDA), so
@@ -29,7 +40,7 @@ a libibp KV stream (ibp_kv_stream_t, cache/kv_cuda.c). store() gathers
 the blocks' K and V rows on the GPU, encodes them there
 (ibp_encode_batch_cuda), synchronises once to learn the sizes, allocates
 the pool slots (pinned host memory) and queues asynchronous copies of the
-blocks, in the byte format above, into them; load() checks every slot's
+blocks, in the formats above, into them; load() checks every slot's
 header on the host, queues copies of the payloads into a device stage and
 decodes them straight into the destination blocks (the staged gather
 kernel). Both return with the work queued on the layer's stream (which
@@ -59,15 +70,11 @@ import torch
 
 from .. import _errors, _lib
 from .._cache import SlabPool
-from .._codec import Encoded, train
+from .._codec import train
 
 __all__ = ["KVOffloader"]
 
 _c = ctypes.c_void_p
-_lib.lib.ibp_kv_pack_blocks.restype = ctypes.c_int
-_lib.lib.ibp_kv_pack_blocks.argtypes = [_c, _c, _c, _c, ctypes.c_uint64, _c, ctypes.c_uint64, _c]
-_lib.lib.ibp_kv_block_parse.restype = ctypes.c_int
-_lib.lib.ibp_kv_block_parse.argtypes = [_c, ctypes.c_uint64, _c, _c, _c]
 _u64 = ctypes.c_uint64
 _lib.lib.ibp_kv_stream_create.restype = ctypes.c_int
 _lib.lib.ibp_kv_stream_create.argtypes = [_c, _u64, ctypes.c_int, ctypes.c_uint, _c, ctypes.POINTER(_c)]
@@ -81,13 +88,11 @@ _lib.lib.ibp_kv_decode_cuda.restype = ctypes.c_int
 _lib.lib.ibp_kv_decode_cuda.argtypes = [_c, _c, _c, _c, _u64, _c, _u64, _c]
 _lib.lib.ibp_kv_stream_wait.restype = ctypes.c_int
 _lib.lib.ibp_kv_stream_wait.argtypes = [_c]
-_HOST_FALLBACK, _NO_DEVICE, _NOMEM = 1, 10, 2
+_HOST_FALLBACK, _KV_HOST, _NO_DEVICE, _NOMEM = 1, 2, 10, 2
 _KIND_CODE = {"ibp": 0, "raw": 1, "exp": 2}  # IBP_KV_IBP, IBP_KV_RAW, IBP_KV_EXP
 _EXP_DTYPE = {torch.bfloat16: 10, torch.float16: 9, torch.float32: 11}  # ibp_dtype_t
 
 _DTYPES = {torch.bfloat16: np.uint16, torch.float16: np.float16, torch.float32: np.float32}
-_KINDS = ("ibp", "exp", "raw")
-_HDR = 12  # ibp blocks: u32 len0, u32 len1, u8 flag0, u8 flag1, u8 cluster0, u8 cluster1
 _SEGMENT = 64 << 20  # pool segments when capacity_bytes is None
 
 
@@ -100,9 +105,11 @@ class KVOffloader:
             raise _errors.invalid(func, "device must be None, 'cpu' or 'cuda[:N]', not %r" % (device,))
         # _host_fallback is a test hook (IBP_CUDA_HOST_FALLBACK's twin): the
         # device path's staging, run on host tensors with the CPU codecs.
-        self._dev_path = dev.type == "cuda"
-        self._host_fallback = bool(_host_fallback) and self._dev_path
-        if self._dev_path and not self._host_fallback:
+        self._host_fallback = bool(_host_fallback) and dev.type == "cuda"
+        # The CPU path finishes every call before returning (errors raised
+        # there); the device path (and its twin) leaves it queued until wait.
+        self._sync = dev.type == "cpu"
+        if dev.type == "cuda" and not self._host_fallback:
             from .. import _cuda
             _cuda.require_device(func)  # ibp.NoDeviceError without a GPU
         self.device = dev
@@ -276,33 +283,7 @@ class KVOffloader:
                                            out.ctypes.data, out.nbytes, ctypes.byref(size)), "ibp_exp_encode")
         return out[:size.value].copy()
 
-    def _encode_blocks(self, layer, rows):
-        """(2n, block_elems) rows -> [(kind, uint8 bytes)] per block: THE block format."""
-        kind, codec = self._kind[layer], self._codec[layer]
-        if kind not in _KINDS:
-            raise _errors.invalid("KVOffloader.store", "unknown codec %r" % (kind,))
-        entries = []  # (kind, bytes) per block
-        if kind == "ibp":
-            enc = codec.encode(rows)
-            off = enc.offsets.astype(np.int64)
-            for i in range(0, rows.shape[0], 2):
-                hdr = np.zeros(_HDR, np.uint8)
-                hdr[0:8].view(np.uint32)[:] = (off[i + 1] - off[i], off[i + 2] - off[i + 1])
-                hdr[8:10] = enc.flags[i:i + 2]
-                if enc.clusters is not None:
-                    hdr[10:12] = enc.clusters[i:i + 2]
-                entries.append(("ibp", np.concatenate([hdr, enc.payload[off[i]:off[i + 2]]])))
-        else:
-            for i in range(0, rows.shape[0], 2):
-                p = self._exp_pack(rows[i:i + 2]) if kind == "exp" else rows[i:i + 2]
-                p = p.numpy() if isinstance(p, torch.Tensor) else p
-                entries.append((kind, np.ascontiguousarray(p).reshape(-1).view(np.uint8)))
-        for i, (k, data) in enumerate(entries):
-            if data.nbytes > self.max_block_bytes:  # never for IBP; exp headers on tiny blocks
-                entries[i] = ("raw", np.ascontiguousarray(rows[2 * i:2 * i + 2]).reshape(-1).view(np.uint8))
-        return entries
-
-    # ---- the device path (GPU, or its host-fallback twin) -------------------
+    # ---- the C orchestration (ibp_kv_stream_t): GPU, host fallback, CPU -----
 
     def _kv_stream(self, layer):
         """The layer's libibp KV stream (made again when its codec changed)."""
@@ -314,19 +295,20 @@ class KVOffloader:
             self._finish(layer)
             _lib.lib.ibp_kv_stream_free(got[0])
             del self._kvs[layer]
-        stream = 0 if self._host_fallback else self._torch_stream(layer).cuda_stream
+        gpu = self._gpu
+        stream = self._torch_stream(layer).cuda_stream if gpu else 0
         out = ctypes.c_void_p()
-        flags = _HOST_FALLBACK if self._host_fallback else 0
+        flags = 0 if gpu else _HOST_FALLBACK if self._host_fallback else _KV_HOST
         with contextlib.ExitStack() as ctx:
-            if not self._host_fallback:
+            if gpu:
                 ctx.enter_context(torch.cuda.device(self.device))  # the codec goes to this device
             c = ctx.enter_context(codec._handle) if codec is not None else None
             st = _lib.lib.ibp_kv_stream_create(c, self._row_bytes, _EXP_DTYPE[self.dtype], flags, stream,
                                                ctypes.byref(out))
-        if st == _NO_DEVICE and out.value and self._host_fallback:
+        if st == _NO_DEVICE and out.value and flags == _HOST_FALLBACK:
             st = 0  # the fallback was asked for
         _lib.check(st, "ibp_kv_stream_create")
-        if self._host_fallback and _lib.lib.ibp_kv_stream_on_device(out.value):
+        if not gpu and _lib.lib.ibp_kv_stream_on_device(out.value):
             _lib.lib.ibp_kv_stream_free(out.value)
             raise _errors.invalid("KVOffloader", "_host_fallback is a test hook for machines without a GPU")
         self._kvs[layer] = (out.value, codec)
@@ -354,7 +336,7 @@ class KVOffloader:
     def _cuda_ctx(self, layer):
         """The layer's torch stream, after the current stream (whose work
         produced or will read the cache), as a context; none on the host."""
-        if self._host_fallback:
+        if not self._gpu:
             return contextlib.nullcontext()
         cs = self._torch_stream(layer)
         cs.wait_stream(torch.cuda.current_stream(self.device))
@@ -369,16 +351,22 @@ class KVOffloader:
             cs = self._streams[layer] = torch.cuda.Stream(device=self.device)
         return cs
 
+    @property
+    def _gpu(self):
+        return self.device.type == "cuda" and not self._host_fallback
+
     def _contiguous(self, kv_cache, func):
         if not kv_cache.is_contiguous():
+            if self._sync:  # a copy (load writes its blocks back)
+                return kv_cache.contiguous()
             raise _errors.invalid(func, "the device path needs a contiguous layer cache")
-        if (not self._host_fallback and self.device.index is not None
+        if (self._gpu and self.device.index is not None
                 and kv_cache.device.index != self.device.index):
             raise _errors.invalid(func, "the cache is on %s, the offloader on %s" % (kv_cache.device, self.device))
         return kv_cache
 
     def _store_device(self, layer, kv_cache, ids, register):
-        """IBP and raw blocks through the C orchestration; register(kind,
+        """The blocks through the C orchestration; register(kind,
         seg, pool handle, bytes) is called for each block stored."""
         kind = self._kind[layer]
         kv_cache = self._contiguous(kv_cache, "KVOffloader.store")
@@ -422,8 +410,8 @@ class KVOffloader:
             raise _errors.from_status(st, "KVOffloader.store", _lib.status_string(st), err)
 
     def _load_device(self, layer, ents, kv_cache, dst):
-        """IBP and raw blocks through the C orchestration (checked first)."""
-        kv_cache = self._contiguous(kv_cache, "KVOffloader.load")
+        """The blocks through the C orchestration (every one checked first)."""
+        user, kv_cache = kv_cache, self._contiguous(kv_cache, "KVOffloader.load")
         s = self._kv_stream(layer)
         n = len(ents)
         pools = [self._segments[seg] for _, seg, _ in ents]
@@ -443,6 +431,10 @@ class KVOffloader:
         if st:
             raise _errors.from_status(st, "KVOffloader.load", _lib.status_string(st), err)
         self._pending[layer] = kv_cache
+        if kv_cache is not user:  # the CPU path's copy of a non-contiguous cache
+            self._finish(layer)
+            idx = torch.as_tensor(dst, dtype=torch.int64)
+            user[:, idx] = kv_cache[:, idx]
 
     # ---- store / load --------------------------------------------------------
 
@@ -472,11 +464,9 @@ class KVOffloader:
 
         with self._lock:  # the layer's stream and the pools are shared between calls
             try:
-                if self._dev_path:
-                    self._store_device(layer, kv_cache, ids.tolist(), register)
-                else:
-                    for k, data in self._encode_blocks(layer, self._rows(kv_cache, ids)):
-                        register(k, None, data, data.nbytes)
+                self._store_device(layer, kv_cache, ids.tolist(), register)
+                if self._sync:
+                    self._raise_finished(layer)
             except BaseException:
                 self.free(handles)  # a failed store keeps nothing
                 raise
@@ -490,16 +480,11 @@ class KVOffloader:
         if len(handles) != dst.numel():
             raise _errors.invalid("KVOffloader.load", "%d handles for %d destination blocks"
                                   % (len(handles), dst.numel()))
-        if not self._dev_path:
-            for h, d in zip(handles, dst.tolist()):
-                with self._lock:
-                    kind, seg, ph = self._entry(layer, h)
-                    data = self._segments[seg].get(ph)  # a use: the pool's LRU keeps it longer
-                kv_cache[:, d] = self._decode_block(layer, kind, data)
-            return
         with self._lock:
             ents = [self._entry(layer, h) for h in handles]  # every handle checked first
             self._load_device(layer, ents, kv_cache, dst.tolist())
+            if self._sync:
+                self._raise_finished(layer)
 
     def _entry(self, layer, h):
         """(kind, segment, pool handle) of handle h (under the lock)."""
@@ -509,32 +494,6 @@ class KVOffloader:
         if lay != layer:
             raise _errors.invalid("KVOffloader.load", "handle %d belongs to layer %d, not %d" % (h, lay, layer))
         return kind, seg, ph
-
-    def _decode_block(self, layer, kind, data):
-        """One stored block's bytes -> its [2, *block_shape] tensor (bit-exact)."""
-        np_dtype = _DTYPES[self.dtype]
-        if kind == "ibp":
-            data = np.ascontiguousarray(data, dtype=np.uint8)
-            ln, fl, cl = np.zeros(2, np.uint64), np.zeros(2, np.uint8), np.zeros(2, np.uint8)
-            _lib.check(_lib.lib.ibp_kv_block_parse(data.ctypes.data, data.nbytes, ln.ctypes.data,
-                                                   fl.ctypes.data, cl.ctypes.data), "ibp_kv_block_parse")
-            n0, n1 = int(ln[0]), int(ln[1])
-            cl = cl if self._codec[layer].nclusters > 1 else None
-            rows = self._codec[layer].decode(Encoded(data[_HDR:_HDR + n0 + n1].copy(),
-                                                     np.array([0, n0, n0 + n1], np.uint64),
-                                                     fl, cl,
-                                                     (2, self.block_elems), _code_of(np_dtype)))
-        elif kind == "exp":
-            rows = np.empty((2, self.block_elems), np_dtype)
-            data = np.ascontiguousarray(data, dtype=np.uint8)
-            _lib.check(_lib.lib.ibp_exp_decode(data.ctypes.data, data.nbytes, _EXP_DTYPE[self.dtype],
-                                               rows.size, rows.ctypes.data, 1), "ibp_exp_decode")
-        else:
-            rows = data
-        t = torch.from_numpy(np.ascontiguousarray(rows).view(np_dtype).copy())
-        if self.dtype == torch.bfloat16:
-            t = t.view(torch.int16).view(torch.bfloat16)
-        return t.view(2, *self.block_shape)
 
     def free(self, handles: Sequence[int]) -> None:
         """Drops blocks (their pool slots are reused); unknown handles are ignored."""
@@ -565,8 +524,11 @@ class KVOffloader:
         if not 0 <= int(layer) < self.num_layers:
             raise _errors.invalid("KVOffloader.wait", "layer %d out of [0, %d)" % (layer, self.num_layers))
         with self._lock:
-            self._finish(int(layer))
-            e = self._deferred.pop(int(layer), None)
+            self._raise_finished(int(layer))
+
+    def _raise_finished(self, layer):
+        self._finish(layer)
+        e = self._deferred.pop(layer, None)
         if e is not None:
             raise e
 
@@ -584,6 +546,3 @@ def _block_ids(ids, n, func):
         raise _errors.invalid(func, "block ids must lie in [0, %d)" % n)
     return t
 
-
-def _code_of(np_dtype):
-    return {np.uint16: 6, np.float16: 9, np.float32: 11}[np_dtype]
