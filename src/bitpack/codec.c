@@ -305,6 +305,174 @@ static int ibp_build_vec16(ibp_codec_t *c)
 	return 1;
 }
 
+/* Cluster k's VBMI tables, allocated (for all clusters) on first use;
+ * NULL on no memory. */
+static ibp_vbmi_t *ibp_vbmi_at(ibp_codec_t *c, uint64_t k)
+{
+	if (!c->mem[13])
+		c->mem[13] = calloc(c->K, sizeof(ibp_vbmi_t));
+	if (!c->mem[13])
+		return NULL;
+	ibp_vbmi_t *v = (ibp_vbmi_t *)c->mem[13] + k;
+	c->cl[k].vbmi = v;
+	return v;
+}
+
+/* Builds the multishift static tables (ibp_vbmi_t.vgm, ibp_msgroup_t)
+ * for C <= 2 of every cluster whose qwords fit (see below) when the
+ * AVX-512 VBMI kernels can run; returns 0 on no memory. */
+static int ibp_build_vecms(ibp_codec_t *c)
+{
+	const uint64_t D = c->D, C = c->C, K = c->K;
+	/* C = 4 keeps the vg16 lanes: measured no faster this way */
+	if (!ibp_avx512_ok() || C > 2)
+		return 1;
+	const uint64_t G = 64 / C, Q = 8 / C; /* chunks per group, per qword */
+	const uint64_t nvg = c->last_bytes == C ? D / G : (D - 1) / G;
+	if (nvg == 0)
+		return 1;
+	if (K * nvg > SIZE_MAX / sizeof(ibp_msgroup_t) / 2)
+		return 0;
+	/* one allocation: the groups (64-byte aligned), then vbasem and vfixm */
+	const size_t gbytes = K * nvg * sizeof(ibp_msgroup_t);
+	const size_t bytes = gbytes + (K * nvg + K * nvg * G) * sizeof(uint64_t);
+	uint8_t *mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+	c->mem[11] = mem;
+	if (!mem)
+		return 0;
+	memset(mem, 0, gbytes);
+	ibp_msgroup_t *vg = (ibp_msgroup_t *)(void *)mem;
+	uint64_t *vbase = (uint64_t *)(void *)(mem + gbytes), *vfix = vbase + K * nvg;
+	for (uint64_t k = 0; k < K; k++) {
+		ibp_cluster_t *cl = &c->cl[k];
+		ibp_msgroup_t *g0 = vg + k * nvg;
+		uint64_t *vb = vbase + k * nvg, *fx = vfix + k * nvg * G, nfix = 0;
+		int fits = 1;
+		for (uint64_t g = 0; g < nvg && fits; g++) {
+			ibp_msgroup_t *q = &g0[g];
+			vb[g] = cl->soff[g * G] >> 3;
+			for (uint64_t l = 0; l < G && fits; l++) {
+				const uint64_t j = g * G + l, j0 = j - l % Q;
+				/* the qword of chunk j starts at the byte of its first
+				 * chunk's field; every field of it must end within it */
+				const uint64_t qb = (cl->soff[j0] >> 3) - vb[g];
+				const uint64_t o = cl->soff[j] - 8 * (vb[g] + qb);
+				if (qb + 8 > 64 || o + cl->sw[j] > 64) {
+					fits = 0;
+					break;
+				}
+				if (l % Q == 0)
+					for (uint64_t t = 0; t < 8; t++)
+						q->idx[l * C + t] = (uint8_t)(qb + t);
+				const ibp_run_t *r = cl->runs + cl->nrun[j];
+				const uint64_t nr = cl->nrun[j + 1] - cl->nrun[j];
+				uint64_t m0 = 0, m1 = 0, s0 = o, s1 = o;
+				if (nr > 2) {
+					fx[nfix++] = j;
+				} else {
+					if (nr >= 1) {
+						m0 = r[0].mask;
+						s0 = o - r[0].pos; /* mod 64 below */
+					}
+					if (nr == 2) {
+						m1 = r[1].mask;
+						s1 = o + r[1].src - r[1].pos;
+					}
+				}
+				for (uint64_t t = 0; t < C; t++) {
+					q->c0[l * C + t] = (uint8_t)((s0 + 8 * t) & 63);
+					q->c1[l * C + t] = (uint8_t)((s1 + 8 * t) & 63);
+				}
+				memcpy(q->m0 + l * C, &m0, C);
+				memcpy(q->m1 + l * C, &m1, C);
+				memcpy(q->b + l * C, &cl->b[j], C);
+			}
+		}
+		if (!fits || nfix > nvg * G / 4) /* mostly fix-ups: the older paths */
+			continue;
+		ibp_vbmi_t *v = ibp_vbmi_at(c, k);
+		if (!v)
+			return 0;
+		v->vgm = g0;
+		v->vbasem = vb;
+		v->nvgm = nvg;
+		v->vfixm = fx;
+		v->nvfixm = nfix;
+	}
+	return 1;
+}
+
+/* Builds the 32-lane exception-walk tables (ibp_vbmi_t.xg2) for C = 2
+ * of every cluster that has xg and whose groups fit (ibp_xgroup2_t) when
+ * the AVX-512 VBMI kernels can run; returns 0 on no memory. */
+static int ibp_build_xvec2(ibp_codec_t *c)
+{
+	const uint64_t D = c->D, K = c->K, G = 32;
+	if (!ibp_avx512_ok() || c->C != 2)
+		return 1;
+	const uint64_t nxg = (D + G - 1) / G;
+	if (K * nxg > SIZE_MAX / sizeof(ibp_xgroup2_t) / 2)
+		return 0;
+	ibp_xgroup2_t *xg = aligned_alloc(64, K * nxg * sizeof(ibp_xgroup2_t));
+	c->mem[12] = xg;
+	if (!xg)
+		return 0;
+	memset(xg, 0, K * nxg * sizeof(ibp_xgroup2_t));
+	for (uint64_t k = 0; k < K; k++) {
+		ibp_cluster_t *cl = &c->cl[k];
+		if (cl->nxg == 0) /* Xvals: the scalar walk */
+			continue;
+		ibp_xgroup2_t *g0 = xg + k * nxg;
+		int fits = 1;
+		for (uint64_t g = 0; g < nxg && fits; g++) {
+			uint64_t sum = 0, quad = 0;
+			for (uint64_t l = 0; l < G; l++) {
+				const uint64_t j = g * G + l;
+				const uint64_t e = j < D ? cl->ew[j] : 0;
+				quad = (l % 4 ? quad : 0) + e;
+				if (l < 28)
+					sum += e;
+				if (quad > 57 || sum > 441)
+					fits = 0;
+			}
+		}
+		if (!fits)
+			continue;
+		for (uint64_t j = 0; j < D; j++) {
+			ibp_xgroup2_t *q = &g0[j / G];
+			const uint64_t l = j % G;
+			const ibp_run_t *r = cl->runs + cl->mrun[j];
+			const uint64_t nr = cl->mrun[j + 1] - cl->mrun[j];
+			uint16_t m0 = 0, m1 = 0, bj = (uint16_t)cl->b[j];
+			uint64_t s0 = 0, s1 = 0;
+			if (nr <= 2) { /* else in xfix: pdep after the lanes */
+				if (nr >= 1) {
+					m0 = (uint16_t)r[0].mask;
+					s0 = 0 - (uint64_t)r[0].pos; /* r[0].src == 0; mod 64 below */
+				}
+				if (nr == 2) {
+					m1 = (uint16_t)r[1].mask;
+					s1 = (uint64_t)r[1].src - r[1].pos;
+				}
+			}
+			q->w[2 * l] = cl->ew[j];
+			memcpy(q->m0 + 2 * l, &m0, 2);
+			memcpy(q->m1 + 2 * l, &m1, 2);
+			memcpy(q->b + 2 * l, &bj, 2);
+			for (uint64_t t = 0; t < 2; t++) {
+				q->c0[2 * l + t] = (uint8_t)((s0 + 8 * t) & 63);
+				q->c1[2 * l + t] = (uint8_t)((s1 + 8 * t) & 63);
+			}
+		}
+		ibp_vbmi_t *v = ibp_vbmi_at(c, k);
+		if (!v)
+			return 0;
+		v->xg2 = g0;
+		v->nxg2 = nxg;
+	}
+	return 1;
+}
+
 /* Builds ibp_cluster_t.base_row of every cluster without static fields
  * (S = 0), by the portable kernel on an empty body (it reads none), in one
  * allocation of at most 64 MiB (else none: the kernels rebuild it per row);
@@ -555,7 +723,9 @@ ibp_status_t ibp_codec_create_ex(uint64_t row_bytes, unsigned chunk_bytes, unsig
 					  .x = xw, .xen = xen, .has_x = has_x };
 		c->has_xval |= (int)has_x;
 	}
-	if (!ibp_build_vec(c) || !ibp_build_xvec(c) || !ibp_build_vec16(c) || !ibp_build_base_rows(c))
+	if (!ibp_build_vec(c) || !ibp_build_xvec(c) || !ibp_build_vec16(c) || !ibp_build_vecms(c) ||
+	    !ibp_build_xvec2(c) ||
+	    !ibp_build_base_rows(c))
 		goto nomem;
 	c->impl = ibp_auto_impl();
 	c->k = ibp_impl_kernels(c->impl);

@@ -116,15 +116,21 @@ IBP_INLINE void ibp_avx2_static_c12(const ibp_cluster_t *cl, const uint8_t *body
 {
 	const ibp_vgroup_t *q = cl->vg;
 	const uint64_t *vb = cl->vbase;
-	const __m256i lo8 = _mm256_set1_epi32(0xFF);
+	const __m256i zero = _mm256_setzero_si256();
 	for (uint64_t g = 0; g < ng; g++, q++) {
-		const int *base = (const int *)(const void *)(body + vb[g]);
+		const uint8_t *base = body + vb[g];
 		__m256i r[2];
 		for (unsigned h = 0; h < 2; h++) {
 			const unsigned o = 32 * h;
-			/* lane l's offset is its first idx byte */
-			const __m256i ix = _mm256_and_si256(ibp_avx2_ld(q->idx + o), lo8);
-			const __m256i w = _mm256_i32gather_epi32(base, ix, 1);
+			/* No gather: the fields of 4 lanes span <= 7 + 4 * 16 bits, so
+			 * 16 bytes from the first lane's byte hold them; one load per
+			 * 128-bit half, and a byte shuffle (idx minus that half's first
+			 * idx byte, < 16) gives each lane its 4 bytes. */
+			const __m256i ix = ibp_avx2_ld(q->idx + o);
+			const __m256i w = _mm256_shuffle_epi8(
+				_mm256_loadu2_m128i((const __m128i *)(const void *)(base + q->idx[o + 16]),
+						    (const __m128i *)(const void *)(base + q->idx[o])),
+				_mm256_sub_epi8(ix, _mm256_shuffle_epi8(ix, zero)));
 			const __m256i t0 = _mm256_sllv_epi32(_mm256_srlv_epi32(w, ibp_avx2_ld(q->sh + o)),
 							     ibp_avx2_ld(q->p0 + o));
 			const __m256i t1 = _mm256_sllv_epi32(_mm256_srlv_epi32(w, ibp_avx2_ld(q->q1 + o)),
@@ -220,7 +226,8 @@ static void ibp_avx2_decode_static_v(const ibp_codec_t *c, const ibp_cluster_t *
 		ibp_avx2_static_c4w(c, cl, body, avail, dst);
 		return;
 	}
-	const uint64_t G = C <= 2 ? 16 : 8, reach = C <= 2 ? IBP_AVX2_REACH(4) : IBP_AVX2_REACH(8);
+	/* C <= 2 loads 16 bytes at a lane's offset (see static_c12) */
+	const uint64_t G = C <= 2 ? 16 : 8, reach = C <= 2 ? IBP_AVX2_REACH(16) : IBP_AVX2_REACH(8);
 	/* groups whose whole window is readable (vbase is non-decreasing) */
 	uint64_t ng = 0;
 	while (ng < cl->nvg && cl->vbase[ng] <= avail && avail - cl->vbase[ng] >= reach)

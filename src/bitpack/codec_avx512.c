@@ -179,10 +179,47 @@ static void ibp_avx512_static_c4w(const ibp_codec_t *c, const ibp_cluster_t *cl,
 	ibp_avx512_decode_static_from(c, cl, body, avail, dst, nvg * 16);
 }
 
+/* C <= 2, 64 / C chunks per group by multishift (the vgm tables): one
+ * permute, two multishifts and two ternary ops per 64 output bytes, with
+ * no variable shifts or narrowing; then the fix-ups and the scalar rest. */
+static void ibp_avx512_static_ms(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *body,
+				 uint64_t avail, uint8_t *dst)
+{
+	const ibp_vbmi_t *vt = cl->vbmi;
+	const ibp_msgroup_t *q = vt->vgm;
+	const uint64_t *vb = vt->vbasem;
+	const uint64_t nvg = vt->nvgm, C = c->C;
+	for (uint64_t g = 0; g < nvg; g++, q++) {
+		const uint64_t rem = avail - vb[g];
+		const __mmask64 k = rem >= 64 ? ~0ull : _bzhi_u64(~0ull, (unsigned)rem);
+		const __m512i win = _mm512_maskz_loadu_epi8(k, body + vb[g]);
+		const __m512i w = _mm512_permutexvar_epi8(_mm512_load_si512((const void *)q->idx), win);
+		const __m512i t0 = _mm512_multishift_epi64_epi8(_mm512_load_si512((const void *)q->c0), w);
+		const __m512i t1 = _mm512_multishift_epi64_epi8(_mm512_load_si512((const void *)q->c1), w);
+		__m512i r = _mm512_ternarylogic_epi64(t0, _mm512_load_si512((const void *)q->m0),
+						      _mm512_load_si512((const void *)q->b), IBP_TL_ANDOR);
+		r = _mm512_ternarylogic_epi64(t1, _mm512_load_si512((const void *)q->m1), r, IBP_TL_ANDOR);
+		/* two halves: the exception walk XORs 32-byte halves, and stores
+		 * of its loads' size forward to them */
+		_mm256_storeu_si256((__m256i *)(dst + g * 64), _mm512_castsi512_si256(r));
+		_mm256_storeu_si256((__m256i *)(dst + g * 64 + 32), _mm512_extracti64x4_epi64(r, 1));
+	}
+	for (uint64_t i = 0; i < vt->nvfixm; i++) {
+		const uint64_t j = vt->vfixm[i];
+		const uint64_t v = ibp_peek_bits(body, avail, cl->soff[j], cl->sw[j]);
+		ibp_st_chunk(dst + j * C, _pdep_u64(v, cl->nm[j]) | cl->b[j], (unsigned)C);
+	}
+	ibp_avx512_decode_static_from(c, cl, body, avail, dst, nvg * (64 / C));
+}
+
 static void ibp_avx512_decode_static_v(const ibp_codec_t *c, const ibp_cluster_t *cl,
 				     const uint8_t *body, uint64_t avail, uint8_t *dst)
 {
 	const uint64_t nvg = cl->nvg;
+	if (cl->vbmi && cl->vbmi->nvgm) {
+		ibp_avx512_static_ms(c, cl, body, avail, dst);
+		return;
+	}
 	if (cl->nvg16) {
 		ibp_avx512_static_c4w(c, cl, body, avail, dst);
 		return;
@@ -312,6 +349,80 @@ IBP_INLINE uint64_t ibp_avx512_xwalk_c12(const ibp_codec_t *c, const ibp_cluster
 	return e;
 }
 
+/* C = 2: 32 lanes of 16 bits (the xg2 tables), half the groups of the
+ * 16-lane walk. The prefix sum runs within 128-bit blocks, then adds the
+ * earlier blocks' totals; fields are extracted and deposited by two
+ * multishifts (ibp_xgroup2_t). Out of line: inlined, it seemed to slow
+ * the other chunk sizes' walks in decode_exc_v a little (f32 -1..2%). */
+static __attribute__((noinline)) uint64_t ibp_avx512_xwalk_c2w(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint64_t *bm,
+				     const uint8_t *body, uint64_t avail, uint64_t e, uint64_t lim, uint8_t *dst)
+{
+	const uint64_t R = c->R, nxg = cl->vbmi->nxg2;
+	const ibp_xgroup2_t *q = cl->vbmi->xg2;
+	const __m512i zero = _mm512_setzero_si512();
+	/* the last lane of each 128-bit block to all its lanes; each qword's
+	 * first lane to its 4 lanes; its low byte to the qword's 8 bytes; each
+	 * lane's low byte to both its bytes */
+	const __m512i blast = _mm512_set1_epi16(0x0F0E);
+	const __m512i qfirst = _mm512_set4_epi32(0x09080908, 0x09080908, 0x01000100, 0x01000100);
+	const __m512i qbyte = _mm512_set4_epi32(0x08080808, 0x08080808, 0x00000000, 0x00000000);
+	const __m512i lbyte = _mm512_set4_epi32(0x0E0E0C0C, 0x0A0A0808, 0x06060404, 0x02020000);
+	const __m512i inc = _mm512_set1_epi64(0x0706050403020100ll);
+	const __m512i not7 = _mm512_set1_epi16(~7);
+	for (uint64_t g = 0; g < nxg; g++, q++) {
+		const __mmask32 mk = (__mmask32)(bm[g >> 1] >> (32 * (g & 1)));
+		const __m512i w = _mm512_maskz_loadu_epi16(mk, q->w);
+		__m512i s = _mm512_add_epi16(w, _mm512_bslli_epi128(w, 2));
+		s = _mm512_add_epi16(s, _mm512_bslli_epi128(s, 4));
+		s = _mm512_add_epi16(s, _mm512_bslli_epi128(s, 8));
+		/* block totals T, their inclusive scan P; s + P - T */
+		const __m512i t = _mm512_shuffle_epi8(s, blast);
+		__m512i p = _mm512_add_epi16(t, _mm512_alignr_epi64(t, zero, 6));
+		p = _mm512_add_epi16(p, _mm512_alignr_epi64(p, zero, 4));
+		s = _mm512_add_epi16(s, _mm512_sub_epi16(p, t));
+		const uint64_t tot = (uint16_t)_mm_extract_epi16(_mm512_extracti32x4_epi32(s, 3), 7);
+		if (tot > lim - e)
+			return UINT64_MAX;
+		const uint64_t b0 = e >> 3, rem = avail - b0; /* e <= lim: b0 <= avail */
+		const __m512i rel = _mm512_add_epi16(_mm512_sub_epi16(s, w), _mm512_set1_epi16((short)(e & 7)));
+		const __mmask64 km = rem >= 64 ? ~0ull : _bzhi_u64(~0ull, (unsigned)rem);
+		const __m512i win = _mm512_maskz_loadu_epi8(km, body + b0);
+		const __m512i bi = _mm512_add_epi8(_mm512_shuffle_epi8(_mm512_srli_epi16(rel, 3), qbyte), inc);
+		const __m512i word = _mm512_permutexvar_epi8(bi, win);
+		/* field bit within its qword, to both bytes of the lane */
+		const __m512i f = _mm512_shuffle_epi8(
+			_mm512_sub_epi16(rel, _mm512_and_si512(_mm512_shuffle_epi8(rel, qfirst), not7)), lbyte);
+		const __m512i t0 = _mm512_multishift_epi64_epi8(
+			_mm512_add_epi8(f, _mm512_load_si512((const void *)q->c0)), word);
+		const __m512i t1 = _mm512_multishift_epi64_epi8(
+			_mm512_add_epi8(f, _mm512_load_si512((const void *)q->c1)), word);
+		/* (t0 & m0) ^ (t1 & m1) ^ b: the runs are disjoint */
+		__m512i d = _mm512_ternarylogic_epi64(t0, _mm512_load_si512((const void *)q->m0),
+						      _mm512_load_si512((const void *)q->b), 0x6A);
+		d = _mm512_ternarylogic_epi64(t1, _mm512_load_si512((const void *)q->m1), d, 0x6A);
+		const __mmask32 fx = cl->xfix ? (__mmask32)(cl->xfix[g >> 1] >> (32 * (g & 1))) : 0;
+		d = _mm512_maskz_mov_epi16((__mmask32)(mk & ~fx), d);
+		const uint64_t at = g * 64, nb = R - at < 64 ? R - at : 64;
+		if (nb == 64) {
+			_mm512_storeu_si512((void *)(dst + at), _mm512_xor_si512(_mm512_loadu_si512(dst + at), d));
+		} else {
+			const __mmask64 kb = _bzhi_u64(~0ull, (unsigned)nb);
+			const __m512i o = _mm512_maskz_loadu_epi8(kb, dst + at);
+			_mm512_mask_storeu_epi8(dst + at, kb, _mm512_xor_si512(o, d));
+		}
+		if (mk & fx) {
+			uint16_t r[32];
+			_mm512_storeu_si512((void *)r, rel);
+			for (uint32_t x = mk & fx; x; x &= x - 1) {
+				const unsigned l = (unsigned)__builtin_ctz(x);
+				ibp_avx512_fix(c, cl, body, avail, g * 32 + l, 8 * b0 + r[l], dst, 2);
+			}
+		}
+		e += tot;
+	}
+	return e;
+}
+
 /* C = 4: 8 lanes of 64 bits */
 static uint64_t ibp_avx512_xwalk_c4(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint64_t *bm,
 				    const uint8_t *body, uint64_t avail, uint64_t e, uint64_t lim, uint8_t *dst)
@@ -388,7 +499,10 @@ static uint64_t ibp_avx512_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_
 		return UINT64_MAX;
 	switch (c->C) {
 	case 1: return ibp_avx512_xwalk_c12(c, cl, bm, body, avail, e, lim, dst, 1);
-	case 2: return ibp_avx512_xwalk_c12(c, cl, bm, body, avail, e, lim, dst, 2);
+	case 2:
+		if (cl->vbmi && cl->vbmi->nxg2)
+			return ibp_avx512_xwalk_c2w(c, cl, bm, body, avail, e, lim, dst);
+		return ibp_avx512_xwalk_c12(c, cl, bm, body, avail, e, lim, dst, 2);
 	default: return ibp_avx512_xwalk_c4(c, cl, bm, body, avail, e, lim, dst);
 	}
 }

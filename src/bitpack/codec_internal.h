@@ -96,7 +96,65 @@ typedef struct ibp_cluster {
 	uint64_t nvg16;
 	const uint64_t *vfix16;
 	uint64_t nvfix16;
+	/* The AVX-512 VBMI tables (ibp_vbmi_t), NULL when none was built:
+	 * behind a pointer, since kernels copy this struct per row. */
+	const struct ibp_vbmi *vbmi;
 } ibp_cluster_t;
+
+/* A cluster's AVX-512 VBMI tables (codec.c builds them). */
+typedef struct ibp_vbmi {
+	/* AVX-512 VBMI static part for C <= 2 in groups of 64 / C chunks (a
+	 * full 64-byte vector of output, ibp_msgroup_t): built when the CPU
+	 * has VBMI and every qword's fields fit it (below), else nvgm = 0 and
+	 * the cluster's vg / vg16 tables serve. Chunks whose ~m_j has more than two runs are
+	 * listed in vfixm, as for vg. */
+	const struct ibp_msgroup *vgm;
+	const uint64_t *vbasem;
+	uint64_t nvgm;
+	const uint64_t *vfixm;
+	uint64_t nvfixm;
+	/* AVX-512 VBMI exception walk for C = 2 in groups of 32 lanes of 16
+	 * bits (ibp_xgroup2_t; chunks past D are 0): built with xg, when every
+	 * group's fields fit (below), else nxg2 = 0 and the cluster's xg
+	 * serves. The chunks of its xfix are patched after, as for xg. */
+	const struct ibp_xgroup2 *xg2;
+	uint64_t nxg2;
+} ibp_vbmi_t;
+
+/* One group of the 32-lane exception walk: lane l holds chunk j's
+ * exception width w = e_j, m_j's two runs (masks m0, m1) and b_j. Each
+ * qword of 4 lanes gets 8 bytes from the byte of its first lane's field
+ * (a byte permute of the group's window); a lane's field is at bit f of
+ * its qword, and the multishift controls f + c0, f + c1 (per byte, mod
+ * 64; c0 = -p0 + 8t, c1 = s1 - p1 + 8t for byte t) put the runs in
+ * place. Built only when every 4 lanes' widths sum to <= 57 (7 + 57 bits
+ * fit the qword) and the first 28 lanes' to <= 441 (every qword within
+ * the 64-byte window). */
+typedef struct ibp_xgroup2 {
+	uint8_t w[64];
+	uint8_t m0[64];
+	uint8_t m1[64];
+	uint8_t b[64];
+	uint8_t c0[64];
+	uint8_t c1[64];
+} ibp_xgroup2_t;
+
+/* One group of the multishift static part: qword k of the output (8 / C
+ * chunks) gets bytes idx[8k, 8k+8) of the 64-byte window at vbasem (a
+ * byte permute), which hold all its chunks' fields; then a chunk is
+ * (ms(c0) & m0) | (ms(c1) & m1) | b, where ms(c) is vpmultishiftqb with
+ * the lane's control bytes c: each output byte takes the 8 bits at bit c
+ * of its qword. c0 = field bit - p0 (+ 8 per byte) puts the field's first
+ * run at p0; c1 = field bit + s1 - p1 its second. Mod 64: the rotated-in
+ * bits fall outside the run masks. */
+typedef struct ibp_msgroup {
+	uint8_t idx[64];
+	uint8_t c0[64];
+	uint8_t c1[64];
+	uint8_t m0[64];
+	uint8_t m1[64];
+	uint8_t b[64];
+} ibp_msgroup_t;
 
 /* One SIMD group of the exception walk: lane l (LB bytes, as in
  * ibp_vgroup_t) holds chunk j's exception width w = e_j, and the two runs
@@ -176,7 +234,7 @@ struct ibp_codec {
 	uint8_t *xval_bytes;   /* K * D * C, as given (the Bitvals when none) */
 	int has_xval;          /* some cluster has an enabled chunk */
 	ibp_cluster_t *cl;     /* K entries */
-	void *mem[11];         /* allocations owned by the codec */
+	void *mem[14];         /* allocations owned by the codec */
 };
 
 /* The kernels; ibp_kernels_bmi2 exists on x86-64 builds only. */

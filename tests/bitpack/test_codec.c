@@ -1264,6 +1264,99 @@ Test(codec, simd_c4_wide_lanes)
 	}
 }
 
+/* The AVX-512 multishift static part for C = 1, 2 (the vgm tables, 64 /
+ * C chunks a group) and the 32-lane exception walk for C = 2 (xg2):
+ * ~m_j and m_j of one, two and more runs (the last patched after the
+ * lanes), runs at bit 0 and above, a full or a partial last chunk, chunks
+ * past the last full group (a partial last walk group), rows from no to
+ * ~92% exceptions, and every truncation of each row: every path gives
+ * the same status and bytes. */
+Test(codec, simd_multishift_static)
+{
+	if (!have_avx512())
+		cr_skip_test("this CPU has no AVX-512 VBMI");
+	static const uint16_t mk2[3] = { 0xF003u, 0xC038u, 0x8924u }; /* 1, 2, 5 runs of ~m */
+	static const uint16_t mk1[3] = { 0xE1u, 0x18u, 0x52u };         /* 1, 2, 4 */
+	static const ibp_impl_t impls[] = { IBP_IMPL_PORTABLE, IBP_IMPL_BMI2, IBP_IMPL_AVX2, IBP_IMPL_AVX512 };
+	tu_rng_t r;
+	tu_rng_seed(&r, 1617);
+	static const uint64_t sizes[][2] = { { 2, 512 }, { 2, 2 * 70 + 1 }, { 2, 2 * 32 }, { 2, 2 * 100 },
+					     { 1, 256 }, { 1, 64 * 2 + 7 } };
+	for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+		const unsigned C = (unsigned)sizes[si][0];
+		const uint64_t R = sizes[si][1], D = (R + C - 1) / C, N = 24;
+		const uint16_t *mk = C == 2 ? mk2 : mk1;
+		uint8_t *m = tu_xcalloc(D * C), *b = tu_xcalloc(D * C), *rows = tu_xcalloc(N * R);
+		for (uint64_t j = 0; j < D; j++) {
+			const uint16_t mj = mk[j % 29 == 5 ? 2 : j % 3 == 1 ? 1 : 0];
+			const uint16_t bj = (uint16_t)(tu_next(&r) & mj);
+			memcpy(m + C * j, &mj, C);
+			memcpy(b + C * j, &bj, C);
+		}
+		memset(m + R, 0xFF, C * D - R); /* padding: invariant zeros */
+		memset(b + R, 0, C * D - R);
+		for (uint64_t i = 0; i < N; i++) {
+			uint8_t *row = rows + i * R;
+			for (uint64_t j = 0; j < D; j++) {
+				uint16_t mj = 0, bj = 0, x = (uint16_t)tu_next(&r);
+				memcpy(&mj, m + C * j, C);
+				memcpy(&bj, b + C * j, C);
+				x = (uint16_t)((x & ~mj) | bj);
+				if (tu_below(&r, 100) < i * 4) /* row i: about 4i% exceptions */
+					x ^= (uint16_t)(mj & tu_next(&r));
+				uint64_t nb = R - C * j < C ? R - C * j : C;
+				memcpy(row + C * j, &x, nb);
+			}
+		}
+		ibp_codec_t *c;
+		cr_assert_eq(ibp_codec_create(R, C, 1, m, b, &c), IBP_OK);
+		cr_assert_gt(c->cl[0].vbmi ? c->cl[0].vbmi->nvgm : 0, 0, "C=%u R=%llu: no multishift groups", C, (unsigned long long)R);
+		cr_assert_gt(c->cl[0].vbmi ? c->cl[0].vbmi->nvfixm : 0, 0, "C=%u R=%llu: no three-run chunk", C, (unsigned long long)R);
+		cr_assert(C != 2 || (c->cl[0].vbmi && c->cl[0].vbmi->nxg2 > 0), "R=%llu: no 32-lane walk groups", (unsigned long long)R);
+		cr_assert(C != 2 || c->cl[0].xfix, "R=%llu: no m_j of more than two runs", (unsigned long long)R);
+		uint8_t *enc = tu_xcalloc(R), *ref = tu_xcalloc(R), *back = tu_xcalloc(R);
+		for (uint64_t i = 0; i < N; i++) {
+			uint64_t len;
+			uint8_t f;
+			ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
+			cr_assert_eq(ibp_encode_row(c, rows + i * R, 0, enc, R, &len, &f), IBP_OK);
+			/* every truncation, then the whole row (len + 1 > len) */
+			for (uint64_t t = 0; t <= len; t++) {
+				ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
+				uint8_t *cut = tu_xcalloc(t ? t : 1);
+				memcpy(cut, enc, t);
+				memset(ref, 0, R);
+				const ibp_status_t s0 = ibp_decode_row(c, cut, t, f, 0, ref);
+				if (t == len) {
+					cr_assert_eq(s0, IBP_OK);
+					cr_assert(memcmp(ref, rows + i * R, R) == 0, "C=%u R=%llu row %llu", C,
+						  (unsigned long long)R, (unsigned long long)i);
+				}
+				for (size_t k = 1; k < sizeof(impls) / sizeof(impls[0]); k++) {
+					if (ibp_codec_set_impl(c, impls[k]) != IBP_OK)
+						continue;
+					memset(back, 0, R);
+					const ibp_status_t s1 = ibp_decode_row(c, cut, t, f, 0, back);
+					cr_assert_eq(s1, s0, "C=%u R=%llu row %llu len %llu of %llu impl %d", C,
+						     (unsigned long long)R, (unsigned long long)i,
+						     (unsigned long long)t, (unsigned long long)len, (int)impls[k]);
+					if (s0 == IBP_OK)
+						cr_assert(memcmp(back, ref, R) == 0, "C=%u R=%llu row %llu impl %d", C,
+							  (unsigned long long)R, (unsigned long long)i, (int)impls[k]);
+				}
+				free(cut);
+			}
+		}
+		free(m);
+		free(b);
+		free(rows);
+		free(enc);
+		free(ref);
+		free(back);
+		ibp_codec_free(c);
+	}
+}
+
 /* ------------------------------------------------------------------ */
 /* paper layout                                                         */
 /* ------------------------------------------------------------------ */
