@@ -70,6 +70,7 @@ const ibp_kernels_t ibp_kernels_portable = {
 	ibp_portable_decode_static,
 	ibp_portable_decode_exc,
 	ibp_row_stats,
+	NULL,
 };
 
 /* ---------------------------------------------------------------------- */
@@ -226,6 +227,30 @@ static int ibp_build_vec(ibp_codec_t *c)
 	return 1;
 }
 
+/* The two runs of ~m_j as a 32-bit static lane at bit sh of its 4
+ * bytes (ibp_vgroup_t): masks, positions and the second run's shift;
+ * returns 0 (lane left 0) when ~m_j has more than two runs. */
+static int ibp_static_lane32(const ibp_cluster_t *cl, uint64_t j, unsigned sh, uint32_t *m0, uint32_t *m1,
+			     unsigned *p0, unsigned *q1, unsigned *p1)
+{
+	const ibp_run_t *r = cl->runs + cl->nrun[j];
+	const uint64_t nr = cl->nrun[j + 1] - cl->nrun[j];
+	*m0 = *m1 = 0;
+	*p0 = *q1 = *p1 = 0;
+	if (nr > 2)
+		return 0;
+	if (nr >= 1) {
+		*m0 = (uint32_t)r[0].mask;
+		*p0 = r[0].pos;
+	}
+	if (nr == 2) {
+		*m1 = (uint32_t)r[1].mask;
+		*p1 = r[1].pos;
+		*q1 = sh + r[1].src; /* < sh + s_j <= 32 */
+	}
+	return 1;
+}
+
 /* Builds the 16-lane static tables for C = 4 (ibp_cluster_t.vg16; the
  * AVX-512 and AVX2 kernels read them) of every cluster whose fields all
  * fit 32-bit lanes; returns 0 on no memory. Chunks whose ~m_j has more
@@ -262,29 +287,16 @@ static int ibp_build_vec16(ibp_codec_t *c)
 				const uint64_t j = g * G + l, o = cl->soff[j];
 				const uint64_t rel = (o >> 3) - vb[g];
 				const unsigned sh = (unsigned)(o & 7);
-				const ibp_run_t *r = cl->runs + cl->nrun[j];
-				const uint64_t nr = cl->nrun[j + 1] - cl->nrun[j];
 				if (rel + LB > 64 || sh + cl->sw[j] > 32) {
 					fits = 0;
 					break;
 				}
 				for (uint64_t t = 0; t < LB; t++)
 					q->idx[l * LB + t] = (uint8_t)(rel + t);
-				uint32_t m0 = 0, m1 = 0, bj = (uint32_t)cl->b[j];
-				unsigned p0 = 0, q1 = 0, p1 = 0;
-				if (nr > 2) {
+				uint32_t m0, m1, bj = (uint32_t)cl->b[j];
+				unsigned p0, q1, p1;
+				if (!ibp_static_lane32(cl, j, sh, &m0, &m1, &p0, &q1, &p1))
 					fx[nfix++] = j;
-				} else {
-					if (nr >= 1) {
-						m0 = (uint32_t)r[0].mask;
-						p0 = r[0].pos;
-					}
-					if (nr == 2) {
-						m1 = (uint32_t)r[1].mask;
-						p1 = r[1].pos;
-						q1 = sh + r[1].src; /* < sh + s_j <= 32 */
-					}
-				}
 				memcpy(q->m0 + l * LB, &m0, LB);
 				memcpy(q->m1 + l * LB, &m1, LB);
 				memcpy(q->b + l * LB, &bj, LB);
@@ -469,6 +481,180 @@ static int ibp_build_xvec2(ibp_codec_t *c)
 			return 0;
 		v->xg2 = g0;
 		v->nxg2 = nxg;
+	}
+	return 1;
+}
+
+/* Builds the 16-lane exception-walk tables (ibp_vbmi_t.xg4) for C = 4
+ * of every cluster that has xg and whose groups fit (see ibp_vbmi_t) when
+ * the AVX-512 VBMI kernels can run; returns 0 on no memory. */
+static int ibp_build_xvec4(ibp_codec_t *c)
+{
+	const uint64_t D = c->D, K = c->K, G = 16;
+	if (!ibp_avx512_ok() || c->C != 4)
+		return 1;
+	const uint64_t nxg = (D + G - 1) / G;
+	if (K * nxg > SIZE_MAX / sizeof(ibp_xgroup_t) / 2)
+		return 0;
+	ibp_xgroup_t *xg = aligned_alloc(64, K * nxg * sizeof(ibp_xgroup_t));
+	c->mem[14] = xg;
+	if (!xg)
+		return 0;
+	memset(xg, 0, K * nxg * sizeof(ibp_xgroup_t));
+	for (uint64_t k = 0; k < K; k++) {
+		ibp_cluster_t *cl = &c->cl[k];
+		if (cl->nxg == 0) /* Xvals: the scalar walk */
+			continue;
+		int fits = 1;
+		for (uint64_t g = 0; g < nxg && fits; g++) {
+			uint64_t sum = 0;
+			for (uint64_t l = 0; l + 1 < G; l++) {
+				const uint64_t j = g * G + l;
+				sum += j < D ? cl->ew[j] : 0;
+			}
+			for (uint64_t l = 0; l < G; l++) {
+				const uint64_t j = g * G + l;
+				if (j < D && cl->ew[j] > 25)
+					fits = 0;
+			}
+			if (sum > 473)
+				fits = 0;
+		}
+		if (!fits)
+			continue;
+		ibp_xgroup_t *g0 = xg + k * nxg;
+		for (uint64_t j = 0; j < D; j++) {
+			ibp_xgroup_t *q = &g0[j / G];
+			const uint64_t l = j % G;
+			const ibp_run_t *r = cl->runs + cl->mrun[j];
+			const uint64_t nr = cl->mrun[j + 1] - cl->mrun[j];
+			uint32_t m0 = 0, m1 = 0, bj = (uint32_t)cl->b[j];
+			unsigned p0 = 0, s1 = 0, p1 = 0;
+			if (nr <= 2) { /* else in xfix: pdep after the lanes */
+				if (nr >= 1) {
+					m0 = (uint32_t)r[0].mask;
+					p0 = r[0].pos; /* r[0].src == 0 */
+				}
+				if (nr == 2) {
+					m1 = (uint32_t)r[1].mask;
+					s1 = r[1].src;
+					p1 = r[1].pos;
+				}
+			}
+			q->w[4 * l] = cl->ew[j];
+			memcpy(q->m0 + 4 * l, &m0, 4);
+			memcpy(q->m1 + 4 * l, &m1, 4);
+			memcpy(q->b + 4 * l, &bj, 4);
+			q->p0[4 * l] = (uint8_t)p0;
+			q->s1[4 * l] = (uint8_t)s1;
+			q->p1[4 * l] = (uint8_t)p1;
+		}
+		ibp_vbmi_t *v = ibp_vbmi_at(c, k);
+		if (!v)
+			return 0;
+		v->xg4 = g0;
+		v->nxg4 = nxg;
+	}
+	return 1;
+}
+
+/* Builds the fused row-decode tables (ibp_vbmi_t.fg) for C = 2 and 4 of
+ * every cluster with xg2 / xg4 whose static fields fit their qwords (see
+ * ibp_vbmi_t); returns 0 on no memory. */
+static int ibp_build_fused(ibp_codec_t *c)
+{
+	const uint64_t D = c->D, K = c->K, C = c->C;
+	if (!ibp_avx512_ok() || (C != 2 && C != 4) || D > IBP_XWALK_MAXD)
+		return 1;
+	const uint64_t G = 64 / C, Q = 8 / C, ng = (D + G - 1) / G;
+	const size_t gsize = C == 4 ? sizeof(ibp_f4group_t) : sizeof(ibp_f2group_t);
+	if (K * ng > SIZE_MAX / gsize / 4)
+		return 0;
+	/* one allocation: the groups (64-byte aligned), then fbase and ffix */
+	const size_t gbytes = K * ng * gsize;
+	const size_t bytes = gbytes + (K * ng + K * D) * sizeof(uint64_t);
+	uint8_t *mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+	c->mem[15] = mem;
+	if (!mem)
+		return 0;
+	memset(mem, 0, gbytes);
+	uint64_t *fbase = (uint64_t *)(void *)(mem + gbytes), *ffix = fbase + K * ng;
+	for (uint64_t k = 0; k < K; k++) {
+		ibp_cluster_t *cl = &c->cl[k];
+		if (!cl->vbmi || (C == 4 ? cl->vbmi->nxg4 : cl->vbmi->nxg2) == 0)
+			continue;
+		uint8_t *g0 = mem + k * ng * gsize;
+		uint64_t *fb = fbase + k * ng, *fx = ffix + k * D, nfix = 0;
+		int fits = 1, three = 0;
+		for (uint64_t j = 0; j < D && fits; j++) {
+			uint8_t *gq = g0 + (j / G) * gsize;
+			ibp_fstatic_t *q = (ibp_fstatic_t *)(void *)gq;
+			const uint64_t l = j % G, j0 = j - l % Q;
+			if (l == 0)
+				fb[j / G] = cl->soff[j] >> 3;
+			/* the qword of chunks j0 .. j0 + Q - 1 starts at the byte of
+			 * j0's field; every field of it must end within it (as for
+			 * vgm) */
+			const uint64_t qb = (cl->soff[j0] >> 3) - fb[j / G];
+			const uint64_t o = cl->soff[j] - 8 * (fb[j / G] + qb);
+			if (qb + 8 > 64 || o + cl->sw[j] > 64) {
+				fits = 0;
+				break;
+			}
+			if (l % Q == 0)
+				for (uint64_t t = 0; t < 8; t++)
+					q->idx[l * C + t] = (uint8_t)(qb + t);
+			/* up to three runs of ~m_j (two f16 values in a chunk have
+			 * three); chunks with more are patched after */
+			const ibp_run_t *r = cl->runs + cl->nrun[j];
+			const uint64_t nr = cl->nrun[j + 1] - cl->nrun[j];
+			uint64_t sm[3] = { 0, 0, 0 }, sc[3] = { o, o, o };
+			if (nr > 3)
+				fx[nfix++] = j;
+			else
+				for (uint64_t i = 0; i < nr; i++) {
+					sm[i] = r[i].mask;
+					sc[i] = o + r[i].src - r[i].pos; /* mod 64 below */
+				}
+			three |= nr == 3;
+			for (uint64_t t = 0; t < C; t++) {
+				q->c0[l * C + t] = (uint8_t)((sc[0] + 8 * t) & 63);
+				q->c1[l * C + t] = (uint8_t)((sc[1] + 8 * t) & 63);
+				q->c2[l * C + t] = (uint8_t)((sc[2] + 8 * t) & 63);
+			}
+			memcpy(q->sm0 + l * C, &sm[0], C); /* little-endian */
+			memcpy(q->sm1 + l * C, &sm[1], C);
+			memcpy(q->sm2 + l * C, &sm[2], C);
+			memcpy(q->b + l * C, &cl->b[j], C);
+			/* the exception lane: xg4's or xg2's */
+			if (C == 4) {
+				ibp_f4group_t *f = (ibp_f4group_t *)(void *)gq;
+				const ibp_xgroup_t *x = &cl->vbmi->xg4[j / G];
+				f->w[l * C] = x->w[l * C];
+				memcpy(f->xm0 + l * C, x->m0 + l * C, C);
+				memcpy(f->xm1 + l * C, x->m1 + l * C, C);
+				f->xp0[l * C] = x->p0[l * C];
+				f->xs1[l * C] = x->s1[l * C];
+				f->xp1[l * C] = x->p1[l * C];
+			} else {
+				ibp_f2group_t *f = (ibp_f2group_t *)(void *)gq;
+				const ibp_xgroup2_t *x = &cl->vbmi->xg2[j / G];
+				f->w[l * C] = x->w[l * C];
+				memcpy(f->xm0 + l * C, x->m0 + l * C, C);
+				memcpy(f->xm1 + l * C, x->m1 + l * C, C);
+				memcpy(f->xc0 + l * C, x->c0 + l * C, C);
+				memcpy(f->xc1 + l * C, x->c1 + l * C, C);
+			}
+		}
+		if (!fits || nfix > D / 4)
+			continue;
+		ibp_vbmi_t *v = ibp_vbmi_at(c, k); /* allocated: xg2 / xg4 is there */
+		v->fg = g0;
+		v->fbase = fb;
+		v->nfg = ng;
+		v->fthree = three;
+		v->ffix = fx;
+		v->nffix = nfix;
 	}
 	return 1;
 }
@@ -724,7 +910,7 @@ ibp_status_t ibp_codec_create_ex(uint64_t row_bytes, unsigned chunk_bytes, unsig
 		c->has_xval |= (int)has_x;
 	}
 	if (!ibp_build_vec(c) || !ibp_build_xvec(c) || !ibp_build_vec16(c) || !ibp_build_vecms(c) ||
-	    !ibp_build_xvec2(c) ||
+	    !ibp_build_xvec2(c) || !ibp_build_xvec4(c) || !ibp_build_fused(c) ||
 	    !ibp_build_base_rows(c))
 		goto nomem;
 	c->impl = ibp_auto_impl();
@@ -1044,6 +1230,15 @@ ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64
 	if ((cl->S + 7) / 8 > avail)
 		return ibp_fail(IBP_ERR_CORRUPT, "decode: static part past the row end (%llu)",
 				(unsigned long long)avail);
+	if (n && c->k->decode_row && !cl->base_row) {
+		const uint64_t end = c->k->decode_row(c, cl, mode, src, hdr, n, bp, avail, dst);
+		if (end == UINT64_MAX)
+			return ibp_fail(IBP_ERR_CORRUPT,
+					"decode: bad exception list or exception part past the row end (%llu)",
+					(unsigned long long)avail);
+		*extent = hdr + (end + 7) / 8;
+		return IBP_OK;
+	}
 	if (cl->base_row && c->k != &ibp_kernels_portable)
 		memcpy(dst, cl->base_row, c->R); /* S = 0: every row's static part */
 	else

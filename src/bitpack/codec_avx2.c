@@ -16,8 +16,9 @@
  * chunks with two 4-lane compares (IBP_K_MISS8), those of 64 chunks with
  * 2 C compares in the one-pass encoder (IBP_K_XBLOCK), and its sizing
  * pass (row_stats) takes 4 chunks per step. C = 4 clusters whose fields all
- * fit 32-bit lanes use the 16-lane tables (vg16, windows of 64 bytes)
- * instead of the 8-lane ones.
+ * fit 32-bit lanes use the 16-lane tables (vg16, windows of 64 bytes);
+ * other C = 4 clusters take the scalar static loop (8 lanes of 64 bits
+ * with gathers measured slower than it).
  */
 #include <immintrin.h>
 
@@ -152,37 +153,8 @@ IBP_INLINE void ibp_avx2_static_c12(const ibp_cluster_t *cl, const uint8_t *body
 	}
 }
 
-/* Groups [0, ng) of C = 4 (8 lanes of 64 bits, two halves of 4). */
-static void ibp_avx2_static_c4(const ibp_cluster_t *cl, const uint8_t *body, uint64_t ng, uint8_t *dst)
-{
-	const ibp_vgroup_t *q = cl->vg;
-	const uint64_t *vb = cl->vbase;
-	const __m256i lo8 = _mm256_set1_epi64x(0xFF);
-	const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-	for (uint64_t g = 0; g < ng; g++, q++) {
-		const long long *base = (const long long *)(const void *)(body + vb[g]);
-		for (unsigned h = 0; h < 2; h++) {
-			const unsigned o = 32 * h;
-			const __m256i ix = _mm256_and_si256(ibp_avx2_ld(q->idx + o), lo8);
-			const __m256i w = _mm256_i64gather_epi64(base, ix, 1);
-			const __m256i t0 = _mm256_sllv_epi64(_mm256_srlv_epi64(w, ibp_avx2_ld(q->sh + o)),
-							     ibp_avx2_ld(q->p0 + o));
-			const __m256i t1 = _mm256_sllv_epi64(_mm256_srlv_epi64(w, ibp_avx2_ld(q->q1 + o)),
-							     ibp_avx2_ld(q->p1 + o));
-			const __m256i r = _mm256_or_si256(
-				_mm256_or_si256(_mm256_and_si256(t0, ibp_avx2_ld(q->m0 + o)),
-						_mm256_and_si256(t1, ibp_avx2_ld(q->m1 + o))),
-				ibp_avx2_ld(q->b + o));
-			/* the low 32 bits of each 64-bit lane, in order */
-			const __m256i n = _mm256_permutevar8x32_epi32(r, even);
-			_mm_storeu_si128((__m128i *)(void *)(dst + g * 32 + 16 * h), _mm256_castsi256_si128(n));
-		}
-	}
-}
-
 /* C = 4 in 16 lanes of 32 bits (the vg16 tables, codec.c: every field
- * fits its lane, window offsets <= 60), two halves of 8 lanes: half the
- * shifts and masks of ibp_avx2_static_c4 per chunk. Groups whose whole
+ * fits its lane, window offsets <= 60), two halves of 8 lanes. Groups whose whole
  * window is readable, then the fix-ups and the scalar rest. */
 static void ibp_avx2_static_c4w(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *body,
 				uint64_t avail, uint8_t *dst)
@@ -226,8 +198,15 @@ static void ibp_avx2_decode_static_v(const ibp_codec_t *c, const ibp_cluster_t *
 		ibp_avx2_static_c4w(c, cl, body, avail, dst);
 		return;
 	}
+	/* C = 4 without the 16-lane tables, C = 8: the scalar loop (pdep),
+	 * faster than 8 lanes of 64 bits with gathers (f32 PCA rows: 2.9
+	 * against 2.3 GB/s, docs/BENCHMARKS.md) */
+	if (C >= 4) {
+		ibp_avx2_decode_static_from(c, cl, body, avail, dst, 0);
+		return;
+	}
 	/* C <= 2 loads 16 bytes at a lane's offset (see static_c12) */
-	const uint64_t G = C <= 2 ? 16 : 8, reach = C <= 2 ? IBP_AVX2_REACH(16) : IBP_AVX2_REACH(8);
+	const uint64_t G = 16, reach = IBP_AVX2_REACH(16);
 	/* groups whose whole window is readable (vbase is non-decreasing) */
 	uint64_t ng = 0;
 	while (ng < cl->nvg && cl->vbase[ng] <= avail && avail - cl->vbase[ng] >= reach)
@@ -236,9 +215,7 @@ static void ibp_avx2_decode_static_v(const ibp_codec_t *c, const ibp_cluster_t *
 		ibp_avx2_decode_static_from(c, cl, body, avail, dst, 0);
 		return;
 	}
-	if (C == 4)
-		ibp_avx2_static_c4(cl, body, ng, dst);
-	else if (C == 2)
+	if (C == 2)
 		ibp_avx2_static_c12(cl, body, ng, dst, 2);
 	else
 		ibp_avx2_static_c12(cl, body, ng, dst, 1);
@@ -416,7 +393,7 @@ static uint64_t ibp_avx2_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_t 
 	 * f32 tables, docs/BENCHMARKS.md) */
 	if (cl->nxg == 0 || c->D > IBP_XWALK_MAXD || n < IBP_XWALK_PER_GROUP_AVX2 * cl->nxg)
 		return ibp_avx2_decode_exc(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
-	if (!ibp_exc_bitmap(c, mode, hdr, hdr_len, n, bm))
+	if (!ibp_exc_bitmap(c, mode, hdr, hdr_len, ibp_hdr_readable(hdr, hdr_len, body, avail), n, bm))
 		return UINT64_MAX;
 	const uint64_t lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail, e = cl->S;
 	if (e > lim)
@@ -498,4 +475,5 @@ const ibp_kernels_t ibp_kernels_avx2 = {
 	ibp_avx2_decode_static_v,
 	ibp_avx2_decode_exc_v,
 	ibp_avx2_row_stats,
+	NULL,
 };

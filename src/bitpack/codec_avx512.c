@@ -13,6 +13,9 @@
  * after with pdep; C = 8, the last chunk and the chunks past the last full
  * group use the scalar (BMI2) template loop. A C = 4 cluster whose fields
  * all fit 32-bit lanes takes 16 chunks per group (the vg16 tables).
+ * Rows with exceptions of C = 2 and 4 clusters with the fused tables
+ * (ibp_vbmi_t.fg) decode static part and exceptions in one pass of 64-byte
+ * groups, the partial last group included (ibp_avx512_row_f).
  * Encoding is the BMI2 template kernel, with the exceptions of 8 chunks
  * found by one compare (IBP_K_MISS8) and, in the one-pass encoder (C < 8,
  * no Xvals), those of 64 chunks and their words' exception masks by C
@@ -278,6 +281,33 @@ IBP_INLINE uint64_t ibp_avx512_fix(const ibp_codec_t *c, const ibp_cluster_t *cl
 	return 0;
 }
 
+/* Inclusive prefix sums of 16 lanes of 32 bits */
+IBP_INLINE __m512i ibp_avx512_psum32(__m512i w)
+{
+	const __m512i zero = _mm512_setzero_si512();
+	__m512i s = _mm512_add_epi32(w, _mm512_alignr_epi32(w, zero, 15));
+	s = _mm512_add_epi32(s, _mm512_alignr_epi32(s, zero, 14));
+	s = _mm512_add_epi32(s, _mm512_alignr_epi32(s, zero, 12));
+	return _mm512_add_epi32(s, _mm512_alignr_epi32(s, zero, 8));
+}
+
+/* Inclusive prefix sums of 32 lanes of 16 bits: within 128-bit blocks,
+ * then the earlier blocks' totals added */
+IBP_INLINE __m512i ibp_avx512_psum16(__m512i w)
+{
+	const __m512i zero = _mm512_setzero_si512();
+	/* the last lane of each 128-bit block to all its lanes */
+	const __m512i blast = _mm512_set1_epi16(0x0F0E);
+	__m512i s = _mm512_add_epi16(w, _mm512_bslli_epi128(w, 2));
+	s = _mm512_add_epi16(s, _mm512_bslli_epi128(s, 4));
+	s = _mm512_add_epi16(s, _mm512_bslli_epi128(s, 8));
+	/* block totals T, their inclusive scan P; s + P - T */
+	const __m512i t = _mm512_shuffle_epi8(s, blast);
+	__m512i p = _mm512_add_epi16(t, _mm512_alignr_epi64(t, zero, 6));
+	p = _mm512_add_epi16(p, _mm512_alignr_epi64(p, zero, 4));
+	return _mm512_add_epi16(s, _mm512_sub_epi16(p, t));
+}
+
 /* C = 1, 2: 16 lanes of 32 bits */
 IBP_INLINE uint64_t ibp_avx512_xwalk_c12(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint64_t *bm,
 					 const uint8_t *body, uint64_t avail, uint64_t e, uint64_t lim,
@@ -285,7 +315,7 @@ IBP_INLINE uint64_t ibp_avx512_xwalk_c12(const ibp_codec_t *c, const ibp_cluster
 {
 	const uint64_t R = c->R, nxg = cl->nxg;
 	const ibp_xgroup_t *q = cl->xg;
-	const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1), seven = _mm512_set1_epi32(7);
+	const __m512i one = _mm512_set1_epi32(1), seven = _mm512_set1_epi32(7);
 	/* each lane's byte 0 to all its four bytes, plus 0, 1, 2, 3 */
 	const __m512i bc = _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0x00000000);
 	const __m512i inc = _mm512_set1_epi32(0x03020100);
@@ -294,10 +324,7 @@ IBP_INLINE uint64_t ibp_avx512_xwalk_c12(const ibp_codec_t *c, const ibp_cluster
 		 * exceptions alternate unpredictably */
 		const __mmask16 mk = (__mmask16)(bm[g >> 2] >> (16 * (g & 3)));
 		const __m512i w = _mm512_maskz_load_epi32(mk, q->w);
-		__m512i s = _mm512_add_epi32(w, _mm512_alignr_epi32(w, zero, 15));
-		s = _mm512_add_epi32(s, _mm512_alignr_epi32(s, zero, 14));
-		s = _mm512_add_epi32(s, _mm512_alignr_epi32(s, zero, 12));
-		s = _mm512_add_epi32(s, _mm512_alignr_epi32(s, zero, 8));
+		const __m512i s = ibp_avx512_psum32(w);
 		const uint64_t tot = (uint32_t)_mm_extract_epi32(_mm512_extracti32x4_epi32(s, 3), 3);
 		if (tot > lim - e)
 			return UINT64_MAX;
@@ -359,11 +386,8 @@ static __attribute__((noinline)) uint64_t ibp_avx512_xwalk_c2w(const ibp_codec_t
 {
 	const uint64_t R = c->R, nxg = cl->vbmi->nxg2;
 	const ibp_xgroup2_t *q = cl->vbmi->xg2;
-	const __m512i zero = _mm512_setzero_si512();
-	/* the last lane of each 128-bit block to all its lanes; each qword's
-	 * first lane to its 4 lanes; its low byte to the qword's 8 bytes; each
-	 * lane's low byte to both its bytes */
-	const __m512i blast = _mm512_set1_epi16(0x0F0E);
+	/* each qword's first lane to its 4 lanes; its low byte to the
+	 * qword's 8 bytes; each lane's low byte to both its bytes */
 	const __m512i qfirst = _mm512_set4_epi32(0x09080908, 0x09080908, 0x01000100, 0x01000100);
 	const __m512i qbyte = _mm512_set4_epi32(0x08080808, 0x08080808, 0x00000000, 0x00000000);
 	const __m512i lbyte = _mm512_set4_epi32(0x0E0E0C0C, 0x0A0A0808, 0x06060404, 0x02020000);
@@ -372,14 +396,7 @@ static __attribute__((noinline)) uint64_t ibp_avx512_xwalk_c2w(const ibp_codec_t
 	for (uint64_t g = 0; g < nxg; g++, q++) {
 		const __mmask32 mk = (__mmask32)(bm[g >> 1] >> (32 * (g & 1)));
 		const __m512i w = _mm512_maskz_loadu_epi16(mk, q->w);
-		__m512i s = _mm512_add_epi16(w, _mm512_bslli_epi128(w, 2));
-		s = _mm512_add_epi16(s, _mm512_bslli_epi128(s, 4));
-		s = _mm512_add_epi16(s, _mm512_bslli_epi128(s, 8));
-		/* block totals T, their inclusive scan P; s + P - T */
-		const __m512i t = _mm512_shuffle_epi8(s, blast);
-		__m512i p = _mm512_add_epi16(t, _mm512_alignr_epi64(t, zero, 6));
-		p = _mm512_add_epi16(p, _mm512_alignr_epi64(p, zero, 4));
-		s = _mm512_add_epi16(s, _mm512_sub_epi16(p, t));
+		const __m512i s = ibp_avx512_psum16(w);
 		const uint64_t tot = (uint16_t)_mm_extract_epi16(_mm512_extracti32x4_epi32(s, 3), 7);
 		if (tot > lim - e)
 			return UINT64_MAX;
@@ -416,6 +433,62 @@ static __attribute__((noinline)) uint64_t ibp_avx512_xwalk_c2w(const ibp_codec_t
 			for (uint32_t x = mk & fx; x; x &= x - 1) {
 				const unsigned l = (unsigned)__builtin_ctz(x);
 				ibp_avx512_fix(c, cl, body, avail, g * 32 + l, 8 * b0 + r[l], dst, 2);
+			}
+		}
+		e += tot;
+	}
+	return e;
+}
+
+/* C = 4: 16 lanes of 32 bits (the xg4 tables: every field fits its lane
+ * at its bit offset), half the groups of the 8-lane walk and no narrowing:
+ * the lane is the chunk. No (1 << w) - 1 mask on the field: the two run
+ * masks take exactly its w bits (chunks with more runs are in xfix). */
+static __attribute__((noinline)) uint64_t ibp_avx512_xwalk_c4w(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint64_t *bm,
+				     const uint8_t *body, uint64_t avail, uint64_t e, uint64_t lim, uint8_t *dst)
+{
+	const uint64_t R = c->R, nxg = cl->vbmi->nxg4;
+	const ibp_xgroup_t *q = cl->vbmi->xg4;
+	const __m512i seven = _mm512_set1_epi32(7);
+	/* each lane's byte 0 to all its four bytes, plus 0, 1, 2, 3 */
+	const __m512i bc = _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0x00000000);
+	const __m512i inc = _mm512_set1_epi32(0x03020100);
+	for (uint64_t g = 0; g < nxg; g++, q++) {
+		const __mmask16 mk = (__mmask16)(bm[g >> 2] >> (16 * (g & 3)));
+		const __m512i w = _mm512_maskz_load_epi32(mk, q->w);
+		const __m512i s = ibp_avx512_psum32(w);
+		const uint64_t tot = (uint32_t)_mm_extract_epi32(_mm512_extracti32x4_epi32(s, 3), 3);
+		if (tot > lim - e)
+			return UINT64_MAX;
+		const uint64_t b0 = e >> 3, rem = avail - b0; /* e <= lim: b0 <= avail */
+		const __m512i rel = _mm512_add_epi32(_mm512_sub_epi32(s, w), _mm512_set1_epi32((int)(e & 7)));
+		const __mmask64 km = rem >= 64 ? ~0ull : _bzhi_u64(~0ull, (unsigned)rem);
+		const __m512i win = _mm512_maskz_loadu_epi8(km, body + b0);
+		const __m512i bi = _mm512_add_epi8(_mm512_shuffle_epi8(_mm512_srli_epi32(rel, 3), bc), inc);
+		const __m512i v = _mm512_srlv_epi32(_mm512_permutexvar_epi8(bi, win), _mm512_and_si512(rel, seven));
+		const __m512i t0 = _mm512_sllv_epi32(v, _mm512_load_si512((const void *)q->p0));
+		const __m512i t1 = _mm512_sllv_epi32(_mm512_srlv_epi32(v, _mm512_load_si512((const void *)q->s1)),
+						     _mm512_load_si512((const void *)q->p1));
+		/* (t0 & m0) ^ (t1 & m1) ^ b: the runs are disjoint */
+		__m512i d = _mm512_ternarylogic_epi32(t0, _mm512_load_si512((const void *)q->m0),
+						      _mm512_load_si512((const void *)q->b), 0x6A);
+		const __mmask16 fx = cl->xfix ? (__mmask16)(cl->xfix[g >> 2] >> (16 * (g & 3))) : 0;
+		d = _mm512_maskz_ternarylogic_epi32((__mmask16)(mk & ~fx), t1,
+						    _mm512_load_si512((const void *)q->m1), d, 0x6A);
+		const uint64_t at = g * 64, nb = R - at < 64 ? R - at : 64;
+		if (nb == 64) {
+			_mm512_storeu_si512((void *)(dst + at), _mm512_xor_si512(_mm512_loadu_si512(dst + at), d));
+		} else {
+			const __mmask64 kb = _bzhi_u64(~0ull, (unsigned)nb);
+			const __m512i o = _mm512_maskz_loadu_epi8(kb, dst + at);
+			_mm512_mask_storeu_epi8(dst + at, kb, _mm512_xor_si512(o, d));
+		}
+		if (mk & fx) {
+			uint32_t r[16];
+			_mm512_storeu_si512((void *)r, rel);
+			for (unsigned f = mk & fx; f; f &= f - 1) {
+				const unsigned l = (unsigned)__builtin_ctz(f);
+				ibp_avx512_fix(c, cl, body, avail, g * 16 + l, 8 * b0 + r[l], dst, 4);
 			}
 		}
 		e += tot;
@@ -480,6 +553,187 @@ static uint64_t ibp_avx512_xwalk_c4(const ibp_codec_t *c, const ibp_cluster_t *c
 	return e;
 }
 
+/* ---- fused rows (ibp_vbmi_t.fg, C = 2 and 4) ---------------------------
+ *
+ * Per group of 64 / C chunks: the static lanes by multishift as in
+ * static_ms (up to three runs; the third only when some chunk has one) and
+ * the exception lanes as in xwalk_c2w / xwalk_c4w, combined as static |
+ * (exception ? deposit : b) and stored once (the partial last group masked
+ * to R). Then the chunks of ffix get their static bits (their lanes have
+ * none) and those of xfix their exception bits (their lanes have b_j).
+ * bm: the row's exceptions; e = S <= lim. The exception part's end is
+ * checked once, after the groups: a window past avail reads zeros
+ * (masked), and a corrupt row may leave dst partly written (decode_exc's
+ * contract). */
+
+/* r | the static runs of group q, whose fields lie in the window at fb */
+IBP_INLINE __m512i ibp_avx512_fstatic(const ibp_fstatic_t *q, const uint8_t *body, uint64_t avail, uint64_t fb,
+				      __m512i r, const int three)
+{
+	const uint64_t srem = avail - fb; /* fb <= S / 8 < avail */
+	const __mmask64 sk = _bzhi_u64(~0ull, (unsigned)(srem < 64 ? srem : 64));
+	const __m512i sw = _mm512_permutexvar_epi8(_mm512_load_si512((const void *)q->idx),
+						  _mm512_maskz_loadu_epi8(sk, body + fb));
+	const __m512i s0 = _mm512_multishift_epi64_epi8(_mm512_load_si512((const void *)q->c0), sw);
+	const __m512i s1 = _mm512_multishift_epi64_epi8(_mm512_load_si512((const void *)q->c1), sw);
+	r = _mm512_ternarylogic_epi64(s0, _mm512_load_si512((const void *)q->sm0), r, IBP_TL_ANDOR);
+	r = _mm512_ternarylogic_epi64(s1, _mm512_load_si512((const void *)q->sm1), r, IBP_TL_ANDOR);
+	if (three) {
+		const __m512i s2 = _mm512_multishift_epi64_epi8(_mm512_load_si512((const void *)q->c2), sw);
+		r = _mm512_ternarylogic_epi64(s2, _mm512_load_si512((const void *)q->sm2), r, IBP_TL_ANDOR);
+	}
+	return r;
+}
+
+/* Stores group r at byte at of the row (the partial last group masked) */
+IBP_INLINE void ibp_avx512_fstore(uint8_t *dst, uint64_t R, uint64_t at, __m512i r)
+{
+	if (R - at >= 64)
+		_mm512_storeu_si512((void *)(dst + at), r);
+	else
+		_mm512_mask_storeu_epi8(dst + at, _bzhi_u64(~0ull, (unsigned)(R - at)), r);
+}
+
+/* The end check and the ffix chunks' static bits (their lanes have none) */
+IBP_INLINE uint64_t ibp_avx512_fend(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *body,
+				    uint64_t avail, uint64_t e, uint64_t lim, uint8_t *dst, const unsigned C)
+{
+	const ibp_vbmi_t *vt = cl->vbmi;
+	if (e > lim) /* the exception part passes the row's end */
+		return UINT64_MAX;
+	for (uint64_t i = 0; i < vt->nffix; i++) {
+		const uint64_t j = vt->ffix[i];
+		const uint64_t sv = _pdep_u64(ibp_peek_bits(body, avail, cl->soff[j], cl->sw[j]), cl->nm[j]);
+		ibp_avx512_patch_delta(c, j, sv, dst, C);
+	}
+	return e;
+}
+
+/* C = 4: 16 lanes of 32 bits */
+IBP_INLINE uint64_t ibp_avx512_row_f4_x(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint64_t *bm,
+					const uint8_t *body, uint64_t avail, uint64_t e, uint64_t lim, uint8_t *dst,
+					const int has_fix, const int three)
+{
+	const ibp_vbmi_t *vt = cl->vbmi;
+	const ibp_f4group_t *q = (const ibp_f4group_t *)vt->fg;
+	const uint64_t R = c->R, ng = vt->nfg, *fb = vt->fbase, *xfix = cl->xfix;
+	const __m512i seven = _mm512_set1_epi32(7);
+	const __m512i bc = _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0x00000000);
+	const __m512i inc = _mm512_set1_epi32(0x03020100);
+	for (uint64_t g = 0; g < ng; g++, q++) {
+		const __mmask16 mk = (__mmask16)(bm[g >> 2] >> (16 * (g & 3)));
+		const __m512i w = _mm512_maskz_load_epi32(mk, q->w);
+		const __m512i s = ibp_avx512_psum32(w);
+		const uint64_t tot = (uint32_t)_mm_extract_epi32(_mm512_extracti32x4_epi32(s, 3), 3);
+		const uint64_t b0 = e >> 3, rem = b0 < avail ? avail - b0 : 0;
+		const __m512i rel = _mm512_add_epi32(_mm512_sub_epi32(s, w), _mm512_set1_epi32((int)(e & 7)));
+		const __mmask64 km = _bzhi_u64(~0ull, (unsigned)(rem < 64 ? rem : 64));
+		const __m512i win = _mm512_maskz_loadu_epi8(km, body + (b0 < avail ? b0 : avail));
+		const __m512i bi = _mm512_add_epi8(_mm512_shuffle_epi8(_mm512_srli_epi32(rel, 3), bc), inc);
+		const __m512i v = _mm512_srlv_epi32(_mm512_permutexvar_epi8(bi, win), _mm512_and_si512(rel, seven));
+		const __m512i t0 = _mm512_sllv_epi32(v, _mm512_load_si512((const void *)q->xp0));
+		const __m512i t1 = _mm512_sllv_epi32(_mm512_srlv_epi32(v, _mm512_load_si512((const void *)q->xs1)),
+						     _mm512_load_si512((const void *)q->xp1));
+		const __m512i x0 = _mm512_and_si512(t1, _mm512_load_si512((const void *)q->xm1));
+		const __m512i x = _mm512_ternarylogic_epi32(t0, _mm512_load_si512((const void *)q->xm0), x0, IBP_TL_ANDOR);
+		const __mmask16 fx = has_fix ? (__mmask16)(xfix[g >> 2] >> (16 * (g & 3))) : 0;
+		/* exception lanes: the deposit; the others (and xfix's): b */
+		__m512i r = _mm512_mask_mov_epi32(_mm512_load_si512((const void *)q->s.b), (__mmask16)(mk & ~fx), x);
+		r = ibp_avx512_fstatic(&q->s, body, avail, fb[g], r, three);
+		ibp_avx512_fstore(dst, R, g * 64, r);
+		if (has_fix && (mk & fx)) {
+			if (e + tot > lim) /* the fix-ups read fields: check first */
+				return UINT64_MAX;
+			uint32_t rr[16];
+			_mm512_storeu_si512((void *)rr, rel);
+			for (unsigned f = mk & fx; f; f &= f - 1) {
+				const unsigned l = (unsigned)__builtin_ctz(f);
+				ibp_avx512_fix(c, cl, body, avail, g * 16 + l, 8 * b0 + rr[l], dst, 4);
+			}
+		}
+		e += tot;
+	}
+	return ibp_avx512_fend(c, cl, body, avail, e, lim, dst, 4);
+}
+
+/* C = 2: 32 lanes of 16 bits */
+IBP_INLINE uint64_t ibp_avx512_row_f2_x(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint64_t *bm,
+					const uint8_t *body, uint64_t avail, uint64_t e, uint64_t lim, uint8_t *dst,
+					const int has_fix, const int three)
+{
+	const ibp_vbmi_t *vt = cl->vbmi;
+	const ibp_f2group_t *q = (const ibp_f2group_t *)vt->fg;
+	const uint64_t R = c->R, ng = vt->nfg, *fb = vt->fbase, *xfix = cl->xfix;
+	/* as in xwalk_c2w */
+	const __m512i qfirst = _mm512_set4_epi32(0x09080908, 0x09080908, 0x01000100, 0x01000100);
+	const __m512i qbyte = _mm512_set4_epi32(0x08080808, 0x08080808, 0x00000000, 0x00000000);
+	const __m512i lbyte = _mm512_set4_epi32(0x0E0E0C0C, 0x0A0A0808, 0x06060404, 0x02020000);
+	const __m512i inc = _mm512_set1_epi64(0x0706050403020100ll);
+	const __m512i not7 = _mm512_set1_epi16(~7);
+	for (uint64_t g = 0; g < ng; g++, q++) {
+		const __mmask32 mk = (__mmask32)(bm[g >> 1] >> (32 * (g & 1)));
+		const __m512i w = _mm512_maskz_loadu_epi16(mk, q->w);
+		const __m512i s = ibp_avx512_psum16(w);
+		const uint64_t tot = (uint16_t)_mm_extract_epi16(_mm512_extracti32x4_epi32(s, 3), 7);
+		const uint64_t b0 = e >> 3, rem = b0 < avail ? avail - b0 : 0;
+		const __m512i rel = _mm512_add_epi16(_mm512_sub_epi16(s, w), _mm512_set1_epi16((short)(e & 7)));
+		const __mmask64 km = _bzhi_u64(~0ull, (unsigned)(rem < 64 ? rem : 64));
+		const __m512i win = _mm512_maskz_loadu_epi8(km, body + (b0 < avail ? b0 : avail));
+		const __m512i bi = _mm512_add_epi8(_mm512_shuffle_epi8(_mm512_srli_epi16(rel, 3), qbyte), inc);
+		const __m512i word = _mm512_permutexvar_epi8(bi, win);
+		const __m512i f = _mm512_shuffle_epi8(
+			_mm512_sub_epi16(rel, _mm512_and_si512(_mm512_shuffle_epi8(rel, qfirst), not7)), lbyte);
+		const __m512i t0 = _mm512_multishift_epi64_epi8(
+			_mm512_add_epi8(f, _mm512_load_si512((const void *)q->xc0)), word);
+		const __m512i t1 = _mm512_multishift_epi64_epi8(
+			_mm512_add_epi8(f, _mm512_load_si512((const void *)q->xc1)), word);
+		const __m512i x0 = _mm512_and_si512(t1, _mm512_load_si512((const void *)q->xm1));
+		const __m512i x = _mm512_ternarylogic_epi64(t0, _mm512_load_si512((const void *)q->xm0), x0, IBP_TL_ANDOR);
+		const __mmask32 fx = has_fix ? (__mmask32)(xfix[g >> 1] >> (32 * (g & 1))) : 0;
+		__m512i r = _mm512_mask_mov_epi16(_mm512_load_si512((const void *)q->s.b), (__mmask32)(mk & ~fx), x);
+		r = ibp_avx512_fstatic(&q->s, body, avail, fb[g], r, three);
+		ibp_avx512_fstore(dst, R, g * 64, r);
+		if (has_fix && (mk & fx)) {
+			if (e + tot > lim) /* the fix-ups read fields: check first */
+				return UINT64_MAX;
+			uint16_t rr[32];
+			_mm512_storeu_si512((void *)rr, rel);
+			for (uint32_t y = mk & fx; y; y &= y - 1) {
+				const unsigned l = (unsigned)__builtin_ctz(y);
+				ibp_avx512_fix(c, cl, body, avail, g * 32 + l, 8 * b0 + rr[l], dst, 2);
+			}
+		}
+		e += tot;
+	}
+	return ibp_avx512_fend(c, cl, body, avail, e, lim, dst, 2);
+}
+
+static uint64_t ibp_avx512_row_f(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint64_t *bm,
+				 const uint8_t *body, uint64_t avail, uint64_t e, uint64_t lim, uint8_t *dst)
+{
+	const int fix = cl->xfix != NULL, three = cl->vbmi->fthree;
+#define IBP_ROW_F(W, F, T) return ibp_avx512_row_f##W##_x(c, cl, bm, body, avail, e, lim, dst, F, T)
+	if (c->C == 4) {
+		if (three) {
+			if (fix)
+				IBP_ROW_F(4, 1, 1);
+			IBP_ROW_F(4, 0, 1);
+		}
+		if (fix)
+			IBP_ROW_F(4, 1, 0);
+		IBP_ROW_F(4, 0, 0);
+	}
+	if (three) {
+		if (fix)
+			IBP_ROW_F(2, 1, 1);
+		IBP_ROW_F(2, 0, 1);
+	}
+	if (fix)
+		IBP_ROW_F(2, 1, 0);
+	IBP_ROW_F(2, 0, 0);
+#undef IBP_ROW_F
+}
+
 static uint64_t ibp_avx512_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_t *cl, unsigned mode,
 					const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
 					uint64_t avail, uint8_t *dst)
@@ -490,9 +744,10 @@ static uint64_t ibp_avx512_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_
 	/* A group costs about as much as two scalar exceptions (measured on
 	 * the sample KV and f32 tables, docs/BENCHMARKS.md): sparser rows keep
 	 * the scalar walk. */
-	if (cl->nxg == 0 || c->D > IBP_XWALK_MAXD || n < IBP_XWALK_PER_GROUP * cl->nxg)
+	const uint64_t ng = cl->vbmi && cl->vbmi->nxg4 ? cl->vbmi->nxg4 : cl->nxg;
+	if (cl->nxg == 0 || c->D > IBP_XWALK_MAXD || n < IBP_XWALK_PER_GROUP * ng)
 		return ibp_avx512_decode_exc(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
-	if (!ibp_exc_bitmap(c, mode, hdr, hdr_len, n, bm))
+	if (!ibp_exc_bitmap(c, mode, hdr, hdr_len, ibp_hdr_readable(hdr, hdr_len, body, avail), n, bm))
 		return UINT64_MAX;
 	const uint64_t lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail, e = cl->S;
 	if (e > lim)
@@ -503,7 +758,10 @@ static uint64_t ibp_avx512_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_
 		if (cl->vbmi && cl->vbmi->nxg2)
 			return ibp_avx512_xwalk_c2w(c, cl, bm, body, avail, e, lim, dst);
 		return ibp_avx512_xwalk_c12(c, cl, bm, body, avail, e, lim, dst, 2);
-	default: return ibp_avx512_xwalk_c4(c, cl, bm, body, avail, e, lim, dst);
+	default:
+		if (cl->vbmi && cl->vbmi->nxg4)
+			return ibp_avx512_xwalk_c4w(c, cl, bm, body, avail, e, lim, dst);
+		return ibp_avx512_xwalk_c4(c, cl, bm, body, avail, e, lim, dst);
 	}
 }
 
@@ -570,10 +828,28 @@ static void ibp_avx512_row_stats(const ibp_codec_t *c, const ibp_cluster_t *cl, 
 	}
 }
 
+/* Rows with exceptions of a cluster with the fused tables; others as
+ * decode_static_v, decode_exc_v. */
+static uint64_t ibp_avx512_decode_row_v(const ibp_codec_t *c, const ibp_cluster_t *cl, unsigned mode,
+					const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
+					uint64_t avail, uint8_t *dst)
+{
+	if (cl->vbmi && cl->vbmi->nfg) {
+		uint64_t bm[IBP_XWALK_MAXD / 64 + 1];
+		if (!ibp_exc_bitmap(c, mode, hdr, hdr_len, ibp_hdr_readable(hdr, hdr_len, body, avail), n, bm))
+			return UINT64_MAX;
+		const uint64_t lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail;
+		return ibp_avx512_row_f(c, cl, bm, body, avail, cl->S, lim, dst);
+	}
+	ibp_avx512_decode_static_v(c, cl, body, avail, dst);
+	return ibp_avx512_decode_exc_v(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
+}
+
 const ibp_kernels_t ibp_kernels_avx512 = {
 	IBP_IMPL_AVX512,
 	ibp_avx512_encode,
 	ibp_avx512_decode_static_v,
 	ibp_avx512_decode_exc_v,
 	ibp_avx512_row_stats,
+	ibp_avx512_decode_row_v,
 };

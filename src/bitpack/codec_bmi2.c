@@ -37,4 +37,5 @@ const ibp_kernels_t ibp_kernels_bmi2 = {
 	ibp_bmi2_decode_static,
 	ibp_bmi2_decode_exc,
 	ibp_row_stats,
+	NULL,
 };

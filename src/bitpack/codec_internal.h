@@ -119,7 +119,70 @@ typedef struct ibp_vbmi {
 	 * serves. The chunks of its xfix are patched after, as for xg. */
 	const struct ibp_xgroup2 *xg2;
 	uint64_t nxg2;
+	/* AVX-512 exception walk for C = 4 in groups of 16 lanes of 32 bits
+	 * (ibp_xgroup_t with 4-byte lanes; chunks past D are 0): built with
+	 * xg when every lane's width is <= 25 (a field at bit <= 7 of the 4
+	 * bytes at its byte fits the lane) and every group's first 15 widths
+	 * sum to <= 473 (the last lane's 4 bytes within the 64-byte window),
+	 * else nxg4 = 0 and the 8-lane xg serves. The chunks of xfix are
+	 * patched after, as for xg. */
+	const struct ibp_xgroup *xg4;
+	uint64_t nxg4;
+	/* AVX-512 row decode for C = 2 and 4 with the static part and the
+	 * exception walk fused, in groups of 64 / C lanes of C bytes
+	 * (ibp_f2group_t, ibp_f4group_t), the partial last group included:
+	 * no scalar rest, no second pass over the row. Built with xg2 / xg4,
+	 * when every qword's static fields fit it (as for vgm) and at most D
+	 * / 4 chunks have ~m_j of more than three runs (listed in ffix,
+	 * patched after); else nfg = 0. Group g's static window starts at
+	 * byte fbase[g] of the body; fthree: some chunk has a third run. */
+	const void *fg;
+	const uint64_t *fbase;
+	uint64_t nfg;
+	const uint64_t *ffix;
+	uint64_t nffix;
+	int fthree;
 } ibp_vbmi_t;
+
+/* The static lanes of a fused group (ibp_f2group_t, ibp_f4group_t):
+ * lane l (C bytes) holds chunk (64 / C)g + l's as in ibp_msgroup_t (qword
+ * k gets window bytes idx[8k, 8k+8); multishift controls c0, c1, c2 and
+ * masks sm0, sm1, sm2 for up to three runs of ~m_j; no Bitval: static =
+ * the runs only) and b_j. A chunk is static | (exception ? deposit(field,
+ * m_j) : b_j); lanes past D are 0. */
+typedef struct ibp_fstatic {
+	uint8_t idx[64];
+	uint8_t c0[64];
+	uint8_t c1[64];
+	uint8_t c2[64];
+	uint8_t sm0[64];
+	uint8_t sm1[64];
+	uint8_t sm2[64];
+	uint8_t b[64];
+} ibp_fstatic_t;
+
+/* A fused C = 4 group: the static lanes and the exception lanes as in
+ * ibp_xgroup_t with 4-byte lanes (w, m0, m1, p0, s1, p1). */
+typedef struct ibp_f4group {
+	ibp_fstatic_t s;
+	uint8_t w[64];
+	uint8_t xm0[64];
+	uint8_t xm1[64];
+	uint8_t xp0[64];
+	uint8_t xs1[64];
+	uint8_t xp1[64];
+} ibp_f4group_t;
+
+/* A fused C = 2 group: the static lanes and the exception lanes as in
+ * ibp_xgroup2_t (w, m0, m1, c0, c1). */
+typedef struct ibp_f2group {
+	ibp_fstatic_t s;
+	uint8_t w[64];
+	uint8_t xm0[64];
+	uint8_t xm1[64];
+	uint8_t xc0[64];
+	uint8_t xc1[64];
+} ibp_f2group_t;
 
 /* One group of the 32-lane exception walk: lane l holds chunk j's
  * exception width w = e_j, m_j's two runs (masks m0, m1) and b_j. Each
@@ -214,6 +277,12 @@ typedef struct ibp_kernels {
 	/* ibp_row_stats (the encoder's sizing pass); must give the same n, E. */
 	void (*row_stats)(const struct ibp_codec *c, const ibp_cluster_t *cl, const uint8_t *row,
 			  uint64_t *n, uint64_t *E);
+	/* Optional (NULL: decode_static then decode_exc): decodes a row with
+	 * exceptions whole, as those two would, for a cluster without
+	 * base_row; same arguments, result and checks as decode_exc. */
+	uint64_t (*decode_row)(const struct ibp_codec *c, const ibp_cluster_t *cl, unsigned mode,
+			       const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
+			       uint64_t avail, uint8_t *dst);
 } ibp_kernels_t;
 
 struct ibp_codec {
@@ -234,7 +303,7 @@ struct ibp_codec {
 	uint8_t *xval_bytes;   /* K * D * C, as given (the Bitvals when none) */
 	int has_xval;          /* some cluster has an enabled chunk */
 	ibp_cluster_t *cl;     /* K entries */
-	void *mem[14];         /* allocations owned by the codec */
+	void *mem[16];         /* allocations owned by the codec */
 };
 
 /* The kernels; ibp_kernels_bmi2 exists on x86-64 builds only. */
@@ -476,13 +545,21 @@ IBP_INLINE uint64_t ibp_bitmap_count(const uint8_t *hdr, uint64_t len)
 	return n;
 }
 
+/* Bytes readable from a row's header on: the body follows it in the
+ * row (decode_row_ext), so its avail bytes too. */
+IBP_INLINE uint64_t ibp_hdr_readable(const uint8_t *hdr, uint64_t hdr_len, const uint8_t *body, uint64_t avail)
+{
+	return body == hdr + hdr_len ? hdr_len + avail : hdr_len;
+}
+
 /* The exceptions of a BITMAP or LIST row as a bitmap of D bits in
  * bm[0, ceil(D / 64)], one word more than needed (a half group past D
  * reads it; bits >= D clear). LIST entries are checked (< D,
  * strictly increasing) as the scalar walk checks them; returns 0 on a bad
- * one. BITMAP headers were checked by the caller (bits >= D clear). */
+ * one. BITMAP headers were checked by the caller (bits >= D clear).
+ * hdr_rd >= hdr_len bytes from hdr are readable (ibp_hdr_readable). */
 IBP_INLINE int ibp_exc_bitmap(const ibp_codec_t *c, unsigned mode, const uint8_t *hdr, uint64_t hdr_len,
-			      uint64_t n, uint64_t *bm)
+			      uint64_t hdr_rd, uint64_t n, uint64_t *bm)
 {
 	const uint64_t D = c->D, nw = (D + 63) / 64;
 	bm[nw - 1] = bm[nw] = 0;
@@ -493,11 +570,14 @@ IBP_INLINE int ibp_exc_bitmap(const ibp_codec_t *c, unsigned mode, const uint8_t
 	memset(bm, 0, 8 * nw);
 	const unsigned L = c->L;
 	const uint64_t lm = ibp_lowmask(L);
-	/* bits of the current word in a register: a store per word, not per
-	 * entry (entries ascend) */
+	/* Entries are read with one unaligned load where 8 bytes from theirs
+	 * are readable: hdr_rd bytes from hdr are (the body follows the list
+	 * in the row), and the L bits taken lie within the list. */
 	uint64_t prev = 0, cur = 0, cw = 0;
 	for (uint64_t k = 0; k < n; k++) {
-		const uint64_t j = ibp_peek_bits(hdr, hdr_len, (uint64_t)L * (k + 1), L) & lm;
+		const uint64_t bit = (uint64_t)L * (k + 1);
+		const uint64_t j = ((bit >> 3) + 8 <= hdr_rd ? ibp_load64(hdr + (bit >> 3)) >> (bit & 7)
+							      : ibp_peek_bits(hdr, hdr_len, bit, L)) & lm;
 		if (j >= D || (k && j <= prev))
 			return 0;
 		prev = j;
@@ -890,12 +970,16 @@ IBP_INLINE uint64_t IBP_K(decode_exc_x)(const ibp_codec_t *cp, const ibp_cluster
 		}
 	} else {
 		const unsigned L = c->L;
-		const uint64_t D = c->D;
+		const uint64_t D = c->D, lm = ibp_lowmask(L), rd = ibp_hdr_readable(hdr, hdr_len, body, avail);
 		uint64_t prev = 0;
 		for (uint64_t k = 0; k < n; k++) {
 			/* L = 8 (D in 129..256, as bf16 rows of 256 chunks): entry k
-			 * is byte k + 1 (hdr_len = n + 1) */
-			uint64_t j = L == 8 ? hdr[k + 1] : ibp_read_bits(hdr, hdr_len, (uint64_t)L * (k + 1), L);
+			 * is byte k + 1 (hdr_len = n + 1); else one load where 8
+			 * bytes are readable (as in ibp_exc_bitmap) */
+			const uint64_t bit = (uint64_t)L * (k + 1);
+			uint64_t j = L == 8 ? hdr[k + 1]
+			     : ((bit >> 3) + 8 <= rd ? ibp_load64(hdr + (bit >> 3)) >> (bit & 7)
+						     : ibp_peek_bits(hdr, hdr_len, bit, L)) & lm;
 			if (j >= D || (k && j <= prev))
 				return UINT64_MAX;
 			prev = j;

@@ -1179,25 +1179,32 @@ Test(codec, bmi2_equals_portable_large)
 	}
 }
 
-/* C = 4 with every static field <= 25 bits: the AVX-512 and AVX2 static
- * parts run in 16 lanes of 32 bits (the vg16 tables), with chunks of one, two and
- * three static runs (the last patched after the lanes), a full or a
- * partial last chunk, rows with and without exceptions, and every
- * truncation of each row: every path gives the same status and bytes. */
-Test(codec, simd_c4_wide_lanes)
+/* C = 4 in 16 lanes of 32 bits, with masks mk[0..3] (chunk j takes mk[3]
+ * when j % 17 == 9, mk[2] when j % 13 == 5, mk[1] when j % 3 == 1):
+ * ~m_j and m_j of one to seven runs. With mk_fit (static fields <= 23
+ * bits, exceptions <= 17): the AVX-512 and AVX2 static parts run in the
+ * vg16 tables and the AVX-512 rows with exceptions in the fused tables
+ * (fg4, three static runs, more patched after). With mk_wide and mk_wide2
+ * (26-27-bit static fields at every bit offset: no 16-lane static part,
+ * but two fit a qword): fused rows with and without a third static run,
+ * the 8-lane static part for clean rows. With mk_qword (29-31-bit static
+ * fields: two do not fit a qword): the 16-lane exception walk (xg4) after
+ * the 8-lane static part. With mk_xwide (26-bit exceptions): the 8-lane
+ * walk after the vg16 static part. A full or a partial last chunk, rows
+ * with and without exceptions, and every truncation of each row: every
+ * path gives the same status and bytes. */
+enum { HAS_VG16 = 1, HAS_XG4 = 2, HAS_FG4 = 4, HAS_THREE = 8, HAS_FFIX4 = 16 };
+static void c4_lanes_case(const uint32_t mk[4], unsigned has, uint64_t seed)
 {
-	if (!have_avx2())
-		cr_skip_test("this CPU has no AVX2");
-	static const uint32_t mk[3] = { 0xFF800000u, 0xFF80FF00u, 0xFF8F0F00u }; /* 1, 2, 3 runs of ~m */
 	static const ibp_impl_t impls[] = { IBP_IMPL_PORTABLE, IBP_IMPL_BMI2, IBP_IMPL_AVX2, IBP_IMPL_AVX512 };
 	tu_rng_t r;
-	tu_rng_seed(&r, 1616);
+	tu_rng_seed(&r, seed);
 	static const uint64_t sizes[] = { 4 * 100, 4 * 100 + 2, 4 * 64, 4 * 33 + 1 };
 	for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
 		const uint64_t R = sizes[si], D = (R + 3) / 4, N = 24;
 		uint8_t *m = tu_xcalloc(D * 4), *b = tu_xcalloc(D * 4), *rows = tu_xcalloc(N * R);
 		for (uint64_t j = 0; j < D; j++) {
-			const uint32_t mj = mk[j % 13 == 5 ? 2 : j % 3 == 1 ? 1 : 0];
+			const uint32_t mj = mk[j % 17 == 9 ? 3 : j % 13 == 5 ? 2 : j % 3 == 1 ? 1 : 0];
 			const uint32_t bj = (uint32_t)tu_next(&r) & mj;
 			memcpy(m + 4 * j, &mj, 4);
 			memcpy(b + 4 * j, &bj, 4);
@@ -1219,8 +1226,25 @@ Test(codec, simd_c4_wide_lanes)
 		}
 		ibp_codec_t *c;
 		cr_assert_eq(ibp_codec_create(R, 4, 1, m, b, &c), IBP_OK);
-		cr_assert_gt(c->cl[0].nvg16, 0, "R=%llu: no 16-lane groups", (unsigned long long)R);
-		cr_assert_gt(c->cl[0].nvfix16, 0, "R=%llu: no three-run chunk", (unsigned long long)R);
+		const ibp_cluster_t *cl = &c->cl[0];
+		cr_assert_eq(cl->nvg16 > 0, (has & HAS_VG16) != 0, "R=%llu: %llu 16-lane groups", (unsigned long long)R,
+			     (unsigned long long)cl->nvg16);
+		if (has & HAS_VG16)
+			cr_assert_gt(cl->nvfix16, 0, "R=%llu: no three-run chunk", (unsigned long long)R);
+		cr_assert(cl->xfix || !have_avx2(), "R=%llu: no m_j of three runs", (unsigned long long)R);
+		if (have_avx512()) {
+			const uint64_t nxg4 = cl->vbmi ? cl->vbmi->nxg4 : 0, nfg4 = cl->vbmi ? cl->vbmi->nfg : 0;
+			cr_assert_eq(nxg4 > 0, (has & HAS_XG4) != 0, "R=%llu: 16-lane walk %llu", (unsigned long long)R,
+				     (unsigned long long)nxg4);
+			cr_assert_eq(nfg4, has & HAS_FG4 ? (D + 15) / 16 : 0, "R=%llu: %llu fused groups",
+				     (unsigned long long)R, (unsigned long long)nfg4);
+			if (has & HAS_FG4) {
+				cr_assert_eq(cl->vbmi->fthree, (has & HAS_THREE) != 0, "R=%llu: third static run",
+					     (unsigned long long)R);
+				cr_assert_eq(cl->vbmi->nffix > 0, (has & HAS_FFIX4) != 0, "R=%llu: %llu fused fix-ups",
+					     (unsigned long long)R, (unsigned long long)cl->vbmi->nffix);
+			}
+		}
 		uint8_t *enc = tu_xcalloc(R), *ref = tu_xcalloc(R), *back = tu_xcalloc(R);
 		for (uint64_t i = 0; i < N; i++) {
 			uint64_t len;
@@ -1264,32 +1288,43 @@ Test(codec, simd_c4_wide_lanes)
 	}
 }
 
-/* The AVX-512 multishift static part for C = 1, 2 (the vgm tables, 64 /
- * C chunks a group) and the 32-lane exception walk for C = 2 (xg2):
- * ~m_j and m_j of one, two and more runs (the last patched after the
- * lanes), runs at bit 0 and above, a full or a partial last chunk, chunks
- * past the last full group (a partial last walk group), rows from no to
- * ~92% exceptions, and every truncation of each row: every path gives
- * the same status and bytes. */
-Test(codec, simd_multishift_static)
+Test(codec, simd_c4_wide_lanes)
 {
-	if (!have_avx512())
-		cr_skip_test("this CPU has no AVX-512 VBMI");
-	static const uint16_t mk2[3] = { 0xF003u, 0xC038u, 0x8924u }; /* 1, 2, 5 runs of ~m */
-	static const uint16_t mk1[3] = { 0xE1u, 0x18u, 0x52u };         /* 1, 2, 4 */
+	if (!have_avx2())
+		cr_skip_test("this CPU has no AVX2");
+	static const uint32_t mk_fit[4] = { 0xFF800000u, 0xFF80FF00u, 0xFF8F0F00u, 0xF8888888u };
+	static const uint32_t mk_wide[4] = { 0xF8000000u, 0xF0000001u, 0xE0100401u, 0xE0100401u };
+	static const uint32_t mk_wide2[4] = { 0xF8000000u, 0xF0000001u, 0xE0000401u, 0xE0000401u };
+	static const uint32_t mk_qword[4] = { 0x80000000u, 0x80000001u, 0x80010001u, 0x80010001u };
+	static const uint32_t mk_xwide[4] = { 0xFFFFFFC0u, 0xFFFFF03Fu, 0x7FFE3FDEu, 0x7FFE3FDEu };
+	c4_lanes_case(mk_fit, HAS_VG16 | HAS_XG4 | HAS_FG4 | HAS_THREE | HAS_FFIX4, 1616);
+	c4_lanes_case(mk_wide, HAS_XG4 | HAS_FG4 | HAS_THREE, 1618);
+	c4_lanes_case(mk_wide2, HAS_XG4 | HAS_FG4, 1617);
+	c4_lanes_case(mk_qword, HAS_XG4, 1620);
+	c4_lanes_case(mk_xwide, HAS_VG16, 1619);
+}
+
+/* The AVX-512 multishift static part for C = 1, 2 (the vgm tables, 64 /
+ * C chunks a group), the 32-lane exception walk for C = 2 (xg2) and the
+ * fused C = 2 rows (fg: both in one pass, the partial last group
+ * included): masks mk[0..3] (chunk j takes mk[3] when j % 17 == 9, mk[2]
+ * when j % 29 == 5, mk[1] when j % 3 == 1), ~m_j and m_j of one to five
+ * runs (those past two or three patched after the lanes), runs at bit 0
+ * and above, a full or a partial last chunk, chunks past the last full
+ * group (a partial last walk group), rows from no to ~92% exceptions, and
+ * every truncation of each row: every path gives the same status and
+ * bytes. With mk2_wide (14-15-bit static fields: four do not fit a qword)
+ * neither vgm nor fg: the 16-lane static part, then the 32-lane walk. */
+enum { HAS_VGM = 1, HAS_XG2 = 2, HAS_FG = 4, HAS_FTHREE = 8 };
+static void ms_case(unsigned C, uint64_t R, const uint16_t mk[4], unsigned has, tu_rng_t *r)
+{
 	static const ibp_impl_t impls[] = { IBP_IMPL_PORTABLE, IBP_IMPL_BMI2, IBP_IMPL_AVX2, IBP_IMPL_AVX512 };
-	tu_rng_t r;
-	tu_rng_seed(&r, 1617);
-	static const uint64_t sizes[][2] = { { 2, 512 }, { 2, 2 * 70 + 1 }, { 2, 2 * 32 }, { 2, 2 * 100 },
-					     { 1, 256 }, { 1, 64 * 2 + 7 } };
-	for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
-		const unsigned C = (unsigned)sizes[si][0];
-		const uint64_t R = sizes[si][1], D = (R + C - 1) / C, N = 24;
-		const uint16_t *mk = C == 2 ? mk2 : mk1;
+	const uint64_t D = (R + C - 1) / C, N = 24;
+	{
 		uint8_t *m = tu_xcalloc(D * C), *b = tu_xcalloc(D * C), *rows = tu_xcalloc(N * R);
 		for (uint64_t j = 0; j < D; j++) {
-			const uint16_t mj = mk[j % 29 == 5 ? 2 : j % 3 == 1 ? 1 : 0];
-			const uint16_t bj = (uint16_t)(tu_next(&r) & mj);
+			const uint16_t mj = mk[j % 17 == 9 ? 3 : j % 29 == 5 ? 2 : j % 3 == 1 ? 1 : 0];
+			const uint16_t bj = (uint16_t)(tu_next(r) & mj);
 			memcpy(m + C * j, &mj, C);
 			memcpy(b + C * j, &bj, C);
 		}
@@ -1298,21 +1333,31 @@ Test(codec, simd_multishift_static)
 		for (uint64_t i = 0; i < N; i++) {
 			uint8_t *row = rows + i * R;
 			for (uint64_t j = 0; j < D; j++) {
-				uint16_t mj = 0, bj = 0, x = (uint16_t)tu_next(&r);
+				uint16_t mj = 0, bj = 0, x = (uint16_t)tu_next(r);
 				memcpy(&mj, m + C * j, C);
 				memcpy(&bj, b + C * j, C);
 				x = (uint16_t)((x & ~mj) | bj);
-				if (tu_below(&r, 100) < i * 4) /* row i: about 4i% exceptions */
-					x ^= (uint16_t)(mj & tu_next(&r));
+				if (tu_below(r, 100) < i * 4) /* row i: about 4i% exceptions */
+					x ^= (uint16_t)(mj & tu_next(r));
 				uint64_t nb = R - C * j < C ? R - C * j : C;
 				memcpy(row + C * j, &x, nb);
 			}
 		}
 		ibp_codec_t *c;
 		cr_assert_eq(ibp_codec_create(R, C, 1, m, b, &c), IBP_OK);
-		cr_assert_gt(c->cl[0].vbmi ? c->cl[0].vbmi->nvgm : 0, 0, "C=%u R=%llu: no multishift groups", C, (unsigned long long)R);
-		cr_assert_gt(c->cl[0].vbmi ? c->cl[0].vbmi->nvfixm : 0, 0, "C=%u R=%llu: no three-run chunk", C, (unsigned long long)R);
-		cr_assert(C != 2 || (c->cl[0].vbmi && c->cl[0].vbmi->nxg2 > 0), "R=%llu: no 32-lane walk groups", (unsigned long long)R);
+		const ibp_vbmi_t *v = c->cl[0].vbmi;
+		cr_assert_eq(v && v->nvgm > 0, (has & HAS_VGM) != 0, "C=%u R=%llu: multishift groups", C,
+			     (unsigned long long)R);
+		if (has & HAS_VGM)
+			cr_assert_gt(v->nvfixm, 0, "C=%u R=%llu: no three-run chunk", C, (unsigned long long)R);
+		cr_assert_eq(v && v->nxg2 > 0, (has & HAS_XG2) != 0, "C=%u R=%llu: 32-lane walk", C,
+			     (unsigned long long)R);
+		cr_assert_eq(v ? v->nfg : 0, has & HAS_FG ? (D + 31) / 32 : 0, "C=%u R=%llu: fused groups", C,
+			     (unsigned long long)R);
+		if (has & HAS_FG) {
+			cr_assert_eq(v->fthree, (has & HAS_FTHREE) != 0, "R=%llu: third static run", (unsigned long long)R);
+			cr_assert_gt(v->nffix, 0, "R=%llu: no fused fix-ups", (unsigned long long)R);
+		}
 		cr_assert(C != 2 || c->cl[0].xfix, "R=%llu: no m_j of more than two runs", (unsigned long long)R);
 		uint8_t *enc = tu_xcalloc(R), *ref = tu_xcalloc(R), *back = tu_xcalloc(R);
 		for (uint64_t i = 0; i < N; i++) {
@@ -1355,6 +1400,26 @@ Test(codec, simd_multishift_static)
 		free(back);
 		ibp_codec_free(c);
 	}
+}
+
+Test(codec, simd_multishift_static)
+{
+	if (!have_avx512())
+		cr_skip_test("this CPU has no AVX-512 VBMI");
+	static const uint16_t mk2[4] = { 0xF003u, 0xC038u, 0x8924u, 0x8924u }; /* 1, 2, 5 runs of ~m */
+	static const uint16_t mk2t[4] = { 0xF003u, 0xC038u, 0x8924u, 0x8421u }; /* and 3 */
+	static const uint16_t mk2_wide[4] = { 0x8000u, 0x8001u, 0x8101u, 0x8101u }; /* m: 1, 2, 3 runs */
+	static const uint16_t mk1[4] = { 0xE1u, 0x18u, 0x52u, 0x52u };           /* 1, 2, 4 */
+	tu_rng_t r;
+	tu_rng_seed(&r, 1617);
+	static const uint64_t R2[] = { 512, 2 * 70 + 1, 2 * 32, 2 * 100 };
+	for (size_t i = 0; i < sizeof(R2) / sizeof(R2[0]); i++) {
+		ms_case(2, R2[i], mk2, HAS_VGM | HAS_XG2 | HAS_FG, &r);
+		ms_case(2, R2[i], mk2t, HAS_VGM | HAS_XG2 | HAS_FG | HAS_FTHREE, &r);
+		ms_case(2, R2[i], mk2_wide, HAS_XG2, &r);
+	}
+	ms_case(1, 256, mk1, HAS_VGM, &r);
+	ms_case(1, 64 * 2 + 7, mk1, HAS_VGM, &r);
 }
 
 /* ------------------------------------------------------------------ */
