@@ -659,6 +659,69 @@ static int ibp_build_fused(ibp_codec_t *c)
 	return 1;
 }
 
+/* Builds the AVX2 qword-pair static tables (ibp_cluster_t.q2) of every
+ * C = 4 cluster without vg16 whose qwords fit (see ibp_q2group_t) when the
+ * AVX2 kernels can run; returns 0 on no memory. */
+static int ibp_build_q2(ibp_codec_t *c)
+{
+	const uint64_t D = c->D, K = c->K, G = 8;
+	/* full groups, the last chunk's only when it is whole */
+	const uint64_t ng = c->last_bytes == 4 ? D / G : (D - 1) / G;
+	if (!ibp_avx2_ok() || c->C != 4 || ng == 0)
+		return 1;
+	if (K * ng > SIZE_MAX / sizeof(ibp_q2group_t) / 4 || K * D > SIZE_MAX / 64)
+		return 0;
+	/* one allocation: the groups (32-byte aligned), the fix lists, the
+	 * per-cluster headers */
+	const size_t gbytes = K * ng * sizeof(ibp_q2group_t);
+	const size_t bytes = gbytes + K * D * sizeof(uint64_t) + K * sizeof(ibp_q2_t);
+	uint8_t *mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+	c->mem[16] = mem;
+	if (!mem)
+		return 0;
+	memset(mem, 0, bytes);
+	ibp_q2group_t *qg = (ibp_q2group_t *)(void *)mem;
+	uint64_t *fixes = (uint64_t *)(void *)(mem + gbytes);
+	ibp_q2_t *hdr = (ibp_q2_t *)(void *)(mem + gbytes + K * D * sizeof(uint64_t));
+	for (uint64_t k = 0; k < K; k++) {
+		ibp_cluster_t *cl = &c->cl[k];
+		if (cl->nvg16) /* the 16-lane tables serve */
+			continue;
+		ibp_q2group_t *g0 = qg + k * ng;
+		uint64_t *fx = fixes + k * D, nfix = 0;
+		int fits = 1, three = 0;
+		for (uint64_t j = 0; j < ng * G && fits; j++) {
+			ibp_q2group_t *q = &g0[j / G];
+			const uint64_t l = j % G, lane = l / 2, j0 = j - l % 2;
+			const uint64_t qb = cl->soff[j0] >> 3, o = cl->soff[j] - 8 * qb;
+			if (o + cl->sw[j] > 64) {
+				fits = 0;
+				break;
+			}
+			q->qo[lane] = qb;
+			const ibp_run_t *r = cl->runs + cl->nrun[j];
+			const uint64_t nr = cl->nrun[j + 1] - cl->nrun[j], hi = 32 * (l % 2);
+			if (nr > 3) {
+				fx[nfix++] = j;
+			} else {
+				for (uint64_t i = 0; i < nr; i++) {
+					const uint64_t slot = 3 * (l % 2) + i;
+					q->sr[slot][lane] = o + r[i].src;
+					q->sl[slot][lane] = r[i].pos + hi;
+					q->m[slot][lane] = r[i].mask << hi;
+				}
+			}
+			three |= nr == 3;
+			q->b[lane] |= cl->b[j] << hi;
+		}
+		if (!fits || nfix > D / 4)
+			continue;
+		hdr[k] = (ibp_q2_t){ .g = g0, .ng = ng, .fix = fx, .nfix = nfix, .three = three };
+		cl->q2 = &hdr[k];
+	}
+	return 1;
+}
+
 /* Builds ibp_cluster_t.base_row of every cluster without static fields
  * (S = 0), by the portable kernel on an empty body (it reads none), in one
  * allocation of at most 64 MiB (else none: the kernels rebuild it per row);
@@ -910,7 +973,7 @@ ibp_status_t ibp_codec_create_ex(uint64_t row_bytes, unsigned chunk_bytes, unsig
 		c->has_xval |= (int)has_x;
 	}
 	if (!ibp_build_vec(c) || !ibp_build_xvec(c) || !ibp_build_vec16(c) || !ibp_build_vecms(c) ||
-	    !ibp_build_xvec2(c) || !ibp_build_xvec4(c) || !ibp_build_fused(c) ||
+	    !ibp_build_xvec2(c) || !ibp_build_xvec4(c) || !ibp_build_fused(c) || !ibp_build_q2(c) ||
 	    !ibp_build_base_rows(c))
 		goto nomem;
 	c->impl = ibp_auto_impl();

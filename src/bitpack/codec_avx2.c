@@ -17,8 +17,9 @@
  * 2 C compares in the one-pass encoder (IBP_K_XBLOCK), and its sizing
  * pass (row_stats) takes 4 chunks per step. C = 4 clusters whose fields all
  * fit 32-bit lanes use the 16-lane tables (vg16, windows of 64 bytes);
- * other C = 4 clusters take the scalar static loop (8 lanes of 64 bits
- * with gathers measured slower than it).
+ * other C = 4 clusters the qword-pair tables (q2: two chunks a 64-bit
+ * lane, four loads a group, no gathers), else the scalar static loop (8
+ * lanes of 64 bits with gathers measured slower than it).
  */
 #include <immintrin.h>
 
@@ -190,6 +191,40 @@ static void ibp_avx2_static_c4w(const ibp_codec_t *c, const ibp_cluster_t *cl, c
 	ibp_avx2_decode_static_from(c, cl, body, avail, dst, ng * 16);
 }
 
+/* C = 4 by qword pairs (ibp_q2group_t): 4 lanes of 2 chunks, up to three
+ * runs each; groups whose last qword is readable, then the fix-ups and
+ * the scalar rest. */
+IBP_INLINE void ibp_avx2_static_q2_x(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *body,
+				     uint64_t avail, uint8_t *dst, const int three)
+{
+	const ibp_q2_t *t = cl->q2;
+	const ibp_q2group_t *q = t->g;
+	uint64_t g = 0;
+	for (; g < t->ng && q->qo[3] + 8 <= avail; g++, q++) {
+		const __m256i w = _mm256_set_epi64x((long long)ibp_load64(body + q->qo[3]),
+						    (long long)ibp_load64(body + q->qo[2]),
+						    (long long)ibp_load64(body + q->qo[1]),
+						    (long long)ibp_load64(body + q->qo[0]));
+		__m256i r = ibp_avx2_ld((const uint8_t *)q->b);
+		for (unsigned i = 0; i < 6; i++) {
+			if (!three && i % 3 == 2)
+				continue;
+			const __m256i t0 = _mm256_sllv_epi64(_mm256_srlv_epi64(w, ibp_avx2_ld((const uint8_t *)q->sr[i])),
+							     ibp_avx2_ld((const uint8_t *)q->sl[i]));
+			r = _mm256_or_si256(r, _mm256_and_si256(t0, ibp_avx2_ld((const uint8_t *)q->m[i])));
+		}
+		_mm256_storeu_si256((__m256i *)(void *)(dst + g * 32), r);
+	}
+	/* chunks with more than three runs: pdep (fields lie within avail) */
+	for (uint64_t i = 0; i < t->nfix && t->fix[i] < g * 8; i++) {
+		const uint64_t j = t->fix[i];
+		const uint64_t v = ibp_peek_bits(body, avail, cl->soff[j], cl->sw[j]);
+		ibp_st_chunk(dst + j * 4, _pdep_u64(v, cl->nm[j]) | cl->b[j], 4);
+	}
+	if (g * 8 < c->D)
+		ibp_avx2_decode_static_from(c, cl, body, avail, dst, g * 8);
+}
+
 static void ibp_avx2_decode_static_v(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *body,
 				     uint64_t avail, uint8_t *dst)
 {
@@ -198,11 +233,16 @@ static void ibp_avx2_decode_static_v(const ibp_codec_t *c, const ibp_cluster_t *
 		ibp_avx2_static_c4w(c, cl, body, avail, dst);
 		return;
 	}
-	/* C = 4 without the 16-lane tables, C = 8: the scalar loop (pdep),
-	 * faster than 8 lanes of 64 bits with gathers (f32 PCA rows: 2.9
-	 * against 2.3 GB/s, docs/BENCHMARKS.md) */
+	/* C = 4 without the 16-lane tables: qword pairs where they fit, else
+	 * (and C = 8) the scalar loop (pdep), faster than 8 lanes of 64 bits
+	 * with gathers (docs/BENCHMARKS.md "Fused rows") */
 	if (C >= 4) {
-		ibp_avx2_decode_static_from(c, cl, body, avail, dst, 0);
+		if (cl->q2 && cl->q2->three)
+			ibp_avx2_static_q2_x(c, cl, body, avail, dst, 1);
+		else if (cl->q2)
+			ibp_avx2_static_q2_x(c, cl, body, avail, dst, 0);
+		else
+			ibp_avx2_decode_static_from(c, cl, body, avail, dst, 0);
 		return;
 	}
 	/* C <= 2 loads 16 bytes at a lane's offset (see static_c12) */

@@ -99,7 +99,35 @@ typedef struct ibp_cluster {
 	/* The AVX-512 VBMI tables (ibp_vbmi_t), NULL when none was built:
 	 * behind a pointer, since kernels copy this struct per row. */
 	const struct ibp_vbmi *vbmi;
+	/* The AVX2 qword-pair static tables for C = 4 (ibp_q2_t), NULL when
+	 * none was built. */
+	const struct ibp_q2 *q2;
 } ibp_cluster_t;
+
+/* AVX2 static part for C = 4 clusters without vg16 (fields too wide for
+ * 32-bit lanes at every offset, as f32 PCA and f16 KV rows): groups of 8
+ * chunks in 4 qword lanes of 2 chunks. Lane k loads the 8 bytes at body
+ * byte qo[k] (its first chunk's field byte), and each run i of ~m_j of
+ * its two chunks (at most three each, the second chunk's in bits 32..63)
+ * is ((w >> sr[i]) << sl[i]) & m[i]; the lane is b | the runs. Chunks
+ * with more runs are patched after (fix). Only full groups (the last
+ * chunk's when it is whole); a group runs when its last qword is
+ * readable. */
+typedef struct ibp_q2group {
+	uint64_t qo[4];
+	uint64_t sr[6][4];
+	uint64_t sl[6][4];
+	uint64_t m[6][4];
+	uint64_t b[4];
+} ibp_q2group_t;
+
+typedef struct ibp_q2 {
+	const ibp_q2group_t *g;
+	uint64_t ng;
+	const uint64_t *fix; /* ascending */
+	uint64_t nfix;
+	int three; /* some chunk has a third run */
+} ibp_q2_t;
 
 /* A cluster's AVX-512 VBMI tables (codec.c builds them). */
 typedef struct ibp_vbmi {
@@ -303,7 +331,7 @@ struct ibp_codec {
 	uint8_t *xval_bytes;   /* K * D * C, as given (the Bitvals when none) */
 	int has_xval;          /* some cluster has an enabled chunk */
 	ibp_cluster_t *cl;     /* K entries */
-	void *mem[16];         /* allocations owned by the codec */
+	void *mem[17];         /* allocations owned by the codec */
 };
 
 /* The kernels; ibp_kernels_bmi2 exists on x86-64 builds only. */

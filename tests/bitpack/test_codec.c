@@ -1185,15 +1185,16 @@ Test(codec, bmi2_equals_portable_large)
  * bits, exceptions <= 17): the AVX-512 and AVX2 static parts run in the
  * vg16 tables and the AVX-512 rows with exceptions in the fused tables
  * (fg4, three static runs, more patched after). With mk_wide and mk_wide2
- * (26-27-bit static fields at every bit offset: no 16-lane static part,
+ * (25-27-bit static fields at every bit offset: no 16-lane static part,
  * but two fit a qword): fused rows with and without a third static run,
- * the 8-lane static part for clean rows. With mk_qword (29-31-bit static
+ * the 8-lane static part for clean rows, and on AVX2 the qword-pair
+ * static part (q2, up to three runs, more patched after). With mk_qword (29-31-bit static
  * fields: two do not fit a qword): the 16-lane exception walk (xg4) after
  * the 8-lane static part. With mk_xwide (26-bit exceptions): the 8-lane
  * walk after the vg16 static part. A full or a partial last chunk, rows
  * with and without exceptions, and every truncation of each row: every
  * path gives the same status and bytes. */
-enum { HAS_VG16 = 1, HAS_XG4 = 2, HAS_FG4 = 4, HAS_THREE = 8, HAS_FFIX4 = 16 };
+enum { HAS_VG16 = 1, HAS_XG4 = 2, HAS_FG4 = 4, HAS_THREE = 8, HAS_FFIX4 = 16, HAS_Q2 = 32 };
 static void c4_lanes_case(const uint32_t mk[4], unsigned has, uint64_t seed)
 {
 	static const ibp_impl_t impls[] = { IBP_IMPL_PORTABLE, IBP_IMPL_BMI2, IBP_IMPL_AVX2, IBP_IMPL_AVX512 };
@@ -1232,6 +1233,11 @@ static void c4_lanes_case(const uint32_t mk[4], unsigned has, uint64_t seed)
 		if (has & HAS_VG16)
 			cr_assert_gt(cl->nvfix16, 0, "R=%llu: no three-run chunk", (unsigned long long)R);
 		cr_assert(cl->xfix || !have_avx2(), "R=%llu: no m_j of three runs", (unsigned long long)R);
+		cr_assert_eq(cl->q2 != NULL, (has & HAS_Q2) != 0, "R=%llu: AVX2 qword-pair tables", (unsigned long long)R);
+		if (cl->q2) {
+			cr_assert_eq(cl->q2->three, (has & HAS_THREE) != 0, "R=%llu: q2 third run", (unsigned long long)R);
+			cr_assert_eq(cl->q2->nfix > 0, (has & HAS_FFIX4) != 0, "R=%llu: q2 fix-ups", (unsigned long long)R);
+		}
 		if (have_avx512()) {
 			const uint64_t nxg4 = cl->vbmi ? cl->vbmi->nxg4 : 0, nfg4 = cl->vbmi ? cl->vbmi->nfg : 0;
 			cr_assert_eq(nxg4 > 0, (has & HAS_XG4) != 0, "R=%llu: 16-lane walk %llu", (unsigned long long)R,
@@ -1293,13 +1299,14 @@ Test(codec, simd_c4_wide_lanes)
 	if (!have_avx2())
 		cr_skip_test("this CPU has no AVX2");
 	static const uint32_t mk_fit[4] = { 0xFF800000u, 0xFF80FF00u, 0xFF8F0F00u, 0xF8888888u };
-	static const uint32_t mk_wide[4] = { 0xF8000000u, 0xF0000001u, 0xE0100401u, 0xE0100401u };
+	static const uint32_t mk_wide[4] = { 0xF8000000u, 0xF0000001u, 0xE0100401u, 0xE2100401u };
 	static const uint32_t mk_wide2[4] = { 0xF8000000u, 0xF0000001u, 0xE0000401u, 0xE0000401u };
 	static const uint32_t mk_qword[4] = { 0x80000000u, 0x80000001u, 0x80010001u, 0x80010001u };
 	static const uint32_t mk_xwide[4] = { 0xFFFFFFC0u, 0xFFFFF03Fu, 0x7FFE3FDEu, 0x7FFE3FDEu };
 	c4_lanes_case(mk_fit, HAS_VG16 | HAS_XG4 | HAS_FG4 | HAS_THREE | HAS_FFIX4, 1616);
-	c4_lanes_case(mk_wide, HAS_XG4 | HAS_FG4 | HAS_THREE, 1618);
-	c4_lanes_case(mk_wide2, HAS_XG4 | HAS_FG4, 1617);
+	const unsigned q2 = have_avx2() ? HAS_Q2 : 0;
+	c4_lanes_case(mk_wide, HAS_XG4 | HAS_FG4 | HAS_THREE | HAS_FFIX4 | q2, 1618);
+	c4_lanes_case(mk_wide2, HAS_XG4 | HAS_FG4 | q2, 1617);
 	c4_lanes_case(mk_qword, HAS_XG4, 1620);
 	c4_lanes_case(mk_xwide, HAS_VG16, 1619);
 }
