@@ -414,6 +414,19 @@ static int ibp_build_vecms(ibp_codec_t *c)
 	return 1;
 }
 
+/* A zeroed, 64-byte-aligned table of n entries of `size` bytes, owned by
+ * the codec (mem[slot]); NULL on no memory or a size past SIZE_MAX / 2. */
+static void *ibp_table_alloc(ibp_codec_t *c, unsigned slot, uint64_t n, size_t size)
+{
+	if (n > SIZE_MAX / size / 2)
+		return NULL;
+	void *t = aligned_alloc(64, (n * size + 63) & ~(size_t)63);
+	c->mem[slot] = t;
+	if (t)
+		memset(t, 0, n * size);
+	return t;
+}
+
 /* Builds the 32-lane exception-walk tables (ibp_vbmi_t.xg2) for C = 2
  * of every cluster that has xg and whose groups fit (ibp_xgroup2_t) when
  * the AVX-512 VBMI kernels can run; returns 0 on no memory. */
@@ -423,13 +436,9 @@ static int ibp_build_xvec2(ibp_codec_t *c)
 	if (!ibp_avx512_ok() || c->C != 2)
 		return 1;
 	const uint64_t nxg = (D + G - 1) / G;
-	if (K * nxg > SIZE_MAX / sizeof(ibp_xgroup2_t) / 2)
-		return 0;
-	ibp_xgroup2_t *xg = aligned_alloc(64, K * nxg * sizeof(ibp_xgroup2_t));
-	c->mem[12] = xg;
+	ibp_xgroup2_t *xg = ibp_table_alloc(c, 12, K * nxg, sizeof(ibp_xgroup2_t));
 	if (!xg)
 		return 0;
-	memset(xg, 0, K * nxg * sizeof(ibp_xgroup2_t));
 	for (uint64_t k = 0; k < K; k++) {
 		ibp_cluster_t *cl = &c->cl[k];
 		if (cl->nxg == 0) /* Xvals: the scalar walk */
@@ -494,13 +503,9 @@ static int ibp_build_xvec4(ibp_codec_t *c)
 	if (!ibp_avx512_ok() || c->C != 4)
 		return 1;
 	const uint64_t nxg = (D + G - 1) / G;
-	if (K * nxg > SIZE_MAX / sizeof(ibp_xgroup_t) / 2)
-		return 0;
-	ibp_xgroup_t *xg = aligned_alloc(64, K * nxg * sizeof(ibp_xgroup_t));
-	c->mem[14] = xg;
+	ibp_xgroup_t *xg = ibp_table_alloc(c, 14, K * nxg, sizeof(ibp_xgroup_t));
 	if (!xg)
 		return 0;
-	memset(xg, 0, K * nxg * sizeof(ibp_xgroup_t));
 	for (uint64_t k = 0; k < K; k++) {
 		ibp_cluster_t *cl = &c->cl[k];
 		if (cl->nxg == 0) /* Xvals: the scalar walk */

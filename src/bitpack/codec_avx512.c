@@ -308,13 +308,13 @@ IBP_INLINE __m512i ibp_avx512_psum16(__m512i w)
 	return _mm512_add_epi16(s, _mm512_sub_epi16(p, t));
 }
 
-/* C = 1, 2: 16 lanes of 32 bits */
-IBP_INLINE uint64_t ibp_avx512_xwalk_c12(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint64_t *bm,
-					 const uint8_t *body, uint64_t avail, uint64_t e, uint64_t lim,
-					 uint8_t *dst, const unsigned C)
+/* 16 lanes of 32 bits: C = 1, 2 (the xg tables) and C = 4 (xg4: every
+ * field fits its lane at its bit offset, no narrowing) */
+IBP_INLINE uint64_t ibp_avx512_xwalk_w32(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint64_t *bm,
+					 const ibp_xgroup_t *q, uint64_t nxg, const uint8_t *body,
+					 uint64_t avail, uint64_t e, uint64_t lim, uint8_t *dst, const unsigned C)
 {
-	const uint64_t R = c->R, nxg = cl->nxg;
-	const ibp_xgroup_t *q = cl->xg;
+	const uint64_t R = c->R;
 	const __m512i one = _mm512_set1_epi32(1), seven = _mm512_set1_epi32(7);
 	/* each lane's byte 0 to all its four bytes, plus 0, 1, 2, 3 */
 	const __m512i bc = _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0x00000000);
@@ -348,7 +348,13 @@ IBP_INLINE uint64_t ibp_avx512_xwalk_c12(const ibp_codec_t *c, const ibp_cluster
 		const __m512i d = _mm512_maskz_ternarylogic_epi32((__mmask16)(mk & ~fx), t0, t1,
 								  _mm512_load_si512((const void *)q->b), 0x96);
 		const uint64_t at = g * 16 * C, nb = R - at < 16 * C ? R - at : 16 * C;
-		if (C == 2 && nb == 32) {
+		if (C == 4 && nb == 64) {
+			_mm512_storeu_si512((void *)(dst + at), _mm512_xor_si512(_mm512_loadu_si512(dst + at), d));
+		} else if (C == 4) {
+			const __mmask64 kb = _bzhi_u64(~0ull, (unsigned)nb);
+			const __m512i o = _mm512_maskz_loadu_epi8(kb, dst + at);
+			_mm512_mask_storeu_epi8(dst + at, kb, _mm512_xor_si512(o, d));
+		} else if (C == 2 && nb == 32) {
 			__m256i *p = (__m256i *)(void *)(dst + at);
 			_mm256_storeu_si256(p, _mm256_xor_si256(_mm256_loadu_si256(p), _mm512_cvtepi32_epi16(d)));
 		} else if (C == 2) {
@@ -440,62 +446,6 @@ static __attribute__((noinline)) uint64_t ibp_avx512_xwalk_c2w(const ibp_codec_t
 	return e;
 }
 
-/* C = 4: 16 lanes of 32 bits (the xg4 tables: every field fits its lane
- * at its bit offset), half the groups of the 8-lane walk and no narrowing:
- * the lane is the chunk. No (1 << w) - 1 mask on the field: the two run
- * masks take exactly its w bits (chunks with more runs are in xfix). */
-static __attribute__((noinline)) uint64_t ibp_avx512_xwalk_c4w(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint64_t *bm,
-				     const uint8_t *body, uint64_t avail, uint64_t e, uint64_t lim, uint8_t *dst)
-{
-	const uint64_t R = c->R, nxg = cl->vbmi->nxg4;
-	const ibp_xgroup_t *q = cl->vbmi->xg4;
-	const __m512i seven = _mm512_set1_epi32(7);
-	/* each lane's byte 0 to all its four bytes, plus 0, 1, 2, 3 */
-	const __m512i bc = _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0x00000000);
-	const __m512i inc = _mm512_set1_epi32(0x03020100);
-	for (uint64_t g = 0; g < nxg; g++, q++) {
-		const __mmask16 mk = (__mmask16)(bm[g >> 2] >> (16 * (g & 3)));
-		const __m512i w = _mm512_maskz_load_epi32(mk, q->w);
-		const __m512i s = ibp_avx512_psum32(w);
-		const uint64_t tot = (uint32_t)_mm_extract_epi32(_mm512_extracti32x4_epi32(s, 3), 3);
-		if (tot > lim - e)
-			return UINT64_MAX;
-		const uint64_t b0 = e >> 3, rem = avail - b0; /* e <= lim: b0 <= avail */
-		const __m512i rel = _mm512_add_epi32(_mm512_sub_epi32(s, w), _mm512_set1_epi32((int)(e & 7)));
-		const __mmask64 km = rem >= 64 ? ~0ull : _bzhi_u64(~0ull, (unsigned)rem);
-		const __m512i win = _mm512_maskz_loadu_epi8(km, body + b0);
-		const __m512i bi = _mm512_add_epi8(_mm512_shuffle_epi8(_mm512_srli_epi32(rel, 3), bc), inc);
-		const __m512i v = _mm512_srlv_epi32(_mm512_permutexvar_epi8(bi, win), _mm512_and_si512(rel, seven));
-		const __m512i t0 = _mm512_sllv_epi32(v, _mm512_load_si512((const void *)q->p0));
-		const __m512i t1 = _mm512_sllv_epi32(_mm512_srlv_epi32(v, _mm512_load_si512((const void *)q->s1)),
-						     _mm512_load_si512((const void *)q->p1));
-		/* (t0 & m0) ^ (t1 & m1) ^ b: the runs are disjoint */
-		__m512i d = _mm512_ternarylogic_epi32(t0, _mm512_load_si512((const void *)q->m0),
-						      _mm512_load_si512((const void *)q->b), 0x6A);
-		const __mmask16 fx = cl->xfix ? (__mmask16)(cl->xfix[g >> 2] >> (16 * (g & 3))) : 0;
-		d = _mm512_maskz_ternarylogic_epi32((__mmask16)(mk & ~fx), t1,
-						    _mm512_load_si512((const void *)q->m1), d, 0x6A);
-		const uint64_t at = g * 64, nb = R - at < 64 ? R - at : 64;
-		if (nb == 64) {
-			_mm512_storeu_si512((void *)(dst + at), _mm512_xor_si512(_mm512_loadu_si512(dst + at), d));
-		} else {
-			const __mmask64 kb = _bzhi_u64(~0ull, (unsigned)nb);
-			const __m512i o = _mm512_maskz_loadu_epi8(kb, dst + at);
-			_mm512_mask_storeu_epi8(dst + at, kb, _mm512_xor_si512(o, d));
-		}
-		if (mk & fx) {
-			uint32_t r[16];
-			_mm512_storeu_si512((void *)r, rel);
-			for (unsigned f = mk & fx; f; f &= f - 1) {
-				const unsigned l = (unsigned)__builtin_ctz(f);
-				ibp_avx512_fix(c, cl, body, avail, g * 16 + l, 8 * b0 + r[l], dst, 4);
-			}
-		}
-		e += tot;
-	}
-	return e;
-}
-
 /* C = 4: 8 lanes of 64 bits */
 static uint64_t ibp_avx512_xwalk_c4(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint64_t *bm,
 				    const uint8_t *body, uint64_t avail, uint64_t e, uint64_t lim, uint8_t *dst)
@@ -557,7 +507,7 @@ static uint64_t ibp_avx512_xwalk_c4(const ibp_codec_t *c, const ibp_cluster_t *c
  *
  * Per group of 64 / C chunks: the static lanes by multishift as in
  * static_ms (up to three runs; the third only when some chunk has one) and
- * the exception lanes as in xwalk_c2w / xwalk_c4w, combined as static |
+ * the exception lanes as in xwalk_c2w / xwalk_w32, combined as static |
  * (exception ? deposit : b) and stored once (the partial last group masked
  * to R). Then the chunks of ffix get their static bits (their lanes have
  * none) and those of xfix their exception bits (their lanes have b_j).
@@ -609,6 +559,32 @@ IBP_INLINE uint64_t ibp_avx512_fend(const ibp_codec_t *c, const ibp_cluster_t *c
 	return e;
 }
 
+/* The 64-byte window of the exception fields from body bit e on, bytes
+ * past avail masked to zeros (a window wholly past it too: the walk's end
+ * check catches that row); *b0 = e / 8. */
+IBP_INLINE __m512i ibp_avx512_xwindow(const uint8_t *body, uint64_t avail, uint64_t e, uint64_t *b0)
+{
+	const uint64_t b = e >> 3, at = b < avail ? b : avail, rem = avail - at;
+	*b0 = b;
+	return _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, (unsigned)(rem < 64 ? rem : 64)), body + at);
+}
+
+/* The fix-ups of a group's xfix lanes (C-byte lanes of rel: each field's
+ * bit from byte b0), chunks j0 + lane; their fields must lie within avail. */
+IBP_INLINE void ibp_avx512_fixlanes(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *body,
+				    uint64_t avail, __m512i rel, uint64_t lanes, uint64_t j0, uint64_t b0,
+				    uint8_t *dst, const unsigned C)
+{
+	uint8_t rr[64];
+	_mm512_storeu_si512((void *)rr, rel);
+	for (; lanes; lanes &= lanes - 1) {
+		const unsigned l = (unsigned)__builtin_ctzll(lanes);
+		uint64_t r = 0;
+		memcpy(&r, rr + C * l, C); /* little-endian */
+		ibp_avx512_fix(c, cl, body, avail, j0 + l, 8 * b0 + r, dst, C);
+	}
+}
+
 /* C = 4: 16 lanes of 32 bits */
 IBP_INLINE uint64_t ibp_avx512_row_f4_x(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint64_t *bm,
 					const uint8_t *body, uint64_t avail, uint64_t e, uint64_t lim, uint8_t *dst,
@@ -625,10 +601,9 @@ IBP_INLINE uint64_t ibp_avx512_row_f4_x(const ibp_codec_t *c, const ibp_cluster_
 		const __m512i w = _mm512_maskz_load_epi32(mk, q->w);
 		const __m512i s = ibp_avx512_psum32(w);
 		const uint64_t tot = (uint32_t)_mm_extract_epi32(_mm512_extracti32x4_epi32(s, 3), 3);
-		const uint64_t b0 = e >> 3, rem = b0 < avail ? avail - b0 : 0;
+		uint64_t b0;
+		const __m512i win = ibp_avx512_xwindow(body, avail, e, &b0);
 		const __m512i rel = _mm512_add_epi32(_mm512_sub_epi32(s, w), _mm512_set1_epi32((int)(e & 7)));
-		const __mmask64 km = _bzhi_u64(~0ull, (unsigned)(rem < 64 ? rem : 64));
-		const __m512i win = _mm512_maskz_loadu_epi8(km, body + (b0 < avail ? b0 : avail));
 		const __m512i bi = _mm512_add_epi8(_mm512_shuffle_epi8(_mm512_srli_epi32(rel, 3), bc), inc);
 		const __m512i v = _mm512_srlv_epi32(_mm512_permutexvar_epi8(bi, win), _mm512_and_si512(rel, seven));
 		const __m512i t0 = _mm512_sllv_epi32(v, _mm512_load_si512((const void *)q->xp0));
@@ -644,12 +619,7 @@ IBP_INLINE uint64_t ibp_avx512_row_f4_x(const ibp_codec_t *c, const ibp_cluster_
 		if (has_fix && (mk & fx)) {
 			if (e + tot > lim) /* the fix-ups read fields: check first */
 				return UINT64_MAX;
-			uint32_t rr[16];
-			_mm512_storeu_si512((void *)rr, rel);
-			for (unsigned f = mk & fx; f; f &= f - 1) {
-				const unsigned l = (unsigned)__builtin_ctz(f);
-				ibp_avx512_fix(c, cl, body, avail, g * 16 + l, 8 * b0 + rr[l], dst, 4);
-			}
+			ibp_avx512_fixlanes(c, cl, body, avail, rel, mk & fx, g * 16, b0, dst, 4);
 		}
 		e += tot;
 	}
@@ -675,10 +645,9 @@ IBP_INLINE uint64_t ibp_avx512_row_f2_x(const ibp_codec_t *c, const ibp_cluster_
 		const __m512i w = _mm512_maskz_loadu_epi16(mk, q->w);
 		const __m512i s = ibp_avx512_psum16(w);
 		const uint64_t tot = (uint16_t)_mm_extract_epi16(_mm512_extracti32x4_epi32(s, 3), 7);
-		const uint64_t b0 = e >> 3, rem = b0 < avail ? avail - b0 : 0;
+		uint64_t b0;
+		const __m512i win = ibp_avx512_xwindow(body, avail, e, &b0);
 		const __m512i rel = _mm512_add_epi16(_mm512_sub_epi16(s, w), _mm512_set1_epi16((short)(e & 7)));
-		const __mmask64 km = _bzhi_u64(~0ull, (unsigned)(rem < 64 ? rem : 64));
-		const __m512i win = _mm512_maskz_loadu_epi8(km, body + (b0 < avail ? b0 : avail));
 		const __m512i bi = _mm512_add_epi8(_mm512_shuffle_epi8(_mm512_srli_epi16(rel, 3), qbyte), inc);
 		const __m512i word = _mm512_permutexvar_epi8(bi, win);
 		const __m512i f = _mm512_shuffle_epi8(
@@ -696,12 +665,7 @@ IBP_INLINE uint64_t ibp_avx512_row_f2_x(const ibp_codec_t *c, const ibp_cluster_
 		if (has_fix && (mk & fx)) {
 			if (e + tot > lim) /* the fix-ups read fields: check first */
 				return UINT64_MAX;
-			uint16_t rr[32];
-			_mm512_storeu_si512((void *)rr, rel);
-			for (uint32_t y = mk & fx; y; y &= y - 1) {
-				const unsigned l = (unsigned)__builtin_ctz(y);
-				ibp_avx512_fix(c, cl, body, avail, g * 32 + l, 8 * b0 + rr[l], dst, 2);
-			}
+			ibp_avx512_fixlanes(c, cl, body, avail, rel, mk & fx, g * 32, b0, dst, 2);
 		}
 		e += tot;
 	}
@@ -753,14 +717,15 @@ static uint64_t ibp_avx512_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_
 	if (e > lim)
 		return UINT64_MAX;
 	switch (c->C) {
-	case 1: return ibp_avx512_xwalk_c12(c, cl, bm, body, avail, e, lim, dst, 1);
+	case 1: return ibp_avx512_xwalk_w32(c, cl, bm, cl->xg, cl->nxg, body, avail, e, lim, dst, 1);
 	case 2:
 		if (cl->vbmi && cl->vbmi->nxg2)
 			return ibp_avx512_xwalk_c2w(c, cl, bm, body, avail, e, lim, dst);
-		return ibp_avx512_xwalk_c12(c, cl, bm, body, avail, e, lim, dst, 2);
+		return ibp_avx512_xwalk_w32(c, cl, bm, cl->xg, cl->nxg, body, avail, e, lim, dst, 2);
 	default:
 		if (cl->vbmi && cl->vbmi->nxg4)
-			return ibp_avx512_xwalk_c4w(c, cl, bm, body, avail, e, lim, dst);
+			return ibp_avx512_xwalk_w32(c, cl, bm, cl->vbmi->xg4, cl->vbmi->nxg4, body, avail, e,
+						    lim, dst, 4);
 		return ibp_avx512_xwalk_c4(c, cl, bm, body, avail, e, lim, dst);
 	}
 }
