@@ -1298,26 +1298,23 @@ ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64
 	if ((cl->S + 7) / 8 > avail)
 		return ibp_fail(IBP_ERR_CORRUPT, "decode: static part past the row end (%llu)",
 				(unsigned long long)avail);
+	uint64_t end;
 	if (n && c->k->decode_row && !cl->base_row) {
-		const uint64_t end = c->k->decode_row(c, cl, mode, src, hdr, n, bp, avail, dst);
-		if (end == UINT64_MAX)
-			return ibp_fail(IBP_ERR_CORRUPT,
-					"decode: bad exception list or exception part past the row end (%llu)",
-					(unsigned long long)avail);
-		*extent = hdr + (end + 7) / 8;
-		return IBP_OK;
+		/* static part and exceptions in one pass, with the same checks */
+		end = c->k->decode_row(c, cl, mode, src, hdr, n, bp, avail, dst);
+	} else {
+		if (cl->base_row && c->k != &ibp_kernels_portable)
+			memcpy(dst, cl->base_row, c->R); /* S = 0: every row's static part */
+		else
+			c->k->decode_static(c, cl, bp, avail, dst);
+		if (n == 0) {
+			*extent = hdr + (cl->S + 7) / 8;
+			return IBP_OK;
+		}
+		/* One walk: it checks each exception field against avail (their
+		 * widths depend on the hit bits with Xvals) and each list entry. */
+		end = c->k->decode_exc(c, cl, mode, src, hdr, n, bp, avail, dst);
 	}
-	if (cl->base_row && c->k != &ibp_kernels_portable)
-		memcpy(dst, cl->base_row, c->R); /* S = 0: every row's static part */
-	else
-		c->k->decode_static(c, cl, bp, avail, dst);
-	if (n == 0) {
-		*extent = hdr + (cl->S + 7) / 8;
-		return IBP_OK;
-	}
-	/* One walk: it checks each exception field against avail (their
-	 * widths depend on the hit bits with Xvals) and each list entry. */
-	uint64_t end = c->k->decode_exc(c, cl, mode, src, hdr, n, bp, avail, dst);
 	if (end == UINT64_MAX)
 		return ibp_fail(IBP_ERR_CORRUPT,
 				"decode: bad exception list or exception part past the row end (%llu)",
