@@ -34,6 +34,14 @@
 extern "C" {
 #endif
 
+#ifndef IBP_DEPRECATED
+#if defined(__GNUC__) || defined(__clang__)
+#define IBP_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define IBP_DEPRECATED(msg)
+#endif
+#endif
+
 typedef enum ibp_fp8_format {
 	IBP_FP8_E4M3 = 0, /* s.eeee.mmm, bias 7, max 448, no Inf, NaN 0x7F/0xFF */
 	IBP_FP8_E5M2 = 1  /* s.eeeee.mm, bias 15, max 57344, Inf 0x7C/0xFC */
@@ -125,13 +133,29 @@ ibp_status_t ibp_fp8_encode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, 
 				 const ibp_fp8_opts_t *o, void *d_dst, void *stream);
 
 /* Decodes streams laid out as ibp_fp8_encode_cuda writes them (same n,
- * chunk_elems, and stride from the options) into d_dst (dt = F32, BF16 or
- * F16). Headers and per-block fields are validated on the device:
+ * chunk_elems, and stride from the options) from the src_bytes bytes at
+ * d_src (untrusted) into d_dst (dt = F32, BF16 or F16). The streams must
+ * lie inside src_bytes: chunk i's stream at d_src + i * stride, the last
+ * one ibp_fp8_encoded_size(o, its elements) long; a shorter source gives
+ * IBP_ERR_CORRUPT before anything is launched, and no byte past src_bytes
+ * is read. Headers and per-block fields are validated on the device:
  * *d_status (device int32, zeroed by this call) becomes IBP_ERR_CORRUPT if
- * any stream is bad; read it after the stream has synchronised. Values equal
- * ibp_fp8_decode's. */
+ * any stream is bad; read it after the stream has synchronised. Values
+ * equal ibp_fp8_decode's. Errors: IBP_ERR_INVALID_ARG (dtype, options,
+ * NULL or misaligned pointers: d_src 16-byte, d_dst element-aligned),
+ * IBP_ERR_CORRUPT (src_bytes too small), IBP_ERR_NO_DEVICE,
+ * IBP_ERR_UNSUPPORTED (no CUDA), IBP_ERR_CUDA. Thread-safe. */
+ibp_status_t ibp_fp8_decode_cuda_bounded(const void *d_src, uint64_t src_bytes, ibp_dtype_t dt, uint64_t n,
+					 uint64_t chunk_elems, const ibp_fp8_opts_t *o, void *d_dst, int32_t *d_status,
+					 void *stream);
+
+/* Deprecated (kept for existing callers; use ibp_fp8_decode_cuda_bounded):
+ * as ibp_fp8_decode_cuda_bounded with src_bytes taken to be exactly the
+ * size the streams of this shape occupy, so the caller must guarantee that
+ * d_src holds that many bytes. */
 ibp_status_t ibp_fp8_decode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems,
-				 const ibp_fp8_opts_t *o, void *d_dst, int32_t *d_status, void *stream);
+				 const ibp_fp8_opts_t *o, void *d_dst, int32_t *d_status, void *stream)
+	IBP_DEPRECATED("use ibp_fp8_decode_cuda_bounded (takes the source length)");
 
 #ifdef __cplusplus
 }

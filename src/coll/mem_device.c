@@ -256,7 +256,7 @@ static ibp_status_t d_decode(ibp_coll_comm_t *c, const coll_hdr_t *h, const void
 						(unsigned long long)info.bytes, (unsigned long long)size);
 			return ibp_fp8_decode(p, size, dt, n, dst, c->o.nthreads);
 		}
-		IBP_TRY(ibp_fp8_decode_cuda(p, dt, n, 0, &o, dst, (int32_t *)(c->dev.small + 24), c->stream));
+		IBP_TRY(ibp_fp8_decode_cuda_bounded(p, size, dt, n, 0, &o, dst, (int32_t *)(c->dev.small + 24), c->stream));
 		break;
 	}
 	default:
