@@ -333,12 +333,14 @@ static ibp_status_t encode_rows(ibp_kv_stream_t *s, uint64_t m)
 
 /* EXP: encodes the n blocks of d_rows (2 rows each, one exponent block per
  * block) into d_pay: block b at h_eoff[b], h_esz[b] bytes (one sync on a
- * GPU). Bytes equal ibp_exp_encode's of the block's elements. */
+ * GPU). Bytes equal ibp_exp_encode's of the block's elements without a
+ * checksum (in-memory blocks, as the device encoder writes them). */
 static ibp_status_t encode_exp(ibp_kv_stream_t *s, uint64_t n)
 {
 	ibp_exp_opts_t o;
 	ibp_exp_opts_default(&o);
 	o.nthreads = s->host_threads;
+	o.checksum = 0;
 	IBP_TRY(dev_grow(s, &s->d_pay, n * s->estride));
 	IBP_TRY(host_grow(s, &s->h_eoff, (n + 1) * 8));
 	IBP_TRY(host_grow(s, &s->h_esz, n * 8));

@@ -265,15 +265,12 @@ fp8k_decode(const uint8_t *src, fp8k_shape sh, uint8_t *dst, int32_t *status)
 		/* header (parse_stream), checked by every block of the chunk */
 		bool ok = in[0] == (uint8_t)TACO_MAGIC && in[1] == (uint8_t)(TACO_MAGIC >> 8) &&
 			  in[2] == (uint8_t)(TACO_MAGIC >> 16) && in[3] == (uint8_t)(TACO_MAGIC >> 24) &&
-			  in[4] == TACO_VERSION && in[5] == sh.fmt && in[7] == sh.log2b &&
-			  (in[6] & ~(TACO_FLAG_HADAMARD | TACO_FLAG_ADAPTIVE)) == 0 &&
+			  in[5] == sh.fmt && in[7] == sh.log2b && taco_header_rest_ok(in) &&
 			  (in[16] == IBP_DTYPE_F32 || in[16] == IBP_DTYPE_BF16 || in[16] == IBP_DTYPE_F16);
 		uint64_t hn = 0;
 		for (int i = 7; i >= 0; i--)
 			hn = hn << 8 | in[8 + i];
 		ok &= hn == clen;
-		for (int i = 17; i < (int)TACO_HEADER_BYTES; i++)
-			ok &= in[i] == 0;
 		if (!ok) {
 			if (threadIdx.x == 0)
 				fp8k_fail(status);

@@ -86,8 +86,12 @@ static void gen(ibp_dtype_t dt, uint8_t *p, uint64_t n, double sigma)
 	}
 }
 
-static void exp_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, const ibp_exp_opts_t *o)
+static void exp_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, const ibp_exp_opts_t *osum)
 {
+	/* the device writes blocks without a checksum: compare with the CPU's */
+	ibp_exp_opts_t plain = *osum;
+	plain.checksum = 0;
+	const ibp_exp_opts_t *o = &plain;
 	const size_t es = esz(dt);
 	const uint64_t nc = (n + chunk - 1) / chunk;
 	std::vector<uint8_t> src(n * es + 1);
@@ -129,6 +133,33 @@ static void exp_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, const ibp_exp_o
 	CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_OK, "exp decode: %d status %d", st, *(int32_t *)dstat.p);
 	CCHECK(!memcmp(dout.p, src.data(), n * es), "exp %s n %llu: decoded values differ", ibp_dtype_name(dt),
 	       (unsigned long long)n);
+	/* checksummed blocks (the CPU default) decode on the device too, and
+	 * version-1 blocks (no flags) */
+	{
+		std::vector<uint8_t> sum(cap);
+		std::vector<uint64_t> soff(nc + 1);
+		CCHECK(ibp_exp_encode_batch(src.data(), dt, n, chunk, osum, sum.data(), cap, soff.data()) == IBP_OK,
+		       "cpu encode (checksum)");
+		CCHECK(soff == off, "exp: a checksum changed a block's size");
+		for (uint64_t c = 0; c < nc && osum->checksum; c++)
+			CCHECK(sum[soff[c] + 48] == 1 && memcmp(&sum[soff[c]], &cpu[off[c]], 48) == 0,
+			       "exp: checksummed block %llu: flag or header", (unsigned long long)c);
+		for (int v1 = 0; v1 < 2; v1++) {
+			if (v1) { /* the unchecked blocks with version byte 1: the old format */
+				memcpy(sum.data(), cpu.data(), off[nc]);
+				for (uint64_t c = 0; c < nc; c++)
+					sum[off[c] + 4] = 1;
+			}
+			memcpy(dblk.p, sum.data(), off[nc]);
+			memset(dout.p, 0xA5, n * es);
+			st = ibp_exp_decode_cuda(dblk.p, off[nc], (uint64_t *)doff.p, (uint64_t *)dsizes.p, dt, n, chunk,
+						 dout.p, (int32_t *)dstat.p, nullptr);
+			CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_OK && !memcmp(dout.p, src.data(), n * es),
+			       "exp %s n %llu: %s blocks do not decode on the device (status %d)", ibp_dtype_name(dt),
+			       (unsigned long long)n, v1 ? "version-1" : "checksummed", *(int32_t *)dstat.p);
+		}
+		memcpy(dblk.p, cpu.data(), off[nc]);
+	}
 	/* a block claimed past the buffer, and a flipped byte, are reported as the CPU decides */
 	if (nc) {
 		((uint64_t *)dsizes.p)[nc - 1] += 128;
@@ -154,6 +185,7 @@ static void fp8_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, uint32_t B, int
 	const uint64_t ch = chunk ? chunk : (n ? n : 1), nc = n ? (n + ch - 1) / ch : 1;
 	ibp_fp8_opts_t o;
 	ibp_fp8_opts_default(&o);
+	o.checksum = 0; /* the device writes streams without one */
 	o.block = B;
 	o.format = (ibp_fp8_format_t)(v & 1);
 	o.hadamard = v != 2;
@@ -208,6 +240,23 @@ static void fp8_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, uint32_t B, int
 #pragma GCC diagnostic pop
 	CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_OK && !memcmp(dout.p, co.data(), n * es),
 	       "fp8 deprecated decode %d status %d", st, *(int32_t *)dstat.p);
+	/* checksummed streams (the CPU default) decode on the device too */
+	{
+		ibp_fp8_opts_t os = o;
+		os.checksum = 1;
+		Dev dsum(nc * stride, "fp8 checksummed streams");
+		for (uint64_t c = 0; c < nc; c++) {
+			uint64_t len = n ? (n - c * ch < ch ? n - c * ch : ch) : 0, size = 0;
+			CCHECK(ibp_fp8_encode(src.data() + c * ch * es, dt, len, &os, dsum.p + c * stride, stride, &size) ==
+				       IBP_OK && (dsum.p[6] & 4),
+			       "cpu fp8 (checksum)");
+		}
+		memset(dout.p, 0xA5, n * es);
+		st = ibp_fp8_decode_cuda_bounded(dsum.p, nc * stride, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p,
+						 nullptr);
+		CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_OK && !memcmp(dout.p, co.data(), n * es),
+		       "fp8: checksummed streams do not decode on the device (status %d)", *(int32_t *)dstat.p);
+	}
 	ddst.p[4] = 9; /* version */
 	st = ibp_fp8_decode_cuda_bounded(ddst.p, nc * stride, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p, nullptr);
 	CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_ERR_CORRUPT, "fp8: corrupt header not reported");
