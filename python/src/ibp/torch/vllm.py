@@ -656,6 +656,7 @@ class IBPOffloadingWorker(OffloadingWorker):
         self._on_device = next(iter(self._offloaders.values())).device.type == "cuda"
         self._stream = torch.cuda.Stream(device=self.device) if self.device.type == "cuda" else None
         self.slots: Dict[int, Dict[int, list]] = {}  # chunk -> unit -> a handle per block of the chunk
+        self._slots_lock = threading.Lock()  # the job thread changes slots; raw_bytes reads them
         self._queue: collections.deque = collections.deque()
         self._cv = threading.Condition()
         self._busy: set = set()  # job ids submitted, not finished
@@ -739,11 +740,12 @@ class IBPOffloadingWorker(OffloadingWorker):
             for _, _, ui, h in new:
                 self.units[ui].off.free([h])
             raise err
-        for c, s, ui, h in new:
-            per = self.slots.setdefault(c, {}).setdefault(ui, [None] * self.bpc)
-            if per[s] is not None:  # the chunk was freed and handed out again
-                self.units[ui].off.free([per[s]])
-            per[s] = h
+        with self._slots_lock:
+            for c, s, ui, h in new:
+                per = self.slots.setdefault(c, {}).setdefault(ui, [None] * self.bpc)
+                if per[s] is not None:  # the chunk was freed and handed out again
+                    self.units[ui].off.free([per[s]])
+                per[s] = h
         return size
 
     def _load(self, job) -> int:
@@ -875,7 +877,8 @@ class IBPOffloadingWorker(OffloadingWorker):
                 self._cv.notify_all()
         if t is not None:
             t.join()
-        self.slots = {}
+        with self._slots_lock:
+            self.slots = {}
         for off in self._offloaders.values():
             off.close()
 
@@ -888,9 +891,10 @@ class IBPOffloadingWorker(OffloadingWorker):
     def raw_bytes(self) -> int:
         """What those blocks take uncompressed (the units' bytes per block held)."""
         n = 0
-        for per in self.slots.values():
-            for ui, hs in per.items():
-                n += self.units[ui].nbytes * sum(h is not None for h in hs)
+        with self._slots_lock:
+            for per in self.slots.values():
+                for ui, hs in per.items():
+                    n += self.units[ui].nbytes * sum(h is not None for h in hs)
         return n
 
     def codecs(self) -> List[Optional[str]]:
