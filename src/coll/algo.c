@@ -436,10 +436,32 @@ static ibp_status_t a2a(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *send, c
 	if (sc[r] != rc[r])
 		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: alltoallv: rank %d sends itself %llu elements but expects %llu",
 				r, (unsigned long long)sc[r], (unsigned long long)rc[r]);
-	IBP_TRY(c->mem->copy(c, recv + rd[r] * esz, send + sd[r] * esz, sc[r] * esz));
+	/* In place (send and recv overlap): a received block would overwrite
+	 * a block still to be sent, so the sends read a copy (host buffers). */
+	uint64_t send_end = 0, recv_end = 0;
+	for (int i = 0; i < p; i++) {
+		send_end = sd[i] + sc[i] > send_end ? sd[i] + sc[i] : send_end;
+		recv_end = rd[i] + rc[i] > recv_end ? rd[i] + rc[i] : recv_end;
+	}
+	uint8_t *staged = NULL;
+	if (c->mem_kind == IBP_COLL_MEM_HOST && send_end && recv_end && send < recv + recv_end * esz &&
+	    recv < send + send_end * esz) {
+		if (!(staged = malloc(send_end * esz)))
+			return ibp_fail(IBP_ERR_NOMEM, "coll: alltoall: out of memory to stage an in-place call");
+		memcpy(staged, send, send_end * esz);
+		send = staged;
+	}
+	ibp_status_t cs = c->mem->copy(c, recv + rd[r] * esz, send + sd[r] * esz, sc[r] * esz);
+	if (cs != IBP_OK) {
+		free(staged);
+		return cs;
+	}
 	bufs_t b;
-	IBP_TRY(c->mem->bufs_get(c, (ibp_dtype_t)h.dtype, maxn, 0, &b));
-	ibp_status_t s = IBP_OK;
+	ibp_status_t s = c->mem->bufs_get(c, (ibp_dtype_t)h.dtype, maxn, 0, &b);
+	if (s != IBP_OK) {
+		free(staged);
+		return s;
+	}
 	for (int k = 1; k < p && s == IBP_OK; k++) {
 		int dst = mod(r + k, p), src = mod(r - k, p);
 		coll_hdr_t sh = h, want = h, got;
@@ -458,6 +480,7 @@ static ibp_status_t a2a(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *send, c
 		s = c->mem->decode(c, &got, b.m[1], rbytes, recv + rd[src] * esz);
 	}
 	c->mem->bufs_put(c, &b);
+	free(staged);
 	return s;
 }
 

@@ -414,6 +414,33 @@ Test(coll, native_mismatch_refused_everywhere)
 	free_case(jobs, 3);
 }
 
+/* AllToAll in place (send == recv) on the algorithms: the result of the
+ * out-of-place call (a received block must not overwrite one still to be
+ * sent) */
+Test(coll, alltoall_in_place)
+{
+	job_t a[3], b[3];
+	run_case(a, 3, A2A, IBP_DTYPE_BF16, IBP_COLL_CODEC_EXP, 3001);
+	check_case(a, 3);
+	ibp_coll_inproc_t *w;
+	cr_assert_eq(ibp_coll_inproc_create(3, &w), IBP_OK);
+	for (int r = 0; r < 3; r++) {
+		b[r] = (job_t){ .w = w, .rank = r, .nranks = 3, .op = A2A, .dt = IBP_DTYPE_BF16,
+				.codec = IBP_COLL_CODEC_EXP, .n = 3001, .policy = IBP_COLL_POLICY_ALWAYS };
+		b[r].in = malloc(3 * 3001 * 2);
+		memcpy(b[r].in, a[r].in, 3 * 3001 * 2);
+		b[r].out = b[r].in; /* in place */
+	}
+	run_all(b, 3);
+	for (int r = 0; r < 3; r++) {
+		cr_assert_eq(b[r].st, IBP_OK, "rank %d: %s", r, b[r].err);
+		cr_assert_eq(memcmp(b[r].in, a[r].out, 3 * 3001 * 2), 0, "rank %d: in place differs", r);
+		free(b[r].in);
+	}
+	ibp_coll_inproc_destroy(w);
+	free_case(a, 3);
+}
+
 Test(coll, dead_peer_times_out)
 {
 	ibp_coll_inproc_t *w;

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef IBP_HAVE_MPI
 #include <mpi.h>
@@ -241,7 +242,7 @@ static ibp_status_t run_op(rank_ctx_t *rc, ibp_coll_codec_t codec, const void *i
 	}
 }
 
-/* Max over ranks of v (an AllGather of floats is enough). */
+/* Max over ranks of v (an AllGather of floats is enough); *sum the sum. */
 static double max_all(rank_ctx_t *rc, double v, double *sum)
 {
 	float x = (float)v, all[4096];
@@ -257,6 +258,110 @@ static double max_all(rank_ctx_t *rc, double v, double *sum)
 	return m;
 }
 
+static double median_d(const double *v, int n)
+{
+	double t[64];
+	n = n > 64 ? 64 : n;
+	memcpy(t, v, (size_t)n * sizeof *t);
+	for (int a = 1; a < n; a++) /* insertion sort: a handful of values */
+		for (int b = a; b > 0 && t[b] < t[b - 1]; b--) {
+			double x = t[b];
+			t[b] = t[b - 1];
+			t[b - 1] = x;
+		}
+	return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* The documented error bound of a lossy codec on one call (docs/COLLECTIVES.md):
+ * rel-L2 for FP8 (per block of 256, times the hops a partial takes),
+ * DynamiQ and LSQ (the whole result). */
+#define FP8_BLOCK_BOUND (0.0625 + 0.01)
+#define DQ_BOUND 0.2
+#define LSQ_BOUND 0.3
+
+/* #wrong of this rank's result `out` against `ref` (MPI's own result, or
+ * the plain call's on in-process ranks), by the codec's rule: lossless:
+ * elements that differ bit for bit (reductions on more than 2 ranks: by
+ * more than two summation orders' rounding, 2 (p - 1) half-ulps of mag,
+ * the sum of magnitudes); FP8: blocks of 256 over their bound; DynamiQ,
+ * LSQ: 1 when the whole rel-L2 exceeds the bound; PTS: 1 when the squared
+ * error exceeds pts_bound (the sum over ranks of |g|_1 |g|_inf). */
+static uint64_t count_wrong(const cfg_t *g, int p, const void *out, const void *ref, const float *mag, uint64_t n,
+			    double pts_bound)
+{
+	size_t esz = ibp_dtype_size(g->dt);
+	const int red = g->op == RS || g->op == AR;
+	uint64_t wrong = 0;
+	if (g->codec == IBP_COLL_CODEC_NONE || g->codec == IBP_COLL_CODEC_EXP) {
+		const double eps = g->dt == IBP_DTYPE_BF16 ? 0x1p-8 : g->dt == IBP_DTYPE_F16 ? 0x1p-11 : 0x1p-24;
+		for (uint64_t i = 0; i < n; i++) {
+			if (!memcmp((const char *)out + i * esz, (const char *)ref + i * esz, esz))
+				continue;
+			if (red && p > 2 && mag &&
+			    fabs((double)getf(out, g->dt, i) - getf(ref, g->dt, i)) <= 2.0 * (p - 1) * eps * mag[i])
+				continue;
+			wrong++;
+		}
+		return wrong;
+	}
+	double e2 = 0, x2 = 0;
+	if (g->codec == IBP_COLL_CODEC_FP8) {
+		const double hops = g->op == RS ? p - 1 : g->op == AR ? p : 1;
+		for (uint64_t b = 0; b < n; b += 256) {
+			double be = 0, bx = 0;
+			for (uint64_t i = b; i < n && i < b + 256; i++) {
+				double a = getf(out, g->dt, i), r = getf(ref, g->dt, i);
+				be += (a - r) * (a - r);
+				bx += r * r;
+			}
+			wrong += bx > 0 ? sqrt(be / bx) > FP8_BLOCK_BOUND * hops : be > 0;
+		}
+		return wrong;
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		double a = getf(out, g->dt, i), r = getf(ref, g->dt, i);
+		e2 += (a - r) * (a - r);
+		x2 += r * r;
+	}
+	if (g->codec == IBP_COLL_CODEC_PTS)
+		return e2 > pts_bound;
+	return x2 > 0 && sqrt(e2 / x2) > (g->codec == IBP_COLL_CODEC_DYNAMIQ ? DQ_BOUND : LSQ_BOUND);
+}
+
+static const char *nccl_type(ibp_dtype_t dt)
+{
+	return dt == IBP_DTYPE_BF16 ? "bfloat16" : dt == IBP_DTYPE_F16 ? "half" : "float";
+}
+
+/* One call of ours (native 0) or of MPI's own collective (native 1), on
+ * buffers laid out out-of-place or in place; its time in seconds. */
+static double one_call(rank_ctx_t *rc, int native, int inplace, void *in, void *out, uint64_t count,
+		       ibp_status_t *s)
+{
+	cfg_t *g = rc->g;
+	size_t esz = ibp_dtype_size(g->dt);
+	const void *src = in;
+	void *dst = out;
+	if (inplace) { /* in = the caller's buffer: the input at its place, the result over it */
+		dst = in;
+		src = g->op == AG ? (const char *)in + (uint64_t)rc->rank * count * esz : in;
+	}
+	double t0 = now_s();
+#ifdef IBP_HAVE_MPI
+	if (native) {
+		if (inplace)
+			src = MPI_IN_PLACE;
+		if (native_op(g, src, dst, count, 0) != MPI_SUCCESS)
+			*s = IBP_ERR_IO;
+		return now_s() - t0;
+	}
+#else
+	(void)native;
+#endif
+	*s = run_op(rc, g->codec, src, dst, count);
+	return now_s() - t0;
+}
+
 static void run_rank(rank_ctx_t *rc)
 {
 	cfg_t *g = rc->g;
@@ -269,15 +374,28 @@ static void run_rank(rank_ctx_t *rc)
 		g->errors++;
 		return;
 	}
+	const int reps = g->iters < 5 ? 5 : g->iters; /* alternating repetitions; medians */
 	if (r == 0 && !g->json) {
-		printf("# ibp-coll-perf: %s, %d ranks, %s, codec %s, data %s, rate %s%.3g B/s\n", opnames[g->op], p,
-		       ibp_dtype_name(g->dt), ibp_coll_codec_name(g->codec), g->data, g->rate > 0 ? "" : "unthrottled ",
-		       g->rate);
-		printf("#%12s %12s %6s %6s %6s %10s %8s %8s %6s %6s %6s %14s %9s %8s %9s %9s\n", "size", "count", "type",
-		       "redop", "root", "time", "algbw", "busbw", "#wrong", "codec", "ratio", "decision", "err", "native",
-		       "vs_native", "f32_busbw");
-		printf("#%12s %12s %6s %6s %6s %10s %8s %8s %6s %6s %6s %14s %9s %8s %9s %9s\n", "(B)", "(elements)", "",
-		       "", "", "(us)", "(GB/s)", "(GB/s)", "", "", "", "", "(rel-L2)", "(GB/s)", "", "(GB/s)");
+		char host[256] = "?";
+		gethostname(host, sizeof host - 1);
+		printf("# nThread 1 nGpus 0 minBytes %llu maxBytes %llu step: %g(factor) warmup iters: %d iters: %d "
+		       "agg iters: 1 validation: 1 graph: 0\n",
+		       (unsigned long long)g->b, (unsigned long long)g->e, g->f, g->warmup, reps);
+		printf("#\n# ibp-coll-perf: %s, %d ranks (%s), %s, codec %s, policy %s, data %s, %s\n", opnames[g->op], p,
+		       rc->mpi ? "MPI" : "threads of one process", ibp_dtype_name(g->dt), ibp_coll_codec_name(g->codec),
+		       g->policy == IBP_COLL_POLICY_ALWAYS ? "always" : g->policy == IBP_COLL_POLICY_NEVER ? "never" : "auto",
+		       g->file ? g->data : "gauss (N(0, 0.02) as a sum of 4 uniforms; rank r's seed 0x9e3779b97f4a7c15 (r + 1))",
+		       g->rate > 0 ? "rate-throttled" : "unthrottled");
+		printf("# times: medians of %d alternating calls (ours, then %s), max over ranks\n#\n# Using devices\n", reps,
+		       rc->mpi ? "MPI's own" : "none: no native baseline on threads");
+		printf("#  Rank %2d Group  0 Pid %6d on %10s device -1 [cpu] host memory\n#\n", r, (int)getpid(), host);
+		printf("#%77s%38s   %s\n", "out-of-place", "in-place", "libibp (out-of-place call)");
+		printf("#%11s %13s %9s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s %6s %6s %14s %9s %8s %9s %9s\n", "size",
+		       "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
+		       "#wrong", "codec", "ratio", "decision", "err", "native", "vs_native", "f32_busbw");
+		printf("#%11s %13s %9s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s %6s %6s %14s %9s %8s %9s %9s\n", "(B)",
+		       "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "", "", "",
+		       "(rel-L2)", "(GB/s)", "", "(GB/s)");
 		fflush(stdout);
 	}
 	if (r == 0) {
@@ -287,117 +405,145 @@ static void run_rank(rank_ctx_t *rc)
 		       g->json ? "//" : "#", m.alpha_s * 1e6, m.beta_Bps, m.exp_enc_Bps, m.exp_dec_Bps, m.fp8_enc_Bps,
 		       m.fp8_dec_Bps);
 	}
+	double wrong_total = 0;
 	for (uint64_t size = g->b; size <= g->e; size = (uint64_t)ceil((double)size * g->f)) {
 		uint64_t count = g->op == AR ? size / esz : size / esz / (uint64_t)p;
 		uint64_t in_n = g->op == AG || g->op == AR ? count : count * (uint64_t)p;
 		uint64_t out_n = g->op == RS || g->op == AR ? count : count * (uint64_t)p;
+		uint64_t buf_n = in_n > out_n ? in_n : out_n;
 		uint64_t logical = g->op == AR ? count * esz : count * esz * (uint64_t)p;
-		void *in = malloc(in_n * esz + 1), *out = malloc(out_n * esz + 1), *ref = malloc(out_n * esz + 1);
-		if (!in || !out || !ref) {
+		void *in = malloc(in_n * esz + 1), *out = malloc(out_n * esz + 1), *ref = malloc(out_n * esz + 1),
+		     *ip = malloc(buf_n * esz + 1);
+		float *absin = malloc(in_n * 4 + 4), *mag = malloc(out_n * 4 + 4);
+		if (!in || !out || !ref || !ip || !absin || !mag) {
 			fprintf(stderr, "ibp-coll-perf: out of memory at %llu bytes\n", (unsigned long long)size);
 			g->errors++;
-			free(in), free(out), free(ref);
+			free(in), free(out), free(ref), free(ip), free(absin), free(mag);
 			break;
 		}
 		fill(g, r, in, in_n);
-		/* Reference: the same call uncompressed. */
-		ibp_coll_comm_set_policy(rc->comm, IBP_COLL_POLICY_NEVER);
-		ibp_status_t s = run_op(rc, IBP_COLL_CODEC_NONE, in, ref, count);
-		ibp_coll_comm_set_policy(rc->comm, (ibp_coll_policy_t)g->policy);
-		for (int i = 0; i < g->warmup && s == IBP_OK; i++)
-			s = run_op(rc, g->codec, in, out, count);
-		double t0 = now_s();
-		for (int i = 0; i < g->iters && s == IBP_OK; i++)
-			s = run_op(rc, g->codec, in, out, count);
-		double t = (now_s() - t0) / g->iters, tn = 0, tf = 0;
-#ifdef IBP_HAVE_MPI
-		if (rc->mpi && s == IBP_OK) { /* the native baseline, timed the same way */
-			int f32 = 0;
-			for (int pass = 0; pass < 1 + ((g->op == AR || g->op == RS) && g->dt != IBP_DTYPE_F32); pass++) {
-				void *fin = in, *fout = ref;
-				if (pass) { /* float32 of the same element count */
-					f32 = 1;
-					fin = calloc(in_n + 1, 4), fout = calloc(out_n + 1, 4);
-					if (!fin || !fout) {
-						free(fin), free(fout);
-						break;
-					}
-				}
-				for (int i = 0; i < g->warmup; i++)
-					native_op(g, fin, fout, count, f32);
-				MPI_Barrier(MPI_COMM_WORLD);
-				double n0 = now_s();
-				for (int i = 0; i < g->iters; i++)
-					native_op(g, fin, fout, count, f32);
-				*(pass ? &tf : &tn) = (now_s() - n0) / g->iters;
-				if (pass)
-					free(fin), free(fout);
-			}
-			/* ref was the plain call's result: make it again (the native run wrote its own there) */
+		/* the reference: MPI's own result (MPI), else the plain call's */
+		ibp_status_t s = IBP_OK;
+		if (rc->mpi)
+			one_call(rc, 1, 0, in, ref, count, &s);
+		else {
 			ibp_coll_comm_set_policy(rc->comm, IBP_COLL_POLICY_NEVER);
 			s = run_op(rc, IBP_COLL_CODEC_NONE, in, ref, count);
 			ibp_coll_comm_set_policy(rc->comm, (ibp_coll_policy_t)g->policy);
 		}
-#endif
+		/* magnitudes for the reductions' tolerance, and PTS's bound */
+		double l1 = 0, linf = 0, pts_bound = 0;
+		for (uint64_t i = 0; i < in_n; i++) {
+			absin[i] = fabsf(getf(in, g->dt, i));
+			l1 += absin[i];
+			linf = absin[i] > linf ? absin[i] : linf;
+		}
+		if (s == IBP_OK && g->op == RS)
+			s = ibp_coll_reducescatter(absin, mag, count, IBP_DTYPE_F32, IBP_COLL_SUM, IBP_COLL_CODEC_NONE,
+						   rc->comm, NULL);
+		else if (s == IBP_OK && g->op == AR)
+			s = ibp_coll_allreduce(absin, mag, count, IBP_DTYPE_F32, IBP_COLL_SUM, IBP_COLL_CODEC_NONE, rc->comm,
+					       NULL);
+		max_all(rc, l1 * linf, &pts_bound);
+		for (int i = 0; i < g->warmup && s == IBP_OK; i++)
+			one_call(rc, 0, 0, in, out, count, &s);
+		/* alternating: ours out-of-place, MPI's, ours in place, MPI's in place */
+		double t[4][64] = { { 0 } };
+		uint64_t wrong_ip = 0;
+		const int nrep = reps > 64 ? 64 : reps;
+		for (int k = 0; k < nrep && s == IBP_OK; k++) {
+			t[0][k] = one_call(rc, 0, 0, in, out, count, &s);
+			if (rc->mpi && s == IBP_OK)
+				t[1][k] = one_call(rc, 1, 0, in, ref, count, &s);
+			memcpy(g->op == AG ? (char *)ip + (uint64_t)r * count * esz : ip, in, in_n * esz);
+			if (s == IBP_OK)
+				t[2][k] = one_call(rc, 0, 1, ip, NULL, count, &s);
+			if (k == 0 && s == IBP_OK) /* the in-place result, judged as the out-of-place one */
+				wrong_ip = count_wrong(g, p, ip, ref, g->op == RS || g->op == AR ? mag : NULL, out_n, pts_bound);
+			memcpy(g->op == AG ? (char *)ip + (uint64_t)r * count * esz : ip, in, in_n * esz);
+			if (rc->mpi && s == IBP_OK)
+				t[3][k] = one_call(rc, 1, 1, ip, NULL, count, &s);
+		}
 		if (s != IBP_OK) {
 			fprintf(stderr, "ibp-coll-perf: rank %d: %s at %llu bytes: %s\n", r, opnames[g->op],
 				(unsigned long long)size, ibp_last_error());
 			g->errors++;
-			free(in), free(out), free(ref);
+			free(in), free(out), free(ref), free(ip), free(absin), free(mag);
 			return;
 		}
-		uint64_t wrong = 0;
+		uint64_t wrong = count_wrong(g, p, out, ref, g->op == RS || g->op == AR ? mag : NULL, out_n, pts_bound);
 		double e2 = 0, x2 = 0;
 		for (uint64_t i = 0; i < out_n; i++) {
-			float a = getf(out, g->dt, i), b = getf(ref, g->dt, i);
-			if (memcmp((char *)out + i * esz, (char *)ref + i * esz, esz))
-				wrong++;
-			e2 += ((double)a - b) * ((double)a - b);
-			x2 += (double)b * b;
+			double a = getf(out, g->dt, i), b = getf(ref, g->dt, i);
+			e2 += (a - b) * (a - b);
+			x2 += b * b;
 		}
-		double wrong_all = 0;
 		ibp_coll_stats_t st;
 		ibp_coll_comm_stats(rc->comm, &st);
-		double tmax = max_all(rc, t, NULL), tnmax = tn > 0 ? max_all(rc, tn, NULL) : 0,
-		       tfmax = tf > 0 ? max_all(rc, tf, NULL) : 0;
-		max_all(rc, (double)wrong, &wrong_all);
-		double err = x2 > 0 ? sqrt(e2 / x2) : 0;
-		double errmax = max_all(rc, err, NULL);
-		if (g->codec >= IBP_COLL_CODEC_FP8) /* lossy codecs */
-			wrong_all = 0; /* lossy: judged by err */
+		double tm[4], lo = 1e30, hi = 0;
+		for (int q = 0; q < 4; q++)
+			tm[q] = rc->mpi || q % 2 == 0 ? max_all(rc, median_d(t[q], nrep), NULL) : 0;
+		for (int k = 0; k < nrep; k++)
+			lo = t[0][k] < lo ? t[0][k] : lo, hi = t[0][k] > hi ? t[0][k] : hi;
+		double wsum = 0, wipsum = 0, errmax = max_all(rc, x2 > 0 ? sqrt(e2 / x2) : 0, NULL);
+		max_all(rc, (double)wrong, &wsum);
+		max_all(rc, (double)wrong_ip, &wipsum);
+		/* f32 of the same element count beside 16-bit sums (the same bytes per element would differ) */
+		double tf = 0;
+#ifdef IBP_HAVE_MPI
+		if (rc->mpi && (g->op == AR || g->op == RS) && g->dt != IBP_DTYPE_F32) {
+			void *fin = calloc(in_n + 1, 4), *fout = calloc(out_n + 1, 4);
+			double tv[64];
+			for (int k = 0; fin && fout && k < nrep; k++) {
+				double t0 = now_s();
+				native_op(g, fin, fout, count, 1);
+				tv[k] = now_s() - t0;
+			}
+			if (fin && fout)
+				tf = max_all(rc, median_d(tv, nrep), NULL);
+			free(fin), free(fout);
+		}
+#endif
+		wrong_total += wsum + wipsum;
 		if (r == 0) {
-			double algbw = (double)logical / tmax / 1e9, busbw = algbw * busf;
-			double nbus = tnmax > 0 ? (double)logical / tnmax / 1e9 * busf : 0;
-			double fbus = tfmax > 0 ? (double)logical / tfmax / 1e9 * busf : nbus; /* f32: the same bytes moved */
-			g->bus_sum += busbw;
+			double alg[4], bus[4];
+			for (int q = 0; q < 4; q++) {
+				alg[q] = tm[q] > 0 ? (double)logical / tm[q] / 1e9 : 0;
+				bus[q] = alg[q] * busf;
+			}
+			double fbus = tf > 0 ? (double)logical / tf / 1e9 * busf : bus[1];
+			g->bus_sum += bus[0];
 			g->nsizes++;
-			const char *dec = decisions[st.last_decision];
+			const char *dec = decisions[st.last_decision], *redop = g->op == RS || g->op == AR ? "sum" : "none";
 			if (g->json)
 				printf("{\"op\":\"%s\",\"size\":%llu,\"count\":%llu,\"type\":\"%s\",\"redop\":\"%s\","
 				       "\"root\":-1,\"nranks\":%d,\"time_us\":%.2f,\"algbw\":%.4f,\"busbw\":%.4f,"
-				       "\"wrong\":%.0f,\"codec\":\"%s\",\"ratio\":%.4f,\"decision\":\"%s\",\"err\":%.3g,"
-				       "\"rate\":%.6g,\"native_busbw\":%.4f,\"vs_native\":%.4f,\"f32_busbw\":%.4f}\n",
+				       "\"wrong\":%.0f,\"inplace_time_us\":%.2f,\"inplace_busbw\":%.4f,\"inplace_wrong\":%.0f,"
+				       "\"time_us_min\":%.2f,\"time_us_max\":%.2f,\"reps\":%d,"
+				       "\"codec\":\"%s\",\"ratio\":%.4f,\"decision\":\"%s\",\"err\":%.3g,\"rate\":%.6g,"
+				       "\"native_busbw\":%.4f,\"native_inplace_busbw\":%.4f,\"vs_native\":%.4f,\"f32_busbw\":%.4f}\n",
 				       opnames[g->op], (unsigned long long)logical, (unsigned long long)count,
-				       ibp_dtype_name(g->dt), g->op == RS || g->op == AR ? "sum" : "none", p, tmax * 1e6,
-				       algbw, busbw, wrong_all, ibp_coll_codec_name(g->codec), st.last_ratio, dec, errmax,
-				       g->rate, nbus, nbus > 0 ? busbw / nbus : 0, fbus);
+				       ibp_dtype_name(g->dt), redop, p, tm[0] * 1e6, alg[0], bus[0], wsum, tm[2] * 1e6, bus[2],
+				       wipsum, lo * 1e6, hi * 1e6, nrep, ibp_coll_codec_name(g->codec), st.last_ratio, dec,
+				       errmax, g->rate, bus[1], bus[3], bus[1] > 0 ? bus[0] / bus[1] : 0, fbus);
 			else
-				printf(" %12llu %12llu %6s %6s %6d %10.1f %8.3f %8.3f %6.0f %6s %6.3f %14s %9.3g %8.3f %8.2fx %9.3f\n",
-				       (unsigned long long)logical, (unsigned long long)count, ibp_dtype_name(g->dt),
-				       g->op == RS || g->op == AR ? "sum" : "none", -1, tmax * 1e6, algbw, busbw, wrong_all,
-				       ibp_coll_codec_name(g->codec), st.last_ratio, dec, errmax, nbus,
-				       nbus > 0 ? busbw / nbus : 0.0, fbus);
+				printf(" %11llu %13llu %9s %6s %6d %8.1f %7.3f %7.3f %6.0f %8.1f %7.3f %7.3f %6.0f %6s %6.3f "
+				       "%14s %9.3g %8.3f %8.2fx %9.3f\n",
+				       (unsigned long long)logical, (unsigned long long)count, nccl_type(g->dt), redop, -1,
+				       tm[0] * 1e6, alg[0], bus[0], wsum, tm[2] * 1e6, alg[2], bus[2], wipsum,
+				       ibp_coll_codec_name(g->codec), st.last_ratio, dec, errmax, bus[1],
+				       bus[1] > 0 ? bus[0] / bus[1] : 0.0, fbus);
 			fflush(stdout);
 		}
-		if (wrong_all > 0)
+		if (wsum + wipsum > 0)
 			g->errors++;
-		free(in), free(out), free(ref);
+		free(in), free(out), free(ref), free(ip), free(absin), free(mag);
 		if (size == 0)
 			break;
 	}
 	if (r == 0 && !g->json) {
-		printf("# Out of bounds values : 0 OK\n");
-		printf("# Avg bus bandwidth    : %g\n", g->nsizes ? g->bus_sum / g->nsizes : 0.0);
+		printf("# Out of bounds values : %.0f %s\n", wrong_total, wrong_total > 0 ? "FAILED" : "OK");
+		printf("# Avg bus bandwidth    : %g \n#\n\n", g->nsizes ? g->bus_sum / g->nsizes : 0.0);
 	}
 }
 
