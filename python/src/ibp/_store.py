@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import ctypes as C
 import mmap as _mmap
@@ -9,7 +10,6 @@ import os
 import sys
 import tempfile
 
-import builtins
 import numpy as np
 
 from . import _arrays, _errors, _lib

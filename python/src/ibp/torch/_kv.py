@@ -72,6 +72,7 @@ from .. import _errors, _lib
 from .._cache import SlabPool
 from .._codec import train
 from .._handle import fork_generation, not_here
+from .._store import pickled_bytes
 
 __all__ = ["KVOffloader"]
 
@@ -158,11 +159,11 @@ class KVOffloader:
     # stored block's compressed bytes under its handle; load() works on the
     # copy with the same handles. on_evict must be picklable itself.
 
-    def __reduce__(self):
+    def __reduce_ex__(self, protocol):
         self._check("KVOffloader: pickle")
         with self._lock:
             self._quiesce()
-            blocks = [(h, layer, kind, self._segments[seg].get(ph))
+            blocks = [(h, layer, kind, pickled_bytes(self._segments[seg].get(ph), protocol))
                       for h, (layer, kind, seg, ph) in sorted(self._entries.items())]
             config = dict(num_layers=self.num_layers, block_shape=self.block_shape, dtype=self.dtype,
                           capacity_bytes=self._capacity, device=str(self.device), on_evict=self.on_evict,
