@@ -8,8 +8,8 @@ result of another shape. Also a state_dict and pickle round trip of the
 collection inside torchrec's world (its KeyedTensor output).
 
 Runs in the client environment of torchrec (tools/client-env.sh torchrec
-"torch==2.14.1" "torchrec==1.9.*" "fbgemm-gpu-cpu==1.9.*"); elsewhere it is
-skipped, with the reason."""
+"torch==2.14.1" "torchrec==1.9.2" "fbgemm-gpu-cpu==1.9.0", then fbgemm-gpu
+removed: see the skip below); elsewhere it is skipped, with the reason."""
 
 import copy
 import pickle
@@ -22,8 +22,12 @@ try:
     from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor
     from torchrec.modules.embedding_configs import PoolingType
 except (ImportError, OSError) as e:  # OSError: fbgemm_gpu's library failed to load
-    pytest.skip("torchrec is not importable here (%s: %s); the torchrec client environment has it"
-                % (type(e).__name__, str(e).splitlines()[0][:200]), allow_module_level=True)
+    # torchrec requires fbgemm-gpu, whose registry wheel is the CUDA build: installed
+    # over fbgemm-gpu-cpu it needs libnvidia-ml. The environment must then drop both
+    # and install fbgemm-gpu-cpu again with --no-deps.
+    hint = "; fbgemm_gpu is the CUDA build, not fbgemm-gpu-cpu" if "fbgemm" in str(e) else ""
+    pytest.skip("torchrec is not importable here (%s: %s%s); the torchrec client environment has it"
+                % (type(e).__name__, str(e).splitlines()[0][:200], hint), allow_module_level=True)
 
 import ibp  # noqa: E402
 import ibp.torch as it  # noqa: E402
