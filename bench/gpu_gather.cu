@@ -22,59 +22,10 @@
  *                   [--sizes 256,1024,4096,32768] [--savings 10,30,50,70,90]
  *                   [--npy FILE]... [--no-synthetic] [--no-npy] [--json]
  */
-#include <cuda_runtime.h>
-#include <glob.h>
-
-#include <algorithm>
 #include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
 #include <thread>
-#include <vector>
 
-#include "ibp.h"
-
-#ifndef IBP_SOURCE_DIR
-#define IBP_SOURCE_DIR "." /* where datasets/sample is looked for */
-#endif
-
-/* The source tree (for datasets/sample) from any working directory:
- * $IBP_SOURCE_DIR, else the tree this file was compiled from, else
- * IBP_SOURCE_DIR. */
-static std::string source_dir()
-{
-	const char *e = getenv("IBP_SOURCE_DIR");
-	if (e && *e)
-		return e;
-	const std::string f = __FILE__;
-	const size_t p = f.rfind("/bench/");
-	if (p != std::string::npos && f[0] == '/')
-		return f.substr(0, p);
-	return IBP_SOURCE_DIR;
-}
-
-#define CK(x)                                                                                    \
-	do {                                                                                     \
-		cudaError_t e_ = (x);                                                            \
-		if (e_ != cudaSuccess) {                                                         \
-			fprintf(stderr, "gpu_gather: %s:%d: %s: %s\n", __FILE__, __LINE__, #x,   \
-				cudaGetErrorString(e_));                                         \
-			exit(1);                                                                 \
-		}                                                                                \
-	} while (0)
-
-#define IK(x)                                                                                    \
-	do {                                                                                     \
-		ibp_status_t s_ = (x);                                                           \
-		if (s_ != IBP_OK) {                                                              \
-			fprintf(stderr, "gpu_gather: %s:%d: %s: %s: %s\n", __FILE__, __LINE__, #x, \
-				ibp_status_string(s_), ibp_last_error());                        \
-			exit(1);                                                                 \
-		}                                                                                \
-	} while (0)
+#include "gpu_bench.h"
 
 static const int NSETS = 4;          /* id sets rotated over the runs */
 static const uint64_t PER_ROW_MAX = 8192; /* rows timed for one-memcpy-per-row */
@@ -96,65 +47,6 @@ struct Result {
 	double saved = 0; /* 1 - payload / raw bytes of the store */
 	double ibp = 0, ibp_dev = 0, plain = 0, cpu_copy = 0, per_row = 0, ideal = 0;
 };
-
-static uint64_t splitmix(uint64_t &s)
-{
-	uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
-static std::vector<uint64_t> parse_list(const char *s)
-{
-	std::vector<uint64_t> v;
-	while (*s) {
-		char *end;
-		v.push_back(strtoull(s, &end, 10));
-		s = *end == ',' ? end + 1 : end;
-		if (end == s && *s)
-			break;
-	}
-	return v;
-}
-
-static float median(std::vector<float> v)
-{
-	std::sort(v.begin(), v.end());
-	size_t n = v.size();
-	return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static void *pinned(uint64_t n)
-{
-	void *p = nullptr;
-	IK(ibp_pinned_alloc(n ? n : 1, 4096, 0, &p));
-	return p;
-}
-
-/* Median milliseconds of f(run) between two events on stream s. */
-template <class F>
-static float time_ms(cudaStream_t s, int warmup, int runs, F f)
-{
-	cudaEvent_t a, b;
-	CK(cudaEventCreate(&a));
-	CK(cudaEventCreate(&b));
-	std::vector<float> t;
-	for (int r = 0; r < warmup + runs; r++) {
-		CK(cudaStreamSynchronize(s));
-		CK(cudaEventRecord(a, s));
-		f(r);
-		CK(cudaEventRecord(b, s));
-		CK(cudaEventSynchronize(b));
-		float ms = 0;
-		CK(cudaEventElapsedTime(&ms, a, b));
-		if (r >= warmup)
-			t.push_back(ms);
-	}
-	CK(cudaEventDestroy(a));
-	CK(cudaEventDestroy(b));
-	return median(t);
-}
 
 static double pcie_gbps(cudaStream_t s)
 {
@@ -321,91 +213,55 @@ static Result synthetic(const Opts &o, uint64_t R, int saving, double bw, cudaSt
 
 static bool from_npy(const Opts &o, const std::string &path, double bw, cudaStream_t s, Result *out)
 {
-	ibp_npy_info_t info;
-	void *data = nullptr;
-	if (ibp_npy_load(path.c_str(), IBP_NPY_BF16, &info, &data) != IBP_OK || info.ndim < 2 ||
-	    info.shape[0] == 0) {
-		fprintf(stderr, "gpu_gather: skipping %s: %s\n", path.c_str(),
-			info.ndim < 2 ? "not a 2-D array" : ibp_last_error());
-		ibp_npy_free(data);
+	uint8_t *raw = nullptr;
+	uint64_t N = 0, R = 0, n0 = 0;
+	ibp_dtype_t dt;
+	if (!npy_rows(path, o.store_mb << 20, &raw, &N, &R, &dt, &n0))
 		return false;
-	}
-	const uint64_t n0 = info.shape[0], R = info.data_bytes / n0;
 	ibp_codec_t *codec = nullptr;
-	IK(ibp_codec_train(data, n0, R, nullptr, &codec));
-	/* replicate the rows up to the store size */
-	const uint64_t N = std::max<uint64_t>(n0, (o.store_mb << 20) / R);
-	uint8_t *raw = (uint8_t *)pinned(N * R);
-	for (uint64_t i = 0; i < N; i++)
-		memcpy(raw + i * R, (const uint8_t *)data + (i % n0) * R, R);
+	IK(ibp_codec_train(raw, n0, R, nullptr, &codec)); /* on the file's rows, not the copies */
 	std::string name = path.substr(path.find_last_of('/') + 1);
 	*out = run_case(o, name, codec, raw, N, R, bw, s);
 	ibp_pinned_free(raw);
 	ibp_codec_free(codec);
-	ibp_npy_free(data);
 	return true;
 }
 
 int main(int argc, char **argv)
 {
 	Opts o;
-	for (int i = 1; i < argc; i++) {
-		std::string a = argv[i];
-		auto next = [&]() -> const char * {
-			if (i + 1 >= argc) {
-				fprintf(stderr, "gpu_gather: %s needs a value\n", a.c_str());
-				exit(2);
-			}
-			return argv[++i];
-		};
-		if (a == "--store-mb")
-			o.store_mb = strtoull(next(), nullptr, 10);
-		else if (a == "--batch")
-			o.batch = strtoull(next(), nullptr, 10);
-		else if (a == "--runs")
-			o.runs = std::max(1, atoi(next()));
-		else if (a == "--warmup")
-			o.warmup = std::max(0, atoi(next()));
-		else if (a == "--sizes")
-			o.sizes = parse_list(next());
-		else if (a == "--savings") {
+	for (BenchArgs g(argc, argv, "gpu_gather [--store-mb MB] [--batch N] [--runs N] [--warmup N] [--sizes a,b,..] "
+				      "[--savings p,q,..] [--npy FILE]... [--no-synthetic] [--no-npy] [--json]");
+	     g.next();) {
+		if (g.is("--store-mb"))
+			o.store_mb = g.u64();
+		else if (g.is("--batch"))
+			o.batch = g.u64();
+		else if (g.is("--runs"))
+			o.runs = std::max(1, atoi(g.value()));
+		else if (g.is("--warmup"))
+			o.warmup = std::max(0, atoi(g.value()));
+		else if (g.is("--sizes"))
+			o.sizes = parse_list(g.value());
+		else if (g.is("--savings")) {
 			o.savings.clear();
-			for (uint64_t v : parse_list(next()))
+			for (uint64_t v : parse_list(g.value()))
 				o.savings.push_back((int)v);
-		} else if (a == "--npy")
-			o.npy.push_back(next());
-		else if (a == "--no-synthetic")
+		} else if (g.is("--npy"))
+			o.npy.push_back(g.value());
+		else if (g.is("--no-synthetic"))
 			o.synthetic = false;
-		else if (a == "--no-npy")
+		else if (g.is("--no-npy"))
 			o.use_npy = false;
-		else if (a == "--json")
+		else if (g.is("--json"))
 			o.json = true;
-		else {
-			fprintf(stderr, "usage: gpu_gather [--store-mb MB] [--batch N] [--runs N] [--warmup N] "
-					"[--sizes a,b,..] [--savings p,q,..] [--npy FILE]... [--no-synthetic] "
-					"[--no-npy] [--json]\n");
-			return 2;
-		}
+		else
+			g.usage();
 	}
-	int ndev = 0;
-	if (ibp_cuda_device_count(&ndev) != IBP_OK) {
-		fprintf(stderr, "gpu_gather: %s\n", ibp_last_error());
-		return 1;
-	}
-	if (o.use_npy && o.npy.empty()) {
-		glob_t g;
-		std::string pat = source_dir() + "/datasets/sample/*.npy";
-		if (glob(pat.c_str(), 0, nullptr, &g) == 0)
-			for (size_t i = 0; i < g.gl_pathc; i++)
-				o.npy.push_back(g.gl_pathv[i]);
-		globfree(&g);
-	}
+	if (o.use_npy && o.npy.empty())
+		o.npy = sample_npy();
 	cudaDeviceProp prop;
-	int dev = 0;
-	CK(cudaGetDevice(&dev));
-	CK(cudaGetDeviceProperties(&prop, dev));
-	cudaStream_t s;
-	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	cudaStream_t s = bench_device(&prop);
 	const double bw = pcie_gbps(s);
 
 	std::vector<Result> res;

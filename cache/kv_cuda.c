@@ -87,7 +87,7 @@ static ibp_status_t dev_grow(ibp_kv_stream_t *s, kv_buf_t *b, uint64_t bytes)
 	return IBP_OK;
 }
 
-static ibp_status_t host_grow(kv_buf_t *b, uint64_t bytes)
+static ibp_status_t host_grow(ibp_kv_stream_t *s, kv_buf_t *b, uint64_t bytes)
 {
 	if (bytes <= b->cap)
 		return IBP_OK;
@@ -98,7 +98,16 @@ static ibp_status_t host_grow(kv_buf_t *b, uint64_t bytes)
 	ibp_status_t st = ibp_pinned_alloc(cap, 256, IBP_CUDA_HOST_FALLBACK, &p);
 	if (st != IBP_OK && !(st == IBP_ERR_NO_DEVICE && p))
 		return st;
-	ibp_pinned_free(b->p);
+	/* an earlier call's copy from or into the old buffer may still be in
+	 * flight on the stream: it goes back to the allocator after that */
+	if (s->on_device)
+		st = ibp_pinned_free_async(b->p, s->stream);
+	else
+		ibp_pinned_free(b->p), st = IBP_OK;
+	if (st != IBP_OK) {
+		ibp_pinned_free(p);
+		return st;
+	}
 	b->p = p, b->cap = cap;
 	return IBP_OK;
 }
@@ -301,9 +310,9 @@ static ibp_status_t encode_rows(ibp_kv_stream_t *s, uint64_t m)
 	const ibp_codec_t *hc = s->hcodec;
 	const uint64_t cap = ibp_batch_bound(hc, m);
 	IBP_TRY(dev_grow(s, &s->d_pay, cap));
-	IBP_TRY(host_grow(&s->h_off, (m + 1) * 8));
-	IBP_TRY(host_grow(&s->h_flags, m));
-	IBP_TRY(host_grow(&s->h_cl, m));
+	IBP_TRY(host_grow(s, &s->h_off, (m + 1) * 8));
+	IBP_TRY(host_grow(s, &s->h_flags, m));
+	IBP_TRY(host_grow(s, &s->h_cl, m));
 	if (!s->on_device)
 		return ibp_encode_batch(hc, s->d_rows.p, m, s->d_pay.p, cap, s->h_off.p, s->h_flags.p, s->h_cl.p,
 					s->host_threads);
@@ -324,15 +333,17 @@ static ibp_status_t encode_rows(ibp_kv_stream_t *s, uint64_t m)
 
 /* EXP: encodes the n blocks of d_rows (2 rows each, one exponent block per
  * block) into d_pay: block b at h_eoff[b], h_esz[b] bytes (one sync on a
- * GPU). Bytes equal ibp_exp_encode's of the block's elements. */
+ * GPU). Bytes equal ibp_exp_encode's of the block's elements without a
+ * checksum (in-memory blocks, as the device encoder writes them). */
 static ibp_status_t encode_exp(ibp_kv_stream_t *s, uint64_t n)
 {
 	ibp_exp_opts_t o;
 	ibp_exp_opts_default(&o);
 	o.nthreads = s->host_threads;
+	o.checksum = 0;
 	IBP_TRY(dev_grow(s, &s->d_pay, n * s->estride));
-	IBP_TRY(host_grow(&s->h_eoff, (n + 1) * 8));
-	IBP_TRY(host_grow(&s->h_esz, n * 8));
+	IBP_TRY(host_grow(s, &s->h_eoff, (n + 1) * 8));
+	IBP_TRY(host_grow(s, &s->h_esz, n * 8));
 	uint64_t *eoff = s->h_eoff.p, *esz = s->h_esz.p;
 	if (!s->on_device) {
 		IBP_TRY(ibp_exp_encode_batch(s->d_rows.p, s->dt, n * s->chunk, s->chunk, &o, s->d_pay.p, n * s->estride,
@@ -385,7 +396,7 @@ ibp_status_t ibp_kv_encode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 	if (n == 0)
 		return IBP_OK;
 	const uint64_t m = 2 * n;
-	IBP_TRY(host_grow(&s->h_ids, m * 8));
+	IBP_TRY(host_grow(s, &s->h_ids, m * 8));
 	int64_t *ids = s->h_ids.p;
 	for (uint64_t b = 0; b < n; b++)
 		ids[2 * b] = block_ids[b], ids[2 * b + 1] = (int64_t)num_blocks + block_ids[b];
@@ -601,13 +612,13 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 	if (st == IBP_OK && m) {
 		st = s->on_device ? dev_grow(s, &s->d_stage, m * R) : IBP_OK; /* the host decodes from the slots */
 		if (st == IBP_OK)
-			st = host_grow(&s->h_lens, m * 4);
+			st = host_grow(s, &s->h_lens, m * 4);
 		if (st == IBP_OK)
-			st = host_grow(&s->h_meta, m * 4);
+			st = host_grow(s, &s->h_meta, m * 4);
 		if (st == IBP_OK)
-			st = host_grow(&s->h_orow, m * 8);
+			st = host_grow(s, &s->h_orow, m * 8);
 		if (st == IBP_OK)
-			st = host_grow(&s->h_status, m * 4);
+			st = host_grow(s, &s->h_status, m * 4);
 		if (st == IBP_OK && s->on_device) {
 			kv_buf_t *d[] = { &s->d_lens, &s->d_meta, &s->d_orow, &s->d_status };
 			const uint64_t sz[] = { m * 4, m * 4, m * 8, m * 4 };
@@ -622,7 +633,7 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 		kv_buf_t *h[] = { &s->h_eoff, &s->h_esz, &s->h_eorow, &s->h_ids, &s->h_estat };
 		const uint64_t sz[] = { e * 8, e * 8, 2 * e * 8, 2 * e * 8, 4 };
 		for (unsigned i = 0; i < 5 && st == IBP_OK; i++)
-			st = host_grow(h[i], sz[i]);
+			st = host_grow(s, h[i], sz[i]);
 		if (s->on_device) {
 			kv_buf_t *d[] = { &s->d_eoff, &s->d_esz, &s->d_eorow, &s->d_ids, &s->d_estat };
 			for (unsigned i = 0; i < 5 && st == IBP_OK; i++)

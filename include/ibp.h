@@ -9,6 +9,7 @@
 #include "ibp/version.h"
 #include "ibp/status.h"
 #include "ibp/types.h"
+#include "ibp/checksum.h"
 #include "ibp/codec.h"
 #include "ibp/analyze.h"
 #include "ibp/npy.h"

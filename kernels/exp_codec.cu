@@ -406,12 +406,12 @@ static __device__ bool expk_zero(const uint8_t *p, uint64_t from, uint64_t to)
 static __device__ bool expk_header_ok(const uint8_t *h, uint64_t avail, const expk_batch &b, uint64_t len,
 				      expf_layout_t *L, uint64_t *esc_out)
 {
-	if (avail < EXPF_HEADER_BYTES || expf_ld32(h) != EXPF_MAGIC || h[EXPF_OFF_VERSION] != EXPF_VERSION ||
+	if (avail < EXPF_HEADER_BYTES || expf_ld32(h) != EXPF_MAGIC ||
+	    (h[EXPF_OFF_VERSION] != EXPF_VERSION && h[EXPF_OFF_VERSION] != EXPF_VERSION_1) ||
 	    h[EXPF_OFF_DTYPE] != b.dt || h[EXPF_OFF_MODE] > EXPF_MODE_CODED || h[EXPF_OFF_GLOG2] != EXPF_GROUP_LOG2)
 		return false;
-	for (int i = EXPF_OFF_RESERVED; i < (int)EXPF_HEADER_BYTES; i++)
-		if (h[i])
-			return false;
+	if (!expf_reserved_ok(h)) /* a checksum is not verified here (ibp/exp.h) */
+		return false;
 	uint64_t n = expf_ld64(h + EXPF_OFF_N), esc = expf_ld64(h + EXPF_OFF_ESC);
 	uint64_t block = expf_ld64(h + EXPF_OFF_BLOCK), stat = expf_ld64(h + EXPF_OFF_STATIC);
 	if (n != len)

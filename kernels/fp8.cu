@@ -265,15 +265,12 @@ fp8k_decode(const uint8_t *src, fp8k_shape sh, uint8_t *dst, int32_t *status)
 		/* header (parse_stream), checked by every block of the chunk */
 		bool ok = in[0] == (uint8_t)TACO_MAGIC && in[1] == (uint8_t)(TACO_MAGIC >> 8) &&
 			  in[2] == (uint8_t)(TACO_MAGIC >> 16) && in[3] == (uint8_t)(TACO_MAGIC >> 24) &&
-			  in[4] == TACO_VERSION && in[5] == sh.fmt && in[7] == sh.log2b &&
-			  (in[6] & ~(TACO_FLAG_HADAMARD | TACO_FLAG_ADAPTIVE)) == 0 &&
+			  in[5] == sh.fmt && in[7] == sh.log2b && taco_header_rest_ok(in) &&
 			  (in[16] == IBP_DTYPE_F32 || in[16] == IBP_DTYPE_BF16 || in[16] == IBP_DTYPE_F16);
 		uint64_t hn = 0;
 		for (int i = 7; i >= 0; i--)
 			hn = hn << 8 | in[8 + i];
 		ok &= hn == clen;
-		for (int i = 17; i < (int)TACO_HEADER_BYTES; i++)
-			ok &= in[i] == 0;
 		if (!ok) {
 			if (threadIdx.x == 0)
 				fp8k_fail(status);
@@ -344,6 +341,15 @@ static unsigned fp8k_threads(uint32_t block)
 	return block < 32 ? 32u : (block > FP8K_MAX_THREADS ? FP8K_MAX_THREADS : block);
 }
 
+/* The options, or the defaults (in *def) when o is NULL. */
+static const ibp_fp8_opts_t *fp8k_opts(const ibp_fp8_opts_t *o, ibp_fp8_opts_t *def)
+{
+	if (o)
+		return o;
+	ibp_fp8_opts_default(def);
+	return def;
+}
+
 static ibp_status_t fp8k_shape_of(ibp_dtype_t dt, uint64_t n, uint64_t chunk, const ibp_fp8_opts_t *o,
 				  fp8k_shape *sh, const char *fn)
 {
@@ -372,10 +378,7 @@ extern "C" ibp_status_t ibp_fp8_encode_cuda(const void *d_src, ibp_dtype_t dt, u
 {
 	ibp_fp8_opts_t def;
 	fp8k_shape sh = {};
-	if (!o) {
-		ibp_fp8_opts_default(&def);
-		o = &def;
-	}
+	o = fp8k_opts(o, &def);
 	IBP_TRY(fp8k_shape_of(dt, n, chunk_elems, o, &sh, "fp8_encode_cuda"));
 	if (!d_dst || (n && !d_src))
 		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_encode_cuda: NULL device pointer");
@@ -392,20 +395,33 @@ extern "C" ibp_status_t ibp_fp8_encode_cuda(const void *d_src, ibp_dtype_t dt, u
 	return IBP_OK;
 }
 
-extern "C" ibp_status_t ibp_fp8_decode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems,
-					    const ibp_fp8_opts_t *o, void *d_dst, int32_t *d_status, void *stream)
+/* Bytes the streams of this shape occupy: every chunk's stream at its
+ * stride, the last (possibly shorter) one only up to its own end. */
+static uint64_t fp8k_streams_bytes(const fp8k_shape &sh)
+{
+	const uint64_t last = sh.n ? sh.n - (sh.nchunks - 1) * sh.chunk : 0;
+	return (sh.nchunks - 1) * sh.stride + fp8k_stream_bytes(last, sh.log2b);
+}
+
+extern "C" ibp_status_t ibp_fp8_decode_cuda_bounded(const void *d_src, uint64_t src_bytes, ibp_dtype_t dt,
+						    uint64_t n, uint64_t chunk_elems, const ibp_fp8_opts_t *o,
+						    void *d_dst, int32_t *d_status, void *stream)
 {
 	ibp_fp8_opts_t def;
 	fp8k_shape sh = {};
-	if (!o) {
-		ibp_fp8_opts_default(&def);
-		o = &def;
-	}
+	o = fp8k_opts(o, &def);
 	IBP_TRY(fp8k_shape_of(dt, n, chunk_elems, o, &sh, "fp8_decode_cuda"));
 	if (!d_status || !d_src || (n && !d_dst))
 		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_decode_cuda: NULL device pointer");
 	if (((uintptr_t)d_src & 15u) || ((uintptr_t)d_dst % (dt == IBP_DTYPE_F32 ? 4u : 2u)))
 		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_decode_cuda: d_src must be 16-byte aligned, d_dst element-aligned");
+	/* The kernel reads exactly these bytes (every offset it reads follows
+	 * from n, the chunk size and the options, never from the stream). */
+	const uint64_t need = fp8k_streams_bytes(sh);
+	if (src_bytes < need)
+		return ibp_fail(IBP_ERR_CORRUPT, "fp8_decode_cuda: %llu source bytes, the %llu stream(s) of %llu elements "
+				"need %llu", (unsigned long long)src_bytes, (unsigned long long)sh.nchunks,
+				(unsigned long long)n, (unsigned long long)need);
 	IBP_TRY(ibp_cuda_require_device());
 	IBP_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int32_t), (cudaStream_t)stream));
 	unsigned grid = 1, threads = fp8k_threads(o->block);
@@ -414,4 +430,17 @@ extern "C" ibp_status_t ibp_fp8_decode_cuda(const void *d_src, ibp_dtype_t dt, u
 	IBP_CUDA_LAUNCH("launch fp8k_decode", fp8k_decode, grid, threads, smem, (cudaStream_t)stream,
 			(const uint8_t *)d_src, sh, (uint8_t *)d_dst, d_status);
 	return IBP_OK;
+}
+
+/* Deprecated: the caller vouches for the source length (the streams' own
+ * size is assumed), as before the bounded entry point existed. */
+extern "C" ibp_status_t ibp_fp8_decode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems,
+					    const ibp_fp8_opts_t *o, void *d_dst, int32_t *d_status, void *stream)
+{
+	ibp_fp8_opts_t def;
+	fp8k_shape sh = {};
+	o = fp8k_opts(o, &def);
+	IBP_TRY(fp8k_shape_of(dt, n, chunk_elems, o, &sh, "fp8_decode_cuda"));
+	return ibp_fp8_decode_cuda_bounded(d_src, fp8k_streams_bytes(sh), dt, n, chunk_elems, o, d_dst, d_status,
+					   stream);
 }

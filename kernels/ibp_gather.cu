@@ -413,7 +413,7 @@ struct ibp_cuda_store {
 	uint64_t *offsets;            /* device: packed offsets (nrows + 1) */
 	uint64_t *lens;               /* device: inplace row lengths (nrows) */
 	uint8_t *flags, *clusters;    /* device */
-	unsigned long long *nerr;     /* device: failed rows; nerr[1]: ibp_cuda_store_errors' copy */
+	unsigned long long *nerr;     /* device: failed rows since the last ibp_cuda_store_errors */
 	void *meta;                   /* the cudaMalloc holding the five arrays above */
 	void *own_pinned;             /* COPY_PINNED payload */
 	void *own_dev;                /* COPY_DEVICE payload */
@@ -733,6 +733,20 @@ ibp_status_t ibp_cuda_store_set_kernel(ibp_cuda_store_t *s, ibp_cuda_kernel_t k)
 	return IBP_OK;
 }
 
+/* A device word for one call, in stream order where the runtime has memory
+ * pools (no device-wide synchronisation), else a plain cudaMalloc. */
+static ibp_status_t ibp_scratch_alloc(unsigned long long **p, int *pooled, cudaStream_t cs)
+{
+	cudaError_t e = cudaMallocAsync((void **)p, sizeof(**p), cs);
+	*pooled = e == cudaSuccess;
+	if (e == cudaErrorNotSupported) {
+		(void)cudaGetLastError();
+		e = cudaMalloc((void **)p, sizeof(**p));
+	}
+	IBP_CU(e, "cuda_store_errors: scratch word");
+	return IBP_OK;
+}
+
 ibp_status_t ibp_cuda_store_errors(ibp_cuda_store_t *s, uint64_t *count, void *stream)
 {
 	if (!s || !count)
@@ -744,13 +758,28 @@ ibp_status_t ibp_cuda_store_errors(ibp_cuda_store_t *s, uint64_t *count, void *s
 	}
 	IBP_TRY(ibp_cu_on_device(s->device, "cuda_store_errors"));
 	cudaStream_t cs = (cudaStream_t)stream;
-	unsigned long long v = 0;
-	/* an exchange on the device: a copy then a reset would lose the errors
-	 * that gathers on other streams count in between */
-	IBP_CUDA_LAUNCH("cuda_store_errors: exchange kernel", ibp_take_errors_kernel, 1, 32, 0, cs, s->nerr,
-			s->nerr + 1);
-	IBP_CU(cudaMemcpyAsync(&v, s->nerr + 1, 8, cudaMemcpyDeviceToHost, cs), "cuda_store_errors: copy");
-	IBP_CU(cudaStreamSynchronize(cs), "cuda_store_errors: sync");
+	unsigned long long v = 0, *word = NULL;
+	int pooled = 0;
+	/* An exchange on the device (a copy then a reset would lose the errors
+	 * that gathers on other streams count in between), into a word of this
+	 * call's own: two calls at once must not read each other's count. */
+	IBP_TRY(ibp_scratch_alloc(&word, &pooled, cs));
+	cudaError_t e = ibp_cuda_launch(ibp_take_errors_kernel, 1, 32, 0, cs, s->nerr, word);
+	const char *what = "cuda_store_errors: exchange kernel";
+	if (e == cudaSuccess) {
+		e = cudaMemcpyAsync(&v, word, 8, cudaMemcpyDeviceToHost, cs);
+		what = "cuda_store_errors: copy";
+	}
+	/* the word goes back after the copy, in stream order; then the wait */
+	cudaError_t f = pooled ? cudaFreeAsync(word, cs) : cudaSuccess;
+	cudaError_t y = cudaStreamSynchronize(cs);
+	if (!pooled)
+		f = cudaFree(word);
+	if (e == cudaSuccess && y != cudaSuccess)
+		e = y, what = "cuda_store_errors: sync";
+	if (e == cudaSuccess && f != cudaSuccess)
+		e = f, what = "cuda_store_errors: free scratch word";
+	IBP_CU(e, what);
 	*count = v;
 	return IBP_OK;
 }

@@ -19,7 +19,8 @@ import os, re, shutil, sys, tempfile
 
 # (layer, folders and public headers it owns)
 LAYERS = [
-    (0, 'util', ['src/util', 'include/ibp/status.h', 'include/ibp/version.h', 'include/ibp/types.h']),
+    (0, 'util', ['src/util', 'include/ibp/status.h', 'include/ibp/version.h', 'include/ibp/types.h',
+                 'include/ibp/checksum.h']),
     (1, 'mem', ['src/mem', 'include/ibp/alloc.h']),
     (2, 'bitpack', ['src/bitpack', 'include/ibp/codec.h', 'include/ibp/analyze.h']),
     (2, 'exp', ['src/exp', 'include/ibp/exp.h']),

@@ -15,7 +15,11 @@
 # Environment: IBP_FUZZ_SECONDS (default 30 per target; 0 skips fuzzing),
 #              IBP_SKIP_SANITIZE=1 skips the sanitizer pass,
 #              IBP_SKIP_MUTATION=1 skips the mutation check,
-#              IBP_SKIP_PYTHON=1 skips the Python package (tools/test-python.sh).
+#              IBP_SKIP_PYTHON=1 skips the Python package (tools/test-python.sh)
+#              and the client tests,
+#              IBP_SKIP_CLIENTS=1 skips the client tests (tools/test-clients.sh: vLLM
+#              in ~/.cache/ibp/clients; their files then run, and skip, in the
+#              Python package's pytest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -91,10 +95,21 @@ run_ctest "ctest release" build
 # The Python package (python/): venv, pip install ./python, pytest; counts pytest's tests.
 if [[ "${IBP_SKIP_PYTHON:-0}" != 1 ]]; then
 	step "Python package (tools/test-python.sh, build-python/)"
-	set +e; tools/test-python.sh; rc=$?; set -e
+	# python/tests/clients runs in the client environments below, not here
+	addopts=${PYTEST_ADDOPTS:-}
+	if [[ "${IBP_SKIP_CLIENTS:-0}" != 1 ]]; then addopts="$addopts --ignore=$root/python/tests/clients"; fi
+	set +e; PYTEST_ADDOPTS=$addopts tools/test-python.sh; rc=$?; set -e
 	read -r p f s <"${IBP_PY_BUILD:-build-python}/counts" 2>/dev/null || { p=0; f=1; s=0; }
 	count "$p" "$f" "$s"
 	[[ $rc -ne 0 ]] && failures+=("python package")
+	# Client libraries (vLLM), each in its own environment under ~/.cache/ibp/clients.
+	if [[ "${IBP_SKIP_CLIENTS:-0}" != 1 ]]; then
+		step "client libraries (tools/test-clients.sh, ~/.cache/ibp/clients)"
+		set +e; tools/test-clients.sh; rc=$?; set -e
+		read -r p f s <"${IBP_PY_BUILD:-build-python}/clients-counts" 2>/dev/null || { p=0; f=1; s=0; }
+		count "$p" "$f" "$s"
+		[[ $rc -ne 0 ]] && failures+=("client tests")
+	fi
 fi
 
 if [[ "${IBP_SKIP_SANITIZE:-0}" != 1 ]]; then

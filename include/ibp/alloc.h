@@ -85,8 +85,22 @@ const char *ibp_host_allocator(void);
 ibp_status_t ibp_pinned_alloc(uint64_t size, uint64_t align, unsigned flags, void **out);
 
 /* Frees memory from ibp_pinned_alloc (pinned or fallback); NULL is a no-op.
- * Thread-safe. */
+ * The block may be handed out again at once, so no device work may still
+ * use it: synchronise the stream of any asynchronous copy from or into it
+ * first, or use ibp_pinned_free_async. Thread-safe. */
 void ibp_pinned_free(void *p);
+
+/* Frees memory from ibp_pinned_alloc once the work enqueued on `stream` (a
+ * cudaStream_t; NULL = the default stream) before this call has finished:
+ * an asynchronous copy from or into the block that is still in flight
+ * never sees it handed out again. Returns at once; the block is reclaimed
+ * by a later ibp_pinned_alloc, ibp_pinned_free or ibp_pinned_free_async
+ * once an event recorded on the stream here has completed. NULL is a no-op;
+ * fallback (non-pinned) memory is freed at once. Errors: IBP_ERR_CUDA when
+ * the event cannot be recorded: the call then waits for the stream and
+ * frees the block, or, if that wait fails too, keeps the block out of use
+ * for good (never reused while a copy might still touch it). Thread-safe. */
+ibp_status_t ibp_pinned_free_async(void *p, void *stream);
 
 /* 1 if p lies inside memory pinned by ibp_pinned_alloc, else 0. */
 int ibp_pinned_owns(const void *p);

@@ -108,8 +108,9 @@
  * with queues; for tests and single-node benchmarks) and MPI
  * (libibp_coll_mpi, Isend/Irecv polled with MPI_Test until the deadline).
  * NCCL (ibp_coll_nccl_transport, below; built with CUDA and NCCL)
- * implements sendrecv as grouped ncclSend/ncclRecv pairs (size first, as
- * NCCL receives need the exact count) on a device stream; the codec steps
+ * implements sendrecv as grouped ncclSend/ncclRecv pairs (a fixed-size
+ * first part carrying the size, as NCCL receives need the exact count) on
+ * a device stream; the codec steps
  * still run on the CPU (GPU codecs in the collectives are future work).
  * torch.distributed implements it in Python (python/src/ibp/torch/ddp.py:
  * isend/irecv and Work.wait(timeout)). Each only fills an
@@ -244,13 +245,17 @@ ibp_status_t ibp_coll_comm_from_mpi(const void *mpi_comm, const ibp_coll_opts_t 
  * collective over the NCCL communicator, bounded by timeout_ms), so the
  * caller's communicator is untouched and a timeout aborts only the split.
  * sendrecv copies each host message to a device buffer and runs grouped
- * ncclSend/ncclRecv on its own stream (sizes first, then payloads), polled
- * until the deadline. Host messages (the default, codecs on the CPU,
+ * ncclSend/ncclRecv on its own stream (a 16 KiB first part with the size
+ * and the payload's head: one exchange for messages up to 16 KiB - 8, a
+ * second for the rest of larger ones), polled until the deadline; a failed
+ * call aborts the split communicator (later calls fail at once). Host
+ * messages (the default, codecs on the CPU,
  * `stream` NULL) are staged through device buffers; device messages
  * (ibp_coll_comm_set_memory(IBP_COLL_MEM_DEVICE): codec kernels on the
  * call's stream, see "Device buffers" above) are sent and received in
  * place.
- * Call from a thread; CUDA's current device is set to the communicator's.
+ * Call from a thread; the calls set CUDA's current device to the
+ * communicator's and restore the caller's before returning.
  * IBP_ERR_INVALID_ARG (NULL, timeout_ms <= 0), IBP_ERR_IO (NCCL failure,
  * with ncclGetErrorString and ncclGetLastError; timeout), IBP_ERR_CUDA,
  * IBP_ERR_NOMEM, IBP_ERR_UNSUPPORTED (built without NCCL, or libnccl.so.2

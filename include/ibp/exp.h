@@ -9,6 +9,16 @@
  * per escaped exponent). Blocks are 128-byte aligned in size; a block that
  * would not shrink is stored raw. docs/CODECS.md specifies every byte.
  *
+ * Checksums: a block is written with an XXH3-64 checksum over its header
+ * and payload (opts.checksum, the default), which the decoders verify
+ * before they interpret anything else in the header (IBP_ERR_CHECKSUM on a
+ * mismatch). Formats that protect the block themselves (the .ibp
+ * container's section checksums) or keep it in memory for a moment (the
+ * collectives' wire messages, the KV offloader's blocks) write it without
+ * (opts.checksum = 0; a header flag says which); callers that verified the
+ * bytes already skip the check with IBP_EXP_TRUSTED (the *_ext decoders).
+ * Blocks of format version 1 (before checksums) still decode.
+ *
  * The table comes from sigma (ZipCCL §4.1: the 7-exponent window starting
  * near log2(sigma) - 5.36; the default, with sigma measured as the RMS of
  * the block's finite values), from an exact exponent histogram (top 7), or
@@ -61,10 +71,14 @@ typedef struct ibp_exp_opts {
 	double sigma;          /* SIGMA mode: > 0 use this sigma; 0 = measure (RMS) per block */
 	ibp_exp_table_t table; /* GIVEN mode only */
 	int nthreads;          /* CPU worker threads; 0 = all online CPUs */
+	int checksum;          /* 1 (default): an XXH3-64 checksum in the header; 0: none (see above) */
 } ibp_exp_opts_t;
 
+/* Decoder flags (ibp_exp_decode_ext, ibp_exp_decode_batch_ext). */
+#define IBP_EXP_TRUSTED 1u /* skip the checksum: the caller verified the bytes already */
+
 /* Fills `o` with the defaults: SIGMA mode, sigma 0 (measured), table
- * zeroed, nthreads 0. */
+ * zeroed, nthreads 0, checksum 1. */
 void ibp_exp_opts_default(ibp_exp_opts_t *o);
 
 /* What a block header says (ibp_exp_block_info). */
@@ -129,12 +143,19 @@ ibp_status_t ibp_exp_encode(const void *src, ibp_dtype_t dt, uint64_t n, const i
 			    void *dst, uint64_t dst_cap, uint64_t *dst_size);
 
 /* Decodes one block of src_size available bytes (untrusted) into dst, which
- * must hold n elements of dt. The header must say dtype dt and n elements,
- * and the block must be canonical (zero padding, consistent counts);
- * anything else gives IBP_ERR_CORRUPT and dst contents are unspecified.
- * Bytes after the block are ignored. nthreads 0 = all online CPUs. */
+ * must hold n elements of dt. A checksummed block is verified first
+ * (IBP_ERR_CHECKSUM on a mismatch). The header must say dtype dt and n
+ * elements, and the block must be canonical (zero padding, consistent
+ * counts); anything else gives IBP_ERR_CORRUPT and dst contents are
+ * unspecified. Bytes after the block are ignored. nthreads 0 = all online
+ * CPUs. */
 ibp_status_t ibp_exp_decode(const void *src, uint64_t src_size, ibp_dtype_t dt, uint64_t n, void *dst,
 			    int nthreads);
+
+/* ibp_exp_decode with decoder flags: IBP_EXP_TRUSTED skips the checksum
+ * (every other check stays). Unknown flag bits: IBP_ERR_INVALID_ARG. */
+ibp_status_t ibp_exp_decode_ext(const void *src, uint64_t src_size, ibp_dtype_t dt, uint64_t n, void *dst,
+				int nthreads, unsigned flags);
 
 /* Parses and checks the header of the block at src (untrusted; the body is
  * not checked). IBP_ERR_CORRUPT on a bad header. */
@@ -157,6 +178,10 @@ ibp_status_t ibp_exp_encode_batch(const void *src, ibp_dtype_t dt, uint64_t n, u
 ibp_status_t ibp_exp_decode_batch(const void *src, uint64_t src_size, const uint64_t *offsets, ibp_dtype_t dt,
 				  uint64_t n, uint64_t chunk_elems, void *dst, int nthreads);
 
+/* ibp_exp_decode_batch with decoder flags (IBP_EXP_TRUSTED). */
+ibp_status_t ibp_exp_decode_batch_ext(const void *src, uint64_t src_size, const uint64_t *offsets, ibp_dtype_t dt,
+				      uint64_t n, uint64_t chunk_elems, void *dst, int nthreads, unsigned flags);
+
 /* ---- CUDA: device memory to device memory, stream-ordered ----
  * `stream` is a cudaStream_t (NULL = the default stream). Calls return once
  * the work is enqueued. No call allocates device memory. */
@@ -166,11 +191,13 @@ ibp_status_t ibp_exp_cuda_encode_workspace(ibp_dtype_t dt, uint64_t n, uint64_t 
 
 /* Encodes the chunks of d_src (n elements, chunk_elems per chunk) into the
  * blocks d_dst + i * dst_stride and writes each block's size to
- * d_sizes[i] (device u64). Bytes are identical to ibp_exp_encode_batch's
- * blocks for the same options. dst_stride must be a multiple of 128 and at
- * least ibp_exp_encode_bound(dt, chunk_elems); d_dst and d_workspace must be
- * 128-byte aligned; workspace_bytes >= ibp_exp_cuda_encode_workspace().
- * opts.nthreads is ignored. */
+ * d_sizes[i] (device u64). The blocks carry no checksum (the device
+ * writes wire and in-memory blocks): bytes are identical to
+ * ibp_exp_encode_batch's blocks for the same options with checksum = 0;
+ * opts.checksum and opts.nthreads are ignored. dst_stride must be a
+ * multiple of 128 and at least ibp_exp_encode_bound(dt, chunk_elems); d_dst
+ * and d_workspace must be 128-byte aligned; workspace_bytes >=
+ * ibp_exp_cuda_encode_workspace(). */
 ibp_status_t ibp_exp_encode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems,
 				 const ibp_exp_opts_t *opts, void *d_dst, uint64_t dst_stride, uint64_t *d_sizes,
 				 void *d_workspace, uint64_t workspace_bytes, void *stream);
@@ -178,7 +205,9 @@ ibp_status_t ibp_exp_encode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, 
 /* Decodes the blocks d_src + d_offsets[i] of d_sizes[i] bytes (device
  * arrays, untrusted; offsets multiples of 128, d_src 128-byte aligned) of
  * the src_bytes bytes at d_src into d_dst (n elements). The blocks are
- * validated on the device: *d_status (device int32, set to 0 by this call)
+ * validated on the device, all but a checksum (blocks of either format
+ * version, with or without one: verify a checksummed block on the host
+ * first when its bytes are untrusted): *d_status (device int32, set to 0 by this call)
  * receives an ibp_status_t value, non-zero if any block is corrupt or lies
  * outside src_bytes (IBP_ERR_CORRUPT) or is misaligned
  * (IBP_ERR_INVALID_ARG); read it after the stream has synchronised. */

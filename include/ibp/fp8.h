@@ -17,6 +17,15 @@
  * B = 256. docs/CODECS.md gives the format, the rounding rules and the
  * error bounds. A block holding any NaN or +-Inf decodes to all NaN.
  *
+ * Checksums: as exponent blocks (ibp/exp.h), a stream is written with an
+ * XXH3-64 checksum over header and payload (opts.checksum, the default),
+ * verified by the CPU decoder before anything else in the header is
+ * interpreted (IBP_ERR_CHECKSUM); wire and in-memory streams omit it
+ * (opts.checksum = 0, a header flag), callers that verified the bytes skip
+ * it (IBP_FP8_TRUSTED, ibp_fp8_decode_ext); version-1 streams still decode.
+ * The device encoder writes no checksum and the device decoder does not
+ * verify one.
+ *
  * All functions are thread-safe. The *_cuda functions exist in every
  * build; without CUDA they return IBP_ERR_UNSUPPORTED, and without a usable
  * GPU IBP_ERR_NO_DEVICE. Their `stream` is a cudaStream_t (NULL = default
@@ -32,6 +41,14 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+#ifndef IBP_DEPRECATED
+#if defined(__GNUC__) || defined(__clang__)
+#define IBP_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define IBP_DEPRECATED(msg)
+#endif
 #endif
 
 typedef enum ibp_fp8_format {
@@ -67,10 +84,14 @@ typedef struct ibp_fp8_opts {
 	int hadamard;            /* 1 (default): rotate each block; 0: ablation */
 	int adaptive;            /* 1 (default): RMS-based pre-scale; 0: ablation (alpha = 1) */
 	int nthreads;            /* CPU worker threads; 0 = all online CPUs */
+	int checksum;            /* 1 (default): an XXH3-64 checksum in the header; 0: none */
 } ibp_fp8_opts_t;
 
+/* Decoder flags (ibp_fp8_decode_ext). */
+#define IBP_FP8_TRUSTED 1u /* skip the checksum: the caller verified the bytes already */
+
 /* Fills `o` with the defaults: E4M3, B = 256, Hadamard and adaptive scale
- * on, nthreads 0. */
+ * on, nthreads 0, checksum 1. */
 void ibp_fp8_opts_default(ibp_fp8_opts_t *o);
 
 /* What a stream header says. */
@@ -96,11 +117,17 @@ ibp_status_t ibp_fp8_encode(const void *src, ibp_dtype_t dt, uint64_t n, const i
 			    uint64_t dst_cap, uint64_t *dst_size);
 
 /* Decodes a stream of src_size bytes (untrusted) into dst: n elements of dt
- * (F32, BF16 or F16; narrowing rounds to nearest even). The header must say
+ * (F32, BF16 or F16; narrowing rounds to nearest even). A checksummed
+ * stream is verified first (IBP_ERR_CHECKSUM). The header must say
  * n elements; a bad header, size or per-block field gives IBP_ERR_CORRUPT.
  * nthreads 0 = all online CPUs. */
 ibp_status_t ibp_fp8_decode(const void *src, uint64_t src_size, ibp_dtype_t dt, uint64_t n, void *dst,
 			    int nthreads);
+
+/* ibp_fp8_decode with decoder flags: IBP_FP8_TRUSTED skips the checksum
+ * (every other check stays). Unknown flag bits: IBP_ERR_INVALID_ARG. */
+ibp_status_t ibp_fp8_decode_ext(const void *src, uint64_t src_size, ibp_dtype_t dt, uint64_t n, void *dst,
+				int nthreads, unsigned flags);
 
 /* Parses and checks a stream header (untrusted). */
 ibp_status_t ibp_fp8_stream_info(const void *src, uint64_t src_size, ibp_fp8_info_t *info);
@@ -120,18 +147,36 @@ ibp_status_t ibp_fp8_expand_cuda(const uint8_t *d_src, uint64_t n, ibp_fp8_forma
  * [i*chunk_elems, ...)), each into its own stream at d_dst + i * stride with
  * stride = ibp_fp8_encoded_size(o, chunk_elems) (the last, shorter chunk
  * included). Bytes equal ibp_fp8_encode of each chunk. d_dst must be 16-byte
- * aligned. chunk_elems = 0 means one chunk of n elements. */
+ * aligned. chunk_elems = 0 means one chunk of n elements. The streams
+ * carry no checksum (opts.checksum is ignored): bytes equal
+ * ibp_fp8_encode's with checksum = 0. */
 ibp_status_t ibp_fp8_encode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems,
 				 const ibp_fp8_opts_t *o, void *d_dst, void *stream);
 
 /* Decodes streams laid out as ibp_fp8_encode_cuda writes them (same n,
- * chunk_elems, and stride from the options) into d_dst (dt = F32, BF16 or
- * F16). Headers and per-block fields are validated on the device:
+ * chunk_elems, and stride from the options) from the src_bytes bytes at
+ * d_src (untrusted) into d_dst (dt = F32, BF16 or F16). The streams must
+ * lie inside src_bytes: chunk i's stream at d_src + i * stride, the last
+ * one ibp_fp8_encoded_size(o, its elements) long; a shorter source gives
+ * IBP_ERR_CORRUPT before anything is launched, and no byte past src_bytes
+ * is read. Headers and per-block fields are validated on the device:
  * *d_status (device int32, zeroed by this call) becomes IBP_ERR_CORRUPT if
- * any stream is bad; read it after the stream has synchronised. Values equal
- * ibp_fp8_decode's. */
+ * any stream is bad; read it after the stream has synchronised. Values
+ * equal ibp_fp8_decode's. Errors: IBP_ERR_INVALID_ARG (dtype, options,
+ * NULL or misaligned pointers: d_src 16-byte, d_dst element-aligned),
+ * IBP_ERR_CORRUPT (src_bytes too small), IBP_ERR_NO_DEVICE,
+ * IBP_ERR_UNSUPPORTED (no CUDA), IBP_ERR_CUDA. Thread-safe. */
+ibp_status_t ibp_fp8_decode_cuda_bounded(const void *d_src, uint64_t src_bytes, ibp_dtype_t dt, uint64_t n,
+					 uint64_t chunk_elems, const ibp_fp8_opts_t *o, void *d_dst, int32_t *d_status,
+					 void *stream);
+
+/* Deprecated (kept for existing callers; use ibp_fp8_decode_cuda_bounded):
+ * as ibp_fp8_decode_cuda_bounded with src_bytes taken to be exactly the
+ * size the streams of this shape occupy, so the caller must guarantee that
+ * d_src holds that many bytes. */
 ibp_status_t ibp_fp8_decode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems,
-				 const ibp_fp8_opts_t *o, void *d_dst, int32_t *d_status, void *stream);
+				 const ibp_fp8_opts_t *o, void *d_dst, int32_t *d_status, void *stream)
+	IBP_DEPRECATED("use ibp_fp8_decode_cuda_bounded (takes the source length)");
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,19 @@ import pytest
 import ibp
 from conftest import bf16_bits
 
-FRAME = 24  # ibp.exp/fp8.compress header for a 1-D tensor: 16 + 8 * ndim
+FRAME = 32  # ibp.exp/fp8.compress header for a 1-D tensor: 24 + 8 * ndim
+
+
+def unsealed(block: bytes, codec: str) -> bytes:
+    """A chunk's block without its checksum (flag cleared, sum zeroed): the
+    block a whole-tensor frame holds (the frame's checksum covers it)."""
+    b = bytearray(block)
+    if codec == "exp":
+        b[48] = 0
+    else:
+        b[6] &= ~4
+    b[56:64] = bytes(8)
+    return bytes(b)
 
 
 def data(rng, shape, dtype):
@@ -40,11 +52,14 @@ def test_round_trip_and_independent_chunks(rng, mod, dtype, chunk):
             if dtype == "bf16" else (lambda a: a.astype(np.float32))
         err = np.linalg.norm(f(np.asarray(back)) - f(x)) / np.linalg.norm(f(x))
         assert err < 0.1
-    # each chunk is exactly what compress gives for those elements alone
+    # each chunk is exactly what compress gives for those elements alone,
+    # but for the chunk's own checksum (a frame's block has the frame's)
     flat = x.reshape(-1)
     for i in sorted({0, ch.nchunks // 2, ch.nchunks - 1}):
         part = flat[i * chunk:(i + 1) * chunk]
-        assert bytes(ch.chunk(i)) == bytes(mod.compress(part, dtype=dt))[FRAME:]
+        got = bytes(ch.chunk(i))
+        assert unsealed(got, ch.codec) == bytes(mod.compress(part, dtype=dt))[FRAME:]
+        assert got != unsealed(got, ch.codec), "a chunk carries its checksum"
 
 
 @pytest.mark.parametrize("mod", MODS, ids=["exp", "fp8"])

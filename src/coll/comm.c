@@ -374,6 +374,7 @@ static double estimate_ratio(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dty
 	ibp_exp_opts_t o;
 	ibp_exp_opts_default(&o);
 	o.nthreads = 1;
+	o.checksum = 0; /* a size estimate, as the wire blocks are */
 	double r = 1;
 	if (ibp_exp_encode(sample, dt, n, &o, buf, cap, &size) == IBP_OK)
 		r = (double)size / (double)(n * esz);

@@ -139,6 +139,7 @@ static ibp_fp8_opts_t fp8_opts(void)
 {
 	ibp_fp8_opts_t o;
 	ibp_fp8_opts_default(&o);
+	o.checksum = 0; /* wire messages, as the device encoder writes them */
 	return o;
 }
 
@@ -161,6 +162,7 @@ static ibp_status_t d_encode(ibp_coll_comm_t *c, const coll_hdr_t *h, const void
 		ibp_exp_opts_t o;
 		ibp_exp_opts_default(&o);
 		o.nthreads = c->o.nthreads;
+		o.checksum = 0; /* wire messages, as the device encoder writes them */
 		if (on_gpu(c)) {
 			IBP_TRY(ibp_exp_encode_cuda(src, dt, n, n, &o, p, pcap, (uint64_t *)c->dev.small, c->dev.ws,
 						    c->dev.wscap, c->stream));
@@ -256,7 +258,7 @@ static ibp_status_t d_decode(ibp_coll_comm_t *c, const coll_hdr_t *h, const void
 						(unsigned long long)info.bytes, (unsigned long long)size);
 			return ibp_fp8_decode(p, size, dt, n, dst, c->o.nthreads);
 		}
-		IBP_TRY(ibp_fp8_decode_cuda(p, dt, n, 0, &o, dst, (int32_t *)(c->dev.small + 24), c->stream));
+		IBP_TRY(ibp_fp8_decode_cuda_bounded(p, size, dt, n, 0, &o, dst, (int32_t *)(c->dev.small + 24), c->stream));
 		break;
 	}
 	default:

@@ -1,15 +1,25 @@
 /* transport_nccl.c - the NCCL transport (built when CMake finds CUDA and
  * NCCL; transport_nccl_stub.c otherwise).
  *
- * sendrecv = two grouped ncclSend/ncclRecv pairs on the transport's own
- * stream and device buffers: first the 8-byte sizes (an NCCL receive needs
- * its exact count), then the payloads. Host messages are staged through
- * device buffers that grow to the largest message; device messages (the
+ * An NCCL receive needs its exact count, so a message travels as a fixed
+ * NCCL_EAGER-byte first part (its 8-byte size, then as much of the payload
+ * as fits) and, only when the payload does not fit, a second exchange of
+ * the rest: one round trip for every message up to NCCL_EAGER - 8 bytes,
+ * two above (where the transfer dwarfs the latency). Each exchange is one
+ * grouped ncclSend/ncclRecv pair on the transport's own stream. Host
+ * messages are staged through device buffers that grow in stream order
+ * (cudaMallocAsync / cudaFreeAsync on that stream: no device-wide
+ * synchronisation while NCCL kernels are in flight; a device without
+ * memory pools falls back to cudaMalloc, documented); device messages (the
  * collectives on IBP_COLL_MEM_DEVICE communicators) are sent and received
- * in place. Every wait is a poll of
- * cudaStreamQuery and ncclCommGetAsyncError against the deadline; on a
- * timeout the transport aborts its communicator (ncclCommAbort), so no
- * kernel waits forever on a dead peer, and later calls fail at once.
+ * in place beyond the first part. Every wait is a poll of cudaStreamQuery
+ * and ncclCommGetAsyncError against the deadline.
+ *
+ * Any failed call aborts the transport's communicator (ncclCommAbort: its
+ * kernels end, so no peer waits forever on a half-done exchange) and
+ * drains the stream before returning, so no copy of that call still reads
+ * or writes the pinned buffers; later calls fail at once. The caller's
+ * current CUDA device is restored on return.
  *
  * The communicator is our own: ncclCommSplit of the caller's with a
  * non-blocking config, so an abort never touches the caller's and even
@@ -34,12 +44,16 @@
 #error "the NCCL transport needs NCCL 2.18 or newer (ncclCommSplit, non-blocking communicators)"
 #endif
 
+/* The first part of every message: size + the payload's head. */
+#define NCCL_EAGER 16384u
+
 typedef struct nctx {
 	ncclComm_t comm; /* ours, split from the caller's; non-blocking */
 	int dev;
+	int pools;       /* the device has stream-ordered memory pools */
 	cudaStream_t stream;
-	uint64_t *d_size, *h_size; /* [0] size sent, [1] size received (device, pinned host) */
-	void *d_buf[2];            /* staging: [0] send, [1] receive */
+	uint8_t *d_first[2], *h_first[2]; /* first parts: [0] sent, [1] received (device, pinned host) */
+	void *d_buf[2];            /* staging of the rest: [0] send, [1] receive */
 	uint64_t d_cap[2];
 	int aborted;
 } nctx_t;
@@ -184,10 +198,12 @@ static ibp_status_t wait_stream(nctx_t *x, const char *what, double t0, double d
 	}
 }
 
-/* One grouped exchange on the stream: send sb bytes at device sbuf to dst
- * (dst < 0 or sb == 0: nothing), receive rb bytes from src into rbuf. */
-static ibp_status_t exchange(nctx_t *x, int dst, const void *sbuf, uint64_t sb, int src, void *rbuf, uint64_t rb,
-			     const char *what, double t0, double deadline, int64_t timeout_ms)
+/* Posts one grouped exchange on the stream: send sb bytes at device sbuf
+ * to dst (dst < 0 or sb == 0: nothing), receive rb bytes from src into
+ * rbuf. Returns once NCCL has the group (the transfer itself is stream
+ * work: the caller waits for the stream). */
+static ibp_status_t post(nctx_t *x, int dst, const void *sbuf, uint64_t sb, int src, void *rbuf, uint64_t rb,
+			 double t0, double deadline, int64_t timeout_ms)
 {
 	ncclResult_t r = nc.GroupStart();
 	if (r != ncclSuccess)
@@ -202,21 +218,39 @@ static ibp_status_t exchange(nctx_t *x, int dst, const void *sbuf, uint64_t sb, 
 		(void)nc.GroupEnd(); /* as above */
 		return nccl_fail(x->comm, r, "ncclRecv");
 	}
-	IBP_TRY(wait_comm(x, nc.GroupEnd(), "ncclGroupEnd", t0, deadline, timeout_ms));
-	return wait_stream(x, what, t0, deadline, timeout_ms);
+	return wait_comm(x, nc.GroupEnd(), "ncclGroupEnd", t0, deadline, timeout_ms);
 }
 
+/* Staging buffer i holds at least `bytes`: grown in stream order (the old
+ * buffer is freed after the work already on the stream), never with a
+ * device-wide synchronisation, except on devices without memory pools. */
 static ibp_status_t reserve(nctx_t *x, int i, uint64_t bytes)
 {
 	if (bytes <= x->d_cap[i])
 		return IBP_OK;
-	if (x->d_buf[i]) {
-		CU(cudaFree(x->d_buf[i]), "cudaFree");
-		x->d_buf[i] = NULL;
-		x->d_cap[i] = 0;
+	uint64_t cap = x->d_cap[i] + x->d_cap[i] / 2;
+	if (cap < bytes)
+		cap = bytes;
+	cap = (cap + 65535) & ~(uint64_t)65535;
+	void *p = NULL;
+	if (x->pools) {
+		CU(cudaMallocAsync(&p, (size_t)cap, x->stream), "cudaMallocAsync (staging buffer)");
+		if (x->d_buf[i]) {
+			cudaError_t e = cudaFreeAsync(x->d_buf[i], x->stream);
+			if (e != cudaSuccess) {
+				(void)cudaFreeAsync(p, x->stream);
+				return cuda_fail(e, "cudaFreeAsync (staging buffer)");
+			}
+		}
+	} else {
+		/* no pools: the stream is idle here, but cudaFree/cudaMalloc still
+		 * wait for the whole device (documented in docs/COLLECTIVES.md) */
+		CU(cudaMalloc(&p, (size_t)cap), "cudaMalloc (staging buffer)");
+		if (x->d_buf[i])
+			(void)cudaFree(x->d_buf[i]);
 	}
-	CU(cudaMalloc(&x->d_buf[i], (size_t)bytes), "cudaMalloc (staging buffer)");
-	x->d_cap[i] = bytes;
+	x->d_buf[i] = p;
+	x->d_cap[i] = cap;
 	return IBP_OK;
 }
 
@@ -231,61 +265,112 @@ static int on_device(const void *p)
 	return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
+static ibp_status_t sendrecv_on_device(nctx_t *x, int dst, const void *sbuf, uint64_t sbytes, int src, void *rbuf,
+				       uint64_t rcap, uint64_t *rbytes, int64_t timeout_ms)
+{
+	const uint64_t head_cap = NCCL_EAGER - 8;
+	double t0 = coll_now(), deadline = t0 + (double)timeout_ms / 1000.0;
+	char what[96];
+	snprintf(what, sizeof what, "(send to %d, receive from %d)", dst, src);
+	/* 1: the first parts, one exchange (the whole message when it fits) */
+	const uint64_t sb = dst >= 0 ? sbytes : 0, shead = sb < head_cap ? sb : head_cap;
+	const int sdev = sb && on_device(sbuf);
+	if (dst >= 0) {
+		memcpy(x->h_first[0], &sb, 8);
+		if (shead && !sdev)
+			memcpy(x->h_first[0] + 8, sbuf, (size_t)shead);
+		CU(cudaMemcpyAsync(x->d_first[0], x->h_first[0], sdev ? 8 : 8 + (size_t)shead, cudaMemcpyHostToDevice,
+				   x->stream), "cudaMemcpyAsync (first part to the device)");
+		if (shead && sdev)
+			CU(cudaMemcpyAsync(x->d_first[0] + 8, sbuf, (size_t)shead, cudaMemcpyDeviceToDevice, x->stream),
+			   "cudaMemcpyAsync (first part)");
+	}
+	IBP_TRY(post(x, dst, x->d_first[0], NCCL_EAGER, src, x->d_first[1], NCCL_EAGER, t0, deadline, timeout_ms));
+	const int rdev_maybe = src >= 0 && rcap && on_device(rbuf);
+	if (src >= 0) /* the size, and the head a host destination takes from it */
+		CU(cudaMemcpyAsync(x->h_first[1], x->d_first[1], 8 + (size_t)(rdev_maybe ? 0 : rcap < head_cap ? rcap : head_cap),
+				   cudaMemcpyDeviceToHost, x->stream), "cudaMemcpyAsync (first part to the host)");
+	IBP_TRY(wait_stream(x, what, t0, deadline, timeout_ms));
+	uint64_t n = 0;
+	if (src >= 0) {
+		memcpy(&n, x->h_first[1], 8);
+		if (n > rcap)
+			return ibp_fail(IBP_ERR_INVALID_ARG,
+					"coll: nccl: mismatch: %llu-byte message from rank %d exceeds the expected %llu bytes",
+					(unsigned long long)n, src, (unsigned long long)rcap);
+	}
+	const uint64_t rhead = n < head_cap ? n : head_cap;
+	const int rdev = n && rdev_maybe;
+	if (rhead && rdev)
+		CU(cudaMemcpyAsync(rbuf, x->d_first[1] + 8, (size_t)rhead, cudaMemcpyDeviceToDevice, x->stream),
+		   "cudaMemcpyAsync (first part)");
+	else if (rhead)
+		memcpy(rbuf, x->h_first[1] + 8, (size_t)rhead);
+	/* 2: the rest, only where a payload did not fit its first part */
+	const uint64_t srest = sb - shead, rrest = n - rhead;
+	if (srest || rrest) {
+		const uint8_t *s2 = sdev ? (const uint8_t *)sbuf + shead : NULL;
+		uint8_t *r2 = rdev ? (uint8_t *)rbuf + rhead : NULL;
+		if (srest && !sdev) {
+			IBP_TRY(reserve(x, 0, srest));
+			CU(cudaMemcpyAsync(x->d_buf[0], (const uint8_t *)sbuf + shead, (size_t)srest, cudaMemcpyHostToDevice,
+					   x->stream), "cudaMemcpyAsync (payload to the device)");
+			s2 = x->d_buf[0];
+		}
+		if (rrest && !rdev) {
+			IBP_TRY(reserve(x, 1, rrest));
+			r2 = x->d_buf[1];
+		}
+		IBP_TRY(post(x, dst, s2, srest, src, r2, rrest, t0, deadline, timeout_ms));
+		if (rrest && !rdev)
+			CU(cudaMemcpyAsync((uint8_t *)rbuf + rhead, x->d_buf[1], (size_t)rrest, cudaMemcpyDeviceToHost,
+					   x->stream), "cudaMemcpyAsync (payload to the host)");
+	}
+	if ((rdev && rhead) || srest || rrest)
+		IBP_TRY(wait_stream(x, what, t0, deadline, timeout_ms)); /* in before the caller reads it */
+	if (src >= 0)
+		*rbytes = n;
+	return IBP_OK;
+}
+
+/* After a failed call: abort the communicator (its kernels end), then wait
+ * for the stream, so that no copy of the failed call still uses the pinned
+ * first parts when a later call (which fails at once) or the destroy comes. */
+static void fail_drain(nctx_t *x)
+{
+	if (!x->aborted) {
+		(void)nc.CommAbort(x->comm); /* the call's own error is what the caller gets */
+		x->aborted = 1;
+	}
+	double t0 = coll_now();
+	while (cudaStreamQuery(x->stream) == cudaErrorNotReady && coll_now() - t0 < 30.0)
+		nap(coll_now() - t0);
+	(void)cudaGetLastError();
+}
+
 static ibp_status_t n_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t sbytes, int src, void *rbuf,
 			       uint64_t rcap, uint64_t *rbytes, int64_t timeout_ms)
 {
 	nctx_t *x = ctx;
 	if (x->aborted)
-		return ibp_fail(IBP_ERR_IO, "coll: nccl: the communicator was aborted by an earlier timeout");
-	double t0 = coll_now(), deadline = t0 + (double)timeout_ms / 1000.0;
-	char what[96];
-	snprintf(what, sizeof what, "(send to %d, receive from %d)", dst, src);
-	CU(cudaSetDevice(x->dev), "cudaSetDevice");
-	/* 1: sizes */
-	x->h_size[0] = sbytes;
-	x->h_size[1] = 0;
-	if (dst >= 0)
-		CU(cudaMemcpyAsync(x->d_size, x->h_size, 8, cudaMemcpyHostToDevice, x->stream), "cudaMemcpyAsync (size)");
-	IBP_TRY(exchange(x, dst, x->d_size, 8, src, x->d_size + 1, 8, what, t0, deadline, timeout_ms));
-	uint64_t n = 0;
-	if (src >= 0) {
-		CU(cudaMemcpyAsync(x->h_size + 1, x->d_size + 1, 8, cudaMemcpyDeviceToHost, x->stream),
-		   "cudaMemcpyAsync (size)");
-		IBP_TRY(wait_stream(x, what, t0, deadline, timeout_ms));
-		n = x->h_size[1];
-		if (n > rcap) {
-			/* The peer will send n bytes nobody receives: abort so it fails instead of hanging. */
-			ibp_status_t s = ibp_fail(IBP_ERR_INVALID_ARG,
-						  "coll: nccl: mismatch: %llu-byte message from rank %d exceeds the "
-						  "expected %llu bytes",
-						  (unsigned long long)n, src, (unsigned long long)rcap);
-			(void)nc.CommAbort(x->comm); /* the mismatch is the error reported */
-			x->aborted = 1;
-			return s;
-		}
+		return ibp_fail(IBP_ERR_IO, "coll: nccl: the communicator was aborted by an earlier failure");
+	int prev = -1;
+	CU(cudaGetDevice(&prev), "cudaGetDevice");
+	if (prev != x->dev)
+		CU(cudaSetDevice(x->dev), "cudaSetDevice");
+	ibp_status_t s = sendrecv_on_device(x, dst, sbuf, sbytes, src, rbuf, rcap, rbytes, timeout_ms);
+	if (s != IBP_OK) {
+		char msg[512]; /* fail_drain's calls may overwrite the detail */
+		snprintf(msg, sizeof msg, "%s", ibp_last_error());
+		fail_drain(x);
+		s = ibp_fail(s, "%s", msg);
 	}
-	/* 2: payloads (a zero-byte message has no payload on either side) */
-	uint64_t sb = dst >= 0 ? sbytes : 0;
-	int sdev = sb && on_device(sbuf), rdev = n && on_device(rbuf);
-	IBP_TRY(reserve(x, 0, sdev ? 0 : sb));
-	IBP_TRY(reserve(x, 1, rdev ? 0 : n));
-	if (sb && !sdev)
-		CU(cudaMemcpyAsync(x->d_buf[0], sbuf, (size_t)sb, cudaMemcpyHostToDevice, x->stream),
-		   "cudaMemcpyAsync (payload to the device)");
-	if (sb || n)
-		IBP_TRY(exchange(x, dst, sdev ? sbuf : x->d_buf[0], sb, src, rdev ? rbuf : x->d_buf[1], n, what, t0,
-				 deadline, timeout_ms));
-	if (rdev)
-		IBP_TRY(wait_stream(x, what, t0, deadline, timeout_ms)); /* the message is in before the caller reads it */
-	else if (n) {
-		/* The stream is idle here, so this copy cannot wait on a peer. */
-		CU(cudaMemcpyAsync(rbuf, x->d_buf[1], (size_t)n, cudaMemcpyDeviceToHost, x->stream),
-		   "cudaMemcpyAsync (payload to the host)");
-		IBP_TRY(wait_stream(x, what, t0, deadline, timeout_ms));
+	if (prev != x->dev) {
+		cudaError_t e = cudaSetDevice(prev);
+		if (e != cudaSuccess && s == IBP_OK)
+			return cuda_fail(e, "cudaSetDevice (restoring the caller's device)");
 	}
-	if (src >= 0)
-		*rbytes = n;
-	return IBP_OK;
+	return s;
 }
 
 static void n_destroy(void *ctx)
@@ -294,6 +379,9 @@ static void n_destroy(void *ctx)
 	if (!x)
 		return;
 	/* A destructor has no one to report to: failures here are ignored (void). */
+	int prev = -1;
+	if (cudaGetDevice(&prev) != cudaSuccess)
+		prev = -1;
 	(void)cudaSetDevice(x->dev);
 	if (x->comm && !x->aborted) {
 		/* Finalize flushes pending work; bounded like every wait, then abort. */
@@ -309,15 +397,21 @@ static void n_destroy(void *ctx)
 		else
 			(void)nc.CommAbort(x->comm);
 	}
-	if (x->stream)
+	if (x->stream) {
+		(void)cudaStreamSynchronize(x->stream); /* stream-ordered frees and copies done */
 		(void)cudaStreamDestroy(x->stream);
-	for (int i = 0; i < 2; i++)
+	}
+	for (int i = 0; i < 2; i++) {
 		if (x->d_buf[i])
 			(void)cudaFree(x->d_buf[i]);
-	if (x->d_size)
-		(void)cudaFree(x->d_size);
-	if (x->h_size)
-		(void)cudaFreeHost(x->h_size);
+		if (x->d_first[i])
+			(void)cudaFree(x->d_first[i]);
+		if (x->h_first[i])
+			(void)cudaFreeHost(x->h_first[i]);
+	}
+	(void)cudaGetLastError();
+	if (prev >= 0)
+		(void)cudaSetDevice(prev);
 	free(x);
 }
 
@@ -339,11 +433,21 @@ ibp_status_t ibp_coll_nccl_transport(const void *nccl_comm, int64_t timeout_ms, 
 		return nccl_fail(user, r, "ncclCommCount");
 	if ((r = nc.CommCuDevice(user, &dev)) != ncclSuccess)
 		return nccl_fail(user, r, "ncclCommCuDevice");
+	int prev = -1;
+	CU(cudaGetDevice(&prev), "cudaGetDevice");
 	CU(cudaSetDevice(dev), "cudaSetDevice");
 	nctx_t *x = calloc(1, sizeof *x);
-	if (!x)
+	if (!x) {
+		(void)cudaSetDevice(prev);
 		return ibp_fail(IBP_ERR_NOMEM, "coll: nccl_transport: out of memory");
+	}
 	x->dev = dev;
+	int pools = 0;
+	if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, dev) != cudaSuccess) {
+		(void)cudaGetLastError();
+		pools = 0;
+	}
+	x->pools = pools != 0;
 	ibp_status_t s = IBP_OK;
 	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
 	cfg.blocking = 0;
@@ -357,14 +461,20 @@ ibp_status_t ibp_coll_nccl_transport(const void *nccl_comm, int64_t timeout_ms, 
 	cudaError_t e = cudaSuccess;
 	if (s == IBP_OK && (e = cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking)) != cudaSuccess)
 		s = cuda_fail(e, "cudaStreamCreateWithFlags");
-	if (s == IBP_OK && (e = cudaMalloc((void **)&x->d_size, 16)) != cudaSuccess)
-		s = cuda_fail(e, "cudaMalloc (sizes)");
-	if (s == IBP_OK && (e = cudaMallocHost((void **)&x->h_size, 16)) != cudaSuccess)
-		s = cuda_fail(e, "cudaMallocHost (sizes)");
+	for (int i = 0; i < 2 && s == IBP_OK; i++) {
+		if ((e = cudaMalloc((void **)&x->d_first[i], NCCL_EAGER)) != cudaSuccess)
+			s = cuda_fail(e, "cudaMalloc (first parts)");
+		else if ((e = cudaMemset(x->d_first[i], 0, NCCL_EAGER)) != cudaSuccess) /* sent whole: no stale bytes */
+			s = cuda_fail(e, "cudaMemset (first parts)");
+		else if ((e = cudaMallocHost((void **)&x->h_first[i], NCCL_EAGER)) != cudaSuccess)
+			s = cuda_fail(e, "cudaMallocHost (first parts)");
+	}
 	if (s != IBP_OK) {
 		n_destroy(x);
+		(void)cudaSetDevice(prev);
 		return s;
 	}
+	(void)cudaSetDevice(prev);
 	memset(t, 0, sizeof *t);
 	t->rank = rank;
 	t->nranks = n;

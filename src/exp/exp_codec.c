@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "ibp/exp.h"
+#include "util/checksum.h"
 #include "util/error.h"
 #include "util/cpu.h"
 
@@ -84,6 +85,7 @@ void ibp_exp_opts_default(ibp_exp_opts_t *o)
 	o->table_mode = IBP_EXP_TABLE_SIGMA;
 	o->sigma = 0.0;
 	o->nthreads = 0;
+	o->checksum = 1;
 }
 
 /* ------------------------------------------------------------------ sizes */
@@ -458,6 +460,13 @@ static ibp_status_t encode_block(const uint8_t *src, const expf_shape_t *s, uint
 	return IBP_OK;
 }
 
+/* Seals a finished block of `size` bytes with its checksum. */
+static void seal_block(uint8_t *dst, uint64_t size)
+{
+	dst[EXPF_OFF_FLAGS] |= EXPF_FLAG_CHECKSUM;
+	expf_st64(dst + EXPF_OFF_SUM, ibp_block_sum(dst, size));
+}
+
 ibp_status_t ibp_exp_encode(const void *src, ibp_dtype_t dt, uint64_t n, const ibp_exp_opts_t *opts, void *dst,
 			    uint64_t dst_cap, uint64_t *dst_size)
 {
@@ -478,8 +487,11 @@ ibp_status_t ibp_exp_encode(const void *src, ibp_dtype_t dt, uint64_t n, const i
 		return ibp_fail(IBP_ERR_BUFFER_TOO_SMALL, "exp_encode: dst_cap %llu < bound %llu",
 				(unsigned long long)dst_cap, (unsigned long long)bound);
 	IBP_TRY(resolve_table(src, &s, (uint32_t)dt, n, opts, table));
-	return encode_block(src, &s, (uint32_t)dt, n, table, (uint32_t)opts->table_mode, opts->nthreads, dst,
-			    dst_size);
+	IBP_TRY(encode_block(src, &s, (uint32_t)dt, n, table, (uint32_t)opts->table_mode, opts->nthreads, dst,
+			     dst_size));
+	if (opts->checksum)
+		seal_block(dst, *dst_size);
+	return IBP_OK;
 }
 
 /* ----------------------------------------------------------------- decode */
@@ -508,8 +520,8 @@ static ibp_status_t parse_header(const uint8_t *h, uint64_t src_size, ibp_exp_in
 		return ibp_fail(IBP_ERR_CORRUPT, "exp block: %llu bytes, header needs 64", (unsigned long long)src_size);
 	if (expf_ld32(h + EXPF_OFF_MAGIC) != EXPF_MAGIC)
 		return ibp_fail(IBP_ERR_CORRUPT, "exp block: bad magic 0x%08x", expf_ld32(h + EXPF_OFF_MAGIC));
-	if (h[EXPF_OFF_VERSION] != EXPF_VERSION)
-		return ibp_fail(IBP_ERR_CORRUPT, "exp block: version %u, expected 1", h[EXPF_OFF_VERSION]);
+	if (h[EXPF_OFF_VERSION] != EXPF_VERSION && h[EXPF_OFF_VERSION] != EXPF_VERSION_1)
+		return ibp_fail(IBP_ERR_CORRUPT, "exp block: version %u, expected 1 or 2", h[EXPF_OFF_VERSION]);
 	if (!expf_shape_of(h[EXPF_OFF_DTYPE], s))
 		return ibp_fail(IBP_ERR_CORRUPT, "exp block: dtype %u is not bf16/f16/f32", h[EXPF_OFF_DTYPE]);
 	uint32_t mode = h[EXPF_OFF_MODE], tsrc = h[EXPF_OFF_TSRC];
@@ -517,8 +529,9 @@ static ibp_status_t parse_header(const uint8_t *h, uint64_t src_size, ibp_exp_in
 		return ibp_fail(IBP_ERR_CORRUPT, "exp block: mode %u", mode);
 	if (h[EXPF_OFF_GLOG2] != EXPF_GROUP_LOG2)
 		return ibp_fail(IBP_ERR_CORRUPT, "exp block: group log2 %u, expected 12", h[EXPF_OFF_GLOG2]);
-	if (!all_zero(h + EXPF_OFF_RESERVED, EXPF_HEADER_BYTES - EXPF_OFF_RESERVED))
-		return ibp_fail(IBP_ERR_CORRUPT, "exp block: reserved header bytes are not zero");
+	if (!expf_reserved_ok(h))
+		return ibp_fail(IBP_ERR_CORRUPT, "exp block: flags or reserved header bytes not as version %u requires",
+				h[EXPF_OFF_VERSION]);
 	uint64_t n = expf_ld64(h + EXPF_OFF_N), esc = expf_ld64(h + EXPF_OFF_ESC);
 	uint64_t block = expf_ld64(h + EXPF_OFF_BLOCK), stat = expf_ld64(h + EXPF_OFF_STATIC);
 	if (n > EXPF_MAX_ELEMS)
@@ -625,12 +638,31 @@ static ibp_status_t check_coded_frame(const uint8_t *src, const expf_shape_t *s,
 	return IBP_OK;
 }
 
+/* A checksummed block's checksum, checked before anything else in its
+ * header is believed: only the magic, the version, the flag and the block
+ * size (bounded by src_size) are read first. */
+static ibp_status_t verify_block(const uint8_t *h, uint64_t src_size, unsigned flags)
+{
+	if (src_size < EXPF_HEADER_BYTES || expf_ld32(h + EXPF_OFF_MAGIC) != EXPF_MAGIC ||
+	    h[EXPF_OFF_VERSION] != EXPF_VERSION || !(h[EXPF_OFF_FLAGS] & EXPF_FLAG_CHECKSUM) ||
+	    (flags & IBP_EXP_TRUSTED))
+		return IBP_OK; /* nothing to verify: parse_header judges the rest */
+	uint64_t block = expf_ld64(h + EXPF_OFF_BLOCK);
+	if (block < EXPF_HEADER_BYTES || block > src_size)
+		return ibp_fail(IBP_ERR_CORRUPT, "exp block: %llu bytes claimed, %llu available",
+				(unsigned long long)block, (unsigned long long)src_size);
+	if (ibp_block_sum(h, block) != expf_ld64(h + EXPF_OFF_SUM))
+		return ibp_fail(IBP_ERR_CHECKSUM, "exp block: checksum mismatch (%llu bytes)", (unsigned long long)block);
+	return IBP_OK;
+}
+
 static ibp_status_t decode_block(const uint8_t *src, uint64_t src_size, uint32_t dt, uint64_t n, uint8_t *dst,
-				 int nthreads)
+				 int nthreads, unsigned flags)
 {
 	ibp_exp_info_t info;
 	expf_shape_t s;
 	expf_layout_t L;
+	IBP_TRY(verify_block(src, src_size, flags));
 	IBP_TRY(parse_header(src, src_size, &info, &s, &L));
 	if ((uint32_t)info.dtype != dt || info.n != n)
 		return ibp_fail(IBP_ERR_CORRUPT, "exp block: holds %llu %s, expected %llu %s",
@@ -672,15 +704,23 @@ static ibp_status_t decode_block(const uint8_t *src, uint64_t src_size, uint32_t
 	return st;
 }
 
-ibp_status_t ibp_exp_decode(const void *src, uint64_t src_size, ibp_dtype_t dt, uint64_t n, void *dst, int nthreads)
+ibp_status_t ibp_exp_decode_ext(const void *src, uint64_t src_size, ibp_dtype_t dt, uint64_t n, void *dst,
+				int nthreads, unsigned flags)
 {
 	expf_shape_t s;
 	if (!src || (!dst && n))
 		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_decode: NULL argument");
 	if (nthreads < 0)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_decode: nthreads %d < 0", nthreads);
+	if (flags & ~IBP_EXP_TRUSTED)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_decode: unknown flags 0x%x", flags);
 	IBP_TRY(shape_for(dt, n, &s, "exp_decode"));
-	return decode_block(src, src_size, (uint32_t)dt, n, dst, nthreads);
+	return decode_block(src, src_size, (uint32_t)dt, n, dst, nthreads, flags);
+}
+
+ibp_status_t ibp_exp_decode(const void *src, uint64_t src_size, ibp_dtype_t dt, uint64_t n, void *dst, int nthreads)
+{
+	return ibp_exp_decode_ext(src, src_size, dt, n, dst, nthreads, 0);
 }
 
 /* ---------------------------------------------------------------- batches */
@@ -718,6 +758,7 @@ typedef struct batch_ctx {
 	uint64_t src_size;
 	uint64_t *sizes;
 	int inner_threads; /* threads inside one block (one chunk only) */
+	unsigned flags;    /* decoder flags */
 	ibp_status_t st[IBP_MAX_THREADS];
 	char msg[IBP_MAX_THREADS][160];
 } batch_ctx_t;
@@ -734,6 +775,8 @@ static void batch_enc_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 		if (st == IBP_OK)
 			st = encode_block(src, &c->s, c->dt, len, table, (uint32_t)c->opts->table_mode, c->inner_threads,
 					  c->dst + i * c->stride, &c->sizes[i]);
+		if (st == IBP_OK && c->opts->checksum)
+			seal_block(c->dst + i * c->stride, c->sizes[i]);
 		if (st != IBP_OK) {
 			c->st[tid] = st;
 			snprintf(c->msg[tid], sizeof(c->msg[tid]), "chunk %llu: %s", (unsigned long long)i,
@@ -810,7 +853,7 @@ static void batch_dec_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 		uint64_t len = c->n - i * c->chunk < c->chunk ? c->n - i * c->chunk : c->chunk;
 		uint64_t off = c->offsets[i], end_off = c->offsets[i + 1];
 		ibp_status_t st = decode_block(c->src + off, end_off - off, c->dt, len,
-					       c->dst + i * c->chunk * c->s.esize, 1);
+					       c->dst + i * c->chunk * c->s.esize, 1, c->flags);
 		if (st != IBP_OK) {
 			c->st[tid] = st;
 			snprintf(c->msg[tid], sizeof(c->msg[tid]), "chunk %llu: %s", (unsigned long long)i,
@@ -823,12 +866,20 @@ static void batch_dec_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 ibp_status_t ibp_exp_decode_batch(const void *src, uint64_t src_size, const uint64_t *offsets, ibp_dtype_t dt,
 				  uint64_t n, uint64_t chunk_elems, void *dst, int nthreads)
 {
+	return ibp_exp_decode_batch_ext(src, src_size, offsets, dt, n, chunk_elems, dst, nthreads, 0);
+}
+
+ibp_status_t ibp_exp_decode_batch_ext(const void *src, uint64_t src_size, const uint64_t *offsets, ibp_dtype_t dt,
+				      uint64_t n, uint64_t chunk_elems, void *dst, int nthreads, unsigned flags)
+{
 	expf_shape_t s;
 	uint64_t nc = 0;
 	if (!src || !offsets || (!dst && n))
 		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_decode_batch: NULL argument");
 	if (nthreads < 0)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_decode_batch: nthreads %d < 0", nthreads);
+	if (flags & ~IBP_EXP_TRUSTED)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_decode_batch: unknown flags 0x%x", flags);
 	IBP_TRY(batch_shape(dt, n, chunk_elems, &s, &nc, "exp_decode_batch"));
 	for (uint64_t i = 0; i < nc; i++)
 		if (offsets[i] > offsets[i + 1] || offsets[i + 1] > src_size)
@@ -849,6 +900,7 @@ ibp_status_t ibp_exp_decode_batch(const void *src, uint64_t src_size, const uint
 	c->chunk = chunk_elems;
 	c->offsets = offsets;
 	c->src_size = src_size;
+	c->flags = flags;
 	int nt = ibp_parallel_threads(nthreads, nc);
 	ibp_status_t st = ibp_parallel_for(nt, nc, batch_dec_task, c);
 	for (int i = 0; st == IBP_OK && i < nt; i++)

@@ -17,7 +17,8 @@
 #endif
 
 #define EXPF_MAGIC 0x45504249u /* "IBPE" little-endian */
-#define EXPF_VERSION 1u
+#define EXPF_VERSION 2u        /* written; 1 (no flags, no checksum) still decodes */
+#define EXPF_VERSION_1 1u
 #define EXPF_HEADER_BYTES 64u
 #define EXPF_ALIGN 128u
 #define EXPF_GROUP_LOG2 12u
@@ -40,7 +41,10 @@
 #define EXPF_OFF_ESC 24
 #define EXPF_OFF_BLOCK 32
 #define EXPF_OFF_STATIC 40
-#define EXPF_OFF_RESERVED 48 /* 16 zero bytes */
+#define EXPF_OFF_RESERVED 48 /* version 1: 16 zero bytes; version 2: */
+#define EXPF_OFF_FLAGS 48    /* flags (EXPF_FLAG_*), then 7 zero bytes */
+#define EXPF_OFF_SUM 56      /* the checksum (util/checksum.h), or 8 zero bytes */
+#define EXPF_FLAG_CHECKSUM 1u
 
 /* ibp_dtype_t values (include/ibp/types.h) this codec accepts. */
 #define EXPF_DT_F16 9
@@ -229,7 +233,23 @@ static inline IBP_HD void expf_st32(uint8_t *p, uint32_t v)
 		p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* Writes a 64-byte header. table may be NULL (raw). */
+/* The bytes from EXPF_OFF_RESERVED on follow the rules of the header's
+ * version (above); a set checksum flag allows any sum. */
+static inline IBP_HD int expf_reserved_ok(const uint8_t *h)
+{
+	uint32_t flags = h[EXPF_OFF_VERSION] == EXPF_VERSION_1 ? 0u : h[EXPF_OFF_FLAGS];
+	if (h[EXPF_OFF_VERSION] == EXPF_VERSION_1 && h[EXPF_OFF_FLAGS])
+		return 0;
+	if (flags & ~EXPF_FLAG_CHECKSUM)
+		return 0;
+	for (int i = EXPF_OFF_FLAGS + 1; i < (int)EXPF_HEADER_BYTES; i++)
+		if (h[i] && (i < EXPF_OFF_SUM || !(flags & EXPF_FLAG_CHECKSUM)))
+			return 0;
+	return 1;
+}
+
+/* Writes a 64-byte header (version 2, no checksum: the CPU encoder adds
+ * it). table may be NULL (raw). */
 static inline IBP_HD void expf_write_header(uint8_t *h, uint32_t dt, uint32_t mode, uint32_t tsrc, uint64_t n,
 					    const uint8_t *table, uint64_t esc, uint64_t block_bytes,
 					    uint64_t static_bytes)

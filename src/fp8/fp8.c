@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ibp/fp8.h"
+#include "util/checksum.h"
 #include "util/error.h"
 #include "fp8/fp8_impl.h"
 #include "fp8/hadamard.h"
@@ -85,6 +86,7 @@ void ibp_fp8_opts_default(ibp_fp8_opts_t *o)
 	o->hadamard = 1;
 	o->adaptive = 1;
 	o->nthreads = 0;
+	o->checksum = 1;
 }
 
 static ibp_status_t check_opts(const ibp_fp8_opts_t *o, uint32_t *log2b, const char *fn)
@@ -287,6 +289,11 @@ ibp_status_t ibp_fp8_encode(const void *src, ibp_dtype_t dt, uint64_t n, const i
 	IBP_TRY(ibp_parallel_for(o->nthreads, tasks, enc_task, &j));
 	uint64_t used = TACO_HEADER_BYTES + (j.m << log2b) + 5 * j.m;
 	memset(d + used, 0, need - used);
+	if (o->checksum) {
+		d[6] |= TACO_FLAG_CHECKSUM; /* covered by the sum */
+		uint64_t sum = ibp_block_sum(d, need);
+		memcpy(d + TACO_OFF_SUM, &sum, 8); /* little-endian, as the rest of the header */
+	}
 	*dst_size = need;
 	return IBP_OK;
 }
@@ -302,19 +309,17 @@ static ibp_status_t parse_stream(const uint8_t *h, uint64_t src_size, ibp_fp8_in
 	memcpy(&magic, h, 4);
 	if (magic != TACO_MAGIC)
 		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: bad magic 0x%08x", magic);
-	if (h[4] != TACO_VERSION)
-		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: version %u, expected 1", h[4]);
+	if (h[4] != TACO_VERSION && h[4] != TACO_VERSION_1)
+		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: version %u, expected 1 or 2", h[4]);
 	if (h[5] > 1)
 		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: format %u", h[5]);
-	if (h[6] & ~(TACO_FLAG_HADAMARD | TACO_FLAG_ADAPTIVE))
-		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: flags 0x%02x", h[6]);
 	if (h[7] < TACO_MIN_LOG2B || h[7] > TACO_MAX_LOG2B)
 		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: log2 block %u not in 4..12", h[7]);
 	if (!dtype_ok((ibp_dtype_t)h[16]))
 		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: source dtype %u", h[16]);
-	for (int i = 17; i < (int)TACO_HEADER_BYTES; i++)
-		if (h[i])
-			return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: reserved header byte %d is not zero", i);
+	if (!taco_header_rest_ok(h))
+		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: flags 0x%02x or reserved header bytes not as version %u "
+				"requires", h[6], h[4]);
 	memcpy(&n, h + 8, 8);
 	if (n > TACO_MAX_ELEMS)
 		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: %llu elements", (unsigned long long)n);
@@ -411,7 +416,40 @@ static void dec_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 	}
 }
 
+/* A checksummed stream's checksum, checked before anything else in its
+ * header is believed: only the magic, version, flags, block size and
+ * element count (which give the stream's size, bounded by src_size) are
+ * read first. */
+static ibp_status_t verify_stream(const uint8_t *h, uint64_t src_size, unsigned flags)
+{
+	uint32_t magic;
+	uint64_t n;
+	if (src_size < TACO_HEADER_BYTES || (flags & IBP_FP8_TRUSTED))
+		return IBP_OK;
+	memcpy(&magic, h, 4);
+	if (magic != TACO_MAGIC || h[4] != TACO_VERSION || !(h[6] & TACO_FLAG_CHECKSUM))
+		return IBP_OK; /* nothing to verify: parse_stream judges the rest */
+	memcpy(&n, h + 8, 8);
+	uint64_t bytes = n <= TACO_MAX_ELEMS && h[7] >= TACO_MIN_LOG2B && h[7] <= TACO_MAX_LOG2B
+				 ? stream_bytes(n, h[7])
+				 : UINT64_MAX;
+	if (bytes > src_size)
+		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: header claims %s bytes, %llu available",
+				bytes == UINT64_MAX ? "an impossible number of" : "more", (unsigned long long)src_size);
+	uint64_t want;
+	memcpy(&want, h + TACO_OFF_SUM, 8);
+	if (ibp_block_sum(h, bytes) != want)
+		return ibp_fail(IBP_ERR_CHECKSUM, "fp8 stream: checksum mismatch (%llu bytes)", (unsigned long long)bytes);
+	return IBP_OK;
+}
+
 ibp_status_t ibp_fp8_decode(const void *src, uint64_t src_size, ibp_dtype_t dt, uint64_t n, void *dst, int nthreads)
+{
+	return ibp_fp8_decode_ext(src, src_size, dt, n, dst, nthreads, 0);
+}
+
+ibp_status_t ibp_fp8_decode_ext(const void *src, uint64_t src_size, ibp_dtype_t dt, uint64_t n, void *dst,
+				int nthreads, unsigned flags)
 {
 	ibp_fp8_info_t info = {0};
 	uint32_t log2b = 0;
@@ -421,6 +459,9 @@ ibp_status_t ibp_fp8_decode(const void *src, uint64_t src_size, ibp_dtype_t dt, 
 		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_decode: dtype %s is not f32, bf16 or f16", ibp_dtype_name(dt));
 	if (nthreads < 0)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_decode: nthreads %d < 0", nthreads);
+	if (flags & ~IBP_FP8_TRUSTED)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_decode: unknown flags 0x%x", flags);
+	IBP_TRY(verify_stream(src, src_size, flags));
 	IBP_TRY(parse_stream(src, src_size, &info, &log2b));
 	if (info.n != n)
 		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: holds %llu elements, expected %llu", (unsigned long long)info.n,
@@ -433,7 +474,7 @@ ibp_status_t ibp_fp8_decode(const void *src, uint64_t src_size, ibp_dtype_t dt, 
 	j->dt = (uint32_t)dt;
 	j->fmt = (uint32_t)info.format;
 	j->log2b = log2b;
-	j->flags = s8[6];
+	j->flags = s8[6] & (TACO_FLAG_HADAMARD | TACO_FLAG_ADAPTIVE);
 	j->n = n;
 	j->m = (n + (1ull << log2b) - 1) >> log2b;
 	j->rcodes = s8 + TACO_HEADER_BYTES;

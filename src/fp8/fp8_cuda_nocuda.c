@@ -24,6 +24,15 @@ ibp_status_t ibp_fp8_encode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, 
 	return ibp_fail(IBP_ERR_UNSUPPORTED, "fp8_encode_cuda: libibp was built without CUDA");
 }
 
+ibp_status_t ibp_fp8_decode_cuda_bounded(const void *d_src, uint64_t src_bytes, ibp_dtype_t dt, uint64_t n,
+					 uint64_t chunk_elems, const ibp_fp8_opts_t *o, void *d_dst, int32_t *d_status,
+					 void *stream)
+{
+	(void)d_src, (void)src_bytes, (void)dt, (void)n, (void)chunk_elems, (void)o, (void)d_dst, (void)d_status;
+	(void)stream;
+	return ibp_fail(IBP_ERR_UNSUPPORTED, "fp8_decode_cuda: libibp was built without CUDA");
+}
+
 ibp_status_t ibp_fp8_decode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems,
 				 const ibp_fp8_opts_t *o, void *d_dst, int32_t *d_status, void *stream)
 {

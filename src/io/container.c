@@ -32,6 +32,8 @@
 #include "ibp/container.h"
 #include "util/error.h"
 #include "bitpack/codec_internal.h"
+#include "exp/exp_format.h"
+#include "fp8/fp8_impl.h"
 #include "util/parallel.h"
 #include "io/container_internal.h"
 
@@ -2354,11 +2356,17 @@ ibp_status_t ibp_pack_exp(const char *path, const void *data, ibp_dtype_t dtype,
 {
 	uint64_t R = 0, elems = 0, chunk = 0, nblk = 0, bound = 0;
 	IBP_TRY(value_pack_shape(path, "exp", data, dtype, ndim, shape, block_rows, &R, &elems, &chunk, &nblk));
-	ibp_exp_opts_t def;
-	if (!opts) {
-		ibp_exp_opts_default(&def);
-		opts = &def;
-	}
+	ibp_exp_opts_t o;
+	if (opts)
+		o = *opts;
+	else
+		ibp_exp_opts_default(&o);
+	/* The container's section checksums cover the blocks, so they carry
+	 * none: then a block of format version 2 equals version 1's but for the
+	 * version byte, and version 1 is written, so that files stay
+	 * byte-identical and readable by libibp before checksums (FORMAT.md). */
+	o.checksum = 0;
+	opts = &o;
 	if (elems > 0 && ibp_exp_batch_bound(dtype, elems, chunk, &bound) != IBP_OK) {
 		char why[256];
 		save_error(why, sizeof(why));
@@ -2381,6 +2389,8 @@ ibp_status_t ibp_pack_exp(const char *path, const void *data, ibp_dtype_t dtype,
 			goto out;
 		}
 	}
+	for (uint64_t b = 0; b < nblk && st == IBP_OK; b++)
+		buf[off[b] + EXPF_OFF_VERSION] = EXPF_VERSION_1;
 	st = ibp_container_write_exp(path, dtype, ndim, shape, chunk, opts->table_mode, buf, off);
 out:
 	ibp_host_free(buf);
@@ -2393,11 +2403,13 @@ ibp_status_t ibp_pack_fp8(const char *path, const void *data, ibp_dtype_t dtype,
 {
 	uint64_t R = 0, elems = 0, chunk = 0, nblk = 0, stride = 0, plen = 0;
 	IBP_TRY(value_pack_shape(path, "fp8", data, dtype, ndim, shape, block_rows, &R, &elems, &chunk, &nblk));
-	ibp_fp8_opts_t def;
-	if (!opts) {
-		ibp_fp8_opts_default(&def);
-		opts = &def;
-	}
+	ibp_fp8_opts_t o;
+	if (opts)
+		o = *opts;
+	else
+		ibp_fp8_opts_default(&o);
+	o.checksum = 0; /* as ibp_pack_exp: version-1 streams, the container's checksums */
+	opts = &o;
 	IBP_TRY(fp8_layout(path, IBP_ERR_INVALID_ARG, opts, elems, chunk, nblk, &stride, &plen));
 	uint8_t *buf = ibp_host_alloc(plen, 64);
 	if (!buf)
@@ -2415,6 +2427,8 @@ ibp_status_t ibp_pack_fp8(const char *path, const void *data, ibp_dtype_t dtype,
 			st = ibp_fail(st, "%s: encoding stream %llu: %s", path, (ull)b, why);
 		}
 	}
+	for (uint64_t b = 0; b < nblk && st == IBP_OK; b++)
+		buf[b * stride + 4] = TACO_VERSION_1;
 	if (st == IBP_OK)
 		st = ibp_container_write_fp8(path, dtype, ndim, shape, chunk, opts, buf, plen);
 	ibp_host_free(buf);

@@ -75,6 +75,8 @@ static uint64_t ndirect, cap_direct;
 
 static atomic_uint_fast64_t reserved_bytes, in_use_bytes;
 
+static void reclaim(void); /* ibp_pinned_free_async's blocks whose streams are done */
+
 static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
 static unsigned arena_index;
 static int arena_ok; /* 1: jemalloc arena, 0: libc mode */
@@ -332,6 +334,7 @@ ibp_status_t ibp_pinned_alloc(uint64_t size, uint64_t align, unsigned flags, voi
 				"pinned_alloc: no usable CUDA device; %llu bytes of ordinary (not pinned) "
 				"host memory were returned instead", (unsigned long long)size);
 	}
+	reclaim(); /* blocks whose streams have finished with them */
 	pthread_once(&arena_once, arena_init);
 	if (!arena_ok)
 		return direct_alloc(size, align, out);
@@ -357,10 +360,119 @@ int ibp_pinned_owns(const void *p)
 	return r;
 }
 
+/* ---- frees that wait for a stream ----
+ * A block freed with ibp_pinned_free_async waits here with an event
+ * recorded on its stream until the event has completed; only then does it
+ * go back to jemalloc (or cudaFreeHost), which could hand it out at once. */
+typedef struct pending {
+	void *p;
+	cudaEvent_t ev;
+} pending_t;
+static pthread_mutex_t pend_mu = PTHREAD_MUTEX_INITIALIZER; /* before reg_mu, never after */
+static pending_t *pend;
+static uint64_t npend, cap_pend;
+static atomic_uint_fast64_t npend_atomic; /* lock-free "nothing pending" check */
+static cudaEvent_t *spare_ev;            /* completed events, for reuse */
+static uint64_t nspare, cap_spare;
+
+static void release(void *p);
+
+/* Frees the pending blocks whose events have completed (pend_mu held). */
+static void reclaim_locked(void)
+{
+	uint64_t k = 0;
+	for (uint64_t i = 0; i < npend; i++) {
+		cudaError_t e = cudaEventQuery(pend[i].ev);
+		if (e == cudaErrorNotReady) {
+			pend[k++] = pend[i];
+			continue;
+		}
+		if (e != cudaSuccess) {
+			/* a broken context: the copy may never be known to be done, so
+			 * the block stays out of use (leaked) rather than risk reuse */
+			(void)cudaGetLastError();
+			continue;
+		}
+		release(pend[i].p);
+		if (nspare < cap_spare)
+			spare_ev[nspare++] = pend[i].ev;
+		else
+			(void)cudaEventDestroy(pend[i].ev);
+	}
+	npend = k;
+	atomic_store(&npend_atomic, k);
+}
+
+static void reclaim(void)
+{
+	if (atomic_load(&npend_atomic) == 0)
+		return;
+	pthread_mutex_lock(&pend_mu);
+	reclaim_locked();
+	pthread_mutex_unlock(&pend_mu);
+}
+
+ibp_status_t ibp_pinned_free_async(void *p, void *stream)
+{
+	if (!p)
+		return IBP_OK;
+	if (!ibp_pinned_owns(p)) {
+		ibp_host_free(p); /* IBP_CUDA_HOST_FALLBACK memory: no device work uses it */
+		reclaim();
+		return IBP_OK;
+	}
+	pthread_mutex_lock(&pend_mu);
+	reclaim_locked();
+	cudaError_t e = cudaSuccess;
+	cudaEvent_t ev = NULL;
+	if (nspare)
+		ev = spare_ev[--nspare];
+	else
+		e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+	if (e == cudaSuccess)
+		e = cudaEventRecord(ev, (cudaStream_t)stream);
+	if (e == cudaSuccess && npend == cap_pend) {
+		uint64_t nc = cap_pend ? 2 * cap_pend : 64;
+		pending_t *np = realloc(pend, nc * sizeof(*np));
+		cudaEvent_t *ns = realloc(spare_ev, nc * sizeof(*ns));
+		if (np)
+			pend = np, cap_pend = nc;
+		if (ns)
+			spare_ev = ns, cap_spare = nc;
+		if (!np)
+			e = cudaErrorMemoryAllocation;
+	}
+	if (e == cudaSuccess) {
+		pend[npend++] = (pending_t){ p, ev };
+		atomic_store(&npend_atomic, npend);
+		pthread_mutex_unlock(&pend_mu);
+		return IBP_OK;
+	}
+	pthread_mutex_unlock(&pend_mu);
+	(void)cudaGetLastError();
+	if (ev)
+		(void)cudaEventDestroy(ev);
+	cudaError_t w = cudaStreamSynchronize((cudaStream_t)stream);
+	if (w == cudaSuccess) {
+		release(p);
+		return ibp_fail(IBP_ERR_CUDA, "pinned_free_async: cannot record an event (%s): waited for the stream "
+				"and freed the block", cudaGetErrorString(e));
+	}
+	(void)cudaGetLastError();
+	return ibp_fail(IBP_ERR_CUDA, "pinned_free_async: cannot record an event (%s) nor wait for the stream (%s): "
+			"the block is kept out of use", cudaGetErrorString(e), cudaGetErrorString(w));
+}
+
 void ibp_pinned_free(void *p)
 {
 	if (!p)
 		return;
+	reclaim();
+	release(p);
+}
+
+static void release(void *p)
+{
 	pthread_mutex_lock(&reg_mu);
 	int in_arena = region_of((uintptr_t)p) >= 0;
 	pthread_mutex_unlock(&reg_mu);

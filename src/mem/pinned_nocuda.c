@@ -39,6 +39,13 @@ void ibp_pinned_free(void *p)
 	ibp_host_free(p);
 }
 
+ibp_status_t ibp_pinned_free_async(void *p, void *stream)
+{
+	(void)stream; /* no device work without CUDA */
+	ibp_host_free(p);
+	return IBP_OK;
+}
+
 int ibp_pinned_owns(const void *p)
 {
 	(void)p;

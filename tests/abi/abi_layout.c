@@ -31,6 +31,7 @@ int main(void)
 	FIELD(ibp_exp_opts_t, sigma);
 	FIELD(ibp_exp_opts_t, table);
 	FIELD(ibp_exp_opts_t, nthreads);
+	FIELD(ibp_exp_opts_t, checksum);
 
 	STRUCT(ibp_fp8_opts_t);
 	FIELD(ibp_fp8_opts_t, format);
@@ -38,6 +39,7 @@ int main(void)
 	FIELD(ibp_fp8_opts_t, hadamard);
 	FIELD(ibp_fp8_opts_t, adaptive);
 	FIELD(ibp_fp8_opts_t, nthreads);
+	FIELD(ibp_fp8_opts_t, checksum);
 
 	STRUCT(ibp_cache_opts_t);
 	FIELD(ibp_cache_opts_t, capacity_bytes);

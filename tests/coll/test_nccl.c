@@ -84,7 +84,9 @@ Test(nccl, loopback_sizes_mismatch_timeout)
 	cr_assert_eq(ibp_coll_nccl_transport(&comm, 5000, &t), IBP_OK, "%s", ibp_last_error());
 	cr_assert_eq(t.rank, 0);
 	cr_assert_eq(t.nranks, 1);
-	const uint64_t sizes[] = { 0, 1, 3, 4096, (1u << 20) + 5 };
+	/* around the 16 KiB first part (16384 - 8 bytes of payload fit it), and
+	 * larger messages whose staging grows between calls */
+	const uint64_t sizes[] = { 0, 1, 3, 4096, 16375, 16376, 16377, 16384, 100000, (1u << 20) + 5, 7 };
 	uint64_t cap = (1u << 20) + 64;
 	uint8_t *sb = malloc(cap), *rb = malloc(cap);
 	cr_assert(sb && rb);

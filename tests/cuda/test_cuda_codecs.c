@@ -218,6 +218,7 @@ Test(cuda_codecs, exp_gpu_bytes_equal_cpu)
 			for (int mode = 0; mode < 4; mode++) {
 				ibp_exp_opts_t o;
 				ibp_exp_opts_default(&o);
+				o.checksum = 0; /* the device encoder writes none */
 				if (mode == 1)
 					o.sigma = 0.02;
 				else if (mode == 2)
@@ -293,6 +294,7 @@ Test(cuda_codecs, fp8_codec_gpu_equals_cpu)
 					uint64_t nc = n ? (n + chunk - 1) / chunk : 1;
 					ibp_fp8_opts_t o;
 					ibp_fp8_opts_default(&o);
+					o.checksum = 0; /* the device encoder writes none */
 					o.block = B;
 					o.format = (ibp_fp8_format_t)(v & 1);
 					o.hadamard = v != 2;
@@ -323,7 +325,8 @@ Test(cuda_codecs, fp8_codec_gpu_equals_cpu)
 							  (unsigned long long)n, B, v, (unsigned long long)c);
 					}
 					/* decode on the GPU: the CPU decoder's values, bit for bit */
-					cr_assert_eq(ibp_fp8_decode_cuda(ddst, dt, n, chunk, &o, dout, dstat, NULL), IBP_OK);
+					cr_assert_eq(ibp_fp8_decode_cuda_bounded(ddst, nc * stride, dt, n, chunk, &o, dout, dstat,
+										 NULL), IBP_OK);
 					int32_t st = -1;
 					uint8_t *go = tu_xcalloc(n * es + 4), *co = tu_xcalloc(n * es + 4);
 					d2h(go, dout, n * es);
@@ -337,9 +340,22 @@ Test(cuda_codecs, fp8_codec_gpu_equals_cpu)
 					/* corrupt header -> status */
 					uint8_t badv = 9;
 					h2d((uint8_t *)ddst + 4, &badv, 1);
-					cr_assert_eq(ibp_fp8_decode_cuda(ddst, dt, n, chunk, &o, dout, dstat, NULL), IBP_OK);
+					cr_assert_eq(ibp_fp8_decode_cuda_bounded(ddst, nc * stride, dt, n, chunk, &o, dout, dstat,
+										 NULL), IBP_OK);
 					d2h(&st, dstat, 4);
 					cr_assert_eq(st, IBP_ERR_CORRUPT);
+					/* the deprecated entry point still decodes (the streams' own size) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+					cr_assert_eq(ibp_fp8_decode_cuda(ddst, dt, n, chunk, &o, dout, dstat, NULL), IBP_OK);
+#pragma GCC diagnostic pop
+					d2h(&st, dstat, 4);
+					cr_assert_eq(st, IBP_ERR_CORRUPT);
+					/* a source shorter than its streams: refused before any launch */
+					uint64_t last = 0;
+					cr_assert_eq(ibp_fp8_encoded_size(&o, n ? n - (nc - 1) * chunk : 0, &last), IBP_OK);
+					cr_assert_eq(ibp_fp8_decode_cuda_bounded(ddst, (nc - 1) * stride + last - 1, dt, n, chunk,
+										 &o, dout, dstat, NULL), IBP_ERR_CORRUPT);
 					cudaFree(dsrc);
 					cudaFree(ddst);
 					cudaFree(dout);
@@ -379,4 +395,37 @@ Test(cuda_codecs, entry_points_report_status)
 	int gpu = ibp_cuda_device_count(&ndev) == IBP_OK && ndev > 0;
 	st = ibp_exp_encode_cuda(NULL, IBP_DTYPE_BF16, 0, 1, NULL, NULL, 128, NULL, NULL, 0, NULL);
 	cr_assert_eq(st, gpu ? IBP_OK : IBP_ERR_NO_DEVICE, "%d %s", st, ibp_last_error());
+}
+
+/* The bounded FP8 decode checks the source length on the host, before the
+ * device check: a source shorter than the streams of this shape is corrupt
+ * (nothing is read), one exactly as long passes the check. */
+Test(cuda_codecs, fp8_decode_bound_checked_on_the_host)
+{
+	ibp_fp8_opts_t o;
+	ibp_fp8_opts_default(&o);
+	void *src = (void *)(uintptr_t)4096, *dst = (void *)(uintptr_t)8192; /* never dereferenced */
+	int32_t *stat = (int32_t *)(uintptr_t)12288;
+	if (!ibp_cuda_built()) {
+		cr_assert_eq(ibp_fp8_decode_cuda_bounded(src, 0, IBP_DTYPE_BF16, 1000, 0, &o, dst, stat, NULL),
+			     IBP_ERR_UNSUPPORTED);
+		return;
+	}
+	/* 1000 elements in chunks of 300: three streams at the stride of 300
+	 * elements, then the last of 100 */
+	uint64_t stride = 0, last = 0;
+	cr_assert_eq(ibp_fp8_encoded_size(&o, 300, &stride), IBP_OK);
+	cr_assert_eq(ibp_fp8_encoded_size(&o, 100, &last), IBP_OK);
+	const uint64_t need = 3 * stride + last;
+	cr_assert_lt(need, 4 * stride, "the last stream is shorter than its stride");
+	cr_assert_eq(ibp_fp8_decode_cuda_bounded(src, need - 1, IBP_DTYPE_BF16, 1000, 300, &o, dst, stat, NULL),
+		     IBP_ERR_CORRUPT);
+	cr_assert(strstr(ibp_last_error(), "source bytes") != NULL, "%s", ibp_last_error());
+	cr_assert_eq(ibp_fp8_decode_cuda_bounded(src, 0, IBP_DTYPE_BF16, 0, 0, &o, dst, stat, NULL), IBP_ERR_CORRUPT,
+		     "an empty stream still has its 64-byte header");
+	int ndev = 0;
+	if (ibp_cuda_device_count(&ndev) == IBP_OK && ndev > 0)
+		return; /* with a device the call would launch on these fake pointers */
+	cr_assert_eq(ibp_fp8_decode_cuda_bounded(src, need, IBP_DTYPE_BF16, 1000, 300, &o, dst, stat, NULL),
+		     IBP_ERR_NO_DEVICE, "%s", ibp_last_error());
 }

@@ -334,6 +334,12 @@ Test(cuda, no_device_path)
 	memset(p, 0x5a, 1000);
 	cr_assert_eq(ibp_pinned_owns(p), 0);
 	ibp_pinned_free(p);
+	/* ... and the stream-ordered free takes it too (freed at once: no device) */
+	p = NULL;
+	cr_assert_eq(ibp_pinned_alloc(1000, 64, IBP_CUDA_HOST_FALLBACK, &p), IBP_ERR_NO_DEVICE);
+	cr_assert_not_null(p);
+	OK(ibp_pinned_free_async(p, NULL));
+	OK(ibp_pinned_free_async(NULL, NULL));
 
 	/* the store: refused, or kept in host memory and decoded on the CPU */
 	ibp_cuda_store_desc_t d = { t.codec, t.enc, t.offsets[t.nrows], t.offsets, t.flags, t.clusters,
@@ -950,6 +956,59 @@ Test(cuda, real_sample_data, .timeout = 900)
 	}
 	if (!done)
 		cr_skip_test("no sample .npy files under %s/datasets/sample", IBP_SOURCE_DIR);
+}
+
+/* The stream calls below, from the CUDA runtime when the test links it. */
+extern int cudaStreamCreate(void **s) __attribute__((weak));
+extern int cudaStreamDestroy(void *s) __attribute__((weak));
+extern int cudaStreamSynchronize(void *s) __attribute__((weak));
+extern int cudaLaunchHostFunc(void *s, void (*fn)(void *), void *user) __attribute__((weak));
+
+static int gate_open;
+
+/* Holds its stream until the test opens the gate: work after it is in flight. */
+static void gate(void *user)
+{
+	(void)user;
+	while (!__atomic_load_n(&gate_open, __ATOMIC_ACQUIRE))
+		usleep(200);
+}
+
+/* A block freed with ibp_pinned_free_async is not handed out again while
+ * its stream is busy (jemalloc would return it first), and is reclaimed
+ * once the stream has passed the free. */
+Test(cuda, pinned_free_async_waits_for_the_stream)
+{
+	REQUIRE_GPU();
+	if (!cudaStreamCreate || !cudaStreamDestroy || !cudaStreamSynchronize || !cudaLaunchHostFunc)
+		cr_skip_test("the CUDA runtime's stream calls are not linked into this test");
+	const uint64_t sz = 1u << 20;
+	void *stream = NULL;
+	cr_assert_eq(cudaStreamCreate(&stream), 0);
+	uint64_t base = 0, used = 0;
+	ibp_pinned_stats(NULL, &base);
+	void *a = NULL, *b[8], *c = NULL;
+	OK(ibp_pinned_alloc(sz, 4096, 0, &a));
+	__atomic_store_n(&gate_open, 0, __ATOMIC_RELEASE);
+	cr_assert_eq(cudaLaunchHostFunc(stream, gate, NULL), 0);
+	OK(ibp_pinned_free_async(a, stream));
+	for (int i = 0; i < 8; i++) {
+		OK(ibp_pinned_alloc(sz, 4096, 0, &b[i]));
+		cr_assert_neq(b[i], a, "a block was handed out again while its stream was still busy");
+	}
+	for (int i = 0; i < 8; i++)
+		ibp_pinned_free(b[i]);
+	ibp_pinned_stats(NULL, &used);
+	cr_assert_eq(used, base + sz, "the pending block counts as in use (%llu, base %llu)",
+		     (unsigned long long)used, (unsigned long long)base);
+	__atomic_store_n(&gate_open, 1, __ATOMIC_RELEASE);
+	cr_assert_eq(cudaStreamSynchronize(stream), 0);
+	OK(ibp_pinned_alloc(sz, 4096, 0, &c)); /* reclaims a */
+	ibp_pinned_free(c);
+	ibp_pinned_stats(NULL, &used);
+	cr_assert_eq(used, base, "the block was not reclaimed (%llu, base %llu)", (unsigned long long)used,
+		     (unsigned long long)base);
+	cr_assert_eq(cudaStreamDestroy(stream), 0);
 }
 
 Test(cuda, pinned_allocator)

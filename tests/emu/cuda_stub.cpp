@@ -143,10 +143,29 @@ cudaError_t cudaFree(void *p)
 	return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind, cudaStream_t)
+/* Stream-ordered allocations: immediate, as every launch has completed. */
+cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t)
+{
+	*p = emu_dev_alloc(n, 0, "cudaMallocAsync");
+	return cudaSuccess;
+}
+
+cudaError_t cudaFreeAsync(void *p, cudaStream_t)
+{
+	emu_dev_free(p);
+	return cudaSuccess;
+}
+
+/* Tests: called before each copy, so that a test can run other calls
+ * between an asynchronous step and the copy that follows it. */
+void (*emu_stub_copy_hook)(void *dst, const void *src, size_t n, int kind);
+
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t)
 {
 	if (n && (!d || !s))
 		return set(cudaErrorInvalidValue);
+	if (emu_stub_copy_hook)
+		emu_stub_copy_hook(d, s, n, (int)k);
 	memmove(d, s, n);
 	return cudaSuccess;
 }

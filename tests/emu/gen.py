@@ -125,6 +125,10 @@ fp8 = defect(fp8, '''			x[j] = FP_SUB(a, b);
 		if (emu_defect != 7)
 			__syncthreads();''')
 
+# defect 25: the bounded FP8 decode launches without checking the source
+# length (the kernel then reads past a source one byte short)
+fp8 = defect(fp8, 'if (src_bytes < need)', 'if (emu_defect != 25 && src_bytes < need)')
+
 dq = open(src + 'dynamiq.cu').read()
 # defect 16: no barrier between DynamiQ's group maxima and the super-group scale (thread 0 reads gm[] while
 # the other groups' threads still write it)

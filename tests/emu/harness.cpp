@@ -786,6 +786,47 @@ static void api_staged(const Case &t, const ibp_cuda_store_t *s)
 		      IBP_ERR_INVALID_ARG, "api staged: stride 0 accepted");
 }
 
+/* ibp_cuda_store_errors twice at once: call B (after more failed rows) runs
+ * between call A's exchange and A's copy of the count (the stub's copy
+ * hook). Each must get its own count, none lost or doubled. */
+static ibp_cuda_store_t *errs_store;
+static uint64_t errs_b_count, errs_b_bad;
+static int errs_armed;
+
+static void errs_fail_rows(ibp_cuda_store_t *s, uint64_t k)
+{
+	DBuf<int64_t> ids(k, "ids");
+	DBuf<uint8_t> out(k * ibp_cuda_store_row_bytes(s), "out");
+	for (uint64_t i = 0; i < k; i++)
+		ids.p[i] = -1 - (int64_t)i; /* out of range: a failed row each */
+	OK(ibp_gather_cuda(s, ids.p, k, out.p, nullptr, nullptr, nullptr));
+}
+
+static void errs_hook(void *, const void *, size_t n, int kind)
+{
+	if (!errs_armed || n != 8 || kind != cudaMemcpyDeviceToHost)
+		return;
+	errs_armed = 0;
+	errs_fail_rows(errs_store, errs_b_bad);
+	OK(ibp_cuda_store_errors(errs_store, &errs_b_count, nullptr));
+}
+
+static void api_errors_interleaved(ibp_cuda_store_t *s)
+{
+	uint64_t a = 0;
+	OK(ibp_cuda_store_errors(s, &a, nullptr)); /* start from zero */
+	errs_fail_rows(s, 2);
+	errs_store = s, errs_b_bad = 3, errs_b_count = ~0ull, errs_armed = 1;
+	emu_stub_copy_hook = errs_hook;
+	OK(ibp_cuda_store_errors(s, &a, nullptr));
+	emu_stub_copy_hook = nullptr;
+	CHECK(!errs_armed, "api store_errors interleaved: the hook did not run");
+	CHECK(a == 2 && errs_b_count == 3, "api store_errors interleaved: counts %llu and %llu, want 2 and 3",
+	      (unsigned long long)a, (unsigned long long)errs_b_count);
+	OK(ibp_cuda_store_errors(s, &a, nullptr));
+	CHECK(a == 0, "api store_errors interleaved: %llu left", (unsigned long long)a);
+}
+
 /* The public GPU API, host code included (launch configuration, stores,
  * workspaces, error handling), against the H100 runtime stub. */
 static void api_case(uint64_t R, unsigned C, unsigned K)
@@ -858,6 +899,7 @@ static void api_case(uint64_t R, unsigned C, unsigned K)
 		CHECK(cnt == bad, "api store_errors: %llu vs %llu", (unsigned long long)cnt, (unsigned long long)bad);
 		OK(ibp_cuda_store_errors(s, &cnt, nullptr));
 		CHECK(cnt == 0, "api store_errors: not reset (%llu)", (unsigned long long)cnt);
+		api_errors_interleaved(s);
 		const int syncs = emu_stub_device_syncs;
 		ibp_cuda_store_free(s);
 		CHECK(emu_stub_device_syncs == syncs, "api: ibp_cuda_store_free synchronised the whole device");
@@ -1139,6 +1181,7 @@ static void api_kv_case(uint64_t R, unsigned C)
 		ibp_exp_opts_t eo;
 		ibp_exp_opts_default(&eo);
 		eo.nthreads = 1;
+		eo.checksum = 0; /* KV blocks are in-memory blocks */
 		for (uint64_t b = 0; b < ne; b++) {
 			memcpy(two.data(), &kv[(uint64_t)ids[b] * R], R);
 			memcpy(two.data() + R, &kv[(NBk + (uint64_t)ids[b]) * R], R);

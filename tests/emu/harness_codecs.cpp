@@ -86,8 +86,12 @@ static void gen(ibp_dtype_t dt, uint8_t *p, uint64_t n, double sigma)
 	}
 }
 
-static void exp_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, const ibp_exp_opts_t *o)
+static void exp_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, const ibp_exp_opts_t *osum)
 {
+	/* the device writes blocks without a checksum: compare with the CPU's */
+	ibp_exp_opts_t plain = *osum;
+	plain.checksum = 0;
+	const ibp_exp_opts_t *o = &plain;
 	const size_t es = esz(dt);
 	const uint64_t nc = (n + chunk - 1) / chunk;
 	std::vector<uint8_t> src(n * es + 1);
@@ -129,6 +133,33 @@ static void exp_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, const ibp_exp_o
 	CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_OK, "exp decode: %d status %d", st, *(int32_t *)dstat.p);
 	CCHECK(!memcmp(dout.p, src.data(), n * es), "exp %s n %llu: decoded values differ", ibp_dtype_name(dt),
 	       (unsigned long long)n);
+	/* checksummed blocks (the CPU default) decode on the device too, and
+	 * version-1 blocks (no flags) */
+	{
+		std::vector<uint8_t> sum(cap);
+		std::vector<uint64_t> soff(nc + 1);
+		CCHECK(ibp_exp_encode_batch(src.data(), dt, n, chunk, osum, sum.data(), cap, soff.data()) == IBP_OK,
+		       "cpu encode (checksum)");
+		CCHECK(soff == off, "exp: a checksum changed a block's size");
+		for (uint64_t c = 0; c < nc && osum->checksum; c++)
+			CCHECK(sum[soff[c] + 48] == 1 && memcmp(&sum[soff[c]], &cpu[off[c]], 48) == 0,
+			       "exp: checksummed block %llu: flag or header", (unsigned long long)c);
+		for (int v1 = 0; v1 < 2; v1++) {
+			if (v1) { /* the unchecked blocks with version byte 1: the old format */
+				memcpy(sum.data(), cpu.data(), off[nc]);
+				for (uint64_t c = 0; c < nc; c++)
+					sum[off[c] + 4] = 1;
+			}
+			memcpy(dblk.p, sum.data(), off[nc]);
+			memset(dout.p, 0xA5, n * es);
+			st = ibp_exp_decode_cuda(dblk.p, off[nc], (uint64_t *)doff.p, (uint64_t *)dsizes.p, dt, n, chunk,
+						 dout.p, (int32_t *)dstat.p, nullptr);
+			CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_OK && !memcmp(dout.p, src.data(), n * es),
+			       "exp %s n %llu: %s blocks do not decode on the device (status %d)", ibp_dtype_name(dt),
+			       (unsigned long long)n, v1 ? "version-1" : "checksummed", *(int32_t *)dstat.p);
+		}
+		memcpy(dblk.p, cpu.data(), off[nc]);
+	}
 	/* a block claimed past the buffer, and a flipped byte, are reported as the CPU decides */
 	if (nc) {
 		((uint64_t *)dsizes.p)[nc - 1] += 128;
@@ -154,6 +185,7 @@ static void fp8_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, uint32_t B, int
 	const uint64_t ch = chunk ? chunk : (n ? n : 1), nc = n ? (n + ch - 1) / ch : 1;
 	ibp_fp8_opts_t o;
 	ibp_fp8_opts_default(&o);
+	o.checksum = 0; /* the device writes streams without one */
 	o.block = B;
 	o.format = (ibp_fp8_format_t)(v & 1);
 	o.hadamard = v != 2;
@@ -178,7 +210,16 @@ static void fp8_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, uint32_t B, int
 		CCHECK(!memcmp(&cpu[c * stride], ddst.p + c * stride, sz), "fp8 %s n %llu B %u variant %d chunk %llu: bytes differ",
 		       ibp_dtype_name(dt), (unsigned long long)n, B, v, (unsigned long long)c);
 	}
-	st = ibp_fp8_decode_cuda(ddst.p, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p, nullptr);
+	/* the source exactly as long as the streams (the last one shorter than
+	 * its stride): decoded from it, and refused one byte shorter without a
+	 * read past it (the emulator's redzone; defect 25 drops the check) */
+	uint64_t last = 0;
+	ibp_fp8_encoded_size(&o, n ? n - (nc - 1) * ch : 0, &last);
+	const uint64_t need = (nc - 1) * stride + last;
+	Dev exact(need, "fp8 streams, exact"), shorter(need - 1, "fp8 streams, one byte short");
+	memcpy(exact.p, ddst.p, need);
+	memcpy(shorter.p, ddst.p, need - 1);
+	st = ibp_fp8_decode_cuda_bounded(exact.p, need, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p, nullptr);
 	CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_OK, "fp8 decode %d status %d", st, *(int32_t *)dstat.p);
 	std::vector<uint8_t> co(n * es + 4);
 	for (uint64_t c = 0; c < nc && n; c++) {
@@ -187,8 +228,37 @@ static void fp8_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, uint32_t B, int
 	}
 	CCHECK(!memcmp(dout.p, co.data(), n * es), "fp8 %s n %llu B %u variant %d: decoded values differ",
 	       ibp_dtype_name(dt), (unsigned long long)n, B, v);
+	*(int32_t *)dstat.p = 12345;
+	st = ibp_fp8_decode_cuda_bounded(shorter.p, need - 1, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p, nullptr);
+	CCHECK(st == IBP_ERR_CORRUPT && *(int32_t *)dstat.p == 12345,
+	       "fp8 decode of a source one byte short: %d (status %d), want IBP_ERR_CORRUPT before any launch", st,
+	       *(int32_t *)dstat.p);
+	/* the deprecated entry point: the streams' own size, as before */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+	st = ibp_fp8_decode_cuda(exact.p, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p, nullptr);
+#pragma GCC diagnostic pop
+	CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_OK && !memcmp(dout.p, co.data(), n * es),
+	       "fp8 deprecated decode %d status %d", st, *(int32_t *)dstat.p);
+	/* checksummed streams (the CPU default) decode on the device too */
+	{
+		ibp_fp8_opts_t os = o;
+		os.checksum = 1;
+		Dev dsum(nc * stride, "fp8 checksummed streams");
+		for (uint64_t c = 0; c < nc; c++) {
+			uint64_t len = n ? (n - c * ch < ch ? n - c * ch : ch) : 0, size = 0;
+			CCHECK(ibp_fp8_encode(src.data() + c * ch * es, dt, len, &os, dsum.p + c * stride, stride, &size) ==
+				       IBP_OK && (dsum.p[6] & 4),
+			       "cpu fp8 (checksum)");
+		}
+		memset(dout.p, 0xA5, n * es);
+		st = ibp_fp8_decode_cuda_bounded(dsum.p, nc * stride, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p,
+						 nullptr);
+		CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_OK && !memcmp(dout.p, co.data(), n * es),
+		       "fp8: checksummed streams do not decode on the device (status %d)", *(int32_t *)dstat.p);
+	}
 	ddst.p[4] = 9; /* version */
-	st = ibp_fp8_decode_cuda(ddst.p, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p, nullptr);
+	st = ibp_fp8_decode_cuda_bounded(ddst.p, nc * stride, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p, nullptr);
 	CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_ERR_CORRUPT, "fp8: corrupt header not reported");
 }
 

@@ -372,6 +372,77 @@ Test(exp, raw_passthrough_on_uniform_exponents)
 	}
 }
 
+/* ------------------------------------------------------------- checksums */
+
+/* A checksummed block: every bit of the header and 1000 random payload
+ * bits, flipped one at a time, and every truncation, are refused
+ * (IBP_ERR_CHECKSUM or IBP_ERR_CORRUPT); IBP_EXP_TRUSTED skips only the
+ * checksum; the same block without one, or in the version-1 format,
+ * decodes to the same values. */
+Test(exp, checksum_rejects_every_flip)
+{
+	tu_rng_t r;
+	tu_rng_seed(&r, 61);
+	for (int d = 0; d < DT_COUNT; d++) {
+		ibp_dtype_t dt = DTS[d];
+		const uint64_t n = 5000;
+		size_t es = esize_of(dt);
+		uint8_t *src = tu_xcalloc(n * es), *blk, *plain, *out = tu_xcalloc(n * es);
+		gen(&r, D_GAUSS, dt, 0.02, src, n);
+		ibp_exp_opts_t o;
+		ibp_exp_opts_default(&o);
+		cr_assert_eq(o.checksum, 1, "checksums are the default");
+		uint64_t size = round_trip(src, dt, n, &o, &blk);
+		o.checksum = 0;
+		uint64_t psize = round_trip(src, dt, n, &o, &plain);
+		cr_assert_eq(size, psize, "a checksum costs no bytes (reserved header space)");
+		cr_assert_eq(blk[4], 2, "version 2");
+		cr_assert_eq(blk[48], 1, "the checksum flag");
+		cr_assert_eq(plain[48], 0);
+		cr_assert(memcmp(blk + 64, plain + 64, size - 64) == 0 && memcmp(blk, plain, 48) == 0);
+		uint8_t *c = tu_xcalloc(size);
+		for (uint64_t k = 0; k < 64 * 8 + 1000; k++) {
+			uint64_t bitpos = k < 64 * 8 ? k : 64 * 8 + tu_below(&r, (size - 64) * 8);
+			memcpy(c, blk, size);
+			c[bitpos / 8] ^= (uint8_t)(1u << (bitpos % 8));
+			ibp_status_t st = ibp_exp_decode(c, size, dt, n, out, 1);
+			cr_assert(st == IBP_ERR_CHECKSUM || st == IBP_ERR_CORRUPT, "%s: bit %llu flipped: status %d",
+				  ibp_dtype_name(dt), (unsigned long long)bitpos, st);
+		}
+		for (uint64_t len = 0; len < size; len++)
+			cr_assert_neq(ibp_exp_decode(blk, len, dt, n, out, 1), IBP_OK, "truncated to %llu",
+				      (unsigned long long)len);
+		/* a sign+mantissa bit flipped is structurally fine: only the
+		 * checksum catches it, and TRUSTED skips exactly that */
+		ibp_exp_info_t info;
+		cr_assert_eq(ibp_exp_block_info(blk, size, &info), IBP_OK);
+		memcpy(c, blk, size);
+		c[info.raw ? 64 : doc_layout(dt, n).off_lo] ^= 1;
+		cr_assert_eq(ibp_exp_decode(c, size, dt, n, out, 1), IBP_ERR_CHECKSUM);
+		cr_assert_eq(ibp_exp_decode_ext(c, size, dt, n, out, 1, IBP_EXP_TRUSTED), IBP_OK);
+		memset(out, 0, n * es);
+		cr_assert_eq(ibp_exp_decode_ext(blk, size, dt, n, out, 1, IBP_EXP_TRUSTED), IBP_OK);
+		cr_assert(memcmp(out, src, n * es) == 0);
+		cr_assert_eq(ibp_exp_decode_ext(blk, size, dt, n, out, 1, 2u), IBP_ERR_INVALID_ARG);
+		/* the old format: no flags byte, no sum, version 1 */
+		plain[4] = 1;
+		memset(out, 0, n * es);
+		cr_assert_eq(ibp_exp_decode(plain, size, dt, n, out, 1), IBP_OK, "%s", ibp_last_error());
+		cr_assert(memcmp(out, src, n * es) == 0, "a version-1 block decodes as before");
+		uint64_t offs[2] = { 0, size };
+		memset(out, 0, n * es);
+		cr_assert_eq(ibp_exp_decode_batch(blk, size, offs, dt, n, n, out, 1), IBP_OK);
+		cr_assert(memcmp(out, src, n * es) == 0);
+		cr_assert_eq(ibp_exp_decode_batch(c, size, offs, dt, n, n, out, 1), IBP_ERR_CHECKSUM);
+		cr_assert_eq(ibp_exp_decode_batch_ext(c, size, offs, dt, n, n, out, 1, IBP_EXP_TRUSTED), IBP_OK);
+		free(c);
+		free(blk);
+		free(plain);
+		free(out);
+		free(src);
+	}
+}
+
 /* ------------------------------------------------------------- corruption */
 
 static ibp_status_t dec(const uint8_t *blk, uint64_t size, ibp_dtype_t dt, uint64_t n, uint8_t *out)
@@ -391,6 +462,7 @@ Test(exp, corrupt_blocks_rejected)
 		gen(&r, D_GAUSS, dt, 0.02, src, n);
 		ibp_exp_opts_t o;
 		ibp_exp_opts_default(&o);
+		o.checksum = 0; /* the structure's own checks (the checksum's: checksum_rejects_every_flip) */
 		uint64_t size = round_trip(src, dt, n, &o, &blk);
 		ibp_exp_info_t info;
 		cr_assert_eq(ibp_exp_block_info(blk, size, &info), IBP_OK);
@@ -404,7 +476,8 @@ Test(exp, corrupt_blocks_rejected)
 		cr_assert_eq(dec(c, size, dt, n, out), IBP_ERR_CORRUPT, "%s: %s accepted", ibp_dtype_name(dt), what); \
 	} while (0)
 		MUTATE(c[0] ^= 1, "magic");
-		MUTATE(c[4] = 2, "version");
+		MUTATE(c[4] = 3, "version");
+		MUTATE(c[4] = 0, "version 0");
 		MUTATE(c[5] = (uint8_t)(dt == IBP_DTYPE_F32 ? IBP_DTYPE_BF16 : IBP_DTYPE_F32), "dtype");
 		MUTATE(c[6] = 2, "mode");
 		MUTATE(c[7] = 3, "table source");
@@ -417,6 +490,9 @@ Test(exp, corrupt_blocks_rejected)
 		MUTATE(c[32] ^= 128, "block size");
 		MUTATE(c[40] ^= 128, "static size");
 		MUTATE(c[50] = 1, "reserved");
+		MUTATE(c[48] = 2, "unknown flag");
+		MUTATE(c[60] = 1, "a sum without the checksum flag");
+		MUTATE((c[4] = 1, c[48] = 1), "a flag in version 1");
 		MUTATE(c[64] = 1, "first prefix not 0");
 		MUTATE(c[64 + 8] ^= 1, "second prefix");
 		MUTATE(c[64 + 8 * L.ngroups] = 1, "padding after prefixes");
@@ -453,12 +529,13 @@ Test(exp, corrupt_blocks_rejected)
 		cr_assert_eq(dec(blk, size - 1, dt, n, out), IBP_ERR_CORRUPT);
 		cr_assert_eq(dec(blk, 63, dt, n, out), IBP_ERR_CORRUPT);
 		cr_assert_eq(dec(blk, size, dt, n - 1, out), IBP_ERR_CORRUPT);
-		/* random single-byte damage anywhere: OK or CORRUPT, never a crash */
+		/* random single-byte damage anywhere: OK or CORRUPT (CHECKSUM when
+		 * the damage sets the checksum flag), never a crash */
 		for (int it = 0; it < 2000; it++) {
 			memcpy(c, blk, size);
 			c[tu_below(&r, size)] ^= (uint8_t)(1u + tu_below(&r, 255));
 			ibp_status_t st = dec(c, size, dt, n, out);
-			cr_assert(st == IBP_OK || st == IBP_ERR_CORRUPT);
+			cr_assert(st == IBP_OK || st == IBP_ERR_CORRUPT || st == IBP_ERR_CHECKSUM);
 		}
 #undef MUTATE
 		free(c);
@@ -472,6 +549,7 @@ Test(exp, corrupt_blocks_rejected)
 	uint64_t size = 0;
 	ibp_exp_opts_t o;
 	ibp_exp_opts_default(&o);
+	o.checksum = 0; /* the raw frame's own checks */
 	cr_assert_eq(ibp_exp_encode(v, IBP_DTYPE_BF16, 3, &o, blk, sizeof(blk), &size), IBP_OK);
 	cr_assert_eq(size, 128);
 	cr_assert_eq(blk[6], 0);

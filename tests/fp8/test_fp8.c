@@ -485,7 +485,9 @@ Test(fp8, invariances_and_determinism)
 	cr_assert_eq(ibp_fp8_encoded_size(&o, n, &cap), IBP_OK);
 	uint8_t *sb = tu_xcalloc(cap), *sw = enc(xw, n, &o, &size2);
 	cr_assert_eq(ibp_fp8_encode(xb, IBP_DTYPE_BF16, n, &o, sb, cap, &sz), IBP_OK);
-	cr_assert(memcmp(sb + 17, sw + 17, cap - 17) == 0 && sb[16] == IBP_DTYPE_BF16);
+	/* all but the source dtype and the checksum over it */
+	cr_assert(memcmp(sb + 17, sw + 17, 56 - 17) == 0 && memcmp(sb + 64, sw + 64, cap - 64) == 0 &&
+		  sb[16] == IBP_DTYPE_BF16);
 	free(sb);
 	free(sw);
 	free(xb);
@@ -500,6 +502,59 @@ Test(fp8, invariances_and_determinism)
 	free(x2);
 }
 
+/* A checksummed stream: every header bit and 1000 random payload bits,
+ * flipped one at a time, and every truncation, are refused; TRUSTED skips
+ * only the checksum; the unchecked and version-1 forms decode alike. */
+Test(fp8, checksum_rejects_every_flip)
+{
+	uint64_t n = 3000, size = 0, psize = 0;
+	tu_rng_t r;
+	tu_rng_seed(&r, 161);
+	float *x = tu_xcalloc(n * sizeof(float)), *y = tu_xcalloc(n * sizeof(float)),
+	      *ref = tu_xcalloc(n * sizeof(float));
+	for (uint64_t i = 0; i < n; i++)
+		x[i] = (float)gauss(&r);
+	ibp_fp8_opts_t o;
+	ibp_fp8_opts_default(&o);
+	cr_assert_eq(o.checksum, 1, "checksums are the default");
+	uint8_t *s = enc(x, n, &o, &size);
+	o.checksum = 0;
+	uint8_t *p = enc(x, n, &o, &psize), *c = tu_xcalloc(size);
+	cr_assert_eq(size, psize);
+	cr_assert(s[4] == 2 && (s[6] & 4) && !(p[6] & 4));
+	cr_assert(memcmp(s + 64, p + 64, size - 64) == 0);
+	cr_assert_eq(ibp_fp8_decode(s, size, IBP_DTYPE_F32, n, ref, 1), IBP_OK);
+	for (uint64_t k = 0; k < 64 * 8 + 1000; k++) {
+		uint64_t bitpos = k < 64 * 8 ? k : 64 * 8 + tu_below(&r, (size - 64) * 8);
+		memcpy(c, s, size);
+		c[bitpos / 8] ^= (uint8_t)(1u << (bitpos % 8));
+		ibp_status_t st = ibp_fp8_decode(c, size, IBP_DTYPE_F32, n, y, 1);
+		cr_assert(st == IBP_ERR_CHECKSUM || st == IBP_ERR_CORRUPT, "bit %llu flipped: status %d",
+			  (unsigned long long)bitpos, st);
+	}
+	for (uint64_t len = 0; len < size; len++)
+		cr_assert_neq(ibp_fp8_decode(s, len, IBP_DTYPE_F32, n, y, 1), IBP_OK, "truncated to %llu",
+			      (unsigned long long)len);
+	memcpy(c, s, size);
+	c[64] ^= 2; /* an FP8 code: structurally fine */
+	cr_assert_eq(ibp_fp8_decode(c, size, IBP_DTYPE_F32, n, y, 1), IBP_ERR_CHECKSUM);
+	cr_assert_eq(ibp_fp8_decode_ext(c, size, IBP_DTYPE_F32, n, y, 1, IBP_FP8_TRUSTED), IBP_OK);
+	cr_assert_eq(ibp_fp8_decode_ext(s, size, IBP_DTYPE_F32, n, y, 1, 2u), IBP_ERR_INVALID_ARG);
+	for (int v1 = 0; v1 < 2; v1++) {
+		if (v1)
+			p[4] = 1; /* the old format */
+		memset(y, 0, n * sizeof(float));
+		cr_assert_eq(ibp_fp8_decode(p, size, IBP_DTYPE_F32, n, y, 1), IBP_OK, "%s", ibp_last_error());
+		cr_assert(memcmp(y, ref, n * sizeof(float)) == 0, "version %d: values differ", v1 ? 1 : 2);
+	}
+	free(c);
+	free(p);
+	free(s);
+	free(ref);
+	free(y);
+	free(x);
+}
+
 Test(fp8, corrupt_streams_rejected)
 {
 	uint64_t n = 1000, size = 0;
@@ -510,6 +565,7 @@ Test(fp8, corrupt_streams_rejected)
 		x[i] = (float)gauss(&r);
 	ibp_fp8_opts_t o;
 	ibp_fp8_opts_default(&o);
+	o.checksum = 0; /* the structure's own checks (the checksum's: checksum_rejects_every_flip) */
 	uint8_t *s = enc(x, n, &o, &size), *c = tu_xcalloc(size);
 	uint64_t m = 4, sc = 64 + 1024, ke = sc + 16;
 #define MUT(stmt, what)                                                                               \
@@ -521,7 +577,10 @@ Test(fp8, corrupt_streams_rejected)
 	MUT(c[0] ^= 1, "magic");
 	MUT(c[4] = 9, "version");
 	MUT(c[5] = 2, "format");
-	MUT(c[6] = 4, "flags");
+	MUT(c[6] = 8, "flags");
+	MUT(c[4] = 0, "version 0");
+	MUT(c[60] = 1, "a sum without the checksum flag");
+	MUT((c[4] = 1, c[6] |= 4), "the checksum flag in version 1");
 	MUT(c[7] = 3, "log2 block");
 	MUT(c[7] = 9, "log2 block (size mismatch)");
 	MUT(c[8] ^= 1, "element count");
@@ -540,7 +599,7 @@ Test(fp8, corrupt_streams_rejected)
 		memcpy(c, s, size);
 		c[tu_below(&r, size)] ^= (uint8_t)(1 + tu_below(&r, 255));
 		ibp_status_t st = ibp_fp8_decode(c, size, IBP_DTYPE_F32, n, y, 1);
-		cr_assert(st == IBP_OK || st == IBP_ERR_CORRUPT);
+		cr_assert(st == IBP_OK || st == IBP_ERR_CORRUPT || st == IBP_ERR_CHECKSUM);
 	}
 #undef MUT
 	(void)m;

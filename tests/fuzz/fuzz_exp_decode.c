@@ -31,9 +31,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		free(buf);
 		return 0;
 	}
-	ibp_status_t st = ibp_exp_decode(buf, size, dt, n, out, 1 + (int)(size & 1));
+	/* the structure's checks (trusted: past any checksum), then the checked
+	 * decode, which may only add a checksum verdict */
+	ibp_status_t st = ibp_exp_decode_ext(buf, size, dt, n, out, 1 + (int)(size & 1), IBP_EXP_TRUSTED);
 	if (st != IBP_OK && st != IBP_ERR_CORRUPT)
 		abort();
+	ibp_status_t sc = ibp_exp_decode(buf, size, dt, n, out, 1);
+	if ((sc != IBP_OK && sc != IBP_ERR_CORRUPT && sc != IBP_ERR_CHECKSUM) || (sc == IBP_OK && st != IBP_OK))
+		abort();
+	if (st == IBP_OK) /* the checked decode overwrote out: decode it again */
+		st = ibp_exp_decode_ext(buf, size, dt, n, out, 1, IBP_EXP_TRUSTED);
 	if (st == IBP_OK && !info.raw) {
 		uint64_t raw = 0, cap = 0, got = 0;
 		if (ibp_exp_raw_size(dt, n, &raw) != IBP_OK || ibp_exp_encode_bound(dt, n, &cap) != IBP_OK)
@@ -44,12 +51,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			o.table_mode = IBP_EXP_TABLE_GIVEN;
 			o.table = info.table;
 			o.nthreads = 1;
+			o.checksum = 0; /* version, flags and sum are compared from the input below */
 			uint8_t *again = malloc(cap);
 			if (!again)
 				abort();
 			if (ibp_exp_encode(out, dt, n, &o, again, cap, &got) != IBP_OK || got != info.block_bytes)
 				abort();
 			again[7] = buf[7];
+			again[4] = buf[4];
+			memcpy(again + 48, buf + 48, 16);
 			if (memcmp(again, buf, got) != 0)
 				abort();
 			free(again);

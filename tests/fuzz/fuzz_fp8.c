@@ -34,13 +34,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint16_t *h = malloc(2 * n + 2);
 	if (!a || !b || !h)
 		goto out;
-	ibp_status_t s1 = ibp_fp8_decode(buf, size, IBP_DTYPE_F32, n, a, 1);
+	/* the structure's checks (trusted: past any checksum); the checked
+	 * decode may only add a checksum verdict */
+	const unsigned T = IBP_FP8_TRUSTED;
+	ibp_status_t sc = ibp_fp8_decode(buf, size, IBP_DTYPE_F32, n, a, 1);
+	ibp_status_t s1 = ibp_fp8_decode_ext(buf, size, IBP_DTYPE_F32, n, a, 1, T);
 	if (s1 != IBP_OK && s1 != IBP_ERR_CORRUPT)
+		abort();
+	if ((sc != IBP_OK && sc != IBP_ERR_CORRUPT && sc != IBP_ERR_CHECKSUM) || (sc == IBP_OK && s1 != IBP_OK))
 		abort();
 	if (s1 == IBP_OK && !parsed)
 		abort(); /* decoded what the header check refuses */
-	ibp_status_t s3 = ibp_fp8_decode(buf, size, IBP_DTYPE_F32, n, b, 3);
-	ibp_status_t sh = ibp_fp8_decode(buf, size, IBP_DTYPE_BF16, n, h, 1);
+	ibp_status_t s3 = ibp_fp8_decode_ext(buf, size, IBP_DTYPE_F32, n, b, 3, T);
+	ibp_status_t sh = ibp_fp8_decode_ext(buf, size, IBP_DTYPE_BF16, n, h, 1, T);
 	if (s3 != s1 || sh != s1)
 		abort();
 	if (s1 == IBP_OK) {
@@ -55,7 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				abort();
 		}
 		/* another n than the header's is refused */
-		if (ibp_fp8_decode(buf, size, IBP_DTYPE_F32, n + 1, b, 1) != IBP_ERR_CORRUPT)
+		if (ibp_fp8_decode_ext(buf, size, IBP_DTYPE_F32, n + 1, b, 1, T) != IBP_ERR_CORRUPT)
 			abort();
 	}
 out:

@@ -282,6 +282,39 @@ Test(contracts, value_codecs_unaligned)
 
 /* An fp8 stream header with unknown flag bits or a block size outside
  * 2^4..2^12 is refused (ibp_fp8_stream_info and ibp_fp8_decode). */
+/* Containers keep their section checksums: their exp blocks and FP8
+ * streams carry none and are written in format version 1, so files stay
+ * byte-identical to the ones libibp wrote before block checksums existed
+ * (and readable by it). */
+Test(contracts, value_blocks_are_version_1_without_checksums, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	const uint64_t rows = 30, cols = 16, shape[2] = { rows, cols };
+	uint8_t *d = f32_values(rows * cols, 5);
+	cr_assert_eq(ibp_pack_exp(tmpdir_path("e.ibp"), d, IBP_DTYPE_F32, 2, shape, NULL, 8), IBP_OK, "%s",
+		     ibp_last_error());
+	cr_assert_eq(ibp_pack_fp8(tmpdir_path("f.ibp"), d, IBP_DTYPE_F32, 2, shape, NULL, 8), IBP_OK, "%s",
+		     ibp_last_error());
+	const char *files[2] = { tmpdir_path("e.ibp"), tmpdir_path("f.ibp") };
+	for (int k = 0; k < 2; k++) {
+		ibp_container_t *c = NULL;
+		cr_assert_eq(ibp_container_open(files[k], 0, &c), IBP_OK, "%s", ibp_last_error());
+		for (uint64_t b = 0; b < 4; b++) {
+			const uint8_t *src = NULL;
+			uint64_t len = 0;
+			cr_assert_eq(ibp_container_block(c, b, &src, &len), IBP_OK);
+			cr_assert_eq(src[4], 1, "%s block %llu: version %u", k ? "fp8" : "exp", (unsigned long long)b, src[4]);
+			for (int i = 48; i < 64; i++)
+				cr_assert_eq(src[i], 0, "%s block %llu: byte %d", k ? "fp8" : "exp", (unsigned long long)b, i);
+			cr_assert_eq(src[6] & (k ? 4 : 0), 0, "fp8: no checksum flag");
+		}
+		uint8_t *out = tu_xcalloc(rows * cols * 4);
+		cr_assert_eq(ibp_container_decode_block(c, 0, out, 1), IBP_OK, "%s", ibp_last_error());
+		free(out);
+		ibp_container_close(c);
+	}
+	free(d);
+}
+
 Test(contracts, fp8_header_fields)
 {
 	const uint64_t n = 200;
@@ -289,6 +322,7 @@ Test(contracts, fp8_header_fields)
 	ibp_fp8_opts_t o;
 	ibp_fp8_opts_default(&o);
 	o.block = 32;
+	o.checksum = 0; /* the header fields' own checks (0x04 is then a claimed checksum that fails) */
 	uint64_t cap = 0, len = 0;
 	cr_assert_eq(ibp_fp8_encoded_size(&o, n, &cap), IBP_OK);
 	uint8_t *s = tu_xcalloc(cap), *g = tu_xcalloc(cap);
@@ -298,8 +332,8 @@ Test(contracts, fp8_header_fields)
 	cr_assert_eq(ibp_fp8_stream_info(s, len, &info), IBP_OK);
 	cr_assert_eq(info.block, 32);
 	cr_assert_eq(ibp_fp8_decode(s, len, IBP_DTYPE_F32, n, out, 1), IBP_OK);
-	/* byte 6: flags (Hadamard 1, adaptive 2); byte 7: log2 of the block */
-	const struct { int at; uint8_t v; } bad[] = { { 6, 0x04 }, { 6, 0x80 }, { 7, 3 }, { 7, 0 }, { 7, 13 } };
+	/* byte 6: flags (Hadamard 1, adaptive 2, checksum 4); byte 7: log2 of the block */
+	const struct { int at; uint8_t v; } bad[] = { { 6, 0x08 }, { 6, 0x80 }, { 7, 3 }, { 7, 0 }, { 7, 13 } };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		memcpy(g, s, len);
 		g[bad[i].at] = bad[i].at == 6 ? (uint8_t)(g[6] | bad[i].v) : bad[i].v;
@@ -307,6 +341,10 @@ Test(contracts, fp8_header_fields)
 		cr_assert_eq(ibp_fp8_decode(g, len, IBP_DTYPE_F32, n, out, 1), IBP_ERR_CORRUPT, "byte %d = 0x%02x",
 			     bad[i].at, g[bad[i].at]);
 	}
+	/* the checksum flag on a stream without a checksum: the check fails */
+	memcpy(g, s, len);
+	g[6] |= 0x04;
+	cr_assert_eq(ibp_fp8_decode(g, len, IBP_DTYPE_F32, n, out, 1), IBP_ERR_CHECKSUM);
 	/* 8 elements in blocks of 16 are 85 bytes; read with blocks of 8 they
 	 * would need only 77: the size alone does not refuse log2 3 */
 	o.block = 16;

@@ -266,18 +266,19 @@ def _output(chunks, out, func):
     return None, _arrays.check_out(out, chunks.shape, chunks._code, func).ptr
 
 
-def decompress_exp_chunks(chunks, out=None, nthreads=0):
+def decompress_exp_chunks(chunks, out=None, nthreads=0, trusted=False):
     func = "ibp.exp.decompress_chunks"
     payload, offs, n = _check_chunks(chunks, "exp", func)
     arr, ptr = _output(chunks, out, func)
     if n:
-        check(lib.ibp_exp_decode_batch(payload.ctypes.data, payload.size, offs.ctypes.data,
-                                       chunks._code, n, chunks.chunk_elems, ptr, nthreads),
+        check(lib.ibp_exp_decode_batch_ext(payload.ctypes.data, payload.size, offs.ctypes.data,
+                                           chunks._code, n, chunks.chunk_elems, ptr, nthreads,
+                                           1 if trusted else 0),
               "ibp_exp_decode_batch")
     return out if arr is None else _arrays.wrap(arr, chunks._code, chunks._kind)
 
 
-def decompress_fp8_chunks(chunks, out=None, nthreads=0):
+def decompress_fp8_chunks(chunks, out=None, nthreads=0, trusted=False):
     func = "ibp.fp8.decompress_chunks"
     payload, offs, n = _check_chunks(chunks, "fp8", func)
     nchunks, chunk = chunks.nchunks, chunks.chunk_elems
@@ -285,14 +286,15 @@ def decompress_fp8_chunks(chunks, out=None, nthreads=0):
         raise _errors.CorruptError("%s: corrupt: offsets are not non-decreasing within the %d-byte "
                                    "payload" % (func, payload.size), func=func, status=3)
     arr, ptr = _output(chunks, out, func)
-    dec, code, esz = lib.ibp_fp8_decode, chunks._code, _ESIZE[chunks._code]
+    dec, code, esz = lib.ibp_fp8_decode_ext, chunks._code, _ESIZE[chunks._code]
     src = payload.ctypes.data
     o = offs.tolist()
     step = chunk * esz
+    flags = 1 if trusted else 0
     for i in range(nchunks):
         a = o[i]
         cnt = chunk if i < nchunks - 1 else n - i * chunk
-        st = dec(src + a, o[i + 1] - a, code, cnt, ptr + i * step, nthreads)
+        st = dec(src + a, o[i + 1] - a, code, cnt, ptr + i * step, nthreads, flags)
         if st:
             check(st, "ibp_fp8_decode")
     return out if arr is None else _arrays.wrap(arr, chunks._code, chunks._kind)

@@ -105,14 +105,18 @@ _FUNCS = {
     "ibp_exp_raw_size": (_S, [c_int, c_u64, P(c_u64)]),
     "ibp_exp_encode": (_S, [c_vp, c_int, c_u64, P(ExpOpts), c_vp, c_u64, P(c_u64)]),
     "ibp_exp_decode": (_S, [c_vp, c_u64, c_int, c_u64, c_vp, c_int]),
+    "ibp_exp_decode_ext": (_S, [c_vp, c_u64, c_int, c_u64, c_vp, c_int, C.c_uint]),
+    "ibp_checksum64": (c_u64, [c_vp, c_u64, c_u64]),
     "ibp_exp_batch_bound": (_S, [c_int, c_u64, c_u64, P(c_u64)]),
     "ibp_exp_encode_batch": (_S, [c_vp, c_int, c_u64, c_u64, P(ExpOpts), c_vp, c_u64, c_vp]),
     "ibp_exp_decode_batch": (_S, [c_vp, c_u64, c_vp, c_int, c_u64, c_u64, c_vp, c_int]),
+    "ibp_exp_decode_batch_ext": (_S, [c_vp, c_u64, c_vp, c_int, c_u64, c_u64, c_vp, c_int, C.c_uint]),
     # fp8 codec
     "ibp_fp8_opts_default": (None, [P(Fp8Opts)]),
     "ibp_fp8_encoded_size": (_S, [P(Fp8Opts), c_u64, P(c_u64)]),
     "ibp_fp8_encode": (_S, [c_vp, c_int, c_u64, P(Fp8Opts), c_vp, c_u64, P(c_u64)]),
     "ibp_fp8_decode": (_S, [c_vp, c_u64, c_int, c_u64, c_vp, c_int]),
+    "ibp_fp8_decode_ext": (_S, [c_vp, c_u64, c_int, c_u64, c_vp, c_int, C.c_uint]),
     # CUDA (present in every build; NO_DEVICE without a GPU)
     "ibp_cuda_built": (c_int, []),
     "ibp_cuda_device_count": (_S, [P(c_int)]),

@@ -35,6 +35,7 @@ class ExpOpts(C.Structure):
         ("sigma", C.c_double),
         ("table", C.c_uint8 * 7),
         ("nthreads", C.c_int),
+        ("checksum", C.c_int),
     ]
 
 
@@ -49,6 +50,7 @@ class Fp8Opts(C.Structure):
         ("hadamard", C.c_int),
         ("adaptive", C.c_int),
         ("nthreads", C.c_int),
+        ("checksum", C.c_int),
     ]
 
 

@@ -2,21 +2,28 @@
 
 A compressed tensor is one uint8 buffer: a small self-describing header, so
 that decompress restores dtype and shape, then one libibp block (exp) or
-stream (fp8) of all the tensor's elements:
+stream (fp8) of all the tensor's elements. Frame version 2:
 
     offset  size     field
     0       4        magic b"IBPT"
-    4       1        frame version (1)
+    4       1        frame version (2)
     5       1        codec: 2 = exp, 3 = fp8 (libibp's codec ids)
     6       1        dtype (libibp's ibp_dtype_t: 9 f16, 10 bf16, 11 f32)
     7       1        ndim (0..8)
     8       8        payload bytes (little-endian u64)
-    16      8*ndim   shape (little-endian u64 each)
-    16+8*ndim        the block / stream (libibp validates its own header)
+    16      8        checksum: XXH3-64 of bytes [24, end) seeded with the
+                     XXH3-64 of bytes [0, 16) (ibp_checksum64), little-endian
+    24      8*ndim   shape (little-endian u64 each)
+    24+8*ndim        the block / stream (written without a checksum of its
+                     own: the frame's covers it)
 
-Everything in a buffer handed to decompress is untrusted: the header is
-checked here and the block or stream by libibp, so corrupt input raises
-ibp.CorruptError and never reads outside the buffer.
+The checksum covers the whole buffer but itself and is verified before any
+field after the version is believed (trusted=True skips it, for bytes the
+caller verified). Frame version 1 (no checksum field: the shape at offset
+16) still decodes. Everything in a buffer handed to decompress is
+untrusted: the header is checked here and the block or stream by libibp,
+so damage raises ibp.CorruptError (ibp.ChecksumError, a CorruptError, when
+the checksum catches it) and never reads outside the buffer.
 """
 
 from __future__ import annotations
@@ -32,51 +39,72 @@ lib = _lib.lib
 check = _lib.check
 
 MAGIC = b"IBPT"
-VERSION = 1
+VERSION = 2
 _HDR = struct.Struct("<4sBBBBQ")
+_SUM = 16  # offset of the checksum (version 2)
 _FLOAT_CODES = (9, 10, 11)
 _MAX_ELEMS = 1 << 56
 
 
 def header(codec: int, code: int, shape, payload: int) -> bytes:
-    return _HDR.pack(MAGIC, VERSION, codec, code, len(shape), payload) + \
+    """A version-2 header with a zero checksum (seal() fills it in)."""
+    return _HDR.pack(MAGIC, VERSION, codec, code, len(shape), payload) + bytes(8) + \
         struct.pack("<%dQ" % len(shape), *shape)
 
 
-def parse(buf: np.ndarray, codec: int, func: str):
-    """(dtype code, shape, payload offset, payload bytes) of a frame."""
+def _frame_sum(buf: np.ndarray) -> int:
+    head = lib.ibp_checksum64(buf.ctypes.data, _SUM, 0)
+    return lib.ibp_checksum64(buf.ctypes.data + _SUM + 8, buf.size - _SUM - 8, head)
+
+
+def seal(frame: np.ndarray) -> np.ndarray:
+    frame[_SUM:_SUM + 8] = np.frombuffer(struct.pack("<Q", _frame_sum(frame)), dtype=np.uint8)
+    return frame
+
+
+def _corrupt(func, why, status=3):
+    err = _errors.ChecksumError if status == 4 else _errors.CorruptError
+    return err("%s: corrupt: %s" % (func, why), func=func, status=status)
+
+
+def parse(buf: np.ndarray, codec: int, func: str, trusted: bool = False):
+    """(dtype code, shape, payload offset, payload bytes, elements) of a frame."""
     raw = buf.size
     if raw < _HDR.size:
-        raise _errors.CorruptError("%s: corrupt: %d bytes, shorter than the %d-byte header"
-                                   % (func, raw, _HDR.size), func=func, status=3)
-    magic, ver, cid, code, ndim, plen = _HDR.unpack(buf[:_HDR.size].tobytes())
+        raise _corrupt(func, "%d bytes, shorter than the %d-byte header" % (raw, _HDR.size))
+    magic, ver = bytes(buf[:4]), int(buf[4])
     if magic != MAGIC:
-        raise _errors.CorruptError("%s: corrupt: not a compressed tensor (bad magic)" % func,
-                                   func=func, status=3)
-    if ver != VERSION:
-        raise _errors.UnsupportedError("%s: frame version %d is not supported" % (func, ver),
-                                       func=func, status=6)
+        raise _corrupt(func, "not a compressed tensor (bad magic)")
+    if ver == VERSION:
+        if raw < _SUM + 8:
+            raise _corrupt(func, "%d bytes, shorter than the %d-byte header" % (raw, _SUM + 8))
+        want = struct.unpack("<Q", buf[_SUM:_SUM + 8].tobytes())[0]
+        if not trusted and _frame_sum(buf) != want:
+            raise _corrupt(func, "checksum mismatch (%d bytes)" % raw, status=4)
+        shape_at = _SUM + 8
+    elif ver == 1:
+        shape_at = _HDR.size
+    else:  # damage, or a newer writer: either way not a buffer this reader can trust
+        raise _corrupt(func, "frame version %d (this libibp reads 1 and 2)" % ver)
+    _, _, cid, code, ndim, plen = _HDR.unpack(buf[:_HDR.size].tobytes())
     if cid != codec:
         names = {2: "ibp.exp", 3: "ibp.fp8"}
-        raise _errors.CorruptError("%s: corrupt: the buffer was made by %s" % (
-            func, names.get(cid, "codec %d" % cid)), func=func, status=3)
+        raise _corrupt(func, "the buffer was made by %s" % names.get(cid, "codec %d" % cid))
     if code not in _FLOAT_CODES:
-        raise _errors.CorruptError("%s: corrupt: dtype code %d" % (func, code), func=func, status=3)
+        raise _corrupt(func, "dtype code %d" % code)
     if ndim > 8:
-        raise _errors.CorruptError("%s: corrupt: ndim %d > 8" % (func, ndim), func=func, status=3)
-    off = _HDR.size + 8 * ndim
+        raise _corrupt(func, "ndim %d > 8" % ndim)
+    off = shape_at + 8 * ndim
     if raw < off:
-        raise _errors.CorruptError("%s: corrupt: truncated header" % func, func=func, status=3)
-    shape = struct.unpack("<%dQ" % ndim, buf[_HDR.size:off].tobytes())
+        raise _corrupt(func, "truncated header")
+    shape = struct.unpack("<%dQ" % ndim, buf[shape_at:off].tobytes())
     n = 1
     for s in shape:
         n *= s
         if n > _MAX_ELEMS:
-            raise _errors.CorruptError("%s: corrupt: shape %s too large" % (func, shape), func=func,
-                                       status=3)
+            raise _corrupt(func, "shape %s too large" % (shape,))
     if plen > raw - off:
-        raise _errors.CorruptError("%s: corrupt: payload of %d bytes, %d present" % (
-            func, plen, raw - off), func=func, status=3)
+        raise _corrupt(func, "payload of %d bytes, %d present" % (plen, raw - off))
     return code, tuple(int(s) for s in shape), off, int(plen), n
 
 
@@ -118,6 +146,7 @@ def compress_exp(tensor, table="sigma", sigma=0.0, nthreads=0, dtype=None):
     h = _float_input(tensor, func, dtype)
     n = h.np.size
     o = exp_opts(func, table, nthreads, sigma)
+    o.checksum = 0  # the frame's checksum covers the block
     bound = _lib.c_u64()
     check(lib.ibp_exp_encode_bound(h.code, n, C.byref(bound)), "ibp_exp_encode_bound")
     hdr = header(2, h.code, h.shape, 0)
@@ -126,7 +155,7 @@ def compress_exp(tensor, table="sigma", sigma=0.0, nthreads=0, dtype=None):
     check(lib.ibp_exp_encode(h.ptr, h.code, n, C.byref(o), frame.ctypes.data + len(hdr), bound.value,
                              C.byref(size)), "ibp_exp_encode")
     frame[:len(hdr)] = np.frombuffer(header(2, h.code, h.shape, size.value), dtype=np.uint8)
-    return finish(frame[:len(hdr) + size.value].copy(), h.kind)
+    return finish(seal(frame[:len(hdr) + size.value].copy()), h.kind)
 
 
 def _too_short(func, n, plen, need):
@@ -135,10 +164,10 @@ def _too_short(func, n, plen, need):
                                    % (func, n, need, plen), func=func, status=3)
 
 
-def decompress_exp(buf, out=None, nthreads=0):
+def decompress_exp(buf, out=None, nthreads=0, trusted=False):
     func = "ibp.exp.decompress"
     b, kind = as_bytes(buf, func)
-    code, shape, off, plen, n = parse(b, 2, func)
+    code, shape, off, plen, n = parse(b, 2, func, trusted)
     # before allocating n elements: a block is never shorter than the smaller
     # of its raw and coded static sizes
     st, raw = _lib.c_u64(), _lib.c_u64()
@@ -146,7 +175,8 @@ def decompress_exp(buf, out=None, nthreads=0):
     check(lib.ibp_exp_raw_size(code, n, C.byref(raw)), "ibp_exp_raw_size")
     _too_short(func, n, plen, min(st.value, raw.value))
     arr, ptr, user = output(code, shape, out, kind, func)
-    check(lib.ibp_exp_decode(b.ctypes.data + off, plen, code, n, ptr, nthreads), "ibp_exp_decode")
+    check(lib.ibp_exp_decode_ext(b.ctypes.data + off, plen, code, n, ptr, nthreads, 1 if trusted else 0),
+          "ibp_exp_decode")
     return user if user is not None else _arrays.wrap(arr, code, kind)
 
 
@@ -157,6 +187,7 @@ def compress_fp8(tensor, format="e4m3", block=256, hadamard=True, adaptive=True,
     h = _float_input(tensor, func, dtype)
     n = h.np.size
     o = fp8_opts(func, format, block, hadamard, adaptive, nthreads)
+    o.checksum = 0  # the frame's checksum covers the stream
     size = _lib.c_u64()
     check(lib.ibp_fp8_encoded_size(C.byref(o), n, C.byref(size)), "ibp_fp8_encoded_size")
     hdr = header(3, h.code, h.shape, size.value)
@@ -168,14 +199,15 @@ def compress_fp8(tensor, format="e4m3", block=256, hadamard=True, adaptive=True,
     if got.value != size.value:
         raise _errors.InternalError("ibp.fp8.compress: stream size %d, expected %d"
                                     % (got.value, size.value), status=11)
-    return finish(frame, h.kind)
+    return finish(seal(frame), h.kind)
 
 
-def decompress_fp8(buf, out=None, nthreads=0):
+def decompress_fp8(buf, out=None, nthreads=0, trusted=False):
     func = "ibp.fp8.decompress"
     b, kind = as_bytes(buf, func)
-    code, shape, off, plen, n = parse(b, 3, func)
+    code, shape, off, plen, n = parse(b, 3, func, trusted)
     _too_short(func, n, plen, n)  # an FP8 stream holds at least a byte per element
     arr, ptr, user = output(code, shape, out, kind, func)
-    check(lib.ibp_fp8_decode(b.ctypes.data + off, plen, code, n, ptr, nthreads), "ibp_fp8_decode")
+    check(lib.ibp_fp8_decode_ext(b.ctypes.data + off, plen, code, n, ptr, nthreads, 1 if trusted else 0),
+          "ibp_fp8_decode")
     return user if user is not None else _arrays.wrap(arr, code, kind)

@@ -25,11 +25,15 @@ def compress(tensor, *, table: str = "sigma", sigma: float = 0.0, nthreads: int 
     return _c(tensor, table, sigma, nthreads, dtype)
 
 
-def decompress(buf, out=None, *, nthreads: int = 0):
+def decompress(buf, out=None, *, nthreads: int = 0, trusted: bool = False):
     """Restores the tensor from a buffer made by compress (bytes, a NumPy
     uint8 array or a torch.uint8 tensor; torch in gives torch out), or writes
-    it into out= in place. Corrupt buffers raise ibp.CorruptError."""
-    return _d(buf, out, nthreads)
+    it into out= in place. The buffer's checksum is verified first; damage
+    raises ibp.CorruptError (ibp.ChecksumError when the checksum catches
+    it). trusted=True skips the checksum for bytes the caller verified
+    already (every other check stays). Buffers of the earlier format (frame
+    version 1, no checksum) still decode."""
+    return _d(buf, out, nthreads, trusted)
 
 
 def compress_chunks(tensor, chunk_elems: int, *, table: str = "sigma", sigma: float = 0.0,
@@ -47,9 +51,10 @@ def compress_chunks(tensor, chunk_elems: int, *, table: str = "sigma", sigma: fl
     return _cc(tensor, chunk_elems, table, sigma, nthreads, dtype, out)
 
 
-def decompress_chunks(chunks: Chunks, out=None, *, nthreads: int = 0):
+def decompress_chunks(chunks: Chunks, out=None, *, nthreads: int = 0, trusted: bool = False):
     """Restores the tensor from an ibp.Chunks made by compress_chunks (same
     dtype and shape; torch in at compress gives torch out), or writes it
     into out= in place. One libibp call (ibp_exp_decode_batch); payload and
-    offsets are untrusted: damage raises ibp.CorruptError."""
-    return _dc(chunks, out, nthreads)
+    offsets are untrusted: every block's checksum is verified and damage
+    raises ibp.CorruptError (trusted=True skips the checksums)."""
+    return _dc(chunks, out, nthreads, trusted)

@@ -26,11 +26,14 @@ def compress(tensor, *, format: str = "e4m3", block: int = 256, hadamard: bool =
     return _c(tensor, format, block, hadamard, adaptive, nthreads, dtype)
 
 
-def decompress(buf, out=None, *, nthreads: int = 0):
+def decompress(buf, out=None, *, nthreads: int = 0, trusted: bool = False):
     """The FP8 reconstruction (lossy) of the tensor compress was given, in its
-    dtype and shape, or written into out= in place. Corrupt buffers raise
-    ibp.CorruptError."""
-    return _d(buf, out, nthreads)
+    dtype and shape, or written into out= in place. The buffer's checksum is
+    verified first; damage raises ibp.CorruptError (ibp.ChecksumError when
+    the checksum catches it). trusted=True skips the checksum for bytes the
+    caller verified already (every other check stays). Buffers of the
+    earlier format (frame version 1, no checksum) still decode."""
+    return _d(buf, out, nthreads, trusted)
 
 
 def compress_chunks(tensor, chunk_elems: int, *, format: str = "e4m3", block: int = 256,
@@ -40,16 +43,17 @@ def compress_chunks(tensor, chunk_elems: int, *, format: str = "e4m3", block: in
     independent chunks of `chunk_elems` elements (C order; the last chunk
     may be shorter), each its own FP8 stream, packed back to back: an
     ibp.Chunks. Any chunk decodes alone (chunk_elems = a row's elements:
-    random access by row); each stream's bytes equal those compress gives
-    for that chunk alone. libibp has no CPU batch call for FP8, so this is
+    random access by row); each stream is what ibp_fp8_encode writes for
+    that chunk alone, with its checksum. libibp has no CPU batch call for FP8, so this is
     one ibp_fp8_encode call per chunk from a loop (the GIL released in each).
     Options as for compress; out= a previous Chunks, refilled in place."""
     return _cc(tensor, chunk_elems, format, block, hadamard, adaptive, nthreads, dtype, out)
 
 
-def decompress_chunks(chunks: Chunks, out=None, *, nthreads: int = 0):
+def decompress_chunks(chunks: Chunks, out=None, *, nthreads: int = 0, trusted: bool = False):
     """The FP8 reconstruction (lossy) of the tensor compress_chunks was
     given, in its dtype and shape, or written into out= in place; one
-    ibp_fp8_decode call per chunk. Payload and offsets are untrusted:
-    damage raises ibp.CorruptError."""
-    return _dc(chunks, out, nthreads)
+    ibp_fp8_decode call per chunk. Payload and offsets are untrusted: each
+    stream's checksum is verified, and damage raises ibp.CorruptError
+    (trusted=True skips the checksums)."""
+    return _dc(chunks, out, nthreads, trusted)

@@ -14,6 +14,7 @@ typedef enum cudaError {
 	cudaErrorHostMemoryAlreadyRegistered = 712,
 	cudaErrorNoDevice = 100,
 	cudaErrorLaunchOutOfResources = 701,
+	cudaErrorNotSupported = 801,
 } cudaError_t;
 typedef struct CUstream_st *cudaStream_t;
 enum cudaDeviceAttr {
@@ -56,6 +57,8 @@ cudaError_t cudaMemsetAsync(void *, int, size_t, cudaStream_t = 0);
 /* device memory: emu_dev_alloc (bounds and races checked in kernels) */
 cudaError_t cudaMalloc(void **, size_t);
 cudaError_t cudaFree(void *);
+cudaError_t cudaMallocAsync(void **, size_t, cudaStream_t);
+cudaError_t cudaFreeAsync(void *, cudaStream_t);
 cudaError_t cudaMemcpyAsync(void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t = 0);
 cudaError_t cudaMemcpy(void *, const void *, size_t, enum cudaMemcpyKind);
 cudaError_t cudaMemset(void *, int, size_t);
@@ -72,6 +75,7 @@ template <class F> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int
 /* tests: calls made so far, and a stale error planted as other code would leave it */
 extern int emu_stub_device_syncs;
 void emu_stub_plant_error(cudaError_t e);
+extern void (*emu_stub_copy_hook)(void *dst, const void *src, size_t n, int kind);
 cudaError_t emu_func_set_attr(const void *f, enum cudaFuncAttribute a, int v);
 cudaError_t emu_func_get_attr(struct cudaFuncAttributes *fa, const void *f);
 /* Launches (kernels/cuda_check.h's ibp_cuda_launch): the launch's own

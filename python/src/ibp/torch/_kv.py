@@ -125,6 +125,7 @@ class KVOffloader:
         self._exp_opts = _lib.ExpOpts()
         _lib.lib.ibp_exp_opts_default(ctypes.byref(self._exp_opts))
         self._exp_opts.nthreads = 1
+        self._exp_opts.checksum = 0  # in-memory blocks carry no checksum (docs/CODECS.md)
         if dtype not in _DTYPES:
             raise _errors.invalid(func, "dtype must be bfloat16, float16 or float32, not %s" % (dtype,))
         if len(block_shape) != 3 or min(block_shape) < 1:
