@@ -247,7 +247,10 @@ class KVOffloader:
 
     @property
     def used_bytes(self) -> int:
-        """Bytes of the compressed blocks held now (their exact lengths)."""
+        """Bytes of the compressed blocks held now (their exact lengths); 0
+        once closed (it holds none)."""
+        if self._closed:
+            return 0
         self._check("KVOffloader.used_bytes")
         with self._lock:
             return sum(p.stats()["bytes"] for p in self._segments)
@@ -296,12 +299,12 @@ class KVOffloader:
         return dict(sizes, codec=kind)
 
     def codec(self, layer: int) -> Optional[str]:
-        self._check("KVOffloader.codec")
+        """The codec layer `layer` stores with (after close too: what it used)."""
         return self._kind[layer]
 
     def ratio(self, layer: int) -> float:
-        """Raw bytes / stored bytes of everything this layer stored so far."""
-        self._check("KVOffloader.ratio")
+        """Raw bytes / stored bytes of everything this layer stored so far
+        (after close too)."""
         return self._raw[layer] / self._packed[layer] if self._packed[layer] else float("nan")
 
     def _exp_pack(self, rows):
@@ -545,7 +548,8 @@ class KVOffloader:
 
     def close(self) -> None:
         """Finishes queued work and frees the pool (every handle becomes
-        invalid) and the layers' streams; later calls raise ibp.ClosedError.
+        invalid) and the layers' streams; later calls raise ibp.ClosedError
+        but for the descriptions used_bytes (0), codec() and ratio().
         In a fork() child a GPU offloader only forgets them (they are the
         parent's)."""
         if self._closed:
