@@ -165,14 +165,50 @@ typedef enum ibp_coll_decision {
  * when both are done. Messages between a pair of ranks arrive in order.
  * It must return within about timeout_ms: IBP_ERR_IO with "timeout" in
  * the detail when a peer does not answer, IBP_ERR_INVALID_ARG when an
- * incoming message exceeds rcap. destroy (may be NULL) frees ctx. */
+ * incoming message exceeds rcap. destroy (may be NULL) frees ctx.
+ *
+ * native (may be NULL) points to the transport's own collectives: a call
+ * that goes uncompressed (codec none, or the switcher's plain decision on
+ * every rank) then runs on them instead of the algorithms above, over host
+ * buffers, without a throttle (opts.rate 0). ABI: the field was added after
+ * release 0.1 (zero-initialise the struct; a transport compiled against the
+ * older header must be rebuilt). */
+struct ibp_coll_native;
 typedef struct ibp_coll_transport {
 	int rank, nranks;
 	void *ctx;
 	ibp_status_t (*sendrecv)(void *ctx, int dst, const void *sbuf, uint64_t sbytes, int src, void *rbuf,
 				 uint64_t rcap, uint64_t *rbytes, int64_t timeout_ms);
 	void (*destroy)(void *ctx);
+	const struct ibp_coll_native *native;
 } ibp_coll_transport_t;
+
+/* A transport's native collectives (any entry may be NULL: that operation
+ * keeps the algorithms over sendrecv). Buffers are host memory; counts and
+ * displacements are elements of dt (BF16, F16 or F32), each at most
+ * INT32_MAX (larger calls keep the algorithms); send == recv asks for the
+ * operation in place (for allgather: send == recv + rank * count). Sums
+ * of BF16/F16 add in float32 and round to the dtype after each addition,
+ * as the algorithms do. Each returns within about timeout_ms (IBP_ERR_IO
+ * with "timeout" in the detail), else IBP_OK or the transport's error.
+ * exchange gathers every rank's `bytes`-byte blob into all (rank r's at
+ * all + r * bytes): before a native call the ranks swap what they were
+ * asked and decided, so a mismatched call fails with IBP_ERR_INVALID_ARG on
+ * every rank and all ranks take the same path. No exchange: no natives. */
+typedef struct ibp_coll_native {
+	ibp_status_t (*exchange)(void *ctx, const void *mine, void *all, uint64_t bytes, int64_t timeout_ms);
+	ibp_status_t (*allgather)(void *ctx, const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
+				  int64_t timeout_ms);
+	ibp_status_t (*reducescatter)(void *ctx, const void *send, void *recv, uint64_t recvcount, ibp_dtype_t dt,
+				      int64_t timeout_ms);
+	ibp_status_t (*allreduce)(void *ctx, const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
+				  int64_t timeout_ms);
+	ibp_status_t (*alltoall)(void *ctx, const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
+				 int64_t timeout_ms);
+	ibp_status_t (*alltoallv)(void *ctx, const void *send, const uint64_t *sendcounts, const uint64_t *sdispls,
+				  void *recv, const uint64_t *recvcounts, const uint64_t *rdispls, ibp_dtype_t dt,
+				  int64_t timeout_ms);
+} ibp_coll_native_t;
 
 /* Where a communicator's collectives find their buffers
  * (ibp_coll_comm_set_memory). */
@@ -207,6 +243,7 @@ typedef struct ibp_coll_stats {
 	double fp8_enc_Bps, fp8_dec_Bps;    /* calibrated FP8 codec throughput (input bytes/s) */
 	ibp_coll_decision_t last_decision;  /* of the latest call */
 	double last_ratio;                  /* latest call: logical / wire bytes sent (1 = plain) */
+	uint64_t native;                    /* calls run on the transport's native collective */
 } ibp_coll_stats_t;
 
 typedef struct ibp_coll_comm ibp_coll_comm_t;

@@ -77,7 +77,13 @@ def ref_blocks(off, layer, kv, ids):
         t = torch.from_numpy(rows.view(np.int16)).view(torch.bfloat16) if off.dtype == torch.bfloat16 else rows
         ch = ibp.exp.compress_chunks(t, 2 * rows.shape[1], nthreads=1)
         p, o = np.asarray(ch.payload).view(np.uint8), np.asarray(ch.offsets).astype(np.int64)
-        out = [p[o[i]:o[i + 1]] for i in range(len(o) - 1)]
+        out = []
+        for i in range(len(o) - 1):
+            # in-memory KV blocks carry no checksum: the chunk's block without its flag and sum
+            b = p[o[i]:o[i + 1]].copy()
+            b[48] = 0
+            b[56:64] = 0
+            out.append(b)
     else:
         out = [np.ascontiguousarray(rows[i:i + 2]).reshape(-1).view(np.uint8) for i in range(0, rows.shape[0], 2)]
     return out

@@ -202,6 +202,89 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 
 #define SAMPLE 16384u
 
+/* ---- the transport's native collectives ----
+ * Before a call that may run natively every rank publishes what it was
+ * asked and what it decided (one small exchange): a mismatched call fails
+ * on every rank, and the call runs natively only when every rank can and
+ * goes plain; otherwise every rank runs the algorithms above (mixed
+ * encodings are fine there). */
+typedef struct native_blob {
+	uint32_t magic, seq;
+	uint8_t op, dtype, codec, ok; /* ok: this rank can and will run plain natively */
+	uint32_t pad;
+	uint64_t count;
+} native_blob_t;
+
+#define NATIVE_MAX 0x7fffffffull /* the natives' count and displacement bound (ibp/coll.h) */
+
+/* Whether the call runs natively (*native), after the exchange; a
+ * mismatch is IBP_ERR_INVALID_ARG. counts (AllToAllv: 2p u64, this rank's
+ * sendcounts then recvcounts) travel with the blob and are cross-checked. */
+static ibp_status_t native_agree(ibp_coll_comm_t *c, const char *what, enum coll_op op, ibp_dtype_t dt,
+				 ibp_coll_codec_t codec, uint64_t count, int can, const uint64_t *counts,
+				 int *native)
+{
+	*native = 0;
+	const ibp_coll_native_t *nt = c->t.native;
+	if (!nt || !nt->exchange || c->o.rate > 0 || c->mem_kind != IBP_COLL_MEM_HOST)
+		return IBP_OK;
+	const int p = c->nranks;
+	const uint64_t extra = counts ? 16 * (uint64_t)p : 0, bytes = sizeof(native_blob_t) + extra;
+	uint8_t *mine = malloc(bytes), *all = malloc(bytes * (uint64_t)p);
+	if (!mine || !all) {
+		free(mine);
+		free(all);
+		return ibp_fail(IBP_ERR_NOMEM, "coll: %s: out of memory", what);
+	}
+	native_blob_t b = { COLL_MAGIC, c->seq, (uint8_t)op, (uint8_t)dt, (uint8_t)codec, (uint8_t)(can != 0), 0, count };
+	memcpy(mine, &b, sizeof b);
+	if (counts)
+		memcpy(mine + sizeof b, counts, extra);
+	ibp_status_t s = nt->exchange(c->t.ctx, mine, all, bytes, c->o.timeout_ms);
+	int every = 1;
+	for (int r = 0; r < p && s == IBP_OK; r++) {
+		native_blob_t o;
+		memcpy(&o, all + (uint64_t)r * bytes, sizeof o);
+		if (o.magic != COLL_MAGIC || o.seq != b.seq || o.op != b.op || o.dtype != b.dtype || o.codec != b.codec ||
+		    o.count != b.count)
+			s = ibp_fail(IBP_ERR_INVALID_ARG,
+				     "coll: %s: mismatch: rank %d called op %u, %s, codec %s, count %llu (call %u); this "
+				     "rank op %u, %s, codec %s, count %llu (call %u)", what, r, o.op,
+				     ibp_dtype_name((ibp_dtype_t)o.dtype), ibp_coll_codec_name((ibp_coll_codec_t)o.codec),
+				     (unsigned long long)o.count, o.seq, b.op, ibp_dtype_name(dt), ibp_coll_codec_name(codec),
+				     (unsigned long long)count, b.seq);
+		every &= o.ok;
+		/* AllToAllv: what rank r sends this rank is what this rank expects from r */
+		if (s == IBP_OK && counts) {
+			uint64_t sent = 0;
+			memcpy(&sent, all + (uint64_t)r * bytes + sizeof b + 8 * (uint64_t)c->rank, 8);
+			if (sent != counts[p + r])
+				s = ibp_fail(IBP_ERR_INVALID_ARG,
+					     "coll: %s: mismatch: rank %d sends this rank %llu elements, it expects %llu", what,
+					     r, (unsigned long long)sent, (unsigned long long)counts[p + r]);
+		}
+	}
+	free(mine);
+	free(all);
+	*native = s == IBP_OK && every;
+	return s;
+}
+
+/* The bookkeeping of a native call: as a plain call of the algorithms
+ * would count it (logical = wire: nothing compressed). */
+static void native_done(ibp_coll_comm_t *c, uint64_t sent_bytes)
+{
+	c->st.native++;
+	c->st.wire_bytes += sent_bytes;
+	c->st.logical_bytes += sent_bytes;
+}
+
+/* This rank runs plain: codec none, policy never, or the switcher's choice. */
+static int plain_call(enum coll_enc enc)
+{
+	return enc == COLL_ENC_RAW;
+}
+
 ibp_status_t ibp_coll_allgather(const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
 				ibp_coll_codec_t codec, ibp_coll_comm_t *c, void *stream)
 {
@@ -214,13 +297,24 @@ ibp_status_t ibp_coll_allgather(const void *send, void *recv, uint64_t count, ib
 	int p = c->nranks;
 	enum coll_enc enc = coll_decide(c, codec, dt, send, min_u64(count, SAMPLE), count, (uint64_t)p - 1, 1,
 					(uint64_t)p - 1);
+	const ibp_coll_native_t *nt = c->t.native;
+	int native = 0;
+	ibp_status_t s = native_agree(c, "allgather", COLL_OP_AG, dt, codec, count,
+				      plain_call(enc) && nt && nt->allgather && count <= NATIVE_MAX, NULL, &native);
+	if (s != IBP_OK || native) {
+		if (s == IBP_OK)
+			s = nt->allgather(c->t.ctx, send, recv, count, dt, c->o.timeout_ms);
+		if (s == IBP_OK)
+			native_done(c, (uint64_t)(p - 1) * count * ibp_dtype_size(dt));
+		return finish(c, s, w0, l0);
+	}
 	IBP_TRY(chunks(p, &off, &len));
 	for (int i = 0; i < p; i++) {
 		off[i] = (uint64_t)i * count;
 		len[i] = count;
 	}
 	bufs_t b;
-	ibp_status_t s = c->mem->bufs_get(c, dt, count, 0, &b);
+	s = c->mem->bufs_get(c, dt, count, 0, &b);
 	if (s == IBP_OK)
 		s = ring_ag(c, header(c, COLL_OP_AG, codec, dt, count, enc), send, recv, off, len, &b);
 	c->mem->bufs_put(c, &b);
@@ -243,13 +337,25 @@ ibp_status_t ibp_coll_reducescatter(const void *send, void *recv, uint64_t recvc
 	int p = c->nranks;
 	enum coll_enc enc = coll_decide(c, codec, dt, send, min_u64(recvcount, SAMPLE), recvcount, (uint64_t)p - 1,
 					(uint64_t)p - 1, (uint64_t)p - 1);
+	const ibp_coll_native_t *nt = c->t.native;
+	int native = 0;
+	ibp_status_t s = native_agree(c, "reducescatter", COLL_OP_RS, dt, codec, recvcount,
+				      plain_call(enc) && nt && nt->reducescatter && recvcount <= NATIVE_MAX, NULL,
+				      &native);
+	if (s != IBP_OK || native) {
+		if (s == IBP_OK)
+			s = nt->reducescatter(c->t.ctx, send, recv, recvcount, dt, c->o.timeout_ms);
+		if (s == IBP_OK)
+			native_done(c, (uint64_t)(p - 1) * recvcount * esz);
+		return finish(c, s, w0, l0);
+	}
 	IBP_TRY(chunks(p, &off, &len));
 	for (int i = 0; i < p; i++) {
 		off[i] = (uint64_t)i * recvcount;
 		len[i] = recvcount;
 	}
 	bufs_t b;
-	ibp_status_t s = c->mem->bufs_get(c, dt, recvcount, 1, &b);
+	s = c->mem->bufs_get(c, dt, recvcount, 1, &b);
 	if (s == IBP_OK)
 		s = ring_rs(c, header(c, COLL_OP_RS, codec, dt, recvcount, enc), send, off, len, &b);
 	if (s == IBP_OK)
@@ -288,13 +394,24 @@ ibp_status_t ibp_coll_allreduce(const void *send, void *recv, uint64_t count, ib
 	} else
 		enc = coll_decide(c, codec, dt, send, min_u64(count, SAMPLE), maxn, 2 * ((uint64_t)p - 1), (uint64_t)p,
 				  2 * ((uint64_t)p - 1));
+	const ibp_coll_native_t *nt = c->t.native;
+	int native = 0;
+	ibp_status_t s = native_agree(c, "allreduce", COLL_OP_AR, dt, codec, count,
+				      plain_call(enc) && nt && nt->allreduce && count <= NATIVE_MAX, NULL, &native);
+	if (s != IBP_OK || native) {
+		if (s == IBP_OK)
+			s = nt->allreduce(c->t.ctx, send, recv, count, dt, c->o.timeout_ms);
+		if (s == IBP_OK) /* what the ring sends: 2 (p - 1) chunks of count / p */
+			native_done(c, 2 * (uint64_t)(p - 1) * (count / (uint64_t)p) * ibp_dtype_size(dt));
+		return finish(c, s, w0, l0);
+	}
 	IBP_TRY(chunks(p, &off, &len));
 	for (int i = 0; i < p; i++) {
 		len[i] = q + ((uint64_t)i < rem);
 		off[i] = (uint64_t)i * q + min_u64((uint64_t)i, rem);
 	}
 	bufs_t b;
-	ibp_status_t s = c->mem->bufs_get(c, dt, maxn, 1, &b);
+	s = c->mem->bufs_get(c, dt, maxn, 1, &b);
 	coll_hdr_t h = header(c, COLL_OP_AR, codec, dt, count, enc);
 	if (s == IBP_OK)
 		s = ring_rs(c, h, send, off, len, &b);
@@ -356,6 +473,17 @@ ibp_status_t ibp_coll_alltoall(const void *send, void *recv, uint64_t count, ibp
 	int p = c->nranks;
 	enum coll_enc enc = coll_decide(c, codec, dt, send, min_u64(count * (uint64_t)p, SAMPLE), count,
 					(uint64_t)p - 1, (uint64_t)p - 1, (uint64_t)p - 1);
+	const ibp_coll_native_t *nt = c->t.native;
+	int native = 0;
+	ibp_status_t ns = native_agree(c, "alltoall", COLL_OP_A2A, dt, codec, count,
+				       plain_call(enc) && nt && nt->alltoall && count <= NATIVE_MAX, NULL, &native);
+	if (ns != IBP_OK || native) {
+		if (ns == IBP_OK)
+			ns = nt->alltoall(c->t.ctx, send, recv, count, dt, c->o.timeout_ms);
+		if (ns == IBP_OK)
+			native_done(c, (uint64_t)(p - 1) * count * ibp_dtype_size(dt));
+		return finish(c, ns, w0, l0);
+	}
 	IBP_TRY(chunks(p, &cnt, &dis));
 	for (int i = 0; i < p; i++) {
 		cnt[i] = count;
@@ -388,6 +516,31 @@ ibp_status_t ibp_coll_alltoallv(const void *send, const uint64_t *sendcounts, co
 	const uint8_t *sample = sendcounts[0] ? (const uint8_t *)send + sdispls[0] * ibp_dtype_size(dt) : NULL;
 	enum coll_enc enc = coll_decide(c, codec, dt, sample, min_u64(sendcounts[0], SAMPLE), maxn, (uint64_t)p - 1,
 					(uint64_t)p - 1, (uint64_t)p - 1);
+	const ibp_coll_native_t *nt = c->t.native;
+	if (nt && nt->exchange && c->o.rate <= 0 && c->mem_kind == IBP_COLL_MEM_HOST) {
+		uint64_t *cv = malloc(16 * (uint64_t)p), sent = 0;
+		if (!cv)
+			return finish(c, ibp_fail(IBP_ERR_NOMEM, "coll: alltoallv: out of memory"), 0, 0);
+		int fits = 1, native = 0;
+		for (int i = 0; i < p; i++) {
+			cv[i] = sendcounts[i];
+			cv[p + i] = recvcounts[i];
+			fits &= sendcounts[i] <= NATIVE_MAX && recvcounts[i] <= NATIVE_MAX && sdispls[i] <= NATIVE_MAX &&
+				rdispls[i] <= NATIVE_MAX;
+			sent += i == c->rank ? 0 : sendcounts[i];
+		}
+		ibp_status_t s = native_agree(c, "alltoallv", COLL_OP_A2AV, dt, codec, 0,
+					      plain_call(enc) && nt->alltoallv && fits, cv, &native);
+		free(cv);
+		if (s != IBP_OK || native) {
+			if (s == IBP_OK)
+				s = nt->alltoallv(c->t.ctx, send, sendcounts, sdispls, recv, recvcounts, rdispls, dt,
+						  c->o.timeout_ms);
+			if (s == IBP_OK)
+				native_done(c, sent * ibp_dtype_size(dt));
+			return finish(c, s, w0, l0);
+		}
+	}
 	ibp_status_t s = a2a(c, header(c, COLL_OP_A2AV, codec, dt, 0, enc), send, sendcounts, sdispls, recv,
 			     recvcounts, rdispls);
 	return finish(c, s, w0, l0);

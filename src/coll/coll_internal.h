@@ -74,6 +74,9 @@ ibp_status_t coll_decode(const coll_hdr_t *h, const void *msg, uint64_t bytes, v
 ibp_status_t coll_decode_f32(const coll_hdr_t *h, const void *msg, uint64_t bytes, float *dst, void *scratch,
 			     int nthreads);
 
+/* n elements of dt widened to float32 (exact). */
+void coll_widen(const void *src, ibp_dtype_t dt, uint64_t n, float *dst);
+
 /* dst[i] = round_dt(acc[i] + src[i]) for n elements of dt (src, dst in dt). */
 void coll_add_round(const float *acc, const void *src, ibp_dtype_t dt, uint64_t n, void *dst);
 

@@ -530,21 +530,6 @@ static ibp_status_t stats_allgather(ibp_coll_comm_t *c, coll_hdr_t h, const floa
 	return s;
 }
 
-static void widen(const void *src, ibp_dtype_t dt, uint64_t n, float *dst)
-{
-	if (dt == IBP_DTYPE_F32) {
-		if (n)
-			memcpy(dst, src, n * 4);
-		return;
-	}
-	const uint16_t *s = src;
-	if (dt == IBP_DTYPE_BF16) /* one loop per type, so the compiler vectorizes them */
-		for (uint64_t i = 0; i < n; i++)
-			dst[i] = fp8i_bf16_to_f32(s[i]);
-	else
-		for (uint64_t i = 0; i < n; i++)
-			dst[i] = fp8i_f16_to_f32(s[i]);
-}
 
 static void narrow(const float *src, ibp_dtype_t dt, uint64_t n, void *dst)
 {
@@ -595,7 +580,7 @@ ibp_status_t dq_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, vo
 		s = ibp_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory for %llu elements", (unsigned long long)count);
 		goto out;
 	}
-	widen(send, dt, count, x);
+	coll_widen(send, dt, count, x);
 	dq_local_stats(x, count, gst);
 	if ((s = stats_allgather(c, h, gst, n2, all)) != IBP_OK)
 		goto out;

@@ -154,5 +154,6 @@ ibp_status_t ibp_coll_inproc_transport(ibp_coll_inproc_t *w, int rank, ibp_coll_
 	t->ctx = e;
 	t->sendrecv = ep_sendrecv;
 	t->destroy = ep_destroy;
+	t->native = NULL; /* the algorithms over sendrecv */
 	return IBP_OK;
 }

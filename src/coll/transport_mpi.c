@@ -1,10 +1,16 @@
 /* transport_mpi.c - the MPI transport (libibp_coll_mpi): sendrecv is an
  * Irecv + Isend pair polled with MPI_Testall until both finish or the
  * deadline passes, on a duplicate of the caller's communicator whose
- * errors return instead of aborting. */
+ * errors return instead of aborting. Its native collectives (ibp/coll.h)
+ * are MPI's own nonblocking collectives, polled the same way: a plain
+ * call runs at MPI's speed. BF16/F16 sums use one commutative user MPI_Op
+ * per dtype that adds in float32 and rounds as the algorithms do (MPI has
+ * no 16-bit float types); F32 sums are MPI_SUM on MPI_FLOAT. */
 #include <limits.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <mpi.h>
@@ -94,6 +100,200 @@ static ibp_status_t m_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t sb
 	return IBP_OK;
 }
 
+/* Waits for a nonblocking collective until the deadline. A nonblocking
+ * collective can be neither cancelled nor freed: after a timeout the
+ * request is left to MPI and the communicator is broken (the caller's
+ * communicator records it). */
+static ibp_status_t wait_req(MPI_Request *req, const char *what, int64_t timeout_ms)
+{
+	struct timespec t0, now, nap = { 0, 20000 };
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		int done = 0;
+		MPI_Status st;
+		int rc = MPI_Test(req, &done, &st);
+		if (rc != MPI_SUCCESS)
+			return mpi_fail(rc, what);
+		if (done)
+			return IBP_OK;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		int64_t ms = (int64_t)(now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+		if (ms > timeout_ms)
+			return ibp_fail(IBP_ERR_IO, "coll: mpi: timeout after %lld ms in %s (a peer did not join)",
+					(long long)timeout_ms, what);
+		if (ms < 10)
+			sched_yield();
+		else
+			nanosleep(&nap, NULL);
+	}
+}
+
+/* BF16 and F16 sums: in float32, rounded to the dtype (coll_add_round). */
+static void sum16(const void *in, void *inout, int n, ibp_dtype_t dt)
+{
+	float acc[256];
+	const uint16_t *a = in;
+	uint16_t *b = inout;
+	for (int i = 0; i < n; i += 256) {
+		int k = n - i < 256 ? n - i : 256;
+		coll_widen(a + i, dt, (uint64_t)k, acc);
+		coll_add_round(acc, b + i, dt, (uint64_t)k, b + i);
+	}
+}
+
+static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+	(void)type;
+	sum16(in, inout, *len, IBP_DTYPE_BF16);
+}
+
+static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+	(void)type;
+	sum16(in, inout, *len, IBP_DTYPE_F16);
+}
+
+static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
+static MPI_Op op_bf16 = MPI_OP_NULL, op_f16 = MPI_OP_NULL;
+static int ops_rc = MPI_SUCCESS;
+
+static void make_ops(void)
+{
+	/* process-wide, never freed: MPI frees user ops at MPI_Finalize */
+	ops_rc = MPI_Op_create(sum_bf16, 1, &op_bf16);
+	if (ops_rc == MPI_SUCCESS)
+		ops_rc = MPI_Op_create(sum_f16, 1, &op_f16);
+}
+
+/* The element type and the sum for dt. */
+static ibp_status_t mpi_type(ibp_dtype_t dt, MPI_Datatype *type, MPI_Op *sum)
+{
+	if (dt == IBP_DTYPE_F32) {
+		*type = MPI_FLOAT;
+		*sum = MPI_SUM;
+		return IBP_OK;
+	}
+	if (dt != IBP_DTYPE_BF16 && dt != IBP_DTYPE_F16)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: mpi: dtype %s", ibp_dtype_name(dt));
+	if (pthread_once(&ops_once, make_ops) != 0)
+		return ibp_fail(IBP_ERR_INTERNAL, "coll: mpi: pthread_once failed");
+	if (ops_rc != MPI_SUCCESS)
+		return mpi_fail(ops_rc, "MPI_Op_create");
+	*type = MPI_UINT16_T;
+	*sum = dt == IBP_DTYPE_BF16 ? op_bf16 : op_f16;
+	return IBP_OK;
+}
+
+static ibp_status_t n_exchange(void *ctx, const void *mine, void *all, uint64_t bytes, int64_t timeout_ms)
+{
+	mctx_t *m = ctx;
+	MPI_Request req;
+	if (bytes > INT_MAX)
+		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: mpi: exchange of %llu bytes", (unsigned long long)bytes);
+	int rc = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, m->comm, &req);
+	if (rc != MPI_SUCCESS)
+		return mpi_fail(rc, "MPI_Iallgather (call check)");
+	return wait_req(&req, "MPI_Iallgather (call check)", timeout_ms);
+}
+
+static ibp_status_t n_allgather(void *ctx, const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
+				int64_t timeout_ms)
+{
+	mctx_t *m = ctx;
+	MPI_Datatype type = MPI_BYTE;
+	MPI_Op sum = MPI_OP_NULL;
+	MPI_Request req;
+	IBP_TRY(mpi_type(dt, &type, &sum));
+	int rank = 0, rc = MPI_Comm_rank(m->comm, &rank);
+	if (rc != MPI_SUCCESS)
+		return mpi_fail(rc, "MPI_Comm_rank");
+	const void *s = send == (const uint8_t *)recv + (uint64_t)rank * count * ibp_dtype_size(dt) ? MPI_IN_PLACE : send;
+	rc = MPI_Iallgather(s, (int)count, type, recv, (int)count, type, m->comm, &req);
+	if (rc != MPI_SUCCESS)
+		return mpi_fail(rc, "MPI_Iallgather");
+	return wait_req(&req, "MPI_Iallgather", timeout_ms);
+}
+
+static ibp_status_t n_reducescatter(void *ctx, const void *send, void *recv, uint64_t recvcount, ibp_dtype_t dt,
+				    int64_t timeout_ms)
+{
+	mctx_t *m = ctx;
+	MPI_Datatype type = MPI_BYTE;
+	MPI_Op sum = MPI_OP_NULL;
+	MPI_Request req;
+	IBP_TRY(mpi_type(dt, &type, &sum));
+	int rc = MPI_Ireduce_scatter_block(send == recv ? MPI_IN_PLACE : send, recv, (int)recvcount, type, sum,
+					   m->comm, &req);
+	if (rc != MPI_SUCCESS)
+		return mpi_fail(rc, "MPI_Ireduce_scatter_block");
+	return wait_req(&req, "MPI_Ireduce_scatter_block", timeout_ms);
+}
+
+static ibp_status_t n_allreduce(void *ctx, const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
+				int64_t timeout_ms)
+{
+	mctx_t *m = ctx;
+	MPI_Datatype type = MPI_BYTE;
+	MPI_Op sum = MPI_OP_NULL;
+	MPI_Request req;
+	IBP_TRY(mpi_type(dt, &type, &sum));
+	int rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, type, sum, m->comm, &req);
+	if (rc != MPI_SUCCESS)
+		return mpi_fail(rc, "MPI_Iallreduce");
+	return wait_req(&req, "MPI_Iallreduce", timeout_ms);
+}
+
+static ibp_status_t n_alltoall(void *ctx, const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
+			       int64_t timeout_ms)
+{
+	mctx_t *m = ctx;
+	MPI_Datatype type = MPI_BYTE;
+	MPI_Op sum = MPI_OP_NULL;
+	MPI_Request req;
+	IBP_TRY(mpi_type(dt, &type, &sum));
+	int rc = MPI_Ialltoall(send == recv ? MPI_IN_PLACE : send, (int)count, type, recv, (int)count, type, m->comm,
+			       &req);
+	if (rc != MPI_SUCCESS)
+		return mpi_fail(rc, "MPI_Ialltoall");
+	return wait_req(&req, "MPI_Ialltoall", timeout_ms);
+}
+
+static ibp_status_t n_alltoallv(void *ctx, const void *send, const uint64_t *sendcounts, const uint64_t *sdispls,
+				void *recv, const uint64_t *recvcounts, const uint64_t *rdispls, ibp_dtype_t dt,
+				int64_t timeout_ms)
+{
+	mctx_t *m = ctx;
+	MPI_Datatype type = MPI_BYTE;
+	MPI_Op sum = MPI_OP_NULL;
+	MPI_Request req;
+	IBP_TRY(mpi_type(dt, &type, &sum));
+	int p = 0, rc = MPI_Comm_size(m->comm, &p);
+	if (rc != MPI_SUCCESS)
+		return mpi_fail(rc, "MPI_Comm_size");
+	int *v = malloc(4 * sizeof(int) * (size_t)p);
+	if (!v)
+		return ibp_fail(IBP_ERR_NOMEM, "coll: mpi: out of memory");
+	for (int i = 0; i < p; i++) { /* each <= INT32_MAX (ibp/coll.h) */
+		v[i] = (int)sendcounts[i];
+		v[p + i] = (int)sdispls[i];
+		v[2 * p + i] = (int)recvcounts[i];
+		v[3 * p + i] = (int)rdispls[i];
+	}
+	/* the arrays must live until the request completes: they do (we wait here) */
+	rc = send == recv ? MPI_Ialltoallv(MPI_IN_PLACE, NULL, NULL, type, recv, v + 2 * p, v + 3 * p, type, m->comm,
+					   &req)
+			  : MPI_Ialltoallv(send, v, v + p, type, recv, v + 2 * p, v + 3 * p, type, m->comm, &req);
+	ibp_status_t s = rc == MPI_SUCCESS ? wait_req(&req, "MPI_Ialltoallv", timeout_ms) : mpi_fail(rc, "MPI_Ialltoallv");
+	if (s == IBP_OK || rc != MPI_SUCCESS)
+		free(v);
+	/* else (a timeout) MPI may still read v: it is leaked with the request */
+	return s;
+}
+
+static const ibp_coll_native_t mpi_native = {
+	n_exchange, n_allgather, n_reducescatter, n_allreduce, n_alltoall, n_alltoallv,
+};
+
 static void m_destroy(void *ctx)
 {
 	mctx_t *m = ctx;
@@ -130,5 +330,8 @@ ibp_status_t ibp_coll_comm_from_mpi(const void *mpi_comm, const ibp_coll_opts_t 
 	t.ctx = m;
 	t.sendrecv = m_sendrecv;
 	t.destroy = m_destroy;
+	/* IBP_COLL_MPI_NATIVE=0: the algorithms on every call (A/B runs, tests) */
+	const char *e = getenv("IBP_COLL_MPI_NATIVE");
+	t.native = e && e[0] == '0' ? NULL : &mpi_native;
 	return ibp_coll_comm_create(&t, opts, out);
 }

@@ -12,6 +12,7 @@
 
 #include "coll/coll_internal.h"
 #include "coll/helper.h"
+#include "util/error.h"
 #include "coll_ref.h"
 
 typedef struct job {
@@ -28,7 +29,74 @@ typedef struct job {
 	char err[512];
 	ibp_coll_stats_t stats;
 	int repeat; /* calls of the same collective */
+	int native; /* the transport offers natives (exchange, allgather: nat_* below) */
+	int native_calls;
 } job_t;
+
+/* ---- a transport with natives, for the native path's plumbing ----
+ * exchange and allgather are ring gathers over the in-process transport
+ * (what MPI_Allgather gives); the other entries are NULL (those calls keep
+ * the algorithms). It counts the native allgathers. */
+typedef struct nat {
+	ibp_coll_transport_t inner;
+	int *calls;
+} nat_t;
+
+static ibp_status_t nat_gather(nat_t *x, const void *mine, void *all, uint64_t bytes, int64_t timeout_ms)
+{
+	int r = x->inner.rank, p = x->inner.nranks;
+	uint8_t *a = all;
+	memmove(a + (uint64_t)r * bytes, mine, bytes);
+	for (int s = 0; s < p - 1; s++) {
+		int sb = ((r - s) % p + p) % p, rb = ((r - s - 1) % p + p) % p;
+		uint64_t got = 0;
+		IBP_TRY(x->inner.sendrecv(x->inner.ctx, (r + 1) % p, a + (uint64_t)sb * bytes, bytes, (r + p - 1) % p,
+					   a + (uint64_t)rb * bytes, bytes, &got, timeout_ms));
+		if (got != bytes)
+			return ibp_fail(IBP_ERR_INVALID_ARG, "nat: %llu bytes, want %llu", (unsigned long long)got,
+					(unsigned long long)bytes);
+	}
+	return IBP_OK;
+}
+
+static ibp_status_t nat_exchange(void *ctx, const void *mine, void *all, uint64_t bytes, int64_t timeout_ms)
+{
+	return nat_gather(ctx, mine, all, bytes, timeout_ms);
+}
+
+static ibp_status_t nat_allgather(void *ctx, const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
+				  int64_t timeout_ms)
+{
+	nat_t *x = ctx;
+	(*x->calls)++;
+	return nat_gather(x, send, recv, count * ibp_dtype_size(dt), timeout_ms);
+}
+
+static ibp_status_t nat_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t sbytes, int src, void *rbuf,
+				 uint64_t rcap, uint64_t *rbytes, int64_t timeout_ms)
+{
+	nat_t *x = ctx;
+	return x->inner.sendrecv(x->inner.ctx, dst, sbuf, sbytes, src, rbuf, rcap, rbytes, timeout_ms);
+}
+
+static void nat_destroy(void *ctx)
+{
+	nat_t *x = ctx;
+	if (x->inner.destroy)
+		x->inner.destroy(x->inner.ctx);
+	free(x);
+}
+
+static const ibp_coll_native_t nat_table = { nat_exchange, nat_allgather, NULL, NULL, NULL, NULL };
+
+static void nat_wrap(ibp_coll_transport_t *t, int *calls)
+{
+	nat_t *x = calloc(1, sizeof *x);
+	cr_assert(x);
+	x->inner = *t;
+	x->calls = calls;
+	*t = (ibp_coll_transport_t){ t->rank, t->nranks, x, nat_sendrecv, nat_destroy, &nat_table };
+}
 
 static void *run_job(void *arg)
 {
@@ -42,6 +110,8 @@ static void *run_job(void *arg)
 	o.timeout_ms = j->timeout_ms ? j->timeout_ms : 20000;
 	o.rate = j->rate;
 	j->st = ibp_coll_inproc_transport(j->w, j->rank, &t);
+	if (j->st == IBP_OK && j->native)
+		nat_wrap(&t, &j->native_calls);
 	if (j->st == IBP_OK)
 		j->st = ibp_coll_comm_create(&t, &o, &c);
 	/* Repeated calls go on after a failure (a broken comm must refuse them). */
@@ -264,6 +334,86 @@ Test(coll, mismatch_op)
 
 /* Rank 2 never sends: the others time out instead of hanging, and the
  * broken communicator refuses the next call. */
+/* ---- the native path ---- */
+
+/* p ranks, one call each, every rank with the given native/policy/count
+ * (rank 0's count and policy may differ). */
+static void native_case(job_t *jobs, int p, int op, ibp_coll_codec_t codec, int policy0, uint64_t n0, uint64_t n)
+{
+	ibp_coll_inproc_t *w;
+	cr_assert_eq(ibp_coll_inproc_create(p, &w), IBP_OK);
+	for (int r = 0; r < p; r++) {
+		uint64_t cnt = r ? n : n0;
+		jobs[r] = (job_t){ .w = w, .rank = r, .nranks = p, .op = op, .dt = IBP_DTYPE_BF16, .codec = codec,
+				   .n = cnt, .timeout_ms = 3000, .native = 1,
+				   .policy = r ? IBP_COLL_POLICY_ALWAYS : policy0 };
+		jobs[r].in = make_input(r, IBP_DTYPE_BF16, in_elems(op, cnt, p, r), cnt * 31 + (uint64_t)op);
+		jobs[r].out = calloc(1, out_elems(op, cnt, p, r) * 2 + 1);
+	}
+	run_all(jobs, p);
+	ibp_coll_inproc_destroy(w);
+}
+
+/* codec none on every rank: the transport's allgather runs, once per rank,
+ * and the result is the algorithms' (bit for bit) */
+Test(coll, native_allgather_when_every_rank_goes_plain)
+{
+	job_t jobs[3];
+	native_case(jobs, 3, AG, IBP_COLL_CODEC_NONE, IBP_COLL_POLICY_ALWAYS, 1001, 1001);
+	for (int r = 0; r < 3; r++) {
+		cr_assert_eq(jobs[r].st, IBP_OK, "rank %d: %s", r, jobs[r].err);
+		cr_assert_eq(jobs[r].native_calls, 1, "rank %d: %d native calls", r, jobs[r].native_calls);
+		cr_assert_eq(jobs[r].stats.native, 1);
+		cr_assert_eq(jobs[r].stats.wire_bytes, 2 * 1001 * 2, "a native call counts what it sends");
+	}
+	check_case(jobs, 3);
+	free_case(jobs, 3);
+}
+
+/* a transport without that native (allreduce here): the algorithms */
+Test(coll, native_entry_missing_keeps_the_algorithms)
+{
+	job_t jobs[3];
+	native_case(jobs, 3, AR, IBP_COLL_CODEC_NONE, IBP_COLL_POLICY_ALWAYS, 999, 999);
+	for (int r = 0; r < 3; r++) {
+		cr_assert_eq(jobs[r].st, IBP_OK, "rank %d: %s", r, jobs[r].err);
+		cr_assert_eq(jobs[r].stats.native, 0);
+	}
+	check_case(jobs, 3);
+	free_case(jobs, 3);
+}
+
+/* one rank plain (policy never), the others compressing: not every rank
+ * plain, so every rank runs the algorithms (mixed encodings) */
+Test(coll, native_needs_every_rank_plain)
+{
+	job_t jobs[3];
+	native_case(jobs, 3, AG, IBP_COLL_CODEC_EXP, IBP_COLL_POLICY_NEVER, 30001, 30001);
+	for (int r = 0; r < 3; r++) {
+		cr_assert_eq(jobs[r].st, IBP_OK, "rank %d: %s", r, jobs[r].err);
+		cr_assert_eq(jobs[r].native_calls, 0, "rank %d", r);
+	}
+	cr_assert_eq(jobs[0].stats.plain, 1);
+	cr_assert_eq(jobs[1].stats.compressed, 1);
+	check_case(jobs, 3);
+	free_case(jobs, 3);
+}
+
+/* a mismatched call is refused on every rank by the check before the
+ * native call (no rank runs it) */
+Test(coll, native_mismatch_refused_everywhere)
+{
+	job_t jobs[3];
+	native_case(jobs, 3, AG, IBP_COLL_CODEC_NONE, IBP_COLL_POLICY_ALWAYS, 1000, 1001);
+	for (int r = 0; r < 3; r++) {
+		cr_assert_eq(jobs[r].st, IBP_ERR_INVALID_ARG, "rank %d: %d %s", r, jobs[r].st, jobs[r].err);
+		cr_assert(strstr(jobs[r].err, "mismatch") && strstr(jobs[r].err, "count 1000"), "rank %d: %s", r,
+			  jobs[r].err);
+		cr_assert_eq(jobs[r].native_calls, 0);
+	}
+	free_case(jobs, 3);
+}
+
 Test(coll, dead_peer_times_out)
 {
 	ibp_coll_inproc_t *w;

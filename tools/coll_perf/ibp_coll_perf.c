@@ -13,7 +13,15 @@
  * from the same call made uncompressed (exp must give 0); the lossy
  * codecs (fp8, dynamiq, lsq, pts) report their rel-L2 error against it
  * instead (column err). dynamiq and pts are allreduce only, lsq alltoall
- * only. */
+ * only.
+ *
+ * On MPI ranks every size also runs the collective a user would call
+ * instead, MPI's own (MPI_Allgather, MPI_Reduce_scatter_block,
+ * MPI_Allreduce, MPI_Alltoall) on the same buffers in the same invocation,
+ * timed the same way; columns native busbw and vs_native (our busbw over
+ * it). BF16/FP16 sums there use a user MPI_Op written the straightforward
+ * way (widen to float, add, round to nearest even); column f32_busbw is
+ * MPI_Allreduce/Reduce_scatter on float32 of the same element count. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -181,7 +189,46 @@ typedef struct rank_ctx {
 	cfg_t *g;
 	int rank, nranks;
 	ibp_coll_comm_t *comm;
+	int mpi; /* MPI ranks: the native baseline is measured */
 } rank_ctx_t;
+
+#ifdef IBP_HAVE_MPI
+/* The user's BF16/FP16 sum: widen, add in float, round to nearest even. */
+static void user_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *t)
+{
+	(void)t;
+	uint16_t *a = in, *b = inout;
+	for (int i = 0; i < *len; i++)
+		b[i] = f_bf16(bf16_f(a[i]) + bf16_f(b[i]));
+}
+
+static void user_sum_f16(void *in, void *inout, int *len, MPI_Datatype *t)
+{
+	(void)t;
+	uint16_t *a = in, *b = inout;
+	for (int i = 0; i < *len; i++)
+		b[i] = f_f16(f16_f(a[i]) + f16_f(b[i]));
+}
+
+/* MPI's own collective on the same buffers; dt_f32 forces float32. */
+static int native_op(const cfg_t *g, const void *in, void *out, uint64_t count, int f32)
+{
+	static MPI_Op ops[2] = { MPI_OP_NULL, MPI_OP_NULL };
+	if (ops[0] == MPI_OP_NULL) {
+		MPI_Op_create(user_sum_bf16, 1, &ops[0]);
+		MPI_Op_create(user_sum_f16, 1, &ops[1]);
+	}
+	MPI_Datatype t = f32 || g->dt == IBP_DTYPE_F32 ? MPI_FLOAT : MPI_UINT16_T;
+	MPI_Op sum = t == MPI_FLOAT ? MPI_SUM : g->dt == IBP_DTYPE_BF16 ? ops[0] : ops[1];
+	int n = (int)count;
+	switch (g->op) {
+	case AG: return MPI_Allgather(in, n, t, out, n, t, MPI_COMM_WORLD);
+	case RS: return MPI_Reduce_scatter_block(in, out, n, t, sum, MPI_COMM_WORLD);
+	case AR: return MPI_Allreduce(in, out, n, t, sum, MPI_COMM_WORLD);
+	default: return MPI_Alltoall(in, n, t, out, n, t, MPI_COMM_WORLD);
+	}
+}
+#endif
 
 static ibp_status_t run_op(rank_ctx_t *rc, ibp_coll_codec_t codec, const void *in, void *out, uint64_t count)
 {
@@ -226,10 +273,11 @@ static void run_rank(rank_ctx_t *rc)
 		printf("# ibp-coll-perf: %s, %d ranks, %s, codec %s, data %s, rate %s%.3g B/s\n", opnames[g->op], p,
 		       ibp_dtype_name(g->dt), ibp_coll_codec_name(g->codec), g->data, g->rate > 0 ? "" : "unthrottled ",
 		       g->rate);
-		printf("#%12s %12s %6s %6s %6s %10s %8s %8s %6s %6s %6s %14s %9s\n", "size", "count", "type", "redop",
-		       "root", "time", "algbw", "busbw", "#wrong", "codec", "ratio", "decision", "err");
-		printf("#%12s %12s %6s %6s %6s %10s %8s %8s %6s %6s %6s %14s %9s\n", "(B)", "(elements)", "", "", "",
-		       "(us)", "(GB/s)", "(GB/s)", "", "", "", "", "(rel-L2)");
+		printf("#%12s %12s %6s %6s %6s %10s %8s %8s %6s %6s %6s %14s %9s %8s %9s %9s\n", "size", "count", "type",
+		       "redop", "root", "time", "algbw", "busbw", "#wrong", "codec", "ratio", "decision", "err", "native",
+		       "vs_native", "f32_busbw");
+		printf("#%12s %12s %6s %6s %6s %10s %8s %8s %6s %6s %6s %14s %9s %8s %9s %9s\n", "(B)", "(elements)", "",
+		       "", "", "(us)", "(GB/s)", "(GB/s)", "", "", "", "", "(rel-L2)", "(GB/s)", "", "(GB/s)");
 		fflush(stdout);
 	}
 	if (r == 0) {
@@ -261,7 +309,36 @@ static void run_rank(rank_ctx_t *rc)
 		double t0 = now_s();
 		for (int i = 0; i < g->iters && s == IBP_OK; i++)
 			s = run_op(rc, g->codec, in, out, count);
-		double t = (now_s() - t0) / g->iters;
+		double t = (now_s() - t0) / g->iters, tn = 0, tf = 0;
+#ifdef IBP_HAVE_MPI
+		if (rc->mpi && s == IBP_OK) { /* the native baseline, timed the same way */
+			int f32 = 0;
+			for (int pass = 0; pass < 1 + ((g->op == AR || g->op == RS) && g->dt != IBP_DTYPE_F32); pass++) {
+				void *fin = in, *fout = ref;
+				if (pass) { /* float32 of the same element count */
+					f32 = 1;
+					fin = calloc(in_n + 1, 4), fout = calloc(out_n + 1, 4);
+					if (!fin || !fout) {
+						free(fin), free(fout);
+						break;
+					}
+				}
+				for (int i = 0; i < g->warmup; i++)
+					native_op(g, fin, fout, count, f32);
+				MPI_Barrier(MPI_COMM_WORLD);
+				double n0 = now_s();
+				for (int i = 0; i < g->iters; i++)
+					native_op(g, fin, fout, count, f32);
+				*(pass ? &tf : &tn) = (now_s() - n0) / g->iters;
+				if (pass)
+					free(fin), free(fout);
+			}
+			/* ref was the plain call's result: make it again (the native run wrote its own there) */
+			ibp_coll_comm_set_policy(rc->comm, IBP_COLL_POLICY_NEVER);
+			s = run_op(rc, IBP_COLL_CODEC_NONE, in, ref, count);
+			ibp_coll_comm_set_policy(rc->comm, (ibp_coll_policy_t)g->policy);
+		}
+#endif
 		if (s != IBP_OK) {
 			fprintf(stderr, "ibp-coll-perf: rank %d: %s at %llu bytes: %s\n", r, opnames[g->op],
 				(unsigned long long)size, ibp_last_error());
@@ -281,7 +358,8 @@ static void run_rank(rank_ctx_t *rc)
 		double wrong_all = 0;
 		ibp_coll_stats_t st;
 		ibp_coll_comm_stats(rc->comm, &st);
-		double tmax = max_all(rc, t, NULL);
+		double tmax = max_all(rc, t, NULL), tnmax = tn > 0 ? max_all(rc, tn, NULL) : 0,
+		       tfmax = tf > 0 ? max_all(rc, tf, NULL) : 0;
 		max_all(rc, (double)wrong, &wrong_all);
 		double err = x2 > 0 ? sqrt(e2 / x2) : 0;
 		double errmax = max_all(rc, err, NULL);
@@ -289,6 +367,8 @@ static void run_rank(rank_ctx_t *rc)
 			wrong_all = 0; /* lossy: judged by err */
 		if (r == 0) {
 			double algbw = (double)logical / tmax / 1e9, busbw = algbw * busf;
+			double nbus = tnmax > 0 ? (double)logical / tnmax / 1e9 * busf : 0;
+			double fbus = tfmax > 0 ? (double)logical / tfmax / 1e9 * busf : nbus; /* f32: the same bytes moved */
 			g->bus_sum += busbw;
 			g->nsizes++;
 			const char *dec = decisions[st.last_decision];
@@ -296,16 +376,17 @@ static void run_rank(rank_ctx_t *rc)
 				printf("{\"op\":\"%s\",\"size\":%llu,\"count\":%llu,\"type\":\"%s\",\"redop\":\"%s\","
 				       "\"root\":-1,\"nranks\":%d,\"time_us\":%.2f,\"algbw\":%.4f,\"busbw\":%.4f,"
 				       "\"wrong\":%.0f,\"codec\":\"%s\",\"ratio\":%.4f,\"decision\":\"%s\",\"err\":%.3g,"
-				       "\"rate\":%.6g}\n",
+				       "\"rate\":%.6g,\"native_busbw\":%.4f,\"vs_native\":%.4f,\"f32_busbw\":%.4f}\n",
 				       opnames[g->op], (unsigned long long)logical, (unsigned long long)count,
 				       ibp_dtype_name(g->dt), g->op == RS || g->op == AR ? "sum" : "none", p, tmax * 1e6,
 				       algbw, busbw, wrong_all, ibp_coll_codec_name(g->codec), st.last_ratio, dec, errmax,
-				       g->rate);
+				       g->rate, nbus, nbus > 0 ? busbw / nbus : 0, fbus);
 			else
-				printf(" %12llu %12llu %6s %6s %6d %10.1f %8.3f %8.3f %6.0f %6s %6.3f %14s %9.3g\n",
+				printf(" %12llu %12llu %6s %6s %6d %10.1f %8.3f %8.3f %6.0f %6s %6.3f %14s %9.3g %8.3f %8.2fx %9.3f\n",
 				       (unsigned long long)logical, (unsigned long long)count, ibp_dtype_name(g->dt),
 				       g->op == RS || g->op == AR ? "sum" : "none", -1, tmax * 1e6, algbw, busbw, wrong_all,
-				       ibp_coll_codec_name(g->codec), st.last_ratio, dec, errmax);
+				       ibp_coll_codec_name(g->codec), st.last_ratio, dec, errmax, nbus,
+				       nbus > 0 ? busbw / nbus : 0.0, fbus);
 			fflush(stdout);
 		}
 		if (wrong_all > 0)
@@ -333,7 +414,7 @@ static void *thread_main(void *arg)
 	ibp_coll_opts_t o;
 	ibp_coll_opts_default(&o);
 	o.rate = t->g->rate;
-	rank_ctx_t rc = { t->g, t->rank, t->nranks, NULL };
+	rank_ctx_t rc = { t->g, t->rank, t->nranks, NULL, 0 };
 	if (ibp_coll_inproc_transport(t->w, t->rank, &tr) != IBP_OK || ibp_coll_comm_create(&tr, &o, &rc.comm) != IBP_OK) {
 		fprintf(stderr, "ibp-coll-perf: rank %d: %s\n", t->rank, ibp_last_error());
 		t->g->errors++;
@@ -455,7 +536,7 @@ int main(int argc, char **argv)
 #ifdef IBP_HAVE_MPI
 	if (g.threads == 0) {
 		MPI_Init(&argc, &argv);
-		rank_ctx_t rc = { &g, 0, 1, NULL };
+		rank_ctx_t rc = { &g, 0, 1, NULL, 1 };
 		MPI_Comm_rank(MPI_COMM_WORLD, &rc.rank);
 		MPI_Comm_size(MPI_COMM_WORLD, &rc.nranks);
 		ibp_coll_opts_t o;

@@ -88,6 +88,7 @@ class CollStats(C.Structure):
         ("fp8_dec_Bps", C.c_double),
         ("last_decision", c_int),
         ("last_ratio", C.c_double),
+        ("native", c_u64),
     ]
 
 
@@ -106,6 +107,7 @@ class CollTransport(C.Structure):
         ("ctx", c_vp),
         ("sendrecv", SENDRECV),
         ("destroy", DESTROY),
+        ("native", c_vp),  # const ibp_coll_native_t *: none from Python (the algorithms run)
     ]
 
 
