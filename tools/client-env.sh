@@ -3,7 +3,13 @@
 # library the `ibp` package integrates with (vLLM, torchrec, ...), for the
 # client tests that run against the real library (tools/test-clients.sh).
 #
-#   tools/client-env.sh NAME REQ...     e.g. tools/client-env.sh vllm 'vllm==0.33.*'
+#   tools/client-env.sh NAME REQ... [-- NODEPS_REQ...]
+#                                       e.g. tools/client-env.sh vllm 'vllm==0.33.*'
+#
+# NODEPS_REQ (after a literal --) are installed last, without their declared
+# dependencies, for a client one of whose dependencies must be replaced by a
+# twin listed in REQ (torchrec requires fbgemm-gpu, the CUDA build: its CPU
+# build fbgemm-gpu-cpu goes in REQ, torchrec after --).
 #
 # The environment is ${XDG_CACHE_HOME:-~/.cache}/ibp/clients/NAME, outside
 # the clone, shared by every clone and reused while its stamp (the
@@ -37,12 +43,14 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 if [[ $# -lt 2 ]]; then
-	echo "usage: tools/client-env.sh NAME REQ..." >&2
+	echo "usage: tools/client-env.sh NAME REQ... [-- NODEPS_REQ...]" >&2
 	exit 1
 fi
 name=$1
 shift
-reqs=("$@")
+reqs=() nodeps=()
+while [[ $# -gt 0 && $1 != "--" ]]; do reqs+=("$1"); shift; done
+[[ $# -gt 0 ]] && shift && nodeps=("$@")
 [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || { echo "client-env: bad name '$name'" >&2; exit 1; }
 
 say() { echo "client-env: $name: $*" >&2; }
@@ -95,7 +103,7 @@ install_reqs() {
 	pip_offline "$@" || die "pip install $* from $wh failed"
 }
 
-stamp="v1 | $("$py" -c 'import sys; print(sys.version)' | head -n1) | ${reqs[*]} | ${base_reqs[*]}"
+stamp="v1 | $("$py" -c 'import sys; print(sys.version)' | head -n1) | ${reqs[*]}${nodeps[*]:+ -- ${nodeps[*]}} | ${base_reqs[*]}"
 if [[ "${IBP_CLIENT_FRESH:-0}" == 1 || ! -x "$vpy" || "$(cat "$venv/.ibp-stamp" 2>/dev/null)" != "$stamp" ]]; then
 	gb=$(free_gb)
 	if [[ $gb -lt $min_gb ]]; then
@@ -107,6 +115,7 @@ if [[ "${IBP_CLIENT_FRESH:-0}" == 1 || ! -x "$vpy" || "$(cat "$venv/.ibp-stamp" 
 	"$py" -m venv "$venv" || die "python -m venv $venv failed"
 	# --no-compile: byte-compiling torch's and vLLM's modules costs minutes
 	install_reqs "${reqs[@]}" "${base_reqs[@]}"
+	[[ ${#nodeps[@]} -eq 0 ]] || install_reqs --no-deps "${nodeps[@]}"
 	echo "$stamp" >"$venv/.ibp-stamp"
 	say "made in $(($(date +%s) - t0)) s ($(du -sh "$venv" 2>/dev/null | cut -f1))"
 else

@@ -20,9 +20,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-# NAME | requirements (space-separated) | test files, relative to python/tests
+# NAME | requirements (space-separated; after "--": installed without their
+# dependencies, see client-env.sh) | test files, relative to python/tests
+# torchrec 1.9 with fbgemm-gpu-cpu loads with torch 2.14.1 only; its other
+# dependencies are listed as torchrec 1.9.2 declares them.
 CLIENTS=(
 	"vllm|vllm==0.33.*|clients/test_vllm_*.py test_torch_vllm.py"
+	"torchrec|torch==2.14.1 fbgemm-gpu-cpu==1.9.0 tensordict torchmetrics==1.0.3 tqdm pyre-extensions -- torchrec==1.9.2|clients/test_torchrec_*.py"
 )
 
 out=${IBP_PY_BUILD:-build-python}

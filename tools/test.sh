@@ -17,7 +17,7 @@
 #              IBP_SKIP_MUTATION=1 skips the mutation check,
 #              IBP_SKIP_PYTHON=1 skips the Python package (tools/test-python.sh)
 #              and the client tests,
-#              IBP_SKIP_CLIENTS=1 skips the client tests (tools/test-clients.sh: vLLM
+#              IBP_SKIP_CLIENTS=1 skips the client tests (tools/test-clients.sh: vLLM, torchrec
 #              in ~/.cache/ibp/clients; their files then run, and skip, in the
 #              Python package's pytest).
 set -euo pipefail
@@ -102,7 +102,7 @@ if [[ "${IBP_SKIP_PYTHON:-0}" != 1 ]]; then
 	read -r p f s <"${IBP_PY_BUILD:-build-python}/counts" 2>/dev/null || { p=0; f=1; s=0; }
 	count "$p" "$f" "$s"
 	[[ $rc -ne 0 ]] && failures+=("python package")
-	# Client libraries (vLLM), each in its own environment under ~/.cache/ibp/clients.
+	# Client libraries (vLLM, torchrec), each in its own environment under ~/.cache/ibp/clients.
 	if [[ "${IBP_SKIP_CLIENTS:-0}" != 1 ]]; then
 		step "client libraries (tools/test-clients.sh, ~/.cache/ibp/clients)"
 		set +e; tools/test-clients.sh; rc=$?; set -e

@@ -306,6 +306,13 @@ unsigned ibp_container_version_minor(const ibp_container_t *c);
 uint64_t ibp_container_file_bytes(const ibp_container_t *c);
 /* The path it was opened from, or "<memory>" (for messages). */
 const char *ibp_container_name(const ibp_container_t *c);
+/* The whole container as the reader uses it: the file image read at open
+ * (IBP_OPEN_READ), the mapping (IBP_OPEN_MMAP), or the memory given to
+ * ibp_container_open_memory (or libibp's aligned copy of it). *size (if
+ * not NULL) gets ibp_container_file_bytes. Owned by the container, valid
+ * until ibp_container_close; saving these bytes and opening them again
+ * (ibp_container_open_memory) gives the same container. */
+const uint8_t *ibp_container_image(const ibp_container_t *c, uint64_t *size);
 
 /* Raw arrays, for decoders that work on the encoded data directly (GPU
  * upload, benchmarks). The payload has *len bytes; offsets has nrows + 1

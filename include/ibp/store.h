@@ -23,6 +23,14 @@
  * parallel on their callers' threads (for exp/fp8, as long as a slot is
  * free; otherwise they wait for one); multi-threaded ones share the pool
  * and take turns.
+ *
+ * fork(): a store opened before a fork keeps working in the child (and in
+ * its children). Threads are not copied by fork(), so the first call in
+ * the child that uses the store starts over with a new pool and new locks
+ * (made by that call; found through pthread_atfork, nothing is checked per
+ * row). The parent's pool is untouched, and closing the store in the
+ * child frees only the child's copy. A fork while another thread of the
+ * parent is inside a call on the store is safe for the child too.
  */
 #ifndef IBP_STORE_H
 #define IBP_STORE_H

@@ -138,6 +138,22 @@ def make_model(in_dim: int, hidden: int, classes: int, use_pyg: bool):
     return SAGE()
 
 
+def node_batches(graph, *, epochs=3, batch=512, fanouts=(10, 5), seed=0):
+    """The sampled mini-batches of train() with these arguments, in order:
+    (seeds, n_id, edge_index, seed_pos) per step. The sampling draws from its
+    own generator only, so the list can be made ahead (to fetch the features
+    of every step in DataLoader workers)."""
+    import torch
+    gen = torch.Generator().manual_seed(seed)
+    n = graph["labels"].shape[0]
+    train_ids = torch.randperm(n, generator=gen)[: int(0.6 * n)]
+    sampler = Sampler(graph["edges"], n, fanouts, gen)
+    for _ in range(epochs):
+        perm = train_ids[torch.randperm(train_ids.numel(), generator=gen)]
+        for seeds in perm.split(batch):
+            yield (seeds,) + sampler.sample(seeds)
+
+
 def train(features, graph, *, epochs=3, batch=512, fanouts=(10, 5), seed=0, use_pyg=True,
           on_batch=None):
     """Seeded mini-batch GraphSAGE training; `features(n_id)` returns the input
@@ -145,26 +161,20 @@ def train(features, graph, *, epochs=3, batch=512, fanouts=(10, 5), seed=0, use_
     on_batch(n_id) is called before every feature fetch (for timing)."""
     import torch
     torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    n = graph["labels"].shape[0]
     labels = torch.from_numpy(graph["labels"])
-    train_ids = torch.randperm(n, generator=gen)[: int(0.6 * n)]
-    sampler = Sampler(graph["edges"], n, fanouts, gen)
     in_dim = graph["bow"].shape[1] + graph["pca"].shape[1]
     model = make_model(in_dim, 64, len(SECTIONS), use_pyg)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     losses = []
-    for _ in range(epochs):
-        perm = train_ids[torch.randperm(train_ids.numel(), generator=gen)]
-        for seeds in perm.split(batch):
-            n_id, edge_index, seed_pos = sampler.sample(seeds)
-            if on_batch is not None:
-                on_batch(n_id)
-            x = features(n_id)
-            out = model(x, edge_index)[seed_pos]
-            loss = torch.nn.functional.cross_entropy(out, labels[seeds])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+    for seeds, n_id, edge_index, seed_pos in node_batches(graph, epochs=epochs, batch=batch, fanouts=fanouts,
+                                                          seed=seed):
+        if on_batch is not None:
+            on_batch(n_id)
+        x = features(n_id)
+        out = model(x, edge_index)[seed_pos]
+        loss = torch.nn.functional.cross_entropy(out, labels[seeds])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
     return losses

@@ -167,13 +167,21 @@ def test_gather_pinned_tensor_rows(graph):
     f.close()
 
 
-def test_graphsage_losses_bit_identical(graph):
-    # PyG's SAGEConv when installed, else the same layer written in torch
+SAGE_KW = dict(epochs=2, batch=1024, fanouts=(5, 3))
+
+
+@pytest.fixture(scope="module")
+def sage_ref(graph):
+    """The losses of GraphSAGE trained on the plain tensors (PyG's SAGEConv
+    when installed, else the same layer written in torch)."""
+    bow, pca = torch.from_numpy(graph["bow"]), torch.from_numpy(graph["pca"])
+    return debian_graph.train(lambda n_id: torch.cat([bow[n_id], pca[n_id]], 1), graph, use_pyg=HAVE_PYG,
+                              **SAGE_KW)
+
+
+def test_graphsage_losses_bit_identical(graph, sage_ref):
     use_pyg = HAVE_PYG
     bow, pca = torch.from_numpy(graph["bow"]), torch.from_numpy(graph["pca"])
-
-    def plain(n_id):
-        return torch.cat([bow[n_id], pca[n_id]], 1)
 
     with it.FeatureStore() as fs:
         fs["package", "bow", None] = bow
@@ -184,9 +192,41 @@ def test_graphsage_losses_bit_identical(graph):
             b, p = fs.multi_get_tensor([("package", "bow", n_id), ("package", "pca", n_id)])
             return torch.cat([b, p], 1)
 
-        kw = dict(epochs=2, batch=1024, fanouts=(5, 3), use_pyg=use_pyg)
-        ref = debian_graph.train(plain, graph, **kw)
-        got = debian_graph.train(served, graph, **kw)
+        got = debian_graph.train(served, graph, use_pyg=use_pyg, **SAGE_KW)
+    ref = sage_ref
     assert len(ref) == 2 * 3  # 2763 training nodes in batches of 1024, 2 epochs
     assert got == ref  # bit-identical floats, every step
     assert ref[-1] < ref[0] * 0.8  # and it learns
+
+
+@pytest.mark.parametrize("ctx", ["fork", "spawn"])
+def test_graphsage_losses_bit_identical_loader_workers(graph, sage_ref, ctx):
+    """The same training with every step's features read by DataLoader
+    workers (num_workers=2) from a FeatureStore the parent has read already
+    (its stores' pools run): forked workers inherit the stores, spawned ones
+    unpickle them from their compressed bytes. The losses are bit-identical
+    to those on plain tensors."""
+    import procs_data
+    bow, pca = torch.from_numpy(graph["bow"]), torch.from_numpy(graph["pca"])
+    steps = [n_id for _, n_id, _, _ in debian_graph.node_batches(graph, **SAGE_KW)]
+    with it.FeatureStore() as fs:
+        fs["package", "bow", None] = bow
+        fs["package", "pca", None] = pca
+        for attr in ("bow", "pca"):  # the parent reads on all threads first
+            fs.store("package", attr).gather(steps[0], nthreads=0)
+        loader = torch.utils.data.DataLoader(procs_data.NodeFeatures(fs, steps), batch_size=None, num_workers=2,
+                                             multiprocessing_context=ctx, timeout=300,
+                                             generator=torch.Generator())
+        batches = iter(loader)
+        calls = []
+
+        def served(n_id):
+            i, x = next(batches)
+            assert i == len(calls) and torch.equal(n_id, steps[i])  # in order, the step's nodes
+            calls.append(i)
+            assert torch.equal(x, torch.cat([bow[n_id], pca[n_id]], 1))
+            return x
+
+        got = debian_graph.train(served, graph, use_pyg=HAVE_PYG, **SAGE_KW)
+    assert len(calls) == len(steps) == len(sage_ref)
+    assert got == sage_ref  # bit-identical floats, every step

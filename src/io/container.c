@@ -1616,6 +1616,13 @@ unsigned ibp_container_version_major(const ibp_container_t *c) { return c->major
 unsigned ibp_container_version_minor(const ibp_container_t *c) { return c->minor; }
 uint64_t ibp_container_file_bytes(const ibp_container_t *c) { return c->size; }
 const char *ibp_container_name(const ibp_container_t *c) { return c->name; }
+
+const uint8_t *ibp_container_image(const ibp_container_t *c, uint64_t *size)
+{
+	if (size)
+		*size = c->size;
+	return c->base;
+}
 /* 1.2 files keep a compact index: these arrays are expanded on first use */
 const uint64_t *ibp_container_offsets(const ibp_container_t *c)
 {

@@ -42,6 +42,7 @@
 #include "ibp/alloc.h"
 #include "ibp/store.h"
 #include "util/error.h"
+#include "util/fork.h"
 #include "bitpack/codec_internal.h"
 #include "io/container_internal.h"
 #include "store/first_failure.h"
@@ -119,6 +120,9 @@ struct ibp_store {
 	int job_helpers; /* helpers taking part in the current job */
 	int done;        /* helpers that have left the current job */
 	job_t job;
+	/* ibp_fork_generation() the threads and locks belong to: another
+	 * value means a fork() child, which makes them again (after_fork) */
+	atomic_uint_fast64_t fork_gen;
 };
 
 static int cpu_count(void)
@@ -393,6 +397,45 @@ static void ensure_pool(ibp_store_t *s)
 	}
 }
 
+/* A fork() child: the helpers did not come along, and the locks, condition
+ * variables (waiters that no longer exist) and block slots may be held by
+ * threads of the parent. Starts over with fresh ones and no pool (the next
+ * pooled job starts one here); the first caller in the child does it, the
+ * others wait on the fork lock and find it done. Initialising with default
+ * attributes cannot fail on Linux (glibc only fills the object in). */
+static void after_fork(ibp_store_t *s)
+{
+	ibp_fork_lock();
+	uint64_t g = ibp_fork_generation();
+	if (atomic_load_explicit(&s->fork_gen, memory_order_relaxed) != g) {
+		pthread_mutex_init(&s->gather_mu, NULL);
+		pthread_mutex_init(&s->mu, NULL);
+		pthread_cond_init(&s->cv_work, NULL);
+		pthread_cond_init(&s->cv_done, NULL);
+		pthread_mutex_init(&s->slot_mu, NULL);
+		pthread_cond_init(&s->slot_cv, NULL);
+		for (int i = 0; s->slots && i < s->nslots; i++)
+			s->slots[i].busy = 0;
+		s->pool_created = 0;
+		s->nhelpers = 0; /* the parent's threads: nothing to join here */
+		s->gen = 0;      /* new helpers start waiting for generation 1 */
+		s->shutdown = 0;
+		s->job_helpers = 0;
+		s->done = 0;
+		s->job.fn = NULL;
+		atomic_store_explicit(&s->fork_gen, g, memory_order_release);
+	}
+	ibp_fork_unlock();
+}
+
+/* Every entry point that takes a lock or uses the pool calls this first:
+ * in the parent it costs two loads. */
+static void check_fork(ibp_store_t *s)
+{
+	if (atomic_load_explicit(&s->fork_gen, memory_order_acquire) != ibp_fork_generation())
+		after_fork(s);
+}
+
 static void free_slots(ibp_store_t *s)
 {
 	for (int i = 0; s->slots && i < s->nslots; i++)
@@ -424,9 +467,11 @@ ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 	if (!c || !out)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_store_from_container: NULL argument");
 	*out = NULL;
+	IBP_TRY(ibp_fork_watch());
 	ibp_store_t *s = calloc(1, sizeof(*s));
 	if (!s)
 		return ibp_fail(IBP_ERR_NOMEM, "ibp_store_from_container: out of memory");
+	atomic_init(&s->fork_gen, ibp_fork_generation());
 	s->c = c;
 	s->codec = ibp_container_codec(c);
 	s->nrows = ibp_container_nrows(c);
@@ -524,6 +569,7 @@ void ibp_store_close(ibp_store_t *s)
 {
 	if (!s)
 		return;
+	check_fork(s);
 	pthread_mutex_lock(&s->mu);
 	s->shutdown = 1;
 	pthread_cond_broadcast(&s->cv_work);
@@ -566,6 +612,7 @@ static ibp_status_t gather(ibp_store_t *s, const int64_t *ids, int blocks, uint6
 {
 	if (!s)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL store", what);
+	check_fork(s);
 	if (nthreads < 0)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: nthreads %d < 0", what, nthreads);
 	if (n == 0)
@@ -662,6 +709,7 @@ void ibp_store_run(const ibp_store_t *cs, int ntasks, ibp_store_task_fn fn, void
 	/* the pool and its hand-off are mutable state of every store (which
 	 * ibp_store_from_container allocates, never const) */
 	ibp_store_t *s = (ibp_store_t *)cs;
+	check_fork(s);
 	pthread_mutex_lock(&s->gather_mu);
 	ensure_pool(s);
 	job_t *j = &s->job;

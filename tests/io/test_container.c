@@ -870,6 +870,43 @@ Test(container, open_memory_misaligned, .init = make_tmpdir, .fini = remove_tmpd
 	free(rows);
 }
 
+/* ibp_container_image gives the file's bytes whichever way the container
+ * was opened (read, mapped, borrowed, realigned copy), and they open again
+ * as the same container (how Python pickles a store). */
+Test(container, image_is_the_file, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	uint64_t size, n, R;
+	uint8_t *rows;
+	uint8_t *f = small_file(IBP_LAYOUT_PACKED, 2, &size, &rows, &n, &R);
+	uint8_t *g = xcalloc(size + 8);
+	memcpy(g + 3, f, size);
+	for (int how = 0; how < 4; how++) {
+		ibp_container_t *c = NULL;
+		ibp_status_t st = how == 0   ? ibp_container_open(tmpdir_path("small.ibp"), IBP_OPEN_READ, &c)
+				  : how == 1 ? ibp_container_open(tmpdir_path("small.ibp"), IBP_OPEN_MMAP, &c)
+				  : how == 2 ? ibp_container_open_memory(f, size, 0, &c)
+					     : ibp_container_open_memory(g + 3, size, 0, &c);
+		cr_assert_eq(st, IBP_OK, "open %d: %s", how, ibp_last_error());
+		uint64_t got = 0;
+		const uint8_t *img = ibp_container_image(c, &got);
+		cr_assert_eq(got, size, "open %d: %llu bytes, the file has %llu", how, (unsigned long long)got,
+			     (unsigned long long)size);
+		cr_assert(memcmp(img, f, size) == 0, "open %d: the image differs from the file", how);
+		cr_assert_eq(ibp_container_image(c, NULL), img);
+		uint8_t *copy = xcalloc(size);
+		memcpy(copy, img, size);
+		ibp_container_t *c2 = NULL;
+		cr_assert_eq(ibp_container_open_memory(copy, size, IBP_OPEN_VERIFY, &c2), IBP_OK, "%s", ibp_last_error());
+		check_rows(c2, rows, n, R);
+		ibp_container_close(c2);
+		free(copy);
+		ibp_container_close(c);
+	}
+	free(g);
+	free(f);
+	free(rows);
+}
+
 Test(container, host_alloc)
 {
 	void *p = ibp_host_alloc(1000, 4096);

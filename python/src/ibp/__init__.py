@@ -15,7 +15,7 @@ libibp's detail message. See python/README.md.
 
 from __future__ import annotations
 
-from ._errors import (BufferTooSmallError, ChecksumError, CorruptError, CudaError, Error,
+from ._errors import (BufferTooSmallError, ChecksumError, ClosedError, CorruptError, CudaError, Error,
                       FileError, InternalError, InvalidArgumentError, NoDeviceError, NoMemoryError,
                       OutOfRangeError, UnsupportedError)
 from . import _lib
@@ -34,7 +34,7 @@ __all__ = [
     "pack", "open", "Store", "train", "Codec", "Encoded", "Chunks", "exp", "fp8", "CudaStore",
     "impls", "default_impl", "Cache", "SlabPool", "MissingBlockError", "Communicator",
     "cuda_built", "device_count", "library_version", "library_path", "host_allocator", "cli_path",
-    "Error", "CorruptError", "ChecksumError", "InvalidArgumentError", "BufferTooSmallError",
+    "Error", "CorruptError", "ChecksumError", "InvalidArgumentError", "BufferTooSmallError", "ClosedError",
     "OutOfRangeError", "NoDeviceError", "NoMemoryError", "FileError", "UnsupportedError",
     "CudaError", "InternalError",
 ]

@@ -267,7 +267,8 @@ def as_ids(ids, func: str):
             raise _errors.invalid(func, "ids must be integers, not %s" % ids.dtype)
         if ids.dtype != t.int64:
             ids = ids.to(t.int64)
-        arr = ids.detach().contiguous().numpy()
+        # a negative view (is_neg) keeps its memory un-negated: materialise it
+        arr = ids.detach().resolve_neg().contiguous().numpy()
         return arr, kind
     if isinstance(ids, range):
         arr = np.arange(ids.start, ids.stop, ids.step, dtype=np.int64)

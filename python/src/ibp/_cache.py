@@ -155,7 +155,7 @@ class Cache(Owner):
         check(lib.ibp_cache_create(C.byref(o), C.byref(out)), "ibp_cache_create")
         self.capacity_bytes, self.row_bytes = int(o.capacity_bytes), int(o.row_bytes)
         self.policy = "s3fifo" if policy == "default" else policy
-        self._handle = Handle(out.value, lib.ibp_cache_free, "cache")
+        self._handle = Handle(out.value, lib.ibp_cache_free, "ibp.Cache")
 
     def __repr__(self):
         return "<ibp.Cache %d bytes, policy %s%s>" % (self.capacity_bytes, self.policy,
@@ -314,7 +314,7 @@ class SlabPool(Owner):
         self.on_evict = on_evict
         self.capacity_bytes, self.max_block_bytes = int(o.capacity_bytes), int(o.max_block_bytes)
         self.policy = "s3fifo" if policy == "default" else policy
-        self._handle = Handle(out.value, lib.ibp_slab_pool_free, "slab pool")
+        self._handle = Handle(out.value, lib.ibp_slab_pool_free, "ibp.SlabPool")
         self.pinned = bool(self.stats()["pinned_memory"])
 
     def __repr__(self):

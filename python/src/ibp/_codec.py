@@ -40,6 +40,19 @@ def train(array, chunk="auto", threshold="auto", sample=None, clusters=1, *, see
     return Codec._wrap(out.value, h.shape[1:], h.code)
 
 
+def _codec_from_tables(row_bytes, chunk, nclusters, masks, bitvals, xvals, threshold, row_shape, code):
+    """Unpickles a Codec: made again from its tables (ibp_codec_create_ex
+    validates them as it does a container's)."""
+    tabs = [np.ascontiguousarray(t, dtype=np.uint8) if t is not None else None for t in (masks, bitvals, xvals)]
+    out = _lib.c_vp()
+    check(lib.ibp_codec_create_ex(int(row_bytes), int(chunk), int(nclusters), tabs[0].ctypes.data,
+                                  tabs[1].ctypes.data, tabs[2].ctypes.data if tabs[2] is not None else None,
+                                  C.byref(out)), "ibp_codec_create_ex")
+    c = Codec._wrap(out.value, row_shape, code)
+    c.threshold = threshold  # training's choice; a codec made from tables has none in C
+    return c
+
+
 class Encoded:
     """Rows encoded by Codec.encode, in the packed layout: row i is
     payload[offsets[i]:offsets[i+1]] with mode flags[i] and cluster
@@ -107,7 +120,7 @@ class Codec(Owner, ImplMixin):
         self.xvals = table(lib.ibp_codec_xval)
         self._row_shape = tuple(row_shape)
         self._code = code
-        self._handle = Handle(h, lib.ibp_codec_free, "codec")
+        self._handle = Handle(h, lib.ibp_codec_free, "ibp.Codec")
         return self
 
     def encode(self, rows, nthreads: int = 0, out: Encoded = None) -> Encoded:
@@ -224,6 +237,13 @@ class Codec(Owner, ImplMixin):
             return out
         return _arrays.wrap(arr, encoded._code, encoded._kind)
 
+
+    def __reduce__(self):
+        if self._handle.closed:
+            raise _errors.closed("pickle", self._handle._what)
+        return (_codec_from_tables, (self.row_bytes, self.chunk, self.nclusters, self.masks, self.bitvals,
+                                     self.xvals if self.has_xval else None, self.threshold, self._row_shape,
+                                     self._code))
 
     def __repr__(self):
         return "<ibp.Codec row_bytes=%d chunk=%d threshold=%s clusters=%d>" % (

@@ -289,7 +289,8 @@ class Communicator(Owner):
         h = c_vp()
         self._lock = threading.Lock()
         self._check(_c("ibp_coll_comm_create")(C.byref(t), C.byref(o), C.byref(h)), "ibp_coll_comm_create")
-        self._handle = Handle(h, _c("ibp_coll_comm_destroy"), "communicator")
+        # process_bound: its transport and helper thread stay with the parent at a fork
+        self._handle = Handle(h, _c("ibp_coll_comm_destroy"), "ibp.Communicator", process_bound=True)
         self.rank = _c("ibp_coll_comm_rank")(h)
         self.nranks = _c("ibp_coll_comm_nranks")(h)
 
@@ -309,7 +310,8 @@ class Communicator(Owner):
     def _comm(self, func):
         # One thread at a time (the class's contract), so no acquire/release.
         if self._handle.closed:
-            raise _errors.invalid(func, "the communicator is closed")
+            raise _errors.closed(func, "ibp.Communicator")
+        self._handle._check_process(func)
         return self._handle._h
 
     def stats(self) -> dict:

@@ -97,7 +97,8 @@ class CudaStore(Owner):
         self.dtype = store.dtype
         self._code = store._code
         self.device = dev
-        self._handle = Handle(out.value, lib.ibp_cuda_store_free, "CUDA store")
+        # a CUDA context does not survive fork(): the child must not touch it
+        self._handle = Handle(out.value, lib.ibp_cuda_store_free, "ibp.CudaStore (%s)" % dev, process_bound=True)
         return self
 
     def __len__(self):
@@ -122,20 +123,22 @@ class CudaStore(Owner):
                 ids = t.as_tensor(ids)
             if ids.dtype == t.bool or ids.is_floating_point():
                 raise _errors.invalid(func, "ids must be integers, not %s" % ids.dtype)
-            ids = ids.to(device=self.device, dtype=t.int64).contiguous()
+            ids = ids.to(device=self.device, dtype=t.int64).resolve_neg().contiguous()
             shape = tuple(ids.shape) + tuple(self.shape[1:])
             if out is None:
                 out = t.empty(shape, dtype=_arrays.torch_dtype(self._code), device=self.device)
             else:
-                if not isinstance(out, t.Tensor) or out.device != self.device or not out.is_contiguous():
-                    raise _errors.invalid(func, "out= must be a contiguous tensor on %s" % self.device)
+                if not isinstance(out, t.Tensor) or out.device != self.device or not out.is_contiguous() \
+                        or out.is_neg() or out.is_conj():
+                    raise _errors.invalid(func, "out= must be a contiguous tensor on %s (not a negative or "
+                                          "conjugate view)" % self.device)
                 if tuple(out.shape) != shape or out.element_size() * out.numel() != ids.numel() * self.row_bytes:
                     raise _errors.invalid(func, "out= has shape %s, expected %s" % (tuple(out.shape), shape))
             s = stream_handle(stream)
             status = t.empty(ids.numel(), dtype=t.int32, device=self.device) if check_errors else None
             if cache is not None and getattr(cache, "device", None) is None:
                 raise _errors.invalid(func, "cache= must be an ibp.Cache made with device=")
-            h = self._handle.acquire()
+            h = self._handle.acquire(func)
             try:
                 if cache is None:
                     check(lib.ibp_gather_cuda(h, ids.data_ptr(), ids.numel(), out.data_ptr(), None,
@@ -194,7 +197,12 @@ class CudaStore(Owner):
                 ids = t.as_tensor(ids)
             if ids.dtype not in (t.int32, t.int64):
                 raise _errors.invalid(func, "ids must be int32 or int64, not %s" % ids.dtype)
+            ids = ids.resolve_neg()  # a negative view's memory is not negated
             w = per_sample_weights
+            if isinstance(w, t.Tensor):
+                w = w.resolve_neg()
+            if isinstance(offsets, t.Tensor):
+                offsets = offsets.resolve_neg()
             if w is not None:
                 if mode != "sum":
                     raise _errors.invalid(func, "per_sample_weights need mode 'sum', not %r" % mode)
@@ -238,12 +246,12 @@ class CudaStore(Owner):
             if out is None:
                 out = t.empty(n_bags, dim, dtype=dtype, device=self.device)
             elif (not isinstance(out, t.Tensor) or out.device != self.device or not out.is_contiguous()
-                  or tuple(out.shape) != (n_bags, dim) or out.dtype != dtype):
+                  or tuple(out.shape) != (n_bags, dim) or out.dtype != dtype or out.is_neg()):
                 raise _errors.invalid(func, "out= must be a contiguous %s tensor of shape (%d, %d) on %s"
                                       % (dtype, n_bags, dim, self.device))
             s = stream_handle(stream)
             status = t.empty(max(n_bags, 1), dtype=t.int32, device=self.device) if check_errors else None
-            h = self._handle.acquire()
+            h = self._handle.acquire(func)
             try:
                 # the CPU bag's flags: PyTorch's CPU kernel rounds w * row apart
                 # from the sum in bags with a padding_idx (ibp/bag.h)

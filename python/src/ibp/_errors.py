@@ -27,6 +27,11 @@ class InvalidArgumentError(Error, ValueError):
     status = 1
 
 
+class ClosedError(InvalidArgumentError):
+    """A method was called on a closed object (an ibp.Error and a
+    ValueError, as InvalidArgumentError is); the message names the object."""
+
+
 class NoMemoryError(Error, MemoryError):
     """An allocation failed (IBP_ERR_NOMEM)."""
 
@@ -104,12 +109,18 @@ def from_status(status: int, func: str, text: str, detail: str) -> Error:
     return cls(msg, func=func, detail=detail, status=status)
 
 
+def closed(func: str, what: str) -> ClosedError:
+    """`what` (e.g. "ibp.Store x.ibp") was used after close()."""
+    detail = "%s is closed" % what
+    return ClosedError("%s: %s" % (func, detail) if func else detail, func=func, detail=detail)
+
+
 def invalid(func: str, detail: str) -> InvalidArgumentError:
     """An argument refused by the package before calling libibp."""
     return InvalidArgumentError("%s: invalid argument: %s" % (func, detail), func=func, detail=detail)
 
 
 # Shown as ibp.CorruptError etc. in tracebacks (the public names).
-for _cls in [Error] + list(_BY_STATUS.values()):
+for _cls in [Error, ClosedError] + list(_BY_STATUS.values()):
     _cls.__module__ = "ibp"
 del _cls

@@ -44,6 +44,7 @@ _FUNCS = {
     # IBP codec
     "ibp_train_opts_default": (None, [P(TrainOpts)]),
     "ibp_codec_train": (_S, [c_vp, c_u64, c_u64, P(TrainOpts), P(c_vp)]),
+    "ibp_codec_create_ex": (_S, [c_u64, c_uint, c_uint, c_vp, c_vp, c_vp, P(c_vp)]),
     "ibp_codec_free": (None, [c_vp]),
     "ibp_codec_row_bytes": (c_u64, [c_vp]),
     "ibp_codec_chunk_bytes": (c_uint, [c_vp]),
@@ -77,9 +78,13 @@ _FUNCS = {
     "ibp_container_version_minor": (c_uint, [c_vp]),
     "ibp_container_fp8_opts": (_S, [c_vp, P(Fp8Opts)]),
     "ibp_container_payload": (c_vp, [c_vp, P(c_u64)]),
+    "ibp_container_image": (c_vp, [c_vp, P(c_u64)]),
+    "ibp_container_open_memory": (_S, [c_vp, c_u64, c_uint, P(c_vp)]),
+    "ibp_container_close": (None, [c_vp]),
     # store
     "ibp_store_open": (_S, [C.c_char_p, c_uint, P(c_vp)]),
     "ibp_store_close": (None, [c_vp]),
+    "ibp_store_from_container": (_S, [c_vp, P(c_vp)]),
     "ibp_store_gather": (_S, [c_vp, c_vp, c_u64, c_vp, c_int]),
     "ibp_store_decode_all": (_S, [c_vp, c_vp, c_int]),
     "ibp_store_verify": (_S, [c_vp, c_int]),

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import ctypes as C
+import mmap as _mmap
 import os
+import sys
 import tempfile
 
 import numpy as np
@@ -15,6 +18,7 @@ from ._impl import ImplMixin
 
 lib = _lib.lib
 check = _lib.check
+builtins_open = builtins.open  # `open` below is ibp.open
 
 _I64 = np.dtype(np.int64)
 _ndarray = np.ndarray
@@ -226,9 +230,61 @@ def open(path, verify=True, *, mmap: bool = False) -> "Store":  # noqa: A001
     else:
         raise _errors.invalid("ibp.open", "verify must be True, False or 'full', not %r" % (verify,))
     flags = (IBP_OPEN_MMAP if mmap else IBP_OPEN_READ) | vflags
+    path = os.fspath(path)
     out = _lib.c_vp()
-    check(lib.ibp_store_open(os.fsencode(os.fspath(path)), flags, C.byref(out)), "ibp_store_open")
-    return Store._wrap(out.value, os.fspath(path))
+    check(lib.ibp_store_open(os.fsencode(path), flags, C.byref(out)), "ibp_store_open")
+    return Store._wrap(out.value, path, flags=flags)
+
+
+def _reopen(path, flags):
+    """Unpickles a store backed by a file: opened again with the same flags,
+    so its checksums are verified again unless it was opened trusted."""
+    out = _lib.c_vp()
+    check(lib.ibp_store_open(os.fsencode(path), flags, C.byref(out)), "ibp_store_open")
+    return Store._wrap(out.value, path, flags=flags)
+
+
+def _image_buffer(size: int):
+    """Page-aligned anonymous memory for a container image, with huge pages
+    advised as libibp does for files it reads (IBP_NO_HUGEPAGES=1: none)."""
+    m = _mmap.mmap(-1, max(size, 1), flags=_mmap.MAP_PRIVATE | _mmap.MAP_ANONYMOUS)
+    no = os.environ.get("IBP_NO_HUGEPAGES", "")
+    if size >= (2 << 20) and (not no or no == "0") and hasattr(m, "madvise") \
+            and hasattr(_mmap, "MADV_HUGEPAGE"):
+        try:
+            m.madvise(_mmap.MADV_HUGEPAGE)
+        except OSError:
+            pass  # advice only
+    return m
+
+
+def _from_image(m, size: int, flags: int = IBP_OPEN_READ) -> "Store":
+    """A store over the container image in `m` (an _image_buffer), which it
+    keeps alive until closed. Its errors name "<memory>"."""
+    addr = C.addressof(C.c_char.from_buffer(m))
+    c = _lib.c_vp()
+    check(lib.ibp_container_open_memory(addr, size, flags, C.byref(c)), "ibp_container_open_memory")
+    out = _lib.c_vp()
+    st = lib.ibp_store_from_container(c.value, C.byref(out))
+    if st:
+        lib.ibp_container_close(c.value)
+        check(st, "ibp_store_from_container")
+    return Store._wrap(out.value, None, image=m)
+
+
+def _store_from_image(data) -> "Store":
+    """Unpickles a store built from an array: its compressed bytes, checked
+    again (header, tables, payload checksums) as any container image."""
+    return Store.from_bytes(data)
+
+
+def pickled_bytes(arr: np.ndarray, protocol: int):
+    """`arr` (uint8) as pickled bytes travel best: pickle protocol 2 (what
+    torch.save uses) writes a NumPy array's bytes as text, half again as
+    large, but a torch tensor as raw bytes, so there a tensor when torch is
+    loaded."""
+    t = sys.modules.get("torch") if protocol < 3 else None
+    return t.from_numpy(arr) if t is not None else arr
 
 
 class Store(Owner, ImplMixin):
@@ -242,13 +298,13 @@ class Store(Owner, ImplMixin):
     __slots__ = ("_handle", "path", "shape", "dtype", "nrows", "row_bytes", "codec", "lossy",
                  "layout", "file_bytes", "chunk", "threshold", "nblocks", "block_rows",
                  "version", "_code", "_np_dtype", "_out_dtype", "_tdtype", "_row_shape", "_op_id",
-                 "__weakref__")
+                 "_flags", "_abspath", "__weakref__")
 
     def __init__(self, *a, **k):
         raise TypeError("use ibp.open(path) or ibp.Store.from_array(array)")
 
     @classmethod
-    def _wrap(cls, h, path):
+    def _wrap(cls, h, path, flags=IBP_OPEN_READ, image=None):
         self = object.__new__(cls)
         try:
             c = lib.ibp_store_container(h)
@@ -280,22 +336,34 @@ class Store(Owner, ImplMixin):
             else self._np_dtype
         self._tdtype = None
         self.path = path
+        self._flags = flags
+        self._abspath = os.path.abspath(path) if path is not None else None
         self._op_id = None
-        self._handle = Handle(h, lib.ibp_store_close, "store")
+        if image is None:
+            free = lib.ibp_store_close
+        else:
+            def free(h, _image=image):  # the image outlives the store that reads it
+                lib.ibp_store_close(h)
+        self._handle = Handle(h, free, "ibp.Store %s" % (path or "<memory>"))
         return self
 
     @classmethod
     def from_array(cls, array, codec: str = "ibp", **opts) -> "Store":
         """Builds a store in memory from `array` (options as ibp.pack). The
         container image is written to a private temporary file, read into
-        libibp's memory and the file removed at once."""
+        memory the store keeps and the file removed at once (errors name
+        "<memory>"). Such a store pickles as its compressed bytes."""
         h = _arrays.as_host(array, "Store.from_array", dtype=opts.get("dtype"))
         with tempfile.TemporaryDirectory(prefix="ibp-") as d:
             p = os.path.join(d, "array.ibp")
             _pack_to(p, h, codec, opts, "Store.from_array")
-            out = _lib.c_vp()
-            check(lib.ibp_store_open(os.fsencode(p), IBP_OPEN_READ, C.byref(out)), "ibp_store_open")
-        return cls._wrap(out.value, None)
+            with builtins_open(p, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                m = _image_buffer(size)
+                if f.readinto(memoryview(m)[:size]) != size:
+                    raise _errors.FileError("Store.from_array: short read of the packed image",
+                                            func="Store.from_array", status=5)
+        return _from_image(m, size)
 
     # ---- properties -------------------------------------------------------
 
@@ -306,8 +374,11 @@ class Store(Owner, ImplMixin):
 
     @property
     def max_threads(self) -> int:
-        with self._handle as h:
+        h = self._handle.acquire("Store.max_threads")
+        try:
             return int(lib.ibp_store_max_threads(h))
+        finally:
+            self._handle.release()
 
     def __len__(self) -> int:
         return self.nrows
@@ -369,7 +440,7 @@ class Store(Owner, ImplMixin):
         h = hd._h
         if h is None:
             lock.release()
-            raise _errors.invalid("Store.gather", "the store is closed")
+            raise _errors.closed("Store.gather", hd._what)
         hd._active += 1
         lock.release()
         try:
@@ -413,7 +484,7 @@ class Store(Owner, ImplMixin):
         else:
             ptr = _arrays.check_out(out, self.shape, self._code, "Store.read").ptr
             res = out
-        h = self._handle.acquire()
+        h = self._handle.acquire("Store.read")
         try:
             check(lib.ibp_store_decode_all(h, ptr, nthreads), "ibp_store_decode_all")
         finally:
@@ -425,11 +496,53 @@ class Store(Owner, ImplMixin):
     def verify(self, nthreads: int = 0) -> None:
         """Checks every payload checksum and decodes every row or block;
         raises ibp.CorruptError (ibp.ChecksumError) naming the first bad one."""
-        h = self._handle.acquire()
+        h = self._handle.acquire("Store.verify")
         try:
             check(lib.ibp_store_verify(h, nthreads), "ibp_store_verify")
         finally:
             self._handle.release()
+
+    # ---- bytes, pickling ------------------------------------------------------
+
+    def container_bytes(self) -> np.ndarray:
+        """The whole compressed container (the `.ibp` file's bytes) as a new
+        NumPy uint8 array; Store.from_bytes opens it again."""
+        h = self._handle.acquire("Store.container_bytes")
+        try:
+            n = _lib.c_u64()
+            p = lib.ibp_container_image(lib.ibp_store_container(h), C.byref(n))
+            out = np.empty(n.value, np.uint8)
+            if n.value:
+                C.memmove(out.ctypes.data, p, n.value)
+            return out
+        finally:
+            self._handle.release()
+
+    @classmethod
+    def from_bytes(cls, data, verify=True) -> "Store":
+        """A store over a container image (bytes, a uint8 array or tensor, any
+        buffer), copied into memory the store keeps. verify as ibp.open:
+        True checks the payload checksums, "full" also decodes every row,
+        False skips the checksums (the structure is always checked)."""
+        flags = {True: IBP_OPEN_READ, "full": IBP_OPEN_VERIFY, False: IBP_OPEN_TRUSTED}.get(
+            verify if isinstance(verify, (bool, str)) else None)
+        if flags is None:
+            raise _errors.invalid("Store.from_bytes", "verify must be True, False or 'full', not %r" % (verify,))
+        h = _arrays.as_host(data, "Store.from_bytes")
+        src = h.np.reshape(-1).view(np.uint8)
+        m = _image_buffer(src.nbytes)
+        if src.nbytes:
+            C.memmove(C.addressof(C.c_char.from_buffer(m)), src.ctypes.data, src.nbytes)
+        return _from_image(m, src.nbytes, flags)
+
+    def __reduce_ex__(self, protocol):
+        # a file-backed store pickles as its path and open flags (opened, and
+        # so verified, again on load); one built in memory as its bytes
+        if self._handle.closed:
+            raise _errors.closed("pickle", self._handle._what)
+        if self._abspath is not None:
+            return (_reopen, (self._abspath, self._flags))
+        return (_store_from_image, (pickled_bytes(self.container_bytes(), protocol),))
 
     # ---- CPU implementation (IBP stores) ------------------------------------
 
@@ -453,6 +566,8 @@ class Store(Owner, ImplMixin):
         ibp.NoDeviceError without a usable GPU, CUDA driver or a libibp built
         with CUDA, with libibp's detail message."""
         from ._cuda import CudaStore
+        if self._handle.closed:
+            raise _errors.closed("Store.to_cuda", self._handle._what)
         return CudaStore._create(self, device, pinned)
 
     # ---- lifetime ---------------------------------------------------------
@@ -470,13 +585,15 @@ class Store(Owner, ImplMixin):
     def op_handle(self) -> int:
         """An integer naming this store for the torch custom ops
         (torch.ops.ibp.gather(store.op_handle, ids); see ibp.ops)."""
+        if self._handle.closed:
+            raise _errors.closed("Store.op_handle", self._handle._what)
         if self._op_id is None:
             from . import _registry
             self._op_id = _registry.add(self)
         return self._op_id
 
-    def _acquire(self):
-        return self._handle.acquire()
+    def _acquire(self, func: str = ""):
+        return self._handle.acquire(func)
 
     def _release(self):
         self._handle.release()

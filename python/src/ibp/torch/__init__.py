@@ -29,7 +29,8 @@ version raises ibp.UnsupportedError on import).
 
 Everything here runs on the CPU; GPU paths go through ibp.CudaStore, which
 needs a CUDA build of libibp and a GPU (ibp.NoDeviceError otherwise).
-torch is imported by this subpackage (plain `import ibp` never does);
+torch is imported by this subpackage (plain `import ibp` never does; without
+torch, `import ibp.torch` raises an ImportError naming the `ibp[torch]` extra);
 torch_geometric is used when installed (FeatureStore then subclasses its
 FeatureStore) and is never required. See python/README.md, "ibp.torch".
 """
@@ -37,6 +38,14 @@ FeatureStore) and is never required. See python/README.md, "ibp.torch".
 from __future__ import annotations
 
 import importlib
+
+try:
+    import torch as _torch  # noqa: F401  (every module here needs it)
+except ImportError as _e:
+    raise ImportError(
+        "ibp.torch needs PyTorch, which is not installed (%s): install it with "
+        "`pip install \"ibp[torch]\"` (or `pip install torch`); plain `import ibp` works without it"
+        % _e, name="torch") from _e
 
 _LAZY = {
     "FeatureStore": "._features",

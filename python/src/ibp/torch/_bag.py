@@ -74,6 +74,13 @@ def embedding_bag(input, store: Union[Store, CudaStore], offsets=None, mode: str
         raise _errors.invalid(func, "mode must be 'sum', 'mean' or 'max', not %r" % (mode,))
     if not isinstance(input, torch.Tensor):
         input = torch.as_tensor(input)
+    # a negative view (t.neg()'s lazy form) would hand libibp the un-negated
+    # memory: materialise it
+    input = input.resolve_neg()
+    if isinstance(offsets, torch.Tensor):
+        offsets = offsets.resolve_neg()
+    if isinstance(per_sample_weights, torch.Tensor):
+        per_sample_weights = per_sample_weights.resolve_neg()
     if isinstance(store, CudaStore):
         if per_sample_weights is not None and torch.is_grad_enabled() and per_sample_weights.requires_grad:
             _inference_only(func, "per_sample_weights requires grad")
@@ -140,8 +147,10 @@ def embedding_bag(input, store: Union[Store, CudaStore], offsets=None, mode: str
     dtype = getattr(torch, store.dtype)
     if out is None:
         out = torch.empty(n_bags, dim, dtype=dtype)
-    elif out.shape != (n_bags, dim) or out.dtype != dtype or not out.is_contiguous() or out.device.type != "cpu":
-        raise _errors.invalid(func, "out must be a contiguous CPU %s tensor of shape (%d, %d)" % (dtype, n_bags, dim))
+    elif out.shape != (n_bags, dim) or out.dtype != dtype or not out.is_contiguous() or out.device.type != "cpu" \
+            or out.is_neg():
+        raise _errors.invalid(func, "out must be a contiguous CPU %s tensor of shape (%d, %d) (not a negative view)"
+                              % (dtype, n_bags, dim))
     ids = input.contiguous()
     w = None
     if per_sample_weights is not None:
@@ -306,6 +315,59 @@ class EmbeddingBag(torch.nn.Module):
         """Host bytes of the compressed table."""
         return self.store.file_bytes
 
+    # ---- state_dict, pickling ---------------------------------------------
+    # The compressed table is the module's state: state_dict() holds it as
+    # one uint8 tensor, the container's bytes ("<prefix>table"), so
+    # torch.save(m.state_dict()) writes the compressed table, never decoded
+    # rows, and load_state_dict opens it again (checksums verified).
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        destination[prefix + "table"] = torch.from_numpy(self.store.container_bytes())
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        key = prefix + "table"
+        rest = {k: v for k, v in state_dict.items() if k != key}
+        super()._load_from_state_dict(rest, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        if key not in state_dict:
+            if strict:
+                missing_keys.append(key)
+            return
+        data = state_dict[key]
+        if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8 or data.dim() != 1:
+            error_msgs.append('%s: expected a 1-D uint8 tensor (an ibp container), got %s'
+                              % (key, type(data).__name__ if not isinstance(data, torch.Tensor)
+                                 else "%s %s" % (data.dtype, tuple(data.shape))))
+            return
+        store = Store.from_bytes(data.detach().cpu().contiguous())  # ibp.CorruptError if damaged
+        want = (self.num_embeddings, self.embedding_dim)
+        if tuple(store.shape) != want or store.dtype != self.store.dtype:
+            error_msgs.append("size mismatch for %s: the table in the checkpoint is %s %s, the module's %s %s"
+                              % (key, store.dtype, tuple(store.shape), self.store.dtype, want))
+            store.close()
+            return
+        self.store = store
+        if self.cuda_store is not None:  # the module is on a GPU: the new table goes there too
+            device, self.cuda_store = self.cuda_store.device, None
+            self._to_device(device)
+
+    def __getstate__(self):
+        # a CudaStore is device state of this process: pickled as its device
+        # and made again from the host table on load
+        state = super().__getstate__()
+        cs = state.get("cuda_store")
+        state["cuda_store"] = None
+        state["_cuda_device"] = str(cs.device) if cs is not None else None
+        return state
+
+    def __setstate__(self, state):
+        device = state.pop("_cuda_device", None)
+        super().__setstate__(state)
+        if device is not None:
+            self._to_device(device)  # ibp.NoDeviceError where there is no GPU
+
     def extra_repr(self) -> str:
         s = "%d, %d, mode=%s, codec=%s, ratio=%.2f" % (self.num_embeddings, self.embedding_dim, self.mode,
                                                       self.store.codec, self.store.ratio)
@@ -350,23 +412,41 @@ class KeyedTensor:
         return self.to_dict()[key]
 
 
-def _jagged(features, key: str):
-    """(values, lengths, weights or None) of one feature of a KeyedJaggedTensor
+def _jagged(features):
+    """{feature: (values, lengths, weights or None)} of a KeyedJaggedTensor
     (torchrec's, or anything with keys(), values(), lengths() and optionally
-    weights_or_none()) or of a dict {key: (values, lengths[, weights])}."""
+    weights_or_none() and stride_per_key()) or of a dict {key: (values,
+    lengths[, weights])}. Each feature keeps its own batch size: a KJT with a
+    variable batch per feature (stride_per_key_per_rank) has one per key."""
     if isinstance(features, Mapping):
-        v = features[key]
-        return v[0], v[1], (v[2] if len(v) > 2 else None)
+        return {k: (v[0], v[1], v[2] if len(v) > 2 else None) for k, v in features.items()}
     keys = list(features.keys())
     values, lengths = features.values(), features.lengths()
     weights = features.weights_or_none() if hasattr(features, "weights_or_none") else None
-    stride = lengths.numel() // len(keys)
-    k = keys.index(key)
-    per_key = lengths.view(len(keys), stride).sum(1)
-    start = int(per_key[:k].sum())
-    end = start + int(per_key[k])
-    return (values[start:end], lengths[k * stride:(k + 1) * stride],
-            weights[start:end] if weights is not None else None)
+    if hasattr(features, "stride_per_key"):
+        strides = [int(s) for s in features.stride_per_key()]
+    else:  # one batch size for all keys
+        strides = [lengths.numel() // len(keys)] * len(keys) if keys else []
+    if sum(strides) != lengths.numel():
+        raise _errors.invalid("EmbeddingBagCollection", "%d lengths do not split into the batch sizes %s of "
+                              "the %d keys" % (lengths.numel(), strides, len(keys)))
+    out, at, start = {}, 0, 0
+    for k, s in zip(keys, strides):
+        lens = lengths[at:at + s]
+        end = start + int(lens.sum()) if s else start
+        out[k] = (values[start:end], lens, weights[start:end] if weights is not None else None)
+        at, start = at + s, end
+    if start != values.numel():
+        raise _errors.invalid("EmbeddingBagCollection", "the lengths sum to %d, the KJT has %d values"
+                              % (start, values.numel()))
+    return out
+
+
+def _inverse_indices(features):
+    """(keys, [keys, B] int tensor) of a variable-batch KJT, which maps each
+    feature's deduplicated batch back to the full batch, or None."""
+    get = getattr(features, "inverse_indices_or_none", None)
+    return get() if get is not None else None
 
 
 class EmbeddingBagCollection(torch.nn.Module):
@@ -413,16 +493,40 @@ class EmbeddingBagCollection(torch.nn.Module):
         return [f for t in self.bags for f in self._features[t]]
 
     def forward(self, features):
+        func = "EmbeddingBagCollection"
+        by_key = _jagged(features)
         keys, lengths, outs = [], [], []
         for t, bag in self.bags.items():
             for f in self._features[t]:
-                values, lens, weights = _jagged(features, f)
+                if f not in by_key:
+                    raise KeyError("EmbeddingBagCollection: the input has no feature %r (it has %s)"
+                                   % (f, sorted(by_key)))
+                values, lens, weights = by_key[f]
                 offsets = torch.zeros(lens.numel(), dtype=torch.int64)
                 if lens.numel() > 1:
                     offsets[1:] = torch.cumsum(lens[:-1].to(torch.int64), 0)
                 outs.append(bag(values, offsets, weights if self.is_weighted else None))
                 keys.append(f)
                 lengths.append(bag.embedding_dim)
+        inv = _inverse_indices(features)
+        if inv is not None and outs:
+            # variable batch: each feature's bags expanded to the full batch,
+            # as torchrec's EmbeddingBagCollection does
+            names, idx = inv
+            row = {n: i for i, n in enumerate(names)}
+            for i, f in enumerate(keys):
+                if f.split("@")[0] not in row:
+                    raise _errors.invalid(func, "inverse_indices has no row for feature %r" % f)
+                ix = idx[row[f.split("@")[0]]].to(torch.int64)
+                if ix.numel() and (int(ix.min()) < 0 or int(ix.max()) >= outs[i].shape[0]):
+                    raise _errors.invalid(func, "inverse_indices of %r point outside its %d bags"
+                                          % (f, outs[i].shape[0]))
+                outs[i] = outs[i].index_select(0, ix)
+        batch = {f: o.shape[0] for f, o in zip(keys, outs)}
+        if len(set(batch.values())) > 1:
+            raise _errors.invalid(func, "the features have different batch sizes %s (a variable-batch "
+                                  "KeyedJaggedTensor without inverse_indices): the pooled rows cannot "
+                                  "be put side by side" % batch)
         values = torch.cat(outs, 1) if outs else torch.empty(0, 0)
         try:
             from torchrec.sparse.jagged_tensor import KeyedTensor as TrecKeyedTensor

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import os
 import threading
 import weakref
 from typing import Any, List, Optional, Tuple
@@ -239,7 +240,26 @@ class FeatureStore(_BaseFeatureStore):
     def __init__(self, codec: str = "ibp", nthreads: int = 0, tensor_attr_cls=None, **opts):
         super().__init__(tensor_attr_cls=tensor_attr_cls)
         self.__dict__.update(_codec=codec, _opts=dict(opts), _nthreads=int(nthreads), _stores={},
-                             _lock=threading.Lock())
+                             _lock=threading.Lock(), _closed=False)
+
+    def _check_open(self, func: str):
+        if self._closed:
+            raise _errors.closed(func, "ibp.torch.FeatureStore")
+
+    # Pickling (spawned DataLoader workers, deepcopy, torch.save): the
+    # settings and one ibp.Store per tensor, each pickled as its compressed
+    # bytes (never the decoded rows).
+    def __getstate__(self):
+        self._check_open("FeatureStore: pickle")
+        with self._lock:
+            state = dict(self.__dict__)
+            state["_stores"] = dict(self._stores)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.__dict__["_lock"] = threading.Lock()
 
     @staticmethod
     def key(attr) -> Tuple[Any, Any]:
@@ -248,6 +268,7 @@ class FeatureStore(_BaseFeatureStore):
     # ---- PyG's abstract methods ------------------------------------------
 
     def _put_tensor(self, tensor, attr) -> bool:
+        self._check_open("FeatureStore.put_tensor")
         n = tensor.shape[0] if getattr(tensor, "ndim", 0) else 0
         old = self._stores.get(self.key(attr))
         # index None replaces the whole tensor; an explicit index must name
@@ -268,6 +289,7 @@ class FeatureStore(_BaseFeatureStore):
         return True
 
     def _store_of(self, attr) -> Store:
+        self._check_open("FeatureStore.get_tensor")
         store = self._stores.get(self.key(attr))
         if store is None:
             raise KeyError("ibp.torch.FeatureStore has no tensor for %r" % (self.key(attr),))
@@ -305,6 +327,7 @@ class FeatureStore(_BaseFeatureStore):
         return out
 
     def _remove_tensor(self, attr) -> bool:
+        self._check_open("FeatureStore.remove_tensor")
         with self._lock:
             store = self._stores.pop(self.key(attr), None)
         if store is None:
@@ -313,6 +336,7 @@ class FeatureStore(_BaseFeatureStore):
         return True
 
     def _get_tensor_size(self, attr) -> Optional[Tuple[int, ...]]:
+        self._check_open("FeatureStore.get_tensor_size")
         store = self._stores.get(self.key(attr))
         if store is None:
             return None
@@ -325,6 +349,7 @@ class FeatureStore(_BaseFeatureStore):
         return torch.Size(tuple(ids.shape) + tuple(store.shape[1:]))
 
     def get_all_tensor_attrs(self) -> List[Any]:
+        self._check_open("FeatureStore.get_all_tensor_attrs")
         return [self._tensor_attr_cls.cast(g, a) for g, a in list(self._stores)]
 
     # ---- ibp extras -------------------------------------------------------
@@ -336,17 +361,21 @@ class FeatureStore(_BaseFeatureStore):
     @property
     def nbytes(self) -> int:
         """Host bytes of the compressed tensors (their container images)."""
+        self._check_open("FeatureStore.nbytes")
         return sum(s.file_bytes for s in list(self._stores.values()))
 
     @property
     def plain_nbytes(self) -> int:
         """Bytes the same tensors take uncompressed."""
+        self._check_open("FeatureStore.plain_nbytes")
         return sum(s.nrows * s.row_bytes for s in list(self._stores.values()))
 
     def close(self) -> None:
-        """Closes every store (waits for running reads)."""
+        """Closes every store (waits for running reads); every later call but
+        close() and len() raises ibp.ClosedError."""
         with self._lock:
             stores, self.__dict__["_stores"] = list(self._stores.values()), {}
+            self.__dict__["_closed"] = True
         for s in stores:
             s.close()
 
@@ -361,6 +390,8 @@ class FeatureStore(_BaseFeatureStore):
         return len(self._stores)
 
     def __repr__(self) -> str:
+        if self._closed:
+            return "ibp.torch.FeatureStore(closed)"
         return "ibp.torch.FeatureStore(%d tensors, codec=%s, %d -> %d bytes)" % (
             len(self._stores), self._codec, self.plain_nbytes, self.nbytes)
 
@@ -380,6 +411,16 @@ class _Future:
 
 _executor = None
 _executor_lock = threading.Lock()
+
+
+def _forget_executor():
+    # a fork() child has none of the parent's reader threads: start anew
+    global _executor, _executor_lock
+    _executor, _executor_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_executor)
 
 
 def _pool():
@@ -414,14 +455,26 @@ class Feature:
         else:
             self._store, self._owned = _compress(data, codec, opts, "Feature"), True
         self._nthreads = int(nthreads)
+        self._closed = False
+
+    def _check_open(self, func: str):
+        if self._closed:
+            raise _errors.closed(func, "ibp.torch.Feature")
+
+    def __getstate__(self):
+        # the store pickles as its path or compressed bytes
+        self._check_open("Feature: pickle")
+        return dict(self.__dict__)
 
     @property
     def store(self) -> Store:
+        self._check_open("Feature.store")
         return self._store
 
     def read(self, ids=None):
         """All rows (ids None) or rows ids (int32/int64 tensor, any shape), in
         request order, duplicates allowed; on ids' device."""
+        self._check_open("Feature.read")
         if ids is None:
             return _read_all(self._store, self._nthreads)
         idx = _as_index(ids, self._store.nrows)
@@ -434,15 +487,18 @@ class Feature:
         return 1
 
     def read_async(self, ids):
+        self._check_open("Feature.read_async")
         fut = _pool().submit(self.read, ids)
         yield _Future(fut)
 
     def size(self) -> torch.Size:
         """The shape of one row (GraphBolt: the feature size, rows excluded)."""
+        self._check_open("Feature.size")
         return torch.Size(self._store.shape[1:])
 
     def count(self) -> int:
         """Number of rows."""
+        self._check_open("Feature.count")
         return self._store.nrows
 
     def update(self, value, ids=None):
@@ -451,18 +507,25 @@ class Feature:
             "place; build a new Feature from the updated tensor")
 
     def metadata(self) -> dict:
+        self._check_open("Feature.metadata")
         s = self._store
         return {"codec": s.codec, "dtype": s.dtype, "ratio": s.ratio, "nbytes": s.file_bytes}
 
     @property
     def nbytes(self) -> int:
+        self._check_open("Feature.nbytes")
         return self._store.file_bytes
 
     def close(self) -> None:
+        """Closes the store when this Feature made it; every later call but
+        close() raises ibp.ClosedError."""
+        self._closed = True
         if self._owned:
             self._store.close()
 
     def __repr__(self) -> str:
+        if self._closed:
+            return "ibp.torch.Feature(closed)"
         s = self._store
         return "ibp.torch.Feature(%d x %s %s, codec=%s, ratio %.2f)" % (
             s.nrows, list(s.shape[1:]), s.dtype, s.codec, s.ratio)

@@ -71,6 +71,8 @@ import torch
 from .. import _errors, _lib
 from .._cache import SlabPool
 from .._codec import train
+from .._handle import fork_generation, not_here
+from .._store import pickled_bytes
 
 __all__ = ["KVOffloader"]
 
@@ -100,6 +102,8 @@ class KVOffloader:
     def __init__(self, num_layers: int, block_shape: Sequence[int], dtype, capacity_bytes: Optional[int] = None,
                  device=None, on_evict: Optional[Callable[[int], None]] = None, _host_fallback: bool = False):
         func = "KVOffloader"
+        self._closed = False
+        self._gen = None
         dev = torch.device("cpu" if device is None else device)
         if dev.type not in ("cpu", "cuda"):
             raise _errors.invalid(func, "device must be None, 'cpu' or 'cuda[:N]', not %r" % (device,))
@@ -112,6 +116,7 @@ class KVOffloader:
         if dev.type == "cuda" and not self._host_fallback:
             from .. import _cuda
             _cuda.require_device(func)  # ibp.NoDeviceError without a GPU
+            self._gen = fork_generation()  # its streams and CUDA context stay with this process
         self.device = dev
         self._kvs = {}  # layer -> (ibp_kv_stream_t, codec it was made with)
         self._streams = {}  # layer -> torch.cuda.Stream (GPU only)
@@ -144,6 +149,29 @@ class KVOffloader:
         self._capacity = None
         self.capacity_bytes = capacity_bytes
 
+    def _check(self, func: str):
+        if self._closed:
+            raise _errors.closed(func, "ibp.torch.KVOffloader")
+        if self._gen is not None and self._gen != fork_generation():
+            raise not_here(func, "ibp.torch.KVOffloader on %s" % self.device)
+
+    # ---- pickling ------------------------------------------------------------
+    # The settings, each layer's codec choice (and IBP codec tables) and every
+    # stored block's compressed bytes under its handle; load() works on the
+    # copy with the same handles. on_evict must be picklable itself.
+
+    def __reduce_ex__(self, protocol):
+        self._check("KVOffloader: pickle")
+        with self._lock:
+            self._quiesce()
+            blocks = [(h, layer, kind, pickled_bytes(self._segments[seg].get(ph), protocol))
+                      for h, (layer, kind, seg, ph) in sorted(self._entries.items())]
+            config = dict(num_layers=self.num_layers, block_shape=self.block_shape, dtype=self.dtype,
+                          capacity_bytes=self._capacity, device=str(self.device), on_evict=self.on_evict,
+                          _host_fallback=self._host_fallback)
+            layers = (list(self._codec), list(self._kind), list(self._raw), list(self._packed), self._next)
+        return (_restore_offloader, (config, layers, blocks))
+
     # ---- the pool ------------------------------------------------------------
 
     @property
@@ -155,6 +183,7 @@ class KVOffloader:
     def capacity_bytes(self, cap) -> None:
         if cap is not None and (isinstance(cap, bool) or int(cap) < 1):
             raise _errors.invalid("KVOffloader", "capacity_bytes must be a positive integer or None")
+        self._check("KVOffloader.capacity_bytes")
         with self._lock:
             self._quiesce()  # no slot may be pinned by queued copies
             old, old_cap = self._segments, self._capacity
@@ -218,12 +247,17 @@ class KVOffloader:
 
     @property
     def used_bytes(self) -> int:
-        """Bytes of the compressed blocks held now (their exact lengths)."""
+        """Bytes of the compressed blocks held now (their exact lengths); 0
+        once closed (it holds none)."""
+        if self._closed:
+            return 0
+        self._check("KVOffloader.used_bytes")
         with self._lock:
             return sum(p.stats()["bytes"] for p in self._segments)
 
     def pool_stats(self) -> dict:
         """The pool's counters (ibp.SlabPool.stats), summed over segments."""
+        self._check("KVOffloader.pool_stats")
         with self._lock:
             tot = {}
             for p in self._segments:
@@ -244,7 +278,7 @@ class KVOffloader:
                                   % (*self.block_shape, tuple(kv.shape)))
         if block_ids is not None:
             kv = kv[:, _block_ids(block_ids, kv.shape[1], "KVOffloader.store")]
-        t = kv.transpose(0, 1).contiguous().reshape(-1, self.block_elems).cpu()
+        t = kv.transpose(0, 1).contiguous().reshape(-1, self.block_elems).cpu().resolve_neg()
         if self.dtype == torch.bfloat16:
             t = t.view(torch.int16)
         return t.numpy().view(_DTYPES[self.dtype])
@@ -253,6 +287,7 @@ class KVOffloader:
         """Trains layer `layer`'s IBP codec on the blocks of `kv` ([2, n,
         *block_shape]) and picks the codec (ibp, exp or raw) that stores
         these blocks in the fewest bytes. Returns the measured sizes."""
+        self._check("KVOffloader.calibrate")
         rows = self._rows(kv)
         codec = train(rows)
         sizes = {"raw": rows.nbytes, "ibp": 0, "exp": 0}
@@ -264,10 +299,12 @@ class KVOffloader:
         return dict(sizes, codec=kind)
 
     def codec(self, layer: int) -> Optional[str]:
+        """The codec layer `layer` stores with (after close too: what it used)."""
         return self._kind[layer]
 
     def ratio(self, layer: int) -> float:
-        """Raw bytes / stored bytes of everything this layer stored so far."""
+        """Raw bytes / stored bytes of everything this layer stored so far
+        (after close too)."""
         return self._raw[layer] / self._packed[layer] if self._packed[layer] else float("nan")
 
     def _exp_pack(self, rows):
@@ -357,10 +394,11 @@ class KVOffloader:
         return self.device.type == "cuda" and not self._host_fallback
 
     def _contiguous(self, kv_cache, func):
-        if not kv_cache.is_contiguous():
+        # a negative view's memory is not negated: the C code gets a copy
+        if not kv_cache.is_contiguous() or kv_cache.is_neg():
             if self._sync:  # a copy (load writes its blocks back)
-                return kv_cache.contiguous()
-            raise _errors.invalid(func, "the device path needs a contiguous layer cache")
+                return kv_cache.resolve_neg().contiguous()
+            raise _errors.invalid(func, "the device path needs a contiguous layer cache (not a negative view)")
         if (self._gpu and self.device.index is not None
                 and kv_cache.device.index != self.device.index):
             raise _errors.invalid(func, "the cache is on %s, the offloader on %s" % (kv_cache.device, self.device))
@@ -443,6 +481,7 @@ class KVOffloader:
         """Compresses blocks `block_ids` of `kv_cache` (the layer's
         [2, num_blocks, *block_shape] cache) into the pool; one handle per
         block. Calibrates on these blocks first if the layer never was."""
+        self._check("KVOffloader.store")
         if self._kind[layer] is None:
             self._rows(kv_cache[:, :0])
             self.calibrate(layer, kv_cache[:, _block_ids(block_ids, kv_cache.shape[1], "KVOffloader.store")])
@@ -476,6 +515,7 @@ class KVOffloader:
     def load(self, layer: int, handles: Sequence[int], kv_cache, dst_block_ids) -> None:
         """Decompresses the blocks `handles` into blocks `dst_block_ids` of
         `kv_cache` (bit-exact). Raises KeyError for an evicted or freed handle."""
+        self._check("KVOffloader.load")
         self._rows(kv_cache[:, :0])  # checks the cache's dtype and shape
         dst = _block_ids(dst_block_ids, kv_cache.shape[1], "KVOffloader.load")
         if len(handles) != dst.numel():
@@ -498,6 +538,7 @@ class KVOffloader:
 
     def free(self, handles: Sequence[int]) -> None:
         """Drops blocks (their pool slots are reused); unknown handles are ignored."""
+        self._check("KVOffloader.free")
         with self._lock:
             for h in handles:
                 e = self._entries.pop(h, None)
@@ -507,7 +548,16 @@ class KVOffloader:
 
     def close(self) -> None:
         """Finishes queued work and frees the pool (every handle becomes
-        invalid) and the layers' streams."""
+        invalid) and the layers' streams; later calls raise ibp.ClosedError
+        but for the descriptions used_bytes (0), codec() and ratio().
+        In a fork() child a GPU offloader only forgets them (they are the
+        parent's)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._gen is not None and self._gen != fork_generation():
+            self._kvs, self._pending, self._segments, self._entries, self._by_pool = {}, {}, [], {}, {}
+            return
         with self._lock:
             self._quiesce()
             for s, _ in self._kvs.values():
@@ -522,6 +572,7 @@ class KVOffloader:
         the layer's stream; the CPU path finishes every call before
         returning). Raises ibp.CorruptError if a loaded row failed to decode
         (that row was left zero)."""
+        self._check("KVOffloader.wait")
         if not 0 <= int(layer) < self.num_layers:
             raise _errors.invalid("KVOffloader.wait", "layer %d out of [0, %d)" % (layer, self.num_layers))
         with self._lock:
@@ -538,6 +589,22 @@ class KVOffloader:
             self.close()
         except Exception:
             pass
+
+
+def _restore_offloader(config, layers, blocks):
+    """Unpickles a KVOffloader: the same settings, codecs and blocks under
+    the same handles (put back oldest first, as a capacity change does)."""
+    off = KVOffloader(**config)
+    codecs, kinds, raw, packed, nxt = layers
+    off._codec, off._kind, off._raw, off._packed, off._next = list(codecs), list(kinds), list(raw), list(packed), nxt
+    with off._lock:
+        for h, layer, kind, data in blocks:
+            try:
+                off._put(h, layer, kind, np.ascontiguousarray(data, dtype=np.uint8))
+            except _errors.NoMemoryError:
+                if off.on_evict is not None:
+                    off.on_evict(h)
+    return off
 
 
 def _block_ids(ids, n, func):
