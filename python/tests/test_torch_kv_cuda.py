@@ -193,16 +193,22 @@ def test_capacity_eviction(kv_layers):
     off.calibrate(0, kv)
     first = off.store(0, kv, list(range(8)))
     per_block = max(len(stored(off, h)) for h in first)
-    off.capacity_bytes = int(per_block * 3.5)
+    off.capacity_bytes = int(per_block * 24.5)  # the pool's slabs: 16 blocks fit at once
     off.free(first)
     evicted.clear()
-    hs = off.store(0, kv, list(range(8)))
-    assert off.used_bytes <= off.capacity_bytes and len(evicted) >= 4 and evicted == hs[:len(evicted)]
+    ids = [i % 8 for i in range(40)]
+    with pytest.raises(ibp.CapacityError):  # cannot fit: nothing stored, nothing of its own evicted
+        off.store(0, kv, ids)
+    assert off.used_bytes == 0 and evicted == []
+    old = off.store(0, kv, ids[:16])
+    hs = off.store(0, kv, ids[:12])  # fits by evicting older blocks, never its own
+    assert off.used_bytes <= off.capacity_bytes and evicted and set(evicted) <= set(old)
     with pytest.raises(KeyError):
-        off.load(0, [hs[0]], torch.zeros_like(kv), [0])
+        off.load(0, [evicted[0]], torch.zeros_like(kv), [0])
     cache = torch.zeros_like(kv)
-    off.load(0, [hs[-1]], cache, [0])
-    assert torch.equal(cache[:, 0].view(torch.int16), kv[:, 7].view(torch.int16))
+    off.load(0, hs[:8], cache, list(range(8)))
+    off.wait(0)
+    assert torch.equal(cache.view(torch.int16), kv.view(torch.int16))
 
 
 def test_errors(kv_layers):
@@ -225,7 +231,7 @@ def test_errors(kv_layers):
     with pytest.raises(KeyError):
         off.load(0, hs, cache, [0, 1])
     assert not cache.view(torch.int16).any()  # checked before anything is written
-    with pytest.raises(ValueError):
+    with pytest.raises(ibp.OutOfRangeError):
         off.wait(2)
     off.wait(1)
     off.calibrate(1, kv)

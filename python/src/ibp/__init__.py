@@ -15,7 +15,7 @@ libibp's detail message. See python/README.md.
 
 from __future__ import annotations
 
-from ._errors import (BufferTooSmallError, ChecksumError, ClosedError, CorruptError, CudaError, Error,
+from ._errors import (BufferTooSmallError, CapacityError, ChecksumError, ClosedError, CorruptError, CudaError, Error,
                       FileError, InternalError, InvalidArgumentError, NoDeviceError, NoMemoryError,
                       OutOfRangeError, UnsupportedError)
 from . import _lib
@@ -35,6 +35,7 @@ __all__ = [
     "impls", "default_impl", "Cache", "SlabPool", "MissingBlockError", "Communicator",
     "cuda_built", "device_count", "library_version", "library_path", "host_allocator", "cli_path",
     "Error", "CorruptError", "ChecksumError", "InvalidArgumentError", "BufferTooSmallError", "ClosedError",
+    "CapacityError",
     "OutOfRangeError", "NoDeviceError", "NoMemoryError", "FileError", "UnsupportedError",
     "CudaError", "InternalError",
 ]

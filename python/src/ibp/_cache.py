@@ -57,6 +57,8 @@ _FUNCS = {
     "ibp_slab_pool_get": (c_int, [c_vp, c_i64, c_vp, c_u64, P(c_u64)]),
     "ibp_slab_pool_size": (c_int, [c_vp, c_i64, P(c_u64)]),
     "ibp_slab_pool_remove": (c_int, [c_vp, c_i64]),
+    "ibp_slab_pool_pin": (c_int, [c_vp, c_i64, P(c_vp), P(c_u64)]),
+    "ibp_slab_pool_unpin": (c_int, [c_vp, c_vp]),
     "ibp_slab_pool_stats": (c_int, [c_vp, P(SlabPoolStats), c_int]),
     "ibp_slab_pool_class_stats": (c_int, [c_vp, c_uint, P(CacheClassStats)]),
 }
@@ -393,6 +395,18 @@ class SlabPool(Owner):
 
     def __len__(self) -> int:
         return self.stats()["blocks"]
+
+    def _pin(self, handle: int):
+        """Pins a block (it cannot be evicted until _unpin; a use for the
+        policy); the pointer to give _unpin."""
+        ptr, n = C.c_void_p(), _lib.c_u64()
+        with self._handle as h:
+            check(lib.ibp_slab_pool_pin(h, int(handle), C.byref(ptr), C.byref(n)), "ibp_slab_pool_pin")
+        return ptr.value
+
+    def _unpin(self, ptr) -> None:
+        with self._handle as h:
+            check(lib.ibp_slab_pool_unpin(h, ptr), "ibp_slab_pool_unpin")
 
     def remove(self, handle: int) -> None:
         """Frees block `handle` (its slot is reused); KeyError when there is none."""

@@ -38,6 +38,13 @@ class NoMemoryError(Error, MemoryError):
     status = 2
 
 
+class CapacityError(Error):
+    """A store cannot fit the offloader's byte budget (capacity_bytes):
+    nothing of it was stored (ibp.torch.KVOffloader)."""
+
+    status = 2
+
+
 class CorruptError(Error):
     """Untrusted bytes (file, row, stream) failed validation (IBP_ERR_CORRUPT)."""
 

@@ -14,7 +14,8 @@ whichever of IBP, the exponent codec and no codec gives the fewest bytes
 on them (bf16 KV often compresses better by exponent). A stored block is,
 by codec: ibp, a 12-byte header (u32 K and V payload lengths, their mode
 and cluster bytes) then the two IBP rows; exp, one exponent-codec block of
-the K then V elements (ibp_exp_encode, default options); raw, the K row
+the K then V elements (ibp_exp_encode, without a checksum: in-memory
+blocks, docs/CODECS.md); raw, the K row
 then the V row (include/ibp/cache.h, "KV offload").
 
 Every path runs one C orchestration per layer (ibp_kv_stream_t,
@@ -122,10 +123,6 @@ class KVOffloader:
         self._streams = {}  # layer -> torch.cuda.Stream (GPU only)
         self._pending = {}  # layer -> tensors a queued call still reads or writes
         self._deferred = {}  # layer -> the error its wait() raises
-        self._exp_opts = _lib.ExpOpts()
-        _lib.lib.ibp_exp_opts_default(ctypes.byref(self._exp_opts))
-        self._exp_opts.nthreads = 1
-        self._exp_opts.checksum = 0  # in-memory blocks carry no checksum (docs/CODECS.md)
         if dtype not in _DTYPES:
             raise _errors.invalid(func, "dtype must be bfloat16, float16 or float32, not %s" % (dtype,))
         if len(block_shape) != 3 or min(block_shape) < 1:
@@ -146,14 +143,25 @@ class KVOffloader:
         self._raw = [0] * self.num_layers
         self._packed = [0] * self.num_layers
         self._lock = threading.RLock()
+        self._own, self._own_evicted = set(), False  # the handles of the store in progress
         self._capacity = None
         self.capacity_bytes = capacity_bytes
 
-    def _check(self, func: str):
+    def _check(self, func: str, layer=None) -> int:
+        """Refuses a closed offloader, one of another process, and a layer
+        outside [0, num_layers) (no negative aliases); the layer as int."""
         if self._closed:
             raise _errors.closed(func, "ibp.torch.KVOffloader")
         if self._gen is not None and self._gen != fork_generation():
             raise not_here(func, "ibp.torch.KVOffloader on %s" % self.device)
+        if layer is None:
+            return -1
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
+            raise _errors.invalid(func, "layer must be an integer, not %r" % (layer,))
+        if not 0 <= int(layer) < self.num_layers:
+            raise _errors.OutOfRangeError("%s: layer %d out of [0, %d)" % (func, int(layer), self.num_layers),
+                                          func=func, status=8)
+        return int(layer)
 
     # ---- pickling ------------------------------------------------------------
     # The settings, each layer's codec choice (and IBP codec tables) and every
@@ -214,14 +222,41 @@ class KVOffloader:
         if maxb < 16:
             raise _errors.invalid("KVOffloader", "capacity_bytes %d is below one block" % cap)
         seg = len(self._segments)
-        return SlabPool(cap, maxb, policy="lru" if self._capacity is not None else "static",
+        # Size classes a 16th of the largest block apart: a block wastes at
+        # most that in its slot (about 3% on average), and the pool's
+        # per-slot metadata, sized for its smallest slots, stays a few
+        # percent of the capacity (32-byte classes would cost about 25%).
+        step = 1 << max(8, min(16, (maxb // 16).bit_length() - 1))
+        return SlabPool(cap, maxb, policy="lru" if self._capacity is not None else "static", class_step=step,
                         on_evict=lambda ph, seg=seg: self._pool_evicted(seg, ph))
+
+    def _make_room(self, need):
+        """Evicts the oldest blocks (not the store's own) until `need` bytes
+        of slots are free, or none is left: the pool's size classes may need
+        more room than a batch's bytes. Whether any was evicted."""
+        pool = self._segments[0]
+        done = False
+        for h in sorted(self._entries):
+            st = pool.stats()
+            if self._capacity - st["slot_bytes_used"] >= need:
+                break
+            if h in self._own:
+                continue
+            _, _, seg, ph = self._entries.pop(h)
+            del self._by_pool[(seg, ph)]
+            pool.remove(ph)
+            done = True
+            if self.on_evict is not None:
+                self.on_evict(h)
+        return done
 
     def _pool_evicted(self, seg, ph):
         h = self._by_pool.pop((seg, ph), None)
         if h is not None:
             del self._entries[h]
-            if self.on_evict is not None:
+            if h in self._own:  # a block of the store in progress: it cannot fit (not reported)
+                self._own_evicted = True
+            elif self.on_evict is not None:
                 self.on_evict(h)
 
     def _put(self, h, layer, kind, data):
@@ -283,43 +318,51 @@ class KVOffloader:
             t = t.view(torch.int16)
         return t.numpy().view(_DTYPES[self.dtype])
 
+    _CALIB_BLOCKS = 64  # blocks a calibration trains on and measures (evenly spaced)
+
     def calibrate(self, layer: int, kv) -> dict:
         """Trains layer `layer`'s IBP codec on the blocks of `kv` ([2, n,
-        *block_shape]) and picks the codec (ibp, exp or raw) that stores
-        these blocks in the fewest bytes. Returns the measured sizes."""
-        self._check("KVOffloader.calibrate")
+        *block_shape]; at most 64 of them, evenly spaced, when there are
+        more) and picks the codec (ibp, exp or raw) that stores those blocks
+        in the fewest bytes. Returns the measured sizes (of those blocks)."""
+        layer = self._check("KVOffloader.calibrate", layer)
+        n = kv.shape[1] if isinstance(kv, torch.Tensor) and kv.dim() == 5 else 0
+        if n > self._CALIB_BLOCKS:
+            kv = kv[:, torch.as_tensor(np.linspace(0, n - 1, self._CALIB_BLOCKS).round().astype(np.int64))]
         rows = self._rows(kv)
-        codec = train(rows)
-        sizes = {"raw": rows.nbytes, "ibp": 0, "exp": 0}
-        for i in range(0, rows.shape[0], 2):
-            sizes["ibp"] += codec.encode(rows[i:i + 2]).nbytes
-            sizes["exp"] += self._exp_pack(rows[i:i + 2]).nbytes
+        # chunks of one element: K/V values vary per element, and the chunk
+        # sweep would cost 4x the training time for the same ratio
+        codec = train(rows, chunk=np.dtype(_DTYPES[self.dtype]).itemsize)
+        # one C call per codec: the IBP batch (a block's two rows plus its
+        # 12-byte header) and the exponent blocks (one per K/V pair)
+        enc = codec.encode(rows)
+        sizes = {"raw": rows.nbytes, "ibp": int(enc.offsets[-1]) + 12 * (rows.shape[0] // 2), "exp": 0}
+        if rows.shape[0]:
+            from ..exp import compress_chunks
+            flat = rows.reshape(-1)
+            if self.dtype == torch.bfloat16:
+                flat = torch.from_numpy(flat.view(np.int16)).view(torch.bfloat16)
+            sizes["exp"] = int(compress_chunks(flat, 2 * self.block_elems, nthreads=1).offsets[-1])
         kind = min(sizes, key=lambda k: (sizes[k], k != "raw"))
         self._codec[layer], self._kind[layer] = codec, kind
         return dict(sizes, codec=kind)
 
+    def _layer_arg(self, layer, func):
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
+                or not 0 <= int(layer) < self.num_layers:
+            raise _errors.OutOfRangeError("%s: layer %r out of [0, %d)" % (func, layer, self.num_layers),
+                                          func=func, status=8)
+        return int(layer)
+
     def codec(self, layer: int) -> Optional[str]:
         """The codec layer `layer` stores with (after close too: what it used)."""
-        return self._kind[layer]
+        return self._kind[self._layer_arg(layer, "KVOffloader.codec")]
 
     def ratio(self, layer: int) -> float:
         """Raw bytes / stored bytes of everything this layer stored so far
         (after close too)."""
+        layer = self._layer_arg(layer, "KVOffloader.ratio")
         return self._raw[layer] / self._packed[layer] if self._packed[layer] else float("nan")
-
-    def _exp_pack(self, rows):
-        """One exponent-codec block of the rows' elements (ibp_exp_encode,
-        default options; no frame: the offloader knows the dtype and count).
-        The device path writes the same bytes (IBP_KV_EXP)."""
-        rows = np.ascontiguousarray(rows)
-        code, n = _EXP_DTYPE[self.dtype], rows.size
-        bound = _lib.c_u64()
-        _lib.check(_lib.lib.ibp_exp_encode_bound(code, n, ctypes.byref(bound)), "ibp_exp_encode_bound")
-        out = np.empty(bound.value, np.uint8)
-        size = _lib.c_u64()
-        _lib.check(_lib.lib.ibp_exp_encode(rows.ctypes.data, code, n, ctypes.byref(self._exp_opts),
-                                           out.ctypes.data, out.nbytes, ctypes.byref(size)), "ibp_exp_encode")
-        return out[:size.value].copy()
 
     # ---- the C orchestration (ibp_kv_stream_t): GPU, host fallback, CPU -----
 
@@ -365,6 +408,17 @@ class KVOffloader:
                 _lib.check(st, "KVOffloader.wait")
             except _errors.Error as e:
                 self._deferred.setdefault(layer, e)
+
+    def _release_workspace(self, layer):
+        """The CPU path's calls are synchronous: the layer's libibp stream
+        (its workspaces, sized to the call) goes after each call, so memory
+        is one call's workspace, not one per layer kept until close."""
+        if not self._sync:
+            return
+        got = self._kvs.pop(layer, None)
+        if got is not None:
+            _lib.lib.ibp_kv_stream_free(got[0])
+        self._pending.pop(layer, None)
 
     def _quiesce(self):
         """Finishes every layer's queued work (before pools are closed)."""
@@ -436,15 +490,22 @@ class KVOffloader:
                 self._segments.append(self._new_pool(max(_SEGMENT, 16 * self.max_block_bytes, 2 * need)))
                 st, err = encode(len(self._segments) - 1, 0, n)
         else:
+            # The C call allocates every slot of the batch (its own slots
+            # pinned, older blocks evicted as needed) or none; when the pool
+            # cannot make room for all at once, block by block, where a block
+            # of this store evicted by a later one means it cannot fit.
             st, err = encode(0, 0, n)
+            if st == _NOMEM and self._make_room(n * self.max_block_bytes):
+                st, err = encode(0, 0, n)  # room made: all at once again
             if st == _NOMEM and n > 1:
-                # A batch larger than what can be evicted at once (its own
-                # slots stay pinned until copied): block by block, as the CPU
-                # path stores, so that earlier blocks of the batch may go.
-                for b in range(n):
+                for b in range(n):  # the pool's policy evicts as each block needs
                     st, err = encode(0, b, b + 1)
-                    if st:
+                    if st or self._own_evicted:
                         break
+            if st == _NOMEM or self._own_evicted:
+                raise _errors.CapacityError(
+                    "KVOffloader.store: %d blocks do not fit capacity_bytes %d (stored nothing)%s"
+                    % (n, self._capacity, ": " + err if err else ""), func="KVOffloader.store", detail=err)
         if st:
             raise _errors.from_status(st, "KVOffloader.store", _lib.status_string(st), err)
 
@@ -480,15 +541,19 @@ class KVOffloader:
     def store(self, layer: int, kv_cache, block_ids) -> List[int]:
         """Compresses blocks `block_ids` of `kv_cache` (the layer's
         [2, num_blocks, *block_shape] cache) into the pool; one handle per
-        block. Calibrates on these blocks first if the layer never was."""
-        self._check("KVOffloader.store")
+        block. Calibrates on these blocks first if the layer never was.
+        With capacity_bytes, a store may evict older blocks (on_evict says
+        which), never its own: one that cannot fit raises
+        ibp.CapacityError and stores nothing. layer outside [0, num_layers):
+        ibp.OutOfRangeError."""
+        layer = self._check("KVOffloader.store", layer)
         if self._kind[layer] is None:
             self._rows(kv_cache[:, :0])
             self.calibrate(layer, kv_cache[:, _block_ids(block_ids, kv_cache.shape[1], "KVOffloader.store")])
         ids = _block_ids(block_ids, kv_cache.shape[1], "KVOffloader.store")
         self._rows(kv_cache[:, :0])  # checks the cache's dtype, device and shape
         raw_block = 2 * self._row_bytes
-        handles = []
+        handles, added = [], [0, 0]
 
         def register(kind, seg, ph, nbytes):
             h = self._next
@@ -500,22 +565,31 @@ class KVOffloader:
                 self._by_pool[(seg, ph)] = h
             self._raw[layer] += raw_block
             self._packed[layer] += nbytes
+            added[0] += raw_block
+            added[1] += nbytes
             handles.append(h)
+            self._own.add(h)
 
         with self._lock:  # the layer's stream and the pools are shared between calls
+            self._own, self._own_evicted = set(), False
             try:
                 self._store_device(layer, kv_cache, ids.tolist(), register)
                 if self._sync:
                     self._raise_finished(layer)
             except BaseException:
                 self.free(handles)  # a failed store keeps nothing
+                self._raw[layer] -= added[0]  # nor counts it
+                self._packed[layer] -= added[1]
                 raise
+            finally:
+                self._own, self._own_evicted = set(), False
+                self._release_workspace(layer)
         return handles
 
     def load(self, layer: int, handles: Sequence[int], kv_cache, dst_block_ids) -> None:
         """Decompresses the blocks `handles` into blocks `dst_block_ids` of
         `kv_cache` (bit-exact). Raises KeyError for an evicted or freed handle."""
-        self._check("KVOffloader.load")
+        layer = self._check("KVOffloader.load", layer)
         self._rows(kv_cache[:, :0])  # checks the cache's dtype and shape
         dst = _block_ids(dst_block_ids, kv_cache.shape[1], "KVOffloader.load")
         if len(handles) != dst.numel():
@@ -523,9 +597,12 @@ class KVOffloader:
                                   % (len(handles), dst.numel()))
         with self._lock:
             ents = [self._entry(layer, h) for h in handles]  # every handle checked first
-            self._load_device(layer, ents, kv_cache, dst.tolist())
-            if self._sync:
-                self._raise_finished(layer)
+            try:
+                self._load_device(layer, ents, kv_cache, dst.tolist())
+                if self._sync:
+                    self._raise_finished(layer)
+            finally:
+                self._release_workspace(layer)
 
     def _entry(self, layer, h):
         """(kind, segment, pool handle) of handle h (under the lock)."""
@@ -572,11 +649,9 @@ class KVOffloader:
         the layer's stream; the CPU path finishes every call before
         returning). Raises ibp.CorruptError if a loaded row failed to decode
         (that row was left zero)."""
-        self._check("KVOffloader.wait")
-        if not 0 <= int(layer) < self.num_layers:
-            raise _errors.invalid("KVOffloader.wait", "layer %d out of [0, %d)" % (layer, self.num_layers))
+        layer = self._check("KVOffloader.wait", layer)
         with self._lock:
-            self._raise_finished(int(layer))
+            self._raise_finished(layer)
 
     def _raise_finished(self, layer):
         self._finish(layer)

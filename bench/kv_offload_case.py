@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""The KV offloader's memory case (issue 28): build it, store it, measure.
+
+The case: the MiniLM K/V of datasets/sample (minilm_kv_bf16.npy: 6 layers,
+K and V of 128 tokens, 12 heads x 32 dims, bf16), in blocks of 16 tokens,
+made 24 layers deep by repeating the 6 layers four times and 96 blocks per
+layer by repeating each layer's 128 tokens with the token order rotated
+(rotation r: token t -> (t + 37 r) mod 128), so that no two blocks are the
+same bytes: 24 x 96 blocks of 24 KiB, 56.6 MB raw (--blocks 256: 151 MB, the
+size the issue was measured at). Also --case example: examples/kv_offload.py's own case (the sample's
+6 layers, 8 blocks each).
+
+It calibrates every layer (timed), stores every layer's blocks once
+(KVOffloader, CPU path, capacity_bytes None or --capacity), and prints, in
+bytes: raw, compressed (used_bytes), the resident growth after the stores
+(/proc/self/statm, steady state) and the peak growth during them (VmHWM),
+against the target compressed + 5% + 16 MiB (peak: + one call's
+workspace). Then it loads every block back and checks the bytes.
+
+    python3 bench/kv_offload_case.py [--case 24x96|example] [--capacity BYTES] [--json]
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def statm_rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def vm_hwm():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def reset_hwm():
+    """Linux: writing 5 to clear_refs resets VmHWM to the current RSS."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def build_case(case, blocks=96):
+    """[layers] of [2, blocks, 16, 12, 32] bf16 tensors (torch)."""
+    import torch
+    kv = np.load(os.path.join(ROOT, "datasets", "sample", "minilm_kv_bf16.npy"))  # (1536, 384) uint16
+    kv = kv.reshape(6, 2, 128, 12, 32)
+    layers = []
+    if case == "example":
+        for layer in range(6):
+            t = torch.from_numpy(kv[layer].reshape(2, 8, 16, 12, 32).copy().view(np.int16)).view(torch.bfloat16)
+            layers.append(t)
+        return layers
+    reps = -(-blocks * 16 // 128)
+    for depth in range(24):
+        src = kv[depth % 6]
+        toks = []
+        for r in range(reps):  # 128 tokens per repetition, 8 blocks of 16
+            order = (np.arange(128) + 37 * r + 11 * (depth // 6)) % 128
+            toks.append(src[:, order])
+        t = np.concatenate(toks, axis=1)[:, :blocks * 16].reshape(2, blocks, 16, 12, 32)
+        layers.append(torch.from_numpy(np.ascontiguousarray(t).view(np.int16)).view(torch.bfloat16))
+    return layers
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--case", default="24x96", choices=["24x96", "example"])
+    ap.add_argument("--capacity", type=int, default=None)
+    ap.add_argument("--blocks", type=int, default=96, help="blocks per layer of the 24-layer case (96: 56.6 MB raw; "
+                    "256: 151 MB)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    import torch
+    import ibp.torch as it
+    layers = build_case(a.case, a.blocks)
+    nl, nb = len(layers), layers[0].shape[1]
+    raw = sum(t.numel() * 2 for t in layers)
+    off = it.KVOffloader(nl, (16, 12, 32), torch.bfloat16, capacity_bytes=a.capacity)
+    t0 = time.perf_counter()
+    for i, t in enumerate(layers):
+        off.calibrate(i, t)
+    calib = time.perf_counter() - t0
+    codecs = sorted(set(off.codec(i) for i in range(nl)))
+    base = statm_rss()
+    hwm_ok = reset_hwm()
+    t0 = time.perf_counter()
+    handles = [off.store(i, t, list(range(nb))) for i, t in enumerate(layers)]
+    store_s = time.perf_counter() - t0
+    steady = statm_rss() - base
+    peak = (vm_hwm() - base) if hwm_ok else None
+    used = off.used_bytes
+    target = used * 1.05 + (16 << 20)
+    # every block back, byte for byte
+    for i, t in enumerate(layers):
+        back = torch.zeros_like(t)
+        off.load(i, handles[i], back, list(range(nb)))
+        if not torch.equal(back.view(torch.int16), t.view(torch.int16)):
+            print("kv_offload_case: layer %d does not round-trip" % i, file=sys.stderr)
+            return 1
+    res = dict(case=a.case, layers=nl, blocks_per_layer=nb, raw_bytes=raw, compressed_bytes=used,
+               ratio=raw / used if used else 0.0, codecs=codecs, calibrate_s=round(calib, 3),
+               store_s=round(store_s, 3), rss_growth_bytes=steady, peak_growth_bytes=peak,
+               target_bytes=int(target), steady_ok=steady <= target)
+    off.close()
+    if a.json:
+        print(json.dumps(res))
+    else:
+        mb = 1e6
+        print("KV offload case %s: %d layers x %d blocks, raw %.1f MB, compressed %.1f MB (ratio %.3f, %s)"
+              % (a.case, nl, nb, raw / mb, used / mb, res["ratio"], "/".join(codecs)))
+        print("  calibrate %.2f s, store %.2f s" % (calib, store_s))
+        print("  resident growth after the stores %.1f MB (target <= %.1f MB: compressed + 5%% + 16 MiB): %s"
+              % (steady / mb, target / mb, "ok" if res["steady_ok"] else "OVER"))
+        if peak is not None:
+            print("  peak growth during the stores %.1f MB" % (peak / mb))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
