@@ -78,20 +78,7 @@ for entry in "${CLIENTS[@]}"; do
 		--junitxml="$xml" ${PYTEST_ARGS:-})
 	rc=$?
 	set -e
-	read -r p f s < <("$vpy" - "$xml" <<'PY'
-import sys, xml.etree.ElementTree as ET
-try:
-    root = ET.parse(sys.argv[1]).getroot()
-except Exception:
-    print("0 0 0"); sys.exit()
-suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
-t = f = s = 0
-for su in suites:
-    t += int(su.get("tests", 0)); f += int(su.get("failures", 0)) + int(su.get("errors", 0))
-    s += int(su.get("skipped", 0))
-print(t - f - s, f, s)
-PY
-	)
+	read -r p f s < <("$vpy" "$root/tools/junit_counts.py" "$xml")
 	if [[ $rc -eq 5 ]]; then
 		say "$name: pytest collected no tests (exit 5): that is a failure"
 		f=$((f + 1))

@@ -124,20 +124,7 @@ set +e
 	-rs --junitxml="$out/pytest.xml" ${PYTEST_ARGS:-})
 rc=$?
 set -e
-counts=$("$vpy" - "$out/pytest.xml" <<'PY'
-import sys, xml.etree.ElementTree as ET
-try:
-    root = ET.parse(sys.argv[1]).getroot()
-except Exception:
-    print("0 0 0"); sys.exit()
-suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
-t = f = s = 0
-for su in suites:
-    t += int(su.get("tests", 0)); f += int(su.get("failures", 0)) + int(su.get("errors", 0))
-    s += int(su.get("skipped", 0))
-print(t - f - s, f, s)
-PY
-)
+counts=$("$vpy" "$root/tools/junit_counts.py" "$out/pytest.xml")
 read -r np nf ns <<<"$counts"
 if [[ $rc -eq 5 ]]; then
 	say "pytest collected no tests (exit 5): that is a failure"

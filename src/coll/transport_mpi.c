@@ -184,6 +184,14 @@ static ibp_status_t mpi_type(ibp_dtype_t dt, MPI_Datatype *type, MPI_Op *sum)
 	return IBP_OK;
 }
 
+/* A nonblocking collective's start (rc) and its wait. */
+static ibp_status_t started(int rc, MPI_Request *req, const char *what, int64_t timeout_ms)
+{
+	if (rc != MPI_SUCCESS)
+		return mpi_fail(rc, what);
+	return wait_req(req, what, timeout_ms);
+}
+
 static ibp_status_t n_exchange(void *ctx, const void *mine, void *all, uint64_t bytes, int64_t timeout_ms)
 {
 	mctx_t *m = ctx;
@@ -191,9 +199,7 @@ static ibp_status_t n_exchange(void *ctx, const void *mine, void *all, uint64_t 
 	if (bytes > INT_MAX)
 		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: mpi: exchange of %llu bytes", (unsigned long long)bytes);
 	int rc = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, m->comm, &req);
-	if (rc != MPI_SUCCESS)
-		return mpi_fail(rc, "MPI_Iallgather (call check)");
-	return wait_req(&req, "MPI_Iallgather (call check)", timeout_ms);
+	return started(rc, &req, "MPI_Iallgather (call check)", timeout_ms);
 }
 
 static ibp_status_t n_allgather(void *ctx, const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
@@ -209,9 +215,7 @@ static ibp_status_t n_allgather(void *ctx, const void *send, void *recv, uint64_
 		return mpi_fail(rc, "MPI_Comm_rank");
 	const void *s = send == (const uint8_t *)recv + (uint64_t)rank * count * ibp_dtype_size(dt) ? MPI_IN_PLACE : send;
 	rc = MPI_Iallgather(s, (int)count, type, recv, (int)count, type, m->comm, &req);
-	if (rc != MPI_SUCCESS)
-		return mpi_fail(rc, "MPI_Iallgather");
-	return wait_req(&req, "MPI_Iallgather", timeout_ms);
+	return started(rc, &req, "MPI_Iallgather", timeout_ms);
 }
 
 static ibp_status_t n_reducescatter(void *ctx, const void *send, void *recv, uint64_t recvcount, ibp_dtype_t dt,
@@ -224,9 +228,7 @@ static ibp_status_t n_reducescatter(void *ctx, const void *send, void *recv, uin
 	IBP_TRY(mpi_type(dt, &type, &sum));
 	int rc = MPI_Ireduce_scatter_block(send == recv ? MPI_IN_PLACE : send, recv, (int)recvcount, type, sum,
 					   m->comm, &req);
-	if (rc != MPI_SUCCESS)
-		return mpi_fail(rc, "MPI_Ireduce_scatter_block");
-	return wait_req(&req, "MPI_Ireduce_scatter_block", timeout_ms);
+	return started(rc, &req, "MPI_Ireduce_scatter_block", timeout_ms);
 }
 
 static ibp_status_t n_allreduce(void *ctx, const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
@@ -238,9 +240,7 @@ static ibp_status_t n_allreduce(void *ctx, const void *send, void *recv, uint64_
 	MPI_Request req;
 	IBP_TRY(mpi_type(dt, &type, &sum));
 	int rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, type, sum, m->comm, &req);
-	if (rc != MPI_SUCCESS)
-		return mpi_fail(rc, "MPI_Iallreduce");
-	return wait_req(&req, "MPI_Iallreduce", timeout_ms);
+	return started(rc, &req, "MPI_Iallreduce", timeout_ms);
 }
 
 static ibp_status_t n_alltoall(void *ctx, const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
@@ -253,9 +253,7 @@ static ibp_status_t n_alltoall(void *ctx, const void *send, void *recv, uint64_t
 	IBP_TRY(mpi_type(dt, &type, &sum));
 	int rc = MPI_Ialltoall(send == recv ? MPI_IN_PLACE : send, (int)count, type, recv, (int)count, type, m->comm,
 			       &req);
-	if (rc != MPI_SUCCESS)
-		return mpi_fail(rc, "MPI_Ialltoall");
-	return wait_req(&req, "MPI_Ialltoall", timeout_ms);
+	return started(rc, &req, "MPI_Ialltoall", timeout_ms);
 }
 
 static ibp_status_t n_alltoallv(void *ctx, const void *send, const uint64_t *sendcounts, const uint64_t *sdispls,
