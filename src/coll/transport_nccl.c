@@ -56,6 +56,7 @@ typedef struct nctx {
 	void *d_buf[2];            /* staging of the rest: [0] send, [1] receive */
 	uint64_t d_cap[2];
 	int aborted;
+	int rank, nranks;
 } nctx_t;
 
 /* NCCL is found at run time, not linked: the NCCL a process already has
@@ -78,6 +79,10 @@ static struct {
 	ncclResult_t (*GroupStart)(void);
 	ncclResult_t (*Recv)(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
 	ncclResult_t (*Send)(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+	ncclResult_t (*AllGather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+	ncclResult_t (*ReduceScatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+				      cudaStream_t);
+	ncclResult_t (*AllReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
 } nc;
 static pthread_once_t nc_once = PTHREAD_ONCE_INIT;
 static char nc_error[256]; /* empty: loaded */
@@ -102,7 +107,7 @@ static void nc_load(void)
 	NC_SYM(CommAbort); NC_SYM(CommCount); NC_SYM(CommCuDevice); NC_SYM(CommDestroy);
 	NC_SYM(CommFinalize); NC_SYM(CommGetAsyncError); NC_SYM(CommSplit); NC_SYM(CommUserRank);
 	NC_SYM(GetErrorString); NC_SYM(GetLastError); NC_SYM(GroupEnd); NC_SYM(GroupStart);
-	NC_SYM(Recv); NC_SYM(Send);
+	NC_SYM(Recv); NC_SYM(Send); NC_SYM(AllGather); NC_SYM(ReduceScatter); NC_SYM(AllReduce);
 #undef NC_SYM
 }
 
@@ -415,6 +420,162 @@ static void n_destroy(void *ctx)
 	free(x);
 }
 
+/* ---- native collectives (ibp/coll.h): NCCL's own, on host buffers staged
+ * through the device buffers (d_buf[0] in, d_buf[1] out), in stream order;
+ * a failure aborts and drains as sendrecv's does. Compiled everywhere NCCL
+ * is; run only on a GPU (or the emulator's NCCL stand-in, to come). ---- */
+
+enum nat_op { NAT_AG, NAT_RS, NAT_AR, NAT_A2A };
+
+static ncclDataType_t nccl_type(ibp_dtype_t dt)
+{
+	switch (dt) {
+	case IBP_DTYPE_BF16: return ncclBfloat16;
+	case IBP_DTYPE_F16: return ncclFloat16;
+	case IBP_DTYPE_F32: return ncclFloat32;
+	default: return ncclUint8; /* the exchange's blobs */
+	}
+}
+
+/* One collective: in_bytes of send up, the call, out_bytes of the result
+ * down into recv. counts/displs (elements) for AllToAllv, else NULL. */
+static ibp_status_t nat_run(nctx_t *x, enum nat_op op, const void *send, uint64_t in_bytes, void *recv,
+			    uint64_t out_bytes, uint64_t count, ibp_dtype_t dt, const uint64_t *sc, const uint64_t *sd,
+			    const uint64_t *rc, const uint64_t *rd, int64_t timeout_ms)
+{
+	const uint64_t esz = ibp_dtype_size(dt);
+	double t0 = coll_now(), deadline = t0 + (double)timeout_ms / 1000.0;
+	IBP_TRY(reserve(x, 0, in_bytes ? in_bytes : 1));
+	IBP_TRY(reserve(x, 1, out_bytes ? out_bytes : 1));
+	uint8_t *din = x->d_buf[0], *dout = x->d_buf[1];
+	if (in_bytes)
+		CU(cudaMemcpyAsync(din, send, (size_t)in_bytes, cudaMemcpyHostToDevice, x->stream),
+		   "cudaMemcpyAsync (native input)");
+	ncclResult_t r = ncclSuccess;
+	const char *what = "ncclAllGather";
+	switch (op) {
+	case NAT_AG: r = nc.AllGather(din, dout, (size_t)count, nccl_type(dt), x->comm, x->stream); break;
+	case NAT_RS:
+		what = "ncclReduceScatter";
+		r = nc.ReduceScatter(din, dout, (size_t)count, nccl_type(dt), ncclSum, x->comm, x->stream);
+		break;
+	case NAT_AR:
+		what = "ncclAllReduce";
+		r = nc.AllReduce(din, dout, (size_t)count, nccl_type(dt), ncclSum, x->comm, x->stream);
+		break;
+	case NAT_A2A:
+		what = "ncclSend/ncclRecv (alltoall)";
+		if ((r = nc.GroupStart()) != ncclSuccess)
+			return nccl_fail(x->comm, r, "ncclGroupStart");
+		for (int p = 0; p < x->nranks && (r == ncclSuccess || r == ncclInProgress); p++) {
+			uint64_t s_n = sc ? sc[p] : count, s_d = sd ? sd[p] : (uint64_t)p * count;
+			uint64_t r_n = rc ? rc[p] : count, r_d = rd ? rd[p] : (uint64_t)p * count;
+			if (s_n)
+				r = nc.Send(din + s_d * esz, (size_t)(s_n * esz), ncclUint8, p, x->comm, x->stream);
+			if (r_n && (r == ncclSuccess || r == ncclInProgress))
+				r = nc.Recv(dout + r_d * esz, (size_t)(r_n * esz), ncclUint8, p, x->comm, x->stream);
+		}
+		if (r != ncclSuccess && r != ncclInProgress) {
+			(void)nc.GroupEnd(); /* the send/receive error is what the caller gets */
+			return nccl_fail(x->comm, r, what);
+		}
+		r = nc.GroupEnd();
+		break;
+	}
+	if (r != ncclSuccess && r != ncclInProgress)
+		return nccl_fail(x->comm, r, what);
+	IBP_TRY(wait_comm(x, r, what, t0, deadline, timeout_ms));
+	if (out_bytes)
+		CU(cudaMemcpyAsync(recv, dout, (size_t)out_bytes, cudaMemcpyDeviceToHost, x->stream),
+		   "cudaMemcpyAsync (native output)");
+	return wait_stream(x, what, t0, deadline, timeout_ms);
+}
+
+/* nat_run with the device and failure handling of n_sendrecv. */
+static ibp_status_t nat_call(nctx_t *x, enum nat_op op, const void *send, uint64_t in_bytes, void *recv,
+			     uint64_t out_bytes, uint64_t count, ibp_dtype_t dt, const uint64_t *sc, const uint64_t *sd,
+			     const uint64_t *rc, const uint64_t *rd, int64_t timeout_ms)
+{
+	if (x->aborted)
+		return ibp_fail(IBP_ERR_IO, "coll: nccl: the communicator was aborted by an earlier failure");
+	int prev = -1;
+	CU(cudaGetDevice(&prev), "cudaGetDevice");
+	if (prev != x->dev)
+		CU(cudaSetDevice(x->dev), "cudaSetDevice");
+	ibp_status_t s = nat_run(x, op, send, in_bytes, recv, out_bytes, count, dt, sc, sd, rc, rd, timeout_ms);
+	if (s != IBP_OK) {
+		char msg[512];
+		snprintf(msg, sizeof msg, "%s", ibp_last_error());
+		fail_drain(x);
+		s = ibp_fail(s, "%s", msg);
+	}
+	if (prev != x->dev) {
+		cudaError_t e = cudaSetDevice(prev);
+		if (e != cudaSuccess && s == IBP_OK)
+			return cuda_fail(e, "cudaSetDevice (restoring the caller's device)");
+	}
+	return s;
+}
+
+static ibp_status_t n_exchange(void *ctx, const void *mine, void *all, uint64_t bytes, int64_t timeout_ms)
+{
+	nctx_t *x = ctx;
+	return nat_call(x, NAT_AG, mine, bytes, all, bytes * (uint64_t)x->nranks, bytes, IBP_DTYPE_U8, NULL, NULL,
+			NULL, NULL, timeout_ms);
+}
+
+static ibp_status_t n_allgather(void *ctx, const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
+				int64_t timeout_ms)
+{
+	nctx_t *x = ctx;
+	const uint64_t b = count * ibp_dtype_size(dt);
+	return nat_call(x, NAT_AG, send, b, recv, b * (uint64_t)x->nranks, count, dt, NULL, NULL, NULL, NULL,
+			timeout_ms);
+}
+
+static ibp_status_t n_reducescatter(void *ctx, const void *send, void *recv, uint64_t recvcount, ibp_dtype_t dt,
+				    int64_t timeout_ms)
+{
+	nctx_t *x = ctx;
+	const uint64_t b = recvcount * ibp_dtype_size(dt);
+	return nat_call(x, NAT_RS, send, b * (uint64_t)x->nranks, recv, b, recvcount, dt, NULL, NULL, NULL, NULL,
+			timeout_ms);
+}
+
+static ibp_status_t n_allreduce(void *ctx, const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
+				int64_t timeout_ms)
+{
+	const uint64_t b = count * ibp_dtype_size(dt);
+	return nat_call(ctx, NAT_AR, send, b, recv, b, count, dt, NULL, NULL, NULL, NULL, timeout_ms);
+}
+
+static ibp_status_t n_alltoall(void *ctx, const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
+			       int64_t timeout_ms)
+{
+	nctx_t *x = ctx;
+	const uint64_t b = count * ibp_dtype_size(dt) * (uint64_t)x->nranks;
+	return nat_call(x, NAT_A2A, send, b, recv, b, count, dt, NULL, NULL, NULL, NULL, timeout_ms);
+}
+
+static ibp_status_t n_alltoallv(void *ctx, const void *send, const uint64_t *sendcounts, const uint64_t *sdispls,
+				void *recv, const uint64_t *recvcounts, const uint64_t *rdispls, ibp_dtype_t dt,
+				int64_t timeout_ms)
+{
+	nctx_t *x = ctx;
+	uint64_t in = 0, out = 0;
+	for (int p = 0; p < x->nranks; p++) {
+		in = sdispls[p] + sendcounts[p] > in ? sdispls[p] + sendcounts[p] : in;
+		out = rdispls[p] + recvcounts[p] > out ? rdispls[p] + recvcounts[p] : out;
+	}
+	const uint64_t esz = ibp_dtype_size(dt);
+	return nat_call(x, NAT_A2A, send, in * esz, recv, out * esz, 0, dt, sendcounts, sdispls, recvcounts, rdispls,
+			timeout_ms);
+}
+
+static const ibp_coll_native_t nccl_native = {
+	n_exchange, n_allgather, n_reducescatter, n_allreduce, n_alltoall, n_alltoallv,
+};
+
 ibp_status_t ibp_coll_nccl_transport(const void *nccl_comm, int64_t timeout_ms, ibp_coll_transport_t *t)
 {
 	if (!nccl_comm || !t)
@@ -442,6 +603,8 @@ ibp_status_t ibp_coll_nccl_transport(const void *nccl_comm, int64_t timeout_ms, 
 		return ibp_fail(IBP_ERR_NOMEM, "coll: nccl_transport: out of memory");
 	}
 	x->dev = dev;
+	x->rank = rank;
+	x->nranks = n;
 	int pools = 0;
 	if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, dev) != cudaSuccess) {
 		(void)cudaGetLastError();
@@ -481,6 +644,9 @@ ibp_status_t ibp_coll_nccl_transport(const void *nccl_comm, int64_t timeout_ms, 
 	t->ctx = x;
 	t->sendrecv = n_sendrecv;
 	t->destroy = n_destroy;
+	/* IBP_COLL_NCCL_NATIVE=0: the algorithms on every call (A/B runs) */
+	const char *env = getenv("IBP_COLL_NCCL_NATIVE");
+	t->native = env && env[0] == '0' ? NULL : &nccl_native;
 	return IBP_OK;
 }
 
