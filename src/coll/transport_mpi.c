@@ -121,7 +121,10 @@ static ibp_status_t wait_req(MPI_Request *req, const char *what, int64_t timeout
 		if (ms > timeout_ms)
 			return ibp_fail(IBP_ERR_IO, "coll: mpi: timeout after %lld ms in %s (a peer did not join)",
 					(long long)timeout_ms, what);
-		if (ms < 10)
+		/* MPI's nonblocking collectives advance only inside MPI_Test: a
+		 * nap would stall every round of the schedule, so yield for the
+		 * first second (a whole large call), then nap (a peer is late) */
+		if (ms < 1000)
 			sched_yield();
 		else
 			nanosleep(&nap, NULL);
