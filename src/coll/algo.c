@@ -226,8 +226,6 @@ static ibp_status_t native_agree(ibp_coll_comm_t *c, const char *what, enum coll
 {
 	*native = 0;
 	const ibp_coll_native_t *nt = c->t.native;
-	if (!nt || !nt->exchange || c->o.rate > 0 || c->mem_kind != IBP_COLL_MEM_HOST)
-		return IBP_OK;
 	const int p = c->nranks;
 	const uint64_t extra = counts ? 16 * (uint64_t)p : 0, bytes = sizeof(native_blob_t) + extra;
 	uint8_t *mine = malloc(bytes), *all = malloc(bytes * (uint64_t)p);
@@ -279,10 +277,81 @@ static void native_done(ibp_coll_comm_t *c, uint64_t sent_bytes)
 	c->st.logical_bytes += sent_bytes;
 }
 
-/* This rank runs plain: codec none, policy never, or the switcher's choice. */
-static int plain_call(enum coll_enc enc)
+/* A call in the form the transport's natives take. */
+typedef struct native_call {
+	enum coll_op op;
+	const void *send;
+	void *recv;
+	uint64_t count;                    /* per rank (AllToAllv: 0) */
+	const uint64_t *sc, *sd, *rc, *rd; /* AllToAllv's counts and displacements */
+} native_call_t;
+
+/* Runs the call on the transport's native collective when every rank
+ * agrees to (the exchange above): 1, with its outcome in *s (a failed
+ * exchange included), or 0: run the algorithms. enc is this rank's
+ * decision (COLL_ENC_RAW: plain). */
+static int try_native(ibp_coll_comm_t *c, const char *what, const native_call_t *a, ibp_dtype_t dt,
+		      ibp_coll_codec_t codec, enum coll_enc enc, ibp_status_t *s)
 {
-	return enc == COLL_ENC_RAW;
+	const ibp_coll_native_t *nt = c->t.native;
+	if (!nt || !nt->exchange || c->o.rate > 0 || c->mem_kind != IBP_COLL_MEM_HOST)
+		return 0;
+	const int p = c->nranks;
+	const uint64_t esz = ibp_dtype_size(dt);
+	int has = 0, native = 0;
+	uint64_t sent = 0, *cv = NULL; /* AllToAllv: sendcounts then recvcounts, for the check */
+	switch (a->op) {
+	case COLL_OP_AG: has = nt->allgather != NULL; break;
+	case COLL_OP_RS: has = nt->reducescatter != NULL; break;
+	case COLL_OP_AR: has = nt->allreduce != NULL; break;
+	case COLL_OP_A2A: has = nt->alltoall != NULL; break;
+	default: has = nt->alltoallv != NULL; break;
+	}
+	int fits = a->count <= NATIVE_MAX;
+	if (a->op == COLL_OP_A2AV) {
+		if (!(cv = malloc(16 * (uint64_t)p))) {
+			*s = ibp_fail(IBP_ERR_NOMEM, "coll: %s: out of memory", what);
+			return 1;
+		}
+		for (int i = 0; i < p; i++) {
+			cv[i] = a->sc[i];
+			cv[p + i] = a->rc[i];
+			fits &= a->sc[i] <= NATIVE_MAX && a->rc[i] <= NATIVE_MAX && a->sd[i] <= NATIVE_MAX &&
+				a->rd[i] <= NATIVE_MAX;
+			sent += i == c->rank ? 0 : a->sc[i];
+		}
+	}
+	*s = native_agree(c, what, a->op, dt, codec, a->count, enc == COLL_ENC_RAW && has && fits, cv, &native);
+	free(cv);
+	if (*s != IBP_OK)
+		return 1;
+	if (!native)
+		return 0;
+	const int64_t tmo = c->o.timeout_ms;
+	switch (a->op) {
+	case COLL_OP_AG:
+		*s = nt->allgather(c->t.ctx, a->send, a->recv, a->count, dt, tmo);
+		sent = (uint64_t)(p - 1) * a->count;
+		break;
+	case COLL_OP_RS:
+		*s = nt->reducescatter(c->t.ctx, a->send, a->recv, a->count, dt, tmo);
+		sent = (uint64_t)(p - 1) * a->count;
+		break;
+	case COLL_OP_AR: /* what the ring sends: 2 (p - 1) chunks of count / p */
+		*s = nt->allreduce(c->t.ctx, a->send, a->recv, a->count, dt, tmo);
+		sent = 2 * (uint64_t)(p - 1) * (a->count / (uint64_t)p);
+		break;
+	case COLL_OP_A2A:
+		*s = nt->alltoall(c->t.ctx, a->send, a->recv, a->count, dt, tmo);
+		sent = (uint64_t)(p - 1) * a->count;
+		break;
+	default:
+		*s = nt->alltoallv(c->t.ctx, a->send, a->sc, a->sd, a->recv, a->rc, a->rd, dt, tmo);
+		break;
+	}
+	if (*s == IBP_OK)
+		native_done(c, sent * esz);
+	return 1;
 }
 
 ibp_status_t ibp_coll_allgather(const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
@@ -297,17 +366,10 @@ ibp_status_t ibp_coll_allgather(const void *send, void *recv, uint64_t count, ib
 	int p = c->nranks;
 	enum coll_enc enc = coll_decide(c, codec, dt, send, min_u64(count, SAMPLE), count, (uint64_t)p - 1, 1,
 					(uint64_t)p - 1);
-	const ibp_coll_native_t *nt = c->t.native;
-	int native = 0;
-	ibp_status_t s = native_agree(c, "allgather", COLL_OP_AG, dt, codec, count,
-				      plain_call(enc) && nt && nt->allgather && count <= NATIVE_MAX, NULL, &native);
-	if (s != IBP_OK || native) {
-		if (s == IBP_OK)
-			s = nt->allgather(c->t.ctx, send, recv, count, dt, c->o.timeout_ms);
-		if (s == IBP_OK)
-			native_done(c, (uint64_t)(p - 1) * count * ibp_dtype_size(dt));
+	const native_call_t na = { COLL_OP_AG, send, recv, count, NULL, NULL, NULL, NULL };
+	ibp_status_t s = IBP_OK;
+	if (try_native(c, "allgather", &na, dt, codec, enc, &s))
 		return finish(c, s, w0, l0);
-	}
 	IBP_TRY(chunks(p, &off, &len));
 	for (int i = 0; i < p; i++) {
 		off[i] = (uint64_t)i * count;
@@ -337,18 +399,10 @@ ibp_status_t ibp_coll_reducescatter(const void *send, void *recv, uint64_t recvc
 	int p = c->nranks;
 	enum coll_enc enc = coll_decide(c, codec, dt, send, min_u64(recvcount, SAMPLE), recvcount, (uint64_t)p - 1,
 					(uint64_t)p - 1, (uint64_t)p - 1);
-	const ibp_coll_native_t *nt = c->t.native;
-	int native = 0;
-	ibp_status_t s = native_agree(c, "reducescatter", COLL_OP_RS, dt, codec, recvcount,
-				      plain_call(enc) && nt && nt->reducescatter && recvcount <= NATIVE_MAX, NULL,
-				      &native);
-	if (s != IBP_OK || native) {
-		if (s == IBP_OK)
-			s = nt->reducescatter(c->t.ctx, send, recv, recvcount, dt, c->o.timeout_ms);
-		if (s == IBP_OK)
-			native_done(c, (uint64_t)(p - 1) * recvcount * esz);
+	const native_call_t na = { COLL_OP_RS, send, recv, recvcount, NULL, NULL, NULL, NULL };
+	ibp_status_t s = IBP_OK;
+	if (try_native(c, "reducescatter", &na, dt, codec, enc, &s))
 		return finish(c, s, w0, l0);
-	}
 	IBP_TRY(chunks(p, &off, &len));
 	for (int i = 0; i < p; i++) {
 		off[i] = (uint64_t)i * recvcount;
@@ -394,17 +448,10 @@ ibp_status_t ibp_coll_allreduce(const void *send, void *recv, uint64_t count, ib
 	} else
 		enc = coll_decide(c, codec, dt, send, min_u64(count, SAMPLE), maxn, 2 * ((uint64_t)p - 1), (uint64_t)p,
 				  2 * ((uint64_t)p - 1));
-	const ibp_coll_native_t *nt = c->t.native;
-	int native = 0;
-	ibp_status_t s = native_agree(c, "allreduce", COLL_OP_AR, dt, codec, count,
-				      plain_call(enc) && nt && nt->allreduce && count <= NATIVE_MAX, NULL, &native);
-	if (s != IBP_OK || native) {
-		if (s == IBP_OK)
-			s = nt->allreduce(c->t.ctx, send, recv, count, dt, c->o.timeout_ms);
-		if (s == IBP_OK) /* what the ring sends: 2 (p - 1) chunks of count / p */
-			native_done(c, 2 * (uint64_t)(p - 1) * (count / (uint64_t)p) * ibp_dtype_size(dt));
+	const native_call_t na = { COLL_OP_AR, send, recv, count, NULL, NULL, NULL, NULL };
+	ibp_status_t s = IBP_OK;
+	if (try_native(c, "allreduce", &na, dt, codec, enc, &s))
 		return finish(c, s, w0, l0);
-	}
 	IBP_TRY(chunks(p, &off, &len));
 	for (int i = 0; i < p; i++) {
 		len[i] = q + ((uint64_t)i < rem);
@@ -496,17 +543,10 @@ ibp_status_t ibp_coll_alltoall(const void *send, void *recv, uint64_t count, ibp
 	int p = c->nranks;
 	enum coll_enc enc = coll_decide(c, codec, dt, send, min_u64(count * (uint64_t)p, SAMPLE), count,
 					(uint64_t)p - 1, (uint64_t)p - 1, (uint64_t)p - 1);
-	const ibp_coll_native_t *nt = c->t.native;
-	int native = 0;
-	ibp_status_t ns = native_agree(c, "alltoall", COLL_OP_A2A, dt, codec, count,
-				       plain_call(enc) && nt && nt->alltoall && count <= NATIVE_MAX, NULL, &native);
-	if (ns != IBP_OK || native) {
-		if (ns == IBP_OK)
-			ns = nt->alltoall(c->t.ctx, send, recv, count, dt, c->o.timeout_ms);
-		if (ns == IBP_OK)
-			native_done(c, (uint64_t)(p - 1) * count * ibp_dtype_size(dt));
+	const native_call_t na = { COLL_OP_A2A, send, recv, count, NULL, NULL, NULL, NULL };
+	ibp_status_t ns = IBP_OK;
+	if (try_native(c, "alltoall", &na, dt, codec, enc, &ns))
 		return finish(c, ns, w0, l0);
-	}
 	IBP_TRY(chunks(p, &cnt, &dis));
 	for (int i = 0; i < p; i++) {
 		cnt[i] = count;
@@ -539,32 +579,11 @@ ibp_status_t ibp_coll_alltoallv(const void *send, const uint64_t *sendcounts, co
 	const uint8_t *sample = sendcounts[0] ? (const uint8_t *)send + sdispls[0] * ibp_dtype_size(dt) : NULL;
 	enum coll_enc enc = coll_decide(c, codec, dt, sample, min_u64(sendcounts[0], SAMPLE), maxn, (uint64_t)p - 1,
 					(uint64_t)p - 1, (uint64_t)p - 1);
-	const ibp_coll_native_t *nt = c->t.native;
-	if (nt && nt->exchange && c->o.rate <= 0 && c->mem_kind == IBP_COLL_MEM_HOST) {
-		uint64_t *cv = malloc(16 * (uint64_t)p), sent = 0;
-		if (!cv)
-			return finish(c, ibp_fail(IBP_ERR_NOMEM, "coll: alltoallv: out of memory"), 0, 0);
-		int fits = 1, native = 0;
-		for (int i = 0; i < p; i++) {
-			cv[i] = sendcounts[i];
-			cv[p + i] = recvcounts[i];
-			fits &= sendcounts[i] <= NATIVE_MAX && recvcounts[i] <= NATIVE_MAX && sdispls[i] <= NATIVE_MAX &&
-				rdispls[i] <= NATIVE_MAX;
-			sent += i == c->rank ? 0 : sendcounts[i];
-		}
-		ibp_status_t s = native_agree(c, "alltoallv", COLL_OP_A2AV, dt, codec, 0,
-					      plain_call(enc) && nt->alltoallv && fits, cv, &native);
-		free(cv);
-		if (s != IBP_OK || native) {
-			if (s == IBP_OK)
-				s = nt->alltoallv(c->t.ctx, send, sendcounts, sdispls, recv, recvcounts, rdispls, dt,
-						  c->o.timeout_ms);
-			if (s == IBP_OK)
-				native_done(c, sent * ibp_dtype_size(dt));
-			return finish(c, s, w0, l0);
-		}
-	}
-	ibp_status_t s = a2a(c, header(c, COLL_OP_A2AV, codec, dt, 0, enc), send, sendcounts, sdispls, recv,
+	const native_call_t na = { COLL_OP_A2AV, send, recv, 0, sendcounts, sdispls, recvcounts, rdispls };
+	ibp_status_t s = IBP_OK;
+	if (try_native(c, "alltoallv", &na, dt, codec, enc, &s))
+		return finish(c, s, w0, l0);
+	s = a2a(c, header(c, COLL_OP_A2AV, codec, dt, 0, enc), send, sendcounts, sdispls, recv,
 			     recvcounts, rdispls);
 	return finish(c, s, w0, l0);
 }

@@ -353,17 +353,22 @@ static void fail_drain(nctx_t *x)
 	(void)cudaGetLastError();
 }
 
-static ibp_status_t n_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t sbytes, int src, void *rbuf,
-			       uint64_t rcap, uint64_t *rbytes, int64_t timeout_ms)
+/* Every call's entry: refused after an abort; the communicator's device
+ * made current (the caller's saved in *prev, for leave). */
+static ibp_status_t enter(nctx_t *x, int *prev)
 {
-	nctx_t *x = ctx;
 	if (x->aborted)
 		return ibp_fail(IBP_ERR_IO, "coll: nccl: the communicator was aborted by an earlier failure");
-	int prev = -1;
-	CU(cudaGetDevice(&prev), "cudaGetDevice");
-	if (prev != x->dev)
+	CU(cudaGetDevice(prev), "cudaGetDevice");
+	if (*prev != x->dev)
 		CU(cudaSetDevice(x->dev), "cudaSetDevice");
-	ibp_status_t s = sendrecv_on_device(x, dst, sbuf, sbytes, src, rbuf, rcap, rbytes, timeout_ms);
+	return IBP_OK;
+}
+
+/* Every call's exit with its outcome s: a failure aborts and drains
+ * (fail_drain), and the caller's device is current again. */
+static ibp_status_t leave(nctx_t *x, int prev, ibp_status_t s)
+{
 	if (s != IBP_OK) {
 		char msg[512]; /* fail_drain's calls may overwrite the detail */
 		snprintf(msg, sizeof msg, "%s", ibp_last_error());
@@ -376,6 +381,15 @@ static ibp_status_t n_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t sb
 			return cuda_fail(e, "cudaSetDevice (restoring the caller's device)");
 	}
 	return s;
+}
+
+static ibp_status_t n_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t sbytes, int src, void *rbuf,
+			       uint64_t rcap, uint64_t *rbytes, int64_t timeout_ms)
+{
+	nctx_t *x = ctx;
+	int prev = -1;
+	IBP_TRY(enter(x, &prev));
+	return leave(x, prev, sendrecv_on_device(x, dst, sbuf, sbytes, src, rbuf, rcap, rbytes, timeout_ms));
 }
 
 static void n_destroy(void *ctx)
@@ -491,30 +505,14 @@ static ibp_status_t nat_run(nctx_t *x, enum nat_op op, const void *send, uint64_
 	return wait_stream(x, what, t0, deadline, timeout_ms);
 }
 
-/* nat_run with the device and failure handling of n_sendrecv. */
+/* nat_run between enter and leave, as n_sendrecv. */
 static ibp_status_t nat_call(nctx_t *x, enum nat_op op, const void *send, uint64_t in_bytes, void *recv,
 			     uint64_t out_bytes, uint64_t count, ibp_dtype_t dt, const uint64_t *sc, const uint64_t *sd,
 			     const uint64_t *rc, const uint64_t *rd, int64_t timeout_ms)
 {
-	if (x->aborted)
-		return ibp_fail(IBP_ERR_IO, "coll: nccl: the communicator was aborted by an earlier failure");
 	int prev = -1;
-	CU(cudaGetDevice(&prev), "cudaGetDevice");
-	if (prev != x->dev)
-		CU(cudaSetDevice(x->dev), "cudaSetDevice");
-	ibp_status_t s = nat_run(x, op, send, in_bytes, recv, out_bytes, count, dt, sc, sd, rc, rd, timeout_ms);
-	if (s != IBP_OK) {
-		char msg[512];
-		snprintf(msg, sizeof msg, "%s", ibp_last_error());
-		fail_drain(x);
-		s = ibp_fail(s, "%s", msg);
-	}
-	if (prev != x->dev) {
-		cudaError_t e = cudaSetDevice(prev);
-		if (e != cudaSuccess && s == IBP_OK)
-			return cuda_fail(e, "cudaSetDevice (restoring the caller's device)");
-	}
-	return s;
+	IBP_TRY(enter(x, &prev));
+	return leave(x, prev, nat_run(x, op, send, in_bytes, recv, out_bytes, count, dt, sc, sd, rc, rd, timeout_ms));
 }
 
 static ibp_status_t n_exchange(void *ctx, const void *mine, void *all, uint64_t bytes, int64_t timeout_ms)

@@ -237,10 +237,8 @@ static inline IBP_HD void expf_st32(uint8_t *p, uint32_t v)
  * version (above); a set checksum flag allows any sum. */
 static inline IBP_HD int expf_reserved_ok(const uint8_t *h)
 {
-	uint32_t flags = h[EXPF_OFF_VERSION] == EXPF_VERSION_1 ? 0u : h[EXPF_OFF_FLAGS];
-	if (h[EXPF_OFF_VERSION] == EXPF_VERSION_1 && h[EXPF_OFF_FLAGS])
-		return 0;
-	if (flags & ~EXPF_FLAG_CHECKSUM)
+	uint32_t flags = h[EXPF_OFF_FLAGS];
+	if (flags & ~(h[EXPF_OFF_VERSION] == EXPF_VERSION_1 ? 0u : EXPF_FLAG_CHECKSUM))
 		return 0;
 	for (int i = EXPF_OFF_FLAGS + 1; i < (int)EXPF_HEADER_BYTES; i++)
 		if (h[i] && (i < EXPF_OFF_SUM || !(flags & EXPF_FLAG_CHECKSUM)))

@@ -71,8 +71,7 @@ class Handle:
             h = self._h
             if h is None:
                 raise _errors.closed(func, self._what)
-            if self._gen is not None and self._gen != _fork[0]:
-                raise not_here(func, self._what)
+            self._check_process(func)
             self._active += 1
             return h
 

@@ -154,14 +154,7 @@ class KVOffloader:
             raise _errors.closed(func, "ibp.torch.KVOffloader")
         if self._gen is not None and self._gen != fork_generation():
             raise not_here(func, "ibp.torch.KVOffloader on %s" % self.device)
-        if layer is None:
-            return -1
-        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
-            raise _errors.invalid(func, "layer must be an integer, not %r" % (layer,))
-        if not 0 <= int(layer) < self.num_layers:
-            raise _errors.OutOfRangeError("%s: layer %d out of [0, %d)" % (func, int(layer), self.num_layers),
-                                          func=func, status=8)
-        return int(layer)
+        return -1 if layer is None else self._layer_arg(layer, func)
 
     # ---- pickling ------------------------------------------------------------
     # The settings, each layer's codec choice (and IBP codec tables) and every
@@ -347,10 +340,12 @@ class KVOffloader:
         self._codec[layer], self._kind[layer] = codec, kind
         return dict(sizes, codec=kind)
 
-    def _layer_arg(self, layer, func):
-        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
-                or not 0 <= int(layer) < self.num_layers:
-            raise _errors.OutOfRangeError("%s: layer %r out of [0, %d)" % (func, layer, self.num_layers),
+    def _layer_arg(self, layer, func) -> int:
+        """layer as an int in [0, num_layers) (no negative aliases)."""
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
+            raise _errors.invalid(func, "layer must be an integer, not %r" % (layer,))
+        if not 0 <= int(layer) < self.num_layers:
+            raise _errors.OutOfRangeError("%s: layer %d out of [0, %d)" % (func, int(layer), self.num_layers),
                                           func=func, status=8)
         return int(layer)
 
@@ -547,11 +542,10 @@ class KVOffloader:
         ibp.CapacityError and stores nothing. layer outside [0, num_layers):
         ibp.OutOfRangeError."""
         layer = self._check("KVOffloader.store", layer)
-        if self._kind[layer] is None:
-            self._rows(kv_cache[:, :0])
-            self.calibrate(layer, kv_cache[:, _block_ids(block_ids, kv_cache.shape[1], "KVOffloader.store")])
-        ids = _block_ids(block_ids, kv_cache.shape[1], "KVOffloader.store")
         self._rows(kv_cache[:, :0])  # checks the cache's dtype, device and shape
+        ids = _block_ids(block_ids, kv_cache.shape[1], "KVOffloader.store")
+        if self._kind[layer] is None:
+            self.calibrate(layer, kv_cache[:, ids])
         raw_block = 2 * self._row_bytes
         handles, added = [], [0, 0]
 

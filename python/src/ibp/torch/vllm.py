@@ -602,7 +602,7 @@ class IBPOffloadingWorker(OffloadingWorker):
         self.bpc = int(blocks_per_chunk)
         if self.bpc < 1:
             raise _errors.invalid(func, "blocks_per_chunk must be >= 1")
-        isz = torch.empty((), dtype=self.dtype).element_size()
+        self._isz = isz = torch.empty((), dtype=self.dtype).element_size()
         self._rows = []
         for t in kv_caches.tensors:
             x = t.tensor
@@ -787,10 +787,6 @@ class IBPOffloadingWorker(OffloadingWorker):
             except Exception as e:  # noqa: BLE001
                 err = err or e
         return err
-
-    @property
-    def _isz(self):
-        return torch.empty((), dtype=self.dtype).element_size()
 
     def _run(self, job) -> TransferResult:
         t0 = time.perf_counter()
