@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ibp.h"
@@ -102,6 +103,22 @@ static inline void *pinned(uint64_t n)
 	void *p = nullptr;
 	IK(ibp_pinned_alloc(n ? n : 1, 4096, 0, &p));
 	return p;
+}
+
+/* What a caller without libibp does for a batch of rows of a host table:
+ * gathers them on the CPU (as torch.index_select does, on up to 8
+ * threads) into a pinned stage, to copy it to the device in one call. */
+static inline void cpu_gather(const uint8_t *raw, uint64_t R, const int64_t *ids, uint64_t B, uint8_t *stage)
+{
+	const unsigned nt = std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
+	std::vector<std::thread> th;
+	for (unsigned t = 0; t < nt; t++)
+		th.emplace_back([=] {
+			for (uint64_t k = B * t / nt; k < B * (t + 1) / nt; k++)
+				memcpy(stage + k * R, raw + (uint64_t)ids[k] * R, R);
+		});
+	for (auto &x : th)
+		x.join();
 }
 
 /* Median milliseconds of f(run) between two events on stream s. */

@@ -147,17 +147,8 @@ static Result run_case(const Opts &o, const std::string &name, const ibp_codec_t
 	res.plain = bytes / (ms * 1e-3) / 1e9;
 	/* the CPU gather runs between the events (the stream is idle at the
 	 * first one), so the elapsed time covers gather + copy */
-	const unsigned nt = std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
 	ms = time_ms(s, o.warmup, o.runs, [&](int r) {
-		const std::vector<int64_t> &v = ids[r % NSETS];
-		std::vector<std::thread> th;
-		for (unsigned t = 0; t < nt; t++)
-			th.emplace_back([&, t] {
-				for (uint64_t k = B * t / nt; k < B * (t + 1) / nt; k++)
-					memcpy(stage + k * R, raw + (uint64_t)v[k] * R, R);
-			});
-		for (auto &x : th)
-			x.join();
+		cpu_gather(raw, R, ids[r % NSETS].data(), B, stage);
 		CK(cudaMemcpyAsync(out, stage, B * R, cudaMemcpyHostToDevice, s));
 	});
 	res.cpu_copy = bytes / (ms * 1e-3) / 1e9;
