@@ -4,8 +4,10 @@ orchestration, ibp_kv_encode_cuda / ibp_kv_decode_cuda, with the CPU twins
 on host tensors). Real MiniLM K/V as in test_torch_kv.py: round trips
 bit-exact, blocks byte-identical to the CPU path's and to a Python
 reference of the block formats (which both paths load), capacity/eviction, pins held until wait, corrupt rows reported by
-wait, errors. test_real_gpu runs the same round trip on a GPU (skipped
-without one)."""
+wait, errors. On a machine with a GPU the hook's twin takes the same C
+calls' CPU path (IBP_KV_HOST; found on an H200, 2026-11-28, where the hook
+refused to run), and test_real_gpu runs the round trip on the device
+(skipped without one)."""
 
 import os
 

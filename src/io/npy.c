@@ -202,7 +202,7 @@ ibp_status_t ibp_npy_parse_header(const void *buf, uint64_t len, unsigned flags,
 	const unsigned char *b = buf;
 	ibp_npy_info_t r;
 	memset(&r, 0, sizeof(r));
-	uint64_t prefix, total;
+	uint64_t prefix = 0, total = 0; /* gcc 13 cannot see parse_prefix set them */
 	IBP_TRY(parse_prefix(b, len, &r.version, &prefix, &total));
 	if (len < total)
 		return ibp_fail(IBP_ERR_CORRUPT, "npy header truncated: %llu bytes, header needs %llu",

@@ -202,6 +202,25 @@ static void arena_init(void)
 		snprintf(arena_msg, sizeof(arena_msg), "%s", ibp_je_status());
 		return; /* libc mode */
 	}
+	/* arenas.create calls hook_alloc for the arena's own metadata with
+	 * jemalloc's global arena lock held. cudaHostAlloc there, when it is
+	 * the process's first context-creating call, waits for the driver's
+	 * new threads, whose first malloc needs that lock: a deadlock (seen on
+	 * an H200, 2026-11-28). So the first region (and with it the context)
+	 * comes first, outside jemalloc's locks; arena creation carves from it.
+	 * tests/mem/pinned_first_call.c replays this with a fake runtime. */
+	void *b = NULL;
+	cudaError_t e = cudaHostAlloc(&b, REGION_MIN, cudaHostAllocMapped | cudaHostAllocPortable);
+	if (e != cudaSuccess) {
+		(void)cudaGetLastError();
+		snprintf(arena_msg, sizeof(arena_msg), "cudaHostAlloc(%llu) before the arena: %s",
+			 (unsigned long long)REGION_MIN, cudaGetErrorString(e));
+		return; /* libc mode: each allocation asks cudaHostAlloc, and reports its error */
+	}
+	pthread_mutex_lock(&reg_mu);
+	regions[nregions++] = (region_t){ (uintptr_t)b, REGION_MIN, 0 };
+	atomic_fetch_add(&reserved_bytes, REGION_MIN);
+	pthread_mutex_unlock(&reg_mu);
 	je_extent_hooks_t *hp = &pinned_hooks;
 	unsigned a = 0;
 	size_t sz = sizeof(a);
@@ -211,6 +230,11 @@ static void arena_init(void)
 		arena_ok = 1;
 	} else {
 		snprintf(arena_msg, sizeof(arena_msg), "jemalloc arenas.create failed (%s)", strerror(r));
+		pthread_mutex_lock(&reg_mu); /* libc mode: the region goes back */
+		nregions = 0;
+		atomic_fetch_sub(&reserved_bytes, REGION_MIN);
+		pthread_mutex_unlock(&reg_mu);
+		(void)cudaFreeHost(b);
 	}
 }
 

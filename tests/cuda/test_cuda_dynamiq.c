@@ -47,16 +47,21 @@ static void require_gpu(void)
 static void *dup_dev(const void *h, size_t n)
 {
 	void *p = NULL;
-	cr_assert_eq(cudaMalloc(&p, n ? n : 1), cudaSuccess);
-	if (n)
-		cr_assert_eq(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice), cudaSuccess);
+	int e = cudaMalloc(&p, n ? n : 1);
+	cr_assert_eq(e, cudaSuccess, "cudaMalloc(%zu): error %d", n, e);
+	if (n && h) { /* h NULL: an output buffer, nothing to copy */
+		e = cudaMemcpy(p, h, n, cudaMemcpyHostToDevice);
+		cr_assert_eq(e, cudaSuccess, "cudaMemcpy(%p <- %p, %zu, H2D): error %d", p, h, n, e);
+	}
 	return p;
 }
 
 static void d2h(void *h, const void *d, size_t n)
 {
-	cr_assert_eq(cudaDeviceSynchronize(), cudaSuccess);
-	cr_assert_eq(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost), cudaSuccess);
+	int e = cudaDeviceSynchronize();
+	cr_assert_eq(e, cudaSuccess, "cudaDeviceSynchronize: error %d", e);
+	e = cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost);
+	cr_assert_eq(e, cudaSuccess, "cudaMemcpy(%zu, D2H): error %d", n, e);
 }
 
 Test(cuda_dynamiq, ring_hops_match_cpu)

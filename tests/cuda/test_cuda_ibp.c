@@ -29,6 +29,14 @@ IBP_GPU_TEST_MAIN()
 
 /* ---- helpers ---------------------------------------------------------- */
 
+/* IBP_TEST_QUICK=1 (tools/gpu-check.sh, the sanitizers): every third size of
+ * a sweep, so that a short device window covers every test. */
+static size_t sweep_step(void)
+{
+	const char *e = getenv("IBP_TEST_QUICK");
+	return e && e[0] == '1' ? 3 : 1;
+}
+
 #define REQUIRE_GPU()                                                                          \
 	do {                                                                                   \
 		if (!tu_have_gpu())                                                               \
@@ -544,7 +552,7 @@ Test(cuda, encode_matches_cpu, .timeout = 900)
 	tu_rng_t r;
 	tu_rng_seed(&r, 0xE1C0);
 	uint64_t modes[4] = { 0 };
-	for (size_t a = 0; a < N_ROW_SIZES + 6; a++)
+	for (size_t a = 0; a < N_ROW_SIZES + 6; a += sweep_step())
 		for (int ci = 0; ci < 4; ci++)
 			for (unsigned K = 1; K <= 3; K += 2) {
 				/* the table, then a few random lengths in [1, 65536] */
@@ -604,7 +612,7 @@ Test(cuda, gather_matches_cpu, .timeout = 900)
 	tu_rng_seed(&r, 0x6A7E);
 	static const ibp_cuda_kernel_t kernels[4] = { IBP_CUDA_KERNEL_AUTO, IBP_CUDA_KERNEL_WARP,
 						      IBP_CUDA_KERNEL_BLOCK, IBP_CUDA_KERNEL_DIRECT };
-	for (size_t a = 0; a < N_ROW_SIZES + 4; a++)
+	for (size_t a = 0; a < N_ROW_SIZES + 4; a += sweep_step())
 		for (int ci = 0; ci < 4; ci++)
 			for (unsigned K = 1; K <= 3; K += 2) {
 				uint64_t R = a < N_ROW_SIZES ? row_sizes[a] : 1 + tu_below(&r, 65536);
@@ -667,7 +675,7 @@ Test(cuda, gather_corrupt_rows, .timeout = 900)
 	static const uint64_t Rs[] = { 1, 7, 33, 256, 1000, 4096, 5000, 40000 };
 	static const ibp_cuda_kernel_t kernels[3] = { IBP_CUDA_KERNEL_WARP, IBP_CUDA_KERNEL_BLOCK,
 						      IBP_CUDA_KERNEL_DIRECT };
-	for (size_t a = 0; a < sizeof(Rs) / sizeof(Rs[0]); a++)
+	for (size_t a = 0; a < sizeof(Rs) / sizeof(Rs[0]); a += sweep_step())
 		for (int ci = 0; ci < 4; ci++)
 			for (int round = 0; round < 3; round++) {
 				const unsigned K = round == 2 ? 3 : 1;

@@ -54,9 +54,10 @@ codec run on the GPU too (ibp_exp_encode_cuda / ibp_exp_decode_cuda, one
 exponent block per K/V block). Blocks stored by either path load on the
 other (same bytes). Without a GPU device="cuda" raises
 ibp.NoDeviceError; the TEST HOOK _host_fallback=True runs the same C
-orchestration with the CPU twins on host tensors (IBP_CUDA_HOST_FALLBACK).
-The GPU side never ran on a GPU (none was lent): only the host-fallback
-twin and the kernels in the emulator are tested.
+orchestration with the CPU twins on host tensors (IBP_CUDA_HOST_FALLBACK;
+IBP_KV_HOST where a GPU is present). On a GPU (an H200, 2026-11-28) the
+Python tests passed, including the device round trip of test_real_gpu;
+the host-fallback twin and the emulator cover the rest in CI.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ from typing import Callable, List, Optional, Sequence
 import numpy as np
 import torch
 
-from .. import _errors, _lib
+from .. import _cuda, _errors, _lib
 from .._cache import SlabPool
 from .._codec import train
 from .._handle import fork_generation, not_here
@@ -375,6 +376,8 @@ class KVOffloader:
         stream = self._torch_stream(layer).cuda_stream if gpu else 0
         out = ctypes.c_void_p()
         flags = 0 if gpu else _HOST_FALLBACK if self._host_fallback else _KV_HOST
+        if flags == _HOST_FALLBACK and _cuda.device_count() > 0:
+            flags |= _KV_HOST  # a GPU is here: the hook's twin takes the same C calls' CPU path
         with contextlib.ExitStack() as ctx:
             if gpu:
                 ctx.enter_context(torch.cuda.device(self.device))  # the codec goes to this device
