@@ -1222,6 +1222,11 @@ ibp_status_t ibp_container_index_expand(const ibp_container_t *c, uint64_t *offs
 
 /* ---- the row map (container_internal.h) ---- */
 
+const ibp_rowmap_t *ibp_container_rowmap_built(const ibp_container_t *c)
+{
+	return c ? atomic_load_explicit(&((ibp_container_t *)(uintptr_t)c)->rowmap, memory_order_acquire) : NULL;
+}
+
 ibp_status_t ibp_container_rowmap(const ibp_container_t *c, uint64_t max_bytes, const ibp_rowmap_t **out)
 {
 	if (!c || !out)
@@ -1250,9 +1255,15 @@ ibp_status_t ibp_container_rowmap(const ibp_container_t *c, uint64_t max_bytes, 
 	if (ng > UINT64_MAX / 512 || bytes > max_bytes || bytes > SIZE_MAX)
 		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: a row map of %llu rows exceeds %llu bytes", c->name,
 				(ull)n, (ull)max_bytes);
-	uint8_t *mem = aligned_alloc(64, (size_t)bytes);
+	/* A large map on 2 MiB boundaries with huge pages advised, as the
+	 * payload: every random row reads a record of it, and with 4 KiB pages
+	 * each such read missed the TLB (a fifth of a bag's time, 2026-11-28). */
+	const uint64_t H = 2u << 20, align = bytes >= 2 * H ? H : 64;
+	uint8_t *mem = aligned_alloc((size_t)align, (size_t)((bytes + align - 1) / align * align));
 	if (!mem)
 		return ibp_fail(IBP_ERR_NOMEM, "%s: no memory for a row map of %llu bytes", c->name, (ull)bytes);
+	if (align == H)
+		advise_huge(mem, bytes);
 	ibp_rowmap_t *m = (ibp_rowmap_t *)(void *)mem;
 	uint64_t *base = (uint64_t *)(void *)(mem + hdr);
 	uint32_t *rec = (uint32_t *)(void *)(mem + hdr + nb);

@@ -49,6 +49,7 @@
 #include "bitpack/codec_internal.h"
 #include "fp8/fp8_impl.h"
 #include "store/row_ahead.h"
+#include "io/container_internal.h"
 #include "store/pool.h"
 #include "store/bag_rows.h"
 
@@ -218,16 +219,49 @@ static inline int64_t id_at(const bag_job_t *j, uint64_t k)
 }
 
 /* A thread's look-ahead over id positions [.., end): ring[k % MAX] holds
- * the place of the row at position k, read `d` positions early. */
+ * the place of the row at position k, read `d` positions early. With the
+ * store's row map (O(1) lookups) it is the gather's three stages: the map
+ * records of the row 2d positions on are prefetched, the row d on is
+ * looked up (its records now cached) and its payload prefetched, the
+ * current row decoded. Without it a lookup walks the compact index. */
 typedef struct pipe {
 	uint64_t d, end;
+	const ibp_rowmap_t *map; /* or NULL */
+	uint64_t nrows;
 	ibp_rowref_t ring[IBP_AHEAD_MAX];
 } pipe_t;
+
+/* The row map's stage 2: row `id` (unchecked: an id outside the rows, or a
+ * padding id, gets ok = 0 and is looked up again, with its error, when
+ * its turn comes). */
+static inline void map_ahead(const pipe_t *p, int64_t id, ibp_rowref_t *r)
+{
+	r->ok = id >= 0 && (uint64_t)id < p->nrows;
+	if (!r->ok)
+		return;
+	ibp_rowmap_get(p->map, (uint64_t)id, &r->src, &r->len, &r->mode, &r->cl);
+	ibp_prefetch_lines(r->src, r->len, IBP_AHEAD_LINES);
+}
+
+static inline void map_prefetch(const pipe_t *p, int64_t id)
+{
+	if (id >= 0 && (uint64_t)id < p->nrows)
+		ibp_rowmap_prefetch(p->map, (uint64_t)id);
+}
 
 static void pipe_start(const bag_job_t *j, pipe_t *p, uint64_t begin, uint64_t end)
 {
 	p->d = j->ahead;
 	p->end = end;
+	p->map = j->c && p->d ? ibp_container_rowmap_built(j->c) : NULL;
+	p->nrows = j->nrows;
+	if (p->map) {
+		for (uint64_t k = begin; k < end && k < begin + 2 * p->d; k++)
+			map_prefetch(p, id_at(j, k));
+		for (uint64_t k = begin; k < end && k < begin + p->d; k++)
+			map_ahead(p, id_at(j, k), &p->ring[k & (IBP_AHEAD_MAX - 1)]);
+		return;
+	}
 	for (uint64_t k = begin; k < end && k < begin + p->d; k++)
 		ibp_row_ahead(j->c, (uint64_t)id_at(j, k), &p->ring[k & (IBP_AHEAD_MAX - 1)], IBP_AHEAD_LINES);
 }
@@ -239,8 +273,14 @@ static inline ibp_rowref_t pipe_take(const bag_job_t *j, pipe_t *p, uint64_t i)
 {
 	ibp_rowref_t r = { .ok = 0 };
 	if (p->d) {
+		/* taken first: with d = IBP_AHEAD_MAX the row d on reuses this slot */
 		r = p->ring[i & (IBP_AHEAD_MAX - 1)];
-		if (i + p->d < p->end)
+		if (p->map) {
+			if (i + 2 * p->d < p->end)
+				map_prefetch(p, id_at(j, i + 2 * p->d));
+			if (i + p->d < p->end)
+				map_ahead(p, id_at(j, i + p->d), &p->ring[(i + p->d) & (IBP_AHEAD_MAX - 1)]);
+		} else if (i + p->d < p->end)
 			ibp_row_ahead(j->c, (uint64_t)id_at(j, i + p->d), &p->ring[(i + p->d) & (IBP_AHEAD_MAX - 1)],
 				      IBP_AHEAD_LINES);
 	}

@@ -41,17 +41,22 @@ static inline uint64_t ibp_ahead_distance(void)
 	return IBP_AHEAD_DEFAULT;
 }
 
-/* Reads row `row`'s index entry into *r and prefetches its first lines
- * (the hardware prefetcher follows a long row once it is being read). */
+/* Prefetches the first lines of [src, src + len), at most max_lines (the
+ * hardware prefetcher follows a long row once it is being read). */
+static inline void ibp_prefetch_lines(const uint8_t *src, uint64_t len, uint64_t max_lines)
+{
+	const uintptr_t p0 = (uintptr_t)src & ~(uintptr_t)63;
+	const uint64_t lines = (((uintptr_t)src & 63) + len + 63) / 64;
+	for (uint64_t k = 0; k < lines && k < max_lines; k++)
+		__builtin_prefetch((const void *)(p0 + 64 * k), 0, 3);
+}
+
+/* Reads row `row`'s index entry into *r and prefetches its first lines. */
 static inline void ibp_row_ahead(const ibp_container_t *c, uint64_t row, ibp_rowref_t *r, uint64_t max_lines)
 {
 	r->ok = ibp_container_row_meta(c, row, &r->src, &r->len, &r->mode, &r->cl) == IBP_OK;
-	if (!r->ok)
-		return;
-	const uintptr_t p0 = (uintptr_t)r->src & ~(uintptr_t)63;
-	const uint64_t lines = (((uintptr_t)r->src & 63) + r->len + 63) / 64;
-	for (uint64_t k = 0; k < lines && k < max_lines; k++)
-		__builtin_prefetch((const void *)(p0 + 64 * k), 0, 3);
+	if (r->ok)
+		ibp_prefetch_lines(r->src, r->len, max_lines);
 }
 
 #endif /* IBP_STORE_ROW_AHEAD_H */
