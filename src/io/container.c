@@ -1222,11 +1222,6 @@ ibp_status_t ibp_container_index_expand(const ibp_container_t *c, uint64_t *offs
 
 /* ---- the row map (container_internal.h) ---- */
 
-const ibp_rowmap_t *ibp_container_rowmap_built(const ibp_container_t *c)
-{
-	return c ? atomic_load_explicit(&((ibp_container_t *)(uintptr_t)c)->rowmap, memory_order_acquire) : NULL;
-}
-
 ibp_status_t ibp_container_rowmap(const ibp_container_t *c, uint64_t max_bytes, const ibp_rowmap_t **out)
 {
 	if (!c || !out)

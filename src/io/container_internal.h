@@ -53,10 +53,6 @@ typedef struct ibp_rowmap {
  * cannot be allocated. Once built, ibp_container_row_meta uses it too. */
 ibp_status_t ibp_container_rowmap(const ibp_container_t *c, uint64_t max_bytes, const ibp_rowmap_t **out);
 
-/* The row map of c if one has been built (by ibp_container_rowmap), else
- * NULL; never builds one. */
-const ibp_rowmap_t *ibp_container_rowmap_built(const ibp_container_t *c);
-
 /* Prefetches what ibp_rowmap_get(m, row) reads. */
 static inline void ibp_rowmap_prefetch(const ibp_rowmap_t *m, uint64_t row)
 {

@@ -47,6 +47,7 @@
 #include "io/container_internal.h"
 #include "store/first_failure.h"
 #include "store/pool.h"
+#include "store/store_rows.h"
 
 #define STORE_MAX_THREADS 256
 #define GRAIN_BYTES (64u * 1024u) /* output bytes a worker claims at once */
@@ -318,6 +319,17 @@ static uint64_t decode_range(const ibp_store_t *s, const int64_t *ids, int block
 	}
 	*st = IBP_OK;
 	return e;
+}
+
+uint64_t ibp_store_decode_rows(const ibp_store_t *s, const int64_t *ids, uint64_t n, uint8_t *out,
+			       ibp_status_t *st)
+{
+	if (s->block_codec) {
+		*st = ibp_fail(IBP_ERR_UNSUPPORTED, "%s: rows of a block codec are not decoded one by one",
+			       ibp_container_name(s->c));
+		return 0;
+	}
+	return decode_range(s, ids, 0, out, 0, n, NULL, st);
 }
 
 static void record_failure(ibp_store_t *s, job_t *j, uint64_t pos, ibp_status_t st)
