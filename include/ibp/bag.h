@@ -5,13 +5,12 @@
  * every bag it reads the bag's rows and reduces them (sum, weighted sum,
  * mean or max) into the bag's output row. Gather and pooling are fused: no
  * [indices, dim] array of gathered rows exists at any time. Each thread
- * decodes a bag's first row straight into the bag's output row and every
- * later row into one row of scratch (in L1), which it then adds (or maxes)
- * into the output row. Rows are read ahead as the store's gather reads
- * them: while a row decodes, the index entry and first payload lines of the
- * row 8 ids further on (IBP_GATHER_PREFETCH=N in the environment, read at
- * each call, sets the distance, at most 64, 0 = off) are fetched, across bag
- * boundaries, so the cache misses of random rows overlap with decoding.
+ * decodes the rows of its next ids (about 32 KiB of rows, across bag
+ * boundaries) with the store's own gather pipeline into a chunk of scratch
+ * that stays in cache, and adds (or maxes) them into the bags' output rows
+ * from there; the gather reads rows ahead as ibp_store_gather does (the
+ * distance IBP_GATHER_PREFETCH is read when the store is opened). exp and
+ * fp8 stores decode a block per miss instead.
  * Bags are cut into ranges of about equal numbers of ids, four per thread,
  * which the threads claim in turn: the calling thread and the store's
  * worker pool (the one its gathers use, started with the store's first
