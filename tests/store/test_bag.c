@@ -195,23 +195,27 @@ static void check_all(ibp_dtype_t dt, int exp)
 				unsigned flags = weighted == 2 ? IBP_BAG_UNFUSED_WEIGHTS : 0;
 				int64_t padding = pad ? PAD : -1;
 				reference(t, dt, (ibp_bag_mode_t)mode, flags, g.ids, g.off, g.n_bags, w, padding, want);
-				for (size_t k = 0; k < 4; k++)
+				for (size_t k = 0; k < 5; k++)
 					for (int wide = 0; wide < 2; wide++) {
+						/* k == 4: one thread with the portable kernels forced */
+						cr_assert_eq(setenv("IBP_FORCE_PORTABLE", k == 4 ? "1" : "0", 1), 0);
 						memset(got, 0xA5, obytes);
 						ibp_status_t st = ibp_store_embedding_bag(
 							s, (ibp_bag_mode_t)mode, flags, wide ? (void *)g.ids : (void *)g.ids32,
 							wide ? IBP_DTYPE_I64 : IBP_DTYPE_I32, g.n_ids, g.off, g.n_bags, w,
-							padding, got, threads[k]);
+							padding, got, k == 4 ? 1 : threads[k]);
 						cr_assert_eq(st, IBP_OK, "%s", ibp_last_error());
 						for (uint64_t b = 0; b < g.n_bags; b++)
 							cr_assert(memcmp(got + b * DIM * esz, want + b * DIM * esz,
 									 DIM * esz) == 0,
 								  "dtype %d exp %d mode %d weighted %d pad %d threads %d "
 								  "int%d: bag %llu differs",
-								  (int)dt, exp, mode, weighted, pad, threads[k], wide ? 64 : 32,
+								  (int)dt, exp, mode, weighted, pad, k == 4 ? -1 : threads[k],
+								  wide ? 64 : 32,
 								  (unsigned long long)b);
 					}
 			}
+	unsetenv("IBP_FORCE_PORTABLE");
 	free(want);
 	free(got);
 	free_bags(&g);
