@@ -166,7 +166,8 @@ def ensure_table(cache, name):
     npy, ibpf = table_paths(cache, name)
     os.makedirs(cache, exist_ok=True)
     if not os.path.exists(npy):
-        log("building %s: %d x %d %s (%.2f GB) -> %s ..." % (name, n, d, label, n * d * np.dtype(dt).itemsize / 1e9, npy))
+        gb = n * d * np.dtype(dt).itemsize / 1e9
+        log("building %s: %d x %d %s (%.2f GB) -> %s ..." % (name, n, d, label, gb, npy))
         t = time.perf_counter()
         build_npy(name, npy)
         log("  built %s in %.1f s" % (os.path.basename(npy), time.perf_counter() - t))
@@ -358,6 +359,25 @@ def bench_bags(name, arr, store, args, rng, rows, checks):
                 print_cases(rows[-2:])
 
 
+def cpu_sample():
+    """(wall s, busy CPU s of the whole machine without steal, steal s, this
+    process's CPU s): to tell how much of the machine others used."""
+    tck = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    busy = v[0] + v[1] + v[2] + v[5] + v[6]  # user nice system irq softirq
+    steal = v[7] if len(v) > 7 else 0
+    t = os.times()
+    return time.perf_counter(), busy / tck, steal / tck, t.user + t.system
+
+
+def others_share(a, b):
+    """Percent of the machine's CPU time that other processes used, and
+    that the hypervisor stole, between two cpu_sample()s."""
+    wall = (b[0] - a[0]) * (os.cpu_count() or 1)
+    return 100.0 * max(0.0, (b[1] - a[1]) - (b[3] - a[3])) / wall, 100.0 * (b[2] - a[2]) / wall
+
+
 def measure(args):
     """One full comparison in this process; returns its result dict."""
     import torch
@@ -367,11 +387,14 @@ def measure(args):
     log("process %d: pid %d, torch threads %d, OMP_WAIT_POLICY=%s, OMP_NUM_THREADS=%s, ids seed %d"
         % (args.child_index, os.getpid(), torch.get_num_threads(), os.environ.get("OMP_WAIT_POLICY", "(unset)"),
            os.environ.get("OMP_NUM_THREADS", "(unset)"), args.seed + args.child_index))
+    log("libibp here: %s (modified %s UTC)" % (os.path.realpath(ibp._lib.path), time.strftime(
+        "%Y-%m-%d %H:%M:%S", time.gmtime(os.path.getmtime(ibp._lib.path)))))
     log("counts: %d calls/side at 4,096 ids, %d at 65,536, %d per bag case; %d warm-up rounds; "
         "gather threads %d, bag threads %s" % (args.calls_4k, args.calls_64k, args.calls_bag, args.warmup,
                                                args.gather_threads, ",".join(map(str, args.bag_threads))))
     log("ratio = torch median / ibp median (>= 1: ibp at least as fast); times in ms per call")
     t_all = time.perf_counter()
+    c0 = cpu_sample()
     for name in args.tables:
         src = source_path(name)
         if src is not None and not os.path.exists(src):
@@ -390,9 +413,13 @@ def measure(args):
             del arr
             gc.collect()
         log("  (%s: %.1f s)" % (name, time.perf_counter() - t))
-    log("process %d done in %.1f s" % (args.child_index, time.perf_counter() - t_all))
-    return {"rows": rows, "checks": checks, "skipped": skipped, "pid": os.getpid(),
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "seconds": time.perf_counter() - t_all,
+    others, steal = others_share(c0, cpu_sample())
+    log("process %d done in %.1f s; meanwhile other processes used %.1f%% of the machine's CPU time, "
+        "steal %.1f%%; load average now %s" % (args.child_index, time.perf_counter() - t_all, others, steal,
+                                               " ".join(read_first("/proc/loadavg").split()[:3])))
+    return {"others_cpu_pct": others, "steal_pct": steal, "rows": rows, "checks": checks, "skipped": skipped,
+            "pid": os.getpid(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+            "seconds": time.perf_counter() - t_all,
             "ibp_library": ibp._lib.path}
 
 
@@ -436,7 +463,7 @@ def header(args, omp_child):
     log("python %s | numpy %s | torch %s (threads %d, %s) | ibp %s (%s)"
         % (platform.python_version(), np.__version__, torch.__version__, torch.get_num_threads(),
            torch.__config__.parallel_info().splitlines()[-1].strip(), ibp.__version__, ibp.__file__))
-    log("libibp: %s -> %s (modified %s)" % (libp, os.path.realpath(libp), time.strftime(
+    log("libibp: %s -> %s (modified %s UTC)" % (libp, os.path.realpath(libp), time.strftime(
         "%Y-%m-%d %H:%M:%S", time.gmtime(os.path.getmtime(libp)))))
     log("environment here: " + ", ".join("%s=%s" % (k, os.environ.get(k, "(unset)")) for k in ENV_VARS))
     if omp_child is not None:
@@ -479,6 +506,8 @@ def summary(results):
         log(("%-44s | " % c) + " ".join("%7s" % ("%.3f" % x if x is not None else "-") for x in rs)
             + " | %7.3f | %9.3f %9.3f" % (statistics.median(got), statistics.median(tm), statistics.median(im)))
     log("(torch ms / ibp ms: the median across processes of each process's median)")
+    log("other processes' share of the machine's CPU time while each process measured: "
+        + ", ".join("p%d %.1f%%" % (i, r["others_cpu_pct"]) for i, r in enumerate(results)))
     checks = [ch for res in results for ch in res["checks"]]
     if checks:
         agg = {}
