@@ -52,7 +52,7 @@ static int queue_of(const ibp_cache_t *c, uint64_t g)
 	return (c->sflag[g] & SF_MAIN) ? 1 : 0;
 }
 
-void cache_policy_insert(ibp_cache_t *c, uint64_t g, int was_ghost)
+void ibpi_cache_policy_insert(ibp_cache_t *c, uint64_t g, int was_ghost)
 {
 	cache_class_t *k = &c->cls[c->scls[g / c->spp]];
 	c->sfreq[g] = 0;
@@ -62,7 +62,7 @@ void cache_policy_insert(ibp_cache_t *c, uint64_t g, int was_ghost)
 	list_push_tail(c, k, queue_of(c, g), g);
 }
 
-void cache_policy_hit(ibp_cache_t *c, uint64_t g)
+void ibpi_cache_policy_hit(ibp_cache_t *c, uint64_t g)
 {
 	c->sflag[g] |= SF_REF;
 	c->stamp[g] = ++c->tick;
@@ -80,27 +80,27 @@ static void ghost_add(ibp_cache_t *c, int64_t id)
 {
 	uint64_t pos = c->gseq % c->gcap;
 	if (c->gseq >= c->gcap) {
-		uint64_t p = cache_ix_find(&c->ix, c->gring[pos]);
+		uint64_t p = ibpi_cache_ix_find(&c->ix, c->gring[pos]);
 		if (p != UINT64_MAX && ENT_STATE(c->ix.vals[p]) == ENT_GHOST &&
 		    ENT_GHOST_SEQ(c->ix.vals[p]) == c->gseq - c->gcap)
-			cache_ix_erase(&c->ix, p);
+			ibpi_cache_ix_erase(&c->ix, p);
 	}
 	c->gring[pos] = id;
-	(void)cache_ix_insert(&c->ix, id, (ENT_GHOST << 62) | c->gseq); /* no memory: no ghost */
+	(void)ibpi_cache_ix_insert(&c->ix, id, (ENT_GHOST << 62) | c->gseq); /* no memory: no ghost */
 	c->gseq++;
 }
 
 /* Takes slot g out of the policy and the index (its id becomes a ghost
  * when asked); the slot is freed now, or at its last unpin when pinned. */
-void cache_drop_slot(ibp_cache_t *c, uint64_t g, int ghost)
+void ibpi_cache_drop_slot(ibp_cache_t *c, uint64_t g, int ghost)
 {
 	cache_class_t *k = &c->cls[c->scls[g / c->spp]];
 	int64_t id = c->sid[g];
 	if (!(c->sflag[g] & SF_ZOMBIE)) {
 		policy_remove(c, g);
-		uint64_t p = cache_ix_find(&c->ix, id);
+		uint64_t p = ibpi_cache_ix_find(&c->ix, id);
 		if (p != UINT64_MAX)
-			cache_ix_erase(&c->ix, p);
+			ibpi_cache_ix_erase(&c->ix, p);
 		if (!(c->sflag[g] & SF_FILLING)) {
 			c->st.rows_resident--;
 			c->st.bytes_resident -= c->slen[g];
@@ -113,7 +113,7 @@ void cache_drop_slot(ibp_cache_t *c, uint64_t g, int ghost)
 	if (c->pin[g])
 		c->sflag[g] |= SF_ZOMBIE;
 	else
-		cache_slot_release(c, g);
+		ibpi_cache_slot_release(c, g);
 }
 
 /* Evicts unpinned slot g (its id becomes a ghost when asked), reported to
@@ -125,12 +125,12 @@ static void evict_ghost(ibp_cache_t *c, uint64_t g, int ghost)
 		if (k->ids)
 			k->ids[k->n] = c->sid[g]; /* n < cap: the callers checked the budget */
 		if (k->fn)
-			k->fn(k->user, c->sid[g], cache_slot_ptr(c, g), c->slen[g]);
+			k->fn(k->user, c->sid[g], ibpi_cache_slot_ptr(c, g), c->slen[g]);
 		k->n++;
 	}
 	c->cls[c->scls[g / c->spp]].evictions++;
 	c->st.evictions++;
-	cache_drop_slot(c, g, ghost);
+	ibpi_cache_drop_slot(c, g, ghost);
 }
 
 static void evict_slot(ibp_cache_t *c, uint64_t g)
@@ -214,61 +214,61 @@ static int policy_evict(ibp_cache_t *c, uint32_t cls)
 	return 0;
 }
 
-uint64_t cache_alloc_slot(ibp_cache_t *c, uint32_t cls)
+uint64_t ibpi_cache_alloc_slot(ibp_cache_t *c, uint32_t cls)
 {
-	uint64_t g = cache_slot_take(c, cls);
+	uint64_t g = ibpi_cache_slot_take(c, cls);
 	if (g != UINT64_MAX)
 		return g;
 	/* a free slot of a slightly larger class (its slab stays that class);
 	 * static: of any larger class, as nothing else would ever use it */
-	uint32_t end = c->o.policy == IBP_CACHE_STATIC && !c->pool ? c->nclasses : cache_borrow_end(c, cls);
+	uint32_t end = c->o.policy == IBP_CACHE_STATIC && !c->pool ? c->nclasses : ibpi_cache_borrow_end(c, cls);
 	for (uint32_t j = cls + 1; j < end; j++)
 		if (c->cls[j].partial != NIL)
-			return cache_slot_take(c, j);
+			return ibpi_cache_slot_take(c, j);
 	if (c->o.policy == IBP_CACHE_STATIC) /* nothing is evicted; a static pool may take an emptied slab */
-		return c->pool && cache_slab_steal(c, cls, evict_slot, 0, 1) ? cache_slot_take(c, cls) : UINT64_MAX;
+		return c->pool && ibpi_cache_slab_steal(c, cls, evict_slot, 0, 1) ? ibpi_cache_slot_take(c, cls) : UINT64_MAX;
 	/* evictions this call may still make */
 	uint64_t budget = c->sink ? c->sink->cap - c->sink->n : UINT64_MAX;
 	cache_class_t *k = &c->cls[cls];
-	if (k->slabs < k->target && cache_slab_steal(c, cls, evict_slot, budget, 0))
-		return cache_slot_take(c, cls);
+	if (k->slabs < k->target && ibpi_cache_slab_steal(c, cls, evict_slot, budget, 0))
+		return ibpi_cache_slot_take(c, cls);
 	if (budget && policy_evict(c, cls))
-		return cache_slot_take(c, cls);
-	/* A class with no slab promised (a tiny cache: cache_targets) evicts in
+		return ibpi_cache_slot_take(c, cls);
+	/* A class with no slab promised (a tiny cache: ibpi_cache_targets) evicts in
 	 * the next larger class that has rows and takes that slot. */
 	if (budget && !k->slabs && !k->target)
 		for (uint32_t j = cls + 1; j < end; j++)
 			if (c->cls[j].count[0] + c->cls[j].count[1] && policy_evict(c, j))
-				return cache_slot_take(c, j);
+				return ibpi_cache_slot_take(c, j);
 	/* A pool must serve every block while anything can go: a class
 	 * without a slab, or whose rows are all pinned, takes the least used
 	 * unpinned slab of any other class. */
-	if ((!k->slabs || c->pool) && cache_slab_steal(c, cls, evict_slot, budget, c->pool))
-		return cache_slot_take(c, cls);
+	if ((!k->slabs || c->pool) && ibpi_cache_slab_steal(c, cls, evict_slot, budget, c->pool))
+		return ibpi_cache_slot_take(c, cls);
 	return UINT64_MAX;
 }
 
-void cache_pin_slot(ibp_cache_t *c, uint64_t g)
+void ibpi_cache_pin_slot(ibp_cache_t *c, uint64_t g)
 {
 	if (c->pin[g]++ == 0)
 		c->spinned[g / c->spp]++;
 }
 
-void cache_unpin_slot(ibp_cache_t *c, uint64_t g)
+void ibpi_cache_unpin_slot(ibp_cache_t *c, uint64_t g)
 {
 	if (--c->pin[g] == 0) {
 		c->spinned[g / c->spp]--;
 		if (c->sflag[g] & SF_ZOMBIE)
-			cache_slot_release(c, g);
+			ibpi_cache_slot_release(c, g);
 	}
 }
 
-uint64_t cache_meta_bytes(const ibp_cache_t *c)
+uint64_t ibpi_cache_meta_bytes(const ibp_cache_t *c)
 {
 	return c->meta_bytes + c->ix.cap * 16;
 }
 
-void cache_hist_add(ibp_cache_t *c, uint32_t cls)
+void ibpi_cache_hist_add(ibp_cache_t *c, uint32_t cls)
 {
 	c->cls[cls].hist++;
 	if (++c->hist_total >= HIST_WINDOW) {
@@ -362,24 +362,24 @@ static int ws_alloc(cache_ws_t *w, uint64_t b, uint64_t rb)
 ibp_status_t ibp_cache_create(const ibp_cache_opts_t *opts, ibp_cache_t **out)
 {
 	if (!opts || !out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: NULL %s", opts ? "out" : "opts");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: NULL %s", opts ? "out" : "opts");
 	*out = NULL;
 	ibp_cache_opts_t o = *opts;
 	if (!o.capacity_bytes)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: capacity_bytes is 0");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: capacity_bytes is 0");
 	if (!o.row_bytes || o.row_bytes > IBP_CACHE_MAX_ROW_BYTES)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: row_bytes %llu outside [1, %llu]",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: row_bytes %llu outside [1, %llu]",
 				(unsigned long long)o.row_bytes, (unsigned long long)IBP_CACHE_MAX_ROW_BYTES);
 	if (o.class_step && (o.class_step < 16 || o.class_step > 65536 || (o.class_step & (o.class_step - 1))))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: class_step %llu is not a power of two in "
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: class_step %llu is not a power of two in "
 				"[16, 65536]", (unsigned long long)o.class_step);
 	if (!(o.raw_threshold > 0 && o.raw_threshold <= 1))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: raw_threshold %g outside (0, 1]",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: raw_threshold %g outside (0, 1]",
 				o.raw_threshold);
 	if (o.policy > IBP_CACHE_LRU)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: unknown policy %d", (int)o.policy);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: unknown policy %d", (int)o.policy);
 	if (o.flags & ~(IBP_CACHE_UNCOMPRESSED | IBP_CACHE_NO_RAW | IBP_CACHE_HOST_FALLBACK))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: unknown flag bits 0x%x", o.flags);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: unknown flag bits 0x%x", o.flags);
 	if (o.policy == IBP_CACHE_POLICY_DEFAULT)
 		o.policy = IBP_CACHE_S3FIFO;
 	if (!o.max_batch)
@@ -389,20 +389,20 @@ ibp_status_t ibp_cache_create(const ibp_cache_opts_t *opts, ibp_cache_t **out)
 	if (!o.max_callers)
 		o.max_callers = 4;
 	if (o.max_callers > 1024)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: max_callers %u above 1024", o.max_callers);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: max_callers %u above 1024", o.max_callers);
 	ibp_cache_t *c = calloc(1, sizeof(*c));
 	if (!c)
-		return ibp_fail(IBP_ERR_NOMEM, "ibp_cache_create: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "ibp_cache_create: out of memory");
 	c->o = o;
-	ibp_status_t s = cache_storage_init(c);
+	ibp_status_t s = ibpi_cache_storage_init(c);
 	if (s == IBP_OK) {
 		c->nws = o.max_callers;
 		c->ws = calloc(c->nws, sizeof(cache_ws_t));
 		if (!c->ws)
-			s = ibp_fail(IBP_ERR_NOMEM, "ibp_cache_create: out of memory");
+			s = ibpi_fail(IBP_ERR_NOMEM, "ibp_cache_create: out of memory");
 		for (uint32_t i = 0; s == IBP_OK && i < c->nws; i++)
 			if (!ws_alloc(&c->ws[i], o.max_batch, o.row_bytes))
-				s = ibp_fail(IBP_ERR_NOMEM, "ibp_cache_create: cannot allocate workspaces of %llu ids",
+				s = ibpi_fail(IBP_ERR_NOMEM, "ibp_cache_create: cannot allocate workspaces of %llu ids",
 					     (unsigned long long)o.max_batch);
 	}
 	if (s != IBP_OK) {
@@ -410,7 +410,7 @@ ibp_status_t ibp_cache_create(const ibp_cache_opts_t *opts, ibp_cache_t **out)
 			for (uint32_t i = 0; i < c->nws; i++)
 				ws_free(&c->ws[i]);
 		free(c->ws);
-		cache_storage_free(c);
+		ibpi_cache_storage_free(c);
 		free(c);
 		return s;
 	}
@@ -418,7 +418,7 @@ ibp_status_t ibp_cache_create(const ibp_cache_opts_t *opts, ibp_cache_t **out)
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->ws_cv, NULL);
 	if (o.device >= 0) { /* the GPU cache's device side (cache_cuda.c) */
-		s = cache_cuda_init(c);
+		s = ibpi_cache_cuda_init(c);
 		if (!c->dev) {
 			ibp_cache_free(c);
 			return s;
@@ -432,11 +432,11 @@ void ibp_cache_free(ibp_cache_t *c)
 {
 	if (!c)
 		return;
-	cache_cuda_free(c);
+	ibpi_cache_cuda_free(c);
 	for (uint32_t i = 0; i < c->nws; i++)
 		ws_free(&c->ws[i]);
 	free(c->ws);
-	cache_storage_free(c);
+	ibpi_cache_storage_free(c);
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->ws_cv);
 	free(c);
@@ -472,10 +472,10 @@ static ibp_status_t bind(ibp_cache_t *c, const ibp_store_t *store, const char *f
 	if (c->store == store)
 		return IBP_OK;
 	if (c->store)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: the cache holds rows of another store (empty it with "
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: the cache holds rows of another store (empty it with "
 			       "ibp_cache_invalidate(c, NULL, 0) first)", fn);
 	if (ibp_store_row_bytes(store) != c->rb)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: store rows are %llu bytes, the cache's %llu", fn,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: store rows are %llu bytes, the cache's %llu", fn,
 				(unsigned long long)ibp_store_row_bytes(store), (unsigned long long)c->rb);
 	c->store = store;
 	return IBP_OK;
@@ -498,15 +498,15 @@ static ibp_status_t miss_meta(ibp_cache_t *c, const ibp_container_t *ct, cache_w
 			return s;
 		w->uclu[u] = (uint8_t)clu;
 	}
-	cache_miss_class(c, w, u, w->usrc[u] && ibp_container_layout(ct) == IBP_LAYOUT_PACKED);
+	ibpi_cache_miss_class(c, w, u, w->usrc[u] && ibp_container_layout(ct) == IBP_LAYOUT_PACKED);
 	return IBP_OK;
 }
 
-void cache_miss_class(ibp_cache_t *c, cache_ws_t *w, uint64_t u, int packed)
+void ibpi_cache_miss_class(ibp_cache_t *c, cache_ws_t *w, uint64_t u, int packed)
 {
 	int compressed = !(c->o.flags & IBP_CACHE_UNCOMPRESSED) && packed &&
 			 (w->ufl[u] & IBP_ROW_MODE_MASK) != IBP_ROW_RAW;
-	uint32_t cls = compressed ? cache_class_of(c, w->ulen[u]) : c->raw;
+	uint32_t cls = compressed ? ibpi_cache_class_of(c, w->ulen[u]) : c->raw;
 	if (cls == c->raw)
 		compressed = 0;
 	w->ucls[u] = cls;
@@ -533,7 +533,7 @@ static ibp_status_t store_row(ibp_store_t *store, const ibp_container_t *ct, con
 /* Decodes a resident slot into dst. */
 static ibp_status_t slot_row(const ibp_cache_t *c, const ibp_store_t *store, uint64_t g, void *dst)
 {
-	const uint8_t *p = cache_slot_ptr(c, g);
+	const uint8_t *p = ibpi_cache_slot_ptr(c, g);
 	if (c->sfl[g] == 0xFF) {
 		memcpy(dst, p, c->rb);
 		return IBP_OK;
@@ -552,10 +552,10 @@ static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_
 		 ibp_status_t *first, uint64_t *first_pos)
 {
 	const ibp_container_t *ct = ibp_store_container(store);
-	uint64_t nu = cache_pass_dedupe(c, w, ids, n, ibp_store_nrows(store), out != NULL, out, out_rows, status, base,
+	uint64_t nu = ibpi_cache_pass_dedupe(c, w, ids, n, ibp_store_nrows(store), out != NULL, out, out_rows, status, base,
 					first, first_pos);
 	int admit = !(flags & IBP_CACHE_NO_ADMIT);
-	cache_pass_probe(c, w, nu, out != NULL, admit);
+	ibpi_cache_pass_probe(c, w, nu, out != NULL, admit);
 
 	/* 3. misses: where their bytes are, and (gather) decode them from the store */
 	uint64_t srows = 0, sbytes = 0;
@@ -577,13 +577,13 @@ static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_
 		}
 	}
 
-	cache_pass_alloc(c, w, nu, out != NULL, sink);
+	ibpi_cache_pass_alloc(c, w, nu, out != NULL, sink);
 
 	/* 5. copy into the slots; decode the hits */
 	uint64_t copied = 0, hit_bytes = 0;
 	for (uint64_t u = 0; u < nu; u++) {
 		if (w->ukind[u] == K_ALLOC) {
-			uint8_t *dst = cache_slot_ptr(c, w->ug[u]);
+			uint8_t *dst = ibpi_cache_slot_ptr(c, w->ug[u]);
 			ibp_status_t s = IBP_OK;
 			if (!out) /* prefetch: decode once to check the bytes */
 				s = store_row(store, ct, w, u, w->scratch);
@@ -612,7 +612,7 @@ static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_
 		}
 	}
 
-	cache_pass_publish(c, w, n, nu, out != NULL, srows, sbytes, copied, hit_bytes);
+	ibpi_cache_pass_publish(c, w, n, nu, out != NULL, srows, sbytes, copied, hit_bytes);
 
 	/* 7. statuses and duplicates */
 	for (uint64_t k = 0; k < n; k++) {
@@ -631,7 +631,7 @@ static void pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_
 	}
 }
 
-uint64_t cache_pass_dedupe(ibp_cache_t *c, cache_ws_t *w, const int64_t *ids, uint64_t n, uint64_t nrows, int gather,
+uint64_t ibpi_cache_pass_dedupe(ibp_cache_t *c, cache_ws_t *w, const int64_t *ids, uint64_t n, uint64_t nrows, int gather,
 			   void *out, const int64_t *out_rows, int32_t *status, uint64_t base, ibp_status_t *first,
 			   uint64_t *first_pos)
 {
@@ -655,7 +655,7 @@ uint64_t cache_pass_dedupe(ibp_cache_t *c, cache_ws_t *w, const int64_t *ids, ui
 			}
 			continue;
 		}
-		uint64_t p = cache_hash(ids[k]) & m;
+		uint64_t p = ibpi_cache_hash(ids[k]) & m;
 		while (w->dkey[p] != KEY_EMPTY && w->dkey[p] != ids[k])
 			p = (p + 1) & m;
 		if (w->dkey[p] == KEY_EMPTY) {
@@ -670,7 +670,7 @@ uint64_t cache_pass_dedupe(ibp_cache_t *c, cache_ws_t *w, const int64_t *ids, ui
 		w->ucnt[w->rep[k]]++;
 	}
 	for (uint64_t u = 0; u < nu; u++) { /* clear the table by its keys */
-		uint64_t p = cache_hash(w->uid[u]) & m;
+		uint64_t p = ibpi_cache_hash(w->uid[u]) & m;
 		while (w->dkey[p] != w->uid[u])
 			p = (p + 1) & m;
 		w->dkey[p] = KEY_EMPTY;
@@ -678,21 +678,21 @@ uint64_t cache_pass_dedupe(ibp_cache_t *c, cache_ws_t *w, const int64_t *ids, ui
 	return nu;
 }
 
-void cache_pass_probe(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gather, int admit)
+void ibpi_cache_pass_probe(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gather, int admit)
 {
 	/* 2. probe and pin (locked) */
 	pthread_mutex_lock(&c->mu);
 	for (uint64_t u = 0; u < nu; u++) {
-		uint64_t p = cache_ix_find(&c->ix, w->uid[u]);
+		uint64_t p = ibpi_cache_ix_find(&c->ix, w->uid[u]);
 		uint64_t e = p == UINT64_MAX ? 0 : c->ix.vals[p];
 		w->ustat[u] = IBP_OK;
 		if (p != UINT64_MAX && ENT_STATE(e) == ENT_READY) {
 			uint64_t g = ENT_SLAB(e) * c->spp + ENT_SLOT(e);
 			w->ukind[u] = K_HIT;
 			w->ug[u] = g;
-			cache_pin_slot(c, g);
+			ibpi_cache_pin_slot(c, g);
 			if (gather) {
-				cache_policy_hit(c, g);
+				ibpi_cache_policy_hit(c, g);
 				c->cls[ENT_CLASS(e)].hits += w->ucnt[u];
 			}
 		} else {
@@ -702,12 +702,12 @@ void cache_pass_probe(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gather, in
 	pthread_mutex_unlock(&c->mu);
 }
 
-void cache_pass_alloc(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gather, cache_sink_t *sink)
+void ibpi_cache_pass_alloc(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gather, cache_sink_t *sink)
 {
 	/* 4. allocate slots for the admitted misses (locked) */
 	pthread_mutex_lock(&c->mu);
 	c->sink = sink;
-	cache_targets(c);
+	ibpi_cache_targets(c);
 	for (uint64_t u = 0; u < nu; u++) {
 		if (w->ukind[u] != K_ADMIT)
 			continue;
@@ -720,24 +720,24 @@ void cache_pass_alloc(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gather, ca
 			c->st.rejected++;
 			continue;
 		}
-		uint64_t p = cache_ix_find(&c->ix, w->uid[u]);
+		uint64_t p = ibpi_cache_ix_find(&c->ix, w->uid[u]);
 		int ghost = p != UINT64_MAX && ENT_STATE(c->ix.vals[p]) == ENT_GHOST;
 		if (p != UINT64_MAX && !ghost)
 			continue; /* another caller holds it: never a key twice */
-		cache_hist_add(c, w->ucls[u]);
-		uint64_t g = cache_alloc_slot(c, w->ucls[u]);
+		ibpi_cache_hist_add(c, w->ucls[u]);
+		uint64_t g = ibpi_cache_alloc_slot(c, w->ucls[u]);
 		if (g == UINT64_MAX) {
 			c->st.rejected++;
 			continue;
 		}
 		if (ghost) /* the ghost may have gone while evicting: look again */
-			p = cache_ix_find(&c->ix, w->uid[u]);
+			p = ibpi_cache_ix_find(&c->ix, w->uid[u]);
 		w->ucls[u] = c->scls[g / c->spp]; /* a borrowed slot: its slab's class */
 		uint64_t e = ENT_MAKE(ENT_FILLING, w->ucls[u], w->uclen[u], g / c->spp, g % c->spp);
 		if (p != UINT64_MAX) {
 			c->ix.vals[p] = e;
-		} else if (cache_ix_insert(&c->ix, w->uid[u], e)) {
-			cache_slot_release(c, g); /* no memory to grow the index: not admitted */
+		} else if (ibpi_cache_ix_insert(&c->ix, w->uid[u], e)) {
+			ibpi_cache_slot_release(c, g); /* no memory to grow the index: not admitted */
 			c->st.rejected++;
 			continue;
 		}
@@ -746,8 +746,8 @@ void cache_pass_alloc(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gather, ca
 		c->slen[g] = (uint32_t)w->uclen[u];
 		c->sfl[g] = w->ufl[u];
 		c->sclu[g] = w->uclu[u];
-		cache_pin_slot(c, g);
-		cache_policy_insert(c, g, ghost);
+		ibpi_cache_pin_slot(c, g);
+		ibpi_cache_policy_insert(c, g, ghost);
 		w->ug[u] = g;
 		w->ukind[u] = K_ALLOC;
 	}
@@ -755,7 +755,7 @@ void cache_pass_alloc(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gather, ca
 	pthread_mutex_unlock(&c->mu);
 }
 
-void cache_pass_publish(ibp_cache_t *c, cache_ws_t *w, uint64_t n, uint64_t nu, int gather, uint64_t srows,
+void ibpi_cache_pass_publish(ibp_cache_t *c, cache_ws_t *w, uint64_t n, uint64_t nu, int gather, uint64_t srows,
 			uint64_t sbytes, uint64_t copied, uint64_t hit_bytes)
 {
 	/* 6. publish and unpin (locked) */
@@ -766,7 +766,7 @@ void cache_pass_publish(ibp_cache_t *c, cache_ws_t *w, uint64_t n, uint64_t nu, 
 		if (w->ukind[u] == K_FILLED || w->ukind[u] == K_BADFILL) {
 			if (!(c->sflag[g] & SF_ZOMBIE)) {
 				if (w->ukind[u] == K_FILLED) {
-					uint64_t p = cache_ix_find(&c->ix, w->uid[u]);
+					uint64_t p = ibpi_cache_ix_find(&c->ix, w->uid[u]);
 					cache_class_t *k = &c->cls[c->scls[g / c->spp]];
 					c->sflag[g] &= (uint8_t)~SF_FILLING;
 					c->ix.vals[p] = (c->ix.vals[p] & ~(3ull << 62)) | (ENT_READY << 62);
@@ -777,16 +777,16 @@ void cache_pass_publish(ibp_cache_t *c, cache_ws_t *w, uint64_t n, uint64_t nu, 
 					c->st.slot_bytes_used += k->slot_bytes;
 					k->bytes_resident += c->slen[g];
 				} else {
-					cache_drop_slot(c, g, 0); /* pinned: freed by the unpin below */
+					ibpi_cache_drop_slot(c, g, 0); /* pinned: freed by the unpin below */
 				}
 			}
-			cache_unpin_slot(c, g);
+			ibpi_cache_unpin_slot(c, g);
 		} else if (w->ukind[u] == K_HIT) {
 			if (w->ustat[u] != IBP_OK && !(c->sflag[g] & SF_ZOMBIE)) {
 				c->st.invalidations++; /* bad bytes in the cache: drop them */
-				cache_drop_slot(c, g, 0);
+				ibpi_cache_drop_slot(c, g, 0);
 			}
-			cache_unpin_slot(c, g);
+			ibpi_cache_unpin_slot(c, g);
 		}
 	}
 	c->st.store_rows += srows;
@@ -813,17 +813,17 @@ static ibp_status_t run(ibp_cache_t *c, ibp_store_t *store, const int64_t *ids, 
 	if (n_evicted)
 		*n_evicted = 0;
 	if (!c || !store)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL %s", fn, c ? "store" : "cache");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL %s", fn, c ? "store" : "cache");
 	if (c->dev)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: a device cache (opts.device %d) is filled by "
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: a device cache (opts.device %d) is filled by "
 				"ibp_cache_gather_cuda only", fn, c->o.device);
 	if (n && (!ids || (gather && !out)))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL %s with n = %llu", fn, ids ? "out" : "ids",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL %s with n = %llu", fn, ids ? "out" : "ids",
 				(unsigned long long)n);
 	if (flags & ~IBP_CACHE_NO_ADMIT)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: unknown flag bits 0x%x", fn, flags);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: unknown flag bits 0x%x", fn, flags);
 	if ((evicted && !n_evicted) || (!evicted && evicted_cap))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: %s", fn,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: %s", fn,
 				evicted ? "evicted ids without n_evicted" : "evicted_cap > 0 with NULL evicted");
 	cache_sink_t sink = { evicted, evicted ? evicted_cap : UINT64_MAX, 0, NULL, NULL };
 	pthread_mutex_lock(&c->mu);
@@ -835,7 +835,7 @@ static ibp_status_t run(ibp_cache_t *c, ibp_store_t *store, const int64_t *ids, 
 		uint64_t nrows = ibp_store_nrows(store);
 		for (uint64_t k = 0; k < n; k++)
 			if (ids[k] < 0 || (uint64_t)ids[k] >= nrows)
-				return ibp_fail(IBP_ERR_OUT_OF_RANGE, "%s: id %lld at position %llu is outside [0, %llu)",
+				return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "%s: id %lld at position %llu is outside [0, %llu)",
 						fn, (long long)ids[k], (unsigned long long)k, (unsigned long long)nrows);
 	}
 	cache_ws_t *w = ws_get(c);
@@ -852,7 +852,7 @@ static ibp_status_t run(ibp_cache_t *c, ibp_store_t *store, const int64_t *ids, 
 	if (n_evicted)
 		*n_evicted = sink.n;
 	if (first != IBP_OK && out)
-		return ibp_fail(first, "%s: request %llu (id %lld): %s", fn, (unsigned long long)first_pos,
+		return ibpi_fail(first, "%s: request %llu (id %lld): %s", fn, (unsigned long long)first_pos,
 				(long long)ids[first_pos],
 				first == IBP_ERR_INVALID_ARG ? "negative output row"
 				: first == IBP_ERR_OUT_OF_RANGE ? "id outside the store"
@@ -907,18 +907,18 @@ ibp_status_t ibp_cache_preload(ibp_cache_t *c, ibp_store_t *store, const float *
 			       void *stream)
 {
 	if (!c || !store || !score)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_preload: NULL %s",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_cache_preload: NULL %s",
 				!c ? "cache" : !store ? "store" : "score");
 	if (n != ibp_store_nrows(store))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_preload: %llu scores for %llu rows",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_cache_preload: %llu scores for %llu rows",
 				(unsigned long long)n, (unsigned long long)ibp_store_nrows(store));
 	for (uint64_t i = 0; i < n; i++)
 		if (isnan(score[i]))
-			return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_preload: score[%llu] is NaN",
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_cache_preload: score[%llu] is NaN",
 					(unsigned long long)i);
 	int64_t *order = malloc((n ? n : 1) * sizeof(int64_t));
 	if (!order)
-		return ibp_fail(IBP_ERR_NOMEM, "ibp_cache_preload: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "ibp_cache_preload: out of memory");
 	for (uint64_t i = 0; i < n; i++)
 		order[i] = (int64_t)i;
 	pthread_mutex_lock(&sort_mu); /* qsort has no context argument */
@@ -943,7 +943,7 @@ ibp_status_t ibp_cache_preload(ibp_cache_t *c, ibp_store_t *store, const float *
 /* A device cache: the same removal on its table, then its lock released. */
 static ibp_status_t invalidate_dev(ibp_cache_t *c, const int64_t *ids, uint64_t n)
 {
-	ibp_status_t s = cache_cuda_invalidate(c, ids, n);
+	ibp_status_t s = ibpi_cache_cuda_invalidate(c, ids, n);
 	pthread_mutex_unlock(&c->dev->mu);
 	return s;
 }
@@ -952,16 +952,16 @@ ibp_status_t ibp_cache_invalidate(ibp_cache_t *c, const int64_t *ids, uint64_t n
 {
 	(void)stream;
 	if (!c)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_invalidate: NULL cache");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_cache_invalidate: NULL cache");
 	if (!ids) {
 		if (n)
-			return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_invalidate: NULL ids with n = %llu",
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_cache_invalidate: NULL ids with n = %llu",
 					(unsigned long long)n);
 		if (c->dev)
 			pthread_mutex_lock(&c->dev->mu);
 		pthread_mutex_lock(&c->mu);
 		c->st.invalidations += c->st.rows_resident;
-		cache_storage_reset(c);
+		ibpi_cache_storage_reset(c);
 		c->st.rows_resident = c->st.bytes_resident = c->st.slot_bytes_used = 0;
 		c->store = NULL;
 		pthread_mutex_unlock(&c->mu);
@@ -969,18 +969,18 @@ ibp_status_t ibp_cache_invalidate(ibp_cache_t *c, const int64_t *ids, uint64_t n
 	}
 	for (uint64_t k = 0; k < n; k++)
 		if (ids[k] < 0)
-			return ibp_fail(IBP_ERR_OUT_OF_RANGE, "ibp_cache_invalidate: id %lld at position %llu is negative",
+			return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "ibp_cache_invalidate: id %lld at position %llu is negative",
 					(long long)ids[k], (unsigned long long)k);
 	if (c->dev)
 		pthread_mutex_lock(&c->dev->mu);
 	pthread_mutex_lock(&c->mu);
 	for (uint64_t k = 0; k < n; k++) {
-		uint64_t p = cache_ix_find(&c->ix, ids[k]);
+		uint64_t p = ibpi_cache_ix_find(&c->ix, ids[k]);
 		if (p == UINT64_MAX)
 			continue;
 		uint64_t e = c->ix.vals[p];
 		if (ENT_STATE(e) == ENT_GHOST) {
-			cache_ix_erase(&c->ix, p);
+			ibpi_cache_ix_erase(&c->ix, p);
 			continue;
 		}
 		uint64_t g = ENT_SLAB(e) * c->spp + ENT_SLOT(e);
@@ -988,7 +988,7 @@ ibp_status_t ibp_cache_invalidate(ibp_cache_t *c, const int64_t *ids, uint64_t n
 			c->st.invalidations++;
 		/* A row being read or filled leaves the index now; its slot goes at
 		 * the last unpin. */
-		cache_drop_slot(c, g, 0);
+		ibpi_cache_drop_slot(c, g, 0);
 	}
 	pthread_mutex_unlock(&c->mu);
 	return c->dev ? invalidate_dev(c, ids, n) : IBP_OK;
@@ -997,14 +997,14 @@ ibp_status_t ibp_cache_invalidate(ibp_cache_t *c, const int64_t *ids, uint64_t n
 ibp_status_t ibp_cache_stats(ibp_cache_t *c, ibp_cache_stats_t *st, int reset)
 {
 	if (!c || !st)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_stats: NULL %s", c ? "stats" : "cache");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_cache_stats: NULL %s", c ? "stats" : "cache");
 	pthread_mutex_lock(&c->mu);
 	c->st.raw_bytes_resident = c->st.rows_resident * c->rb;
 	c->st.capacity_bytes = c->o.capacity_bytes;
 	c->st.slab_bytes = c->slab_bytes;
 	c->st.nslabs = c->nslabs;
 	c->st.free_slabs = c->nfree_slabs;
-	c->st.meta_bytes = cache_meta_bytes(c);
+	c->st.meta_bytes = ibpi_cache_meta_bytes(c);
 	c->st.class_step = c->step;
 	c->st.nclasses = c->nclasses;
 	*st = c->st;
@@ -1024,9 +1024,9 @@ ibp_status_t ibp_cache_stats(ibp_cache_t *c, ibp_cache_stats_t *st, int reset)
 ibp_status_t ibp_cache_class_stats(ibp_cache_t *c, uint32_t cls, ibp_cache_class_stats_t *st)
 {
 	if (!c || !st)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_class_stats: NULL %s", c ? "stats" : "cache");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_cache_class_stats: NULL %s", c ? "stats" : "cache");
 	if (cls >= c->nclasses)
-		return ibp_fail(IBP_ERR_OUT_OF_RANGE, "ibp_cache_class_stats: class %u of %u", cls, c->nclasses);
+		return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "ibp_cache_class_stats: class %u of %u", cls, c->nclasses);
 	pthread_mutex_lock(&c->mu);
 	const cache_class_t *k = &c->cls[cls];
 	st->slot_bytes = k->slot_bytes;

@@ -6,7 +6,7 @@
  * victims erased, admitted rows inserted (compressed bytes from the store's
  * payload, decoded ones from their output rows; published READY after a
  * fence), hits probed, copied from their slots to a stage and decoded
- * there (ibp_gather_staged_cuda). A host-fallback cache runs the same
+ * there (ibpi_gather_staged_cuda). A host-fallback cache runs the same
  * orchestration with the CPU twins on a table in host memory. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +47,7 @@ static ibp_status_t x_erase(cache_dev_t *d, const int64_t *keys, uint64_t n, voi
 {
 	if (!n)
 		return IBP_OK;
-	return d->on_device ? ibp_slab_erase_cuda(&d->t, keys, n, NULL, stream) : ibp_slab_erase(&d->t, keys, n, NULL);
+	return d->on_device ? ibpi_slab_erase_cuda(&d->t, keys, n, NULL, stream) : ibpi_slab_erase(&d->t, keys, n, NULL);
 }
 
 /* ---- create / free ---- */
@@ -60,13 +60,13 @@ static void host_free(cache_dev_t *d)
 		ibp_pinned_free(p[i]);
 }
 
-void cache_cuda_free(ibp_cache_t *c)
+void ibpi_cache_cuda_free(ibp_cache_t *c)
 {
 	cache_dev_t *d = c ? c->dev : NULL;
 	if (!d)
 		return;
 	if (d->on_device) {
-		ibp_slab_table_free_cuda(&d->t);
+		ibpi_slab_table_free_cuda(&d->t);
 		ibp_cuda_free(d->dmem);
 	} else {
 		free(d->t.keys);
@@ -96,22 +96,22 @@ static void *halloc(uint64_t bytes, ibp_status_t *s)
 	return p;
 }
 
-ibp_status_t cache_cuda_init(ibp_cache_t *c)
+ibp_status_t ibpi_cache_cuda_init(ibp_cache_t *c)
 {
 	int count = 0;
 	ibp_status_t s = ibp_cuda_device_count(&count);
 	if (s == IBP_OK && c->o.device >= count)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: device %d of %d", c->o.device, count);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: device %d of %d", c->o.device, count);
 	if (s != IBP_OK && !(c->o.flags & IBP_CACHE_HOST_FALLBACK)) {
 		char why[200];
 		snprintf(why, sizeof(why), "%s", ibp_last_error());
-		return ibp_fail(IBP_ERR_NO_DEVICE, "ibp_cache_create: device %d: no usable GPU (%s); "
+		return ibpi_fail(IBP_ERR_NO_DEVICE, "ibp_cache_create: device %d: no usable GPU (%s); "
 				"IBP_CACHE_HOST_FALLBACK in opts.flags keeps the device table in host memory", c->o.device,
 				why);
 	}
 	cache_dev_t *d = calloc(1, sizeof(*d));
 	if (!d)
-		return ibp_fail(IBP_ERR_NOMEM, "ibp_cache_create: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "ibp_cache_create: out of memory");
 	pthread_mutex_init(&d->mu, NULL);
 	c->dev = d;
 	d->on_device = s == IBP_OK;
@@ -147,8 +147,8 @@ ibp_status_t cache_cuda_init(ibp_cache_t *c)
 	d->ops = halloc(b * sizeof(ibp_slab_insert_op_t), &s);
 	d->hcount = halloc(16, &s);
 	if (s != IBP_OK) {
-		cache_cuda_free(c);
-		return ibp_fail(IBP_ERR_NOMEM, "ibp_cache_create: cannot allocate the host buffers of a device cache");
+		ibpi_cache_cuda_free(c);
+		return ibpi_fail(IBP_ERR_NOMEM, "ibp_cache_create: cannot allocate the host buffers of a device cache");
 	}
 	/* the pass buffers: one allocation */
 	uint64_t o_ids[6], o = 0;
@@ -158,7 +158,7 @@ ibp_status_t cache_cuda_init(ibp_cache_t *c)
 		 o_meta = o_len + up(b * 4), o_ops = o_meta + up(b * 4), o_cnt = o_ops + up(b * sizeof(ibp_slab_insert_op_t)),
 		 o_stage = o_cnt + ALIGN, total = o_stage + b * d->stride;
 	if (d->on_device) {
-		s = ibp_slab_table_alloc_cuda(&d->t, cap, c->nslots, c->o.capacity_bytes, d->slot_bytes, c->nclasses);
+		s = ibpi_slab_table_alloc_cuda(&d->t, cap, c->nslots, c->o.capacity_bytes, d->slot_bytes, c->nclasses);
 		if (s == IBP_OK)
 			s = ibp_cuda_malloc(total, &d->dmem);
 	} else {
@@ -171,12 +171,12 @@ ibp_status_t cache_cuda_init(ibp_cache_t *c)
 		d->t.cap = cap;
 		d->dmem = malloc(total);
 		if (!d->t.keys || !d->t.vals || !d->t.pin || !d->t.meta || !d->dmem)
-			s = ibp_fail(IBP_ERR_NOMEM, "ibp_cache_create: cannot allocate the host table of a device cache");
+			s = ibpi_fail(IBP_ERR_NOMEM, "ibp_cache_create: cannot allocate the host table of a device cache");
 		else
 			memset(d->t.keys, 0xFF, cap * sizeof(int64_t)); /* IBP_SLAB_KEY_EMPTY */
 	}
 	if (s != IBP_OK) {
-		cache_cuda_free(c);
+		ibpi_cache_cuda_free(c);
 		return s;
 	}
 	d->t.spp = c->spp;
@@ -199,7 +199,7 @@ ibp_status_t cache_cuda_init(ibp_cache_t *c)
 	d->dev_bytes = total + cap * 16 + c->nslots * 6 + c->o.capacity_bytes + c->nclasses * 4;
 	c->meta_bytes += d->dev_bytes - c->o.capacity_bytes;
 	if (!d->on_device)
-		return ibp_fail(IBP_ERR_NO_DEVICE, "ibp_cache_create: device %d: no usable GPU; the cache was made with "
+		return ibpi_fail(IBP_ERR_NO_DEVICE, "ibp_cache_create: device %d: no usable GPU; the cache was made with "
 				"its device table in host memory (IBP_CACHE_HOST_FALLBACK): ibp_cache_gather_cuda takes "
 				"host-fallback stores and runs on the CPU", c->o.device);
 	return IBP_OK;
@@ -207,7 +207,7 @@ ibp_status_t cache_cuda_init(ibp_cache_t *c)
 
 /* ---- invalidation ---- */
 
-ibp_status_t cache_cuda_invalidate(ibp_cache_t *c, const int64_t *ids, uint64_t n)
+ibp_status_t ibpi_cache_cuda_invalidate(ibp_cache_t *c, const int64_t *ids, uint64_t n)
 {
 	cache_dev_t *d = c->dev;
 	ibp_status_t s = IBP_OK;
@@ -263,21 +263,21 @@ static ibp_status_t dev_pass(ibp_cache_t *c, cache_dev_t *d, cache_ws_t *w, cons
 	const uint64_t rb = c->rb;
 	const int64_t *hrows = rows ? d->hrows : NULL;
 #define OROW(j) (hrows ? hrows[j] : (int64_t)(a + (j)))
-	uint64_t nu = cache_pass_dedupe(c, w, d->hids, k, ibp_cuda_store_nrows(store), 1, NULL, hrows, d->hstat, a,
+	uint64_t nu = ibpi_cache_pass_dedupe(c, w, d->hids, k, ibp_cuda_store_nrows(store), 1, NULL, hrows, d->hstat, a,
 					first, first_pos);
-	cache_pass_probe(c, w, nu, 1, !(flags & IBP_CACHE_NO_ADMIT));
-	const uint8_t *pay = ibp_cuda_store_payload(store);
+	ibpi_cache_pass_probe(c, w, nu, 1, !(flags & IBP_CACHE_NO_ADMIT));
+	const uint8_t *pay = ibpi_cuda_store_payload(store);
 	for (uint64_t u = 0; u < nu; u++) {
 		if (w->ukind[u] == K_HIT)
 			continue;
 		uint64_t off = 0, len = 0;
 		uint8_t fl = 0, cl = 0;
-		int packed = ibp_cuda_store_row_info(store, (uint64_t)w->uid[u], &off, &len, &fl, &cl);
+		int packed = ibpi_cuda_store_row_info(store, (uint64_t)w->uid[u], &off, &len, &fl, &cl);
 		w->usrc[u] = packed ? pay + off : NULL;
 		w->ulen[u] = packed ? len : rb;
 		w->ufl[u] = fl;
 		w->uclu[u] = cl;
-		cache_miss_class(c, w, u, packed);
+		ibpi_cache_miss_class(c, w, u, packed);
 	}
 	/* misses, bad requests included (they get their statuses and zero rows there) */
 	uint64_t nm = 0, nh = 0, nhr = 0, srows = 0, sbytes = 0, copied = 0, hit_bytes = 0, ni = 0;
@@ -307,7 +307,7 @@ static ibp_status_t dev_pass(ibp_cache_t *c, cache_dev_t *d, cache_ws_t *w, cons
 		}
 	}
 	cache_sink_t sink = { d->vic, UINT64_MAX, 0, NULL, NULL }; /* every victim, to erase */
-	cache_pass_alloc(c, w, nu, 1, &sink);
+	ibpi_cache_pass_alloc(c, w, nu, 1, &sink);
 	if (sink.n) {
 		DEV(xcopy(d, d->d_vic, d->vic, sink.n * 8, stream));
 		DEV(x_erase(d, d->d_vic, sink.n, stream));
@@ -334,8 +334,8 @@ static ibp_status_t dev_pass(ibp_cache_t *c, cache_dev_t *d, cache_ws_t *w, cons
 		d->hcount[0] = 0;
 		DEV(xcopy(d, d->d_ops, d->ops, ni * sizeof(ibp_slab_insert_op_t), stream));
 		DEV(xcopy(d, d->d_count, d->hcount, 8, stream));
-		DEV(d->on_device ? ibp_slab_insert_cuda(&d->t, d->d_ops, ni, d->d_count, stream)
-				 : ibp_slab_insert(&d->t, d->d_ops, ni, d->d_count));
+		DEV(d->on_device ? ibpi_slab_insert_cuda(&d->t, d->d_ops, ni, d->d_count, stream)
+				 : ibpi_slab_insert(&d->t, d->d_ops, ni, d->d_count));
 		DEV(xcopy(d, d->hcount, d->d_count, 8, stream));
 	}
 	if (nh) {
@@ -347,27 +347,27 @@ static ibp_status_t dev_pass(ibp_cache_t *c, cache_dev_t *d, cache_ws_t *w, cons
 			d->hhrows[nhr++] = OROW(j);
 		}
 		DEV(xcopy(d, d->d_sids, d->sids, nh * 8, stream));
-		DEV(d->on_device ? ibp_slab_probe_cuda(&d->t, d->d_sids, nh, d->d_ent, 1, stream)
-				 : ibp_slab_probe(&d->t, d->d_sids, nh, d->d_ent, 1));
-		DEV(d->on_device ? ibp_slab_gather_cuda(&d->t, d->d_ent, nh, d->d_stage, d->stride, d->d_lens, d->d_meta, 1,
+		DEV(d->on_device ? ibpi_slab_probe_cuda(&d->t, d->d_sids, nh, d->d_ent, 1, stream)
+				 : ibpi_slab_probe(&d->t, d->d_sids, nh, d->d_ent, 1));
+		DEV(d->on_device ? ibpi_slab_gather_cuda(&d->t, d->d_ent, nh, d->d_stage, d->stride, d->d_lens, d->d_meta, 1,
 							stream)
-				 : ibp_slab_gather(&d->t, d->d_ent, nh, d->d_stage, d->stride, d->d_lens, d->d_meta, 1));
+				 : ibpi_slab_gather(&d->t, d->d_ent, nh, d->d_stage, d->stride, d->d_lens, d->d_meta, 1));
 		DEV(xcopy(d, d->d_hidx, d->hidx, nhr * 8, stream));
 		DEV(xcopy(d, d->d_hrows, d->hhrows, nhr * 8, stream));
-		DEV(ibp_gather_staged_cuda(store, d->d_stage, d->stride, nh, d->d_lens, d->d_meta, d->d_hidx, nhr, out,
+		DEV(ibpi_gather_staged_cuda(store, d->d_stage, d->stride, nh, d->d_lens, d->d_meta, d->d_hidx, nhr, out,
 					   d->d_hrows, d->d_sstat, stream));
 		DEV(xcopy(d, d->sstat, d->d_sstat, nhr * 4, stream));
 	}
 	DEV(xsync(d, stream));
 	if (ni && d->hcount[0]) {
-		s = ibp_fail(IBP_ERR_INTERNAL, "ibp_cache_gather_cuda: %llu rows found the device table full",
+		s = ibpi_fail(IBP_ERR_INTERNAL, "ibp_cache_gather_cuda: %llu rows found the device table full",
 			     (unsigned long long)d->hcount[0]);
 		goto fail;
 	}
 	for (uint64_t r = 0; r < nhr; r++)
 		if (d->sstat[r] != IBP_OK)
 			w->ustat[d->hu[d->hidx[r]]] = IBP_ERR_CORRUPT; /* dropped by the publish below */
-	cache_pass_publish(c, w, k, nu, 1, srows, sbytes, copied, hit_bytes);
+	ibpi_cache_pass_publish(c, w, k, nu, 1, srows, sbytes, copied, hit_bytes);
 	uint64_t nb = 0;
 	for (uint64_t u = 0; u < nu; u++)
 		if (w->ukind[u] == K_HIT && w->ustat[u] != IBP_OK)
@@ -398,7 +398,7 @@ fail:
 	for (uint64_t u = 0; u < nu; u++)
 		if (w->ukind[u] == K_ALLOC || w->ukind[u] == K_FILLED)
 			w->ukind[u] = K_BADFILL;
-	cache_pass_publish(c, w, k, nu, 1, 0, 0, 0, 0);
+	ibpi_cache_pass_publish(c, w, k, nu, 1, 0, 0, 0, 0);
 	d->broken = 1;
 	return s;
 #undef OROW
@@ -410,28 +410,28 @@ ibp_status_t ibp_cache_gather_cuda(ibp_cache_t *c, const struct ibp_cuda_store *
 {
 	static const char fn[] = "ibp_cache_gather_cuda";
 	if (!c || !store)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL %s", fn, c ? "store" : "cache");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL %s", fn, c ? "store" : "cache");
 	cache_dev_t *d = c->dev;
 	if (!d)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: a host cache (opts.device -1): use ibp_cache_gather", fn);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: a host cache (opts.device -1): use ibp_cache_gather", fn);
 	if (n && (!ids || !out))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL %s with n = %llu", fn, ids ? "out" : "ids",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL %s with n = %llu", fn, ids ? "out" : "ids",
 				(unsigned long long)n);
 	if (flags & ~IBP_CACHE_NO_ADMIT)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: unknown flag bits 0x%x", fn, flags);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: unknown flag bits 0x%x", fn, flags);
 	if (ibp_cuda_store_on_device(store) != d->on_device)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: a %s cache takes %s stores", fn,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: a %s cache takes %s stores", fn,
 				d->on_device ? "GPU" : "host-fallback", d->on_device ? "device" : "host-fallback");
 	if (ibp_cuda_store_row_bytes(store) != c->rb)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: store rows are %llu bytes, the cache's %llu", fn,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: store rows are %llu bytes, the cache's %llu", fn,
 				(unsigned long long)ibp_cuda_store_row_bytes(store), (unsigned long long)c->rb);
 	pthread_mutex_lock(&d->mu);
 	ibp_status_t s = IBP_OK;
 	if (d->broken)
-		s = ibp_fail(IBP_ERR_CUDA, "%s: a device step failed earlier; ibp_cache_invalidate(c, NULL, 0) empties "
+		s = ibpi_fail(IBP_ERR_CUDA, "%s: a device step failed earlier; ibp_cache_invalidate(c, NULL, 0) empties "
 			     "the cache and makes it usable again", fn);
 	else if (d->store && d->store != store)
-		s = ibp_fail(IBP_ERR_INVALID_ARG, "%s: the cache holds rows of another store (empty it with "
+		s = ibpi_fail(IBP_ERR_INVALID_ARG, "%s: the cache holds rows of another store (empty it with "
 			     "ibp_cache_invalidate(c, NULL, 0) first)", fn);
 	d->store = s == IBP_OK ? store : d->store;
 	ibp_status_t first = IBP_OK;
@@ -460,7 +460,7 @@ ibp_status_t ibp_cache_gather_cuda(ibp_cache_t *c, const struct ibp_cuda_store *
 	if (s != IBP_OK)
 		return s;
 	if (first != IBP_OK)
-		return ibp_fail(first, "%s: request %llu (id %lld): %s", fn, (unsigned long long)first_pos,
+		return ibpi_fail(first, "%s: request %llu (id %lld): %s", fn, (unsigned long long)first_pos,
 				(long long)first_id,
 				first == IBP_ERR_INVALID_ARG ? "negative output row"
 				: first == IBP_ERR_OUT_OF_RANGE ? "id outside the store"

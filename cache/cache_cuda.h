@@ -43,10 +43,10 @@ typedef struct cache_dev {
  * table), IBP_ERR_NO_DEVICE with c->dev set (no GPU, IBP_CACHE_HOST_FALLBACK:
  * a host table) or without (no flag), IBP_ERR_INVALID_ARG, IBP_ERR_NOMEM,
  * IBP_ERR_CUDA. */
-ibp_status_t cache_cuda_init(ibp_cache_t *c);
-void cache_cuda_free(ibp_cache_t *c);
+ibp_status_t ibpi_cache_cuda_init(ibp_cache_t *c);
+void ibpi_cache_cuda_free(ibp_cache_t *c);
 /* After the mirror dropped ids[0..n) (ids NULL: everything): the same on
  * the table. */
-ibp_status_t cache_cuda_invalidate(ibp_cache_t *c, const int64_t *ids, uint64_t n);
+ibp_status_t ibpi_cache_cuda_invalidate(ibp_cache_t *c, const int64_t *ids, uint64_t n);
 
 #endif /* IBP_CACHE_CUDA_H */

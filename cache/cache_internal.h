@@ -124,43 +124,43 @@ struct ibp_cache {
 };
 
 /* ---- slab.c: storage and index ---- */
-ibp_status_t cache_storage_init(ibp_cache_t *c);
-void cache_storage_free(ibp_cache_t *c);
-void cache_storage_reset(ibp_cache_t *c);
+ibp_status_t ibpi_cache_storage_init(ibp_cache_t *c);
+void ibpi_cache_storage_free(ibp_cache_t *c);
+void ibpi_cache_storage_reset(ibp_cache_t *c);
 /* Class of a row stored in `len` bytes (compressed), or c->raw. */
-uint32_t cache_class_of(const ibp_cache_t *c, uint64_t len);
+uint32_t ibpi_cache_class_of(const ibp_cache_t *c, uint64_t len);
 /* A free slot of class `cls` from its slabs or the free pool: global slot
  * index, or UINT64_MAX when none (no eviction here). */
-uint64_t cache_slot_take(ibp_cache_t *c, uint32_t cls);
-void cache_slot_release(ibp_cache_t *c, uint64_t g);
-uint8_t *cache_slot_ptr(const ibp_cache_t *c, uint64_t g);
+uint64_t ibpi_cache_slot_take(ibp_cache_t *c, uint32_t cls);
+void ibpi_cache_slot_release(ibp_cache_t *c, uint64_t g);
+uint8_t *ibpi_cache_slot_ptr(const ibp_cache_t *c, uint64_t g);
 /* Classes [cls + 1, end) a row of class `cls` may borrow a free slot of:
  * larger ones (the raw class too) with slots at most 1.5x its own; a
  * cache, not a pool (end = cls + 1). */
-uint32_t cache_borrow_end(const ibp_cache_t *c, uint32_t cls);
+uint32_t ibpi_cache_borrow_end(const ibp_cache_t *c, uint32_t cls);
 /* Recomputes every class's slab target from the histogram. */
-void cache_targets(ibp_cache_t *c);
+void ibpi_cache_targets(ibp_cache_t *c);
 /* Moves one slab to `cls` from the class furthest above its target (with
  * `any`, from any other class), its rows first evicted through `evict`:
  * the donor's least used slab with nothing pinned, if it holds at most
  * `max_evict` rows. Nonzero on success. */
-int cache_slab_steal(ibp_cache_t *c, uint32_t cls, void (*evict)(ibp_cache_t *, uint64_t), uint64_t max_evict,
+int ibpi_cache_slab_steal(ibp_cache_t *c, uint32_t cls, void (*evict)(ibp_cache_t *, uint64_t), uint64_t max_evict,
 		     int any);
 
 /* ---- cache.c: policy and slot life, shared with pool.c (under the lock) ---- */
 /* A slot of class `cls` for a new row: free, a slab from the pool or from
  * a class above its share, else a policy victim (reported to c->sink).
  * UINT64_MAX when none. */
-uint64_t cache_alloc_slot(ibp_cache_t *c, uint32_t cls);
-void cache_policy_insert(ibp_cache_t *c, uint64_t g, int was_ghost);
-void cache_policy_hit(ibp_cache_t *c, uint64_t g);
+uint64_t ibpi_cache_alloc_slot(ibp_cache_t *c, uint32_t cls);
+void ibpi_cache_policy_insert(ibp_cache_t *c, uint64_t g, int was_ghost);
+void ibpi_cache_policy_hit(ibp_cache_t *c, uint64_t g);
 /* Out of the policy and the index; freed now, or at the last unpin. */
-void cache_drop_slot(ibp_cache_t *c, uint64_t g, int ghost);
-void cache_pin_slot(ibp_cache_t *c, uint64_t g);
-void cache_unpin_slot(ibp_cache_t *c, uint64_t g);
-void cache_hist_add(ibp_cache_t *c, uint32_t cls);
+void ibpi_cache_drop_slot(ibp_cache_t *c, uint64_t g, int ghost);
+void ibpi_cache_pin_slot(ibp_cache_t *c, uint64_t g);
+void ibpi_cache_unpin_slot(ibp_cache_t *c, uint64_t g);
+void ibpi_cache_hist_add(ibp_cache_t *c, uint32_t cls);
 /* meta_bytes with the index as it is now (it grows). */
-uint64_t cache_meta_bytes(const ibp_cache_t *c);
+uint64_t ibpi_cache_meta_bytes(const ibp_cache_t *c);
 
 /* ---- cache.c: the phases of a pass (cache_cuda.c drives them too) ----
  * `gather` 0: a prefetch. Kinds of a pass's unique ids: */
@@ -168,29 +168,29 @@ enum { K_HIT = 1, K_MISS, K_ADMIT, K_ALLOC, K_FILLED, K_BADFILL, K_ERR };
 /* 1. Validates requests (status and *first for the bad ones; `out` not
  * NULL: out-of-range rows zero-filled there) and deduplicates: returns the
  * unique ids (w->uid, ufirst, ucnt; w->rep per request, NIL: none). */
-uint64_t cache_pass_dedupe(ibp_cache_t *c, cache_ws_t *w, const int64_t *ids, uint64_t n, uint64_t nrows, int gather,
+uint64_t ibpi_cache_pass_dedupe(ibp_cache_t *c, cache_ws_t *w, const int64_t *ids, uint64_t n, uint64_t nrows, int gather,
 			   void *out, const int64_t *out_rows, int32_t *status, uint64_t base, ibp_status_t *first,
 			   uint64_t *first_pos);
 /* 2. Probes the index (locked): K_HIT (pinned, w->ug), K_ADMIT or K_MISS. */
-void cache_pass_probe(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gather, int admit);
+void ibpi_cache_pass_probe(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gather, int admit);
 /* A miss's class and kept length from w->ulen/ufl (packed: its bytes can be
  * kept compressed); ufl 0xFF marks a row kept decoded. */
-void cache_miss_class(ibp_cache_t *c, cache_ws_t *w, uint64_t u, int packed);
+void ibpi_cache_miss_class(ibp_cache_t *c, cache_ws_t *w, uint64_t u, int packed);
 /* 4. Slots for the K_ADMIT misses (locked): K_ALLOC (FILLING, pinned) or
  * K_MISS; evictions go to `sink`. */
-void cache_pass_alloc(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gather, cache_sink_t *sink);
+void ibpi_cache_pass_alloc(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gather, cache_sink_t *sink);
 /* 6. Publishes K_FILLED rows, drops K_BADFILL ones and hits whose decode
  * failed (w->ustat), unpins, and counts (locked). */
-void cache_pass_publish(ibp_cache_t *c, cache_ws_t *w, uint64_t n, uint64_t nu, int gather, uint64_t srows,
+void ibpi_cache_pass_publish(ibp_cache_t *c, cache_ws_t *w, uint64_t n, uint64_t nu, int gather, uint64_t srows,
 			uint64_t sbytes, uint64_t copied, uint64_t hit_bytes);
 
-uint64_t cache_hash(int64_t id);
+uint64_t ibpi_cache_hash(int64_t id);
 /* Position of `id` or UINT64_MAX. */
-uint64_t cache_ix_find(const cache_index_t *ix, int64_t id);
+uint64_t ibpi_cache_ix_find(const cache_index_t *ix, int64_t id);
 /* Inserts `id` (known absent), rehashing first when needed (into new
  * arrays, doubled while over half full: the host index grows). -1 when
  * no memory and the table has no room: the caller skips the row. */
-int cache_ix_insert(cache_index_t *ix, int64_t id, uint64_t val);
-void cache_ix_erase(cache_index_t *ix, uint64_t pos);
+int ibpi_cache_ix_insert(cache_index_t *ix, int64_t id, uint64_t val);
+void ibpi_cache_ix_erase(cache_index_t *ix, uint64_t pos);
 
 #endif /* IBP_CACHE_INTERNAL_H */

@@ -23,20 +23,20 @@ ibp_status_t ibp_kv_pack_blocks(const uint8_t *payload, const uint64_t *offsets,
 				uint64_t *block_offsets)
 {
 	if (!offsets || !flags || !block_offsets || (nblocks && (!payload || !stage)))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_pack_blocks: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_pack_blocks: NULL argument");
 	if (nblocks > UINT64_MAX / 2)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_pack_blocks: %llu blocks", (unsigned long long)nblocks);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_pack_blocks: %llu blocks", (unsigned long long)nblocks);
 	/* Check every length first: nothing is written on error. */
 	uint64_t need = 0;
 	for (uint64_t b = 0; b < nblocks; b++) {
 		const uint64_t *o = offsets + 2 * b;
 		if (o[1] < o[0] || o[2] < o[1] || o[1] - o[0] > UINT32_MAX || o[2] - o[1] > UINT32_MAX)
-			return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_pack_blocks: block %llu: bad row offsets",
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_pack_blocks: block %llu: bad row offsets",
 					(unsigned long long)b);
 		need += IBP_KV_BLOCK_HEADER + (o[2] - o[0]);
 	}
 	if (need > stage_bytes)
-		return ibp_fail(IBP_ERR_BUFFER_TOO_SMALL, "ibp_kv_pack_blocks: stage of %llu bytes, need %llu",
+		return ibpi_fail(IBP_ERR_BUFFER_TOO_SMALL, "ibp_kv_pack_blocks: stage of %llu bytes, need %llu",
 				(unsigned long long)stage_bytes, (unsigned long long)need);
 	uint64_t pos = 0;
 	for (uint64_t b = 0; b < nblocks; b++) {
@@ -59,13 +59,13 @@ ibp_status_t ibp_kv_block_parse(const uint8_t *block, uint64_t bytes, uint64_t l
 				uint8_t clusters[2])
 {
 	if ((!block && bytes) || !len || !flags || !clusters)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_block_parse: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_block_parse: NULL argument");
 	if (bytes < IBP_KV_BLOCK_HEADER)
-		return ibp_fail(IBP_ERR_CORRUPT, "ibp_kv_block_parse: %llu bytes, below the header",
+		return ibpi_fail(IBP_ERR_CORRUPT, "ibp_kv_block_parse: %llu bytes, below the header",
 				(unsigned long long)bytes);
 	uint64_t l0 = get_u32(block), l1 = get_u32(block + 4);
 	if (IBP_KV_BLOCK_HEADER + l0 + l1 != bytes)
-		return ibp_fail(IBP_ERR_CORRUPT, "ibp_kv_block_parse: header lengths %llu + %llu, block of %llu bytes",
+		return ibpi_fail(IBP_ERR_CORRUPT, "ibp_kv_block_parse: header lengths %llu + %llu, block of %llu bytes",
 				(unsigned long long)l0, (unsigned long long)l1, (unsigned long long)bytes);
 	len[0] = l0, len[1] = l1;
 	flags[0] = block[8], flags[1] = block[9];
@@ -78,21 +78,21 @@ ibp_status_t ibp_kv_index_blocks(const uint8_t *stage, uint64_t stage_bytes, con
 				 uint8_t *clusters)
 {
 	if (!block_offsets || (nblocks && (!stage || !row_start || !row_len || !flags || !clusters)))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_index_blocks: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_index_blocks: NULL argument");
 	if (nblocks > UINT64_MAX / 2)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_index_blocks: %llu blocks", (unsigned long long)nblocks);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_index_blocks: %llu blocks", (unsigned long long)nblocks);
 	/* Validate every block before writing anything. */
 	for (uint64_t b = 0; b < nblocks; b++) {
 		uint64_t s = block_offsets[b], e = block_offsets[b + 1], len[2];
 		uint8_t fl[2], cl[2];
 		if (e < s || e > stage_bytes)
-			return ibp_fail(IBP_ERR_INVALID_ARG,
+			return ibpi_fail(IBP_ERR_INVALID_ARG,
 					"ibp_kv_index_blocks: block %llu: offsets %llu..%llu, stage of %llu bytes",
 					(unsigned long long)b, (unsigned long long)s, (unsigned long long)e,
 					(unsigned long long)stage_bytes);
 		ibp_status_t st = ibp_kv_block_parse(stage + s, e - s, len, fl, cl);
 		if (st != IBP_OK)
-			return ibp_fail(st, "ibp_kv_index_blocks: block %llu does not parse", (unsigned long long)b);
+			return ibpi_fail(st, "ibp_kv_index_blocks: block %llu does not parse", (unsigned long long)b);
 	}
 	for (uint64_t b = 0; b < nblocks; b++) {
 		uint64_t s = block_offsets[b], len[2];

@@ -79,7 +79,7 @@ static ibp_status_t dev_grow(ibp_kv_stream_t *s, kv_buf_t *b, uint64_t bytes)
 	} else {
 		p = ibp_host_alloc(cap, 256);
 		if (!p)
-			return ibp_fail(IBP_ERR_NOMEM, "kv stream: out of memory for a %llu-byte buffer",
+			return ibpi_fail(IBP_ERR_NOMEM, "kv stream: out of memory for a %llu-byte buffer",
 					(unsigned long long)cap);
 		ibp_host_free(b->p);
 	}
@@ -129,7 +129,7 @@ static ibp_status_t add_pin(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, void *ptr
 		uint64_t cap = s->pins_cap ? 2 * s->pins_cap : 64;
 		kv_pin_t *p = realloc(s->pins, cap * sizeof(*p));
 		if (!p)
-			return ibp_fail(IBP_ERR_NOMEM, "kv stream: out of memory for %llu pins",
+			return ibpi_fail(IBP_ERR_NOMEM, "kv stream: out of memory for %llu pins",
 					(unsigned long long)cap);
 		s->pins = p, s->pins_cap = cap;
 	}
@@ -202,23 +202,23 @@ ibp_status_t ibp_kv_stream_create(const ibp_codec_t *codec, uint64_t row_bytes, 
 				  void *stream, ibp_kv_stream_t **out)
 {
 	if (!out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_create: NULL out");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_create: NULL out");
 	*out = NULL;
 	if (row_bytes == 0 || row_bytes > UINT32_MAX)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_create: row_bytes %llu (1 .. 4 GiB - 1)",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_create: row_bytes %llu (1 .. 4 GiB - 1)",
 				(unsigned long long)row_bytes);
 	if (codec && ibp_codec_row_bytes(codec) != row_bytes)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_create: codec rows of %llu bytes, not %llu",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_create: codec rows of %llu bytes, not %llu",
 				(unsigned long long)ibp_codec_row_bytes(codec), (unsigned long long)row_bytes);
 	if (flags & ~(IBP_CUDA_HOST_FALLBACK | IBP_KV_HOST))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_create: unknown flags 0x%x", flags);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_create: unknown flags 0x%x", flags);
 	int count = 0;
 	ibp_status_t dev = (flags & IBP_KV_HOST) ? IBP_ERR_NO_DEVICE : ibp_cuda_device_count(&count);
 	if (dev != IBP_OK && (dev != IBP_ERR_NO_DEVICE || !(flags & (IBP_CUDA_HOST_FALLBACK | IBP_KV_HOST))))
 		return dev;
 	ibp_kv_stream_t *s = calloc(1, sizeof(*s));
 	if (!s)
-		return ibp_fail(IBP_ERR_NOMEM, "ibp_kv_stream_create: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "ibp_kv_stream_create: out of memory");
 	s->on_device = dev == IBP_OK;
 	s->host_threads = (flags & IBP_KV_HOST) ? 0 : 1;
 	s->stream = stream;
@@ -231,7 +231,7 @@ ibp_status_t ibp_kv_stream_create(const ibp_codec_t *codec, uint64_t row_bytes, 
 		s->chunk = 2 * row_bytes / esize;
 		s->estride = (bound + IBP_EXP_ALIGN - 1) / IBP_EXP_ALIGN * IBP_EXP_ALIGN;
 	}
-	ibp_status_t st = codec ? ibp_cuda_codec_clone(codec, &s->hcodec) : IBP_OK;
+	ibp_status_t st = codec ? ibpi_cuda_codec_clone(codec, &s->hcodec) : IBP_OK;
 	if (st == IBP_OK && codec && s->on_device) {
 		/* A device store of zero rows: the device codec (encode) and the staged decode. */
 		static const uint64_t zero = 0;
@@ -244,7 +244,7 @@ ibp_status_t ibp_kv_stream_create(const ibp_codec_t *codec, uint64_t row_bytes, 
 	}
 	*out = s;
 	if (!s->on_device && !(flags & IBP_KV_HOST))
-		return ibp_fail(IBP_ERR_NO_DEVICE, "ibp_kv_stream_create: no usable CUDA device; the stream runs on "
+		return ibpi_fail(IBP_ERR_NO_DEVICE, "ibp_kv_stream_create: no usable CUDA device; the stream runs on "
 				"the CPU on host memory (host fallback)");
 	return IBP_OK;
 }
@@ -257,12 +257,12 @@ int ibp_kv_stream_on_device(const ibp_kv_stream_t *s)
 ibp_status_t ibp_kv_stream_wait(ibp_kv_stream_t *s)
 {
 	if (!s)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_wait: NULL stream");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_wait: NULL stream");
 	IBP_TRY(finish(s));
 	if (s->failed) {
 		uint64_t f = s->failed;
 		s->failed = 0;
-		return ibp_fail(IBP_ERR_CORRUPT,
+		return ibpi_fail(IBP_ERR_CORRUPT,
 				"ibp_kv_stream_wait: %llu K/V rows failed to decode (corrupt blocks; those rows are zero)",
 				(unsigned long long)f);
 	}
@@ -364,7 +364,7 @@ static ibp_status_t encode_exp(ibp_kv_stream_t *s, uint64_t n)
 	IBP_TRY(ibp_cuda_sync(s->stream));
 	for (uint64_t b = 0; b < n; b++)
 		if (esz[b] > s->estride)
-			return ibp_fail(IBP_ERR_INTERNAL, "ibp_kv_encode_cuda: exponent block %llu of %llu bytes, over "
+			return ibpi_fail(IBP_ERR_INTERNAL, "ibp_kv_encode_cuda: exponent block %llu of %llu bytes, over "
 					"its %llu-byte room", (unsigned long long)b, (unsigned long long)esz[b],
 					(unsigned long long)s->estride);
 	return IBP_OK;
@@ -375,22 +375,22 @@ ibp_status_t ibp_kv_encode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 				uint64_t *bytes)
 {
 	if (!s || !pool || !handles || !bytes || (n && (!kv || !block_ids)))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: NULL argument");
 	for (uint64_t b = 0; b < n; b++)
 		handles[b] = -1;
 	if (kind > IBP_KV_EXP)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: unknown kind %u", kind);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: unknown kind %u", kind);
 	if (kind == IBP_KV_IBP && !s->hcodec)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: IBP blocks on a stream made without a codec");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: IBP blocks on a stream made without a codec");
 	if (kind == IBP_KV_EXP && !s->chunk)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: exponent blocks need a bf16, f16 or f32 stream");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: exponent blocks need a bf16, f16 or f32 stream");
 	const uint64_t R = s->R;
 	if (num_blocks > UINT64_MAX / 2 / R || n > UINT64_MAX / 2 / R)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: %llu blocks of %llu-byte rows",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: %llu blocks of %llu-byte rows",
 				(unsigned long long)num_blocks, (unsigned long long)R);
 	for (uint64_t b = 0; b < n; b++)
 		if (block_ids[b] < 0 || (uint64_t)block_ids[b] >= num_blocks)
-			return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: block id %lld not in [0, %llu)",
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_encode_cuda: block id %lld not in [0, %llu)",
 					(long long)block_ids[b], (unsigned long long)num_blocks);
 	IBP_TRY(finish(s)); /* the previous call's buffers and pins */
 	if (n == 0)
@@ -413,7 +413,7 @@ ibp_status_t ibp_kv_encode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 	ibp_status_t st = IBP_OK;
 	uint8_t **slot = calloc(n ? n : 1, sizeof(*slot));
 	if (!slot)
-		return ibp_fail(IBP_ERR_NOMEM, "ibp_kv_encode_cuda: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "ibp_kv_encode_cuda: out of memory");
 	for (uint64_t b = 0; b < n && st == IBP_OK; b++) {
 		bytes[b] = kind == IBP_KV_RAW ? 2 * R
 			   : kind == IBP_KV_EXP ? esz[b]
@@ -493,7 +493,7 @@ static void decode_host(const ibp_kv_stream_t *s, const uint8_t *src, uint64_t l
 			uint8_t *dst, int32_t *status)
 {
 	uint64_t ext = 0;
-	ibp_status_t st = ibp_decode_row_ext(s->hcodec, src, len, mode, cl, dst, &ext);
+	ibp_status_t st = ibpi_decode_row_ext(s->hcodec, src, len, mode, cl, dst, &ext);
 	if (st != IBP_OK || ext != len) {
 		memset(dst, 0, s->R);
 		st = IBP_ERR_CORRUPT;
@@ -512,17 +512,17 @@ static ibp_status_t check_dst(const int64_t *dst, uint64_t n, uint64_t num_block
 {
 	for (uint64_t k = 0; k < n; k++)
 		if (dst[k] < 0 || (uint64_t)dst[k] >= num_blocks)
-			return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_decode_cuda: destination block %lld not in [0, %llu)",
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_decode_cuda: destination block %lld not in [0, %llu)",
 					(long long)dst[k], (unsigned long long)num_blocks);
 	int64_t *t = malloc((n ? n : 1) * sizeof(*t));
 	if (!t)
-		return ibp_fail(IBP_ERR_NOMEM, "ibp_kv_decode_cuda: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "ibp_kv_decode_cuda: out of memory");
 	memcpy(t, dst, n * sizeof(*t));
 	qsort(t, n, sizeof(*t), cmp_i64);
 	ibp_status_t st = IBP_OK;
 	for (uint64_t k = 1; k < n && st == IBP_OK; k++)
 		if (t[k] == t[k - 1])
-			st = ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_decode_cuda: destination block %lld listed twice",
+			st = ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_decode_cuda: destination block %lld listed twice",
 				      (long long)t[k]);
 	free(t);
 	return st;
@@ -533,15 +533,15 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 				const int64_t *dst_blocks)
 {
 	if (!s || (n && (!pools || !handles || !kv || !dst_blocks)))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_decode_cuda: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_decode_cuda: NULL argument");
 	const uint64_t R = s->R;
 	if (num_blocks > UINT64_MAX / 2 / R)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_decode_cuda: %llu blocks of %llu-byte rows",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_decode_cuda: %llu blocks of %llu-byte rows",
 				(unsigned long long)num_blocks, (unsigned long long)R);
 	for (uint64_t k = 0; k < n; k++) {
 		unsigned kd = kinds ? kinds[k] : IBP_KV_IBP;
 		if (!pools[k] || kd > IBP_KV_EXP || (kd == IBP_KV_IBP && !s->hcodec) || (kd == IBP_KV_EXP && !s->chunk))
-			return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_kv_decode_cuda: block %llu: %s",
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_decode_cuda: block %llu: %s",
 					(unsigned long long)k,
 					!pools[k]	    ? "NULL pool"
 					: kd > IBP_KV_EXP   ? "unknown kind"
@@ -557,7 +557,7 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 	if (!slot || !slen) {
 		free(slot);
 		free(slen);
-		return ibp_fail(IBP_ERR_NOMEM, "ibp_kv_decode_cuda: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "ibp_kv_decode_cuda: out of memory");
 	}
 	/* Pin and check every block on the host before anything is queued. */
 	ibp_status_t st = IBP_OK;
@@ -568,7 +568,7 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 		uint8_t fl[2], cl[2];
 		st = ibp_slab_pool_pin(pools[k], handles[k], &p, &len);
 		if (st != IBP_OK) {
-			st = ibp_fail(st, "ibp_kv_decode_cuda: block %llu (handle %lld) was evicted or removed",
+			st = ibpi_fail(st, "ibp_kv_decode_cuda: block %llu (handle %lld) was evicted or removed",
 				      (unsigned long long)k, (long long)handles[k]);
 			break;
 		}
@@ -580,7 +580,7 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 		}
 		if (kinds && kinds[k] == IBP_KV_RAW) {
 			if (len != 2 * R)
-				st = ibp_fail(IBP_ERR_CORRUPT, "ibp_kv_decode_cuda: raw block %llu of %llu bytes, not %llu",
+				st = ibpi_fail(IBP_ERR_CORRUPT, "ibp_kv_decode_cuda: raw block %llu of %llu bytes, not %llu",
 					      (unsigned long long)k, (unsigned long long)len, (unsigned long long)(2 * R));
 			continue;
 		}
@@ -588,10 +588,10 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 			ibp_exp_info_t info;
 			st = ibp_exp_block_info(p, len, &info);
 			if (st != IBP_OK)
-				st = ibp_fail(IBP_ERR_CORRUPT, "ibp_kv_decode_cuda: block %llu (handle %lld): not an exponent "
+				st = ibpi_fail(IBP_ERR_CORRUPT, "ibp_kv_decode_cuda: block %llu (handle %lld): not an exponent "
 					      "block", (unsigned long long)k, (long long)handles[k]);
 			else if (info.dtype != s->dt || info.n != s->chunk || info.block_bytes != len || len > s->estride)
-				st = ibp_fail(IBP_ERR_CORRUPT, "ibp_kv_decode_cuda: block %llu: an exponent block of %llu "
+				st = ibpi_fail(IBP_ERR_CORRUPT, "ibp_kv_decode_cuda: block %llu: an exponent block of %llu "
 					      "elements in %llu of %llu bytes, expected %llu elements",
 					      (unsigned long long)k, (unsigned long long)info.n,
 					      (unsigned long long)info.block_bytes, (unsigned long long)len,
@@ -601,11 +601,11 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 		}
 		st = ibp_kv_block_parse(p, len, l, fl, cl);
 		if (st == IBP_OK && (l[0] > R || l[1] > R))
-			st = ibp_fail(IBP_ERR_CORRUPT, "ibp_kv_decode_cuda: block %llu: rows of %llu and %llu bytes, "
+			st = ibpi_fail(IBP_ERR_CORRUPT, "ibp_kv_decode_cuda: block %llu: rows of %llu and %llu bytes, "
 				      "longer than a raw row (%llu)", (unsigned long long)k, (unsigned long long)l[0],
 				      (unsigned long long)l[1], (unsigned long long)R);
 		else if (st != IBP_OK)
-			st = ibp_fail(st, "ibp_kv_decode_cuda: block %llu (handle %lld) does not parse",
+			st = ibpi_fail(st, "ibp_kv_decode_cuda: block %llu (handle %lld) does not parse",
 				      (unsigned long long)k, (long long)handles[k]);
 		m += 2;
 	}
@@ -693,7 +693,7 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 		if (st == IBP_OK)
 			st = xcopy(s, s->d_orow.p, orow, m * 8);
 		if (st == IBP_OK)
-			st = ibp_gather_staged_cuda(s->store, s->d_stage.p, R, m, s->d_lens.p, s->d_meta.p, NULL, m, kv,
+			st = ibpi_gather_staged_cuda(s->store, s->d_stage.p, R, m, s->d_lens.p, s->d_meta.p, NULL, m, kv,
 						    s->d_orow.p, s->d_status.p, s->stream);
 		if (st == IBP_OK)
 			st = xcopy(s, s->h_status.p, s->d_status.p, m * 4);

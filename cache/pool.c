@@ -29,24 +29,24 @@ void ibp_slab_pool_opts_default(ibp_slab_pool_opts_t *o)
 ibp_status_t ibp_slab_pool_create(const ibp_slab_pool_opts_t *opts, ibp_slab_pool_t **out)
 {
 	if (!opts || !out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_create: NULL %s", opts ? "out" : "opts");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_create: NULL %s", opts ? "out" : "opts");
 	*out = NULL;
 	const ibp_slab_pool_opts_t *o = opts;
 	if (!o->capacity_bytes)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_create: capacity_bytes is 0");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_create: capacity_bytes is 0");
 	if (!o->max_block_bytes || o->max_block_bytes > IBP_CACHE_MAX_ROW_BYTES)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_create: max_block_bytes %llu outside [1, %llu]",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_create: max_block_bytes %llu outside [1, %llu]",
 				(unsigned long long)o->max_block_bytes, (unsigned long long)IBP_CACHE_MAX_ROW_BYTES);
 	if (o->class_step && (o->class_step < 16 || o->class_step > 65536 || (o->class_step & (o->class_step - 1))))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_create: class_step %llu is not a power of two in "
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_create: class_step %llu is not a power of two in "
 				"[16, 65536]", (unsigned long long)o->class_step);
 	if (o->policy > IBP_CACHE_LRU)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_create: unknown policy %d", (int)o->policy);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_create: unknown policy %d", (int)o->policy);
 	if (o->flags & ~IBP_SLAB_POOL_HOST)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_create: unknown flag bits 0x%x", o->flags);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_create: unknown flag bits 0x%x", o->flags);
 	ibp_slab_pool_t *p = calloc(1, sizeof(*p));
 	if (!p)
-		return ibp_fail(IBP_ERR_NOMEM, "ibp_slab_pool_create: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "ibp_slab_pool_create: out of memory");
 	p->o = *o;
 	ibp_cache_t *c = &p->c;
 	ibp_cache_opts_default(&c->o);
@@ -57,9 +57,9 @@ ibp_status_t ibp_slab_pool_create(const ibp_slab_pool_opts_t *opts, ibp_slab_poo
 	c->o.raw_threshold = 1.0; /* every class below the largest block is a class of its own */
 	c->o.policy = o->policy == IBP_CACHE_POLICY_DEFAULT ? IBP_CACHE_S3FIFO : o->policy;
 	c->pool = (o->flags & IBP_SLAB_POOL_HOST) ? 2 : 1;
-	ibp_status_t s = cache_storage_init(c);
+	ibp_status_t s = ibpi_cache_storage_init(c);
 	if (s != IBP_OK) {
-		cache_storage_free(c);
+		ibpi_cache_storage_free(c);
 		free(p);
 		return s;
 	}
@@ -72,7 +72,7 @@ void ibp_slab_pool_free(ibp_slab_pool_t *p)
 {
 	if (!p)
 		return;
-	cache_storage_free(&p->c);
+	ibpi_cache_storage_free(&p->c);
 	pthread_mutex_destroy(&p->c.mu);
 	free(p);
 }
@@ -99,45 +99,45 @@ ibp_status_t ibp_slab_pool_alloc(ibp_slab_pool_t *p, uint64_t len, int64_t *hand
 	if (ptr)
 		*ptr = NULL;
 	if (!p || !handle || !ptr)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_alloc: NULL %s", !p ? "pool" : !handle ? "handle" : "ptr");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_alloc: NULL %s", !p ? "pool" : !handle ? "handle" : "ptr");
 	ibp_cache_t *c = &p->c;
 	if (len > p->o.max_block_bytes)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_alloc: a block of %llu bytes is above max_block_bytes %llu",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_alloc: a block of %llu bytes is above max_block_bytes %llu",
 				(unsigned long long)len, (unsigned long long)p->o.max_block_bytes);
-	uint32_t cls = cache_class_of(c, len);
+	uint32_t cls = ibpi_cache_class_of(c, len);
 	cache_sink_t sink = { NULL, UINT64_MAX, 0, p->o.on_evict, p->o.user };
 	pthread_mutex_lock(&c->mu);
-	cache_targets(c);
-	cache_hist_add(c, cls);
+	ibpi_cache_targets(c);
+	ibpi_cache_hist_add(c, cls);
 	c->sink = &sink;
-	uint64_t g = cache_alloc_slot(c, cls);
+	uint64_t g = ibpi_cache_alloc_slot(c, cls);
 	c->sink = NULL;
 	if (g == UINT64_MAX) {
 		p->failed++;
 		c->st.rejected++;
 		pthread_mutex_unlock(&c->mu);
-		return ibp_fail(IBP_ERR_NOMEM, "ibp_slab_pool_alloc: no room for a block of %llu bytes (%s)",
+		return ibpi_fail(IBP_ERR_NOMEM, "ibp_slab_pool_alloc: no room for a block of %llu bytes (%s)",
 				(unsigned long long)len,
 				c->o.policy == IBP_CACHE_STATIC ? "the pool is full and its policy is static"
 								: "every block that could make room is pinned");
 	}
 	cache_class_t *k = &c->cls[cls];
 	int64_t h = p->next++;
-	if (cache_ix_insert(&c->ix, h, ENT_MAKE(ENT_READY, cls, len, g / c->spp, g % c->spp))) {
-		cache_slot_release(c, g);
+	if (ibpi_cache_ix_insert(&c->ix, h, ENT_MAKE(ENT_READY, cls, len, g / c->spp, g % c->spp))) {
+		ibpi_cache_slot_release(c, g);
 		p->next--;
 		p->failed++;
 		c->st.rejected++;
 		pthread_mutex_unlock(&c->mu);
-		return ibp_fail(IBP_ERR_NOMEM, "ibp_slab_pool_alloc: cannot grow the index");
+		return ibpi_fail(IBP_ERR_NOMEM, "ibp_slab_pool_alloc: cannot grow the index");
 	}
 	c->sid[g] = h;
 	c->sflag[g] = 0;
 	c->slen[g] = (uint32_t)len;
 	c->sfl[g] = 0;
 	c->sclu[g] = 0;
-	cache_pin_slot(c, g); /* until the writer unpins it */
-	cache_policy_insert(c, g, 0);
+	ibpi_cache_pin_slot(c, g); /* until the writer unpins it */
+	ibpi_cache_policy_insert(c, g, 0);
 	p->allocs++;
 	c->st.insertions++;
 	k->insertions++;
@@ -145,7 +145,7 @@ ibp_status_t ibp_slab_pool_alloc(ibp_slab_pool_t *p, uint64_t len, int64_t *hand
 	c->st.bytes_resident += len;
 	c->st.slot_bytes_used += k->slot_bytes;
 	k->bytes_resident += len;
-	*ptr = cache_slot_ptr(c, g);
+	*ptr = ibpi_cache_slot_ptr(c, g);
 	pthread_mutex_unlock(&c->mu);
 	*handle = h;
 	return IBP_OK;
@@ -156,21 +156,21 @@ ibp_status_t ibp_slab_pool_pin(ibp_slab_pool_t *p, int64_t handle, void **ptr, u
 	if (ptr)
 		*ptr = NULL;
 	if (!p || !ptr)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_pin: NULL %s", p ? "ptr" : "pool");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_pin: NULL %s", p ? "ptr" : "pool");
 	ibp_cache_t *c = &p->c;
 	pthread_mutex_lock(&c->mu);
-	uint64_t pos = handle < 0 ? UINT64_MAX : cache_ix_find(&c->ix, handle);
+	uint64_t pos = handle < 0 ? UINT64_MAX : ibpi_cache_ix_find(&c->ix, handle);
 	if (pos == UINT64_MAX) {
 		pthread_mutex_unlock(&c->mu);
-		return ibp_fail(IBP_ERR_OUT_OF_RANGE, "ibp_slab_pool_pin: no block %lld (evicted, removed or never "
+		return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "ibp_slab_pool_pin: no block %lld (evicted, removed or never "
 				"allocated)", (long long)handle);
 	}
 	uint64_t e = c->ix.vals[pos], g = ENT_SLAB(e) * c->spp + ENT_SLOT(e);
-	cache_pin_slot(c, g);
-	cache_policy_hit(c, g);
+	ibpi_cache_pin_slot(c, g);
+	ibpi_cache_policy_hit(c, g);
 	c->cls[ENT_CLASS(e)].hits++;
 	p->reads++;
-	*ptr = cache_slot_ptr(c, g);
+	*ptr = ibpi_cache_slot_ptr(c, g);
 	if (len)
 		*len = ENT_LEN(e);
 	pthread_mutex_unlock(&c->mu);
@@ -180,15 +180,15 @@ ibp_status_t ibp_slab_pool_pin(ibp_slab_pool_t *p, int64_t handle, void **ptr, u
 ibp_status_t ibp_slab_pool_unpin(ibp_slab_pool_t *p, const void *ptr)
 {
 	if (!p)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_unpin: NULL pool");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_unpin: NULL pool");
 	ibp_cache_t *c = &p->c;
 	pthread_mutex_lock(&c->mu);
 	uint64_t g = slot_of(c, ptr);
 	if (g == UINT64_MAX || !c->pin[g]) {
 		pthread_mutex_unlock(&c->mu);
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_unpin: %p is not a pinned block of this pool", ptr);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_unpin: %p is not a pinned block of this pool", ptr);
 	}
-	cache_unpin_slot(c, g);
+	ibpi_cache_unpin_slot(c, g);
 	pthread_mutex_unlock(&c->mu);
 	return IBP_OK;
 }
@@ -198,7 +198,7 @@ ibp_status_t ibp_slab_pool_put(ibp_slab_pool_t *p, const void *data, uint64_t le
 	if (len && !data) {
 		if (handle)
 			*handle = -1;
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_put: NULL data with len = %llu", (unsigned long long)len);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_put: NULL data with len = %llu", (unsigned long long)len);
 	}
 	void *ptr;
 	IBP_TRY(ibp_slab_pool_alloc(p, len, handle, &ptr));
@@ -212,7 +212,7 @@ ibp_status_t ibp_slab_pool_get(ibp_slab_pool_t *p, int64_t handle, void *dst, ui
 	if (len)
 		*len = 0;
 	if (!p || (!dst && cap))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_get: NULL %s", p ? "dst" : "pool");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_get: NULL %s", p ? "dst" : "pool");
 	void *ptr;
 	uint64_t n;
 	IBP_TRY(ibp_slab_pool_pin(p, handle, &ptr, &n));
@@ -220,7 +220,7 @@ ibp_status_t ibp_slab_pool_get(ibp_slab_pool_t *p, int64_t handle, void *dst, ui
 		*len = n;
 	ibp_status_t s = IBP_OK;
 	if (n > cap)
-		s = ibp_fail(IBP_ERR_BUFFER_TOO_SMALL, "ibp_slab_pool_get: block %lld has %llu bytes, the buffer %llu",
+		s = ibpi_fail(IBP_ERR_BUFFER_TOO_SMALL, "ibp_slab_pool_get: block %lld has %llu bytes, the buffer %llu",
 			     (long long)handle, (unsigned long long)n, (unsigned long long)cap);
 	else if (n)
 		memcpy(dst, ptr, n);
@@ -233,10 +233,10 @@ ibp_status_t ibp_slab_pool_size(ibp_slab_pool_t *p, int64_t handle, uint64_t *le
 	if (len)
 		*len = 0;
 	if (!p)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_size: NULL pool");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_size: NULL pool");
 	ibp_cache_t *c = &p->c;
 	pthread_mutex_lock(&c->mu);
-	uint64_t pos = handle < 0 ? UINT64_MAX : cache_ix_find(&c->ix, handle);
+	uint64_t pos = handle < 0 ? UINT64_MAX : ibpi_cache_ix_find(&c->ix, handle);
 	uint64_t n = pos == UINT64_MAX ? 0 : ENT_LEN(c->ix.vals[pos]);
 	pthread_mutex_unlock(&c->mu);
 	if (pos == UINT64_MAX)
@@ -249,18 +249,18 @@ ibp_status_t ibp_slab_pool_size(ibp_slab_pool_t *p, int64_t handle, uint64_t *le
 ibp_status_t ibp_slab_pool_remove(ibp_slab_pool_t *p, int64_t handle)
 {
 	if (!p)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_remove: NULL pool");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_remove: NULL pool");
 	ibp_cache_t *c = &p->c;
 	pthread_mutex_lock(&c->mu);
-	uint64_t pos = handle < 0 ? UINT64_MAX : cache_ix_find(&c->ix, handle);
+	uint64_t pos = handle < 0 ? UINT64_MAX : ibpi_cache_ix_find(&c->ix, handle);
 	if (pos == UINT64_MAX) {
 		pthread_mutex_unlock(&c->mu);
-		return ibp_fail(IBP_ERR_OUT_OF_RANGE, "ibp_slab_pool_remove: no block %lld (evicted, removed or never "
+		return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "ibp_slab_pool_remove: no block %lld (evicted, removed or never "
 				"allocated)", (long long)handle);
 	}
 	uint64_t e = c->ix.vals[pos];
 	/* out of the index now; a pinned block's slot is freed at its last unpin */
-	cache_drop_slot(c, ENT_SLAB(e) * c->spp + ENT_SLOT(e), 0);
+	ibpi_cache_drop_slot(c, ENT_SLAB(e) * c->spp + ENT_SLOT(e), 0);
 	p->frees++;
 	c->st.invalidations++;
 	pthread_mutex_unlock(&c->mu);
@@ -270,7 +270,7 @@ ibp_status_t ibp_slab_pool_remove(ibp_slab_pool_t *p, int64_t handle)
 ibp_status_t ibp_slab_pool_stats(ibp_slab_pool_t *p, ibp_slab_pool_stats_t *st, int reset)
 {
 	if (!p || !st)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_stats: NULL %s", p ? "stats" : "pool");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_stats: NULL %s", p ? "stats" : "pool");
 	ibp_cache_t *c = &p->c;
 	pthread_mutex_lock(&c->mu);
 	memset(st, 0, sizeof(*st));
@@ -291,7 +291,7 @@ ibp_status_t ibp_slab_pool_stats(ibp_slab_pool_t *p, ibp_slab_pool_stats_t *st, 
 	st->slab_bytes = c->slab_bytes;
 	st->nslabs = c->nslabs;
 	st->free_slabs = c->nfree_slabs;
-	st->meta_bytes = cache_meta_bytes(c);
+	st->meta_bytes = ibpi_cache_meta_bytes(c);
 	st->class_step = c->step;
 	st->next_handle = p->next;
 	st->nclasses = c->nclasses;
@@ -309,6 +309,6 @@ ibp_status_t ibp_slab_pool_stats(ibp_slab_pool_t *p, ibp_slab_pool_stats_t *st, 
 ibp_status_t ibp_slab_pool_class_stats(ibp_slab_pool_t *p, uint32_t cls, ibp_cache_class_stats_t *st)
 {
 	if (!p)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_class_stats: NULL pool");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_class_stats: NULL pool");
 	return ibp_cache_class_stats(&p->c, cls, st);
 }

@@ -68,7 +68,7 @@ static ibp_status_t geometry(ibp_cache_t *c)
 		if (spp > CACHE_MAX_SPP)
 			spp = CACHE_MAX_SPP;
 		if (o->slab_bytes && o->slab_bytes % rb)
-			return ibp_fail(IBP_ERR_INVALID_ARG, "cache: slab_bytes %llu is not a multiple of row_bytes %llu",
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "cache: slab_bytes %llu is not a multiple of row_bytes %llu",
 					(unsigned long long)o->slab_bytes, (unsigned long long)rb);
 		c->spp = spp;
 		c->slab_bytes = spp * rb;
@@ -102,7 +102,7 @@ static ibp_status_t geometry(ibp_cache_t *c)
 			slab = k * raw_slot;
 		}
 		if (slab < raw_slot)
-			return ibp_fail(IBP_ERR_INVALID_ARG, "cache: slab_bytes %llu is below one raw row (%llu bytes)",
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "cache: slab_bytes %llu is below one raw row (%llu bytes)",
 					(unsigned long long)slab, (unsigned long long)raw_slot);
 		/* Compressed classes: slots up to raw_threshold of the raw slot; a
 		 * row that needs a larger one is kept decoded in the raw class. */
@@ -133,15 +133,15 @@ static ibp_status_t geometry(ibp_cache_t *c)
 	}
 	c->nslabs = (cap + c->slab_bytes - 1) / c->slab_bytes;
 	if (c->nslabs > CACHE_MAX_SLABS)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cache: %llu slabs of %llu bytes exceed the 2^17 an entry can name",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cache: %llu slabs of %llu bytes exceed the 2^17 an entry can name",
 				(unsigned long long)c->nslabs, (unsigned long long)c->slab_bytes);
 	if (cap < c->cls[c->raw].slot_bytes)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cache: capacity %llu is below one row slot (%llu bytes)",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cache: capacity %llu is below one row slot (%llu bytes)",
 				(unsigned long long)cap, (unsigned long long)c->cls[c->raw].slot_bytes);
 	return IBP_OK;
 }
 
-ibp_status_t cache_storage_init(ibp_cache_t *c)
+ibp_status_t ibpi_cache_storage_init(ibp_cache_t *c)
 {
 	IBP_TRY(geometry(c));
 	uint64_t ns = c->nslabs;
@@ -150,7 +150,7 @@ ibp_status_t cache_storage_init(ibp_cache_t *c)
 	c->gcap = c->o.policy == IBP_CACHE_S3FIFO && !c->pool ? c->nslots : 0;
 	/* The host index starts sized for the rows of a typical slot (a cache:
 	 * the larger of 256 bytes and a quarter raw slot; a pool: every slot)
-	 * and grows when filled (cache_ix_insert), so its size follows what is
+	 * and grows when filled (ibpi_cache_ix_insert), so its size follows what is
 	 * resident, not the most rows the smallest class could hold. */
 	uint64_t rows = c->nslots;
 	if (!c->pool) {
@@ -202,15 +202,15 @@ ibp_status_t cache_storage_init(ibp_cache_t *c)
 	if (!c->mem || !c->scls || !c->snslots || !c->sused || !c->spinned || !c->snext || !c->sprev ||
 	    !c->bitmap || !c->sid || !c->pin || !c->prev || !c->next || !c->slen || !c->stamp || !c->sflag ||
 	    !c->sfl || !c->sclu || !c->sfreq || (c->gcap && !c->gring) || !c->ix.keys || !c->ix.vals)
-		return ibp_fail(IBP_ERR_NOMEM, "cache: cannot allocate %llu bytes of slabs and their metadata",
+		return ibpi_fail(IBP_ERR_NOMEM, "cache: cannot allocate %llu bytes of slabs and their metadata",
 				(unsigned long long)c->o.capacity_bytes);
-	/* without the index, which grows: cache_meta_bytes() adds it */
+	/* without the index, which grows: ibpi_cache_meta_bytes() adds it */
 	c->meta_bytes = ns * (2 + 5 * 4 + c->words * 8) + c->nslots * (8 + 4 * 4 + 8 + 4) + c->gcap * 8;
-	cache_storage_reset(c);
+	ibpi_cache_storage_reset(c);
 	return IBP_OK;
 }
 
-void cache_storage_free(ibp_cache_t *c)
+void ibpi_cache_storage_free(ibp_cache_t *c)
 {
 	if (!c->pool)
 		free(c->mem);
@@ -240,7 +240,7 @@ void cache_storage_free(ibp_cache_t *c)
 	free(c->ix.vals);
 }
 
-void cache_storage_reset(ibp_cache_t *c)
+void ibpi_cache_storage_reset(ibp_cache_t *c)
 {
 	uint64_t ns = c->nslabs;
 	/* Every slab back in the pool, in order. */
@@ -273,7 +273,7 @@ void cache_storage_reset(ibp_cache_t *c)
 	c->ix.used = c->ix.tombs = 0;
 }
 
-uint32_t cache_class_of(const ibp_cache_t *c, uint64_t len)
+uint32_t ibpi_cache_class_of(const ibp_cache_t *c, uint64_t len)
 {
 	/* the first class whose slot holds len (slot sizes ascend) */
 	uint32_t lo = 0, hi = c->raw;
@@ -287,7 +287,7 @@ uint32_t cache_class_of(const ibp_cache_t *c, uint64_t len)
 	return lo;
 }
 
-uint8_t *cache_slot_ptr(const ibp_cache_t *c, uint64_t g)
+uint8_t *ibpi_cache_slot_ptr(const ibp_cache_t *c, uint64_t g)
 {
 	uint64_t s = g / c->spp, b = g % c->spp;
 	return c->mem + s * c->slab_bytes + b * c->cls[c->scls[s]].slot_bytes;
@@ -331,7 +331,7 @@ static void slab_assign(ibp_cache_t *c, uint32_t s, uint32_t cls)
 	slab_push(c, &k->partial, s);
 }
 
-uint64_t cache_slot_take(ibp_cache_t *c, uint32_t cls)
+uint64_t ibpi_cache_slot_take(ibp_cache_t *c, uint32_t cls)
 {
 	cache_class_t *k = &c->cls[cls];
 	uint32_t s = k->partial;
@@ -364,7 +364,7 @@ uint64_t cache_slot_take(ibp_cache_t *c, uint32_t cls)
 	return UINT64_MAX; /* not reached: a partial slab has a free bit */
 }
 
-void cache_slot_release(ibp_cache_t *c, uint64_t g)
+void ibpi_cache_slot_release(ibp_cache_t *c, uint64_t g)
 {
 	uint32_t s = (uint32_t)(g / c->spp);
 	uint64_t b = g % c->spp;
@@ -378,7 +378,7 @@ void cache_slot_release(ibp_cache_t *c, uint64_t g)
 	c->sflag[g] = 0;
 }
 
-uint32_t cache_borrow_end(const ibp_cache_t *c, uint32_t cls)
+uint32_t ibpi_cache_borrow_end(const ibp_cache_t *c, uint32_t cls)
 {
 	if (c->pool || cls >= c->raw)
 		return cls + 1;
@@ -388,7 +388,7 @@ uint32_t cache_borrow_end(const ibp_cache_t *c, uint32_t cls)
 	return j;
 }
 
-void cache_targets(ibp_cache_t *c)
+void ibpi_cache_targets(ibp_cache_t *c)
 {
 	double total = 0;
 	uint64_t nhist = 0;
@@ -403,7 +403,7 @@ void cache_targets(ibp_cache_t *c)
 		/* Fewer slabs than classes in use (a tiny cache): no class is
 		 * promised a slab. Each slab goes to the class whose slots the most
 		 * admissions not yet served could use (its own and those of the
-		 * smaller classes that borrow its slots: cache_alloc_slot), so a
+		 * smaller classes that borrow its slots: ibpi_cache_alloc_slot), so a
 		 * few slabs serve rows of several classes instead of the classes
 		 * taking them from each other. */
 		uint64_t left[IBP_CACHE_MAX_CLASSES];
@@ -416,7 +416,7 @@ void cache_targets(ibp_cache_t *c)
 			for (uint32_t j = 0; j < c->nclasses; j++) {
 				uint64_t w = 0;
 				for (uint32_t i = 0; i <= j; i++)
-					if (cache_borrow_end(c, i) > j)
+					if (ibpi_cache_borrow_end(c, i) > j)
 						w += left[i];
 				if (w > bw) {
 					bw = w;
@@ -427,7 +427,7 @@ void cache_targets(ibp_cache_t *c)
 				break;
 			c->cls[best].target++;
 			for (uint32_t i = 0; i <= best; i++)
-				if (cache_borrow_end(c, i) > best)
+				if (ibpi_cache_borrow_end(c, i) > best)
 					left[i] = 0;
 		}
 		return;
@@ -443,7 +443,7 @@ void cache_targets(ibp_cache_t *c)
 	}
 }
 
-int cache_slab_steal(ibp_cache_t *c, uint32_t cls, void (*evict)(ibp_cache_t *, uint64_t), uint64_t max_evict,
+int ibpi_cache_slab_steal(ibp_cache_t *c, uint32_t cls, void (*evict)(ibp_cache_t *, uint64_t), uint64_t max_evict,
 		     int any)
 {
 	uint32_t d = NIL;
@@ -502,17 +502,17 @@ int cache_slab_steal(ibp_cache_t *c, uint32_t cls, void (*evict)(ibp_cache_t *, 
 
 /* ---- index ---- */
 
-uint64_t cache_hash(int64_t id)
+uint64_t ibpi_cache_hash(int64_t id)
 {
 	return ibp_slab_hash(id); /* the GPU table's hash (cuda/slab_cache.h) */
 }
 
-uint64_t cache_ix_find(const cache_index_t *ix, int64_t id)
+uint64_t ibpi_cache_ix_find(const cache_index_t *ix, int64_t id)
 {
 	uint64_t m = ix->cap - 1;
 	/* Past tombstones to the first empty key, so a key is found wherever a
 	 * later insert put it (the cuCollections #606 trap). */
-	for (uint64_t p = cache_hash(id) & m, i = 0; i < ix->cap; p = (p + 1) & m, i++) {
+	for (uint64_t p = ibpi_cache_hash(id) & m, i = 0; i < ix->cap; p = (p + 1) & m, i++) {
 		int64_t k = ix->keys[p];
 		if (k == id)
 			return p;
@@ -524,7 +524,7 @@ uint64_t cache_ix_find(const cache_index_t *ix, int64_t id)
 
 static void ix_put(int64_t *keys, uint64_t *vals, uint64_t cap, int64_t id, uint64_t val)
 {
-	uint64_t m = cap - 1, p = cache_hash(id) & m;
+	uint64_t m = cap - 1, p = ibpi_cache_hash(id) & m;
 	while (keys[p] >= 0)
 		p = (p + 1) & m;
 	keys[p] = id;
@@ -556,7 +556,7 @@ static int ix_rehash(cache_index_t *ix, uint64_t cap)
 	return 0;
 }
 
-int cache_ix_insert(cache_index_t *ix, int64_t id, uint64_t val)
+int ibpi_cache_ix_insert(cache_index_t *ix, int64_t id, uint64_t val)
 {
 	if ((ix->used + ix->tombs + 1) * 8 > ix->cap * 7) {
 		/* Rehash, doubled while over half full: drops the tombstones. */
@@ -566,7 +566,7 @@ int cache_ix_insert(cache_index_t *ix, int64_t id, uint64_t val)
 		if (ix_rehash(ix, cap) && ix->used + ix->tombs + 2 > ix->cap)
 			return -1; /* no memory and no empty position left */
 	}
-	uint64_t m = ix->cap - 1, p = cache_hash(id) & m;
+	uint64_t m = ix->cap - 1, p = ibpi_cache_hash(id) & m;
 	while (ix->keys[p] >= 0) /* first tombstone or empty key: the caller checked `id` is absent */
 		p = (p + 1) & m;
 	if (ix->keys[p] == KEY_TOMB)
@@ -577,7 +577,7 @@ int cache_ix_insert(cache_index_t *ix, int64_t id, uint64_t val)
 	return 0;
 }
 
-void cache_ix_erase(cache_index_t *ix, uint64_t pos)
+void ibpi_cache_ix_erase(cache_index_t *ix, uint64_t pos)
 {
 	ix->keys[pos] = KEY_TOMB;
 	ix->used--;

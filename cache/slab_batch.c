@@ -22,17 +22,17 @@ static uint64_t find(const ibp_slab_table_t *t, int64_t id)
 static ibp_status_t check(const ibp_slab_table_t *t, const void *a, uint64_t n, const char *fn)
 {
 	if (!t || (n && !a))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL %s", fn, t ? "array" : "table");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL %s", fn, t ? "array" : "table");
 	if (!t->cap || (t->cap & (t->cap - 1)) || !t->keys || !t->vals)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: the table has no index of a power-of-two size", fn);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: the table has no index of a power-of-two size", fn);
 	return IBP_OK;
 }
 
-ibp_status_t ibp_slab_probe(const ibp_slab_table_t *t, const int64_t *ids, uint64_t n, uint64_t *ent, int pin)
+ibp_status_t ibpi_slab_probe(const ibp_slab_table_t *t, const int64_t *ids, uint64_t n, uint64_t *ent, int pin)
 {
-	IBP_TRY(check(t, ids, n, "ibp_slab_probe"));
+	IBP_TRY(check(t, ids, n, "ibpi_slab_probe"));
 	if (n && !ent)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_probe: NULL ent");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibpi_slab_probe: NULL ent");
 	for (uint64_t k = 0; k < n; k++) {
 		uint64_t p = ids[k] < 0 ? UINT64_MAX : find(t, ids[k]);
 		uint64_t e = p == UINT64_MAX ? 0 : t->vals[p];
@@ -45,9 +45,9 @@ ibp_status_t ibp_slab_probe(const ibp_slab_table_t *t, const int64_t *ids, uint6
 	return IBP_OK;
 }
 
-ibp_status_t ibp_slab_erase(const ibp_slab_table_t *t, const int64_t *keys, uint64_t n, unsigned long long *nerased)
+ibp_status_t ibpi_slab_erase(const ibp_slab_table_t *t, const int64_t *keys, uint64_t n, unsigned long long *nerased)
 {
-	IBP_TRY(check(t, keys, n, "ibp_slab_erase"));
+	IBP_TRY(check(t, keys, n, "ibpi_slab_erase"));
 	for (uint64_t k = 0; k < n; k++) {
 		uint64_t p = keys[k] < 0 ? UINT64_MAX : find(t, keys[k]);
 		if (p == UINT64_MAX)
@@ -59,10 +59,10 @@ ibp_status_t ibp_slab_erase(const ibp_slab_table_t *t, const int64_t *keys, uint
 	return IBP_OK;
 }
 
-ibp_status_t ibp_slab_insert(const ibp_slab_table_t *t, const ibp_slab_insert_op_t *ops, uint64_t n,
+ibp_status_t ibpi_slab_insert(const ibp_slab_table_t *t, const ibp_slab_insert_op_t *ops, uint64_t n,
 			     unsigned long long *nfull)
 {
-	IBP_TRY(check(t, ops, n, "ibp_slab_insert"));
+	IBP_TRY(check(t, ops, n, "ibpi_slab_insert"));
 	uint64_t m = t->cap - 1;
 	for (uint64_t k = 0; k < n; k++) {
 		const ibp_slab_insert_op_t *o = &ops[k];
@@ -85,12 +85,12 @@ ibp_status_t ibp_slab_insert(const ibp_slab_table_t *t, const ibp_slab_insert_op
 	return IBP_OK;
 }
 
-ibp_status_t ibp_slab_gather(const ibp_slab_table_t *t, const uint64_t *ent, uint64_t n, uint8_t *stage,
+ibp_status_t ibpi_slab_gather(const ibp_slab_table_t *t, const uint64_t *ent, uint64_t n, uint8_t *stage,
 			     uint64_t stride, uint32_t *len, uint32_t *meta, int unpin)
 {
-	IBP_TRY(check(t, ent, n, "ibp_slab_gather"));
+	IBP_TRY(check(t, ent, n, "ibpi_slab_gather"));
 	if (n && (!stage || !len || !meta))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_gather: NULL output");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibpi_slab_gather: NULL output");
 	for (uint64_t k = 0; k < n; k++) {
 		uint64_t e = ent[k];
 		if (IBP_SLAB_STATE(e) != IBP_SLAB_READY) {

@@ -28,31 +28,31 @@ extern "C" {
 #endif
 
 /* ent[k] = the READY entry of ids[k], else 0. pin != 0: pin[slot]++ per hit. */
-ibp_status_t ibp_slab_probe(const ibp_slab_table_t *t, const int64_t *ids, uint64_t n, uint64_t *ent, int pin);
-ibp_status_t ibp_slab_probe_cuda(const ibp_slab_table_t *t, const int64_t *ids, uint64_t n, uint64_t *ent, int pin,
+ibp_status_t ibpi_slab_probe(const ibp_slab_table_t *t, const int64_t *ids, uint64_t n, uint64_t *ent, int pin);
+ibp_status_t ibpi_slab_probe_cuda(const ibp_slab_table_t *t, const int64_t *ids, uint64_t n, uint64_t *ent, int pin,
 				 void *stream);
 
 /* Tombstones keys[0..n) that are present; nerased (device memory for the
  * _cuda one; NULL allowed) is increased by how many were. */
-ibp_status_t ibp_slab_erase(const ibp_slab_table_t *t, const int64_t *keys, uint64_t n, unsigned long long *nerased);
-ibp_status_t ibp_slab_erase_cuda(const ibp_slab_table_t *t, const int64_t *keys, uint64_t n,
+ibp_status_t ibpi_slab_erase(const ibp_slab_table_t *t, const int64_t *keys, uint64_t n, unsigned long long *nerased);
+ibp_status_t ibpi_slab_erase_cuda(const ibp_slab_table_t *t, const int64_t *keys, uint64_t n,
 				 unsigned long long *nerased, void *stream);
 
 /* Inserts ops[0..n) (see cuda/slab_cache.h). A key that finds no free
  * position (a full table: the host sizes it so this cannot happen) is
  * skipped and counted in *nfull (NULL allowed; device memory for _cuda). */
-ibp_status_t ibp_slab_insert(const ibp_slab_table_t *t, const ibp_slab_insert_op_t *ops, uint64_t n,
+ibp_status_t ibpi_slab_insert(const ibp_slab_table_t *t, const ibp_slab_insert_op_t *ops, uint64_t n,
 			     unsigned long long *nfull);
-ibp_status_t ibp_slab_insert_cuda(const ibp_slab_table_t *t, const ibp_slab_insert_op_t *ops, uint64_t n,
+ibp_status_t ibpi_slab_insert_cuda(const ibp_slab_table_t *t, const ibp_slab_insert_op_t *ops, uint64_t n,
 				  unsigned long long *nfull, void *stream);
 
 /* For k with a READY ent[k] (from probe): copies its bytes to
  * stage + k * stride, len[k] = its length, meta[k] = its slot's codec
  * byte, and unpins the slot when unpin != 0; other k: len[k] = 0,
  * meta[k] = 0, stage untouched. stride >= the largest slot. */
-ibp_status_t ibp_slab_gather(const ibp_slab_table_t *t, const uint64_t *ent, uint64_t n, uint8_t *stage,
+ibp_status_t ibpi_slab_gather(const ibp_slab_table_t *t, const uint64_t *ent, uint64_t n, uint8_t *stage,
 			     uint64_t stride, uint32_t *len, uint32_t *meta, int unpin);
-ibp_status_t ibp_slab_gather_cuda(const ibp_slab_table_t *t, const uint64_t *ent, uint64_t n, uint8_t *stage,
+ibp_status_t ibpi_slab_gather_cuda(const ibp_slab_table_t *t, const uint64_t *ent, uint64_t n, uint8_t *stage,
 				  uint64_t stride, uint32_t *len, uint32_t *meta, int unpin, void *stream);
 
 /* Device memory for a table of `cap` index positions (a power of two),
@@ -60,10 +60,10 @@ ibp_status_t ibp_slab_gather_cuda(const ibp_slab_table_t *t, const uint64_t *ent
  * from slot_bytes): keys empty, pins 0. t->spp and t->slab_bytes are
  * set by the caller. Errors: IBP_ERR_INVALID_ARG, IBP_ERR_NO_DEVICE,
  * IBP_ERR_CUDA (nothing left allocated). */
-ibp_status_t ibp_slab_table_alloc_cuda(ibp_slab_table_t *t, uint64_t cap, uint64_t nslots, uint64_t mem_bytes,
+ibp_status_t ibpi_slab_table_alloc_cuda(ibp_slab_table_t *t, uint64_t cap, uint64_t nslots, uint64_t mem_bytes,
 				       const uint32_t *slot_bytes, uint32_t nclasses);
-/* Frees what ibp_slab_table_alloc_cuda allocated; a zeroed table is a no-op. */
-void ibp_slab_table_free_cuda(ibp_slab_table_t *t);
+/* Frees what ibpi_slab_table_alloc_cuda allocated; a zeroed table is a no-op. */
+void ibpi_slab_table_free_cuda(ibp_slab_table_t *t);
 
 #ifdef __cplusplus
 }

@@ -10,12 +10,12 @@ static ibp_status_t cu_fail(cudaError_t e, const char *what)
 {
 	(void)cudaGetLastError();
 	if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
-		return ibp_fail(IBP_ERR_NO_DEVICE, "ibp_slab_table_alloc_cuda: %s: %s", what, cudaGetErrorString(e));
-	return ibp_fail(IBP_ERR_CUDA, "ibp_slab_table_alloc_cuda: %s: %s (%s)", what, cudaGetErrorString(e),
+		return ibpi_fail(IBP_ERR_NO_DEVICE, "ibpi_slab_table_alloc_cuda: %s: %s", what, cudaGetErrorString(e));
+	return ibpi_fail(IBP_ERR_CUDA, "ibpi_slab_table_alloc_cuda: %s: %s (%s)", what, cudaGetErrorString(e),
 			cudaGetErrorName(e));
 }
 
-void ibp_slab_table_free_cuda(ibp_slab_table_t *t)
+void ibpi_slab_table_free_cuda(ibp_slab_table_t *t)
 {
 	if (!t)
 		return;
@@ -31,11 +31,11 @@ void ibp_slab_table_free_cuda(ibp_slab_table_t *t)
 	t->slot_bytes = NULL;
 }
 
-ibp_status_t ibp_slab_table_alloc_cuda(ibp_slab_table_t *t, uint64_t cap, uint64_t nslots, uint64_t mem_bytes,
+ibp_status_t ibpi_slab_table_alloc_cuda(ibp_slab_table_t *t, uint64_t cap, uint64_t nslots, uint64_t mem_bytes,
 				       const uint32_t *slot_bytes, uint32_t nclasses)
 {
 	if (!t || !slot_bytes || !nclasses || !nslots || !mem_bytes || !cap || (cap & (cap - 1)))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_table_alloc_cuda: NULL table or slot sizes, a zero "
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibpi_slab_table_alloc_cuda: NULL table or slot sizes, a zero "
 				"size, or an index size that is not a power of two");
 	memset(t, 0, sizeof(*t));
 	cudaError_t e;
@@ -64,7 +64,7 @@ fail:
 		t->slot_bytes = (const uint32_t *)sb;
 	{
 		ibp_status_t s = cu_fail(e, what);
-		ibp_slab_table_free_cuda(t);
+		ibpi_slab_table_free_cuda(t);
 		return s;
 	}
 }

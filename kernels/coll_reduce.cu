@@ -1,5 +1,5 @@
 /* coll_reduce.cu - the reduction step of the collectives on device buffers
- * (coll_reduce_add_cuda), twin of coll_reduce_add (src/coll/coll_codec.c):
+ * (ibpi_coll_reduce_add_cuda), twin of ibpi_coll_reduce_add (src/coll/coll_codec.c):
  * dst[i] = round_dt(float(part[i]) + float(local[i])), one FP32 add with
  * round-to-nearest (__fadd_rn: no contraction; NaNs as x86 makes them,
  * see crk_addf), then the same rounding to
@@ -16,7 +16,7 @@ extern "C" {
 
 #define CRK_THREADS 256u
 
-/* __fadd_rn with x86's NaN rule (coll_reduce_add's add_nan): a NaN operand
+/* __fadd_rn with x86's NaN rule (ibpi_coll_reduce_add's add_nan): a NaN operand
  * quieted, the first one first; Inf - Inf gives 0xffc00000. */
 static __device__ __forceinline__ float crk_addf(float a, float b)
 {
@@ -46,16 +46,16 @@ static __global__ void crk_add(const void *__restrict__ part, const void *__rest
 }
 
 /* Declared in src/coll/coll_mem.h (the coll layer, above this one). */
-extern "C" ibp_status_t coll_reduce_add_cuda(const void *d_part, const void *d_local, ibp_dtype_t dt, uint64_t n,
+extern "C" ibp_status_t ibpi_coll_reduce_add_cuda(const void *d_part, const void *d_local, ibp_dtype_t dt, uint64_t n,
 					     void *d_dst, void *stream)
 {
 	if (dt != IBP_DTYPE_BF16 && dt != IBP_DTYPE_F16 && dt != IBP_DTYPE_F32)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll_reduce_add_cuda: dtype %s (bf16, f16 or f32)",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibpi_coll_reduce_add_cuda: dtype %s (bf16, f16 or f32)",
 				ibp_dtype_name(dt));
 	if (!n)
 		return IBP_OK;
 	if (!d_part || !d_local || !d_dst)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll_reduce_add_cuda: NULL device pointer");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibpi_coll_reduce_add_cuda: NULL device pointer");
 	IBP_TRY(ibp_cuda_require_device());
 	cudaStream_t st = (cudaStream_t)stream;
 	unsigned grid = 1;

@@ -20,9 +20,9 @@ static inline ibp_status_t ibp_cuda_status(cudaError_t e, const char *what, cons
 		return IBP_OK;
 	(void)cudaGetLastError();
 	if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
-		return ibp_fail(IBP_ERR_NO_DEVICE, "%s:%d: %s: %s (%s)", file, line, what, cudaGetErrorString(e),
+		return ibpi_fail(IBP_ERR_NO_DEVICE, "%s:%d: %s: %s (%s)", file, line, what, cudaGetErrorString(e),
 				cudaGetErrorName(e));
-	return ibp_fail(IBP_ERR_CUDA, "%s:%d: %s: %s (%s)", file, line, what, cudaGetErrorString(e),
+	return ibpi_fail(IBP_ERR_CUDA, "%s:%d: %s: %s (%s)", file, line, what, cudaGetErrorString(e),
 			cudaGetErrorName(e));
 }
 
@@ -65,11 +65,11 @@ static inline ibp_status_t ibp_cuda_require_device(void)
 	cudaError_t e = cudaGetDeviceCount(&n);
 	if (e != cudaSuccess) {
 		(void)cudaGetLastError();
-		return ibp_fail(IBP_ERR_NO_DEVICE, "no usable CUDA device: cudaGetDeviceCount: %s (%s)",
+		return ibpi_fail(IBP_ERR_NO_DEVICE, "no usable CUDA device: cudaGetDeviceCount: %s (%s)",
 				cudaGetErrorString(e), cudaGetErrorName(e));
 	}
 	if (n <= 0)
-		return ibp_fail(IBP_ERR_NO_DEVICE, "no CUDA device (cudaGetDeviceCount = 0)");
+		return ibpi_fail(IBP_ERR_NO_DEVICE, "no CUDA device (cudaGetDeviceCount = 0)");
 	return IBP_OK;
 }
 

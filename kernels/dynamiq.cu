@@ -1,6 +1,6 @@
-/* dynamiq.cu - DynamiQ's hop and final decode on the GPU (dq_hop_cuda,
- * dq_decode_chunk_cuda; src/cuda/dynamiq_cuda.h), twins of dq_hop and
- * dq_decode_chunk (src/coll/dynamiq.c): the same bytes and floats.
+/* dynamiq.cu - DynamiQ's hop and final decode on the GPU (ibpi_dq_hop_cuda,
+ * ibpi_dq_decode_chunk_cuda; src/cuda/dynamiq_cuda.h), twins of ibpi_dq_hop and
+ * ibpi_dq_decode_chunk (src/coll/dynamiq.c): the same bytes and floats.
  *
  * One block of 256 threads per super-group (SG), thread i = entry i, in a
  * grid-stride loop over the chunk's SGs. A hop, fused: decode the incoming
@@ -206,19 +206,19 @@ static ibp_status_t dqk_args(const dq_cuda_plan_t *p, uint64_t j0, uint64_t j1, 
 			     const int32_t *d_status, const char *what)
 {
 	if (!p || !dst || !d_status || j1 < j0 || !p->q || !p->mu || !p->boff || !p->lv || !p->tab || p->n < 1)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL pointer, empty plan or j1 < j0", what);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL pointer, empty plan or j1 < j0", what);
 	if (j1 > (p->d + DQK_S - 1) / DQK_S)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: super-group %llu past the plan's %llu", what,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: super-group %llu past the plan's %llu", what,
 				(unsigned long long)j1, (unsigned long long)((p->d + DQK_S - 1) / DQK_S));
 	return IBP_OK;
 }
 
-extern "C" ibp_status_t dq_hop_cuda(const dq_cuda_plan_t *p, uint64_t j0, uint64_t j1, const uint8_t *d_in,
+extern "C" ibp_status_t ibpi_dq_hop_cuda(const dq_cuda_plan_t *p, uint64_t j0, uint64_t j1, const uint8_t *d_in,
 				    const float *d_x, int w, uint8_t *d_out, int32_t *d_status, void *stream)
 {
-	IBP_TRY(dqk_args(p, j0, j1, d_out, d_status, "dq_hop_cuda"));
+	IBP_TRY(dqk_args(p, j0, j1, d_out, d_status, "ibpi_dq_hop_cuda"));
 	if (!d_x || w < 0 || w >= p->n)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "dq_hop_cuda: NULL input or rank %d of %d", w, p->n);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibpi_dq_hop_cuda: NULL input or rank %d of %d", w, p->n);
 	IBP_TRY(ibp_cuda_require_device());
 	cudaStream_t st = (cudaStream_t)stream;
 	IBP_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int32_t), st));
@@ -230,12 +230,12 @@ extern "C" ibp_status_t dq_hop_cuda(const dq_cuda_plan_t *p, uint64_t j0, uint64
 	return IBP_OK;
 }
 
-extern "C" ibp_status_t dq_decode_chunk_cuda(const dq_cuda_plan_t *p, uint64_t j0, uint64_t j1, const uint8_t *d_in,
+extern "C" ibp_status_t ibpi_dq_decode_chunk_cuda(const dq_cuda_plan_t *p, uint64_t j0, uint64_t j1, const uint8_t *d_in,
 					     float *d_y, int32_t *d_status, void *stream)
 {
-	IBP_TRY(dqk_args(p, j0, j1, d_y, d_status, "dq_decode_chunk_cuda"));
+	IBP_TRY(dqk_args(p, j0, j1, d_y, d_status, "ibpi_dq_decode_chunk_cuda"));
 	if (!d_in)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "dq_decode_chunk_cuda: NULL input");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibpi_dq_decode_chunk_cuda: NULL input");
 	IBP_TRY(ibp_cuda_require_device());
 	cudaStream_t st = (cudaStream_t)stream;
 	IBP_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int32_t), st));

@@ -583,9 +583,9 @@ expk_decode(const uint8_t *src, uint64_t src_bytes, const uint64_t *offsets, con
 static ibp_status_t expk_batch_of(ibp_dtype_t dt, uint64_t n, uint64_t chunk, expk_batch *b, const char *fn)
 {
 	if (!expf_shape_of((uint32_t)dt, &b->s))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: dtype %s is not bf16, f16 or f32", fn, ibp_dtype_name(dt));
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: dtype %s is not bf16, f16 or f32", fn, ibp_dtype_name(dt));
 	if (n > EXPF_MAX_ELEMS || chunk == 0 || chunk > EXPF_MAX_ELEMS)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: n %llu / chunk_elems %llu out of range", fn,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: n %llu / chunk_elems %llu out of range", fn,
 				(unsigned long long)n, (unsigned long long)chunk);
 	b->n = n;
 	b->chunk = chunk;
@@ -609,7 +609,7 @@ extern "C" ibp_status_t ibp_exp_cuda_encode_workspace(ibp_dtype_t dt, uint64_t n
 	expk_batch b = {};
 	expk_ws w;
 	if (!bytes)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_cuda_encode_workspace: bytes is NULL");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_cuda_encode_workspace: bytes is NULL");
 	IBP_TRY(expk_batch_of(dt, n, chunk_elems, &b, "exp_cuda_encode_workspace"));
 	expk_ws_layout(n, b.nchunks, b.nchunks * b.gpc, &w);
 	*bytes = w.total;
@@ -629,16 +629,16 @@ extern "C" ibp_status_t ibp_exp_encode_cuda(const void *d_src, ibp_dtype_t dt, u
 	}
 	IBP_TRY(expk_batch_of(dt, n, chunk_elems, &b, "exp_encode_cuda"));
 	if (n && (!d_src || !d_dst || !d_sizes || !d_workspace))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_encode_cuda: NULL device pointer");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_encode_cuda: NULL device pointer");
 	if ((dst_stride & 127u) || dst_stride < expk_bound(&b.s, chunk_elems < n ? chunk_elems : n) ||
 	    ((uintptr_t)d_dst & 127u) || ((uintptr_t)d_workspace & 127u) || ((uintptr_t)d_src % b.s.esize))
-		return ibp_fail(IBP_ERR_INVALID_ARG,
+		return ibpi_fail(IBP_ERR_INVALID_ARG,
 				"exp_encode_cuda: dst_stride %llu must be a multiple of 128 >= the chunk bound; "
 				"d_dst/d_workspace 128-aligned, d_src element-aligned",
 				(unsigned long long)dst_stride);
 	expk_ws_layout(n, b.nchunks, b.nchunks * b.gpc, &w);
 	if (workspace_bytes < w.total)
-		return ibp_fail(IBP_ERR_BUFFER_TOO_SMALL, "exp_encode_cuda: workspace %llu < %llu bytes",
+		return ibpi_fail(IBP_ERR_BUFFER_TOO_SMALL, "exp_encode_cuda: workspace %llu < %llu bytes",
 				(unsigned long long)workspace_bytes, (unsigned long long)w.total);
 	IBP_TRY(ibp_cuda_require_device());
 	if (b.nchunks == 0)
@@ -677,11 +677,11 @@ extern "C" ibp_status_t ibp_exp_encode_cuda(const void *d_src, ibp_dtype_t dt, u
 			uint32_t fmax = (1u << b.s.ebits) - 1u;
 			for (int k = 0; k < 7; k++)
 				if (t.field[k] > fmax || (k && t.field[k] <= t.field[k - 1]))
-					return ibp_fail(IBP_ERR_INVALID_ARG,
+					return ibpi_fail(IBP_ERR_INVALID_ARG,
 							"exp_encode_cuda: given table must hold 7 strictly ascending fields <= %u",
 							fmax);
 		} else {
-			return ibp_fail(IBP_ERR_INVALID_ARG, "exp_encode_cuda: unknown table mode %d", (int)opts->table_mode);
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_encode_cuda: unknown table mode %d", (int)opts->table_mode);
 		}
 		uint64_t t0 = 0;
 		for (int k = 0; k < 7; k++)
@@ -704,9 +704,9 @@ extern "C" ibp_status_t ibp_exp_decode_cuda(const void *d_src, uint64_t src_byte
 	expk_batch b = {};
 	IBP_TRY(expk_batch_of(dt, n, chunk_elems, &b, "exp_decode_cuda"));
 	if (!d_status || (n && (!d_src || !d_offsets || !d_sizes || !d_dst)))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_decode_cuda: NULL device pointer");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_decode_cuda: NULL device pointer");
 	if ((uintptr_t)d_dst % b.s.esize)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_decode_cuda: d_dst is not element-aligned");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_decode_cuda: d_dst is not element-aligned");
 	IBP_TRY(ibp_cuda_require_device());
 	cudaStream_t st = (cudaStream_t)stream;
 	IBP_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int32_t), st));

@@ -42,9 +42,9 @@ extern "C" ibp_status_t ibp_fp8_convert_cuda(const float *d_src, uint64_t n, ibp
 					     void *stream)
 {
 	if (fmt != IBP_FP8_E4M3 && fmt != IBP_FP8_E5M2)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_convert_cuda: unknown format %d", (int)fmt);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_convert_cuda: unknown format %d", (int)fmt);
 	if (n && (!d_src || !d_dst))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_convert_cuda: NULL device pointer");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_convert_cuda: NULL device pointer");
 	IBP_TRY(ibp_cuda_require_device());
 	if (!n)
 		return IBP_OK;
@@ -59,9 +59,9 @@ extern "C" ibp_status_t ibp_fp8_expand_cuda(const uint8_t *d_src, uint64_t n, ib
 					    void *stream)
 {
 	if (fmt != IBP_FP8_E4M3 && fmt != IBP_FP8_E5M2)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_expand_cuda: unknown format %d", (int)fmt);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_expand_cuda: unknown format %d", (int)fmt);
 	if (n && (!d_src || !d_dst))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_expand_cuda: NULL device pointer");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_expand_cuda: NULL device pointer");
 	IBP_TRY(ibp_cuda_require_device());
 	if (!n)
 		return IBP_OK;
@@ -355,12 +355,12 @@ static ibp_status_t fp8k_shape_of(ibp_dtype_t dt, uint64_t n, uint64_t chunk, co
 {
 	uint64_t stride = 0;
 	if (dt != IBP_DTYPE_F32 && dt != IBP_DTYPE_BF16 && dt != IBP_DTYPE_F16)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: dtype %s is not f32, bf16 or f16", fn, ibp_dtype_name(dt));
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: dtype %s is not f32, bf16 or f16", fn, ibp_dtype_name(dt));
 	if (chunk == 0 || chunk > n)
 		chunk = n ? n : 1;
 	IBP_TRY(ibp_fp8_encoded_size(o, chunk, &stride));
 	if (n > TACO_MAX_ELEMS)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: %llu elements exceed 2^56", fn, (unsigned long long)n);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: %llu elements exceed 2^56", fn, (unsigned long long)n);
 	sh->n = n;
 	sh->chunk = chunk;
 	sh->nchunks = n ? (n + chunk - 1) / chunk : 1; /* n = 0: one header-only stream */
@@ -381,9 +381,9 @@ extern "C" ibp_status_t ibp_fp8_encode_cuda(const void *d_src, ibp_dtype_t dt, u
 	o = fp8k_opts(o, &def);
 	IBP_TRY(fp8k_shape_of(dt, n, chunk_elems, o, &sh, "fp8_encode_cuda"));
 	if (!d_dst || (n && !d_src))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_encode_cuda: NULL device pointer");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_encode_cuda: NULL device pointer");
 	if (((uintptr_t)d_dst & 15u) || ((uintptr_t)d_src % (dt == IBP_DTYPE_F32 ? 4u : 2u)))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_encode_cuda: d_dst must be 16-byte aligned, d_src element-aligned");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_encode_cuda: d_dst must be 16-byte aligned, d_src element-aligned");
 	IBP_TRY(ibp_cuda_require_device());
 	unsigned grid = 1, threads = fp8k_threads(o->block);
 	IBP_TRY(ibp_cuda_grid(sh.nchunks * sh.mpc, &grid));
@@ -412,14 +412,14 @@ extern "C" ibp_status_t ibp_fp8_decode_cuda_bounded(const void *d_src, uint64_t 
 	o = fp8k_opts(o, &def);
 	IBP_TRY(fp8k_shape_of(dt, n, chunk_elems, o, &sh, "fp8_decode_cuda"));
 	if (!d_status || !d_src || (n && !d_dst))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_decode_cuda: NULL device pointer");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_decode_cuda: NULL device pointer");
 	if (((uintptr_t)d_src & 15u) || ((uintptr_t)d_dst % (dt == IBP_DTYPE_F32 ? 4u : 2u)))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_decode_cuda: d_src must be 16-byte aligned, d_dst element-aligned");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_decode_cuda: d_src must be 16-byte aligned, d_dst element-aligned");
 	/* The kernel reads exactly these bytes (every offset it reads follows
 	 * from n, the chunk size and the options, never from the stream). */
 	const uint64_t need = fp8k_streams_bytes(sh);
 	if (src_bytes < need)
-		return ibp_fail(IBP_ERR_CORRUPT, "fp8_decode_cuda: %llu source bytes, the %llu stream(s) of %llu elements "
+		return ibpi_fail(IBP_ERR_CORRUPT, "fp8_decode_cuda: %llu source bytes, the %llu stream(s) of %llu elements "
 				"need %llu", (unsigned long long)src_bytes, (unsigned long long)sh.nchunks,
 				(unsigned long long)n, (unsigned long long)need);
 	IBP_TRY(ibp_cuda_require_device());

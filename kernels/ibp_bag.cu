@@ -254,7 +254,7 @@ static IbpBagFn ibp_bag_fn(unsigned C)
 #define IBP_BAG_WARPS 8 /* warps (bags in flight) per block, at most */
 
 /* cuda/ibp_cuda_internal.h: a host-fallback store's host store. */
-extern "C" ibp_hstore_t *ibp_cuda_store_hstore(const ibp_cuda_store_t *store)
+extern "C" ibp_hstore_t *ibpi_cuda_store_hstore(const ibp_cuda_store_t *store)
 {
 	const IbpBagStoreView *s = reinterpret_cast<const IbpBagStoreView *>(store);
 	return s && !s->on_device ? s->host : nullptr;
@@ -263,7 +263,7 @@ extern "C" ibp_hstore_t *ibp_cuda_store_hstore(const ibp_cuda_store_t *store)
 /* The launch half of ibp_store_embedding_bag_cuda (ibp_bag_cudahost.c has
  * the argument checks; the prototype is repeated there). The store is on
  * the device and current; pointers are device-accessible. */
-extern "C" ibp_status_t ibp_bag_launch_cuda(const ibp_cuda_store_t *store, int mode, int unfused,
+extern "C" ibp_status_t ibpi_bag_launch_cuda(const ibp_cuda_store_t *store, int mode, int unfused,
 					    const void *ids, int ids64, uint64_t n_ids, const int64_t *offsets,
 					    uint64_t n_bags, const float *weights, int64_t padding_idx, int dt,
 					    void *out, int32_t *status, void *stream)
@@ -303,7 +303,7 @@ extern "C" ibp_status_t ibp_bag_launch_cuda(const ibp_cuda_store_t *store, int m
 	       "cudaDeviceGetAttribute");
 	const uint64_t per_warp = stage_smem + row_smem + acc_smem;
 	if (per_warp > (uint64_t)optin)
-		return ibp_fail(IBP_ERR_UNSUPPORTED,
+		return ibpi_fail(IBP_ERR_UNSUPPORTED,
 				"embedding_bag_cuda: rows of %llu bytes need %llu bytes of shared memory per bag, "
 				"more than the device's %d",
 				(unsigned long long)s->R, (unsigned long long)per_warp, optin);
@@ -326,7 +326,7 @@ extern "C" ibp_status_t ibp_bag_launch_cuda(const ibp_cuda_store_t *store, int m
 	IBP_CU(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)fn, (int)(32 * wpb), smem),
 	       "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
 	if (per_sm < 1)
-		return ibp_fail(IBP_ERR_CUDA, "embedding_bag_cuda: no block of %u threads with %zu bytes of shared "
+		return ibpi_fail(IBP_ERR_CUDA, "embedding_bag_cuda: no block of %u threads with %zu bytes of shared "
 				"memory fits on an SM", (unsigned)(32 * wpb), smem);
 	uint64_t blocks = (n_bags + wpb - 1) / wpb, cap = (uint64_t)per_sm * (uint64_t)nsm;
 	if (blocks > cap)

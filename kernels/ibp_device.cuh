@@ -63,7 +63,7 @@ static inline ibp_status_t ibp_cu_on_device(int dev, const char *what)
 	int cur = -1;
 	IBP_CU(cudaGetDevice(&cur), "cudaGetDevice");
 	if (cur != dev)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: object lives on device %d, current device is %d",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: object lives on device %d, current device is %d",
 				what, dev, cur);
 	return IBP_OK;
 }
@@ -515,7 +515,7 @@ __device__ __forceinline__ void ibp_zero_out(uint8_t *dst, uint64_t n)
 }
 
 /* ---------------------------------------------------------------------- */
-/* device: validation and decoding (src/bitpack/codec.c's ibp_decode_row_ext)      */
+/* device: validation and decoding (src/bitpack/codec.c's ibpi_decode_row_ext)      */
 /* ---------------------------------------------------------------------- */
 
 struct IbpRowHdr {

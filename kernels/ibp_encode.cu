@@ -53,15 +53,15 @@ const ibp_codec_t *ibp_cuda_codec_host(const ibp_cuda_codec_t *c)
 ibp_status_t ibp_cuda_codec_create(const ibp_codec_t *codec, void *stream, ibp_cuda_codec_t **out)
 {
 	if (!out || !codec)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda_codec_create: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda_codec_create: NULL argument");
 	*out = NULL;
 	int dev = 0;
 	IBP_TRY(ibp_cu_current(&dev));
 	ibp_cuda_codec_t *c = (ibp_cuda_codec_t *)calloc(1, sizeof(*c));
 	if (!c)
-		return ibp_fail(IBP_ERR_NOMEM, "cuda_codec_create: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "cuda_codec_create: out of memory");
 	c->device = dev;
-	ibp_status_t st = ibp_cuda_codec_clone(codec, &c->host);
+	ibp_status_t st = ibpi_cuda_codec_clone(codec, &c->host);
 	if (st != IBP_OK) {
 		free(c);
 		return st;
@@ -77,7 +77,7 @@ ibp_status_t ibp_cuda_codec_create(const ibp_codec_t *codec, void *stream, ibp_c
 	d.ntiles = (d.D + 31) / 32;
 	d.last_bytes = d.R - (d.D - 1) * d.C;
 	d.bitmap_bytes = (d.D + 7) / 8;
-	d.max_extent = ibp_cuda_max_extent(h);
+	d.max_extent = ibpi_cuda_max_extent(h);
 	const uint64_t KD = (uint64_t)d.K * d.D, nt1 = d.ntiles + 1;
 	const uint64_t mb = ibp_round_up(KD * d.C, 256), tb = (uint64_t)d.K * nt1 * 8;
 	d.xmask = 0;
@@ -87,7 +87,7 @@ ibp_status_t ibp_cuda_codec_create(const ibp_codec_t *codec, void *stream, ibp_c
 	uint64_t *tso = (uint64_t *)malloc(tb);
 	if (!tso) {
 		ibp_cuda_codec_free(c);
-		return ibp_fail(IBP_ERR_NOMEM, "cuda_codec_create: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "cuda_codec_create: out of memory");
 	}
 	for (unsigned k = 0; k < d.K; k++) {
 		const uint8_t *m = ibp_codec_mask(h, k);
@@ -101,7 +101,7 @@ ibp_status_t ibp_cuda_codec_create(const ibp_codec_t *codec, void *stream, ibp_c
 		if (off != ibp_codec_static_bits(h, k)) {
 			free(tso);
 			ibp_cuda_codec_free(c);
-			return ibp_fail(IBP_ERR_INTERNAL, "cuda_codec_create: static bits disagree");
+			return ibpi_fail(IBP_ERR_INTERNAL, "cuda_codec_create: static bits disagree");
 		}
 	}
 	cudaStream_t cs = (cudaStream_t)stream;
@@ -459,9 +459,9 @@ static ibp_status_t ibp_enc_plan(const ibp_cuda_codec_t *c, uint64_t nrows, IbpE
 static ibp_status_t ibp_enc_check(const ibp_cuda_codec_t *c, uint64_t nrows, const char *what)
 {
 	if (!c)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL codec", what);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL codec", what);
 	if (nrows >= UINT64_MAX / 8 - 1 || (nrows && c->d.R > UINT64_MAX / nrows))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: %llu rows is too many", what,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: %llu rows is too many", what,
 				(unsigned long long)nrows);
 	return ibp_cu_on_device(c->device, what);
 }
@@ -469,7 +469,7 @@ static ibp_status_t ibp_enc_check(const ibp_cuda_codec_t *c, uint64_t nrows, con
 ibp_status_t ibp_encode_workspace_cuda(const ibp_cuda_codec_t *c, uint64_t nrows, uint64_t *bytes)
 {
 	if (!bytes)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "encode_workspace_cuda: NULL bytes");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "encode_workspace_cuda: NULL bytes");
 	IBP_TRY(ibp_enc_check(c, nrows, "encode_workspace_cuda"));
 	IbpEncPlan p;
 	IBP_TRY(ibp_enc_plan(c, nrows, &p));
@@ -483,17 +483,17 @@ ibp_status_t ibp_encode_sizes_cuda(const ibp_cuda_codec_t *c, const void *rows, 
 {
 	IBP_TRY(ibp_enc_check(c, nrows, "encode_sizes_cuda"));
 	if (!offsets || (nrows && (!rows || !flags)))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "encode_sizes_cuda: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "encode_sizes_cuda: NULL argument");
 	if (c->d.K > 1 && !clusters)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "encode_sizes_cuda: %u clusters need a clusters array",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "encode_sizes_cuda: %u clusters need a clusters array",
 				c->d.K);
 	IbpEncPlan p;
 	IBP_TRY(ibp_enc_plan(c, nrows, &p));
 	if (!workspace || workspace_bytes < p.ws_total)
-		return ibp_fail(IBP_ERR_BUFFER_TOO_SMALL, "encode_sizes_cuda: workspace of %llu bytes, needs %llu",
+		return ibpi_fail(IBP_ERR_BUFFER_TOO_SMALL, "encode_sizes_cuda: workspace of %llu bytes, needs %llu",
 				(unsigned long long)workspace_bytes, (unsigned long long)p.ws_total);
 	if ((uintptr_t)workspace % 256)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "encode_sizes_cuda: workspace not 256-byte aligned");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "encode_sizes_cuda: workspace not 256-byte aligned");
 	cudaStream_t cs = (cudaStream_t)stream;
 	uint8_t *ws = (uint8_t *)workspace;
 	IbpEncArgs a;
@@ -522,17 +522,17 @@ ibp_status_t ibp_encode_write_cuda(const ibp_cuda_codec_t *c, const void *rows, 
 	if (nrows == 0)
 		return IBP_OK;
 	if (!offsets || !rows || !flags || (!dst && dst_cap))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "encode_write_cuda: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "encode_write_cuda: NULL argument");
 	if (c->d.K > 1 && !clusters)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "encode_write_cuda: %u clusters need a clusters array",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "encode_write_cuda: %u clusters need a clusters array",
 				c->d.K);
 	IbpEncPlan p;
 	IBP_TRY(ibp_enc_plan(c, nrows, &p));
 	if (p.global_stage && (!workspace || workspace_bytes < p.ws_total))
-		return ibp_fail(IBP_ERR_BUFFER_TOO_SMALL, "encode_write_cuda: workspace of %llu bytes, needs %llu",
+		return ibpi_fail(IBP_ERR_BUFFER_TOO_SMALL, "encode_write_cuda: workspace of %llu bytes, needs %llu",
 				(unsigned long long)workspace_bytes, (unsigned long long)p.ws_total);
 	if (p.global_stage && (uintptr_t)workspace % 256)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "encode_write_cuda: workspace not 256-byte aligned");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "encode_write_cuda: workspace not 256-byte aligned");
 	IbpEncArgs a;
 	memset(&a, 0, sizeof(a));
 	a.cd = c->d;
@@ -557,7 +557,7 @@ ibp_status_t ibp_encode_batch_cuda(const ibp_cuda_codec_t *c, const void *rows, 
 {
 	IBP_TRY(ibp_enc_check(c, nrows, "encode_batch_cuda"));
 	if (dst_cap < c->d.R * nrows)
-		return ibp_fail(IBP_ERR_BUFFER_TOO_SMALL,
+		return ibpi_fail(IBP_ERR_BUFFER_TOO_SMALL,
 				"encode_batch_cuda: dst_cap %llu below ibp_batch_bound %llu (use "
 				"ibp_encode_sizes_cuda + ibp_encode_write_cuda to size dst exactly)",
 				(unsigned long long)dst_cap, (unsigned long long)(c->d.R * nrows));

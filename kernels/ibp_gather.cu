@@ -41,7 +41,7 @@ struct IbpGatherArgs {
 	const int64_t *out_rows;
 	int32_t *status;
 	unsigned long long *nerr;
-	const uint32_t *lens32;   /* staged (ibp_gather_staged_cuda): bytes of each stage row */
+	const uint32_t *lens32;   /* staged (ibpi_gather_staged_cuda): bytes of each stage row */
 	const uint32_t *meta32;   /* staged: mode | cluster << 8 of each stage row (then flags,
 				     clusters unused) */
 	uint32_t stage_bytes;     /* bytes of each of a group's buffers (0: no staging) */
@@ -383,7 +383,7 @@ static ibp_status_t ibp_gather_config(ibp_cuda_kernel_t kind, uint64_t R, unsign
 							     L->smem),
 	       "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
 	if (per_sm < 1)
-		return ibp_fail(IBP_ERR_CUDA, "gather: no block of %u threads with %zu bytes of shared "
+		return ibpi_fail(IBP_ERR_CUDA, "gather: no block of %u threads with %zu bytes of shared "
 				"memory fits on an SM", L->threads, L->smem);
 	L->max_blocks = (uint64_t)per_sm * (uint64_t)nsm;
 	return IBP_OK;
@@ -432,12 +432,12 @@ static ibp_status_t ibp_mapped_ptr(const void *p, uint64_t n, const uint8_t **de
 	if (st == IBP_OK)
 		st = ibp_pinned_device_ptr((const uint8_t *)p + n - 1, &d1);
 	if (st != IBP_OK) {
-		char msg[256]; /* ibp_fail writes the buffer ibp_last_error reads */
+		char msg[256]; /* ibpi_fail writes the buffer ibp_last_error reads */
 		snprintf(msg, sizeof(msg), "%s", ibp_last_error());
-		return ibp_fail(st, "cuda store: payload: %s", msg);
+		return ibpi_fail(st, "cuda store: payload: %s", msg);
 	}
 	if ((uint8_t *)d1 != (uint8_t *)d0 + n - 1)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda store: payload spans separately mapped ranges");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda store: payload spans separately mapped ranges");
 	*dev = (const uint8_t *)d0;
 	return IBP_OK;
 }
@@ -467,7 +467,7 @@ static ibp_status_t ibp_device_accessible(const void *p, uint64_t n, int dev, co
 		*out = (const uint8_t *)a0.devicePointer;
 		return IBP_OK;
 	}
-	return ibp_fail(IBP_ERR_INVALID_ARG,
+	return ibpi_fail(IBP_ERR_INVALID_ARG,
 			"%s is not device-accessible from device %d (pageable host memory, or another device's)",
 			what, dev);
 }
@@ -492,7 +492,7 @@ static ibp_status_t ibp_place_payload(ibp_cuda_store_t *s, const ibp_cuda_store_
 			return ibp_cu_fail(e, "cuda store: cudaPointerGetAttributes");
 		if ((at0.type != cudaMemoryTypeDevice && at0.type != cudaMemoryTypeManaged) ||
 		    at0.type != at1.type || at0.device != s->device || at1.device != s->device)
-			return ibp_fail(IBP_ERR_INVALID_ARG,
+			return ibpi_fail(IBP_ERR_INVALID_ARG,
 					"cuda store: payload is not device memory of device %d", s->device);
 		s->payload = (const uint8_t *)d->payload;
 		return IBP_OK;
@@ -529,7 +529,7 @@ static ibp_status_t ibp_place_payload(ibp_cuda_store_t *s, const ibp_cuda_store_
 		return ibp_mapped_ptr(d->payload, n, &s->payload);
 	}
 	}
-	return ibp_fail(IBP_ERR_INVALID_ARG, "cuda store: unknown payload kind");
+	return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda store: unknown payload kind");
 }
 
 typedef void (*IbpExtentFn)(const IbpDevCodec, const uint8_t *, uint64_t, const uint8_t *,
@@ -572,7 +572,7 @@ void ibp_cuda_store_free(ibp_cuda_store_t *s)
 		ibp_cuda_codec_free(s->codec);
 		(void)cudaGetLastError();
 	}
-	ibp_hstore_free(s->host);
+	ibpi_hstore_free(s->host);
 	free(s->h_off);
 	free(s->h_flags);
 	free(s->h_cl);
@@ -583,9 +583,9 @@ ibp_status_t ibp_cuda_store_create(const ibp_cuda_store_desc_t *d, unsigned flag
 				   ibp_cuda_store_t **out)
 {
 	if (!out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda_store_create: NULL out");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda_store_create: NULL out");
 	*out = NULL;
-	IBP_TRY(ibp_cuda_desc_check(d));
+	IBP_TRY(ibpi_cuda_desc_check(d));
 	int dev = 0;
 	ibp_status_t st = ibp_cu_current(&dev);
 	if (st == IBP_ERR_NO_DEVICE) {
@@ -593,16 +593,16 @@ ibp_status_t ibp_cuda_store_create(const ibp_cuda_store_desc_t *d, unsigned flag
 			return st;
 		ibp_cuda_store_t *s = (ibp_cuda_store_t *)calloc(1, sizeof(*s));
 		if (!s)
-			return ibp_fail(IBP_ERR_NOMEM, "cuda_store_create: out of memory");
+			return ibpi_fail(IBP_ERR_NOMEM, "cuda_store_create: out of memory");
 		s->nrows = d->nrows;
 		s->R = ibp_codec_row_bytes(d->codec);
-		st = ibp_hstore_create(d, &s->host);
+		st = ibpi_hstore_create(d, &s->host);
 		if (st != IBP_OK) {
 			free(s);
 			return st;
 		}
 		*out = s;
-		return ibp_fail(IBP_ERR_NO_DEVICE,
+		return ibpi_fail(IBP_ERR_NO_DEVICE,
 				"cuda_store_create: no usable CUDA device; the store was made in ordinary "
 				"host memory and ibp_gather_cuda will decode on the CPU");
 	}
@@ -611,7 +611,7 @@ ibp_status_t ibp_cuda_store_create(const ibp_cuda_store_desc_t *d, unsigned flag
 	cudaStream_t cs = (cudaStream_t)stream;
 	ibp_cuda_store_t *s = (ibp_cuda_store_t *)calloc(1, sizeof(*s));
 	if (!s)
-		return ibp_fail(IBP_ERR_NOMEM, "cuda_store_create: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "cuda_store_create: out of memory");
 	s->on_device = 1;
 	s->device = dev;
 	s->nrows = d->nrows;
@@ -629,7 +629,7 @@ ibp_status_t ibp_cuda_store_create(const ibp_cuda_store_desc_t *d, unsigned flag
 		s->h_flags = (uint8_t *)malloc(n ? n : 1);
 		s->h_cl = d->clusters ? (uint8_t *)malloc(n ? n : 1) : NULL;
 		if (!s->h_off || !s->h_flags || (d->clusters && !s->h_cl)) {
-			st = ibp_fail(IBP_ERR_NOMEM, "cuda store: out of memory for the host copies of %llu rows",
+			st = ibpi_fail(IBP_ERR_NOMEM, "cuda store: out of memory for the host copies of %llu rows",
 				      (unsigned long long)n);
 			goto fail;
 		}
@@ -720,7 +720,7 @@ const ibp_cuda_codec_t *ibp_cuda_store_codec(const ibp_cuda_store_t *s)
 ibp_status_t ibp_cuda_store_set_kernel(ibp_cuda_store_t *s, ibp_cuda_kernel_t k)
 {
 	if (!s || (unsigned)k > (unsigned)IBP_CUDA_KERNEL_DIRECT)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda_store_set_kernel: bad store or kernel %d", (int)k);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda_store_set_kernel: bad store or kernel %d", (int)k);
 	if (!s->on_device) {
 		s->kernel = k;
 		return IBP_OK;
@@ -750,7 +750,7 @@ static ibp_status_t ibp_scratch_alloc(unsigned long long **p, int *pooled, cudaS
 ibp_status_t ibp_cuda_store_errors(ibp_cuda_store_t *s, uint64_t *count, void *stream)
 {
 	if (!s || !count)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda_store_errors: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda_store_errors: NULL argument");
 	if (!s->on_device) {
 		*count = s->host->nerr;
 		s->host->nerr = 0;
@@ -788,13 +788,13 @@ ibp_status_t ibp_gather_cuda(const ibp_cuda_store_t *s, const int64_t *ids, uint
 			     const int64_t *out_rows, int32_t *status, void *stream)
 {
 	if (!s)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_cuda: NULL store");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "gather_cuda: NULL store");
 	if (!s->on_device)
-		return ibp_hstore_gather(s->host, ids, n, out, out_rows, status);
+		return ibpi_hstore_gather(s->host, ids, n, out, out_rows, status);
 	if (n == 0)
 		return IBP_OK;
 	if (!ids || !out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_cuda: NULL ids or out");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "gather_cuda: NULL ids or out");
 	IBP_TRY(ibp_cu_on_device(s->device, "gather_cuda"));
 	IbpGatherArgs a;
 	memset(&a, 0, sizeof(a));
@@ -825,14 +825,14 @@ ibp_status_t ibp_gather_plain_cuda(const void *src, uint64_t nrows, uint64_t row
 {
 	if (row_bytes == 0 || row_bytes > IBP_MAX_ROW_BYTES || (nrows && !src) ||
 	    (nrows && row_bytes > UINT64_MAX / nrows))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_plain_cuda: bad array (%llu x %llu)",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "gather_plain_cuda: bad array (%llu x %llu)",
 				(unsigned long long)nrows, (unsigned long long)row_bytes);
 	int dev = 0;
 	IBP_TRY(ibp_cu_current(&dev));
 	if (n == 0)
 		return IBP_OK;
 	if (!ids || !out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_plain_cuda: NULL ids or out");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "gather_plain_cuda: NULL ids or out");
 	const uint8_t *dsrc = NULL;
 	if (nrows)
 		IBP_TRY(ibp_device_accessible(src, nrows * row_bytes, dev, &dsrc, "gather_plain_cuda: src"));
@@ -864,17 +864,17 @@ ibp_status_t ibp_gather_plain_cuda(const void *src, uint64_t nrows, uint64_t row
 /* host: staged rows (cuda/ibp_gather_staged.h)                            */
 /* ---------------------------------------------------------------------- */
 
-ibp_status_t ibp_gather_staged_cuda(const ibp_cuda_store_t *s, const uint8_t *stage, uint64_t stride,
+ibp_status_t ibpi_gather_staged_cuda(const ibp_cuda_store_t *s, const uint8_t *stage, uint64_t stride,
 				    uint64_t nstage, const uint32_t *lens, const uint32_t *meta,
 				    const int64_t *idx, uint64_t n, void *out, const int64_t *out_rows,
 				    int32_t *status, void *stream)
 {
 	if (!s)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_staged_cuda: NULL store");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "gather_staged_cuda: NULL store");
 	if (!s->on_device)
-		return ibp_hstore_gather_staged(s->host, stage, stride, nstage, lens, meta, idx, n, out, out_rows,
+		return ibpi_hstore_gather_staged(s->host, stage, stride, nstage, lens, meta, idx, n, out, out_rows,
 						status);
-	IBP_TRY(ibp_staged_check(stride, nstage, stage, lens, meta, n, out));
+	IBP_TRY(ibpi_staged_check(stride, nstage, stage, lens, meta, n, out));
 	if (n == 0)
 		return IBP_OK;
 	IBP_TRY(ibp_cu_on_device(s->device, "gather_staged_cuda"));
@@ -898,13 +898,13 @@ ibp_status_t ibp_gather_staged_cuda(const ibp_cuda_store_t *s, const uint8_t *st
 	return ibp_gather_launch(&s->launch, &a, (cudaStream_t)stream);
 }
 
-int ibp_cuda_store_row_info(const ibp_cuda_store_t *s, uint64_t id, uint64_t *off, uint64_t *len, uint8_t *flags,
+int ibpi_cuda_store_row_info(const ibp_cuda_store_t *s, uint64_t id, uint64_t *off, uint64_t *len, uint8_t *flags,
 			    uint8_t *cl)
 {
 	if (!s)
 		return 0;
 	if (!s->on_device)
-		return ibp_hstore_row_info(s->host, id, off, len, flags, cl);
+		return ibpi_hstore_row_info(s->host, id, off, len, flags, cl);
 	if (!s->h_off || id >= s->nrows)
 		return 0;
 	*off = s->h_off[id];
@@ -914,12 +914,12 @@ int ibp_cuda_store_row_info(const ibp_cuda_store_t *s, uint64_t id, uint64_t *of
 	return 1;
 }
 
-const uint8_t *ibp_cuda_store_payload(const ibp_cuda_store_t *s)
+const uint8_t *ibpi_cuda_store_payload(const ibp_cuda_store_t *s)
 {
 	return !s ? NULL : s->on_device ? s->payload : s->host->payload;
 }
 
-const ibp_codec_t *ibp_cuda_store_host_codec(const ibp_cuda_store_t *s)
+const ibp_codec_t *ibpi_cuda_store_host_codec(const ibp_cuda_store_t *s)
 {
 	return !s ? NULL : s->on_device ? ibp_cuda_codec_host(s->codec) : s->host->codec;
 }

@@ -107,10 +107,10 @@ ibp_status_t ibp_train_count_cuda(const void *rows, uint64_t row_bytes, const ui
 				  uint64_t n, uint64_t *counts, void *stream)
 {
 	if (row_bytes == 0 || row_bytes > IBP_MAX_ROW_BYTES || !counts || (n && !rows))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "train_count_cuda: bad argument (row_bytes %llu)",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "train_count_cuda: bad argument (row_bytes %llu)",
 				(unsigned long long)row_bytes);
 	if (!idx && n > UINT64_MAX / row_bytes)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "train_count_cuda: n * row_bytes overflows");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "train_count_cuda: n * row_bytes overflows");
 	int dev = 0;
 	IBP_TRY(ibp_cu_current(&dev));
 	cudaStream_t cs = (cudaStream_t)stream;
@@ -122,7 +122,7 @@ ibp_status_t ibp_train_count_cuda(const void *rows, uint64_t row_bytes, const ui
 	const uint64_t threads_x = (row_bytes + 3) / 4;
 	const uint64_t bx = (threads_x + IBP_COUNT_THREADS - 1) / IBP_COUNT_THREADS;
 	if (bx > 0x7fffffffull)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "train_count_cuda: rows of %llu bytes are too long",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "train_count_cuda: rows of %llu bytes are too long",
 				(unsigned long long)row_bytes);
 	/* enough slices of rows to fill the device a few times over */
 	const uint64_t target = (uint64_t)nsm * 8 * 4;
@@ -144,13 +144,13 @@ ibp_status_t ibp_train_mask_cuda(const uint64_t *counts, uint64_t n, uint64_t ro
 {
 	if (!counts || !mask || !bitval || row_bytes == 0 || row_bytes > IBP_MAX_ROW_BYTES ||
 	    !(t >= 0.5 && t <= 1.0))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "train_mask_cuda: bad argument (t %g, row_bytes %llu)", t,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "train_mask_cuda: bad argument (t %g, row_bytes %llu)", t,
 				(unsigned long long)row_bytes);
 	int dev = 0;
 	IBP_TRY(ibp_cu_current(&dev));
 	int nsm = 0;
 	IBP_CU(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
-	const uint64_t need = ibp_train_need(t, n); /* the CPU's exact threshold count */
+	const uint64_t need = ibpi_train_need(t, n); /* the CPU's exact threshold count */
 	uint64_t blocks = (row_bytes + 255) / 256, cap = (uint64_t)nsm * 8;
 	if (blocks > cap)
 		blocks = cap;

@@ -1,7 +1,7 @@
-/* rcmoe.cu - RCMoE's LSQ and PTS codecs on the GPU (lsq_encode_cuda,
- * lsq_decode_cuda, pts_encode_cuda, pts_decode_add_cuda;
- * src/cuda/rcmoe_cuda.h), twins of lsq_encode, lsq_decode, pts_encode and
- * pts_decode_add (src/coll/rcmoe.c): the same stream bytes and values.
+/* rcmoe.cu - RCMoE's LSQ and PTS codecs on the GPU (ibpi_lsq_encode_cuda,
+ * ibpi_lsq_decode_cuda, ibpi_pts_encode_cuda, ibpi_pts_decode_add_cuda;
+ * src/cuda/rcmoe_cuda.h), twins of ibpi_lsq_encode, ibpi_lsq_decode, ibpi_pts_encode and
+ * ibpi_pts_decode_add (src/coll/rcmoe.c): the same stream bytes and values.
  *
  * Encode: lsqk_rowmax, a block per row, reduces max |x| (exact in any
  * order: maxima of float bits as integers) into the workspace, and S* by
@@ -363,23 +363,23 @@ static __global__ void __launch_bounds__(LSQK_THREADS)
 	}
 }
 
-extern "C" uint64_t pts_cuda_workspace(uint64_t k)
+extern "C" uint64_t ibpi_pts_cuda_workspace(uint64_t k)
 {
 	return 8 + 24 * ((k + 63) / 64) + 8;
 }
 
-extern "C" ibp_status_t pts_encode_cuda(const float *d_g, uint64_t k, double sigma, uint64_t key, uint8_t *d_out,
+extern "C" ibp_status_t ibpi_pts_encode_cuda(const float *d_g, uint64_t k, double sigma, uint64_t key, uint8_t *d_out,
 					uint64_t *d_size, void *d_ws, int32_t *d_status, void *stream)
 {
 	if (!(sigma > 0 && sigma <= 1))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "pts_encode_cuda: sigma %g is not in (0, 1]", sigma);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibpi_pts_encode_cuda: sigma %g is not in (0, 1]", sigma);
 	if (!d_out || !d_size || !d_ws || !d_status || (k && !d_g))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "pts_encode_cuda: NULL device pointer");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibpi_pts_encode_cuda: NULL device pointer");
 	IBP_TRY(ibp_cuda_require_device());
 	cudaStream_t st = (cudaStream_t)stream;
 	const uint64_t W = (k + 63) / 64, bm = (k + 7) / 8;
 	IBP_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int32_t), st));
-	IBP_CUDA_CHECK(cudaMemsetAsync(d_ws, 0, pts_cuda_workspace(k), st));
+	IBP_CUDA_CHECK(cudaMemsetAsync(d_ws, 0, ibpi_pts_cuda_workspace(k), st));
 	unsigned grid = 1;
 	if (k) {
 		IBP_TRY(ibp_cuda_grid((k + LSQK_THREADS - 1) / LSQK_THREADS, &grid));
@@ -397,11 +397,11 @@ extern "C" ibp_status_t pts_encode_cuda(const float *d_g, uint64_t k, double sig
 	return IBP_OK;
 }
 
-extern "C" ibp_status_t pts_decode_add_cuda(const uint8_t *d_in, uint64_t size, uint64_t k, float *d_acc, void *d_ws,
+extern "C" ibp_status_t ibpi_pts_decode_add_cuda(const uint8_t *d_in, uint64_t size, uint64_t k, float *d_acc, void *d_ws,
 					    int32_t *d_status, void *stream)
 {
 	if (!d_in || !d_ws || !d_status || (k && !d_acc))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "pts_decode_add_cuda: NULL device pointer");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibpi_pts_decode_add_cuda: NULL device pointer");
 	IBP_TRY(ibp_cuda_require_device());
 	cudaStream_t st = (cudaStream_t)stream;
 	const uint64_t W = (k + 63) / 64, bm = (k + 7) / 8;
@@ -412,7 +412,7 @@ extern "C" ibp_status_t pts_decode_add_cuda(const uint8_t *d_in, uint64_t size, 
 		IBP_CUDA_CHECK(cudaStreamSynchronize(st));
 		return IBP_OK;
 	}
-	IBP_CUDA_CHECK(cudaMemsetAsync(d_ws, 0, pts_cuda_workspace(k), st));
+	IBP_CUDA_CHECK(cudaMemsetAsync(d_ws, 0, ibpi_pts_cuda_workspace(k), st));
 	unsigned grid = 1;
 	if (W) {
 		IBP_TRY(ibp_cuda_grid((W + LSQK_THREADS - 1) / LSQK_THREADS, &grid));
@@ -431,28 +431,28 @@ extern "C" ibp_status_t pts_decode_add_cuda(const uint8_t *d_in, uint64_t size, 
 static ibp_status_t lsqk_dtype(ibp_dtype_t dt, const char *what)
 {
 	if (dt != IBP_DTYPE_F32 && dt != IBP_DTYPE_BF16 && dt != IBP_DTYPE_F16)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: dtype %d is not f32, bf16 or f16", what, (int)dt);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: dtype %d is not f32, bf16 or f16", what, (int)dt);
 	return IBP_OK;
 }
 
-extern "C" uint64_t lsq_cuda_workspace(uint64_t n, uint64_t row)
+extern "C" uint64_t ibpi_lsq_cuda_workspace(uint64_t n, uint64_t row)
 {
 	return row ? 4 * (1 + (n + row - 1) / row) : 4;
 }
 
-extern "C" ibp_status_t lsq_encode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, uint64_t row, int B, int K,
+extern "C" ibp_status_t ibpi_lsq_encode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, uint64_t row, int B, int K,
 					uint64_t key, uint8_t *d_out, void *d_ws, int32_t *d_status, void *stream)
 {
-	IBP_TRY(lsqk_dtype(dt, "lsq_encode_cuda"));
+	IBP_TRY(lsqk_dtype(dt, "ibpi_lsq_encode_cuda"));
 	if (row < 1 || row > 65535 || (B != 2 && B != 4 && B != 8) || (K != 0 && K != 4 && K != 8))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "lsq_encode_cuda: row %llu, %d bits, %d scale bits",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibpi_lsq_encode_cuda: row %llu, %d bits, %d scale bits",
 				(unsigned long long)row, B, K);
 	if (!d_out || !d_ws || !d_status || (n && !d_src))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "lsq_encode_cuda: NULL device pointer");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibpi_lsq_encode_cuda: NULL device pointer");
 	IBP_TRY(ibp_cuda_require_device());
 	cudaStream_t st = (cudaStream_t)stream;
 	IBP_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int32_t), st));
-	IBP_CUDA_CHECK(cudaMemsetAsync(d_ws, 0, lsq_cuda_workspace(n, row), st));
+	IBP_CUDA_CHECK(cudaMemsetAsync(d_ws, 0, ibpi_lsq_cuda_workspace(n, row), st));
 	unsigned grid = 1;
 	uint64_t rows = (n + row - 1) / row;
 	if (rows) {
@@ -466,12 +466,12 @@ extern "C" ibp_status_t lsq_encode_cuda(const void *d_src, ibp_dtype_t dt, uint6
 	return IBP_OK;
 }
 
-extern "C" ibp_status_t lsq_decode_cuda(const uint8_t *d_in, uint64_t size, ibp_dtype_t dt, uint64_t n, void *d_dst,
+extern "C" ibp_status_t ibpi_lsq_decode_cuda(const uint8_t *d_in, uint64_t size, ibp_dtype_t dt, uint64_t n, void *d_dst,
 					int32_t *d_status, void *stream)
 {
-	IBP_TRY(lsqk_dtype(dt, "lsq_decode_cuda"));
+	IBP_TRY(lsqk_dtype(dt, "ibpi_lsq_decode_cuda"));
 	if (!d_status || !d_in || (n && !d_dst))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "lsq_decode_cuda: NULL device pointer");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibpi_lsq_decode_cuda: NULL device pointer");
 	IBP_TRY(ibp_cuda_require_device());
 	cudaStream_t st = (cudaStream_t)stream;
 	IBP_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int32_t), st));

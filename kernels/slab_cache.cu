@@ -165,31 +165,31 @@ unsigned grid_for(uint64_t items, unsigned per_block)
 ibp_status_t check_table(const ibp_slab_table_t *t, const void *a, uint64_t n, const char *fn)
 {
 	if (!t || (n && !a))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL %s", fn, t ? "array" : "table");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL %s", fn, t ? "array" : "table");
 	if (!t->cap || (t->cap & (t->cap - 1)) || !t->keys || !t->vals)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: the table has no index of a power-of-two size", fn);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: the table has no index of a power-of-two size", fn);
 	return IBP_OK;
 }
 
 } // namespace
 
-extern "C" ibp_status_t ibp_slab_probe_cuda(const ibp_slab_table_t *t, const int64_t *ids, uint64_t n, uint64_t *ent,
+extern "C" ibp_status_t ibpi_slab_probe_cuda(const ibp_slab_table_t *t, const int64_t *ids, uint64_t n, uint64_t *ent,
 					    int pin, void *stream)
 {
-	IBP_TRY(check_table(t, ids, n, "ibp_slab_probe_cuda"));
+	IBP_TRY(check_table(t, ids, n, "ibpi_slab_probe_cuda"));
 	if (!n)
 		return IBP_OK;
 	if (!ent)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_probe_cuda: NULL ent");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibpi_slab_probe_cuda: NULL ent");
 	IBP_CUDA_LAUNCH("slab probe", probe_kernel, dim3(grid_for(n, kThreads)), dim3(kThreads), 0,
 			(cudaStream_t)stream, *t, ids, n, ent, pin);
 	return IBP_OK;
 }
 
-extern "C" ibp_status_t ibp_slab_erase_cuda(const ibp_slab_table_t *t, const int64_t *keys, uint64_t n,
+extern "C" ibp_status_t ibpi_slab_erase_cuda(const ibp_slab_table_t *t, const int64_t *keys, uint64_t n,
 					    unsigned long long *nerased, void *stream)
 {
-	IBP_TRY(check_table(t, keys, n, "ibp_slab_erase_cuda"));
+	IBP_TRY(check_table(t, keys, n, "ibpi_slab_erase_cuda"));
 	if (!n)
 		return IBP_OK;
 	IBP_CUDA_LAUNCH("slab erase", erase_kernel, dim3(grid_for(n, kThreads)), dim3(kThreads), 0,
@@ -197,10 +197,10 @@ extern "C" ibp_status_t ibp_slab_erase_cuda(const ibp_slab_table_t *t, const int
 	return IBP_OK;
 }
 
-extern "C" ibp_status_t ibp_slab_insert_cuda(const ibp_slab_table_t *t, const ibp_slab_insert_op_t *ops, uint64_t n,
+extern "C" ibp_status_t ibpi_slab_insert_cuda(const ibp_slab_table_t *t, const ibp_slab_insert_op_t *ops, uint64_t n,
 					     unsigned long long *nfull, void *stream)
 {
-	IBP_TRY(check_table(t, ops, n, "ibp_slab_insert_cuda"));
+	IBP_TRY(check_table(t, ops, n, "ibpi_slab_insert_cuda"));
 	if (!n)
 		return IBP_OK;
 	IBP_CUDA_LAUNCH("slab insert", insert_kernel, dim3(grid_for(n, kThreads / 32)), dim3(kThreads), 0,
@@ -208,15 +208,15 @@ extern "C" ibp_status_t ibp_slab_insert_cuda(const ibp_slab_table_t *t, const ib
 	return IBP_OK;
 }
 
-extern "C" ibp_status_t ibp_slab_gather_cuda(const ibp_slab_table_t *t, const uint64_t *ent, uint64_t n,
+extern "C" ibp_status_t ibpi_slab_gather_cuda(const ibp_slab_table_t *t, const uint64_t *ent, uint64_t n,
 					     uint8_t *stage, uint64_t stride, uint32_t *len, uint32_t *meta, int unpin,
 					     void *stream)
 {
-	IBP_TRY(check_table(t, ent, n, "ibp_slab_gather_cuda"));
+	IBP_TRY(check_table(t, ent, n, "ibpi_slab_gather_cuda"));
 	if (!n)
 		return IBP_OK;
 	if (!stage || !len || !meta)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_slab_gather_cuda: NULL output");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibpi_slab_gather_cuda: NULL output");
 	IBP_CUDA_LAUNCH("slab gather", gather_kernel, dim3(grid_for(n, kThreads / 32)), dim3(kThreads), 0,
 			(cudaStream_t)stream, *t, ent, n, stage, stride, len, meta, unpin);
 	return IBP_OK;

@@ -63,15 +63,15 @@ static ibp_status_t sizes_at(const uint8_t *rows, uint64_t R, uint64_t nrows,
 		for (unsigned i = i0; i < i1 && st == IBP_OK; i++) {
 			if (uq[i] != i)
 				continue;
-			st = ibp_train_make_codec(R, C, 1, bm + (uint64_t)i * R, bv + (uint64_t)i * R,
+			st = ibpi_train_make_codec(R, C, 1, bm + (uint64_t)i * R, bv + (uint64_t)i * R,
 						  NULL, &cod[nq]);
 			if (st == IBP_OK)
 				at[i] = nq++;
 		}
 		if (st == IBP_OK && xval)
-			st = ibp_train_xvals(rows, R, s, nrows, cod, nq, nthreads, qh);
+			st = ibpi_train_xvals(rows, R, s, nrows, cod, nq, nthreads, qh);
 		if (st == IBP_OK)
-			st = ibp_train_sizes(rows, R, s, cod, nq, nthreads, qs, qn);
+			st = ibpi_train_sizes(rows, R, s, cod, nq, nthreads, qs, qn);
 		for (unsigned q = 0; q < nq; q++)
 			ibp_codec_free(cod[q]);
 		for (unsigned i = i0; i < i1 && st == IBP_OK; i++) {
@@ -87,10 +87,10 @@ ibp_status_t ibp_analyze(const void *rows, uint64_t nrows, uint64_t row_bytes,
 			 const ibp_train_opts_t *opts, ibp_analysis_t **out)
 {
 	if (!out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "analyze: out is NULL");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "analyze: out is NULL");
 	*out = NULL;
 	ibp_train_opts_t o;
-	IBP_TRY(ibp_train_check(rows, nrows, row_bytes, opts, &o));
+	IBP_TRY(ibpi_train_check(rows, nrows, row_bytes, opts, &o));
 	const uint64_t R = row_bytes;
 
 	/* Thresholds: the sweep, plus the given T (kept ascending). */
@@ -116,7 +116,7 @@ ibp_status_t ibp_analyze(const void *rows, uint64_t nrows, uint64_t row_bytes,
 	uint64_t *counts = malloc(8 * R * sizeof(uint64_t));
 	uint8_t *bm = malloc(2 * (uint64_t)nT * R), *bv = bm ? bm + (uint64_t)nT * R : NULL;
 	if (!a || !counts || !bm) {
-		st = ibp_fail(IBP_ERR_NOMEM, "analyze: report for %llu-byte rows", (unsigned long long)R);
+		st = ibpi_fail(IBP_ERR_NOMEM, "analyze: report for %llu-byte rows", (unsigned long long)R);
 		goto out;
 	}
 	a->nrows = nrows;
@@ -129,11 +129,11 @@ ibp_status_t ibp_analyze(const void *rows, uint64_t nrows, uint64_t row_bytes,
 	a->bitval = malloc(R);
 	a->cells = calloc(a->ncells, sizeof(ibp_analysis_cell_t));
 	if (!a->bit_ones || !a->bit_majority || !a->mask || !a->bitval || !a->cells) {
-		st = ibp_fail(IBP_ERR_NOMEM, "analyze: report for %llu-byte rows", (unsigned long long)R);
+		st = ibpi_fail(IBP_ERR_NOMEM, "analyze: report for %llu-byte rows", (unsigned long long)R);
 		goto out;
 	}
 
-	st = ibp_train_sample(nrows, R, o.sample, o.seed, &s);
+	st = ibpi_train_sample(nrows, R, o.sample, o.seed, &s);
 	if (st != IBP_OK)
 		goto out;
 	a->sample_rows = s.n;
@@ -169,7 +169,7 @@ ibp_status_t ibp_analyze(const void *rows, uint64_t nrows, uint64_t row_bytes,
 			c->sample_bytes = sz[i];
 			c->sample_nonraw = nr[i];
 			c->metadata_bytes = (2u + hx[i]) * ((R + cs[ci] - 1) / cs[ci] * cs[ci]);
-			c->predicted_bytes = ibp_train_total(sz[i], s.n, nrows, R, cs[ci], 1, hx[i]);
+			c->predicted_bytes = ibpi_train_total(sz[i], s.n, nrows, R, cs[ci], 1, hx[i]);
 		}
 	}
 	/* Cells run C ascending, T ascending: <= keeps the later (larger) on ties. */
@@ -202,7 +202,7 @@ ibp_status_t ibp_analysis_lane_fraction(const ibp_analysis_t *a, unsigned elem_b
 					double *frac)
 {
 	if (!a || !frac || elem_bytes < 1 || elem_bytes > 16)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "analysis_lane_fraction: elem_bytes %u not in 1..16",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "analysis_lane_fraction: elem_bytes %u not in 1..16",
 				elem_bytes);
 	for (unsigned i = 0; i < 8 * elem_bytes; i++) {
 		uint64_t inv = 0, tot = 0;

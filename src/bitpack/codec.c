@@ -64,12 +64,12 @@ IBP_INLINE uint64_t ibp_k_ext_m(const ibp_cluster_t *cl, uint64_t j, uint64_t x)
 #include "bitpack/codec_internal.h"
 #undef IBP_K
 
-const ibp_kernels_t ibp_kernels_portable = {
+const ibp_kernels_t ibpi_kernels_portable = {
 	IBP_IMPL_PORTABLE,
 	ibp_portable_encode,
 	ibp_portable_decode_static,
 	ibp_portable_decode_exc,
-	ibp_row_stats,
+	ibpi_row_stats,
 	NULL,
 };
 
@@ -110,7 +110,7 @@ static ibp_run_t *ibp_make_runs(uint64_t x, ibp_run_t *r)
 static int ibp_avx512_ok(void)
 {
 #ifdef IBP_HAVE_BMI2_KERNELS
-	const ibp_cpu_features_t *f = ibp_cpu();
+	const ibp_cpu_features_t *f = ibpi_cpu();
 	return f->avx512vbmi && f->bmi2;
 #else
 	return 0;
@@ -121,7 +121,7 @@ static int ibp_avx512_ok(void)
 static int ibp_avx2_ok(void)
 {
 #ifdef IBP_HAVE_BMI2_KERNELS
-	const ibp_cpu_features_t *f = ibp_cpu();
+	const ibp_cpu_features_t *f = ibpi_cpu();
 	return f->avx2 && f->bmi2;
 #else
 	return 0;
@@ -134,7 +134,7 @@ static ibp_impl_t ibp_auto_impl(void)
 	if (e && strcmp(e, "1") == 0)
 		return IBP_IMPL_PORTABLE;
 #ifdef IBP_HAVE_BMI2_KERNELS
-	if (ibp_cpu()->fast_pdep)
+	if (ibpi_cpu()->fast_pdep)
 		return ibp_avx512_ok() ? IBP_IMPL_AVX512 : ibp_avx2_ok() ? IBP_IMPL_AVX2 : IBP_IMPL_BMI2;
 #endif
 	return IBP_IMPL_PORTABLE;
@@ -144,14 +144,14 @@ static const ibp_kernels_t *ibp_impl_kernels(ibp_impl_t impl)
 {
 #ifdef IBP_HAVE_BMI2_KERNELS
 	if (impl == IBP_IMPL_BMI2)
-		return &ibp_kernels_bmi2;
+		return &ibpi_kernels_bmi2;
 	if (impl == IBP_IMPL_AVX512)
-		return &ibp_kernels_avx512;
+		return &ibpi_kernels_avx512;
 	if (impl == IBP_IMPL_AVX2)
-		return &ibp_kernels_avx2;
+		return &ibpi_kernels_avx2;
 #endif
 	(void)impl;
-	return &ibp_kernels_portable;
+	return &ibpi_kernels_portable;
 }
 
 /* Builds the SIMD static-part tables (ibp_cluster_t.vg, ibp_vgroup_t) of
@@ -746,7 +746,7 @@ static int ibp_build_base_rows(ibp_codec_t *c)
 	for (unsigned k = 0; k < c->K; k++) {
 		if (c->cl[k].S != 0)
 			continue;
-		ibp_kernels_portable.decode_static(c, &c->cl[k], empty, 0, mem);
+		ibpi_kernels_portable.decode_static(c, &c->cl[k], empty, 0, mem);
 		c->cl[k].base_row = mem;
 		mem += c->R;
 	}
@@ -834,16 +834,16 @@ ibp_status_t ibp_codec_create_ex(uint64_t row_bytes, unsigned chunk_bytes, unsig
 				 ibp_codec_t **out)
 {
 	if (!out || !masks || !bitvals)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "codec_create: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "codec_create: NULL argument");
 	*out = NULL;
 	if (chunk_bytes != 1 && chunk_bytes != 2 && chunk_bytes != 4 && chunk_bytes != 8)
-		return ibp_fail(IBP_ERR_CORRUPT, "codec_create: chunk size %u is not 1, 2, 4 or 8",
+		return ibpi_fail(IBP_ERR_CORRUPT, "codec_create: chunk size %u is not 1, 2, 4 or 8",
 				chunk_bytes);
 	if (nclusters < 1 || nclusters > IBP_MAX_CLUSTERS)
-		return ibp_fail(IBP_ERR_CORRUPT, "codec_create: %u clusters (1..%u)", nclusters,
+		return ibpi_fail(IBP_ERR_CORRUPT, "codec_create: %u clusters (1..%u)", nclusters,
 				IBP_MAX_CLUSTERS);
 	if (row_bytes < 1 || row_bytes > IBP_MAX_ROW_BYTES)
-		return ibp_fail(IBP_ERR_CORRUPT, "codec_create: row size %llu (1..2^40)",
+		return ibpi_fail(IBP_ERR_CORRUPT, "codec_create: row size %llu (1..2^40)",
 				(unsigned long long)row_bytes);
 	const unsigned C = chunk_bytes, W = 8 * C, K = nclusters;
 	const uint64_t R = row_bytes, D = (R + C - 1) / C;
@@ -861,15 +861,15 @@ ibp_status_t ibp_codec_create_ex(uint64_t row_bytes, unsigned chunk_bytes, unsig
 		uint64_t m = ibp_ld_partial(mb + i * C, C), b = ibp_ld_partial(bb + i * C, C);
 		uint64_t x = ibp_ld_partial(xb + i * C, C);
 		if (b & ~m)
-			return ibp_fail(IBP_ERR_CORRUPT,
+			return ibpi_fail(IBP_ERR_CORRUPT,
 					"codec_create: cluster %llu chunk %llu: bitval bits outside the mask",
 					(unsigned long long)(i / D), (unsigned long long)j);
 		if (x & ~m)
-			return ibp_fail(IBP_ERR_CORRUPT,
+			return ibpi_fail(IBP_ERR_CORRUPT,
 					"codec_create: cluster %llu chunk %llu: xval bits outside the mask",
 					(unsigned long long)(i / D), (unsigned long long)j);
 		if (j == D - 1 && ((m & pad) != pad || (b & pad) != 0 || (x & pad) != 0))
-			return ibp_fail(IBP_ERR_CORRUPT,
+			return ibpi_fail(IBP_ERR_CORRUPT,
 					"codec_create: cluster %llu: padding bits of the last chunk are "
 					"not invariant zeros", (unsigned long long)(i / D));
 		nruns += ibp_count_runs(m) + ibp_count_runs(~m & full);
@@ -877,7 +877,7 @@ ibp_status_t ibp_codec_create_ex(uint64_t row_bytes, unsigned chunk_bytes, unsig
 
 	ibp_codec_t *c = calloc(1, sizeof(*c));
 	if (!c)
-		return ibp_fail(IBP_ERR_NOMEM, "codec_create: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "codec_create: out of memory");
 	uint64_t *w64 = NULL;
 	uint8_t *w8 = NULL;
 	ibp_run_t *runs = NULL;
@@ -987,11 +987,11 @@ ibp_status_t ibp_codec_create_ex(uint64_t row_bytes, unsigned chunk_bytes, unsig
 	return IBP_OK;
 nomem:
 	ibp_codec_free(c);
-	return ibp_fail(IBP_ERR_NOMEM, "codec_create: out of memory (%llu chunks, %u clusters)",
+	return ibpi_fail(IBP_ERR_NOMEM, "codec_create: out of memory (%llu chunks, %u clusters)",
 			(unsigned long long)D, K);
 }
 
-void ibp_codec_set_threshold(ibp_codec_t *c, double threshold)
+void ibpi_codec_set_threshold(ibp_codec_t *c, double threshold)
 {
 	if (c)
 		c->threshold = threshold;
@@ -1043,7 +1043,7 @@ uint64_t ibp_codec_static_bits(const ibp_codec_t *c, unsigned cluster)
 ibp_status_t ibp_codec_set_impl(ibp_codec_t *c, ibp_impl_t impl)
 {
 	if (!c)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "codec_set_impl: NULL codec");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "codec_set_impl: NULL codec");
 	switch (impl) {
 	case IBP_IMPL_AUTO:
 		c->impl = ibp_auto_impl();
@@ -1052,10 +1052,10 @@ ibp_status_t ibp_codec_set_impl(ibp_codec_t *c, ibp_impl_t impl)
 	case IBP_IMPL_AVX512:
 		if (ibp_avx512_ok()) {
 			c->impl = IBP_IMPL_AVX512;
-			c->k = &ibp_kernels_avx512;
+			c->k = &ibpi_kernels_avx512;
 			return IBP_OK;
 		}
-		return ibp_fail(IBP_ERR_UNSUPPORTED,
+		return ibpi_fail(IBP_ERR_UNSUPPORTED,
 				"codec_set_impl: this CPU or build has no AVX-512 VBMI");
 	case IBP_IMPL_AVX2:
 		if (ibp_avx2_ok()) {
@@ -1063,24 +1063,24 @@ ibp_status_t ibp_codec_set_impl(ibp_codec_t *c, ibp_impl_t impl)
 			c->k = ibp_impl_kernels(IBP_IMPL_AVX2);
 			return IBP_OK;
 		}
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "codec_set_impl: this CPU or build has no AVX2");
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "codec_set_impl: this CPU or build has no AVX2");
 	case IBP_IMPL_PORTABLE:
 		c->impl = IBP_IMPL_PORTABLE;
-		c->k = &ibp_kernels_portable;
+		c->k = &ibpi_kernels_portable;
 		return IBP_OK;
 	case IBP_IMPL_BMI2:
 #ifdef IBP_HAVE_BMI2_KERNELS
-		if (ibp_cpu()->bmi2) {
+		if (ibpi_cpu()->bmi2) {
 			c->impl = IBP_IMPL_BMI2;
-			c->k = &ibp_kernels_bmi2;
+			c->k = &ibpi_kernels_bmi2;
 			return IBP_OK;
 		}
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "codec_set_impl: this CPU has no BMI2");
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "codec_set_impl: this CPU has no BMI2");
 #else
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "codec_set_impl: BMI2 kernels not built");
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "codec_set_impl: BMI2 kernels not built");
 #endif
 	}
-	return ibp_fail(IBP_ERR_INVALID_ARG, "codec_set_impl: unknown implementation %d", (int)impl);
+	return ibpi_fail(IBP_ERR_INVALID_ARG, "codec_set_impl: unknown implementation %d", (int)impl);
 }
 
 ibp_impl_t ibp_codec_impl(const ibp_codec_t *c)
@@ -1145,7 +1145,7 @@ static void ibp_row_stats_xv(const ibp_codec_t *c, const ibp_cluster_t *cl, cons
 	}
 }
 
-void ibp_row_stats(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
+void ibpi_row_stats(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
 		   uint64_t *n, uint64_t *E)
 {
 	if (cl->has_x)
@@ -1185,9 +1185,9 @@ ibp_status_t ibp_row_size(const ibp_codec_t *c, const void *row, unsigned cluste
 			  uint64_t *len, uint8_t *mode)
 {
 	if (!c || !row)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "row_size: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "row_size: NULL argument");
 	if (cluster >= c->K)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "row_size: cluster %u of %u", cluster, c->K);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "row_size: cluster %u of %u", cluster, c->K);
 	unsigned m;
 	uint64_t s = ibp_size_under(c, cluster, row, &m);
 	if (len)
@@ -1211,7 +1211,7 @@ static ibp_status_t ibp_encode_one(const ibp_codec_t *c, const uint8_t *row, uns
 	c->k->row_stats(c, cl, row, &n, &E);
 	ibp_choose_mode(c, cl, n, E, &mode, &size);
 	if (dst_cap < size)
-		return ibp_fail(IBP_ERR_BUFFER_TOO_SMALL, "encode_row: needs %llu bytes, have %llu",
+		return ibpi_fail(IBP_ERR_BUFFER_TOO_SMALL, "encode_row: needs %llu bytes, have %llu",
 				(unsigned long long)size, (unsigned long long)dst_cap);
 	if (mode == IBP_ROW_RAW)
 		memcpy(dst, row, c->R);
@@ -1226,9 +1226,9 @@ ibp_status_t ibp_encode_row(const ibp_codec_t *c, const void *row, unsigned clus
 			    void *dst, uint64_t dst_cap, uint64_t *len, uint8_t *flags)
 {
 	if (!c || !row || !len || !flags || (!dst && dst_cap))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "encode_row: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "encode_row: NULL argument");
 	if (cluster >= c->K)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "encode_row: cluster %u of %u", cluster, c->K);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "encode_row: cluster %u of %u", cluster, c->K);
 	static uint8_t none[8]; /* dst may be NULL when the row encodes to 0 bytes */
 	return ibp_encode_one(c, row, cluster, dst ? dst : none, dst_cap, len, flags);
 }
@@ -1237,13 +1237,13 @@ ibp_status_t ibp_encode_row(const ibp_codec_t *c, const void *row, unsigned clus
 /* decode                                                                  */
 /* ---------------------------------------------------------------------- */
 
-ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64_t src_len,
+ibp_status_t ibpi_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64_t src_len,
 				uint8_t flags, unsigned cluster, uint8_t *dst, uint64_t *extent)
 {
 	if (flags & ~IBP_ROW_MODE_MASK)
-		return ibp_fail(IBP_ERR_CORRUPT, "decode: reserved flag bits set (0x%02x)", flags);
+		return ibpi_fail(IBP_ERR_CORRUPT, "decode: reserved flag bits set (0x%02x)", flags);
 	if (cluster >= c->K)
-		return ibp_fail(IBP_ERR_CORRUPT, "decode: cluster %u of %u", cluster, c->K);
+		return ibpi_fail(IBP_ERR_CORRUPT, "decode: cluster %u of %u", cluster, c->K);
 	const ibp_cluster_t *cl = &c->cl[cluster];
 	const unsigned mode = flags & IBP_ROW_MODE_MASK;
 	const uint64_t D = c->D;
@@ -1252,7 +1252,7 @@ ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64
 	switch (mode) {
 	case IBP_ROW_RAW:
 		if (src_len < c->R)
-			return ibp_fail(IBP_ERR_CORRUPT, "decode: raw row of %llu bytes, needs %llu",
+			return ibpi_fail(IBP_ERR_CORRUPT, "decode: raw row of %llu bytes, needs %llu",
 					(unsigned long long)src_len, (unsigned long long)c->R);
 		memcpy(dst, src, c->R);
 		*extent = c->R;
@@ -1262,10 +1262,10 @@ ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64
 	case IBP_ROW_BITMAP: {
 		hdr = c->bitmap_bytes;
 		if (hdr > src_len)
-			return ibp_fail(IBP_ERR_CORRUPT, "decode: bitmap of %llu bytes past the row end (%llu)",
+			return ibpi_fail(IBP_ERR_CORRUPT, "decode: bitmap of %llu bytes past the row end (%llu)",
 					(unsigned long long)hdr, (unsigned long long)src_len);
 		if ((D & 7) && (src[hdr - 1] >> (D & 7)))
-			return ibp_fail(IBP_ERR_CORRUPT, "decode: bitmap bits set past chunk %llu",
+			return ibpi_fail(IBP_ERR_CORRUPT, "decode: bitmap bits set past chunk %llu",
 					(unsigned long long)D);
 		uint64_t any = 0;
 		for (uint64_t i = 0; i < hdr; i += 8) {
@@ -1273,21 +1273,21 @@ ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64
 			any |= left >= 8 ? ibp_load64(src + i) : ibp_ld_partial(src + i, left);
 		}
 		if (any == 0)
-			return ibp_fail(IBP_ERR_CORRUPT, "decode: bitmap row without exceptions");
+			return ibpi_fail(IBP_ERR_CORRUPT, "decode: bitmap row without exceptions");
 		n = 1; /* the walk takes the exceptions from the bitmap */
 		break;
 	}
 	case IBP_ROW_LIST: {
 		const unsigned L = c->L;
 		if ((L + 7) / 8 > src_len)
-			return ibp_fail(IBP_ERR_CORRUPT, "decode: list count past the row end");
+			return ibpi_fail(IBP_ERR_CORRUPT, "decode: list count past the row end");
 		n = ibp_read_bits(src, src_len, 0, L) + 1;
 		if (n > D)
-			return ibp_fail(IBP_ERR_CORRUPT, "decode: list of %llu exceptions, %llu chunks",
+			return ibpi_fail(IBP_ERR_CORRUPT, "decode: list of %llu exceptions, %llu chunks",
 					(unsigned long long)n, (unsigned long long)D);
 		hdr = ((uint64_t)L * (n + 1) + 7) / 8;
 		if (hdr > src_len)
-			return ibp_fail(IBP_ERR_CORRUPT, "decode: list of %llu bytes past the row end (%llu)",
+			return ibpi_fail(IBP_ERR_CORRUPT, "decode: list of %llu bytes past the row end (%llu)",
 					(unsigned long long)hdr, (unsigned long long)src_len);
 		/* the walk checks the entries (< D, strictly increasing) */
 		break;
@@ -1296,14 +1296,14 @@ ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64
 	const uint8_t *bp = src + hdr;
 	const uint64_t avail = src_len - hdr;
 	if ((cl->S + 7) / 8 > avail)
-		return ibp_fail(IBP_ERR_CORRUPT, "decode: static part past the row end (%llu)",
+		return ibpi_fail(IBP_ERR_CORRUPT, "decode: static part past the row end (%llu)",
 				(unsigned long long)avail);
 	uint64_t end;
 	if (n && c->k->decode_row && !cl->base_row) {
 		/* static part and exceptions in one pass, with the same checks */
 		end = c->k->decode_row(c, cl, mode, src, hdr, n, bp, avail, dst);
 	} else {
-		if (cl->base_row && c->k != &ibp_kernels_portable)
+		if (cl->base_row && c->k != &ibpi_kernels_portable)
 			memcpy(dst, cl->base_row, c->R); /* S = 0: every row's static part */
 		else
 			c->k->decode_static(c, cl, bp, avail, dst);
@@ -1316,7 +1316,7 @@ ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64
 		end = c->k->decode_exc(c, cl, mode, src, hdr, n, bp, avail, dst);
 	}
 	if (end == UINT64_MAX)
-		return ibp_fail(IBP_ERR_CORRUPT,
+		return ibpi_fail(IBP_ERR_CORRUPT,
 				"decode: bad exception list or exception part past the row end (%llu)",
 				(unsigned long long)avail);
 	*extent = hdr + (end + 7) / 8;
@@ -1327,10 +1327,10 @@ ibp_status_t ibp_decode_row(const ibp_codec_t *c, const void *src, uint64_t src_
 			    uint8_t flags, unsigned cluster, void *dst)
 {
 	if (!c || !dst || (!src && src_len))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "decode_row: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "decode_row: NULL argument");
 	uint64_t extent;
 	static const uint8_t none[1];
-	return ibp_decode_row_ext(c, src ? src : none, src_len, flags, cluster, dst, &extent);
+	return ibpi_decode_row_ext(c, src ? src : none, src_len, flags, cluster, dst, &extent);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1376,7 +1376,7 @@ static ibp_status_t ibp_batch_result(ibp_batch_ctx_t *x, int nt, const char *wha
 			at = t;
 	if (at < 0)
 		return IBP_OK;
-	return ibp_fail(x->err[at].st, "%s: row %llu: %s", what,
+	return ibpi_fail(x->err[at].st, "%s: row %llu: %s", what,
 			(unsigned long long)x->err[at].row, x->err[at].msg);
 }
 
@@ -1421,16 +1421,16 @@ ibp_status_t ibp_encode_batch(const ibp_codec_t *c, const void *rows, uint64_t n
 			      uint8_t *clusters, int nthreads)
 {
 	if (!c || !offsets || (nrows && (!rows || !flags)) || (!dst && dst_cap) || nthreads < 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "encode_batch: invalid argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "encode_batch: invalid argument");
 	if (c->K > 1 && !clusters)
-		return ibp_fail(IBP_ERR_INVALID_ARG,
+		return ibpi_fail(IBP_ERR_INVALID_ARG,
 				"encode_batch: %u clusters need a clusters array", c->K);
 	offsets[0] = 0;
 	if (nrows == 0)
 		return IBP_OK;
 	ibp_batch_ctx_t *x = calloc(1, sizeof(*x));
 	if (!x)
-		return ibp_fail(IBP_ERR_NOMEM, "encode_batch: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "encode_batch: out of memory");
 	x->c = c;
 	static uint8_t none[8]; /* dst may be NULL when every row encodes to 0 bytes */
 	x->rows = rows;
@@ -1442,18 +1442,18 @@ ibp_status_t ibp_encode_batch(const ibp_codec_t *c, const void *rows, uint64_t n
 	if (!x->nexc) {
 		free(x->nexc);
 		free(x);
-		return ibp_fail(IBP_ERR_NOMEM, "encode_batch: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "encode_batch: out of memory");
 	}
-	ibp_status_t st = ibp_parallel_for(nthreads, nrows, ibp_enc_size_fn, x);
+	ibp_status_t st = ibpi_parallel_for(nthreads, nrows, ibp_enc_size_fn, x);
 	if (st == IBP_OK) {
 		for (uint64_t i = 0; i < nrows; i++)
 			offsets[i + 1] += offsets[i];
 		if (offsets[nrows] > dst_cap)
-			st = ibp_fail(IBP_ERR_BUFFER_TOO_SMALL, "encode_batch: needs %llu bytes, have %llu",
+			st = ibpi_fail(IBP_ERR_BUFFER_TOO_SMALL, "encode_batch: needs %llu bytes, have %llu",
 				      (unsigned long long)offsets[nrows], (unsigned long long)dst_cap);
 	}
 	if (st == IBP_OK)
-		st = ibp_parallel_for(nthreads, nrows, ibp_enc_write_fn, x);
+		st = ibpi_parallel_for(nthreads, nrows, ibp_enc_write_fn, x);
 	if (st == IBP_OK && clusters && c->K == 1)
 		memset(clusters, 0, nrows);
 	free(x->nexc);
@@ -1468,10 +1468,10 @@ static void ibp_dec_fn(void *ctx, uint64_t begin, uint64_t end, int tid)
 	for (uint64_t i = begin; i < end; i++) {
 		uint64_t o = x->coffsets[i], len = x->coffsets[i + 1] - o, extent;
 		unsigned k = x->cclusters ? x->cclusters[i] : 0;
-		ibp_status_t st = ibp_decode_row_ext(c, x->src + o, len, x->cflags[i], k,
+		ibp_status_t st = ibpi_decode_row_ext(c, x->src + o, len, x->cflags[i], k,
 						     x->dst + i * c->R, &extent);
 		if (st == IBP_OK && extent != len)
-			st = ibp_fail(IBP_ERR_CORRUPT, "row uses %llu of its %llu bytes",
+			st = ibpi_fail(IBP_ERR_CORRUPT, "row uses %llu of its %llu bytes",
 				      (unsigned long long)extent, (unsigned long long)len);
 		if (st != IBP_OK)
 			ibp_batch_note(x, tid, st, i);
@@ -1483,23 +1483,23 @@ ibp_status_t ibp_decode_batch(const ibp_codec_t *c, const void *src, uint64_t sr
 			      const uint8_t *clusters, uint64_t nrows, void *dst, int nthreads)
 {
 	if (!c || !offsets || (nrows && (!flags || !dst)) || (!src && src_len) || nthreads < 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "decode_batch: invalid argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "decode_batch: invalid argument");
 	if (offsets[0] != 0)
-		return ibp_fail(IBP_ERR_CORRUPT, "decode_batch: offsets[0] = %llu, not 0",
+		return ibpi_fail(IBP_ERR_CORRUPT, "decode_batch: offsets[0] = %llu, not 0",
 				(unsigned long long)offsets[0]);
 	for (uint64_t i = 0; i < nrows; i++)
 		if (offsets[i + 1] < offsets[i])
-			return ibp_fail(IBP_ERR_CORRUPT, "decode_batch: offsets decrease at row %llu",
+			return ibpi_fail(IBP_ERR_CORRUPT, "decode_batch: offsets decrease at row %llu",
 					(unsigned long long)i);
 	if (offsets[nrows] > src_len)
-		return ibp_fail(IBP_ERR_CORRUPT, "decode_batch: rows end at %llu, past %llu bytes",
+		return ibpi_fail(IBP_ERR_CORRUPT, "decode_batch: rows end at %llu, past %llu bytes",
 				(unsigned long long)offsets[nrows], (unsigned long long)src_len);
 	if (nrows == 0)
 		return IBP_OK;
-	int nt = ibp_parallel_threads(nthreads, nrows);
+	int nt = ibpi_parallel_threads(nthreads, nrows);
 	ibp_batch_ctx_t *x = calloc(1, sizeof(*x) + (size_t)nt * sizeof(ibp_batch_err_t));
 	if (!x)
-		return ibp_fail(IBP_ERR_NOMEM, "decode_batch: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "decode_batch: out of memory");
 	static const uint8_t none[1];
 	x->c = c;
 	x->src = src ? src : none;
@@ -1507,7 +1507,7 @@ ibp_status_t ibp_decode_batch(const ibp_codec_t *c, const void *src, uint64_t sr
 	x->coffsets = offsets;
 	x->cflags = flags;
 	x->cclusters = clusters;
-	ibp_status_t st = ibp_parallel_for(nthreads, nrows, ibp_dec_fn, x);
+	ibp_status_t st = ibpi_parallel_for(nthreads, nrows, ibp_dec_fn, x);
 	if (st == IBP_OK)
 		st = ibp_batch_result(x, nt, "decode_batch");
 	free(x);

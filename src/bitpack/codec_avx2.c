@@ -445,7 +445,7 @@ static uint64_t ibp_avx2_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_t 
 	}
 }
 
-/* ibp_row_stats, 4 chunks per step in 64-bit lanes (the AVX-512 one
+/* ibpi_row_stats, 4 chunks per step in 64-bit lanes (the AVX-512 one
  * takes 8); the last chunk (it may be partial) and the chunks past the
  * last full step are scalar. Same n and E as the portable pass. */
 IBP_INLINE void ibp_avx2_row_stats_c(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
@@ -509,7 +509,7 @@ static void ibp_avx2_row_stats(const ibp_codec_t *c, const ibp_cluster_t *cl, co
 #undef IBP_AVX2_STATS
 }
 
-const ibp_kernels_t ibp_kernels_avx2 = {
+const ibp_kernels_t ibpi_kernels_avx2 = {
 	IBP_IMPL_AVX2,
 	ibp_avx2_encode,
 	ibp_avx2_decode_static_v,

@@ -730,7 +730,7 @@ static uint64_t ibp_avx512_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_
 	}
 }
 
-/* ibp_row_stats, 8 chunks per step in 64-bit lanes: the encoder's sizing
+/* ibpi_row_stats, 8 chunks per step in 64-bit lanes: the encoder's sizing
  * pass was a third of pack time with the scalar loop. The last chunk (it
  * may be partial) and the chunks past the last full group are scalar. */
 IBP_INLINE void ibp_avx512_row_stats_c(const ibp_codec_t *c, const ibp_cluster_t *cl,
@@ -810,7 +810,7 @@ static uint64_t ibp_avx512_decode_row_v(const ibp_codec_t *c, const ibp_cluster_
 	return ibp_avx512_decode_exc_v(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
 }
 
-const ibp_kernels_t ibp_kernels_avx512 = {
+const ibp_kernels_t ibpi_kernels_avx512 = {
 	IBP_IMPL_AVX512,
 	ibp_avx512_encode,
 	ibp_avx512_decode_static_v,

@@ -31,11 +31,11 @@ IBP_INLINE uint64_t ibp_k_ext_m(const ibp_cluster_t *cl, uint64_t j, uint64_t x)
 #include "bitpack/codec_internal.h"
 #undef IBP_K
 
-const ibp_kernels_t ibp_kernels_bmi2 = {
+const ibp_kernels_t ibpi_kernels_bmi2 = {
 	IBP_IMPL_BMI2,
 	ibp_bmi2_encode,
 	ibp_bmi2_decode_static,
 	ibp_bmi2_decode_exc,
-	ibp_row_stats,
+	ibpi_row_stats,
 	NULL,
 };

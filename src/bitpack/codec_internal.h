@@ -302,7 +302,7 @@ typedef struct ibp_kernels {
 	uint64_t (*decode_exc)(const struct ibp_codec *c, const ibp_cluster_t *cl, unsigned mode,
 			       const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
 			       uint64_t avail, uint8_t *dst);
-	/* ibp_row_stats (the encoder's sizing pass); must give the same n, E. */
+	/* ibpi_row_stats (the encoder's sizing pass); must give the same n, E. */
 	void (*row_stats)(const struct ibp_codec *c, const ibp_cluster_t *cl, const uint8_t *row,
 			  uint64_t *n, uint64_t *E);
 	/* Optional (NULL: decode_static then decode_exc): decodes a row with
@@ -334,23 +334,23 @@ struct ibp_codec {
 	void *mem[17];         /* allocations owned by the codec */
 };
 
-/* The kernels; ibp_kernels_bmi2 exists on x86-64 builds only. */
-extern const ibp_kernels_t ibp_kernels_portable;
+/* The kernels; ibpi_kernels_bmi2 exists on x86-64 builds only. */
+extern const ibp_kernels_t ibpi_kernels_portable;
 #if defined(__x86_64__) || defined(_M_X64)
 #define IBP_HAVE_BMI2_KERNELS 1
-extern const ibp_kernels_t ibp_kernels_bmi2;
+extern const ibp_kernels_t ibpi_kernels_bmi2;
 /* AVX-512 (F, BW, VL, VBMI) static part, BMI2 for the rest. */
-extern const ibp_kernels_t ibp_kernels_avx512;
+extern const ibp_kernels_t ibpi_kernels_avx512;
 /* AVX2 static part (gathers, the same group tables), BMI2 for the rest. */
-extern const ibp_kernels_t ibp_kernels_avx2;
+extern const ibp_kernels_t ibpi_kernels_avx2;
 #endif
 
 /* For training (src/bitpack/train.c): records the threshold a codec was trained with. */
-void ibp_codec_set_threshold(ibp_codec_t *c, double threshold);
+void ibpi_codec_set_threshold(ibp_codec_t *c, double threshold);
 
 /* Exceptions (n) and the bits of the exception part (E, FORMAT.md §1.3,
  * Xval hit bits counted) of `row` under `cl`. */
-void ibp_row_stats(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
+void ibpi_row_stats(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
 		   uint64_t *n, uint64_t *E);
 
 /* Mode and exact encoded size of a row with n exceptions of total width E
@@ -384,8 +384,8 @@ IBP_INLINE void ibp_choose_mode(const ibp_codec_t *c, const ibp_cluster_t *cl, u
 }
 
 /* Internal encode/decode used by the public functions and the batch paths.
- * ibp_decode_row_ext also returns the row's extent (bytes it occupies). */
-ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64_t src_len,
+ * ibpi_decode_row_ext also returns the row's extent (bytes it occupies). */
+ibp_status_t ibpi_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64_t src_len,
 				uint8_t flags, unsigned cluster, uint8_t *dst, uint64_t *extent);
 
 /* ---- bit helpers ---- */

@@ -65,7 +65,7 @@ void ibp_train_opts_default(ibp_train_opts_t *o)
 	o->xval = 1;
 }
 
-ibp_status_t ibp_train_check(const void *rows, uint64_t nrows, uint64_t row_bytes,
+ibp_status_t ibpi_train_check(const void *rows, uint64_t nrows, uint64_t row_bytes,
 			     const ibp_train_opts_t *opts, ibp_train_opts_t *o)
 {
 	if (opts)
@@ -73,36 +73,36 @@ ibp_status_t ibp_train_check(const void *rows, uint64_t nrows, uint64_t row_byte
 	else
 		ibp_train_opts_default(o);
 	if (row_bytes == 0 || row_bytes > IBP_MAX_ROW_BYTES)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "train: row_bytes %llu not in [1, 2^40]",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "train: row_bytes %llu not in [1, 2^40]",
 				(unsigned long long)row_bytes);
 	if (nrows > 0 && !rows)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "train: rows is NULL with nrows %llu",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "train: rows is NULL with nrows %llu",
 				(unsigned long long)nrows);
 	if (nrows > UINT64_MAX / row_bytes)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "train: nrows * row_bytes overflows");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "train: nrows * row_bytes overflows");
 	unsigned c = o->chunk_bytes;
 	if (c != 0 && c != 1 && c != 2 && c != 4 && c != 8)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "train: chunk_bytes %u not 0, 1, 2, 4 or 8", c);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "train: chunk_bytes %u not 0, 1, 2, 4 or 8", c);
 	double t = o->threshold;
 	if (isnan(t) || (!(t < 0) && (t < 0.5 || t > 1.0)))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "train: threshold %g not in [0.5, 1] (or < 0 = auto)", t);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "train: threshold %g not in [0.5, 1] (or < 0 = auto)", t);
 	if (isnan(o->sample) || o->sample < 0 || o->sample > 1.0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "train: sample %g not in (0, 1] (or 0 = auto)",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "train: sample %g not in (0, 1] (or 0 = auto)",
 				o->sample);
 	if (o->clusters > IBP_MAX_CLUSTERS)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "train: clusters %u above %u", o->clusters,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "train: clusters %u above %u", o->clusters,
 				IBP_MAX_CLUSTERS);
 	if (o->nthreads < 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "train: nthreads %d < 0", o->nthreads);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "train: nthreads %d < 0", o->nthreads);
 	if (o->xval < 0 || o->xval > 2)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "train: xval %d not 0, 1 or 2", o->xval);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "train: xval %d not 0, 1 or 2", o->xval);
 	return IBP_OK;
 }
 
-int ibp_train_threads(int nthreads, uint64_t bytes)
+int ibpi_train_threads(int nthreads, uint64_t bytes)
 {
 	uint64_t cap = bytes >> 18; /* at least ~256 KiB of rows a thread */
-	return ibp_parallel_threads(nthreads, cap ? cap : 1);
+	return ibpi_parallel_threads(nthreads, cap ? cap : 1);
 }
 
 static uint64_t splitmix64(uint64_t x)
@@ -119,7 +119,7 @@ static uint64_t stratum(uint64_t i, uint64_t n, uint64_t m)
 	return (uint64_t)(((unsigned __int128)i * n) / m);
 }
 
-ibp_status_t ibp_train_sample(uint64_t nrows, uint64_t row_bytes, double frac, uint64_t seed,
+ibp_status_t ibpi_train_sample(uint64_t nrows, uint64_t row_bytes, double frac, uint64_t seed,
 			      ibp_sample_t *s)
 {
 	s->n = 0;
@@ -139,7 +139,7 @@ ibp_status_t ibp_train_sample(uint64_t nrows, uint64_t row_bytes, double frac, u
 		return IBP_OK;
 	s->idx = malloc(m * sizeof(uint64_t));
 	if (!s->idx)
-		return ibp_fail(IBP_ERR_NOMEM, "train: sample of %llu rows", (unsigned long long)m);
+		return ibpi_fail(IBP_ERR_NOMEM, "train: sample of %llu rows", (unsigned long long)m);
 	/* Each stratum has >= 1 row since m < nrows. */
 	for (uint64_t i = 0; i < m; i++) {
 		uint64_t lo = stratum(i, nrows, m), hi = stratum(i + 1, nrows, m);
@@ -225,13 +225,13 @@ ibp_status_t ibp_train_count(const uint8_t *rows, uint64_t row_bytes, const uint
 	memset(counts, 0, 8 * R * sizeof(uint64_t));
 	if (n == 0)
 		return IBP_OK;
-	int nt = ibp_train_threads(nthreads, n * R);
+	int nt = ibpi_train_threads(nthreads, n * R);
 	int by_cols = nt > 1 && R >= COUNT_COLS_MIN;
 	if (!by_cols && (uint64_t)nt > n)
 		nt = (int)n;
 	count_ctx_t *x = malloc(sizeof(*x));
 	if (!x)
-		return ibp_fail(IBP_ERR_NOMEM, "train: count context");
+		return ibpi_fail(IBP_ERR_NOMEM, "train: count context");
 	x->rows = rows;
 	x->R = R;
 	x->idx = idx;
@@ -246,15 +246,15 @@ ibp_status_t ibp_train_count(const uint8_t *rows, uint64_t row_bytes, const uint
 	x->acc = calloc(by_cols ? R : (uint64_t)nt * R, sizeof(uint64_t));
 	x->cnt = by_cols ? counts : calloc((uint64_t)nt * 8 * R, sizeof(uint64_t));
 	if (!x->acc || !x->cnt) {
-		st = ibp_fail(IBP_ERR_NOMEM, "train: counters for %d threads x %llu bytes", nt,
+		st = ibpi_fail(IBP_ERR_NOMEM, "train: counters for %d threads x %llu bytes", nt,
 			      (unsigned long long)R);
 		goto out;
 	}
 	if (by_cols) {
-		st = ibp_parallel_for(nt, R, count_by_cols, x);
+		st = ibpi_parallel_for(nt, R, count_by_cols, x);
 		goto out;
 	}
-	st = ibp_parallel_for(nt, n, count_by_rows, x);
+	st = ibpi_parallel_for(nt, n, count_by_rows, x);
 	for (int t = 0; st == IBP_OK && t < nt; t++) {
 		const uint64_t *c = x->cnt + (uint64_t)t * 8 * R;
 		for (uint64_t j = 0; j < 8 * R; j++)
@@ -270,7 +270,7 @@ out:
 
 /* ---- Mask / Bitval ---------------------------------------------------- */
 
-uint64_t ibp_train_need(double t, uint64_t n)
+uint64_t ibpi_train_need(double t, uint64_t n)
 {
 	double pct = t * 100.0, r = nearbyint(pct);
 	/* Percent thresholds (the sweep, 0.8, 1.0 ...) in integers: T*n in
@@ -290,7 +290,7 @@ uint64_t ibp_train_need(double t, uint64_t n)
 void ibp_train_mask(const uint64_t *counts, uint64_t n, uint64_t row_bytes, double t,
 		    uint8_t *mask, uint8_t *bitval)
 {
-	uint64_t need = ibp_train_need(t, n);
+	uint64_t need = ibpi_train_need(t, n);
 	for (uint64_t p = 0; p < row_bytes; p++) {
 		unsigned m = 0, v = 0;
 		if (n) {
@@ -309,14 +309,14 @@ void ibp_train_mask(const uint64_t *counts, uint64_t n, uint64_t row_bytes, doub
 	}
 }
 
-ibp_status_t ibp_train_make_codec(uint64_t row_bytes, unsigned c, unsigned nclusters,
+ibp_status_t ibpi_train_make_codec(uint64_t row_bytes, unsigned c, unsigned nclusters,
 				  const uint8_t *mask, const uint8_t *bitval, const uint8_t *xval,
 				  ibp_codec_t **out)
 {
 	const uint64_t R = row_bytes, W = (R + c - 1) / c * c;
 	uint8_t *m = malloc(2 * nclusters * W);
 	if (!m)
-		return ibp_fail(IBP_ERR_NOMEM, "train: masks of %u clusters", nclusters);
+		return ibpi_fail(IBP_ERR_NOMEM, "train: masks of %u clusters", nclusters);
 	uint8_t *v = m + nclusters * W;
 	for (unsigned k = 0; k < nclusters; k++) {
 		/* Padding bytes of the last chunk: invariant zeros, as the codec requires. */
@@ -330,7 +330,7 @@ ibp_status_t ibp_train_make_codec(uint64_t row_bytes, unsigned c, unsigned nclus
 	return st;
 }
 
-double ibp_train_total(uint64_t sample_bytes, uint64_t sample_rows, uint64_t nrows,
+double ibpi_train_total(uint64_t sample_bytes, uint64_t sample_rows, uint64_t nrows,
 		       uint64_t row_bytes, unsigned c, unsigned nclusters, int xval)
 {
 	double rows = 0;
@@ -400,20 +400,20 @@ static ibp_status_t run_sizes(const uint8_t *rows, uint64_t R, const evalset_t *
 		memset(nonraw, 0, nq * sizeof(uint64_t));
 	if (es->n == 0 || nq == 0)
 		return IBP_OK;
-	int nt = ibp_train_threads(nthreads, es->n * R * (nq / es->k + 1));
+	int nt = ibpi_train_threads(nthreads, es->n * R * (nq / es->k + 1));
 	/* Thread slots a cache line apart: they are written for every row. */
 	sizes_ctx_t x = { rows, R, es, codecs, qb, nq, (2 * (uint64_t)nq + 15) / 8 * 8, NULL, NULL };
 	x.sz = calloc((uint64_t)nt * x.stride, sizeof(uint64_t));
 	x.st = calloc((uint64_t)nt, sizeof(ibp_status_t));
 	ibp_status_t st = IBP_OK;
 	if (!x.sz || !x.st) {
-		st = ibp_fail(IBP_ERR_NOMEM, "train: size sums");
+		st = ibpi_fail(IBP_ERR_NOMEM, "train: size sums");
 		goto out;
 	}
-	st = ibp_parallel_for(nt, es->n, sizes_worker, &x);
+	st = ibpi_parallel_for(nt, es->n, sizes_worker, &x);
 	for (int t = 0; st == IBP_OK && t < nt; t++) {
 		if (x.st[t] != IBP_OK) {
-			st = ibp_fail(x.st[t], "train: ibp_row_size failed: %s", ibp_status_string(x.st[t]));
+			st = ibpi_fail(x.st[t], "train: ibp_row_size failed: %s", ibp_status_string(x.st[t]));
 			goto out;
 		}
 		for (unsigned q = 0; q < nq; q++) {
@@ -428,7 +428,7 @@ out:
 	return st;
 }
 
-ibp_status_t ibp_train_sizes(const uint8_t *rows, uint64_t row_bytes, const ibp_sample_t *s,
+ibp_status_t ibpi_train_sizes(const uint8_t *rows, uint64_t row_bytes, const ibp_sample_t *s,
 			     ibp_codec_t *const *codecs, unsigned ncodecs, int nthreads,
 			     uint64_t *sizes, uint64_t *nonraw)
 {
@@ -569,7 +569,7 @@ static ibp_status_t fit_xvals(const uint8_t *rows, uint64_t R, const evalset_t *
 	uint64_t *fin = NULL, *tot = NULL, *lst = NULL, *lb = NULL;
 	uint8_t *xw = NULL;
 	if (ns > SIZE_MAX / 24 || nqd > SIZE_MAX / 24)
-		return ibp_fail(IBP_ERR_NOMEM, "train: Xval votes for %u codecs", nq);
+		return ibpi_fail(IBP_ERR_NOMEM, "train: Xval votes for %u codecs", nq);
 	x.cand = malloc(ns * sizeof(uint64_t));
 	x.cnt = calloc(ns, sizeof(uint64_t));
 	x.exc = calloc(ns, sizeof(uint64_t));
@@ -579,12 +579,12 @@ static ibp_status_t fit_xvals(const uint8_t *rows, uint64_t R, const evalset_t *
 	lb = malloc(((uint64_t)nq * x.ncr + 1) * sizeof(uint64_t));
 	xw = malloc(DC ? DC : 1);
 	if (!x.cand || !x.cnt || !x.exc || !fin || !tot || !lst || !lb || !xw) {
-		st = ibp_fail(IBP_ERR_NOMEM, "train: Xval votes for %u codecs", nq);
+		st = ibpi_fail(IBP_ERR_NOMEM, "train: Xval votes for %u codecs", nq);
 		goto out;
 	}
 	uint64_t ntask = (uint64_t)es->k * nb * x.ncr;
-	int nt = ibp_train_threads(nthreads, es->n * R * (nq / es->k + 1));
-	st = ibp_parallel_for(nt, ntask, xv_worker, &x);
+	int nt = ibpi_train_threads(nthreads, es->n * R * (nq / es->k + 1));
+	st = ibpi_parallel_for(nt, ntask, xv_worker, &x);
 	if (st != IBP_OK)
 		goto out;
 	/* Merge the votes in block order: a pair (cand, cnt) absorbs the next
@@ -626,7 +626,7 @@ static ibp_status_t fit_xvals(const uint8_t *rows, uint64_t R, const evalset_t *
 		x.lst = lst;
 		x.lb = lb;
 		x.pass = 2;
-		st = ibp_parallel_for(nt, ntask, xv_worker, &x);
+		st = ibpi_parallel_for(nt, ntask, xv_worker, &x);
 		if (st != IBP_OK)
 			goto out;
 	}
@@ -668,7 +668,7 @@ static ibp_status_t fit_xvals(const uint8_t *rows, uint64_t R, const evalset_t *
 		st = ibp_codec_create_ex(R, C, 1, ibp_codec_mask(cq, 0), ibp_codec_bitval(cq, 0), xw, &nc);
 		if (st != IBP_OK)
 			goto out;
-		ibp_codec_set_threshold(nc, ibp_codec_threshold(cq));
+		ibpi_codec_set_threshold(nc, ibp_codec_threshold(cq));
 		ibp_codec_free(codecs[q]);
 		codecs[q] = nc;
 	}
@@ -684,7 +684,7 @@ out:
 	return st;
 }
 
-ibp_status_t ibp_train_xvals(const uint8_t *rows, uint64_t row_bytes, const ibp_sample_t *s,
+ibp_status_t ibpi_train_xvals(const uint8_t *rows, uint64_t row_bytes, const ibp_sample_t *s,
 			     uint64_t nrows, ibp_codec_t **codecs, unsigned ncodecs, int nthreads,
 			     uint8_t *hasx)
 {
@@ -740,19 +740,19 @@ static ibp_status_t run_choose(const uint8_t *rows, uint64_t R, const ibp_sample
 	*total = 0;
 	if (s->n == 0)
 		return IBP_OK;
-	int nt = ibp_train_threads(nthreads, s->n * R * k);
+	int nt = ibpi_train_threads(nthreads, s->n * R * k);
 	choose_ctx_t x = { rows, R, s->idx, codec, k, assign, NULL, NULL };
 	x.sum = calloc((uint64_t)nt, sizeof(uint64_t));
 	x.st = calloc((uint64_t)nt, sizeof(ibp_status_t));
 	ibp_status_t st = IBP_OK;
 	if (!x.sum || !x.st) {
-		st = ibp_fail(IBP_ERR_NOMEM, "train: cluster sums");
+		st = ibpi_fail(IBP_ERR_NOMEM, "train: cluster sums");
 		goto out;
 	}
-	st = ibp_parallel_for(nt, s->n, choose_worker, &x);
+	st = ibpi_parallel_for(nt, s->n, choose_worker, &x);
 	for (int t = 0; st == IBP_OK && t < nt; t++) {
 		if (x.st[t] != IBP_OK)
-			st = ibp_fail(x.st[t], "train: ibp_row_size failed: %s", ibp_status_string(x.st[t]));
+			st = ibpi_fail(x.st[t], "train: ibp_row_size failed: %s", ibp_status_string(x.st[t]));
 		*total += x.sum[t];
 	}
 out:
@@ -885,7 +885,7 @@ static ibp_status_t kmeans(const uint8_t *rows, uint64_t R, const ibp_sample_t *
 	uint64_t *ids = malloc(n * sizeof(uint64_t));
 	uint64_t changed[IBP_MAX_THREADS];
 	if (!kid || !dist || !tmp || !cen || !ka || !sa || !counts || !ids) {
-		st = ibp_fail(IBP_ERR_NOMEM, "train: k-means buffers");
+		st = ibpi_fail(IBP_ERR_NOMEM, "train: k-means buffers");
 		goto out;
 	}
 	for (uint64_t j = 0; j < kn; j++) {
@@ -893,7 +893,7 @@ static ibp_status_t kmeans(const uint8_t *rows, uint64_t R, const ibp_sample_t *
 		kid[j] = s->idx ? s->idx[p] : p;
 		dist[j] = UINT64_MAX;
 	}
-	int nt = ibp_train_threads(nthreads, kn * R);
+	int nt = ibpi_train_threads(nthreads, kn * R);
 	km_ctx_t x = { rows, R, kid, cen, 1, 0, ka, dist, changed };
 
 	/* k-means++: first centroid uniform, then rows drawn with weight d^2
@@ -901,7 +901,7 @@ static ibp_status_t kmeans(const uint8_t *rows, uint64_t R, const ibp_sample_t *
 	uint64_t rng = splitmix64(seed ^ 0x6b6d65616e73ull);
 	memcpy(cen, rows + kid[splitmix64(rng) % kn] * R, R);
 	unsigned kk = 1;
-	st = ibp_parallel_for(nt, kn, km_mind_worker, &x);
+	st = ibpi_parallel_for(nt, kn, km_mind_worker, &x);
 	while (st == IBP_OK && kk < k) {
 		double total = 0;
 		for (uint64_t j = 0; j < kn; j++)
@@ -920,7 +920,7 @@ static ibp_status_t kmeans(const uint8_t *rows, uint64_t R, const ibp_sample_t *
 		}
 		memcpy(cen + (uint64_t)kk * R, rows + kid[pick] * R, R);
 		x.newc = kk++;
-		st = ibp_parallel_for(nt, kn, km_mind_worker, &x);
+		st = ibpi_parallel_for(nt, kn, km_mind_worker, &x);
 	}
 	if (st != IBP_OK)
 		goto out;
@@ -931,7 +931,7 @@ static ibp_status_t kmeans(const uint8_t *rows, uint64_t R, const ibp_sample_t *
 	memset(ka, 0xff, kn);
 	for (unsigned round = 0; round < KM_ROUNDS; round++) {
 		memset(changed, 0, sizeof(changed));
-		st = ibp_parallel_for(nt, kn, km_assign_worker, &x);
+		st = ibpi_parallel_for(nt, kn, km_assign_worker, &x);
 		if (st != IBP_OK)
 			goto out;
 		uint64_t ch = 0;
@@ -962,8 +962,8 @@ static ibp_status_t kmeans(const uint8_t *rows, uint64_t R, const ibp_sample_t *
 	x.ids = s->idx;
 	x.assign = sa;
 	memset(sa, 0xff, n);
-	nt = ibp_train_threads(nthreads, n * R);
-	st = ibp_parallel_for(nt, n, km_assign_worker, &x);
+	nt = ibpi_train_threads(nthreads, n * R);
+	st = ibpi_parallel_for(nt, n, km_assign_worker, &x);
 	if (st != IBP_OK)
 		goto out;
 	es->n = n;
@@ -1030,7 +1030,7 @@ static ibp_status_t fit_groups(const trainer_t *tr, const evalset_t *es, const u
 	int fhas = 0;
 	if (!counts || !bm || !fm || !uq || !qmap || !cod || !sz || !tsz || !xq || !xvb || !fx ||
 	    !hq || !hx) {
-		st = ibp_fail(IBP_ERR_NOMEM, "train: masks for %u clusters x %u thresholds", k, nT);
+		st = ibpi_fail(IBP_ERR_NOMEM, "train: masks for %u clusters x %u thresholds", k, nT);
 		goto out;
 	}
 	/* Counts once per cluster; a T whose Mask equals the previous T's is
@@ -1066,7 +1066,7 @@ static ibp_status_t fit_groups(const trainer_t *tr, const evalset_t *es, const u
 					if (uq[c * nT + i] != i)
 						continue;
 					uint64_t o = ((uint64_t)c * nT + i) * R;
-					st = ibp_train_make_codec(R, C, 1, bm + o, bv + o, NULL, &cod[nq]);
+					st = ibpi_train_make_codec(R, C, 1, bm + o, bv + o, NULL, &cod[nq]);
 					if (st != IBP_OK)
 						goto out;
 					qmap[c * nT + i] = nq++;
@@ -1111,7 +1111,7 @@ static ibp_status_t fit_groups(const trainer_t *tr, const evalset_t *es, const u
 			sum += b;
 			has |= hx[c * nT + uq[c * nT + ti[c]]];
 		}
-		double total = ibp_train_total(sum, es->n, tr->N, R, C, k, has);
+		double total = ibpi_train_total(sum, es->n, tr->N, R, C, k, has);
 		if (total < f->total) { /* ties: the larger C, tried first */
 			f->total = total;
 			f->C = C;
@@ -1129,7 +1129,7 @@ static ibp_status_t fit_groups(const trainer_t *tr, const evalset_t *es, const u
 		memcpy(fv + (uint64_t)c * R, bv + o, R);
 		f->t[c] = tr->thr[best_ti[c]];
 	}
-	st = ibp_train_make_codec(R, f->C, k, fm, fv, fhas ? fx : NULL, &f->codec);
+	st = ibpi_train_make_codec(R, f->C, k, fm, fv, fhas ? fx : NULL, &f->codec);
 out:
 	if (cod)
 		for (unsigned q = 0; q < nkt; q++)
@@ -1160,13 +1160,13 @@ static ibp_status_t refine(const trainer_t *tr, fit_t *f)
 	uint64_t *ids = malloc((s->n ? s->n : 1) * sizeof(uint64_t));
 	uint64_t sum;
 	if (!a || !a2 || !ids) {
-		st = ibp_fail(IBP_ERR_NOMEM, "train: cluster assignment");
+		st = ibpi_fail(IBP_ERR_NOMEM, "train: cluster assignment");
 		goto out;
 	}
 	st = run_choose(tr->rows, tr->R, s, f->codec, f->k, tr->nthreads, a, &sum);
 	if (st != IBP_OK)
 		goto out;
-	f->total = ibp_train_total(sum, s->n, tr->N, tr->R, f->C, f->k, ibp_codec_has_xval(f->codec));
+	f->total = ibpi_train_total(sum, s->n, tr->N, tr->R, f->C, f->k, ibp_codec_has_xval(f->codec));
 	for (unsigned round = 0; round < REFIT_ROUNDS; round++) {
 		evalset_t es = { .n = s->n, .ids = ids };
 		es.k = group_rows(a, s->n, s->idx, f->k, 0, ids, es.gb);
@@ -1174,7 +1174,7 @@ static ibp_status_t refine(const trainer_t *tr, fit_t *f)
 		st = fit_groups(tr, &es, &f->C, 1, &g);
 		if (st == IBP_OK && g.k > 1) {
 			st = run_choose(tr->rows, tr->R, s, g.codec, g.k, tr->nthreads, a2, &sum);
-			g.total = ibp_train_total(sum, s->n, tr->N, tr->R, g.C, g.k,
+			g.total = ibpi_train_total(sum, s->n, tr->N, tr->R, g.C, g.k,
 						  ibp_codec_has_xval(g.codec));
 		}
 		if (st != IBP_OK) {
@@ -1215,7 +1215,7 @@ static ibp_status_t train_one(const void *rows, uint64_t nrows, uint64_t row_byt
 		tr.thr[0] = o.threshold;
 		tr.nthr = 1;
 	}
-	IBP_TRY(ibp_train_sample(nrows, row_bytes, o.sample, o.seed, &tr.s));
+	IBP_TRY(ibpi_train_sample(nrows, row_bytes, o.sample, o.seed, &tr.s));
 
 	static const unsigned all_cs[4] = { 8, 4, 2, 1 };
 	const unsigned *cs = all_cs;
@@ -1248,7 +1248,7 @@ static ibp_status_t train_one(const void *rows, uint64_t nrows, uint64_t row_byt
 			ctr.s.idx = malloc(ctr.s.n * sizeof(uint64_t));
 			if (!ctr.s.idx) {
 				free(tr.s.idx);
-				return ibp_fail(IBP_ERR_NOMEM, "train: cluster sample");
+				return ibpi_fail(IBP_ERR_NOMEM, "train: cluster sample");
 			}
 			for (uint64_t j = 0; j < ctr.s.n; j++)
 				ctr.s.idx[j] = tr.s.idx ? tr.s.idx[j * stride] : j * stride;
@@ -1308,7 +1308,7 @@ static ibp_status_t train_one(const void *rows, uint64_t nrows, uint64_t row_byt
 	for (unsigned c = 1; c < best.k; c++)
 		if (best.nrows[c] > best.nrows[big])
 			big = c;
-	ibp_codec_set_threshold(best.codec, best.t[big]);
+	ibpi_codec_set_threshold(best.codec, best.t[big]);
 	*out = best.codec;
 	*total = best.total;
 	return IBP_OK;
@@ -1324,10 +1324,10 @@ ibp_status_t ibp_codec_train(const void *rows, uint64_t nrows, uint64_t row_byte
 			     const ibp_train_opts_t *opts, ibp_codec_t **out)
 {
 	if (!out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "train: out is NULL");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "train: out is NULL");
 	*out = NULL;
 	ibp_train_opts_t o;
-	IBP_TRY(ibp_train_check(rows, nrows, row_bytes, opts, &o));
+	IBP_TRY(ibpi_train_check(rows, nrows, row_bytes, opts, &o));
 	ibp_codec_t *with = NULL, *without = NULL;
 	double t_with = 0, t_without = 0;
 	IBP_TRY(train_one(rows, nrows, row_bytes, o, &with, &t_with));

@@ -23,16 +23,16 @@ typedef struct ibp_sample {
 
 /* Validates rows/nrows/row_bytes/opts (NULL opts = defaults) and returns
  * the options to use in *o. */
-ibp_status_t ibp_train_check(const void *rows, uint64_t nrows, uint64_t row_bytes,
+ibp_status_t ibpi_train_check(const void *rows, uint64_t nrows, uint64_t row_bytes,
 			     const ibp_train_opts_t *opts, ibp_train_opts_t *o);
 
 /* Thread count for `bytes` of work under opts.nthreads (0 = online CPUs):
  * small jobs run on fewer threads. */
-int ibp_train_threads(int nthreads, uint64_t bytes);
+int ibpi_train_threads(int nthreads, uint64_t bytes);
 
 /* Picks the deterministic row sample (rule in include/ibp/codec.h's
  * ibp_codec_train comment and train.c). Free s->idx with free(). */
-ibp_status_t ibp_train_sample(uint64_t nrows, uint64_t row_bytes, double frac, uint64_t seed,
+ibp_status_t ibpi_train_sample(uint64_t nrows, uint64_t row_bytes, double frac, uint64_t seed,
 			      ibp_sample_t *s);
 
 /* counts[8*p + b] = number of the n rows rows[idx[i]] (idx NULL: rows 0..n-1)
@@ -41,7 +41,7 @@ ibp_status_t ibp_train_count(const uint8_t *rows, uint64_t row_bytes, const uint
 			     uint64_t n, int nthreads, uint64_t *counts);
 
 /* Smallest integer count c with c >= t * n (exact for t = k/100). */
-uint64_t ibp_train_need(double t, uint64_t n);
+uint64_t ibpi_train_need(double t, uint64_t n);
 
 /* Byte-level Mask/Bitval (row_bytes bytes each) of n rows at threshold t. */
 void ibp_train_mask(const uint64_t *counts, uint64_t n, uint64_t row_bytes, double t,
@@ -51,7 +51,7 @@ void ibp_train_mask(const uint64_t *counts, uint64_t n, uint64_t row_bytes, doub
  * clusters (each row_bytes bytes, cluster-major), padding the last chunk.
  * xval: NULL (no Xvals) or nclusters * D * c bytes of chunk words, padding
  * included (ibp_codec_create_ex's array). */
-ibp_status_t ibp_train_make_codec(uint64_t row_bytes, unsigned c, unsigned nclusters,
+ibp_status_t ibpi_train_make_codec(uint64_t row_bytes, unsigned c, unsigned nclusters,
 				  const uint8_t *mask, const uint8_t *bitval, const uint8_t *xval,
 				  ibp_codec_t **out);
 
@@ -62,14 +62,14 @@ ibp_status_t ibp_train_make_codec(uint64_t row_bytes, unsigned c, unsigned nclus
  * scaled to the `nrows` of the data set exceeds the D * C bytes of the
  * Xval table). hasx[q] (may be NULL): 1 iff codecs[q] now has Xvals. The
  * result does not depend on nthreads. */
-ibp_status_t ibp_train_xvals(const uint8_t *rows, uint64_t row_bytes, const ibp_sample_t *s,
+ibp_status_t ibpi_train_xvals(const uint8_t *rows, uint64_t row_bytes, const ibp_sample_t *s,
 			     uint64_t nrows, ibp_codec_t **codecs, unsigned ncodecs, int nthreads,
 			     uint8_t *hasx);
 
 /* Sums ibp_row_size over the sample rows under cluster 0 of each of
  * `ncodecs` codecs: sizes[q] = total bytes, nonraw[q] (may be NULL) = rows
  * not stored raw. */
-ibp_status_t ibp_train_sizes(const uint8_t *rows, uint64_t row_bytes, const ibp_sample_t *s,
+ibp_status_t ibpi_train_sizes(const uint8_t *rows, uint64_t row_bytes, const ibp_sample_t *s,
 			     ibp_codec_t *const *codecs, unsigned ncodecs, int nthreads,
 			     uint64_t *sizes, uint64_t *nonraw);
 
@@ -77,7 +77,7 @@ ibp_status_t ibp_train_sizes(const uint8_t *rows, uint64_t row_bytes, const ibp_
  * sample_rows to nrows, plus flags (1 byte a row), cluster ids (1 byte a
  * row when nclusters > 1) and Mask + Bitval (2 * nclusters * D * C), + the
  * Xvals (nclusters * D * C) when xval is nonzero. */
-double ibp_train_total(uint64_t sample_bytes, uint64_t sample_rows, uint64_t nrows,
+double ibpi_train_total(uint64_t sample_bytes, uint64_t sample_rows, uint64_t nrows,
 		       uint64_t row_bytes, unsigned c, unsigned nclusters, int xval);
 
 #endif /* IBP_TRAIN_INTERNAL_H */

@@ -38,7 +38,7 @@ static ibp_status_t ring_rs(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *sen
 		want.chunk = (uint32_t)rc;
 		uint64_t sbytes = 0, rbytes = 0;
 		IBP_TRY(c->mem->encode(c, &sh, s == 0 ? send + off[sc] * esz : b->acc, b->m[0], b->cap, &sbytes));
-		IBP_TRY(coll_sendrecv(c, right, b->m[0], sbytes, len[sc] * esz, left, b->m[1], b->cap, &rbytes));
+		IBP_TRY(ibpi_coll_sendrecv(c, right, b->m[0], sbytes, len[sc] * esz, left, b->m[1], b->cap, &rbytes));
 		IBP_TRY(c->mem->check(c, b->m[1], rbytes, &want, left, &got));
 		IBP_TRY(c->mem->reduce(c, &got, b->m[1], rbytes, send + off[rc] * esz, b));
 	}
@@ -53,7 +53,7 @@ typedef struct dec_job {
 	uint8_t *dst;
 	int nthreads;
 	ibp_status_t st;
-	char err[256]; /* the helper's detail (ibp_fail's message is per thread) */
+	char err[256]; /* the helper's detail (ibpi_fail's message is per thread) */
 } dec_job_t;
 
 #ifndef AG_OVERLAP_MIN /* -DAG_OVERLAP_MIN=UINT64_MAX turns the overlap off (A/B runs) */
@@ -63,7 +63,7 @@ typedef struct dec_job {
 static void dec_run(void *arg)
 {
 	dec_job_t *j = arg;
-	j->st = coll_decode(&j->h, j->msg, j->bytes, j->dst, j->nthreads);
+	j->st = ibpi_coll_decode(&j->h, j->msg, j->bytes, j->dst, j->nthreads);
 	if (j->st != IBP_OK)
 		snprintf(j->err, sizeof j->err, "%s", ibp_last_error());
 }
@@ -71,8 +71,8 @@ static void dec_run(void *arg)
 /* Waits for the helper; the job's failure is re-recorded on this thread. */
 static ibp_status_t dec_join(ibp_coll_comm_t *c, dec_job_t *j)
 {
-	IBP_TRY(coll_helper_wait(c->helper));
-	return j->st == IBP_OK ? IBP_OK : ibp_fail(j->st, "%s", j->err);
+	IBP_TRY(ibpi_coll_helper_wait(c->helper));
+	return j->st == IBP_OK ? IBP_OK : ibpi_fail(j->st, "%s", j->err);
 }
 
 /* Ring AllGather over chunks (off, len): own (chunk `rank`, in dt) is
@@ -104,7 +104,7 @@ static ibp_status_t ring_ag(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *own
 		want.elems = len[rc];
 		want.chunk = (uint32_t)rc;
 		uint64_t rbytes = 0;
-		st = coll_sendrecv(c, right, b->m[cur], bytes, len[sc] * esz, left, b->m[1 - cur], b->cap, &rbytes);
+		st = ibpi_coll_sendrecv(c, right, b->m[cur], bytes, len[sc] * esz, left, b->m[1 - cur], b->cap, &rbytes);
 		if (running) {
 			ibp_status_t ds = dec_join(c, &job);
 			st = st != IBP_OK ? st : ds;
@@ -116,10 +116,10 @@ static ibp_status_t ring_ag(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *own
 			break;
 		job = (dec_job_t){ got, b->m[1 - cur], rbytes, recv + off[rc] * esz, c->o.nthreads, IBP_OK, "" };
 		/* Overlap only when a next step exists and the decode outweighs a handoff. */
-		if (s < p - 2 && got.enc != COLL_ENC_RAW && rbytes >= AG_OVERLAP_MIN && c->mem == &coll_mem_host) {
+		if (s < p - 2 && got.enc != COLL_ENC_RAW && rbytes >= AG_OVERLAP_MIN && c->mem == &ibpi_coll_mem_host) {
 			if (!c->helper)
-				st = coll_helper_start(&c->helper);
-			if (st == IBP_OK && (st = coll_helper_post(c->helper, dec_run, &job)) == IBP_OK)
+				st = ibpi_coll_helper_start(&c->helper);
+			if (st == IBP_OK && (st = ibpi_coll_helper_post(c->helper, dec_run, &job)) == IBP_OK)
 				running = 1;
 		} else
 			st = c->mem->decode(c, &got, b->m[1 - cur], rbytes, recv + off[rc] * esz);
@@ -138,29 +138,29 @@ static ibp_status_t begin(ibp_coll_comm_t *c, const char *what, ibp_dtype_t dt, 
 			  void *stream)
 {
 	if (!c)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: %s: comm is NULL", what);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: %s: comm is NULL", what);
 	c->st.calls++;
 	if (c->broken != IBP_OK)
-		return ibp_fail(IBP_ERR_IO, "coll: %s: the communicator is broken by an earlier failure", what);
+		return ibpi_fail(IBP_ERR_IO, "coll: %s: the communicator is broken by an earlier failure", what);
 	if (stream && c->mem_kind == IBP_COLL_MEM_HOST)
-		return ibp_fail(IBP_ERR_UNSUPPORTED,
+		return ibpi_fail(IBP_ERR_UNSUPPORTED,
 				"coll: %s: a stream needs device buffers (ibp_coll_comm_set_memory)", what);
 	if (c->mem_kind != IBP_COLL_MEM_HOST && (unsigned)codec > IBP_COLL_CODEC_FP8 &&
 	    (unsigned)codec <= IBP_COLL_CODEC_PTS)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "coll: %s: codec %s on device buffers (none, exp, fp8 only)",
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "coll: %s: codec %s on device buffers (none, exp, fp8 only)",
 				what, ibp_coll_codec_name(codec));
 	c->stream = stream;
 	if (dt != IBP_DTYPE_BF16 && dt != IBP_DTYPE_F16 && dt != IBP_DTYPE_F32)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: %s: dtype %s (bf16, f16 or f32 only)", what,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: %s: dtype %s (bf16, f16 or f32 only)", what,
 				ibp_dtype_name(dt));
 	if ((unsigned)codec > IBP_COLL_CODEC_PTS)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: %s: unknown codec %d", what, (int)codec);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: %s: unknown codec %d", what, (int)codec);
 	if ((codec == IBP_COLL_CODEC_DYNAMIQ || codec == IBP_COLL_CODEC_PTS) && strcmp(what, "allreduce"))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: %s: codec %s is for allreduce only", what,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: %s: codec %s is for allreduce only", what,
 				ibp_coll_codec_name(codec));
 	/* LSQ's rounding is keyed per message, not per hop: chained re-encoding would reuse it. */
 	if (codec == IBP_COLL_CODEC_LSQ && strncmp(what, "alltoall", 8))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: %s: codec lsq is for alltoall(v) only", what);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: %s: codec lsq is for alltoall(v) only", what);
 	c->seq++;
 	return IBP_OK;
 }
@@ -190,7 +190,7 @@ static ibp_status_t chunks(int p, uint64_t **off, uint64_t **len)
 	if (!*off || !*len) {
 		free(*off);
 		free(*len);
-		return ibp_fail(IBP_ERR_NOMEM, "coll: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "coll: out of memory");
 	}
 	return IBP_OK;
 }
@@ -232,7 +232,7 @@ static ibp_status_t native_agree(ibp_coll_comm_t *c, const char *what, enum coll
 	if (!mine || !all) {
 		free(mine);
 		free(all);
-		return ibp_fail(IBP_ERR_NOMEM, "coll: %s: out of memory", what);
+		return ibpi_fail(IBP_ERR_NOMEM, "coll: %s: out of memory", what);
 	}
 	native_blob_t b = { COLL_MAGIC, c->seq, (uint8_t)op, (uint8_t)dt, (uint8_t)codec, (uint8_t)(can != 0), 0, count };
 	memcpy(mine, &b, sizeof b);
@@ -245,7 +245,7 @@ static ibp_status_t native_agree(ibp_coll_comm_t *c, const char *what, enum coll
 		memcpy(&o, all + (uint64_t)r * bytes, sizeof o);
 		if (o.magic != COLL_MAGIC || o.seq != b.seq || o.op != b.op || o.dtype != b.dtype || o.codec != b.codec ||
 		    o.count != b.count)
-			s = ibp_fail(IBP_ERR_INVALID_ARG,
+			s = ibpi_fail(IBP_ERR_INVALID_ARG,
 				     "coll: %s: mismatch: rank %d called op %u, %s, codec %s, count %llu (call %u); this "
 				     "rank op %u, %s, codec %s, count %llu (call %u)", what, r, o.op,
 				     ibp_dtype_name((ibp_dtype_t)o.dtype), ibp_coll_codec_name((ibp_coll_codec_t)o.codec),
@@ -257,7 +257,7 @@ static ibp_status_t native_agree(ibp_coll_comm_t *c, const char *what, enum coll
 			uint64_t sent = 0;
 			memcpy(&sent, all + (uint64_t)r * bytes + sizeof b + 8 * (uint64_t)c->rank, 8);
 			if (sent != counts[p + r])
-				s = ibp_fail(IBP_ERR_INVALID_ARG,
+				s = ibpi_fail(IBP_ERR_INVALID_ARG,
 					     "coll: %s: mismatch: rank %d sends this rank %llu elements, it expects %llu", what,
 					     r, (unsigned long long)sent, (unsigned long long)counts[p + r]);
 		}
@@ -310,7 +310,7 @@ static int try_native(ibp_coll_comm_t *c, const char *what, const native_call_t 
 	int fits = a->count <= NATIVE_MAX;
 	if (a->op == COLL_OP_A2AV) {
 		if (!(cv = malloc(16 * (uint64_t)p))) {
-			*s = ibp_fail(IBP_ERR_NOMEM, "coll: %s: out of memory", what);
+			*s = ibpi_fail(IBP_ERR_NOMEM, "coll: %s: out of memory", what);
 			return 1;
 		}
 		for (int i = 0; i < p; i++) {
@@ -359,12 +359,12 @@ ibp_status_t ibp_coll_allgather(const void *send, void *recv, uint64_t count, ib
 {
 	IBP_TRY(begin(c, "allgather", dt, codec, stream));
 	if (count && (!send || !recv))
-		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: allgather: NULL buffer"), 0, 0);
+		return finish(c, ibpi_fail(IBP_ERR_INVALID_ARG, "coll: allgather: NULL buffer"), 0, 0);
 	if (count > IBP_COLL_MAX_V / (uint64_t)c->nranks)
-		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: allgather: count too large"), 0, 0);
+		return finish(c, ibpi_fail(IBP_ERR_INVALID_ARG, "coll: allgather: count too large"), 0, 0);
 	uint64_t w0 = c->st.wire_bytes, l0 = c->st.logical_bytes, *off, *len;
 	int p = c->nranks;
-	enum coll_enc enc = coll_decide(c, codec, dt, send, min_u64(count, SAMPLE), count, (uint64_t)p - 1, 1,
+	enum coll_enc enc = ibpi_coll_decide(c, codec, dt, send, min_u64(count, SAMPLE), count, (uint64_t)p - 1, 1,
 					(uint64_t)p - 1);
 	const native_call_t na = { COLL_OP_AG, send, recv, count, NULL, NULL, NULL, NULL };
 	ibp_status_t s = IBP_OK;
@@ -390,14 +390,14 @@ ibp_status_t ibp_coll_reducescatter(const void *send, void *recv, uint64_t recvc
 {
 	IBP_TRY(begin(c, "reducescatter", dt, codec, stream));
 	if (op != IBP_COLL_SUM)
-		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: reducescatter: only SUM"), 0, 0);
+		return finish(c, ibpi_fail(IBP_ERR_INVALID_ARG, "coll: reducescatter: only SUM"), 0, 0);
 	if (recvcount && (!send || !recv))
-		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: reducescatter: NULL buffer"), 0, 0);
+		return finish(c, ibpi_fail(IBP_ERR_INVALID_ARG, "coll: reducescatter: NULL buffer"), 0, 0);
 	if (recvcount > IBP_COLL_MAX_V / (uint64_t)c->nranks)
-		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: reducescatter: count too large"), 0, 0);
+		return finish(c, ibpi_fail(IBP_ERR_INVALID_ARG, "coll: reducescatter: count too large"), 0, 0);
 	uint64_t w0 = c->st.wire_bytes, l0 = c->st.logical_bytes, *off, *len, esz = ibp_dtype_size(dt);
 	int p = c->nranks;
-	enum coll_enc enc = coll_decide(c, codec, dt, send, min_u64(recvcount, SAMPLE), recvcount, (uint64_t)p - 1,
+	enum coll_enc enc = ibpi_coll_decide(c, codec, dt, send, min_u64(recvcount, SAMPLE), recvcount, (uint64_t)p - 1,
 					(uint64_t)p - 1, (uint64_t)p - 1);
 	const native_call_t na = { COLL_OP_RS, send, recv, recvcount, NULL, NULL, NULL, NULL };
 	ibp_status_t s = IBP_OK;
@@ -425,11 +425,11 @@ ibp_status_t ibp_coll_allreduce(const void *send, void *recv, uint64_t count, ib
 {
 	IBP_TRY(begin(c, "allreduce", dt, codec, stream));
 	if (op != IBP_COLL_SUM)
-		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: allreduce: only SUM"), 0, 0);
+		return finish(c, ibpi_fail(IBP_ERR_INVALID_ARG, "coll: allreduce: only SUM"), 0, 0);
 	if (count && (!send || !recv))
-		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: allreduce: NULL buffer"), 0, 0);
+		return finish(c, ibpi_fail(IBP_ERR_INVALID_ARG, "coll: allreduce: NULL buffer"), 0, 0);
 	if (count > IBP_COLL_MAX_V)
-		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: allreduce: count too large"), 0, 0);
+		return finish(c, ibpi_fail(IBP_ERR_INVALID_ARG, "coll: allreduce: count too large"), 0, 0);
 	uint64_t w0 = c->st.wire_bytes, l0 = c->st.logical_bytes, *off, *len;
 	int p = c->nranks;
 	uint64_t q = count / (uint64_t)p, rem = count % (uint64_t)p, maxn = q + (rem != 0);
@@ -440,13 +440,13 @@ ibp_status_t ibp_coll_allreduce(const void *send, void *recv, uint64_t count, ib
 		if (use) {
 			c->st.compressed++;
 			coll_hdr_t h = header(c, COLL_OP_AR, codec, dt, count, COLL_ENC_RAW);
-			return finish(c, codec == IBP_COLL_CODEC_PTS ? pts_allreduce(c, h, send, recv, count)
-								     : dq_allreduce(c, h, send, recv, count),
+			return finish(c, codec == IBP_COLL_CODEC_PTS ? ibpi_pts_allreduce(c, h, send, recv, count)
+								     : ibpi_dq_allreduce(c, h, send, recv, count),
 				      w0, l0);
 		}
 		c->st.plain++;
 	} else
-		enc = coll_decide(c, codec, dt, send, min_u64(count, SAMPLE), maxn, 2 * ((uint64_t)p - 1), (uint64_t)p,
+		enc = ibpi_coll_decide(c, codec, dt, send, min_u64(count, SAMPLE), maxn, 2 * ((uint64_t)p - 1), (uint64_t)p,
 				  2 * ((uint64_t)p - 1));
 	const native_call_t na = { COLL_OP_AR, send, recv, count, NULL, NULL, NULL, NULL };
 	ibp_status_t s = IBP_OK;
@@ -481,7 +481,7 @@ static ibp_status_t a2a(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *send, c
 		maxn = rc[i] > maxn ? rc[i] : maxn;
 	}
 	if (sc[r] != rc[r])
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: alltoallv: rank %d sends itself %llu elements but expects %llu",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: alltoallv: rank %d sends itself %llu elements but expects %llu",
 				r, (unsigned long long)sc[r], (unsigned long long)rc[r]);
 	/* In place (send and recv overlap): a received block would overwrite
 	 * a block still to be sent, so the sends read a copy (host buffers). */
@@ -494,7 +494,7 @@ static ibp_status_t a2a(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *send, c
 	if (c->mem_kind == IBP_COLL_MEM_HOST && send_end && recv_end && send < recv + recv_end * esz &&
 	    recv < send + send_end * esz) {
 		if (!(staged = malloc(send_end * esz)))
-			return ibp_fail(IBP_ERR_NOMEM, "coll: alltoall: out of memory to stage an in-place call");
+			return ibpi_fail(IBP_ERR_NOMEM, "coll: alltoall: out of memory to stage an in-place call");
 		memcpy(staged, send, send_end * esz);
 		send = staged;
 	}
@@ -520,7 +520,7 @@ static ibp_status_t a2a(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *send, c
 		want.chunk = (uint32_t)src;
 		uint64_t sbytes = 0, rbytes = 0;
 		if ((s = c->mem->encode(c, &sh, send + sd[dst] * esz, b.m[0], b.cap, &sbytes)) != IBP_OK ||
-		    (s = coll_sendrecv(c, dst, b.m[0], sbytes, sc[dst] * esz, src, b.m[1], b.cap, &rbytes)) !=
+		    (s = ibpi_coll_sendrecv(c, dst, b.m[0], sbytes, sc[dst] * esz, src, b.m[1], b.cap, &rbytes)) !=
 			    IBP_OK ||
 		    (s = c->mem->check(c, b.m[1], rbytes, &want, src, &got)) != IBP_OK)
 			break;
@@ -536,12 +536,12 @@ ibp_status_t ibp_coll_alltoall(const void *send, void *recv, uint64_t count, ibp
 {
 	IBP_TRY(begin(c, "alltoall", dt, codec, stream));
 	if (count && (!send || !recv))
-		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: alltoall: NULL buffer"), 0, 0);
+		return finish(c, ibpi_fail(IBP_ERR_INVALID_ARG, "coll: alltoall: NULL buffer"), 0, 0);
 	if (count > IBP_COLL_MAX_V / (uint64_t)c->nranks)
-		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: alltoall: count too large"), 0, 0);
+		return finish(c, ibpi_fail(IBP_ERR_INVALID_ARG, "coll: alltoall: count too large"), 0, 0);
 	uint64_t w0 = c->st.wire_bytes, l0 = c->st.logical_bytes, *cnt, *dis;
 	int p = c->nranks;
-	enum coll_enc enc = coll_decide(c, codec, dt, send, min_u64(count * (uint64_t)p, SAMPLE), count,
+	enum coll_enc enc = ibpi_coll_decide(c, codec, dt, send, min_u64(count * (uint64_t)p, SAMPLE), count,
 					(uint64_t)p - 1, (uint64_t)p - 1, (uint64_t)p - 1);
 	const native_call_t na = { COLL_OP_A2A, send, recv, count, NULL, NULL, NULL, NULL };
 	ibp_status_t ns = IBP_OK;
@@ -564,20 +564,20 @@ ibp_status_t ibp_coll_alltoallv(const void *send, const uint64_t *sendcounts, co
 {
 	IBP_TRY(begin(c, "alltoallv", dt, codec, stream));
 	if (!sendcounts || !sdispls || !recvcounts || !rdispls)
-		return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: alltoallv: NULL count or displacement array"),
+		return finish(c, ibpi_fail(IBP_ERR_INVALID_ARG, "coll: alltoallv: NULL count or displacement array"),
 			      0, 0);
 	int p = c->nranks;
 	uint64_t maxn = 0;
 	for (int i = 0; i < p; i++) {
 		if ((sendcounts[i] && !send) || (recvcounts[i] && !recv) || sendcounts[i] > IBP_COLL_MAX_V ||
 		    recvcounts[i] > IBP_COLL_MAX_V || sdispls[i] > IBP_COLL_MAX_V || rdispls[i] > IBP_COLL_MAX_V)
-			return finish(c, ibp_fail(IBP_ERR_INVALID_ARG, "coll: alltoallv: bad entry for rank %d", i), 0,
+			return finish(c, ibpi_fail(IBP_ERR_INVALID_ARG, "coll: alltoallv: bad entry for rank %d", i), 0,
 				      0);
 		maxn = sendcounts[i] > maxn ? sendcounts[i] : maxn;
 	}
 	uint64_t w0 = c->st.wire_bytes, l0 = c->st.logical_bytes;
 	const uint8_t *sample = sendcounts[0] ? (const uint8_t *)send + sdispls[0] * ibp_dtype_size(dt) : NULL;
-	enum coll_enc enc = coll_decide(c, codec, dt, sample, min_u64(sendcounts[0], SAMPLE), maxn, (uint64_t)p - 1,
+	enum coll_enc enc = ibpi_coll_decide(c, codec, dt, sample, min_u64(sendcounts[0], SAMPLE), maxn, (uint64_t)p - 1,
 					(uint64_t)p - 1, (uint64_t)p - 1);
 	const native_call_t na = { COLL_OP_A2AV, send, recv, 0, sendcounts, sdispls, recvcounts, rdispls };
 	ibp_status_t s = IBP_OK;

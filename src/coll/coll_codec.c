@@ -20,11 +20,11 @@ static ibp_fp8_opts_t fp8_opts(int nthreads)
 	return o;
 }
 
-ibp_status_t coll_msg_cap(ibp_dtype_t dt, uint64_t n, uint64_t *cap)
+ibp_status_t ibpi_coll_msg_cap(ibp_dtype_t dt, uint64_t n, uint64_t *cap)
 {
 	uint64_t esz = ibp_dtype_size(dt), e = 0, f = 0;
 	if (n > IBP_EXP_MAX_ELEMS)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: %llu elements is too many", (unsigned long long)n);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: %llu elements is too many", (unsigned long long)n);
 	IBP_TRY(ibp_exp_encode_bound(dt, n, &e));
 	ibp_fp8_opts_t o = fp8_opts(1);
 	IBP_TRY(ibp_fp8_encoded_size(&o, n, &f));
@@ -33,13 +33,13 @@ ibp_status_t coll_msg_cap(ibp_dtype_t dt, uint64_t n, uint64_t *cap)
 		m = e;
 	if (f > m)
 		m = f;
-	if (lsq_bytes(n, LSQ_ROW, LSQ_MAX_BITS, lsq_scale_bits(LSQ_MAX_BITS)) > m) /* any sender's width fits */
-		m = lsq_bytes(n, LSQ_ROW, LSQ_MAX_BITS, lsq_scale_bits(LSQ_MAX_BITS));
+	if (ibpi_lsq_bytes(n, LSQ_ROW, LSQ_MAX_BITS, lsq_scale_bits(LSQ_MAX_BITS)) > m) /* any sender's width fits */
+		m = ibpi_lsq_bytes(n, LSQ_ROW, LSQ_MAX_BITS, lsq_scale_bits(LSQ_MAX_BITS));
 	*cap = COLL_HDR + m;
 	return IBP_OK;
 }
 
-ibp_status_t coll_encode(const coll_hdr_t *h, const void *src, void *msg, uint64_t cap, int nthreads,
+ibp_status_t ibpi_coll_encode(const coll_hdr_t *h, const void *src, void *msg, uint64_t cap, int nthreads,
 			 int lsq_bits, uint64_t *bytes)
 {
 	uint8_t *p = (uint8_t *)msg + COLL_HDR;
@@ -50,7 +50,7 @@ ibp_status_t coll_encode(const coll_hdr_t *h, const void *src, void *msg, uint64
 	case COLL_ENC_RAW:
 		size = n * ibp_dtype_size(dt);
 		if (size > pcap)
-			return ibp_fail(IBP_ERR_INTERNAL, "coll: message capacity too small");
+			return ibpi_fail(IBP_ERR_INTERNAL, "coll: message capacity too small");
 		if (size)
 			memcpy(p, src, size);
 		break;
@@ -69,11 +69,11 @@ ibp_status_t coll_encode(const coll_hdr_t *h, const void *src, void *msg, uint64
 	}
 	case COLL_ENC_LSQ: { /* rounding keyed by the call, the chunk and the sender's position */
 		uint64_t key = ((uint64_t)h->seq << 32 | h->chunk) * 0x9e3779b97f4a7c15ull ^ h->count ^ (h->elems << 17);
-		IBP_TRY(lsq_encode(src, dt, n, LSQ_ROW, lsq_bits, lsq_scale_bits(lsq_bits), key, p, pcap, &size));
+		IBP_TRY(ibpi_lsq_encode(src, dt, n, LSQ_ROW, lsq_bits, lsq_scale_bits(lsq_bits), key, p, pcap, &size));
 		break;
 	}
 	default:
-		return ibp_fail(IBP_ERR_INTERNAL, "coll: encoding %u", h->enc);
+		return ibpi_fail(IBP_ERR_INTERNAL, "coll: encoding %u", h->enc);
 	}
 	*bytes = COLL_HDR + size;
 	return IBP_OK;
@@ -86,37 +86,37 @@ static const char *op_name(unsigned op)
 	return op < 6 ? names[op] : "unknown";
 }
 
-ibp_status_t coll_check(const void *msg, uint64_t bytes, const coll_hdr_t *want, int from, coll_hdr_t *h)
+ibp_status_t ibpi_coll_check(const void *msg, uint64_t bytes, const coll_hdr_t *want, int from, coll_hdr_t *h)
 {
 	if (bytes < COLL_HDR)
-		return ibp_fail(IBP_ERR_CORRUPT, "coll: %llu-byte message from rank %d is shorter than its header",
+		return ibpi_fail(IBP_ERR_CORRUPT, "coll: %llu-byte message from rank %d is shorter than its header",
 				(unsigned long long)bytes, from);
 	memcpy(h, msg, sizeof *h);
 	if (h->magic != COLL_MAGIC)
-		return ibp_fail(IBP_ERR_CORRUPT, "coll: message from rank %d has a bad magic", from);
+		return ibpi_fail(IBP_ERR_CORRUPT, "coll: message from rank %d has a bad magic", from);
 	if (h->op != want->op || h->seq != want->seq)
-		return ibp_fail(IBP_ERR_INVALID_ARG,
+		return ibpi_fail(IBP_ERR_INVALID_ARG,
 				"coll: mismatch: rank %d is in %s (call %u), this rank in %s (call %u)", from,
 				op_name(h->op), h->seq, op_name(want->op), want->seq);
 	if (h->codec != want->codec || h->dtype != want->dtype || h->count != want->count)
-		return ibp_fail(IBP_ERR_INVALID_ARG,
+		return ibpi_fail(IBP_ERR_INVALID_ARG,
 				"coll: mismatch in %s: rank %d has codec %u dtype %u count %llu, this rank "
 				"codec %u dtype %u count %llu",
 				op_name(h->op), from, h->codec, h->dtype, (unsigned long long)h->count, want->codec,
 				want->dtype, (unsigned long long)want->count);
 	if (h->elems != want->elems || h->chunk != want->chunk)
-		return ibp_fail(IBP_ERR_INVALID_ARG,
+		return ibpi_fail(IBP_ERR_INVALID_ARG,
 				"coll: mismatch in %s: rank %d sent chunk %u of %llu elements, expected chunk %u of "
 				"%llu",
 				op_name(h->op), from, h->chunk, (unsigned long long)h->elems, want->chunk,
 				(unsigned long long)want->elems);
 	if (h->enc > COLL_ENC_PTS || (h->enc != COLL_ENC_RAW && h->enc != h->codec))
-		return ibp_fail(IBP_ERR_CORRUPT, "coll: message from rank %d has encoding %u under codec %u", from,
+		return ibpi_fail(IBP_ERR_CORRUPT, "coll: message from rank %d has encoding %u under codec %u", from,
 				h->enc, h->codec);
 	return IBP_OK;
 }
 
-ibp_status_t coll_decode(const coll_hdr_t *h, const void *msg, uint64_t bytes, void *dst, int nthreads)
+ibp_status_t ibpi_coll_decode(const coll_hdr_t *h, const void *msg, uint64_t bytes, void *dst, int nthreads)
 {
 	const uint8_t *p = (const uint8_t *)msg + COLL_HDR;
 	uint64_t size = bytes - COLL_HDR, n = h->elems;
@@ -124,7 +124,7 @@ ibp_status_t coll_decode(const coll_hdr_t *h, const void *msg, uint64_t bytes, v
 	switch (h->enc) {
 	case COLL_ENC_RAW:
 		if (size != n * ibp_dtype_size(dt))
-			return ibp_fail(IBP_ERR_CORRUPT, "coll: raw payload of %llu bytes for %llu elements",
+			return ibpi_fail(IBP_ERR_CORRUPT, "coll: raw payload of %llu bytes for %llu elements",
 					(unsigned long long)size, (unsigned long long)n);
 		if (size)
 			memcpy(dst, p, size);
@@ -135,17 +135,17 @@ ibp_status_t coll_decode(const coll_hdr_t *h, const void *msg, uint64_t bytes, v
 		ibp_fp8_info_t info;
 		IBP_TRY(ibp_fp8_stream_info(p, size, &info));
 		if (info.bytes != size)
-			return ibp_fail(IBP_ERR_CORRUPT, "coll: fp8 stream of %llu bytes in a %llu-byte payload",
+			return ibpi_fail(IBP_ERR_CORRUPT, "coll: fp8 stream of %llu bytes in a %llu-byte payload",
 					(unsigned long long)info.bytes, (unsigned long long)size);
 		return ibp_fp8_decode(p, size, dt, n, dst, nthreads);
 	}
 	case COLL_ENC_LSQ:
-		return lsq_decode(p, size, dt, n, dst);
+		return ibpi_lsq_decode(p, size, dt, n, dst);
 	}
-	return ibp_fail(IBP_ERR_CORRUPT, "coll: encoding %u", h->enc);
+	return ibpi_fail(IBP_ERR_CORRUPT, "coll: encoding %u", h->enc);
 }
 
-void coll_widen(const void *src, ibp_dtype_t dt, uint64_t n, float *dst)
+void ibpi_coll_widen(const void *src, ibp_dtype_t dt, uint64_t n, float *dst)
 {
 	if (dt == IBP_DTYPE_F32) {
 		if (n)
@@ -161,17 +161,17 @@ void coll_widen(const void *src, ibp_dtype_t dt, uint64_t n, float *dst)
 			dst[i] = fp8i_f16_to_f32(s[i]);
 }
 
-ibp_status_t coll_decode_f32(const coll_hdr_t *h, const void *msg, uint64_t bytes, float *dst, void *scratch,
+ibp_status_t ibpi_coll_decode_f32(const coll_hdr_t *h, const void *msg, uint64_t bytes, float *dst, void *scratch,
 			     int nthreads)
 {
 	ibp_dtype_t dt = (ibp_dtype_t)h->dtype;
 	/* Partials travel in dt (FP8 decodes rounded to dt), so every codec adds the same kind of value. */
-	IBP_TRY(coll_decode(h, msg, bytes, scratch, nthreads));
-	coll_widen(scratch, dt, h->elems, dst);
+	IBP_TRY(ibpi_coll_decode(h, msg, bytes, scratch, nthreads));
+	ibpi_coll_widen(scratch, dt, h->elems, dst);
 	return IBP_OK;
 }
 
-void coll_add_round(const float *acc, const void *src, ibp_dtype_t dt, uint64_t n, void *dst)
+void ibpi_coll_add_round(const float *acc, const void *src, ibp_dtype_t dt, uint64_t n, void *dst)
 {
 	if (dt == IBP_DTYPE_F32) {
 		const float *s = src;
@@ -212,7 +212,7 @@ static float add_nan(float a, float b)
 	return f;
 }
 
-void coll_reduce_add(const void *part, const void *local, ibp_dtype_t dt, uint64_t n, void *dst)
+void ibpi_coll_reduce_add(const void *part, const void *local, ibp_dtype_t dt, uint64_t n, void *dst)
 {
 	if (dt == IBP_DTYPE_F32) {
 		const float *a = part, *s = local;

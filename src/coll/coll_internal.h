@@ -46,47 +46,47 @@ struct ibp_coll_comm {
 };
 
 /* Monotonic seconds. */
-double coll_now(void);
+double ibpi_coll_now(void);
 
 /* Sends/receives through the transport with the throttle, the stats and
  * the timeout applied. */
-ibp_status_t coll_sendrecv(ibp_coll_comm_t *c, int dst, const void *sbuf, uint64_t sbytes, uint64_t logical,
+ibp_status_t ibpi_coll_sendrecv(ibp_coll_comm_t *c, int dst, const void *sbuf, uint64_t sbytes, uint64_t logical,
 			   int src, void *rbuf, uint64_t rcap, uint64_t *rbytes);
 
 /* ---- codec steps (coll_codec.c) ---- */
 
 /* Capacity of a message holding n elements of dt under any encoding. */
-ibp_status_t coll_msg_cap(ibp_dtype_t dt, uint64_t n, uint64_t *cap);
+ibp_status_t ibpi_coll_msg_cap(ibp_dtype_t dt, uint64_t n, uint64_t *cap);
 
 /* Writes header + payload of src[0, n) encoded as `enc` at msg (capacity
  * cap; LSQ entries of lsq_bits bits); *bytes = total size. */
-ibp_status_t coll_encode(const coll_hdr_t *h, const void *src, void *msg, uint64_t cap, int nthreads,
+ibp_status_t ibpi_coll_encode(const coll_hdr_t *h, const void *src, void *msg, uint64_t cap, int nthreads,
 			 int lsq_bits, uint64_t *bytes);
 
 /* Checks a received message's header against what this rank expects
  * (op, codec, dtype, count, elems, chunk, seq) and copies it to *h. */
-ibp_status_t coll_check(const void *msg, uint64_t bytes, const coll_hdr_t *want, int from, coll_hdr_t *h);
+ibp_status_t ibpi_coll_check(const void *msg, uint64_t bytes, const coll_hdr_t *want, int from, coll_hdr_t *h);
 
 /* Decodes a checked message's payload into n elements of dt at dst. */
-ibp_status_t coll_decode(const coll_hdr_t *h, const void *msg, uint64_t bytes, void *dst, int nthreads);
+ibp_status_t ibpi_coll_decode(const coll_hdr_t *h, const void *msg, uint64_t bytes, void *dst, int nthreads);
 
 /* Decodes into float32 (dst: n floats; scratch: n elements of dt). */
-ibp_status_t coll_decode_f32(const coll_hdr_t *h, const void *msg, uint64_t bytes, float *dst, void *scratch,
+ibp_status_t ibpi_coll_decode_f32(const coll_hdr_t *h, const void *msg, uint64_t bytes, float *dst, void *scratch,
 			     int nthreads);
 
 /* n elements of dt widened to float32 (exact). */
-void coll_widen(const void *src, ibp_dtype_t dt, uint64_t n, float *dst);
+void ibpi_coll_widen(const void *src, ibp_dtype_t dt, uint64_t n, float *dst);
 
 /* dst[i] = round_dt(acc[i] + src[i]) for n elements of dt (src, dst in dt). */
-void coll_add_round(const float *acc, const void *src, ibp_dtype_t dt, uint64_t n, void *dst);
+void ibpi_coll_add_round(const float *acc, const void *src, ibp_dtype_t dt, uint64_t n, void *dst);
 
 /* Encoding this rank uses for a call: decides with the switcher and
  * records the decision. nsteps messages of about msg_elems elements
  * each, n_enc / n_dec codec passes over msg_elems. */
-enum coll_enc coll_decide(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dtype_t dt, const void *sample,
+enum coll_enc ibpi_coll_decide(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dtype_t dt, const void *sample,
 			  uint64_t sample_n, uint64_t msg_elems, uint64_t nsteps, uint64_t n_enc, uint64_t n_dec);
 
 /* Measures the link and the codecs (collective). */
-ibp_status_t coll_calibrate(ibp_coll_comm_t *c);
+ibp_status_t ibpi_coll_calibrate(ibp_coll_comm_t *c);
 
 #endif /* IBP_COLL_INTERNAL_H */

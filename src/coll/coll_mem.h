@@ -28,7 +28,7 @@ typedef struct coll_mem_ops {
 	/* Header h + src[0, h->elems) encoded as h->enc at msg; *bytes = size. */
 	ibp_status_t (*encode)(ibp_coll_comm_t *c, const struct coll_hdr *h, const void *src, void *msg, uint64_t cap,
 			       uint64_t *bytes);
-	/* coll_check on the message's header (copied to *h). */
+	/* ibpi_coll_check on the message's header (copied to *h). */
 	ibp_status_t (*check)(ibp_coll_comm_t *c, const void *msg, uint64_t bytes, const struct coll_hdr *want,
 			      int from, struct coll_hdr *h);
 	/* A checked message's payload into h->elems elements at dst. */
@@ -43,8 +43,8 @@ typedef struct coll_mem_ops {
 	ibp_status_t (*finish)(ibp_coll_comm_t *c);
 } coll_mem_ops_t;
 
-extern const coll_mem_ops_t coll_mem_host;
-extern const coll_mem_ops_t coll_mem_device; /* CUDA, or the host fallback (c->mem_kind) */
+extern const coll_mem_ops_t ibpi_coll_mem_host;
+extern const coll_mem_ops_t ibpi_coll_mem_device; /* CUDA, or the host fallback (c->mem_kind) */
 
 /* The device table's buffers, kept by the communicator and grown. */
 typedef struct coll_dev {
@@ -53,16 +53,16 @@ typedef struct coll_dev {
 } coll_dev_t;
 
 /* Frees the device table's buffers (ibp_coll_comm_destroy). */
-void coll_dev_release(ibp_coll_comm_t *c);
+void ibpi_coll_dev_release(ibp_coll_comm_t *c);
 
-/* CPU twin of coll_reduce_add_cuda (kernels/coll_reduce.cu):
+/* CPU twin of ibpi_coll_reduce_add_cuda (kernels/coll_reduce.cu):
  * dst[i] = round_dt(float(part[i]) + float(local[i])), FP32 add, the same
- * bits as coll_add_round over a widened partial. */
-void coll_reduce_add(const void *part, const void *local, ibp_dtype_t dt, uint64_t n, void *dst);
+ * bits as ibpi_coll_add_round over a widened partial. */
+void ibpi_coll_reduce_add(const void *part, const void *local, ibp_dtype_t dt, uint64_t n, void *dst);
 
 /* The same on the device, enqueued on stream (a cudaStream_t).
  * IBP_ERR_NO_DEVICE without CUDA; IBP_ERR_CUDA on a launch failure. */
-ibp_status_t coll_reduce_add_cuda(const void *d_part, const void *d_local, ibp_dtype_t dt, uint64_t n,
+ibp_status_t ibpi_coll_reduce_add_cuda(const void *d_part, const void *d_local, ibp_dtype_t dt, uint64_t n,
 				  void *d_dst, void *stream);
 
 #endif /* IBP_COLL_MEM_H */

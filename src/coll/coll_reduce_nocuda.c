@@ -1,8 +1,8 @@
-/* coll_reduce_nocuda.c - coll_reduce_add_cuda in builds without CUDA. */
+/* coll_reduce_nocuda.c - ibpi_coll_reduce_add_cuda in builds without CUDA. */
 #include "coll/coll_mem.h"
 #include "util/error.h"
 
-ibp_status_t coll_reduce_add_cuda(const void *d_part, const void *d_local, ibp_dtype_t dt, uint64_t n,
+ibp_status_t ibpi_coll_reduce_add_cuda(const void *d_part, const void *d_local, ibp_dtype_t dt, uint64_t n,
 				  void *d_dst, void *stream)
 {
 	(void)d_part;
@@ -11,5 +11,5 @@ ibp_status_t coll_reduce_add_cuda(const void *d_part, const void *d_local, ibp_d
 	(void)n;
 	(void)d_dst;
 	(void)stream;
-	return ibp_fail(IBP_ERR_NO_DEVICE, "coll: reduce kernel: libibp was built without CUDA");
+	return ibpi_fail(IBP_ERR_NO_DEVICE, "coll: reduce kernel: libibp was built without CUDA");
 }

@@ -36,7 +36,7 @@ const char *ibp_coll_codec_name(ibp_coll_codec_t c)
 	return "unknown";
 }
 
-double coll_now(void)
+double ibpi_coll_now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -59,14 +59,14 @@ static void pace(ibp_coll_comm_t *c, uint64_t bytes)
 	double rate = c->o.rate;
 	if (rate <= 0 || bytes == 0)
 		return;
-	double now = coll_now(), burst = 16384.0 / rate;
+	double now = ibpi_coll_now(), burst = 16384.0 / rate;
 	if (c->pace_next < now - burst)
 		c->pace_next = now - burst;
 	c->pace_next += (double)bytes / rate;
 	sleep_s(c->pace_next - now);
 }
 
-ibp_status_t coll_sendrecv(ibp_coll_comm_t *c, int dst, const void *sbuf, uint64_t sbytes, uint64_t logical,
+ibp_status_t ibpi_coll_sendrecv(ibp_coll_comm_t *c, int dst, const void *sbuf, uint64_t sbytes, uint64_t logical,
 			   int src, void *rbuf, uint64_t rcap, uint64_t *rbytes)
 {
 	if (dst >= 0) {
@@ -86,13 +86,13 @@ ibp_status_t coll_sendrecv(ibp_coll_comm_t *c, int dst, const void *sbuf, uint64
 static ibp_status_t check_opts(const ibp_coll_opts_t *o)
 {
 	if (o->timeout_ms <= 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: timeout_ms must be > 0");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: timeout_ms must be > 0");
 	if ((unsigned)o->policy > IBP_COLL_POLICY_NEVER)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: unknown policy %d", (int)o->policy);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: unknown policy %d", (int)o->policy);
 	if (!(o->rate >= 0) || isinf(o->rate))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: rate must be finite and >= 0");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: rate must be finite and >= 0");
 	if (o->nthreads < 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: nthreads must be >= 0");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: nthreads must be >= 0");
 	return IBP_OK;
 }
 
@@ -100,10 +100,10 @@ ibp_status_t ibp_coll_comm_create(const ibp_coll_transport_t *t, const ibp_coll_
 				  ibp_coll_comm_t **out)
 {
 	if (!out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: comm_create: out is NULL");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: comm_create: out is NULL");
 	*out = NULL;
 	if (!t)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: comm_create: transport is NULL");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: comm_create: transport is NULL");
 	ibp_coll_opts_t o;
 	if (opts)
 		o = *opts;
@@ -111,13 +111,13 @@ ibp_status_t ibp_coll_comm_create(const ibp_coll_transport_t *t, const ibp_coll_
 		ibp_coll_opts_default(&o);
 	ibp_status_t s = IBP_OK;
 	if (!t->sendrecv || t->nranks < 1 || t->rank < 0 || t->rank >= t->nranks)
-		s = ibp_fail(IBP_ERR_INVALID_ARG, "coll: comm_create: bad transport (rank %d of %d)", t->rank,
+		s = ibpi_fail(IBP_ERR_INVALID_ARG, "coll: comm_create: bad transport (rank %d of %d)", t->rank,
 			     t->nranks);
 	else
 		s = check_opts(&o);
 	ibp_coll_comm_t *c = NULL;
 	if (s == IBP_OK && !(c = calloc(1, sizeof *c)))
-		s = ibp_fail(IBP_ERR_NOMEM, "coll: comm_create: out of memory");
+		s = ibpi_fail(IBP_ERR_NOMEM, "coll: comm_create: out of memory");
 	if (s != IBP_OK) {
 		if (t->destroy)
 			t->destroy(t->ctx);
@@ -130,8 +130,8 @@ ibp_status_t ibp_coll_comm_create(const ibp_coll_transport_t *t, const ibp_coll_
 	c->st.last_ratio = 1;
 	c->lsq_bits = LSQ_BITS;
 	c->mem_kind = IBP_COLL_MEM_HOST;
-	c->mem = &coll_mem_host;
-	if (o.calibrate && (s = coll_calibrate(c)) != IBP_OK) {
+	c->mem = &ibpi_coll_mem_host;
+	if (o.calibrate && (s = ibpi_coll_calibrate(c)) != IBP_OK) {
 		ibp_coll_comm_destroy(c);
 		return s;
 	}
@@ -144,8 +144,8 @@ void ibp_coll_comm_destroy(ibp_coll_comm_t *c)
 	if (!c)
 		return;
 	/* A void API: a failed join is not reportable; the helper is leaked then (helper.h). */
-	(void)coll_helper_stop(c->helper);
-	coll_dev_release(c);
+	(void)ibpi_coll_helper_stop(c->helper);
+	ibpi_coll_dev_release(c);
 	if (c->t.destroy)
 		c->t.destroy(c->t.ctx);
 	free(c);
@@ -164,7 +164,7 @@ int ibp_coll_comm_nranks(const ibp_coll_comm_t *c)
 ibp_status_t ibp_coll_comm_stats(const ibp_coll_comm_t *c, ibp_coll_stats_t *st)
 {
 	if (!c || !st)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: comm_stats: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: comm_stats: NULL argument");
 	*st = c->st;
 	return IBP_OK;
 }
@@ -172,7 +172,7 @@ ibp_status_t ibp_coll_comm_stats(const ibp_coll_comm_t *c, ibp_coll_stats_t *st)
 ibp_status_t ibp_coll_comm_set_policy(ibp_coll_comm_t *c, ibp_coll_policy_t policy)
 {
 	if (!c || (unsigned)policy > IBP_COLL_POLICY_NEVER)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: set_policy: bad argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: set_policy: bad argument");
 	c->o.policy = policy;
 	return IBP_OK;
 }
@@ -180,9 +180,9 @@ ibp_status_t ibp_coll_comm_set_policy(ibp_coll_comm_t *c, ibp_coll_policy_t poli
 ibp_status_t ibp_coll_comm_set_lsq_bits(ibp_coll_comm_t *c, int bits)
 {
 	if (!c)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: set_lsq_bits: comm is NULL");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: set_lsq_bits: comm is NULL");
 	if (bits != 2 && bits != 4 && bits != 8)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: set_lsq_bits: %d bits (2, 4 or 8)", bits);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: set_lsq_bits: %d bits (2, 4 or 8)", bits);
 	c->lsq_bits = bits;
 	return IBP_OK;
 }
@@ -190,27 +190,27 @@ ibp_status_t ibp_coll_comm_set_lsq_bits(ibp_coll_comm_t *c, int bits)
 ibp_status_t ibp_coll_comm_set_memory(ibp_coll_comm_t *c, ibp_coll_memory_t mem)
 {
 	if (!c)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: set_memory: comm is NULL");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: set_memory: comm is NULL");
 	if ((unsigned)mem > IBP_COLL_MEM_HOST_FALLBACK)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: set_memory: unknown memory space %d", (int)mem);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: set_memory: unknown memory space %d", (int)mem);
 	if (mem == IBP_COLL_MEM_DEVICE) {
 		int n = 0;
 		if (!ibp_cuda_built())
-			return ibp_fail(IBP_ERR_NO_DEVICE, "coll: set_memory: device buffers need libibp built with CUDA");
+			return ibpi_fail(IBP_ERR_NO_DEVICE, "coll: set_memory: device buffers need libibp built with CUDA");
 		if (ibp_cuda_device_count(&n) != IBP_OK || n < 1)
-			return ibp_fail(IBP_ERR_NO_DEVICE, "coll: set_memory: no CUDA device");
+			return ibpi_fail(IBP_ERR_NO_DEVICE, "coll: set_memory: no CUDA device");
 	}
 	if (mem != c->mem_kind)
-		coll_dev_release(c); /* buffers of the other space */
+		ibpi_coll_dev_release(c); /* buffers of the other space */
 	c->mem_kind = mem;
-	c->mem = mem == IBP_COLL_MEM_HOST ? &coll_mem_host : &coll_mem_device;
+	c->mem = mem == IBP_COLL_MEM_HOST ? &ibpi_coll_mem_host : &ibpi_coll_mem_device;
 	return IBP_OK;
 }
 
 ibp_status_t ibp_coll_comm_set_rate(ibp_coll_comm_t *c, double rate)
 {
 	if (!c || isnan(rate) || isinf(rate))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: set_rate: bad argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: set_rate: bad argument");
 	c->o.rate = rate > 0 ? rate : 0;
 	return IBP_OK;
 }
@@ -227,12 +227,12 @@ static ibp_status_t ring_time(ibp_coll_comm_t *c, uint8_t *sbuf, uint8_t *rbuf, 
 	int right = (c->rank + 1) % c->nranks, left = (c->rank + c->nranks - 1) % c->nranks;
 	*best = INFINITY;
 	for (int i = 0; i < reps; i++) {
-		double t0 = coll_now();
+		double t0 = ibpi_coll_now();
 		uint64_t got;
-		IBP_TRY(coll_sendrecv(c, right, sbuf, bytes, 0, left, rbuf, bytes, &got));
-		double dt = coll_now() - t0;
+		IBP_TRY(ibpi_coll_sendrecv(c, right, sbuf, bytes, 0, left, rbuf, bytes, &got));
+		double dt = ibpi_coll_now() - t0;
 		if (got != bytes)
-			return ibp_fail(IBP_ERR_INVALID_ARG, "coll: calibration message of %llu bytes, expected %llu",
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: calibration message of %llu bytes, expected %llu",
 					(unsigned long long)got, (unsigned long long)bytes);
 		if (dt < *best)
 			*best = dt;
@@ -249,13 +249,13 @@ static void codec_speed(ibp_coll_comm_t *c, enum coll_enc enc, const uint16_t *x
 	double te = INFINITY, td = INFINITY;
 	uint64_t bytes = 0;
 	for (int i = 0; i < 2; i++) {
-		double t0 = coll_now();
-		if (coll_encode(&h, x, msg, cap, c->o.nthreads, c->lsq_bits, &bytes) != IBP_OK)
+		double t0 = ibpi_coll_now();
+		if (ibpi_coll_encode(&h, x, msg, cap, c->o.nthreads, c->lsq_bits, &bytes) != IBP_OK)
 			return;
-		double t1 = coll_now();
-		if (coll_decode(&h, msg, bytes, out, c->o.nthreads) != IBP_OK)
+		double t1 = ibpi_coll_now();
+		if (ibpi_coll_decode(&h, msg, bytes, out, c->o.nthreads) != IBP_OK)
 			return;
-		double t2 = coll_now();
+		double t2 = ibpi_coll_now();
 		te = fmin(te, t1 - t0);
 		td = fmin(td, t2 - t1);
 	}
@@ -263,19 +263,19 @@ static void codec_speed(ibp_coll_comm_t *c, enum coll_enc enc, const uint16_t *x
 	*dec_bps = 2.0 * CAL_ELEMS / fmax(td, 1e-9);
 }
 
-ibp_status_t coll_calibrate(ibp_coll_comm_t *c)
+ibp_status_t ibpi_coll_calibrate(ibp_coll_comm_t *c)
 {
 	if (c->nranks == 1)
 		return IBP_OK;
 	uint64_t cap = 0;
-	IBP_TRY(coll_msg_cap(IBP_DTYPE_BF16, CAL_ELEMS, &cap));
+	IBP_TRY(ibpi_coll_msg_cap(IBP_DTYPE_BF16, CAL_ELEMS, &cap));
 	if (cap < CAL_BIG)
 		cap = CAL_BIG;
 	uint8_t *sbuf = calloc(1, cap), *rbuf = calloc(1, cap);
 	uint16_t *x = malloc(CAL_ELEMS * 2), *y = malloc(CAL_ELEMS * 2);
 	ibp_status_t s = IBP_OK;
 	if (!sbuf || !rbuf || !x || !y) {
-		s = ibp_fail(IBP_ERR_NOMEM, "coll: calibration: out of memory");
+		s = ibpi_fail(IBP_ERR_NOMEM, "coll: calibration: out of memory");
 		goto out;
 	}
 	/* Throttled: about 10 ms of traffic per big message (64 KiB .. 1 MiB). */
@@ -312,16 +312,16 @@ ibp_status_t coll_calibrate(ibp_coll_comm_t *c)
 	int right = (c->rank + 1) % c->nranks, left = (c->rank + c->nranks - 1) % c->nranks;
 	for (int step = 0; step < c->nranks - 1; step++) {
 		uint64_t n = 0;
-		if ((s = coll_sendrecv(c, right, cur, sizeof cur, 0, left, got, sizeof got, &n)) != IBP_OK)
+		if ((s = ibpi_coll_sendrecv(c, right, cur, sizeof cur, 0, left, got, sizeof got, &n)) != IBP_OK)
 			goto out;
 		if (n != sizeof got) {
-			s = ibp_fail(IBP_ERR_INVALID_ARG, "coll: calibration: %llu-byte model message",
+			s = ibpi_fail(IBP_ERR_INVALID_ARG, "coll: calibration: %llu-byte model message",
 				     (unsigned long long)n);
 			goto out;
 		}
 		for (int k = 0; k < 6; k++)
 			if (!(got[k] >= 0) || isinf(got[k])) {
-				s = ibp_fail(IBP_ERR_CORRUPT, "coll: calibration: bad model value from rank %d", left);
+				s = ibpi_fail(IBP_ERR_CORRUPT, "coll: calibration: bad model value from rank %d", left);
 				goto out;
 			}
 		mine[0] = fmax(mine[0], got[0]);
@@ -409,7 +409,7 @@ static int coll_model_pays(const ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp
 	return t_comp < t_plain;
 }
 
-enum coll_enc coll_decide(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dtype_t dt, const void *sample,
+enum coll_enc ibpi_coll_decide(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dtype_t dt, const void *sample,
 			  uint64_t sample_n, uint64_t msg_elems, uint64_t nsteps, uint64_t n_enc, uint64_t n_dec)
 {
 	ibp_coll_decision_t d;

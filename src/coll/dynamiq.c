@@ -16,7 +16,7 @@
 
 /* ---- run-time dispatch of the vector kernels (shared with rcmoe.c) ---- */
 
-static int simd_forced;   /* coll_simd_set's choice; 0 = AUTO */
+static int simd_forced;   /* ibpi_coll_simd_set's choice; 0 = AUTO */
 static int simd_auto;     /* AUTO resolved once (0 = not yet) */
 
 static int simd_runs(coll_simd_impl_t impl)
@@ -24,7 +24,7 @@ static int simd_runs(coll_simd_impl_t impl)
 	if (impl == COLL_SIMD_SCALAR)
 		return 1;
 #ifdef COLL_HAVE_SIMD
-	const ibp_cpu_features_t *f = ibp_cpu();
+	const ibp_cpu_features_t *f = ibpi_cpu();
 	if (impl == COLL_SIMD_AVX2)
 		return f->avx2 && f->bmi2;
 	if (impl == COLL_SIMD_AVX512)
@@ -33,7 +33,7 @@ static int simd_runs(coll_simd_impl_t impl)
 	return 0;
 }
 
-coll_simd_impl_t coll_simd_get(void)
+coll_simd_impl_t ibpi_coll_simd_get(void)
 {
 	int f = __atomic_load_n(&simd_forced, __ATOMIC_RELAXED);
 	if (f)
@@ -50,7 +50,7 @@ coll_simd_impl_t coll_simd_get(void)
 	return (coll_simd_impl_t)a;
 }
 
-int coll_simd_set(coll_simd_impl_t impl)
+int ibpi_coll_simd_set(coll_simd_impl_t impl)
 {
 	if (impl != COLL_SIMD_AUTO && !simd_runs(impl))
 		return 0;
@@ -58,20 +58,20 @@ int coll_simd_set(coll_simd_impl_t impl)
 	return 1;
 }
 
-const char *coll_simd_name(coll_simd_impl_t impl)
+const char *ibpi_coll_simd_name(coll_simd_impl_t impl)
 {
 	static const char *const names[] = { "auto", "scalar", "avx2", "avx512" };
 	return (unsigned)impl < 4 ? names[impl] : "unknown";
 }
 
-const dq_kern_t *dq_kern(void)
+const dq_kern_t *ibpi_dq_kern(void)
 {
 #ifdef COLL_HAVE_SIMD
-	switch (coll_simd_get()) {
+	switch (ibpi_coll_simd_get()) {
 	case COLL_SIMD_AVX512:
-		return &dq_kern_avx512;
+		return &ibpi_dq_kern_avx512;
 	case COLL_SIMD_AVX2:
-		return &dq_kern_avx2;
+		return &ibpi_dq_kern_avx2;
 	default:
 		break;
 	}
@@ -79,14 +79,14 @@ const dq_kern_t *dq_kern(void)
 	return NULL;
 }
 
-const rc_kern_t *rc_kern(void)
+const rc_kern_t *ibpi_rc_kern(void)
 {
 #ifdef COLL_HAVE_SIMD
-	switch (coll_simd_get()) {
+	switch (ibpi_coll_simd_get()) {
 	case COLL_SIMD_AVX512:
-		return &rc_kern_avx512;
+		return &ibpi_rc_kern_avx512;
 	case COLL_SIMD_AVX2:
-		return &rc_kern_avx2;
+		return &ibpi_rc_kern_avx2;
 	default:
 		break;
 	}
@@ -94,7 +94,7 @@ const rc_kern_t *rc_kern(void)
 	return NULL;
 }
 
-void dq_cfg_default(dq_cfg_t *cfg)
+void ibpi_dq_cfg_default(dq_cfg_t *cfg)
 {
 	cfg->budget = 5.0;
 	cfg->fixed_q = 0;
@@ -111,7 +111,7 @@ static uint64_t ceil_div(uint64_t a, uint64_t b)
 	return a / b + (a % b != 0);
 }
 
-uint64_t dq_sg_bytes(uint64_t c, int q)
+uint64_t ibpi_dq_sg_bytes(uint64_t c, int q)
 {
 	return 2 + ceil_div(c, DQ_G) + ceil_div(c * (uint64_t)q, 8);
 }
@@ -136,7 +136,7 @@ static uint16_t bf16_up(float v)
 	return b;
 }
 
-void dq_local_stats(const float *x, uint64_t d, float *st)
+void ibpi_dq_local_stats(const float *x, uint64_t d, float *st)
 {
 	uint64_t J = ceil_div(d, DQ_S);
 	for (uint64_t j = 0; j < J; j++) {
@@ -151,7 +151,7 @@ void dq_local_stats(const float *x, uint64_t d, float *st)
 	}
 }
 
-void dq_plan_free(dq_plan_t *pl)
+void ibpi_dq_plan_free(dq_plan_t *pl)
 {
 	free(pl->q);
 	free(pl->mu);
@@ -177,7 +177,7 @@ static uint64_t plan_bits(const double *lf, uint64_t J, uint64_t d, double u, in
 {
 	uint64_t full = d / DQ_S, bits;
 	if (fixed)
-		bits = 8 * full * dq_sg_bytes(DQ_S, fixed);
+		bits = 8 * full * ibpi_dq_sg_bytes(DQ_S, fixed);
 	else {
 		uint64_t n4 = 0, n8 = 0;
 		for (uint64_t j = 0; j < full; j++) {
@@ -185,15 +185,15 @@ static uint64_t plan_bits(const double *lf, uint64_t J, uint64_t d, double u, in
 			n4 += (z >= 4) & (z < 8);
 			n8 += z >= 8;
 		}
-		bits = 8 * ((full - n4 - n8) * dq_sg_bytes(DQ_S, 2) + n4 * dq_sg_bytes(DQ_S, 4) +
-			    n8 * dq_sg_bytes(DQ_S, 8));
+		bits = 8 * ((full - n4 - n8) * ibpi_dq_sg_bytes(DQ_S, 2) + n4 * ibpi_dq_sg_bytes(DQ_S, 4) +
+			    n8 * ibpi_dq_sg_bytes(DQ_S, 8));
 	}
 	if (full < J)
-		bits += 8 * dq_sg_bytes(d - full * DQ_S, width_of(lf[full], u, fixed));
+		bits += 8 * ibpi_dq_sg_bytes(d - full * DQ_S, width_of(lf[full], u, fixed));
 	return bits;
 }
 
-ibp_status_t dq_plan_make(dq_plan_t *pl, const dq_cfg_t *cfg, int n, uint64_t d, uint64_t seq, const float *gst)
+ibp_status_t ibpi_dq_plan_make(dq_plan_t *pl, const dq_cfg_t *cfg, int n, uint64_t d, uint64_t seq, const float *gst)
 {
 	memset(pl, 0, sizeof *pl);
 	pl->cfg = *cfg;
@@ -210,15 +210,15 @@ ibp_status_t dq_plan_make(dq_plan_t *pl, const dq_cfg_t *cfg, int n, uint64_t d,
 	double *lf = calloc(J1, sizeof(double));
 	if (!pl->q || !pl->mu || !pl->boff || !pl->lo || !pl->cbytes || !lf) {
 		free(lf);
-		dq_plan_free(pl);
-		return ibp_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory for %llu super-groups",
+		ibpi_dq_plan_free(pl);
+		return ibpi_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory for %llu super-groups",
 				(unsigned long long)J);
 	}
 	for (uint64_t j = 0; j < J; j++) {
 		if (!isfinite(gst[j]) || !isfinite(gst[J + j])) {
 			free(lf);
-			dq_plan_free(pl);
-			return ibp_fail(IBP_ERR_INVALID_ARG,
+			ibpi_dq_plan_free(pl);
+			return ibpi_fail(IBP_ERR_INVALID_ARG,
 					"coll: dynamiq: non-finite input (NaN or Inf) in super-group %llu",
 					(unsigned long long)j);
 		}
@@ -247,7 +247,7 @@ ibp_status_t dq_plan_make(dq_plan_t *pl, const dq_cfg_t *cfg, int n, uint64_t d,
 		uint64_t c = (j + 1) * DQ_S <= d ? DQ_S : d - j * DQ_S;
 		pl->q[j] = (uint8_t)width_of(lf[j], u, fixed);
 		pl->boff[j] = total; /* prefix for now */
-		total += dq_sg_bytes(c, pl->q[j]);
+		total += ibpi_dq_sg_bytes(c, pl->q[j]);
 	}
 	free(lf);
 	pl->total_bytes = total;
@@ -272,7 +272,7 @@ ibp_status_t dq_plan_make(dq_plan_t *pl, const dq_cfg_t *cfg, int n, uint64_t d,
 		for (uint64_t i = pl->lo[k]; i < pl->lo[k + 1]; i++) {
 			uint64_t c = (i + 1) * DQ_S <= d ? DQ_S : d - i * DQ_S;
 			pl->boff[i] = base;
-			base += dq_sg_bytes(c, pl->q[i]);
+			base += ibpi_dq_sg_bytes(c, pl->q[i]);
 		}
 	}
 	for (int w = 0; w < 3; w++) {
@@ -297,14 +297,14 @@ static ibp_status_t sg_decode(const dq_plan_t *pl, const uint8_t *p, uint64_t c,
 {
 	float sf = fp8i_bf16_to_f32((uint16_t)(p[0] | p[1] << 8));
 	if (!(sf >= 0) || isinf(sf))
-		return ibp_fail(IBP_ERR_CORRUPT, "coll: dynamiq: super-group scale is not a finite non-negative number");
+		return ibpi_fail(IBP_ERR_CORRUPT, "coll: dynamiq: super-group scale is not a finite non-negative number");
 	const uint8_t *rg = p + 2, *code = p + 2 + ceil_div(c, DQ_G);
 	const float *lv = pl->lv[qidx(q)];
 	unsigned mask = (1u << (q - 1)) - 1;
 	float gs[DQ_S / DQ_G];
 	for (uint64_t g = 0; g < ceil_div(c, DQ_G); g++)
 		gs[g] = (float)rg[g] * sf / 255.0f; /* exact for r = 255: constant data stays exact */
-	const dq_kern_t *K = dq_kern();
+	const dq_kern_t *K = ibpi_dq_kern();
 	if (K && c == DQ_S) {
 		K->decode(lv, code, q, gs, x, add, y);
 		return IBP_OK;
@@ -327,7 +327,7 @@ static void sg_encode(const dq_plan_t *pl, const float *y, uint64_t c, int q, ui
 	uint64_t ng = ceil_div(c, DQ_G);
 	uint8_t *rg = p + 2, *code = p + 2 + ng;
 	float gmax[DQ_S / DQ_G], sf;
-	const dq_kern_t *K = dq_kern();
+	const dq_kern_t *K = ibpi_dq_kern();
 	/* The vector path: full SGs, fresh scales, independent rounding, finite values. */
 	if (K && c == DQ_S && !keep && !pl->cfg.correlated && K->gmax(y, gmax)) {
 		float M = 0;
@@ -394,7 +394,7 @@ static void sg_encode(const dq_plan_t *pl, const float *y, uint64_t c, int q, ui
 	}
 }
 
-ibp_status_t dq_hop(const dq_plan_t *pl, uint64_t k, const uint8_t *in, const float *x, int w, uint8_t *out)
+ibp_status_t ibpi_dq_hop(const dq_plan_t *pl, uint64_t k, const uint8_t *in, const float *x, int w, uint8_t *out)
 {
 	float y[DQ_S];
 	for (uint64_t j = pl->lo[k]; j < pl->lo[k + 1]; j++) {
@@ -411,7 +411,7 @@ ibp_status_t dq_hop(const dq_plan_t *pl, uint64_t k, const uint8_t *in, const fl
 	return IBP_OK;
 }
 
-ibp_status_t dq_decode_chunk(const dq_plan_t *pl, uint64_t k, const uint8_t *in, float *y)
+ibp_status_t ibpi_dq_decode_chunk(const dq_plan_t *pl, uint64_t k, const uint8_t *in, float *y)
 {
 	for (uint64_t j = pl->lo[k]; j < pl->lo[k + 1]; j++) {
 		uint64_t a = j * DQ_S, c = a + DQ_S <= pl->d ? DQ_S : pl->d - a;
@@ -429,7 +429,7 @@ static uint64_t max_chunk(const dq_plan_t *pl)
 	return m;
 }
 
-ibp_status_t dq_simulate(const float *const *x, int n, uint64_t d, const dq_cfg_t *cfg, uint64_t seq, float *out,
+ibp_status_t ibpi_dq_simulate(const float *const *x, int n, uint64_t d, const dq_cfg_t *cfg, uint64_t seq, float *out,
 			 uint64_t *wire_bits)
 {
 	uint64_t J = ceil_div(d, DQ_S), J1 = J ? J : 1;
@@ -437,41 +437,41 @@ ibp_status_t dq_simulate(const float *const *x, int n, uint64_t d, const dq_cfg_
 	if (!st || !gst) {
 		free(st);
 		free(gst);
-		return ibp_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory");
 	}
 	for (int r = 0; r < n; r++) { /* summed in rank order, as the collective does */
-		dq_local_stats(x[r], d, st);
+		ibpi_dq_local_stats(x[r], d, st);
 		for (uint64_t i = 0; i < 2 * J; i++)
 			gst[i] += st[i];
 	}
 	free(st);
 	dq_plan_t pl;
-	ibp_status_t s = dq_plan_make(&pl, cfg, n, d, seq, gst);
+	ibp_status_t s = ibpi_dq_plan_make(&pl, cfg, n, d, seq, gst);
 	free(gst);
 	if (s != IBP_OK)
 		return s;
 	uint64_t mc = max_chunk(&pl);
 	uint8_t *a = malloc(mc), *b = malloc(mc);
 	if (!a || !b)
-		s = ibp_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory");
+		s = ibpi_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory");
 	/* Chunk k: leaf k+1, then k+2, ..., sink k (the ring's order). */
 	for (int k = 0; k < n && s == IBP_OK; k++) {
-		s = dq_hop(&pl, (uint64_t)k, NULL, x[(k + 1) % n], (k + 1) % n, a);
+		s = ibpi_dq_hop(&pl, (uint64_t)k, NULL, x[(k + 1) % n], (k + 1) % n, a);
 		for (int t = 2; t <= n && s == IBP_OK; t++) {
 			int w = (k + t) % n;
-			s = dq_hop(&pl, (uint64_t)k, a, x[w], w, b);
+			s = ibpi_dq_hop(&pl, (uint64_t)k, a, x[w], w, b);
 			uint8_t *tmp = a;
 			a = b;
 			b = tmp;
 		}
 		if (s == IBP_OK)
-			s = dq_decode_chunk(&pl, (uint64_t)k, a, out);
+			s = ibpi_dq_decode_chunk(&pl, (uint64_t)k, a, out);
 	}
 	if (wire_bits)
 		*wire_bits = pl.total_bytes * 8;
 	free(a);
 	free(b);
-	dq_plan_free(&pl);
+	ibpi_dq_plan_free(&pl);
 	return s;
 }
 
@@ -494,7 +494,7 @@ static ibp_status_t stats_allgather(ibp_coll_comm_t *c, coll_hdr_t h, const floa
 	uint64_t bytes = n2 * sizeof(float), cap = COLL_HDR + bytes;
 	uint8_t *m = malloc(cap);
 	if (!m)
-		return ibp_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory");
 	if (n2)
 		memcpy(all + (uint64_t)r * n2, mine, bytes);
 	ibp_status_t s = IBP_OK;
@@ -513,14 +513,14 @@ static ibp_status_t stats_allgather(ibp_coll_comm_t *c, coll_hdr_t h, const floa
 			memcpy(m + COLL_HDR, all + (uint64_t)so * n2, bytes);
 		uint8_t *in = malloc(cap);
 		if (!in) {
-			s = ibp_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory");
+			s = ibpi_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory");
 			break;
 		}
-		s = coll_sendrecv(c, right, m, cap, bytes, left, in, cap, &rb);
+		s = ibpi_coll_sendrecv(c, right, m, cap, bytes, left, in, cap, &rb);
 		if (s == IBP_OK)
-			s = coll_check(in, rb, &want, left, &got);
+			s = ibpi_coll_check(in, rb, &want, left, &got);
 		if (s == IBP_OK && (got.enc != COLL_ENC_RAW || rb != cap))
-			s = ibp_fail(IBP_ERR_CORRUPT, "coll: dynamiq: statistics message from rank %d is malformed",
+			s = ibpi_fail(IBP_ERR_CORRUPT, "coll: dynamiq: statistics message from rank %d is malformed",
 				     left);
 		if (s == IBP_OK && n2)
 			memcpy(rbuf, in + COLL_HDR, bytes);
@@ -555,17 +555,17 @@ static ibp_status_t recv_chunk(ibp_coll_comm_t *c, const dq_plan_t *pl, coll_hdr
 	want.elems = chunk_elems(pl, ck);
 	want.chunk = (uint32_t)ck;
 	uint64_t rb = 0;
-	IBP_TRY(coll_sendrecv(c, mod(c->rank + 1, c->nranks), sbuf, sbytes, slogical, left, m, cap, &rb));
-	IBP_TRY(coll_check(m, rb, &want, left, &got));
+	IBP_TRY(ibpi_coll_sendrecv(c, mod(c->rank + 1, c->nranks), sbuf, sbytes, slogical, left, m, cap, &rb));
+	IBP_TRY(ibpi_coll_check(m, rb, &want, left, &got));
 	if (got.enc != COLL_ENC_DQ || rb != COLL_HDR + pl->cbytes[ck])
-		return ibp_fail(IBP_ERR_CORRUPT,
+		return ibpi_fail(IBP_ERR_CORRUPT,
 				"coll: dynamiq: chunk %d from rank %d has %llu payload bytes (encoding %u), expected %llu",
 				ck, left, (unsigned long long)(rb - COLL_HDR), got.enc,
 				(unsigned long long)pl->cbytes[ck]);
 	return IBP_OK;
 }
 
-ibp_status_t dq_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, void *recv, uint64_t count)
+ibp_status_t ibpi_dq_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, void *recv, uint64_t count)
 {
 	int r = c->rank, p = c->nranks, left = mod(r - 1, p);
 	ibp_dtype_t dt = (ibp_dtype_t)h.dtype;
@@ -577,11 +577,11 @@ ibp_status_t dq_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, vo
 	memset(&pl, 0, sizeof pl);
 	ibp_status_t s = IBP_OK;
 	if (!x || !all || !gst) {
-		s = ibp_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory for %llu elements", (unsigned long long)count);
+		s = ibpi_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory for %llu elements", (unsigned long long)count);
 		goto out;
 	}
-	coll_widen(send, dt, count, x);
-	dq_local_stats(x, count, gst);
+	ibpi_coll_widen(send, dt, count, x);
+	ibpi_dq_local_stats(x, count, gst);
 	if ((s = stats_allgather(c, h, gst, n2, all)) != IBP_OK)
 		goto out;
 	memset(gst, 0, n2 * sizeof(float));
@@ -589,14 +589,14 @@ ibp_status_t dq_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, vo
 		for (uint64_t i = 0; i < n2; i++)
 			gst[i] += all[(uint64_t)o * n2 + i];
 	dq_cfg_t cfg;
-	dq_cfg_default(&cfg);
-	if ((s = dq_plan_make(&pl, &cfg, p, count, h.seq, gst)) != IBP_OK)
+	ibpi_dq_cfg_default(&cfg);
+	if ((s = ibpi_dq_plan_make(&pl, &cfg, p, count, h.seq, gst)) != IBP_OK)
 		goto out;
 	uint64_t cap = COLL_HDR + max_chunk(&pl);
 	m[0] = malloc(cap);
 	m[1] = malloc(cap);
 	if (!m[0] || !m[1]) {
-		s = ibp_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory");
+		s = ibpi_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory");
 		goto out;
 	}
 	h.enc = COLL_ENC_DQ;
@@ -607,12 +607,12 @@ ibp_status_t dq_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, vo
 		sh.elems = chunk_elems(&pl, sc);
 		sh.chunk = (uint32_t)sc;
 		memcpy(m[0], &sh, sizeof sh);
-		if (t == 0 && (s = dq_hop(&pl, (uint64_t)sc, NULL, x, r, m[0] + COLL_HDR)) != IBP_OK)
+		if (t == 0 && (s = ibpi_dq_hop(&pl, (uint64_t)sc, NULL, x, r, m[0] + COLL_HDR)) != IBP_OK)
 			goto out;
 		if ((s = recv_chunk(c, &pl, h, rc, left, m[0], COLL_HDR + pl.cbytes[sc], sh.elems * esz, m[1], cap)) !=
 		    IBP_OK)
 			goto out;
-		if ((s = dq_hop(&pl, (uint64_t)rc, m[1] + COLL_HDR, x, r, m[0] + COLL_HDR)) != IBP_OK)
+		if ((s = ibpi_dq_hop(&pl, (uint64_t)rc, m[1] + COLL_HDR, x, r, m[0] + COLL_HDR)) != IBP_OK)
 			goto out;
 	}
 	/* m[0] holds chunk r as this rank (its sink) made it; all-gather forwards bytes unchanged. */
@@ -620,7 +620,7 @@ ibp_status_t dq_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, vo
 	oh.elems = chunk_elems(&pl, r);
 	oh.chunk = (uint32_t)r;
 	memcpy(m[0], &oh, sizeof oh);
-	if ((s = dq_decode_chunk(&pl, (uint64_t)r, m[0] + COLL_HDR, x)) != IBP_OK)
+	if ((s = ibpi_dq_decode_chunk(&pl, (uint64_t)r, m[0] + COLL_HDR, x)) != IBP_OK)
 		goto out;
 	int cur = 0;
 	for (int t = 0; t < p - 1; t++) {
@@ -628,7 +628,7 @@ ibp_status_t dq_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, vo
 		if ((s = recv_chunk(c, &pl, h, rc, left, m[cur], COLL_HDR + pl.cbytes[sc], chunk_elems(&pl, sc) * esz,
 				    m[1 - cur], cap)) != IBP_OK)
 			goto out;
-		if ((s = dq_decode_chunk(&pl, (uint64_t)rc, m[1 - cur] + COLL_HDR, x)) != IBP_OK)
+		if ((s = ibpi_dq_decode_chunk(&pl, (uint64_t)rc, m[1 - cur] + COLL_HDR, x)) != IBP_OK)
 			goto out;
 		cur = 1 - cur;
 	}
@@ -640,6 +640,6 @@ out:
 	free(gst);
 	free(m[0]);
 	free(m[1]);
-	dq_plan_free(&pl);
+	ibpi_dq_plan_free(&pl);
 	return s;
 }

@@ -23,7 +23,7 @@ typedef struct dq_cfg {
 	uint64_t seed;  /* same on every rank */
 } dq_cfg_t;
 
-void dq_cfg_default(dq_cfg_t *cfg);
+void ibpi_dq_cfg_default(dq_cfg_t *cfg);
 
 /* What every rank derives from the summed statistics: widths, means, the
  * chunking of SGs over ranks and each SG's byte offset in its chunk. */
@@ -44,30 +44,30 @@ typedef struct dq_plan {
 } dq_plan_t;
 
 /* Payload bytes of one SG of c entries at width q. */
-uint64_t dq_sg_bytes(uint64_t c, int q);
+uint64_t ibpi_dq_sg_bytes(uint64_t c, int q);
 
 /* Local statistics: st[j] = sum of x over SG j / c_j, st[J + j] = sum of x^2. */
-void dq_local_stats(const float *x, uint64_t d, float *st);
+void ibpi_dq_local_stats(const float *x, uint64_t d, float *st);
 
 /* Builds the plan from the statistics summed over ranks (2J floats).
  * IBP_ERR_INVALID_ARG when they are not finite (NaN/Inf input). */
-ibp_status_t dq_plan_make(dq_plan_t *pl, const dq_cfg_t *cfg, int n, uint64_t d, uint64_t seq, const float *gst);
-void dq_plan_free(dq_plan_t *pl);
+ibp_status_t ibpi_dq_plan_make(dq_plan_t *pl, const dq_cfg_t *cfg, int n, uint64_t d, uint64_t seq, const float *gst);
+void ibpi_dq_plan_free(dq_plan_t *pl);
 
 /* One hop on chunk k by rank w: out = quantize(decode(in) + x - mu) over the
  * chunk's SGs (in NULL: the leaf). x is the rank's whole FP32 buffer.
  * in must hold exactly cbytes[k] bytes (checked by the caller). */
-ibp_status_t dq_hop(const dq_plan_t *pl, uint64_t k, const uint8_t *in, const float *x, int w, uint8_t *out);
+ibp_status_t ibpi_dq_hop(const dq_plan_t *pl, uint64_t k, const uint8_t *in, const float *x, int w, uint8_t *out);
 
 /* Decodes chunk k into the sum: y[i] = decoded + n * mu (chunk's range of y). */
-ibp_status_t dq_decode_chunk(const dq_plan_t *pl, uint64_t k, const uint8_t *in, float *y);
+ibp_status_t ibpi_dq_decode_chunk(const dq_plan_t *pl, uint64_t k, const uint8_t *in, float *y);
 
 /* The whole ring all-reduce of n FP32 buffers in one thread (x[r] is rank
  * r's buffer): same plan, same hops, same bytes as the collective. */
-ibp_status_t dq_simulate(const float *const *x, int n, uint64_t d, const dq_cfg_t *cfg, uint64_t seq, float *out,
+ibp_status_t ibpi_dq_simulate(const float *const *x, int n, uint64_t d, const dq_cfg_t *cfg, uint64_t seq, float *out,
 			 uint64_t *wire_bits);
 
 /* The collective (called by ibp_coll_allreduce for IBP_COLL_CODEC_DYNAMIQ). */
-ibp_status_t dq_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, void *recv, uint64_t count);
+ibp_status_t ibpi_dq_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, void *recv, uint64_t count);
 
 #endif /* IBP_COLL_DYNAMIQ_H */

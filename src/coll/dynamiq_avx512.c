@@ -112,4 +112,4 @@ static void dq_codes(const float *lv, const uint8_t *tab, int q, const float *y,
 	}
 }
 
-const dq_kern_t dq_kern_avx512 = { dq_decode, dq_gmax, dq_rg, dq_codes };
+const dq_kern_t ibpi_dq_kern_avx512 = { dq_decode, dq_gmax, dq_rg, dq_codes };

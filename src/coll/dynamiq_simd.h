@@ -62,7 +62,7 @@ static inline uint16_t coll_pack_crumb(uint64_t x)
 #define DQ_K_GRANK 0x8cb92ba72f3d8dd7ull /* rank, group-scale rounding */
 #define DQ_K_GTAG 0x5ca1e5ull            /* group-scale stream tag */
 
-typedef struct dq_kern {
+typedef struct ibpi_dq_kern {
 	/* One full super-group (256 entries, 16 groups of 16). */
 	/* y[i] = decoded[i] + (x ? x[i] - add : add); gs: the 16 group scales. */
 	void (*decode)(const float *lv, const uint8_t *code, int q, const float *gs, const float *x, float add,
@@ -78,7 +78,7 @@ typedef struct dq_kern {
 		      uint64_t i0, uint8_t *code);
 } dq_kern_t;
 
-typedef struct rc_kern {
+typedef struct ibpi_rc_kern {
 	/* LSQ, elements [i0, i0 + len) of one row (i0 and len multiples of 16). */
 	/* *m = max |x| over them; returns 0 when one is not finite. */
 	int (*lsq_max)(const void *src, ibp_dtype_t dt, uint64_t i0, uint64_t len, float *m);
@@ -98,20 +98,20 @@ typedef struct rc_kern {
 
 /* The kernels in use, or NULL for the scalar reference (AUTO: the best this
  * CPU runs; IBP_FORCE_PORTABLE=1 in the environment forces scalar). */
-const dq_kern_t *dq_kern(void);
-const rc_kern_t *rc_kern(void);
+const dq_kern_t *ibpi_dq_kern(void);
+const rc_kern_t *ibpi_rc_kern(void);
 
 /* Chooses the implementation for the whole process (tests, benchmarks);
  * returns 0 when this build or CPU cannot run it. Not thread-safe against
  * codec calls in flight. */
-int coll_simd_set(coll_simd_impl_t impl);
-coll_simd_impl_t coll_simd_get(void);
-const char *coll_simd_name(coll_simd_impl_t impl);
+int ibpi_coll_simd_set(coll_simd_impl_t impl);
+coll_simd_impl_t ibpi_coll_simd_get(void);
+const char *ibpi_coll_simd_name(coll_simd_impl_t impl);
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define COLL_HAVE_SIMD 1
-extern const dq_kern_t dq_kern_avx2, dq_kern_avx512;
-extern const rc_kern_t rc_kern_avx2, rc_kern_avx512;
+extern const dq_kern_t ibpi_dq_kern_avx2, ibpi_dq_kern_avx512;
+extern const rc_kern_t ibpi_rc_kern_avx2, ibpi_rc_kern_avx512;
 #endif
 
 #endif /* IBP_COLL_DYNAMIQ_SIMD_H */

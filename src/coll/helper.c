@@ -23,7 +23,7 @@ struct coll_helper {
 
 static ibp_status_t pt_fail(int e, const char *what)
 {
-	return ibp_fail(e == ENOMEM || e == EAGAIN ? IBP_ERR_NOMEM : IBP_ERR_INTERNAL, "coll: helper thread: %s: %s",
+	return ibpi_fail(e == ENOMEM || e == EAGAIN ? IBP_ERR_NOMEM : IBP_ERR_INTERNAL, "coll: helper thread: %s: %s",
 			what, strerror(e));
 }
 
@@ -63,12 +63,12 @@ die:
 	return NULL;
 }
 
-ibp_status_t coll_helper_start(coll_helper_t **out)
+ibp_status_t ibpi_coll_helper_start(coll_helper_t **out)
 {
 	*out = NULL;
 	coll_helper_t *h = calloc(1, sizeof *h);
 	if (!h)
-		return ibp_fail(IBP_ERR_NOMEM, "coll: helper thread: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "coll: helper thread: out of memory");
 	int e;
 	if ((e = pthread_mutex_init(&h->mu, NULL)) != 0) {
 		free(h);
@@ -96,16 +96,16 @@ ibp_status_t coll_helper_start(coll_helper_t **out)
 	return IBP_OK;
 }
 
-ibp_status_t coll_helper_post(coll_helper_t *h, void (*fn)(void *), void *arg)
+ibp_status_t ibpi_coll_helper_post(coll_helper_t *h, void (*fn)(void *), void *arg)
 {
 	int e;
 	if (atomic_load(&h->dead))
-		return ibp_fail(IBP_ERR_INTERNAL, "coll: helper thread: it has stopped after a pthread failure");
+		return ibpi_fail(IBP_ERR_INTERNAL, "coll: helper thread: it has stopped after a pthread failure");
 	if ((e = pthread_mutex_lock(&h->mu)) != 0)
 		return pt_fail(e, "pthread_mutex_lock");
 	if (h->state != H_IDLE) {
 		(void)pthread_mutex_unlock(&h->mu);
-		return ibp_fail(IBP_ERR_INTERNAL, "coll: helper thread: the last job was not waited for");
+		return ibpi_fail(IBP_ERR_INTERNAL, "coll: helper thread: the last job was not waited for");
 	}
 	h->fn = fn;
 	h->arg = arg;
@@ -120,7 +120,7 @@ ibp_status_t coll_helper_post(coll_helper_t *h, void (*fn)(void *), void *arg)
 	return IBP_OK;
 }
 
-ibp_status_t coll_helper_wait(coll_helper_t *h)
+ibp_status_t ibpi_coll_helper_wait(coll_helper_t *h)
 {
 	int e;
 	if ((e = pthread_mutex_lock(&h->mu)) != 0)
@@ -136,11 +136,11 @@ ibp_status_t coll_helper_wait(coll_helper_t *h)
 	if ((e = pthread_mutex_unlock(&h->mu)) != 0)
 		return pt_fail(e, "pthread_mutex_unlock");
 	if (lost || atomic_load(&h->dead))
-		return ibp_fail(IBP_ERR_INTERNAL, "coll: helper thread: it stopped after a pthread failure");
+		return ibpi_fail(IBP_ERR_INTERNAL, "coll: helper thread: it stopped after a pthread failure");
 	return IBP_OK;
 }
 
-ibp_status_t coll_helper_stop(coll_helper_t *h)
+ibp_status_t ibpi_coll_helper_stop(coll_helper_t *h)
 {
 	if (!h)
 		return IBP_OK;

@@ -35,11 +35,11 @@ typedef struct ep {
 ibp_status_t ibp_coll_inproc_create(int nranks, ibp_coll_inproc_t **out)
 {
 	if (!out || nranks < 1 || nranks > 4096)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: inproc_create: nranks %d (1..4096)", nranks);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: inproc_create: nranks %d (1..4096)", nranks);
 	ibp_coll_inproc_t *w = calloc(1, sizeof *w);
 	if (!w || !(w->q = calloc((size_t)nranks * (size_t)nranks, sizeof *w->q))) {
 		free(w);
-		return ibp_fail(IBP_ERR_NOMEM, "coll: inproc_create: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "coll: inproc_create: out of memory");
 	}
 	w->n = nranks;
 	pthread_condattr_t ca;
@@ -73,11 +73,11 @@ static ibp_status_t ep_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t s
 	ep_t *e = ctx;
 	ibp_coll_inproc_t *w = e->w;
 	if (dst >= w->n || src >= w->n)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: inproc: peer out of range");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: inproc: peer out of range");
 	msg_t *m = NULL;
 	if (dst >= 0) {
 		if (!(m = malloc(sizeof *m + sbytes)))
-			return ibp_fail(IBP_ERR_NOMEM, "coll: inproc: out of memory for a %llu-byte message",
+			return ibpi_fail(IBP_ERR_NOMEM, "coll: inproc: out of memory for a %llu-byte message",
 					(unsigned long long)sbytes);
 		m->next = NULL;
 		m->bytes = sbytes;
@@ -108,7 +108,7 @@ static ibp_status_t ep_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t s
 		while (!q->head) {
 			int rc = pthread_cond_timedwait(&w->cv, &w->mu, &dl);
 			if (rc == ETIMEDOUT && !q->head) {
-				s = ibp_fail(IBP_ERR_IO, "coll: inproc: timeout after %lld ms waiting for rank %d",
+				s = ibpi_fail(IBP_ERR_IO, "coll: inproc: timeout after %lld ms waiting for rank %d",
 					     (long long)timeout_ms, src);
 				break;
 			}
@@ -116,7 +116,7 @@ static ibp_status_t ep_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t s
 		if (s == IBP_OK) {
 			msg_t *r = q->head;
 			if (r->bytes > rcap) /* left queued: the call failed, the comm is broken */
-				s = ibp_fail(IBP_ERR_INVALID_ARG,
+				s = ibpi_fail(IBP_ERR_INVALID_ARG,
 					     "coll: inproc: mismatch: %llu-byte message from rank %d exceeds the "
 					     "expected %llu bytes",
 					     (unsigned long long)r->bytes, src, (unsigned long long)rcap);
@@ -143,10 +143,10 @@ static void ep_destroy(void *ctx)
 ibp_status_t ibp_coll_inproc_transport(ibp_coll_inproc_t *w, int rank, ibp_coll_transport_t *t)
 {
 	if (!w || !t || rank < 0 || rank >= w->n)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: inproc_transport: bad argument (rank %d)", rank);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: inproc_transport: bad argument (rank %d)", rank);
 	ep_t *e = malloc(sizeof *e);
 	if (!e)
-		return ibp_fail(IBP_ERR_NOMEM, "coll: inproc_transport: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "coll: inproc_transport: out of memory");
 	e->w = w;
 	e->rank = rank;
 	t->rank = rank;

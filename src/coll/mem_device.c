@@ -2,10 +2,10 @@
  * are a 128-byte header slot (the 32-byte coll_hdr_t, then zeros; keeps
  * the payload 128-byte aligned for the codec kernels) + payload; encode
  * and decode run ibp_exp_*_cuda / ibp_fp8_*_cuda, the reductions
- * coll_reduce_add_cuda, copies cudaMemcpyAsync, all on the call's stream.
+ * ibpi_coll_reduce_add_cuda, copies cudaMemcpyAsync, all on the call's stream.
  * With IBP_COLL_MEM_HOST_FALLBACK the same steps run on host memory with
  * the CPU twins (ibp_exp_encode_batch / decode_batch, ibp_fp8_encode /
- * decode, coll_reduce_add), so the orchestration is tested without a GPU.
+ * decode, ibpi_coll_reduce_add), so the orchestration is tested without a GPU.
  * Buffers are kept in c->dev and grown, never allocated per call. The
  * transport runs on its own stream (NCCL), so every step returns with the
  * call's stream drained: a message is complete before it is sent, and a
@@ -38,7 +38,7 @@ static ibp_status_t d_alloc(ibp_coll_comm_t *c, uint64_t bytes, uint8_t **p)
 	if (on_gpu(c))
 		return ibp_cuda_malloc(bytes, (void **)p);
 	*p = aligned_alloc(128, up128(bytes ? bytes : 1));
-	return *p ? IBP_OK : ibp_fail(IBP_ERR_NOMEM, "coll: out of memory for %llu bytes", (unsigned long long)bytes);
+	return *p ? IBP_OK : ibpi_fail(IBP_ERR_NOMEM, "coll: out of memory for %llu bytes", (unsigned long long)bytes);
 }
 
 static void d_free(ibp_coll_comm_t *c, uint8_t *p)
@@ -49,7 +49,7 @@ static void d_free(ibp_coll_comm_t *c, uint8_t *p)
 		free(p);
 }
 
-void coll_dev_release(ibp_coll_comm_t *c)
+void ibpi_coll_dev_release(ibp_coll_comm_t *c)
 {
 	coll_dev_t *d = &c->dev;
 	uint8_t *all[] = { d->m[0], d->m[1], d->tmp, d->acc, d->ws, d->small };
@@ -97,7 +97,7 @@ static ibp_status_t d_get(ibp_coll_comm_t *c, ibp_dtype_t dt, uint64_t maxn, int
 	coll_dev_t *d = &c->dev;
 	uint64_t cap = 0, ws = 0, esz = ibp_dtype_size(dt), n1 = maxn ? maxn : 1, m0 = d->mcap, t0 = d->tcap;
 	memset(b, 0, sizeof *b);
-	IBP_TRY(coll_msg_cap(dt, maxn, &cap));
+	IBP_TRY(ibpi_coll_msg_cap(dt, maxn, &cap));
 	cap = DEV_HDR + up128(cap - COLL_HDR);
 	if (on_gpu(c))
 		IBP_TRY(exp_ws(dt, maxn, &ws));
@@ -155,7 +155,7 @@ static ibp_status_t d_encode(ibp_coll_comm_t *c, const coll_hdr_t *h, const void
 	case COLL_ENC_RAW:
 		size = n * ibp_dtype_size(dt);
 		if (size > pcap)
-			return ibp_fail(IBP_ERR_INTERNAL, "coll: device message capacity too small");
+			return ibpi_fail(IBP_ERR_INTERNAL, "coll: device message capacity too small");
 		IBP_TRY(d_copy(c, p, src, size));
 		break;
 	case COLL_ENC_EXP: {
@@ -174,7 +174,7 @@ static ibp_status_t d_encode(ibp_coll_comm_t *c, const coll_hdr_t *h, const void
 			IBP_TRY(read_small(c, &size, 0, sizeof size));
 		}
 		if (size > pcap)
-			return ibp_fail(IBP_ERR_INTERNAL, "coll: exp block of %llu bytes in a %llu-byte message",
+			return ibpi_fail(IBP_ERR_INTERNAL, "coll: exp block of %llu bytes in a %llu-byte message",
 					(unsigned long long)size, (unsigned long long)pcap);
 		break;
 	}
@@ -182,7 +182,7 @@ static ibp_status_t d_encode(ibp_coll_comm_t *c, const coll_hdr_t *h, const void
 		ibp_fp8_opts_t o = fp8_opts();
 		IBP_TRY(ibp_fp8_encoded_size(&o, n, &size));
 		if (size > pcap)
-			return ibp_fail(IBP_ERR_INTERNAL, "coll: device message capacity too small");
+			return ibpi_fail(IBP_ERR_INTERNAL, "coll: device message capacity too small");
 		if (on_gpu(c))
 			IBP_TRY(ibp_fp8_encode_cuda(src, dt, n, 0, &o, p, c->stream));
 		else {
@@ -192,7 +192,7 @@ static ibp_status_t d_encode(ibp_coll_comm_t *c, const coll_hdr_t *h, const void
 		break;
 	}
 	default:
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "coll: encoding %u on device buffers", h->enc);
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "coll: encoding %u on device buffers", h->enc);
 	}
 	*bytes = DEV_HDR + size;
 	return d_finish(c);
@@ -203,16 +203,16 @@ static ibp_status_t d_check(ibp_coll_comm_t *c, const void *msg, uint64_t bytes,
 {
 	uint8_t hdr[COLL_HDR];
 	if (bytes < DEV_HDR)
-		return ibp_fail(IBP_ERR_CORRUPT, "coll: %llu-byte message from rank %d is shorter than its header",
+		return ibpi_fail(IBP_ERR_CORRUPT, "coll: %llu-byte message from rank %d is shorter than its header",
 				(unsigned long long)bytes, from);
 	if (on_gpu(c)) {
 		IBP_TRY(ibp_cuda_memcpy(hdr, msg, COLL_HDR, c->stream));
 		IBP_TRY(ibp_cuda_sync(c->stream));
 	} else
 		memcpy(hdr, msg, COLL_HDR);
-	IBP_TRY(coll_check(hdr, COLL_HDR, want, from, h));
+	IBP_TRY(ibpi_coll_check(hdr, COLL_HDR, want, from, h));
 	if (h->enc != COLL_ENC_RAW && h->enc != COLL_ENC_EXP && h->enc != COLL_ENC_FP8)
-		return ibp_fail(IBP_ERR_CORRUPT, "coll: message from rank %d has encoding %u on device buffers", from,
+		return ibpi_fail(IBP_ERR_CORRUPT, "coll: message from rank %d has encoding %u on device buffers", from,
 				h->enc);
 	return IBP_OK;
 }
@@ -226,13 +226,13 @@ static ibp_status_t d_decode(ibp_coll_comm_t *c, const coll_hdr_t *h, const void
 	switch (h->enc) {
 	case COLL_ENC_RAW:
 		if (size != n * ibp_dtype_size(dt))
-			return ibp_fail(IBP_ERR_CORRUPT, "coll: raw payload of %llu bytes for %llu elements",
+			return ibpi_fail(IBP_ERR_CORRUPT, "coll: raw payload of %llu bytes for %llu elements",
 					(unsigned long long)size, (unsigned long long)n);
 		IBP_TRY(d_copy(c, dst, p, size));
 		return d_finish(c);
 	case COLL_ENC_EXP: {
 		if (!n || !size)
-			return ibp_fail(IBP_ERR_CORRUPT, "coll: empty exp payload");
+			return ibpi_fail(IBP_ERR_CORRUPT, "coll: empty exp payload");
 		uint64_t meta[2] = { 0, size };
 		if (!on_gpu(c)) {
 			uint64_t off[2] = { 0, size };
@@ -249,12 +249,12 @@ static ibp_status_t d_decode(ibp_coll_comm_t *c, const coll_hdr_t *h, const void
 		uint64_t want = 0;
 		IBP_TRY(ibp_fp8_encoded_size(&o, n, &want));
 		if (size != want)
-			return ibp_fail(IBP_ERR_CORRUPT, "coll: fp8 payload of %llu bytes for %llu elements",
+			return ibpi_fail(IBP_ERR_CORRUPT, "coll: fp8 payload of %llu bytes for %llu elements",
 					(unsigned long long)size, (unsigned long long)n);
 		if (!on_gpu(c)) {
 			IBP_TRY(ibp_fp8_stream_info(p, size, &info));
 			if (info.bytes != size)
-				return ibp_fail(IBP_ERR_CORRUPT, "coll: fp8 stream of %llu bytes in a %llu-byte payload",
+				return ibpi_fail(IBP_ERR_CORRUPT, "coll: fp8 stream of %llu bytes in a %llu-byte payload",
 						(unsigned long long)info.bytes, (unsigned long long)size);
 			return ibp_fp8_decode(p, size, dt, n, dst, c->o.nthreads);
 		}
@@ -262,11 +262,11 @@ static ibp_status_t d_decode(ibp_coll_comm_t *c, const coll_hdr_t *h, const void
 		break;
 	}
 	default:
-		return ibp_fail(IBP_ERR_CORRUPT, "coll: encoding %u", h->enc);
+		return ibpi_fail(IBP_ERR_CORRUPT, "coll: encoding %u", h->enc);
 	}
 	IBP_TRY(read_small(c, &status, 24, sizeof status));
 	if (status != 0)
-		return ibp_fail((ibp_status_t)status, "coll: corrupt %s payload from the device decoder",
+		return ibpi_fail((ibp_status_t)status, "coll: corrupt %s payload from the device decoder",
 				h->enc == COLL_ENC_EXP ? "exp" : "fp8");
 	return IBP_OK;
 }
@@ -278,11 +278,11 @@ static ibp_status_t d_reduce(ibp_coll_comm_t *c, const coll_hdr_t *h, const void
 	/* Partials travel in dt (FP8 decodes rounded to dt), as on the host. */
 	IBP_TRY(d_decode(c, h, msg, bytes, b->tmp));
 	if (!on_gpu(c)) {
-		coll_reduce_add(b->tmp, local, dt, h->elems, b->acc);
+		ibpi_coll_reduce_add(b->tmp, local, dt, h->elems, b->acc);
 		return IBP_OK;
 	}
-	IBP_TRY(coll_reduce_add_cuda(b->tmp, local, dt, h->elems, b->acc, c->stream));
+	IBP_TRY(ibpi_coll_reduce_add_cuda(b->tmp, local, dt, h->elems, b->acc, c->stream));
 	return d_finish(c);
 }
 
-const coll_mem_ops_t coll_mem_device = { d_get, d_put, d_encode, d_check, d_decode, d_reduce, d_copy, d_finish };
+const coll_mem_ops_t ibpi_coll_mem_device = { d_get, d_put, d_encode, d_check, d_decode, d_reduce, d_copy, d_finish };

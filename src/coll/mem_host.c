@@ -21,7 +21,7 @@ static void h_put(ibp_coll_comm_t *c, coll_bufs_t *b)
 static ibp_status_t h_get(ibp_coll_comm_t *c, ibp_dtype_t dt, uint64_t maxn, int reduce, coll_bufs_t *b)
 {
 	memset(b, 0, sizeof *b);
-	IBP_TRY(coll_msg_cap(dt, maxn, &b->cap));
+	IBP_TRY(ibpi_coll_msg_cap(dt, maxn, &b->cap));
 	uint64_t esz = ibp_dtype_size(dt), n1 = maxn ? maxn : 1;
 	b->m[0] = malloc(b->cap);
 	b->m[1] = malloc(b->cap);
@@ -32,7 +32,7 @@ static ibp_status_t h_get(ibp_coll_comm_t *c, ibp_dtype_t dt, uint64_t maxn, int
 	}
 	if (!b->m[0] || !b->m[1] || (reduce && (!b->f || !b->tmp || !b->acc))) {
 		h_put(c, b);
-		return ibp_fail(IBP_ERR_NOMEM, "coll: out of memory for %llu-element messages",
+		return ibpi_fail(IBP_ERR_NOMEM, "coll: out of memory for %llu-element messages",
 				(unsigned long long)maxn);
 	}
 	return IBP_OK;
@@ -41,26 +41,26 @@ static ibp_status_t h_get(ibp_coll_comm_t *c, ibp_dtype_t dt, uint64_t maxn, int
 static ibp_status_t h_encode(ibp_coll_comm_t *c, const coll_hdr_t *h, const void *src, void *msg, uint64_t cap,
 			     uint64_t *bytes)
 {
-	return coll_encode(h, src, msg, cap, c->o.nthreads, c->lsq_bits, bytes);
+	return ibpi_coll_encode(h, src, msg, cap, c->o.nthreads, c->lsq_bits, bytes);
 }
 
 static ibp_status_t h_check(ibp_coll_comm_t *c, const void *msg, uint64_t bytes, const coll_hdr_t *want, int from,
 			    coll_hdr_t *h)
 {
 	(void)c;
-	return coll_check(msg, bytes, want, from, h);
+	return ibpi_coll_check(msg, bytes, want, from, h);
 }
 
 static ibp_status_t h_decode(ibp_coll_comm_t *c, const coll_hdr_t *h, const void *msg, uint64_t bytes, void *dst)
 {
-	return coll_decode(h, msg, bytes, dst, c->o.nthreads);
+	return ibpi_coll_decode(h, msg, bytes, dst, c->o.nthreads);
 }
 
 static ibp_status_t h_reduce(ibp_coll_comm_t *c, const coll_hdr_t *h, const void *msg, uint64_t bytes,
 			     const void *local, coll_bufs_t *b)
 {
-	IBP_TRY(coll_decode_f32(h, msg, bytes, b->f, b->tmp, c->o.nthreads));
-	coll_add_round(b->f, local, (ibp_dtype_t)h->dtype, h->elems, b->acc);
+	IBP_TRY(ibpi_coll_decode_f32(h, msg, bytes, b->f, b->tmp, c->o.nthreads));
+	ibpi_coll_add_round(b->f, local, (ibp_dtype_t)h->dtype, h->elems, b->acc);
 	return IBP_OK;
 }
 
@@ -78,4 +78,4 @@ static ibp_status_t h_finish(ibp_coll_comm_t *c)
 	return IBP_OK;
 }
 
-const coll_mem_ops_t coll_mem_host = { h_get, h_put, h_encode, h_check, h_decode, h_reduce, h_copy, h_finish };
+const coll_mem_ops_t ibpi_coll_mem_host = { h_get, h_put, h_encode, h_check, h_decode, h_reduce, h_copy, h_finish };

@@ -47,7 +47,7 @@ static int lsq_params_ok(uint64_t row, int B, int K)
 	return row >= 1 && row <= 65535 && (B == 2 || B == 4 || B == 8) && (K == 0 || K == 4 || K == 8);
 }
 
-uint64_t lsq_bytes(uint64_t n, uint64_t row, int B, int K)
+uint64_t ibpi_lsq_bytes(uint64_t n, uint64_t row, int B, int K)
 {
 	uint64_t rows = ceil_div(n, row);
 	return LSQ_HDR + (K ? ceil_div(rows * (uint64_t)K, 8) : rows * 4) + ceil_div(n * (uint64_t)B, 8);
@@ -65,19 +65,19 @@ static unsigned get_code(const uint8_t *p, uint64_t i, int w)
 	return (p[bit >> 3] >> (bit & 7)) & ((1u << w) - 1);
 }
 
-ibp_status_t lsq_encode(const void *src, ibp_dtype_t dt, uint64_t n, uint64_t row, int B, int K, uint64_t key,
+ibp_status_t ibpi_lsq_encode(const void *src, ibp_dtype_t dt, uint64_t n, uint64_t row, int B, int K, uint64_t key,
 			uint8_t *out, uint64_t cap, uint64_t *size)
 {
 	if (!lsq_params_ok(row, B, K))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: lsq: row %llu, %d bits, %d scale bits",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: lsq: row %llu, %d bits, %d scale bits",
 				(unsigned long long)row, B, K);
-	uint64_t rows = ceil_div(n, row), total = lsq_bytes(n, row, B, K);
+	uint64_t rows = ceil_div(n, row), total = ibpi_lsq_bytes(n, row, B, K);
 	if (total > cap)
-		return ibp_fail(IBP_ERR_INTERNAL, "coll: lsq: message capacity too small");
+		return ibpi_fail(IBP_ERR_INTERNAL, "coll: lsq: message capacity too small");
 	float *s = malloc((rows ? rows : 1) * sizeof(float));
 	if (!s)
-		return ibp_fail(IBP_ERR_NOMEM, "coll: lsq: out of memory");
-	const rc_kern_t *V = row % 16 == 0 ? rc_kern() : NULL;
+		return ibpi_fail(IBP_ERR_NOMEM, "coll: lsq: out of memory");
+	const rc_kern_t *V = row % 16 == 0 ? ibpi_rc_kern() : NULL;
 	float S = 0;
 	for (uint64_t r = 0; r < rows; r++) {
 		float m = 0;
@@ -90,7 +90,7 @@ ibp_status_t lsq_encode(const void *src, ibp_dtype_t dt, uint64_t n, uint64_t ro
 			float v = fabsf(getf(src, dt, i));
 			if (!(v <= 3.4e38f)) {
 				free(s);
-				return ibp_fail(IBP_ERR_INVALID_ARG, "coll: lsq: non-finite input at element %llu",
+				return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: lsq: non-finite input at element %llu",
 						(unsigned long long)i);
 			}
 			m = maxf(m, v);
@@ -132,23 +132,23 @@ ibp_status_t lsq_encode(const void *src, ibp_dtype_t dt, uint64_t n, uint64_t ro
 	return IBP_OK;
 }
 
-ibp_status_t lsq_decode(const uint8_t *in, uint64_t size, ibp_dtype_t dt, uint64_t n, void *dst)
+ibp_status_t ibpi_lsq_decode(const uint8_t *in, uint64_t size, ibp_dtype_t dt, uint64_t n, void *dst)
 {
 	if (size < LSQ_HDR)
-		return ibp_fail(IBP_ERR_CORRUPT, "coll: lsq: %llu-byte stream", (unsigned long long)size);
+		return ibpi_fail(IBP_ERR_CORRUPT, "coll: lsq: %llu-byte stream", (unsigned long long)size);
 	float S;
 	memcpy(&S, in, 4);
 	int B = in[4], K = in[5];
 	uint64_t row = (uint64_t)in[6] | (uint64_t)in[7] << 8;
-	if (!lsq_params_ok(row, B, K) || !(S >= 0) || isinf(S) || lsq_bytes(n, row, B, K) != size)
-		return ibp_fail(IBP_ERR_CORRUPT,
+	if (!lsq_params_ok(row, B, K) || !(S >= 0) || isinf(S) || ibpi_lsq_bytes(n, row, B, K) != size)
+		return ibpi_fail(IBP_ERR_CORRUPT,
 				"coll: lsq: stream of %llu bytes (bits %d, scale bits %d, row %llu) for %llu elements",
 				(unsigned long long)size, B, K, (unsigned long long)row, (unsigned long long)n);
 	uint64_t rows = ceil_div(n, row);
 	const uint8_t *sc = in + LSQ_HDR, *code = sc + (K ? ceil_div(rows * (uint64_t)K, 8) : rows * 4);
 	unsigned Lm = (1u << (B - 1)) - 1;
 	float Ls = K ? (float)((1u << K) - 1) : 0;
-	const rc_kern_t *V = row % 16 == 0 ? rc_kern() : NULL;
+	const rc_kern_t *V = row % 16 == 0 ? ibpi_rc_kern() : NULL;
 	for (uint64_t r = 0; r < rows; r++) {
 		float s;
 		if (K)
@@ -156,7 +156,7 @@ ibp_status_t lsq_decode(const uint8_t *in, uint64_t size, ibp_dtype_t dt, uint64
 		else {
 			memcpy(&s, sc + r * 4, 4);
 			if (!(s >= 0) || isinf(s))
-				return ibp_fail(IBP_ERR_CORRUPT, "coll: lsq: row %llu has a bad scale",
+				return ibpi_fail(IBP_ERR_CORRUPT, "coll: lsq: row %llu has a bad scale",
 						(unsigned long long)r);
 		}
 		uint64_t i = r * row, e = n < (r + 1) * row ? n : (r + 1) * row, l = (e - i) & ~(uint64_t)15;
@@ -177,25 +177,25 @@ ibp_status_t lsq_decode(const uint8_t *in, uint64_t size, ibp_dtype_t dt, uint64
 
 #define PTS_HDR 12u
 
-uint64_t pts_max_bytes(uint64_t k)
+uint64_t ibpi_pts_max_bytes(uint64_t k)
 {
 	return PTS_HDR + 2 * ceil_div(k, 8);
 }
 
-ibp_status_t pts_encode(const float *g, uint64_t k, double sigma, uint64_t key, uint8_t *out, uint64_t cap,
+ibp_status_t ibpi_pts_encode(const float *g, uint64_t k, double sigma, uint64_t key, uint8_t *out, uint64_t cap,
 			uint64_t *size)
 {
 	if (!(sigma > 0 && sigma <= 1))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: pts: sigma %g is not in (0, 1]", sigma);
-	if (cap < pts_max_bytes(k))
-		return ibp_fail(IBP_ERR_INTERNAL, "coll: pts: message capacity too small");
-	const rc_kern_t *V = rc_kern();
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: pts: sigma %g is not in (0, 1]", sigma);
+	if (cap < ibpi_pts_max_bytes(k))
+		return ibpi_fail(IBP_ERR_INTERNAL, "coll: pts: message capacity too small");
+	const rc_kern_t *V = ibpi_rc_kern();
 	float m = 0;
 	if (!V || !V->pts_max(g, k, &m)) { /* the scalar loop (also finds the non-finite element) */
 		m = 0;
 		for (uint64_t i = 0; i < k; i++) {
 			if (!(fabsf(g[i]) <= 3.4e38f))
-				return ibp_fail(IBP_ERR_INVALID_ARG, "coll: pts: non-finite input at element %llu",
+				return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: pts: non-finite input at element %llu",
 						(unsigned long long)i);
 			m = maxf(m, fabsf(g[i]));
 		}
@@ -230,26 +230,26 @@ ibp_status_t pts_encode(const float *g, uint64_t k, double sigma, uint64_t key, 
 	return IBP_OK;
 }
 
-ibp_status_t pts_decode_add(const uint8_t *in, uint64_t size, uint64_t k, float *acc)
+ibp_status_t ibpi_pts_decode_add(const uint8_t *in, uint64_t size, uint64_t k, float *acc)
 {
 	uint64_t bm = ceil_div(k, 8), nnz;
 	float mag;
 	if (size < PTS_HDR + bm)
-		return ibp_fail(IBP_ERR_CORRUPT, "coll: pts: %llu-byte stream for %llu elements", (unsigned long long)size,
+		return ibpi_fail(IBP_ERR_CORRUPT, "coll: pts: %llu-byte stream for %llu elements", (unsigned long long)size,
 				(unsigned long long)k);
 	memcpy(&mag, in, 4);
 	memcpy(&nnz, in + 4, 8);
 	if (!(mag >= 0) || isinf(mag) || nnz > k || size != PTS_HDR + bm + ceil_div(nnz, 8))
-		return ibp_fail(IBP_ERR_CORRUPT, "coll: pts: stream header (%llu kept of %llu) does not match its %llu bytes",
+		return ibpi_fail(IBP_ERR_CORRUPT, "coll: pts: stream header (%llu kept of %llu) does not match its %llu bytes",
 				(unsigned long long)nnz, (unsigned long long)k, (unsigned long long)size);
 	const uint8_t *pres = in + PTS_HDR, *sgn = pres + bm;
 	uint64_t cnt = 0;
 	for (uint64_t b = 0; b < bm; b++)
 		cnt += (uint64_t)__builtin_popcount(pres[b]);
 	if (cnt != nnz || (k % 8 && pres[bm - 1] >> (k % 8)))
-		return ibp_fail(IBP_ERR_CORRUPT, "coll: pts: presence bitmap holds %llu entries, header says %llu",
+		return ibpi_fail(IBP_ERR_CORRUPT, "coll: pts: presence bitmap holds %llu entries, header says %llu",
 				(unsigned long long)cnt, (unsigned long long)nnz);
-	const rc_kern_t *V = rc_kern();
+	const rc_kern_t *V = ibpi_rc_kern();
 	if (V) {
 		V->pts_add(pres, sgn, k, mag, acc);
 		return IBP_OK;
@@ -268,17 +268,17 @@ static int mod(int a, int p)
 	return ((a % p) + p) % p;
 }
 
-ibp_status_t pts_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, void *recv, uint64_t count)
+ibp_status_t ibpi_pts_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, void *recv, uint64_t count)
 {
 	int r = c->rank, p = c->nranks, right = mod(r + 1, p), left = mod(r - 1, p);
 	ibp_dtype_t dt = (ibp_dtype_t)h.dtype;
-	uint64_t cap = COLL_HDR + pts_max_bytes(count), k1 = count ? count : 1;
+	uint64_t cap = COLL_HDR + ibpi_pts_max_bytes(count), k1 = count ? count : 1;
 	float *g = malloc(k1 * sizeof(float)), *acc = calloc(k1, sizeof(float));
 	uint8_t *all = malloc((uint64_t)p * cap);
 	uint64_t *sz = calloc((size_t)p, sizeof(uint64_t));
 	ibp_status_t s = IBP_OK;
 	if (!g || !acc || !all || !sz) {
-		s = ibp_fail(IBP_ERR_NOMEM, "coll: pts: out of memory for %llu elements", (unsigned long long)count);
+		s = ibpi_fail(IBP_ERR_NOMEM, "coll: pts: out of memory for %llu elements", (unsigned long long)count);
 		goto out;
 	}
 	for (uint64_t i = 0; i < count; i++)
@@ -291,7 +291,7 @@ ibp_status_t pts_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, v
 	oh.elems = count;
 	oh.chunk = (uint32_t)r;
 	memcpy(mine, &oh, sizeof oh);
-	if ((s = pts_encode(g, count, PTS_SIGMA, key, mine + COLL_HDR, cap - COLL_HDR, &sz[r])) != IBP_OK)
+	if ((s = ibpi_pts_encode(g, count, PTS_SIGMA, key, mine + COLL_HDR, cap - COLL_HDR, &sz[r])) != IBP_OK)
 		goto out;
 	sz[r] += COLL_HDR;
 	/* Ring all-gather of the variable-size streams, forwarded unchanged. */
@@ -301,18 +301,18 @@ ibp_status_t pts_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, v
 		want.elems = count;
 		want.chunk = (uint32_t)ro;
 		uint8_t *rb = all + (uint64_t)ro * cap;
-		if ((s = coll_sendrecv(c, right, all + (uint64_t)so * cap, sz[so], count * ibp_dtype_size(dt), left, rb,
+		if ((s = ibpi_coll_sendrecv(c, right, all + (uint64_t)so * cap, sz[so], count * ibp_dtype_size(dt), left, rb,
 				       cap, &sz[ro])) != IBP_OK ||
-		    (s = coll_check(rb, sz[ro], &want, left, &got)) != IBP_OK)
+		    (s = ibpi_coll_check(rb, sz[ro], &want, left, &got)) != IBP_OK)
 			goto out;
 		if (got.enc != COLL_ENC_PTS) {
-			s = ibp_fail(IBP_ERR_CORRUPT, "coll: pts: message from rank %d has encoding %u", left, got.enc);
+			s = ibpi_fail(IBP_ERR_CORRUPT, "coll: pts: message from rank %d has encoding %u", left, got.enc);
 			goto out;
 		}
 	}
 	/* Rank order: every rank adds the same values in the same order. */
 	for (int o = 0; o < p; o++)
-		if ((s = pts_decode_add(all + (uint64_t)o * cap + COLL_HDR, sz[o] - COLL_HDR, count, acc)) != IBP_OK)
+		if ((s = ibpi_pts_decode_add(all + (uint64_t)o * cap + COLL_HDR, sz[o] - COLL_HDR, count, acc)) != IBP_OK)
 			goto out;
 	for (uint64_t i = 0; i < count; i++)
 		putf(recv, dt, i, acc[i]);

@@ -26,32 +26,32 @@ static inline int lsq_scale_bits(int B)
 
 /* Bytes of an LSQ stream of n elements (B in {2,4,8}, K in {0,4,8}; K = 0:
  * FP32 row scales). */
-uint64_t lsq_bytes(uint64_t n, uint64_t row, int B, int K);
+uint64_t ibpi_lsq_bytes(uint64_t n, uint64_t row, int B, int K);
 
 /* Encodes n elements of dt: header (FP32 S*, B, K, row), row-scale codes,
  * entry codes. key seeds the stochastic rounding. IBP_ERR_INVALID_ARG on
  * non-finite input or bad parameters. */
-ibp_status_t lsq_encode(const void *src, ibp_dtype_t dt, uint64_t n, uint64_t row, int B, int K, uint64_t key,
+ibp_status_t ibpi_lsq_encode(const void *src, ibp_dtype_t dt, uint64_t n, uint64_t row, int B, int K, uint64_t key,
 			uint8_t *out, uint64_t cap, uint64_t *size);
 
 /* Decodes exactly `size` bytes into n elements of dt; IBP_ERR_CORRUPT when
  * the stream does not describe n elements or its scale is not finite. */
-ibp_status_t lsq_decode(const uint8_t *in, uint64_t size, ibp_dtype_t dt, uint64_t n, void *dst);
+ibp_status_t ibpi_lsq_decode(const uint8_t *in, uint64_t size, ibp_dtype_t dt, uint64_t n, void *dst);
 
 /* Largest PTS stream for k elements. */
-uint64_t pts_max_bytes(uint64_t k);
+uint64_t ibpi_pts_max_bytes(uint64_t k);
 
 /* PTS of g (k floats, sigma in (0, 1]): keeps g_i with probability
  * sigma |g_i| / max|g| as sign * max / sigma. Stream: FP32 magnitude, u64
  * count kept, presence bitmap (k bits), sign bits of the kept. */
-ibp_status_t pts_encode(const float *g, uint64_t k, double sigma, uint64_t key, uint8_t *out, uint64_t cap,
+ibp_status_t ibpi_pts_encode(const float *g, uint64_t k, double sigma, uint64_t key, uint8_t *out, uint64_t cap,
 			uint64_t *size);
 
 /* acc[i] += decoded value; IBP_ERR_CORRUPT on a malformed stream. */
-ibp_status_t pts_decode_add(const uint8_t *in, uint64_t size, uint64_t k, float *acc);
+ibp_status_t ibpi_pts_decode_add(const uint8_t *in, uint64_t size, uint64_t k, float *acc);
 
 /* The sparse AllReduce (IBP_COLL_CODEC_PTS): every rank's stream goes round
  * the ring; all ranks add the n streams in rank order. */
-ibp_status_t pts_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, void *recv, uint64_t count);
+ibp_status_t ibpi_pts_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, void *recv, uint64_t count);
 
 #endif /* IBP_COLL_RCMOE_H */

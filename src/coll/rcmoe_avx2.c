@@ -1,7 +1,7 @@
 /* rcmoe_avx2.c - LSQ and PTS kernels in AVX2 and BMI2: 8 elements per
  * vector. Every element goes through the same IEEE operations as the
  * scalar reference (rcmoe.c), so the bytes are the same (dynamiq_simd.h).
- * pext/pdep only where they are fast (ibp_cpu()->fast_pdep). */
+ * pext/pdep only where they are fast (ibpi_cpu()->fast_pdep). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
@@ -186,7 +186,7 @@ static inline void bitw_put(bitw_t *w, uint64_t s, unsigned c)
 static uint64_t pts_keep(const float *g, uint64_t k, float m, float ps, uint64_t key, uint8_t *pres, uint8_t *sgn)
 {
 	const __m256 vps = _mm256_set1_ps(ps), vm = _mm256_set1_ps(m), zero = _mm256_setzero_ps();
-	const int fast = ibp_cpu()->fast_pdep;
+	const int fast = ibpi_cpu()->fast_pdep;
 	bitw_t w = { sgn, 0, 0 };
 	uint64_t nnz = 0;
 	for (uint64_t b = 0; b < k; b += 64) {
@@ -248,7 +248,7 @@ static void pts_add(const uint8_t *pres, const uint8_t *sgn, uint64_t k, float m
 {
 	const __m256 pos = _mm256_set1_ps(mag), neg = _mm256_set1_ps(-mag);
 	const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-	const int fast = ibp_cpu()->fast_pdep;
+	const int fast = ibpi_cpu()->fast_pdep;
 	bitr_t r = { sgn, 0, 0, 0, 0 };
 	uint64_t nnz = 0;
 	for (uint64_t b = 0; b < k; b += 64) {
@@ -280,4 +280,4 @@ static void pts_add(const uint8_t *pres, const uint8_t *sgn, uint64_t k, float m
 	}
 }
 
-const rc_kern_t rc_kern_avx2 = { lsq_max, lsq_enc, lsq_dec, pts_max, pts_keep, pts_add };
+const rc_kern_t ibpi_rc_kern_avx2 = { lsq_max, lsq_enc, lsq_dec, pts_max, pts_keep, pts_add };

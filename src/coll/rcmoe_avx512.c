@@ -224,4 +224,4 @@ static void pts_add(const uint8_t *pres, const uint8_t *sgn, uint64_t k, float m
 	}
 }
 
-const rc_kern_t rc_kern_avx512 = { lsq_max, lsq_enc, lsq_dec, pts_max, pts_keep, pts_add };
+const rc_kern_t ibpi_rc_kern_avx512 = { lsq_max, lsq_enc, lsq_dec, pts_max, pts_keep, pts_add };

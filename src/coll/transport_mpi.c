@@ -31,7 +31,7 @@ static ibp_status_t mpi_fail(int rc, const char *what)
 	if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
 		len = 0;
 	msg[len < MPI_MAX_ERROR_STRING ? len : MPI_MAX_ERROR_STRING - 1] = '\0';
-	return ibp_fail(IBP_ERR_IO, "coll: mpi: %s failed: %s", what, msg);
+	return ibpi_fail(IBP_ERR_IO, "coll: mpi: %s failed: %s", what, msg);
 }
 
 static ibp_status_t m_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t sbytes, int src, void *rbuf,
@@ -42,7 +42,7 @@ static ibp_status_t m_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t sb
 	MPI_Status st[2];
 	int rc;
 	if (dst >= 0 && sbytes > INT_MAX)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "coll: mpi: a %llu-byte message exceeds MPI's int count",
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "coll: mpi: a %llu-byte message exceeds MPI's int count",
 				(unsigned long long)sbytes);
 	if (src >= 0 && (rc = MPI_Irecv(rbuf, rcap > INT_MAX ? INT_MAX : (int)rcap, MPI_BYTE, src, TAG, m->comm,
 					&req[0])) != MPI_SUCCESS)
@@ -63,7 +63,7 @@ static ibp_status_t m_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t sb
 		rc = MPI_Testall(2, req, &done, st);
 		if (rc != MPI_SUCCESS) {
 			if (rc == MPI_ERR_IN_STATUS && src >= 0 && st[0].MPI_ERROR == MPI_ERR_TRUNCATE)
-				return ibp_fail(IBP_ERR_INVALID_ARG,
+				return ibpi_fail(IBP_ERR_INVALID_ARG,
 						"coll: mpi: mismatch: message from rank %d exceeds the expected %llu bytes",
 						src, (unsigned long long)rcap);
 			return mpi_fail(rc == MPI_ERR_IN_STATUS ? st[src >= 0 ? 0 : 1].MPI_ERROR : rc, "MPI_Testall");
@@ -81,7 +81,7 @@ static ibp_status_t m_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t sb
 						(void)MPI_Cancel(&req[i]);
 					(void)MPI_Request_free(&req[i]);
 				}
-			return ibp_fail(IBP_ERR_IO, "coll: mpi: timeout after %lld ms (send to %d, receive from %d)",
+			return ibpi_fail(IBP_ERR_IO, "coll: mpi: timeout after %lld ms (send to %d, receive from %d)",
 					(long long)timeout_ms, dst, src);
 		}
 		/* Yield for the first 10 ms (latency; yielding lets ranks that
@@ -119,7 +119,7 @@ static ibp_status_t wait_req(MPI_Request *req, const char *what, int64_t timeout
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		int64_t ms = (int64_t)(now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
 		if (ms > timeout_ms)
-			return ibp_fail(IBP_ERR_IO, "coll: mpi: timeout after %lld ms in %s (a peer did not join)",
+			return ibpi_fail(IBP_ERR_IO, "coll: mpi: timeout after %lld ms in %s (a peer did not join)",
 					(long long)timeout_ms, what);
 		/* MPI's nonblocking collectives advance only inside MPI_Test: a
 		 * nap would stall every round of the schedule, so yield for the
@@ -131,7 +131,7 @@ static ibp_status_t wait_req(MPI_Request *req, const char *what, int64_t timeout
 	}
 }
 
-/* BF16 and F16 sums: in float32, rounded to the dtype (coll_add_round). */
+/* BF16 and F16 sums: in float32, rounded to the dtype (ibpi_coll_add_round). */
 static void sum16(const void *in, void *inout, int n, ibp_dtype_t dt)
 {
 	float acc[256];
@@ -139,8 +139,8 @@ static void sum16(const void *in, void *inout, int n, ibp_dtype_t dt)
 	uint16_t *b = inout;
 	for (int i = 0; i < n; i += 256) {
 		int k = n - i < 256 ? n - i : 256;
-		coll_widen(a + i, dt, (uint64_t)k, acc);
-		coll_add_round(acc, b + i, dt, (uint64_t)k, b + i);
+		ibpi_coll_widen(a + i, dt, (uint64_t)k, acc);
+		ibpi_coll_add_round(acc, b + i, dt, (uint64_t)k, b + i);
 	}
 }
 
@@ -177,9 +177,9 @@ static ibp_status_t mpi_type(ibp_dtype_t dt, MPI_Datatype *type, MPI_Op *sum)
 		return IBP_OK;
 	}
 	if (dt != IBP_DTYPE_BF16 && dt != IBP_DTYPE_F16)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: mpi: dtype %s", ibp_dtype_name(dt));
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: mpi: dtype %s", ibp_dtype_name(dt));
 	if (pthread_once(&ops_once, make_ops) != 0)
-		return ibp_fail(IBP_ERR_INTERNAL, "coll: mpi: pthread_once failed");
+		return ibpi_fail(IBP_ERR_INTERNAL, "coll: mpi: pthread_once failed");
 	if (ops_rc != MPI_SUCCESS)
 		return mpi_fail(ops_rc, "MPI_Op_create");
 	*type = MPI_UINT16_T;
@@ -200,7 +200,7 @@ static ibp_status_t n_exchange(void *ctx, const void *mine, void *all, uint64_t 
 	mctx_t *m = ctx;
 	MPI_Request req;
 	if (bytes > INT_MAX)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: mpi: exchange of %llu bytes", (unsigned long long)bytes);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: mpi: exchange of %llu bytes", (unsigned long long)bytes);
 	int rc = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, m->comm, &req);
 	return started(rc, &req, "MPI_Iallgather (call check)", timeout_ms);
 }
@@ -273,7 +273,7 @@ static ibp_status_t n_alltoallv(void *ctx, const void *send, const uint64_t *sen
 		return mpi_fail(rc, "MPI_Comm_size");
 	int *v = malloc(4 * sizeof(int) * (size_t)p);
 	if (!v)
-		return ibp_fail(IBP_ERR_NOMEM, "coll: mpi: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "coll: mpi: out of memory");
 	for (int i = 0; i < p; i++) { /* each <= INT32_MAX (ibp/coll.h) */
 		v[i] = (int)sendcounts[i];
 		v[p + i] = (int)sdispls[i];
@@ -309,14 +309,14 @@ static void m_destroy(void *ctx)
 ibp_status_t ibp_coll_comm_from_mpi(const void *mpi_comm, const ibp_coll_opts_t *opts, ibp_coll_comm_t **out)
 {
 	if (!out || !mpi_comm)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: comm_from_mpi: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: comm_from_mpi: NULL argument");
 	*out = NULL;
 	int init = 0, fin = 0, rc;
 	if (MPI_Initialized(&init) != MPI_SUCCESS || !init || MPI_Finalized(&fin) != MPI_SUCCESS || fin)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: comm_from_mpi: MPI is not initialised (or finalised)");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: comm_from_mpi: MPI is not initialised (or finalised)");
 	mctx_t *m = calloc(1, sizeof *m);
 	if (!m)
-		return ibp_fail(IBP_ERR_NOMEM, "coll: comm_from_mpi: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "coll: comm_from_mpi: out of memory");
 	if ((rc = MPI_Comm_dup(*(const MPI_Comm *)mpi_comm, &m->comm)) != MPI_SUCCESS) {
 		free(m);
 		return mpi_fail(rc, "MPI_Comm_dup");

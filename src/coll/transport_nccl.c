@@ -115,22 +115,22 @@ static void nc_load(void)
 static ibp_status_t nc_ready(void)
 {
 	if (pthread_once(&nc_once, nc_load) != 0)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "coll: nccl: pthread_once failed");
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "coll: nccl: pthread_once failed");
 	if (nc_error[0])
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "coll: nccl: %s", nc_error);
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "coll: nccl: %s", nc_error);
 	return IBP_OK;
 }
 
 static ibp_status_t cuda_fail(cudaError_t e, const char *what)
 {
-	return ibp_fail(IBP_ERR_CUDA, "coll: nccl: %s failed: %s (%s)", what, cudaGetErrorString(e),
+	return ibpi_fail(IBP_ERR_CUDA, "coll: nccl: %s failed: %s (%s)", what, cudaGetErrorString(e),
 			cudaGetErrorName(e));
 }
 
 static ibp_status_t nccl_fail(ncclComm_t comm, ncclResult_t r, const char *what)
 {
 	const char *last = comm ? nc.GetLastError(comm) : nc.GetLastError(NULL);
-	return ibp_fail(IBP_ERR_IO, "coll: nccl: %s failed: %s%s%s", what, nc.GetErrorString(r),
+	return ibpi_fail(IBP_ERR_IO, "coll: nccl: %s failed: %s%s%s", what, nc.GetErrorString(r),
 			last && *last ? ": " : "", last ? last : "");
 }
 
@@ -158,9 +158,9 @@ static ibp_status_t timeout_fail(nctx_t *x, const char *what, int64_t timeout_ms
 	ncclResult_t r = nc.CommAbort(x->comm);
 	x->aborted = 1;
 	if (r != ncclSuccess)
-		return ibp_fail(IBP_ERR_IO, "coll: nccl: timeout after %lld ms %s; ncclCommAbort then failed: %s",
+		return ibpi_fail(IBP_ERR_IO, "coll: nccl: timeout after %lld ms %s; ncclCommAbort then failed: %s",
 				(long long)timeout_ms, what, nc.GetErrorString(r));
-	return ibp_fail(IBP_ERR_IO, "coll: nccl: timeout after %lld ms %s (communicator aborted)",
+	return ibpi_fail(IBP_ERR_IO, "coll: nccl: timeout after %lld ms %s (communicator aborted)",
 			(long long)timeout_ms, what);
 }
 
@@ -169,7 +169,7 @@ static ibp_status_t wait_comm(nctx_t *x, ncclResult_t r, const char *what, doubl
 			      int64_t timeout_ms)
 {
 	while (r == ncclInProgress) {
-		double now = coll_now();
+		double now = ibpi_coll_now();
 		if (now > deadline)
 			return timeout_fail(x, what, timeout_ms);
 		nap(now - t0);
@@ -196,7 +196,7 @@ static ibp_status_t wait_stream(nctx_t *x, const char *what, double t0, double d
 			return nccl_fail(x->comm, q, "ncclCommGetAsyncError");
 		if (a != ncclSuccess && a != ncclInProgress)
 			return nccl_fail(x->comm, a, what);
-		double now = coll_now();
+		double now = ibpi_coll_now();
 		if (now > deadline)
 			return timeout_fail(x, what, timeout_ms);
 		nap(now - t0);
@@ -274,7 +274,7 @@ static ibp_status_t sendrecv_on_device(nctx_t *x, int dst, const void *sbuf, uin
 				       uint64_t rcap, uint64_t *rbytes, int64_t timeout_ms)
 {
 	const uint64_t head_cap = NCCL_EAGER - 8;
-	double t0 = coll_now(), deadline = t0 + (double)timeout_ms / 1000.0;
+	double t0 = ibpi_coll_now(), deadline = t0 + (double)timeout_ms / 1000.0;
 	char what[96];
 	snprintf(what, sizeof what, "(send to %d, receive from %d)", dst, src);
 	/* 1: the first parts, one exchange (the whole message when it fits) */
@@ -300,7 +300,7 @@ static ibp_status_t sendrecv_on_device(nctx_t *x, int dst, const void *sbuf, uin
 	if (src >= 0) {
 		memcpy(&n, x->h_first[1], 8);
 		if (n > rcap)
-			return ibp_fail(IBP_ERR_INVALID_ARG,
+			return ibpi_fail(IBP_ERR_INVALID_ARG,
 					"coll: nccl: mismatch: %llu-byte message from rank %d exceeds the expected %llu bytes",
 					(unsigned long long)n, src, (unsigned long long)rcap);
 	}
@@ -347,9 +347,9 @@ static void fail_drain(nctx_t *x)
 		(void)nc.CommAbort(x->comm); /* the call's own error is what the caller gets */
 		x->aborted = 1;
 	}
-	double t0 = coll_now();
-	while (cudaStreamQuery(x->stream) == cudaErrorNotReady && coll_now() - t0 < 30.0)
-		nap(coll_now() - t0);
+	double t0 = ibpi_coll_now();
+	while (cudaStreamQuery(x->stream) == cudaErrorNotReady && ibpi_coll_now() - t0 < 30.0)
+		nap(ibpi_coll_now() - t0);
 	(void)cudaGetLastError();
 }
 
@@ -358,7 +358,7 @@ static void fail_drain(nctx_t *x)
 static ibp_status_t enter(nctx_t *x, int *prev)
 {
 	if (x->aborted)
-		return ibp_fail(IBP_ERR_IO, "coll: nccl: the communicator was aborted by an earlier failure");
+		return ibpi_fail(IBP_ERR_IO, "coll: nccl: the communicator was aborted by an earlier failure");
 	CU(cudaGetDevice(prev), "cudaGetDevice");
 	if (*prev != x->dev)
 		CU(cudaSetDevice(x->dev), "cudaSetDevice");
@@ -373,7 +373,7 @@ static ibp_status_t leave(nctx_t *x, int prev, ibp_status_t s)
 		char msg[512]; /* fail_drain's calls may overwrite the detail */
 		snprintf(msg, sizeof msg, "%s", ibp_last_error());
 		fail_drain(x);
-		s = ibp_fail(s, "%s", msg);
+		s = ibpi_fail(s, "%s", msg);
 	}
 	if (prev != x->dev) {
 		cudaError_t e = cudaSetDevice(prev);
@@ -405,9 +405,9 @@ static void n_destroy(void *ctx)
 	if (x->comm && !x->aborted) {
 		/* Finalize flushes pending work; bounded like every wait, then abort. */
 		ncclResult_t r = nc.CommFinalize(x->comm);
-		double t0 = coll_now();
-		while (r == ncclInProgress && coll_now() - t0 < 10.0) {
-			nap(coll_now() - t0);
+		double t0 = ibpi_coll_now();
+		while (r == ncclInProgress && ibpi_coll_now() - t0 < 10.0) {
+			nap(ibpi_coll_now() - t0);
 			if (nc.CommGetAsyncError(x->comm, &r) != ncclSuccess)
 				break;
 		}
@@ -458,7 +458,7 @@ static ibp_status_t nat_run(nctx_t *x, enum nat_op op, const void *send, uint64_
 			    const uint64_t *rc, const uint64_t *rd, int64_t timeout_ms)
 {
 	const uint64_t esz = ibp_dtype_size(dt);
-	double t0 = coll_now(), deadline = t0 + (double)timeout_ms / 1000.0;
+	double t0 = ibpi_coll_now(), deadline = t0 + (double)timeout_ms / 1000.0;
 	IBP_TRY(reserve(x, 0, in_bytes ? in_bytes : 1));
 	IBP_TRY(reserve(x, 1, out_bytes ? out_bytes : 1));
 	uint8_t *din = x->d_buf[0], *dout = x->d_buf[1];
@@ -577,12 +577,12 @@ static const ibp_coll_native_t nccl_native = {
 ibp_status_t ibp_coll_nccl_transport(const void *nccl_comm, int64_t timeout_ms, ibp_coll_transport_t *t)
 {
 	if (!nccl_comm || !t)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: nccl_transport: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: nccl_transport: NULL argument");
 	if (timeout_ms <= 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: nccl_transport: timeout_ms must be > 0");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: nccl_transport: timeout_ms must be > 0");
 	ncclComm_t user = *(const ncclComm_t *)nccl_comm;
 	if (!user)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: nccl_transport: the ncclComm_t is NULL");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: nccl_transport: the ncclComm_t is NULL");
 	IBP_TRY(nc_ready());
 	int rank = 0, n = 0, dev = 0;
 	ncclResult_t r;
@@ -598,7 +598,7 @@ ibp_status_t ibp_coll_nccl_transport(const void *nccl_comm, int64_t timeout_ms, 
 	nctx_t *x = calloc(1, sizeof *x);
 	if (!x) {
 		(void)cudaSetDevice(prev);
-		return ibp_fail(IBP_ERR_NOMEM, "coll: nccl_transport: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "coll: nccl_transport: out of memory");
 	}
 	x->dev = dev;
 	x->rank = rank;
@@ -612,7 +612,7 @@ ibp_status_t ibp_coll_nccl_transport(const void *nccl_comm, int64_t timeout_ms, 
 	ibp_status_t s = IBP_OK;
 	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
 	cfg.blocking = 0;
-	double t0 = coll_now();
+	double t0 = ibpi_coll_now();
 	r = nc.CommSplit(user, 0, rank, &x->comm, &cfg);
 	if (r != ncclSuccess && r != ncclInProgress) {
 		s = nccl_fail(user, r, "ncclCommSplit");
@@ -651,7 +651,7 @@ ibp_status_t ibp_coll_nccl_transport(const void *nccl_comm, int64_t timeout_ms, 
 ibp_status_t ibp_coll_comm_from_nccl(const void *nccl_comm, const ibp_coll_opts_t *opts, ibp_coll_comm_t **out)
 {
 	if (!out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "coll: comm_from_nccl: out is NULL");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: comm_from_nccl: out is NULL");
 	*out = NULL;
 	ibp_coll_opts_t o;
 	if (opts)

@@ -6,7 +6,7 @@
 
 static ibp_status_t no_nccl(const char *what)
 {
-	return ibp_fail(IBP_ERR_UNSUPPORTED,
+	return ibpi_fail(IBP_ERR_UNSUPPORTED,
 			"coll: %s: this libibp was built without NCCL (configure with CUDA and NCCL found: "
 			"-DIBP_CUDA=ON -DIBP_NCCL=ON)",
 			what);

@@ -1,5 +1,5 @@
 /* dynamiq_cuda.h - DynamiQ's hop and final decode on the GPU
- * (kernels/dynamiq.cu), twins of dq_hop and dq_decode_chunk
+ * (kernels/dynamiq.cu), twins of ibpi_dq_hop and ibpi_dq_decode_chunk
  * (src/coll/dynamiq.c): the same payload bytes and the same floats, given
  * the same plan (the hash of seed, call number, coordinate and rank is
  * counter based, so every GPU thread draws its coordinate's uniform).
@@ -34,12 +34,12 @@ typedef struct dq_cuda_plan {
  * number (that super-group's output is then undefined). Stream-ordered;
  * returns IBP_ERR_INVALID_ARG (NULL pointers, j1 < j0), IBP_ERR_NO_DEVICE,
  * IBP_ERR_CUDA, or IBP_ERR_UNSUPPORTED without CUDA. */
-ibp_status_t dq_hop_cuda(const dq_cuda_plan_t *p, uint64_t j0, uint64_t j1, const uint8_t *d_in, const float *d_x,
+ibp_status_t ibpi_dq_hop_cuda(const dq_cuda_plan_t *p, uint64_t j0, uint64_t j1, const uint8_t *d_in, const float *d_x,
 			 int w, uint8_t *d_out, int32_t *d_status, void *stream);
 
 /* The final decode of the super-groups [j0, j1): d_y[i] = decoded + n mu
- * (d_y: the whole FP32 output). Statuses as dq_hop_cuda. */
-ibp_status_t dq_decode_chunk_cuda(const dq_cuda_plan_t *p, uint64_t j0, uint64_t j1, const uint8_t *d_in,
+ * (d_y: the whole FP32 output). Statuses as ibpi_dq_hop_cuda. */
+ibp_status_t ibpi_dq_decode_chunk_cuda(const dq_cuda_plan_t *p, uint64_t j0, uint64_t j1, const uint8_t *d_in,
 				  float *d_y, int32_t *d_status, void *stream);
 
 #endif /* IBP_CUDA_DYNAMIQ_CUDA_H */

@@ -13,8 +13,8 @@ ibp_status_t ibp_store_embedding_bag_cuda(const ibp_cuda_store_t *s, ibp_bag_mod
 {
 	(void)stream;
 	if (!s)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "embedding_bag_cuda: NULL store");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "embedding_bag_cuda: NULL store");
 	/* every store of this build is a host-fallback one */
-	return ibp_hstore_embedding_bag(ibp_cuda_store_hstore(s), mode, flags, ids, id_dtype, n_ids, offsets, n_bags,
+	return ibpi_hstore_embedding_bag(ibpi_cuda_store_hstore(s), mode, flags, ids, id_dtype, n_ids, offsets, n_bags,
 					weights, padding_idx, dtype, out, status);
 }

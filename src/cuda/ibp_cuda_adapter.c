@@ -16,10 +16,10 @@ ibp_status_t ibp_cuda_store_from_store(const ibp_store_t *s, ibp_cuda_payload_t 
 	if (out)
 		*out = NULL;
 	if (!s || !out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda_store_from_store: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda_store_from_store: NULL argument");
 	const ibp_container_t *c = ibp_store_container(s);
 	if (ibp_container_codec_id(c) != IBP_CODEC_IBP)
-		return ibp_fail(IBP_ERR_UNSUPPORTED,
+		return ibpi_fail(IBP_ERR_UNSUPPORTED,
 				"cuda_store_from_store: %s holds codec %d; only IBP rows have a device store",
 				ibp_container_name(c), (int)ibp_container_codec_id(c));
 	/* The kernels take 1.1-style offsets/flags/clusters arrays: expand the
@@ -34,7 +34,7 @@ ibp_status_t ibp_cuda_store_from_store(const ibp_store_t *s, ibp_cuda_payload_t 
 	uint8_t *cl = multi ? malloc((size_t)(n ? n : 1)) : NULL;
 	ibp_status_t st;
 	if ((packed && !off) || !fl || (multi && !cl)) {
-		st = ibp_fail(IBP_ERR_NOMEM, "cuda_store_from_store: %s: no memory to expand the index of %llu "
+		st = ibpi_fail(IBP_ERR_NOMEM, "cuda_store_from_store: %s: no memory to expand the index of %llu "
 			      "rows", ibp_container_name(c), (unsigned long long)n);
 		goto out;
 	}

@@ -9,8 +9,8 @@ static ibp_status_t cu_fail(cudaError_t e, const char *what)
 {
 	(void)cudaGetLastError();
 	if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
-		return ibp_fail(IBP_ERR_NO_DEVICE, "%s: %s", what, cudaGetErrorString(e));
-	return ibp_fail(IBP_ERR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+		return ibpi_fail(IBP_ERR_NO_DEVICE, "%s: %s", what, cudaGetErrorString(e));
+	return ibpi_fail(IBP_ERR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
 int ibp_cuda_built(void)
@@ -26,17 +26,17 @@ ibp_status_t ibp_cuda_device_count(int *count)
 		*count = e == cudaSuccess ? n : 0;
 	if (e != cudaSuccess) {
 		(void)cudaGetLastError();
-		return ibp_fail(IBP_ERR_NO_DEVICE, "no usable CUDA device: %s", cudaGetErrorString(e));
+		return ibpi_fail(IBP_ERR_NO_DEVICE, "no usable CUDA device: %s", cudaGetErrorString(e));
 	}
 	if (n <= 0)
-		return ibp_fail(IBP_ERR_NO_DEVICE, "no CUDA device found");
+		return ibpi_fail(IBP_ERR_NO_DEVICE, "no CUDA device found");
 	return IBP_OK;
 }
 
 ibp_status_t ibp_cuda_malloc(uint64_t bytes, void **out)
 {
 	if (!out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda_malloc: NULL out");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda_malloc: NULL out");
 	*out = NULL;
 	if (bytes == 0)
 		return IBP_OK;
@@ -59,7 +59,7 @@ ibp_status_t ibp_cuda_memcpy(void *dst, const void *src, uint64_t bytes, void *s
 	if (bytes == 0)
 		return IBP_OK;
 	if (!dst || !src)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda_memcpy: NULL pointer");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda_memcpy: NULL pointer");
 	cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream);
 	return e == cudaSuccess ? IBP_OK : cu_fail(e, "cudaMemcpyAsync");
 }
@@ -69,7 +69,7 @@ ibp_status_t ibp_cuda_memset(void *dst, int value, uint64_t bytes, void *stream)
 	if (bytes == 0)
 		return IBP_OK;
 	if (!dst)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda_memset: NULL pointer");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda_memset: NULL pointer");
 	cudaError_t e = cudaMemsetAsync(dst, value, bytes, (cudaStream_t)stream);
 	return e == cudaSuccess ? IBP_OK : cu_fail(e, "cudaMemsetAsync");
 }

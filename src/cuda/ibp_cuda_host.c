@@ -11,60 +11,60 @@
 #include "util/error.h"
 #include "cuda/ibp_cuda_internal.h"
 
-ibp_status_t ibp_cuda_desc_check(const ibp_cuda_store_desc_t *d)
+ibp_status_t ibpi_cuda_desc_check(const ibp_cuda_store_desc_t *d)
 {
 	if (!d || !d->codec)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda store: NULL descriptor or codec");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda store: NULL descriptor or codec");
 	if (d->nrows >= UINT64_MAX / 8 - 1)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda store: %llu rows is too many",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda store: %llu rows is too many",
 				(unsigned long long)d->nrows);
 	if (d->nrows && !d->flags)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda store: NULL flags");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda store: NULL flags");
 	if (!d->payload && d->payload_bytes)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda store: NULL payload of %llu bytes",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda store: NULL payload of %llu bytes",
 				(unsigned long long)d->payload_bytes);
 	if ((unsigned)d->payload_kind > (unsigned)IBP_CUDA_PAYLOAD_REGISTER)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda store: unknown payload kind %d",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda store: unknown payload kind %d",
 				(int)d->payload_kind);
 	if (d->codec->K > 1 && d->nrows && !d->clusters)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda store: %u clusters need cluster ids",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda store: %u clusters need cluster ids",
 				d->codec->K);
 	const uint64_t *o = d->offsets;
 	if (!o) {
 		/* inplace: row i at i * row_bytes */
 		const uint64_t R = d->codec->R;
 		if (d->nrows > UINT64_MAX / R || d->nrows * R > d->payload_bytes)
-			return ibp_fail(IBP_ERR_CORRUPT,
+			return ibpi_fail(IBP_ERR_CORRUPT,
 					"cuda store: %llu inplace rows of %llu bytes, payload of %llu",
 					(unsigned long long)d->nrows, (unsigned long long)R,
 					(unsigned long long)d->payload_bytes);
 		return IBP_OK;
 	}
 	if (o[0] != 0)
-		return ibp_fail(IBP_ERR_CORRUPT, "cuda store: offsets[0] = %llu, not 0",
+		return ibpi_fail(IBP_ERR_CORRUPT, "cuda store: offsets[0] = %llu, not 0",
 				(unsigned long long)o[0]);
 	for (uint64_t i = 0; i < d->nrows; i++)
 		if (o[i + 1] < o[i])
-			return ibp_fail(IBP_ERR_CORRUPT, "cuda store: offsets decrease at row %llu",
+			return ibpi_fail(IBP_ERR_CORRUPT, "cuda store: offsets decrease at row %llu",
 					(unsigned long long)i);
 	if (o[d->nrows] > d->payload_bytes)
-		return ibp_fail(IBP_ERR_CORRUPT, "cuda store: rows end at %llu, past %llu payload bytes",
+		return ibpi_fail(IBP_ERR_CORRUPT, "cuda store: rows end at %llu, past %llu payload bytes",
 				(unsigned long long)o[d->nrows], (unsigned long long)d->payload_bytes);
 	return IBP_OK;
 }
 
-ibp_status_t ibp_cuda_codec_clone(const ibp_codec_t *c, ibp_codec_t **out)
+ibp_status_t ibpi_cuda_codec_clone(const ibp_codec_t *c, ibp_codec_t **out)
 {
 	if (!c || !out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "codec clone: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "codec clone: NULL argument");
 	ibp_status_t st = ibp_codec_create_ex(c->R, c->C, c->K, ibp_codec_mask(c, 0),
 					      ibp_codec_bitval(c, 0), ibp_codec_xval(c, 0), out);
 	if (st == IBP_OK)
-		ibp_codec_set_threshold(*out, c->threshold);
+		ibpi_codec_set_threshold(*out, c->threshold);
 	return st;
 }
 
-uint64_t ibp_cuda_max_extent(const ibp_codec_t *c)
+uint64_t ibpi_cuda_max_extent(const ibp_codec_t *c)
 {
 	uint64_t body = c->C * c->D + (c->D + 7) / 8; /* S + E <= (W + 1) * D bits (hit bits) */
 	uint64_t list = ((uint64_t)c->L * (c->D + 1) + 7) / 8;
@@ -73,7 +73,7 @@ uint64_t ibp_cuda_max_extent(const ibp_codec_t *c)
 	return m > c->R ? m : c->R;
 }
 
-void ibp_hstore_free(ibp_hstore_t *h)
+void ibpi_hstore_free(ibp_hstore_t *h)
 {
 	if (!h)
 		return;
@@ -85,18 +85,18 @@ void ibp_hstore_free(ibp_hstore_t *h)
 	free(h);
 }
 
-ibp_status_t ibp_hstore_create(const ibp_cuda_store_desc_t *d, ibp_hstore_t **out)
+ibp_status_t ibpi_hstore_create(const ibp_cuda_store_desc_t *d, ibp_hstore_t **out)
 {
 	*out = NULL;
 	if (d->payload_kind == IBP_CUDA_PAYLOAD_DEVICE)
-		return ibp_fail(IBP_ERR_NO_DEVICE,
+		return ibpi_fail(IBP_ERR_NO_DEVICE,
 				"cuda store: no usable GPU, and a device-memory payload cannot fall back "
 				"to host memory");
 	ibp_hstore_t *h = calloc(1, sizeof(*h));
 	if (!h)
-		return ibp_fail(IBP_ERR_NOMEM, "cuda store: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "cuda store: out of memory");
 	const uint64_t n = d->nrows;
-	ibp_status_t st = ibp_cuda_codec_clone(d->codec, &h->codec);
+	ibp_status_t st = ibpi_cuda_codec_clone(d->codec, &h->codec);
 	if (st != IBP_OK)
 		goto fail;
 	h->nrows = n;
@@ -108,7 +108,7 @@ ibp_status_t ibp_hstore_create(const ibp_cuda_store_desc_t *d, ibp_hstore_t **ou
 	if (d->clusters)
 		h->clusters = malloc(n ? n : 1);
 	if ((d->offsets && !h->offsets) || !h->flags || (d->clusters && !h->clusters)) {
-		st = ibp_fail(IBP_ERR_NOMEM, "cuda store: out of memory for %llu rows",
+		st = ibpi_fail(IBP_ERR_NOMEM, "cuda store: out of memory for %llu rows",
 			      (unsigned long long)n);
 		goto fail;
 	}
@@ -134,15 +134,15 @@ ibp_status_t ibp_hstore_create(const ibp_cuda_store_desc_t *d, ibp_hstore_t **ou
 	*out = h;
 	return IBP_OK;
 fail:
-	ibp_hstore_free(h);
+	ibpi_hstore_free(h);
 	return st;
 }
 
-ibp_status_t ibp_hstore_gather(ibp_hstore_t *h, const int64_t *ids, uint64_t n, void *out,
+ibp_status_t ibpi_hstore_gather(ibp_hstore_t *h, const int64_t *ids, uint64_t n, void *out,
 			       const int64_t *out_rows, int32_t *status)
 {
 	if (n && (!ids || !out))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_cuda: NULL ids or out");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "gather_cuda: NULL ids or out");
 	const uint64_t R = h->row_bytes;
 	static const uint8_t none[1];
 	for (uint64_t k = 0; k < n; k++) {
@@ -160,7 +160,7 @@ ibp_status_t ibp_hstore_gather(ibp_hstore_t *h, const int64_t *ids, uint64_t n, 
 				uint64_t o = h->offsets ? h->offsets[id] : (uint64_t)id * R;
 				uint64_t len = h->offsets ? h->offsets[id + 1] - o : R, ext = 0;
 				unsigned cl = h->clusters ? h->clusters[id] : 0;
-				st = ibp_decode_row_ext(h->codec, h->payload ? h->payload + o : none, len,
+				st = ibpi_decode_row_ext(h->codec, h->payload ? h->payload + o : none, len,
 							h->flags[id], cl, dst, &ext);
 				if (st == IBP_OK && h->offsets && ext != len)
 					st = IBP_ERR_CORRUPT;
@@ -176,22 +176,22 @@ ibp_status_t ibp_hstore_gather(ibp_hstore_t *h, const int64_t *ids, uint64_t n, 
 	return IBP_OK;
 }
 
-ibp_status_t ibp_staged_check(uint64_t stride, uint64_t nstage, const void *stage, const uint32_t *lens,
+ibp_status_t ibpi_staged_check(uint64_t stride, uint64_t nstage, const void *stage, const uint32_t *lens,
 			      const uint32_t *meta, uint64_t n, const void *out)
 {
 	if (!stride || (nstage && stride > UINT64_MAX / nstage))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_staged_cuda: stride %llu for %llu stage rows",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "gather_staged_cuda: stride %llu for %llu stage rows",
 				(unsigned long long)stride, (unsigned long long)nstage);
 	if (n && (!out || (nstage && (!stage || !lens || !meta))))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_staged_cuda: NULL stage, lens, meta or out");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "gather_staged_cuda: NULL stage, lens, meta or out");
 	return IBP_OK;
 }
 
-ibp_status_t ibp_hstore_gather_staged(const ibp_hstore_t *h, const uint8_t *stage, uint64_t stride, uint64_t nstage,
+ibp_status_t ibpi_hstore_gather_staged(const ibp_hstore_t *h, const uint8_t *stage, uint64_t stride, uint64_t nstage,
 				      const uint32_t *lens, const uint32_t *meta, const int64_t *idx, uint64_t n,
 				      void *out, const int64_t *out_rows, int32_t *status)
 {
-	IBP_TRY(ibp_staged_check(stride, nstage, stage, lens, meta, n, out));
+	IBP_TRY(ibpi_staged_check(stride, nstage, stage, lens, meta, n, out));
 	const uint64_t R = h->row_bytes;
 	for (uint64_t k = 0; k < n; k++) {
 		int64_t orow = out_rows ? out_rows[k] : (int64_t)k;
@@ -209,7 +209,7 @@ ibp_status_t ibp_hstore_gather_staged(const ibp_hstore_t *h, const uint8_t *stag
 				if (len > stride)
 					st = IBP_ERR_CORRUPT;
 				else
-					st = ibp_decode_row_ext(h->codec, stage + (uint64_t)r * stride, len, m & 0xFF,
+					st = ibpi_decode_row_ext(h->codec, stage + (uint64_t)r * stride, len, m & 0xFF,
 								(m >> 8) & 0xFF, dst, &ext);
 				if (st == IBP_OK && ext != len)
 					st = IBP_ERR_CORRUPT;
@@ -225,7 +225,7 @@ ibp_status_t ibp_hstore_gather_staged(const ibp_hstore_t *h, const uint8_t *stag
 	return IBP_OK;
 }
 
-int ibp_hstore_row_info(const ibp_hstore_t *h, uint64_t id, uint64_t *off, uint64_t *len, uint8_t *flags, uint8_t *cl)
+int ibpi_hstore_row_info(const ibp_hstore_t *h, uint64_t id, uint64_t *off, uint64_t *len, uint8_t *flags, uint8_t *cl)
 {
 	if (!h->offsets || id >= h->nrows)
 		return 0;

@@ -19,7 +19,7 @@ struct ibp_cuda_store {
 
 static ibp_status_t no_device(const char *what)
 {
-	return ibp_fail(IBP_ERR_NO_DEVICE, "%s: " NO_CUDA, what);
+	return ibpi_fail(IBP_ERR_NO_DEVICE, "%s: " NO_CUDA, what);
 }
 
 int ibp_cuda_built(void)
@@ -140,21 +140,21 @@ ibp_status_t ibp_cuda_store_create(const ibp_cuda_store_desc_t *desc, unsigned f
 {
 	(void)stream;
 	if (!out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda_store_create: NULL out");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda_store_create: NULL out");
 	*out = NULL;
-	IBP_TRY(ibp_cuda_desc_check(desc));
+	IBP_TRY(ibpi_cuda_desc_check(desc));
 	if (!(flags & IBP_CUDA_HOST_FALLBACK))
 		return no_device("cuda_store_create");
 	ibp_cuda_store_t *s = calloc(1, sizeof(*s));
 	if (!s)
-		return ibp_fail(IBP_ERR_NOMEM, "cuda_store_create: out of memory");
-	ibp_status_t st = ibp_hstore_create(desc, &s->host);
+		return ibpi_fail(IBP_ERR_NOMEM, "cuda_store_create: out of memory");
+	ibp_status_t st = ibpi_hstore_create(desc, &s->host);
 	if (st != IBP_OK) {
 		free(s);
 		return st;
 	}
 	*out = s;
-	return ibp_fail(IBP_ERR_NO_DEVICE, "cuda_store_create: " NO_CUDA "; the store was made in "
+	return ibpi_fail(IBP_ERR_NO_DEVICE, "cuda_store_create: " NO_CUDA "; the store was made in "
 			"ordinary host memory and ibp_gather_cuda will decode on the CPU");
 }
 
@@ -162,11 +162,11 @@ void ibp_cuda_store_free(ibp_cuda_store_t *s)
 {
 	if (!s)
 		return;
-	ibp_hstore_free(s->host);
+	ibpi_hstore_free(s->host);
 	free(s);
 }
 
-ibp_hstore_t *ibp_cuda_store_hstore(const ibp_cuda_store_t *s)
+ibp_hstore_t *ibpi_cuda_store_hstore(const ibp_cuda_store_t *s)
 {
 	return s ? s->host : NULL;
 }
@@ -196,7 +196,7 @@ const ibp_cuda_codec_t *ibp_cuda_store_codec(const ibp_cuda_store_t *s)
 ibp_status_t ibp_cuda_store_set_kernel(ibp_cuda_store_t *s, ibp_cuda_kernel_t k)
 {
 	if (!s || (unsigned)k > (unsigned)IBP_CUDA_KERNEL_DIRECT)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda_store_set_kernel: bad store or kernel %d", (int)k);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda_store_set_kernel: bad store or kernel %d", (int)k);
 	s->kernel = k;
 	return IBP_OK;
 }
@@ -205,7 +205,7 @@ ibp_status_t ibp_cuda_store_errors(ibp_cuda_store_t *s, uint64_t *count, void *s
 {
 	(void)stream;
 	if (!s || !count)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "cuda_store_errors: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "cuda_store_errors: NULL argument");
 	*count = s->host->nerr;
 	s->host->nerr = 0;
 	return IBP_OK;
@@ -216,8 +216,8 @@ ibp_status_t ibp_gather_cuda(const ibp_cuda_store_t *store, const int64_t *ids, 
 {
 	(void)stream;
 	if (!store)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_cuda: NULL store");
-	return ibp_hstore_gather(store->host, ids, n, out, out_rows, status);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "gather_cuda: NULL store");
+	return ibpi_hstore_gather(store->host, ids, n, out, out_rows, status);
 }
 
 ibp_status_t ibp_gather_plain_cuda(const void *src, uint64_t nrows, uint64_t row_bytes,
@@ -229,30 +229,30 @@ ibp_status_t ibp_gather_plain_cuda(const void *src, uint64_t nrows, uint64_t row
 	return no_device("gather_plain_cuda");
 }
 
-ibp_status_t ibp_gather_staged_cuda(const ibp_cuda_store_t *store, const uint8_t *stage, uint64_t stride,
+ibp_status_t ibpi_gather_staged_cuda(const ibp_cuda_store_t *store, const uint8_t *stage, uint64_t stride,
 				    uint64_t nstage, const uint32_t *lens, const uint32_t *meta,
 				    const int64_t *idx, uint64_t n, void *out, const int64_t *out_rows,
 				    int32_t *status, void *stream)
 {
 	(void)stream;
 	if (!store)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "gather_staged_cuda: NULL store");
-	return ibp_hstore_gather_staged(store->host, stage, stride, nstage, lens, meta, idx, n, out, out_rows,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "gather_staged_cuda: NULL store");
+	return ibpi_hstore_gather_staged(store->host, stage, stride, nstage, lens, meta, idx, n, out, out_rows,
 					status);
 }
 
-int ibp_cuda_store_row_info(const ibp_cuda_store_t *s, uint64_t id, uint64_t *off, uint64_t *len, uint8_t *flags,
+int ibpi_cuda_store_row_info(const ibp_cuda_store_t *s, uint64_t id, uint64_t *off, uint64_t *len, uint8_t *flags,
 			    uint8_t *cl)
 {
-	return s ? ibp_hstore_row_info(s->host, id, off, len, flags, cl) : 0;
+	return s ? ibpi_hstore_row_info(s->host, id, off, len, flags, cl) : 0;
 }
 
-const uint8_t *ibp_cuda_store_payload(const ibp_cuda_store_t *s)
+const uint8_t *ibpi_cuda_store_payload(const ibp_cuda_store_t *s)
 {
 	return s ? s->host->payload : NULL;
 }
 
-const ibp_codec_t *ibp_cuda_store_host_codec(const ibp_cuda_store_t *s)
+const ibp_codec_t *ibpi_cuda_store_host_codec(const ibp_cuda_store_t *s)
 {
 	return s ? s->host->codec : NULL;
 }

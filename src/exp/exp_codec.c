@@ -30,9 +30,9 @@ static ibp_status_t shape_for(ibp_dtype_t dt, uint64_t n, expf_shape_t *s, const
 {
 	memset(s, 0, sizeof(*s));
 	if (!expf_shape_of((uint32_t)dt, s))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: dtype %s is not bf16, f16 or f32", fn, ibp_dtype_name(dt));
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: dtype %s is not bf16, f16 or f32", fn, ibp_dtype_name(dt));
 	if (n > EXPF_MAX_ELEMS)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: %llu elements exceed the limit 2^56", fn,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: %llu elements exceed the limit 2^56", fn,
 				(unsigned long long)n);
 	return IBP_OK;
 }
@@ -61,7 +61,7 @@ static int use_avx2(void)
 	const char *e = getenv("IBP_FORCE_PORTABLE");
 	if (e && e[0] == '1')
 		return 0;
-	return ibp_cpu()->avx2;
+	return ibpi_cpu()->avx2;
 #else
 	return 0;
 #endif
@@ -71,10 +71,10 @@ static double ms_group(const uint8_t *p, uint32_t dt, uint64_t *nonfinite, int a
 {
 #if EXP_HAVE_AVX2_BUILD
 	if (avx2)
-		return ibp_exp_ms_group_avx2(p, dt, nonfinite);
+		return ibpi_exp_ms_group_avx2(p, dt, nonfinite);
 #endif
 	(void)avx2;
-	return ibp_exp_ms_group_portable(p, dt, nonfinite);
+	return ibpi_exp_ms_group_portable(p, dt, nonfinite);
 }
 
 void ibp_exp_opts_default(ibp_exp_opts_t *o)
@@ -95,7 +95,7 @@ ibp_status_t ibp_exp_static_size(ibp_dtype_t dt, uint64_t n, uint64_t *bytes)
 	expf_shape_t s;
 	expf_layout_t L;
 	if (!bytes)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_static_size: bytes is NULL");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_static_size: bytes is NULL");
 	IBP_TRY(shape_for(dt, n, &s, "exp_static_size"));
 	expf_layout_of(&s, n, &L);
 	*bytes = L.static_bytes;
@@ -107,10 +107,10 @@ ibp_status_t ibp_exp_coded_size(ibp_dtype_t dt, uint64_t n, uint64_t escapes, ui
 	expf_shape_t s;
 	expf_layout_t L;
 	if (!bytes)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_coded_size: bytes is NULL");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_coded_size: bytes is NULL");
 	IBP_TRY(shape_for(dt, n, &s, "exp_coded_size"));
 	if (escapes > n)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_coded_size: %llu escapes > %llu elements",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_coded_size: %llu escapes > %llu elements",
 				(unsigned long long)escapes, (unsigned long long)n);
 	expf_layout_of(&s, n, &L);
 	*bytes = expf_coded_bytes(&L, escapes);
@@ -121,7 +121,7 @@ ibp_status_t ibp_exp_raw_size(ibp_dtype_t dt, uint64_t n, uint64_t *bytes)
 {
 	expf_shape_t s;
 	if (!bytes)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_raw_size: bytes is NULL");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_raw_size: bytes is NULL");
 	IBP_TRY(shape_for(dt, n, &s, "exp_raw_size"));
 	*bytes = expf_raw_bytes(&s, n);
 	return IBP_OK;
@@ -139,7 +139,7 @@ ibp_status_t ibp_exp_encode_bound(ibp_dtype_t dt, uint64_t n, uint64_t *bytes)
 {
 	expf_shape_t s;
 	if (!bytes)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_encode_bound: bytes is NULL");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_encode_bound: bytes is NULL");
 	IBP_TRY(shape_for(dt, n, &s, "exp_encode_bound"));
 	*bytes = bound_of(&s, n);
 	return IBP_OK;
@@ -234,7 +234,7 @@ ibp_status_t ibp_exp_mean_square(const void *src, ibp_dtype_t dt, uint64_t n, do
 {
 	expf_shape_t s;
 	if (!ms || (!src && n))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_mean_square: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_mean_square: NULL argument");
 	IBP_TRY(shape_for(dt, n, &s, "exp_mean_square"));
 	*ms = mean_square_block(src, &s, (uint32_t)dt, n);
 	return IBP_OK;
@@ -251,10 +251,10 @@ ibp_status_t ibp_exp_table_from_mean_square(ibp_dtype_t dt, double ms, ibp_exp_t
 {
 	expf_shape_t s;
 	if (!t)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_table_from_mean_square: t is NULL");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_table_from_mean_square: t is NULL");
 	IBP_TRY(shape_for(dt, 0, &s, "exp_table_from_mean_square"));
 	if (!(ms >= 0.0) || ms > 1.7976931348623157e308)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_table_from_mean_square: mean square %g is not finite and >= 0",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_table_from_mean_square: mean square %g is not finite and >= 0",
 				ms);
 	window_table(&s, ms, t->field);
 	return IBP_OK;
@@ -263,7 +263,7 @@ ibp_status_t ibp_exp_table_from_mean_square(ibp_dtype_t dt, double ms, ibp_exp_t
 ibp_status_t ibp_exp_table_from_sigma(ibp_dtype_t dt, double sigma, ibp_exp_table_t *t)
 {
 	if (!(sigma >= 0.0) || sigma > 1.7976931348623157e308)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_table_from_sigma: sigma %g is not finite and >= 0", sigma);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_table_from_sigma: sigma %g is not finite and >= 0", sigma);
 	double ms = sigma * sigma;
 	if (ms > 1.7976931348623157e308)
 		ms = 1.7976931348623157e308; /* huge sigma: top window */
@@ -295,7 +295,7 @@ ibp_status_t ibp_exp_histogram(const void *src, ibp_dtype_t dt, uint64_t n, uint
 {
 	expf_shape_t s;
 	if (!hist || (!src && n))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_histogram: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_histogram: NULL argument");
 	IBP_TRY(shape_for(dt, n, &s, "exp_histogram"));
 	histogram_block(src, &s, n, hist);
 	return IBP_OK;
@@ -305,7 +305,7 @@ ibp_status_t ibp_exp_table_from_histogram(ibp_dtype_t dt, const uint64_t hist[25
 {
 	expf_shape_t s;
 	if (!hist || !t)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_table_from_histogram: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_table_from_histogram: NULL argument");
 	IBP_TRY(shape_for(dt, 0, &s, "exp_table_from_histogram"));
 	expf_table_from_hist(hist, fmax_of(&s), t->field);
 	return IBP_OK;
@@ -335,7 +335,7 @@ static ibp_status_t resolve_table(const uint8_t *src, const expf_shape_t *s, uin
 		} else if (o->sigma == 0.0) {
 			window_table(s, mean_square_block(src, s, dt, n), t);
 		} else {
-			return ibp_fail(IBP_ERR_INVALID_ARG, "exp: sigma %g must be >= 0 (0 = measure)", o->sigma);
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "exp: sigma %g must be >= 0 (0 = measure)", o->sigma);
 		}
 		return IBP_OK;
 	case IBP_EXP_TABLE_HISTOGRAM: {
@@ -346,12 +346,12 @@ static ibp_status_t resolve_table(const uint8_t *src, const expf_shape_t *s, uin
 	}
 	case IBP_EXP_TABLE_GIVEN:
 		if (!table_valid(s, o->table.field))
-			return ibp_fail(IBP_ERR_INVALID_ARG,
+			return ibpi_fail(IBP_ERR_INVALID_ARG,
 					"exp: given table must hold 7 strictly ascending fields <= %u", fmax_of(s));
 		memcpy(t, o->table.field, EXPF_NCODES);
 		return IBP_OK;
 	}
-	return ibp_fail(IBP_ERR_INVALID_ARG, "exp: unknown table mode %d", (int)o->table_mode);
+	return ibpi_fail(IBP_ERR_INVALID_ARG, "exp: unknown table mode %d", (int)o->table_mode);
 }
 
 /* ----------------------------------------------------------------- encode */
@@ -366,11 +366,11 @@ static void enc_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 	b->range_end[tid] = end;
 #if EXP_HAVE_AVX2_BUILD
 	if (b->avx2) {
-		b->range_esc[tid] = ibp_exp_enc_groups_avx2(b, begin, end, esc);
+		b->range_esc[tid] = ibpi_exp_enc_groups_avx2(b, begin, end, esc);
 		return;
 	}
 #endif
-	b->range_esc[tid] = ibp_exp_enc_groups_portable(b, begin, end, esc);
+	b->range_esc[tid] = ibpi_exp_enc_groups_portable(b, begin, end, esc);
 }
 
 static void write_raw(const uint8_t *src, const expf_shape_t *s, uint32_t dt, uint64_t n, uint8_t *dst,
@@ -390,7 +390,7 @@ static ibp_status_t encode_block(const uint8_t *src, const expf_shape_t *s, uint
 {
 	exp_enc_block_t *b = malloc(sizeof(*b));
 	if (!b)
-		return ibp_fail(IBP_ERR_NOMEM, "exp_encode: no memory for %zu bytes", sizeof(*b));
+		return ibpi_fail(IBP_ERR_NOMEM, "exp_encode: no memory for %zu bytes", sizeof(*b));
 	b->src = src;
 	b->dst = dst;
 	b->s = *s;
@@ -408,13 +408,13 @@ static ibp_status_t encode_block(const uint8_t *src, const expf_shape_t *s, uint
 		return IBP_OK;
 	}
 	uint64_t per = L->ngroups / MIN_GROUPS_PER_THREAD;
-	int nt = ibp_parallel_threads(nthreads, per ? per : 1);
-	ibp_status_t st = ibp_parallel_for(nt, L->ngroups, enc_task, b);
+	int nt = ibpi_parallel_threads(nthreads, per ? per : 1);
+	ibp_status_t st = ibpi_parallel_for(nt, L->ngroups, enc_task, b);
 	if (st != IBP_OK) {
 		free(b);
 		return st;
 	}
-	nt = ibp_parallel_threads(nt, L->ngroups);
+	nt = ibpi_parallel_threads(nt, L->ngroups);
 	/* compact the staged escapes (left moves in order never overlap a
 	 * range not yet moved) and turn counts into prefixes */
 	uint64_t esc = 0;
@@ -464,7 +464,7 @@ static ibp_status_t encode_block(const uint8_t *src, const expf_shape_t *s, uint
 static void seal_block(uint8_t *dst, uint64_t size)
 {
 	dst[EXPF_OFF_FLAGS] |= EXPF_FLAG_CHECKSUM;
-	expf_st64(dst + EXPF_OFF_SUM, ibp_block_sum(dst, size));
+	expf_st64(dst + EXPF_OFF_SUM, ibpi_block_sum(dst, size));
 }
 
 ibp_status_t ibp_exp_encode(const void *src, ibp_dtype_t dt, uint64_t n, const ibp_exp_opts_t *opts, void *dst,
@@ -474,17 +474,17 @@ ibp_status_t ibp_exp_encode(const void *src, ibp_dtype_t dt, uint64_t n, const i
 	ibp_exp_opts_t def;
 	uint8_t table[8] = {0};
 	if (!dst || !dst_size || (!src && n))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_encode: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_encode: NULL argument");
 	IBP_TRY(shape_for(dt, n, &s, "exp_encode"));
 	if (!opts) {
 		ibp_exp_opts_default(&def);
 		opts = &def;
 	}
 	if (opts->nthreads < 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_encode: nthreads %d < 0", opts->nthreads);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_encode: nthreads %d < 0", opts->nthreads);
 	uint64_t bound = bound_of(&s, n);
 	if (dst_cap < bound)
-		return ibp_fail(IBP_ERR_BUFFER_TOO_SMALL, "exp_encode: dst_cap %llu < bound %llu",
+		return ibpi_fail(IBP_ERR_BUFFER_TOO_SMALL, "exp_encode: dst_cap %llu < bound %llu",
 				(unsigned long long)dst_cap, (unsigned long long)bound);
 	IBP_TRY(resolve_table(src, &s, (uint32_t)dt, n, opts, table));
 	IBP_TRY(encode_block(src, &s, (uint32_t)dt, n, table, (uint32_t)opts->table_mode, opts->nthreads, dst,
@@ -496,7 +496,7 @@ ibp_status_t ibp_exp_encode(const void *src, ibp_dtype_t dt, uint64_t n, const i
 
 /* ----------------------------------------------------------------- decode */
 
-uint64_t ibp_exp_spread8[256];
+uint64_t ibpi_exp_spread8[256];
 static int spread8_ready;
 
 static void spread8_init(void)
@@ -508,7 +508,7 @@ static void spread8_init(void)
 		uint64_t v = 0;
 		for (int j = 0; j < 8; j++)
 			v |= (uint64_t)((b >> j) & 1) << (8 * j);
-		__atomic_store_n(&ibp_exp_spread8[b], v, __ATOMIC_RELAXED);
+		__atomic_store_n(&ibpi_exp_spread8[b], v, __ATOMIC_RELAXED);
 	}
 	__atomic_store_n(&spread8_ready, 1, __ATOMIC_RELEASE);
 }
@@ -517,25 +517,25 @@ static ibp_status_t parse_header(const uint8_t *h, uint64_t src_size, ibp_exp_in
 				 expf_layout_t *L)
 {
 	if (src_size < EXPF_HEADER_BYTES)
-		return ibp_fail(IBP_ERR_CORRUPT, "exp block: %llu bytes, header needs 64", (unsigned long long)src_size);
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: %llu bytes, header needs 64", (unsigned long long)src_size);
 	if (expf_ld32(h + EXPF_OFF_MAGIC) != EXPF_MAGIC)
-		return ibp_fail(IBP_ERR_CORRUPT, "exp block: bad magic 0x%08x", expf_ld32(h + EXPF_OFF_MAGIC));
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: bad magic 0x%08x", expf_ld32(h + EXPF_OFF_MAGIC));
 	if (h[EXPF_OFF_VERSION] != EXPF_VERSION && h[EXPF_OFF_VERSION] != EXPF_VERSION_1)
-		return ibp_fail(IBP_ERR_CORRUPT, "exp block: version %u, expected 1 or 2", h[EXPF_OFF_VERSION]);
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: version %u, expected 1 or 2", h[EXPF_OFF_VERSION]);
 	if (!expf_shape_of(h[EXPF_OFF_DTYPE], s))
-		return ibp_fail(IBP_ERR_CORRUPT, "exp block: dtype %u is not bf16/f16/f32", h[EXPF_OFF_DTYPE]);
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: dtype %u is not bf16/f16/f32", h[EXPF_OFF_DTYPE]);
 	uint32_t mode = h[EXPF_OFF_MODE], tsrc = h[EXPF_OFF_TSRC];
 	if (mode > EXPF_MODE_CODED)
-		return ibp_fail(IBP_ERR_CORRUPT, "exp block: mode %u", mode);
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: mode %u", mode);
 	if (h[EXPF_OFF_GLOG2] != EXPF_GROUP_LOG2)
-		return ibp_fail(IBP_ERR_CORRUPT, "exp block: group log2 %u, expected 12", h[EXPF_OFF_GLOG2]);
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: group log2 %u, expected 12", h[EXPF_OFF_GLOG2]);
 	if (!expf_reserved_ok(h))
-		return ibp_fail(IBP_ERR_CORRUPT, "exp block: flags or reserved header bytes not as version %u requires",
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: flags or reserved header bytes not as version %u requires",
 				h[EXPF_OFF_VERSION]);
 	uint64_t n = expf_ld64(h + EXPF_OFF_N), esc = expf_ld64(h + EXPF_OFF_ESC);
 	uint64_t block = expf_ld64(h + EXPF_OFF_BLOCK), stat = expf_ld64(h + EXPF_OFF_STATIC);
 	if (n > EXPF_MAX_ELEMS)
-		return ibp_fail(IBP_ERR_CORRUPT, "exp block: %llu elements", (unsigned long long)n);
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: %llu elements", (unsigned long long)n);
 	expf_layout_of(s, n, L);
 	info->dtype = (ibp_dtype_t)h[EXPF_OFF_DTYPE];
 	info->n = n;
@@ -548,22 +548,22 @@ static ibp_status_t parse_header(const uint8_t *h, uint64_t src_size, ibp_exp_in
 	if (mode == EXPF_MODE_RAW) {
 		uint64_t raw = expf_raw_bytes(s, n);
 		if (tsrc || esc || !all_zero(h + EXPF_OFF_TABLE, EXPF_NCODES) || block != raw || stat != raw)
-			return ibp_fail(IBP_ERR_CORRUPT, "exp block: raw header fields inconsistent");
+			return ibpi_fail(IBP_ERR_CORRUPT, "exp block: raw header fields inconsistent");
 	} else {
 		if (tsrc > IBP_EXP_TABLE_GIVEN)
-			return ibp_fail(IBP_ERR_CORRUPT, "exp block: table source %u", tsrc);
+			return ibpi_fail(IBP_ERR_CORRUPT, "exp block: table source %u", tsrc);
 		if (!table_valid(s, h + EXPF_OFF_TABLE))
-			return ibp_fail(IBP_ERR_CORRUPT, "exp block: table not strictly ascending within the field range");
+			return ibpi_fail(IBP_ERR_CORRUPT, "exp block: table not strictly ascending within the field range");
 		if (esc > n)
-			return ibp_fail(IBP_ERR_CORRUPT, "exp block: %llu escapes > %llu elements",
+			return ibpi_fail(IBP_ERR_CORRUPT, "exp block: %llu escapes > %llu elements",
 					(unsigned long long)esc, (unsigned long long)n);
 		if (stat != L->static_bytes || block != expf_coded_bytes(L, esc))
-			return ibp_fail(IBP_ERR_CORRUPT, "exp block: sizes %llu/%llu do not match n=%llu, escapes=%llu",
+			return ibpi_fail(IBP_ERR_CORRUPT, "exp block: sizes %llu/%llu do not match n=%llu, escapes=%llu",
 					(unsigned long long)stat, (unsigned long long)block, (unsigned long long)n,
 					(unsigned long long)esc);
 	}
 	if (block > src_size)
-		return ibp_fail(IBP_ERR_CORRUPT, "exp block: %llu bytes claimed, %llu available",
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: %llu bytes claimed, %llu available",
 				(unsigned long long)block, (unsigned long long)src_size);
 	return IBP_OK;
 }
@@ -573,7 +573,7 @@ ibp_status_t ibp_exp_block_info(const void *src, uint64_t src_size, ibp_exp_info
 	expf_shape_t s;
 	expf_layout_t L;
 	if (!src || !info)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_block_info: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_block_info: NULL argument");
 	return parse_header(src, src_size, info, &s, &L);
 }
 
@@ -583,10 +583,10 @@ static void dec_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 	int ok;
 #if EXP_HAVE_AVX2_BUILD
 	if (b->avx2)
-		ok = ibp_exp_dec_groups_avx2(b, begin, end, &b->bad_group[tid]);
+		ok = ibpi_exp_dec_groups_avx2(b, begin, end, &b->bad_group[tid]);
 	else
 #endif
-		ok = ibp_exp_dec_groups_portable(b, begin, end, &b->bad_group[tid]);
+		ok = ibpi_exp_dec_groups_portable(b, begin, end, &b->bad_group[tid]);
 	b->bad[tid] = !ok;
 }
 
@@ -598,43 +598,43 @@ static ibp_status_t check_coded_frame(const uint8_t *src, const expf_shape_t *s,
 	for (uint64_t g = 0; g < L->ngroups; g++) {
 		uint64_t p = exp_ld64(src + L->off_prefix + 8 * g);
 		if (g == 0 ? p != 0 : (p < prev || p - prev > EXPF_GROUP))
-			return ibp_fail(IBP_ERR_CORRUPT, "exp block: escape prefix of group %llu is %llu",
+			return ibpi_fail(IBP_ERR_CORRUPT, "exp block: escape prefix of group %llu is %llu",
 					(unsigned long long)g, (unsigned long long)p);
 		prev = p;
 	}
 	if (L->ngroups && (esc < prev || esc - prev > expf_group_len(n, L->ngroups - 1)))
-		return ibp_fail(IBP_ERR_CORRUPT, "exp block: escape total %llu inconsistent with prefixes",
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: escape total %llu inconsistent with prefixes",
 				(unsigned long long)esc);
 	uint64_t pend = L->off_prefix + 8 * L->ngroups;
 	if (!all_zero(src + pend, L->off_planes - pend))
-		return ibp_fail(IBP_ERR_CORRUPT, "exp block: padding after prefixes is not zero");
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: padding after prefixes is not zero");
 	uint64_t full = n / 64, tail = n % 64;
 	for (uint32_t p = 0; p < L->nplanes; p++) {
 		const uint8_t *pl = src + L->off_planes + p * L->plane_bytes;
 		uint64_t from = full * 8;
 		if (tail) {
 			if (exp_ld64(pl + from) >> tail)
-				return ibp_fail(IBP_ERR_CORRUPT, "exp block: plane %u has bits past element %llu", p,
+				return ibpi_fail(IBP_ERR_CORRUPT, "exp block: plane %u has bits past element %llu", p,
 						(unsigned long long)n);
 			from += 8;
 		}
 		if (!all_zero(pl + from, L->plane_bytes - from))
-			return ibp_fail(IBP_ERR_CORRUPT, "exp block: plane %u padding is not zero", p);
+			return ibpi_fail(IBP_ERR_CORRUPT, "exp block: plane %u padding is not zero", p);
 	}
 	pend = L->off_planes + L->nplanes * L->plane_bytes;
 	if (!all_zero(src + pend, L->off_lo - pend))
-		return ibp_fail(IBP_ERR_CORRUPT, "exp block: padding after planes is not zero");
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: padding after planes is not zero");
 	pend = L->off_lo + n * s->lo_bytes;
 	if (s->hi_bytes) {
 		if (!all_zero(src + pend, L->off_hi - pend))
-			return ibp_fail(IBP_ERR_CORRUPT, "exp block: padding after the low section is not zero");
+			return ibpi_fail(IBP_ERR_CORRUPT, "exp block: padding after the low section is not zero");
 		pend = L->off_hi + n * s->hi_bytes;
 	}
 	if (!all_zero(src + pend, L->static_bytes - pend))
-		return ibp_fail(IBP_ERR_CORRUPT, "exp block: padding of the static part is not zero");
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: padding of the static part is not zero");
 	uint64_t end = expf_coded_bytes(L, esc);
 	if (!all_zero(src + L->static_bytes + esc, end - L->static_bytes - esc))
-		return ibp_fail(IBP_ERR_CORRUPT, "exp block: padding after escapes is not zero");
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: padding after escapes is not zero");
 	return IBP_OK;
 }
 
@@ -649,10 +649,10 @@ static ibp_status_t verify_block(const uint8_t *h, uint64_t src_size, unsigned f
 		return IBP_OK; /* nothing to verify: parse_header judges the rest */
 	uint64_t block = expf_ld64(h + EXPF_OFF_BLOCK);
 	if (block < EXPF_HEADER_BYTES || block > src_size)
-		return ibp_fail(IBP_ERR_CORRUPT, "exp block: %llu bytes claimed, %llu available",
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: %llu bytes claimed, %llu available",
 				(unsigned long long)block, (unsigned long long)src_size);
-	if (ibp_block_sum(h, block) != expf_ld64(h + EXPF_OFF_SUM))
-		return ibp_fail(IBP_ERR_CHECKSUM, "exp block: checksum mismatch (%llu bytes)", (unsigned long long)block);
+	if (ibpi_block_sum(h, block) != expf_ld64(h + EXPF_OFF_SUM))
+		return ibpi_fail(IBP_ERR_CHECKSUM, "exp block: checksum mismatch (%llu bytes)", (unsigned long long)block);
 	return IBP_OK;
 }
 
@@ -665,12 +665,12 @@ static ibp_status_t decode_block(const uint8_t *src, uint64_t src_size, uint32_t
 	IBP_TRY(verify_block(src, src_size, flags));
 	IBP_TRY(parse_header(src, src_size, &info, &s, &L));
 	if ((uint32_t)info.dtype != dt || info.n != n)
-		return ibp_fail(IBP_ERR_CORRUPT, "exp block: holds %llu %s, expected %llu %s",
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: holds %llu %s, expected %llu %s",
 				(unsigned long long)info.n, ibp_dtype_name(info.dtype), (unsigned long long)n,
 				ibp_dtype_name((ibp_dtype_t)dt));
 	if (info.raw) {
 		if (!all_zero(src + EXPF_HEADER_BYTES + n * s.esize, info.block_bytes - EXPF_HEADER_BYTES - n * s.esize))
-			return ibp_fail(IBP_ERR_CORRUPT, "exp block: raw padding is not zero");
+			return ibpi_fail(IBP_ERR_CORRUPT, "exp block: raw padding is not zero");
 		if (n)
 			memcpy(dst, src + EXPF_HEADER_BYTES, n * s.esize);
 		return IBP_OK;
@@ -679,7 +679,7 @@ static ibp_status_t decode_block(const uint8_t *src, uint64_t src_size, uint32_t
 	spread8_init();
 	exp_dec_block_t *b = malloc(sizeof(*b));
 	if (!b)
-		return ibp_fail(IBP_ERR_NOMEM, "exp_decode: no memory for %zu bytes", sizeof(*b));
+		return ibpi_fail(IBP_ERR_NOMEM, "exp_decode: no memory for %zu bytes", sizeof(*b));
 	b->src = src;
 	b->dst = dst;
 	b->s = s;
@@ -693,12 +693,12 @@ static ibp_status_t decode_block(const uint8_t *src, uint64_t src_size, uint32_t
 	for (uint32_t k = 0; k < EXPF_NCODES; k++)
 		b->in_table[b->table[k]] = 1;
 	uint64_t per = L.ngroups / MIN_GROUPS_PER_THREAD;
-	int nt = ibp_parallel_threads(nthreads, per ? per : 1);
-	ibp_status_t st = ibp_parallel_for(nt, L.ngroups, dec_task, b);
-	nt = ibp_parallel_threads(nt, L.ngroups);
+	int nt = ibpi_parallel_threads(nthreads, per ? per : 1);
+	ibp_status_t st = ibpi_parallel_for(nt, L.ngroups, dec_task, b);
+	nt = ibpi_parallel_threads(nt, L.ngroups);
 	for (int i = 0; st == IBP_OK && i < nt; i++)
 		if (b->bad[i])
-			st = ibp_fail(IBP_ERR_CORRUPT, "exp block: group %llu: escapes do not match its zero codes",
+			st = ibpi_fail(IBP_ERR_CORRUPT, "exp block: group %llu: escapes do not match its zero codes",
 				      (unsigned long long)b->bad_group[i]);
 	free(b);
 	return st;
@@ -709,11 +709,11 @@ ibp_status_t ibp_exp_decode_ext(const void *src, uint64_t src_size, ibp_dtype_t 
 {
 	expf_shape_t s;
 	if (!src || (!dst && n))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_decode: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_decode: NULL argument");
 	if (nthreads < 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_decode: nthreads %d < 0", nthreads);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_decode: nthreads %d < 0", nthreads);
 	if (flags & ~IBP_EXP_TRUSTED)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_decode: unknown flags 0x%x", flags);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_decode: unknown flags 0x%x", flags);
 	IBP_TRY(shape_for(dt, n, &s, "exp_decode"));
 	return decode_block(src, src_size, (uint32_t)dt, n, dst, nthreads, flags);
 }
@@ -730,7 +730,7 @@ static ibp_status_t batch_shape(ibp_dtype_t dt, uint64_t n, uint64_t chunk, expf
 {
 	IBP_TRY(shape_for(dt, n, s, fn));
 	if (chunk == 0 || chunk > EXPF_MAX_ELEMS)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: chunk_elems %llu not in 1..2^56", fn, (unsigned long long)chunk);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: chunk_elems %llu not in 1..2^56", fn, (unsigned long long)chunk);
 	*nchunks = (n + chunk - 1) / chunk;
 	return IBP_OK;
 }
@@ -740,7 +740,7 @@ ibp_status_t ibp_exp_batch_bound(ibp_dtype_t dt, uint64_t n, uint64_t chunk_elem
 	expf_shape_t s;
 	uint64_t nc = 0;
 	if (!bytes)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_batch_bound: bytes is NULL");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_batch_bound: bytes is NULL");
 	IBP_TRY(batch_shape(dt, n, chunk_elems, &s, &nc, "exp_batch_bound"));
 	uint64_t full = n / chunk_elems, rest = n % chunk_elems;
 	*bytes = full * bound_of(&s, chunk_elems) + (rest ? bound_of(&s, rest) : 0);
@@ -793,17 +793,17 @@ ibp_status_t ibp_exp_encode_batch(const void *src, ibp_dtype_t dt, uint64_t n, u
 	uint64_t nc = 0, need = 0;
 	ibp_exp_opts_t def;
 	if (!dst || !offsets || (!src && n))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_encode_batch: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_encode_batch: NULL argument");
 	IBP_TRY(batch_shape(dt, n, chunk_elems, &s, &nc, "exp_encode_batch"));
 	if (!opts) {
 		ibp_exp_opts_default(&def);
 		opts = &def;
 	}
 	if (opts->nthreads < 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_encode_batch: nthreads %d < 0", opts->nthreads);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_encode_batch: nthreads %d < 0", opts->nthreads);
 	IBP_TRY(ibp_exp_batch_bound(dt, n, chunk_elems, &need));
 	if (dst_cap < need)
-		return ibp_fail(IBP_ERR_BUFFER_TOO_SMALL, "exp_encode_batch: dst_cap %llu < bound %llu",
+		return ibpi_fail(IBP_ERR_BUFFER_TOO_SMALL, "exp_encode_batch: dst_cap %llu < bound %llu",
 				(unsigned long long)dst_cap, (unsigned long long)need);
 	offsets[0] = 0;
 	if (nc == 0)
@@ -811,11 +811,11 @@ ibp_status_t ibp_exp_encode_batch(const void *src, ibp_dtype_t dt, uint64_t n, u
 	/* each chunk encodes into its bound-sized slot, then slots are packed */
 	batch_ctx_t *c = calloc(1, sizeof(*c));
 	if (!c)
-		return ibp_fail(IBP_ERR_NOMEM, "exp_encode_batch: no memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "exp_encode_batch: no memory");
 	c->sizes = malloc(nc * sizeof(uint64_t));
 	if (!c->sizes) {
 		free(c);
-		return ibp_fail(IBP_ERR_NOMEM, "exp_encode_batch: no memory for %llu sizes", (unsigned long long)nc);
+		return ibpi_fail(IBP_ERR_NOMEM, "exp_encode_batch: no memory for %llu sizes", (unsigned long long)nc);
 	}
 	c->src = src;
 	c->dst = dst;
@@ -826,11 +826,11 @@ ibp_status_t ibp_exp_encode_batch(const void *src, ibp_dtype_t dt, uint64_t n, u
 	c->stride = bound_of(&s, chunk_elems);
 	c->opts = opts;
 	c->inner_threads = nc == 1 ? opts->nthreads : 1;
-	int nt = ibp_parallel_threads(opts->nthreads, nc);
-	ibp_status_t st = ibp_parallel_for(nt, nc, batch_enc_task, c);
+	int nt = ibpi_parallel_threads(opts->nthreads, nc);
+	ibp_status_t st = ibpi_parallel_for(nt, nc, batch_enc_task, c);
 	for (int i = 0; st == IBP_OK && i < nt; i++)
 		if (c->st[i] != IBP_OK)
-			st = ibp_fail(c->st[i], "exp_encode_batch: %s", c->msg[i]);
+			st = ibpi_fail(c->st[i], "exp_encode_batch: %s", c->msg[i]);
 	if (st == IBP_OK) {
 		uint64_t at = 0;
 		for (uint64_t i = 0; i < nc; i++) {
@@ -875,15 +875,15 @@ ibp_status_t ibp_exp_decode_batch_ext(const void *src, uint64_t src_size, const 
 	expf_shape_t s;
 	uint64_t nc = 0;
 	if (!src || !offsets || (!dst && n))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_decode_batch: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_decode_batch: NULL argument");
 	if (nthreads < 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_decode_batch: nthreads %d < 0", nthreads);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_decode_batch: nthreads %d < 0", nthreads);
 	if (flags & ~IBP_EXP_TRUSTED)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "exp_decode_batch: unknown flags 0x%x", flags);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_decode_batch: unknown flags 0x%x", flags);
 	IBP_TRY(batch_shape(dt, n, chunk_elems, &s, &nc, "exp_decode_batch"));
 	for (uint64_t i = 0; i < nc; i++)
 		if (offsets[i] > offsets[i + 1] || offsets[i + 1] > src_size)
-			return ibp_fail(IBP_ERR_CORRUPT, "exp_decode_batch: offsets[%llu..%llu] = %llu..%llu outside %llu bytes",
+			return ibpi_fail(IBP_ERR_CORRUPT, "exp_decode_batch: offsets[%llu..%llu] = %llu..%llu outside %llu bytes",
 					(unsigned long long)i, (unsigned long long)i + 1, (unsigned long long)offsets[i],
 					(unsigned long long)offsets[i + 1], (unsigned long long)src_size);
 	if (nc == 0)
@@ -891,7 +891,7 @@ ibp_status_t ibp_exp_decode_batch_ext(const void *src, uint64_t src_size, const 
 	spread8_init();
 	batch_ctx_t *c = calloc(1, sizeof(*c));
 	if (!c)
-		return ibp_fail(IBP_ERR_NOMEM, "exp_decode_batch: no memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "exp_decode_batch: no memory");
 	c->src = src;
 	c->dst = dst;
 	c->s = s;
@@ -901,11 +901,11 @@ ibp_status_t ibp_exp_decode_batch_ext(const void *src, uint64_t src_size, const 
 	c->offsets = offsets;
 	c->src_size = src_size;
 	c->flags = flags;
-	int nt = ibp_parallel_threads(nthreads, nc);
-	ibp_status_t st = ibp_parallel_for(nt, nc, batch_dec_task, c);
+	int nt = ibpi_parallel_threads(nthreads, nc);
+	ibp_status_t st = ibpi_parallel_for(nt, nc, batch_dec_task, c);
 	for (int i = 0; st == IBP_OK && i < nt; i++)
 		if (c->st[i] != IBP_OK)
-			st = ibp_fail(c->st[i], "exp_decode_batch: %s", c->msg[i]);
+			st = ibpi_fail(c->st[i], "exp_decode_batch: %s", c->msg[i]);
 	free(c);
 	return st;
 }

@@ -43,7 +43,7 @@ static inline uint32_t exp_ld_elem(const uint8_t *p, uint32_t esize)
 
 /* ------------------------------------------------------------ mean square */
 
-double EXP_FN(ibp_exp_ms_group)(const uint8_t *p, uint32_t dt, uint64_t *nonfinite)
+double EXP_FN(ibpi_exp_ms_group)(const uint8_t *p, uint32_t dt, uint64_t *nonfinite)
 {
 	double acc[256];
 	uint32_t bad = 0;
@@ -233,7 +233,7 @@ static inline __attribute__((always_inline)) uint64_t enc_words(const exp_enc_bl
 	return nesc;
 }
 
-uint64_t EXP_FN(ibp_exp_enc_groups)(const exp_enc_block_t *b, uint64_t g0, uint64_t g1, uint8_t *esc)
+uint64_t EXP_FN(ibpi_exp_enc_groups)(const exp_enc_block_t *b, uint64_t g0, uint64_t g1, uint8_t *esc)
 {
 	const expf_layout_t *L = &b->L;
 	uint64_t total = 0;
@@ -259,8 +259,8 @@ uint64_t EXP_FN(ibp_exp_enc_groups)(const exp_enc_block_t *b, uint64_t g0, uint6
 static inline void unpack_codes(uint64_t p0, uint64_t p1, uint64_t p2, uint8_t *c)
 {
 	for (int j = 0; j < 8; j++) {
-		uint64_t v = ibp_exp_spread8[(p0 >> (8 * j)) & 255] | ibp_exp_spread8[(p1 >> (8 * j)) & 255] << 1 |
-			     ibp_exp_spread8[(p2 >> (8 * j)) & 255] << 2;
+		uint64_t v = ibpi_exp_spread8[(p0 >> (8 * j)) & 255] | ibpi_exp_spread8[(p1 >> (8 * j)) & 255] << 1 |
+			     ibpi_exp_spread8[(p2 >> (8 * j)) & 255] << 2;
 		memcpy(c + 8 * j, &v, 8);
 	}
 }
@@ -337,7 +337,7 @@ static inline __attribute__((always_inline)) int dec_group(const exp_dec_block_t
 	return used == have;
 }
 
-int EXP_FN(ibp_exp_dec_groups)(const exp_dec_block_t *b, uint64_t g0, uint64_t g1, uint64_t *bad)
+int EXP_FN(ibpi_exp_dec_groups)(const exp_dec_block_t *b, uint64_t g0, uint64_t g1, uint64_t *bad)
 {
 	for (uint64_t g = g0; g < g1; g++) {
 		int ok;

@@ -42,21 +42,21 @@ typedef struct exp_dec_block {
 } exp_dec_block_t;
 
 /* spread8[b]: byte j is bit j of b (filled once by exp_codec.c). */
-extern uint64_t ibp_exp_spread8[256];
+extern uint64_t ibpi_exp_spread8[256];
 
 /* Lane sums of one full group (4096 elements) as the mean-square order
  * defines them, reduced by the halving tree; *nonfinite += Inf/NaN count. */
-double ibp_exp_ms_group_portable(const uint8_t *p, uint32_t dt, uint64_t *nonfinite);
-double ibp_exp_ms_group_avx2(const uint8_t *p, uint32_t dt, uint64_t *nonfinite);
+double ibpi_exp_ms_group_portable(const uint8_t *p, uint32_t dt, uint64_t *nonfinite);
+double ibpi_exp_ms_group_avx2(const uint8_t *p, uint32_t dt, uint64_t *nonfinite);
 
 /* Encodes groups [g0, g1); escapes go to esc in order; per-group counts to
  * the prefix slots. Returns the escapes written. */
-uint64_t ibp_exp_enc_groups_portable(const exp_enc_block_t *b, uint64_t g0, uint64_t g1, uint8_t *esc);
-uint64_t ibp_exp_enc_groups_avx2(const exp_enc_block_t *b, uint64_t g0, uint64_t g1, uint8_t *esc);
+uint64_t ibpi_exp_enc_groups_portable(const exp_enc_block_t *b, uint64_t g0, uint64_t g1, uint8_t *esc);
+uint64_t ibpi_exp_enc_groups_avx2(const exp_enc_block_t *b, uint64_t g0, uint64_t g1, uint8_t *esc);
 
 /* Decodes groups [g0, g1); returns 1, or 0 with *bad = the corrupt group. */
-int ibp_exp_dec_groups_portable(const exp_dec_block_t *b, uint64_t g0, uint64_t g1, uint64_t *bad);
-int ibp_exp_dec_groups_avx2(const exp_dec_block_t *b, uint64_t g0, uint64_t g1, uint64_t *bad);
+int ibpi_exp_dec_groups_portable(const exp_dec_block_t *b, uint64_t g0, uint64_t g1, uint64_t *bad);
+int ibpi_exp_dec_groups_avx2(const exp_dec_block_t *b, uint64_t g0, uint64_t g1, uint64_t *bad);
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define EXP_HAVE_AVX2_BUILD 1

@@ -6,7 +6,7 @@
 ibp_status_t ibp_exp_cuda_encode_workspace(ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems, uint64_t *bytes)
 {
 	(void)dt, (void)n, (void)chunk_elems, (void)bytes;
-	return ibp_fail(IBP_ERR_UNSUPPORTED, "exp_cuda_encode_workspace: libibp was built without CUDA");
+	return ibpi_fail(IBP_ERR_UNSUPPORTED, "exp_cuda_encode_workspace: libibp was built without CUDA");
 }
 
 ibp_status_t ibp_exp_encode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems,
@@ -15,7 +15,7 @@ ibp_status_t ibp_exp_encode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, 
 {
 	(void)d_src, (void)dt, (void)n, (void)chunk_elems, (void)opts, (void)d_dst, (void)dst_stride;
 	(void)d_sizes, (void)d_workspace, (void)workspace_bytes, (void)stream;
-	return ibp_fail(IBP_ERR_UNSUPPORTED, "exp_encode_cuda: libibp was built without CUDA");
+	return ibpi_fail(IBP_ERR_UNSUPPORTED, "exp_encode_cuda: libibp was built without CUDA");
 }
 
 ibp_status_t ibp_exp_decode_cuda(const void *d_src, uint64_t src_bytes, const uint64_t *d_offsets,
@@ -24,5 +24,5 @@ ibp_status_t ibp_exp_decode_cuda(const void *d_src, uint64_t src_bytes, const ui
 {
 	(void)d_src, (void)src_bytes, (void)d_offsets, (void)d_sizes, (void)dt, (void)n, (void)chunk_elems, (void)d_dst;
 	(void)d_status, (void)stream;
-	return ibp_fail(IBP_ERR_UNSUPPORTED, "exp_decode_cuda: libibp was built without CUDA");
+	return ibpi_fail(IBP_ERR_UNSUPPORTED, "exp_decode_cuda: libibp was built without CUDA");
 }

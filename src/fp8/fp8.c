@@ -41,7 +41,7 @@ float ibp_fp8_to_f32(uint8_t code, ibp_fp8_format_t fmt)
 ibp_status_t ibp_fp8_convert(const float *src, uint64_t n, ibp_fp8_format_t fmt, uint8_t *dst)
 {
 	if (n && (!src || !dst))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_convert: NULL buffer");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_convert: NULL buffer");
 	if (fmt == IBP_FP8_E4M3) {
 		for (uint64_t i = 0; i < n; i++) {
 			float x;
@@ -55,7 +55,7 @@ ibp_status_t ibp_fp8_convert(const float *src, uint64_t n, ibp_fp8_format_t fmt,
 			dst[i] = fp8_e5m2_from_f32(x);
 		}
 	} else {
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_convert: unknown format %d", (int)fmt);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_convert: unknown format %d", (int)fmt);
 	}
 	return IBP_OK;
 }
@@ -63,9 +63,9 @@ ibp_status_t ibp_fp8_convert(const float *src, uint64_t n, ibp_fp8_format_t fmt,
 ibp_status_t ibp_fp8_expand(const uint8_t *src, uint64_t n, ibp_fp8_format_t fmt, float *dst)
 {
 	if (n && (!src || !dst))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_expand: NULL buffer");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_expand: NULL buffer");
 	if (fmt != IBP_FP8_E4M3 && fmt != IBP_FP8_E5M2)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_expand: unknown format %d", (int)fmt);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_expand: unknown format %d", (int)fmt);
 	float lut[256];
 	for (int c = 0; c < 256; c++)
 		lut[c] = fp8_to_f32((uint8_t)c, (uint32_t)fmt);
@@ -92,11 +92,11 @@ void ibp_fp8_opts_default(ibp_fp8_opts_t *o)
 static ibp_status_t check_opts(const ibp_fp8_opts_t *o, uint32_t *log2b, const char *fn)
 {
 	if (o->format != IBP_FP8_E4M3 && o->format != IBP_FP8_E5M2)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: unknown FP8 format %d", fn, (int)o->format);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: unknown FP8 format %d", fn, (int)o->format);
 	if (o->block < IBP_FP8_MIN_BLOCK || o->block > IBP_FP8_MAX_BLOCK || (o->block & (o->block - 1)))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: block %u is not a power of two in 16..4096", fn, o->block);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: block %u is not a power of two in 16..4096", fn, o->block);
 	if (o->nthreads < 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: nthreads %d < 0", fn, o->nthreads);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: nthreads %d < 0", fn, o->nthreads);
 	*log2b = (uint32_t)__builtin_ctz(o->block);
 	return IBP_OK;
 }
@@ -112,14 +112,14 @@ ibp_status_t ibp_fp8_encoded_size(const ibp_fp8_opts_t *o, uint64_t n, uint64_t 
 	ibp_fp8_opts_t def;
 	uint32_t log2b = 0;
 	if (!bytes)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_encoded_size: bytes is NULL");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_encoded_size: bytes is NULL");
 	if (!o) {
 		ibp_fp8_opts_default(&def);
 		o = &def;
 	}
 	IBP_TRY(check_opts(o, &log2b, "fp8_encoded_size"));
 	if (n > TACO_MAX_ELEMS)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_encoded_size: %llu elements exceed 2^56", (unsigned long long)n);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_encoded_size: %llu elements exceed 2^56", (unsigned long long)n);
 	*bytes = stream_bytes(n, log2b);
 	return IBP_OK;
 }
@@ -197,7 +197,7 @@ static void encode_one(const fp8_job_t *j, uint64_t blk, float *x, float *t)
 			x[i] = FP_MUL(x[i], alpha);
 	}
 	if (j->flags & TACO_FLAG_HADAMARD)
-		ibp_hadamard_f32(x, j->log2b);
+		ibpi_hadamard_f32(x, j->log2b);
 	float mz = 0.0f;
 	for (uint32_t i = 0; i < B; i++) {
 		float a = ibp_f32_from_bits(ibp_f32_bits(x[i]) & 0x7fffffffu);
@@ -257,19 +257,19 @@ ibp_status_t ibp_fp8_encode(const void *src, ibp_dtype_t dt, uint64_t n, const i
 	ibp_fp8_opts_t def;
 	uint32_t log2b = 0;
 	if (!dst || !dst_size || (!src && n))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_encode: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_encode: NULL argument");
 	if (!o) {
 		ibp_fp8_opts_default(&def);
 		o = &def;
 	}
 	IBP_TRY(check_opts(o, &log2b, "fp8_encode"));
 	if (!dtype_ok(dt))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_encode: dtype %s is not f32, bf16 or f16", ibp_dtype_name(dt));
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_encode: dtype %s is not f32, bf16 or f16", ibp_dtype_name(dt));
 	if (n > TACO_MAX_ELEMS)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_encode: %llu elements exceed 2^56", (unsigned long long)n);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_encode: %llu elements exceed 2^56", (unsigned long long)n);
 	uint64_t need = stream_bytes(n, log2b);
 	if (dst_cap < need)
-		return ibp_fail(IBP_ERR_BUFFER_TOO_SMALL, "fp8_encode: dst_cap %llu < %llu", (unsigned long long)dst_cap,
+		return ibpi_fail(IBP_ERR_BUFFER_TOO_SMALL, "fp8_encode: dst_cap %llu < %llu", (unsigned long long)dst_cap,
 				(unsigned long long)need);
 	fp8_job_t j;
 	memset(&j, 0, sizeof(j));
@@ -286,12 +286,12 @@ ibp_status_t ibp_fp8_encode(const void *src, ibp_dtype_t dt, uint64_t n, const i
 	j.kexp = j.scales + 4 * j.m;
 	write_header(d, j.fmt, j.flags, log2b, n, j.dt);
 	uint64_t tasks = (j.m + BLOCKS_PER_TASK - 1) / BLOCKS_PER_TASK;
-	IBP_TRY(ibp_parallel_for(o->nthreads, tasks, enc_task, &j));
+	IBP_TRY(ibpi_parallel_for(o->nthreads, tasks, enc_task, &j));
 	uint64_t used = TACO_HEADER_BYTES + (j.m << log2b) + 5 * j.m;
 	memset(d + used, 0, need - used);
 	if (o->checksum) {
 		d[6] |= TACO_FLAG_CHECKSUM; /* covered by the sum */
-		uint64_t sum = ibp_block_sum(d, need);
+		uint64_t sum = ibpi_block_sum(d, need);
 		memcpy(d + TACO_OFF_SUM, &sum, 8); /* little-endian, as the rest of the header */
 	}
 	*dst_size = need;
@@ -305,24 +305,24 @@ static ibp_status_t parse_stream(const uint8_t *h, uint64_t src_size, ibp_fp8_in
 	uint32_t magic;
 	uint64_t n;
 	if (src_size < TACO_HEADER_BYTES)
-		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: %llu bytes, header needs 64", (unsigned long long)src_size);
+		return ibpi_fail(IBP_ERR_CORRUPT, "fp8 stream: %llu bytes, header needs 64", (unsigned long long)src_size);
 	memcpy(&magic, h, 4);
 	if (magic != TACO_MAGIC)
-		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: bad magic 0x%08x", magic);
+		return ibpi_fail(IBP_ERR_CORRUPT, "fp8 stream: bad magic 0x%08x", magic);
 	if (h[4] != TACO_VERSION && h[4] != TACO_VERSION_1)
-		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: version %u, expected 1 or 2", h[4]);
+		return ibpi_fail(IBP_ERR_CORRUPT, "fp8 stream: version %u, expected 1 or 2", h[4]);
 	if (h[5] > 1)
-		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: format %u", h[5]);
+		return ibpi_fail(IBP_ERR_CORRUPT, "fp8 stream: format %u", h[5]);
 	if (h[7] < TACO_MIN_LOG2B || h[7] > TACO_MAX_LOG2B)
-		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: log2 block %u not in 4..12", h[7]);
+		return ibpi_fail(IBP_ERR_CORRUPT, "fp8 stream: log2 block %u not in 4..12", h[7]);
 	if (!dtype_ok((ibp_dtype_t)h[16]))
-		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: source dtype %u", h[16]);
+		return ibpi_fail(IBP_ERR_CORRUPT, "fp8 stream: source dtype %u", h[16]);
 	if (!taco_header_rest_ok(h))
-		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: flags 0x%02x or reserved header bytes not as version %u "
+		return ibpi_fail(IBP_ERR_CORRUPT, "fp8 stream: flags 0x%02x or reserved header bytes not as version %u "
 				"requires", h[6], h[4]);
 	memcpy(&n, h + 8, 8);
 	if (n > TACO_MAX_ELEMS)
-		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: %llu elements", (unsigned long long)n);
+		return ibpi_fail(IBP_ERR_CORRUPT, "fp8 stream: %llu elements", (unsigned long long)n);
 	*log2b = h[7];
 	info->format = (ibp_fp8_format_t)h[5];
 	info->block = 1u << h[7];
@@ -332,7 +332,7 @@ static ibp_status_t parse_stream(const uint8_t *h, uint64_t src_size, ibp_fp8_in
 	info->n = n;
 	info->bytes = stream_bytes(n, h[7]);
 	if (info->bytes > src_size)
-		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: needs %llu bytes, %llu available",
+		return ibpi_fail(IBP_ERR_CORRUPT, "fp8 stream: needs %llu bytes, %llu available",
 				(unsigned long long)info->bytes, (unsigned long long)src_size);
 	return IBP_OK;
 }
@@ -341,7 +341,7 @@ ibp_status_t ibp_fp8_stream_info(const void *src, uint64_t src_size, ibp_fp8_inf
 {
 	uint32_t log2b = 0;
 	if (!src || !info)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_stream_info: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_stream_info: NULL argument");
 	return parse_stream(src, src_size, info, &log2b);
 }
 
@@ -408,7 +408,7 @@ static void dec_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 			for (uint32_t i = 0; i < B; i++)
 				z[i] = FP_MUL(fp8_to_f32(q[i], j->fmt), s);
 			if (j->flags & TACO_FLAG_HADAMARD)
-				ibp_hadamard_f32(z, j->log2b);
+				ibpi_hadamard_f32(z, j->log2b);
 			float inv_alpha = ibp_pow2f(-k);
 			for (uint32_t i = 0; i < len; i++)
 				store_elem(j->dst, j->dt, base + i, FP_MUL(z[i], inv_alpha));
@@ -434,12 +434,12 @@ static ibp_status_t verify_stream(const uint8_t *h, uint64_t src_size, unsigned 
 				 ? stream_bytes(n, h[7])
 				 : UINT64_MAX;
 	if (bytes > src_size)
-		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: header claims %s bytes, %llu available",
+		return ibpi_fail(IBP_ERR_CORRUPT, "fp8 stream: header claims %s bytes, %llu available",
 				bytes == UINT64_MAX ? "an impossible number of" : "more", (unsigned long long)src_size);
 	uint64_t want;
 	memcpy(&want, h + TACO_OFF_SUM, 8);
-	if (ibp_block_sum(h, bytes) != want)
-		return ibp_fail(IBP_ERR_CHECKSUM, "fp8 stream: checksum mismatch (%llu bytes)", (unsigned long long)bytes);
+	if (ibpi_block_sum(h, bytes) != want)
+		return ibpi_fail(IBP_ERR_CHECKSUM, "fp8 stream: checksum mismatch (%llu bytes)", (unsigned long long)bytes);
 	return IBP_OK;
 }
 
@@ -454,17 +454,17 @@ ibp_status_t ibp_fp8_decode_ext(const void *src, uint64_t src_size, ibp_dtype_t 
 	ibp_fp8_info_t info = {0};
 	uint32_t log2b = 0;
 	if (!src || (!dst && n))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_decode: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_decode: NULL argument");
 	if (!dtype_ok(dt))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_decode: dtype %s is not f32, bf16 or f16", ibp_dtype_name(dt));
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_decode: dtype %s is not f32, bf16 or f16", ibp_dtype_name(dt));
 	if (nthreads < 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_decode: nthreads %d < 0", nthreads);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_decode: nthreads %d < 0", nthreads);
 	if (flags & ~IBP_FP8_TRUSTED)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "fp8_decode: unknown flags 0x%x", flags);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "fp8_decode: unknown flags 0x%x", flags);
 	IBP_TRY(verify_stream(src, src_size, flags));
 	IBP_TRY(parse_stream(src, src_size, &info, &log2b));
 	if (info.n != n)
-		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: holds %llu elements, expected %llu", (unsigned long long)info.n,
+		return ibpi_fail(IBP_ERR_CORRUPT, "fp8 stream: holds %llu elements, expected %llu", (unsigned long long)info.n,
 				(unsigned long long)n);
 	/* on the stack (about 3 KiB): a store's gather decodes blocks with
 	 * this and promises to allocate nothing (ibp/store.h) */
@@ -484,14 +484,14 @@ ibp_status_t ibp_fp8_decode_ext(const void *src, uint64_t src_size, ibp_dtype_t 
 	uint64_t used = TACO_HEADER_BYTES + (j->m << log2b) + 5 * j->m;
 	for (uint64_t i = used; i < info.bytes; i++)
 		if (s8[i])
-			st = ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: padding byte %llu is not zero", (unsigned long long)i);
+			st = ibpi_fail(IBP_ERR_CORRUPT, "fp8 stream: padding byte %llu is not zero", (unsigned long long)i);
 	uint64_t tasks = (j->m + BLOCKS_PER_TASK - 1) / BLOCKS_PER_TASK;
 	if (st == IBP_OK)
-		st = ibp_parallel_for(nthreads, tasks, dec_task, j);
-	int nt = ibp_parallel_threads(nthreads, tasks);
+		st = ibpi_parallel_for(nthreads, tasks, dec_task, j);
+	int nt = ibpi_parallel_threads(nthreads, tasks);
 	for (int i = 0; st == IBP_OK && i < nt && tasks; i++)
 		if (j->bad[i])
-			st = ibp_fail(IBP_ERR_CORRUPT, "fp8 stream: block %llu has invalid scale, exponent or codes",
+			st = ibpi_fail(IBP_ERR_CORRUPT, "fp8 stream: block %llu has invalid scale, exponent or codes",
 				      (unsigned long long)j->bad_block[i]);
 	return st;
 }

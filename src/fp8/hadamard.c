@@ -1,7 +1,7 @@
 /* hadamard.c - fast Walsh-Hadamard transform (see hadamard.h). */
 #include "fp8/hadamard.h"
 
-void ibp_fwht_f32(float *x, uint32_t log2n)
+void ibpi_fwht_f32(float *x, uint32_t log2n)
 {
 	uint32_t n = 1u << log2n;
 	for (uint32_t h = 1; h < n; h <<= 1)
@@ -13,11 +13,11 @@ void ibp_fwht_f32(float *x, uint32_t log2n)
 			}
 }
 
-void ibp_hadamard_f32(float *x, uint32_t log2n)
+void ibpi_hadamard_f32(float *x, uint32_t log2n)
 {
 	uint32_t n = 1u << log2n;
 	float inv = ibp_hadamard_norm(log2n);
-	ibp_fwht_f32(x, log2n);
+	ibpi_fwht_f32(x, log2n);
 	for (uint32_t j = 0; j < n; j++)
 		x[j] = FP_MUL(x[j], inv);
 }

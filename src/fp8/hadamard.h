@@ -18,10 +18,10 @@ static inline IBP_HD float ibp_hadamard_norm(uint32_t log2b)
 }
 
 /* Unnormalised transform of x[0, 2^log2n): x <- H x. log2n <= 16. */
-void ibp_fwht_f32(float *x, uint32_t log2n);
+void ibpi_fwht_f32(float *x, uint32_t log2n);
 
 /* Orthonormal transform x <- (1/sqrt(n)) H x (self-inverse up to rounding);
  * 1/sqrt(n) is exact for even log2n and float(1/sqrt 2) * 2^-k otherwise. */
-void ibp_hadamard_f32(float *x, uint32_t log2n);
+void ibpi_hadamard_f32(float *x, uint32_t log2n);
 
 #endif /* IBP_HADAMARD_H */

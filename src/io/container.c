@@ -210,7 +210,7 @@ struct ibp_container {
 	unsigned ix_gs, ix_cb, ix_w, ix_bits; /* group shift, cluster bits, length bits, entry bits */
 	uint8_t *tables;          /* decoded run-coded Masks, Bitvals (, Xvals); owned */
 	_Atomic(void *) legacy;   /* expanded offsets/flags/clusters of a compact index */
-	_Atomic(void *) rowmap;   /* ibp_rowmap_t, built by ibp_container_rowmap */
+	_Atomic(void *) rowmap;   /* ibp_rowmap_t, built by ibpi_container_rowmap */
 	const uint8_t *payload;
 	uint64_t payload_len;
 	uint64_t payload_sum;     /* XXH3-64 of the whole payload (section table) */
@@ -256,7 +256,7 @@ static ibp_status_t check_sum(const ibp_container_t *c, const sec_t *s)
 {
 	uint64_t h = XXH3_64bits(c->base + s->off, (size_t)s->len);
 	if (h != s->sum)
-		return ibp_fail(IBP_ERR_CHECKSUM,
+		return ibpi_fail(IBP_ERR_CHECKSUM,
 				"%s: %s section (offset %llu, %llu bytes): checksum %016llx, table says %016llx",
 				c->name, SEC_NAME[s->id], (ull)s->off, (ull)s->len, (ull)h, (ull)s->sum);
 	return IBP_OK;
@@ -271,10 +271,10 @@ static ibp_status_t block_geometry(const char *name, ibp_status_t bad, uint64_t 
 {
 	uint64_t row_elems = row_bytes / ibp_dtype_size(dtype), n;
 	if (__builtin_mul_overflow(nrows, row_elems, &n) || n > MAX_ELEMS)
-		return ibp_fail(bad, "%s: %llu rows of %llu elements exceed 2^56 elements", name, (ull)nrows,
+		return ibpi_fail(bad, "%s: %llu rows of %llu elements exceed 2^56 elements", name, (ull)nrows,
 				(ull)row_elems);
 	if (chunk_elems == 0 || chunk_elems > MAX_ELEMS || chunk_elems % row_elems != 0)
-		return ibp_fail(bad, "%s: %llu elements per block is not a positive whole number of rows "
+		return ibpi_fail(bad, "%s: %llu elements per block is not a positive whole number of rows "
 				"of %llu elements", name, (ull)chunk_elems, (ull)row_elems);
 	*elems = n;
 	*nblk = n / chunk_elems + (n % chunk_elems != 0);
@@ -288,22 +288,22 @@ static ibp_status_t parse_value_params(ibp_container_t *c)
 	const uint8_t *p = c->base + H_CODEC_PARAMS;
 	const char *cn = codec_name(c->codec_id);
 	if (c->layout != IBP_LAYOUT_PACKED)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: the %s codec uses the packed layout only", c->name, cn);
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: the %s codec uses the packed layout only", c->name, cn);
 	if (c->chunk_bytes != 0)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: chunk size %u, the %s codec has none (0)", c->name,
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: chunk size %u, the %s codec has none (0)", c->name,
 				c->chunk_bytes, cn);
 	if (!value_dtype(c->dtype))
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: the %s codec does not take dtype %s", c->name, cn,
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "%s: the %s codec does not take dtype %s", c->name, cn,
 				ibp_dtype_name(c->dtype));
 	uint32_t ver = ld32(p + P_VERSION);
 	if (ver != PARAMS_VERSION)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: %s codec parameters version %u, this library reads %u",
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "%s: %s codec parameters version %u, this library reads %u",
 				c->name, cn, (unsigned)ver, PARAMS_VERSION);
 	uint64_t want_blocks, used;
 	if (c->codec_id == IBP_CODEC_EXP) {
 		uint32_t tm = ld32(p + P_EXP_TABLE);
 		if (tm > IBP_EXP_TABLE_GIVEN)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: exp table mode %u is not 0, 1 or 2", c->name,
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: exp table mode %u is not 0, 1 or 2", c->name,
 					(unsigned)tm);
 		c->exp_table = (ibp_exp_table_mode_t)tm;
 		c->chunk_elems = ld64(p + P_EXP_CHUNK);
@@ -312,13 +312,13 @@ static ibp_status_t parse_value_params(ibp_container_t *c)
 	} else {
 		uint32_t fmt = ld32(p + P_FP8_FORMAT), B = ld32(p + P_FP8_BLOCK), fl = ld32(p + P_FP8_FLAGS);
 		if (fmt > IBP_FP8_E5M2)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: fp8 format %u is not 0 (E4M3) or 1 (E5M2)",
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: fp8 format %u is not 0 (E4M3) or 1 (E5M2)",
 					c->name, (unsigned)fmt);
 		if (B < IBP_FP8_MIN_BLOCK || B > IBP_FP8_MAX_BLOCK || (B & (B - 1)) != 0)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: fp8 block size %u is not a power of two in "
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: fp8 block size %u is not a power of two in "
 					"[16, 4096]", c->name, (unsigned)B);
 		if (fl & ~(FP8_F_HADAMARD | FP8_F_ADAPTIVE))
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: fp8 flags 0x%x have unknown bits", c->name,
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: fp8 flags 0x%x have unknown bits", c->name,
 					(unsigned)fl);
 		ibp_fp8_opts_default(&c->fp8);
 		c->fp8.format = (ibp_fp8_format_t)fmt;
@@ -331,11 +331,11 @@ static ibp_status_t parse_value_params(ibp_container_t *c)
 		used = P_FP8_USED;
 	}
 	if (c->minor <= IBP_FORMAT_MINOR && !all_zero(p + used, H_CODEC_PARAMS_LEN - used))
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: reserved %s codec parameter bytes are not zero", c->name, cn);
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: reserved %s codec parameter bytes are not zero", c->name, cn);
 	IBP_TRY(block_geometry(c->name, IBP_ERR_CORRUPT, c->nrows, c->row_bytes, c->dtype, c->chunk_elems,
 			       &c->elems, &c->nblk));
 	if (want_blocks != c->nblk)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: %llu %s blocks recorded, %llu elements in blocks of %llu "
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: %llu %s blocks recorded, %llu elements in blocks of %llu "
 				"make %llu", c->name, (ull)want_blocks, cn, (ull)c->elems, (ull)c->chunk_elems,
 				(ull)c->nblk);
 	c->block_rows = c->chunk_elems / (c->row_bytes / ibp_dtype_size(c->dtype));
@@ -346,56 +346,56 @@ static ibp_status_t parse_header(ibp_container_t *c, uint64_t *hdr_size)
 {
 	const uint8_t *b = c->base;
 	if (c->size < HDR_MIN_FROZEN)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: %llu bytes is too small for a .ibp header", c->name,
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: %llu bytes is too small for a .ibp header", c->name,
 				(ull)c->size);
 	if (memcmp(b + H_MAGIC, MAGIC, sizeof(MAGIC)) != 0)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: not an .ibp file (bad magic)", c->name);
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: not an .ibp file (bad magic)", c->name);
 	/* Frozen in every major: magic, versions, header size, trailing checksum. */
 	uint64_t hs = ld32(b + H_HDR_SIZE);
 	if (hs < HDR_MIN_FROZEN || hs % 8 != 0 || hs > HDR_MAX || hs > c->size)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: header size %llu is invalid (file %llu bytes)", c->name,
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: header size %llu is invalid (file %llu bytes)", c->name,
 				(ull)hs, (ull)c->size);
 	uint64_t want = ld64(b + hs - 8), got = XXH3_64bits(b, (size_t)(hs - 8));
 	if (want != got)
-		return ibp_fail(IBP_ERR_CHECKSUM, "%s: header checksum %016llx, stored %016llx", c->name,
+		return ibpi_fail(IBP_ERR_CHECKSUM, "%s: header checksum %016llx, stored %016llx", c->name,
 				(ull)got, (ull)want);
 	c->major = ld16(b + H_MAJOR);
 	c->minor = ld16(b + H_MINOR);
 	if (c->major != IBP_FORMAT_MAJOR)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: format version %u.%u, this library reads %u.x",
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "%s: format version %u.%u, this library reads %u.x",
 				c->name, c->major, c->minor, IBP_FORMAT_MAJOR);
 	if (hs < HDR_SIZE || hs % SEC_ALIGN_11 != 0)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: header size %llu, expected a multiple of 64 >= %u",
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: header size %llu, expected a multiple of 64 >= %u",
 				c->name, (ull)hs, HDR_SIZE);
 	*hdr_size = hs;
 
 	uint64_t fsz = ld64(b + H_FILE_SIZE);
 	if (fsz != c->size)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: file is %llu bytes, header says %llu (truncated or padded)",
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: file is %llu bytes, header says %llu (truncated or padded)",
 				c->name, (ull)c->size, (ull)fsz);
 	uint32_t req = ld32(b + H_REQ_FEATURES);
 	if (req & ~KNOWN_REQ_FEATURES)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: needs unknown required features 0x%08x", c->name,
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "%s: needs unknown required features 0x%08x", c->name,
 				(unsigned)(req & ~KNOWN_REQ_FEATURES));
 	/* Reserved bytes belong to later minors; a same-or-older minor must zero them. */
 	if (c->minor <= IBP_FORMAT_MINOR &&
 	    (!all_zero(b + H_RESERVED0, 8) || !all_zero(b + H_RESERVED1, 24)))
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: reserved header bytes are not zero", c->name);
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: reserved header bytes are not zero", c->name);
 
 	uint32_t dt = ld32(b + H_DTYPE);
 	if (ibp_dtype_size((ibp_dtype_t)dt) == 0)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: unknown dtype %u", c->name, (unsigned)dt);
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "%s: unknown dtype %u", c->name, (unsigned)dt);
 	c->dtype = (ibp_dtype_t)dt;
 	c->ndim = ld32(b + H_NDIM);
 	if (c->ndim < 1 || c->ndim > IBP_MAX_NDIM)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: ndim %u is outside 1..%u", c->name, c->ndim, IBP_MAX_NDIM);
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: ndim %u is outside 1..%u", c->name, c->ndim, IBP_MAX_NDIM);
 	for (unsigned i = 0; i < IBP_MAX_NDIM; i++) {
 		c->shape[i] = ld64(b + H_DIMS + 8 * i);
 		if (i >= c->ndim && c->shape[i] != 0)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: unused dimension %u is %llu, not 0", c->name, i,
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: unused dimension %u is %llu, not 0", c->name, i,
 					(ull)c->shape[i]);
 		if (i >= 1 && i < c->ndim && c->shape[i] == 0)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: dimension %u is 0 (rows must not be empty)",
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: dimension %u is 0 (rows must not be empty)",
 					c->name, i);
 	}
 	c->nrows = c->shape[0];
@@ -403,41 +403,41 @@ static ibp_status_t parse_header(ibp_container_t *c, uint64_t *hdr_size)
 	uint64_t rb;
 	if (!row_bytes_of(c->dtype, c->ndim, c->shape, &rb) || rb != c->row_bytes ||
 	    rb > IBP_MAX_ROW_BYTES)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: row bytes %llu do not match the shape and dtype %s",
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: row bytes %llu do not match the shape and dtype %s",
 				c->name, (ull)c->row_bytes, ibp_dtype_name(c->dtype));
 
 	uint32_t codec = ld32(b + H_CODEC);
 	if (codec != IBP_CODEC_IBP && codec != IBP_CODEC_EXP && codec != IBP_CODEC_FP8)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: unknown codec id %u", c->name, (unsigned)codec);
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "%s: unknown codec id %u", c->name, (unsigned)codec);
 	c->codec_id = (ibp_codec_id_t)codec;
 	uint32_t layout = ld32(b + H_LAYOUT);
 	if (layout != IBP_LAYOUT_PACKED && layout != IBP_LAYOUT_INPLACE)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: unknown layout %u", c->name, (unsigned)layout);
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "%s: unknown layout %u", c->name, (unsigned)layout);
 	c->layout = (ibp_layout_t)layout;
 	/* the V12 bit, not the minor, says which layout rules apply */
 	c->v12 = (req & REQ_V12) != 0;
 	if (c->v12 && c->minor < 2)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: format 1.%u with the 1.2 feature bit set", c->name, c->minor);
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: format 1.%u with the 1.2 feature bit set", c->name, c->minor);
 	/* LOSSY is what makes an older reader refuse fp8 files: it must match */
 	if (((req & REQ_LOSSY) != 0) != (codec == IBP_CODEC_FP8))
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: LOSSY feature bit %s for the %s codec", c->name,
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: LOSSY feature bit %s for the %s codec", c->name,
 				(req & REQ_LOSSY) ? "set" : "missing", codec_name(c->codec_id));
 	c->chunk_bytes = ld32(b + H_CHUNK);
 	c->threshold = -1.0;
 	if (codec == IBP_CODEC_IBP) {
 		if (c->chunk_bytes != 1 && c->chunk_bytes != 2 && c->chunk_bytes != 4 && c->chunk_bytes != 8)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: chunk size %u is not 1, 2, 4 or 8", c->name,
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: chunk size %u is not 1, 2, 4 or 8", c->name,
 					c->chunk_bytes);
 		/* The IBP codec has no parameters: reserved, so zero unless a
 		 * later minor wrote it. */
 		if (c->minor <= IBP_FORMAT_MINOR && !all_zero(b + H_CODEC_PARAMS, H_CODEC_PARAMS_LEN))
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: IBP codec parameter block is not zero", c->name);
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: IBP codec parameter block is not zero", c->name);
 	} else {
 		IBP_TRY(parse_value_params(c));
 	}
 	c->block = ld64(b + H_BLOCK);
 	if (c->block < BLOCK_MIN || c->block > BLOCK_MAX || (c->block & (c->block - 1)) != 0)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: payload checksum block %llu is not a power of two in "
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: payload checksum block %llu is not a power of two in "
 				"[4 KiB, 1 GiB]", c->name, (ull)c->block);
 	return IBP_OK;
 }
@@ -465,7 +465,7 @@ static ibp_status_t check_gaps(const ibp_container_t *c, uint64_t hs, uint64_t t
 	for (unsigned i = 0; i <= m; i++) {
 		uint64_t start = i < m ? lo[i] : c->size;
 		if (start > at && !all_zero(c->base + at, start - at))
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: padding bytes %llu..%llu are not zero", c->name,
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: padding bytes %llu..%llu are not zero", c->name,
 					(ull)at, (ull)(start - 1));
 		if (i < m && hi[i] > at)
 			at = hi[i];
@@ -478,15 +478,15 @@ static ibp_status_t parse_table(ibp_container_t *c, uint64_t hs, sec_t *known)
 	const uint8_t *b = c->base;
 	uint64_t n = ld32(b + H_NSECTIONS), toff = ld64(b + H_TABLE_OFF);
 	if (n < 1 || n > SEC_MAX)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: %llu sections (1..%u allowed)", c->name, (ull)n, SEC_MAX);
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: %llu sections (1..%u allowed)", c->name, (ull)n, SEC_MAX);
 	uint64_t align = c->v12 ? SEC_ALIGN : SEC_ALIGN_11;
 	if (toff < hs || toff % align != 0 || toff > c->size || n * SEC_ENTRY > c->size - toff)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: section table at %llu (%llu entries) lies outside the file",
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: section table at %llu (%llu entries) lies outside the file",
 				c->name, (ull)toff, (ull)n);
 	uint64_t tend = toff + n * SEC_ENTRY;
 	uint64_t want = ld64(b + H_TABLE_SUM), got = XXH3_64bits(b + toff, (size_t)(n * SEC_ENTRY));
 	if (want != got)
-		return ibp_fail(IBP_ERR_CHECKSUM, "%s: section table checksum %016llx, header says %016llx",
+		return ibpi_fail(IBP_ERR_CHECKSUM, "%s: section table checksum %016llx, header says %016llx",
 				c->name, (ull)got, (ull)want);
 
 	sec_t all[SEC_MAX];
@@ -494,32 +494,32 @@ static ibp_status_t parse_table(ibp_container_t *c, uint64_t hs, sec_t *known)
 		const uint8_t *e = b + toff + i * SEC_ENTRY;
 		sec_t s = { ld32(e), ld32(e + 4), ld64(e + 8), ld64(e + 16), ld64(e + 24), 1 };
 		if (s.off % align != 0 || s.off > c->size || s.len > c->size - s.off)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: section %llu (id %u) at %llu, %llu bytes: outside "
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: section %llu (id %u) at %llu, %llu bytes: outside "
 					"the file or not %llu-byte aligned", c->name, (ull)i, (unsigned)s.id,
 					(ull)s.off, (ull)s.len, (ull)align);
 		if (s.len > 0 && s.off < tend)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: section %llu (id %u) overlaps the header or table",
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: section %llu (id %u) overlaps the header or table",
 					c->name, (ull)i, (unsigned)s.id);
 		for (uint64_t j = 0; j < i; j++)
 			if (s.len > 0 && all[j].len > 0 && s.off < all[j].off + all[j].len &&
 			    all[j].off < s.off + s.len)
-				return ibp_fail(IBP_ERR_CORRUPT, "%s: sections %llu and %llu overlap", c->name,
+				return ibpi_fail(IBP_ERR_CORRUPT, "%s: sections %llu and %llu overlap", c->name,
 						(ull)j, (ull)i);
 		all[i] = s;
 		if (s.id >= 1 && s.id <= SEC_KNOWN_MAX) {
 			if (known[s.id].present)
-				return ibp_fail(IBP_ERR_CORRUPT, "%s: %s section appears twice", c->name,
+				return ibpi_fail(IBP_ERR_CORRUPT, "%s: %s section appears twice", c->name,
 						SEC_NAME[s.id]);
 			known[s.id] = s;
 		} else if (s.flags & SEC_F_REQUIRED) {
-			return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: unknown required section id %u", c->name,
+			return ibpi_fail(IBP_ERR_UNSUPPORTED, "%s: unknown required section id %u", c->name,
 					(unsigned)s.id);
 		}
 		/* unknown optional sections are skipped unread */
 	}
 	/* the sections each codec needs are checked in parse_sections */
 	if (!known[SEC_PAYLOAD].present)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: %s section is missing", c->name, SEC_NAME[SEC_PAYLOAD]);
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: %s section is missing", c->name, SEC_NAME[SEC_PAYLOAD]);
 	return check_gaps(c, hs, toff, tend, all, n);
 }
 
@@ -537,17 +537,17 @@ static ibp_status_t runs_decode(const char *name, const char *what, const uint8_
 	uint64_t done = 0, p = *at;
 	while (done < n) {
 		if (len - p < 4)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: %s: run %llu words in: section ends", name, what,
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: %s: run %llu words in: section ends", name, what,
 					(ull)done);
 		uint32_t h = ld32(src + p);
 		uint64_t cnt = h & RUN_MAX;
 		p += 4;
 		if (cnt == 0 || cnt > n - done)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: %s: a run of %llu words at word %llu of %llu",
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: %s: a run of %llu words at word %llu of %llu",
 					name, what, (ull)cnt, (ull)done, (ull)n);
 		uint64_t need = (h & RUN_LITERAL) ? cnt * C : C;
 		if (len - p < need)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: %s: run at word %llu passes the section end", name,
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: %s: run at word %llu passes the section end", name,
 					what, (ull)done);
 		if (h & RUN_LITERAL) {
 			memcpy(dst + done * C, src + p, (size_t)need);
@@ -582,7 +582,7 @@ static ibp_status_t parse_index(ibp_container_t *c, const sec_t *s)
 {
 	const uint8_t *p = c->base + s->off;
 	if (s->len < IDX_HDR)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: row index is %llu bytes, < %u", c->name, (ull)s->len, IDX_HDR);
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: row index is %llu bytes, < %u", c->name, (ull)s->len, IDX_HDR);
 	c->ix = p;
 	c->ix_gs = p[0];
 	c->ix_cb = p[1];
@@ -591,26 +591,26 @@ static ibp_status_t parse_index(ibp_container_t *c, const sec_t *s)
 	int packed = c->layout == IBP_LAYOUT_PACKED;
 	if (c->ix_gs > IDX_GROUP_SHIFT_MAX || c->ix_cb != want_cb || p[3] != 0 || ld32(p + 4) != 0 ||
 	    (packed ? c->ix_w > IDX_LEN_BITS_MAX : c->ix_w != 0))
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: row index header (group shift %u, cluster bits %u, length "
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: row index header (group shift %u, cluster bits %u, length "
 				"bits %u) is invalid for %u clusters, %s layout", c->name, c->ix_gs, c->ix_cb,
 				c->ix_w, c->nclusters, packed ? "packed" : "inplace");
 	c->ix_bits = 2 + c->ix_cb + c->ix_w;
 	/* >= 2 bits per row in the section: nrows * ix_bits cannot overflow */
 	if (c->nrows / 4 > s->len)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: row index of %llu bytes for %llu rows", c->name,
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: row index of %llu bytes for %llu rows", c->name,
 				(ull)s->len, (ull)c->nrows);
 	uint64_t G = 1ull << c->ix_gs, ng = c->nrows / G + (c->nrows % G != 0);
 	uint64_t ent = (c->nrows * c->ix_bits + 7) / 8, want;
 	uint64_t head = IDX_HDR + (packed ? 8 * (ng + 1) + 4 * ng : 0);
 	want = head + ent;
 	if (s->len != want)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: row index is %llu bytes, %llu rows of %u bits need %llu",
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: row index is %llu bytes, %llu rows of %u bits need %llu",
 				c->name, (ull)s->len, (ull)c->nrows, c->ix_bits, (ull)want);
 	c->ix_ent = p + head;
 	c->ix_ent_len = ent;
 	if (ent > 0 && (c->nrows * c->ix_bits) % 8 != 0 &&
 	    (c->ix_ent[ent - 1] >> ((c->nrows * c->ix_bits) % 8)) != 0)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: row index: padding bits after the last entry are set",
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: row index: padding bits after the last entry are set",
 				c->name);
 	if (packed) {
 		c->ix_base = p + IDX_HDR;
@@ -619,45 +619,45 @@ static ibp_status_t parse_index(ibp_container_t *c, const sec_t *s)
 	/* every entry: mode, cluster; packed: lengths add up to each group's extent */
 	uint64_t at = 0;
 	if (packed && ld64(c->ix_base) != 0)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: row index: group 0 starts at %llu, not 0", c->name,
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: row index: group 0 starts at %llu, not 0", c->name,
 				(ull)ld64(c->ix_base));
 	for (uint64_t g = 0; g < ng; g++) {
 		uint64_t ref = packed ? ld32(c->ix_ref + 4 * g) : 0;
 		uint64_t end = (g + 1) * G < c->nrows ? (g + 1) * G : c->nrows;
 		if (ref > c->row_bytes)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: row index: group %llu reference length %llu > row "
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: row index: group %llu reference length %llu > row "
 					"size %llu", c->name, (ull)g, (ull)ref, (ull)c->row_bytes);
 		for (uint64_t i = g * G; i < end; i++) {
 			uint64_t e = ix_entry(c, i);
 			unsigned cl = (unsigned)((e >> 2) & ((1u << c->ix_cb) - 1));
 			if (cl >= c->nclusters)
-				return ibp_fail(IBP_ERR_CORRUPT, "%s: row %llu: cluster %u >= %u clusters", c->name,
+				return ibpi_fail(IBP_ERR_CORRUPT, "%s: row %llu: cluster %u >= %u clusters", c->name,
 						(ull)i, cl, c->nclusters);
 			if (!packed)
 				continue;
 			if ((e & IBP_ROW_MODE_MASK) == IBP_ROW_RAW && (e >> (2 + c->ix_cb)) != 0)
-				return ibp_fail(IBP_ERR_CORRUPT, "%s: row %llu: raw row with a length field", c->name,
+				return ibpi_fail(IBP_ERR_CORRUPT, "%s: row %llu: raw row with a length field", c->name,
 						(ull)i);
 			uint64_t len = ix_len(c, e, ref);
 			if (len > c->row_bytes)
-				return ibp_fail(IBP_ERR_CORRUPT, "%s: row %llu: length %llu exceeds the row size %llu",
+				return ibpi_fail(IBP_ERR_CORRUPT, "%s: row %llu: length %llu exceeds the row size %llu",
 						c->name, (ull)i, (ull)len, (ull)c->row_bytes);
 			at += len; /* <= nrows * 2^40 < 2^64 + checked below per group */
 		}
 		if (packed && ld64(c->ix_base + 8 * (g + 1)) != at)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: row index: group %llu ends at %llu, its rows add up "
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: row index: group %llu ends at %llu, its rows add up "
 					"to %llu", c->name, (ull)g, (ull)ld64(c->ix_base + 8 * (g + 1)), (ull)at);
 		if (at > c->payload_len)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: row index: rows pass the payload end (%llu bytes)",
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: row index: rows pass the payload end (%llu bytes)",
 					c->name, (ull)c->payload_len);
 	}
 	if (packed && at != c->payload_len)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: rows end at %llu, payload is %llu bytes", c->name, (ull)at,
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: rows end at %llu, payload is %llu bytes", c->name, (ull)at,
 				(ull)c->payload_len);
 	if (!packed) {
 		uint64_t need;
 		if (__builtin_mul_overflow(c->nrows, c->row_bytes, &need) || need != c->payload_len)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: payload is %llu bytes, inplace layout needs %llu "
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: payload is %llu bytes, inplace layout needs %llu "
 					"rows x %llu", c->name, (ull)c->payload_len, (ull)c->nrows,
 					(ull)c->row_bytes);
 	}
@@ -669,29 +669,29 @@ static ibp_status_t parse_row_arrays(ibp_container_t *c, const sec_t *k)
 {
 	const uint8_t *b = c->base;
 	if (!k[SEC_FLAGS].present)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: %s section is missing", c->name, SEC_NAME[SEC_FLAGS]);
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: %s section is missing", c->name, SEC_NAME[SEC_FLAGS]);
 	/* flags: one byte per row, reserved bits clear */
 	if (k[SEC_FLAGS].len != c->nrows)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: flags section is %llu bytes for %llu rows", c->name,
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: flags section is %llu bytes for %llu rows", c->name,
 				(ull)k[SEC_FLAGS].len, (ull)c->nrows);
 	c->flags = b + k[SEC_FLAGS].off;
 	for (uint64_t i = 0; i < c->nrows; i++)
 		if (c->flags[i] & ~IBP_ROW_MODE_MASK)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: row %llu: flags byte 0x%02x has reserved bits set",
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: row %llu: flags byte 0x%02x has reserved bits set",
 					c->name, (ull)i, c->flags[i]);
 
 	/* cluster ids: exactly when there is more than one cluster */
 	if (c->nclusters > 1) {
 		if (!k[SEC_CLUSTERS].present || k[SEC_CLUSTERS].len != c->nrows)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: cluster id section missing or not %llu bytes",
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: cluster id section missing or not %llu bytes",
 					c->name, (ull)c->nrows);
 		c->clusters = b + k[SEC_CLUSTERS].off;
 		for (uint64_t i = 0; i < c->nrows; i++)
 			if (c->clusters[i] >= c->nclusters)
-				return ibp_fail(IBP_ERR_CORRUPT, "%s: row %llu: cluster %u >= %u clusters", c->name,
+				return ibpi_fail(IBP_ERR_CORRUPT, "%s: row %llu: cluster %u >= %u clusters", c->name,
 						(ull)i, c->clusters[i], c->nclusters);
 	} else if (k[SEC_CLUSTERS].present) {
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: cluster id section present with one cluster", c->name);
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: cluster id section present with one cluster", c->name);
 	}
 
 	/* row offsets (packed) */
@@ -699,28 +699,28 @@ static ibp_status_t parse_row_arrays(ibp_container_t *c, const sec_t *k)
 		const sec_t *o = &k[SEC_OFFSETS];
 		/* nrows <= file size (flags section), so 8 * (nrows + 1) fits */
 		if (!o->present || o->len != 8 * (c->nrows + 1))
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: offsets section missing or not %llu bytes",
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: offsets section missing or not %llu bytes",
 					c->name, (ull)(8 * (c->nrows + 1)));
 		c->offsets = (const uint64_t *)(const void *)(b + o->off);
 		if (c->offsets[0] != 0)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: offset of row 0 is %llu, not 0", c->name,
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: offset of row 0 is %llu, not 0", c->name,
 					(ull)c->offsets[0]);
 		for (uint64_t i = 0; i < c->nrows; i++)
 			if (c->offsets[i + 1] < c->offsets[i] ||
 			    c->offsets[i + 1] - c->offsets[i] > c->row_bytes)
-				return ibp_fail(IBP_ERR_CORRUPT, "%s: row %llu: offsets %llu..%llu decrease or "
+				return ibpi_fail(IBP_ERR_CORRUPT, "%s: row %llu: offsets %llu..%llu decrease or "
 						"exceed the row size %llu", c->name, (ull)i, (ull)c->offsets[i],
 						(ull)c->offsets[i + 1], (ull)c->row_bytes);
 		if (c->offsets[c->nrows] != c->payload_len)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: offsets end at %llu, payload is %llu bytes",
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: offsets end at %llu, payload is %llu bytes",
 					c->name, (ull)c->offsets[c->nrows], (ull)c->payload_len);
 	} else {
 		uint64_t want;
 		if (k[SEC_OFFSETS].present)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: row offset section present in the inplace layout",
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: row offset section present in the inplace layout",
 					c->name);
 		if (__builtin_mul_overflow(c->nrows, c->row_bytes, &want) || want != c->payload_len)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: payload is %llu bytes, inplace layout needs %llu "
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: payload is %llu bytes, inplace layout needs %llu "
 					"rows x %llu", c->name, (ull)c->payload_len, (ull)c->nrows,
 					(ull)c->row_bytes);
 	}
@@ -731,11 +731,11 @@ static ibp_status_t parse_ibp(ibp_container_t *c, const sec_t *k)
 {
 	const uint8_t *b = c->base;
 	if (!k[SEC_META].present)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: %s section is missing", c->name, SEC_NAME[SEC_META]);
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: %s section is missing", c->name, SEC_NAME[SEC_META]);
 	/* metadata: nclusters, coding, threshold, masks, bitvals */
 	const sec_t *m = &k[SEC_META];
 	if (m->len < META_HDR)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: metadata section is %llu bytes, < %u", c->name,
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: metadata section is %llu bytes, < %u", c->name,
 				(ull)m->len, META_HDR);
 	const uint8_t *mp = b + m->off;
 	c->nclusters = ld32(mp);
@@ -743,12 +743,12 @@ static ibp_status_t parse_ibp(ibp_container_t *c, const sec_t *k)
 	/* the coding word was reserved (zero) before 1.2 */
 	if (c->nclusters < 1 || c->nclusters > IBP_MAX_CLUSTERS ||
 	    (c->minor <= IBP_FORMAT_MINOR && coding != META_PLAIN && (!c->v12 || coding != META_RUNS)))
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: metadata: %u clusters (1..%u) or table coding %u unknown",
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: metadata: %u clusters (1..%u) or table coding %u unknown",
 				c->name, c->nclusters, IBP_MAX_CLUSTERS, (unsigned)coding);
 	uint64_t tbits = ld64(mp + 8);
 	memcpy(&c->threshold, &tbits, 8);
 	if (!(c->threshold == -1.0 || (c->threshold >= 0.0 && c->threshold <= 1.0)))
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: metadata: threshold is not -1 or in [0, 1]", c->name);
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: metadata: threshold is not -1 or in [0, 1]", c->name);
 	/* row_bytes <= 2^40, so these products cannot overflow */
 	uint64_t words = (c->row_bytes + c->chunk_bytes - 1) / c->chunk_bytes * c->chunk_bytes;
 	uint64_t table = (uint64_t)c->nclusters * words;
@@ -758,24 +758,24 @@ static ibp_status_t parse_ibp(ibp_container_t *c, const sec_t *k)
 		/* tables as runs: bounded expansion, checked before allocating */
 		uint64_t ntab = x->present ? 3 : 2, coded = m->len + (x->present ? x->len : 0);
 		if (table > (RUNS_EXPAND * coded + RUNS_SLACK) / ntab)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: metadata: %llu run-coded bytes cannot stand for %llu "
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: metadata: %llu run-coded bytes cannot stand for %llu "
 					"table bytes", c->name, (ull)coded, (ull)(ntab * table));
 		c->tables = malloc((size_t)(ntab * table));
 		if (!c->tables)
-			return ibp_fail(IBP_ERR_NOMEM, "%s: no memory for %llu metadata bytes", c->name,
+			return ibpi_fail(IBP_ERR_NOMEM, "%s: no memory for %llu metadata bytes", c->name,
 					(ull)(ntab * table));
 		uint64_t n = table / c->chunk_bytes, at = META_HDR;
 		IBP_TRY(runs_decode(c->name, "Masks", mp, m->len, &at, n, c->chunk_bytes, c->tables));
 		IBP_TRY(runs_decode(c->name, "Bitvals", mp, m->len, &at, n, c->chunk_bytes, c->tables + table));
 		if (at != m->len)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: metadata: %llu bytes after the tables", c->name,
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: metadata: %llu bytes after the tables", c->name,
 					(ull)(m->len - at));
 		if (x->present) {
 			at = 0;
 			IBP_TRY(runs_decode(c->name, "Xvals", b + x->off, x->len, &at, n, c->chunk_bytes,
 					    c->tables + 2 * table));
 			if (at != x->len)
-				return ibp_fail(IBP_ERR_CORRUPT, "%s: exception values: %llu bytes after the table",
+				return ibpi_fail(IBP_ERR_CORRUPT, "%s: exception values: %llu bytes after the table",
 						c->name, (ull)(x->len - at));
 			xv = c->tables + 2 * table;
 		}
@@ -783,14 +783,14 @@ static ibp_status_t parse_ibp(ibp_container_t *c, const sec_t *k)
 		bitvals = c->tables + table;
 	} else {
 		if (m->len != META_HDR + 2 * table)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: metadata section is %llu bytes, expected %llu for %u "
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: metadata section is %llu bytes, expected %llu for %u "
 					"clusters of %llu chunk bytes", c->name, (ull)m->len,
 					(ull)(META_HDR + 2 * table), c->nclusters, (ull)words);
 		/* Xvals: a REQUIRED section of its own, so readers before 1.1 refuse
 		 * the file instead of decoding rows wrongly (FORMAT.md 2.4) */
 		if (x->present) {
 			if (x->len != table)
-				return ibp_fail(IBP_ERR_CORRUPT, "%s: exception value section is %llu bytes, "
+				return ibpi_fail(IBP_ERR_CORRUPT, "%s: exception value section is %llu bytes, "
 						"expected %llu", c->name, (ull)x->len, (ull)table);
 			xv = b + x->off;
 		}
@@ -802,7 +802,7 @@ static ibp_status_t parse_ibp(ibp_container_t *c, const sec_t *k)
 		static const int none[] = { SEC_FLAGS, SEC_CLUSTERS, SEC_OFFSETS };
 		for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++)
 			if (k[none[i]].present)
-				return ibp_fail(IBP_ERR_CORRUPT, "%s: %s section beside a row index", c->name,
+				return ibpi_fail(IBP_ERR_CORRUPT, "%s: %s section beside a row index", c->name,
 						SEC_NAME[none[i]]);
 		IBP_TRY(parse_index(c, &k[SEC_INDEX]));
 	} else {
@@ -815,7 +815,7 @@ static ibp_status_t parse_ibp(ibp_container_t *c, const sec_t *k)
 		char why[256];
 		save_error(why, sizeof(why));
 		c->codec = NULL;
-		return ibp_fail(st, "%s: metadata: %s", c->name, why);
+		return ibpi_fail(st, "%s: metadata: %s", c->name, why);
 	}
 	return IBP_OK;
 }
@@ -844,20 +844,20 @@ static ibp_status_t check_exp_offsets(const char *name, ibp_status_t bad, ibp_dt
 		uint64_t last_n = elems - (nblk - 1) * chunk;
 		if (exp_block_limits(dt, nblk > 1 ? chunk : last_n, &full_lo, &full_hi) != IBP_OK ||
 		    exp_block_limits(dt, last_n, &last_lo, &last_hi) != IBP_OK)
-			return ibp_fail(IBP_ERR_INTERNAL, "%s: exp block sizes: %s", name, ibp_last_error());
+			return ibpi_fail(IBP_ERR_INTERNAL, "%s: exp block sizes: %s", name, ibp_last_error());
 	}
 	if (off[0] != 0)
-		return ibp_fail(bad, "%s: offset of block 0 is %llu, not 0", name, (ull)off[0]);
+		return ibpi_fail(bad, "%s: offset of block 0 is %llu, not 0", name, (ull)off[0]);
 	for (uint64_t i = 0; i < nblk; i++) {
 		uint64_t lo = i + 1 < nblk ? full_lo : last_lo, hi = i + 1 < nblk ? full_hi : last_hi;
 		if (off[i + 1] < off[i] || off[i + 1] % EXP_BLOCK_ALIGN != 0 || off[i + 1] - off[i] < lo ||
 		    off[i + 1] - off[i] > hi)
-			return ibp_fail(bad, "%s: exp block %llu: offsets %llu..%llu decrease, are not multiples "
+			return ibpi_fail(bad, "%s: exp block %llu: offsets %llu..%llu decrease, are not multiples "
 					"of 128, or give a size outside [%llu, %llu]", name, (ull)i, (ull)off[i],
 					(ull)off[i + 1], (ull)lo, (ull)hi);
 	}
 	if (off[nblk] != plen)
-		return ibp_fail(bad, "%s: block offsets end at %llu, payload is %llu bytes", name, (ull)off[nblk],
+		return ibpi_fail(bad, "%s: block offsets end at %llu, payload is %llu bytes", name, (ull)off[nblk],
 				(ull)plen);
 	return IBP_OK;
 }
@@ -868,15 +868,15 @@ static ibp_status_t fp8_layout(const char *name, ibp_status_t bad, const ibp_fp8
 {
 	uint64_t s = 0, last = 0, before;
 	if (ibp_fp8_encoded_size(o, chunk, &s) != IBP_OK)
-		return ibp_fail(bad, "%s: fp8 stream size: %s", name, ibp_last_error());
+		return ibpi_fail(bad, "%s: fp8 stream size: %s", name, ibp_last_error());
 	*stride = s;
 	*plen = 0;
 	if (nblk == 0)
 		return IBP_OK;
 	if (ibp_fp8_encoded_size(o, elems - (nblk - 1) * chunk, &last) != IBP_OK)
-		return ibp_fail(bad, "%s: fp8 stream size: %s", name, ibp_last_error());
+		return ibpi_fail(bad, "%s: fp8 stream size: %s", name, ibp_last_error());
 	if (__builtin_mul_overflow(nblk - 1, s, &before) || __builtin_add_overflow(before, last, plen))
-		return ibp_fail(bad, "%s: %llu fp8 streams of %llu bytes overflow", name, (ull)nblk, (ull)s);
+		return ibpi_fail(bad, "%s: %llu fp8 streams of %llu bytes overflow", name, (ull)nblk, (ull)s);
 	return IBP_OK;
 }
 
@@ -895,13 +895,13 @@ static ibp_status_t parse_sections(ibp_container_t *c, const sec_t *k)
 	if (!k[SEC_PAYLOAD_SUMS].present) {
 		/* 1.2: a payload of one block has only its section checksum */
 		if (!c->v12 || c->nsums > 1)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: %s section is missing", c->name,
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: %s section is missing", c->name,
 					SEC_NAME[SEC_PAYLOAD_SUMS]);
 		c->nsums = 0;
 		c->sums = NULL;
 	} else {
 		if (k[SEC_PAYLOAD_SUMS].len != 8 * c->nsums)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: payload checksum section is %llu bytes, expected "
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: payload checksum section is %llu bytes, expected "
 					"%llu", c->name, (ull)k[SEC_PAYLOAD_SUMS].len, (ull)(8 * c->nsums));
 		c->sums = b + k[SEC_PAYLOAD_SUMS].off;
 	}
@@ -912,25 +912,25 @@ static ibp_status_t parse_sections(ibp_container_t *c, const sec_t *k)
 	static const int none[] = { SEC_META, SEC_FLAGS, SEC_CLUSTERS, SEC_XVALS, SEC_INDEX };
 	for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++)
 		if (k[none[i]].present)
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: %s section present, the %s codec has none", c->name,
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: %s section present, the %s codec has none", c->name,
 					SEC_NAME[none[i]], codec_name(c->codec_id));
 	if (c->codec_id == IBP_CODEC_EXP) {
 		const sec_t *o = &k[SEC_OFFSETS];
 		/* nblk <= 2^56, so the length cannot overflow */
 		if (!o->present || o->len != 8 * (c->nblk + 1))
-			return ibp_fail(IBP_ERR_CORRUPT, "%s: block offsets section missing or not %llu bytes",
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: block offsets section missing or not %llu bytes",
 					c->name, (ull)(8 * (c->nblk + 1)));
 		c->blk_off = (const uint64_t *)(const void *)(b + o->off);
 		return check_exp_offsets(c->name, IBP_ERR_CORRUPT, c->dtype, c->elems, c->chunk_elems, c->nblk,
 					 c->blk_off, c->payload_len);
 	}
 	if (k[SEC_OFFSETS].present)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: offsets section in an fp8 container", c->name);
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: offsets section in an fp8 container", c->name);
 	uint64_t want;
 	IBP_TRY(fp8_layout(c->name, IBP_ERR_CORRUPT, &c->fp8, c->elems, c->chunk_elems, c->nblk, &c->stride,
 			   &want));
 	if (want != c->payload_len)
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: payload is %llu bytes, %llu fp8 streams of %llu elements "
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: payload is %llu bytes, %llu fp8 streams of %llu elements "
 				"take %llu", c->name, (ull)c->payload_len, (ull)c->nblk, (ull)c->chunk_elems,
 				(ull)want);
 	return IBP_OK;
@@ -999,19 +999,19 @@ ibp_status_t ibp_container_open_memory(const void *data, uint64_t size, unsigned
 				       ibp_container_t **out)
 {
 	if (!out || (!data && size > 0))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_container_open_memory: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_container_open_memory: NULL argument");
 	*out = NULL;
 	if (flags & ~(IBP_OPEN_MMAP | IBP_OPEN_VERIFY | IBP_OPEN_TRUSTED))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "<memory>: unknown open flags 0x%x", flags);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "<memory>: unknown open flags 0x%x", flags);
 	ibp_container_t *c = new_container("<memory>");
 	if (!c)
-		return ibp_fail(IBP_ERR_NOMEM, "ibp_container_open_memory: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "ibp_container_open_memory: out of memory");
 	if (size > 0 && ((uintptr_t)data % 8) != 0) {
 		/* offset tables are read as uint64_t in place: realign a copy */
 		void *p = ibp_host_alloc(size, MEM_ALIGN);
 		if (!p) {
 			ibp_container_close(c);
-			return ibp_fail(IBP_ERR_NOMEM, "<memory>: cannot copy %llu bytes", (ull)size);
+			return ibpi_fail(IBP_ERR_NOMEM, "<memory>: cannot copy %llu bytes", (ull)size);
 		}
 		memcpy(p, data, (size_t)size);
 		c->base = p;
@@ -1048,32 +1048,32 @@ static void advise_huge(void *p, uint64_t size)
 ibp_status_t ibp_container_open(const char *path, unsigned flags, ibp_container_t **out)
 {
 	if (!path || !out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_container_open: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_container_open: NULL argument");
 	*out = NULL;
 	if (flags & ~(IBP_OPEN_MMAP | IBP_OPEN_VERIFY | IBP_OPEN_TRUSTED))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: unknown open flags 0x%x", path, flags);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: unknown open flags 0x%x", path, flags);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return ibp_fail(IBP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+		return ibpi_fail(IBP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
 	struct stat sb;
 	if (fstat(fd, &sb) != 0) {
 		int e = errno;
 		close(fd);
-		return ibp_fail(IBP_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+		return ibpi_fail(IBP_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
 	}
 	if (!S_ISREG(sb.st_mode)) {
 		close(fd);
-		return ibp_fail(IBP_ERR_IO, "%s: not a regular file", path);
+		return ibpi_fail(IBP_ERR_IO, "%s: not a regular file", path);
 	}
 	uint64_t size = (uint64_t)sb.st_size;
 	if (size < HDR_MIN_FROZEN || size > SIZE_MAX / 2) {
 		close(fd);
-		return ibp_fail(IBP_ERR_CORRUPT, "%s: %llu bytes is not a valid .ibp size", path, (ull)size);
+		return ibpi_fail(IBP_ERR_CORRUPT, "%s: %llu bytes is not a valid .ibp size", path, (ull)size);
 	}
 	ibp_container_t *c = new_container(path);
 	if (!c) {
 		close(fd);
-		return ibp_fail(IBP_ERR_NOMEM, "%s: out of memory", path);
+		return ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory", path);
 	}
 	c->size = size;
 	if (flags & IBP_OPEN_MMAP) {
@@ -1082,7 +1082,7 @@ ibp_status_t ibp_container_open(const char *path, unsigned flags, ibp_container_
 			int e = errno;
 			close(fd);
 			ibp_container_close(c);
-			return ibp_fail(IBP_ERR_IO, "%s: cannot mmap %llu bytes: %s", path, (ull)size, strerror(e));
+			return ibpi_fail(IBP_ERR_IO, "%s: cannot mmap %llu bytes: %s", path, (ull)size, strerror(e));
 		}
 		c->base = p;
 		c->own = OWN_MMAP;
@@ -1091,7 +1091,7 @@ ibp_status_t ibp_container_open(const char *path, unsigned flags, ibp_container_
 		if (!p) {
 			close(fd);
 			ibp_container_close(c);
-			return ibp_fail(IBP_ERR_NOMEM, "%s: cannot allocate %llu bytes", path, (ull)size);
+			return ibpi_fail(IBP_ERR_NOMEM, "%s: cannot allocate %llu bytes", path, (ull)size);
 		}
 		c->base = p;
 		c->own = OWN_HEAP;
@@ -1106,7 +1106,7 @@ ibp_status_t ibp_container_open(const char *path, unsigned flags, ibp_container_
 				int e = r < 0 ? errno : 0;
 				close(fd);
 				ibp_container_close(c);
-				return ibp_fail(IBP_ERR_IO, "%s: read failed at byte %llu: %s", path, (ull)at,
+				return ibpi_fail(IBP_ERR_IO, "%s: read failed at byte %llu: %s", path, (ull)at,
 						e ? strerror(e) : "file shrank while reading");
 			}
 			at += (uint64_t)r;
@@ -1155,12 +1155,12 @@ ibp_status_t ibp_container_row_meta(const ibp_container_t *c, uint64_t row, cons
 				    uint64_t *len, uint8_t *flags, unsigned *cluster)
 {
 	if (!c || !src || !len)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_container_row: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_container_row: NULL argument");
 	if (c->codec_id != IBP_CODEC_IBP)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: %s container: rows are encoded in blocks, not one "
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "%s: %s container: rows are encoded in blocks, not one "
 				"by one", c->name, codec_name(c->codec_id));
 	if (row >= c->nrows)
-		return ibp_fail(IBP_ERR_OUT_OF_RANGE, "%s: row %llu >= %llu rows", c->name, (ull)row,
+		return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "%s: row %llu >= %llu rows", c->name, (ull)row,
 				(ull)c->nrows);
 	uint8_t m;
 	unsigned cl;
@@ -1186,9 +1186,9 @@ ibp_status_t ibp_container_index_expand(const ibp_container_t *c, uint64_t *offs
 					uint8_t *clusters)
 {
 	if (!c || c->codec_id != IBP_CODEC_IBP)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_container_index_expand: NULL or not an IBP container");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_container_index_expand: NULL or not an IBP container");
 	if (offsets && c->layout != IBP_LAYOUT_PACKED)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: the inplace layout has no row offsets", c->name);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: the inplace layout has no row offsets", c->name);
 	uint64_t off = 0;
 	for (uint64_t i = 0; i < c->nrows; i++) {
 		const uint8_t *src;
@@ -1222,13 +1222,13 @@ ibp_status_t ibp_container_index_expand(const ibp_container_t *c, uint64_t *offs
 
 /* ---- the row map (container_internal.h) ---- */
 
-ibp_status_t ibp_container_rowmap(const ibp_container_t *c, uint64_t max_bytes, const ibp_rowmap_t **out)
+ibp_status_t ibpi_container_rowmap(const ibp_container_t *c, uint64_t max_bytes, const ibp_rowmap_t **out)
 {
 	if (!c || !out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_container_rowmap: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibpi_container_rowmap: NULL argument");
 	*out = NULL;
 	if (c->codec_id != IBP_CODEC_IBP)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: %s container has no rows to map", c->name,
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "%s: %s container has no rows to map", c->name,
 				codec_name(c->codec_id));
 	ibp_container_t *mc = (ibp_container_t *)(uintptr_t)c;
 	void *have = atomic_load_explicit(&mc->rowmap, memory_order_acquire);
@@ -1240,7 +1240,7 @@ ibp_status_t ibp_container_rowmap(const ibp_container_t *c, uint64_t max_bytes, 
 	const unsigned sh = 2 + bitlen64(c->nclusters - 1); /* <= 8: at most 64 clusters */
 	const uint64_t omax = (1ull << (32 - sh)) - 1;      /* largest offset a record holds */
 	if (c->row_bytes > omax / G)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: rows of %llu bytes are too long for the row map",
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "%s: rows of %llu bytes are too long for the row map",
 				c->name, (ull)c->row_bytes);
 	/* n < 2^62 (the index holds >= 2 bits per row of a file < 2^63 bytes) */
 	const uint64_t ng = n / G + (n % G != 0);
@@ -1248,7 +1248,7 @@ ibp_status_t ibp_container_rowmap(const ibp_container_t *c, uint64_t max_bytes, 
 	const uint64_t nb = 8 * (ng + 1), nr = 4 * (uint64_t)IBP_ROWMAP_STRIDE * ng;
 	const uint64_t bytes = (hdr + nb + nr + 63) & ~63ull;
 	if (ng > UINT64_MAX / 512 || bytes > max_bytes || bytes > SIZE_MAX)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: a row map of %llu rows exceeds %llu bytes", c->name,
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "%s: a row map of %llu rows exceeds %llu bytes", c->name,
 				(ull)n, (ull)max_bytes);
 	/* A large map on 2 MiB boundaries with huge pages advised, as the
 	 * payload: every random row reads a record of it, and with 4 KiB pages
@@ -1256,7 +1256,7 @@ ibp_status_t ibp_container_rowmap(const ibp_container_t *c, uint64_t max_bytes, 
 	const uint64_t H = 2u << 20, align = bytes >= 2 * H ? H : 64;
 	uint8_t *mem = aligned_alloc((size_t)align, (size_t)((bytes + align - 1) / align * align));
 	if (!mem)
-		return ibp_fail(IBP_ERR_NOMEM, "%s: no memory for a row map of %llu bytes", c->name, (ull)bytes);
+		return ibpi_fail(IBP_ERR_NOMEM, "%s: no memory for a row map of %llu bytes", c->name, (ull)bytes);
 	if (align == H)
 		advise_huge(mem, bytes);
 	ibp_rowmap_t *m = (ibp_rowmap_t *)(void *)mem;
@@ -1295,7 +1295,7 @@ ibp_status_t ibp_container_rowmap(const ibp_container_t *c, uint64_t max_bytes, 
 			if (off < base[g] || off - base[g] != end || off - base[g] > omax - len ||
 			    len > c->row_bytes || off + len > c->payload_len) {
 				free(mem);
-				return ibp_fail(IBP_ERR_CORRUPT, "%s: row %llu: extent %llu + %llu is not where its "
+				return ibpi_fail(IBP_ERR_CORRUPT, "%s: row %llu: extent %llu + %llu is not where its "
 						"group's rows end or outside the payload", c->name, (ull)i, (ull)off,
 						(ull)len);
 			}
@@ -1352,9 +1352,9 @@ ibp_status_t ibp_container_block(const ibp_container_t *c, uint64_t block, const
 				 uint64_t *len)
 {
 	if (c->codec_id == IBP_CODEC_IBP)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: an IBP container has rows, not blocks", c->name);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: an IBP container has rows, not blocks", c->name);
 	if (block >= c->nblk)
-		return ibp_fail(IBP_ERR_OUT_OF_RANGE, "%s: block %llu >= %llu blocks", c->name, (ull)block,
+		return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "%s: block %llu >= %llu blocks", c->name, (ull)block,
 				(ull)c->nblk);
 	if (c->blk_off) {
 		*src = c->payload + c->blk_off[block];
@@ -1384,7 +1384,7 @@ static ibp_status_t decode_block(const ibp_container_t *c, uint64_t b, void *dst
 		ibp_exp_info_t info;
 		IBP_TRY(ibp_exp_block_info(src, len, &info));
 		if (info.block_bytes != len || info.n != n || info.dtype != c->dtype)
-			return ibp_fail(IBP_ERR_CORRUPT, "exp block holds %llu %s elements in %llu bytes, its "
+			return ibpi_fail(IBP_ERR_CORRUPT, "exp block holds %llu %s elements in %llu bytes, its "
 					"extent is %llu elements of %s in %llu bytes", (ull)info.n,
 					ibp_dtype_name(info.dtype), (ull)info.block_bytes, (ull)n,
 					ibp_dtype_name(c->dtype), (ull)len);
@@ -1395,7 +1395,7 @@ static ibp_status_t decode_block(const ibp_container_t *c, uint64_t b, void *dst
 	IBP_TRY(ibp_fp8_stream_info(src, len, &info));
 	if (info.n != n || info.bytes != len || info.format != c->fp8.format || info.block != c->fp8.block ||
 	    info.hadamard != c->fp8.hadamard || info.adaptive != c->fp8.adaptive)
-		return ibp_fail(IBP_ERR_CORRUPT, "fp8 stream (%llu elements, %llu bytes, format %u, block %u, "
+		return ibpi_fail(IBP_ERR_CORRUPT, "fp8 stream (%llu elements, %llu bytes, format %u, block %u, "
 				"flags %d%d) disagrees with the container (%llu, %llu, %u, %u, %d%d)", (ull)info.n,
 				(ull)info.bytes, (unsigned)info.format, info.block, info.hadamard, info.adaptive,
 				(ull)n, (ull)len, (unsigned)c->fp8.format, c->fp8.block, c->fp8.hadamard,
@@ -1407,17 +1407,17 @@ ibp_status_t ibp_container_decode_block(const ibp_container_t *c, uint64_t block
 					int nthreads)
 {
 	if (!c || (!dst && c->codec_id != IBP_CODEC_IBP && block < c->nblk) || nthreads < 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_container_decode_block: NULL argument or nthreads < 0");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_container_decode_block: NULL argument or nthreads < 0");
 	if (c->codec_id == IBP_CODEC_IBP)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: an IBP container has rows, not blocks", c->name);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: an IBP container has rows, not blocks", c->name);
 	if (block >= c->nblk)
-		return ibp_fail(IBP_ERR_OUT_OF_RANGE, "%s: block %llu >= %llu blocks", c->name, (ull)block,
+		return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "%s: block %llu >= %llu blocks", c->name, (ull)block,
 				(ull)c->nblk);
 	ibp_status_t st = decode_block(c, block, dst, nthreads);
 	if (st != IBP_OK) {
 		char why[256];
 		save_error(why, sizeof(why));
-		return ibp_fail(st, "%s: block %llu (rows %llu..): %s", c->name, (ull)block,
+		return ibpi_fail(st, "%s: block %llu (rows %llu..): %s", c->name, (ull)block,
 				(ull)(block * c->block_rows), why);
 	}
 	return IBP_OK;
@@ -1427,13 +1427,13 @@ ibp_status_t ibp_container_decode_row(const ibp_container_t *c, uint64_t row, vo
 {
 	if (c->codec_id != IBP_CODEC_IBP) {
 		if (row >= c->nrows)
-			return ibp_fail(IBP_ERR_OUT_OF_RANGE, "%s: row %llu >= %llu rows", c->name, (ull)row,
+			return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "%s: row %llu >= %llu rows", c->name, (ull)row,
 					(ull)c->nrows);
 		uint64_t b = row / c->block_rows, first = b * c->block_rows;
 		uint64_t rows = c->nrows - first < c->block_rows ? c->nrows - first : c->block_rows;
 		uint8_t *tmp = ibp_host_alloc(rows * c->row_bytes, 0);
 		if (!tmp)
-			return ibp_fail(IBP_ERR_NOMEM, "%s: no memory to decode block %llu", c->name, (ull)b);
+			return ibpi_fail(IBP_ERR_NOMEM, "%s: no memory to decode block %llu", c->name, (ull)b);
 		ibp_status_t st = ibp_container_decode_block(c, b, tmp, 1);
 		if (st == IBP_OK)
 			memcpy(dst, tmp + (row - first) * c->row_bytes, (size_t)c->row_bytes);
@@ -1449,7 +1449,7 @@ ibp_status_t ibp_container_decode_row(const ibp_container_t *c, uint64_t row, vo
 	if (st != IBP_OK) {
 		char why[256];
 		save_error(why, sizeof(why));
-		return ibp_fail(st, "%s: row %llu: %s", c->name, (ull)row, why);
+		return ibpi_fail(st, "%s: row %llu: %s", c->name, (ull)row, why);
 	}
 	return IBP_OK;
 }
@@ -1496,7 +1496,7 @@ static void verify_rows(void *p, uint64_t begin, uint64_t end, int tid)
 		unsigned cl;
 		row_at(c, i, &src, &len, &mode, &cl);
 		uint64_t want = 0;
-		ibp_status_t st = ibp_decode_row_ext(c->codec, src, len, mode, cl, row, &want);
+		ibp_status_t st = ibpi_decode_row_ext(c->codec, src, len, mode, cl, row, &want);
 		if (st == IBP_OK && c->layout == IBP_LAYOUT_PACKED) {
 			/* packed rows must fill their extent exactly */
 			if (want != len) {
@@ -1550,9 +1550,9 @@ static ibp_status_t check_payload(const ibp_container_t *c, int nthreads, int wh
 	if (c->nsums > 0) {
 		verify_ctx_t *v = calloc(1, sizeof(*v));
 		if (!v)
-			return ibp_fail(IBP_ERR_NOMEM, "%s: payload checksums: out of memory", c->name);
+			return ibpi_fail(IBP_ERR_NOMEM, "%s: payload checksums: out of memory", c->name);
 		v->c = c;
-		st = ibp_parallel_for(nthreads, c->nsums, verify_sums, v);
+		st = ibpi_parallel_for(nthreads, c->nsums, verify_sums, v);
 		int worst = -1;
 		for (int t = 0; st == IBP_OK && t < IBP_MAX_THREADS; t++)
 			if (v->st[t] != IBP_OK && (worst < 0 || v->bad[t] < v->bad[worst]))
@@ -1560,7 +1560,7 @@ static ibp_status_t check_payload(const ibp_container_t *c, int nthreads, int wh
 		if (worst >= 0) {
 			uint64_t blk = v->bad[worst];
 			uint64_t end = (blk + 1) * c->block < c->payload_len ? (blk + 1) * c->block : c->payload_len;
-			st = ibp_fail(IBP_ERR_CHECKSUM, "%s: payload block %llu (bytes %llu..%llu)", c->name,
+			st = ibpi_fail(IBP_ERR_CHECKSUM, "%s: payload block %llu (bytes %llu..%llu)", c->name,
 				      (ull)blk, (ull)(blk * c->block), (ull)end);
 		}
 		free(v);
@@ -1568,7 +1568,7 @@ static ibp_status_t check_payload(const ibp_container_t *c, int nthreads, int wh
 	if (st == IBP_OK && (whole || c->nsums == 0)) {
 		uint64_t h = XXH3_64bits(c->payload, (size_t)c->payload_len);
 		if (h != c->payload_sum)
-			st = ibp_fail(IBP_ERR_CHECKSUM, "%s: payload checksum %016llx, table says %016llx",
+			st = ibpi_fail(IBP_ERR_CHECKSUM, "%s: payload checksum %016llx, table says %016llx",
 				      c->name, (ull)h, (ull)c->payload_sum);
 	}
 	return st;
@@ -1577,22 +1577,22 @@ static ibp_status_t check_payload(const ibp_container_t *c, int nthreads, int wh
 ibp_status_t ibp_container_verify(const ibp_container_t *c, int nthreads)
 {
 	if (!c || nthreads < 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_container_verify: NULL container or nthreads < 0");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_container_verify: NULL container or nthreads < 0");
 	ibp_status_t st = check_payload(c, nthreads, 1);
 	if (st != IBP_OK)
 		return st;
 	verify_ctx_t *v = calloc(1, sizeof(*v));
 	if (!v)
-		return ibp_fail(IBP_ERR_NOMEM, "%s: verify: out of memory", c->name);
+		return ibpi_fail(IBP_ERR_NOMEM, "%s: verify: out of memory", c->name);
 	v->c = c;
 	const char *unit = "row";
 	if (st == IBP_OK && c->codec_id == IBP_CODEC_IBP) {
-		st = ibp_parallel_for(nthreads, c->nrows, verify_rows, v);
+		st = ibpi_parallel_for(nthreads, c->nrows, verify_rows, v);
 	} else if (st == IBP_OK) {
 		unit = c->codec_id == IBP_CODEC_EXP ? "exp block" : "fp8 stream";
 		/* few big blocks: let each decode use the threads */
 		v->inner = c->nblk == 1 ? nthreads : 1;
-		st = ibp_parallel_for(c->nblk == 1 ? 1 : nthreads, c->nblk, verify_value_blocks, v);
+		st = ibpi_parallel_for(c->nblk == 1 ? 1 : nthreads, c->nblk, verify_value_blocks, v);
 	}
 	/* report the lowest failing row, whichever thread found it */
 	int worst = -1;
@@ -1600,7 +1600,7 @@ ibp_status_t ibp_container_verify(const ibp_container_t *c, int nthreads)
 		if (v->st[t] != IBP_OK && (worst < 0 || v->bad[t] < v->bad[worst]))
 			worst = t;
 	if (worst >= 0)
-		st = ibp_fail(v->st[worst], "%s: verify: %s %llu: %s", c->name, unit, (ull)v->bad[worst],
+		st = ibpi_fail(v->st[worst], "%s: verify: %s %llu: %s", c->name, unit, (ull)v->bad[worst],
 			      v->msg[worst]);
 	free(v);
 	return st;
@@ -1660,7 +1660,7 @@ ibp_exp_table_mode_t ibp_container_exp_table_mode(const ibp_container_t *c) { re
 ibp_status_t ibp_container_fp8_opts(const ibp_container_t *c, ibp_fp8_opts_t *o)
 {
 	if (!c || !o || c->codec_id != IBP_CODEC_FP8)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_container_fp8_opts: NULL argument or not an fp8 container");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_container_fp8_opts: NULL argument or not an fp8 container");
 	*o = c->fp8;
 	return IBP_OK;
 }
@@ -1678,7 +1678,7 @@ const uint8_t *ibp_container_payload(const ibp_container_t *c, uint64_t *len)
  * the 1.1 reader (io/container_internal.h). */
 static atomic_uint write_minor = IBP_FORMAT_MINOR;
 
-void ibp_container_write_minor_set(unsigned minor)
+void ibpi_container_write_minor_set(unsigned minor)
 {
 	atomic_store(&write_minor, minor == 1 ? 1u : IBP_FORMAT_MINOR);
 }
@@ -1698,7 +1698,7 @@ static ibp_status_t write_all(int fd, const void *buf, uint64_t len, const char 
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0)
-			return ibp_fail(IBP_ERR_IO, "%s: write failed: %s", path,
+			return ibpi_fail(IBP_ERR_IO, "%s: write failed: %s", path,
 					w < 0 ? strerror(errno) : "no progress");
 		p += w;
 		len -= (uint64_t)w;
@@ -1743,7 +1743,7 @@ static void sync_dir(const char *path)
  * hook in io/container_internal.h lowers it). */
 static _Atomic uint64_t direct_min = 256ull << 20;
 
-void ibp_container_write_direct_min_set(uint64_t bytes)
+void ibpi_container_write_direct_min_set(uint64_t bytes)
 {
 	atomic_store(&direct_min, bytes ? bytes : 256ull << 20);
 }
@@ -1781,18 +1781,18 @@ static ibp_status_t write_direct(int fd, const char *tmp, const uint8_t *buf, ui
 					/* EINVAL: refused (alignment); a short odd write: the
 					 * rest goes through the page cache */
 					if (w < 0 && errno != EINVAL)
-						st = ibp_fail(IBP_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+						st = ibpi_fail(IBP_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
 					else if (w == 0)
-						st = ibp_fail(IBP_ERR_IO, "%s: write failed: no progress", tmp);
+						st = ibpi_fail(IBP_ERR_IO, "%s: write failed: no progress", tmp);
 					break;
 				}
 			}
 			if (fcntl(fd, F_SETFL, fl) != 0 && st == IBP_OK)
-				st = ibp_fail(IBP_ERR_IO, "%s: cannot clear O_DIRECT: %s", tmp, strerror(errno));
+				st = ibpi_fail(IBP_ERR_IO, "%s: cannot clear O_DIRECT: %s", tmp, strerror(errno));
 		}
 		free(bounce);
 		if (st == IBP_OK && lseek(fd, (off_t)(off + done), SEEK_SET) < 0)
-			st = ibp_fail(IBP_ERR_IO, "%s: seek failed: %s", tmp, strerror(errno));
+			st = ibpi_fail(IBP_ERR_IO, "%s: seek failed: %s", tmp, strerror(errno));
 		IBP_TRY(st);
 	}
 	/* the tail, or all of it without O_DIRECT */
@@ -1815,7 +1815,7 @@ static ibp_status_t write_file(const char *path, const uint8_t *hdr, const uint8
 	size_t plen = strlen(path);
 	char *tmp = malloc(plen + 64);
 	if (!tmp)
-		return ibp_fail(IBP_ERR_NOMEM, "%s: out of memory", path);
+		return ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory", path);
 	int fd = -1;
 	for (int tries = 0; fd < 0 && tries < 100; tries++) {
 		snprintf(tmp, plen + 64, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
@@ -1824,7 +1824,7 @@ static ibp_status_t write_file(const char *path, const uint8_t *hdr, const uint8
 			break;
 	}
 	if (fd < 0) {
-		ibp_status_t st = ibp_fail(IBP_ERR_IO, "%s: cannot create temporary file %s: %s", path, tmp,
+		ibp_status_t st = ibpi_fail(IBP_ERR_IO, "%s: cannot create temporary file %s: %s", path, tmp,
 					   strerror(errno));
 		free(tmp);
 		return st;
@@ -1842,11 +1842,11 @@ static ibp_status_t write_file(const char *path, const uint8_t *hdr, const uint8
 		at = s[i].off + s[i].len;
 	}
 	if (st == IBP_OK && fsync(fd) != 0)
-		st = ibp_fail(IBP_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
+		st = ibpi_fail(IBP_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
 	if (close(fd) != 0 && st == IBP_OK)
-		st = ibp_fail(IBP_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
+		st = ibpi_fail(IBP_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
 	if (st == IBP_OK && rename(tmp, path) != 0)
-		st = ibp_fail(IBP_ERR_IO, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
+		st = ibpi_fail(IBP_ERR_IO, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
 	if (st != IBP_OK)
 		unlink(tmp);
 	else
@@ -1860,18 +1860,18 @@ static ibp_status_t check_tensor(const char *path, ibp_dtype_t dtype, unsigned n
 				 ibp_layout_t layout, uint64_t *R)
 {
 	if (!path || !shape)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_container_write: NULL path or shape");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_container_write: NULL path or shape");
 	if (ndim < 1 || ndim > IBP_MAX_NDIM)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: ndim %u is outside 1..%u", path, ndim, IBP_MAX_NDIM);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: ndim %u is outside 1..%u", path, ndim, IBP_MAX_NDIM);
 	if (ibp_dtype_size(dtype) == 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: unknown dtype %d", path, (int)dtype);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: unknown dtype %d", path, (int)dtype);
 	if (layout != IBP_LAYOUT_PACKED && layout != IBP_LAYOUT_INPLACE)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: unknown layout %d", path, (int)layout);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: unknown layout %d", path, (int)layout);
 	for (unsigned i = 1; i < ndim; i++)
 		if (shape[i] == 0)
-			return ibp_fail(IBP_ERR_INVALID_ARG, "%s: dimension %u is 0", path, i);
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: dimension %u is 0", path, i);
 	if (!row_bytes_of(dtype, ndim, shape, R) || *R > IBP_MAX_ROW_BYTES)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: rows of the shape and dtype %s are too large", path,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: rows of the shape and dtype %s are too large", path,
 				ibp_dtype_name(dtype));
 	return IBP_OK;
 }
@@ -1880,10 +1880,10 @@ static ibp_status_t check_shape(const char *path, const ibp_codec_t *codec, ibp_
 				unsigned ndim, const uint64_t *shape, ibp_layout_t layout, uint64_t *R)
 {
 	if (!path || !codec || !shape)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_container_write: NULL path, codec or shape");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_container_write: NULL path, codec or shape");
 	IBP_TRY(check_tensor(path, dtype, ndim, shape, layout, R));
 	if (*R != ibp_codec_row_bytes(codec))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: shape and dtype %s give rows of %llu bytes, the "
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: shape and dtype %s give rows of %llu bytes, the "
 				"codec's are %llu", path, ibp_dtype_name(dtype), (ull)*R,
 				(ull)ibp_codec_row_bytes(codec));
 	return IBP_OK;
@@ -1906,13 +1906,13 @@ typedef struct whdr {
 static ibp_status_t write_container(const char *path, const whdr_t *h, wsec_t *s, unsigned ns)
 {
 	if (ns < 1 || s[ns - 1].id != SEC_PAYLOAD)
-		return ibp_fail(IBP_ERR_INTERNAL, "%s: payload section not last", path);
+		return ibpi_fail(IBP_ERR_INTERNAL, "%s: payload section not last", path);
 	const uint8_t *pl = s[ns - 1].data;
 	uint64_t plen = s[ns - 1].len, block = BLOCK_DEFAULT;
 	uint64_t nsums = plen / block + (plen % block != 0);
 	uint8_t *sums = malloc((size_t)(nsums ? 8 * nsums : 1));
 	if (!sums)
-		return ibp_fail(IBP_ERR_NOMEM, "%s: out of memory for checksums", path);
+		return ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory for checksums", path);
 	for (uint64_t i = 0; i < nsums; i++) {
 		uint64_t off = i * block, len = plen - off < block ? plen - off : block;
 		st64(sums + 8 * i, XXH3_64bits(pl + off, (size_t)len));
@@ -2016,7 +2016,7 @@ static ibp_status_t build_index(const char *path, ibp_layout_t layout, uint64_t 
 	unsigned cb = bitlen64(k - 1), w = 0;
 	uint32_t *refs = packed ? malloc((size_t)(4 * (ng ? ng : 1))) : NULL;
 	if (packed && !refs)
-		return ibp_fail(IBP_ERR_NOMEM, "%s: out of memory for the row index", path);
+		return ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory for the row index", path);
 	/* per group: the shortest coded row is the reference; the widest
 	 * difference to it over the file sets the length bits */
 	for (uint64_t g = 0; packed && g < ng; g++) {
@@ -2026,7 +2026,7 @@ static ibp_status_t build_index(const char *path, ibp_layout_t layout, uint64_t 
 			if ((flags[i] & IBP_ROW_MODE_MASK) == IBP_ROW_RAW) {
 				if (len != R) {
 					free(refs);
-					return ibp_fail(IBP_ERR_INVALID_ARG, "%s: row %llu: a raw row is %llu bytes, "
+					return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: row %llu: a raw row is %llu bytes, "
 							"not the row size %llu", path, (ull)i, (ull)len, (ull)R);
 				}
 				continue;
@@ -2047,7 +2047,7 @@ static ibp_status_t build_index(const char *path, ibp_layout_t layout, uint64_t 
 	uint8_t *p = calloc(1, (size_t)(head + ent + 8));
 	if (!p) {
 		free(refs);
-		return ibp_fail(IBP_ERR_NOMEM, "%s: out of memory for the row index", path);
+		return ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory for the row index", path);
 	}
 	p[0] = IDX_GROUP_SHIFT;
 	p[1] = (uint8_t)cb;
@@ -2082,32 +2082,32 @@ ibp_status_t ibp_container_write(const char *path, const ibp_codec_t *codec, ibp
 	uint64_t nrows = shape[0];
 	unsigned k = ibp_codec_nclusters(codec), C = ibp_codec_chunk_bytes(codec);
 	if (nrows > 0 && (!flags || (k > 1 && !clusters)))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: flags (or cluster ids, %u clusters) missing", path, k);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: flags (or cluster ids, %u clusters) missing", path, k);
 	if (payload_len > 0 && !payload)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: payload is NULL", path);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: payload is NULL", path);
 	for (uint64_t i = 0; i < nrows; i++) {
 		if (flags[i] & ~IBP_ROW_MODE_MASK)
-			return ibp_fail(IBP_ERR_INVALID_ARG, "%s: row %llu: flags 0x%02x has reserved bits",
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: row %llu: flags 0x%02x has reserved bits",
 					path, (ull)i, flags[i]);
 		if (k > 1 && clusters[i] >= k)
-			return ibp_fail(IBP_ERR_INVALID_ARG, "%s: row %llu: cluster %u >= %u", path, (ull)i,
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: row %llu: cluster %u >= %u", path, (ull)i,
 					clusters[i], k);
 	}
 	if (layout == IBP_LAYOUT_PACKED) {
 		if (!offsets || offsets[0] != 0 || offsets[nrows] != payload_len)
-			return ibp_fail(IBP_ERR_INVALID_ARG, "%s: packed layout needs offsets from 0 to the "
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: packed layout needs offsets from 0 to the "
 					"payload length %llu", path, (ull)payload_len);
 		for (uint64_t i = 0; i < nrows; i++)
 			if (offsets[i + 1] < offsets[i] || offsets[i + 1] - offsets[i] > R)
-				return ibp_fail(IBP_ERR_INVALID_ARG, "%s: row %llu: offsets %llu..%llu decrease or "
+				return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: row %llu: offsets %llu..%llu decrease or "
 						"exceed the row size", path, (ull)i, (ull)offsets[i],
 						(ull)offsets[i + 1]);
 	} else {
 		uint64_t want;
 		if (offsets)
-			return ibp_fail(IBP_ERR_INVALID_ARG, "%s: inplace layout takes no offsets", path);
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: inplace layout takes no offsets", path);
 		if (__builtin_mul_overflow(nrows, R, &want) || want != payload_len)
-			return ibp_fail(IBP_ERR_INVALID_ARG, "%s: inplace payload must be %llu x %llu bytes",
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: inplace payload must be %llu x %llu bytes",
 					path, (ull)nrows, (ull)R);
 	}
 
@@ -2117,7 +2117,7 @@ ibp_status_t ibp_container_write(const char *path, const ibp_codec_t *codec, ibp
 	int xval = ibp_codec_has_xval(codec);
 	uint8_t *plain = malloc((size_t)(3 * table));
 	if (!plain)
-		return ibp_fail(IBP_ERR_NOMEM, "%s: out of memory for metadata", path);
+		return ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory for metadata", path);
 	for (unsigned i = 0; i < k; i++) {
 		memcpy(plain + i * words, ibp_codec_mask(codec, i), (size_t)words);
 		memcpy(plain + table + i * words, ibp_codec_bitval(codec, i), (size_t)words);
@@ -2135,7 +2135,7 @@ ibp_status_t ibp_container_write(const char *path, const ibp_codec_t *codec, ibp
 	uint64_t index_len = 0;
 	ibp_status_t st = IBP_OK;
 	if (!meta || (xval && !xv)) {
-		st = ibp_fail(IBP_ERR_NOMEM, "%s: out of memory for metadata", path);
+		st = ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory for metadata", path);
 		goto out;
 	}
 	st32(meta, k);
@@ -2196,7 +2196,7 @@ static ibp_status_t check_value_tensor(const char *path, const char *cn, ibp_dty
 {
 	IBP_TRY(check_tensor(path, dtype, ndim, shape, IBP_LAYOUT_PACKED, R));
 	if (!value_dtype(dtype))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: the %s codec takes bf16, f16 or f32, not %s", path, cn,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: the %s codec takes bf16, f16 or f32, not %s", path, cn,
 				ibp_dtype_name(dtype));
 	return block_geometry(path, IBP_ERR_INVALID_ARG, shape[0], *R, dtype, chunk_elems, elems, nblk);
 }
@@ -2209,9 +2209,9 @@ ibp_status_t ibp_container_write_exp(const char *path, ibp_dtype_t dtype, unsign
 	uint64_t R = 0, elems = 0, nblk = 0;
 	IBP_TRY(check_value_tensor(path, "exp", dtype, ndim, shape, chunk_elems, &R, &elems, &nblk));
 	if ((unsigned)table_mode > IBP_EXP_TABLE_GIVEN)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: exp table mode %d is unknown", path, (int)table_mode);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: exp table mode %d is unknown", path, (int)table_mode);
 	if (!offsets || (offsets[nblk] > 0 && !payload))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL offsets or payload", path);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL offsets or payload", path);
 	IBP_TRY(check_exp_offsets(path, IBP_ERR_INVALID_ARG, dtype, elems, chunk_elems, nblk, offsets,
 				  offsets[nblk]));
 	whdr_t h = { dtype, ndim, shape, R, IBP_CODEC_EXP, IBP_LAYOUT_PACKED, 0, 0, { 0 } };
@@ -2233,10 +2233,10 @@ ibp_status_t ibp_container_write_fp8(const char *path, ibp_dtype_t dtype, unsign
 	uint64_t R = 0, elems = 0, nblk = 0, stride = 0, want = 0;
 	IBP_TRY(check_value_tensor(path, "fp8", dtype, ndim, shape, chunk_elems, &R, &elems, &nblk));
 	if (!opts || (payload_len > 0 && !payload))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL options or payload", path);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL options or payload", path);
 	IBP_TRY(fp8_layout(path, IBP_ERR_INVALID_ARG, opts, elems, chunk_elems, nblk, &stride, &want));
 	if (payload_len != want)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: fp8 payload is %llu bytes, %llu streams of %llu "
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: fp8 payload is %llu bytes, %llu streams of %llu "
 				"elements take %llu", path, (ull)payload_len, (ull)nblk, (ull)chunk_elems, (ull)want);
 	whdr_t h = { dtype, ndim, shape, R, IBP_CODEC_FP8, IBP_LAYOUT_PACKED, 0, REQ_LOSSY, { 0 } };
 	st32(h.params + P_VERSION, PARAMS_VERSION);
@@ -2258,10 +2258,10 @@ ibp_status_t ibp_pack_with_codec(const char *path, const ibp_codec_t *codec, con
 	IBP_TRY(check_shape(path, codec, dtype, ndim, shape, layout, &R));
 	uint64_t nrows = shape[0];
 	if (__builtin_mul_overflow(nrows, R, &total) || nrows >= UINT64_MAX / 8 - 1)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: %llu rows of %llu bytes overflow", path, (ull)nrows,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: %llu rows of %llu bytes overflow", path, (ull)nrows,
 				(ull)R);
 	if (total > 0 && !data)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: data is NULL", path);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: data is NULL", path);
 	unsigned k = ibp_codec_nclusters(codec);
 	uint8_t *buf = ibp_host_alloc(total, MEM_ALIGN);
 	uint64_t *offsets = malloc((size_t)(8 * (nrows + 1)));
@@ -2269,7 +2269,7 @@ ibp_status_t ibp_pack_with_codec(const char *path, const ibp_codec_t *codec, con
 	uint8_t *clusters = k > 1 ? malloc((size_t)(nrows ? nrows : 1)) : NULL;
 	ibp_status_t st = IBP_OK;
 	if (!buf || !offsets || !flags || (k > 1 && !clusters)) {
-		st = ibp_fail(IBP_ERR_NOMEM, "%s: out of memory to encode %llu bytes", path, (ull)total);
+		st = ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory to encode %llu bytes", path, (ull)total);
 		goto out;
 	}
 	offsets[0] = 0;
@@ -2278,7 +2278,7 @@ ibp_status_t ibp_pack_with_codec(const char *path, const ibp_codec_t *codec, con
 		if (st != IBP_OK) {
 			char why[256];
 			save_error(why, sizeof(why));
-			st = ibp_fail(st, "%s: encoding: %s", path, why);
+			st = ibpi_fail(st, "%s: encoding: %s", path, why);
 			goto out;
 		}
 	}
@@ -2308,16 +2308,16 @@ ibp_status_t ibp_pack(const char *path, const void *data, ibp_dtype_t dtype, uns
 		      const uint64_t *shape, const ibp_train_opts_t *opts, ibp_layout_t layout)
 {
 	if (!path || !shape || ndim < 1 || ndim > IBP_MAX_NDIM || ibp_dtype_size(dtype) == 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_pack: bad path, shape, ndim or dtype");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_pack: bad path, shape, ndim or dtype");
 	uint64_t R;
 	if (!row_bytes_of(dtype, ndim, shape, &R) || R == 0 || R > IBP_MAX_ROW_BYTES)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: rows of the shape are empty or too large", path);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: rows of the shape are empty or too large", path);
 	ibp_codec_t *codec = NULL;
 	ibp_status_t st = ibp_codec_train(data, shape[0], R, opts, &codec);
 	if (st != IBP_OK) {
 		char why[256];
 		save_error(why, sizeof(why));
-		return ibp_fail(st, "%s: training: %s", path, why);
+		return ibpi_fail(st, "%s: training: %s", path, why);
 	}
 	st = ibp_pack_with_codec(path, codec, data, dtype, ndim, shape, layout, opts ? opts->nthreads : 0);
 	ibp_codec_free(codec);
@@ -2341,19 +2341,19 @@ static ibp_status_t value_pack_shape(const char *path, const char *cn, const voi
 				     uint64_t *elems, uint64_t *chunk, uint64_t *nblk)
 {
 	if (!path || !shape || ndim < 1 || ndim > IBP_MAX_NDIM || ibp_dtype_size(dtype) == 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_pack_%s: bad path, shape, ndim or dtype", cn);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_pack_%s: bad path, shape, ndim or dtype", cn);
 	if (!value_dtype(dtype))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: the %s codec takes bf16, f16 or f32, not %s", path, cn,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: the %s codec takes bf16, f16 or f32, not %s", path, cn,
 				ibp_dtype_name(dtype));
 	IBP_TRY(check_tensor(path, dtype, ndim, shape, IBP_LAYOUT_PACKED, R));
 	uint64_t row_elems = *R / ibp_dtype_size(dtype);
 	if (block_rows == 0)
 		block_rows = ibp_block_rows_default(row_elems, shape[0]);
 	if (__builtin_mul_overflow(block_rows, row_elems, chunk))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: %llu rows per block overflow", path, (ull)block_rows);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: %llu rows per block overflow", path, (ull)block_rows);
 	IBP_TRY(block_geometry(path, IBP_ERR_INVALID_ARG, shape[0], *R, dtype, *chunk, elems, nblk));
 	if (*elems > 0 && !data)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: data is NULL", path);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: data is NULL", path);
 	return IBP_OK;
 }
 
@@ -2376,13 +2376,13 @@ ibp_status_t ibp_pack_exp(const char *path, const void *data, ibp_dtype_t dtype,
 	if (elems > 0 && ibp_exp_batch_bound(dtype, elems, chunk, &bound) != IBP_OK) {
 		char why[256];
 		save_error(why, sizeof(why));
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: %s", path, why);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: %s", path, why);
 	}
 	uint8_t *buf = ibp_host_alloc(bound, EXP_BLOCK_ALIGN);
 	uint64_t *off = malloc((size_t)(8 * (nblk + 1)));
 	ibp_status_t st = IBP_OK;
 	if (!buf || !off) {
-		st = ibp_fail(IBP_ERR_NOMEM, "%s: out of memory to encode %llu elements", path, (ull)elems);
+		st = ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory to encode %llu elements", path, (ull)elems);
 		goto out;
 	}
 	off[0] = 0;
@@ -2391,7 +2391,7 @@ ibp_status_t ibp_pack_exp(const char *path, const void *data, ibp_dtype_t dtype,
 		if (st != IBP_OK) {
 			char why[256];
 			save_error(why, sizeof(why));
-			st = ibp_fail(st, "%s: encoding: %s", path, why);
+			st = ibpi_fail(st, "%s: encoding: %s", path, why);
 			goto out;
 		}
 	}
@@ -2419,7 +2419,7 @@ ibp_status_t ibp_pack_fp8(const char *path, const void *data, ibp_dtype_t dtype,
 	IBP_TRY(fp8_layout(path, IBP_ERR_INVALID_ARG, opts, elems, chunk, nblk, &stride, &plen));
 	uint8_t *buf = ibp_host_alloc(plen, 64);
 	if (!buf)
-		return ibp_fail(IBP_ERR_NOMEM, "%s: out of memory for %llu encoded bytes", path, (ull)plen);
+		return ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory for %llu encoded bytes", path, (ull)plen);
 	size_t esz = ibp_dtype_size(dtype);
 	ibp_status_t st = IBP_OK;
 	for (uint64_t b = 0; b < nblk && st == IBP_OK; b++) {
@@ -2430,7 +2430,7 @@ ibp_status_t ibp_pack_fp8(const char *path, const void *data, ibp_dtype_t dtype,
 		if (st != IBP_OK) {
 			char why[256];
 			save_error(why, sizeof(why));
-			st = ibp_fail(st, "%s: encoding stream %llu: %s", path, (ull)b, why);
+			st = ibpi_fail(st, "%s: encoding stream %llu: %s", path, (ull)b, why);
 		}
 	}
 	for (uint64_t b = 0; b < nblk && st == IBP_OK; b++)

@@ -12,12 +12,12 @@
  * FLAGS/CLUSTERS/OFFSETS, PAYLOAD_SUMS always), anything else the current
  * IBP_FORMAT_MINOR. Only for tests of the reader's 1.1 path; not
  * thread-safe with respect to writers running meanwhile. */
-void ibp_container_write_minor_set(unsigned minor);
+void ibpi_container_write_minor_set(unsigned minor);
 
 /* Sections of at least `bytes` bytes are written with O_DIRECT where the
  * file system allows it (default, and for 0: 256 MiB). For tests of that
  * path; not thread-safe with respect to writers running meanwhile. */
-void ibp_container_write_direct_min_set(uint64_t bytes);
+void ibpi_container_write_direct_min_set(uint64_t bytes);
 
 /* ---- the row map ---------------------------------------------------------
  *
@@ -51,7 +51,7 @@ typedef struct ibp_rowmap {
  * when its offsets within a group do not fit the records (64 R >= 2^(32 -
  * sh)) or when it would take more than max_bytes; IBP_ERR_NOMEM when it
  * cannot be allocated. Once built, ibp_container_row_meta uses it too. */
-ibp_status_t ibp_container_rowmap(const ibp_container_t *c, uint64_t max_bytes, const ibp_rowmap_t **out);
+ibp_status_t ibpi_container_rowmap(const ibp_container_t *c, uint64_t max_bytes, const ibp_rowmap_t **out);
 
 /* Prefetches what ibp_rowmap_get(m, row) reads. */
 static inline void ibp_rowmap_prefetch(const ibp_rowmap_t *m, uint64_t row)

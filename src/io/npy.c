@@ -43,19 +43,19 @@ static ibp_status_t parse_str(cursor_t *c, char *out, size_t cap, size_t *full_l
 {
 	skip_ws(c);
 	if (c->p >= c->end || (*c->p != '\'' && *c->p != '"'))
-		return ibp_fail(IBP_ERR_CORRUPT, "npy header: expected a string");
+		return ibpi_fail(IBP_ERR_CORRUPT, "npy header: expected a string");
 	char q = *c->p++;
 	size_t n = 0;
 	while (c->p < c->end && *c->p != q) {
 		if (*c->p == '\\' || *c->p == '\n' || *c->p == '\0')
-			return ibp_fail(IBP_ERR_CORRUPT, "npy header: bad character in a string");
+			return ibpi_fail(IBP_ERR_CORRUPT, "npy header: bad character in a string");
 		if (n + 1 < cap)
 			out[n] = *c->p;
 		n++;
 		c->p++;
 	}
 	if (c->p >= c->end)
-		return ibp_fail(IBP_ERR_CORRUPT, "npy header: unterminated string");
+		return ibpi_fail(IBP_ERR_CORRUPT, "npy header: unterminated string");
 	c->p++;
 	out[n + 1 < cap ? n : cap - 1] = '\0';
 	*full_len = n;
@@ -82,12 +82,12 @@ static ibp_status_t parse_uint(cursor_t *c, uint64_t *v)
 {
 	skip_ws(c);
 	if (c->p >= c->end || *c->p < '0' || *c->p > '9')
-		return ibp_fail(IBP_ERR_CORRUPT, "npy header: shape entries must be non-negative integers");
+		return ibpi_fail(IBP_ERR_CORRUPT, "npy header: shape entries must be non-negative integers");
 	uint64_t x = 0;
 	while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
 		unsigned d = (unsigned)(*c->p - '0');
 		if (x > (UINT64_MAX - d) / 10)
-			return ibp_fail(IBP_ERR_CORRUPT, "npy header: shape entry overflows 64 bits");
+			return ibpi_fail(IBP_ERR_CORRUPT, "npy header: shape entry overflows 64 bits");
 		x = x * 10 + d;
 		c->p++;
 	}
@@ -100,24 +100,24 @@ static ibp_status_t parse_uint(cursor_t *c, uint64_t *v)
 static ibp_status_t parse_shape(cursor_t *c, ibp_npy_info_t *info)
 {
 	if (!eat(c, '('))
-		return ibp_fail(IBP_ERR_CORRUPT, "npy header: 'shape' is not a tuple");
+		return ibpi_fail(IBP_ERR_CORRUPT, "npy header: 'shape' is not a tuple");
 	unsigned n = 0;
 	int trailing_comma = 0;
 	while (!eat(c, ')')) {
 		if (n == IBP_NPY_MAX_DIMS)
-			return ibp_fail(IBP_ERR_CORRUPT, "npy header: more than %d dimensions", IBP_NPY_MAX_DIMS);
+			return ibpi_fail(IBP_ERR_CORRUPT, "npy header: more than %d dimensions", IBP_NPY_MAX_DIMS);
 		IBP_TRY(parse_uint(c, &info->shape[n]));
 		n++;
 		trailing_comma = eat(c, ',');
 		if (!trailing_comma) {
 			if (!eat(c, ')'))
-				return ibp_fail(IBP_ERR_CORRUPT, "npy header: bad 'shape' tuple");
+				return ibpi_fail(IBP_ERR_CORRUPT, "npy header: bad 'shape' tuple");
 			break;
 		}
 	}
 	/* "(5)" is the integer 5 in Python, not a tuple. */
 	if (n == 1 && !trailing_comma)
-		return ibp_fail(IBP_ERR_CORRUPT, "npy header: 'shape' (n) lacks the tuple comma");
+		return ibpi_fail(IBP_ERR_CORRUPT, "npy header: 'shape' (n) lacks the tuple comma");
 	info->ndim = n;
 	return IBP_OK;
 }
@@ -127,11 +127,11 @@ static ibp_status_t parse_shape(cursor_t *c, ibp_npy_info_t *info)
 static ibp_status_t map_descr(const char *d, size_t full_len, unsigned flags, ibp_dtype_t *dt)
 {
 	if (full_len >= 16 || full_len < 2)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "npy dtype '%s' is not supported", d);
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "npy dtype '%s' is not supported", d);
 	char order = d[0];
 	const char *t = d + 1;
 	if (order != '<' && order != '>' && order != '|' && order != '=')
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "npy dtype '%s' is not supported", d);
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "npy dtype '%s' is not supported", d);
 	static const struct {
 		const char *name;
 		ibp_dtype_t dt;
@@ -147,9 +147,9 @@ static ibp_status_t map_descr(const char *d, size_t full_len, unsigned flags, ib
 			found = (int)i;
 	int is_v2 = strcmp(t, "V2") == 0;
 	if (found < 0 && !is_v2)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "npy dtype '%s' is not supported", d);
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "npy dtype '%s' is not supported", d);
 	if (is_v2 && !(flags & IBP_NPY_BF16))
-		return ibp_fail(IBP_ERR_UNSUPPORTED,
+		return ibpi_fail(IBP_ERR_UNSUPPORTED,
 				"npy dtype '%s' (opaque 2-byte) is only read as bfloat16, when asked for", d);
 	ibp_dtype_t r = is_v2 ? IBP_DTYPE_BF16 : table[found].dt;
 	if ((flags & IBP_NPY_BF16) && r == IBP_DTYPE_U16)
@@ -157,10 +157,10 @@ static ibp_status_t map_descr(const char *d, size_t full_len, unsigned flags, ib
 	/* Byte order matters only for multi-byte numbers (not for V2 blobs). */
 	if (ibp_dtype_size(r) > 1 && !is_v2) {
 		if (order == '>')
-			return ibp_fail(IBP_ERR_UNSUPPORTED,
+			return ibpi_fail(IBP_ERR_UNSUPPORTED,
 					"npy dtype '%s' is big-endian; convert with arr.astype('<%s')", d, t);
 		if (order != '<')
-			return ibp_fail(IBP_ERR_UNSUPPORTED, "npy dtype '%s' has no explicit byte order", d);
+			return ibpi_fail(IBP_ERR_UNSUPPORTED, "npy dtype '%s' has no explicit byte order", d);
 	}
 	*dt = r;
 	return IBP_OK;
@@ -172,25 +172,25 @@ static ibp_status_t parse_prefix(const unsigned char *b, uint64_t len, unsigned 
 				 uint64_t *prefix, uint64_t *total)
 {
 	if (len < 10)
-		return ibp_fail(IBP_ERR_CORRUPT, "not a .npy file: only %llu bytes", (unsigned long long)len);
+		return ibpi_fail(IBP_ERR_CORRUPT, "not a .npy file: only %llu bytes", (unsigned long long)len);
 	if (memcmp(b, npy_magic, 6) != 0)
-		return ibp_fail(IBP_ERR_CORRUPT, "not a .npy file: bad magic");
+		return ibpi_fail(IBP_ERR_CORRUPT, "not a .npy file: bad magic");
 	if (b[6] < 1 || b[6] > 3 || b[7] != 0)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "npy format version %u.%u is not supported", b[6], b[7]);
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "npy format version %u.%u is not supported", b[6], b[7]);
 	uint64_t hlen;
 	if (b[6] == 1) {
 		hlen = (uint64_t)b[8] | (uint64_t)b[9] << 8;
 		*prefix = 10;
 	} else {
 		if (len < 12)
-			return ibp_fail(IBP_ERR_CORRUPT, "npy header truncated");
+			return ibpi_fail(IBP_ERR_CORRUPT, "npy header truncated");
 		hlen = (uint64_t)b[8] | (uint64_t)b[9] << 8 | (uint64_t)b[10] << 16 | (uint64_t)b[11] << 24;
 		*prefix = 12;
 	}
 	*version = b[6];
 	*total = *prefix + hlen;
 	if (*total > IBP_NPY_HEADER_MAX)
-		return ibp_fail(IBP_ERR_CORRUPT, "npy header of %llu bytes exceeds the %u-byte limit",
+		return ibpi_fail(IBP_ERR_CORRUPT, "npy header of %llu bytes exceeds the %u-byte limit",
 				(unsigned long long)*total, IBP_NPY_HEADER_MAX);
 	return IBP_OK;
 }
@@ -198,14 +198,14 @@ static ibp_status_t parse_prefix(const unsigned char *b, uint64_t len, unsigned 
 ibp_status_t ibp_npy_parse_header(const void *buf, uint64_t len, unsigned flags, ibp_npy_info_t *info)
 {
 	if ((!buf && len) || !info)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_npy_parse_header: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_npy_parse_header: NULL argument");
 	const unsigned char *b = buf;
 	ibp_npy_info_t r;
 	memset(&r, 0, sizeof(r));
 	uint64_t prefix = 0, total = 0; /* gcc 13 cannot see parse_prefix set them */
 	IBP_TRY(parse_prefix(b, len, &r.version, &prefix, &total));
 	if (len < total)
-		return ibp_fail(IBP_ERR_CORRUPT, "npy header truncated: %llu bytes, header needs %llu",
+		return ibpi_fail(IBP_ERR_CORRUPT, "npy header truncated: %llu bytes, header needs %llu",
 				(unsigned long long)len, (unsigned long long)total);
 	cursor_t c = {(const char *)b + prefix, (const char *)b + total};
 
@@ -213,45 +213,45 @@ ibp_status_t ibp_npy_parse_header(const void *buf, uint64_t len, unsigned flags,
 	size_t klen, dlen = 0;
 	int have_descr = 0, have_fortran = 0, have_shape = 0, fortran = 0;
 	if (!eat(&c, '{'))
-		return ibp_fail(IBP_ERR_CORRUPT, "npy header is not a dict");
+		return ibpi_fail(IBP_ERR_CORRUPT, "npy header is not a dict");
 	for (;;) {
 		if (eat(&c, '}'))
 			break;
 		IBP_TRY(parse_str(&c, key, sizeof(key), &klen));
 		if (!eat(&c, ':'))
-			return ibp_fail(IBP_ERR_CORRUPT, "npy header: expected ':' after '%s'", key);
+			return ibpi_fail(IBP_ERR_CORRUPT, "npy header: expected ':' after '%s'", key);
 		if (strcmp(key, "descr") == 0 && klen == 5) {
 			if (have_descr++)
-				return ibp_fail(IBP_ERR_CORRUPT, "npy header: duplicate 'descr'");
+				return ibpi_fail(IBP_ERR_CORRUPT, "npy header: duplicate 'descr'");
 			skip_ws(&c);
 			if (c.p < c.end && *c.p == '[')
-				return ibp_fail(IBP_ERR_UNSUPPORTED, "npy structured dtypes are not supported");
+				return ibpi_fail(IBP_ERR_UNSUPPORTED, "npy structured dtypes are not supported");
 			IBP_TRY(parse_str(&c, descr, sizeof(descr), &dlen));
 		} else if (strcmp(key, "fortran_order") == 0 && klen == 13) {
 			if (have_fortran++)
-				return ibp_fail(IBP_ERR_CORRUPT, "npy header: duplicate 'fortran_order'");
+				return ibpi_fail(IBP_ERR_CORRUPT, "npy header: duplicate 'fortran_order'");
 			if (eat_word(&c, "True"))
 				fortran = 1;
 			else if (!eat_word(&c, "False"))
-				return ibp_fail(IBP_ERR_CORRUPT, "npy header: 'fortran_order' must be True or False");
+				return ibpi_fail(IBP_ERR_CORRUPT, "npy header: 'fortran_order' must be True or False");
 		} else if (strcmp(key, "shape") == 0 && klen == 5) {
 			if (have_shape++)
-				return ibp_fail(IBP_ERR_CORRUPT, "npy header: duplicate 'shape'");
+				return ibpi_fail(IBP_ERR_CORRUPT, "npy header: duplicate 'shape'");
 			IBP_TRY(parse_shape(&c, &r));
 		} else {
-			return ibp_fail(IBP_ERR_CORRUPT, "npy header: unexpected key '%s'", key);
+			return ibpi_fail(IBP_ERR_CORRUPT, "npy header: unexpected key '%s'", key);
 		}
 		if (eat(&c, ','))
 			continue;
 		if (eat(&c, '}'))
 			break;
-		return ibp_fail(IBP_ERR_CORRUPT, "npy header: expected ',' or '}'");
+		return ibpi_fail(IBP_ERR_CORRUPT, "npy header: expected ',' or '}'");
 	}
 	skip_ws(&c);
 	if (c.p != c.end)
-		return ibp_fail(IBP_ERR_CORRUPT, "npy header: unexpected bytes after the dict");
+		return ibpi_fail(IBP_ERR_CORRUPT, "npy header: unexpected bytes after the dict");
 	if (!have_descr || !have_fortran || !have_shape)
-		return ibp_fail(IBP_ERR_CORRUPT, "npy header lacks '%s'",
+		return ibpi_fail(IBP_ERR_CORRUPT, "npy header lacks '%s'",
 				!have_descr ? "descr" : !have_fortran ? "fortran_order" : "shape");
 
 	IBP_TRY(map_descr(descr, dlen, flags, &r.dtype));
@@ -265,17 +265,17 @@ ibp_status_t ibp_npy_parse_header(const void *buf, uint64_t len, unsigned flags,
 			r.count = 0;
 	for (unsigned i = 0; r.count && i < r.ndim; i++)
 		if (__builtin_mul_overflow(r.count, r.shape[i], &r.count))
-			return ibp_fail(IBP_ERR_CORRUPT, "npy shape: element count overflows 64 bits");
+			return ibpi_fail(IBP_ERR_CORRUPT, "npy shape: element count overflows 64 bits");
 	if (__builtin_mul_overflow(r.count, r.elem_bytes, &r.data_bytes) ||
 	    r.data_bytes > (uint64_t)INT64_MAX - total)
-		return ibp_fail(IBP_ERR_CORRUPT, "npy shape: byte size overflows");
+		return ibpi_fail(IBP_ERR_CORRUPT, "npy shape: byte size overflows");
 	if (fortran && r.ndim > 1) {
 		/* One-dimensional arrays are the same in either order. */
 		int trivial = 0;
 		for (unsigned i = 0; i < r.ndim; i++)
 			trivial += r.shape[i] > 1;
 		if (trivial > 1)
-			return ibp_fail(IBP_ERR_UNSUPPORTED,
+			return ibpi_fail(IBP_ERR_UNSUPPORTED,
 					"npy array is in Fortran order; save it with np.ascontiguousarray");
 	}
 	r.data_offset = total;
@@ -295,7 +295,7 @@ static ibp_status_t pread_full(int fd, void *buf, uint64_t n, uint64_t off, uint
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
-			return ibp_fail(IBP_ERR_IO, "read failed: %s", strerror(errno));
+			return ibpi_fail(IBP_ERR_IO, "read failed: %s", strerror(errno));
 		}
 		if (r == 0)
 			break;
@@ -308,19 +308,19 @@ static ibp_status_t pread_full(int fd, void *buf, uint64_t n, uint64_t off, uint
 static ibp_status_t open_and_parse(const char *path, unsigned flags, ibp_npy_info_t *info, int *fd_out)
 {
 	if (!path || !info)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "npy: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "npy: NULL argument");
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return ibp_fail(IBP_ERR_IO, "cannot open: %s", strerror(errno));
+		return ibpi_fail(IBP_ERR_IO, "cannot open: %s", strerror(errno));
 	struct stat st;
 	ibp_status_t s = IBP_OK;
 	unsigned char *hdr = NULL;
 	if (fstat(fd, &st) != 0) {
-		s = ibp_fail(IBP_ERR_IO, "cannot stat: %s", strerror(errno));
+		s = ibpi_fail(IBP_ERR_IO, "cannot stat: %s", strerror(errno));
 		goto out;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		s = ibp_fail(IBP_ERR_UNSUPPORTED, "not a regular file");
+		s = ibpi_fail(IBP_ERR_UNSUPPORTED, "not a regular file");
 		goto out;
 	}
 	uint64_t size = (uint64_t)st.st_size, got = 0, prefix = 0, total = 0;
@@ -331,13 +331,13 @@ static ibp_status_t open_and_parse(const char *path, unsigned flags, ibp_npy_inf
 	if ((s = parse_prefix(pre, got, &version, &prefix, &total)) != IBP_OK)
 		goto out;
 	if (total > size) {
-		s = ibp_fail(IBP_ERR_CORRUPT, "npy header truncated: file has %llu bytes, header needs %llu",
+		s = ibpi_fail(IBP_ERR_CORRUPT, "npy header truncated: file has %llu bytes, header needs %llu",
 			     (unsigned long long)size, (unsigned long long)total);
 		goto out;
 	}
 	hdr = malloc(total);
 	if (!hdr) {
-		s = ibp_fail(IBP_ERR_NOMEM, "npy: out of memory for the header");
+		s = ibpi_fail(IBP_ERR_NOMEM, "npy: out of memory for the header");
 		goto out;
 	}
 	if ((s = pread_full(fd, hdr, total, 0, &got)) != IBP_OK)
@@ -345,7 +345,7 @@ static ibp_status_t open_and_parse(const char *path, unsigned flags, ibp_npy_inf
 	if ((s = ibp_npy_parse_header(hdr, got, flags, info)) != IBP_OK)
 		goto out;
 	if (size != info->data_offset + info->data_bytes) {
-		s = ibp_fail(IBP_ERR_CORRUPT, "npy file has %llu bytes, header says %llu (%s)",
+		s = ibpi_fail(IBP_ERR_CORRUPT, "npy file has %llu bytes, header says %llu (%s)",
 			     (unsigned long long)size,
 			     (unsigned long long)(info->data_offset + info->data_bytes),
 			     size < info->data_offset + info->data_bytes ? "truncated" : "trailing bytes");
@@ -368,7 +368,7 @@ ibp_status_t ibp_npy_read_header(const char *path, unsigned flags, ibp_npy_info_
 ibp_status_t ibp_npy_load(const char *path, unsigned flags, ibp_npy_info_t *info, void **data)
 {
 	if (!data)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_npy_load: NULL data");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_npy_load: NULL data");
 	*data = NULL;
 	int fd = -1;
 	IBP_TRY(open_and_parse(path, flags, info, &fd));
@@ -378,13 +378,13 @@ ibp_status_t ibp_npy_load(const char *path, unsigned flags, ibp_npy_info_t *info
 		buf = ibp_host_alloc(info->data_bytes, 64);
 		if (!buf) {
 			close(fd);
-			return ibp_fail(IBP_ERR_NOMEM, "npy: cannot allocate %llu bytes",
+			return ibpi_fail(IBP_ERR_NOMEM, "npy: cannot allocate %llu bytes",
 					(unsigned long long)info->data_bytes);
 		}
 		uint64_t got = 0;
 		s = pread_full(fd, buf, info->data_bytes, info->data_offset, &got);
 		if (s == IBP_OK && got != info->data_bytes)
-			s = ibp_fail(IBP_ERR_CORRUPT, "npy file shrank while being read");
+			s = ibpi_fail(IBP_ERR_CORRUPT, "npy file shrank while being read");
 	}
 	close(fd);
 	if (s != IBP_OK) {
@@ -427,18 +427,18 @@ const char *ibp_npy_descr(ibp_dtype_t dt)
 static ibp_status_t array_bytes(ibp_dtype_t dt, unsigned ndim, const uint64_t *shape, uint64_t *bytes)
 {
 	if (!ibp_npy_descr(dt))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "npy: unknown dtype %d", (int)dt);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "npy: unknown dtype %d", (int)dt);
 	if (ndim > IBP_NPY_MAX_DIMS || (ndim && !shape))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "npy: bad ndim %u", ndim);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "npy: bad ndim %u", ndim);
 	uint64_t n = 1;
 	for (unsigned i = 0; i < ndim; i++)
 		if (shape[i] == 0)
 			n = 0;
 	for (unsigned i = 0; n && i < ndim; i++)
 		if (__builtin_mul_overflow(n, shape[i], &n))
-			return ibp_fail(IBP_ERR_INVALID_ARG, "npy: shape overflows 64 bits");
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "npy: shape overflows 64 bits");
 	if (__builtin_mul_overflow(n, (uint64_t)ibp_dtype_size(dt), bytes) || *bytes > INT64_MAX / 2)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "npy: array byte size overflows");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "npy: array byte size overflows");
 	return IBP_OK;
 }
 
@@ -448,7 +448,7 @@ ibp_status_t ibp_npy_format_header(ibp_dtype_t dt, unsigned ndim, const uint64_t
 	uint64_t bytes;
 	IBP_TRY(array_bytes(dt, ndim, shape, &bytes));
 	if (!buf || !len)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_npy_format_header: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_npy_format_header: NULL argument");
 	/* 64 dims of 20 digits fit easily in this. */
 	char dict[64 * 24 + 128];
 	int n = snprintf(dict, sizeof(dict), "{'descr': '%s', 'fortran_order': False, 'shape': (",
@@ -472,7 +472,7 @@ ibp_status_t ibp_npy_format_header(ibp_dtype_t dt, unsigned ndim, const uint64_t
 		total = prefix + hl + (64 - (prefix + hl) % 64);
 	}
 	if (cap < total)
-		return ibp_fail(IBP_ERR_BUFFER_TOO_SMALL, "npy header needs %llu bytes", (unsigned long long)total);
+		return ibpi_fail(IBP_ERR_BUFFER_TOO_SMALL, "npy header needs %llu bytes", (unsigned long long)total);
 	unsigned char *b = buf;
 	uint64_t hlen = total - prefix;
 	memcpy(b, npy_magic, 6);
@@ -510,7 +510,7 @@ static ibp_status_t write_full(int fd, const void *p, uint64_t n)
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
-			return ibp_fail(IBP_ERR_IO, "write failed: %s", strerror(errno));
+			return ibpi_fail(IBP_ERR_IO, "write failed: %s", strerror(errno));
 		}
 		c += r;
 		n -= (uint64_t)r;
@@ -531,7 +531,7 @@ ibp_status_t ibp_npy_create(const char *path, ibp_dtype_t dt, unsigned ndim, con
 			    ibp_npy_writer_t **out)
 {
 	if (!path || !out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_npy_create: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_npy_create: NULL argument");
 	*out = NULL;
 	uint64_t bytes, hlen;
 	IBP_TRY(array_bytes(dt, ndim, shape, &bytes));
@@ -540,7 +540,7 @@ ibp_status_t ibp_npy_create(const char *path, ibp_dtype_t dt, unsigned ndim, con
 		if (w)
 			free(w->buf);
 		free(w);
-		return ibp_fail(IBP_ERR_NOMEM, "npy: out of memory");
+		return ibpi_fail(IBP_ERR_NOMEM, "npy: out of memory");
 	}
 	ibp_status_t s = ibp_npy_format_header(dt, ndim, shape, w->buf, WRITER_BUF, &hlen);
 	if (s != IBP_OK) {
@@ -551,7 +551,7 @@ ibp_status_t ibp_npy_create(const char *path, ibp_dtype_t dt, unsigned ndim, con
 	}
 	w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (w->fd < 0) {
-		s = ibp_fail(IBP_ERR_IO, "cannot create: %s", strerror(errno));
+		s = ibpi_fail(IBP_ERR_IO, "cannot create: %s", strerror(errno));
 		free(w->path);
 		free(w->buf);
 		free(w);
@@ -566,12 +566,12 @@ ibp_status_t ibp_npy_create(const char *path, ibp_dtype_t dt, unsigned ndim, con
 ibp_status_t ibp_npy_append(ibp_npy_writer_t *w, const void *data, uint64_t n)
 {
 	if (!w || (!data && n))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_npy_append: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_npy_append: NULL argument");
 	if (w->failed)
-		return ibp_fail(IBP_ERR_IO, "npy writer: an earlier write failed");
+		return ibpi_fail(IBP_ERR_IO, "npy writer: an earlier write failed");
 	if (n > w->expect - w->written) {
 		w->failed = 1;
-		return ibp_fail(IBP_ERR_INVALID_ARG, "npy writer: %llu bytes more than the array holds",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "npy writer: %llu bytes more than the array holds",
 				(unsigned long long)(n - (w->expect - w->written)));
 	}
 	w->written += n;
@@ -606,12 +606,12 @@ static void writer_free(ibp_npy_writer_t *w, int remove)
 ibp_status_t ibp_npy_finish(ibp_npy_writer_t *w)
 {
 	if (!w)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_npy_finish: NULL writer");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_npy_finish: NULL writer");
 	ibp_status_t s = IBP_OK;
 	if (w->failed)
-		s = ibp_fail(IBP_ERR_IO, "npy writer: an earlier write failed");
+		s = ibpi_fail(IBP_ERR_IO, "npy writer: an earlier write failed");
 	else if (w->written != w->expect)
-		s = ibp_fail(IBP_ERR_INVALID_ARG, "npy writer: %llu of %llu data bytes written",
+		s = ibpi_fail(IBP_ERR_INVALID_ARG, "npy writer: %llu of %llu data bytes written",
 			     (unsigned long long)w->written, (unsigned long long)w->expect);
 	if (s == IBP_OK)
 		s = writer_flush(w);
@@ -619,7 +619,7 @@ ibp_status_t ibp_npy_finish(ibp_npy_writer_t *w)
 		int fd = w->fd;
 		w->fd = -1;
 		if (close(fd) != 0)
-			s = ibp_fail(IBP_ERR_IO, "close failed: %s", strerror(errno));
+			s = ibpi_fail(IBP_ERR_IO, "close failed: %s", strerror(errno));
 	}
 	writer_free(w, s != IBP_OK);
 	return s;
@@ -637,7 +637,7 @@ ibp_status_t ibp_npy_write(const char *path, ibp_dtype_t dt, unsigned ndim, cons
 	uint64_t bytes;
 	IBP_TRY(array_bytes(dt, ndim, shape, &bytes));
 	if (!data && bytes)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_npy_write: NULL data");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_npy_write: NULL data");
 	ibp_npy_writer_t *w;
 	IBP_TRY(ibp_npy_create(path, dt, ndim, shape, &w));
 	ibp_status_t s = ibp_npy_append(w, data, bytes);

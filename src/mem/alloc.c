@@ -29,21 +29,21 @@ static void arena_init(void)
 	/* Don't even load jemalloc: ASan must see every buffer's bounds. */
 	snprintf(alloc_name, sizeof(alloc_name), "libc (AddressSanitizer build)");
 #else
-	if (!ibp_je_available()) {
-		snprintf(alloc_name, sizeof(alloc_name), "libc (jemalloc unavailable: %s)", ibp_je_status());
+	if (!ibpi_je_available()) {
+		snprintf(alloc_name, sizeof(alloc_name), "libc (jemalloc unavailable: %s)", ibpi_je_status());
 		return;
 	}
 	use_je = 1;
 	unsigned a = 0;
 	size_t sz = sizeof(a);
-	if (ibp_je_mallctl("arenas.create", &a, &sz, NULL, 0) == 0) {
+	if (ibpi_je_mallctl("arenas.create", &a, &sz, NULL, 0) == 0) {
 		arena_index = a;
 		arena_ok = 1;
-		snprintf(alloc_name, sizeof(alloc_name), "jemalloc arena %u (%s)", a, ibp_je_status());
+		snprintf(alloc_name, sizeof(alloc_name), "jemalloc arena %u (%s)", a, ibpi_je_status());
 	} else {
 		/* jemalloc's automatic arenas: still correct, just shared. */
 		snprintf(alloc_name, sizeof(alloc_name), "jemalloc automatic arenas (%s; arenas.create failed)",
-			 ibp_je_status());
+			 ibpi_je_status());
 	}
 #endif
 }
@@ -59,13 +59,13 @@ void *ibp_host_alloc(uint64_t size, uint64_t align)
 	if (align == 0)
 		align = IBP_HOST_ALIGN_DEFAULT;
 	if ((align & (align - 1)) != 0 || align > (1ull << 30)) {
-		ibp_fail(IBP_ERR_INVALID_ARG, "ibp_host_alloc: alignment %llu is not a power of two <= 1 GiB",
+		ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_host_alloc: alignment %llu is not a power of two <= 1 GiB",
 			 (unsigned long long)align);
 		return NULL;
 	}
 	/* Refuse sizes that would wrap once rounded up to the alignment. */
 	if (size > (uint64_t)SIZE_MAX - align) {
-		ibp_fail(IBP_ERR_NOMEM, "ibp_host_alloc: %llu bytes is too large", (unsigned long long)size);
+		ibpi_fail(IBP_ERR_NOMEM, "ibp_host_alloc: %llu bytes is too large", (unsigned long long)size);
 		return NULL;
 	}
 	if (size == 0)
@@ -76,7 +76,7 @@ void *ibp_host_alloc(uint64_t size, uint64_t align)
 		int flags = IBP_JE_MALLOCX_ALIGN(align) | IBP_JE_MALLOCX_TCACHE_NONE;
 		if (arena_ok)
 			flags |= IBP_JE_MALLOCX_ARENA(arena_index);
-		p = ibp_je_mallocx((size_t)size, flags);
+		p = ibpi_je_mallocx((size_t)size, flags);
 	} else {
 		if (align < sizeof(void *))
 			align = sizeof(void *); /* posix_memalign's minimum */
@@ -84,7 +84,7 @@ void *ibp_host_alloc(uint64_t size, uint64_t align)
 			p = NULL;
 	}
 	if (p == NULL)
-		ibp_fail(IBP_ERR_NOMEM, "ibp_host_alloc: out of memory for %llu bytes", (unsigned long long)size);
+		ibpi_fail(IBP_ERR_NOMEM, "ibp_host_alloc: out of memory for %llu bytes", (unsigned long long)size);
 	return p;
 }
 
@@ -94,7 +94,7 @@ void ibp_host_free(void *p)
 		return;
 	/* p != NULL came from ibp_host_alloc, so arena_init has run. */
 	if (use_je)
-		ibp_je_dallocx(p, IBP_JE_MALLOCX_TCACHE_NONE);
+		ibpi_je_dallocx(p, IBP_JE_MALLOCX_TCACHE_NONE);
 	else
 		free(p);
 }

@@ -76,35 +76,35 @@ static void je_init(void)
 	je_ok = 1;
 }
 
-int ibp_je_available(void)
+int ibpi_je_available(void)
 {
 	pthread_once(&je_once, je_init);
 	return je_ok;
 }
 
-const char *ibp_je_status(void)
+const char *ibpi_je_status(void)
 {
 	pthread_once(&je_once, je_init);
 	return je_msg;
 }
 
-void *ibp_je_mallocx(size_t size, int flags)
+void *ibpi_je_mallocx(size_t size, int flags)
 {
-	return ibp_je_available() ? je_mallocx(size, flags) : NULL;
+	return ibpi_je_available() ? je_mallocx(size, flags) : NULL;
 }
 
-void ibp_je_dallocx(void *p, int flags)
+void ibpi_je_dallocx(void *p, int flags)
 {
-	if (ibp_je_available())
+	if (ibpi_je_available())
 		je_dallocx(p, flags);
 }
 
-size_t ibp_je_sallocx(const void *p, int flags)
+size_t ibpi_je_sallocx(const void *p, int flags)
 {
-	return ibp_je_available() ? je_sallocx(p, flags) : 0;
+	return ibpi_je_available() ? je_sallocx(p, flags) : 0;
 }
 
-int ibp_je_mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen)
+int ibpi_je_mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen)
 {
-	return ibp_je_available() ? je_mallctl(name, oldp, oldlenp, newp, newlen) : ENOSYS;
+	return ibpi_je_available() ? je_mallctl(name, oldp, oldlenp, newp, newlen) : ENOSYS;
 }

@@ -3,7 +3,7 @@
  * libibp does not link libjemalloc: Debian's libjemalloc.so.2 uses
  * initial-exec TLS, and a library that NEEDs it cannot be dlopen()ed late
  * (Python's ctypes after numpy: "cannot allocate memory in static TLS
- * block"). Instead the first call to ibp_je_available() dlopen()s
+ * block"). Instead the first call to ibpi_je_available() dlopen()s
  * libjemalloc.so.2 and looks up the four non-standard entry points libibp
  * uses. If that fails (library missing, no static TLS left, a symbol
  * missing, or IBP_NO_JEMALLOC=1 in the environment) jemalloc is simply not
@@ -16,7 +16,7 @@
  * compile them in); defining them here keeps libjemalloc-dev out of CPU
  * builds. Code that needs extent hooks (extent_hooks_t) still includes
  * <jemalloc/jemalloc.h> for the type and passes the hooks through
- * ibp_je_mallctl("arenas.create", &idx, &sz, &hooks_ptr, sizeof(hooks_ptr)).
+ * ibpi_je_mallctl("arenas.create", &idx, &sz, &hooks_ptr, sizeof(hooks_ptr)).
  */
 #ifndef IBP_JEMALLOC_SHIM_H
 #define IBP_JEMALLOC_SHIM_H
@@ -36,31 +36,31 @@
  * process, under pthread_once); later calls only read the result. Never
  * prints. Setting IBP_NO_JEMALLOC=1 (any value but "" or "0") before the
  * first call makes it return 0 (tests of the libc fallback). Thread-safe. */
-int ibp_je_available(void);
+int ibpi_je_available(void);
 
 /* Describes the outcome: "jemalloc 5.3.0 (libjemalloc.so.2)" when
  * available, otherwise why not (dlerror() text, a missing symbol, or
  * "disabled by IBP_NO_JEMALLOC"). The string is static and lives as long as
- * the process. Calls ibp_je_available() first. Thread-safe. */
-const char *ibp_je_status(void);
+ * the process. Calls ibpi_je_available() first. Thread-safe. */
+const char *ibpi_je_status(void);
 
-/* jemalloc's mallocx(size, flags). Only valid after ibp_je_available()
+/* jemalloc's mallocx(size, flags). Only valid after ibpi_je_available()
  * returned 1 (otherwise returns NULL). size 0 is undefined in jemalloc:
  * callers pass at least 1. */
-void *ibp_je_mallocx(size_t size, int flags);
+void *ibpi_je_mallocx(size_t size, int flags);
 
-/* jemalloc's dallocx(p, flags); p must come from ibp_je_mallocx. A no-op
+/* jemalloc's dallocx(p, flags); p must come from ibpi_je_mallocx. A no-op
  * when jemalloc is not available (nothing can have been allocated). */
-void ibp_je_dallocx(void *p, int flags);
+void ibpi_je_dallocx(void *p, int flags);
 
-/* jemalloc's sallocx(p, flags): the usable size of p (from ibp_je_mallocx).
+/* jemalloc's sallocx(p, flags): the usable size of p (from ibpi_je_mallocx).
  * Returns 0 when jemalloc is not available. */
-size_t ibp_je_sallocx(const void *p, int flags);
+size_t ibpi_je_sallocx(const void *p, int flags);
 
 /* jemalloc's mallctl(name, oldp, oldlenp, newp, newlen), e.g.
  * "arenas.create" with newp = &hooks_ptr (extent_hooks_t *) for an arena
  * with extent hooks. Returns jemalloc's errno-style result (0 = success), or
  * ENOSYS when jemalloc is not available. */
-int ibp_je_mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen);
+int ibpi_je_mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen);
 
 #endif /* IBP_JEMALLOC_SHIM_H */

@@ -198,8 +198,8 @@ static je_extent_hooks_t pinned_hooks = {
 
 static void arena_init(void)
 {
-	if (!ibp_je_available()) {
-		snprintf(arena_msg, sizeof(arena_msg), "%s", ibp_je_status());
+	if (!ibpi_je_available()) {
+		snprintf(arena_msg, sizeof(arena_msg), "%s", ibpi_je_status());
 		return; /* libc mode */
 	}
 	/* arenas.create calls hook_alloc for the arena's own metadata with
@@ -224,7 +224,7 @@ static void arena_init(void)
 	je_extent_hooks_t *hp = &pinned_hooks;
 	unsigned a = 0;
 	size_t sz = sizeof(a);
-	int r = ibp_je_mallctl("arenas.create", &a, &sz, &hp, sizeof(hp));
+	int r = ibpi_je_mallctl("arenas.create", &a, &sz, &hp, sizeof(hp));
 	if (r == 0) {
 		arena_index = a;
 		arena_ok = 1;
@@ -274,7 +274,7 @@ static ibp_status_t direct_alloc(uint64_t size, uint64_t align, void **out)
 	cudaError_t e = cudaHostAlloc(&b, n, cudaHostAllocMapped | cudaHostAllocPortable);
 	if (e != cudaSuccess) {
 		(void)cudaGetLastError();
-		return ibp_fail(IBP_ERR_NOMEM, "pinned_alloc: cudaHostAlloc(%llu): %s", (unsigned long long)n,
+		return ibpi_fail(IBP_ERR_NOMEM, "pinned_alloc: cudaHostAlloc(%llu): %s", (unsigned long long)n,
 				cudaGetErrorString(e));
 	}
 	uintptr_t u = ((uintptr_t)b + align - 1) & ~(uintptr_t)(align - 1);
@@ -285,7 +285,7 @@ static ibp_status_t direct_alloc(uint64_t size, uint64_t align, void **out)
 		if (!nd) {
 			pthread_mutex_unlock(&reg_mu);
 			cudaFreeHost(b);
-			return ibp_fail(IBP_ERR_NOMEM, "pinned_alloc: out of memory for bookkeeping");
+			return ibpi_fail(IBP_ERR_NOMEM, "pinned_alloc: out of memory for bookkeeping");
 		}
 		directs = nd;
 		cap_direct = nc;
@@ -338,23 +338,23 @@ static int have_device(void)
 ibp_status_t ibp_pinned_alloc(uint64_t size, uint64_t align, unsigned flags, void **out)
 {
 	if (!out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "pinned_alloc: NULL out");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "pinned_alloc: NULL out");
 	*out = NULL;
 	if (align == 0)
 		align = DEFAULT_ALIGN;
 	if ((align & (align - 1)) != 0 || align > (1ull << 30))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "pinned_alloc: alignment %llu is not a power of two <= 1 GiB",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "pinned_alloc: alignment %llu is not a power of two <= 1 GiB",
 				(unsigned long long)align);
 	if (size > (uint64_t)SIZE_MAX / 2)
-		return ibp_fail(IBP_ERR_NOMEM, "pinned_alloc: %llu bytes is too large", (unsigned long long)size);
+		return ibpi_fail(IBP_ERR_NOMEM, "pinned_alloc: %llu bytes is too large", (unsigned long long)size);
 	if (!have_device()) {
 		if (!(flags & IBP_CUDA_HOST_FALLBACK))
-			return ibp_fail(IBP_ERR_NO_DEVICE, "pinned_alloc: no usable CUDA device");
+			return ibpi_fail(IBP_ERR_NO_DEVICE, "pinned_alloc: no usable CUDA device");
 		void *p = ibp_host_alloc(size, align);
 		if (!p)
 			return IBP_ERR_NOMEM;
 		*out = p;
-		return ibp_fail(IBP_ERR_NO_DEVICE,
+		return ibpi_fail(IBP_ERR_NO_DEVICE,
 				"pinned_alloc: no usable CUDA device; %llu bytes of ordinary (not pinned) "
 				"host memory were returned instead", (unsigned long long)size);
 	}
@@ -362,14 +362,14 @@ ibp_status_t ibp_pinned_alloc(uint64_t size, uint64_t align, unsigned flags, voi
 	pthread_once(&arena_once, arena_init);
 	if (!arena_ok)
 		return direct_alloc(size, align, out);
-	void *p = ibp_je_mallocx(size ? (size_t)size : 1,
+	void *p = ibpi_je_mallocx(size ? (size_t)size : 1,
 				 IBP_JE_MALLOCX_ARENA(arena_index) | IBP_JE_MALLOCX_ALIGN(align) |
 					 IBP_JE_MALLOCX_TCACHE_NONE);
 	if (!p)
-		return ibp_fail(IBP_ERR_NOMEM,
+		return ibpi_fail(IBP_ERR_NOMEM,
 				"pinned_alloc: %llu bytes: cudaHostAlloc refused more pinned memory, or "
 				"out of memory", (unsigned long long)size);
-	atomic_fetch_add(&in_use_bytes, (uint64_t)ibp_je_sallocx(p, 0));
+	atomic_fetch_add(&in_use_bytes, (uint64_t)ibpi_je_sallocx(p, 0));
 	*out = p;
 	return IBP_OK;
 }
@@ -479,11 +479,11 @@ ibp_status_t ibp_pinned_free_async(void *p, void *stream)
 	cudaError_t w = cudaStreamSynchronize((cudaStream_t)stream);
 	if (w == cudaSuccess) {
 		release(p);
-		return ibp_fail(IBP_ERR_CUDA, "pinned_free_async: cannot record an event (%s): waited for the stream "
+		return ibpi_fail(IBP_ERR_CUDA, "pinned_free_async: cannot record an event (%s): waited for the stream "
 				"and freed the block", cudaGetErrorString(e));
 	}
 	(void)cudaGetLastError();
-	return ibp_fail(IBP_ERR_CUDA, "pinned_free_async: cannot record an event (%s) nor wait for the stream (%s): "
+	return ibpi_fail(IBP_ERR_CUDA, "pinned_free_async: cannot record an event (%s) nor wait for the stream (%s): "
 			"the block is kept out of use", cudaGetErrorString(e), cudaGetErrorString(w));
 }
 
@@ -501,8 +501,8 @@ static void release(void *p)
 	int in_arena = region_of((uintptr_t)p) >= 0;
 	pthread_mutex_unlock(&reg_mu);
 	if (in_arena) {
-		atomic_fetch_sub(&in_use_bytes, (uint64_t)ibp_je_sallocx(p, 0));
-		ibp_je_dallocx(p, IBP_JE_MALLOCX_TCACHE_NONE);
+		atomic_fetch_sub(&in_use_bytes, (uint64_t)ibpi_je_sallocx(p, 0));
+		ibpi_je_dallocx(p, IBP_JE_MALLOCX_TCACHE_NONE);
 	} else if (!direct_free(p)) {
 		ibp_host_free(p); /* IBP_CUDA_HOST_FALLBACK memory */
 	}
@@ -511,10 +511,10 @@ static void release(void *p)
 ibp_status_t ibp_pinned_device_ptr(const void *host, void **dev)
 {
 	if (!host || !dev)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "pinned_device_ptr: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "pinned_device_ptr: NULL argument");
 	*dev = NULL;
 	if (!have_device())
-		return ibp_fail(IBP_ERR_NO_DEVICE, "pinned_device_ptr: no usable CUDA device");
+		return ibpi_fail(IBP_ERR_NO_DEVICE, "pinned_device_ptr: no usable CUDA device");
 	/* The attributes name the device address of any byte of a pinned,
 	 * mapped range (not only its start); cudaHostGetDevicePointer is the
 	 * second opinion. */
@@ -529,7 +529,7 @@ ibp_status_t ibp_pinned_device_ptr(const void *host, void **dev)
 	if (e != cudaSuccess) {
 		(void)cudaGetLastError();
 		*dev = NULL;
-		return ibp_fail(IBP_ERR_INVALID_ARG, "pinned_device_ptr: %p is not pinned, mapped host "
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "pinned_device_ptr: %p is not pinned, mapped host "
 				"memory: %s", host, cudaGetErrorString(e));
 	}
 	return IBP_OK;

@@ -11,18 +11,18 @@
 
 static ibp_status_t no_device(const char *what)
 {
-	return ibp_fail(IBP_ERR_NO_DEVICE, "%s: " NO_CUDA, what);
+	return ibpi_fail(IBP_ERR_NO_DEVICE, "%s: " NO_CUDA, what);
 }
 
 ibp_status_t ibp_pinned_alloc(uint64_t size, uint64_t align, unsigned flags, void **out)
 {
 	if (!out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "pinned_alloc: NULL out");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "pinned_alloc: NULL out");
 	*out = NULL;
 	if (align == 0)
 		align = 256;
 	if ((align & (align - 1)) != 0 || align > (1ull << 30))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "pinned_alloc: alignment %llu is not a power of two <= 1 GiB",
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "pinned_alloc: alignment %llu is not a power of two <= 1 GiB",
 				(unsigned long long)align);
 	if (!(flags & IBP_CUDA_HOST_FALLBACK))
 		return no_device("pinned_alloc");
@@ -30,7 +30,7 @@ ibp_status_t ibp_pinned_alloc(uint64_t size, uint64_t align, unsigned flags, voi
 	if (!p)
 		return IBP_ERR_NOMEM;
 	*out = p;
-	return ibp_fail(IBP_ERR_NO_DEVICE, "pinned_alloc: " NO_CUDA "; %llu bytes of ordinary (not "
+	return ibpi_fail(IBP_ERR_NO_DEVICE, "pinned_alloc: " NO_CUDA "; %llu bytes of ordinary (not "
 			"pinned) host memory were returned instead", (unsigned long long)size);
 }
 

@@ -25,12 +25,12 @@
  * Threads: bags are cut into contiguous ranges of about the same number of
  * ids plus bags (an empty bag still costs a row of zeros), PARTS_PER_THREAD
  * per thread, which the tasks run on the store's worker pool
- * (ibp_store_run, store/pool.h: no thread is started per call) claim in
+ * (ibpi_store_run, store/pool.h: no thread is started per call) claim in
  * order from a shared cursor: a thread that gets less of a core (a shared
  * machine) takes fewer ranges instead of holding up the call.
  *
  * The same engine pools the rows of a host-fallback device store
- * (ibp_bag_pool_rows, store/bag_rows.h) for ibp_store_embedding_bag_cuda:
+ * (ibpi_bag_pool_rows, store/bag_rows.h) for ibp_store_embedding_bag_cuda:
  * rows from plain arrays instead of a container, on the calling thread,
  * and with the device's per-bag status (a failed bag is zeros) instead of
  * a failed call.
@@ -203,7 +203,7 @@ static const bag_kernels_t *pick_kernels(void)
 	if (e && *e && strcmp(e, "0") != 0)
 		return &kernels_portable;
 #if defined(__x86_64__) && defined(__GNUC__)
-	if (ibp_cpu()->avx2 && __builtin_cpu_supports("fma"))
+	if (ibpi_cpu()->avx2 && __builtin_cpu_supports("fma"))
 		return __builtin_cpu_supports("f16c") ? &kernels_avx2f16c : &kernels_avx2;
 #endif
 	return &kernels_portable;
@@ -268,7 +268,7 @@ static uint64_t chunk_rows(uint64_t R)
 
 /* The IBP rows of a store come in chunks: the rows of up to t->cap
  * consecutive id positions decoded together into the thread's chunk by the
- * store's own gather (ibp_store_decode_rows: its row map and look-ahead
+ * store's own gather (ibpi_store_decode_rows: its row map and look-ahead
  * pipeline), then pooled from there. Interleaving one row's decode with
  * its pooling, with a look-ahead of its own, ran at 0.55x of the gather of
  * the same ids (2026-11-28, 8M x 64 f32: 27 against 15 ms); in chunks it
@@ -283,7 +283,7 @@ static const uint8_t *chunk_row(const bag_job_t *j, bag_tls_t *t, uint64_t i, ui
 		if (!j->ids64)
 			for (uint64_t k = 0; k < m; k++)
 				t->cids[k] = j->ids32[i + k];
-		uint64_t got = ibp_store_decode_rows(j->store, ids, m, t->chunk, st);
+		uint64_t got = ibpi_store_decode_rows(j->store, ids, m, t->chunk, st);
 		t->c0 = i;
 		t->c1 = i + got;
 		if (got == 0)
@@ -316,10 +316,10 @@ static const uint8_t *row_at(const bag_job_t *j, bag_tls_t *t, uint64_t row, uin
 	const uint64_t o = a->offsets ? a->offsets[row] : row * j->R;
 	const uint64_t len = a->offsets ? a->offsets[row + 1] - o : j->R;
 	uint64_t used = 0;
-	*st = ibp_decode_row_ext(j->codec, a->payload ? a->payload + o : none, len, a->flags[row],
+	*st = ibpi_decode_row_ext(j->codec, a->payload ? a->payload + o : none, len, a->flags[row],
 				 a->clusters ? a->clusters[row] : 0, dst, &used);
 	if (*st == IBP_OK && j->packed && used != len)
-		*st = ibp_fail(IBP_ERR_CORRUPT, "row %llu: encoded row is %llu bytes, its extent %llu", (ull)row,
+		*st = ibpi_fail(IBP_ERR_CORRUPT, "row %llu: encoded row is %llu bytes, its extent %llu", (ull)row,
 			       (ull)used, (ull)len);
 	return *st == IBP_OK ? dst : NULL;
 }
@@ -489,31 +489,31 @@ static ibp_status_t check_args(const char *fn, ibp_bag_mode_t mode, unsigned fla
 			       uint64_t nrows, const char *name)
 {
 	if (mode != IBP_BAG_SUM && mode != IBP_BAG_MEAN && mode != IBP_BAG_MAX)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: mode %d is not sum (0), mean (1) or max (2)", fn, (int)mode);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: mode %d is not sum (0), mean (1) or max (2)", fn, (int)mode);
 	if (id_dtype != IBP_DTYPE_I32 && id_dtype != IBP_DTYPE_I64)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: ids must be int32 or int64, not dtype %d", fn, (int)id_dtype);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: ids must be int32 or int64, not dtype %d", fn, (int)id_dtype);
 	if (!offsets)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL offsets", fn);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL offsets", fn);
 	if (n_ids > 0 && !ids)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL ids for %llu ids", fn, (ull)n_ids);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL ids for %llu ids", fn, (ull)n_ids);
 	if (n_bags > 0 && !out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL output for %llu bags", fn, (ull)n_bags);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL output for %llu bags", fn, (ull)n_bags);
 	if (flags & ~(unsigned)IBP_BAG_UNFUSED_WEIGHTS)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: unknown flags 0x%x", fn, flags);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: unknown flags 0x%x", fn, flags);
 	if (weights && mode != IBP_BAG_SUM)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: per-id weights need mode sum", fn);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: per-id weights need mode sum", fn);
 	if (dt != IBP_DTYPE_F32 && dt != IBP_DTYPE_F16 && dt != IBP_DTYPE_BF16)
-		return ibp_fail(IBP_ERR_UNSUPPORTED, "%s: %s: rows of dtype %s cannot be pooled (float32, float16 "
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "%s: %s: rows of dtype %s cannot be pooled (float32, float16 "
 				"or bfloat16 only)", fn, name, ibp_dtype_name(dt));
 	if (padding_idx < -1 || (padding_idx >= 0 && (uint64_t)padding_idx >= nrows))
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: padding_idx %lld is not -1 or a row below %llu", fn,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: padding_idx %lld is not -1 or a row below %llu", fn,
 				(long long)padding_idx, (ull)nrows);
 	for (uint64_t b = 0; b < n_bags; b++)
 		if (offsets[b] > offsets[b + 1])
-			return ibp_fail(IBP_ERR_INVALID_ARG, "%s: offsets[%llu] = %lld > offsets[%llu] = %lld", fn,
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: offsets[%llu] = %lld > offsets[%llu] = %lld", fn,
 					(ull)b, (long long)offsets[b], (ull)b + 1, (long long)offsets[b + 1]);
 	if (offsets[0] < 0 || (uint64_t)offsets[n_bags] > n_ids)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: offsets span [%lld, %lld), outside the %llu ids", fn,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: offsets span [%lld, %lld), outside the %llu ids", fn,
 				(long long)offsets[0], (long long)offsets[n_bags], (ull)n_ids);
 	return IBP_OK;
 }
@@ -565,7 +565,7 @@ static ibp_status_t run_job(bag_job_t *j, const ibp_store_t *pool, int t, uint64
 	if (!scratch || pthread_mutex_init(&j->mu, NULL) != 0) {
 		ibp_host_free(scratch);
 		free(j);
-		return ibp_fail(IBP_ERR_NOMEM, "%s: no memory for %d x %llu bytes of scratch", fn, t, (ull)per);
+		return ibpi_fail(IBP_ERR_NOMEM, "%s: no memory for %d x %llu bytes of scratch", fn, t, (ull)per);
 	}
 	for (int i = 0; i < t; i++) {
 		uint8_t *p = scratch + (uint64_t)i * per;
@@ -592,12 +592,12 @@ static ibp_status_t run_job(bag_job_t *j, const ibp_store_t *pool, int t, uint64
 		j->nparts = MAX_TASKS;
 	partition(j, n_bags, (int)j->nparts);
 	if (pool)
-		ibp_store_run(pool, t, run_part, j);
+		ibpi_store_run(pool, t, run_part, j);
 	else
 		run_part(j, 0);
 	ibp_status_t st = IBP_OK;
 	if (j->failed)
-		st = ibp_fail(j->err, "%s: %s: bag %llu: %s", fn, name, (ull)j->err_bag, j->err_msg);
+		st = ibpi_fail(j->err, "%s: %s: bag %llu: %s", fn, name, (ull)j->err_bag, j->err_msg);
 	if (nfailed)
 		*nfailed = j->nfailed;
 	pthread_mutex_destroy(&j->mu);
@@ -613,9 +613,9 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 {
 	const char *fn = "embedding_bag";
 	if (!s)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL store", fn);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL store", fn);
 	if (nthreads < 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: nthreads %d < 0", fn, nthreads);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: nthreads %d < 0", fn, nthreads);
 	const ibp_container_t *c = ibp_store_container(s);
 	uint64_t nrows = ibp_store_nrows(s), R = ibp_store_row_bytes(s);
 	ibp_dtype_t dt = ibp_store_dtype(s);
@@ -624,7 +624,7 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 	for (uint64_t i = (uint64_t)offsets[0]; i < (uint64_t)offsets[n_bags]; i++) {
 		int64_t id = id_dtype == IBP_DTYPE_I64 ? ((const int64_t *)ids)[i] : ((const int32_t *)ids)[i];
 		if (id < 0 || (uint64_t)id >= nrows)
-			return ibp_fail(IBP_ERR_OUT_OF_RANGE, "%s: %s: ids[%llu] = %lld is outside the %llu rows", fn,
+			return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "%s: %s: ids[%llu] = %lld is outside the %llu rows", fn,
 					ibp_container_name(c), (ull)i, (long long)id, (ull)nrows);
 	}
 	if (n_bags == 0)
@@ -632,7 +632,7 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 
 	bag_job_t *j = new_job(mode, flags, ids, id_dtype, offsets, weights, padding_idx, out, dt, R, nrows);
 	if (!j)
-		return ibp_fail(IBP_ERR_NOMEM, "%s: out of memory", fn);
+		return ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory", fn);
 	j->c = c;
 	j->codec = ibp_store_codec(s);
 	j->packed = ibp_container_layout(c) == IBP_LAYOUT_PACKED;
@@ -640,10 +640,10 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 	j->store = j->block_codec ? NULL : s; /* IBP rows in chunks (chunk_row) */
 	if (j->block_codec)
 		j->block_rows = ibp_container_block_rows(c);
-	return run_job(j, s, ibp_store_pool_width(s, nthreads, n_bags), n_bags, fn, ibp_container_name(c), NULL);
+	return run_job(j, s, ibpi_store_pool_width(s, nthreads, n_bags), n_bags, fn, ibp_container_name(c), NULL);
 }
 
-ibp_status_t ibp_bag_pool_rows(const ibp_bag_rows_t *rows, ibp_bag_mode_t mode, unsigned flags, const void *ids,
+ibp_status_t ibpi_bag_pool_rows(const ibp_bag_rows_t *rows, ibp_bag_mode_t mode, unsigned flags, const void *ids,
 			       ibp_dtype_t id_dtype, uint64_t n_ids, const int64_t *offsets, uint64_t n_bags,
 			       const float *weights, int64_t padding_idx, void *out, int32_t *status,
 			       uint64_t *nfailed)
@@ -652,10 +652,10 @@ ibp_status_t ibp_bag_pool_rows(const ibp_bag_rows_t *rows, ibp_bag_mode_t mode, 
 	if (nfailed)
 		*nfailed = 0;
 	if (!rows || !rows->codec)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL rows or codec", fn);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL rows or codec", fn);
 	const uint64_t R = rows->row_bytes;
 	if (R % (rows->dtype == IBP_DTYPE_F32 ? 4u : 2u) != 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: rows of %llu bytes are not whole %s elements", fn, (ull)R,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: rows of %llu bytes are not whole %s elements", fn, (ull)R,
 				ibp_dtype_name(rows->dtype));
 	IBP_TRY(check_args(fn, mode, flags, ids, id_dtype, n_ids, offsets, n_bags, weights, padding_idx, out,
 			   rows->dtype, rows->nrows, "host-fallback store"));
@@ -664,7 +664,7 @@ ibp_status_t ibp_bag_pool_rows(const ibp_bag_rows_t *rows, ibp_bag_mode_t mode, 
 	bag_job_t *j = new_job(mode, flags, ids, id_dtype, offsets, weights, padding_idx, out, rows->dtype, R,
 			       rows->nrows);
 	if (!j)
-		return ibp_fail(IBP_ERR_NOMEM, "%s: out of memory", fn);
+		return ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory", fn);
 	j->rows = rows;
 	j->codec = rows->codec;
 	j->packed = rows->offsets != NULL;

@@ -35,7 +35,7 @@ typedef struct ibp_bag_rows {
  * IBP_ERR_CORRUPT for a row that does not decode (the first failure in id
  * order); a failed bag's output row is zeros. *nfailed (NULL allowed)
  * gets the number of failed bags. */
-ibp_status_t ibp_bag_pool_rows(const ibp_bag_rows_t *rows, ibp_bag_mode_t mode, unsigned flags, const void *ids,
+ibp_status_t ibpi_bag_pool_rows(const ibp_bag_rows_t *rows, ibp_bag_mode_t mode, unsigned flags, const void *ids,
 			       ibp_dtype_t id_dtype, uint64_t n_ids, const int64_t *offsets, uint64_t n_bags,
 			       const float *weights, int64_t padding_idx, void *out, int32_t *status,
 			       uint64_t *nfailed);

@@ -1,7 +1,7 @@
 /* pool.h - other jobs on a store's worker pool (internal).
  *
  * The store's gather runs on a pool of threads started once per store
- * (store.c). ibp_store_run lends that pool to another job of the store
+ * (store.c). ibpi_store_run lends that pool to another job of the store
  * layer (the embedding bag), so that no thread is started per call.
  */
 #ifndef IBP_STORE_POOL_H
@@ -12,10 +12,10 @@
 /* One task of a pooled job: tid in [0, ntasks). */
 typedef void (*ibp_store_task_fn)(void *ctx, int tid);
 
-/* How many tasks ibp_store_run should be given for `nthreads` (0 = all
+/* How many tasks ibpi_store_run should be given for `nthreads` (0 = all
  * the store's threads, n = at most n) and `n` units of work: between 1 and
  * min(n, the store's thread count) (1 when n is 0). */
-int ibp_store_pool_width(const ibp_store_t *s, int nthreads, uint64_t n);
+int ibpi_store_pool_width(const ibp_store_t *s, int nthreads, uint64_t n);
 
 /* Runs fn(ctx, tid) exactly once for every tid in [0, ntasks), the calling
  * thread taking part, and returns when all have returned. ntasks <= 1 runs
@@ -25,6 +25,6 @@ int ibp_store_pool_width(const ibp_store_t *s, int nthreads, uint64_t n);
  * job per store at a time: a concurrent gather or job waits. fn must not
  * start a pooled job on the same store. The pool is the store's internal
  * state, hence the const store. Cannot fail. */
-void ibp_store_run(const ibp_store_t *s, int ntasks, ibp_store_task_fn fn, void *ctx);
+void ibpi_store_run(const ibp_store_t *s, int ntasks, ibp_store_task_fn fn, void *ctx);
 
 #endif /* IBP_STORE_POOL_H */

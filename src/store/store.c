@@ -7,7 +7,7 @@
  * out. The caller waits until every participant has left the job before
  * returning, so nothing of the job outlives the call. Nothing is allocated
  * per gather: the job and its error slot live in the store.
- * ibp_store_run (store/pool.h) lends the same pool to other jobs of the
+ * ibpi_store_run (store/pool.h) lends the same pool to other jobs of the
  * store (the embedding bag): tasks claimed from a counter, no thread
  * started per call.
  *
@@ -74,7 +74,7 @@ typedef struct slot {
 /* One gather request; `ids` NULL means rows 0 .. n-1, or with `blocks`
  * set blocks 0 .. n-1 of an exp/fp8 container (decode_all). */
 typedef struct job {
-	/* a lent job (ibp_store_run): tasks [0, ntasks) of fn, else a gather */
+	/* a lent job (ibpi_store_run): tasks [0, ntasks) of fn, else a gather */
 	ibp_store_task_fn fn;
 	void *ctx;
 	int ntasks;
@@ -121,7 +121,7 @@ struct ibp_store {
 	int job_helpers; /* helpers taking part in the current job */
 	int done;        /* helpers that have left the current job */
 	job_t job;
-	/* ibp_fork_generation() the threads and locks belong to: another
+	/* ibpi_fork_generation() the threads and locks belong to: another
 	 * value means a fork() child, which makes them again (after_fork) */
 	atomic_uint_fast64_t fork_gen;
 };
@@ -190,9 +190,9 @@ typedef struct rowref {
 static inline ibp_status_t decode_one(const ibp_store_t *s, uint64_t row, const rowref_t *r, uint8_t *dst)
 {
 	uint64_t used = 0;
-	ibp_status_t st = ibp_decode_row_ext(s->codec, r->src, r->len, r->mode, r->cl, dst, &used);
+	ibp_status_t st = ibpi_decode_row_ext(s->codec, r->src, r->len, r->mode, r->cl, dst, &used);
 	if (st == IBP_OK && s->packed && used != r->len)
-		st = ibp_fail(IBP_ERR_CORRUPT, "row %llu: encoded row is %llu bytes, its extent %llu",
+		st = ibpi_fail(IBP_ERR_CORRUPT, "row %llu: encoded row is %llu bytes, its extent %llu",
 			      (unsigned long long)row, (unsigned long long)used, (unsigned long long)r->len);
 	return st;
 }
@@ -321,11 +321,11 @@ static uint64_t decode_range(const ibp_store_t *s, const int64_t *ids, int block
 	return e;
 }
 
-uint64_t ibp_store_decode_rows(const ibp_store_t *s, const int64_t *ids, uint64_t n, uint8_t *out,
+uint64_t ibpi_store_decode_rows(const ibp_store_t *s, const int64_t *ids, uint64_t n, uint8_t *out,
 			       ibp_status_t *st)
 {
 	if (s->block_codec) {
-		*st = ibp_fail(IBP_ERR_UNSUPPORTED, "%s: rows of a block codec are not decoded one by one",
+		*st = ibpi_fail(IBP_ERR_UNSUPPORTED, "%s: rows of a block codec are not decoded one by one",
 			       ibp_container_name(s->c));
 		return 0;
 	}
@@ -417,8 +417,8 @@ static void ensure_pool(ibp_store_t *s)
  * attributes cannot fail on Linux (glibc only fills the object in). */
 static void after_fork(ibp_store_t *s)
 {
-	ibp_fork_lock();
-	uint64_t g = ibp_fork_generation();
+	ibpi_fork_lock();
+	uint64_t g = ibpi_fork_generation();
 	if (atomic_load_explicit(&s->fork_gen, memory_order_relaxed) != g) {
 		pthread_mutex_init(&s->gather_mu, NULL);
 		pthread_mutex_init(&s->mu, NULL);
@@ -437,14 +437,14 @@ static void after_fork(ibp_store_t *s)
 		s->job.fn = NULL;
 		atomic_store_explicit(&s->fork_gen, g, memory_order_release);
 	}
-	ibp_fork_unlock();
+	ibpi_fork_unlock();
 }
 
 /* Every entry point that takes a lock or uses the pool calls this first:
  * in the parent it costs two loads. */
 static void check_fork(ibp_store_t *s)
 {
-	if (atomic_load_explicit(&s->fork_gen, memory_order_acquire) != ibp_fork_generation())
+	if (atomic_load_explicit(&s->fork_gen, memory_order_acquire) != ibpi_fork_generation())
 		after_fork(s);
 }
 
@@ -469,7 +469,7 @@ static const ibp_rowmap_t *store_rowmap(const ibp_container_t *c)
 	if (v && *v >= '0' && *v <= '9')
 		max = strtoull(v, NULL, 10);
 	const ibp_rowmap_t *m = NULL;
-	if (max == 0 || ibp_container_rowmap(c, max, &m) != IBP_OK)
+	if (max == 0 || ibpi_container_rowmap(c, max, &m) != IBP_OK)
 		return NULL; /* not an error: the index walk reads the same rows */
 	return m;
 }
@@ -477,13 +477,13 @@ static const ibp_rowmap_t *store_rowmap(const ibp_container_t *c)
 ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 {
 	if (!c || !out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_store_from_container: NULL argument");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_store_from_container: NULL argument");
 	*out = NULL;
-	IBP_TRY(ibp_fork_watch());
+	IBP_TRY(ibpi_fork_watch());
 	ibp_store_t *s = calloc(1, sizeof(*s));
 	if (!s)
-		return ibp_fail(IBP_ERR_NOMEM, "ibp_store_from_container: out of memory");
-	atomic_init(&s->fork_gen, ibp_fork_generation());
+		return ibpi_fail(IBP_ERR_NOMEM, "ibp_store_from_container: out of memory");
+	atomic_init(&s->fork_gen, ibpi_fork_generation());
 	s->c = c;
 	s->codec = ibp_container_codec(c);
 	s->nrows = ibp_container_nrows(c);
@@ -523,7 +523,7 @@ ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 		}
 		if (!s->slots) {
 			free(s);
-			return ibp_fail(IBP_ERR_NOMEM, "%s: no memory for %llu block buffers of %llu bytes",
+			return ibpi_fail(IBP_ERR_NOMEM, "%s: no memory for %llu block buffers of %llu bytes",
 					ibp_container_name(c), (ull)n, (ull)bytes);
 		}
 	}
@@ -558,7 +558,7 @@ ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 			pthread_mutex_destroy(&s->gather_mu);
 		free_slots(s);
 		free(s);
-		return ibp_fail(IBP_ERR_NOMEM, "ibp_store_from_container: cannot create locks");
+		return ibpi_fail(IBP_ERR_NOMEM, "ibp_store_from_container: cannot create locks");
 	}
 	*out = s;
 	return IBP_OK;
@@ -567,7 +567,7 @@ ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 ibp_status_t ibp_store_open(const char *path, unsigned flags, ibp_store_t **out)
 {
 	if (!out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_store_open: NULL out");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_store_open: NULL out");
 	*out = NULL;
 	ibp_container_t *c = NULL;
 	IBP_TRY(ibp_container_open(path, flags, &c));
@@ -612,8 +612,8 @@ static ibp_status_t job_failure(const ibp_store_t *s, ibp_status_t st, const cha
 				int blocks, uint64_t pos, const char *why)
 {
 	if (blocks)
-		return ibp_fail(st, "%s: %s: %s", ibp_container_name(s->c), what, after_name(s, why));
-	return ibp_fail(st, "%s: %s: position %llu (row %llu): %s", ibp_container_name(s->c), what, (ull)pos,
+		return ibpi_fail(st, "%s: %s: %s", ibp_container_name(s->c), what, after_name(s, why));
+	return ibpi_fail(st, "%s: %s: position %llu (row %llu): %s", ibp_container_name(s->c), what, (ull)pos,
 			(ull)(ids ? (uint64_t)ids[pos] : pos), after_name(s, why));
 }
 
@@ -623,18 +623,18 @@ static ibp_status_t gather(ibp_store_t *s, const int64_t *ids, int blocks, uint6
 			   int nthreads, const char *what)
 {
 	if (!s)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL store", what);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL store", what);
 	check_fork(s);
 	if (nthreads < 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: nthreads %d < 0", what, nthreads);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: nthreads %d < 0", what, nthreads);
 	if (n == 0)
 		return IBP_OK;
 	if (!out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "%s: NULL output for %llu rows", what, (ull)n);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL output for %llu rows", what, (ull)n);
 	if (ids)
 		for (uint64_t i = 0; i < n; i++)
 			if (ids[i] < 0 || (uint64_t)ids[i] >= s->nrows)
-				return ibp_fail(IBP_ERR_OUT_OF_RANGE,
+				return ibpi_fail(IBP_ERR_OUT_OF_RANGE,
 						"%s: %s: ids[%llu] = %lld is outside the %llu rows", ibp_container_name(s->c),
 						what, (ull)i, (long long)ids[i], (ull)s->nrows);
 
@@ -705,13 +705,13 @@ static ibp_status_t gather(ibp_store_t *s, const int64_t *ids, int blocks, uint6
 	return ret;
 }
 
-int ibp_store_pool_width(const ibp_store_t *s, int nthreads, uint64_t n)
+int ibpi_store_pool_width(const ibp_store_t *s, int nthreads, uint64_t n)
 {
 	int t = nthreads <= 0 || nthreads > s->max_threads ? s->max_threads : nthreads;
 	return n < (uint64_t)t ? (n ? (int)n : 1) : t;
 }
 
-void ibp_store_run(const ibp_store_t *cs, int ntasks, ibp_store_task_fn fn, void *ctx)
+void ibpi_store_run(const ibp_store_t *cs, int ntasks, ibp_store_task_fn fn, void *ctx)
 {
 	if (ntasks <= 1) {
 		if (ntasks == 1)
@@ -749,20 +749,20 @@ void ibp_store_run(const ibp_store_t *cs, int ntasks, ibp_store_task_fn fn, void
 ibp_status_t ibp_store_gather(ibp_store_t *s, const int64_t *ids, uint64_t n, void *out, int nthreads)
 {
 	if (n > 0 && !ids)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "gather: NULL ids for %llu rows", (ull)n);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "gather: NULL ids for %llu rows", (ull)n);
 	return gather(s, ids, 0, n, out, nthreads, "gather");
 }
 
 ibp_status_t ibp_store_decode_all(ibp_store_t *s, void *out, int nthreads)
 {
 	if (!s)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "decode_all: NULL store");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "decode_all: NULL store");
 	if (!s->block_codec || s->nrows == 0)
 		return gather(s, NULL, 0, s->nrows, out, nthreads, "decode_all");
 	if (nthreads < 0)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "decode_all: nthreads %d < 0", nthreads);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "decode_all: nthreads %d < 0", nthreads);
 	if (!out)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "decode_all: NULL output for %llu rows", (ull)s->nrows);
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "decode_all: NULL output for %llu rows", (ull)s->nrows);
 	int t = nthreads == 0 || nthreads > s->max_threads ? s->max_threads : nthreads;
 	if (s->nblk >= (uint64_t)t)
 		return gather(s, NULL, 1, s->nblk, out, nthreads, "decode_all");
@@ -781,7 +781,7 @@ ibp_status_t ibp_store_decode_all(ibp_store_t *s, void *out, int nthreads)
 ibp_status_t ibp_store_verify(const ibp_store_t *s, int nthreads)
 {
 	if (!s)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "ibp_store_verify: NULL store");
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_store_verify: NULL store");
 	return ibp_container_verify(s->c, nthreads);
 }
 

@@ -15,7 +15,7 @@
  * that failed, with *st its status and the detail in this thread's error
  * slot. Not for block codecs (exp, fp8): returns 0 with
  * IBP_ERR_UNSUPPORTED. Thread-safe: any number of threads at once. */
-uint64_t ibp_store_decode_rows(const ibp_store_t *s, const int64_t *ids, uint64_t n, uint8_t *out,
+uint64_t ibpi_store_decode_rows(const ibp_store_t *s, const int64_t *ids, uint64_t n, uint8_t *out,
 			       ibp_status_t *st);
 
 #endif /* IBP_STORE_ROWS_H */

@@ -9,6 +9,6 @@
 #define IBP_BLOCK_SUM_OFF 56u
 
 /* The checksum of a block of `bytes` >= 64 bytes. */
-uint64_t ibp_block_sum(const uint8_t *b, uint64_t bytes);
+uint64_t ibpi_block_sum(const uint8_t *b, uint64_t bytes);
 
 #endif

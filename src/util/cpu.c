@@ -63,7 +63,7 @@ static void ibp_cpu_detect(void)
 	ibp_cpu_feat = f;
 }
 
-const ibp_cpu_features_t *ibp_cpu(void)
+const ibp_cpu_features_t *ibpi_cpu(void)
 {
 	pthread_once(&ibp_cpu_once, ibp_cpu_detect);
 	return &ibp_cpu_feat;

@@ -17,6 +17,6 @@ typedef struct ibp_cpu_features {
 } ibp_cpu_features_t;
 
 /* The features of the CPU this process runs on (never NULL). */
-const ibp_cpu_features_t *ibp_cpu(void);
+const ibp_cpu_features_t *ibpi_cpu(void);
 
 #endif /* IBP_CPU_H */

@@ -38,7 +38,7 @@ void ibp_clear_error(void)
 	ibp_err_msg[0] = '\0';
 }
 
-ibp_status_t ibp_fail(ibp_status_t s, const char *fmt, ...)
+ibp_status_t ibpi_fail(ibp_status_t s, const char *fmt, ...)
 {
 	/* Format aside first: callers may pass ibp_last_error() as an argument. */
 	char msg[sizeof(ibp_err_msg)];

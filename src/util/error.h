@@ -5,8 +5,8 @@
 #include "ibp/status.h"
 
 /* Records `fmt` as the calling thread's detail message and returns `s`, so
- * failing paths read: return ibp_fail(IBP_ERR_CORRUPT, "row %llu: ...", ...). */
-ibp_status_t ibp_fail(ibp_status_t s, const char *fmt, ...)
+ * failing paths read: return ibpi_fail(IBP_ERR_CORRUPT, "row %llu: ...", ...). */
+ibp_status_t ibpi_fail(ibp_status_t s, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
 /* Propagates a failing status (the detail is already recorded). */

@@ -32,25 +32,25 @@ static void fork_install(void)
 	fork_watching = pthread_atfork(fork_prepare, fork_parent, fork_child) == 0;
 }
 
-ibp_status_t ibp_fork_watch(void)
+ibp_status_t ibpi_fork_watch(void)
 {
 	pthread_once(&fork_once, fork_install);
 	if (!fork_watching)
-		return ibp_fail(IBP_ERR_NOMEM, "pthread_atfork: cannot register the fork handlers");
+		return ibpi_fail(IBP_ERR_NOMEM, "pthread_atfork: cannot register the fork handlers");
 	return IBP_OK;
 }
 
-uint64_t ibp_fork_generation(void)
+uint64_t ibpi_fork_generation(void)
 {
 	return atomic_load_explicit(&fork_gen, memory_order_acquire);
 }
 
-void ibp_fork_lock(void)
+void ibpi_fork_lock(void)
 {
 	pthread_mutex_lock(&fork_mu);
 }
 
-void ibp_fork_unlock(void)
+void ibpi_fork_unlock(void)
 {
 	pthread_mutex_unlock(&fork_mu);
 }

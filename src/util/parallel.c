@@ -5,7 +5,7 @@
 #include "util/parallel.h"
 #include "util/error.h"
 
-int ibp_parallel_threads(int nthreads, uint64_t n)
+int ibpi_parallel_threads(int nthreads, uint64_t n)
 {
 	long t = nthreads;
 	if (t <= 0) {
@@ -34,14 +34,14 @@ static void *ibp_pf_main(void *arg)
 	return NULL;
 }
 
-ibp_status_t ibp_parallel_for(int nthreads, uint64_t n, ibp_parallel_fn fn, void *ctx)
+ibp_status_t ibpi_parallel_for(int nthreads, uint64_t n, ibp_parallel_fn fn, void *ctx)
 {
 	if (nthreads < 0 || !fn)
-		return ibp_fail(IBP_ERR_INVALID_ARG, "parallel_for: nthreads %d, fn %p", nthreads,
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "parallel_for: nthreads %d, fn %p", nthreads,
 				(void *)(uintptr_t)fn);
 	if (n == 0)
 		return IBP_OK;
-	int t = ibp_parallel_threads(nthreads, n);
+	int t = ibpi_parallel_threads(nthreads, n);
 	if (t == 1) {
 		fn(ctx, 0, n, 0);
 		return IBP_OK;

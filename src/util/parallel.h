@@ -1,11 +1,11 @@
 /* parallel.h - a small pthread parallel-for.
  *
- * ibp_parallel_for(nthreads, n, fn, ctx) splits [0, n) into contiguous,
+ * ibpi_parallel_for(nthreads, n, fn, ctx) splits [0, n) into contiguous,
  * nearly equal ranges, one per thread, and calls fn(ctx, begin, end, tid)
- * once per non-empty range; tid runs over 0 .. ibp_parallel_threads(nthreads,
+ * once per non-empty range; tid runs over 0 .. ibpi_parallel_threads(nthreads,
  * n) - 1 and the caller's thread runs tid 0. It returns when every range is
  * done. fn returns nothing: record failures in ctx (e.g. one slot per tid)
- * and report them from the calling thread (ibp_fail's detail is per thread).
+ * and report them from the calling thread (ibpi_fail's detail is per thread).
  *
  * nthreads 0 means the number of online CPUs; never more threads than n.
  * Returns IBP_ERR_INVALID_ARG for nthreads < 0 or fn NULL. If a thread cannot
@@ -22,10 +22,10 @@
 
 typedef void (*ibp_parallel_fn)(void *ctx, uint64_t begin, uint64_t end, int tid);
 
-/* Number of threads (and tids) ibp_parallel_for will use for these
+/* Number of threads (and tids) ibpi_parallel_for will use for these
  * arguments: at least 1, at most min(n, IBP_MAX_THREADS). */
-int ibp_parallel_threads(int nthreads, uint64_t n);
+int ibpi_parallel_threads(int nthreads, uint64_t n);
 
-ibp_status_t ibp_parallel_for(int nthreads, uint64_t n, ibp_parallel_fn fn, void *ctx);
+ibp_status_t ibpi_parallel_for(int nthreads, uint64_t n, ibp_parallel_fn fn, void *ctx);
 
 #endif /* IBP_PARALLEL_H */

@@ -4,15 +4,13 @@
 #   exports.sh LIBIBP.so LIBIBP.a SOURCE_DIR
 #
 # The shared library: every dynamic symbol it defines is named ibp_*
-# (src/libibp.map); those that no public header declares are internal names
-# still leaking through that pattern, and each must be on
-# tests/abi/internal_exports.txt. The static library: every global C symbol
-# of our own objects is named ibp_* or ibpi_*, or is on
-# tests/abi/static_unprefixed.txt. Both lists only shrink: a new internal
-# name fails the test (give it the prefix ibpi_, make it static, or declare
-# it in include/); a name renamed away is reported, to be taken off its
-# list. The lists are unions over builds with and without CUDA. Exit 77
-# without nm.
+# (src/libibp.map) and is declared in a public header (include/), unless
+# tests/abi/internal_exports.txt lists it. The static library: every global
+# C symbol of our own objects is named ibp_* (the API) or ibpi_* (internal
+# names shared between files), unless tests/abi/static_unprefixed.txt lists
+# it. Both lists are empty since issue 31 renamed the inherited names, and
+# may not grow: a new internal function shared between files is ibpi_*, one
+# used in one file is static. Exit 77 without nm.
 set -eu
 so=$1 a=$2 src=$3
 command -v nm >/dev/null || { echo "exports: SKIPPED: no nm"; exit 77; }
@@ -32,7 +30,7 @@ grep '^ibp_' "$tmp/dyn" | comm -23 - "$tmp/decl" >"$tmp/internal"
 grep -v '^#' "$src/tests/abi/internal_exports.txt" | sort -u >"$tmp/known"
 comm -23 "$tmp/internal" "$tmp/known" >"$tmp/new"
 if [ -s "$tmp/new" ]; then
-	echo "exports: FAILED: libibp.so exports internal names no header declares (rename to ibpi_*, make static, or declare in include/):"
+	echo "exports: FAILED: libibp.so exports ibp_* names no header declares (rename to ibpi_*, make static, or declare in include/):"
 	cat "$tmp/new"
 	fail=1
 fi

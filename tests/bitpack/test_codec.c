@@ -26,7 +26,7 @@
 static int have_bmi2(void)
 {
 #if defined(__x86_64__)
-	return ibp_cpu()->bmi2;
+	return ibpi_cpu()->bmi2;
 #else
 	return 0;
 #endif
@@ -35,7 +35,7 @@ static int have_bmi2(void)
 static int have_avx512(void)
 {
 #if defined(__x86_64__)
-	return ibp_cpu()->avx512vbmi && ibp_cpu()->bmi2;
+	return ibpi_cpu()->avx512vbmi && ibpi_cpu()->bmi2;
 #else
 	return 0;
 #endif
@@ -44,7 +44,7 @@ static int have_avx512(void)
 static int have_avx2(void)
 {
 #if defined(__x86_64__)
-	return ibp_cpu()->avx2 && ibp_cpu()->bmi2;
+	return ibpi_cpu()->avx2 && ibpi_cpu()->bmi2;
 #else
 	return 0;
 #endif
@@ -1079,7 +1079,7 @@ Test(codec, impl_selection)
 	int forced = e && strcmp(e, "1") == 0;
 	ibp_impl_t got = ibp_codec_impl(c);
 	cr_assert_neq(got, IBP_IMPL_AUTO);
-	if (forced || !ibp_cpu()->fast_pdep)
+	if (forced || !ibpi_cpu()->fast_pdep)
 		cr_assert_eq(got, IBP_IMPL_PORTABLE);
 	else if (have_avx512())
 		cr_assert_eq(got, IBP_IMPL_AVX512);
@@ -1542,16 +1542,16 @@ Test(codec, parallel_for)
 	int ts[] = { 0, 1, 2, 3, 5, 64 };
 	for (size_t a = 0; a < sizeof(ns) / sizeof(ns[0]); a++)
 		for (size_t t = 0; t < sizeof(ts) / sizeof(ts[0]); t++) {
-			pf_ctx_t x = { tu_xcalloc(ns[a] + 1), 0, ibp_parallel_threads(ts[t], ns[a]) };
+			pf_ctx_t x = { tu_xcalloc(ns[a] + 1), 0, ibpi_parallel_threads(ts[t], ns[a]) };
 			cr_assert_geq(x.maxt, 1);
 			cr_assert_leq((uint64_t)x.maxt, ns[a] ? ns[a] : 1);
-			cr_assert_eq(ibp_parallel_for(ts[t], ns[a], pf_fn, &x), IBP_OK);
+			cr_assert_eq(ibpi_parallel_for(ts[t], ns[a], pf_fn, &x), IBP_OK);
 			for (uint64_t i = 0; i < ns[a]; i++)
 				cr_assert_eq(x.hits[i], 1, "n=%llu t=%d i=%llu", (unsigned long long)ns[a], ts[t],
 					     (unsigned long long)i);
 			cr_assert_eq(x.bad_tid, 0);
 			free(x.hits);
 		}
-	cr_assert_eq(ibp_parallel_for(-1, 10, pf_fn, NULL), IBP_ERR_INVALID_ARG);
-	cr_assert_eq(ibp_parallel_for(1, 10, NULL, NULL), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibpi_parallel_for(-1, 10, pf_fn, NULL), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibpi_parallel_for(1, 10, NULL, NULL), IBP_ERR_INVALID_ARG);
 }

@@ -133,7 +133,7 @@ Test(golden, portable)
 Test(golden, bmi2)
 {
 #if defined(__x86_64__)
-	if (!ibp_cpu()->bmi2)
+	if (!ibpi_cpu()->bmi2)
 		cr_skip_test("this CPU has no BMI2");
 	for (size_t i = 0; i < NGOLDEN; i++)
 		check_golden(&goldens[i], IBP_IMPL_BMI2);

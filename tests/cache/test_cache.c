@@ -648,36 +648,36 @@ Test(cache, index_tombstones)
 	/* three ids with one home slot */
 	int64_t same[3];
 	int k = 0;
-	uint64_t home = cache_hash(0) & 15;
+	uint64_t home = ibpi_cache_hash(0) & 15;
 	for (int64_t id = 0; k < 3; id++)
-		if ((cache_hash(id) & 15) == home)
+		if ((ibpi_cache_hash(id) & 15) == home)
 			same[k++] = id;
-	cache_ix_insert(&ix, same[0], 10);
-	cache_ix_insert(&ix, same[1], 11);
-	cache_ix_insert(&ix, same[2], 12);
-	cache_ix_erase(&ix, cache_ix_find(&ix, same[0]));
-	cache_ix_erase(&ix, cache_ix_find(&ix, same[1]));
-	uint64_t p = cache_ix_find(&ix, same[2]);
+	ibpi_cache_ix_insert(&ix, same[0], 10);
+	ibpi_cache_ix_insert(&ix, same[1], 11);
+	ibpi_cache_ix_insert(&ix, same[2], 12);
+	ibpi_cache_ix_erase(&ix, ibpi_cache_ix_find(&ix, same[0]));
+	ibpi_cache_ix_erase(&ix, ibpi_cache_ix_find(&ix, same[1]));
+	uint64_t p = ibpi_cache_ix_find(&ix, same[2]);
 	cr_assert_neq(p, UINT64_MAX, "a key behind two tombstones is found");
 	cr_assert_eq(ix.vals[p], 12);
-	cr_assert_eq(cache_ix_find(&ix, same[0]), UINT64_MAX);
-	cache_ix_insert(&ix, same[1], 21); /* reuses the first tombstone */
-	cr_assert_eq(cache_ix_find(&ix, same[1]), home);
+	cr_assert_eq(ibpi_cache_ix_find(&ix, same[0]), UINT64_MAX);
+	ibpi_cache_ix_insert(&ix, same[1], 21); /* reuses the first tombstone */
+	cr_assert_eq(ibpi_cache_ix_find(&ix, same[1]), home);
 	cr_assert_eq(ix.used, 2);
 	cr_assert_eq(ix.tombs, 1);
 	/* fill up to the rehash point: tombstones go, every key stays */
 	for (int64_t id = 100; ix.used < 13; id++)
-		if (cache_ix_find(&ix, id) == UINT64_MAX)
-			cache_ix_insert(&ix, id, (uint64_t)id);
+		if (ibpi_cache_ix_find(&ix, id) == UINT64_MAX)
+			ibpi_cache_ix_insert(&ix, id, (uint64_t)id);
 	cr_assert_eq(ix.tombs, 0, "rehashed");
-	cr_assert_eq(ix.vals[cache_ix_find(&ix, same[2])], 12);
-	cr_assert_eq(ix.vals[cache_ix_find(&ix, same[1])], 21);
+	cr_assert_eq(ix.vals[ibpi_cache_ix_find(&ix, same[2])], 12);
+	cr_assert_eq(ix.vals[ibpi_cache_ix_find(&ix, same[1])], 21);
 	/* the host index grows past its first size, keeping every key */
 	for (int64_t id = 1000; id < 1040; id++)
-		cr_assert_eq(cache_ix_insert(&ix, id, (uint64_t)id), 0);
+		cr_assert_eq(ibpi_cache_ix_insert(&ix, id, (uint64_t)id), 0);
 	cr_assert(ix.cap >= 64 && ix.used * 8 <= ix.cap * 7, "grown to %llu", (unsigned long long)ix.cap);
 	for (int64_t id = 1000; id < 1040; id++)
-		cr_assert_eq(ix.vals[cache_ix_find(&ix, id)], (uint64_t)id);
+		cr_assert_eq(ix.vals[ibpi_cache_ix_find(&ix, id)], (uint64_t)id);
 	free(ix.keys);
 	free(ix.vals);
 }

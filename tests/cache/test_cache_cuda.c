@@ -117,11 +117,11 @@ static void check_table(ibp_cache_t *d, ibp_cache_t *h)
 		cr_assert_eq(t->keys[q], id, "id %lld READY in the mirror, not in the device table", (long long)id);
 		cr_assert_eq(t->vals[q], e, "id %lld: device entry %llx, mirror %llx", (long long)id,
 			     (unsigned long long)t->vals[q], (unsigned long long)e);
-		uint64_t ph = cache_ix_find(&h->ix, id);
+		uint64_t ph = ibpi_cache_ix_find(&h->ix, id);
 		cr_assert(ph != UINT64_MAX && h->ix.vals[ph] == e, "id %lld: the host cache decided otherwise",
 			  (long long)id);
 		uint64_t g = ENT_SLAB(e) * d->spp + ENT_SLOT(e);
-		cr_assert(!memcmp(ibp_slab_addr(t, e), cache_slot_ptr(h, g), ENT_LEN(e)), "id %lld: slot bytes",
+		cr_assert(!memcmp(ibp_slab_addr(t, e), ibpi_cache_slot_ptr(h, g), ENT_LEN(e)), "id %lld: slot bytes",
 			  (long long)id);
 		uint16_t meta = h->sfl[g] == 0xFF ? 0 : (uint16_t)(h->sfl[g] | h->sclu[g] << 8);
 		decoded_rows += h->sfl[g] == 0xFF;
@@ -376,7 +376,7 @@ Test(cache_cuda, corrupt_rows_and_slots, .init = make_tmpdir, .fini = remove_tmp
 	cr_assert_eq(a.hits, 3, "the second round hits the good rows only (%llu)", (unsigned long long)a.hits);
 	/* smash the slot of id 2 in the device table: its next hit is CORRUPT */
 	const ibp_slab_table_t *t = &d->dev->t;
-	uint64_t p = cache_ix_find(&d->ix, 2);
+	uint64_t p = ibpi_cache_ix_find(&d->ix, 2);
 	cr_assert(p != UINT64_MAX);
 	uint64_t e = d->ix.vals[p];
 	uint8_t *slot = ibp_slab_addr(t, e);
@@ -391,7 +391,7 @@ Test(cache_cuda, corrupt_rows_and_slots, .init = make_tmpdir, .fini = remove_tmp
 	cr_assert(!memcmp(out, ref, R), "a corrupt hit is zero-filled");
 	OK(ibp_cache_stats(d, &a, 0));
 	cr_assert_eq(a.invalidations, 1);
-	cr_assert_eq(cache_ix_find(&d->ix, 2), UINT64_MAX, "the bad row left the mirror");
+	cr_assert_eq(ibpi_cache_ix_find(&d->ix, 2), UINT64_MAX, "the bad row left the mirror");
 	OK(ibp_cache_gather_cuda(d, bad, &two, 1, out, NULL, &s2, 0, NULL));
 	OK(ibp_store_gather(f.s, &two, 1, ref, 1));
 	cr_assert(s2 == IBP_OK && !memcmp(out, ref, R), "served from the store again");

@@ -2,7 +2,7 @@
  * the class ladder gives tiny compressed rows small slots, the host index
  * grows with what is resident (not with the most slots the slabs could
  * have), and a budget of a few slabs still serves rows of several classes
- * (cache_targets, borrowing in cache_alloc_slot). */
+ * (ibpi_cache_targets, borrowing in ibpi_cache_alloc_slot). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,7 +125,7 @@ Test(cache_geometry, tiny_rows_get_small_slots, .init = make_tmpdir, .fini = rem
 	cr_assert_leq(c->ix.cap, 8192);
 	cr_assert_leq(c->ix.cap, 4 * N);
 	cr_assert(c->ix.used * 8 <= c->ix.cap * 7);
-	cr_assert_eq(st.meta_bytes, cache_meta_bytes(c));
+	cr_assert_eq(st.meta_bytes, ibpi_cache_meta_bytes(c));
 	uint64_t ws = c->nws * (c->o.max_batch * 64 + c->ws[0].dcap * 12); /* per-call workspaces */
 	cr_assert_leq(st.meta_bytes - ws, 4 * cap, "metadata %llu bytes for a %llu-byte budget",
 		      (unsigned long long)(st.meta_bytes - ws), (unsigned long long)cap);
@@ -172,7 +172,7 @@ Test(cache_geometry, tiny_budget_dense_rows_share_slabs, .init = make_tmpdir, .f
 	uint32_t nseen = 0;
 	for (uint64_t g = 0; g < c->nslots; g++)
 		if (c->sid[g] >= 0 && c->sid[g] < 8) {
-			uint32_t k = cache_class_of(c, c->slen[g]);
+			uint32_t k = ibpi_cache_class_of(c, c->slen[g]);
 			cr_assert_leq(c->slen[g], c->cls[c->scls[g / c->spp]].slot_bytes);
 			nseen += !seen[k];
 			seen[k] = 1;

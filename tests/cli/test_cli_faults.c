@@ -99,7 +99,7 @@ Test(cli_faults, gather_corrupt_row_fails)
 			uint64_t used = 0;
 			if (m == (flags[i] & 3))
 				continue;
-			ibp_status_t st = ibp_decode_row_ext(c, pay + off[i], off[i + 1] - off[i], m, cl[i], tmp, &used);
+			ibp_status_t st = ibpi_decode_row_ext(c, pay + off[i], off[i + 1] - off[i], m, cl[i], tmp, &used);
 			if (st != IBP_OK || used != off[i + 1] - off[i]) {
 				flags[i] = m;
 				k = i;

@@ -96,7 +96,7 @@ int main(int argc, char **argv)
 	uint16_t *xb = malloc(d * 2), *lout = malloc(d * 2);
 	for (uint64_t i = 0; i < d; i++)
 		xb[i] = fp8i_f32_to_bf16(x[0][i]);
-	uint64_t lcap = lsq_bytes(d, LSQ_ROW, LSQ_BITS, LSQ_SBITS), pcap = pts_max_bytes(d), lsz = 0, psz = 0;
+	uint64_t lcap = ibpi_lsq_bytes(d, LSQ_ROW, LSQ_BITS, LSQ_SBITS), pcap = ibpi_pts_max_bytes(d), lsz = 0, psz = 0;
 	uint8_t *lbuf = malloc(lcap), *pbuf = malloc(pcap), *lref = malloc(lcap), *pref = malloc(pcap);
 	float *acc = malloc(d * sizeof(float)), *out = malloc(d * sizeof(float)), *oref = malloc(d * sizeof(float));
 
@@ -104,14 +104,14 @@ int main(int argc, char **argv)
 	uint64_t J = (d + 255) / 256;
 	float *st = calloc(2 * J, sizeof(float)), *gst = calloc(2 * J, sizeof(float));
 	for (int w = 0; w < R; w++) {
-		dq_local_stats(x[w], d, st);
+		ibpi_dq_local_stats(x[w], d, st);
 		for (uint64_t i = 0; i < 2 * J; i++)
 			gst[i] += st[i];
 	}
 	dq_cfg_t cfg;
-	dq_cfg_default(&cfg);
+	ibpi_dq_cfg_default(&cfg);
 	dq_plan_t pl;
-	if (dq_plan_make(&pl, &cfg, R, d, 1, gst) != IBP_OK)
+	if (ibpi_dq_plan_make(&pl, &cfg, R, d, 1, gst) != IBP_OK)
 		die("plan");
 	uint8_t *leaf = malloc(pl.total_bytes), *hop = malloc(pl.total_bytes), *href = malloc(pl.total_bytes);
 	uint64_t *coff = malloc(((size_t)R + 1) * sizeof(uint64_t));
@@ -133,7 +133,7 @@ int main(int argc, char **argv)
 				      : !strcmp(tok, "avx2") ? COLL_SIMD_AVX2
 				      : !strcmp(tok, "avx512") ? COLL_SIMD_AVX512
 							       : COLL_SIMD_AUTO;
-		if (im == COLL_SIMD_AUTO || !coll_simd_set(im)) {
+		if (im == COLL_SIMD_AUTO || !ibpi_coll_simd_set(im)) {
 			printf("%-10s (not available here)\n", tok);
 			continue;
 		}
@@ -144,49 +144,49 @@ int main(int argc, char **argv)
 				double t0 = cpu_s();
 				switch (t) {
 				case T_STATS:
-					dq_local_stats(x[0], d, st);
+					ibpi_dq_local_stats(x[0], d, st);
 					break;
 				case T_PLAN: {
 					dq_plan_t p2;
-					if (dq_plan_make(&p2, &cfg, R, d, 1, gst) != IBP_OK)
+					if (ibpi_dq_plan_make(&p2, &cfg, R, d, 1, gst) != IBP_OK)
 						die("plan");
-					dq_plan_free(&p2);
+					ibpi_dq_plan_free(&p2);
 					break;
 				}
 				case T_LEAF:
 					for (int k = 0; k < R; k++)
-						if (dq_hop(&pl, (uint64_t)k, NULL, x[(k + 1) % R], (k + 1) % R, leaf + coff[k]) != IBP_OK)
+						if (ibpi_dq_hop(&pl, (uint64_t)k, NULL, x[(k + 1) % R], (k + 1) % R, leaf + coff[k]) != IBP_OK)
 							die("leaf");
 					break;
 				case T_HOP:
 					for (int k = 0; k < R; k++)
-						if (dq_hop(&pl, (uint64_t)k, leaf + coff[k], x[(k + 2) % R], (k + 2) % R, hop + coff[k]) != IBP_OK)
+						if (ibpi_dq_hop(&pl, (uint64_t)k, leaf + coff[k], x[(k + 2) % R], (k + 2) % R, hop + coff[k]) != IBP_OK)
 							die("hop");
 					break;
 				case T_DEC:
 					for (int k = 0; k < R; k++)
-						if (dq_decode_chunk(&pl, (uint64_t)k, hop + coff[k], out) != IBP_OK)
+						if (ibpi_dq_decode_chunk(&pl, (uint64_t)k, hop + coff[k], out) != IBP_OK)
 							die("decode");
 					break;
 				case T_RING:
-					if (dq_simulate((const float *const *)x, R, d, &cfg, 1, out, NULL) != IBP_OK)
+					if (ibpi_dq_simulate((const float *const *)x, R, d, &cfg, 1, out, NULL) != IBP_OK)
 						die("simulate");
 					break;
 				case T_LENC:
-					if (lsq_encode(xb, IBP_DTYPE_BF16, d, LSQ_ROW, LSQ_BITS, LSQ_SBITS, 77, lbuf, lcap, &lsz) != IBP_OK)
+					if (ibpi_lsq_encode(xb, IBP_DTYPE_BF16, d, LSQ_ROW, LSQ_BITS, LSQ_SBITS, 77, lbuf, lcap, &lsz) != IBP_OK)
 						die("lsq encode");
 					break;
 				case T_LDEC:
-					if (lsq_decode(lbuf, lsz, IBP_DTYPE_BF16, d, lout) != IBP_OK)
+					if (ibpi_lsq_decode(lbuf, lsz, IBP_DTYPE_BF16, d, lout) != IBP_OK)
 						die("lsq decode");
 					break;
 				case T_PENC:
-					if (pts_encode(x[0], d, PTS_SIGMA, 99, pbuf, pcap, &psz) != IBP_OK)
+					if (ibpi_pts_encode(x[0], d, PTS_SIGMA, 99, pbuf, pcap, &psz) != IBP_OK)
 						die("pts encode");
 					break;
 				case T_PDEC:
 					memset(acc, 0, d * sizeof(float));
-					if (pts_decode_add(pbuf, psz, d, acc) != IBP_OK)
+					if (ibpi_pts_decode_add(pbuf, psz, d, acc) != IBP_OK)
 						die("pts decode");
 					break;
 				}
@@ -214,6 +214,6 @@ int main(int argc, char **argv)
 			return 1;
 		first = 0;
 	}
-	dq_plan_free(&pl);
+	ibpi_dq_plan_free(&pl);
 	return 0;
 }

@@ -53,7 +53,7 @@ static ibp_status_t nat_gather(nat_t *x, const void *mine, void *all, uint64_t b
 		IBP_TRY(x->inner.sendrecv(x->inner.ctx, (r + 1) % p, a + (uint64_t)sb * bytes, bytes, (r + p - 1) % p,
 					   a + (uint64_t)rb * bytes, bytes, &got, timeout_ms));
 		if (got != bytes)
-			return ibp_fail(IBP_ERR_INVALID_ARG, "nat: %llu bytes, want %llu", (unsigned long long)got,
+			return ibpi_fail(IBP_ERR_INVALID_ARG, "nat: %llu bytes, want %llu", (unsigned long long)got,
 					(unsigned long long)bytes);
 	}
 	return IBP_OK;
@@ -596,15 +596,15 @@ Test(coll, switcher_skips_sample_when_codec_cannot_pay)
 	/* A fast link (20 GB/s): bf16 at best 11/16 of the bytes saves 5/16 x 32 KiB / 20 GB/s = 0.5 us
 	 * per step, the codec costs 2 x 16 us. */
 	c->st.beta_Bps = 2e10;
-	cr_assert_eq(coll_decide(c, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, noise, n / 2, n, 1, 1, 1), COLL_ENC_RAW);
+	cr_assert_eq(ibpi_coll_decide(c, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, noise, n / 2, n, 1, 1, 1), COLL_ENC_RAW);
 	cr_assert_eq(c->st.last_decision, IBP_COLL_DECIDED_NOT_WORTH);
-	cr_assert_eq(coll_decide(c, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, gauss, n / 2, n, 1, 1, 1), COLL_ENC_RAW);
+	cr_assert_eq(ibpi_coll_decide(c, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, gauss, n / 2, n, 1, 1, 1), COLL_ENC_RAW);
 	cr_assert_eq(c->st.last_decision, IBP_COLL_DECIDED_NOT_WORTH);
 	/* A slow link (10 MB/s): it could pay, so the sample decides. */
 	c->st.beta_Bps = 1e7;
-	cr_assert_eq(coll_decide(c, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, noise, n / 2, n, 1, 1, 1), COLL_ENC_RAW);
+	cr_assert_eq(ibpi_coll_decide(c, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, noise, n / 2, n, 1, 1, 1), COLL_ENC_RAW);
 	cr_assert_eq(c->st.last_decision, IBP_COLL_DECIDED_INCOMPRESSIBLE);
-	cr_assert_eq(coll_decide(c, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, gauss, n / 2, n, 1, 1, 1), COLL_ENC_EXP);
+	cr_assert_eq(ibpi_coll_decide(c, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, gauss, n / 2, n, 1, 1, 1), COLL_ENC_EXP);
 	cr_assert_eq(c->st.last_decision, IBP_COLL_DECIDED_COMPRESS);
 	cr_assert_eq(c->st.not_worth, 2);
 	cr_assert_eq(c->st.incompressible, 1);
@@ -773,24 +773,24 @@ static void hjob_run(void *arg)
 Test(coll, helper_thread_handoff)
 {
 	coll_helper_t *h;
-	cr_assert_eq(coll_helper_start(&h), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibpi_coll_helper_start(&h), IBP_OK, "%s", ibp_last_error());
 	hjob_t j = { 0 };
 	pthread_t first = pthread_self(); /* replaced by the helper's id at job 0 */
 	for (int k = 0; k < 1000; k++) {
-		cr_assert_eq(coll_helper_post(h, hjob_run, &j), IBP_OK, "%s", ibp_last_error());
-		cr_assert_eq(coll_helper_wait(h), IBP_OK, "%s", ibp_last_error());
+		cr_assert_eq(ibpi_coll_helper_post(h, hjob_run, &j), IBP_OK, "%s", ibp_last_error());
+		cr_assert_eq(ibpi_coll_helper_wait(h), IBP_OK, "%s", ibp_last_error());
 		cr_assert_eq(j.n, k + 1, "job %d not finished when wait returned", k);
 		if (k == 0)
 			first = j.seen;
 		cr_assert(pthread_equal(j.seen, first), "job %d ran on another thread", k);
 		cr_assert(!pthread_equal(j.seen, pthread_self()));
 	}
-	cr_assert_eq(coll_helper_wait(h), IBP_OK); /* nothing posted: returns at once */
-	cr_assert_eq(coll_helper_post(h, hjob_run, &j), IBP_OK);
-	cr_assert_eq(coll_helper_post(h, hjob_run, &j), IBP_ERR_INTERNAL);
-	cr_assert_eq(coll_helper_stop(h), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibpi_coll_helper_wait(h), IBP_OK); /* nothing posted: returns at once */
+	cr_assert_eq(ibpi_coll_helper_post(h, hjob_run, &j), IBP_OK);
+	cr_assert_eq(ibpi_coll_helper_post(h, hjob_run, &j), IBP_ERR_INTERNAL);
+	cr_assert_eq(ibpi_coll_helper_stop(h), IBP_OK, "%s", ibp_last_error());
 	cr_assert_eq(j.n, 1001, "stop dropped the posted job");
-	cr_assert_eq(coll_helper_stop(NULL), IBP_OK);
+	cr_assert_eq(ibpi_coll_helper_stop(NULL), IBP_OK);
 }
 
 /* Repeated AllGathers on one communicator whose blocks are decoded on the

@@ -277,7 +277,7 @@ Test(coll_device, reduce_twin_matches_host_rounding)
 {
 	/* Through the collectives above; here the halfway cases directly. */
 	uint16_t a[4] = { 0x3f80, 0x3f80, 0x0001, 0x7f7f }, b[4] = { 0x3380, 0x3400, 0x8001, 0x7f7f }, d[4];
-	coll_reduce_add(a, b, IBP_DTYPE_BF16, 4, d);
+	ibpi_coll_reduce_add(a, b, IBP_DTYPE_BF16, 4, d);
 	for (int i = 0; i < 4; i++)
 		cr_assert_eq(d[i], fp8i_f32_to_bf16(fp8i_bf16_to_f32(a[i]) + fp8i_bf16_to_f32(b[i])), "entry %d", i);
 	cr_assert_eq(d[0], 0x3f80); /* 1 + 2^-24 rounds to even: 1 */

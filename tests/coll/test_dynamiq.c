@@ -74,7 +74,7 @@ static double vnmse(float *const *x, int n, uint64_t d, const float *est)
 static double dq_vnmse(float *const *x, int n, uint64_t d, const dq_cfg_t *cfg, uint64_t *bits)
 {
 	float *out = malloc(d * sizeof(float));
-	cr_assert_eq(dq_simulate((const float *const *)x, n, d, cfg, 7, out, bits), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibpi_dq_simulate((const float *const *)x, n, d, cfg, 7, out, bits), IBP_OK, "%s", ibp_last_error());
 	double v = vnmse(x, n, d, out);
 	free(out);
 	return v;
@@ -154,7 +154,7 @@ Test(dynamiq, budget_and_widths)
 	uint64_t d = 40000; /* not a multiple of 256: a short last super-group */
 	float **x = make_grads(4, d, 1);
 	dq_cfg_t cfg;
-	dq_cfg_default(&cfg);
+	ibpi_dq_cfg_default(&cfg);
 	for (double b = 3; b <= 8; b += 1) {
 		cfg.budget = b;
 		uint64_t bits = 0;
@@ -167,10 +167,10 @@ Test(dynamiq, budget_and_widths)
 	/* Widths grow with the super-group's energy. */
 	uint64_t J = (d + 255) / 256;
 	float *st = calloc(2 * J, sizeof(float));
-	dq_local_stats(x[0], d, st);
+	ibpi_dq_local_stats(x[0], d, st);
 	dq_plan_t pl;
-	dq_cfg_default(&cfg);
-	cr_assert_eq(dq_plan_make(&pl, &cfg, 4, d, 1, st), IBP_OK);
+	ibpi_dq_cfg_default(&cfg);
+	cr_assert_eq(ibpi_dq_plan_make(&pl, &cfg, 4, d, 1, st), IBP_OK);
 	int seen[9] = { 0 };
 	for (uint64_t a = 0; a < J; a++) {
 		seen[pl.q[a]] = 1;
@@ -188,7 +188,7 @@ Test(dynamiq, budget_and_widths)
 			cr_assert_lt(pl.lv[w][r], pl.lv[w][r + 1]);
 		cr_assert_lt(pl.lv[w][1] - pl.lv[w][0], pl.lv[w][R] - pl.lv[w][R - 1]);
 	}
-	dq_plan_free(&pl);
+	ibpi_dq_plan_free(&pl);
 	free(st);
 	free_grads(x, 4);
 }
@@ -206,17 +206,17 @@ Test(dynamiq, vnmse_vs_workers_and_baselines)
 		for (uint64_t k = 0; k < 3; k++) {
 			float **x = make_grads(n, d, 100 * k + (uint64_t)n);
 			dq_cfg_t cfg;
-			dq_cfg_default(&cfg);
+			ibpi_dq_cfg_default(&cfg);
 			uint64_t bits;
 			dq += dq_vnmse(x, n, d, &cfg, &bits) / 3;
 			cr_assert_leq((double)bits, 5.0 * (double)d);
 			bpc = fmax(bpc, (double)bits / (double)d);
 			cfg.fresh = 0;
 			stale += dq_vnmse(x, n, d, &cfg, NULL) / 3;
-			dq_cfg_default(&cfg);
+			ibpi_dq_cfg_default(&cfg);
 			cfg.correlated = 1;
 			corr += dq_vnmse(x, n, d, &cfg, NULL) / 3;
-			dq_cfg_default(&cfg);
+			ibpi_dq_cfg_default(&cfg);
 			cfg.fixed_q = 4;
 			cfg.nonuniform = 0;
 			cfg.budget = 8.6;
@@ -241,18 +241,18 @@ Test(dynamiq, vnmse_vs_workers_and_baselines)
 Test(dynamiq, unbiased)
 {
 	/* the scalar reference's statistics; the vector kernels give its bytes (dynamiq/simd_same_bytes) */
-	cr_assert(coll_simd_set(COLL_SIMD_SCALAR));
+	cr_assert(ibpi_coll_simd_set(COLL_SIMD_SCALAR));
 	int n = 3;
 	uint64_t d = 512, T = 400;
 	float **x = make_grads(n, d, 5);
 	double *mean = calloc(d, sizeof(double));
 	float *out = malloc(d * sizeof(float));
 	dq_cfg_t cfg;
-	dq_cfg_default(&cfg);
+	ibpi_dq_cfg_default(&cfg);
 	cfg.budget = 3; /* coarse, so the bias would show */
 	double e1 = 0;
 	for (uint64_t t = 0; t < T; t++) {
-		cr_assert_eq(dq_simulate((const float *const *)x, n, d, &cfg, t, out, NULL), IBP_OK);
+		cr_assert_eq(ibpi_dq_simulate((const float *const *)x, n, d, &cfg, t, out, NULL), IBP_OK);
 		for (uint64_t i = 0; i < d; i++)
 			mean[i] += out[i] / (double)T;
 		e1 += vnmse(x, n, d, out) / (double)T;
@@ -283,8 +283,8 @@ Test(dynamiq, mean_added_back)
 			x[w][i] = (float)((int)(i / 256) * 3 - 2 + w);
 	}
 	dq_cfg_t cfg;
-	dq_cfg_default(&cfg);
-	cr_assert_eq(dq_simulate((const float *const *)x, n, d, &cfg, 1, out, NULL), IBP_OK);
+	ibpi_dq_cfg_default(&cfg);
+	cr_assert_eq(ibpi_dq_simulate((const float *const *)x, n, d, &cfg, 1, out, NULL), IBP_OK);
 	for (uint64_t i = 0; i < d; i++)
 		cr_assert_eq(out[i], (float)(4 * ((int)(i / 256) * 3 - 2) + 6), "element %llu: %g", (unsigned long long)i,
 			     out[i]);
@@ -307,8 +307,8 @@ static void fake_rank(rank_job_t *j, ibp_coll_transport_t *tp)
 	/* The plan rank 0 makes: its statistics plus this rank's zeros. */
 	dq_plan_t pl;
 	dq_cfg_t cfg;
-	dq_cfg_default(&cfg);
-	cr_assert_eq(dq_plan_make(&pl, &cfg, 2, j->n, 1, (const float *)(in + COLL_HDR)), IBP_OK);
+	ibpi_dq_cfg_default(&cfg);
+	cr_assert_eq(ibpi_dq_plan_make(&pl, &cfg, 2, j->n, 1, (const float *)(in + COLL_HDR)), IBP_OK);
 	uint64_t e = (pl.lo[1] * 256 < j->n ? pl.lo[1] * 256 : j->n) - pl.lo[0] * 256;
 	h.enc = COLL_ENC_DQ;
 	h.chunk = 0;
@@ -319,7 +319,7 @@ static void fake_rank(rank_job_t *j, ibp_coll_transport_t *tp)
 	m[COLL_HDR] = 0xc1;
 	m[COLL_HDR + 1] = 0x7f;
 	t.sendrecv(t.ctx, 0, m, COLL_HDR + size, -1, NULL, 0, &rb, 5000);
-	dq_plan_free(&pl);
+	ibpi_dq_plan_free(&pl);
 	free(m);
 	free(in);
 	if (t.destroy)
@@ -332,9 +332,9 @@ Test(dynamiq, collective_matches_simulation)
 	uint64_t d = 5000;
 	float **x = make_grads(p, d, 42), *ref = malloc(d * sizeof(float));
 	dq_cfg_t cfg;
-	dq_cfg_default(&cfg);
+	ibpi_dq_cfg_default(&cfg);
 	/* The first call on a fresh communicator is call 1. */
-	cr_assert_eq(dq_simulate((const float *const *)x, p, d, &cfg, 1, ref, NULL), IBP_OK);
+	cr_assert_eq(ibpi_dq_simulate((const float *const *)x, p, d, &cfg, 1, ref, NULL), IBP_OK);
 	rank_job_t jobs[4];
 	memset(jobs, 0, sizeof jobs);
 	for (int r = 0; r < p; r++) {
@@ -440,13 +440,13 @@ Test(dynamiq, corrupt_payloads)
 	uint64_t d = 2000, J = (d + 255) / 256;
 	float **x = make_grads(n, d, 9);
 	float *st = calloc(2 * J, sizeof(float)), *y = malloc(d * sizeof(float));
-	dq_local_stats(x[0], d, st);
+	ibpi_dq_local_stats(x[0], d, st);
 	dq_plan_t pl;
 	dq_cfg_t cfg;
-	dq_cfg_default(&cfg);
-	cr_assert_eq(dq_plan_make(&pl, &cfg, n, d, 1, st), IBP_OK);
+	ibpi_dq_cfg_default(&cfg);
+	cr_assert_eq(ibpi_dq_plan_make(&pl, &cfg, n, d, 1, st), IBP_OK);
 	uint8_t *a = malloc(pl.cbytes[0]), *b = malloc(pl.cbytes[0]);
-	cr_assert_eq(dq_hop(&pl, 0, NULL, x[0], 0, a), IBP_OK);
+	cr_assert_eq(ibpi_dq_hop(&pl, 0, NULL, x[0], 0, a), IBP_OK);
 	tu_rng_t r;
 	tu_rng_seed(&r, 3);
 	int corrupt = 0;
@@ -459,7 +459,7 @@ Test(dynamiq, corrupt_payloads)
 			b[0] = (uint8_t)bad[t / 3 % 3];
 			b[1] = (uint8_t)(bad[t / 3 % 3] >> 8);
 		}
-		ibp_status_t s = dq_decode_chunk(&pl, 0, b, y);
+		ibp_status_t s = ibpi_dq_decode_chunk(&pl, 0, b, y);
 		if (t % 3 == 0) {
 			cr_assert_eq(s, IBP_ERR_CORRUPT);
 			cr_assert(strstr(ibp_last_error(), "scale"), "%s", ibp_last_error());
@@ -468,16 +468,16 @@ Test(dynamiq, corrupt_payloads)
 			for (uint64_t i = pl.lo[0] * 256; i < pl.lo[1] * 256 && i < d; i++)
 				cr_assert(isfinite(y[i]));
 		}
-		s = dq_hop(&pl, 0, b, x[1], 1, a + 0);
+		s = ibpi_dq_hop(&pl, 0, b, x[1], 1, a + 0);
 		cr_assert(s == IBP_OK || s == IBP_ERR_CORRUPT);
-		cr_assert_eq(dq_hop(&pl, 0, NULL, x[0], 0, a), IBP_OK);
+		cr_assert_eq(ibpi_dq_hop(&pl, 0, NULL, x[0], 0, a), IBP_OK);
 	}
 	cr_assert_eq(corrupt, 100);
 	free(a);
 	free(b);
 	free(y);
 	free(st);
-	dq_plan_free(&pl);
+	ibpi_dq_plan_free(&pl);
 	free_grads(x, n);
 }
 
@@ -509,11 +509,11 @@ Test(dynamiq, other_collectives_refuse)
 static int simd_impls(coll_simd_impl_t *out)
 {
 	int n = 0;
-	if (coll_simd_set(COLL_SIMD_AVX2))
+	if (ibpi_coll_simd_set(COLL_SIMD_AVX2))
 		out[n++] = COLL_SIMD_AVX2;
-	if (coll_simd_set(COLL_SIMD_AVX512))
+	if (ibpi_coll_simd_set(COLL_SIMD_AVX512))
 		out[n++] = COLL_SIMD_AVX512;
-	coll_simd_set(COLL_SIMD_AUTO);
+	ibpi_coll_simd_set(COLL_SIMD_AUTO);
 	return n;
 }
 
@@ -522,16 +522,16 @@ static int simd_impls(coll_simd_impl_t *out)
 static void dq_paths(coll_simd_impl_t impl, const dq_plan_t *pl, float *const *x, const uint8_t *in, uint8_t *leaf,
 		     uint8_t *hop, float *dec, ibp_status_t *st)
 {
-	cr_assert(coll_simd_set(impl));
+	cr_assert(ibpi_coll_simd_set(impl));
 	uint64_t off = 0;
 	for (int k = 0; k < pl->n; k++) {
-		st[3 * k] = dq_hop(pl, (uint64_t)k, NULL, x[k], k, leaf + off);
+		st[3 * k] = ibpi_dq_hop(pl, (uint64_t)k, NULL, x[k], k, leaf + off);
 		/* the hop decodes `in` (the scalar leaf, possibly corrupted), adds and re-quantizes */
-		st[3 * k + 1] = dq_hop(pl, (uint64_t)k, in + off, x[(k + 1) % pl->n], (k + 1) % pl->n, hop + off);
-		st[3 * k + 2] = dq_decode_chunk(pl, (uint64_t)k, in + off, dec);
+		st[3 * k + 1] = ibpi_dq_hop(pl, (uint64_t)k, in + off, x[(k + 1) % pl->n], (k + 1) % pl->n, hop + off);
+		st[3 * k + 2] = ibpi_dq_decode_chunk(pl, (uint64_t)k, in + off, dec);
 		off += pl->cbytes[k];
 	}
-	coll_simd_set(COLL_SIMD_AUTO);
+	ibpi_coll_simd_set(COLL_SIMD_AUTO);
 }
 
 Test(dynamiq, simd_same_bytes)
@@ -567,29 +567,29 @@ Test(dynamiq, simd_same_bytes)
 		uint64_t J = (d + 255) / 256;
 		float *st = calloc(2 * J, sizeof(float)), *gst = calloc(2 * J, sizeof(float));
 		for (int w = 0; w < n; w++) {
-			dq_local_stats(x[w], d, st);
+			ibpi_dq_local_stats(x[w], d, st);
 			for (uint64_t i = 0; i < 2 * J; i++)
 				gst[i] += st[i];
 		}
 		dq_cfg_t cfg;
-		dq_cfg_default(&cfg);
+		ibpi_dq_cfg_default(&cfg);
 		cfg.budget = cs[c].budget;
 		cfg.fixed_q = cs[c].fixed;
 		cfg.nonuniform = cs[c].nonuni;
 		cfg.fresh = cs[c].fresh;
 		cfg.correlated = cs[c].corr;
 		dq_plan_t pl;
-		cr_assert_eq(dq_plan_make(&pl, &cfg, n, d, 3 + c, gst), IBP_OK);
+		cr_assert_eq(ibpi_dq_plan_make(&pl, &cfg, n, d, 3 + c, gst), IBP_OK);
 		uint64_t T = pl.total_bytes;
 		uint8_t *in = malloc(T), *l0 = malloc(T), *h0 = malloc(T), *l1 = malloc(T), *h1 = malloc(T);
 		float *d0 = malloc(d * sizeof(float)), *d1 = malloc(d * sizeof(float));
 		ibp_status_t s0[3 * 64], s1[3 * 64];
 		for (int round = 0; round < 3; round++) {
 			/* round 0: the scalar leaf; 1: random bytes; 2: huge SG scales (Inf and NaN sums) */
-			cr_assert(coll_simd_set(COLL_SIMD_SCALAR));
+			cr_assert(ibpi_coll_simd_set(COLL_SIMD_SCALAR));
 			uint64_t off = 0;
 			for (int k = 0; k < n; k++) {
-				cr_assert_eq(dq_hop(&pl, (uint64_t)k, NULL, x[(k + 3) % n], (k + 3) % n, in + off), IBP_OK);
+				cr_assert_eq(ibpi_dq_hop(&pl, (uint64_t)k, NULL, x[(k + 3) % n], (k + 3) % n, in + off), IBP_OK);
 				off += pl.cbytes[k];
 			}
 			if (round == 1)
@@ -613,25 +613,25 @@ Test(dynamiq, simd_same_bytes)
 			for (int q = 0; q < ni; q++) {
 				dq_paths(im[q], &pl, x, in, l1, h1, d1, s1);
 				cr_assert_arr_eq(s0, s1, 3 * (size_t)n * sizeof(ibp_status_t), "case %zu round %d %s: statuses",
-						 c, round, coll_simd_name(im[q]));
+						 c, round, ibpi_coll_simd_name(im[q]));
 				cr_assert_arr_eq(l0, l1, T, "case %zu round %d %s: leaf bytes differ", c, round,
-						 coll_simd_name(im[q]));
+						 ibpi_coll_simd_name(im[q]));
 				cr_assert_arr_eq(h0, h1, T, "case %zu round %d %s: hop bytes differ", c, round,
-						 coll_simd_name(im[q]));
+						 ibpi_coll_simd_name(im[q]));
 				cr_assert_arr_eq(d0, d1, d * sizeof(float), "case %zu round %d %s: decoded floats differ", c,
-						 round, coll_simd_name(im[q]));
+						 round, ibpi_coll_simd_name(im[q]));
 			}
 		}
 		/* and the whole ring */
 		float *o0 = malloc(d * sizeof(float)), *o1 = malloc(d * sizeof(float));
-		cr_assert(coll_simd_set(COLL_SIMD_SCALAR));
-		cr_assert_eq(dq_simulate((const float *const *)x, n, d, &cfg, 9, o0, NULL), IBP_OK);
+		cr_assert(ibpi_coll_simd_set(COLL_SIMD_SCALAR));
+		cr_assert_eq(ibpi_dq_simulate((const float *const *)x, n, d, &cfg, 9, o0, NULL), IBP_OK);
 		for (int q = 0; q < ni; q++) {
-			cr_assert(coll_simd_set(im[q]));
-			cr_assert_eq(dq_simulate((const float *const *)x, n, d, &cfg, 9, o1, NULL), IBP_OK);
-			cr_assert_arr_eq(o0, o1, d * sizeof(float), "case %zu %s: ring results differ", c, coll_simd_name(im[q]));
+			cr_assert(ibpi_coll_simd_set(im[q]));
+			cr_assert_eq(ibpi_dq_simulate((const float *const *)x, n, d, &cfg, 9, o1, NULL), IBP_OK);
+			cr_assert_arr_eq(o0, o1, d * sizeof(float), "case %zu %s: ring results differ", c, ibpi_coll_simd_name(im[q]));
 		}
-		coll_simd_set(COLL_SIMD_AUTO);
+		ibpi_coll_simd_set(COLL_SIMD_AUTO);
 		free(o0);
 		free(o1);
 		free(in);
@@ -643,7 +643,7 @@ Test(dynamiq, simd_same_bytes)
 		free(d1);
 		free(st);
 		free(gst);
-		dq_plan_free(&pl);
+		ibpi_dq_plan_free(&pl);
 		free_grads(x, n);
 	}
 }

@@ -46,12 +46,12 @@ static void lsq_check(int B, int K, uint64_t T)
 	uint64_t rows = 6, row = 64, n = rows * row;
 	float *x = make_rows(rows, row, 11), *y = malloc(n * sizeof(float));
 	double *sum = calloc(n, sizeof(double)), *sq = calloc(n, sizeof(double));
-	uint64_t cap = lsq_bytes(n, row, B, K), size;
+	uint64_t cap = ibpi_lsq_bytes(n, row, B, K), size;
 	uint8_t *buf = malloc(cap);
 	for (uint64_t t = 0; t < T; t++) {
-		cr_assert_eq(lsq_encode(x, IBP_DTYPE_F32, n, row, B, K, t * 7919 + 1, buf, cap, &size), IBP_OK);
+		cr_assert_eq(ibpi_lsq_encode(x, IBP_DTYPE_F32, n, row, B, K, t * 7919 + 1, buf, cap, &size), IBP_OK);
 		cr_assert_eq(size, cap);
-		cr_assert_eq(lsq_decode(buf, size, IBP_DTYPE_F32, n, y), IBP_OK);
+		cr_assert_eq(ibpi_lsq_decode(buf, size, IBP_DTYPE_F32, n, y), IBP_OK);
 		for (uint64_t i = 0; i < n; i++) {
 			sum[i] += y[i];
 			sq[i] += (double)y[i] * y[i];
@@ -102,12 +102,12 @@ Test(lsq, bounds_and_size)
 {
 	uint64_t rows = 5, row = 64, n = rows * row - 7; /* a short last row */
 	float *x = make_rows(rows, row, 3), y[320];
-	uint64_t cap = lsq_bytes(n, row, 4, 0), size;
+	uint64_t cap = ibpi_lsq_bytes(n, row, 4, 0), size;
 	cr_assert_eq(cap, 8 + rows * 4 + (n + 1) / 2);
-	cr_assert_eq(lsq_bytes(1000, 256, 4, 4), 8 + 2 + 500);
+	cr_assert_eq(ibpi_lsq_bytes(1000, 256, 4, 4), 8 + 2 + 500);
 	uint8_t *buf = malloc(cap);
-	cr_assert_eq(lsq_encode(x, IBP_DTYPE_F32, n, row, 4, 0, 5, buf, cap, &size), IBP_OK);
-	cr_assert_eq(lsq_decode(buf, size, IBP_DTYPE_F32, n, y), IBP_OK);
+	cr_assert_eq(ibpi_lsq_encode(x, IBP_DTYPE_F32, n, row, 4, 0, 5, buf, cap, &size), IBP_OK);
+	cr_assert_eq(ibpi_lsq_decode(buf, size, IBP_DTYPE_F32, n, y), IBP_OK);
 	for (uint64_t r = 0; r < rows; r++) {
 		float s = 0;
 		for (uint64_t i = r * row; i < n && i < (r + 1) * row; i++)
@@ -122,21 +122,21 @@ Test(lsq, bounds_and_size)
 		}
 	}
 	/* Corrupt streams: errors, never crashes. */
-	cr_assert_eq(lsq_decode(buf, size - 1, IBP_DTYPE_F32, n, y), IBP_ERR_CORRUPT);
-	cr_assert_eq(lsq_decode(buf, size, IBP_DTYPE_F32, n + 2, y), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibpi_lsq_decode(buf, size - 1, IBP_DTYPE_F32, n, y), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibpi_lsq_decode(buf, size, IBP_DTYPE_F32, n + 2, y), IBP_ERR_CORRUPT);
 	buf[4] = 3;
-	cr_assert_eq(lsq_decode(buf, size, IBP_DTYPE_F32, n, y), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibpi_lsq_decode(buf, size, IBP_DTYPE_F32, n, y), IBP_ERR_CORRUPT);
 	buf[4] = 4;
 	float nan = NAN;
 	memcpy(buf, &nan, 4);
-	cr_assert_eq(lsq_decode(buf, size, IBP_DTYPE_F32, n, y), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibpi_lsq_decode(buf, size, IBP_DTYPE_F32, n, y), IBP_ERR_CORRUPT);
 	x[9] = INFINITY;
-	cr_assert_eq(lsq_encode(x, IBP_DTYPE_F32, n, row, 4, 0, 5, buf, cap, &size), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibpi_lsq_encode(x, IBP_DTYPE_F32, n, row, 4, 0, 5, buf, cap, &size), IBP_ERR_INVALID_ARG);
 	tu_rng_t r;
 	tu_rng_seed(&r, 1);
 	for (int t = 0; t < 500; t++) {
 		tu_fill_random(&r, buf, cap);
-		ibp_status_t s = lsq_decode(buf, cap, IBP_DTYPE_F32, n, y);
+		ibp_status_t s = ibpi_lsq_decode(buf, cap, IBP_DTYPE_F32, n, y);
 		cr_assert(s == IBP_OK || s == IBP_ERR_CORRUPT);
 	}
 	free(buf);
@@ -148,7 +148,7 @@ Test(lsq, bounds_and_size)
 Test(pts, sparsity_against_error)
 {
 	/* the scalar reference's statistics; the vector kernels give its bytes (pts/simd_same_bytes) */
-	cr_assert(coll_simd_set(COLL_SIMD_SCALAR));
+	cr_assert(ibpi_coll_simd_set(COLL_SIMD_SCALAR));
 	uint64_t k = 4096, T = 2000;
 	tu_rng_t r;
 	tu_rng_seed(&r, 21);
@@ -160,7 +160,7 @@ Test(pts, sparsity_against_error)
 		m = fmax(m, fabs(g[i]));
 		g2 += (double)g[i] * g[i];
 	}
-	uint8_t *buf = malloc(pts_max_bytes(k));
+	uint8_t *buf = malloc(ibpi_pts_max_bytes(k));
 	float *acc = malloc(k * sizeof(float));
 	double *mean = calloc(k, sizeof(double)), last_err = 0, last_nnz = 1e30;
 	static const double sig[3] = { 1.0, 0.5, 0.25 };
@@ -174,11 +174,11 @@ Test(pts, sparsity_against_error)
 		}
 		for (uint64_t t = 0; t < T; t++) {
 			uint64_t size, kept;
-			cr_assert_eq(pts_encode(g, k, sigma, t * 104729 + 3, buf, pts_max_bytes(k), &size), IBP_OK);
+			cr_assert_eq(ibpi_pts_encode(g, k, sigma, t * 104729 + 3, buf, ibpi_pts_max_bytes(k), &size), IBP_OK);
 			memcpy(&kept, buf + 4, 8);
 			nnz += (double)kept / (double)T;
 			memset(acc, 0, k * sizeof(float));
-			cr_assert_eq(pts_decode_add(buf, size, k, acc), IBP_OK);
+			cr_assert_eq(ibpi_pts_decode_add(buf, size, k, acc), IBP_OK);
 			for (uint64_t i = 0; i < k; i++) {
 				cr_assert(acc[i] == 0 || fabsf(fabsf(acc[i]) - (float)(m / sigma)) <= 1e-6f * (float)m / (float)sigma);
 				err += ((double)acc[i] - g[i]) * ((double)acc[i] - g[i]) / (double)T;
@@ -203,13 +203,13 @@ Test(pts, sparsity_against_error)
 	}
 	/* Corrupt: a header count that disagrees with the bitmap, bits past k. */
 	uint64_t size, bad = 3;
-	cr_assert_eq(pts_encode(g, 1001, 1.0, 9, buf, pts_max_bytes(1001), &size), IBP_OK);
+	cr_assert_eq(ibpi_pts_encode(g, 1001, 1.0, 9, buf, ibpi_pts_max_bytes(1001), &size), IBP_OK);
 	memcpy(buf + 4, &bad, 8);
-	cr_assert_eq(pts_decode_add(buf, size, 1001, acc), IBP_ERR_CORRUPT);
-	cr_assert_eq(pts_encode(g, 1001, 1.0, 9, buf, pts_max_bytes(1001), &size), IBP_OK);
+	cr_assert_eq(ibpi_pts_decode_add(buf, size, 1001, acc), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibpi_pts_encode(g, 1001, 1.0, 9, buf, ibpi_pts_max_bytes(1001), &size), IBP_OK);
 	buf[12 + 125] |= 0x80;
-	cr_assert_eq(pts_decode_add(buf, size, 1001, acc), IBP_ERR_CORRUPT);
-	cr_assert_eq(pts_encode(g, k, 1.5, 9, buf, pts_max_bytes(k), &size), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibpi_pts_decode_add(buf, size, 1001, acc), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibpi_pts_encode(g, k, 1.5, 9, buf, ibpi_pts_max_bytes(k), &size), IBP_ERR_INVALID_ARG);
 	free(g);
 	free(buf);
 	free(acc);
@@ -418,11 +418,11 @@ Test(pts, allreduce)
 static int simd_impls(coll_simd_impl_t *out)
 {
 	int n = 0;
-	if (coll_simd_set(COLL_SIMD_AVX2))
+	if (ibpi_coll_simd_set(COLL_SIMD_AVX2))
 		out[n++] = COLL_SIMD_AVX2;
-	if (coll_simd_set(COLL_SIMD_AVX512))
+	if (ibpi_coll_simd_set(COLL_SIMD_AVX512))
 		out[n++] = COLL_SIMD_AVX512;
-	coll_simd_set(COLL_SIMD_AUTO);
+	ibpi_coll_simd_set(COLL_SIMD_AUTO);
 	return n;
 }
 
@@ -474,20 +474,20 @@ Test(lsq, simd_same_bytes)
 					int B = Bs[bi], K = Ks[(bi + ri) % 3];
 					uint64_t bad = (bi == 1 && n > 20) ? tu_below(&r, n) : UINT64_MAX;
 					void *src = rc_data(&r, dt, n, bad);
-					uint64_t cap = lsq_bytes(n, row, B, K), z0 = 0, z1 = 0;
+					uint64_t cap = ibpi_lsq_bytes(n, row, B, K), z0 = 0, z1 = 0;
 					uint8_t *e0 = malloc(cap + 1), *e1 = malloc(cap + 1);
 					uint8_t *o0 = malloc(n * es + 1), *o1 = malloc(n * es + 1);
 					uint64_t key = tu_next(&r);
-					cr_assert(coll_simd_set(COLL_SIMD_SCALAR));
-					ibp_status_t s0 = lsq_encode(src, dt, n, row, B, K, key, e0, cap, &z0);
+					cr_assert(ibpi_coll_simd_set(COLL_SIMD_SCALAR));
+					ibp_status_t s0 = ibpi_lsq_encode(src, dt, n, row, B, K, key, e0, cap, &z0);
 					char msg0[256];
 					snprintf(msg0, sizeof msg0, "%s", ibp_last_error());
 					if (s0 == IBP_OK)
-						cr_assert_eq(lsq_decode(e0, z0, dt, n, o0), IBP_OK);
+						cr_assert_eq(ibpi_lsq_decode(e0, z0, dt, n, o0), IBP_OK);
 					for (int q = 0; q < ni; q++) {
-						cr_assert(coll_simd_set(im[q]));
-						ibp_status_t s1 = lsq_encode(src, dt, n, row, B, K, key, e1, cap, &z1);
-						cr_assert_eq(s0, s1, "%s n %llu row %llu: status", coll_simd_name(im[q]),
+						cr_assert(ibpi_coll_simd_set(im[q]));
+						ibp_status_t s1 = ibpi_lsq_encode(src, dt, n, row, B, K, key, e1, cap, &z1);
+						cr_assert_eq(s0, s1, "%s n %llu row %llu: status", ibpi_coll_simd_name(im[q]),
 							     (unsigned long long)n, (unsigned long long)row);
 						if (s0 != IBP_OK) {
 							cr_assert_str_eq(msg0, ibp_last_error());
@@ -495,12 +495,12 @@ Test(lsq, simd_same_bytes)
 						}
 						cr_assert_eq(z0, z1);
 						cr_assert_arr_eq(e0, e1, z0, "%s %s n %llu row %llu B %d K %d: bytes differ",
-								 coll_simd_name(im[q]), ibp_dtype_name(dt), (unsigned long long)n,
+								 ibpi_coll_simd_name(im[q]), ibp_dtype_name(dt), (unsigned long long)n,
 								 (unsigned long long)row, B, K);
 						memset(o1, 0x5a, n * es + 1);
-						cr_assert_eq(lsq_decode(e0, z0, dt, n, o1), IBP_OK);
+						cr_assert_eq(ibpi_lsq_decode(e0, z0, dt, n, o1), IBP_OK);
 						cr_assert_arr_eq(o0, o1, n * es, "%s %s n %llu row %llu B %d: decoded values differ",
-								 coll_simd_name(im[q]), ibp_dtype_name(dt), (unsigned long long)n,
+								 ibpi_coll_simd_name(im[q]), ibp_dtype_name(dt), (unsigned long long)n,
 								 (unsigned long long)row, B);
 						cases++;
 					}
@@ -510,7 +510,7 @@ Test(lsq, simd_same_bytes)
 					free(o0);
 					free(o1);
 				}
-	coll_simd_set(COLL_SIMD_AUTO);
+	ibpi_coll_simd_set(COLL_SIMD_AUTO);
 	cr_assert_geq(cases, 250 * ni); /* every (dtype, n, row, B) without a bad element */
 }
 
@@ -531,35 +531,35 @@ Test(pts, simd_same_bytes)
 				float *g = rc_data(&r, IBP_DTYPE_F32, k, bad && k ? tu_below(&r, k) : UINT64_MAX);
 				if (ki == 4 && si == 1) /* all zero: nothing kept */
 					memset(g, 0, k * 4);
-				uint64_t cap = pts_max_bytes(k), z0 = 0, z1 = 0, key = tu_next(&r);
+				uint64_t cap = ibpi_pts_max_bytes(k), z0 = 0, z1 = 0, key = tu_next(&r);
 				uint8_t *e0 = malloc(cap), *e1 = malloc(cap);
 				float *a0 = malloc(k * 4 + 4), *a1 = malloc(k * 4 + 4);
 				for (uint64_t i = 0; i < k; i++)
 					a0[i] = (i % 5 == 0) ? -0.0f : (float)gauss(&r);
-				cr_assert(coll_simd_set(COLL_SIMD_SCALAR));
-				ibp_status_t s0 = pts_encode(g, k, sig[si], key, e0, cap, &z0);
+				cr_assert(ibpi_coll_simd_set(COLL_SIMD_SCALAR));
+				ibp_status_t s0 = ibpi_pts_encode(g, k, sig[si], key, e0, cap, &z0);
 				char msg0[256];
 				snprintf(msg0, sizeof msg0, "%s", ibp_last_error());
 				memcpy(a1, a0, k * 4);
 				/* (max |g| / sigma past FLT_MAX makes a stream the decoder refuses: both paths alike) */
-				ibp_status_t d0 = s0 == IBP_OK ? pts_decode_add(e0, z0, k, a0) : IBP_OK;
+				ibp_status_t d0 = s0 == IBP_OK ? ibpi_pts_decode_add(e0, z0, k, a0) : IBP_OK;
 				for (int q = 0; q < ni; q++) {
-					cr_assert(coll_simd_set(im[q]));
+					cr_assert(ibpi_coll_simd_set(im[q]));
 					memset(e1, 0x77, cap);
-					ibp_status_t s1 = pts_encode(g, k, sig[si], key, e1, cap, &z1);
+					ibp_status_t s1 = ibpi_pts_encode(g, k, sig[si], key, e1, cap, &z1);
 					cr_assert_eq(s0, s1);
 					if (s0 != IBP_OK) {
 						cr_assert_str_eq(msg0, ibp_last_error());
 						continue;
 					}
-					cr_assert_eq(z0, z1, "%s k %llu: size %llu vs %llu", coll_simd_name(im[q]),
+					cr_assert_eq(z0, z1, "%s k %llu: size %llu vs %llu", ibpi_coll_simd_name(im[q]),
 						     (unsigned long long)k, (unsigned long long)z1, (unsigned long long)z0);
-					cr_assert_arr_eq(e0, e1, z0, "%s k %llu sigma %g: bytes differ", coll_simd_name(im[q]),
+					cr_assert_arr_eq(e0, e1, z0, "%s k %llu sigma %g: bytes differ", ibpi_coll_simd_name(im[q]),
 							 (unsigned long long)k, sig[si]);
 					float *a2 = malloc(k * 4 + 4);
 					memcpy(a2, a1, k * 4);
-					cr_assert_eq(pts_decode_add(e0, z0, k, a2), d0);
-					cr_assert_arr_eq(a0, a2, k * 4, "%s k %llu: sums differ", coll_simd_name(im[q]),
+					cr_assert_eq(ibpi_pts_decode_add(e0, z0, k, a2), d0);
+					cr_assert_arr_eq(a0, a2, k * 4, "%s k %llu: sums differ", ibpi_coll_simd_name(im[q]),
 							 (unsigned long long)k);
 					free(a2);
 				}
@@ -569,5 +569,5 @@ Test(pts, simd_same_bytes)
 				free(a0);
 				free(a1);
 			}
-	coll_simd_set(COLL_SIMD_AUTO);
+	ibpi_coll_simd_set(COLL_SIMD_AUTO);
 }

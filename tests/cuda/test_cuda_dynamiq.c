@@ -67,7 +67,7 @@ static void d2h(void *h, const void *d, size_t n)
 Test(cuda_dynamiq, ring_hops_match_cpu)
 {
 	require_gpu();
-	coll_simd_set(COLL_SIMD_SCALAR);
+	ibpi_coll_simd_set(COLL_SIMD_SCALAR);
 	const int n = 4;
 	const uint64_t d = 300000, J = (d + 255) / 256;
 	tu_rng_t r;
@@ -78,15 +78,15 @@ Test(cuda_dynamiq, ring_hops_match_cpu)
 		x[w] = malloc(d * 4);
 		for (uint64_t i = 0; i < d; i++)
 			x[w][i] = (float)((tu_uniform(&r) - 0.5) * exp(3.0 * (double)((i / 256) % 9) - 12.0));
-		dq_local_stats(x[w], d, st);
+		ibpi_dq_local_stats(x[w], d, st);
 		for (uint64_t i = 0; i < 2 * J; i++)
 			gst[i] += st[i];
 		dx[w] = dup_dev(x[w], d * 4);
 	}
 	dq_cfg_t cfg;
-	dq_cfg_default(&cfg);
+	ibpi_dq_cfg_default(&cfg);
 	dq_plan_t pl;
-	cr_assert_eq(dq_plan_make(&pl, &cfg, n, d, 3, gst), IBP_OK);
+	cr_assert_eq(ibpi_dq_plan_make(&pl, &cfg, n, d, 3, gst), IBP_OK);
 	dq_cuda_plan_t p = { d, cfg.seed, pl.seq, n, cfg.fresh, cfg.correlated, dup_dev(pl.q, J), dup_dev(pl.mu, J * 4),
 			     dup_dev(pl.boff, J * 8), dup_dev(pl.lv, sizeof pl.lv), dup_dev(pl.tab, sizeof pl.tab) };
 	uint64_t mc = 0;
@@ -102,29 +102,29 @@ Test(cuda_dynamiq, ring_hops_match_cpu)
 			int w = (k + t) % n;
 			if (t > 1)
 				cr_assert_eq(cudaMemcpy(din, a, cb, cudaMemcpyHostToDevice), cudaSuccess);
-			cr_assert_eq(dq_hop_cuda(&p, pl.lo[k], pl.lo[k + 1], t > 1 ? din : NULL, dx[w], w, dout, dst, NULL),
+			cr_assert_eq(ibpi_dq_hop_cuda(&p, pl.lo[k], pl.lo[k + 1], t > 1 ? din : NULL, dx[w], w, dout, dst, NULL),
 				     IBP_OK, "%s", ibp_last_error());
 			d2h(gpu, dout, cb);
 			d2h(&status, dst, 4);
 			cr_assert_eq(status, IBP_OK);
-			cr_assert_eq(dq_hop(&pl, (uint64_t)k, t > 1 ? a : NULL, x[w], w, cpu), IBP_OK);
+			cr_assert_eq(ibpi_dq_hop(&pl, (uint64_t)k, t > 1 ? a : NULL, x[w], w, cpu), IBP_OK);
 			cr_assert_arr_eq(cpu, gpu, cb, "chunk %d hop %d: bytes differ", k, t);
 			memcpy(a, gpu, cb);
 		}
 		cr_assert_eq(cudaMemcpy(din, a, cb, cudaMemcpyHostToDevice), cudaSuccess);
-		cr_assert_eq(dq_decode_chunk_cuda(&p, pl.lo[k], pl.lo[k + 1], din, dy, dst, NULL), IBP_OK);
+		cr_assert_eq(ibpi_dq_decode_chunk_cuda(&p, pl.lo[k], pl.lo[k + 1], din, dy, dst, NULL), IBP_OK);
 		d2h(y, dy, d * 4);
-		cr_assert_eq(dq_decode_chunk(&pl, (uint64_t)k, a, cy), IBP_OK);
+		cr_assert_eq(ibpi_dq_decode_chunk(&pl, (uint64_t)k, a, cy), IBP_OK);
 		uint64_t e0 = pl.lo[k] * 256 < d ? pl.lo[k] * 256 : d, e1 = pl.lo[k + 1] * 256 < d ? pl.lo[k + 1] * 256 : d;
 		cr_assert_arr_eq(cy + e0, y + e0, (e1 - e0) * 4, "chunk %d: decoded floats differ", k);
 	}
-	dq_plan_free(&pl);
+	ibpi_dq_plan_free(&pl);
 }
 
 Test(cuda_dynamiq, lsq_matches_cpu)
 {
 	require_gpu();
-	coll_simd_set(COLL_SIMD_SCALAR);
+	ibpi_coll_simd_set(COLL_SIMD_SCALAR);
 	const uint64_t n = 100000, row = 256;
 	tu_rng_t r;
 	tu_rng_seed(&r, 6);
@@ -135,27 +135,27 @@ Test(cuda_dynamiq, lsq_matches_cpu)
 		memcpy(&u, &f, 4);
 		src[i] = (uint16_t)(u >> 16);
 	}
-	uint64_t cap = lsq_bytes(n, row, 4, 4), sz = 0;
+	uint64_t cap = ibpi_lsq_bytes(n, row, 4, 4), sz = 0;
 	uint8_t *cpu = malloc(cap), *gpu = malloc(cap);
-	cr_assert_eq(lsq_encode(src, IBP_DTYPE_BF16, n, row, 4, 4, 99, cpu, cap, &sz), IBP_OK);
-	void *ds = dup_dev(src, n * 2), *dout = dup_dev(NULL, cap), *dws = dup_dev(NULL, lsq_cuda_workspace(n, row)),
+	cr_assert_eq(ibpi_lsq_encode(src, IBP_DTYPE_BF16, n, row, 4, 4, 99, cpu, cap, &sz), IBP_OK);
+	void *ds = dup_dev(src, n * 2), *dout = dup_dev(NULL, cap), *dws = dup_dev(NULL, ibpi_lsq_cuda_workspace(n, row)),
 	     *dst = dup_dev(NULL, 4), *dy = dup_dev(NULL, n * 2);
 	int32_t status;
-	cr_assert_eq(lsq_encode_cuda(ds, IBP_DTYPE_BF16, n, row, 4, 4, 99, dout, dws, dst, NULL), IBP_OK);
+	cr_assert_eq(ibpi_lsq_encode_cuda(ds, IBP_DTYPE_BF16, n, row, 4, 4, 99, dout, dws, dst, NULL), IBP_OK);
 	d2h(gpu, dout, cap);
 	d2h(&status, dst, 4);
 	cr_assert_eq(status, IBP_OK);
 	cr_assert_arr_eq(cpu, gpu, cap, "stream bytes differ");
-	cr_assert_eq(lsq_decode_cuda(dout, cap, IBP_DTYPE_BF16, n, dy, dst, NULL), IBP_OK);
+	cr_assert_eq(ibpi_lsq_decode_cuda(dout, cap, IBP_DTYPE_BF16, n, dy, dst, NULL), IBP_OK);
 	d2h(go, dy, n * 2);
-	cr_assert_eq(lsq_decode(cpu, cap, IBP_DTYPE_BF16, n, co), IBP_OK);
+	cr_assert_eq(ibpi_lsq_decode(cpu, cap, IBP_DTYPE_BF16, n, co), IBP_OK);
 	cr_assert_arr_eq(co, go, n * 2, "decoded values differ");
 }
 
 Test(cuda_dynamiq, pts_matches_cpu)
 {
 	require_gpu();
-	coll_simd_set(COLL_SIMD_SCALAR);
+	ibpi_coll_simd_set(COLL_SIMD_SCALAR);
 	const uint64_t k = 200001;
 	tu_rng_t r;
 	tu_rng_seed(&r, 8);
@@ -164,23 +164,23 @@ Test(cuda_dynamiq, pts_matches_cpu)
 		g[i] = (float)((tu_uniform(&r) - 0.5) * exp((double)((i / 100) % 5) - 2.0));
 		acc[i] = (float)tu_uniform(&r);
 	}
-	uint64_t cap = pts_max_bytes(k), sz = 0, gsz = 0;
+	uint64_t cap = ibpi_pts_max_bytes(k), sz = 0, gsz = 0;
 	uint8_t *cpu = malloc(cap), *gpu = malloc(cap);
-	cr_assert_eq(pts_encode(g, k, 0.5, 42, cpu, cap, &sz), IBP_OK);
-	void *dg = dup_dev(g, k * 4), *dout = dup_dev(NULL, cap), *dws = dup_dev(NULL, pts_cuda_workspace(k)),
+	cr_assert_eq(ibpi_pts_encode(g, k, 0.5, 42, cpu, cap, &sz), IBP_OK);
+	void *dg = dup_dev(g, k * 4), *dout = dup_dev(NULL, cap), *dws = dup_dev(NULL, ibpi_pts_cuda_workspace(k)),
 	     *dsz = dup_dev(NULL, 8), *dst = dup_dev(NULL, 4), *dacc = dup_dev(acc, k * 4);
 	int32_t status;
-	cr_assert_eq(pts_encode_cuda(dg, k, 0.5, 42, dout, dsz, dws, dst, NULL), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibpi_pts_encode_cuda(dg, k, 0.5, 42, dout, dsz, dws, dst, NULL), IBP_OK, "%s", ibp_last_error());
 	d2h(&status, dst, 4);
 	d2h(&gsz, dsz, 8);
 	cr_assert_eq(status, IBP_OK);
 	cr_assert_eq(gsz, sz);
 	d2h(gpu, dout, sz);
 	cr_assert_arr_eq(cpu, gpu, sz, "stream bytes differ");
-	cr_assert_eq(pts_decode_add_cuda(dout, sz, k, dacc, dws, dst, NULL), IBP_OK);
+	cr_assert_eq(ibpi_pts_decode_add_cuda(dout, sz, k, dacc, dws, dst, NULL), IBP_OK);
 	d2h(gacc, dacc, k * 4);
 	d2h(&status, dst, 4);
 	cr_assert_eq(status, IBP_OK);
-	cr_assert_eq(pts_decode_add(cpu, sz, k, acc), IBP_OK);
+	cr_assert_eq(ibpi_pts_decode_add(cpu, sz, k, acc), IBP_OK);
 	cr_assert_arr_eq(acc, gacc, k * 4, "sums differ");
 }

@@ -3,7 +3,7 @@
  * Every GPU result is compared with its CPU twin on the same seeded input:
  * training counters and masks (ibp_train_count / ibp_train_mask), encoded
  * bytes, offsets, flags and clusters (ibp_encode_batch), gathered rows and
- * per-row statuses (ibp_decode_row_ext with the packed extent rule), for
+ * per-row statuses (ibpi_decode_row_ext with the packed extent rule), for
  * chunk sizes 1/2/4/8, one and three clusters, rows of 1..65536 bytes (and
  * one larger than shared memory), every gather kernel and payload place.
  * GPU tests skip with a message when no device is usable. The test
@@ -197,7 +197,7 @@ static ibp_status_t cpu_row(const ibp_codec_t *c, const uint8_t *payload, const 
 	uint64_t o = offsets ? offsets[id] : (uint64_t)id * R;
 	uint64_t len = offsets ? offsets[id + 1] - o : R, ext = 0;
 	static const uint8_t none[1];
-	ibp_status_t st = ibp_decode_row_ext(c, len ? payload + o : none, len, flags[id],
+	ibp_status_t st = ibpi_decode_row_ext(c, len ? payload + o : none, len, flags[id],
 					     clusters ? clusters[id] : 0, dst, &ext);
 	if (st == IBP_OK && offsets && ext != len)
 		st = IBP_ERR_CORRUPT;

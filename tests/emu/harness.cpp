@@ -33,7 +33,7 @@
 #include "cuda/ibp_gather_staged.h"
 extern "C" {
 #include "bitpack/train_internal.h"
-ibp_status_t ibp_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64_t src_len, uint8_t flags,
+ibp_status_t ibpi_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64_t src_len, uint8_t flags,
 				unsigned cluster, uint8_t *dst, uint64_t *extent);
 }
 
@@ -94,7 +94,7 @@ static void make_hdc(const ibp_codec_t *h, HDC &x)
 	d.ntiles = (d.D + 31) / 32;
 	d.last_bytes = d.R - (d.D - 1) * d.C;
 	d.bitmap_bytes = (d.D + 7) / 8;
-	d.max_extent = ibp_cuda_max_extent(h);
+	d.max_extent = ibpi_cuda_max_extent(h);
 	uint64_t KD = (uint64_t)d.K * d.D, nt1 = d.ntiles + 1;
 	x.m.assign(ibp_codec_mask(h, 0), ibp_codec_mask(h, 0) + KD * d.C);
 	x.b.assign(ibp_codec_bitval(h, 0), ibp_codec_bitval(h, 0) + KD * d.C);
@@ -349,7 +349,7 @@ static void run_encode_bad(Case &t, const HDC &h, int gstage)
 		if (zero)
 			continue;
 		uint64_t ext = 0;
-		ibp_status_t st = ibp_decode_row_ext(t.codec, b, len, fl[i], t.K > 1 ? cl[i] : 0, back.data(), &ext);
+		ibp_status_t st = ibpi_decode_row_ext(t.codec, b, len, fl[i], t.K > 1 ? cl[i] : 0, back.data(), &ext);
 		CHECK(st == IBP_OK && ext == len && !memcmp(back.data(), &t.rows[i * t.R], t.R),
 		      "bad-arrays encode R %llu C %u NW %d gstage %d: row %llu (flags %u->%u, cl %u->%u, len %llu->%llu) is "
 		      "neither zeros nor a valid encoding (st %d ext %llu)",
@@ -370,7 +370,7 @@ static ibp_status_t cpu_row(const Case &t, const uint8_t *payload, const uint64_
 	uint64_t o = offsets ? offsets[id] : (uint64_t)id * R;
 	uint64_t len = offsets ? offsets[id + 1] - o : R, ext = 0;
 	static const uint8_t none[1] = { 0 };
-	ibp_status_t st = ibp_decode_row_ext(t.codec, len ? payload + o : none, len, flags[id], cls ? cls[id] : 0,
+	ibp_status_t st = ibpi_decode_row_ext(t.codec, len ? payload + o : none, len, flags[id], cls ? cls[id] : 0,
 					     dst, &ext);
 	if (st == IBP_OK && offsets && ext != len)
 		st = IBP_ERR_CORRUPT;
@@ -654,7 +654,7 @@ static void train_check()
 				std::vector<uint8_t> mc(2 * R);
 				DBuf<uint8_t> mg(2 * R, "mask and bitval");
 				ibp_train_mask(cc.data(), n, R, T, mc.data(), mc.data() + R);
-				uint64_t need = ibp_train_need(T, n);
+				uint64_t need = ibpi_train_need(T, n);
 				emu_launch(ibp_mask_kernel, 2, 1, 32, 0, (const unsigned long long *)cg.p, n, R, need, mg.p,
 					   mg.p + R);
 				CHECK(mg.vec() == mc, "mask R %llu n %llu T %g", (unsigned long long)R, (unsigned long long)n, T);
@@ -686,11 +686,11 @@ static void ibp_suite(const std::vector<uint64_t> &Rs)
 	       (unsigned long long)modes[1], (unsigned long long)modes[2], (unsigned long long)modes[3]);
 }
 
-/* ibp_gather_staged_cuda (the slab cache's hits): rows copied into a
+/* ibpi_gather_staged_cuda (the slab cache's hits): rows copied into a
  * stage at a stride, with their lengths and codec bytes, a decoded row
  * (RAW), a row one byte too long, one with bad flag bits and bad indices;
  * the kernel's outputs and statuses equal the CPU decoder's and the host
- * twin's (ibp_hstore_gather_staged). */
+ * twin's (ibpi_hstore_gather_staged). */
 static void api_staged(const Case &t, const ibp_cuda_store_t *s)
 {
 	const uint64_t n = t.n, R = t.R, ns = n + 3;
@@ -731,7 +731,7 @@ static void api_staged(const Case &t, const ibp_cuda_store_t *s)
 	memcpy(orows.p, hrows.data(), m * 8);
 	DBuf<uint8_t> out(m * R, "staged out");
 	DBuf<int32_t> st(m, "staged status");
-	OK(ibp_gather_staged_cuda(s, stage.p, stride, ns, lens.p, meta.p, idx.p, m, out.p, orows.p, st.p, nullptr));
+	OK(ibpi_gather_staged_cuda(s, stage.p, stride, ns, lens.p, meta.p, idx.p, m, out.p, orows.p, st.p, nullptr));
 	/* the host twin on a host store of the same codec */
 	ibp_cuda_store_desc_t d;
 	memset(&d, 0, sizeof(d));
@@ -744,12 +744,12 @@ static void api_staged(const Case &t, const ibp_cuda_store_t *s)
 	d.nrows = n;
 	d.payload_kind = IBP_CUDA_PAYLOAD_MAPPED;
 	ibp_hstore_t *h = nullptr;
-	OK(ibp_hstore_create(&d, &h));
+	OK(ibpi_hstore_create(&d, &h));
 	std::vector<uint8_t> hout(m * R, 0xA7);
 	std::vector<int32_t> hstat(m, 99);
-	OK(ibp_hstore_gather_staged(h, hst.data(), stride, ns, hl.data(), hm.data(), hidx.data(), m, hout.data(),
+	OK(ibpi_hstore_gather_staged(h, hst.data(), stride, ns, hl.data(), hm.data(), hidx.data(), m, hout.data(),
 				    hrows.data(), hstat.data()));
-	ibp_hstore_free(h);
+	ibpi_hstore_free(h);
 	std::vector<uint8_t> ref(R);
 	for (uint64_t k = 0; k < m; k++) {
 		const int64_t r = hidx[k];
@@ -776,13 +776,13 @@ static void api_staged(const Case &t, const ibp_cuda_store_t *s)
 	}
 	/* idx NULL: stage row k to output row k */
 	DBuf<uint8_t> out2(ns * R, "staged out (identity)");
-	OK(ibp_gather_staged_cuda(s, stage.p, stride, ns, lens.p, meta.p, nullptr, ns, out2.p, nullptr, nullptr, nullptr));
+	OK(ibpi_gather_staged_cuda(s, stage.p, stride, ns, lens.p, meta.p, nullptr, ns, out2.p, nullptr, nullptr, nullptr));
 	for (uint64_t r = 0; r < n; r++) {
 		cpu_row(t, t.enc.data(), t.off.data(), t.flags.data(), cls, n, (int64_t)r, ref.data());
 		CHECK(!memcmp(out2.p + r * R, ref.data(), R), "api staged R %llu identity: row %llu", (unsigned long long)R,
 		      (unsigned long long)r);
 	}
-	CHECK(ibp_gather_staged_cuda(s, stage.p, 0, ns, lens.p, meta.p, nullptr, ns, out2.p, nullptr, nullptr, nullptr) ==
+	CHECK(ibpi_gather_staged_cuda(s, stage.p, 0, ns, lens.p, meta.p, nullptr, ns, out2.p, nullptr, nullptr, nullptr) ==
 		      IBP_ERR_INVALID_ARG, "api staged: stride 0 accepted");
 }
 
@@ -1052,9 +1052,9 @@ static void api_cache_case(uint64_t R, ibp_cache_policy_t pol)
 				q = (q + 1) & mk;
 			CHECK(t->keys[q] == id && t->vals[q] == e, "api cache R %llu batch %d: id %lld's device entry",
 			      (unsigned long long)R, b, (long long)id);
-			uint64_t ph = cache_ix_find(&h->ix, id), g = ENT_SLAB(e) * d->spp + ENT_SLOT(e);
+			uint64_t ph = ibpi_cache_ix_find(&h->ix, id), g = ENT_SLAB(e) * d->spp + ENT_SLOT(e);
 			CHECK(ph != UINT64_MAX && h->ix.vals[ph] == e, "api cache: id %lld decided otherwise", (long long)id);
-			CHECK(!memcmp(ibp_slab_addr(t, e), cache_slot_ptr(h, g), ENT_LEN(e)), "api cache: id %lld slot bytes",
+			CHECK(!memcmp(ibp_slab_addr(t, e), ibpi_cache_slot_ptr(h, g), ENT_LEN(e)), "api cache: id %lld slot bytes",
 			      (long long)id);
 			CHECK(t->pin[g] == 0, "api cache: slot of id %lld still pinned", (long long)id);
 		}
@@ -1366,7 +1366,7 @@ static bool pcie_gather(PcieSet &ps, const ibp_codec_t *codec, const uint8_t *pa
 	for (uint64_t k2 = 0; k2 < n && ok; k2++) {
 		const int64_t id = ids.p[k2];
 		uint64_t ext = 0;
-		ibp_status_t cs = ibp_decode_row_ext(codec, payload + offsets[id], offsets[id + 1] - offsets[id], flags[id],
+		ibp_status_t cs = ibpi_decode_row_ext(codec, payload + offsets[id], offsets[id + 1] - offsets[id], flags[id],
 						     clusters ? clusters[id] : 0, ref.data(), &ext);
 		ok = cs == IBP_OK && st.p[k2] == IBP_OK && !memcmp(out.p + k2 * R, ref.data(), R);
 		CHECK(ok, "pcie %s: row %lld differs from the CPU (status %d)", ps.name.c_str(), (long long)id, st.p[k2]);

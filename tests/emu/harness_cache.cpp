@@ -58,7 +58,7 @@ static void run_case(uint64_t cap, uint64_t nslabs, int rounds)
 			       slab_bytes };
 	/* device table */
 	ibp_slab_table_t D;
-	OK(ibp_slab_table_alloc_cuda(&D, cap, nslots, mem_bytes, slot_bytes, nclasses));
+	OK(ibpi_slab_table_alloc_cuda(&D, cap, nslots, mem_bytes, slot_bytes, nclasses));
 	D.spp = spp;
 	D.slab_bytes = slab_bytes;
 	memset(D.mem, 0x5C, mem_bytes);
@@ -94,10 +94,10 @@ static void run_case(uint64_t cap, uint64_t nslabs, int rounds)
 			er.push_back(next_key + 100000 + (int64_t)(rnd() % 1000)); /* never inserted */
 		std::shuffle(er.begin(), er.end(), std::mt19937_64(rnd()));
 		unsigned long long hn = 0;
-		OK(ibp_slab_erase(&H, er.data(), er.size(), &hn));
+		OK(ibpi_slab_erase(&H, er.data(), er.size(), &hn));
 		memcpy(dids, er.data(), er.size() * 8);
 		dcount[0] = 0;
-		OK(ibp_slab_erase_cuda(&D, dids, er.size(), dcount, nullptr));
+		OK(ibpi_slab_erase_cuda(&D, dids, er.size(), dcount, nullptr));
 		CHECK(dcount[0] == hn, "round %d: erase counted %llu, twin %llu", round, dcount[0], hn);
 		for (int64_t k : er) {
 			auto it = live.find(k);
@@ -132,11 +132,11 @@ static void run_case(uint64_t cap, uint64_t nslabs, int rounds)
 		}
 		memcpy(dsrc, hsrc.data(), hops.size() * 512);
 		hn = 0;
-		OK(ibp_slab_insert(&H, hops.data(), hops.size(), &hn));
+		OK(ibpi_slab_insert(&H, hops.data(), hops.size(), &hn));
 		if (!dv.empty())
 			memcpy(dops, dv.data(), dv.size() * sizeof(ibp_slab_insert_op_t));
 		dcount[1] = 0;
-		OK(ibp_slab_insert_cuda(&D, dops, dv.size(), dcount + 1, nullptr));
+		OK(ibpi_slab_insert_cuda(&D, dops, dv.size(), dcount + 1, nullptr));
 		CHECK(hn == 0 && dcount[1] == 0, "round %d: full table (twin %llu, device %llu)", round, hn, dcount[1]);
 		/* ---- probe with duplicates, then gather and unpin ---- */
 		std::vector<int64_t> ids;
@@ -156,9 +156,9 @@ static void run_case(uint64_t cap, uint64_t nslabs, int rounds)
 				ids.push_back(-1 - (int64_t)(rnd() % 3)); /* never a key */
 		}
 		std::vector<uint64_t> hent(n);
-		OK(ibp_slab_probe(&H, ids.data(), n, hent.data(), 1));
+		OK(ibpi_slab_probe(&H, ids.data(), n, hent.data(), 1));
 		memcpy(dids, ids.data(), n * 8);
-		OK(ibp_slab_probe_cuda(&D, dids, n, dent, 1, nullptr));
+		OK(ibpi_slab_probe_cuda(&D, dids, n, dent, 1, nullptr));
 		for (uint64_t k = 0; k < n; k++) {
 			CHECK(dent[k] == hent[k], "round %d: probe %llu (id %lld): entry %llx, twin %llx", round,
 			      (unsigned long long)k, (long long)ids[k], (unsigned long long)dent[k],
@@ -171,8 +171,8 @@ static void run_case(uint64_t cap, uint64_t nslabs, int rounds)
 		std::vector<uint8_t> hstage(n * stride, 0x3E);
 		memset(dstage, 0x3E, n * stride);
 		std::vector<uint32_t> hlen(n), hm(n);
-		OK(ibp_slab_gather(&H, hent.data(), n, hstage.data(), stride, hlen.data(), hm.data(), 1));
-		OK(ibp_slab_gather_cuda(&D, dent, n, dstage, stride, dlen, dmeta, 1, nullptr));
+		OK(ibpi_slab_gather(&H, hent.data(), n, hstage.data(), stride, hlen.data(), hm.data(), 1));
+		OK(ibpi_slab_gather_cuda(&D, dent, n, dstage, stride, dlen, dmeta, 1, nullptr));
 		CHECK(!memcmp(dlen, hlen.data(), n * 4), "round %d: gathered lengths differ", round);
 		CHECK(!memcmp(dmeta, hm.data(), n * 4), "round %d: gathered codec bytes differ", round);
 		CHECK(!memcmp(dstage, hstage.data(), n * stride), "round %d: staged bytes differ", round);
@@ -206,7 +206,7 @@ static void run_case(uint64_t cap, uint64_t nslabs, int rounds)
 	emu_dev_free(dstage);
 	emu_dev_free(dlen);
 	emu_dev_free(dmeta);
-	ibp_slab_table_free_cuda(&D);
+	ibpi_slab_table_free_cuda(&D);
 	CHECK(D.keys == nullptr && D.mem == nullptr, "table not cleared by free");
 }
 
@@ -217,17 +217,17 @@ static void errors_case()
 	memset(&t, 0, sizeof(t));
 	int64_t id = 1;
 	uint64_t e;
-	CHECK(ibp_slab_probe(&t, &id, 1, &e, 0) == IBP_ERR_INVALID_ARG, "twin: a table without index");
-	CHECK(ibp_slab_probe_cuda(&t, &id, 1, &e, 0, nullptr) == IBP_ERR_INVALID_ARG, "device: a table without index");
-	CHECK(ibp_slab_probe_cuda(nullptr, &id, 1, &e, 0, nullptr) == IBP_ERR_INVALID_ARG, "device: NULL table");
-	CHECK(ibp_slab_table_alloc_cuda(&t, 100, 4, 4, nullptr, 1) == IBP_ERR_INVALID_ARG, "alloc: bad sizes");
+	CHECK(ibpi_slab_probe(&t, &id, 1, &e, 0) == IBP_ERR_INVALID_ARG, "twin: a table without index");
+	CHECK(ibpi_slab_probe_cuda(&t, &id, 1, &e, 0, nullptr) == IBP_ERR_INVALID_ARG, "device: a table without index");
+	CHECK(ibpi_slab_probe_cuda(nullptr, &id, 1, &e, 0, nullptr) == IBP_ERR_INVALID_ARG, "device: NULL table");
+	CHECK(ibpi_slab_table_alloc_cuda(&t, 100, 4, 4, nullptr, 1) == IBP_ERR_INVALID_ARG, "alloc: bad sizes");
 	uint32_t sb = 16;
-	CHECK(ibp_slab_table_alloc_cuda(&t, 64, 4, 64, &sb, 1) == IBP_OK, "alloc: %s", ibp_last_error());
-	CHECK(ibp_slab_gather_cuda(&t, &e, 1, nullptr, 16, nullptr, nullptr, 1, nullptr) == IBP_ERR_INVALID_ARG,
+	CHECK(ibpi_slab_table_alloc_cuda(&t, 64, 4, 64, &sb, 1) == IBP_OK, "alloc: %s", ibp_last_error());
+	CHECK(ibpi_slab_gather_cuda(&t, &e, 1, nullptr, 16, nullptr, nullptr, 1, nullptr) == IBP_ERR_INVALID_ARG,
 	      "gather: NULL outputs");
-	CHECK(ibp_slab_probe_cuda(&t, nullptr, 0, nullptr, 0, nullptr) == IBP_OK, "n = 0");
-	ibp_slab_table_free_cuda(&t);
-	ibp_slab_table_free_cuda(&t); /* zeroed: a no-op */
+	CHECK(ibpi_slab_probe_cuda(&t, nullptr, 0, nullptr, 0, nullptr) == IBP_OK, "n = 0");
+	ibpi_slab_table_free_cuda(&t);
+	ibpi_slab_table_free_cuda(&t); /* zeroed: a no-op */
 }
 
 int main(int argc, char **argv)

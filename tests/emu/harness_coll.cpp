@@ -1,6 +1,6 @@
 /* harness_coll.cpp - kernels/coll_reduce.cu, whole (its host launcher runs
  * against the H100 runtime stub), on the emulator, against its CPU twin
- * coll_reduce_add (src/coll/coll_codec.c): the reduction step of the
+ * ibpi_coll_reduce_add (src/coll/coll_codec.c): the reduction step of the
  * collectives on device buffers, bit for bit, three dtypes, sizes around
  * the block and grid-stride boundaries, values that round halfway, cross
  * to Inf/denormals, and NaN. Output buffers are pre-filled with garbage
@@ -65,14 +65,14 @@ static void reduce_case(ibp_dtype_t dt, uint64_t n)
 	std::vector<uint8_t> a, b, cpu(n * es + 1);
 	fill(a, dt, n);
 	fill(b, dt, n);
-	coll_reduce_add(a.data(), b.data(), dt, n, cpu.data());
+	ibpi_coll_reduce_add(a.data(), b.data(), dt, n, cpu.data());
 	Dev da(n * es, "part", (unsigned)es), db(n * es, "local", (unsigned)es), dd(n * es, "dst", (unsigned)es);
 	memcpy(da.p, a.data(), n * es);
 	memcpy(db.p, b.data(), n * es);
-	ibp_status_t s = coll_reduce_add_cuda(da.p, db.p, dt, n, dd.p, nullptr);
-	CHECK(s == IBP_OK, "coll_reduce_add_cuda %s n %llu: %s", ibp_dtype_name(dt), (unsigned long long)n,
+	ibp_status_t s = ibpi_coll_reduce_add_cuda(da.p, db.p, dt, n, dd.p, nullptr);
+	CHECK(s == IBP_OK, "ibpi_coll_reduce_add_cuda %s n %llu: %s", ibp_dtype_name(dt), (unsigned long long)n,
 	      ibp_last_error());
-	CHECK(!memcmp(cpu.data(), dd.p, n * es), "coll_reduce_add_cuda %s n %llu: bits differ from the CPU twin",
+	CHECK(!memcmp(cpu.data(), dd.p, n * es), "ibpi_coll_reduce_add_cuda %s n %llu: bits differ from the CPU twin",
 	      ibp_dtype_name(dt), (unsigned long long)n);
 	CHECK(!memcmp(a.data(), da.p, n * es) && !memcmp(b.data(), db.p, n * es), "inputs modified");
 }
@@ -93,8 +93,8 @@ int main(int argc, char **argv)
 				reduce_case(dt, n);
 	/* errors: a bad dtype, NULL pointers */
 	Dev d(16, "x");
-	CHECK(coll_reduce_add_cuda(d.p, d.p, IBP_DTYPE_U8, 4, d.p, nullptr) == IBP_ERR_INVALID_ARG, "bad dtype accepted");
-	CHECK(coll_reduce_add_cuda(nullptr, d.p, IBP_DTYPE_BF16, 4, d.p, nullptr) == IBP_ERR_INVALID_ARG, "NULL accepted");
+	CHECK(ibpi_coll_reduce_add_cuda(d.p, d.p, IBP_DTYPE_U8, 4, d.p, nullptr) == IBP_ERR_INVALID_ARG, "bad dtype accepted");
+	CHECK(ibpi_coll_reduce_add_cuda(nullptr, d.p, IBP_DTYPE_BF16, 4, d.p, nullptr) == IBP_ERR_INVALID_ARG, "NULL accepted");
 	printf("emu: %llu launches, %llu GPU threads, %llu switches\n", (unsigned long long)emu_stat_launches,
 	       (unsigned long long)emu_stat_fibers, (unsigned long long)emu_stat_switches);
 	printf("%s: %s (%d failures, seed %llu)\n", suite.c_str(), failures ? "FAILED" : "ALL OK", failures, seed);

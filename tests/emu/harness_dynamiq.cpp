@@ -1,18 +1,18 @@
 /* harness_dynamiq.cpp - kernels/dynamiq.cu, whole (its host launchers run
  * against the H100 runtime stub), on the emulator, against the CPU twins
- * dq_hop and dq_decode_chunk (src/coll/dynamiq.c, its scalar reference):
+ * ibpi_dq_hop and ibpi_dq_decode_chunk (src/coll/dynamiq.c, its scalar reference):
  * every payload byte of the leaf and of a hop, every decoded float, the
  * statuses of corrupt super-group scales, and a whole ring (each hop's
- * bytes made by the GPU, then decoded) against dq_simulate. Plans: default
+ * bytes made by the GPU, then decoded) against ibpi_dq_simulate. Plans: default
  * (variable widths), fixed widths 2/4/8, uniform levels, kept scales
  * (the stale-scale baseline), correlated rounding, short last
  * super-groups. A binary of its own (harness_dq), so it shares nothing
  * with harness.cpp but the emulator. Suite lsq: kernels/rcmoe.cu
- * (lsq_encode_cuda, lsq_decode_cuda) against lsq_encode / lsq_decode:
+ * (ibpi_lsq_encode_cuda, ibpi_lsq_decode_cuda) against ibpi_lsq_encode / ibpi_lsq_decode:
  * stream bytes, decoded values, non-finite input and corrupt streams
  * reported alike, three dtypes, rows 1..1000, B 2/4/8, K 0/4/8. Suite
- * pts: pts_encode_cuda / pts_decode_add_cuda against pts_encode /
- * pts_decode_add: stream bytes and size, sums into the same accumulator,
+ * pts: ibpi_pts_encode_cuda / ibpi_pts_decode_add_cuda against ibpi_pts_encode /
+ * ibpi_pts_decode_add: stream bytes and size, sums into the same accumulator,
  * corrupt counts, sizes and presence bits (nothing added).
  * Usage: harness_dq dynamiq|lsq|pts|all [--seed S] [--quick] [--defect N]
  * [--preempt M] */
@@ -104,13 +104,13 @@ static void dq_case(int n, uint64_t d, const dq_cfg_t &cfg, const char *what)
 	uint64_t J = (d + 255) / 256;
 	std::vector<float> st(2 * J), gst(2 * J, 0.0f);
 	for (int w = 0; w < n; w++) {
-		dq_local_stats(x[w].data(), d, st.data());
+		ibpi_dq_local_stats(x[w].data(), d, st.data());
 		for (uint64_t i = 0; i < 2 * J; i++)
 			gst[i] += st[i];
 	}
 	dq_plan_t pl;
 	uint64_t seq = 1 + rnd() % 1000;
-	DCHECK(dq_plan_make(&pl, &cfg, n, d, seq, gst.data()) == IBP_OK, "plan: %s", ibp_last_error());
+	DCHECK(ibpi_dq_plan_make(&pl, &cfg, n, d, seq, gst.data()) == IBP_OK, "plan: %s", ibp_last_error());
 	DevPlan dp(pl);
 	std::vector<Dev *> dx;
 	for (int w = 0; w < n; w++) {
@@ -132,21 +132,21 @@ static void dq_case(int n, uint64_t d, const dq_cfg_t &cfg, const char *what)
 			const uint8_t *in = t == 1 ? nullptr : a.data();
 			if (in)
 				memcpy(din.p, a.data(), cb);
-			ibp_status_t s = dq_hop_cuda(&dp.p, j0, j1, in ? din.p : nullptr, (const float *)dx[w]->p, w, dout.p,
+			ibp_status_t s = ibpi_dq_hop_cuda(&dp.p, j0, j1, in ? din.p : nullptr, (const float *)dx[w]->p, w, dout.p,
 						     (int32_t *)dst.p, nullptr);
 			DCHECK(s == IBP_OK && *(int32_t *)dst.p == IBP_OK, "%s chunk %d hop %d: status %d / %d (%s)", what,
 			       k, t, s, *(int32_t *)dst.p, ibp_last_error());
-			DCHECK(dq_hop(&pl, (uint64_t)k, in, x[w].data(), w, cpu.data()) == IBP_OK, "cpu hop");
+			DCHECK(ibpi_dq_hop(&pl, (uint64_t)k, in, x[w].data(), w, cpu.data()) == IBP_OK, "cpu hop");
 			DCHECK(!memcmp(cpu.data(), dout.p, cb), "%s chunk %d hop %d (rank %d): payload bytes differ", what, k,
 			       t, w);
 			memcpy(a.data(), dout.p, cb);
 		}
 		/* the sink's bytes decoded on both */
 		memcpy(din.p, a.data(), cb);
-		ibp_status_t s = dq_decode_chunk_cuda(&dp.p, j0, j1, din.p, (float *)dy.p, (int32_t *)dst.p, nullptr);
+		ibp_status_t s = ibpi_dq_decode_chunk_cuda(&dp.p, j0, j1, din.p, (float *)dy.p, (int32_t *)dst.p, nullptr);
 		DCHECK(s == IBP_OK && *(int32_t *)dst.p == IBP_OK, "%s chunk %d decode: status %d / %d", what, k, s,
 		       *(int32_t *)dst.p);
-		DCHECK(dq_decode_chunk(&pl, (uint64_t)k, a.data(), cy.data()) == IBP_OK, "cpu decode");
+		DCHECK(ibpi_dq_decode_chunk(&pl, (uint64_t)k, a.data(), cy.data()) == IBP_OK, "cpu decode");
 		uint64_t e0 = j0 * 256 < d ? j0 * 256 : d, e1 = j1 * 256 < d ? j1 * 256 : d;
 		DCHECK(!memcmp(cy.data() + e0, (float *)dy.p + e0, (e1 - e0) * 4), "%s chunk %d: decoded floats differ",
 		       what, k);
@@ -162,16 +162,16 @@ static void dq_case(int n, uint64_t d, const dq_cfg_t &cfg, const char *what)
 				b[pl.boff[j] + 1] = (uint8_t)(bad[v] >> 8);
 				memcpy(din.p, b.data(), cb);
 				int w = (k + 1) % n;
-				s = dq_hop_cuda(&dp.p, j0, j1, din.p, (const float *)dx[w]->p, w, dout.p, (int32_t *)dst.p,
+				s = ibpi_dq_hop_cuda(&dp.p, j0, j1, din.p, (const float *)dx[w]->p, w, dout.p, (int32_t *)dst.p,
 						nullptr);
-				ibp_status_t cs = dq_hop(&pl, (uint64_t)k, b.data(), x[w].data(), w, cpu.data());
+				ibp_status_t cs = ibpi_dq_hop(&pl, (uint64_t)k, b.data(), x[w].data(), w, cpu.data());
 				DCHECK(s == IBP_OK && *(int32_t *)dst.p == (int32_t)cs, "%s chunk %d scale %04x: GPU %d, CPU %d",
 				       what, k, bad[v], *(int32_t *)dst.p, cs);
 				if (cs == IBP_OK)
 					DCHECK(!memcmp(cpu.data(), dout.p, cb), "%s chunk %d scale %04x: bytes differ", what, k,
 					       bad[v]);
-				s = dq_decode_chunk_cuda(&dp.p, j0, j1, din.p, (float *)dy.p, (int32_t *)dst.p, nullptr);
-				cs = dq_decode_chunk(&pl, (uint64_t)k, b.data(), cy.data());
+				s = ibpi_dq_decode_chunk_cuda(&dp.p, j0, j1, din.p, (float *)dy.p, (int32_t *)dst.p, nullptr);
+				cs = ibpi_dq_decode_chunk(&pl, (uint64_t)k, b.data(), cy.data());
 				DCHECK(s == IBP_OK && *(int32_t *)dst.p == (int32_t)cs, "%s chunk %d scale %04x: decode GPU %d, CPU %d",
 				       what, k, bad[v], *(int32_t *)dst.p, cs);
 				if (cs == IBP_OK)
@@ -185,18 +185,18 @@ static void dq_case(int n, uint64_t d, const dq_cfg_t &cfg, const char *what)
 	for (int w = 0; w < n; w++)
 		xp[w] = x[w].data();
 	std::vector<float> sim(d);
-	DCHECK(dq_simulate(xp.data(), n, d, &cfg, seq, sim.data(), nullptr) == IBP_OK, "simulate");
-	DCHECK(!memcmp(sim.data(), ring.data(), d * 4), "%s: the GPU ring differs from dq_simulate", what);
+	DCHECK(ibpi_dq_simulate(xp.data(), n, d, &cfg, seq, sim.data(), nullptr) == IBP_OK, "simulate");
+	DCHECK(!memcmp(sim.data(), ring.data(), d * 4), "%s: the GPU ring differs from ibpi_dq_simulate", what);
 	/* bad arguments */
-	DCHECK(dq_hop_cuda(&dp.p, 1, 0, nullptr, (const float *)dx[0]->p, 0, dout.p, (int32_t *)dst.p, nullptr) ==
+	DCHECK(ibpi_dq_hop_cuda(&dp.p, 1, 0, nullptr, (const float *)dx[0]->p, 0, dout.p, (int32_t *)dst.p, nullptr) ==
 		       IBP_ERR_INVALID_ARG,
 	       "j1 < j0 accepted");
-	DCHECK(dq_hop_cuda(&dp.p, 0, J + 1, nullptr, (const float *)dx[0]->p, 0, dout.p, (int32_t *)dst.p, nullptr) ==
+	DCHECK(ibpi_dq_hop_cuda(&dp.p, 0, J + 1, nullptr, (const float *)dx[0]->p, 0, dout.p, (int32_t *)dst.p, nullptr) ==
 		       IBP_ERR_INVALID_ARG,
 	       "a super-group past the plan accepted");
 	for (auto *p : dx)
 		delete p;
-	dq_plan_free(&pl);
+	ibpi_dq_plan_free(&pl);
 }
 
 static void lsq_case(ibp_dtype_t dt, uint64_t n, uint64_t row, int B, int K, int bad)
@@ -218,22 +218,22 @@ static void lsq_case(ibp_dtype_t dt, uint64_t n, uint64_t row, int B, int K, int
 			memcpy(&src[2 * i], &h, 2);
 		}
 	}
-	uint64_t cap = lsq_bytes(n, row, B, K), sz = 0, key = rnd();
+	uint64_t cap = ibpi_lsq_bytes(n, row, B, K), sz = 0, key = rnd();
 	std::vector<uint8_t> cpu(cap);
-	ibp_status_t cs = lsq_encode(src.data(), dt, n, row, B, K, key, cpu.data(), cap, &sz);
-	Dev dsrc(n * es, "lsq src", 4), dout(cap, "lsq stream"), dws(lsq_cuda_workspace(n, row), "lsq workspace", 4),
+	ibp_status_t cs = ibpi_lsq_encode(src.data(), dt, n, row, B, K, key, cpu.data(), cap, &sz);
+	Dev dsrc(n * es, "lsq src", 4), dout(cap, "lsq stream"), dws(ibpi_lsq_cuda_workspace(n, row), "lsq workspace", 4),
 		dst(4, "lsq status", 4), dy(n * es, "lsq out", 4);
 	memcpy(dsrc.p, src.data(), n * es);
-	ibp_status_t s = lsq_encode_cuda(dsrc.p, dt, n, row, B, K, key, dout.p, dws.p, (int32_t *)dst.p, nullptr);
-	DCHECK(s == IBP_OK, "lsq_encode_cuda: %s", ibp_last_error());
+	ibp_status_t s = ibpi_lsq_encode_cuda(dsrc.p, dt, n, row, B, K, key, dout.p, dws.p, (int32_t *)dst.p, nullptr);
+	DCHECK(s == IBP_OK, "ibpi_lsq_encode_cuda: %s", ibp_last_error());
 	DCHECK(*(int32_t *)dst.p == (int32_t)cs, "lsq encode status: GPU %d, CPU %d", *(int32_t *)dst.p, cs);
 	if (cs != IBP_OK)
 		return;
 	DCHECK(sz == cap && !memcmp(cpu.data(), dout.p, cap), "lsq %s n %llu row %llu B %d K %d: stream bytes differ",
 	       ibp_dtype_name(dt), (unsigned long long)n, (unsigned long long)row, B, K);
 	std::vector<uint8_t> co(n * es + 4);
-	DCHECK(lsq_decode(cpu.data(), cap, dt, n, co.data()) == IBP_OK, "cpu decode");
-	s = lsq_decode_cuda(dout.p, cap, dt, n, dy.p, (int32_t *)dst.p, nullptr);
+	DCHECK(ibpi_lsq_decode(cpu.data(), cap, dt, n, co.data()) == IBP_OK, "cpu decode");
+	s = ibpi_lsq_decode_cuda(dout.p, cap, dt, n, dy.p, (int32_t *)dst.p, nullptr);
 	DCHECK(s == IBP_OK && *(int32_t *)dst.p == IBP_OK, "lsq decode: %d / %d", s, *(int32_t *)dst.p);
 	DCHECK(!memcmp(co.data(), dy.p, n * es), "lsq %s n %llu row %llu B %d K %d: decoded values differ",
 	       ibp_dtype_name(dt), (unsigned long long)n, (unsigned long long)row, B, K);
@@ -251,8 +251,8 @@ static void lsq_case(ibp_dtype_t dt, uint64_t n, uint64_t row, int B, int K, int
 		}
 		Dev dc(cap, "lsq corrupt");
 		memcpy(dc.p, b.data(), cap);
-		cs = lsq_decode(b.data(), size, dt, n, co.data());
-		s = lsq_decode_cuda(dc.p, size, dt, n, dy.p, (int32_t *)dst.p, nullptr);
+		cs = ibpi_lsq_decode(b.data(), size, dt, n, co.data());
+		s = ibpi_lsq_decode_cuda(dc.p, size, dt, n, dy.p, (int32_t *)dst.p, nullptr);
 		DCHECK(s == IBP_OK && *(int32_t *)dst.p == (int32_t)cs && cs == IBP_ERR_CORRUPT,
 		       "lsq corrupt %d: GPU %d, CPU %d", v, *(int32_t *)dst.p, cs);
 	}
@@ -289,15 +289,15 @@ static void pts_case(uint64_t k, double sigma, int bad)
 	}
 	if (bad && k)
 		g[rnd() % k] = rnd() % 2 ? NAN : INFINITY;
-	uint64_t cap = pts_max_bytes(k), sz = 0, key = rnd();
+	uint64_t cap = ibpi_pts_max_bytes(k), sz = 0, key = rnd();
 	std::vector<uint8_t> cpu(cap);
-	ibp_status_t cs = pts_encode(g.data(), k, sigma, key, cpu.data(), cap, &sz);
-	Dev dg(k * 4, "pts g", 4), dout(cap, "pts stream"), dws(pts_cuda_workspace(k), "pts workspace", 8),
+	ibp_status_t cs = ibpi_pts_encode(g.data(), k, sigma, key, cpu.data(), cap, &sz);
+	Dev dg(k * 4, "pts g", 4), dout(cap, "pts stream"), dws(ibpi_pts_cuda_workspace(k), "pts workspace", 8),
 		dsz(8, "pts size", 8), dst(4, "pts status", 4), dacc(k * 4, "pts acc", 4);
 	memcpy(dg.p, g.data(), k * 4);
-	ibp_status_t s = pts_encode_cuda((const float *)dg.p, k, sigma, key, dout.p, (uint64_t *)dsz.p, dws.p,
+	ibp_status_t s = ibpi_pts_encode_cuda((const float *)dg.p, k, sigma, key, dout.p, (uint64_t *)dsz.p, dws.p,
 					 (int32_t *)dst.p, nullptr);
-	DCHECK(s == IBP_OK, "pts_encode_cuda: %s", ibp_last_error());
+	DCHECK(s == IBP_OK, "ibpi_pts_encode_cuda: %s", ibp_last_error());
 	DCHECK(*(int32_t *)dst.p == (int32_t)cs, "pts encode status: GPU %d, CPU %d", *(int32_t *)dst.p, cs);
 	if (cs != IBP_OK)
 		return;
@@ -320,8 +320,8 @@ static void pts_case(uint64_t k, double sigma, int bad)
 		memcpy(din.p, b.data(), size);
 		acc1 = acc0;
 		memcpy(dacc.p, acc0.data(), k * 4);
-		cs = pts_decode_add(b.data(), size, k, acc1.data());
-		s = pts_decode_add_cuda(din.p, size, k, (float *)dacc.p, dws.p, (int32_t *)dst.p, nullptr);
+		cs = ibpi_pts_decode_add(b.data(), size, k, acc1.data());
+		s = ibpi_pts_decode_add_cuda(din.p, size, k, (float *)dacc.p, dws.p, (int32_t *)dst.p, nullptr);
 		DCHECK(s == IBP_OK && *(int32_t *)dst.p == (int32_t)cs, "pts k %llu variant %d: decode GPU %d, CPU %d",
 		       (unsigned long long)k, v, *(int32_t *)dst.p, cs);
 		DCHECK(!memcmp(acc1.data(), dacc.p, k * 4), "pts k %llu variant %d: sums differ", (unsigned long long)k, v);
@@ -354,7 +354,7 @@ int main(int argc, char **argv)
 	const unsigned long long seed = args.seed;
 	const int quick = args.quick;
 	/* the CPU twin is the scalar reference (the vector kernels are checked against it in test_dynamiq) */
-	coll_simd_set(COLL_SIMD_SCALAR);
+	ibpi_coll_simd_set(COLL_SIMD_SCALAR);
 	if (suite == "lsq" || suite == "all")
 		lsq_suite(quick);
 	if (suite == "pts" || suite == "all")
@@ -378,7 +378,7 @@ int main(int argc, char **argv)
 		if (quick && c.d > 5000)
 			continue;
 		dq_cfg_t cfg;
-		dq_cfg_default(&cfg);
+		ibpi_dq_cfg_default(&cfg);
 		cfg.budget = c.budget;
 		cfg.fixed_q = c.fixed;
 		cfg.nonuniform = c.nonuni;

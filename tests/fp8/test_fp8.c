@@ -210,7 +210,7 @@ Test(fp8, hadamard_orthogonal_and_invertible)
 			float *M = tu_xcalloc((size_t)n * n * sizeof(float));
 			for (uint32_t j = 0; j < n; j++) {
 				M[(size_t)j * n + j] = 1.0f;
-				ibp_hadamard_f32(M + (size_t)j * n, L);
+				ibpi_hadamard_f32(M + (size_t)j * n, L);
 			}
 			double inv = 1.0 / sqrt((double)n);
 			for (uint32_t i = 0; i < n; i++) {
@@ -234,21 +234,21 @@ Test(fp8, hadamard_orthogonal_and_invertible)
 		double e2 = 0, x2 = 0, y2 = 0;
 		for (uint32_t i = 0; i < n; i++)
 			x[i] = y[i] = (float)(tu_uniform(&r) * 2 - 1);
-		ibp_hadamard_f32(y, L);
+		ibpi_hadamard_f32(y, L);
 		for (uint32_t i = 0; i < n; i++) {
 			x2 += (double)x[i] * x[i];
 			y2 += (double)y[i] * y[i];
 		}
 		cr_assert(fabs(y2 / x2 - 1) < 1e-5, "Parseval B=%u", n);
-		ibp_hadamard_f32(y, L);
+		ibpi_hadamard_f32(y, L);
 		for (uint32_t i = 0; i < n; i++)
 			e2 += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
 		cr_assert(sqrt(e2 / x2) < 1e-6 * L, "inverse B=%u: rel err %.3g", n, sqrt(e2 / x2));
 		/* integers: the unnormalised transform is exact, and applied twice gives n x */
 		for (uint32_t i = 0; i < n; i++)
 			x[i] = y[i] = (float)(int)tu_below(&r, 201) - 100.0f;
-		ibp_fwht_f32(y, L);
-		ibp_fwht_f32(y, L);
+		ibpi_fwht_f32(y, L);
+		ibpi_fwht_f32(y, L);
 		for (uint32_t i = 0; i < n; i++)
 			cr_assert_eq(y[i], x[i] * (float)n);
 		free(x);

@@ -226,10 +226,10 @@ Test(container, direct_write_same_bytes, .init = make_tmpdir, .fini = remove_tmp
 		snprintf(pd, sizeof(pd), "%s", tmpdir_path("direct.ibp"));
 		cr_assert_eq(ibp_pack_with_codec(pb, codec, rows, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED, 0),
 			     IBP_OK);
-		ibp_container_write_direct_min_set(1);
+		ibpi_container_write_direct_min_set(1);
 		ibp_status_t st = ibp_pack_with_codec(pd, codec, rows, IBP_DTYPE_U8, 2, shape,
 						      IBP_LAYOUT_PACKED, 0);
-		ibp_container_write_direct_min_set(0);
+		ibpi_container_write_direct_min_set(0);
 		cr_assert_eq(st, IBP_OK, "%s", ibp_last_error());
 		uint64_t nb, nd;
 		uint8_t *fb = read_whole_file(pb, &nb), *fd = read_whole_file(pd, &nd);
@@ -398,9 +398,9 @@ static uint8_t *small_file(ibp_layout_t layout, unsigned k, uint64_t *size, uint
 	const char *p = tmpdir_path("small.ibp");
 	/* 1.1 layout: these tests edit its FLAGS/CLUSTERS/OFFSETS sections
 	 * (1.2 files: tests/io/test_format12.c) */
-	ibp_container_write_minor_set(1);
+	ibpi_container_write_minor_set(1);
 	cr_assert_eq(ibp_pack_with_codec(p, codec, rows, IBP_DTYPE_U8, 2, shape, layout, 1), IBP_OK);
-	ibp_container_write_minor_set(0);
+	ibpi_container_write_minor_set(0);
 	ibp_codec_free(codec);
 	*rows_out = rows;
 	*n_out = n;
@@ -1032,10 +1032,10 @@ static uint8_t *small_xval_file(uint64_t *size, uint8_t **rows_out, uint64_t *n_
 				memcpy(rows + i * R + j * C, &v, have);
 			}
 	const char *p = tmpdir_path("xsmall.ibp");
-	ibp_container_write_minor_set(1); /* 1.1 layout, as small_file */
+	ibpi_container_write_minor_set(1); /* 1.1 layout, as small_file */
 	cr_assert_eq(ibp_pack_with_codec(p, codec, rows, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED, 1), IBP_OK,
 		     "%s", ibp_last_error());
-	ibp_container_write_minor_set(0);
+	ibpi_container_write_minor_set(0);
 	ibp_codec_free(codec);
 	free(m);
 	free(b);
@@ -1376,9 +1376,9 @@ static uint8_t *small_exp_file(uint64_t *size, uint8_t **data, uint64_t *n, uint
 	const uint64_t shape[2] = { 36, 64 };
 	uint8_t *d = value_data(IBP_DTYPE_BF16, 36 * 64, 1.0, 5);
 	const char *p = tmpdir_path("esmall.ibp");
-	ibp_container_write_minor_set(1); /* 1.1 layout, as small_file */
+	ibpi_container_write_minor_set(1); /* 1.1 layout, as small_file */
 	cr_assert_eq(ibp_pack_exp(p, d, IBP_DTYPE_BF16, 2, shape, NULL, 16), IBP_OK, "%s", ibp_last_error());
-	ibp_container_write_minor_set(0);
+	ibpi_container_write_minor_set(0);
 	*data = d;
 	*n = 36;
 	*R = 128;
@@ -1395,9 +1395,9 @@ static uint8_t *small_fp8_file(uint64_t *size, uint8_t **ref, uint64_t *n, uint6
 	ibp_fp8_opts_default(&o);
 	o.block = 16;
 	const char *p = tmpdir_path("fsmall.ibp");
-	ibp_container_write_minor_set(1); /* 1.1 layout, as small_file */
+	ibpi_container_write_minor_set(1); /* 1.1 layout, as small_file */
 	cr_assert_eq(ibp_pack_fp8(p, d, IBP_DTYPE_F32, 2, shape, &o, 8), IBP_OK, "%s", ibp_last_error());
-	ibp_container_write_minor_set(0);
+	ibpi_container_write_minor_set(0);
 	ibp_container_t *c = NULL;
 	cr_assert_eq(ibp_container_open(p, 0, &c), IBP_OK, "%s", ibp_last_error());
 	cr_assert_eq(ibp_container_nblocks(c), 3);

@@ -94,8 +94,8 @@ static void *watchdog(void *arg)
 
 int main(void)
 {
-	if (!ibp_je_available()) {
-		printf("pinned_first_call: SKIPPED: no jemalloc (%s)\n", ibp_je_status());
+	if (!ibpi_je_available()) {
+		printf("pinned_first_call: SKIPPED: no jemalloc (%s)\n", ibpi_je_status());
 		return 77;
 	}
 	pthread_t w;

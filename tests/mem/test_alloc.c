@@ -119,12 +119,12 @@ Test(alloc, reports_allocator)
 #else
 #ifdef IBP_TEST_EXPECT_JEMALLOC
 	/* Configure found libjemalloc.so.2, so the dlopen must have worked. */
-	cr_assert(ibp_je_available(), "jemalloc not loaded: %s", ibp_je_status());
+	cr_assert(ibpi_je_available(), "jemalloc not loaded: %s", ibpi_je_status());
 #endif
-	if (ibp_je_available()) {
+	if (ibpi_je_available()) {
 		cr_assert(strncmp(name, "jemalloc arena ", 15) == 0, "%s", name);
-		cr_assert(strstr(name, ibp_je_status()) != NULL, "%s", name);
-		cr_assert(strncmp(ibp_je_status(), "jemalloc ", 9) == 0, "%s", ibp_je_status());
+		cr_assert(strstr(name, ibpi_je_status()) != NULL, "%s", name);
+		cr_assert(strncmp(ibpi_je_status(), "jemalloc ", 9) == 0, "%s", ibpi_je_status());
 	} else {
 		cr_assert(strncmp(name, "libc (jemalloc unavailable: ", 28) == 0, "%s", name);
 	}
@@ -134,18 +134,18 @@ Test(alloc, reports_allocator)
 #ifndef TEST_ASAN
 Test(alloc, shim_passthrough)
 {
-	if (!ibp_je_available())
-		cr_skip_test("jemalloc not loaded: %s", ibp_je_status());
-	void *p = ibp_je_mallocx(1000, IBP_JE_MALLOCX_ALIGN(4096) | IBP_JE_MALLOCX_TCACHE_NONE);
+	if (!ibpi_je_available())
+		cr_skip_test("jemalloc not loaded: %s", ibpi_je_status());
+	void *p = ibpi_je_mallocx(1000, IBP_JE_MALLOCX_ALIGN(4096) | IBP_JE_MALLOCX_TCACHE_NONE);
 	cr_assert_not_null(p);
 	cr_assert_eq((uintptr_t)p % 4096, 0);
-	cr_assert_geq(ibp_je_sallocx(p, 0), 1000);
-	ibp_je_dallocx(p, IBP_JE_MALLOCX_TCACHE_NONE);
+	cr_assert_geq(ibpi_je_sallocx(p, 0), 1000);
+	ibpi_je_dallocx(p, IBP_JE_MALLOCX_TCACHE_NONE);
 	unsigned narenas = 0;
 	size_t sz = sizeof(narenas);
-	cr_assert_eq(ibp_je_mallctl("arenas.narenas", &narenas, &sz, NULL, 0), 0);
+	cr_assert_eq(ibpi_je_mallctl("arenas.narenas", &narenas, &sz, NULL, 0), 0);
 	cr_assert_geq(narenas, 1);
-	cr_assert_neq(ibp_je_mallctl("no.such.ctl", NULL, NULL, NULL, 0), 0);
+	cr_assert_neq(ibpi_je_mallctl("no.such.ctl", NULL, NULL, NULL, 0), 0);
 }
 #endif
 
@@ -160,7 +160,7 @@ Test(alloc, fallback_child)
 	alloc_fill_free(64ull << 20, 4096);
 	FILE *f = fopen(out, "w");
 	cr_assert_not_null(f);
-	fprintf(f, "%s|%d", ibp_host_allocator(), ibp_je_available());
+	fprintf(f, "%s|%d", ibp_host_allocator(), ibpi_je_available());
 	cr_assert_eq(fclose(f), 0);
 }
 

@@ -458,7 +458,7 @@ Test(bag, lookahead_distances_agree, .init = make_tmpdir, .fini = remove_tmpdir)
 
 /* The bag runs on the store's pool: threads start once per store (with the
  * first pooled job), never per call, and results do not change. Bug caught:
- * threads started per call (the bag's former ibp_parallel_for). */
+ * threads started per call (the bag's former ibpi_parallel_for). */
 Test(bag, no_thread_started_per_call, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	float *t = make_table(12);

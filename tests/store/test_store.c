@@ -279,9 +279,9 @@ Test(store, concurrent_callers, .init = make_tmpdir, .fini = remove_tmpdir)
  * still gather. */
 Test(store, corrupt_row_reported, .init = make_tmpdir, .fini = remove_tmpdir)
 {
-	ibp_container_write_minor_set(1); /* a 1.1 file: its FLAGS section is edited below */
+	ibpi_container_write_minor_set(1); /* a 1.1 file: its FLAGS section is edited below */
 	fixture_t fx = open_fixture(64, 20, 4, 1, IBP_LAYOUT_PACKED, 0);
-	ibp_container_write_minor_set(0);
+	ibpi_container_write_minor_set(0);
 	const ibp_container_t *c = ibp_store_container(fx.s);
 	uint64_t fsize = ibp_container_file_bytes(c);
 	char path[128];
@@ -356,11 +356,11 @@ Test(store, row_map_matches_index_walk, .init = make_tmpdir, .fini = remove_tmpd
 	const uint64_t n = 1000, R = 37; /* 15 full groups of 64 and one of 40 */
 	for (int minor = 0; minor < 2; minor++)
 		for (int layout = 0; layout < 2; layout++) {
-			ibp_container_write_minor_set(minor ? 1 : 0);
+			ibpi_container_write_minor_set(minor ? 1 : 0);
 			setenv("IBP_ROW_MAP_MAX", "0", 1);
 			fixture_t fx = open_fixture(n, R, 4, 3, (ibp_layout_t)layout, IBP_OPEN_READ);
 			unsetenv("IBP_ROW_MAP_MAX");
-			ibp_container_write_minor_set(0);
+			ibpi_container_write_minor_set(0);
 			const ibp_container_t *c = ibp_store_container(fx.s);
 			/* the walk's answers, before any map exists */
 			const uint8_t **src = xcalloc(n * sizeof(*src));
@@ -387,14 +387,14 @@ Test(store, row_map_matches_index_walk, .init = make_tmpdir, .fini = remove_tmpd
 				check_gather(&fx, ids, k, out);
 			}
 			const ibp_rowmap_t *m = NULL;
-			cr_assert_eq(ibp_container_rowmap(c, 1000, &m), IBP_ERR_UNSUPPORTED, "over the cap");
+			cr_assert_eq(ibpi_container_rowmap(c, 1000, &m), IBP_ERR_UNSUPPORTED, "over the cap");
 			cr_assert_null(m);
-			cr_assert_eq(ibp_container_rowmap(c, UINT64_MAX, &m), IBP_OK, "%s", ibp_last_error());
+			cr_assert_eq(ibpi_container_rowmap(c, UINT64_MAX, &m), IBP_OK, "%s", ibp_last_error());
 			cr_assert_not_null(m);
 			/* 16 groups: 17 bases, 16 x 65 records, a 64-byte header, rounded to 64 */
 			cr_assert_leq(m->bytes, 64 + 17 * 8 + 16 * 65 * 4 + 63);
 			const ibp_rowmap_t *again = NULL;
-			cr_assert_eq(ibp_container_rowmap(c, 0, &again), IBP_OK, "built once, then kept");
+			cr_assert_eq(ibpi_container_rowmap(c, 0, &again), IBP_OK, "built once, then kept");
 			cr_assert_eq(again, m);
 			for (uint64_t i = 0; i < n; i++) {
 				const uint8_t *s2;

@@ -186,7 +186,7 @@ static void spoil_row(ibp_file_t *f, uint64_t k)
 	for (uint8_t m = 1; m <= 3; m++) {
 		if (m == (f->flags[k] & 3))
 			continue;
-		ibp_status_t st = ibp_decode_row_ext(f->codec, f->pay + f->off[k], len, m, f->cl[k], tmp, &used);
+		ibp_status_t st = ibpi_decode_row_ext(f->codec, f->pay + f->off[k], len, m, f->cl[k], tmp, &used);
 		if (st != IBP_OK || used != len) {
 			f->flags[k] = m;
 			free(tmp);
@@ -197,7 +197,7 @@ static void spoil_row(ibp_file_t *f, uint64_t k)
 		for (unsigned bit = 0; bit < 8; bit++) {
 			uint8_t *p = f->pay + f->off[k] + i;
 			*p ^= (uint8_t)(1u << bit);
-			ibp_status_t st = ibp_decode_row_ext(f->codec, f->pay + f->off[k], len, f->flags[k], f->cl[k],
+			ibp_status_t st = ibpi_decode_row_ext(f->codec, f->pay + f->off[k], len, f->flags[k], f->cl[k],
 							     tmp, &used);
 			if (st != IBP_OK || used != len) {
 				free(tmp);

@@ -124,7 +124,7 @@ static fx_t exp_fixture(uint64_t n, uint64_t cols)
 	for (uint64_t b = 0; b <= f.nbags; b++)
 		f.bounds[b] = (int64_t)(b * 10);
 	f.bag = xcalloc(f.nbags * f.R);
-	/* the parent pools on its pool (ibp_store_run) */
+	/* the parent pools on its pool (ibpi_store_run) */
 	cr_assert_eq(ibp_store_embedding_bag(f.s, IBP_BAG_SUM, 0, f.ids, IBP_DTYPE_I64, f.m, f.bounds, f.nbags, NULL,
 					     -1, f.bag, 0),
 		     IBP_OK, "%s", ibp_last_error());
@@ -236,11 +236,11 @@ static atomic_uint_fast64_t seen_gen;
 static int report_generation(void *arg)
 {
 	(void)arg;
-	atomic_store(&seen_gen, ibp_fork_generation());
-	uint64_t mine = ibp_fork_generation();
+	atomic_store(&seen_gen, ibpi_fork_generation());
+	uint64_t mine = ibpi_fork_generation();
 	pid_t pid = fork();
 	if (pid == 0)
-		_exit(ibp_fork_generation() == mine + 1 ? 0 : 1);
+		_exit(ibpi_fork_generation() == mine + 1 ? 0 : 1);
 	int st = 0;
 	if (pid == -1 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
 		return 2;
@@ -249,13 +249,13 @@ static int report_generation(void *arg)
 
 Test(store_fork, generation_counts_forks)
 {
-	cr_assert_eq(ibp_fork_watch(), IBP_OK);
-	uint64_t g = ibp_fork_generation();
+	cr_assert_eq(ibpi_fork_watch(), IBP_OK);
+	uint64_t g = ibpi_fork_generation();
 	/* the child reports its generation (mod 64) + 10; the grandchild checks its own */
 	int rc = in_child(report_generation, NULL);
 	cr_assert_eq(rc, (int)((g + 1) & 0x3f) + 10, "child exit %d, parent generation %llu", rc,
 		     (unsigned long long)g);
-	cr_assert_eq(ibp_fork_generation(), g, "the parent's generation changed");
+	cr_assert_eq(ibpi_fork_generation(), g, "the parent's generation changed");
 }
 
 Test(store_fork, ibp_store_child_after_parent_pool, .init = make_tmpdir, .fini = remove_tmpdir)
