@@ -99,7 +99,9 @@ ibp_status_t ibpi_train_check(const void *rows, uint64_t nrows, uint64_t row_byt
 	return IBP_OK;
 }
 
-int ibpi_train_threads(int nthreads, uint64_t bytes)
+/* Thread count for `bytes` of work under opts.nthreads (0 = online CPUs):
+ * small jobs run on fewer threads. */
+static int ibpi_train_threads(int nthreads, uint64_t bytes)
 {
 	uint64_t cap = bytes >> 18; /* at least ~256 KiB of rows a thread */
 	return ibpi_parallel_threads(nthreads, cap ? cap : 1);

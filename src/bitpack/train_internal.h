@@ -26,10 +26,6 @@ typedef struct ibp_sample {
 ibp_status_t ibpi_train_check(const void *rows, uint64_t nrows, uint64_t row_bytes,
 			     const ibp_train_opts_t *opts, ibp_train_opts_t *o);
 
-/* Thread count for `bytes` of work under opts.nthreads (0 = online CPUs):
- * small jobs run on fewer threads. */
-int ibpi_train_threads(int nthreads, uint64_t bytes);
-
 /* Picks the deterministic row sample (rule in include/ibp/codec.h's
  * ibp_codec_train comment and train.c). Free s->idx with free(). */
 ibp_status_t ibpi_train_sample(uint64_t nrows, uint64_t row_bytes, double frac, uint64_t seed,

@@ -87,6 +87,5 @@ enum coll_enc ibpi_coll_decide(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_d
 			  uint64_t sample_n, uint64_t msg_elems, uint64_t nsteps, uint64_t n_enc, uint64_t n_dec);
 
 /* Measures the link and the codecs (collective). */
-ibp_status_t ibpi_coll_calibrate(ibp_coll_comm_t *c);
 
 #endif /* IBP_COLL_INTERNAL_H */

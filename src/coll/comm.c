@@ -13,6 +13,8 @@
 #include "ibp/cuda.h"
 #include "util/error.h"
 
+static ibp_status_t ibpi_coll_calibrate(ibp_coll_comm_t *c);
+
 void ibp_coll_opts_default(ibp_coll_opts_t *o)
 {
 	memset(o, 0, sizeof *o);
@@ -263,7 +265,7 @@ static void codec_speed(ibp_coll_comm_t *c, enum coll_enc enc, const uint16_t *x
 	*dec_bps = 2.0 * CAL_ELEMS / fmax(td, 1e-9);
 }
 
-ibp_status_t ibpi_coll_calibrate(ibp_coll_comm_t *c)
+static ibp_status_t ibpi_coll_calibrate(ibp_coll_comm_t *c)
 {
 	if (c->nranks == 1)
 		return IBP_OK;

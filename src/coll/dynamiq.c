@@ -33,7 +33,7 @@ static int simd_runs(coll_simd_impl_t impl)
 	return 0;
 }
 
-coll_simd_impl_t ibpi_coll_simd_get(void)
+static coll_simd_impl_t ibpi_coll_simd_get(void)
 {
 	int f = __atomic_load_n(&simd_forced, __ATOMIC_RELAXED);
 	if (f)
@@ -64,7 +64,7 @@ const char *ibpi_coll_simd_name(coll_simd_impl_t impl)
 	return (unsigned)impl < 4 ? names[impl] : "unknown";
 }
 
-const dq_kern_t *ibpi_dq_kern(void)
+static const dq_kern_t *ibpi_dq_kern(void)
 {
 #ifdef COLL_HAVE_SIMD
 	switch (ibpi_coll_simd_get()) {
@@ -111,7 +111,7 @@ static uint64_t ceil_div(uint64_t a, uint64_t b)
 	return a / b + (a % b != 0);
 }
 
-uint64_t ibpi_dq_sg_bytes(uint64_t c, int q)
+static uint64_t ibpi_dq_sg_bytes(uint64_t c, int q)
 {
 	return 2 + ceil_div(c, DQ_G) + ceil_div(c * (uint64_t)q, 8);
 }

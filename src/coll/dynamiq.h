@@ -43,9 +43,6 @@ typedef struct dq_plan {
 	uint8_t tab_pad[4];   /* zero: the vector kernels load 4 bytes at &tab[w][b] */
 } dq_plan_t;
 
-/* Payload bytes of one SG of c entries at width q. */
-uint64_t ibpi_dq_sg_bytes(uint64_t c, int q);
-
 /* Local statistics: st[j] = sum of x over SG j / c_j, st[J + j] = sum of x^2. */
 void ibpi_dq_local_stats(const float *x, uint64_t d, float *st);
 

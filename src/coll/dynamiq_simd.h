@@ -98,14 +98,12 @@ typedef struct ibpi_rc_kern {
 
 /* The kernels in use, or NULL for the scalar reference (AUTO: the best this
  * CPU runs; IBP_FORCE_PORTABLE=1 in the environment forces scalar). */
-const dq_kern_t *ibpi_dq_kern(void);
 const rc_kern_t *ibpi_rc_kern(void);
 
 /* Chooses the implementation for the whole process (tests, benchmarks);
  * returns 0 when this build or CPU cannot run it. Not thread-safe against
  * codec calls in flight. */
 int ibpi_coll_simd_set(coll_simd_impl_t impl);
-coll_simd_impl_t ibpi_coll_simd_get(void);
 const char *ibpi_coll_simd_name(coll_simd_impl_t impl);
 
 #if defined(__x86_64__) || defined(_M_X64)

@@ -204,7 +204,7 @@ static const bag_kernels_t *pick_kernels(void)
 		return &kernels_portable;
 #if defined(__x86_64__) && defined(__GNUC__)
 	if (ibpi_cpu()->avx2 && __builtin_cpu_supports("fma"))
-		return __builtin_cpu_supports("f16c") ? &kernels_avx2f16c : &kernels_avx2;
+		return ibpi_cpu()->f16c ? &kernels_avx2f16c : &kernels_avx2; /* clang has no "f16c" in __builtin_cpu_supports */
 #endif
 	return &kernels_portable;
 }

@@ -34,7 +34,7 @@ static void ibp_cpu_detect(void)
 		memcpy(vendor + 8, &c, 4);
 		vendor[12] = 0;
 		f.amd = strcmp(vendor, "AuthenticAMD") == 0 || strcmp(vendor, "HygonGenuine") == 0;
-		bool osxsave = false, avx = false;
+		bool osxsave = false, avx = false, f16c = false;
 		if (maxleaf >= 1 && __get_cpuid(1, &a, &b, &c, &d)) {
 			unsigned fam = (a >> 8) & 0xf, model = (a >> 4) & 0xf;
 			if (fam == 0xf)
@@ -45,10 +45,12 @@ static void ibp_cpu_detect(void)
 			f.model = model;
 			osxsave = (c >> 27) & 1;
 			avx = (c >> 28) & 1;
+			f16c = (c >> 29) & 1;
 		}
 		unsigned long long xcr0 = osxsave ? ibp_xgetbv0() : 0;
 		bool ymm = (xcr0 & 0x6) == 0x6;
 		bool zmm = (xcr0 & 0xe6) == 0xe6;
+		f.f16c = f16c && avx && ymm;
 		if (maxleaf >= 7 && __get_cpuid_count(7, 0, &a, &b, &c, &d)) {
 			f.bmi2 = (b >> 8) & 1;
 			f.avx2 = avx && ymm && ((b >> 5) & 1);
