@@ -442,9 +442,8 @@ sanitize_run() { # tool binary
 	# no --leak-check: the pinned allocator's regions live as long as the
 	# process by design (src/mem/pinned_cudahost.c), and each is reported as
 	# a leak (seen on an H200, 2026-11-28)
-	local extra=()
 	# Criterion runs each test in a child process: the sanitizer follows it
-	limited env IBP_TEST_QUICK=1 IBP_SOURCE_DIR="$root" compute-sanitizer --tool "$1" "${extra[@]}" \
+	limited env IBP_TEST_QUICK=1 IBP_SOURCE_DIR="$root" compute-sanitizer --tool "$1" \
 		--target-processes all --error-exitcode 99 "$(bin_of "$2")" --jobs=1 --short-filename
 }
 for i in "${!names[@]}"; do

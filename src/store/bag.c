@@ -361,14 +361,14 @@ static ibp_status_t pool_bag(const bag_job_t *j, bag_tls_t *t, uint64_t end, uin
 			continue;
 		const float *r;
 		if (f32) {
-			/* the first row goes straight into the bag's output row */
+			/* a plain-array row is decoded straight into the bag's output
+			 * row when it is the first; chunk and block rows are read where
+			 * they are (the first-row kernels take r == acc or not) */
 			const uint8_t *p = j->store ? chunk_row(j, t, i, end, &st)
 						    : row_at(j, t, (uint64_t)id, cnt ? t->row : o, &st);
 			if (!p)
 				return st;
-			if (cnt == 0 && p != o)
-				memcpy(o, p, (size_t)j->R);
-			r = cnt ? (const float *)p : acc;
+			r = (const float *)p;
 		} else {
 			const uint8_t *p = j->store ? chunk_row(j, t, i, end, &st) : row_at(j, t, (uint64_t)id, t->row, &st);
 			if (!p)
