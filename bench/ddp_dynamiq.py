@@ -17,7 +17,7 @@ windows), per all-reduce:
 
     fp32     DDP's default all-reduce (no hook)
     bf16     torch's bf16_compress_hook (BF16 gradients on the wire)
-    none     libibp's ring with plain bytes (the hook's baseline)
+    none     libibp's hook with codec "none" (since issue 32: the backend's own all-reduce)
     dynamiq  libibp's DynamiQ hook (about 5 bits per coordinate)
 """
 import argparse

@@ -5,11 +5,12 @@
  * every bag it reads the bag's rows and reduces them (sum, weighted sum,
  * mean or max) into the bag's output row. Gather and pooling are fused: no
  * [indices, dim] array of gathered rows exists at any time. Each thread
- * decodes the rows of its next ids (about 32 KiB of rows, across bag
+ * decodes the rows of its next ids (about 64 KiB of rows, across bag
  * boundaries) with the store's own gather pipeline into a chunk of scratch
  * that stays in cache, and adds (or maxes) them into the bags' output rows
- * from there; the gather reads rows ahead as ibp_store_gather does (the
- * distance IBP_GATHER_PREFETCH is read when the store is opened). exp and
+ * from there; the gather reads rows ahead as ibp_store_gather does
+ * (IBP_GATHER_BATCH and IBP_GATHER_PREFETCH are read when the store is
+ * opened). exp and
  * fp8 stores decode a block per miss instead.
  * Bags are cut into ranges of about equal numbers of ids, four per thread,
  * which the threads claim in turn: the calling thread and the store's

@@ -315,6 +315,33 @@ int ibp_coll_comm_nranks(const ibp_coll_comm_t *comm);
 /* Copies the communicator's statistics to *st. */
 ibp_status_t ibp_coll_comm_stats(const ibp_coll_comm_t *comm, ibp_coll_stats_t *st);
 
+/* The collectives ibp_coll_comm_plain answers for. */
+typedef enum ibp_coll_op {
+	IBP_COLL_OP_ALLGATHER = 0,
+	IBP_COLL_OP_REDUCESCATTER = 1,
+	IBP_COLL_OP_ALLREDUCE = 2,
+	IBP_COLL_OP_ALLTOALL = 3
+} ibp_coll_op_t;
+
+/* Whether a call of `op` with `count` elements of dt and `codec` (count
+ * as the call takes it: AllGather's per-rank count, ReduceScatter's
+ * recvcount, AllReduce's count, AllToAll's per-rank block) goes plain on
+ * every rank whatever the data. *plain = 1 when the codec is NONE, the
+ * policy NEVER, the communicator has one rank, or the calibrated model
+ * (one for all ranks, agreed at creation) says not even the exponent
+ * codec's best size ratio would pay; 0 when the data decide (the switcher
+ * samples them) or the call is compressed by request (policy ALWAYS,
+ * DynamiQ, PTS, LSQ, device buffers). The answer is the same on every rank
+ * for the same arguments and policy, so a caller may send plain calls its
+ * own way (a framework's native collective, asynchronously) without asking
+ * the other ranks. Counts no call, changes no statistic. Errors:
+ * IBP_ERR_INVALID_ARG for NULL comm or plain, an unknown op, dtype or
+ * codec, or a codec the op does not take (DynamiQ, PTS: AllReduce only;
+ * LSQ: AllToAll only). Threads: as the collectives (the thread using the
+ * communicator). */
+ibp_status_t ibp_coll_comm_plain(const ibp_coll_comm_t *comm, ibp_coll_op_t op, uint64_t count, ibp_dtype_t dt,
+				 ibp_coll_codec_t codec, int *plain);
+
 /* Changes the policy or the send throttle (rate <= 0: none) of a
  * communicator; local to this rank. */
 ibp_status_t ibp_coll_comm_set_policy(ibp_coll_comm_t *comm, ibp_coll_policy_t policy);

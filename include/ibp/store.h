@@ -77,9 +77,11 @@ void ibp_store_close(ibp_store_t *s);
  * nthreads < 0, IBP_ERR_CORRUPT if a row (or its block) fails to decode
  * (the detail names the position and row; out is then partly written).
  * Allocates no buffers; see the file comment for threading. Each thread
- * prefetches the index entry and payload lines of the row 8 positions ahead
- * (IBP_GATHER_PREFETCH=N in the environment at open sets the distance, at
- * most 64; 0 turns it off). An IBP store looks rows up in a row map built
+ * looks rows up and prefetches their payload ahead of decoding them: IBP
+ * rows in batches (4 rows when the mean encoded row is at most 160 bytes,
+ * else 64; IBP_GATHER_BATCH=N in the environment at open sets it, 1 to
+ * 64), other rows 8 positions ahead (IBP_GATHER_PREFETCH=N at open sets
+ * the distance, at most 64; 0 turns all look-ahead off). An IBP store looks rows up in a row map built
  * at open (about 4.1 bytes per row; docs/FORMAT.md "In-memory row map"),
  * unless it would take more than the larger of 64 MiB and a quarter of the
  * payload (IBP_ROW_MAP_MAX=BYTES at open sets the cap, 0 = no map); a file

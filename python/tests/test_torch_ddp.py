@@ -78,13 +78,13 @@ def _scenarios(rank, world, res):
     def flat(params):
         return torch.cat([p.detach().reshape(-1).float() for p in params])
 
-    def ddp(hook):
+    def ddp(hook, steps=STEPS):
         m = torch.nn.parallel.DistributedDataParallel(net())
         if hook is not None:
             m.register_comm_hook(None, hook)
         opt = torch.optim.SGD(m.parameters(), lr=0.2)
         losses = []
-        for s in range(STEPS):
+        for s in range(steps):
             loss = torch.nn.functional.mse_loss(m(xs[s % 2]), ys[s % 2])  # two batches, revisited
             opt.zero_grad()
             loss.backward()
@@ -118,6 +118,33 @@ def _scenarios(rank, world, res):
             "ratio": st["logical_bytes"] / max(st["wire_bytes"], 1),
         }
         hook.close()
+
+    # policy "never" (and "auto" when the model says no codec can gain):
+    # every bucket goes to gloo's own all-reduce, asynchronously, as DDP
+    # does without a hook; comm.plain answers alike on every rank
+    hook = D.compressed_allreduce_hook("exp", policy="never")
+    p, losses = ddp(hook)
+    st = hook.stats()
+    res["never"] = {"identical_to_ref": bool(torch.equal(p.view(torch.int32), ref.view(torch.int32))),
+                    "losses": losses, "hook_native": st["hook_native"], "calls": st["calls"],
+                    "plain_ar": hook.comm.plain("allreduce", 1000, torch.float32, "exp"),
+                    "plain_dq": hook.comm.plain("allreduce", 1000, torch.float32, "dynamiq")}
+    hook.close()
+    # policy "auto" where the model cannot rule (not calibrated): the trial,
+    # 2 native steps, then 3 each way alternately, then the faster
+    ref12, _ = ddp(None, 12)
+    hook = D.compressed_allreduce_hook("exp", calibrate=False)
+    p, _ = ddp(hook, 12)
+    st = hook.stats()
+    res["auto_trial"] = {"identical_to_ref": bool(torch.equal(p.view(torch.int32), ref12.view(torch.int32))),
+                         "choice": st["hook_choice"], "trial": st["hook_trial"], "native": st["hook_native"],
+                         "calls": st["calls"]}
+    hook.close()
+    c = D.communicator(policy="auto", calibrate=False)
+    res["plain_api"] = {"none": c.plain("allgather", 10, "bf16", "none"),
+                        "exp_uncalibrated": c.plain("allreduce", 10, torch.bfloat16, "exp"),
+                        "dynamiq": c.plain("allreduce", 10, torch.float32, "dynamiq")}
+    c.close()
 
     res["t"]["ddp_hooks"] = time.monotonic() - t0
     # one all-reduce of gradient-like data, per codec, against the exact sum
@@ -170,6 +197,10 @@ def _scenarios(rank, world, res):
     fexp, _ = fsdp(ag, rs)
     res["fsdp_exp"] = {"identical": bool(torch.equal(fref.view(torch.int32), fexp.view(torch.int32))),
                        "ag_compressed": ag.stats()["compressed"], "rs_compressed": rs.stats()["compressed"]}
+    agn, rsn = F.CompressedAllGather("exp", policy="never"), F.CompressedReduceScatter("exp", policy="never")
+    fnat, _ = fsdp(agn, rsn)
+    res["fsdp_native"] = {"identical": bool(torch.equal(fref.view(torch.int32), fnat.view(torch.int32))),
+                          "ag": agn.stats(), "rs": rsn.stats()}
     ag8, rs8 = F.CompressedAllGather("fp8", policy="always"), F.CompressedReduceScatter("lsq")
     f8, l8 = fsdp(ag8, rs8)
     res["fsdp_lossy"] = {"param_rel": float((f8 - fref).norm() / (fref - p0).norm()), "losses": l8,
@@ -193,6 +224,11 @@ def _scenarios(rank, world, res):
     errors["fsdp_ag_lsq"] = raises(lambda: F.CompressedAllGather("lsq"))
     errors["fsdp_rs_dynamiq"] = raises(lambda: F.CompressedReduceScatter("dynamiq"))
     errors["float64"] = raises(lambda: D.allreduce_(torch.zeros(4, dtype=torch.float64), comm, "exp"))
+    cp = D.communicator(policy="auto", calibrate=False)
+    errors["plain_op"] = raises(lambda: cp.plain("broadcast", 10, "f32", "exp"))
+    errors["plain_lsq_ar"] = raises(lambda: cp.plain("allreduce", 10, "f32", "lsq"))
+    errors["plain_f64"] = raises(lambda: cp.plain("allreduce", 10, torch.float64, "exp"))
+    cp.close()
 
     # mismatch: rank 0 asks for exp, rank 1 for fp8 (each sees the other's header)
     c = D.communicator(policy="always", calibrate=False, timeout=10)
@@ -228,6 +264,30 @@ def test_exp_hook_bit_identical_to_ddp(ranks):
         assert d["exp"]["compressed"] == d["exp"]["calls"] > 0  # every bucket went through the codec
         assert d["none"]["compressed"] == 0
         assert d["exp"]["ratio"] > d["none"]["ratio"]  # fewer bytes on the wire than plain
+
+
+def test_plain_buckets_go_native(ranks):
+    for r, d in enumerate(ranks):
+        n = d["never"]
+        assert n["identical_to_ref"] and n["losses"] == d["ref_losses"], "rank %d" % r
+        assert n["hook_native"] == STEPS and n["calls"] == 0, n  # one bucket a step, none through libibp
+        assert n["plain_ar"] is True and n["plain_dq"] is True
+        assert d["plain_api"] == {"none": True, "exp_uncalibrated": False, "dynamiq": False}
+        assert d["exp"]["calls"] == STEPS  # policy "always": through libibp
+
+
+def test_auto_trial_keeps_the_faster_path(ranks):
+    choices = set()
+    for r, d in enumerate(ranks):
+        a = d["auto_trial"]
+        assert a["identical_to_ref"], "rank %d" % r
+        assert a["choice"] in ("native", "libibp"), a
+        assert a["trial"]["native_s"] > 0 and a["trial"]["libibp_s"] > 0
+        # steps 0-1 native, 2-7 alternate (native first), 8-11 the choice
+        extra = 4 if a["choice"] == "native" else 0
+        assert a["native"] == 2 + 3 + extra and a["calls"] == 3 + (4 - extra), a
+        choices.add(a["choice"])
+    assert len(choices) == 1, "ranks chose differently: %s" % choices
 
 
 def test_lossy_hooks_converge_within_bounds(ranks):
@@ -267,6 +327,10 @@ def test_fsdp2_custom_collectives(ranks):
     for d in ranks:
         assert d["fsdp_exp"]["identical"]
         assert d["fsdp_exp"]["ag_compressed"] > 0 and d["fsdp_exp"]["rs_compressed"] > 0
+        n = d["fsdp_native"]  # policy "never": torch.distributed's own collectives, the same numbers
+        assert n["identical"], n
+        assert n["ag"]["hook_native"] > 0 and n["rs"]["hook_native"] > 0, n
+        assert n["ag"]["calls"] == 0 and n["rs"]["calls"] == 0, n
         lossy = d["fsdp_lossy"]
         assert lossy["replicas_identical"]
         assert 0 < lossy["param_rel"] < 0.15
@@ -281,6 +345,9 @@ def test_errors_are_ibp_errors(ranks):
         assert e["fsdp_ag_lsq"].startswith("InvalidArgumentError")
         assert e["fsdp_rs_dynamiq"].startswith("InvalidArgumentError")
         assert e["float64"].startswith("InvalidArgumentError")
+        assert e["plain_op"].startswith("InvalidArgumentError") and "broadcast" in e["plain_op"], e["plain_op"]
+        assert e["plain_lsq_ar"].startswith("InvalidArgumentError") and "lsq" in e["plain_lsq_ar"]
+        assert e["plain_f64"].startswith("InvalidArgumentError")
         assert e["mismatch"].startswith("InvalidArgumentError") and "mismatch" in e["mismatch"], e["mismatch"]
         assert e["broken_after"].startswith("FileError") and "broken" in e["broken_after"], e["broken_after"]
     # rank 0 received the truncated payload; rank 1 then waited for rank 0 in

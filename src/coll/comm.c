@@ -411,20 +411,31 @@ static int coll_model_pays(const ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp
 	return t_comp < t_plain;
 }
 
+/* The switcher's decisions that do not depend on the data: the same on
+ * every rank (the model is shared), -1 when the data decide. */
+static int fixed_decision(const ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dtype_t dt, uint64_t msg_elems,
+			  uint64_t nsteps, uint64_t n_enc, uint64_t n_dec)
+{
+	if (codec == IBP_COLL_CODEC_NONE || c->o.policy == IBP_COLL_POLICY_NEVER || c->nranks == 1)
+		return IBP_COLL_DECIDED_PLAIN;
+	if (c->o.policy == IBP_COLL_POLICY_ALWAYS || codec == IBP_COLL_CODEC_LSQ || c->mem_kind != IBP_COLL_MEM_HOST)
+		return IBP_COLL_DECIDED_COMPRESS; /* LSQ: lossy by request, not weighed; device buffers: not sampled */
+	if (c->st.beta_Bps > 0 && codec == IBP_COLL_CODEC_EXP &&
+	    !coll_model_pays(c, codec, dt, exp_best_ratio(dt), msg_elems, nsteps, n_enc, n_dec))
+		return IBP_COLL_DECIDED_NOT_WORTH; /* not even the best ratio would pay: no sample encode (a fast
+						      link and small calls would pay for it on every call) */
+	return -1;
+}
+
 enum coll_enc ibpi_coll_decide(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dtype_t dt, const void *sample,
 			  uint64_t sample_n, uint64_t msg_elems, uint64_t nsteps, uint64_t n_enc, uint64_t n_dec)
 {
 	ibp_coll_decision_t d;
 	enum coll_enc enc = COLL_ENC_RAW;
 	const int calibrated = c->st.beta_Bps > 0;
-	if (codec == IBP_COLL_CODEC_NONE || c->o.policy == IBP_COLL_POLICY_NEVER || c->nranks == 1)
-		d = IBP_COLL_DECIDED_PLAIN;
-	else if (c->o.policy == IBP_COLL_POLICY_ALWAYS || codec == IBP_COLL_CODEC_LSQ || c->mem_kind != IBP_COLL_MEM_HOST)
-		d = IBP_COLL_DECIDED_COMPRESS; /* LSQ: lossy by request, not weighed; device buffers: not sampled */
-	else if (calibrated && codec == IBP_COLL_CODEC_EXP &&
-		 !coll_model_pays(c, codec, dt, exp_best_ratio(dt), msg_elems, nsteps, n_enc, n_dec))
-		d = IBP_COLL_DECIDED_NOT_WORTH; /* not even the best ratio would pay: no sample encode (a fast
-						   link and small calls would pay for it on every call) */
+	const int fixed = fixed_decision(c, codec, dt, msg_elems, nsteps, n_enc, n_dec);
+	if (fixed >= 0)
+		d = (ibp_coll_decision_t)fixed;
 	else {
 		double r = estimate_ratio(c, codec, dt, sample, sample_n);
 		if (r > 0.95)
@@ -446,4 +457,40 @@ enum coll_enc ibpi_coll_decide(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_d
 	}
 	c->st.last_decision = d;
 	return enc;
+}
+
+ibp_status_t ibp_coll_comm_plain(const ibp_coll_comm_t *c, ibp_coll_op_t op, uint64_t count, ibp_dtype_t dt,
+				 ibp_coll_codec_t codec, int *plain)
+{
+	if (!c || !plain)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: plain: NULL argument");
+	*plain = 0;
+	if (dt != IBP_DTYPE_BF16 && dt != IBP_DTYPE_F16 && dt != IBP_DTYPE_F32)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: plain: dtype %s (bf16, f16 or f32 only)", ibp_dtype_name(dt));
+	if ((unsigned)codec > IBP_COLL_CODEC_PTS)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: plain: unknown codec %d", (int)codec);
+	const uint64_t p = (uint64_t)c->nranks;
+	if ((codec == IBP_COLL_CODEC_DYNAMIQ || codec == IBP_COLL_CODEC_PTS) && op != IBP_COLL_OP_ALLREDUCE)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: plain: codec %s is for allreduce only",
+				ibp_coll_codec_name(codec));
+	if (codec == IBP_COLL_CODEC_LSQ && op != IBP_COLL_OP_ALLTOALL)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: plain: codec lsq is for alltoall only");
+	int d;
+	/* the arguments each collective gives the switcher (coll/algo.c) */
+	switch (op) {
+	case IBP_COLL_OP_ALLGATHER: d = fixed_decision(c, codec, dt, count, p - 1, 1, p - 1); break;
+	case IBP_COLL_OP_REDUCESCATTER: d = fixed_decision(c, codec, dt, count, p - 1, p - 1, p - 1); break;
+	case IBP_COLL_OP_ALLTOALL: d = fixed_decision(c, codec, dt, count, p - 1, p - 1, p - 1); break;
+	case IBP_COLL_OP_ALLREDUCE:
+		if (codec == IBP_COLL_CODEC_DYNAMIQ || codec == IBP_COLL_CODEC_PTS) { /* lossy by request */
+			d = c->o.policy == IBP_COLL_POLICY_NEVER || p == 1 ? IBP_COLL_DECIDED_PLAIN
+									   : IBP_COLL_DECIDED_COMPRESS;
+			break;
+		}
+		d = fixed_decision(c, codec, dt, count / p + (count % p != 0), 2 * (p - 1), p, 2 * (p - 1));
+		break;
+	default: return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: plain: unknown collective %d", (int)op);
+	}
+	*plain = d == IBP_COLL_DECIDED_PLAIN || d == IBP_COLL_DECIDED_NOT_WORTH;
+	return IBP_OK;
 }

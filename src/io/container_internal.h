@@ -53,8 +53,10 @@ typedef struct ibp_rowmap {
  * cannot be allocated. Once built, ibp_container_row_meta uses it too. */
 ibp_status_t ibpi_container_rowmap(const ibp_container_t *c, uint64_t max_bytes, const ibp_rowmap_t **out);
 
-/* Prefetches what ibp_rowmap_get(m, row) reads. */
-static inline void ibp_rowmap_prefetch(const ibp_rowmap_t *m, uint64_t row)
+/* Prefetches what ibp_rowmap_get(m, row) reads. Always inlined: a call
+ * of a function that only prefetches has no effect gcc must keep, and gcc
+ * 12 deletes such calls where it does not inline them first. */
+static inline __attribute__((always_inline)) void ibp_rowmap_prefetch(const ibp_rowmap_t *m, uint64_t row)
 {
 	const uint64_t g = row >> IBP_ROWMAP_GROUP_SHIFT;
 	const uint32_t *r = m->rec + g * IBP_ROWMAP_STRIDE + (row & 63);

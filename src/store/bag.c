@@ -3,7 +3,7 @@
  * One pass per bag: the bag's first row goes into its output row (float32)
  * or is widened into a float32 accumulator (16-bit dtypes), and every later
  * row is folded into the accumulator from per-thread scratch (a chunk of
- * decoded rows, about 32 KiB, or one row), which stays in cache. Nothing
+ * decoded rows, about 64 KiB, or one row), which stays in cache. Nothing
  * the size of [indices, dim] is ever written.
  *
  * The reduction reproduces PyTorch's CPU embedding_bag bit for bit on
@@ -258,12 +258,12 @@ static inline int64_t id_at(const bag_job_t *j, uint64_t k)
 	return j->ids64 ? j->ids64[k] : (int64_t)j->ids32[k];
 }
 
-/* Rows per chunk: about 32 KiB of them (the chunk stays in L1/L2 while
- * pooled), at least 8. */
+/* Rows per chunk: about 64 KiB of them (the chunk stays in L2 while
+ * pooled; several of the gather's batches per chunk), 8 to 512. */
 static uint64_t chunk_rows(uint64_t R)
 {
-	const uint64_t n = (32u << 10) / R;
-	return n < 8 ? 8 : n > 256 ? 256 : n;
+	const uint64_t n = (64u << 10) / R;
+	return n < 8 ? 8 : n > 512 ? 512 : n;
 }
 
 /* The IBP rows of a store come in chunks: the rows of up to t->cap

@@ -19,13 +19,14 @@
  * block decode it once. decode_all decodes blocks straight into the
  * output instead.
  *
- * IBP rows are gathered as a pipeline: the row map records (O(1) lookup,
- * io/container_internal.h) of the row 2d positions ahead are prefetched,
- * the row d ahead is looked up and its payload lines prefetched, while
- * the current row decodes, so the cache misses of random rows overlap with
- * decoding instead of adding to it (decode_rows_map). Without a row map
- * (over its memory cap) the index entry of the row d ahead is read through
- * the container and its payload prefetched (decode_rows_ibp).
+ * IBP rows are gathered as a pipeline in batches: while a batch decodes,
+ * the row map records (O(1) lookup, io/container_internal.h) of the batch
+ * after next have been prefetched and the next batch looked up and its
+ * payload prefetched in one burst, so the page walks and cache misses of
+ * random rows overlap with each other and the decoding (decode_rows_map).
+ * Without a row map (over its memory cap) the index entry of the row d
+ * ahead is read through the container and its payload prefetched
+ * (decode_rows_ibp).
  */
 #include <pthread.h>
 #include <sched.h>
@@ -98,7 +99,8 @@ struct ibp_store {
 	uint64_t nrows, R;
 	int packed;      /* IBP packed layout: rows must fill their extents */
 	int max_threads; /* caller + helpers */
-	uint64_t pf;     /* rows looked ahead by a gather, <= PF_MAX */
+	uint64_t pf;     /* rows looked ahead by a gather, <= PF_MAX; 0 = none */
+	uint64_t batch;  /* rows per batch of the row-map pipeline, 1 .. BATCH_MAX */
 	const ibp_rowmap_t *map; /* IBP: the container's row map, or NULL (walk the index) */
 
 	/* exp and fp8 (block codecs): nblk blocks of block_rows rows */
@@ -166,11 +168,13 @@ static void slot_put(ibp_store_t *s, slot_t *sl)
 }
 
 /* Rows whose index entry is read and payload prefetched ahead of the row
- * being decoded: a random row's payload is a cache miss, and a decode is
- * long enough that the core cannot overlap the next row's misses with it
- * unless they are started early. The default was tuned with
- * bench/bench_gather (docs/BENCHMARKS.md, "Random-row gather"), which
- * compares distances through IBP_GATHER_PREFETCH (read at open, 0 = off). */
+ * being decoded (decode_rows_ibp; decode_rows_map: the distance of a
+ * row's lines after its first, at most its batch): a random row's payload
+ * is a cache miss, and a decode is long enough that the core cannot
+ * overlap the next row's misses with it unless they are started early.
+ * The default was tuned with bench/bench_gather (docs/BENCHMARKS.md,
+ * "Random-row gather"), which compares distances through
+ * IBP_GATHER_PREFETCH (read at open, 0 = no look-ahead at all). */
 #define PF_DEFAULT 8u
 #define PF_MAX 64u   /* ring size, a power of two */
 #define PF_LINES 16u /* cache lines prefetched per row at most */
@@ -214,19 +218,40 @@ static inline void row_ahead(const ibp_store_t *s, uint64_t row, rowref_t *r)
 		prefetch_payload(r);
 }
 
-/* decode_rows_ibp with the row map: a three-stage pipeline. The map
- * records of the row 2d positions ahead are prefetched, the row d ahead
- * is looked up (O(1), its records now cached) and its payload lines
- * prefetched, and the current row decoded. Lookups cannot fail: ids were
- * checked against the rows and the map was checked when built. */
+/* Rows decoded per batch of the row-map pipeline, at most. */
+#define BATCH_MAX 64u
+#define BURST_ALL_MAX 8u /* batches this small prefetch whole rows in their burst */
+#define RING (2 * BATCH_MAX)
+#define SMALL_ROW_BYTES 160u /* mean encoded row: whole rows in bursts of 4 */
+
+/* Lines [from, to) of an encoded row, at most PF_LINES from its start */
+static inline __attribute__((always_inline)) void prefetch_lines(const rowref_t *r, uint64_t from, uint64_t to)
+{
+	const uintptr_t p0 = (uintptr_t)r->src & ~(uintptr_t)63;
+	uint64_t lines = (((uintptr_t)r->src & 63) + r->len + 63) / 64;
+	lines = lines < to ? lines : to;
+	for (uint64_t k = from; k < lines; k++)
+		__builtin_prefetch((const void *)(p0 + 64 * k), 0, 3);
+}
+
+/* decode_rows_ibp with the row map, in batches of s->batch rows. Before a
+ * batch decodes, the map records of the batch after next are prefetched
+ * and the next batch is looked up (O(1), its records now cached) and its
+ * rows' payload prefetched in one burst: whole rows for small batches,
+ * else each row's first line, its other lines d = s->pf rows before it
+ * decodes. Why bursts: on this project's VMs (docs/BENCHMARKS.md, "Gather
+ * and bags against PyTorch") a random row's first touch costs a page walk
+ * that holds up everything behind it; walks started together overlap,
+ * one started per decoded row (a plain look-ahead) does not. Lookups
+ * cannot fail: ids were checked against the rows and the map was checked
+ * when built. */
 static uint64_t decode_rows_map(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b,
 				uint64_t e, ibp_status_t *st)
 {
-	rowref_t ring[PF_MAX];
 	const ibp_rowmap_t *m = s->map;
-	const uint64_t R = s->R, d = s->pf;
+	const uint64_t R = s->R, B = s->batch;
 #define ROW_AT(k) (ids ? (uint64_t)ids[k] : (k))
-	if (d == 0) {
+	if (s->pf == 0) {
 		for (uint64_t i = b; i < e; i++) {
 			rowref_t r = { .ok = 1 };
 			ibp_rowmap_get(m, ROW_AT(i), &r.src, &r.len, &r.mode, &r.cl);
@@ -236,27 +261,38 @@ static uint64_t decode_rows_map(const ibp_store_t *s, const int64_t *ids, uint8_
 		*st = IBP_OK;
 		return e;
 	}
-	const uint64_t e2 = e - b > 2 * d ? b + 2 * d : e, e1 = e - b > d ? b + d : e;
-	for (uint64_t k = b; k < e2; k++)
+	const int all = B <= BURST_ALL_MAX;
+	const uint64_t d = all ? 0 : (s->pf < B ? s->pf : B); /* row i + d is looked up by then */
+	rowref_t ring[RING];
+#define AT(k) (&ring[(k) & (RING - 1)])
+#define LOOKUP(k)                                                                    \
+	do {                                                                         \
+		rowref_t *r_ = AT(k);                                                \
+		ibp_rowmap_get(m, ROW_AT(k), &r_->src, &r_->len, &r_->mode, &r_->cl); \
+		prefetch_lines(r_, 0, all ? PF_LINES : 1);                           \
+	} while (0)
+	for (uint64_t k = b; k < e && k - b < 2 * B; k++)
 		ibp_rowmap_prefetch(m, ROW_AT(k));
-	for (uint64_t k = b; k < e1; k++) {
-		rowref_t *r = &ring[k & (PF_MAX - 1)];
-		ibp_rowmap_get(m, ROW_AT(k), &r->src, &r->len, &r->mode, &r->cl);
-		prefetch_payload(r);
-	}
-	for (uint64_t i = b; i < e; i++) {
-		/* taken first: with d = PF_MAX the row d ahead reuses this slot */
-		const rowref_t cur = ring[i & (PF_MAX - 1)];
-		if (i + 2 * d < e)
-			ibp_rowmap_prefetch(m, ROW_AT(i + 2 * d));
-		if (i + d < e) {
-			rowref_t *r = &ring[(i + d) & (PF_MAX - 1)];
-			ibp_rowmap_get(m, ROW_AT(i + d), &r->src, &r->len, &r->mode, &r->cl);
-			prefetch_payload(r);
+	for (uint64_t k = b; k < e && k - b < B; k++)
+		LOOKUP(k);
+	for (uint64_t k = b; k < e && k - b < d; k++)
+		prefetch_lines(AT(k), 1, PF_LINES);
+	for (uint64_t b0 = b; b0 < e; b0 += B) {
+		const uint64_t b1 = e - b0 > B ? b0 + B : e, b2 = e - b1 > B ? b1 + B : e,
+			       b3 = e - b2 > B ? b2 + B : e;
+		for (uint64_t k = b2; k < b3; k++)
+			ibp_rowmap_prefetch(m, ROW_AT(k));
+		for (uint64_t k = b1; k < b2; k++)
+			LOOKUP(k);
+		for (uint64_t i = b0; i < b1; i++) {
+			if (i + d < b2 && d)
+				prefetch_lines(AT(i + d), 1, PF_LINES);
+			if ((*st = decode_one(s, ROW_AT(i), AT(i), out + i * R)) != IBP_OK)
+				return i;
 		}
-		if ((*st = decode_one(s, ROW_AT(i), &cur, out + i * R)) != IBP_OK)
-			return i;
 	}
+#undef LOOKUP
+#undef AT
 #undef ROW_AT
 	*st = IBP_OK;
 	return e;
@@ -474,6 +510,23 @@ static const ibp_rowmap_t *store_rowmap(const ibp_container_t *c)
 	return m;
 }
 
+/* Rows per batch of the row-map pipeline (decode_rows_map): measured
+ * (docs/BENCHMARKS.md, "Gather and bags against PyTorch"), batches of 4
+ * whole rows are fastest for rows of up to two or three lines, batches of
+ * 64 first lines for longer ones. IBP_GATHER_BATCH=N (1 .. 64, read at
+ * open) overrides. */
+static uint64_t gather_batch(const ibp_container_t *c)
+{
+	const char *v = getenv("IBP_GATHER_BATCH");
+	if (v && *v >= '1' && *v <= '9') {
+		unsigned long n = strtoul(v, NULL, 10);
+		return n > BATCH_MAX ? BATCH_MAX : n;
+	}
+	uint64_t plen = 0, rows = ibp_container_nrows(c);
+	(void)ibp_container_payload(c, &plen);
+	return rows && plen / rows <= SMALL_ROW_BYTES ? 4 : BATCH_MAX;
+}
+
 ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 {
 	if (!c || !out)
@@ -499,6 +552,7 @@ ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 	s->block_codec = ibp_container_codec_id(c) != IBP_CODEC_IBP;
 	if (!s->block_codec)
 		s->map = store_rowmap(c);
+	s->batch = gather_batch(c);
 	if (s->block_codec) {
 		s->block_rows = ibp_container_block_rows(c);
 		s->nblk = ibp_container_nblocks(c);

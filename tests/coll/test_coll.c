@@ -615,6 +615,90 @@ Test(coll, switcher_skips_sample_when_codec_cannot_pay)
 	ibp_coll_inproc_destroy(w);
 }
 
+/* ibp_coll_comm_plain against a model set by hand, 3 ranks (the ops'
+ * step and codec counts differ only from 3 on): with bf16 at best 11/16 of
+ * the bytes and both codecs at E, AllGather (2 steps, 1 encode, 2 decodes)
+ * could pay below beta = 0.208 E, ReduceScatter and AllToAll (2, 2, 2)
+ * below 0.156 E, AllReduce (4, 3, 4) below 0.179 E. At 0.19 E only
+ * AllGather may compress. Counts nothing; its answer is the sampled
+ * switcher's for a call that goes plain. */
+Test(coll, plain_answers_without_the_data)
+{
+	ibp_coll_inproc_t *w;
+	ibp_coll_transport_t t;
+	ibp_coll_comm_t *c;
+	ibp_coll_opts_t o;
+	ibp_coll_opts_default(&o);
+	o.calibrate = 0;
+	cr_assert_eq(ibp_coll_inproc_create(3, &w), IBP_OK);
+	cr_assert_eq(ibp_coll_inproc_transport(w, 0, &t), IBP_OK);
+	cr_assert_eq(ibp_coll_comm_create(&t, &o, &c), IBP_OK);
+	const ibp_dtype_t bf = IBP_DTYPE_BF16;
+	int pl = -1;
+	/* not calibrated: the data decide (exp), or nothing to decide (none) */
+	cr_assert_eq(ibp_coll_comm_plain(c, IBP_COLL_OP_ALLREDUCE, 1000, bf, IBP_COLL_CODEC_EXP, &pl), IBP_OK);
+	cr_assert_eq(pl, 0);
+	cr_assert_eq(ibp_coll_comm_plain(c, IBP_COLL_OP_ALLREDUCE, 1000, bf, IBP_COLL_CODEC_NONE, &pl), IBP_OK);
+	cr_assert_eq(pl, 1);
+	c->st.alpha_s = 1e-5;
+	c->st.exp_enc_Bps = c->st.exp_dec_Bps = 1e9;
+	c->st.beta_Bps = 1.9e8;
+	const ibp_coll_op_t ops[4] = { IBP_COLL_OP_ALLGATHER, IBP_COLL_OP_REDUCESCATTER, IBP_COLL_OP_ALLREDUCE,
+				       IBP_COLL_OP_ALLTOALL };
+	const int want[4] = { 0, 1, 1, 1 };
+	for (int k = 0; k < 4; k++) {
+		pl = -1;
+		cr_assert_eq(ibp_coll_comm_plain(c, ops[k], 3000, bf, IBP_COLL_CODEC_EXP, &pl), IBP_OK);
+		cr_assert_eq(pl, want[k], "op %d", k);
+	}
+	/* the switcher agrees: a call plain() calls plain is not worth it whatever its data */
+	void *gauss = make_input(0, bf, 3000, 9);
+	cr_assert_eq(ibpi_coll_decide(c, IBP_COLL_CODEC_EXP, bf, gauss, 1000, 1000, 4, 3, 4), COLL_ENC_RAW);
+	cr_assert_eq(c->st.last_decision, IBP_COLL_DECIDED_NOT_WORTH);
+	c->st.not_worth = 0;
+	/* a slower link: every op may compress */
+	c->st.beta_Bps = 1e8;
+	for (int k = 0; k < 4; k++) {
+		cr_assert_eq(ibp_coll_comm_plain(c, ops[k], 3000, bf, IBP_COLL_CODEC_EXP, &pl), IBP_OK);
+		cr_assert_eq(pl, 0, "op %d", k);
+	}
+	/* lossy codecs by request: never plain, unless the policy says so */
+	cr_assert_eq(ibp_coll_comm_plain(c, IBP_COLL_OP_ALLREDUCE, 3000, bf, IBP_COLL_CODEC_DYNAMIQ, &pl), IBP_OK);
+	cr_assert_eq(pl, 0);
+	cr_assert_eq(ibp_coll_comm_plain(c, IBP_COLL_OP_ALLTOALL, 3000, bf, IBP_COLL_CODEC_LSQ, &pl), IBP_OK);
+	cr_assert_eq(pl, 0);
+	cr_assert_eq(ibp_coll_comm_plain(c, IBP_COLL_OP_ALLGATHER, 3000, bf, IBP_COLL_CODEC_FP8, &pl), IBP_OK);
+	cr_assert_eq(pl, 0);
+	cr_assert_eq(ibp_coll_comm_set_policy(c, IBP_COLL_POLICY_NEVER), IBP_OK);
+	cr_assert_eq(ibp_coll_comm_plain(c, IBP_COLL_OP_ALLREDUCE, 3000, bf, IBP_COLL_CODEC_DYNAMIQ, &pl), IBP_OK);
+	cr_assert_eq(pl, 1);
+	cr_assert_eq(ibp_coll_comm_plain(c, IBP_COLL_OP_ALLGATHER, 3000, bf, IBP_COLL_CODEC_EXP, &pl), IBP_OK);
+	cr_assert_eq(pl, 1);
+	/* policy ALWAYS on the fast link: compressed */
+	c->st.beta_Bps = 1e12;
+	cr_assert_eq(ibp_coll_comm_set_policy(c, IBP_COLL_POLICY_ALWAYS), IBP_OK);
+	cr_assert_eq(ibp_coll_comm_plain(c, IBP_COLL_OP_ALLGATHER, 3000, bf, IBP_COLL_CODEC_EXP, &pl), IBP_OK);
+	cr_assert_eq(pl, 0);
+	/* bad arguments */
+	cr_assert_eq(ibp_coll_comm_plain(NULL, IBP_COLL_OP_ALLGATHER, 1, bf, IBP_COLL_CODEC_EXP, &pl),
+		     IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_coll_comm_plain(c, IBP_COLL_OP_ALLGATHER, 1, bf, IBP_COLL_CODEC_EXP, NULL), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_coll_comm_plain(c, (ibp_coll_op_t)9, 1, bf, IBP_COLL_CODEC_EXP, &pl), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_coll_comm_plain(c, IBP_COLL_OP_ALLGATHER, 1, IBP_DTYPE_F64, IBP_COLL_CODEC_EXP, &pl),
+		     IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_coll_comm_plain(c, IBP_COLL_OP_ALLGATHER, 1, bf, (ibp_coll_codec_t)6, &pl),
+		     IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_coll_comm_plain(c, IBP_COLL_OP_ALLGATHER, 1, bf, IBP_COLL_CODEC_DYNAMIQ, &pl),
+		     IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_coll_comm_plain(c, IBP_COLL_OP_ALLREDUCE, 1, bf, IBP_COLL_CODEC_LSQ, &pl), IBP_ERR_INVALID_ARG);
+	ibp_coll_stats_t st;
+	cr_assert_eq(ibp_coll_comm_stats(c, &st), IBP_OK);
+	cr_assert_eq(st.calls + st.plain + st.compressed + st.not_worth + st.incompressible, 0, "plain() counts nothing");
+	free(gauss);
+	ibp_coll_comm_destroy(c);
+	ibp_coll_inproc_destroy(w);
+}
+
 Test(coll, bad_arguments)
 {
 	ibp_coll_inproc_t *w;

@@ -437,6 +437,8 @@ Test(bag, lookahead_distances_agree, .init = make_tmpdir, .fini = remove_tmpdir)
 		for (size_t d = 0; d < sizeof(dist) / sizeof(dist[0]); d++) {
 			/* the store reads the distance at open; its bags decode with its gather */
 			cr_assert_eq(setenv("IBP_GATHER_PREFETCH", dist[d], 1), 0);
+			/* batches of whole rows and of first lines */
+			cr_assert_eq(setenv("IBP_GATHER_BATCH", d % 2 ? "3" : "64", 1), 0);
 			ibp_store_t *s = open_table(t, IBP_DTYPE_F32, 0, "la");
 			for (int th = 1; th <= 3; th += 2) {
 				memset(got, 0xA5, obytes);
@@ -450,6 +452,7 @@ Test(bag, lookahead_distances_agree, .init = make_tmpdir, .fini = remove_tmpdir)
 		}
 	}
 	unsetenv("IBP_GATHER_PREFETCH");
+	unsetenv("IBP_GATHER_BATCH");
 	free(want);
 	free(got);
 	free_bags(&g);

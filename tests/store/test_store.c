@@ -413,12 +413,18 @@ Test(store, row_map_matches_index_walk, .init = make_tmpdir, .fini = remove_tmpd
 			}
 			char path[128];
 			snprintf(path, sizeof(path), "%s/s%llu_%d.ibp", tmpdir, (unsigned long long)R, layout);
-			static const char *const pf[] = { "0", "1", "8", "64" }; /* 64: the ring's size */
-			for (int p = 0; p < 4; p++) {
+			/* look-ahead distances (64: the most) and batches (1; 4 and 8:
+			 * whole-row bursts; 9 and 64: first lines, the rest d rows
+			 * ahead, d clamped to the batch; 1000: clamped to 64) */
+			static const char *const pf[] = { "0", "1", "8", "64", "3", "8", "64", "2" };
+			static const char *const batch[] = { "64", "1", "4", "8", "9", "64", "1000", "" };
+			for (int p = 0; p < 8; p++) {
 				setenv("IBP_GATHER_PREFETCH", pf[p], 1);
+				setenv("IBP_GATHER_BATCH", batch[p], 1); /* "": the default */
 				ibp_store_t *s = NULL;
 				cr_assert_eq(ibp_store_open(path, IBP_OPEN_READ, &s), IBP_OK, "%s", ibp_last_error());
 				unsetenv("IBP_GATHER_PREFETCH");
+				unsetenv("IBP_GATHER_BATCH");
 				for (int t = 1; t <= 2; t++) {
 					memset(out, 0, k * R);
 					cr_assert_eq(ibp_store_gather(s, ids, k, out, t), IBP_OK, "%s", ibp_last_error());

@@ -47,6 +47,7 @@ CODECS = {"none": 0, "exp": 1, "fp8": 2, "dynamiq": 3, "lsq": 4, "pts": 5}
 LOSSLESS = ("none", "exp")
 POLICIES = {"auto": 0, "always": 1, "never": 2}
 DECISIONS = {0: "plain", 1: "compress", 2: "not_worth", 3: "incompressible"}
+OPS = {"allgather": 0, "reducescatter": 1, "allreduce": 2, "alltoall": 3}  # ibp_coll_op_t
 FLOAT_CODES = (9, 10, 11)  # f16, bf16, f32: the dtypes the collectives take
 _SUM = 0
 
@@ -120,6 +121,7 @@ _FUNCS = {
     "ibp_coll_comm_nranks": (c_int, [c_vp]),
     "ibp_coll_comm_stats": (c_int, [c_vp, P(CollStats)]),
     "ibp_coll_comm_set_policy": (c_int, [c_vp, c_int]),
+    "ibp_coll_comm_plain": (c_int, [c_vp, c_int, c_u64, c_int, c_int, P(c_int)]),
     "ibp_coll_comm_set_rate": (c_int, [c_vp, C.c_double]),
     "ibp_coll_comm_set_lsq_bits": (c_int, [c_vp, c_int]),
     "ibp_coll_inproc_create": (c_int, [c_int, P(c_vp)]),
@@ -321,6 +323,24 @@ class Communicator(Owner):
         d = {name: getattr(s, name) for name, _ in CollStats._fields_}
         d["last_decision"] = DECISIONS.get(d["last_decision"], str(d["last_decision"]))
         return d
+
+    def plain(self, op: str, count: int, dtype, codec: str = "exp") -> bool:
+        """True when a call of `op` ("allgather", "reducescatter",
+        "allreduce", "alltoall") with `count` elements of `dtype` (count as
+        the collective takes it) and `codec` goes plain on every rank
+        whatever the data (ibp_coll_comm_plain): the same answer on every
+        rank, so a caller may send such calls its own way (a native
+        collective) without asking the others. InvalidArgumentError for an
+        unknown op, dtype or codec, or a codec the op does not take."""
+        func = "plain"
+        if op not in OPS:
+            raise _errors.invalid(func, "unknown collective %r (one of %s)" % (op, ", ".join(OPS)))
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise _errors.invalid(func, "count must be a non-negative int, not %r" % (count,))
+        out = c_int(0)
+        self._check(_c("ibp_coll_comm_plain")(self._comm(func), OPS[op], count, _arrays.dtype_code(dtype),
+                                              codec_id(codec, func), C.byref(out)), "ibp_coll_comm_plain")
+        return bool(out.value)
 
     def set_policy(self, policy: str):
         self._check(_c("ibp_coll_comm_set_policy")(self._comm("set_policy"), policy_id(policy, "set_policy")),

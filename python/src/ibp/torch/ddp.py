@@ -6,11 +6,21 @@
 
 The hook follows DDP's contract (``hook(state, bucket: dist.GradBucket) ->
 torch.futures.Future[torch.Tensor]``): it divides the bucket by the world
-size (as DDP's default all-reduce does), sums it over the ranks with one of
-libibp's compressed collectives and returns a completed Future of the bucket
-tensor. Codecs, by name (docs/COLLECTIVES.md):
+size (as DDP's default all-reduce does) and sums it over the ranks. A bucket
+libibp would send plain on every rank whatever the data (codec "none",
+policy "never", or policy "auto" when the calibrated model, shared by the
+ranks, says no codec can gain on this link: Communicator.plain) goes to the
+backend's own ``dist.all_reduce``, asynchronously, exactly as DDP without a
+hook, so plain buckets cost what they cost without libibp; stats() counts
+them as "hook_native". With policy "auto" and codec "exp" or "fp8" the hook
+also measures: after 2 steps sent natively it sends 3 steps each way,
+alternately, timing whole steps, and keeps libibp only if its median step
+takes under 0.95 of the native one (every rank sums the same timings in one
+all-reduce, so all choose alike; stats()["hook_choice"]). Other buckets are
+summed with one of libibp's compressed collectives and the hook returns a
+completed Future of the bucket tensor. Codecs, by name (docs/COLLECTIVES.md):
 
-    "none"     the same ring AllReduce, plain bytes (a baseline)
+    "none"     plain: the backend's own all-reduce (as without a hook)
     "exp"      lossless exponent codec: bit-identical to "none"; with 2 ranks
                (or any sum whose order the ring shares) bit-identical to DDP
                without a hook
@@ -56,6 +66,12 @@ __all__ = ["compressed_allreduce_hook", "ddp_hook", "CompressedAllReduceHook", "
 CODECS = tuple(_coll.CODECS)
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _TAG_BASE = 0x1B9C00
+# policy "auto" in the DDP hook (exp, fp8): steps sent natively before the
+# trial (DDP rebuilds its buckets after the first), steps timed each way,
+# and the share of the native steps' time libibp's must stay under to win
+_TRIAL_WARMUP = 2
+_TRIAL_STEPS = 3
+_TRIAL_GAIN = 0.95
 _tags = itertools.count()
 
 
@@ -218,6 +234,11 @@ class CompressedAllReduceHook:
         self.nthreads = nthreads
         self.lsq_gather_codec = lsq_gather_codec
         self.comm = None
+        self._group = None
+        self.native_calls = 0
+        self.choice = None  # "auto" trial's outcome: "native" or "libibp"
+        self.trial = None
+        self._step, self._t_last, self._periods = 0, None, []
         self.__name__ = self.__qualname__ = "ibp_%s_allreduce_hook" % self.codec  # DDP logs hooks by name
 
     def _comm(self, state):
@@ -227,18 +248,69 @@ class CompressedAllReduceHook:
                 group = state
             self.comm = communicator(group, policy=self.policy, timeout=self.timeout, calibrate=self.calibrate,
                                      nthreads=self.nthreads)
+            self._group = group if group is not None else dist.group.WORLD
         return self.comm
+
+    def _trial_native(self, bucket) -> bool:
+        """policy "auto", exp and fp8: whether this bucket goes native, by
+        measuring whole steps (the time between one step's first bucket and
+        the next's) sent each way, alternately, then keeping the faster;
+        every rank sums the same measurements (one all-reduce), so all
+        decide alike."""
+        if self.choice is not None:
+            return self.choice == "native"
+        if bucket.index() == 0:
+            now = time.perf_counter()
+            j = self._step  # the step this call starts
+            if self._t_last is not None and j - 1 >= _TRIAL_WARMUP:
+                self._periods.append(now - self._t_last)
+            self._t_last = now
+            self._step += 1
+            if j >= _TRIAL_WARMUP + 2 * _TRIAL_STEPS:
+                t = torch.tensor(self._periods, dtype=torch.float64)
+                dist.all_reduce(t, group=self._group)
+                nat, lib = t[0::2].median().item(), t[1::2].median().item()
+                self.trial = {"native_s": nat / self.comm.nranks, "libibp_s": lib / self.comm.nranks}
+                self.choice = "libibp" if lib < _TRIAL_GAIN * nat else "native"
+                return self.choice == "native"
+        j = self._step - 1
+        return j < _TRIAL_WARMUP or (j - _TRIAL_WARMUP) % 2 == 0
 
     def __call__(self, state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         buf = bucket.buffer()
-        allreduce_(buf, self._comm(state), self.codec, average=True, lsq_gather_codec=self.lsq_gather_codec)
+        comm = self._comm(state)
+        native = False
+        if self.codec != "lsq" and buf.dtype in _DTYPES and comm.nranks > 1:
+            # Plain on every rank whatever the data (the answer is the same
+            # everywhere); under "auto", exp and fp8 also when whole steps
+            # sent natively measured faster
+            native = comm.plain("allreduce", buf.numel(), buf.dtype, self.codec) or (
+                self.policy == "auto" and self.codec in ("exp", "fp8") and self._trial_native(bucket))
+        if native:
+            # the backend's own all-reduce, asynchronous, as DDP does without
+            # a hook, so it overlaps the rest of the backward
+            self.native_calls += 1
+            buf.div_(comm.nranks)
+            work = dist.all_reduce(buf, group=self._group, async_op=True)
+            return work.get_future().then(lambda f: f.value()[0])
+        allreduce_(buf, comm, self.codec, average=True, lsq_gather_codec=self.lsq_gather_codec)
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         fut.set_result(buf)
         return fut
 
     def stats(self) -> dict:
-        """The communicator's statistics (empty before the first bucket)."""
-        return self.comm.stats() if self.comm is not None else {}
+        """The communicator's statistics (empty before the first bucket),
+        plus "hook_native": the buckets sent with the backend's own
+        all-reduce, "hook_choice": the "auto" trial's outcome ("native",
+        "libibp", or None while it runs or when not tried) and "hook_trial":
+        its median step times each way (seconds)."""
+        if self.comm is None:
+            return {}
+        d = self.comm.stats()
+        d["hook_native"] = self.native_calls
+        d["hook_choice"] = self.choice
+        d["hook_trial"] = self.trial
+        return d
 
     def close(self):
         if self.comm is not None:

@@ -21,10 +21,16 @@ unsharded parameters are identical everywhere); ReduceScatter "none", "exp",
 then each rank adds its blocks in rank order in FP32). DynamiQ and PTS are
 AllReduce algorithms and are refused here (ibp.InvalidArgumentError).
 
-Buffers of other dtypes (FSDP2 packs mixed-dtype parameters as uint8) and
-reductions other than SUM and AVG raise ibp.UnsupportedError; CUDA buffers
-go through a host copy. One communicator per process group, made on the
-first call (collective over the group).
+Calls that libibp would send plain on every rank whatever the data
+(policy "never", codec "none", or policy "auto" when the calibrated model,
+shared by the ranks, says no codec can gain: Communicator.plain) and
+buffers of dtypes the codecs do not take (FSDP2 packs mixed-dtype
+parameters as uint8) go to torch.distributed's own all_gather_into_tensor
+/ reduce_scatter_tensor, with FSDP2's async_op, as FSDP2 does without
+custom collectives; stats()["hook_native"] counts them. Reductions other
+than SUM and AVG raise ibp.UnsupportedError on the libibp path; CUDA
+buffers go through a host copy there. One communicator per process group,
+made on the first call (collective over the group).
 """
 
 import torch
@@ -54,6 +60,7 @@ class _Base:
         self.codec = codec.lower()
         self._kw = dict(policy=policy, timeout=timeout, calibrate=calibrate, nthreads=nthreads)
         self._comms = {}
+        self.native_calls = 0
 
     def allocate(self, size, *, dtype, device):
         return torch.empty(*size, dtype=dtype, device=device)
@@ -69,7 +76,28 @@ class _Base:
         if group is None and len(self._comms) == 1:
             group = next(iter(self._comms))
         c = self._comms.get(group)
-        return c.stats() if c is not None else {}
+        if c is None:
+            return {}
+        d = c.stats()
+        d["hook_native"] = self.native_calls  # calls of every group sent by torch.distributed itself
+        return d
+
+    def close(self):
+        """Closes this object's communicators (later calls make new ones)."""
+        comms, self._comms = self._comms, {}
+        for c in comms.values():
+            c.close()
+
+    def _native(self, c, op, n, dtype):
+        """Whether this call goes to torch.distributed's own collective: a
+        dtype the codecs do not take (FSDP2 packs mixed dtypes as uint8),
+        or a call libibp would send plain on every rank whatever the data
+        (the same answer everywhere: no exchange)."""
+        if dtype not in _DTYPES or c.nranks == 1 or c.plain(op, n, dtype, self.codec if self.codec != "lsq"
+                                                             else "none"):
+            self.native_calls += 1
+            return True
+        return False
 
     def _check(self, func, *tensors):
         for t in tensors:
@@ -90,12 +118,15 @@ class CompressedAllGather(_Base, _AGBase):
 
     def __call__(self, output_tensor, input_tensor, group, async_op=False):
         func = "CompressedAllGather"
-        self._check(func, output_tensor, input_tensor)
+        if output_tensor.dtype != input_tensor.dtype:
+            raise _errors.invalid(func, "output %s, input %s" % (output_tensor.dtype, input_tensor.dtype))
         c = self.comm(group)
         n = input_tensor.numel()
         if output_tensor.numel() != n * c.nranks:
             raise _errors.invalid(func, "output has %d elements, expected %d x %d"
                                   % (output_tensor.numel(), c.nranks, n))
+        if self._native(c, "allgather", n, input_tensor.dtype):
+            return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
         out = _host(output_tensor)
         with torch.no_grad():
             c.allgather(_host(input_tensor).reshape(-1), out=out.view(c.nranks, n), codec=self.codec)
@@ -112,7 +143,8 @@ class CompressedReduceScatter(_Base, _RSBase):
 
     def __call__(self, output_tensor, input_tensor, group, op=dist.ReduceOp.SUM, async_op=False):
         func = "CompressedReduceScatter"
-        self._check(func, output_tensor, input_tensor)
+        if output_tensor.dtype != input_tensor.dtype:
+            raise _errors.invalid(func, "output %s, input %s" % (output_tensor.dtype, input_tensor.dtype))
         if op == dist.ReduceOp.SUM:
             avg = False
         elif op == dist.ReduceOp.AVG:
@@ -124,6 +156,14 @@ class CompressedReduceScatter(_Base, _RSBase):
         if input_tensor.numel() != n * c.nranks:
             raise _errors.invalid(func, "input has %d elements, expected %d x %d"
                                   % (input_tensor.numel(), c.nranks, n))
+        if self.codec != "lsq" and self._native(c, "reducescatter", n, input_tensor.dtype):
+            if not avg:
+                return dist.reduce_scatter_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
+            # gloo has no AVG: the sum, then the division (so not asynchronous)
+            dist.reduce_scatter_tensor(output_tensor, input_tensor, group=group)
+            output_tensor.div_(c.nranks)
+            return None
+        self._check(func, output_tensor, input_tensor)
         src = _host(input_tensor).reshape(-1)
         with torch.no_grad():
             if self.codec == "lsq":
