@@ -17,6 +17,246 @@ static int mod(int a, int p)
 	return ((a % p) + p) % p;
 }
 
+/* ---- pipelined rings (host memory) ----
+ *
+ * A chunk of a ring step travels as np pieces, each its own message (header
+ * chunk = piece << 16 | chunk), so that while piece k is on the wire the
+ * helper thread decodes (AllGather) or decodes and adds (ReduceScatter)
+ * piece k - 1 and encodes piece k + 1: codec time hides behind the link
+ * instead of adding to it. np comes from the call's largest chunk and the
+ * communicator's piece size, the same on every rank whatever each rank's
+ * encoding; pieces of a chunk split it as evenly as chunks split a call. */
+
+/* Off by default: on loopback TCP (codec-bound) 1 MiB pieces made a 64 MiB
+ * bf16 AllReduce 1.2x faster, but over tools/netns-tc.sh at 1 Gbit/s the
+ * AllGather took 375-395 ms in pieces against 290 whole (docs/BENCHMARKS.md,
+ * "Pipelined rings"); IBP_COLL_PIECE_BYTES turns them on. */
+#define PIECE_BYTES_DEFAULT 0u
+#define PIECES_MIN 4u    /* fewer pieces than this: whole chunks */
+#define PIECES_MAX 4096u /* < 2^16: the piece index shares the header's chunk field */
+
+uint64_t ibpi_coll_piece_bytes(void)
+{
+	const char *v = getenv("IBP_COLL_PIECE_BYTES");
+	if (v && *v >= '0' && *v <= '9')
+		return strtoull(v, NULL, 10);
+	return PIECE_BYTES_DEFAULT;
+}
+
+static uint64_t ring_pieces(const ibp_coll_comm_t *c, const uint64_t *len, uint64_t esz)
+{
+	uint64_t maxn = 0;
+	for (int i = 0; i < c->nranks; i++)
+		maxn = len[i] > maxn ? len[i] : maxn;
+	if (c->mem != &ibpi_coll_mem_host || c->piece_bytes == 0 || c->nranks >= (1 << 16))
+		return 1;
+	uint64_t np = maxn / (c->piece_bytes / esz ? c->piece_bytes / esz : 1);
+	return np < PIECES_MIN ? 1 : np > PIECES_MAX ? PIECES_MAX : np;
+}
+
+static void piece_at(uint64_t len, uint64_t np, uint64_t k, uint64_t *o, uint64_t *n)
+{
+	uint64_t q = len / np, rem = len % np;
+	*o = k * q + (k < rem ? k : rem);
+	*n = q + (k < rem);
+}
+
+/* One helper job: first the received piece (decode into dst, or decode
+ * and add `local` into acc), then the next piece to send (encode). */
+typedef struct pipe_job {
+	ibp_coll_comm_t *c;
+	int dec, red, enc, fp8_own;
+	coll_hdr_t dh;
+	const uint8_t *dmsg;
+	uint64_t dbytes;
+	uint8_t *ddst;      /* decode: destination; reduce: acc at the piece */
+	const uint8_t *loc; /* reduce: the local addend at the piece */
+	float *f;
+	uint8_t *tmp;
+	coll_hdr_t eh;
+	const uint8_t *esrc;
+	uint8_t *emsg;
+	uint64_t ecap, ebytes;
+	uint8_t *own_dst; /* FP8 AllGather: the owner decodes its own piece too */
+	ibp_status_t st;
+	char err[256];
+} pipe_job_t;
+
+static void pipe_run(void *arg)
+{
+	pipe_job_t *j = arg;
+	ibp_coll_comm_t *c = j->c;
+	ibp_status_t st = IBP_OK;
+	if (j->dec && !j->red)
+		st = ibpi_coll_decode(&j->dh, j->dmsg, j->dbytes, j->ddst, c->o.nthreads);
+	else if (j->dec) {
+		st = ibpi_coll_decode_f32(&j->dh, j->dmsg, j->dbytes, j->f, j->tmp, c->o.nthreads);
+		if (st == IBP_OK)
+			ibpi_coll_add_round(j->f, j->loc, (ibp_dtype_t)j->dh.dtype, j->dh.elems, j->ddst);
+	}
+	if (st == IBP_OK && j->enc) {
+		st = ibpi_coll_encode(&j->eh, j->esrc, j->emsg, j->ecap, c->o.nthreads, c->lsq_bits, &j->ebytes);
+		if (st == IBP_OK && j->fp8_own && j->eh.enc == COLL_ENC_FP8)
+			st = ibpi_coll_decode(&j->eh, j->emsg, j->ebytes, j->own_dst, c->o.nthreads);
+	}
+	j->st = st;
+	if (st != IBP_OK)
+		snprintf(j->err, sizeof j->err, "%s", ibp_last_error());
+}
+
+/* Runs job j now (sync) or on the helper (*posted = 1). */
+static ibp_status_t pipe_post(ibp_coll_comm_t *c, pipe_job_t *j, int *posted)
+{
+	if (!c->helper)
+		IBP_TRY(ibpi_coll_helper_start(&c->helper));
+	IBP_TRY(ibpi_coll_helper_post(c->helper, pipe_run, j));
+	*posted = 1;
+	return IBP_OK;
+}
+
+static ibp_status_t pipe_join(ibp_coll_comm_t *c, pipe_job_t *j, int *posted)
+{
+	if (!*posted)
+		return IBP_OK;
+	*posted = 0;
+	IBP_TRY(ibpi_coll_helper_wait(c->helper));
+	return j->st == IBP_OK ? IBP_OK : ibpi_fail(j->st, "%s", j->err);
+}
+
+static ibp_status_t pipe_sync(pipe_job_t *j)
+{
+	pipe_run(j);
+	return j->st == IBP_OK ? IBP_OK : ibpi_fail(j->st, "%s", j->err);
+}
+
+/* The pipelined ring: AllGather (red = 0: own chunk `rank` at `own`,
+ * received chunks decoded into recv) or ReduceScatter (red = 1: `own` is
+ * the whole send buffer; at the end b->acc holds the sum of chunk rank).
+ * Round k of a step: the helper decodes (and adds) the piece received in
+ * round k - 1 and encodes piece k + 1 while this thread sends piece k and
+ * receives its counterpart, then checks that piece's header. */
+static ibp_status_t ring_pipe(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *own, uint8_t *recv,
+			      const uint64_t *off, const uint64_t *len, bufs_t *b, uint64_t np, int red)
+{
+	const int r = c->rank, p = c->nranks, right = mod(r + 1, p), left = mod(r - 1, p);
+	const uint64_t esz = ibp_dtype_size((ibp_dtype_t)h.dtype);
+	uint64_t maxn = 0;
+	for (int i = 0; i < p; i++)
+		maxn = len[i] > maxn ? len[i] : maxn;
+	uint64_t pcap = 0;
+	IBP_TRY(ibpi_coll_msg_cap((ibp_dtype_t)h.dtype, maxn / np + 1, &pcap));
+	const uint64_t cap = pcap * np;
+	uint8_t *mb[2] = { malloc(cap), malloc(cap) };
+	uint64_t *so = calloc(4 * (np + 1), sizeof(uint64_t)); /* send / receive piece offsets and sizes */
+	uint64_t *ss = so ? so + (np + 1) : NULL, *ro = so ? so + 2 * (np + 1) : NULL, *rs = so ? so + 3 * (np + 1) : NULL;
+	coll_hdr_t *got = calloc(np, sizeof *got);
+	uint8_t *accs[2] = { b->acc, red ? malloc(maxn ? maxn * esz : 1) : NULL };
+	ibp_status_t st = IBP_OK;
+	if (!mb[0] || !mb[1] || !so || !got || (red && !accs[1]))
+		st = ibpi_fail(IBP_ERR_NOMEM, "coll: no memory for pipelined %llu-element chunks",
+			      (unsigned long long)maxn);
+	if (st == IBP_OK && !red) /* the owner's chunk in place (FP8: what the others get, when encoded) */
+		st = c->mem->copy(c, recv + off[r] * esz, own, len[r] * esz);
+	pipe_job_t job;
+	int posted = 0, sb = 0, ab = 0; /* sends from mb[sb]; ReduceScatter: this step's sums go to accs[ab] */
+	for (int s = 0; s < p - 1 && st == IBP_OK; s++) {
+		const int sc = red ? mod(r - 1 - s, p) : mod(r - s, p), rc = red ? mod(r - 2 - s, p) : mod(r - 1 - s, p);
+		/* AllGather encodes its own chunk at step 0, then forwards what it
+		 * received; ReduceScatter encodes its data, then each step's sum */
+		const int enc_step = red || s == 0;
+		const uint8_t *src = !red ? own : s == 0 ? own + off[sc] * esz : accs[1 - ab];
+		uint64_t po, pn;
+#define ENC_JOB(k)                                                                                   \
+	do {                                                                                         \
+		piece_at(len[sc], np, (k), &po, &pn);                                                \
+		job.enc = 1;                                                                         \
+		job.fp8_own = !red;                                                                  \
+		job.eh = h;                                                                          \
+		job.eh.elems = pn;                                                                   \
+		job.eh.chunk = (uint32_t)((uint64_t)(k) << 16 | (uint64_t)sc);                       \
+		job.eh.enc = pn ? h.enc : COLL_ENC_RAW;                                              \
+		job.esrc = src + po * esz;                                                           \
+		job.emsg = mb[sb] + so[(k)];                                                         \
+		job.ecap = cap - so[(k)];                                                            \
+		job.own_dst = recv + (off[r] + po) * esz;                                            \
+	} while (0)
+#define DEC_JOB(k)                                                                                   \
+	do {                                                                                         \
+		uint64_t qo_, qn_;                                                                   \
+		piece_at(len[rc], np, (k), &qo_, &qn_);                                              \
+		job.dec = 1;                                                                         \
+		job.red = red;                                                                       \
+		job.dh = got[(k)];                                                                   \
+		job.dmsg = mb[1 - sb] + ro[(k)];                                                     \
+		job.dbytes = rs[(k)];                                                                \
+		job.ddst = red ? accs[ab] + qo_ * esz : recv + (off[rc] + qo_) * esz;                \
+		job.loc = red ? own + (off[rc] + qo_) * esz : NULL;                                  \
+	} while (0)
+		if (enc_step) {
+			so[0] = 0;
+			job = (pipe_job_t){ .c = c };
+			ENC_JOB(0);
+			if ((st = pipe_sync(&job)) != IBP_OK)
+				break;
+			ss[0] = job.ebytes;
+		}
+		ro[0] = 0;
+		for (uint64_t k = 0; k < np && st == IBP_OK; k++) {
+			job = (pipe_job_t){ .c = c, .f = b->f, .tmp = b->tmp };
+			if (k > 0)
+				DEC_JOB(k - 1);
+			if (enc_step && k + 1 < np) {
+				so[k + 1] = so[k] + ss[k];
+				ENC_JOB(k + 1);
+			}
+			if (job.dec || job.enc)
+				st = pipe_post(c, &job, &posted);
+			uint64_t rbytes = 0, sn, qo, qn;
+			piece_at(len[sc], np, k, &po, &sn);
+			if (st == IBP_OK)
+				st = ibpi_coll_sendrecv(c, right, mb[sb] + so[k], ss[k], sn * esz, left, mb[1 - sb] + ro[k],
+						       cap - ro[k], &rbytes);
+			ibp_status_t js = pipe_join(c, &job, &posted);
+			st = st != IBP_OK ? st : js;
+			if (st != IBP_OK)
+				break;
+			if (job.enc)
+				ss[k + 1] = job.ebytes;
+			rs[k] = rbytes;
+			ro[k + 1] = ro[k] + rbytes;
+			coll_hdr_t want = h;
+			piece_at(len[rc], np, k, &qo, &qn);
+			want.elems = qn;
+			want.chunk = (uint32_t)(k << 16 | (uint64_t)rc);
+			st = c->mem->check(c, mb[1 - sb] + ro[k], rbytes, &want, left, &got[k]);
+		}
+		if (st == IBP_OK) { /* the last piece */
+			job = (pipe_job_t){ .c = c, .f = b->f, .tmp = b->tmp };
+			DEC_JOB(np - 1);
+			st = pipe_sync(&job);
+		}
+#undef ENC_JOB
+#undef DEC_JOB
+		if (!red) { /* next step forwards what this one received */
+			uint64_t *t;
+			sb = 1 - sb;
+			t = so, so = ro, ro = t;
+			t = ss, ss = rs, rs = t;
+		} else
+			ab = 1 - ab;
+	}
+	ibp_status_t js = pipe_join(c, &job, &posted); /* nothing may run past the return */
+	st = st != IBP_OK ? st : js;
+	if (st == IBP_OK && red && accs[1 - ab] != b->acc)
+		memcpy(b->acc, accs[1 - ab], len[r] * esz);
+	free(mb[0]);
+	free(mb[1]);
+	free(so < ro ? so : ro); /* the block, whichever way the pointers were swapped */
+	free(got);
+	free(accs[1]);
+	return st;
+}
+
 /* Ring ReduceScatter over chunks (off, len): at the end b->acc holds the
  * sum of chunk `rank`. Step s sends chunk rank-1-s (own data at s = 0,
  * then the partial just made) and receives chunk rank-2-s. */
@@ -27,6 +267,9 @@ static ibp_status_t ring_rs(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *sen
 	uint64_t esz = ibp_dtype_size((ibp_dtype_t)h.dtype);
 	if (p == 1)
 		return c->mem->copy(c, b->acc, send + off[0] * esz, len[0] * esz);
+	const uint64_t np = ring_pieces(c, len, esz);
+	if (np > 1)
+		return ring_pipe(c, h, send, NULL, off, len, b, np, 1);
 	uint8_t enc = h.enc;
 	for (int s = 0; s < p - 1; s++) {
 		int sc = mod(r - 1 - s, p), rc = mod(r - 2 - s, p);
@@ -82,6 +325,9 @@ static ibp_status_t ring_ag(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *own
 {
 	int r = c->rank, p = c->nranks, right = mod(r + 1, p), left = mod(r - 1, p);
 	uint64_t esz = ibp_dtype_size((ibp_dtype_t)h.dtype), bytes = 0;
+	const uint64_t np = p > 1 ? ring_pieces(c, len, esz) : 1;
+	if (np > 1)
+		return ring_pipe(c, h, own, recv, off, len, b, np, 0);
 	coll_hdr_t sh = h;
 	sh.elems = len[r];
 	sh.chunk = (uint32_t)r;

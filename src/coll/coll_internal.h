@@ -25,7 +25,8 @@ typedef struct coll_hdr {
 	uint8_t op, codec, dtype, enc;
 	uint64_t count;  /* the call's count argument (0 for AllToAllv) */
 	uint64_t elems;  /* elements in this message */
-	uint32_t chunk;  /* which chunk (ring) or source rank (all-to-all) */
+	uint32_t chunk;  /* which chunk (ring) or source rank (all-to-all); a pipelined
+			  * ring's piece k of chunk c: k << 16 | c (algo.c) */
 	uint32_t seq;    /* the communicator's call number */
 } coll_hdr_t;
 
@@ -43,7 +44,14 @@ struct ibp_coll_comm {
 	const coll_mem_ops_t *mem;  /* the buffer steps for mem_kind */
 	void *stream;               /* the current call's stream (device table) */
 	coll_dev_t dev;             /* the device table's buffers */
+	uint64_t piece_bytes;       /* pipelined rings: raw bytes a piece (0: whole chunks); algo.c */
 };
+
+/* Raw bytes of a piece of the pipelined rings: IBP_COLL_PIECE_BYTES from
+ * the environment (0 turns pipelining off; every rank must agree, else
+ * their calls fail as mismatched), else 0 (off; algo.c says why). Read
+ * at creation. */
+uint64_t ibpi_coll_piece_bytes(void);
 
 /* Monotonic seconds. */
 double ibpi_coll_now(void);

@@ -84,9 +84,10 @@ static ibp_status_t m_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t sb
 			return ibpi_fail(IBP_ERR_IO, "coll: mpi: timeout after %lld ms (send to %d, receive from %d)",
 					(long long)timeout_ms, dst, src);
 		}
-		/* Yield for the first 10 ms (latency; yielding lets ranks that
+		/* Yield for the first second (Open MPI moves TCP bytes only inside
+		 * MPI_Test: a nap stalls a long transfer; yielding lets ranks that
 		 * share a core run), then nap so a long wait costs no CPU. */
-		if (ms < 10)
+		if (ms < 1000)
 			sched_yield();
 		else
 			nanosleep(&nap, NULL);

@@ -31,6 +31,7 @@ typedef struct job {
 	int repeat; /* calls of the same collective */
 	int native; /* the transport offers natives (exchange, allgather: nat_* below) */
 	int native_calls;
+	int piece; /* > 0: this rank's communicator pipelines in pieces of that many bytes; < 0: never */
 } job_t;
 
 /* ---- a transport with natives, for the native path's plumbing ----
@@ -114,6 +115,8 @@ static void *run_job(void *arg)
 		nat_wrap(&t, &j->native_calls);
 	if (j->st == IBP_OK)
 		j->st = ibp_coll_comm_create(&t, &o, &c);
+	if (c && j->piece)
+		c->piece_bytes = j->piece > 0 ? (uint64_t)j->piece : 0;
 	/* Repeated calls go on after a failure (a broken comm must refuse them). */
 	for (int k = 0; k < (j->repeat ? j->repeat : 1) && c && !j->silent; k++) {
 		switch (j->op) {
@@ -257,6 +260,49 @@ static void sweep(int op)
 					check_case(jobs, p);
 					free_case(jobs, p);
 				}
+}
+
+/* The pipelined rings (pieces of 16 bytes: hundreds of pieces, uneven
+ * splits, empty pieces when a chunk has fewer elements than pieces) give
+ * the bits of whole chunks: the same references. */
+Test(coll, pipelined_allgather) { setenv("IBP_COLL_PIECE_BYTES", "16", 1); sweep(AG); }
+Test(coll, pipelined_reducescatter) { setenv("IBP_COLL_PIECE_BYTES", "16", 1); sweep(RS); }
+Test(coll, pipelined_allreduce) { setenv("IBP_COLL_PIECE_BYTES", "16", 1); sweep(AR); }
+
+/* Pieces really travel (each its own message, its own header: more wire
+ * bytes than whole chunks), and ranks that disagree on pipelining fail as
+ * mismatched on both sides instead of hanging or mixing pieces up. */
+Test(coll, pipelined_pieces_and_mismatch)
+{
+	job_t jobs[4];
+	const uint64_t n = 8192;
+	uint64_t wire[2];
+	for (int k = 0; k < 2; k++) {
+		setenv("IBP_COLL_PIECE_BYTES", k ? "256" : "0", 1);
+		run_case(jobs, 2, AG, IBP_DTYPE_BF16, IBP_COLL_CODEC_NONE, n);
+		check_case(jobs, 2);
+		wire[k] = jobs[0].stats.wire_bytes;
+		free_case(jobs, 2);
+	}
+	/* 4096 elements a chunk in pieces of 128: 32 headers instead of one */
+	cr_assert_geq(wire[1], wire[0] + 31 * COLL_HDR, "wire bytes %llu pipelined, %llu whole",
+		      (unsigned long long)wire[1], (unsigned long long)wire[0]);
+	ibp_coll_inproc_t *w;
+	cr_assert_eq(ibp_coll_inproc_create(2, &w), IBP_OK);
+	for (int r = 0; r < 2; r++) {
+		jobs[r] = (job_t){ .w = w, .rank = r, .nranks = 2, .op = AR, .dt = IBP_DTYPE_F32,
+				   .codec = IBP_COLL_CODEC_EXP, .n = n, .policy = IBP_COLL_POLICY_ALWAYS,
+				   .timeout_ms = 5000, .piece = r ? -1 : 256 };
+		jobs[r].in = make_input(r, IBP_DTYPE_F32, n, 3);
+		jobs[r].out = calloc(n, 4);
+	}
+	run_all(jobs, 2);
+	for (int r = 0; r < 2; r++) {
+		cr_assert_eq(jobs[r].st, IBP_ERR_INVALID_ARG, "rank %d: %s", r, jobs[r].err);
+		cr_assert(strstr(jobs[r].err, "mismatch"), "rank %d: %s", r, jobs[r].err);
+	}
+	free_case(jobs, 2);
+	ibp_coll_inproc_destroy(w);
 }
 
 Test(coll, allgather) { sweep(AG); }
