@@ -306,6 +306,13 @@ static void *busy_main(void *arg)
  * the child starts over and reads right. */
 Test(store_fork, fork_during_gathers, .init = make_tmpdir, .fini = remove_tmpdir)
 {
+#ifdef __SANITIZE_ADDRESS__
+	/* GCC 12's libasan has no fork interceptor: its allocator's locks are not
+	 * taken around fork(), so a child forked while a busy thread is inside
+	 * malloc can wait on that lock forever (this test's children timed out
+	 * now and then under ASan only, 2026-11-28). The Release build runs it. */
+	cr_skip_test("ASan's allocator is not fork-safe with other threads allocating; run in the Release build");
+#endif
 	fx_t fi = ibp_fixture(3000, 48), fe = exp_fixture(600, 16);
 	require_pool(&fi);
 	busy_t bi = { &fi, 0, 0 }, be = { &fe, 0, 0 };
