@@ -43,11 +43,17 @@ uint64_t ibpi_coll_piece_bytes(void)
 	return PIECE_BYTES_DEFAULT;
 }
 
-static uint64_t ring_pieces(const ibp_coll_comm_t *c, const uint64_t *len, uint64_t esz)
+static uint64_t max_len(const ibp_coll_comm_t *c, const uint64_t *len)
 {
 	uint64_t maxn = 0;
 	for (int i = 0; i < c->nranks; i++)
 		maxn = len[i] > maxn ? len[i] : maxn;
+	return maxn;
+}
+
+static uint64_t ring_pieces(const ibp_coll_comm_t *c, const uint64_t *len, uint64_t esz)
+{
+	const uint64_t maxn = max_len(c, len);
 	if (c->mem != &ibpi_coll_mem_host || c->piece_bytes == 0 || c->nranks >= (1 << 16))
 		return 1;
 	uint64_t np = maxn / (c->piece_bytes / esz ? c->piece_bytes / esz : 1);
@@ -104,7 +110,7 @@ static void pipe_run(void *arg)
 		snprintf(j->err, sizeof j->err, "%s", ibp_last_error());
 }
 
-/* Runs job j now (sync) or on the helper (*posted = 1). */
+/* Hands job j to the helper (started on first use); *posted = 1. */
 static ibp_status_t pipe_post(ibp_coll_comm_t *c, pipe_job_t *j, int *posted)
 {
 	if (!c->helper)
@@ -139,10 +145,7 @@ static ibp_status_t ring_pipe(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *o
 			      const uint64_t *off, const uint64_t *len, bufs_t *b, uint64_t np, int red)
 {
 	const int r = c->rank, p = c->nranks, right = mod(r + 1, p), left = mod(r - 1, p);
-	const uint64_t esz = ibp_dtype_size((ibp_dtype_t)h.dtype);
-	uint64_t maxn = 0;
-	for (int i = 0; i < p; i++)
-		maxn = len[i] > maxn ? len[i] : maxn;
+	const uint64_t esz = ibp_dtype_size((ibp_dtype_t)h.dtype), maxn = max_len(c, len);
 	uint64_t pcap = 0;
 	IBP_TRY(ibpi_coll_msg_cap((ibp_dtype_t)h.dtype, maxn / np + 1, &pcap));
 	const uint64_t cap = pcap * np;

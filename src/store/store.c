@@ -201,30 +201,8 @@ static inline ibp_status_t decode_one(const ibp_store_t *s, uint64_t row, const 
 	return st;
 }
 
-/* The lines of an encoded row, up to PF_LINES of them: the hardware
- * prefetcher follows a long row once it is being read. */
-static inline void prefetch_payload(const rowref_t *r)
-{
-	const uintptr_t p0 = (uintptr_t)r->src & ~(uintptr_t)63;
-	const uint64_t lines = (((uintptr_t)r->src & 63) + r->len + 63) / 64;
-	for (uint64_t k = 0; k < lines && k < PF_LINES; k++)
-		__builtin_prefetch((const void *)(p0 + 64 * k), 0, 3);
-}
-
-static inline void row_ahead(const ibp_store_t *s, uint64_t row, rowref_t *r)
-{
-	r->ok = ibp_container_row_meta(s->c, row, &r->src, &r->len, &r->mode, &r->cl) == IBP_OK;
-	if (r->ok)
-		prefetch_payload(r);
-}
-
-/* Rows decoded per batch of the row-map pipeline, at most. */
-#define BATCH_MAX 64u
-#define BURST_ALL_MAX 8u /* batches this small prefetch whole rows in their burst */
-#define RING (2 * BATCH_MAX)
-#define SMALL_ROW_BYTES 160u /* mean encoded row: whole rows in bursts of 4 */
-
-/* Lines [from, to) of an encoded row, at most PF_LINES from its start */
+/* Lines [from, to) of an encoded row, at most PF_LINES from its start:
+ * the hardware prefetcher follows a long row once it is being read. */
 static inline __attribute__((always_inline)) void prefetch_lines(const rowref_t *r, uint64_t from, uint64_t to)
 {
 	const uintptr_t p0 = (uintptr_t)r->src & ~(uintptr_t)63;
@@ -233,6 +211,19 @@ static inline __attribute__((always_inline)) void prefetch_lines(const rowref_t 
 	for (uint64_t k = from; k < lines; k++)
 		__builtin_prefetch((const void *)(p0 + 64 * k), 0, 3);
 }
+
+static inline void row_ahead(const ibp_store_t *s, uint64_t row, rowref_t *r)
+{
+	r->ok = ibp_container_row_meta(s->c, row, &r->src, &r->len, &r->mode, &r->cl) == IBP_OK;
+	if (r->ok)
+		prefetch_lines(r, 0, PF_LINES);
+}
+
+/* Rows decoded per batch of the row-map pipeline, at most. */
+#define BATCH_MAX 64u
+#define BURST_ALL_MAX 8u /* batches this small prefetch whole rows in their burst */
+#define RING (2 * BATCH_MAX)
+#define SMALL_ROW_BYTES 160u /* mean encoded row: whole rows in bursts of 4 */
 
 /* decode_rows_ibp with the row map, in batches of s->batch rows. Before a
  * batch decodes, the map records of the batch after next are prefetched

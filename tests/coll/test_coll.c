@@ -616,6 +616,21 @@ Test(coll, switcher_follows_model_unthrottled)
 	cr_assert_eq(m.compressed + m.not_worth, 1);
 }
 
+/* Rank 0's communicator of a p-rank in-process world, not calibrated (the
+ * tests set its model by hand); the other ranks make none. */
+static ibp_coll_comm_t *rank0_comm(int p, ibp_coll_inproc_t **w)
+{
+	ibp_coll_transport_t t;
+	ibp_coll_comm_t *c = NULL;
+	ibp_coll_opts_t o;
+	ibp_coll_opts_default(&o);
+	o.calibrate = 0;
+	cr_assert_eq(ibp_coll_inproc_create(p, w), IBP_OK);
+	cr_assert_eq(ibp_coll_inproc_transport(*w, 0, &t), IBP_OK);
+	cr_assert_eq(ibp_coll_comm_create(&t, &o, &c), IBP_OK);
+	return c;
+}
+
 /* The switcher against a model set by hand (deterministic): when not even
  * the exponent codec's best ratio would pay, the call goes plain WITHOUT
  * the sample encode (random bits would otherwise read "incompressible");
@@ -623,14 +638,7 @@ Test(coll, switcher_follows_model_unthrottled)
 Test(coll, switcher_skips_sample_when_codec_cannot_pay)
 {
 	ibp_coll_inproc_t *w;
-	ibp_coll_transport_t t;
-	ibp_coll_comm_t *c;
-	ibp_coll_opts_t o;
-	ibp_coll_opts_default(&o);
-	o.calibrate = 0;
-	cr_assert_eq(ibp_coll_inproc_create(2, &w), IBP_OK);
-	cr_assert_eq(ibp_coll_inproc_transport(w, 0, &t), IBP_OK);
-	cr_assert_eq(ibp_coll_comm_create(&t, &o, &c), IBP_OK);
+	ibp_coll_comm_t *c = rank0_comm(2, &w);
 	const uint64_t n = 1 << 15;
 	uint16_t *noise = malloc(n * 2);
 	tu_rng_t g;
@@ -671,14 +679,7 @@ Test(coll, switcher_skips_sample_when_codec_cannot_pay)
 Test(coll, plain_answers_without_the_data)
 {
 	ibp_coll_inproc_t *w;
-	ibp_coll_transport_t t;
-	ibp_coll_comm_t *c;
-	ibp_coll_opts_t o;
-	ibp_coll_opts_default(&o);
-	o.calibrate = 0;
-	cr_assert_eq(ibp_coll_inproc_create(3, &w), IBP_OK);
-	cr_assert_eq(ibp_coll_inproc_transport(w, 0, &t), IBP_OK);
-	cr_assert_eq(ibp_coll_comm_create(&t, &o, &c), IBP_OK);
+	ibp_coll_comm_t *c = rank0_comm(3, &w);
 	const ibp_dtype_t bf = IBP_DTYPE_BF16;
 	int pl = -1;
 	/* not calibrated: the data decide (exp), or nothing to decide (none) */

@@ -93,8 +93,7 @@ class _Base:
         dtype the codecs do not take (FSDP2 packs mixed dtypes as uint8),
         or a call libibp would send plain on every rank whatever the data
         (the same answer everywhere: no exchange)."""
-        if dtype not in _DTYPES or c.nranks == 1 or c.plain(op, n, dtype, self.codec if self.codec != "lsq"
-                                                             else "none"):
+        if dtype not in _DTYPES or c.nranks == 1 or c.plain(op, n, dtype, self.codec):
             self.native_calls += 1
             return True
         return False
