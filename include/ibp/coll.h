@@ -21,6 +21,12 @@
  *                  elements, then ring AllGather
  *   AllToAll(v)    pairwise: step s sends to rank+s, receives from rank-s;
  *                  a rank's own block is copied, never encoded
+ * On host memory over a transport with nonblocking messages (async below)
+ * the rings send each chunk in pieces of at most IBP_COLL_PIECE_BYTES raw
+ * bytes (environment, read at creation; default 61440, 0 = whole chunks;
+ * all ranks must agree), all in flight at once, encoded, sent, received and
+ * decoded overlapped (docs/COLLECTIVES.md "Pipelined rings"); results are
+ * the bits of whole chunks.
  * Every message carries a 32-byte header (operation, requested codec,
  * dtype, count, elements, chunk, call sequence number). A receiver that
  * finds any of them different from its own call returns
@@ -172,8 +178,15 @@ typedef enum ibp_coll_decision {
  * every rank) then runs on them instead of the algorithms above, over host
  * buffers, without a throttle (opts.rate 0). ABI: the field was added after
  * release 0.1 (zero-initialise the struct; a transport compiled against the
- * older header must be rebuilt). */
+ * older header must be rebuilt).
+ *
+ * async (may be NULL, added after 0.2 like native) points to nonblocking
+ * sends and receives: with them the rings on host memory travel in pieces,
+ * many messages in flight, so that encoding, the link and decoding overlap
+ * (ibp_coll_opts_t has no setting for it: IBP_COLL_PIECE_BYTES, docs/API.md).
+ * Every rank of a communicator must have async or none. */
 struct ibp_coll_native;
+struct ibp_coll_async;
 typedef struct ibp_coll_transport {
 	int rank, nranks;
 	void *ctx;
@@ -181,7 +194,37 @@ typedef struct ibp_coll_transport {
 				 uint64_t rcap, uint64_t *rbytes, int64_t timeout_ms);
 	void (*destroy)(void *ctx);
 	const struct ibp_coll_native *native;
+	const struct ibp_coll_async *async;
 } ibp_coll_transport_t;
+
+/* A transport's nonblocking messages. Requests are opaque to the library;
+ * one thread (the caller's) uses them, between calls of one communicator.
+ *
+ * isend starts sending `bytes` at buf to rank dst: buf stays untouched by
+ * the caller until the request is done. irecv starts receiving one message
+ * from rank src into buf of `cap` bytes. Messages between a pair of ranks
+ * arrive in the order they were sent, and receives from one source take
+ * them in the order the receives were posted (MPI's rule), whether sent by
+ * isend or sendrecv. Both fail with the transport's error (no memory:
+ * IBP_ERR_NOMEM) and then leave *req unset.
+ *
+ * test makes progress and sets *done = 1 once req has finished (a receive:
+ * *bytes = the message's size); the request is released then and must not
+ * be used again. An incoming message over its receive's cap fails test
+ * with IBP_ERR_INVALID_ARG ("mismatch" in the detail), other failures with
+ * the transport's error; the request is released on any failure. test
+ * never blocks: the library keeps the deadline.
+ *
+ * cancel abandons an unfinished request after a failure and releases it.
+ * It returns 1 when the request's buffer is free again (finished or
+ * cancelled), 0 when the transport may still read or write it (the
+ * library then never frees that buffer). */
+typedef struct ibp_coll_async {
+	ibp_status_t (*isend)(void *ctx, int dst, const void *buf, uint64_t bytes, void **req);
+	ibp_status_t (*irecv)(void *ctx, int src, void *buf, uint64_t cap, void **req);
+	ibp_status_t (*test)(void *ctx, void *req, int *done, uint64_t *bytes);
+	int (*cancel)(void *ctx, void *req);
+} ibp_coll_async_t;
 
 /* A transport's native collectives (any entry may be NULL: that operation
  * keeps the algorithms over sendrecv). Buffers are host memory; counts and
@@ -305,7 +348,11 @@ ibp_status_t ibp_coll_nccl_transport(const void *nccl_comm, int64_t timeout_ms, 
 ibp_status_t ibp_coll_comm_from_nccl(const void *nccl_comm, const ibp_coll_opts_t *opts, ibp_coll_comm_t **out);
 
 /* Frees a communicator (NULL is a no-op); not collective. Joins the
- * communicator's AllGather helper thread if one was started. */
+ * communicator's helper thread if one was started, and frees the host
+ * working buffers it keeps between calls (each at most 64 MiB; larger ones
+ * are freed when their call returns; a communicator broken while a
+ * transport request was in flight keeps them allocated rather than free
+ * memory the transport may still use). */
 void ibp_coll_comm_destroy(ibp_coll_comm_t *comm);
 
 /* Rank and number of ranks. */

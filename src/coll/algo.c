@@ -1,9 +1,11 @@
 /* algo.c - the collectives, written once against the transport: ring
  * AllGather, ring ReduceScatter, AllReduce = ReduceScatter + AllGather,
  * pairwise AllToAll(v). */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "coll/coll_internal.h"
 #include "coll/dynamiq.h"
@@ -17,21 +19,21 @@ static int mod(int a, int p)
 	return ((a % p) + p) % p;
 }
 
-/* ---- pipelined rings (host memory) ----
+/* ---- pipelined rings (host memory, transports with async) ----
  *
  * A chunk of a ring step travels as np pieces, each its own message (header
- * chunk = piece << 16 | chunk), so that while piece k is on the wire the
- * helper thread decodes (AllGather) or decodes and adds (ReduceScatter)
- * piece k - 1 and encodes piece k + 1: codec time hides behind the link
- * instead of adding to it. np comes from the call's largest chunk and the
- * communicator's piece size, the same on every rank whatever each rank's
- * encoding; pieces of a chunk split it as evenly as chunks split a call. */
+ * chunk = piece << 16 | chunk), all in flight at once (flow_step), so that
+ * encoding, the link and decoding overlap instead of adding up. np comes
+ * from the call's largest chunk and the communicator's piece size, the same
+ * on every rank whatever each rank's encoding; pieces of a chunk split it
+ * as evenly as chunks split a call. */
 
-/* Off by default: on loopback TCP (codec-bound) 1 MiB pieces made a 64 MiB
- * bf16 AllReduce 1.2x faster, but over tools/netns-tc.sh at 1 Gbit/s the
- * AllGather took 375-395 ms in pieces against 290 whole (docs/BENCHMARKS.md,
- * "Pipelined rings"); IBP_COLL_PIECE_BYTES turns them on. */
-#define PIECE_BYTES_DEFAULT 0u
+/* 60 KiB raw: a piece, encoded or not, with its headers stays under Open
+ * MPI's 64 KiB TCP eager limit, so no piece waits for a rendezvous
+ * handshake (whose reply queues behind the peer's own data on a loaded
+ * link: 1 MiB pieces lost most of the gain at 1 Gbit/s, docs/BENCHMARKS.md
+ * "Pieces in flight"). IBP_COLL_PIECE_BYTES overrides; 0 turns it off. */
+#define PIECE_BYTES_DEFAULT 61440u
 #define PIECES_MIN 4u    /* fewer pieces than this: whole chunks */
 #define PIECES_MAX 4096u /* < 2^16: the piece index shares the header's chunk field */
 
@@ -54,9 +56,10 @@ static uint64_t max_len(const ibp_coll_comm_t *c, const uint64_t *len)
 static uint64_t ring_pieces(const ibp_coll_comm_t *c, const uint64_t *len, uint64_t esz)
 {
 	const uint64_t maxn = max_len(c, len);
-	if (c->mem != &ibpi_coll_mem_host || c->piece_bytes == 0 || c->nranks >= (1 << 16))
+	if (c->mem != &ibpi_coll_mem_host || !c->t.async || c->piece_bytes == 0 || c->nranks >= (1 << 16))
 		return 1;
-	uint64_t np = maxn / (c->piece_bytes / esz ? c->piece_bytes / esz : 1);
+	const uint64_t per = c->piece_bytes / esz ? c->piece_bytes / esz : 1;
+	uint64_t np = maxn / per + (maxn % per != 0); /* no piece over piece_bytes */
 	return np < PIECES_MIN ? 1 : np > PIECES_MAX ? PIECES_MAX : np;
 }
 
@@ -67,17 +70,18 @@ static void piece_at(uint64_t len, uint64_t np, uint64_t k, uint64_t *o, uint64_
 	*n = q + (k < rem);
 }
 
-/* One helper job: first the received piece (decode into dst, or decode
- * and add `local` into acc), then the next piece to send (encode). */
+/* One codec job of a pipelined ring: decode a received piece (into dst, or
+ * decoded and added to `loc` into acc) or encode a piece to send. */
 typedef struct pipe_job {
 	ibp_coll_comm_t *c;
 	int dec, red, enc, fp8_own;
+	uint64_t k; /* the piece */
 	coll_hdr_t dh;
 	const uint8_t *dmsg;
 	uint64_t dbytes;
 	uint8_t *ddst;      /* decode: destination; reduce: acc at the piece */
 	const uint8_t *loc; /* reduce: the local addend at the piece */
-	float *f;
+	float *f;           /* reduce: scratch at the piece (pieces never share it) */
 	uint8_t *tmp;
 	coll_hdr_t eh;
 	const uint8_t *esrc;
@@ -110,153 +114,296 @@ static void pipe_run(void *arg)
 		snprintf(j->err, sizeof j->err, "%s", ibp_last_error());
 }
 
-/* Hands job j to the helper (started on first use); *posted = 1. */
-static ibp_status_t pipe_post(ibp_coll_comm_t *c, pipe_job_t *j, int *posted)
+static ibp_status_t pipe_status(const pipe_job_t *j)
 {
-	if (!c->helper)
-		IBP_TRY(ibpi_coll_helper_start(&c->helper));
-	IBP_TRY(ibpi_coll_helper_post(c->helper, pipe_run, j));
-	*posted = 1;
-	return IBP_OK;
-}
-
-static ibp_status_t pipe_join(ibp_coll_comm_t *c, pipe_job_t *j, int *posted)
-{
-	if (!*posted)
-		return IBP_OK;
-	*posted = 0;
-	IBP_TRY(ibpi_coll_helper_wait(c->helper));
 	return j->st == IBP_OK ? IBP_OK : ibpi_fail(j->st, "%s", j->err);
 }
 
-static ibp_status_t pipe_sync(pipe_job_t *j)
+/* One step of a pipelined ring. Every piece of the step is in flight at
+ * once: the receives are posted first, each piece is sent as soon as it is
+ * encoded (or at once when forwarded), each received piece is checked and
+ * decoded as it arrives, so a message costs no round trip of its own (a
+ * rendezvous protocol's handshakes overlap). One helper job per step
+ * encodes every piece in order, publishing how many are ready, then
+ * decodes; this thread polls the transport, publishes how many pieces have
+ * arrived and decodes too when it has nothing else to do. Decodes are
+ * claimed from one counter, so each piece is decoded once, by either
+ * thread. Piece k travels in slot k (k * pcap) of sbuf and rbuf. */
+typedef struct flow {
+	ibp_coll_comm_t *c;
+	coll_hdr_t h;
+	uint64_t np, pcap, esz;
+	int right, left, sc, rc; /* chunks sent and received */
+	uint64_t slen, rlen;     /* their elements */
+	const uint8_t *esrc;     /* chunk sc to encode (NULL: forwarded, sizes in ssz) */
+	uint8_t *own_dst;        /* AllGather's FP8 own chunk (else NULL) */
+	uint8_t *sbuf, *rbuf;
+	uint64_t *ssz, *rsz;
+	coll_hdr_t *got;
+	int red;
+	uint8_t *dst;        /* received chunk rc decoded (AllGather) or summed (ReduceScatter) here */
+	const uint8_t *loc;  /* ReduceScatter: the local addend of chunk rc */
+	float *f[2];    /* ReduceScatter: a piece's scratch, the helper's and this thread's */
+	uint8_t *tmp[2];
+	void **req; /* 2 * np: sends, then receives; NULL once finished */
+	_Atomic uint64_t ready; /* pieces encoded (ssz[k] set before k + 1 is published) */
+	_Atomic uint64_t recvd; /* pieces received and checked (rsz, got set before publishing) */
+	_Atomic uint64_t claim; /* next piece to decode */
+	_Atomic uint64_t decoded;
+	_Atomic int stop;       /* this thread gave up: the helper leaves */
+	pipe_job_t hfail;       /* the helper's failed job, if any */
+	_Atomic int hfailed;
+} flow_t;
+
+static void flow_enc(const flow_t *w, uint64_t k, pipe_job_t *j)
 {
+	uint64_t po, pn;
+	piece_at(w->slen, w->np, k, &po, &pn);
+	*j = (pipe_job_t){ .c = w->c, .enc = 1, .k = k, .eh = w->h };
+	j->eh.elems = pn;
+	j->eh.chunk = (uint32_t)(k << 16 | (uint64_t)w->sc);
+	j->eh.enc = pn ? w->h.enc : COLL_ENC_RAW;
+	j->esrc = w->esrc + po * w->esz;
+	j->emsg = w->sbuf + k * w->pcap;
+	j->ecap = w->pcap;
+	j->fp8_own = w->own_dst != NULL;
+	j->own_dst = w->own_dst ? w->own_dst + po * w->esz : NULL;
+}
+
+static void flow_dec(const flow_t *w, uint64_t k, int th, pipe_job_t *j)
+{
+	uint64_t qo, qn;
+	piece_at(w->rlen, w->np, k, &qo, &qn);
+	*j = (pipe_job_t){ .c = w->c, .dec = 1, .red = w->red, .k = k, .dh = w->got[k] };
+	j->dmsg = w->rbuf + k * w->pcap;
+	j->dbytes = w->rsz[k];
+	j->ddst = w->dst + qo * w->esz;
+	if (w->red) {
+		j->loc = w->loc + qo * w->esz;
+		j->f = w->f[th];
+		j->tmp = w->tmp[th];
+	}
+}
+
+/* Claims the next received, undecoded piece: 1 and *k, or 0 (none now). */
+static int flow_claim(flow_t *w, uint64_t *k)
+{
+	uint64_t d = atomic_load(&w->claim);
+	while (d < atomic_load_explicit(&w->recvd, memory_order_acquire))
+		if (atomic_compare_exchange_weak(&w->claim, &d, d + 1)) {
+			*k = d;
+			return 1;
+		}
+	return 0;
+}
+
+/* Decodes piece k on thread th (0 the helper, 1 the caller); 0 on
+ * failure (j holds it). */
+static int flow_decode(flow_t *w, uint64_t k, int th, pipe_job_t *j)
+{
+	flow_dec(w, k, th, j);
 	pipe_run(j);
-	return j->st == IBP_OK ? IBP_OK : ibpi_fail(j->st, "%s", j->err);
+	if (j->st != IBP_OK)
+		return 0;
+	atomic_fetch_add(&w->decoded, 1);
+	return 1;
+}
+
+/* The helper's job: encode every piece (piece 0 is done), then decode
+ * until every piece is claimed or this thread stops the step. */
+static void flow_helper(void *arg)
+{
+	flow_t *w = arg;
+	pipe_job_t j;
+	uint64_t k = atomic_load(&w->ready);
+	for (; w->esrc && k < w->np && !atomic_load(&w->stop); k++) {
+		flow_enc(w, k, &j);
+		pipe_run(&j);
+		if (j.st != IBP_OK)
+			goto failed;
+		w->ssz[k] = j.ebytes;
+		atomic_store_explicit(&w->ready, k + 1, memory_order_release);
+	}
+	while (!atomic_load(&w->stop) && atomic_load(&w->claim) < w->np) {
+		if (flow_claim(w, &k)) {
+			if (!flow_decode(w, k, 0, &j))
+				goto failed;
+		} else {
+			static const struct timespec nap = { 0, 20000 }; /* a piece arrives every ~0.5 ms at 1 Gbit/s */
+			nanosleep(&nap, NULL);
+		}
+	}
+	return;
+failed:
+	w->hfail = j;
+	atomic_store_explicit(&w->hfailed, 1, memory_order_release);
+}
+
+static ibp_status_t flow_step(ibp_coll_comm_t *c, flow_t *w, int *leak)
+{
+	const ibp_coll_async_t *as = c->t.async;
+	void *ctx = c->t.ctx;
+	const uint64_t np = w->np;
+	void **sreq = w->req, **rreq = w->req + np;
+	uint64_t sent = 0, sdone = 0, recvd = 0, k;
+	pipe_job_t mj;
+	int posted = 0;
+	ibp_status_t st = IBP_OK;
+	atomic_init(&w->ready, w->esrc ? 0 : np);
+	atomic_init(&w->recvd, 0);
+	atomic_init(&w->claim, 0);
+	atomic_init(&w->decoded, 0);
+	atomic_init(&w->stop, 0);
+	atomic_init(&w->hfailed, 0);
+	for (k = 0; k < 2 * np; k++)
+		w->req[k] = NULL;
+	if (!c->helper)
+		st = ibpi_coll_helper_start(&c->helper);
+	for (k = 0; k < np && st == IBP_OK; k++)
+		st = as->irecv(ctx, w->left, w->rbuf + k * w->pcap, w->pcap, &rreq[k]);
+	/* Piece 0 leaves before any received piece is looked at: a peer that
+	 * expects other messages then fails as mismatched, not timed out. */
+	if (st == IBP_OK && w->esrc) {
+		flow_enc(w, 0, &mj);
+		pipe_run(&mj);
+		st = pipe_status(&mj);
+		w->ssz[0] = mj.ebytes;
+		atomic_store(&w->ready, 1);
+	}
+	if (st == IBP_OK && (st = ibpi_coll_helper_post(c->helper, flow_helper, w)) == IBP_OK)
+		posted = 1;
+	double last = ibpi_coll_now();
+	while (st == IBP_OK && (sdone < np || atomic_load(&w->decoded) < np)) {
+		int moved = 0;
+		if (atomic_load_explicit(&w->hfailed, memory_order_acquire))
+			break;
+		const uint64_t ready = atomic_load_explicit(&w->ready, memory_order_acquire);
+		for (; sent < ready && st == IBP_OK; sent++, moved = 1) {
+			uint64_t po, pn;
+			piece_at(w->slen, np, sent, &po, &pn);
+			st = ibpi_coll_isend(c, w->right, w->sbuf + sent * w->pcap, w->ssz[sent], pn * w->esz,
+					     &sreq[sent]);
+		}
+		while (st == IBP_OK && sdone < sent) {
+			int done = 0;
+			uint64_t nb = 0;
+			st = as->test(ctx, sreq[sdone], &done, &nb);
+			if (st != IBP_OK || done)
+				sreq[sdone] = NULL; /* released either way */
+			if (st != IBP_OK || !done)
+				break;
+			sdone++;
+			moved = 1;
+		}
+		while (st == IBP_OK && recvd < np) {
+			int done = 0;
+			uint64_t nb = 0, qo, qn;
+			st = as->test(ctx, rreq[recvd], &done, &nb);
+			if (st != IBP_OK || done)
+				rreq[recvd] = NULL;
+			if (st != IBP_OK || !done)
+				break;
+			coll_hdr_t want = w->h;
+			piece_at(w->rlen, np, recvd, &qo, &qn);
+			want.elems = qn;
+			want.chunk = (uint32_t)(recvd << 16 | (uint64_t)w->rc);
+			w->rsz[recvd] = nb;
+			st = c->mem->check(c, w->rbuf + recvd * w->pcap, nb, &want, w->left, &w->got[recvd]);
+			if (st == IBP_OK)
+				atomic_store_explicit(&w->recvd, ++recvd, memory_order_release);
+			moved = 1;
+		}
+		if (st != IBP_OK)
+			break;
+		if (!moved && flow_claim(w, &k)) { /* nothing to poll for: decode here too */
+			if (!flow_decode(w, k, 1, &mj)) {
+				st = pipe_status(&mj);
+				break;
+			}
+			moved = 1;
+		}
+		double now = ibpi_coll_now();
+		if (moved)
+			last = now;
+		else if (now - last > (double)c->o.timeout_ms / 1000.0)
+			st = ibpi_fail(IBP_ERR_IO, "coll: timeout after %lld ms in a pipelined ring step (send to %d, "
+					"receive from %d; %llu of %llu pieces sent, %llu received)",
+				      (long long)c->o.timeout_ms, w->right, w->left, (unsigned long long)sdone,
+				      (unsigned long long)np, (unsigned long long)recvd);
+		else
+			ibpi_coll_idle(now - last);
+	}
+	atomic_store(&w->stop, 1);
+	if (posted) { /* nothing may run past the return */
+		ibp_status_t js = ibpi_coll_helper_wait(c->helper);
+		st = st != IBP_OK ? st : js;
+		if (st == IBP_OK && atomic_load_explicit(&w->hfailed, memory_order_acquire))
+			st = pipe_status(&w->hfail);
+	}
+	for (k = 0; k < 2 * np; k++)
+		if (w->req[k] && !as->cancel(ctx, w->req[k]))
+			*leak = 1;
+	return st;
 }
 
 /* The pipelined ring: AllGather (red = 0: own chunk `rank` at `own`,
  * received chunks decoded into recv) or ReduceScatter (red = 1: `own` is
  * the whole send buffer; at the end b->acc holds the sum of chunk rank).
- * Round k of a step: the helper decodes (and adds) the piece received in
- * round k - 1 and encodes piece k + 1 while this thread sends piece k and
- * receives its counterpart, then checks that piece's header. */
+ * Steps run one after the other, each a flow_step. */
 static ibp_status_t ring_pipe(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *own, uint8_t *recv,
 			      const uint64_t *off, const uint64_t *len, bufs_t *b, uint64_t np, int red)
 {
-	const int r = c->rank, p = c->nranks, right = mod(r + 1, p), left = mod(r - 1, p);
+	const int r = c->rank, p = c->nranks;
 	const uint64_t esz = ibp_dtype_size((ibp_dtype_t)h.dtype), maxn = max_len(c, len);
 	uint64_t pcap = 0;
 	IBP_TRY(ibpi_coll_msg_cap((ibp_dtype_t)h.dtype, maxn / np + 1, &pcap));
-	const uint64_t cap = pcap * np;
-	uint8_t *mb[2] = { malloc(cap), malloc(cap) };
-	uint64_t *so = calloc(4 * (np + 1), sizeof(uint64_t)); /* send / receive piece offsets and sizes */
-	uint64_t *ss = so ? so + (np + 1) : NULL, *ro = so ? so + 2 * (np + 1) : NULL, *rs = so ? so + 3 * (np + 1) : NULL;
+	const uint64_t pmax = maxn / np + 1; /* elements of the largest piece */
+	uint8_t *mb[2] = { ibpi_coll_ws(c, COLL_WS_PIPE0, pcap * np), ibpi_coll_ws(c, COLL_WS_PIPE1, pcap * np) };
+	uint8_t *accs[2] = { b->acc, red ? ibpi_coll_ws(c, COLL_WS_PACC, maxn * esz) : NULL };
+	uint8_t *scr = red ? ibpi_coll_ws(c, COLL_WS_SCRATCH, 2 * pmax * (sizeof(float) + esz)) : NULL;
+	uint64_t *sz = calloc(2 * np, sizeof *sz);
 	coll_hdr_t *got = calloc(np, sizeof *got);
-	uint8_t *accs[2] = { b->acc, red ? malloc(maxn ? maxn * esz : 1) : NULL };
+	void **req = calloc(2 * np, sizeof *req);
 	ibp_status_t st = IBP_OK;
-	if (!mb[0] || !mb[1] || !so || !got || (red && !accs[1]))
+	int leak = 0, ab = 0;
+	if (!mb[0] || !mb[1] || !sz || !got || !req || (red && (!accs[1] || !scr)))
 		st = ibpi_fail(IBP_ERR_NOMEM, "coll: no memory for pipelined %llu-element chunks",
 			      (unsigned long long)maxn);
 	if (st == IBP_OK && !red) /* the owner's chunk in place (FP8: what the others get, when encoded) */
 		st = c->mem->copy(c, recv + off[r] * esz, own, len[r] * esz);
-	pipe_job_t job;
-	int posted = 0, sb = 0, ab = 0; /* sends from mb[sb]; ReduceScatter: this step's sums go to accs[ab] */
 	for (int s = 0; s < p - 1 && st == IBP_OK; s++) {
-		const int sc = red ? mod(r - 1 - s, p) : mod(r - s, p), rc = red ? mod(r - 2 - s, p) : mod(r - 1 - s, p);
-		/* AllGather encodes its own chunk at step 0, then forwards what it
-		 * received; ReduceScatter encodes its data, then each step's sum */
-		const int enc_step = red || s == 0;
-		const uint8_t *src = !red ? own : s == 0 ? own + off[sc] * esz : accs[1 - ab];
-		uint64_t po, pn;
-#define ENC_JOB(k)                                                                                   \
-	do {                                                                                         \
-		piece_at(len[sc], np, (k), &po, &pn);                                                \
-		job.enc = 1;                                                                         \
-		job.fp8_own = !red;                                                                  \
-		job.eh = h;                                                                          \
-		job.eh.elems = pn;                                                                   \
-		job.eh.chunk = (uint32_t)((uint64_t)(k) << 16 | (uint64_t)sc);                       \
-		job.eh.enc = pn ? h.enc : COLL_ENC_RAW;                                              \
-		job.esrc = src + po * esz;                                                           \
-		job.emsg = mb[sb] + so[(k)];                                                         \
-		job.ecap = cap - so[(k)];                                                            \
-		job.own_dst = recv + (off[r] + po) * esz;                                            \
-	} while (0)
-#define DEC_JOB(k)                                                                                   \
-	do {                                                                                         \
-		uint64_t qo_, qn_;                                                                   \
-		piece_at(len[rc], np, (k), &qo_, &qn_);                                              \
-		job.dec = 1;                                                                         \
-		job.red = red;                                                                       \
-		job.dh = got[(k)];                                                                   \
-		job.dmsg = mb[1 - sb] + ro[(k)];                                                     \
-		job.dbytes = rs[(k)];                                                                \
-		job.ddst = red ? accs[ab] + qo_ * esz : recv + (off[rc] + qo_) * esz;                \
-		job.loc = red ? own + (off[rc] + qo_) * esz : NULL;                                  \
-	} while (0)
-		if (enc_step) {
-			so[0] = 0;
-			job = (pipe_job_t){ .c = c };
-			ENC_JOB(0);
-			if ((st = pipe_sync(&job)) != IBP_OK)
-				break;
-			ss[0] = job.ebytes;
+		flow_t w = { .c = c, .h = h, .np = np, .pcap = pcap, .esz = esz, .right = mod(r + 1, p), .left = mod(r - 1, p),
+			     .got = got, .red = red, .req = req };
+		if (red) { /* floats first: aligned */
+			w.f[0] = (float *)(void *)scr, w.f[1] = w.f[0] + pmax;
+			w.tmp[0] = scr + 2 * pmax * sizeof(float), w.tmp[1] = w.tmp[0] + pmax * esz;
 		}
-		ro[0] = 0;
-		for (uint64_t k = 0; k < np && st == IBP_OK; k++) {
-			job = (pipe_job_t){ .c = c, .f = b->f, .tmp = b->tmp };
-			if (k > 0)
-				DEC_JOB(k - 1);
-			if (enc_step && k + 1 < np) {
-				so[k + 1] = so[k] + ss[k];
-				ENC_JOB(k + 1);
-			}
-			if (job.dec || job.enc)
-				st = pipe_post(c, &job, &posted);
-			uint64_t rbytes = 0, sn, qo, qn;
-			piece_at(len[sc], np, k, &po, &sn);
-			if (st == IBP_OK)
-				st = ibpi_coll_sendrecv(c, right, mb[sb] + so[k], ss[k], sn * esz, left, mb[1 - sb] + ro[k],
-						       cap - ro[k], &rbytes);
-			ibp_status_t js = pipe_join(c, &job, &posted);
-			st = st != IBP_OK ? st : js;
-			if (st != IBP_OK)
-				break;
-			if (job.enc)
-				ss[k + 1] = job.ebytes;
-			rs[k] = rbytes;
-			ro[k + 1] = ro[k] + rbytes;
-			coll_hdr_t want = h;
-			piece_at(len[rc], np, k, &qo, &qn);
-			want.elems = qn;
-			want.chunk = (uint32_t)(k << 16 | (uint64_t)rc);
-			st = c->mem->check(c, mb[1 - sb] + ro[k], rbytes, &want, left, &got[k]);
+		w.sc = red ? mod(r - 1 - s, p) : mod(r - s, p);
+		w.rc = red ? mod(r - 2 - s, p) : mod(r - 1 - s, p);
+		w.slen = len[w.sc];
+		w.rlen = len[w.rc];
+		if (red) { /* encodes its data, then each step's sum */
+			w.esrc = s == 0 ? own + off[w.sc] * esz : accs[1 - ab];
+			w.sbuf = mb[0], w.rbuf = mb[1], w.ssz = sz, w.rsz = sz + np;
+			w.dst = accs[ab];
+			w.loc = own + off[w.rc] * esz;
+		} else { /* encodes its own chunk, then forwards what it received */
+			w.esrc = s == 0 ? own : NULL;
+			w.own_dst = s == 0 ? recv + off[r] * esz : NULL;
+			w.sbuf = mb[s & 1], w.rbuf = mb[1 - (s & 1)];
+			w.ssz = sz + (s & 1) * np, w.rsz = sz + (1 - (s & 1)) * np;
+			w.dst = recv + off[w.rc] * esz;
 		}
-		if (st == IBP_OK) { /* the last piece */
-			job = (pipe_job_t){ .c = c, .f = b->f, .tmp = b->tmp };
-			DEC_JOB(np - 1);
-			st = pipe_sync(&job);
-		}
-#undef ENC_JOB
-#undef DEC_JOB
-		if (!red) { /* next step forwards what this one received */
-			uint64_t *t;
-			sb = 1 - sb;
-			t = so, so = ro, ro = t;
-			t = ss, ss = rs, rs = t;
-		} else
-			ab = 1 - ab;
+		st = flow_step(c, &w, &leak);
+		ab = 1 - ab;
 	}
-	ibp_status_t js = pipe_join(c, &job, &posted); /* nothing may run past the return */
-	st = st != IBP_OK ? st : js;
 	if (st == IBP_OK && red && accs[1 - ab] != b->acc)
 		memcpy(b->acc, accs[1 - ab], len[r] * esz);
-	free(mb[0]);
-	free(mb[1]);
-	free(so < ro ? so : ro); /* the block, whichever way the pointers were swapped */
+	if (leak) /* the transport may still use them: a broken communicator never frees them */
+		c->ws_lent = 1;
+	free(sz);
 	free(got);
-	free(accs[1]);
+	free(req);
 	return st;
 }
 
@@ -417,6 +564,7 @@ static ibp_status_t begin(ibp_coll_comm_t *c, const char *what, ibp_dtype_t dt, 
 static ibp_status_t finish(ibp_coll_comm_t *c, ibp_status_t s, uint64_t wire0, uint64_t logical0)
 {
 	ibp_status_t f = c->mem->finish(c); /* the device table's stream drained */
+	ibpi_coll_ws_trim(c);
 	s = s != IBP_OK ? s : f;
 	uint64_t w = c->st.wire_bytes - wire0, l = c->st.logical_bytes - logical0;
 	c->st.last_ratio = w ? (double)l / (double)w : 1.0;

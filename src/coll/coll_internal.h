@@ -30,6 +30,16 @@ typedef struct coll_hdr {
 	uint32_t seq;    /* the communicator's call number */
 } coll_hdr_t;
 
+/* Host working buffers a communicator keeps between calls, so that a
+ * repeated call does not fault in fresh pages (on this VM a first touch
+ * costs more than the codecs). */
+enum coll_ws {
+	COLL_WS_MSG0, COLL_WS_MSG1, COLL_WS_F, COLL_WS_TMP, COLL_WS_ACC, /* mem_host.c */
+	COLL_WS_PIPE0, COLL_WS_PIPE1, COLL_WS_PACC, COLL_WS_SCRATCH,     /* algo.c, pipelined rings */
+	COLL_WS_N
+};
+#define COLL_WS_KEEP (64ull << 20) /* larger buffers are freed at the end of their call */
+
 struct ibp_coll_comm {
 	ibp_coll_transport_t t;
 	ibp_coll_opts_t o;
@@ -45,6 +55,11 @@ struct ibp_coll_comm {
 	void *stream;               /* the current call's stream (device table) */
 	coll_dev_t dev;             /* the device table's buffers */
 	uint64_t piece_bytes;       /* pipelined rings: raw bytes a piece (0: whole chunks); algo.c */
+	struct {
+		void *p;
+		uint64_t cap;
+	} ws[COLL_WS_N];   /* host working buffers kept between calls (ibpi_coll_ws) */
+	int ws_lent;       /* a failed call left a transport request on them: never freed */
 };
 
 /* Raw bytes of a piece of the pipelined rings: IBP_COLL_PIECE_BYTES from
@@ -53,6 +68,13 @@ struct ibp_coll_comm {
  * at creation. */
 uint64_t ibpi_coll_piece_bytes(void);
 
+/* Working buffer `slot` of at least `bytes` (contents undefined), kept
+ * for the next call; NULL with IBP_ERR_NOMEM recorded. */
+void *ibpi_coll_ws(ibp_coll_comm_t *c, enum coll_ws slot, uint64_t bytes);
+
+/* End of a call: frees the buffers over COLL_WS_KEEP (unless lent). */
+void ibpi_coll_ws_trim(ibp_coll_comm_t *c);
+
 /* Monotonic seconds. */
 double ibpi_coll_now(void);
 
@@ -60,6 +82,18 @@ double ibpi_coll_now(void);
  * the timeout applied. */
 ibp_status_t ibpi_coll_sendrecv(ibp_coll_comm_t *c, int dst, const void *sbuf, uint64_t sbytes, uint64_t logical,
 			   int src, void *rbuf, uint64_t rcap, uint64_t *rbytes);
+
+/* A polling loop's pause after `waited` seconds without progress: a yield
+ * for the first 200 us, then a 20 us nap. Transports such as Open MPI's
+ * TCP move bytes only while polled, but the kernel's socket buffers carry
+ * a link through a nap; a yield-spinning poller starves the codec threads
+ * of ranks that share cores. */
+void ibpi_coll_idle(double waited);
+
+/* Starts a nonblocking send through the transport's async table (which
+ * the caller has checked) with the throttle and the stats applied. */
+ibp_status_t ibpi_coll_isend(ibp_coll_comm_t *c, int dst, const void *buf, uint64_t bytes, uint64_t logical,
+			void **req);
 
 /* ---- codec steps (coll_codec.c) ---- */
 

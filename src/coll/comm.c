@@ -1,6 +1,7 @@
 /* comm.c - communicators: options, the throttled and counted sendrecv,
  * calibration of the alpha-beta model and the per-call switcher. */
 #include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -85,6 +86,55 @@ ibp_status_t ibpi_coll_sendrecv(ibp_coll_comm_t *c, int dst, const void *sbuf, u
 	return IBP_OK;
 }
 
+void *ibpi_coll_ws(ibp_coll_comm_t *c, enum coll_ws slot, uint64_t bytes)
+{
+	if (bytes == 0)
+		bytes = 1;
+	if (c->ws[slot].cap >= bytes)
+		return c->ws[slot].p;
+	if (c->ws_lent) /* the old buffer may still be the transport's */
+		c->ws[slot].p = NULL;
+	free(c->ws[slot].p);
+	c->ws[slot].cap = 0;
+	if (!(c->ws[slot].p = malloc(bytes))) {
+		ibpi_fail(IBP_ERR_NOMEM, "coll: out of memory for a %llu-byte working buffer",
+			 (unsigned long long)bytes);
+		return NULL;
+	}
+	c->ws[slot].cap = bytes;
+	return c->ws[slot].p;
+}
+
+void ibpi_coll_ws_trim(ibp_coll_comm_t *c)
+{
+	for (int k = 0; k < COLL_WS_N; k++)
+		if (c->ws[k].cap > COLL_WS_KEEP) {
+			if (!c->ws_lent)
+				free(c->ws[k].p);
+			c->ws[k].p = NULL;
+			c->ws[k].cap = 0;
+		}
+}
+
+void ibpi_coll_idle(double waited)
+{
+	static const struct timespec nap = { 0, 20000 };
+	if (waited < 200e-6)
+		sched_yield();
+	else
+		nanosleep(&nap, NULL);
+}
+
+ibp_status_t ibpi_coll_isend(ibp_coll_comm_t *c, int dst, const void *buf, uint64_t bytes, uint64_t logical,
+			void **req)
+{
+	pace(c, bytes);
+	IBP_TRY(c->t.async->isend(c->t.ctx, dst, buf, bytes, req));
+	c->st.wire_bytes += bytes;
+	c->st.logical_bytes += logical;
+	return IBP_OK;
+}
+
 static ibp_status_t check_opts(const ibp_coll_opts_t *o)
 {
 	if (o->timeout_ms <= 0)
@@ -115,6 +165,8 @@ ibp_status_t ibp_coll_comm_create(const ibp_coll_transport_t *t, const ibp_coll_
 	if (!t->sendrecv || t->nranks < 1 || t->rank < 0 || t->rank >= t->nranks)
 		s = ibpi_fail(IBP_ERR_INVALID_ARG, "coll: comm_create: bad transport (rank %d of %d)", t->rank,
 			     t->nranks);
+	else if (t->async && (!t->async->isend || !t->async->irecv || !t->async->test || !t->async->cancel))
+		s = ibpi_fail(IBP_ERR_INVALID_ARG, "coll: comm_create: the transport's async table lacks a function");
 	else
 		s = check_opts(&o);
 	ibp_coll_comm_t *c = NULL;
@@ -151,6 +203,8 @@ void ibp_coll_comm_destroy(ibp_coll_comm_t *c)
 	ibpi_coll_dev_release(c);
 	if (c->t.destroy)
 		c->t.destroy(c->t.ctx);
+	for (int k = 0; k < COLL_WS_N && !c->ws_lent; k++)
+		free(c->ws[k].p);
 	free(c);
 }
 

@@ -2,7 +2,7 @@
  * time handed over under a mutex and condition variables (no spinning).
  * Made once, on the first job that needs it; joined when the communicator
  * is freed. Used to decode a received AllGather block while the next ring
- * step forwards it. */
+ * step forwards it, and for the codec work of the pipelined rings. */
 #ifndef IBP_COLL_HELPER_H
 #define IBP_COLL_HELPER_H
 
@@ -21,6 +21,10 @@ ibp_status_t ibpi_coll_helper_post(coll_helper_t *h, void (*fn)(void *), void *a
 /* Blocks until the posted job (if any) has returned. IBP_ERR_INTERNAL if
  * a pthread call failed (the job's own status travels in arg). */
 ibp_status_t ibpi_coll_helper_wait(coll_helper_t *h);
+
+/* 1 when ibpi_coll_helper_wait would not block (no job posted, the job has
+ * returned, or the thread has died), else 0. Never blocks for long. */
+int ibpi_coll_helper_ready(coll_helper_t *h);
 
 /* Waits for a posted job, stops and joins the thread, frees h (NULL: no-op).
  * IBP_ERR_INTERNAL if a pthread call failed (h is freed anyway unless the

@@ -1,5 +1,5 @@
 /* mem_host.c - the algorithms' buffer steps on host memory: the codecs on
- * the CPU, working buffers allocated per call. */
+ * the CPU, working buffers the communicator keeps between calls. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,12 +9,7 @@
 
 static void h_put(ibp_coll_comm_t *c, coll_bufs_t *b)
 {
-	(void)c;
-	free(b->m[0]);
-	free(b->m[1]);
-	free(b->f);
-	free(b->tmp);
-	free(b->acc);
+	(void)c; /* the communicator keeps them (ibpi_coll_ws) */
 	memset(b, 0, sizeof *b);
 }
 
@@ -23,18 +18,11 @@ static ibp_status_t h_get(ibp_coll_comm_t *c, ibp_dtype_t dt, uint64_t maxn, int
 	memset(b, 0, sizeof *b);
 	IBP_TRY(ibpi_coll_msg_cap(dt, maxn, &b->cap));
 	uint64_t esz = ibp_dtype_size(dt), n1 = maxn ? maxn : 1;
-	b->m[0] = malloc(b->cap);
-	b->m[1] = malloc(b->cap);
-	if (reduce) {
-		b->f = malloc(n1 * sizeof(float));
-		b->tmp = malloc(n1 * esz);
-		b->acc = malloc(n1 * esz);
-	}
-	if (!b->m[0] || !b->m[1] || (reduce && (!b->f || !b->tmp || !b->acc))) {
-		h_put(c, b);
-		return ibpi_fail(IBP_ERR_NOMEM, "coll: out of memory for %llu-element messages",
-				(unsigned long long)maxn);
-	}
+	if (!(b->m[0] = ibpi_coll_ws(c, COLL_WS_MSG0, b->cap)) || !(b->m[1] = ibpi_coll_ws(c, COLL_WS_MSG1, b->cap)))
+		return IBP_ERR_NOMEM;
+	if (reduce && (!(b->f = ibpi_coll_ws(c, COLL_WS_F, n1 * sizeof(float))) ||
+		       !(b->tmp = ibpi_coll_ws(c, COLL_WS_TMP, n1 * esz)) || !(b->acc = ibpi_coll_ws(c, COLL_WS_ACC, n1 * esz))))
+		return IBP_ERR_NOMEM;
 	return IBP_OK;
 }
 

@@ -101,6 +101,107 @@ static ibp_status_t m_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t sb
 	return IBP_OK;
 }
 
+/* ---- nonblocking messages (ibp_coll_async_t) ---- */
+
+typedef struct mreq {
+	MPI_Request r;
+	int recv, src;
+	uint64_t cap;
+} mreq_t;
+
+static ibp_status_t m_post(mctx_t *m, int peer, void *buf, uint64_t bytes, int recv, void **req)
+{
+	if (bytes > INT_MAX && !recv)
+		return ibpi_fail(IBP_ERR_UNSUPPORTED, "coll: mpi: a %llu-byte message exceeds MPI's int count",
+				(unsigned long long)bytes);
+	mreq_t *q = malloc(sizeof *q);
+	if (!q)
+		return ibpi_fail(IBP_ERR_NOMEM, "coll: mpi: out of memory for a request");
+	q->recv = recv;
+	q->src = peer;
+	q->cap = bytes;
+	int n = bytes > INT_MAX ? INT_MAX : (int)bytes;
+	int rc = recv ? MPI_Irecv(buf, n, MPI_BYTE, peer, TAG, m->comm, &q->r)
+		      : MPI_Isend(buf, n, MPI_BYTE, peer, TAG, m->comm, &q->r);
+	if (rc != MPI_SUCCESS) {
+		free(q);
+		return mpi_fail(rc, recv ? "MPI_Irecv" : "MPI_Isend");
+	}
+	*req = q;
+	return IBP_OK;
+}
+
+static ibp_status_t m_isend(void *ctx, int dst, const void *buf, uint64_t bytes, void **req)
+{
+	return m_post(ctx, dst, (void *)buf, bytes, 0, req); /* MPI_Isend's buffer is const in MPI-3 */
+}
+
+static ibp_status_t m_irecv(void *ctx, int src, void *buf, uint64_t cap, void **req)
+{
+	return m_post(ctx, src, buf, cap, 1, req);
+}
+
+static ibp_status_t m_test(void *ctx, void *req, int *done, uint64_t *bytes)
+{
+	(void)ctx;
+	mreq_t *q = req;
+	MPI_Status st;
+	int rc = MPI_Test(&q->r, done, &st), cnt = 0;
+	ibp_status_t s = IBP_OK;
+	if (rc != MPI_SUCCESS) {
+		/* Open MPI reports a truncated receive in the status or as the return value */
+		int e = rc == MPI_ERR_IN_STATUS ? st.MPI_ERROR : rc, cls = e;
+		(void)MPI_Error_class(e, &cls);
+		if (q->recv && cls == MPI_ERR_TRUNCATE)
+			s = ibpi_fail(IBP_ERR_INVALID_ARG,
+				     "coll: mpi: mismatch: message from rank %d exceeds the expected %llu bytes", q->src,
+				     (unsigned long long)q->cap);
+		else
+			s = mpi_fail(e, q->recv ? "MPI_Test (receive)" : "MPI_Test (send)");
+		if (q->r != MPI_REQUEST_NULL) /* results ignored: the failure is what the caller gets */
+			(void)MPI_Request_free(&q->r);
+		free(q);
+		return s;
+	}
+	if (!*done)
+		return IBP_OK;
+	if (q->recv && (rc = MPI_Get_count(&st, MPI_BYTE, &cnt)) != MPI_SUCCESS)
+		s = mpi_fail(rc, "MPI_Get_count");
+	else if (q->recv)
+		*bytes = (uint64_t)cnt;
+	free(q);
+	return s;
+}
+
+/* A receive is cancelled and waited for (briefly); a send cannot be
+ * recalled (MPI-4 deprecates cancelling sends): given a moment to finish,
+ * else left to MPI with its buffer. */
+static int m_cancel(void *ctx, void *req)
+{
+	(void)ctx;
+	mreq_t *q = req;
+	if (q->recv)
+		(void)MPI_Cancel(&q->r); /* a failure shows as a request that does not finish */
+	struct timespec t0, now, nap = { 0, 50000 };
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		int done = 0;
+		if (MPI_Test(&q->r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) {
+			free(q);
+			return 1; /* finished, cancelled or failed: MPI holds the buffer no more */
+		}
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 > 100) {
+			(void)MPI_Request_free(&q->r);
+			free(q);
+			return 0;
+		}
+		nanosleep(&nap, NULL);
+	}
+}
+
+static const ibp_coll_async_t mpi_async = { m_isend, m_irecv, m_test, m_cancel };
+
 /* Waits for a nonblocking collective until the deadline. A nonblocking
  * collective can be neither cancelled nor freed: after a timeout the
  * request is left to MPI and the communicator is broken (the caller's
@@ -335,5 +436,6 @@ ibp_status_t ibp_coll_comm_from_mpi(const void *mpi_comm, const ibp_coll_opts_t 
 	/* IBP_COLL_MPI_NATIVE=0: the algorithms on every call (A/B runs, tests) */
 	const char *e = getenv("IBP_COLL_MPI_NATIVE");
 	t.native = e && e[0] == '0' ? NULL : &mpi_native;
+	t.async = &mpi_async;
 	return ibp_coll_comm_create(&t, opts, out);
 }

@@ -776,6 +776,14 @@ Test(coll, bad_arguments)
 	cr_assert_eq(ibp_coll_inproc_transport(w, 0, &t), IBP_OK);
 	cr_assert_eq(ibp_coll_comm_create(&t, &o, &c), IBP_ERR_INVALID_ARG);
 	cr_assert_null(c);
+	/* an async table without all four functions */
+	ibp_coll_async_t half = *t.async;
+	half.cancel = NULL;
+	cr_assert_eq(ibp_coll_inproc_transport(w, 0, &t), IBP_OK);
+	t.async = &half;
+	cr_assert_eq(ibp_coll_comm_create(&t, NULL, &c), IBP_ERR_INVALID_ARG);
+	cr_assert(strstr(ibp_last_error(), "async"), "%s", ibp_last_error());
+	cr_assert_null(c);
 	ibp_coll_inproc_destroy(w);
 }
 
@@ -785,7 +793,18 @@ typedef struct evil {
 	ibp_coll_transport_t inner;
 	tu_rng_t g;
 	int mode; /* 0 flip a byte, 1 truncate, 2 flip a header byte */
+	uint64_t damaged_async; /* receives damaged through the async table */
 } evil_t;
+
+static void damage(evil_t *e, uint8_t *b, uint64_t *rbytes)
+{
+	if (e->mode == 0)
+		b[tu_below(&e->g, *rbytes)] ^= (uint8_t)(1u << tu_below(&e->g, 8));
+	else if (e->mode == 1)
+		*rbytes = tu_below(&e->g, *rbytes);
+	else
+		b[tu_below(&e->g, *rbytes < 32 ? *rbytes : 32)] ^= (uint8_t)(1u + tu_below(&e->g, 255));
+}
 
 static ibp_status_t evil_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t sbytes, int src, void *rbuf,
 				  uint64_t rcap, uint64_t *rbytes, int64_t timeout_ms)
@@ -794,15 +813,65 @@ static ibp_status_t evil_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t
 	ibp_status_t s = e->inner.sendrecv(e->inner.ctx, dst, sbuf, sbytes, src, rbuf, rcap, rbytes, timeout_ms);
 	if (s != IBP_OK || src < 0 || *rbytes == 0)
 		return s;
-	uint8_t *b = rbuf;
-	if (e->mode == 0)
-		b[tu_below(&e->g, *rbytes)] ^= (uint8_t)(1u << tu_below(&e->g, 8));
-	else if (e->mode == 1)
-		*rbytes = tu_below(&e->g, *rbytes);
-	else
-		b[tu_below(&e->g, *rbytes < 32 ? *rbytes : 32)] ^= (uint8_t)(1u + tu_below(&e->g, 255));
+	damage(e, rbuf, rbytes);
 	return IBP_OK;
 }
+
+/* The same damage on nonblocking receives (the pipelined rings). */
+typedef struct evil_req {
+	void *inner;
+	uint8_t *buf; /* a receive's buffer; NULL: a send */
+} evil_req_t;
+
+static ibp_status_t evil_post(evil_t *e, int peer, void *buf, uint64_t bytes, int recv, void **req)
+{
+	evil_req_t *q = calloc(1, sizeof *q);
+	cr_assert(q);
+	q->buf = recv ? buf : NULL;
+	ibp_status_t s = recv ? e->inner.async->irecv(e->inner.ctx, peer, buf, bytes, &q->inner)
+			      : e->inner.async->isend(e->inner.ctx, peer, buf, bytes, &q->inner);
+	if (s != IBP_OK)
+		free(q);
+	else
+		*req = q;
+	return s;
+}
+
+static ibp_status_t evil_isend(void *ctx, int dst, const void *buf, uint64_t bytes, void **req)
+{
+	return evil_post(ctx, dst, (void *)buf, bytes, 0, req);
+}
+
+static ibp_status_t evil_irecv(void *ctx, int src, void *buf, uint64_t cap, void **req)
+{
+	return evil_post(ctx, src, buf, cap, 1, req);
+}
+
+static ibp_status_t evil_test(void *ctx, void *req, int *done, uint64_t *bytes)
+{
+	evil_t *e = ctx;
+	evil_req_t *q = req;
+	ibp_status_t s = e->inner.async->test(e->inner.ctx, q->inner, done, bytes);
+	if (s != IBP_OK || *done) {
+		if (s == IBP_OK && q->buf && *bytes) {
+			damage(e, q->buf, bytes);
+			e->damaged_async++;
+		}
+		free(q);
+	}
+	return s;
+}
+
+static int evil_cancel(void *ctx, void *req)
+{
+	evil_t *e = ctx;
+	evil_req_t *q = req;
+	int r = e->inner.async->cancel(e->inner.ctx, q->inner);
+	free(q);
+	return r;
+}
+
+static const ibp_coll_async_t evil_async = { evil_isend, evil_irecv, evil_test, evil_cancel };
 
 static void evil_destroy(void *ctx)
 {
@@ -813,7 +882,7 @@ static void evil_destroy(void *ctx)
 
 typedef struct evil_job {
 	ibp_coll_inproc_t *w;
-	int rank, mode, op;
+	int rank, mode, op, pipelined;
 	uint64_t seed;
 	ibp_coll_codec_t codec;
 	ibp_status_t st;
@@ -831,8 +900,9 @@ static void *evil_run(void *arg)
 	/* Rank 1 times out once rank 0 has given up; keep that short. */
 	o.timeout_ms = j->rank ? 150 : 2000;
 	cr_assert_eq(ibp_coll_inproc_transport(j->w, j->rank, &t), IBP_OK);
+	evil_t *e = NULL;
 	if (j->rank == 0) {
-		evil_t *e = calloc(1, sizeof *e);
+		e = calloc(1, sizeof *e);
 		cr_assert(e);
 		e->inner = t;
 		e->mode = j->mode;
@@ -840,6 +910,7 @@ static void *evil_run(void *arg)
 		t.ctx = e;
 		t.sendrecv = evil_sendrecv;
 		t.destroy = evil_destroy;
+		t.async = j->pipelined ? &evil_async : NULL;
 	}
 	cr_assert_eq(ibp_coll_comm_create(&t, &o, &c), IBP_OK);
 	uint64_t n = 777;
@@ -848,6 +919,9 @@ static void *evil_run(void *arg)
 		j->st = ibp_coll_allgather(in, out, n, IBP_DTYPE_BF16, j->codec, c, NULL);
 	else
 		j->st = ibp_coll_allreduce(in, out, 2 * n, IBP_DTYPE_BF16, IBP_COLL_SUM, j->codec, c, NULL);
+	if (e) /* the pipelined sweep really takes the nonblocking path */
+		cr_assert(j->pipelined ? e->damaged_async > 0 : e->damaged_async == 0, "%llu receives damaged async",
+			  (unsigned long long)e->damaged_async);
 	free(in);
 	free(out);
 	ibp_coll_comm_destroy(c);
@@ -857,9 +931,11 @@ static void *evil_run(void *arg)
 /* Whatever the damage, rank 0 returns a status (never crashes, never reads
  * out of bounds under ASan); damage to the header or a truncation is
  * always caught. */
-Test(coll, corrupt_messages)
+static void corrupt_sweep(int pipelined)
 {
 	int caught[3] = { 0 }, runs[3] = { 0 };
+	/* 777 elements a chunk in pieces of 32 bf16: 25 pieces (whole chunks otherwise) */
+	setenv("IBP_COLL_PIECE_BYTES", pipelined ? "64" : "0", 1);
 	for (int it = 0; it < 72; it++) {
 		ibp_coll_inproc_t *w;
 		cr_assert_eq(ibp_coll_inproc_create(2, &w), IBP_OK);
@@ -867,7 +943,8 @@ Test(coll, corrupt_messages)
 		pthread_t th[2];
 		int mode = it % 3;
 		for (int r = 0; r < 2; r++) {
-			j[r] = (evil_job_t){ w, r, mode, (it / 3) % 2 ? AR : AG, (uint64_t)it, codecs[(it / 6) % 3], IBP_OK };
+			j[r] = (evil_job_t){ w, r, mode, (it / 3) % 2 ? AR : AG, pipelined, (uint64_t)it, codecs[(it / 6) % 3],
+					     IBP_OK };
 			cr_assert_eq(pthread_create(&th[r], NULL, evil_run, &j[r]), 0);
 		}
 		for (int r = 0; r < 2; r++)
@@ -885,6 +962,9 @@ Test(coll, corrupt_messages)
 	cr_assert_eq(caught[1], runs[1]);
 	cr_assert_eq(caught[2], runs[2]);
 }
+
+Test(coll, corrupt_messages) { corrupt_sweep(0); }
+Test(coll, corrupt_messages_pipelined) { corrupt_sweep(1); }
 
 /* The persistent helper thread (src/coll/helper.c): many jobs through one
  * thread in order, each finished when wait returns; a second post before
@@ -923,6 +1003,79 @@ Test(coll, helper_thread_handoff)
 	cr_assert_eq(j.n, 1001, "stop dropped the posted job");
 	cr_assert_eq(ibpi_coll_helper_stop(NULL), IBP_OK);
 }
+
+/* One communicator, calls of changing sizes and ops: the working buffers it
+ * keeps between calls (ibpi_coll_ws) hold the last call's bytes, which no
+ * call may read. EXP against NONE on the same communicator, pipelined
+ * (pieces of 256 bytes) and whole. */
+typedef struct reuse_job {
+	ibp_coll_inproc_t *w;
+	int rank;
+	ibp_status_t st;
+	char err[256];
+} reuse_job_t;
+
+static void *reuse_run(void *arg)
+{
+	reuse_job_t *j = arg;
+	ibp_coll_transport_t t;
+	ibp_coll_comm_t *c = NULL;
+	ibp_coll_opts_t o;
+	ibp_coll_opts_default(&o);
+	o.calibrate = 0;
+	o.policy = IBP_COLL_POLICY_ALWAYS;
+	cr_assert_eq(ibp_coll_inproc_transport(j->w, j->rank, &t), IBP_OK);
+	cr_assert_eq(ibp_coll_comm_create(&t, &o, &c), IBP_OK);
+	const uint64_t sizes[] = { 30000, 301, 60000, 7, 4099 };
+	for (int k = 0; k < 10 && j->st == IBP_OK; k++) {
+		uint64_t n = sizes[k % 5];
+		void *in = make_input(j->rank, IBP_DTYPE_BF16, 3 * n, n + (uint64_t)k);
+		uint16_t *a = calloc(3 * n, 2), *b = calloc(3 * n, 2);
+		cr_assert(a && b);
+		if (k < 5) {
+			j->st = ibp_coll_allreduce(in, a, n, IBP_DTYPE_BF16, IBP_COLL_SUM, IBP_COLL_CODEC_NONE, c, NULL);
+			if (j->st == IBP_OK)
+				j->st = ibp_coll_allreduce(in, b, n, IBP_DTYPE_BF16, IBP_COLL_SUM, IBP_COLL_CODEC_EXP, c, NULL);
+			if (j->st == IBP_OK)
+				cr_assert_eq(memcmp(a, b, n * 2), 0, "rank %d: allreduce of %llu", j->rank, (unsigned long long)n);
+		} else {
+			j->st = ibp_coll_allgather(in, a, n, IBP_DTYPE_BF16, IBP_COLL_CODEC_NONE, c, NULL);
+			if (j->st == IBP_OK)
+				j->st = ibp_coll_allgather(in, b, n, IBP_DTYPE_BF16, IBP_COLL_CODEC_EXP, c, NULL);
+			if (j->st == IBP_OK)
+				cr_assert_eq(memcmp(a, b, 3 * n * 2), 0, "rank %d: allgather of %llu", j->rank,
+					     (unsigned long long)n);
+		}
+		if (j->st != IBP_OK)
+			snprintf(j->err, sizeof j->err, "%s", ibp_last_error());
+		free(in);
+		free(a);
+		free(b);
+	}
+	ibp_coll_comm_destroy(c);
+	return NULL;
+}
+
+static void reuse_sweep(const char *piece)
+{
+	setenv("IBP_COLL_PIECE_BYTES", piece, 1);
+	ibp_coll_inproc_t *w;
+	cr_assert_eq(ibp_coll_inproc_create(3, &w), IBP_OK);
+	reuse_job_t j[3];
+	pthread_t th[3];
+	for (int r = 0; r < 3; r++) {
+		j[r] = (reuse_job_t){ .w = w, .rank = r };
+		cr_assert_eq(pthread_create(&th[r], NULL, reuse_run, &j[r]), 0);
+	}
+	for (int r = 0; r < 3; r++)
+		pthread_join(th[r], NULL);
+	for (int r = 0; r < 3; r++)
+		cr_assert_eq(j[r].st, IBP_OK, "rank %d: %s", r, j[r].err);
+	ibp_coll_inproc_destroy(w);
+}
+
+Test(coll, buffers_reused_across_calls) { reuse_sweep("0"); }
+Test(coll, pipelined_buffers_reused_across_calls) { reuse_sweep("256"); }
 
 /* Repeated AllGathers on one communicator whose blocks are decoded on the
  * helper (4 ranks, EXP blocks over 32 KiB coded): the same bytes as NONE

@@ -346,6 +346,12 @@ static double one_call(rank_ctx_t *rc, int native, int inplace, void *in, void *
 		dst = in;
 		src = g->op == AG ? (const char *)in + (uint64_t)rc->rank * count * esz : in;
 	}
+#ifdef IBP_HAVE_MPI
+	/* Every call starts together: a rank that finished the last call early
+	 * would otherwise charge its wait for the others to this one. */
+	if (rc->mpi && MPI_Barrier(MPI_COMM_WORLD) != MPI_SUCCESS)
+		*s = IBP_ERR_IO;
+#endif
 	double t0 = now_s();
 #ifdef IBP_HAVE_MPI
 	if (native) {

@@ -109,6 +109,7 @@ class CollTransport(C.Structure):
         ("sendrecv", SENDRECV),
         ("destroy", DESTROY),
         ("native", c_vp),  # const ibp_coll_native_t *: none from Python (the algorithms run)
+        ("async", c_vp),  # const ibp_coll_async_t *: none from Python (whole messages)
     ]
 
 
