@@ -75,7 +75,6 @@ static void piece_at(uint64_t len, uint64_t np, uint64_t k, uint64_t *o, uint64_
 typedef struct pipe_job {
 	ibp_coll_comm_t *c;
 	int dec, red, enc, fp8_own;
-	uint64_t k; /* the piece */
 	coll_hdr_t dh;
 	const uint8_t *dmsg;
 	uint64_t dbytes;
@@ -159,7 +158,7 @@ static void flow_enc(const flow_t *w, uint64_t k, pipe_job_t *j)
 {
 	uint64_t po, pn;
 	piece_at(w->slen, w->np, k, &po, &pn);
-	*j = (pipe_job_t){ .c = w->c, .enc = 1, .k = k, .eh = w->h };
+	*j = (pipe_job_t){ .c = w->c, .enc = 1, .eh = w->h };
 	j->eh.elems = pn;
 	j->eh.chunk = (uint32_t)(k << 16 | (uint64_t)w->sc);
 	j->eh.enc = pn ? w->h.enc : COLL_ENC_RAW;
@@ -174,7 +173,7 @@ static void flow_dec(const flow_t *w, uint64_t k, int th, pipe_job_t *j)
 {
 	uint64_t qo, qn;
 	piece_at(w->rlen, w->np, k, &qo, &qn);
-	*j = (pipe_job_t){ .c = w->c, .dec = 1, .red = w->red, .k = k, .dh = w->got[k] };
+	*j = (pipe_job_t){ .c = w->c, .dec = 1, .red = w->red, .dh = w->got[k] };
 	j->dmsg = w->rbuf + k * w->pcap;
 	j->dbytes = w->rsz[k];
 	j->ddst = w->dst + qo * w->esz;

@@ -140,15 +140,6 @@ ibp_status_t ibpi_coll_helper_wait(coll_helper_t *h)
 	return IBP_OK;
 }
 
-int ibpi_coll_helper_ready(coll_helper_t *h)
-{
-	if (atomic_load(&h->dead) || pthread_mutex_lock(&h->mu) != 0)
-		return 1; /* wait reports the failure */
-	int r = h->state != H_POSTED;
-	(void)pthread_mutex_unlock(&h->mu);
-	return r;
-}
-
 ibp_status_t ibpi_coll_helper_stop(coll_helper_t *h)
 {
 	if (!h)

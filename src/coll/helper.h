@@ -22,10 +22,6 @@ ibp_status_t ibpi_coll_helper_post(coll_helper_t *h, void (*fn)(void *), void *a
  * a pthread call failed (the job's own status travels in arg). */
 ibp_status_t ibpi_coll_helper_wait(coll_helper_t *h);
 
-/* 1 when ibpi_coll_helper_wait would not block (no job posted, the job has
- * returned, or the thread has died), else 0. Never blocks for long. */
-int ibpi_coll_helper_ready(coll_helper_t *h);
-
 /* Waits for a posted job, stops and joins the thread, frees h (NULL: no-op).
  * IBP_ERR_INTERNAL if a pthread call failed (h is freed anyway unless the
  * thread could not be joined, then it is leaked rather than freed under it). */
