@@ -9,6 +9,7 @@
 #   sudo tools/netns-tc.sh [-n RANKS] [-r "1 10 25"] [-o "allgather reducescatter allreduce"]
 #        [-c "none exp"] [-d bf16] [-b 1M] [-e 16M] [-f 4] [--iters 3] [--delay 50us]
 #        [--data FILE.npy] [--policy always] [--bin build/bin/ibp-coll-perf] [--json]
+#        [--cores split|all]
 #
 # Rates are Gbit/s per rank (tbf on the namespace's end of its veth). How
 # the ranks get into namespaces: mpirun (root namespace) starts one orted per
@@ -16,6 +17,14 @@
 # `ip netns exec NS ...`; the daemons reach mpirun over the bridge
 # (10.77.0.254) and the ranks talk over the veth addresses (btl tcp only,
 # btl_tcp_if_include 10.77.0.0/24), so every message crosses a shaped link.
+#
+# Cores (--cores): `split` (the default) gives each rank its own share of
+# this machine's CPUs, as separate hosts would have (rank k: CPUs
+# [k m, (k + 1) m), m = max(1, CPUs / ranks), wrapping when ranks outnumber
+# CPUs); `all` lets every rank's threads run anywhere. Open MPI's own
+# binding cannot do this: every namespace is a "node" of its own, so each
+# daemon binds its rank to core 0 and all ranks shared one core (as every
+# run before 2026-11-29 did).
 #
 # Needs root (namespaces, links, qdiscs), ip, tc and mpirun: without them it
 # says which is missing and exits 2. Everything it creates is named
@@ -43,6 +52,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 ranks=4 rates="1 10 25" ops="allgather reducescatter allreduce" codecs="none exp" dtype=bf16
 bmin=1M bmax=16M factor=4 iters=3 delay="" data="" policy=always json="" bin="$root/build/bin/ibp-coll-perf"
+cores=split
 run_timeout=${IBP_NETNS_RUN_TIMEOUT:-300}
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -60,6 +70,7 @@ while [ $# -gt 0 ]; do
 	--policy) policy=$2; shift 2 ;;
 	--bin) bin=$2; shift 2 ;;
 	--json) json=--json; shift ;;
+	--cores) cores=$2; shift 2 ;;
 	-h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
 	*) die "unknown option $1 (--help lists them)" ;;
 	esac
@@ -139,10 +150,21 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(mpirun --allow-run-as-root --host "$hosts" -np "$ranks" --map-by node
 	--mca plm_rsh_agent "$here/netns-tc.sh --agent" --mca plm_rsh_no_tree_spawn 1
 	--mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24
-	--mca btl_base_warn_component_unused 0 -x IBP_NETNS_PREFIX ${IBP_NETNS_MPI_ARGS:-})
+	--mca btl_base_warn_component_unused 0 -x IBP_NETNS_PREFIX --bind-to none ${IBP_NETNS_MPI_ARGS:-})
+ncpu=$(nproc)
+case $cores in
+split)
+	command -v taskset >/dev/null 2>&1 || die "taskset not found (util-linux); or --cores all"
+	per=$((ncpu / ranks > 0 ? ncpu / ranks : 1))
+	# the rank's CPUs, from its rank number (the launched command runs this)
+	pin=(sh -c 'f=$(( (OMPI_COMM_WORLD_RANK * '"$per"') % '"$ncpu"' )); exec taskset -c "$f-$((f + '"$per"' - 1))" "$@"' sh)
+	corenote="$per CPU(s) a rank (taskset)" ;;
+all) pin=() corenote="all $ncpu CPUs shared" ;;
+*) die "--cores split|all, not $cores" ;;
+esac
 
 echo "# netns-tc.sh: $ranks ranks, one per network namespace, rates ${rates// /, } Gbit/s per rank${delay:+, delay $delay}"
-echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -sr), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -sr), $ncpu CPUs ($corenote), load $(cut -d' ' -f1-3 /proc/loadavg)"
 for gbit in $rates; do
 	shape "$gbit"
 	for op in $ops; do
@@ -155,7 +177,7 @@ for gbit in $rates; do
 			# waits for it forever: bound each run (--timeout) and retry it.
 			ok=0
 			for attempt in 1 2 3; do
-				if "${mpi[@]}" --timeout "$run_timeout" "$bin" "${args[@]}"; then
+				if "${mpi[@]}" --timeout "$run_timeout" ${pin[@]+"${pin[@]}"} "$bin" "${args[@]}"; then
 					ok=1
 					break
 				fi

@@ -1,14 +1,13 @@
 /* algo.c - the collectives, written once against the transport: ring
  * AllGather, ring ReduceScatter, AllReduce = ReduceScatter + AllGather,
  * pairwise AllToAll(v). */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "coll/coll_internal.h"
 #include "coll/dynamiq.h"
+#include "coll/flow.h"
 #include "coll/rcmoe.h"
 #include "util/error.h"
 
@@ -22,7 +21,7 @@ static int mod(int a, int p)
 /* ---- pipelined rings (host memory, transports with async) ----
  *
  * A chunk of a ring step travels as np pieces, each its own message (header
- * chunk = piece << 16 | chunk), all in flight at once (flow_step), so that
+ * chunk = piece << 16 | chunk), all in flight at once (flow.c), so that
  * encoding, the link and decoding overlap instead of adding up. np comes
  * from the call's largest chunk and the communicator's piece size, the same
  * on every rank whatever each rank's encoding; pieces of a chunk split it
@@ -34,8 +33,6 @@ static int mod(int a, int p)
  * link: 1 MiB pieces lost most of the gain at 1 Gbit/s, docs/BENCHMARKS.md
  * "Pieces in flight"). IBP_COLL_PIECE_BYTES overrides; 0 turns it off. */
 #define PIECE_BYTES_DEFAULT 61440u
-#define PIECES_MIN 4u    /* fewer pieces than this: whole chunks */
-#define PIECES_MAX 4096u /* < 2^16: the piece index shares the header's chunk field */
 
 uint64_t ibpi_coll_piece_bytes(void)
 {
@@ -60,295 +57,68 @@ static uint64_t ring_pieces(const ibp_coll_comm_t *c, const uint64_t *len, uint6
 		return 1;
 	const uint64_t per = c->piece_bytes / esz ? c->piece_bytes / esz : 1;
 	uint64_t np = maxn / per + (maxn % per != 0); /* no piece over piece_bytes */
-	return np < PIECES_MIN ? 1 : np > PIECES_MAX ? PIECES_MAX : np;
+	return np < FLOW_PIECES_MIN ? 1 : np > FLOW_PIECES_MAX ? FLOW_PIECES_MAX : np;
 }
 
-static void piece_at(uint64_t len, uint64_t np, uint64_t k, uint64_t *o, uint64_t *n)
-{
-	uint64_t q = len / np, rem = len % np;
-	*o = k * q + (k < rem ? k : rem);
-	*n = q + (k < rem);
-}
-
-/* One codec job of a pipelined ring: decode a received piece (into dst, or
- * decoded and added to `loc` into acc) or encode a piece to send. */
-typedef struct pipe_job {
-	ibp_coll_comm_t *c;
-	int dec, red, enc, fp8_own;
-	coll_hdr_t dh;
-	const uint8_t *dmsg;
-	uint64_t dbytes;
-	uint8_t *ddst;      /* decode: destination; reduce: acc at the piece */
-	const uint8_t *loc; /* reduce: the local addend at the piece */
-	float *f;           /* reduce: scratch at the piece (pieces never share it) */
-	uint8_t *tmp;
-	coll_hdr_t eh;
-	const uint8_t *esrc;
-	uint8_t *emsg;
-	uint64_t ecap, ebytes;
-	uint8_t *own_dst; /* FP8 AllGather: the owner decodes its own piece too */
-	ibp_status_t st;
-	char err[256];
-} pipe_job_t;
-
-static void pipe_run(void *arg)
-{
-	pipe_job_t *j = arg;
-	ibp_coll_comm_t *c = j->c;
-	ibp_status_t st = IBP_OK;
-	if (j->dec && !j->red)
-		st = ibpi_coll_decode(&j->dh, j->dmsg, j->dbytes, j->ddst, c->o.nthreads);
-	else if (j->dec) {
-		st = ibpi_coll_decode_f32(&j->dh, j->dmsg, j->dbytes, j->f, j->tmp, c->o.nthreads);
-		if (st == IBP_OK)
-			ibpi_coll_add_round(j->f, j->loc, (ibp_dtype_t)j->dh.dtype, j->dh.elems, j->ddst);
-	}
-	if (st == IBP_OK && j->enc) {
-		st = ibpi_coll_encode(&j->eh, j->esrc, j->emsg, j->ecap, c->o.nthreads, c->lsq_bits, &j->ebytes);
-		if (st == IBP_OK && j->fp8_own && j->eh.enc == COLL_ENC_FP8)
-			st = ibpi_coll_decode(&j->eh, j->emsg, j->ebytes, j->own_dst, c->o.nthreads);
-	}
-	j->st = st;
-	if (st != IBP_OK)
-		snprintf(j->err, sizeof j->err, "%s", ibp_last_error());
-}
-
-static ibp_status_t pipe_status(const pipe_job_t *j)
-{
-	return j->st == IBP_OK ? IBP_OK : ibpi_fail(j->st, "%s", j->err);
-}
-
-/* One step of a pipelined ring. Every piece of the step is in flight at
- * once: the receives are posted first, each piece is sent as soon as it is
- * encoded (or at once when forwarded), each received piece is checked and
- * decoded as it arrives, so a message costs no round trip of its own (a
- * rendezvous protocol's handshakes overlap). One helper job per step
- * encodes every piece in order, publishing how many are ready, then
- * decodes; this thread polls the transport, publishes how many pieces have
- * arrived and decodes too when it has nothing else to do. Decodes are
- * claimed from one counter, so each piece is decoded once, by either
- * thread. Piece k travels in slot k (k * pcap) of sbuf and rbuf. */
-typedef struct flow {
-	ibp_coll_comm_t *c;
-	coll_hdr_t h;
-	uint64_t np, pcap, esz;
-	int right, left, sc, rc; /* chunks sent and received */
-	uint64_t slen, rlen;     /* their elements */
-	const uint8_t *esrc;     /* chunk sc to encode (NULL: forwarded, sizes in ssz) */
-	uint8_t *own_dst;        /* AllGather's FP8 own chunk (else NULL) */
-	uint8_t *sbuf, *rbuf;
-	uint64_t *ssz, *rsz;
-	coll_hdr_t *got;
+/* The codec side of a pipelined ring step (flow_t.u): what is encoded,
+ * where received pieces are decoded or summed. */
+typedef struct ring_u {
+	uint64_t slen, rlen;    /* elements of the chunks sent and received */
+	const uint8_t *esrc;    /* chunk sc to encode (NULL: forwarded) */
+	uint8_t *own_dst;       /* AllGather's FP8 own chunk (else NULL) */
 	int red;
-	uint8_t *dst;        /* received chunk rc decoded (AllGather) or summed (ReduceScatter) here */
-	const uint8_t *loc;  /* ReduceScatter: the local addend of chunk rc */
-	float *f[2];    /* ReduceScatter: a piece's scratch, the helper's and this thread's */
+	uint8_t *dst;           /* received chunk rc decoded (AllGather) or summed (ReduceScatter) here */
+	const uint8_t *loc;     /* ReduceScatter: the local addend of chunk rc */
+	float *f[2];            /* ReduceScatter: a piece's scratch, the helper's and this thread's */
 	uint8_t *tmp[2];
-	void **req; /* 2 * np: sends, then receives; NULL once finished */
-	_Atomic uint64_t ready; /* pieces encoded (ssz[k] set before k + 1 is published) */
-	_Atomic uint64_t recvd; /* pieces received and checked (rsz, got set before publishing) */
-	_Atomic uint64_t claim; /* next piece to decode */
-	_Atomic uint64_t decoded;
-	_Atomic int stop;       /* this thread gave up: the helper leaves */
-	pipe_job_t hfail;       /* the helper's failed job, if any */
-	_Atomic int hfailed;
-} flow_t;
+} ring_u_t;
 
-static void flow_enc(const flow_t *w, uint64_t k, pipe_job_t *j)
+static uint64_t ring_elems(const flow_t *w, int recv, uint64_t k)
 {
+	const ring_u_t *u = w->u;
+	uint64_t o, n;
+	ibpi_flow_piece(recv ? u->rlen : u->slen, w->np, k, &o, &n);
+	return n;
+}
+
+static ibp_status_t ring_enc(flow_t *w, uint64_t k, uint64_t *bytes)
+{
+	const ring_u_t *u = w->u;
+	ibp_coll_comm_t *c = w->c;
 	uint64_t po, pn;
-	piece_at(w->slen, w->np, k, &po, &pn);
-	*j = (pipe_job_t){ .c = w->c, .enc = 1, .eh = w->h };
-	j->eh.elems = pn;
-	j->eh.chunk = (uint32_t)(k << 16 | (uint64_t)w->sc);
-	j->eh.enc = pn ? w->h.enc : COLL_ENC_RAW;
-	j->esrc = w->esrc + po * w->esz;
-	j->emsg = w->sbuf + k * w->pcap;
-	j->ecap = w->pcap;
-	j->fp8_own = w->own_dst != NULL;
-	j->own_dst = w->own_dst ? w->own_dst + po * w->esz : NULL;
+	ibpi_flow_piece(u->slen, w->np, k, &po, &pn);
+	coll_hdr_t eh = w->h;
+	eh.elems = pn;
+	eh.chunk = ibpi_flow_chunk_id(k, w->sc);
+	eh.enc = pn ? w->h.enc : COLL_ENC_RAW;
+	uint8_t *msg = w->sbuf + k * w->pcap;
+	IBP_TRY(ibpi_coll_encode(&eh, u->esrc + po * w->esz, msg, w->pcap, c->o.nthreads, c->lsq_bits, bytes));
+	if (u->own_dst && eh.enc == COLL_ENC_FP8) /* lossy: the owner keeps what the others get */
+		IBP_TRY(ibpi_coll_decode(&eh, msg, *bytes, u->own_dst + po * w->esz, c->o.nthreads));
+	return IBP_OK;
 }
 
-static void flow_dec(const flow_t *w, uint64_t k, int th, pipe_job_t *j)
+static ibp_status_t ring_dec(flow_t *w, uint64_t k, int th)
 {
+	const ring_u_t *u = w->u;
+	ibp_coll_comm_t *c = w->c;
+	const coll_hdr_t *dh = &w->got[k];
+	const uint8_t *msg = w->rbuf + k * w->pcap;
 	uint64_t qo, qn;
-	piece_at(w->rlen, w->np, k, &qo, &qn);
-	*j = (pipe_job_t){ .c = w->c, .dec = 1, .red = w->red, .dh = w->got[k] };
-	j->dmsg = w->rbuf + k * w->pcap;
-	j->dbytes = w->rsz[k];
-	j->ddst = w->dst + qo * w->esz;
-	if (w->red) {
-		j->loc = w->loc + qo * w->esz;
-		j->f = w->f[th];
-		j->tmp = w->tmp[th];
-	}
+	ibpi_flow_piece(u->rlen, w->np, k, &qo, &qn);
+	if (!u->red)
+		return ibpi_coll_decode(dh, msg, w->rsz[k], u->dst + qo * w->esz, c->o.nthreads);
+	IBP_TRY(ibpi_coll_decode_f32(dh, msg, w->rsz[k], u->f[th], u->tmp[th], c->o.nthreads));
+	ibpi_coll_add_round(u->f[th], u->loc + qo * w->esz, (ibp_dtype_t)dh->dtype, dh->elems, u->dst + qo * w->esz);
+	return IBP_OK;
 }
 
-/* Claims the next received, undecoded piece: 1 and *k, or 0 (none now). */
-static int flow_claim(flow_t *w, uint64_t *k)
-{
-	uint64_t d = atomic_load(&w->claim);
-	while (d < atomic_load_explicit(&w->recvd, memory_order_acquire))
-		if (atomic_compare_exchange_weak(&w->claim, &d, d + 1)) {
-			*k = d;
-			return 1;
-		}
-	return 0;
-}
-
-/* Decodes piece k on thread th (0 the helper, 1 the caller); 0 on
- * failure (j holds it). */
-static int flow_decode(flow_t *w, uint64_t k, int th, pipe_job_t *j)
-{
-	flow_dec(w, k, th, j);
-	pipe_run(j);
-	if (j->st != IBP_OK)
-		return 0;
-	atomic_fetch_add(&w->decoded, 1);
-	return 1;
-}
-
-/* The helper's job: encode every piece (piece 0 is done), then decode
- * until every piece is claimed or this thread stops the step. */
-static void flow_helper(void *arg)
-{
-	flow_t *w = arg;
-	pipe_job_t j;
-	uint64_t k = atomic_load(&w->ready);
-	for (; w->esrc && k < w->np && !atomic_load(&w->stop); k++) {
-		flow_enc(w, k, &j);
-		pipe_run(&j);
-		if (j.st != IBP_OK)
-			goto failed;
-		w->ssz[k] = j.ebytes;
-		atomic_store_explicit(&w->ready, k + 1, memory_order_release);
-	}
-	while (!atomic_load(&w->stop) && atomic_load(&w->claim) < w->np) {
-		if (flow_claim(w, &k)) {
-			if (!flow_decode(w, k, 0, &j))
-				goto failed;
-		} else {
-			static const struct timespec nap = { 0, 20000 }; /* a piece arrives every ~0.5 ms at 1 Gbit/s */
-			nanosleep(&nap, NULL);
-		}
-	}
-	return;
-failed:
-	w->hfail = j;
-	atomic_store_explicit(&w->hfailed, 1, memory_order_release);
-}
-
-static ibp_status_t flow_step(ibp_coll_comm_t *c, flow_t *w, int *leak)
-{
-	const ibp_coll_async_t *as = c->t.async;
-	void *ctx = c->t.ctx;
-	const uint64_t np = w->np;
-	void **sreq = w->req, **rreq = w->req + np;
-	uint64_t sent = 0, sdone = 0, recvd = 0, k;
-	pipe_job_t mj;
-	int posted = 0;
-	ibp_status_t st = IBP_OK;
-	atomic_init(&w->ready, w->esrc ? 0 : np);
-	atomic_init(&w->recvd, 0);
-	atomic_init(&w->claim, 0);
-	atomic_init(&w->decoded, 0);
-	atomic_init(&w->stop, 0);
-	atomic_init(&w->hfailed, 0);
-	for (k = 0; k < 2 * np; k++)
-		w->req[k] = NULL;
-	if (!c->helper)
-		st = ibpi_coll_helper_start(&c->helper);
-	for (k = 0; k < np && st == IBP_OK; k++)
-		st = as->irecv(ctx, w->left, w->rbuf + k * w->pcap, w->pcap, &rreq[k]);
-	/* Piece 0 leaves before any received piece is looked at: a peer that
-	 * expects other messages then fails as mismatched, not timed out. */
-	if (st == IBP_OK && w->esrc) {
-		flow_enc(w, 0, &mj);
-		pipe_run(&mj);
-		st = pipe_status(&mj);
-		w->ssz[0] = mj.ebytes;
-		atomic_store(&w->ready, 1);
-	}
-	if (st == IBP_OK && (st = ibpi_coll_helper_post(c->helper, flow_helper, w)) == IBP_OK)
-		posted = 1;
-	double last = ibpi_coll_now();
-	while (st == IBP_OK && (sdone < np || atomic_load(&w->decoded) < np)) {
-		int moved = 0;
-		if (atomic_load_explicit(&w->hfailed, memory_order_acquire))
-			break;
-		const uint64_t ready = atomic_load_explicit(&w->ready, memory_order_acquire);
-		for (; sent < ready && st == IBP_OK; sent++, moved = 1) {
-			uint64_t po, pn;
-			piece_at(w->slen, np, sent, &po, &pn);
-			st = ibpi_coll_isend(c, w->right, w->sbuf + sent * w->pcap, w->ssz[sent], pn * w->esz,
-					     &sreq[sent]);
-		}
-		while (st == IBP_OK && sdone < sent) {
-			int done = 0;
-			uint64_t nb = 0;
-			st = as->test(ctx, sreq[sdone], &done, &nb);
-			if (st != IBP_OK || done)
-				sreq[sdone] = NULL; /* released either way */
-			if (st != IBP_OK || !done)
-				break;
-			sdone++;
-			moved = 1;
-		}
-		while (st == IBP_OK && recvd < np) {
-			int done = 0;
-			uint64_t nb = 0, qo, qn;
-			st = as->test(ctx, rreq[recvd], &done, &nb);
-			if (st != IBP_OK || done)
-				rreq[recvd] = NULL;
-			if (st != IBP_OK || !done)
-				break;
-			coll_hdr_t want = w->h;
-			piece_at(w->rlen, np, recvd, &qo, &qn);
-			want.elems = qn;
-			want.chunk = (uint32_t)(recvd << 16 | (uint64_t)w->rc);
-			w->rsz[recvd] = nb;
-			st = c->mem->check(c, w->rbuf + recvd * w->pcap, nb, &want, w->left, &w->got[recvd]);
-			if (st == IBP_OK)
-				atomic_store_explicit(&w->recvd, ++recvd, memory_order_release);
-			moved = 1;
-		}
-		if (st != IBP_OK)
-			break;
-		if (!moved && flow_claim(w, &k)) { /* nothing to poll for: decode here too */
-			if (!flow_decode(w, k, 1, &mj)) {
-				st = pipe_status(&mj);
-				break;
-			}
-			moved = 1;
-		}
-		double now = ibpi_coll_now();
-		if (moved)
-			last = now;
-		else if (now - last > (double)c->o.timeout_ms / 1000.0)
-			st = ibpi_fail(IBP_ERR_IO, "coll: timeout after %lld ms in a pipelined ring step (send to %d, "
-					"receive from %d; %llu of %llu pieces sent, %llu received)",
-				      (long long)c->o.timeout_ms, w->right, w->left, (unsigned long long)sdone,
-				      (unsigned long long)np, (unsigned long long)recvd);
-		else
-			ibpi_coll_idle(now - last);
-	}
-	atomic_store(&w->stop, 1);
-	if (posted) { /* nothing may run past the return */
-		ibp_status_t js = ibpi_coll_helper_wait(c->helper);
-		st = st != IBP_OK ? st : js;
-		if (st == IBP_OK && atomic_load_explicit(&w->hfailed, memory_order_acquire))
-			st = pipe_status(&w->hfail);
-	}
-	for (k = 0; k < 2 * np; k++)
-		if (w->req[k] && !as->cancel(ctx, w->req[k]))
-			*leak = 1;
-	return st;
-}
+static const flow_ops_t ring_ops = { ring_enc, ring_dec, ring_elems };
 
 /* The pipelined ring: AllGather (red = 0: own chunk `rank` at `own`,
  * received chunks decoded into recv) or ReduceScatter (red = 1: `own` is
  * the whole send buffer; at the end b->acc holds the sum of chunk rank).
- * Steps run one after the other, each a flow_step. */
+ * Steps run one after the other, each a flow step (flow.c). */
 static ibp_status_t ring_pipe(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *own, uint8_t *recv,
 			      const uint64_t *off, const uint64_t *len, bufs_t *b, uint64_t np, int red)
 {
@@ -371,29 +141,31 @@ static ibp_status_t ring_pipe(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *o
 	if (st == IBP_OK && !red) /* the owner's chunk in place (FP8: what the others get, when encoded) */
 		st = c->mem->copy(c, recv + off[r] * esz, own, len[r] * esz);
 	for (int s = 0; s < p - 1 && st == IBP_OK; s++) {
-		flow_t w = { .c = c, .h = h, .np = np, .pcap = pcap, .esz = esz, .right = mod(r + 1, p), .left = mod(r - 1, p),
-			     .got = got, .red = red, .req = req };
+		ring_u_t u = { .red = red };
+		flow_t w = { .c = c, .ops = &ring_ops, .u = &u, .h = h, .np = np, .pcap = pcap, .esz = esz,
+			     .right = mod(r + 1, p), .left = mod(r - 1, p), .got = got, .req = req };
 		if (red) { /* floats first: aligned */
-			w.f[0] = (float *)(void *)scr, w.f[1] = w.f[0] + pmax;
-			w.tmp[0] = scr + 2 * pmax * sizeof(float), w.tmp[1] = w.tmp[0] + pmax * esz;
+			u.f[0] = (float *)(void *)scr, u.f[1] = u.f[0] + pmax;
+			u.tmp[0] = scr + 2 * pmax * sizeof(float), u.tmp[1] = u.tmp[0] + pmax * esz;
 		}
 		w.sc = red ? mod(r - 1 - s, p) : mod(r - s, p);
 		w.rc = red ? mod(r - 2 - s, p) : mod(r - 1 - s, p);
-		w.slen = len[w.sc];
-		w.rlen = len[w.rc];
+		u.slen = len[w.sc];
+		u.rlen = len[w.rc];
 		if (red) { /* encodes its data, then each step's sum */
-			w.esrc = s == 0 ? own + off[w.sc] * esz : accs[1 - ab];
+			u.esrc = s == 0 ? own + off[w.sc] * esz : accs[1 - ab];
 			w.sbuf = mb[0], w.rbuf = mb[1], w.ssz = sz, w.rsz = sz + np;
-			w.dst = accs[ab];
-			w.loc = own + off[w.rc] * esz;
+			u.dst = accs[ab];
+			u.loc = own + off[w.rc] * esz;
 		} else { /* encodes its own chunk, then forwards what it received */
-			w.esrc = s == 0 ? own : NULL;
-			w.own_dst = s == 0 ? recv + off[r] * esz : NULL;
+			u.esrc = s == 0 ? own : NULL;
+			u.own_dst = s == 0 ? recv + off[r] * esz : NULL;
 			w.sbuf = mb[s & 1], w.rbuf = mb[1 - (s & 1)];
 			w.ssz = sz + (s & 1) * np, w.rsz = sz + (1 - (s & 1)) * np;
-			w.dst = recv + off[w.rc] * esz;
+			u.dst = recv + off[w.rc] * esz;
 		}
-		st = flow_step(c, &w, &leak);
+		w.enc = u.esrc != NULL;
+		st = ibpi_flow_step(&w, &leak);
 		ab = 1 - ab;
 	}
 	if (st == IBP_OK && red && accs[1 - ab] != b->acc)

@@ -10,6 +10,7 @@
 
 #include "coll/dynamiq.h"
 #include "coll/dynamiq_simd.h"
+#include "coll/flow.h"
 #include "fp8/fp8_impl.h"
 #include "util/cpu.h"
 #include "util/error.h"
@@ -136,19 +137,64 @@ static uint16_t bf16_up(float v)
 	return b;
 }
 
-void ibpi_dq_local_stats(const float *x, uint64_t d, float *st)
+/* Elements of SG j. */
+static uint64_t sg_len(const dq_plan_t *pl, uint64_t j)
+{
+	uint64_t a = j * DQ_S;
+	return a + DQ_S <= pl->d ? DQ_S : pl->d - a;
+}
+
+/* Elements [a, a + c) of src (dt) as floats: in place for FP32, else widened into xs. */
+static const float *sg_x(const void *src, ibp_dtype_t dt, uint64_t a, uint64_t c, float *xs)
+{
+	if (dt == IBP_DTYPE_F32)
+		return (const float *)src + a;
+	ibpi_coll_widen((const uint16_t *)src + a, dt, c, xs);
+	return xs;
+}
+
+/* Sum and sum of squares of c <= DQ_S entries in 16 lanes (lane l takes
+ * the entries i = l mod 16), then the lanes pairwise: the same bits every
+ * time, and the compiler vectorizes it without reordering a sum (a serial
+ * sum made the statistics a sixth of a DynamiQ call). */
+static void sg_sums(const float *x, uint64_t c, float *s, float *s2)
+{
+	float a[16] = { 0 }, b[16] = { 0 };
+	uint64_t i = 0;
+	for (; i + 16 <= c; i += 16)
+		for (int l = 0; l < 16; l++) {
+			a[l] += x[i + l];
+			b[l] += x[i + l] * x[i + l];
+		}
+	for (; i < c; i++) {
+		a[i % 16] += x[i];
+		b[i % 16] += x[i] * x[i];
+	}
+	for (int w = 8; w; w >>= 1)
+		for (int l = 0; l < w; l++) {
+			a[l] += a[l + w];
+			b[l] += b[l + w];
+		}
+	*s = a[0];
+	*s2 = b[0];
+}
+
+void ibpi_dq_local_stats_dt(const void *src, ibp_dtype_t dt, uint64_t d, float *st)
 {
 	uint64_t J = ceil_div(d, DQ_S);
+	float xs[DQ_S];
 	for (uint64_t j = 0; j < J; j++) {
 		uint64_t a = j * DQ_S, b = a + DQ_S < d ? a + DQ_S : d;
-		float s = 0, s2 = 0;
-		for (uint64_t i = a; i < b; i++) {
-			s += x[i];
-			s2 += x[i] * x[i];
-		}
+		float s, s2;
+		sg_sums(sg_x(src, dt, a, b - a, xs), b - a, &s, &s2);
 		st[j] = s / (float)(b - a);
 		st[J + j] = s2;
 	}
+}
+
+void ibpi_dq_local_stats(const float *x, uint64_t d, float *st)
+{
+	ibpi_dq_local_stats_dt(x, IBP_DTYPE_F32, d, st);
 }
 
 void ibpi_dq_plan_free(dq_plan_t *pl)
@@ -394,31 +440,53 @@ static void sg_encode(const dq_plan_t *pl, const float *y, uint64_t c, int q, ui
 	}
 }
 
-ibp_status_t ibpi_dq_hop(const dq_plan_t *pl, uint64_t k, const uint8_t *in, const float *x, int w, uint8_t *out)
+ibp_status_t ibpi_dq_hop_sgs(const dq_plan_t *pl, uint64_t j0, uint64_t j1, const uint8_t *in, const void *src,
+			     ibp_dtype_t dt, int w, uint8_t *out)
 {
-	float y[DQ_S];
-	for (uint64_t j = pl->lo[k]; j < pl->lo[k + 1]; j++) {
-		uint64_t a = j * DQ_S, c = a + DQ_S <= pl->d ? DQ_S : pl->d - a;
+	float y[DQ_S], xs[DQ_S];
+	const uint64_t b0 = j0 < j1 ? pl->boff[j0] : 0;
+	for (uint64_t j = j0; j < j1; j++) {
+		uint64_t a = j * DQ_S, c = sg_len(pl, j);
+		const float *x = sg_x(src, dt, a, c, xs);
+		const uint8_t *ij = in ? in + (pl->boff[j] - b0) : NULL;
 		int q = pl->q[j];
 		float mu = pl->mu[j];
-		if (in)
-			IBP_TRY(sg_decode(pl, in + pl->boff[j], c, q, x + a, mu, y));
+		if (ij)
+			IBP_TRY(sg_decode(pl, ij, c, q, x, mu, y));
 		else
 			for (uint64_t i = 0; i < c; i++)
-				y[i] = 0.0f + (x[a + i] - mu);
-		sg_encode(pl, y, c, q, a, w, in && !pl->cfg.fresh ? in + pl->boff[j] : NULL, out + pl->boff[j]);
+				y[i] = 0.0f + (x[i] - mu);
+		sg_encode(pl, y, c, q, a, w, ij && !pl->cfg.fresh ? ij : NULL, out + (pl->boff[j] - b0));
+	}
+	return IBP_OK;
+}
+
+ibp_status_t ibpi_dq_hop(const dq_plan_t *pl, uint64_t k, const uint8_t *in, const float *x, int w, uint8_t *out)
+{
+	return ibpi_dq_hop_sgs(pl, pl->lo[k], pl->lo[k + 1], in, x, IBP_DTYPE_F32, w, out);
+}
+
+static void narrow(const float *src, ibp_dtype_t dt, uint64_t n, void *dst);
+
+ibp_status_t ibpi_dq_decode_sgs(const dq_plan_t *pl, uint64_t j0, uint64_t j1, const uint8_t *in, ibp_dtype_t dt,
+				void *dst)
+{
+	float y[DQ_S];
+	const uint64_t b0 = j0 < j1 ? pl->boff[j0] : 0, esz = ibp_dtype_size(dt);
+	for (uint64_t j = j0; j < j1; j++) {
+		uint64_t a = j * DQ_S, c = sg_len(pl, j);
+		float nm = (float)pl->n * pl->mu[j];
+		float *yj = dt == IBP_DTYPE_F32 ? (float *)dst + a : y;
+		IBP_TRY(sg_decode(pl, in + (pl->boff[j] - b0), c, pl->q[j], NULL, nm, yj));
+		if (yj == y)
+			narrow(y, dt, c, (uint8_t *)dst + a * esz);
 	}
 	return IBP_OK;
 }
 
 ibp_status_t ibpi_dq_decode_chunk(const dq_plan_t *pl, uint64_t k, const uint8_t *in, float *y)
 {
-	for (uint64_t j = pl->lo[k]; j < pl->lo[k + 1]; j++) {
-		uint64_t a = j * DQ_S, c = a + DQ_S <= pl->d ? DQ_S : pl->d - a;
-		float nm = (float)pl->n * pl->mu[j];
-		IBP_TRY(sg_decode(pl, in + pl->boff[j], c, pl->q[j], NULL, nm, y + a));
-	}
-	return IBP_OK;
+	return ibpi_dq_decode_sgs(pl, pl->lo[k], pl->lo[k + 1], in, IBP_DTYPE_F32, y);
 }
 
 static uint64_t max_chunk(const dq_plan_t *pl)
@@ -565,23 +633,233 @@ static ibp_status_t recv_chunk(ibp_coll_comm_t *c, const dq_plan_t *pl, coll_hdr
 	return IBP_OK;
 }
 
-ibp_status_t ibpi_dq_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, void *recv, uint64_t count)
+/* ---- the pipelined ring (transports with async, flow.h) ----
+ * Chunk k travels as np pieces on SG boundaries, split by bytes as the
+ * plan splits the call into chunks; every rank derives the same pieces
+ * from the plan, so a piece's exact size is known before it arrives. The
+ * reduce-scatter's hops work piece by piece as pieces arrive (decode, add,
+ * re-quantize, and at the sink decode the sum into recv), the all-gather
+ * forwards and decodes piece by piece. No FP32 copy of the call: the
+ * input is widened and the sum narrowed one SG at a time. */
+
+/* First SG of piece k of chunk ck (np: the end). */
+static uint64_t piece_sg(const dq_plan_t *pl, int ck, uint64_t np, uint64_t k)
+{
+	uint64_t lo = pl->lo[ck], hi = pl->lo[ck + 1], cb = pl->cbytes[ck];
+	if (k == 0 || k >= np)
+		return k == 0 ? lo : hi;
+	uint64_t target = cb / np * k + cb % np * k / np; /* floor(cb * k / np) without overflow */
+	while (lo < hi) { /* first SG at or past target */
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (pl->boff[mid] < target)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+typedef struct dq_piece {
+	uint64_t j0, j1, bytes, elems;
+} dq_piece_t;
+
+static dq_piece_t piece_of(const dq_plan_t *pl, int ck, uint64_t np, uint64_t k)
+{
+	dq_piece_t pc;
+	pc.j0 = piece_sg(pl, ck, np, k);
+	pc.j1 = piece_sg(pl, ck, np, k + 1);
+	uint64_t hi = pl->lo[ck + 1];
+	pc.bytes = (pc.j1 < hi ? pl->boff[pc.j1] : pl->cbytes[ck]) - (pc.j0 < hi ? pl->boff[pc.j0] : pl->cbytes[ck]);
+	uint64_t e0 = pc.j0 * DQ_S, e1 = pc.j1 * DQ_S;
+	pc.elems = (e1 < pl->d ? e1 : pl->d) - (e0 < pl->d ? e0 : pl->d);
+	return pc;
+}
+
+typedef struct dq_u {
+	const dq_plan_t *pl;
+	const void *src; /* the rank's input (dt) */
+	void *recv;      /* the sum (dt) */
+	ibp_dtype_t dt;
+	int rank;
+	int hop, sink;   /* received pieces: re-quantized into obuf (and decoded at the sink), else decoded */
+	uint8_t *obuf;
+	uint64_t *osz;
+} dq_u_t;
+
+static uint64_t dq_elems(const flow_t *w, int recv, uint64_t k)
+{
+	const dq_u_t *u = w->u;
+	return piece_of(u->pl, recv ? w->rc : w->sc, w->np, k).elems;
+}
+
+/* Piece header in front of the piece's bytes. */
+static void dq_hdr(const flow_t *w, int ck, uint64_t k, uint64_t elems, uint8_t *msg)
+{
+	coll_hdr_t h = w->h;
+	h.elems = elems;
+	h.chunk = ibpi_flow_chunk_id(k, ck);
+	memcpy(msg, &h, sizeof h);
+}
+
+/* The leaf (reduce-scatter step 0) quantizes its own chunk sc. */
+static ibp_status_t dq_enc(flow_t *w, uint64_t k, uint64_t *bytes)
+{
+	const dq_u_t *u = w->u;
+	const dq_piece_t pc = piece_of(u->pl, w->sc, w->np, k);
+	uint8_t *msg = w->sbuf + k * w->pcap;
+	dq_hdr(w, w->sc, k, pc.elems, msg);
+	IBP_TRY(ibpi_dq_hop_sgs(u->pl, pc.j0, pc.j1, NULL, u->src, u->dt, u->rank, msg + COLL_HDR));
+	*bytes = COLL_HDR + pc.bytes;
+	return IBP_OK;
+}
+
+static ibp_status_t dq_dec(flow_t *w, uint64_t k, int th)
+{
+	(void)th; /* no per-thread scratch: the SG buffers are on the stack */
+	const dq_u_t *u = w->u;
+	const dq_piece_t pc = piece_of(u->pl, w->rc, w->np, k);
+	const uint8_t *in = w->rbuf + k * w->pcap + COLL_HDR;
+	if (w->got[k].enc != COLL_ENC_DQ || w->rsz[k] != COLL_HDR + pc.bytes)
+		return ibpi_fail(IBP_ERR_CORRUPT,
+				"coll: dynamiq: piece %llu of chunk %d from rank %d has %llu payload bytes (encoding %u), "
+				"expected %llu",
+				(unsigned long long)k, w->rc, w->left, (unsigned long long)(w->rsz[k] - COLL_HDR),
+				w->got[k].enc, (unsigned long long)pc.bytes);
+	if (!u->hop)
+		return ibpi_dq_decode_sgs(u->pl, pc.j0, pc.j1, in, u->dt, u->recv);
+	uint8_t *out = u->obuf + k * w->pcap;
+	dq_hdr(w, w->rc, k, pc.elems, out);
+	IBP_TRY(ibpi_dq_hop_sgs(u->pl, pc.j0, pc.j1, in, u->src, u->dt, u->rank, out + COLL_HDR));
+	u->osz[k] = COLL_HDR + pc.bytes;
+	/* The sink's own input for these SGs was read just above: recv may be send. */
+	return u->sink ? ibpi_dq_decode_sgs(u->pl, pc.j0, pc.j1, out + COLL_HDR, u->dt, u->recv) : IBP_OK;
+}
+
+static const flow_ops_t dq_ops = { dq_enc, dq_dec, dq_elems };
+
+/* Pieces a chunk of this plan travels in (1: whole chunks). */
+static uint64_t dq_pieces(const ibp_coll_comm_t *c, const dq_plan_t *pl)
+{
+	if (!c->t.async || c->piece_bytes == 0 || c->nranks >= (1 << 16))
+		return 1;
+	uint64_t np = ceil_div(max_chunk(pl), c->piece_bytes);
+	return np < FLOW_PIECES_MIN ? 1 : np > FLOW_PIECES_MAX ? FLOW_PIECES_MAX : np;
+}
+
+static ibp_status_t dq_ring_pipe(ibp_coll_comm_t *c, coll_hdr_t h, const dq_plan_t *pl, uint64_t np,
+				 const void *send, void *recv)
+{
+	const int r = c->rank, p = c->nranks;
+	/* A piece holds at most its share of the chunk's bytes plus one SG (the split is on SG boundaries). */
+	const uint64_t pcap = COLL_HDR + ceil_div(max_chunk(pl), np) + ibpi_dq_sg_bytes(DQ_S, 8);
+	uint8_t *buf[3] = { ibpi_coll_ws(c, COLL_WS_PIPE0, pcap * np), ibpi_coll_ws(c, COLL_WS_PIPE1, pcap * np),
+			    ibpi_coll_ws(c, COLL_WS_PACC, pcap * np) };
+	uint64_t *sz = calloc(3 * np, sizeof *sz);
+	coll_hdr_t *got = calloc(np, sizeof *got);
+	void **req = calloc(2 * np, sizeof *req);
+	ibp_status_t st = IBP_OK;
+	int leak = 0, is = 0, ir = 1, io = 2; /* which buffer sends, receives, holds the hops' output */
+	if (!buf[0] || !buf[1] || !buf[2] || !sz || !got || !req)
+		st = ibpi_fail(IBP_ERR_NOMEM, "coll: dynamiq: no memory for pipelined chunks of %llu bytes",
+			      (unsigned long long)max_chunk(pl));
+	h.enc = COLL_ENC_DQ;
+	/* Reduce-scatter steps t < p - 1, then all-gather steps. */
+	for (int t = 0; t < 2 * (p - 1) && st == IBP_OK; t++) {
+		const int rs = t < p - 1, g = rs ? t : t - (p - 1);
+		dq_u_t u = { .pl = pl, .src = send, .recv = recv, .dt = (ibp_dtype_t)h.dtype, .rank = r, .hop = rs,
+			     .sink = t == p - 2, .obuf = buf[io], .osz = sz + io * np };
+		flow_t w = { .c = c, .ops = &dq_ops, .u = &u, .h = h, .np = np, .pcap = pcap,
+			     .esz = ibp_dtype_size((ibp_dtype_t)h.dtype), .right = mod(r + 1, p), .left = mod(r - 1, p),
+			     .enc = t == 0, .sbuf = buf[is], .rbuf = buf[ir], .ssz = sz + is * np, .rsz = sz + ir * np,
+			     .got = got, .req = req };
+		w.sc = rs ? mod(r - 1 - g, p) : mod(r - g, p);
+		w.rc = rs ? mod(r - 2 - g, p) : mod(r - 1 - g, p);
+		st = ibpi_flow_step(&w, &leak);
+		int o = is;
+		if (rs) /* the hops' output is sent next; the sent buffer takes the next output */
+			is = io, io = o;
+		else /* what arrived is forwarded next */
+			is = ir, ir = o;
+	}
+	if (leak) /* the transport may still use them: a broken communicator never frees them */
+		c->ws_lent = 1;
+	free(sz);
+	free(got);
+	free(req);
+	return st;
+}
+
+/* The whole-chunk ring (transports without async): the rank's input
+ * widened into x, one sendrecv per step. */
+static ibp_status_t dq_ring_whole(ibp_coll_comm_t *c, coll_hdr_t h, const dq_plan_t *pl, const void *send,
+				  void *recv, uint64_t count)
 {
 	int r = c->rank, p = c->nranks, left = mod(r - 1, p);
 	ibp_dtype_t dt = (ibp_dtype_t)h.dtype;
-	uint64_t esz = ibp_dtype_size(dt), J = ceil_div(count, DQ_S), n2 = 2 * J;
+	uint64_t esz = ibp_dtype_size(dt), cap = COLL_HDR + max_chunk(pl);
 	float *x = malloc((count ? count : 1) * sizeof(float));
-	float *all = malloc(((uint64_t)p * n2 + 1) * sizeof(float)), *gst = calloc(n2 + 1, sizeof(float));
-	uint8_t *m[2] = { NULL, NULL };
-	dq_plan_t pl;
-	memset(&pl, 0, sizeof pl);
+	uint8_t *m[2] = { malloc(cap), malloc(cap) };
 	ibp_status_t s = IBP_OK;
-	if (!x || !all || !gst) {
+	if (!x || !m[0] || !m[1]) {
 		s = ibpi_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory for %llu elements", (unsigned long long)count);
 		goto out;
 	}
 	ibpi_coll_widen(send, dt, count, x);
-	ibpi_dq_local_stats(x, count, gst);
+	h.enc = COLL_ENC_DQ;
+	/* Reduce-scatter: the leaf sends chunk r-1; each hop decodes, adds and re-quantizes. */
+	for (int t = 0; t < p - 1; t++) {
+		int sc = mod(r - 1 - t, p), rc = mod(r - 2 - t, p);
+		coll_hdr_t sh = h;
+		sh.elems = chunk_elems(pl, sc);
+		sh.chunk = (uint32_t)sc;
+		memcpy(m[0], &sh, sizeof sh);
+		if (t == 0 && (s = ibpi_dq_hop(pl, (uint64_t)sc, NULL, x, r, m[0] + COLL_HDR)) != IBP_OK)
+			goto out;
+		if ((s = recv_chunk(c, pl, h, rc, left, m[0], COLL_HDR + pl->cbytes[sc], sh.elems * esz, m[1], cap)) !=
+		    IBP_OK)
+			goto out;
+		if ((s = ibpi_dq_hop(pl, (uint64_t)rc, m[1] + COLL_HDR, x, r, m[0] + COLL_HDR)) != IBP_OK)
+			goto out;
+	}
+	/* m[0] holds chunk r as this rank (its sink) made it; all-gather forwards bytes unchanged. */
+	coll_hdr_t oh = h;
+	oh.elems = chunk_elems(pl, r);
+	oh.chunk = (uint32_t)r;
+	memcpy(m[0], &oh, sizeof oh);
+	if ((s = ibpi_dq_decode_chunk(pl, (uint64_t)r, m[0] + COLL_HDR, x)) != IBP_OK)
+		goto out;
+	int cur = 0;
+	for (int t = 0; t < p - 1; t++) {
+		int sc = mod(r - t, p), rc = mod(r - 1 - t, p);
+		if ((s = recv_chunk(c, pl, h, rc, left, m[cur], COLL_HDR + pl->cbytes[sc], chunk_elems(pl, sc) * esz,
+				    m[1 - cur], cap)) != IBP_OK)
+			goto out;
+		if ((s = ibpi_dq_decode_chunk(pl, (uint64_t)rc, m[1 - cur] + COLL_HDR, x)) != IBP_OK)
+			goto out;
+		cur = 1 - cur;
+	}
+	narrow(x, dt, count, recv);
+out:
+	free(x);
+	free(m[0]);
+	free(m[1]);
+	return s;
+}
+
+ibp_status_t ibpi_dq_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, void *recv, uint64_t count)
+{
+	int p = c->nranks;
+	ibp_dtype_t dt = (ibp_dtype_t)h.dtype;
+	uint64_t J = ceil_div(count, DQ_S), n2 = 2 * J;
+	float *all = malloc(((uint64_t)p * n2 + 1) * sizeof(float)), *gst = calloc(n2 + 1, sizeof(float));
+	dq_plan_t pl;
+	memset(&pl, 0, sizeof pl);
+	ibp_status_t s = IBP_OK;
+	if (!all || !gst) {
+		s = ibpi_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory for %llu elements", (unsigned long long)count);
+		goto out;
+	}
+	ibpi_dq_local_stats_dt(send, dt, count, gst);
 	if ((s = stats_allgather(c, h, gst, n2, all)) != IBP_OK)
 		goto out;
 	memset(gst, 0, n2 * sizeof(float));
@@ -592,54 +870,11 @@ ibp_status_t ibpi_dq_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *sen
 	ibpi_dq_cfg_default(&cfg);
 	if ((s = ibpi_dq_plan_make(&pl, &cfg, p, count, h.seq, gst)) != IBP_OK)
 		goto out;
-	uint64_t cap = COLL_HDR + max_chunk(&pl);
-	m[0] = malloc(cap);
-	m[1] = malloc(cap);
-	if (!m[0] || !m[1]) {
-		s = ibpi_fail(IBP_ERR_NOMEM, "coll: dynamiq: out of memory");
-		goto out;
-	}
-	h.enc = COLL_ENC_DQ;
-	/* Reduce-scatter: the leaf sends chunk r-1; each hop decodes, adds and re-quantizes. */
-	for (int t = 0; t < p - 1; t++) {
-		int sc = mod(r - 1 - t, p), rc = mod(r - 2 - t, p);
-		coll_hdr_t sh = h;
-		sh.elems = chunk_elems(&pl, sc);
-		sh.chunk = (uint32_t)sc;
-		memcpy(m[0], &sh, sizeof sh);
-		if (t == 0 && (s = ibpi_dq_hop(&pl, (uint64_t)sc, NULL, x, r, m[0] + COLL_HDR)) != IBP_OK)
-			goto out;
-		if ((s = recv_chunk(c, &pl, h, rc, left, m[0], COLL_HDR + pl.cbytes[sc], sh.elems * esz, m[1], cap)) !=
-		    IBP_OK)
-			goto out;
-		if ((s = ibpi_dq_hop(&pl, (uint64_t)rc, m[1] + COLL_HDR, x, r, m[0] + COLL_HDR)) != IBP_OK)
-			goto out;
-	}
-	/* m[0] holds chunk r as this rank (its sink) made it; all-gather forwards bytes unchanged. */
-	coll_hdr_t oh = h;
-	oh.elems = chunk_elems(&pl, r);
-	oh.chunk = (uint32_t)r;
-	memcpy(m[0], &oh, sizeof oh);
-	if ((s = ibpi_dq_decode_chunk(&pl, (uint64_t)r, m[0] + COLL_HDR, x)) != IBP_OK)
-		goto out;
-	int cur = 0;
-	for (int t = 0; t < p - 1; t++) {
-		int sc = mod(r - t, p), rc = mod(r - 1 - t, p);
-		if ((s = recv_chunk(c, &pl, h, rc, left, m[cur], COLL_HDR + pl.cbytes[sc], chunk_elems(&pl, sc) * esz,
-				    m[1 - cur], cap)) != IBP_OK)
-			goto out;
-		if ((s = ibpi_dq_decode_chunk(&pl, (uint64_t)rc, m[1 - cur] + COLL_HDR, x)) != IBP_OK)
-			goto out;
-		cur = 1 - cur;
-	}
-	narrow(x, dt, count, recv);
+	const uint64_t np = dq_pieces(c, &pl);
+	s = np > 1 ? dq_ring_pipe(c, h, &pl, np, send, recv) : dq_ring_whole(c, h, &pl, send, recv, count);
 out:
-	(void)esz;
-	free(x);
 	free(all);
 	free(gst);
-	free(m[0]);
-	free(m[1]);
 	ibpi_dq_plan_free(&pl);
 	return s;
 }

@@ -43,8 +43,10 @@ typedef struct dq_plan {
 	uint8_t tab_pad[4];   /* zero: the vector kernels load 4 bytes at &tab[w][b] */
 } dq_plan_t;
 
-/* Local statistics: st[j] = sum of x over SG j / c_j, st[J + j] = sum of x^2. */
+/* Local statistics: st[j] = sum of x over SG j / c_j, st[J + j] = sum of x^2
+ * (x: d FP32 values, or d values of dt widened SG by SG: the same bits). */
 void ibpi_dq_local_stats(const float *x, uint64_t d, float *st);
+void ibpi_dq_local_stats_dt(const void *src, ibp_dtype_t dt, uint64_t d, float *st);
 
 /* Builds the plan from the statistics summed over ranks (2J floats).
  * IBP_ERR_INVALID_ARG when they are not finite (NaN/Inf input). */
@@ -58,6 +60,14 @@ ibp_status_t ibpi_dq_hop(const dq_plan_t *pl, uint64_t k, const uint8_t *in, con
 
 /* Decodes chunk k into the sum: y[i] = decoded + n * mu (chunk's range of y). */
 ibp_status_t ibpi_dq_decode_chunk(const dq_plan_t *pl, uint64_t k, const uint8_t *in, float *y);
+
+/* The same over SGs [j0, j1) of one chunk, whose bytes start at in / out
+ * (the bytes of SG j0); src and dst are whole buffers of dt (bf16, f16 or
+ * f32), widened and narrowed SG by SG. The pipelined ring's pieces. */
+ibp_status_t ibpi_dq_hop_sgs(const dq_plan_t *pl, uint64_t j0, uint64_t j1, const uint8_t *in, const void *src,
+			     ibp_dtype_t dt, int w, uint8_t *out);
+ibp_status_t ibpi_dq_decode_sgs(const dq_plan_t *pl, uint64_t j0, uint64_t j1, const uint8_t *in, ibp_dtype_t dt,
+				void *dst);
 
 /* The whole ring all-reduce of n FP32 buffers in one thread (x[r] is rank
  * r's buffer): same plan, same hops, same bytes as the collective. */

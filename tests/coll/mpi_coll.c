@@ -5,11 +5,14 @@
  * on MPI's own collectives (the transport's natives): bit-exact at 2 ranks,
  * and for reductions at more ranks within the rounding of another
  * summation order ((p - 1) half-ulps of the sum of magnitudes); with
- * IBP_COLL_MPI_NATIVE=0 on the algorithms, bit-exact everywhere. Prints
+ * IBP_COLL_MPI_NATIVE=0 on the algorithms, bit-exact everywhere. DynamiQ's
+ * AllReduce (whole chunks, or pieces under IBP_COLL_PIECE_BYTES) gives the
+ * bits of its one-process simulation. Prints
  * one line per failure; exit 0 only when every rank passed. */
 #include <mpi.h>
 #include <stdio.h>
 
+#include "coll/dynamiq.h"
 #include "coll_ref.h"
 
 static int failures;
@@ -120,14 +123,52 @@ int main(int argc, char **argv)
 	if (c && ibp_coll_comm_stats(c, &st) == IBP_OK)
 		CHECK(natives ? st.native >= (uint64_t)(NOPS * 3 * (sizeof sizes / sizeof *sizes)) : st.native == 0,
 		      "rank %d: %llu native calls (natives %s)", r, (unsigned long long)st.native, natives ? "on" : "off");
+	ibp_coll_comm_destroy(c);
+	c = NULL;
+	/* DynamiQ: every rank's result is the simulation's, bit for bit (FP32,
+	 * and BF16 narrowed from the simulation of the widened inputs). A fresh
+	 * communicator without calibration: its calls are numbered from 1. */
+	o.calibrate = 0;
+	s = ibp_coll_comm_from_mpi(&world, &o, &c);
+	CHECK(s == IBP_OK, "rank %d: comm_from_mpi: %s", r, ibp_last_error());
+	for (int k = 0; k < 2 && c; k++) {
+		const ibp_dtype_t dt = k ? IBP_DTYPE_BF16 : IBP_DTYPE_F32;
+		const uint64_t n = 40000 + 77 * (uint64_t)k;
+		float *x[4], *ref = malloc(n * 4);
+		void *ins[4], *out = malloc(n * 4);
+		for (int q = 0; q < p; q++) {
+			ins[q] = make_input(q, dt, n, 977 + (uint64_t)k);
+			x[q] = malloc(n * 4);
+			for (uint64_t i = 0; i < n; i++)
+				x[q][i] = get(ins[q], dt, i);
+		}
+		dq_cfg_t cfg;
+		ibpi_dq_cfg_default(&cfg);
+		CHECK(ibpi_dq_simulate((const float *const *)x, p, n, &cfg, (uint64_t)k + 1, ref, NULL) == IBP_OK,
+		      "rank %d: simulate: %s", r, ibp_last_error());
+		s = ibp_coll_allreduce(ins[r], out, n, dt, IBP_COLL_SUM, IBP_COLL_CODEC_DYNAMIQ, c, NULL);
+		CHECK(s == IBP_OK, "rank %d dynamiq %s: %s", r, ibp_dtype_name(dt), ibp_last_error());
+		uint64_t wrong = 0;
+		for (uint64_t i = 0; s == IBP_OK && i < n; i++)
+			wrong += k ? ((uint16_t *)out)[i] != fp8i_f32_to_bf16(ref[i])
+				   : ref_bits(((float *)out)[i]) != ref_bits(ref[i]);
+		CHECK(wrong == 0, "rank %d dynamiq %s: %llu elements differ from the simulation", r, ibp_dtype_name(dt),
+		      (unsigned long long)wrong);
+		for (int q = 0; q < p; q++) {
+			free(ins[q]);
+			free(x[q]);
+		}
+		free(ref);
+		free(out);
+	}
+	ibp_coll_comm_destroy(c);
+	c = NULL;
 	/* A count mismatch (rank 0 says 10, the others 11): with the natives
 	 * every rank sees every rank's call in the check before it and
 	 * refuses; on the algorithms rank 1 receives rank 0's message first and
 	 * reports the mismatch, and ranks further on the ring see either the
 	 * mismatch or their left neighbour stop (a timeout): an error
 	 * everywhere, never a hang. */
-	ibp_coll_comm_destroy(c);
-	c = NULL;
 	o.timeout_ms = 1000;
 	o.calibrate = 0;
 	s = ibp_coll_comm_from_mpi(&world, &o, &c);

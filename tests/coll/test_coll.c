@@ -794,6 +794,8 @@ typedef struct evil {
 	tu_rng_t g;
 	int mode; /* 0 flip a byte, 1 truncate, 2 flip a header byte */
 	uint64_t damaged_async; /* receives damaged through the async table */
+	int async_only;         /* blocking receives (DynamiQ's statistics) arrive intact, and only the
+				 * first nonblocking one is damaged (one piece, not every piece) */
 } evil_t;
 
 static void damage(evil_t *e, uint8_t *b, uint64_t *rbytes)
@@ -811,7 +813,7 @@ static ibp_status_t evil_sendrecv(void *ctx, int dst, const void *sbuf, uint64_t
 {
 	evil_t *e = ctx;
 	ibp_status_t s = e->inner.sendrecv(e->inner.ctx, dst, sbuf, sbytes, src, rbuf, rcap, rbytes, timeout_ms);
-	if (s != IBP_OK || src < 0 || *rbytes == 0)
+	if (s != IBP_OK || src < 0 || *rbytes == 0 || e->async_only)
 		return s;
 	damage(e, rbuf, rbytes);
 	return IBP_OK;
@@ -853,7 +855,7 @@ static ibp_status_t evil_test(void *ctx, void *req, int *done, uint64_t *bytes)
 	evil_req_t *q = req;
 	ibp_status_t s = e->inner.async->test(e->inner.ctx, q->inner, done, bytes);
 	if (s != IBP_OK || *done) {
-		if (s == IBP_OK && q->buf && *bytes) {
+		if (s == IBP_OK && q->buf && *bytes && !(e->async_only && e->damaged_async)) {
 			damage(e, q->buf, bytes);
 			e->damaged_async++;
 		}
@@ -906,6 +908,7 @@ static void *evil_run(void *arg)
 		cr_assert(e);
 		e->inner = t;
 		e->mode = j->mode;
+		e->async_only = j->pipelined && j->codec == IBP_COLL_CODEC_DYNAMIQ;
 		tu_rng_seed(&e->g, j->seed);
 		t.ctx = e;
 		t.sendrecv = evil_sendrecv;
@@ -931,7 +934,7 @@ static void *evil_run(void *arg)
 /* Whatever the damage, rank 0 returns a status (never crashes, never reads
  * out of bounds under ASan); damage to the header or a truncation is
  * always caught. */
-static void corrupt_sweep(int pipelined)
+static void corrupt_sweep(int pipelined, int dq)
 {
 	int caught[3] = { 0 }, runs[3] = { 0 };
 	/* 777 elements a chunk in pieces of 32 bf16: 25 pieces (whole chunks otherwise) */
@@ -943,8 +946,8 @@ static void corrupt_sweep(int pipelined)
 		pthread_t th[2];
 		int mode = it % 3;
 		for (int r = 0; r < 2; r++) {
-			j[r] = (evil_job_t){ w, r, mode, (it / 3) % 2 ? AR : AG, pipelined, (uint64_t)it, codecs[(it / 6) % 3],
-					     IBP_OK };
+			j[r] = (evil_job_t){ w, r, mode, dq || (it / 3) % 2 ? AR : AG, pipelined, (uint64_t)it,
+					     dq ? IBP_COLL_CODEC_DYNAMIQ : codecs[(it / 6) % 3], IBP_OK };
 			cr_assert_eq(pthread_create(&th[r], NULL, evil_run, &j[r]), 0);
 		}
 		for (int r = 0; r < 2; r++)
@@ -963,8 +966,12 @@ static void corrupt_sweep(int pipelined)
 	cr_assert_eq(caught[2], runs[2]);
 }
 
-Test(coll, corrupt_messages) { corrupt_sweep(0); }
-Test(coll, corrupt_messages_pipelined) { corrupt_sweep(1); }
+Test(coll, corrupt_messages) { corrupt_sweep(0, 0); }
+Test(coll, corrupt_messages_pipelined) { corrupt_sweep(1, 0); }
+/* DynamiQ's AllReduce: its statistics, then pieces of SGs (7 SGs a call,
+ * pieces of 64 bytes: 1 SG or none each) or whole chunks. */
+Test(coll, corrupt_messages_dynamiq) { corrupt_sweep(0, 1); }
+Test(coll, corrupt_messages_dynamiq_pipelined) { corrupt_sweep(1, 1); }
 
 /* The persistent helper thread (src/coll/helper.c): many jobs through one
  * thread in order, each finished when wait returns; a second post before

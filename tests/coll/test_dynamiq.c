@@ -395,6 +395,106 @@ Test(dynamiq, collective_bf16_identical_ranks)
 	free_grads(x, p);
 }
 
+/* The local statistics: the mean and sum of squares of every SG (a short
+ * last one included) within FP32 rounding of a double sum, and the BF16
+ * input widened SG by SG gives the bits of its FP32 copy. */
+Test(dynamiq, local_stats)
+{
+	uint64_t d = 3 * 256 + 77, J = 4;
+	float **x = make_grads(1, d, 5), st[8], st2[8];
+	uint16_t *b = malloc(d * 2);
+	float *xb = malloc(d * 4);
+	ibpi_dq_local_stats(x[0], d, st);
+	for (uint64_t j = 0; j < J; j++) {
+		uint64_t a = j * 256, e = a + 256 < d ? a + 256 : d;
+		double s = 0, s2 = 0;
+		for (uint64_t i = a; i < e; i++) {
+			s += x[0][i];
+			s2 += (double)x[0][i] * x[0][i];
+		}
+		cr_assert_leq(fabs(st[j] - s / (double)(e - a)), 1e-5 * (fabs(s2) + 1), "SG %llu mean %g, want %g",
+			      (unsigned long long)j, st[j], s / (double)(e - a));
+		cr_assert_leq(fabs(st[J + j] - s2), 1e-5 * s2, "SG %llu sum of squares %g, want %g",
+			      (unsigned long long)j, st[J + j], s2);
+	}
+	for (uint64_t i = 0; i < d; i++) {
+		b[i] = fp8i_f32_to_bf16(x[0][i]);
+		xb[i] = fp8i_bf16_to_f32(b[i]);
+	}
+	ibpi_dq_local_stats(xb, d, st);
+	ibpi_dq_local_stats_dt(b, IBP_DTYPE_BF16, d, st2);
+	cr_assert_eq(memcmp(st, st2, sizeof st), 0);
+	free(b);
+	free(xb);
+	free_grads(x, 1);
+}
+
+/* The pipelined ring (pieces on SG boundaries, in flight at once) makes
+ * the bytes of the whole-chunk ring: FP32 equal to the one-thread
+ * simulation, BF16 in place (recv == send) equal to the whole-chunk call,
+ * for 2 to 5 ranks and piece sizes from one SG a piece to a few. */
+Test(dynamiq, pipelined_matches_whole_chunks)
+{
+	static const char *const pieces[] = { "64", "200" }; /* 200: 4 pieces a chunk at 5 ranks */
+	for (int p = 2; p <= 5; p++)
+		for (int pi = 0; pi < 2; pi++) {
+			uint64_t d = 7000 + 333 * (uint64_t)p; /* a short last SG */
+			float **x = make_grads(p, d, 60 + (uint64_t)p), *ref = malloc(d * sizeof(float));
+			dq_cfg_t cfg;
+			ibpi_dq_cfg_default(&cfg);
+			cr_assert_eq(ibpi_dq_simulate((const float *const *)x, p, d, &cfg, 1, ref, NULL), IBP_OK);
+			rank_job_t jobs[5];
+			uint16_t *bf[2][5];
+			uint64_t wire_whole[5] = { 0 };
+			for (int mode = 0; mode < 3; mode++) { /* FP32 pipelined; BF16 whole; BF16 pipelined in place */
+				setenv("IBP_COLL_PIECE_BYTES", mode == 1 ? "0" : pieces[pi], 1);
+				memset(jobs, 0, sizeof jobs);
+				for (int r = 0; r < p; r++) {
+					if (mode == 0) {
+						jobs[r] = (rank_job_t){ .dt = IBP_DTYPE_F32, .codec = IBP_COLL_CODEC_DYNAMIQ,
+									.n = d, .in = x[r], .out = malloc(d * 4) };
+						continue;
+					}
+					uint16_t *b = bf[mode - 1][r] = malloc(d * 2);
+					for (uint64_t i = 0; i < d; i++)
+						b[i] = fp8i_f32_to_bf16(x[r][i]);
+					jobs[r] = (rank_job_t){ .dt = IBP_DTYPE_BF16, .codec = IBP_COLL_CODEC_DYNAMIQ, .n = d,
+								.in = b, .out = mode == 2 ? (void *)b : malloc(d * 2) };
+				}
+				ranks_run(jobs, p);
+				for (int r = 0; r < p; r++) {
+					cr_assert_eq(jobs[r].st, IBP_OK, "p=%d mode %d rank %d: %s", p, mode, r, jobs[r].err);
+					if (mode == 0) {
+						cr_assert_eq(memcmp(jobs[r].out, ref, d * 4), 0,
+							     "p=%d pieces %s rank %d: differs from the simulation", p,
+							     pieces[pi], r);
+						free(jobs[r].out);
+					} else if (mode == 1) {
+						free(bf[0][r]);
+						bf[0][r] = jobs[r].out; /* the whole-chunk result */
+						wire_whole[r] = jobs[r].stats.wire_bytes;
+					} else {
+						/* pieces really travelled: at least 3 more headers a step */
+						cr_assert_geq(jobs[r].stats.wire_bytes,
+							      wire_whole[r] + 3 * COLL_HDR * 2 * (uint64_t)(p - 1),
+							      "p=%d pieces %s rank %d: %llu wire bytes, %llu whole", p,
+							      pieces[pi], r, (unsigned long long)jobs[r].stats.wire_bytes,
+							      (unsigned long long)wire_whole[r]);
+						cr_assert_eq(memcmp(bf[1][r], bf[0][r], d * 2), 0,
+							     "p=%d pieces %s rank %d: in-place pipelined BF16 differs from "
+							     "whole chunks", p, pieces[pi], r);
+					}
+				}
+			}
+			for (int r = 0; r < p; r++) {
+				free(bf[0][r]);
+				free(bf[1][r]);
+			}
+			free(ref);
+			free_grads(x, p);
+		}
+}
+
 Test(dynamiq, errors)
 {
 	/* NaN input: every rank refuses (they share the statistics). */
