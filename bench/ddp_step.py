@@ -40,8 +40,14 @@ whether the weights stayed bit-identical to the plain run's (exp is
 lossless; with 2 ranks the ring's sum is the same as gloo's).
 
 The ranks run on the loopback interface, unthrottled: the fast-link case,
-where compression cannot gain and "auto" must cost nothing. The 1 Gbit/s
-case (ranks in network namespaces, tools/netns-tc.sh) is not run here.
+where compression cannot gain and "auto" must cost nothing. --netns: this
+process is one rank started by tools/netns-tc.sh --exec in its network
+namespace (rank, world and rank 0's address from its IBP_NETNS_*
+variables; gloo over the shaped link), for the slow-link case:
+
+    sudo tools/netns-tc.sh -n 2 -r 1 --exec 'PYTHONPATH=python/src \
+        IBP_LIBRARY=build/libibp.so python bench/ddp_step.py --netns'
+
 --quick: 6 steps, 2 warm-up, for CI smoke tests. Timed numbers are never
 asserted.
 """
@@ -149,10 +155,11 @@ def worker(rank, world, args, init, out_q):
     for c in cfgs:
         if runs[c][1] is not None:
             runs[c][1].close()
-    if rank == 0:
-        out_q.put((mx, same, stats))
     dist.barrier()
     dist.destroy_process_group()
+    if rank == 0 and out_q is not None:
+        out_q.put((mx, same, stats))
+    return mx, same, stats
 
 
 def main():
@@ -164,6 +171,7 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--netns", action="store_true", help="one rank of tools/netns-tc.sh --exec")
     args = ap.parse_args()
     args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     for c in args.configs:
@@ -173,11 +181,27 @@ def main():
         args.steps, args.warmup = 6, 2
     w = args.width
     nparam = (w // 2) * w + w + w * w + w + w * (w // 2) + w // 2
-    print("bench/ddp_step.py: DDP step time over gloo, %d CPU ranks, loopback (unthrottled)" % args.world)
-    print("date (UTC): %s | torch %s | model: MLP width %d, %.1f M parameters, %.1f MB of float32 gradients"
-          % (time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), torch.__version__, w, nparam / 1e6, nparam * 4e-6))
-    print("steps: %d timed (+%d warm-up) per configuration, alternating; batch %d per rank" %
-          (args.steps, args.warmup, args.batch))
+    if args.netns:
+        try:
+            rank, args.world = int(os.environ["IBP_NETNS_RANK"]), int(os.environ["IBP_NETNS_WORLD"])
+            master, rate = os.environ["IBP_NETNS_MASTER"], os.environ.get("IBP_NETNS_RATE", "?")
+        except (KeyError, ValueError):
+            ap.error("--netns: run under tools/netns-tc.sh --exec (IBP_NETNS_RANK, _WORLD, _MASTER unset)")
+        link = "network namespaces (tools/netns-tc.sh), %s Gbit/s per rank" % rate
+    else:
+        link = "loopback (unthrottled)"
+    quiet = args.netns and rank != 0
+    if not quiet:
+        print("bench/ddp_step.py: DDP step time over gloo, %d CPU ranks, %s" % (args.world, link))
+    if not quiet:
+        print("date (UTC): %s | torch %s | model: MLP width %d, %.1f M parameters, %.1f MB of float32 gradients"
+              % (time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), torch.__version__, w, nparam / 1e6,
+                 nparam * 4e-6))
+        print("steps: %d timed (+%d warm-up) per configuration, alternating; batch %d per rank" %
+              (args.steps, args.warmup, args.batch), flush=True)
+    if args.netns:
+        res = worker(rank, args.world, args, "tcp://%s:29533" % master, None)
+        return 0 if quiet else report(args, res)
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     with tempfile.TemporaryDirectory() as d:
@@ -202,6 +226,10 @@ def main():
         if any(p.exitcode != 0 for p in procs) or res is None:
             print("error: a rank failed (exit codes %s)" % [p.exitcode for p in procs], file=sys.stderr)
             return 1
+    return report(args, res)
+
+
+def report(args, res):
     mx, same, stats = res
     bases = {"": statistics.median(mx["plain"]) if "plain" in mx else None,
              "fsdp": statistics.median(mx["fsdp-plain"]) if "fsdp-plain" in mx else None}

@@ -10,6 +10,7 @@
 #        [-c "none exp"] [-d bf16] [-b 1M] [-e 16M] [-f 4] [--iters 3] [--delay 50us]
 #        [--data FILE.npy] [--policy always] [--bin build/bin/ibp-coll-perf] [--json]
 #        [--cores split|all]
+#   sudo tools/netns-tc.sh -n 2 -r 1 --exec 'python bench/ddp_step.py --netns'
 #
 # Rates are Gbit/s per rank (tbf on the namespace's end of its veth). How
 # the ranks get into namespaces: mpirun (root namespace) starts one orted per
@@ -17,6 +18,13 @@
 # `ip netns exec NS ...`; the daemons reach mpirun over the bridge
 # (10.77.0.254) and the ranks talk over the veth addresses (btl tcp only,
 # btl_tcp_if_include 10.77.0.0/24), so every message crosses a shaped link.
+#
+# --exec CMD runs CMD (with sh -c, from the repository root) once per rank
+# in its namespace instead of ibp-coll-perf under mpirun, at each rate, all
+# ranks at once; the environment names the rank (IBP_NETNS_RANK 0..n-1,
+# IBP_NETNS_WORLD, IBP_NETNS_MASTER = rank 0's address 10.77.0.1,
+# IBP_NETNS_RATE in Gbit/s) and points gloo at the shaped link
+# (GLOO_SOCKET_IFNAME=eth0). The run fails when a rank does.
 #
 # Cores (--cores): `split` (the default) gives each rank its own share of
 # this machine's CPUs, as separate hosts would have (rank k: CPUs
@@ -52,7 +60,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 ranks=4 rates="1 10 25" ops="allgather reducescatter allreduce" codecs="none exp" dtype=bf16
 bmin=1M bmax=16M factor=4 iters=3 delay="" data="" policy=always json="" bin="$root/build/bin/ibp-coll-perf"
-cores=split
+cores=split exec_cmd=""
 run_timeout=${IBP_NETNS_RUN_TIMEOUT:-300}
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -71,16 +79,17 @@ while [ $# -gt 0 ]; do
 	--bin) bin=$2; shift 2 ;;
 	--json) json=--json; shift ;;
 	--cores) cores=$2; shift 2 ;;
+	--exec) exec_cmd=$2; shift 2 ;;
 	-h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
 	*) die "unknown option $1 (--help lists them)" ;;
 	esac
 done
 
 [ "$(id -u)" = 0 ] || die "needs root: it creates network namespaces, veth links and tc qdiscs (run it with sudo, or in a container with CAP_NET_ADMIN)"
-for t in ip tc mpirun; do
+for t in ip tc $([ -n "$exec_cmd" ] || echo mpirun); do
 	command -v $t >/dev/null 2>&1 || die "$t not found (ip/tc: iproute2; mpirun: openmpi-bin)"
 done
-[ -x "$bin" ] || die "$bin is not built (cmake --build build, with MPI found; or pass --bin)"
+[ -n "$exec_cmd" ] || [ -x "$bin" ] || die "$bin is not built (cmake --build build, with MPI found; or pass --bin)"
 if [ "$ranks" -lt 2 ] || [ "$ranks" -gt 200 ]; then die "-n must be 2..200"; fi
 pfx="ibp$$n"
 br="ibp$$br"
@@ -165,6 +174,29 @@ esac
 
 echo "# netns-tc.sh: $ranks ranks, one per network namespace, rates ${rates// /, } Gbit/s per rank${delay:+, delay $delay}"
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -sr), $ncpu CPUs ($corenote), load $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ -n "$exec_cmd" ]; then
+	for gbit in $rates; do
+		shape "$gbit"
+		echo "# rate ${gbit} Gbit/s: $exec_cmd"
+		pids=()
+		for k in $(seq 1 "$ranks"); do
+			r=$((k - 1))
+			cpu=()
+			if [ "$cores" = split ]; then
+				f=$(( (r * per) % ncpu ))
+				cpu=(taskset -c "$f-$((f + per - 1))")
+			fi
+			(cd "$root" && exec ip netns exec "$pfx$k" env IBP_NETNS_RANK=$r IBP_NETNS_WORLD="$ranks" \
+				IBP_NETNS_MASTER=10.77.0.1 IBP_NETNS_RATE="$gbit" GLOO_SOCKET_IFNAME=eth0 \
+				${cpu[@]+"${cpu[@]}"} timeout "$run_timeout" sh -c "$exec_cmd") &
+			pids+=($!)
+		done
+		bad=0
+		for p in "${pids[@]}"; do wait "$p" || bad=1; done
+		[ "$bad" = 0 ] || die "a rank of '$exec_cmd' failed at $gbit Gbit/s"
+	done
+	exit 0
+fi
 for gbit in $rates; do
 	shape "$gbit"
 	for op in $ops; do

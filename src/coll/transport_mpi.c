@@ -5,7 +5,9 @@
  * are MPI's own nonblocking collectives, polled the same way: a plain
  * call runs at MPI's speed. BF16/F16 sums use one commutative user MPI_Op
  * per dtype that adds in float32 and rounds as the algorithms do (MPI has
- * no 16-bit float types); F32 sums are MPI_SUM on MPI_FLOAT. */
+ * no 16-bit float types); F32 sums are MPI_SUM on MPI_FLOAT. A large
+ * AllReduce below 4 ranks asks Open MPI's libnbc for its ring for that
+ * call (nbc_ring: an MPI_T control variable, set and put back). */
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -336,6 +338,45 @@ static ibp_status_t n_reducescatter(void *ctx, const void *send, void *recv, uin
 	return started(rc, &req, "MPI_Ireduce_scatter_block", timeout_ms);
 }
 
+/* Open MPI's nonblocking AllReduce (libnbc) picks a binomial tree (reduce
+ * to a root, then broadcast) below 4 ranks whatever the size: at 64 MiB
+ * over a 10 Gbit/s link that took 1.4-1.8x MPI_Allreduce's time, where
+ * its ring (the same bytes each way, overlapped) takes 0.8x
+ * (docs/BENCHMARKS.md, "Native AllReduce below 4 ranks"). Its algorithm is
+ * a control variable read at every call, so a large call below 4 ranks
+ * asks for the ring when nobody chose another (the variable is 0, "auto"),
+ * and puts it back right after the call starts. Other MPI libraries (no
+ * such variable) are left alone. */
+#define RING_MIN_BYTES (1u << 20)
+static pthread_once_t nbc_once = PTHREAD_ONCE_INIT;
+static int nbc_ok;
+static MPI_T_cvar_handle nbc_alg;
+
+static void nbc_find(void)
+{
+	int provided = 0, idx = -1, n = 0;
+	if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) /* process-wide, never finalized */
+		return;
+	nbc_ok = MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &idx) == MPI_SUCCESS &&
+		 MPI_T_cvar_handle_alloc(idx, NULL, &nbc_alg, &n) == MPI_SUCCESS && n == 1;
+}
+
+/* 1 when it switched the algorithm to the ring (put back with nbc_auto). */
+static int nbc_ring(int nranks, uint64_t bytes)
+{
+	int cur = -1, ring = 1;
+	if (nranks >= 4 || bytes < RING_MIN_BYTES || pthread_once(&nbc_once, nbc_find) != 0 || !nbc_ok)
+		return 0;
+	return MPI_T_cvar_read(nbc_alg, &cur) == MPI_SUCCESS && cur == 0 &&
+	       MPI_T_cvar_write(nbc_alg, &ring) == MPI_SUCCESS;
+}
+
+static void nbc_auto(void)
+{
+	int zero = 0;
+	MPI_T_cvar_write(nbc_alg, &zero); /* cannot fail after a write that worked; nothing to report */
+}
+
 static ibp_status_t n_allreduce(void *ctx, const void *send, void *recv, uint64_t count, ibp_dtype_t dt,
 				int64_t timeout_ms)
 {
@@ -343,8 +384,15 @@ static ibp_status_t n_allreduce(void *ctx, const void *send, void *recv, uint64_
 	MPI_Datatype type = MPI_BYTE;
 	MPI_Op sum = MPI_OP_NULL;
 	MPI_Request req;
+	int p = 0;
 	IBP_TRY(mpi_type(dt, &type, &sum));
-	int rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, type, sum, m->comm, &req);
+	int rc = MPI_Comm_size(m->comm, &p);
+	if (rc != MPI_SUCCESS)
+		return mpi_fail(rc, "MPI_Comm_size");
+	const int ring = nbc_ring(p, count * ibp_dtype_size(dt));
+	rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, type, sum, m->comm, &req);
+	if (ring)
+		nbc_auto();
 	return started(rc, &req, "MPI_Iallreduce", timeout_ms);
 }
 

@@ -125,6 +125,50 @@ int main(int argc, char **argv)
 		      "rank %d: %llu native calls (natives %s)", r, (unsigned long long)st.native, natives ? "on" : "off");
 	ibp_coll_comm_destroy(c);
 	c = NULL;
+	/* A large plain AllReduce below 4 ranks runs on libnbc's ring (the
+	 * transport switches its algorithm for the call): the sum is right, in
+	 * place too, and the control variable is back at 0 (auto) after. */
+	s = ibp_coll_comm_from_mpi(&world, &o, &c);
+	CHECK(s == IBP_OK, "rank %d: comm_from_mpi: %s", r, ibp_last_error());
+	for (int inplace = 0; inplace < 2 && c; inplace++) {
+		const uint64_t n = 300001;
+		void *ins[4];
+		for (int q = 0; q < p; q++)
+			ins[q] = make_input(q, IBP_DTYPE_F32, n, 555);
+		float *out = inplace ? ins[r] : malloc(n * 4), *mine = malloc(n * 4);
+		memcpy(mine, ins[r], n * 4);
+		s = ibp_coll_allreduce(inplace ? out : mine, out, n, IBP_DTYPE_F32, IBP_COLL_SUM, IBP_COLL_CODEC_NONE, c,
+				       NULL);
+		CHECK(s == IBP_OK, "rank %d large allreduce: %s", r, ibp_last_error());
+		uint64_t wrong = 0;
+		for (uint64_t i = 0; s == IBP_OK && i < n; i++) {
+			double ex = 0, mag = 0;
+			for (int q = 0; q < p; q++) { /* in place, ins[r] holds the sum: the input is in mine */
+				const double v = q == r ? mine[i] : ((float *)ins[q])[i];
+				ex += v;
+				mag += fabs(v);
+			}
+			wrong += fabs((double)out[i] - ex) > p * 0x1p-24 * mag;
+		}
+		CHECK(wrong == 0, "rank %d large allreduce (in place %d): %llu wrong", r, inplace, (unsigned long long)wrong);
+		int idx = -1, cnt = 0, v = -1, prov = 0;
+		MPI_T_cvar_handle hd;
+		if (MPI_T_init_thread(MPI_THREAD_SINGLE, &prov) == MPI_SUCCESS &&
+		    MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &idx) == MPI_SUCCESS &&
+		    MPI_T_cvar_handle_alloc(idx, NULL, &hd, &cnt) == MPI_SUCCESS) {
+			CHECK(MPI_T_cvar_read(hd, &v) == MPI_SUCCESS && v == 0, "rank %d: libnbc's algorithm left at %d", r,
+			      v);
+			MPI_T_cvar_handle_free(&hd);
+			MPI_T_finalize();
+		}
+		for (int q = 0; q < p; q++)
+			free(ins[q]);
+		if (!inplace)
+			free(out);
+		free(mine);
+	}
+	ibp_coll_comm_destroy(c);
+	c = NULL;
 	/* DynamiQ: every rank's result is the simulation's, bit for bit (FP32,
 	 * and BF16 narrowed from the simulation of the widened inputs). A fresh
 	 * communicator without calibration: its calls are numbered from 1. */
