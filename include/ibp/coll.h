@@ -23,8 +23,9 @@
  *                  a rank's own block is copied, never encoded
  * On host memory over a transport with nonblocking messages (async below)
  * the rings send each chunk in pieces of at most IBP_COLL_PIECE_BYTES raw
- * bytes (environment, read at creation; default 61440, 0 = whole chunks;
- * all ranks must agree), all in flight at once, encoded, sent, received and
+ * bytes (environment, read at creation; default 61440 over MPI, 1 MiB
+ * otherwise, 0 = whole chunks; all ranks must agree; DynamiQ's pieces: of
+ * coded bytes), all in flight at once, encoded, sent, received and
  * decoded overlapped (docs/COLLECTIVES.md "Pipelined rings"); results are
  * the bits of whole chunks.
  * Every message carries a 32-byte header (operation, requested codec,

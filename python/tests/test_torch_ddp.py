@@ -168,6 +168,34 @@ def _scenarios(rank, world, res):
     res["allreduce"] = errs
     comm.close()
 
+    # pieces in flight through TorchTransport's nonblocking calls (pieces of
+    # 256 raw bytes: ~40 a chunk): exp and none bit-identical to gloo's sum,
+    # DynamiQ bit-identical to its whole-chunk run, more wire bytes (a
+    # header a piece) than whole chunks
+    big = [torch.randn(20000, generator=torch.Generator().manual_seed(50 + r)) * 1e-2 for r in range(world)]
+    pieces = {}
+    for env in ("256", "0"):
+        os.environ["IBP_COLL_PIECE_BYTES"] = env
+        cm = D.communicator(policy="always", calibrate=False)
+        os.environ.pop("IBP_COLL_PIECE_BYTES")
+        out = {}
+        for codec in ("none", "exp", "dynamiq"):
+            w0 = cm.stats()["wire_bytes"]
+            out[codec] = (D.allreduce_(big[rank].clone(), cm, codec), cm.stats()["wire_bytes"] - w0)
+        ag = torch.empty(world, 20000)
+        cm.allgather(big[rank], out=ag, codec="exp")
+        out["ag"] = ag
+        pieces[env] = out
+        cm.close()
+    exact = big[0] + big[1]
+    res["pieces"] = {
+        "exp_vs_sum": bool(torch.equal(pieces["256"]["exp"][0].view(torch.int32), exact.view(torch.int32))),
+        "none_vs_sum": bool(torch.equal(pieces["256"]["none"][0].view(torch.int32), exact.view(torch.int32))),
+        "dynamiq_vs_whole": bool(torch.equal(pieces["256"]["dynamiq"][0].view(torch.int32),
+                                             pieces["0"]["dynamiq"][0].view(torch.int32))),
+        "ag_vs_cat": bool(torch.equal(pieces["256"]["ag"], torch.stack(big))),
+        "wire": {c: [pieces["256"][c][1], pieces["0"][c][1]] for c in ("none", "exp", "dynamiq")},
+    }
     res["t"]["allreduce"] = time.monotonic() - t0
     # FSDP2: plain vs compressed all-gather + reduce-scatter
     from torch.distributed.device_mesh import init_device_mesh
@@ -236,6 +264,7 @@ def _scenarios(rank, world, res):
     errors["mismatch"] = raises(lambda: c.allreduce(x, out=x.clone(), codec="exp" if rank == 0 else "fp8"))
     errors["broken_after"] = raises(lambda: c.allreduce(x, out=x.clone(), codec="exp"))
 
+
     # corrupt payload: rank 1 truncates every coded message it sends
     class Truncating(D.TorchTransport):
         def sendrecv(self, dst, payload, src, rcap, timeout):
@@ -247,6 +276,25 @@ def _scenarios(rank, world, res):
     c2 = ibp._coll.Communicator(tr, policy="always", calibrate=False, timeout=3)
     y = torch.randn(4096) * 1e-2
     errors["corrupt"] = raises(lambda: c2.allreduce(y, out=y.clone(), codec="exp"))
+    # the hook's collective fails on its worker thread (ranks disagree on the
+    # codec; the transport's size check keeps gloo from ending the process on
+    # a message larger than its receive): DDP's backward raises it, nothing
+    # hangs
+    # (last: the failed call leaves gloo's pairs closed; a group of its own)
+    grp = dist.new_group(backend="gloo")
+    hk = D.compressed_allreduce_hook("exp" if rank == 0 else "dynamiq", process_group=grp, policy="always",
+                                     timeout=3)
+    m = torch.nn.parallel.DistributedDataParallel(net(), process_group=grp)
+    m.register_comm_hook(None, hk)
+
+    def step():
+        torch.nn.functional.mse_loss(m(xs[0]), ys[0]).backward()
+
+    try:
+        step()
+        errors["hook_mismatch"] = "no error"
+    except Exception as e:  # DDP wraps the future's ibp.Error
+        errors["hook_mismatch"] = type(e).__name__ + ": " + str(e)
     res["errors"] = errors
     res["t"]["errors"] = time.monotonic() - t0
 
@@ -264,6 +312,16 @@ def test_exp_hook_bit_identical_to_ddp(ranks):
         assert d["exp"]["compressed"] == d["exp"]["calls"] > 0  # every bucket went through the codec
         assert d["none"]["compressed"] == 0
         assert d["exp"]["ratio"] > d["none"]["ratio"]  # fewer bytes on the wire than plain
+
+
+def test_pieces_in_flight_over_torch(ranks):
+    """TorchTransport's async table: pipelined rings give the whole-chunk bits."""
+    for r, d in enumerate(ranks):
+        p = d["pieces"]
+        assert p["exp_vs_sum"] and p["none_vs_sum"], (r, p)
+        assert p["dynamiq_vs_whole"] and p["ag_vs_cat"], (r, p)
+        for codec, (piece, whole) in p["wire"].items():
+            assert piece > whole + 20 * 32, (r, codec, piece, whole)  # the pieces' headers
 
 
 def test_plain_buckets_go_native(ranks):
@@ -350,6 +408,10 @@ def test_errors_are_ibp_errors(ranks):
         assert e["plain_f64"].startswith("InvalidArgumentError")
         assert e["mismatch"].startswith("InvalidArgumentError") and "mismatch" in e["mismatch"], e["mismatch"]
         assert e["broken_after"].startswith("FileError") and "broken" in e["broken_after"], e["broken_after"]
+        # the rank that sees the other's header names the mismatch; its peer
+        # may instead lose the connection when that rank leaves: an I/O error
+        assert "mismatch" in e["hook_mismatch"] or "I/O error" in e["hook_mismatch"], e["hook_mismatch"]
+    assert any("mismatch" in d["errors"]["hook_mismatch"] for d in ranks), [d["errors"]["hook_mismatch"] for d in ranks]
     # rank 0 received the truncated payload; rank 1 then waited for rank 0 in
     # vain: a timeout, or gloo's "connection closed" once rank 0 has exited
     assert ranks[0]["errors"]["corrupt"].startswith("CorruptError"), ranks[0]["errors"]["corrupt"]

@@ -64,9 +64,9 @@ struct ibp_coll_comm {
 
 /* Raw bytes of a piece of the pipelined rings: IBP_COLL_PIECE_BYTES from
  * the environment (0 turns pipelining off; every rank must agree, else
- * their calls fail as mismatched), else 0 (off; algo.c says why). Read
- * at creation. */
-uint64_t ibpi_coll_piece_bytes(void);
+ * their calls fail as mismatched), else dflt, else the library's default
+ * (1 MiB; algo.c says why). Read when a communicator is made. */
+uint64_t ibpi_coll_piece_bytes(uint64_t dflt);
 
 /* Working buffer `slot` of at least `bytes` (contents undefined), kept
  * for the next call; NULL with IBP_ERR_NOMEM recorded. */

@@ -184,7 +184,7 @@ ibp_status_t ibp_coll_comm_create(const ibp_coll_transport_t *t, const ibp_coll_
 	c->st.last_ratio = 1;
 	c->lsq_bits = LSQ_BITS;
 	c->mem_kind = IBP_COLL_MEM_HOST;
-	c->piece_bytes = ibpi_coll_piece_bytes();
+	c->piece_bytes = ibpi_coll_piece_bytes(0);
 	c->mem = &ibpi_coll_mem_host;
 	if (o.calibrate && (s = ibpi_coll_calibrate(c)) != IBP_OK) {
 		ibp_coll_comm_destroy(c);

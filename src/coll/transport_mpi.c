@@ -348,6 +348,10 @@ static ibp_status_t n_reducescatter(void *ctx, const void *send, void *recv, uin
  * and puts it back right after the call starts. Other MPI libraries (no
  * such variable) are left alone. */
 #define RING_MIN_BYTES (1u << 20)
+
+/* A pipelined ring's piece over MPI: 60 KiB raw, so that a piece with its
+ * headers stays under Open MPI's 64 KiB TCP eager limit (algo.c). */
+#define MPI_PIECE_BYTES 61440u
 static pthread_once_t nbc_once = PTHREAD_ONCE_INIT;
 static int nbc_ok;
 static MPI_T_cvar_handle nbc_alg;
@@ -485,5 +489,7 @@ ibp_status_t ibp_coll_comm_from_mpi(const void *mpi_comm, const ibp_coll_opts_t 
 	const char *e = getenv("IBP_COLL_MPI_NATIVE");
 	t.native = e && e[0] == '0' ? NULL : &mpi_native;
 	t.async = &mpi_async;
-	return ibp_coll_comm_create(&t, opts, out);
+	IBP_TRY(ibp_coll_comm_create(&t, opts, out));
+	(*out)->piece_bytes = ibpi_coll_piece_bytes(MPI_PIECE_BYTES);
+	return IBP_OK;
 }

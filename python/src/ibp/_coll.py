@@ -31,6 +31,7 @@ failure the communicator is broken (libibp's rule): later calls raise.
 from __future__ import annotations
 
 import ctypes as C
+import itertools
 import threading
 
 import numpy as np
@@ -95,6 +96,23 @@ class CollStats(C.Structure):
 
 SENDRECV = C.CFUNCTYPE(c_int, c_vp, c_int, c_vp, c_u64, c_int, c_vp, c_u64, P(c_u64), c_i64)
 DESTROY = C.CFUNCTYPE(None, c_vp)
+ISEND = C.CFUNCTYPE(c_int, c_vp, c_int, c_vp, c_u64, P(c_vp))
+IRECV = C.CFUNCTYPE(c_int, c_vp, c_int, c_vp, c_u64, P(c_vp))
+TEST = C.CFUNCTYPE(c_int, c_vp, c_vp, P(c_int), P(c_u64))
+CANCEL = C.CFUNCTYPE(c_int, c_vp, c_vp)
+
+
+class CollAsync(C.Structure):
+    """Mirror of ibp_coll_async_t."""
+
+    c_name = "ibp_coll_async_t"
+    c_header = "include/ibp/coll.h"
+    _fields_ = [
+        ("isend", ISEND),
+        ("irecv", IRECV),
+        ("test", TEST),
+        ("cancel", CANCEL),
+    ]
 
 
 class CollTransport(C.Structure):
@@ -109,7 +127,7 @@ class CollTransport(C.Structure):
         ("sendrecv", SENDRECV),
         ("destroy", DESTROY),
         ("native", c_vp),  # const ibp_coll_native_t *: none from Python (the algorithms run)
-        ("async", c_vp),  # const ibp_coll_async_t *: none from Python (whole messages)
+        ("async", c_vp),  # const ibp_coll_async_t *: _PyTransport's, when the transport has isend etc.
     ]
 
 
@@ -199,12 +217,87 @@ class _PyTransport:
     """Adapts a Python transport object to ibp_coll_transport_t. The C
     callback copies the outgoing message into a NumPy array owned here (a
     transport may keep it after a timeout without touching freed C memory)
-    and copies the reply into libibp's buffer. It never raises into C."""
+    and copies the reply into libibp's buffer. It never raises into C.
+
+    A transport that also has isend(dst, payload) -> req, irecv(src, cap)
+    -> req, test(req) -> (done, message or None) and cancel(req) gets an
+    async table too (libibp's pipelined rings: pieces in flight). Requests
+    are Python objects kept here under an integer id that C holds; the
+    transport writes only buffers it owns, so a cancelled request never
+    touches libibp's memory (cancel answers 1)."""
 
     def __init__(self, t):
         self.t = t
         self.error = None  # the exception text of the latest failed callback
         self.cfunc = SENDRECV(self._sendrecv)
+        self.async_table = None
+        if all(callable(getattr(t, a, None)) for a in ("isend", "irecv", "test", "cancel")):
+            self._reqs = {}
+            self._ids = itertools.count(1)  # never 0: C's NULL
+            self.async_table = CollAsync(ISEND(self._isend), IRECV(self._irecv), TEST(self._test),
+                                         CANCEL(self._cancel))
+
+    def _fail(self, e):
+        self.error = "%s: %s" % (type(e).__name__, e)
+        return getattr(e, "status", _ERR_IO) if isinstance(e, TransportError) else _ERR_IO
+
+    def _keep(self, r, buf, cap, req):
+        i = next(self._ids)
+        self._reqs[i] = (r, buf, cap)
+        req[0] = i
+
+    def _isend(self, ctx, dst, buf, nbytes, req):
+        try:
+            payload = np.empty(nbytes, dtype=np.uint8)
+            if nbytes:
+                C.memmove(payload.ctypes.data, buf, nbytes)
+            self._keep(self.t.isend(dst, payload), None, 0, req)
+            return _OK
+        except BaseException as e:  # noqa: B902 (nothing may propagate into C)
+            return self._fail(e)
+
+    def _irecv(self, ctx, src, buf, cap, req):
+        try:
+            self._keep(self.t.irecv(src, int(cap)), buf, int(cap), req)
+            return _OK
+        except BaseException as e:  # noqa: B902
+            return self._fail(e)
+
+    def _test(self, ctx, req, done, nbytes):
+        i = req or 0
+        r, buf, cap = self._reqs.get(i, (None, None, 0))
+        try:
+            if r is None:
+                raise TransportError("unknown request %d" % i, _ERR_INVALID)
+            fin, got = self.t.test(r)
+            if not fin:
+                done[0] = 0
+                return _OK
+            del self._reqs[i]
+            n = 0
+            if buf is not None:
+                g = np.ascontiguousarray(np.asarray(got).reshape(-1).view(np.uint8))
+                if g.size > cap:
+                    raise TransportError("mismatch: %d-byte message exceeds the expected %d bytes"
+                                         % (g.size, cap), _ERR_INVALID)
+                if g.size:
+                    C.memmove(buf, g.ctypes.data, g.size)
+                n = g.size
+            nbytes[0] = n
+            done[0] = 1
+            return _OK
+        except BaseException as e:  # noqa: B902
+            self._reqs.pop(i, None)  # released on any failure
+            return self._fail(e)
+
+    def _cancel(self, ctx, req):
+        r = self._reqs.pop(req or 0, (None,))[0]
+        try:
+            if r is not None:
+                self.t.cancel(r)
+        except BaseException as e:  # noqa: B902
+            self.error = "%s: %s" % (type(e).__name__, e)
+        return 1
 
     def _sendrecv(self, ctx, dst, sbuf, sbytes, src, rbuf, rcap, rbytes, timeout_ms):
         try:
@@ -288,6 +381,8 @@ class Communicator(Owner):
             t.nranks = int(transport.nranks)
             t.ctx = None
             t.sendrecv = self._py.cfunc
+            if self._py.async_table is not None:
+                setattr(t, "async", C.cast(C.pointer(self._py.async_table), c_vp))
             self._keep = transport
         h = c_vp()
         self._lock = threading.Lock()
@@ -296,6 +391,14 @@ class Communicator(Owner):
         self._handle = Handle(h, _c("ibp_coll_comm_destroy"), "ibp.Communicator", process_bound=True)
         self.rank = _c("ibp_coll_comm_rank")(h)
         self.nranks = _c("ibp_coll_comm_nranks")(h)
+
+    def close(self) -> None:
+        """Frees the communicator, then lets a Python transport stop its own
+        threads (its close(), if it has one). Idempotent."""
+        super().close()
+        t = self._keep if self._py is not None else None
+        if t is not None and callable(getattr(t, "close", None)):
+            t.close()
 
     # -- plumbing --
     def _check(self, st, func):

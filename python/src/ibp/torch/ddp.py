@@ -17,8 +17,11 @@ also measures: after 2 steps sent natively it sends 3 steps each way,
 alternately, timing whole steps, and keeps libibp only if its median step
 takes under 0.95 of the native one (every rank sums the same timings in one
 all-reduce, so all choose alike; stats()["hook_choice"]). Other buckets are
-summed with one of libibp's compressed collectives and the hook returns a
-completed Future of the bucket tensor. Codecs, by name (docs/COLLECTIVES.md):
+summed with one of libibp's compressed collectives, run in order on the
+hook's worker thread so that they overlap the rest of the backward as the
+backend's own all-reduce does; the hook returns a Future of the bucket
+tensor completed by that thread (or failed with its ibp.Error). Codecs, by
+name (docs/COLLECTIVES.md):
 
     "none"     plain: the backend's own all-reduce (as without a hook)
     "exp"      lossless exponent codec: bit-identical to "none"; with 2 ranks
@@ -33,8 +36,10 @@ completed Future of the bucket tensor. Codecs, by name (docs/COLLECTIVES.md):
 
 Design (docs/COLLECTIVES.md, "PyTorch hooks"): the hook runs libibp's own
 collective algorithms with torch.distributed as their transport
-(TorchTransport: each libibp message is a size then a payload sent with
-dist.isend / dist.irecv, every wait bounded by Work.wait(timeout)). So the
+(TorchTransport: each libibp message is its length and payload sent with
+dist.isend / dist.irecv in segments of at most ~1 MiB, every wait bounded
+by Work.wait(timeout); large collectives send pieces in flight through its
+nonblocking calls). So the
 ring, the per-hop decode-add-re-encode of the reductions, the message
 headers that catch mismatched calls, the switcher and the statistics are the
 ones the C tests check, and DynamiQ and PTS (algorithms, not per-message
@@ -51,7 +56,10 @@ a failure the hook's communicator is broken and later calls raise at once.
 
 import datetime
 import itertools
+import queue
+import threading
 import time
+import weakref
 from typing import Optional
 
 import numpy as np
@@ -76,18 +84,33 @@ _tags = itertools.count()
 
 
 class TorchTransport:
-    """libibp's transport primitive over torch.distributed point-to-point
-    calls (any CPU-capable backend; gloo). Each message is two: an int64 size
-    (tag t) then the payload (tag t + 1), because a receive must know its
-    size. Sends and receives are all posted before any wait, so a ring step
-    (send right, receive left) cannot deadlock; every wait gets the time left
-    until the call's deadline, and running out raises a TransportError that
-    libibp reports as IBP_ERR_IO ("timeout ... rank N").
+    """libibp's transport over torch.distributed point-to-point calls (any
+    CPU-capable backend; gloo). A message travels as its 8-byte length
+    (little-endian) followed by the payload, cut into segments of at most
+    SEG bytes, each a backend message on the transport's tag. Every receive
+    posts a SEG-byte receive for the first segment before the data can
+    come: gloo sends only once the peer has posted the receive, and delivers
+    a message into any receive at least as large, but ends the process
+    (std::terminate) on a larger one, so no peer's segment can exceed a
+    posted receive whatever it sends. The length is then checked against
+    libibp's capacity (larger: "mismatch", an error, not the end of the
+    process) and the other segments, if any, are received at their exact
+    sizes. libibp's pipelined rings send pieces of 1 MiB (raw), which fit
+    one segment: each arrives into a receive posted in advance. Every wait
+    gets the time left until the call's deadline, and running out raises a
+    TransportError that libibp reports as IBP_ERR_IO ("timeout ... rank N").
+
+    Besides sendrecv it has the nonblocking calls of libibp's async table
+    (isend, irecv, test, cancel), so the pipelined rings keep pieces in
+    flight over it (docs/COLLECTIVES.md, "Pieces in flight").
 
     Every transport made in a process takes the next pair of tags, so ranks
     must make them in the same order (SPMD programs do). Payloads are
     copies owned by Python: a timed-out send or receive can finish later
     without touching libibp's freed buffers."""
+
+    HDR = 8
+    SEG = (1 << 20) + (64 << 10)  # a 1 MiB piece coded, with its headers, in one segment
 
     def __init__(self, group=None, tag: Optional[int] = None):
         if not dist.is_available() or not dist.is_initialized():
@@ -102,6 +125,7 @@ class TorchTransport:
                       for r in range(self.nranks)]
         self.tag = _TAG_BASE + 2 * next(_tags) if tag is None else int(tag)
         self._abandoned = []  # works that timed out (kept alive with their tensors)
+        self._waiters = None  # the async table's waiter threads, made on first use
 
     def _wait(self, work, deadline, what):
         left = deadline - time.monotonic()
@@ -117,32 +141,147 @@ class TorchTransport:
             self._abandoned.append(work)
             raise _coll.TransportError("%s was aborted" % what)
 
+    def _segments(self, total):
+        return [(o, min(self.SEG, total - o)) for o in range(0, total, self.SEG)]
+
+    def _isend(self, dst, payload):
+        """Starts every segment of the message; returns [(work, tensor)]."""
+        n = 0 if payload is None else int(payload.size)
+        frame = np.empty(self.HDR + n, dtype=np.uint8)
+        frame[:self.HDR] = np.frombuffer(n.to_bytes(self.HDR, "little"), dtype=np.uint8)
+        if n:
+            frame[self.HDR:] = payload
+        t = torch.from_numpy(frame)
+        return [(dist.isend(t[o:o + k], self._glob[dst], group=self.group, tag=self.tag), t)
+                for o, k in self._segments(frame.size)]
+
+    def _first_recv(self, src):
+        buf = torch.empty(self.SEG, dtype=torch.uint8)
+        return dist.irecv(buf, self._glob[src], group=self.group, tag=self.tag), buf
+
+    def _rest_recv(self, src, first, cap):
+        """After the first segment: the length checked, the other segments'
+        receives posted. Returns (works, payload array)."""
+        f = first.numpy()
+        n = int.from_bytes(f[:self.HDR].tobytes(), "little")
+        if n > cap:
+            raise _coll.TransportError("mismatch: %d-byte message from rank %d exceeds the expected %d bytes"
+                                       % (n, src, cap), 1)
+        total = self.HDR + n
+        if total <= self.SEG:
+            return [], f[self.HDR:total]
+        whole = np.empty(total, dtype=np.uint8)
+        whole[:self.SEG] = f
+        t = torch.from_numpy(whole)
+        works = [(dist.irecv(t[o:o + k], self._glob[src], group=self.group, tag=self.tag), t)
+                 for o, k in self._segments(total)[1:]]
+        return works, whole[self.HDR:]
+
     def sendrecv(self, dst, payload, src, rcap, timeout):
-        t0 = time.monotonic()
-        deadline = t0 + timeout
-        sends = []
-        if dst >= 0:
-            size = torch.tensor([payload.size], dtype=torch.int64)
-            sends.append((dist.isend(size, self._glob[dst], group=self.group, tag=self.tag), size))
-            if payload.size:
-                data = torch.from_numpy(payload)
-                sends.append((dist.isend(data, self._glob[dst], group=self.group, tag=self.tag + 1), data))
+        deadline = time.monotonic() + timeout
+        fw = first = None
+        if src >= 0:
+            fw, first = self._first_recv(src)
+        sends = self._isend(dst, payload) if dst >= 0 else []
         got = None
         if src >= 0:
-            size = torch.empty(1, dtype=torch.int64)
-            self._wait(dist.irecv(size, self._glob[src], group=self.group, tag=self.tag), deadline,
-                       "receiving a message size from rank %d within %.3g s" % (src, timeout))
-            n = int(size[0])
-            if n < 0 or n > rcap:
-                raise _coll.TransportError("mismatch: %d-byte message from rank %d exceeds the expected %d bytes"
-                                           % (n, src, rcap), 1)
-            got = np.empty(n, dtype=np.uint8)
-            if n:
-                self._wait(dist.irecv(torch.from_numpy(got), self._glob[src], group=self.group, tag=self.tag + 1),
-                           deadline, "receiving %d bytes from rank %d within %.3g s" % (n, src, timeout))
+            self._wait(fw, deadline, "receiving from rank %d within %.3g s" % (src, timeout))
+            rest, got = self._rest_recv(src, first, rcap)
+            for w, _ in rest:
+                self._wait(w, deadline, "receiving %d bytes from rank %d within %.3g s" % (got.size, src, timeout))
         for w, _ in sends:
             self._wait(w, deadline, "sending to rank %d within %.3g s" % (dst, timeout))
         return got
+
+    # -- libibp's async table (the caller's thread only; libibp keeps the deadline) --
+    # A gloo point-to-point Work finishes only inside wait() (is_completed
+    # stays False until then), and a wait that times out closes the pair, so
+    # a waiter thread per direction waits on each request in the order they
+    # were posted (the order they finish in), posts a long message's other
+    # segments as soon as its first has come, and test reads the flags.
+    def _post(self, kind, req):
+        if self._waiters is None:
+            self._waiters = (_Waiter("send"), _Waiter("recv"))
+            for wt in self._waiters:  # a transport never closed still ends its threads
+                weakref.finalize(self, wt.q.put, None)
+        self._waiters[kind].put(req)
+        return req
+
+    def isend(self, dst, payload):
+        return self._post(0, _Req(self._isend(dst, payload), None))
+
+    def irecv(self, src, cap):
+        w, first = self._first_recv(src)
+        return self._post(1, _Req([(w, first)], lambda: self._rest_recv(src, first, cap)))
+
+    def test(self, req):
+        if not req.done:
+            return False, None
+        if req.error is not None:
+            raise req.error
+        return True, req.data
+
+    def cancel(self, req):
+        if not req.done:
+            self._abandoned.append(req)  # gloo cannot cancel: the request keeps its own buffers
+        return True
+
+    def close(self):
+        """Stops the waiter threads once their requests have finished (they
+        are daemons: a process may also just exit)."""
+        if self._waiters is not None:
+            for wt in self._waiters:
+                wt.put(None)
+            self._waiters = None
+
+
+class _Req:
+    """An async request: its works (with their tensors) and, for a receive,
+    what to do once the first segment is in (check the length, post the
+    other segments: returns their works and the payload)."""
+
+    __slots__ = ("works", "recv", "done", "error", "data")
+
+    def __init__(self, works, recv):
+        self.works, self.recv = works, recv
+        self.done, self.error, self.data = False, None, None
+
+
+class _Waiter:
+    """A daemon thread that waits on requests in order, marking each done."""
+
+    def __init__(self, what):
+        self.q = queue.SimpleQueue()
+        self.t = threading.Thread(target=self._run, name="ibp-torch-" + what, daemon=True)
+        self.t.start()
+
+    def put(self, req):
+        self.q.put(req)
+
+    @staticmethod
+    def _finish(req):
+        for w, _ in req.works:
+            if w.wait() is False:
+                raise _coll.TransportError("a message was aborted")
+        if req.recv is not None:
+            rest, req.data = req.recv()
+            req.works.extend(rest)
+            for w, _ in rest:
+                if w.wait() is False:
+                    raise _coll.TransportError("a message was aborted")
+
+    def _run(self):
+        while True:
+            req = self.q.get()
+            if req is None:
+                return
+            try:
+                self._finish(req)
+            except _coll.TransportError as e:
+                req.error = e
+            except Exception as e:  # gloo raises on a dead peer or its own timeout
+                req.error = _coll.TransportError("%s: %s" % (type(e).__name__, e))
+            req.done = True
 
 
 def communicator(process_group=None, *, policy: str = "auto", timeout: float = 60.0, calibrate: bool = True,
@@ -239,6 +378,9 @@ class CompressedAllReduceHook:
         self.choice = None  # "auto" trial's outcome: "native" or "libibp"
         self.trial = None
         self._step, self._t_last, self._periods = 0, None, []
+        self._worker = None  # the thread running libibp's collectives (made on first use)
+        self._lock = threading.Lock()  # the communicator: one thread at a time
+        self._plain = {}  # (numel, dtype) -> comm.plain's answer
         self.__name__ = self.__qualname__ = "ibp_%s_allreduce_hook" % self.codec  # DDP logs hooks by name
 
     def _comm(self, state):
@@ -282,9 +424,13 @@ class CompressedAllReduceHook:
         native = False
         if self.codec != "lsq" and buf.dtype in _DTYPES and comm.nranks > 1:
             # Plain on every rank whatever the data (the answer is the same
-            # everywhere); under "auto", exp and fp8 also when whole steps
-            # sent natively measured faster
-            native = comm.plain("allreduce", buf.numel(), buf.dtype, self.codec) or (
+            # everywhere, so it is kept per size); under "auto", exp and fp8
+            # also when whole steps sent natively measured faster
+            key = (buf.numel(), buf.dtype)
+            if key not in self._plain:
+                with self._lock:  # not while the worker runs a collective on comm
+                    self._plain[key] = comm.plain("allreduce", buf.numel(), buf.dtype, self.codec)
+            native = self._plain[key] or (
                 self.policy == "auto" and self.codec in ("exp", "fp8") and self._trial_native(bucket))
         if native:
             # the backend's own all-reduce, asynchronous, as DDP does without
@@ -293,10 +439,24 @@ class CompressedAllReduceHook:
             buf.div_(comm.nranks)
             work = dist.all_reduce(buf, group=self._group, async_op=True)
             return work.get_future().then(lambda f: f.value()[0])
-        allreduce_(buf, comm, self.codec, average=True, lsq_gather_codec=self.lsq_gather_codec)
+        # libibp's collective on the hook's worker thread, so that it too
+        # overlaps the rest of the backward (DDP waits for every bucket's
+        # future before the optimizer step); buckets keep their order
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-        fut.set_result(buf)
+        if self._worker is None:
+            self._worker = _Worker("ibp-ddp-hook")
+            weakref.finalize(self, self._worker.q.put, None)  # a hook never closed still ends its thread
+        self._worker.put(self._run, buf, fut)
         return fut
+
+    def _run(self, buf, fut):
+        try:
+            with self._lock:
+                allreduce_(buf, self.comm, self.codec, average=True, lsq_gather_codec=self.lsq_gather_codec)
+        except BaseException as e:  # noqa: B902 (DDP raises it when it waits for the bucket)
+            fut.set_exception(e)
+            return
+        fut.set_result(buf)
 
     def stats(self) -> dict:
         """The communicator's statistics (empty before the first bucket),
@@ -306,16 +466,43 @@ class CompressedAllReduceHook:
         its median step times each way (seconds)."""
         if self.comm is None:
             return {}
-        d = self.comm.stats()
+        with self._lock:
+            d = self.comm.stats()
         d["hook_native"] = self.native_calls
         d["hook_choice"] = self.choice
         d["hook_trial"] = self.trial
         return d
 
     def close(self):
+        if self._worker is not None:
+            self._worker.stop()  # after the buckets already handed to it
+            self._worker = None
         if self.comm is not None:
             self.comm.close()
             self.comm = None
+
+
+class _Worker:
+    """One daemon thread running fn(*args) jobs in order."""
+
+    def __init__(self, name):
+        self.q = queue.SimpleQueue()
+        self.t = threading.Thread(target=self._loop, name=name, daemon=True)
+        self.t.start()
+
+    def put(self, fn, *args):
+        self.q.put((fn, args))
+
+    def stop(self):
+        self.q.put(None)
+        self.t.join()
+
+    def _loop(self):
+        while True:
+            job = self.q.get()
+            if job is None:
+                return
+            job[0](*job[1])
 
 
 def compressed_allreduce_hook(codec: str = "exp", **kwargs) -> CompressedAllReduceHook:
