@@ -14,7 +14,9 @@
 #include "util/checksum.h"
 #include "util/error.h"
 #include "fp8/fp8_impl.h"
+#include "fp8/fp8_simd.h"
 #include "fp8/hadamard.h"
+#include "util/cpu.h"
 #include "util/parallel.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -75,6 +77,59 @@ ibp_status_t ibp_fp8_expand(const uint8_t *src, uint64_t n, ibp_fp8_format_t fmt
 }
 
 /* ------------------------------------------------------------ block codec */
+
+/* Run-time choice of the block kernels (fp8_simd.h). */
+static int simd_forced; /* ibpi_fp8_simd_set's choice; 0 = AUTO */
+
+static int simd_runs(fp8_simd_impl_t impl)
+{
+	if (impl == FP8_SIMD_SCALAR)
+		return 1;
+#ifdef FP8_HAVE_SIMD
+	const ibp_cpu_features_t *f = ibpi_cpu();
+	if (impl == FP8_SIMD_AVX2)
+		return f->avx2;
+	if (impl == FP8_SIMD_AVX512)
+		return f->avx512vbmi; /* the file is built with -mavx512vbmi */
+#endif
+	return 0;
+}
+
+static fp8_simd_impl_t simd_env_cap(void)
+{
+	const char *e = getenv("IBP_FORCE_PORTABLE");
+	if (e && e[0] == '1')
+		return FP8_SIMD_SCALAR;
+	e = getenv("IBP_FP8_SIMD");
+	if (!e)
+		return FP8_SIMD_AVX512;
+	if (!strcmp(e, "scalar"))
+		return FP8_SIMD_SCALAR;
+	return !strcmp(e, "avx2") ? FP8_SIMD_AVX2 : FP8_SIMD_AVX512;
+}
+
+int ibpi_fp8_simd_set(fp8_simd_impl_t impl)
+{
+	if (impl != FP8_SIMD_AUTO && !simd_runs(impl))
+		return 0;
+	__atomic_store_n(&simd_forced, (int)impl, __ATOMIC_RELAXED);
+	return 1;
+}
+
+const fp8_kern_t *ibpi_fp8_kern(void)
+{
+	int impl = __atomic_load_n(&simd_forced, __ATOMIC_RELAXED);
+	if (impl == FP8_SIMD_AUTO)
+		for (impl = simd_env_cap(); impl > FP8_SIMD_SCALAR && !simd_runs((fp8_simd_impl_t)impl); impl--)
+			;
+#ifdef FP8_HAVE_SIMD
+	if (impl == FP8_SIMD_AVX512)
+		return &ibpi_fp8_kern_avx512;
+	if (impl == FP8_SIMD_AVX2)
+		return &ibpi_fp8_kern_avx2;
+#endif
+	return NULL;
+}
 
 void ibp_fp8_opts_default(ibp_fp8_opts_t *o)
 {
@@ -155,32 +210,32 @@ typedef struct fp8_job {
 	uint8_t *scales; /* m floats, little-endian */
 	uint8_t *kexp;   /* m int8 */
 	const uint8_t *rcodes, *rscales, *rkexp;
+	const fp8_kern_t *kern; /* NULL: the scalar reference */
+	fp8_blk_t blk;
 	int bad[IBP_MAX_THREADS];
 	uint64_t bad_block[IBP_MAX_THREADS];
 } fp8_job_t;
 
-/* Encodes block b: the documented steps, in order. */
-static void encode_one(const fp8_job_t *j, uint64_t blk, float *x, float *t)
+/* Encodes one block (the scalar reference of fp8_kern_t.enc): the
+ * documented steps, in order. */
+static int enc_block_scalar(const fp8_blk_t *p, const uint8_t *src, uint32_t len, float *x, float *t, uint8_t *q,
+			    float *s_out, int *k_out)
 {
-	uint32_t B = 1u << j->log2b;
-	uint64_t base = blk << j->log2b;
-	uint32_t len = j->n - base < B ? (uint32_t)(j->n - base) : B;
+	uint32_t B = 1u << p->log2b;
 	int finite = 1;
 	float m = 0.0f;
 	for (uint32_t i = 0; i < B; i++) {
-		float v = i < len ? load_elem(j->src, j->dt, base + i) : 0.0f;
+		float v = i < len ? load_elem(src, p->dt, i) : 0.0f;
 		uint32_t a = ibp_f32_bits(v) & 0x7fffffffu;
 		finite &= a < 0x7f800000u;
 		x[i] = v;
 		float av = ibp_f32_from_bits(a);
 		m = av > m ? av : m;
 	}
-	uint8_t *q = j->codes + base;
 	int k = 0;
-	float s;
 	if (!finite)
-		goto nan_block;
-	if ((j->flags & TACO_FLAG_ADAPTIVE) && m > 0.0f) {
+		return 0;
+	if ((p->flags & TACO_FLAG_ADAPTIVE) && m > 0.0f) {
 		float f1, f2;
 		int e = fp8i_ilog2(m);
 		taco_prescale_factors(e, &f1, &f2);
@@ -191,40 +246,56 @@ static void encode_one(const fp8_job_t *j, uint64_t blk, float *x, float *t)
 		for (uint32_t h = B / 2; h >= 1; h >>= 1)
 			for (uint32_t i = 0; i < h; i++)
 				t[i] = FP_ADD(t[i], t[i + h]);
-		k = taco_alpha_exp(e, t[0], len, taco_qmax(j->fmt));
+		k = taco_alpha_exp(e, t[0], len, taco_qmax(p->fmt));
 		float alpha = ibp_pow2f(k);
 		for (uint32_t i = 0; i < B; i++)
 			x[i] = FP_MUL(x[i], alpha);
 	}
-	if (j->flags & TACO_FLAG_HADAMARD)
-		ibpi_hadamard_f32(x, j->log2b);
+	if (p->flags & TACO_FLAG_HADAMARD)
+		ibpi_hadamard_f32(x, p->log2b);
 	float mz = 0.0f;
 	for (uint32_t i = 0; i < B; i++) {
 		float a = ibp_f32_from_bits(ibp_f32_bits(x[i]) & 0x7fffffffu);
 		mz = a > mz ? a : mz;
 	}
 	if (!(ibp_f32_bits(mz) < 0x7f800000u))
-		goto nan_block; /* overflow in the rotation (only without the adaptive step) */
-	s = taco_scale(mz, j->fmt);
+		return 0; /* overflow in the rotation (only without the adaptive step) */
+	float s = taco_scale(mz, p->fmt);
 	if (s == 0.0f)
 		memset(q, 0, B);
 	else
 		for (uint32_t i = 0; i < B; i++)
-			q[i] = fp8_from_f32(FP_DIV(x[i], s), j->fmt);
+			q[i] = fp8_from_f32(FP_DIV(x[i], s), p->fmt);
+	*s_out = s;
+	*k_out = k;
+	return 1;
+}
+
+/* Encodes block blk with the job's kernels (scalar when NULL). */
+static void encode_one(const fp8_job_t *j, uint64_t blk, float *x, float *t)
+{
+	uint32_t B = 1u << j->log2b;
+	uint64_t base = blk << j->log2b;
+	uint32_t len = j->n - base < B ? (uint32_t)(j->n - base) : B;
+	const uint8_t *src = j->src + base * (j->dt == IBP_DTYPE_F32 ? 4u : 2u);
+	uint8_t *q = j->codes + base;
+	float s;
+	int k = 0;
+	int ok = j->kern ? j->kern->enc(&j->blk, src, len, x, t, q, &s, &k)
+			 : enc_block_scalar(&j->blk, src, len, x, t, q, &s, &k);
+	if (!ok) {
+		memset(q, 0x7f, B);
+		s = ibp_f32_from_bits(FP8_QNAN_BITS);
+		k = 0;
+	}
 	memcpy(j->scales + 4 * blk, &s, 4);
 	j->kexp[blk] = (uint8_t)(int8_t)k;
-	return;
-nan_block:
-	memset(q, 0x7f, B);
-	s = ibp_f32_from_bits(FP8_QNAN_BITS);
-	memcpy(j->scales + 4 * blk, &s, 4);
-	j->kexp[blk] = 0;
 }
 
 static void enc_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 {
 	const fp8_job_t *j = ctx;
-	float x[IBP_FP8_MAX_BLOCK], t[IBP_FP8_MAX_BLOCK];
+	_Alignas(64) float x[IBP_FP8_MAX_BLOCK], t[IBP_FP8_MAX_BLOCK];
 	(void)tid;
 	for (uint64_t task = begin; task < end; task++) {
 		uint64_t b0 = task * BLOCKS_PER_TASK, b1 = b0 + BLOCKS_PER_TASK < j->m ? b0 + BLOCKS_PER_TASK : j->m;
@@ -280,6 +351,8 @@ ibp_status_t ibp_fp8_encode(const void *src, ibp_dtype_t dt, uint64_t n, const i
 	j.flags = (o->hadamard ? TACO_FLAG_HADAMARD : 0) | (o->adaptive ? TACO_FLAG_ADAPTIVE : 0);
 	j.n = n;
 	j.m = (n + (1ull << log2b) - 1) >> log2b;
+	j.kern = ibpi_fp8_kern();
+	j.blk = (fp8_blk_t){j.dt, j.fmt, log2b, j.flags};
 	uint8_t *d = dst;
 	j.codes = d + TACO_HEADER_BYTES;
 	j.scales = j.codes + (j.m << log2b);
@@ -369,6 +442,9 @@ static int block_ok(const fp8_job_t *j, uint64_t blk, float *s_out, int *k_out)
 		for (uint32_t i = 0; i < B; i++)
 			if (q[i])
 				return 0;
+	} else if (j->kern) {
+		if (!j->kern->codes_finite(q, B, j->fmt))
+			return 0;
 	} else {
 		for (uint32_t i = 0; i < B; i++) {
 			uint32_t a = q[i] & 0x7fu;
@@ -381,10 +457,25 @@ static int block_ok(const fp8_job_t *j, uint64_t blk, float *s_out, int *k_out)
 	return 1;
 }
 
+/* Decodes one checked block with a finite scale (the scalar reference of
+ * fp8_kern_t.dec). */
+static void dec_block_scalar(const fp8_blk_t *p, const uint8_t *q, float s, int k, uint32_t len, uint8_t *dst,
+			     float *z)
+{
+	uint32_t B = 1u << p->log2b;
+	for (uint32_t i = 0; i < B; i++)
+		z[i] = FP_MUL(fp8_to_f32(q[i], p->fmt), s);
+	if (p->flags & TACO_FLAG_HADAMARD)
+		ibpi_hadamard_f32(z, p->log2b);
+	float inv_alpha = ibp_pow2f(-k);
+	for (uint32_t i = 0; i < len; i++)
+		store_elem(dst, p->dt, i, FP_MUL(z[i], inv_alpha));
+}
+
 static void dec_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 {
 	fp8_job_t *j = ctx;
-	float z[IBP_FP8_MAX_BLOCK];
+	_Alignas(64) float z[IBP_FP8_MAX_BLOCK];
 	uint32_t B = 1u << j->log2b;
 	j->bad[tid] = 0;
 	for (uint64_t task = begin; task < end; task++) {
@@ -405,13 +496,11 @@ static void dec_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 					store_elem(j->dst, j->dt, base + i, s);
 				continue;
 			}
-			for (uint32_t i = 0; i < B; i++)
-				z[i] = FP_MUL(fp8_to_f32(q[i], j->fmt), s);
-			if (j->flags & TACO_FLAG_HADAMARD)
-				ibpi_hadamard_f32(z, j->log2b);
-			float inv_alpha = ibp_pow2f(-k);
-			for (uint32_t i = 0; i < len; i++)
-				store_elem(j->dst, j->dt, base + i, FP_MUL(z[i], inv_alpha));
+			uint8_t *dst = j->dst + base * (j->dt == IBP_DTYPE_F32 ? 4u : 2u);
+			if (j->kern)
+				j->kern->dec(&j->blk, q, s, k, len, dst, z);
+			else
+				dec_block_scalar(&j->blk, q, s, k, len, dst, z);
 		}
 	}
 }
@@ -477,6 +566,8 @@ ibp_status_t ibp_fp8_decode_ext(const void *src, uint64_t src_size, ibp_dtype_t 
 	j->flags = s8[6] & (TACO_FLAG_HADAMARD | TACO_FLAG_ADAPTIVE);
 	j->n = n;
 	j->m = (n + (1ull << log2b) - 1) >> log2b;
+	j->kern = ibpi_fp8_kern();
+	j->blk = (fp8_blk_t){j->dt, j->fmt, log2b, j->flags};
 	j->rcodes = s8 + TACO_HEADER_BYTES;
 	j->rscales = j->rcodes + (j->m << log2b);
 	j->rkexp = j->rscales + 4 * j->m;

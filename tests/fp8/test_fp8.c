@@ -1,8 +1,10 @@
 /* test_fp8.c - FP8 conversion (exhaustive over all 2^32 float32 inputs
  * against a straightforward reference written here; IBP_TEST_QUICK=1 tests
  * a strided subset), the Walsh-Hadamard transform, and the TACO block
- * codec: error bounds of docs/CODECS.md, sizes, ablation switches, NaN
- * blocks, scale invariance, block locality, determinism, corrupt streams. */
+ * codec: error bounds of docs/CODECS.md (the scalar reference and every
+ * vector path), sizes, ablation switches, NaN blocks, scale invariance,
+ * block locality, determinism, corrupt streams. test_fp8_simd.c compares
+ * the vector paths with the scalar one byte for byte. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "ibp.h"
+#include "fp8/fp8_simd.h"
 #include "fp8/hadamard.h"
 #include "testutil.h"
 
@@ -316,24 +319,30 @@ Test(fp8, gaussian_error_and_size_targets)
 	float *x = tu_xcalloc(n * sizeof(float));
 	for (uint64_t i = 0; i < n; i++)
 		x[i] = (float)(gauss(&r) * 0.02);
-	for (int f = 0; f < 2; f++) {
-		for (uint32_t B = 16; B <= 4096; B *= 4) {
-			ibp_fp8_opts_t o;
-			ibp_fp8_opts_default(&o);
-			o.format = (ibp_fp8_format_t)f;
-			o.block = B;
-			uint64_t size = 0;
-			uint8_t *s = enc(x, n, &o, &size);
-			float *y = dec(s, size, n, 0);
-			double rel = check_bound(x, y, n, B, f);
-			if (f == 0)
-				cr_assert(rel <= 0.03, "E4M3 B=%u: rel L2 %.4f > 3%%", B, rel);
-			else
-				cr_assert(rel <= 0.06, "E5M2 B=%u: rel L2 %.4f", B, rel);
-			free(s);
-			free(y);
+	/* the scalar reference and every vector path this CPU runs (fp8_simd.h) */
+	for (int impl = FP8_SIMD_SCALAR; impl <= FP8_SIMD_AVX512; impl++) {
+		if (!ibpi_fp8_simd_set((fp8_simd_impl_t)impl))
+			continue;
+		for (int f = 0; f < 2; f++) {
+			for (uint32_t B = 16; B <= 4096; B *= 4) {
+				ibp_fp8_opts_t o;
+				ibp_fp8_opts_default(&o);
+				o.format = (ibp_fp8_format_t)f;
+				o.block = B;
+				uint64_t size = 0;
+				uint8_t *s = enc(x, n, &o, &size);
+				float *y = dec(s, size, n, 0);
+				double rel = check_bound(x, y, n, B, f);
+				if (f == 0)
+					cr_assert(rel <= 0.03, "impl %d E4M3 B=%u: rel L2 %.4f > 3%%", impl, B, rel);
+				else
+					cr_assert(rel <= 0.06, "impl %d E5M2 B=%u: rel L2 %.4f", impl, B, rel);
+				free(s);
+				free(y);
+			}
 		}
 	}
+	ibpi_fp8_simd_set(FP8_SIMD_AUTO);
 	ibp_fp8_opts_t o;
 	ibp_fp8_opts_default(&o);
 	uint64_t size = 0;
