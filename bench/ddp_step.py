@@ -251,8 +251,10 @@ def report(args, res):
                 tr = s.get("hook_trial") or {}
                 notes.append("auto trial: %s (steps %.1f ms native, %.1f ms libibp)" %
                              (s["hook_choice"], 1e3 * tr.get("native_s", 0), 1e3 * tr.get("libibp_s", 0)))
-            elif c.endswith("auto") or c.endswith("trial"):
+            elif (c.endswith("auto") or c.endswith("trial")) and not s.get("compressed", 0):
                 notes.append("no trial: the shared model says no codec gains (Communicator.plain)")
+            elif c.endswith("auto") or c.endswith("trial"):
+                notes.append("no trial: the shared model (calibrated at creation) chose compression")
         print("%-13s | %9.2f %9.2f %9.2f | %8s | %s" % (c, 1e3 * med, 1e3 * min(t), 1e3 * max(t),
                                                      "%.2fx" % (med / base) if base else "-", "; ".join(notes)))
     return 0
