@@ -114,4 +114,36 @@ static void dq_codes(const float *lv, const uint8_t *tab, int q, const float *y,
 	}
 }
 
-const dq_kern_t ibpi_dq_kern_avx2 = { dq_decode, dq_gmax, dq_rg, dq_codes };
+/* Lanes 0-7 in lo, 8-15 in hi; the pairwise steps halve them (the scalar sg_sums). */
+static float lanes_sum(__m256 lo, __m256 hi)
+{
+	__m256 h = _mm256_add_ps(lo, hi);
+	__m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+	q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+	q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
+	return _mm_cvtss_f32(q);
+}
+
+static inline __m256 load8(const void *src, ibp_dtype_t dt, int i)
+{
+	if (dt == IBP_DTYPE_F32)
+		return _mm256_loadu_ps((const float *)src + i);
+	__m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)src + i));
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static void dq_stats(const void *src, ibp_dtype_t dt, float *s, float *s2)
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+	for (int i = 0; i < (int)DQ_S; i += 16) {
+		__m256 x0 = load8(src, dt, i), x1 = load8(src, dt, i + 8);
+		a0 = _mm256_add_ps(a0, x0);
+		a1 = _mm256_add_ps(a1, x1);
+		b0 = _mm256_add_ps(b0, _mm256_mul_ps(x0, x0));
+		b1 = _mm256_add_ps(b1, _mm256_mul_ps(x1, x1));
+	}
+	*s = lanes_sum(a0, a1);
+	*s2 = lanes_sum(b0, b1);
+}
+
+const dq_kern_t ibpi_dq_kern_avx2 = { dq_decode, dq_gmax, dq_rg, dq_codes, dq_stats };

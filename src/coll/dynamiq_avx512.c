@@ -112,4 +112,30 @@ static void dq_codes(const float *lv, const uint8_t *tab, int q, const float *y,
 	}
 }
 
-const dq_kern_t ibpi_dq_kern_avx512 = { dq_decode, dq_gmax, dq_rg, dq_codes };
+/* 16 lanes in one vector; the pairwise steps halve it (the scalar sg_sums). */
+static float lanes_sum(__m512 a)
+{
+	__m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+	__m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+	q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+	q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
+	return _mm_cvtss_f32(q);
+}
+
+static void dq_stats(const void *src, ibp_dtype_t dt, float *s, float *s2)
+{
+	__m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+	for (int i = 0; i < (int)DQ_S; i += 16) {
+		__m512 x = dt == IBP_DTYPE_F32
+				   ? _mm512_loadu_ps((const float *)src + i)
+				   : _mm512_castsi512_ps(_mm512_slli_epi32(
+					     _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)src + i))),
+					     16));
+		a = _mm512_add_ps(a, x);
+		b = _mm512_add_ps(b, _mm512_mul_ps(x, x));
+	}
+	*s = lanes_sum(a);
+	*s2 = lanes_sum(b);
+}
+
+const dq_kern_t ibpi_dq_kern_avx512 = { dq_decode, dq_gmax, dq_rg, dq_codes, dq_stats };

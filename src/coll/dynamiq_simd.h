@@ -76,6 +76,9 @@ typedef struct ibpi_dq_kern {
 	 * the uniforms of hash base hb and coordinate i0 + i. */
 	void (*codes)(const float *lv, const uint8_t *tab, int q, const float *y, const float *gmax, uint64_t hb,
 		      uint64_t i0, uint8_t *code);
+	/* The statistics of one full SG of src (BF16 or F32): *s = the sum, *s2 = the sum of squares, each in
+	 * 16 lanes (lane l: entries l, l + 16, ...; a mul then an add) reduced pairwise (8, 4, 2, 1). */
+	void (*stats)(const void *src, ibp_dtype_t dt, float *s, float *s2);
 } dq_kern_t;
 
 typedef struct ibpi_rc_kern {

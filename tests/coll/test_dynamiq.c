@@ -395,9 +395,12 @@ Test(dynamiq, collective_bf16_identical_ranks)
 	free_grads(x, p);
 }
 
+static int simd_impls(coll_simd_impl_t *out);
+
 /* The local statistics: the mean and sum of squares of every SG (a short
  * last one included) within FP32 rounding of a double sum, and the BF16
- * input widened SG by SG gives the bits of its FP32 copy. */
+ * input widened SG by SG gives the bits of its FP32 copy; every vector
+ * implementation gives the scalar bits, for FP32, BF16 and F16 input. */
 Test(dynamiq, local_stats)
 {
 	uint64_t d = 3 * 256 + 77, J = 4;
@@ -424,6 +427,36 @@ Test(dynamiq, local_stats)
 	ibpi_dq_local_stats(xb, d, st);
 	ibpi_dq_local_stats_dt(b, IBP_DTYPE_BF16, d, st2);
 	cr_assert_eq(memcmp(st, st2, sizeof st), 0);
+	/* the vector kernels against the scalar sums, on a larger call */
+	uint64_t n = 40 * 256 + 100, JJ = (n + 255) / 256;
+	float **y = make_grads(1, n, 6);
+	uint16_t *yb = malloc(n * 2), *yh = malloc(n * 2);
+	for (uint64_t i = 0; i < n; i++) {
+		yb[i] = fp8i_f32_to_bf16(y[0][i]);
+		yh[i] = fp8i_f32_to_f16(y[0][i]);
+	}
+	const void *srcs[3] = { y[0], yb, yh };
+	const ibp_dtype_t dts[3] = { IBP_DTYPE_F32, IBP_DTYPE_BF16, IBP_DTYPE_F16 };
+	float *ref = malloc(2 * JJ * 4), *got = malloc(2 * JJ * 4);
+	coll_simd_impl_t impls[2];
+	int ni = simd_impls(impls);
+	for (int k = 0; k < 3; k++) {
+		cr_assert(ibpi_coll_simd_set(COLL_SIMD_SCALAR));
+		ibpi_dq_local_stats_dt(srcs[k], dts[k], n, ref);
+		for (int m = 0; m < ni; m++) {
+			cr_assert(ibpi_coll_simd_set(impls[m]));
+			ibpi_dq_local_stats_dt(srcs[k], dts[k], n, got);
+			cr_assert_eq(memcmp(ref, got, 2 * JJ * 4), 0, "%s statistics of %s differ from the scalar ones",
+				     ibpi_coll_simd_name(impls[m]), ibp_dtype_name(dts[k]));
+		}
+	}
+	ibpi_coll_simd_set(COLL_SIMD_AUTO);
+	cr_log_info("local_stats: %d vector implementation(s) checked", ni);
+	free(ref);
+	free(got);
+	free(yb);
+	free(yh);
+	free_grads(y, 1);
 	free(b);
 	free(xb);
 	free_grads(x, 1);
