@@ -643,8 +643,41 @@ ibp_status_t ibp_coll_allreduce(const void *send, void *recv, uint64_t count, ib
 }
 
 /* Pairwise exchange: step s sends to rank+s and receives from rank-s. */
+/* Step k of a pipelined AllToAll (every block `count` elements, so both
+ * ends of each pair derive the same pieces): the block to dst leaves in
+ * pieces as they are encoded while the block from src arrives and is
+ * decoded piece by piece (flow.c, algo.c's codec steps). */
+static ibp_status_t a2a_pipe_step(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *sblock, uint8_t *rblock, int dst,
+				  int src, uint64_t count, uint64_t np, int *leak)
+{
+	const uint64_t esz = ibp_dtype_size((ibp_dtype_t)h.dtype);
+	uint64_t pcap = 0;
+	IBP_TRY(ibpi_coll_msg_cap((ibp_dtype_t)h.dtype, count / np + 1, &pcap));
+	uint8_t *mb[2] = { ibpi_coll_ws(c, COLL_WS_PIPE0, pcap * np), ibpi_coll_ws(c, COLL_WS_PIPE1, pcap * np) };
+	uint64_t *sz = calloc(2 * np, sizeof *sz);
+	coll_hdr_t *got = calloc(np, sizeof *got);
+	void **req = calloc(2 * np, sizeof *req);
+	ibp_status_t st = IBP_OK;
+	if (!mb[0] || !mb[1] || !sz || !got || !req)
+		st = ibpi_fail(IBP_ERR_NOMEM, "coll: no memory for a pipelined %llu-element block",
+			      (unsigned long long)count);
+	if (st == IBP_OK) {
+		ring_u_t u = { .slen = count, .rlen = count, .esrc = sblock, .dst = rblock };
+		flow_t w = { .c = c, .ops = &ring_ops, .u = &u, .h = h, .np = np, .pcap = pcap, .esz = esz, .right = dst,
+			     .left = src, .sc = c->rank, .rc = src, .enc = 1, .sbuf = mb[0], .rbuf = mb[1], .ssz = sz,
+			     .rsz = sz + np, .got = got, .req = req };
+		st = ibpi_flow_step(&w, leak);
+	}
+	free(sz);
+	free(got);
+	free(req);
+	return st;
+}
+
+/* equal: every block has the same count on every rank (AllToAll, not
+ * AllToAllv), the condition for pieces. */
 static ibp_status_t a2a(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *send, const uint64_t *sc,
-			const uint64_t *sd, uint8_t *recv, const uint64_t *rc, const uint64_t *rd)
+			const uint64_t *sd, uint8_t *recv, const uint64_t *rc, const uint64_t *rd, int equal)
 {
 	int r = c->rank, p = c->nranks;
 	uint64_t esz = ibp_dtype_size((ibp_dtype_t)h.dtype), maxn = 0;
@@ -674,6 +707,19 @@ static ibp_status_t a2a(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *send, c
 	if (cs != IBP_OK) {
 		free(staged);
 		return cs;
+	}
+	const uint64_t np = equal && p > 1 ? ring_pieces(c, sc, esz) : 1;
+	if (np > 1) {
+		ibp_status_t s = IBP_OK;
+		int leak = 0;
+		for (int k = 1; k < p && s == IBP_OK; k++) {
+			int dst = mod(r + k, p), src = mod(r - k, p);
+			s = a2a_pipe_step(c, h, send + sd[dst] * esz, recv + rd[src] * esz, dst, src, sc[dst], np, &leak);
+		}
+		if (leak) /* the transport may still use them: a broken communicator never frees them */
+			c->ws_lent = 1;
+		free(staged);
+		return s;
 	}
 	bufs_t b;
 	ibp_status_t s = c->mem->bufs_get(c, (ibp_dtype_t)h.dtype, maxn, 0, &b);
@@ -724,7 +770,7 @@ ibp_status_t ibp_coll_alltoall(const void *send, void *recv, uint64_t count, ibp
 		cnt[i] = count;
 		dis[i] = (uint64_t)i * count;
 	}
-	ibp_status_t s = a2a(c, header(c, COLL_OP_A2A, codec, dt, count, enc), send, cnt, dis, recv, cnt, dis);
+	ibp_status_t s = a2a(c, header(c, COLL_OP_A2A, codec, dt, count, enc), send, cnt, dis, recv, cnt, dis, 1);
 	free(cnt);
 	free(dis);
 	return finish(c, s, w0, l0);
@@ -756,6 +802,6 @@ ibp_status_t ibp_coll_alltoallv(const void *send, const uint64_t *sendcounts, co
 	if (try_native(c, "alltoallv", &na, dt, codec, enc, &s))
 		return finish(c, s, w0, l0);
 	s = a2a(c, header(c, COLL_OP_A2AV, codec, dt, 0, enc), send, sendcounts, sdispls, recv,
-			     recvcounts, rdispls);
+			     recvcounts, rdispls, 0);
 	return finish(c, s, w0, l0);
 }
