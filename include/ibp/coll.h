@@ -22,7 +22,8 @@
  *   AllToAll(v)    pairwise: step s sends to rank+s, receives from rank-s;
  *                  a rank's own block is copied, never encoded
  * On host memory over a transport with nonblocking messages (async below)
- * the rings send each chunk in pieces of at most IBP_COLL_PIECE_BYTES raw
+ * the rings (and AllToAll's exchanges of equal blocks; not AllToAllv's)
+ * send each chunk in pieces of at most IBP_COLL_PIECE_BYTES raw
  * bytes (environment, read at creation; default 61440 over MPI, 1 MiB
  * otherwise, 0 = whole chunks; all ranks must agree; DynamiQ's pieces: of
  * coded bytes), all in flight at once, encoded, sent, received and
