@@ -24,7 +24,11 @@ gradient all-reduce, SGD update) of the same model on the same batches,
                 collectives
     fsdp-exp-auto  the same with ibp.torch.fsdp's CompressedAllGather and
                 CompressedReduceScatter("exp"), policy "auto" (calls the
-                shared model rules plain go to torch.distributed's own)
+                shared model rules plain go to torch.distributed's own;
+                the others run a trial per op and size, 3 calls each way,
+                and keep the faster)
+    fsdp-exp-trial  the same without calibration: every call's trial decides
+    fsdp-exp-always  the same with policy "always" (every call compressed)
 
 The model: an MLP of three Linear layers (width x width in the middle) whose
 gradients take at least 16 MiB (width 2048: 8.4 M parameters, 33.6 MB of
@@ -65,13 +69,32 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-CONFIGS = ("plain", "exp-auto", "exp-trial", "exp-always", "dynamiq", "bf16", "fsdp-plain", "fsdp-exp-auto")
+CONFIGS = ("plain", "exp-auto", "exp-trial", "exp-always", "dynamiq", "bf16", "fsdp-plain", "fsdp-exp-auto",
+           "fsdp-exp-trial", "fsdp-exp-always")
 
 
 def model(width, seed):
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(width // 2, width), nn.GELU(), nn.Linear(width, width), nn.GELU(),
                          nn.Linear(width, width // 2))
+
+
+class _FsdpPair:
+    """The FSDP2 all-gather and reduce-scatter objects as one: counts summed."""
+
+    def __init__(self, ag, rs):
+        self.ag, self.rs = ag, rs
+
+    def stats(self):
+        a, r = self.ag.stats(), self.rs.stats()
+        d = {k: a.get(k, 0) + r.get(k, 0) for k in ("hook_native", "compressed", "plain", "not_worth",
+                                                    "incompressible")}
+        d["fsdp_trials"] = dict(a.get("hook_trials", {}), **r.get("hook_trials", {}))
+        return d
+
+    def close(self):
+        self.ag.close()
+        self.rs.close()
 
 
 def wrap(cfg, net, world):
@@ -86,9 +109,11 @@ def wrap(cfg, net, world):
         hook = None
         if cfg != "fsdp-plain":
             import ibp.torch.fsdp as ibp_fsdp
-            ag, rs = ibp_fsdp.CompressedAllGather("exp"), ibp_fsdp.CompressedReduceScatter("exp")
+            kw = {"fsdp-exp-trial": {"calibrate": False},  # the trial decides every call
+                  "fsdp-exp-always": {"policy": "always"}}.get(cfg, {})
+            ag, rs = ibp_fsdp.CompressedAllGather("exp", **kw), ibp_fsdp.CompressedReduceScatter("exp", **kw)
             ibp_fsdp.set_compressed_collectives(net, ag, rs)
-            hook = ag
+            hook = _FsdpPair(ag, rs)
         return net, hook
     from torch.nn.parallel import DistributedDataParallel as DDP
     ddp = DDP(net)
@@ -174,6 +199,7 @@ def main():
                     help="parameters and gradients (bfloat16: the exp codec's ratio is 1.4, float32's 1.17)")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--verbose", action="store_true", help="print every FSDP2 trial's times")
     ap.add_argument("--netns", action="store_true", help="one rank of tools/netns-tc.sh --exec")
     args = ap.parse_args()
     args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
@@ -250,7 +276,16 @@ def report(args, res):
             notes.append("buckets: native %d, compressed %d, plain/not_worth %d" %
                          (s.get("hook_native", 0), s.get("compressed", 0),
                           s.get("plain", 0) + s.get("not_worth", 0) + s.get("incompressible", 0)))
-            if s.get("hook_choice"):
+            trials = s.get("fsdp_trials")
+            if trials:
+                ch = [v.get("choice") for v in trials.values()]
+                notes.append("auto trials (per op and size): %d kept native, %d libibp, %d undecided" %
+                             (ch.count("native"), ch.count("libibp"), ch.count(None)))
+                if args.verbose:
+                    for k, v in sorted(trials.items()):
+                        print("  trial %s: %s (native %.2f ms, libibp %.2f ms)" % (
+                            k, v.get("choice"), 1e3 * v.get("native_s", 0), 1e3 * v.get("libibp_s", 0)))
+            elif s.get("hook_choice"):
                 tr = s.get("hook_trial") or {}
                 notes.append("auto trial: %s (steps %.1f ms native, %.1f ms libibp)" %
                              (s["hook_choice"], 1e3 * tr.get("native_s", 0), 1e3 * tr.get("libibp_s", 0)))

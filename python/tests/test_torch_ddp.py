@@ -228,7 +228,25 @@ def _scenarios(rank, world, res):
     agn, rsn = F.CompressedAllGather("exp", policy="never"), F.CompressedReduceScatter("exp", policy="never")
     fnat, _ = fsdp(agn, rsn)
     res["fsdp_native"] = {"identical": bool(torch.equal(fref.view(torch.int32), fnat.view(torch.int32))),
-                          "ag": agn.stats(), "rs": rsn.stats()}
+                          "ag": agn.stats(), "rs": rsn.stats(), "native_avg": rsn._native_avg}
+    # "auto" without calibration: no call is plain by the model, so every
+    # (op, size) runs its trial (AllGathers: twice a step, decided in 4)
+    aga, rsa = F.CompressedAllGather("exp", calibrate=False), F.CompressedReduceScatter("exp", calibrate=False)
+    faut, _ = fsdp(aga, rsa)
+    res["fsdp_auto"] = {"identical": bool(torch.equal(fref.view(torch.int32), faut.view(torch.int32))),
+                        "ag": aga.stats(), "rs": rsa.stats()}
+    # the trial keeps the faster way, whichever it is (stand-in calls that only sleep)
+    picks = {}
+    for slow in ("native", "libibp"):
+        tr = F.CompressedAllGather("exp", calibrate=False)
+        c = tr.comm(dist.group.WORLD)
+        for _ in range(2 + 2 * 3 + 2):
+            tr._dispatch(c, dist.group.WORLD, "allgather", 1006, torch.float32,
+                         lambda: time.sleep(0.03 if slow == "native" else 0.001),
+                         lambda: time.sleep(0.03 if slow == "libibp" else 0.001))
+        picks[slow] = {k: v["choice"] for k, v in tr.stats()["hook_trials"].items()}
+        tr.close()
+    res["fsdp_trial_picks"] = picks
     ag8, rs8 = F.CompressedAllGather("fp8", policy="always"), F.CompressedReduceScatter("lsq")
     f8, l8 = fsdp(ag8, rs8)
     res["fsdp_lossy"] = {"param_rel": float((f8 - fref).norm() / (fref - p0).norm()), "losses": l8,
@@ -389,6 +407,18 @@ def test_fsdp2_custom_collectives(ranks):
         assert n["identical"], n
         assert n["ag"]["hook_native"] > 0 and n["rs"]["hook_native"] > 0, n
         assert n["ag"]["calls"] == 0 and n["rs"]["calls"] == 0, n
+        assert n["native_avg"] is True, n  # FSDP2's AVG passed to gloo as it is (one call, asynchronous if asked)
+        a = d["fsdp_auto"]  # trials: both ways taken, bit-identical, the same choice on every rank
+        assert a["identical"], a
+        assert a["ag"]["hook_native"] > 0 and a["ag"]["calls"] > 0, a  # calls: through libibp (its switcher decides)
+        assert a["rs"]["hook_native"] > 0 and a["rs"]["calls"] > 0, a
+        decided = {k: v for k, v in a["ag"]["hook_trials"].items() if v["choice"] is not None}
+        assert decided and all(v["native_s"] > 0 and v["libibp_s"] > 0 for v in decided.values()), a
+        assert all(v["choice"] is None for v in a["rs"]["hook_trials"].values()), a  # 4 calls: still on trial
+        assert {k: v["choice"] for k, v in decided.items()} == {
+            k: v["choice"] for k, v in ranks[0]["fsdp_auto"]["ag"]["hook_trials"].items() if v["choice"]}
+        assert d["fsdp_trial_picks"] == {"native": {"allgather 1006 float32": "libibp"},
+                                         "libibp": {"allgather 1006 float32": "native"}}, d["fsdp_trial_picks"]
         lossy = d["fsdp_lossy"]
         assert lossy["replicas_identical"]
         assert 0 < lossy["param_rel"] < 0.15

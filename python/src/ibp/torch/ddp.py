@@ -227,11 +227,17 @@ class TorchTransport:
         return True
 
     def close(self):
-        """Stops the waiter threads once their requests have finished (they
-        are daemons: a process may also just exit)."""
+        """Stops the waiter threads once their requests have finished and
+        waits (up to 5 s each) for them to end, so that none is still
+        returning from gloo's C++ when the process exits (a daemon thread
+        stopped there at interpreter exit can end the process with
+        std::terminate). They are daemons: a process may also just exit."""
         if self._waiters is not None:
             for wt in self._waiters:
                 wt.put(None)
+            for wt in self._waiters:
+                if wt.t is not threading.current_thread():
+                    wt.t.join(timeout=5.0)
             self._waiters = None
 
 

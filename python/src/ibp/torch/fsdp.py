@@ -27,11 +27,19 @@ shared by the ranks, says no codec can gain: Communicator.plain) and
 buffers of dtypes the codecs do not take (FSDP2 packs mixed-dtype
 parameters as uint8) go to torch.distributed's own all_gather_into_tensor
 / reduce_scatter_tensor, with FSDP2's async_op, as FSDP2 does without
-custom collectives; stats()["hook_native"] counts them. Reductions other
+custom collectives (ReduceOp.AVG passed on as FSDP2 asks; a backend that
+refuses it gets the sum, then the division). Under policy "auto" with exp
+or fp8 the other calls run a trial per (op, size, dtype), as the DDP hook
+does per step: after a warm-up call each way, 3 calls each way alternately, timed
+whole; the ranks sum the times (one all-reduce) and keep the faster (libibp
+must take under 95% of the native time). stats()["hook_native"] counts the
+native calls, stats()["hook_trials"] the trials. Reductions other
 than SUM and AVG raise ibp.UnsupportedError on the libibp path; CUDA
 buffers go through a host copy there. One communicator per process group,
 made on the first call (collective over the group).
 """
+
+import time
 
 import torch
 import torch.distributed as dist
@@ -40,6 +48,13 @@ from .. import _coll, _errors
 from .ddp import _DTYPES, communicator
 
 __all__ = ["CompressedAllGather", "CompressedReduceScatter", "set_compressed_collectives"]
+
+# policy "auto" with exp / fp8: per (op, size, dtype), warm-up calls sent
+# natively, calls timed each way, and the share of the native calls' time
+# libibp's must stay under to win (as the DDP hook's trial, per call)
+_TRIAL_WARMUP = 2  # one call each way (libibp's first call sets up its buffers)
+_TRIAL_CALLS = 3
+_TRIAL_GAIN = 0.95
 
 try:  # FSDP2's abstract Comm classes (torch >= 2.8); plain objects before
     from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather as _AGBase
@@ -60,6 +75,7 @@ class _Base:
         self.codec = codec.lower()
         self._kw = dict(policy=policy, timeout=timeout, calibrate=calibrate, nthreads=nthreads)
         self._comms = {}
+        self._trials = {}  # (op, count, dtype) -> "auto"'s trial: times and choice
         self.native_calls = 0
 
     def allocate(self, size, *, dtype, device):
@@ -80,6 +96,9 @@ class _Base:
             return {}
         d = c.stats()
         d["hook_native"] = self.native_calls  # calls of every group sent by torch.distributed itself
+        d["hook_trials"] = {"%s %d %s" % (k[0], k[1], str(k[2]).replace("torch.", "")):
+                            {x: v[x] for x in ("choice", "native_s", "libibp_s") if x in v}
+                            for k, v in self._trials.items()}
         return d
 
     def close(self):
@@ -88,15 +107,54 @@ class _Base:
         for c in comms.values():
             c.close()
 
-    def _native(self, c, op, n, dtype):
-        """Whether this call goes to torch.distributed's own collective: a
-        dtype the codecs do not take (FSDP2 packs mixed dtypes as uint8),
-        or a call libibp would send plain on every rank whatever the data
-        (the same answer everywhere: no exchange)."""
+    def _route(self, c, op, n, dtype):
+        """(native, trial key): whether this call goes to torch.distributed's
+        own collective, and the key to time it under while "auto"'s trial
+        runs (else None). Native: a dtype the codecs do not take (FSDP2
+        packs mixed dtypes as uint8), or a call libibp would send plain on
+        every rank whatever the data (the same answer everywhere: no
+        exchange). Under policy "auto" with exp or fp8, each (op, size,
+        dtype) then runs its trial: after a warm-up call each way, calls alternate
+        native / libibp, each timed, and after _TRIAL_CALLS each way every
+        rank sums the times (one all-reduce, so all decide alike) and keeps
+        the faster. FSDP2 makes the same calls in the same order on every
+        rank, so the trials line up."""
         if dtype not in _DTYPES or c.nranks == 1 or c.plain(op, n, dtype, self.codec):
             self.native_calls += 1
-            return True
-        return False
+            return True, None
+        if self._kw["policy"] != "auto" or self.codec not in ("exp", "fp8"):
+            return False, None
+        key = (op, n, dtype)
+        t = self._trials.get(key)
+        if t is None:
+            t = self._trials[key] = {"calls": 0, "native": [], "libibp": [], "choice": None}
+        if t["choice"] is not None:
+            native = t["choice"] == "native"
+            self.native_calls += native
+            return native, None
+        native = t["calls"] % 2 == 0
+        self.native_calls += native
+        t["calls"] += 1
+        return native, ((key, native) if t["calls"] > _TRIAL_WARMUP else None)
+
+    def _dispatch(self, c, group, op, n, dtype, native_fn, ibp_fn):
+        native, timed = self._route(c, op, n, dtype)
+        t0 = time.perf_counter()
+        work = native_fn() if native else ibp_fn()
+        if timed is not None:
+            if work is not None:
+                work.wait()  # the trial times whole calls
+            self._timed(c, timed[0], timed[1], group, time.perf_counter() - t0)
+        return work
+
+    def _timed(self, c, key, native, group, seconds):
+        t = self._trials[key]
+        t["native" if native else "libibp"].append(seconds)
+        if len(t["native"]) == len(t["libibp"]) == _TRIAL_CALLS:
+            v = torch.tensor(t["native"] + t["libibp"], dtype=torch.float64)
+            dist.all_reduce(v, group=group)
+            nat, lib = v[:_TRIAL_CALLS].median().item() / c.nranks, v[_TRIAL_CALLS:].median().item() / c.nranks
+            t.update(native_s=nat, libibp_s=lib, choice="libibp" if lib < _TRIAL_GAIN * nat else "native")
 
     def _check(self, func, *tensors):
         for t in tensors:
@@ -124,14 +182,17 @@ class CompressedAllGather(_Base, _AGBase):
         if output_tensor.numel() != n * c.nranks:
             raise _errors.invalid(func, "output has %d elements, expected %d x %d"
                                   % (output_tensor.numel(), c.nranks, n))
-        if self._native(c, "allgather", n, input_tensor.dtype):
-            return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
+        return self._dispatch(c, group, "allgather", n, input_tensor.dtype,
+                              lambda: dist.all_gather_into_tensor(output_tensor, input_tensor, group=group,
+                                                                  async_op=async_op),
+                              lambda: self._ibp(c, output_tensor, input_tensor, n))
+
+    def _ibp(self, c, output_tensor, input_tensor, n):
         out = _host(output_tensor)
         with torch.no_grad():
             c.allgather(_host(input_tensor).reshape(-1), out=out.view(c.nranks, n), codec=self.codec)
             if out is not output_tensor:
                 output_tensor.copy_(out.view_as(output_tensor))
-        return None
 
 
 class CompressedReduceScatter(_Base, _RSBase):
@@ -139,6 +200,7 @@ class CompressedReduceScatter(_Base, _RSBase):
     SUM, or AVG (the sum divided by the group size afterwards)."""
 
     _allowed = ("none", "exp", "fp8", "lsq")
+    _native_avg = None  # whether the backend took ReduceOp.AVG (None: not tried yet)
 
     def __call__(self, output_tensor, input_tensor, group, op=dist.ReduceOp.SUM, async_op=False):
         func = "CompressedReduceScatter"
@@ -155,14 +217,35 @@ class CompressedReduceScatter(_Base, _RSBase):
         if input_tensor.numel() != n * c.nranks:
             raise _errors.invalid(func, "input has %d elements, expected %d x %d"
                                   % (input_tensor.numel(), c.nranks, n))
-        if self.codec != "lsq" and self._native(c, "reducescatter", n, input_tensor.dtype):
-            if not avg:
-                return dist.reduce_scatter_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
-            # gloo has no AVG: the sum, then the division (so not asynchronous)
-            dist.reduce_scatter_tensor(output_tensor, input_tensor, group=group)
-            output_tensor.div_(c.nranks)
-            return None
-        self._check(func, output_tensor, input_tensor)
+        if self.codec != "lsq":
+            return self._dispatch(c, group, "reducescatter", n, input_tensor.dtype,
+                                  lambda: self._native_rs(c, output_tensor, input_tensor, group, op, avg, async_op),
+                                  lambda: self._ibp(c, output_tensor, input_tensor, avg))
+        self._ibp(c, output_tensor, input_tensor, avg)
+        return None
+
+    def _native_rs(self, c, output_tensor, input_tensor, group, op, avg, async_op):
+        if not avg:
+            return dist.reduce_scatter_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
+        if self._native_avg is not False:
+            try:  # FSDP2's own call (gloo has AVG in current torch)
+                work = dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group,
+                                                  async_op=async_op)
+            except (RuntimeError, ValueError):
+                # a backend without AVG refuses it locally, before any exchange, on every rank alike
+                if self._native_avg:
+                    raise
+                self._native_avg = False
+            else:
+                self._native_avg = True
+                return work
+        # no AVG in this backend: the sum, then the division (so not asynchronous)
+        dist.reduce_scatter_tensor(output_tensor, input_tensor, group=group)
+        output_tensor.div_(c.nranks)
+        return None
+
+    def _ibp(self, c, output_tensor, input_tensor, avg):
+        self._check("CompressedReduceScatter", output_tensor, input_tensor)
         src = _host(input_tensor).reshape(-1)
         with torch.no_grad():
             if self.codec == "lsq":
@@ -176,7 +259,6 @@ class CompressedReduceScatter(_Base, _RSBase):
             if avg:
                 res = res.div_(c.nranks)
             output_tensor.copy_(res.view_as(output_tensor))
-        return None
 
 
 def set_compressed_collectives(model, all_gather=None, reduce_scatter=None) -> int:
