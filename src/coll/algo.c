@@ -131,15 +131,16 @@ static ibp_status_t ring_pipe(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *o
 	uint64_t pcap = 0;
 	IBP_TRY(ibpi_coll_msg_cap((ibp_dtype_t)h.dtype, maxn / np + 1, &pcap));
 	const uint64_t pmax = maxn / np + 1; /* elements of the largest piece */
-	uint8_t *mb[2] = { ibpi_coll_ws(c, COLL_WS_PIPE0, pcap * np), ibpi_coll_ws(c, COLL_WS_PIPE1, pcap * np) };
+	static const enum coll_ws slots[2] = { COLL_WS_PIPE0, COLL_WS_PIPE1 };
+	flow_bufs_t fb;
+	IBP_TRY(ibpi_flow_bufs_get(c, slots, 2, np, pcap, "pipelined chunks", &fb));
+	uint8_t **mb = fb.slot;
+	uint64_t *sz = fb.sz;
 	uint8_t *accs[2] = { b->acc, red ? ibpi_coll_ws(c, COLL_WS_PACC, maxn * esz) : NULL };
 	uint8_t *scr = red ? ibpi_coll_ws(c, COLL_WS_SCRATCH, 2 * pmax * (sizeof(float) + esz)) : NULL;
-	uint64_t *sz = calloc(2 * np, sizeof *sz);
-	coll_hdr_t *got = calloc(np, sizeof *got);
-	void **req = calloc(2 * np, sizeof *req);
 	ibp_status_t st = IBP_OK;
 	int leak = 0, ab = 0;
-	if (!mb[0] || !mb[1] || !sz || !got || !req || (red && (!accs[1] || !scr)))
+	if (red && (!accs[1] || !scr))
 		st = ibpi_fail(IBP_ERR_NOMEM, "coll: no memory for pipelined %llu-element chunks",
 			      (unsigned long long)maxn);
 	if (st == IBP_OK && !red) /* the owner's chunk in place (FP8: what the others get, when encoded) */
@@ -147,7 +148,7 @@ static ibp_status_t ring_pipe(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *o
 	for (int s = 0; s < p - 1 && st == IBP_OK; s++) {
 		ring_u_t u = { .red = red };
 		flow_t w = { .c = c, .ops = &ring_ops, .u = &u, .h = h, .np = np, .pcap = pcap, .esz = esz,
-			     .right = mod(r + 1, p), .left = mod(r - 1, p), .got = got, .req = req };
+			     .right = mod(r + 1, p), .left = mod(r - 1, p), .got = fb.got, .req = fb.req };
 		if (red) { /* floats first: aligned */
 			u.f[0] = (float *)(void *)scr, u.f[1] = u.f[0] + pmax;
 			u.tmp[0] = scr + 2 * pmax * sizeof(float), u.tmp[1] = u.tmp[0] + pmax * esz;
@@ -174,11 +175,7 @@ static ibp_status_t ring_pipe(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_t *o
 	}
 	if (st == IBP_OK && red && accs[1 - ab] != b->acc)
 		memcpy(b->acc, accs[1 - ab], len[r] * esz);
-	if (leak) /* the transport may still use them: a broken communicator never frees them */
-		c->ws_lent = 1;
-	free(sz);
-	free(got);
-	free(req);
+	ibpi_flow_bufs_put(c, &fb, leak);
 	return st;
 }
 
@@ -653,24 +650,15 @@ static ibp_status_t a2a_pipe_step(ibp_coll_comm_t *c, coll_hdr_t h, const uint8_
 	const uint64_t esz = ibp_dtype_size((ibp_dtype_t)h.dtype);
 	uint64_t pcap = 0;
 	IBP_TRY(ibpi_coll_msg_cap((ibp_dtype_t)h.dtype, count / np + 1, &pcap));
-	uint8_t *mb[2] = { ibpi_coll_ws(c, COLL_WS_PIPE0, pcap * np), ibpi_coll_ws(c, COLL_WS_PIPE1, pcap * np) };
-	uint64_t *sz = calloc(2 * np, sizeof *sz);
-	coll_hdr_t *got = calloc(np, sizeof *got);
-	void **req = calloc(2 * np, sizeof *req);
-	ibp_status_t st = IBP_OK;
-	if (!mb[0] || !mb[1] || !sz || !got || !req)
-		st = ibpi_fail(IBP_ERR_NOMEM, "coll: no memory for a pipelined %llu-element block",
-			      (unsigned long long)count);
-	if (st == IBP_OK) {
-		ring_u_t u = { .slen = count, .rlen = count, .esrc = sblock, .dst = rblock };
-		flow_t w = { .c = c, .ops = &ring_ops, .u = &u, .h = h, .np = np, .pcap = pcap, .esz = esz, .right = dst,
-			     .left = src, .sc = c->rank, .rc = src, .enc = 1, .sbuf = mb[0], .rbuf = mb[1], .ssz = sz,
-			     .rsz = sz + np, .got = got, .req = req };
-		st = ibpi_flow_step(&w, leak);
-	}
-	free(sz);
-	free(got);
-	free(req);
+	static const enum coll_ws slots[2] = { COLL_WS_PIPE0, COLL_WS_PIPE1 };
+	flow_bufs_t fb;
+	IBP_TRY(ibpi_flow_bufs_get(c, slots, 2, np, pcap, "a pipelined block", &fb));
+	ring_u_t u = { .slen = count, .rlen = count, .esrc = sblock, .dst = rblock };
+	flow_t w = { .c = c, .ops = &ring_ops, .u = &u, .h = h, .np = np, .pcap = pcap, .esz = esz, .right = dst,
+		     .left = src, .sc = c->rank, .rc = src, .enc = 1, .sbuf = fb.slot[0], .rbuf = fb.slot[1],
+		     .ssz = fb.sz, .rsz = fb.sz + np, .got = fb.got, .req = fb.req };
+	ibp_status_t st = ibpi_flow_step(&w, leak);
+	ibpi_flow_bufs_put(c, &fb, 0); /* the caller marks a leak once, after every step */
 	return st;
 }
 

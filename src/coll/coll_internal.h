@@ -36,6 +36,7 @@ typedef struct coll_hdr {
 enum coll_ws {
 	COLL_WS_MSG0, COLL_WS_MSG1, COLL_WS_F, COLL_WS_TMP, COLL_WS_ACC, /* mem_host.c */
 	COLL_WS_PIPE0, COLL_WS_PIPE1, COLL_WS_PACC, COLL_WS_SCRATCH,     /* algo.c, pipelined rings */
+	COLL_WS_PIPE2,                                                   /* dynamiq.c: the hops' output */
 	COLL_WS_N
 };
 #define COLL_WS_KEEP (64ull << 20) /* larger buffers are freed at the end of their call */
@@ -67,6 +68,10 @@ struct ibp_coll_comm {
  * their calls fail as mismatched), else dflt, else the library's default
  * (1 MiB; algo.c says why). Read when a communicator is made. */
 uint64_t ibpi_coll_piece_bytes(uint64_t dflt);
+/* ibp_coll_comm_create with the transport's own default piece size
+ * (piece_dflt bytes; 0: the default; IBP_COLL_PIECE_BYTES still wins). */
+ibp_status_t ibpi_coll_comm_create(const ibp_coll_transport_t *t, const ibp_coll_opts_t *opts, uint64_t piece_dflt,
+				   ibp_coll_comm_t **out);
 
 /* Working buffer `slot` of at least `bytes` (contents undefined), kept
  * for the next call; NULL with IBP_ERR_NOMEM recorded. */

@@ -151,6 +151,12 @@ static ibp_status_t check_opts(const ibp_coll_opts_t *o)
 ibp_status_t ibp_coll_comm_create(const ibp_coll_transport_t *t, const ibp_coll_opts_t *opts,
 				  ibp_coll_comm_t **out)
 {
+	return ibpi_coll_comm_create(t, opts, 0, out);
+}
+
+ibp_status_t ibpi_coll_comm_create(const ibp_coll_transport_t *t, const ibp_coll_opts_t *opts, uint64_t piece_dflt,
+				   ibp_coll_comm_t **out)
+{
 	if (!out)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: comm_create: out is NULL");
 	*out = NULL;
@@ -184,7 +190,7 @@ ibp_status_t ibp_coll_comm_create(const ibp_coll_transport_t *t, const ibp_coll_
 	c->st.last_ratio = 1;
 	c->lsq_bits = LSQ_BITS;
 	c->mem_kind = IBP_COLL_MEM_HOST;
-	c->piece_bytes = ibpi_coll_piece_bytes(0);
+	c->piece_bytes = ibpi_coll_piece_bytes(piece_dflt); /* before calibrating: it measures real calls */
 	c->mem = &ibpi_coll_mem_host;
 	if (o.calibrate && (s = ibpi_coll_calibrate(c)) != IBP_OK) {
 		ibp_coll_comm_destroy(c);

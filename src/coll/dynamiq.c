@@ -759,16 +759,13 @@ static ibp_status_t dq_ring_pipe(ibp_coll_comm_t *c, coll_hdr_t h, const dq_plan
 	const int r = c->rank, p = c->nranks;
 	/* A piece holds at most its share of the chunk's bytes plus one SG (the split is on SG boundaries). */
 	const uint64_t pcap = COLL_HDR + ceil_div(max_chunk(pl), np) + ibpi_dq_sg_bytes(DQ_S, 8);
-	uint8_t *buf[3] = { ibpi_coll_ws(c, COLL_WS_PIPE0, pcap * np), ibpi_coll_ws(c, COLL_WS_PIPE1, pcap * np),
-			    ibpi_coll_ws(c, COLL_WS_PACC, pcap * np) };
-	uint64_t *sz = calloc(3 * np, sizeof *sz);
-	coll_hdr_t *got = calloc(np, sizeof *got);
-	void **req = calloc(2 * np, sizeof *req);
+	static const enum coll_ws slots[3] = { COLL_WS_PIPE0, COLL_WS_PIPE1, COLL_WS_PIPE2 };
+	flow_bufs_t fb;
+	IBP_TRY(ibpi_flow_bufs_get(c, slots, 3, np, pcap, "DynamiQ's pipelined chunks", &fb));
+	uint8_t **buf = fb.slot;
+	uint64_t *sz = fb.sz;
 	ibp_status_t st = IBP_OK;
 	int leak = 0, is = 0, ir = 1, io = 2; /* which buffer sends, receives, holds the hops' output */
-	if (!buf[0] || !buf[1] || !buf[2] || !sz || !got || !req)
-		st = ibpi_fail(IBP_ERR_NOMEM, "coll: dynamiq: no memory for pipelined chunks of %llu bytes",
-			      (unsigned long long)max_chunk(pl));
 	h.enc = COLL_ENC_DQ;
 	/* Reduce-scatter steps t < p - 1, then all-gather steps. */
 	for (int t = 0; t < 2 * (p - 1) && st == IBP_OK; t++) {
@@ -778,7 +775,7 @@ static ibp_status_t dq_ring_pipe(ibp_coll_comm_t *c, coll_hdr_t h, const dq_plan
 		flow_t w = { .c = c, .ops = &dq_ops, .u = &u, .h = h, .np = np, .pcap = pcap,
 			     .esz = ibp_dtype_size((ibp_dtype_t)h.dtype), .right = mod(r + 1, p), .left = mod(r - 1, p),
 			     .enc = t == 0, .sbuf = buf[is], .rbuf = buf[ir], .ssz = sz + is * np, .rsz = sz + ir * np,
-			     .got = got, .req = req };
+			     .got = fb.got, .req = fb.req };
 		w.sc = rs ? mod(r - 1 - g, p) : mod(r - g, p);
 		w.rc = rs ? mod(r - 2 - g, p) : mod(r - 1 - g, p);
 		st = ibpi_flow_step(&w, &leak);
@@ -788,11 +785,7 @@ static ibp_status_t dq_ring_pipe(ibp_coll_comm_t *c, coll_hdr_t h, const dq_plan
 		else /* what arrived is forwarded next */
 			is = ir, ir = o;
 	}
-	if (leak) /* the transport may still use them: a broken communicator never frees them */
-		c->ws_lent = 1;
-	free(sz);
-	free(got);
-	free(req);
+	ibpi_flow_bufs_put(c, &fb, leak);
 	return st;
 }
 

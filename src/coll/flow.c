@@ -9,6 +9,7 @@
  * claimed from one counter, so each piece is decoded once, by either
  * thread. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "coll/flow.h"
@@ -186,4 +187,34 @@ ibp_status_t ibpi_flow_step(flow_t *w, int *leak)
 		if (w->req[k] && !as->cancel(c->t.ctx, w->req[k]))
 			*leak = 1;
 	return st;
+}
+
+ibp_status_t ibpi_flow_bufs_get(ibp_coll_comm_t *c, const enum coll_ws *ws, int nslot, uint64_t np, uint64_t pcap,
+				const char *what, flow_bufs_t *fb)
+{
+	*fb = (flow_bufs_t){ 0 };
+	int ok = nslot >= 1 && nslot <= 3 && pcap && np <= UINT64_MAX / pcap;
+	for (int i = 0; i < nslot && ok; i++)
+		ok = (fb->slot[i] = ibpi_coll_ws(c, ws[i], pcap * np)) != NULL;
+	if (ok) {
+		fb->sz = calloc((size_t)nslot * np, sizeof *fb->sz);
+		fb->got = calloc(np, sizeof *fb->got);
+		fb->req = calloc(2 * np, sizeof *fb->req);
+		ok = fb->sz && fb->got && fb->req;
+	}
+	if (ok)
+		return IBP_OK;
+	ibpi_flow_bufs_put(c, fb, 0);
+	return ibpi_fail(IBP_ERR_NOMEM, "coll: no memory for %s (%llu pieces of %llu bytes)", what,
+			 (unsigned long long)np, (unsigned long long)pcap);
+}
+
+void ibpi_flow_bufs_put(ibp_coll_comm_t *c, flow_bufs_t *fb, int leak)
+{
+	if (leak)
+		c->ws_lent = 1;
+	free(fb->sz);
+	free(fb->got);
+	free(fb->req);
+	*fb = (flow_bufs_t){ 0 };
 }

@@ -55,6 +55,25 @@ struct flow {
  * could not be cancelled: the transport may still write the buffers. */
 ibp_status_t ibpi_flow_step(flow_t *w, int *leak);
 
+/* The buffers of a run of flow steps: nslot workspace slots of np pieces
+ * of pcap bytes (the communicator's, kept between calls), nslot * np
+ * message sizes (slot i's at sz + i * np), np received headers, 2 * np
+ * requests. */
+typedef struct flow_bufs {
+	uint8_t *slot[3];
+	uint64_t *sz;
+	coll_hdr_t *got;
+	void **req;
+} flow_bufs_t;
+
+/* Takes the buffers: slots ws[0 .. nslot-1] (nslot <= 3). IBP_ERR_NOMEM
+ * (naming `what`) with every buffer released. */
+ibp_status_t ibpi_flow_bufs_get(ibp_coll_comm_t *c, const enum coll_ws *ws, int nslot, uint64_t np, uint64_t pcap,
+				const char *what, flow_bufs_t *fb);
+/* Releases them; leak: a request could not be cancelled, so the transport
+ * may still write the slots and the communicator never frees them. */
+void ibpi_flow_bufs_put(ibp_coll_comm_t *c, flow_bufs_t *fb, int leak);
+
 /* Piece k of np splitting len elements as evenly as chunks split a call. */
 static inline void ibpi_flow_piece(uint64_t len, uint64_t np, uint64_t k, uint64_t *o, uint64_t *n)
 {

@@ -489,7 +489,5 @@ ibp_status_t ibp_coll_comm_from_mpi(const void *mpi_comm, const ibp_coll_opts_t 
 	const char *e = getenv("IBP_COLL_MPI_NATIVE");
 	t.native = e && e[0] == '0' ? NULL : &mpi_native;
 	t.async = &mpi_async;
-	IBP_TRY(ibp_coll_comm_create(&t, opts, out));
-	(*out)->piece_bytes = ibpi_coll_piece_bytes(MPI_PIECE_BYTES);
-	return IBP_OK;
+	return ibpi_coll_comm_create(&t, opts, MPI_PIECE_BYTES, out);
 }

@@ -241,7 +241,7 @@ class _PyTransport:
         self.error = "%s: %s" % (type(e).__name__, e)
         return getattr(e, "status", _ERR_IO) if isinstance(e, TransportError) else _ERR_IO
 
-    def _keep(self, r, buf, cap, req):
+    def _register(self, r, buf, cap, req):
         i = next(self._ids)
         self._reqs[i] = (r, buf, cap)
         req[0] = i
@@ -251,14 +251,14 @@ class _PyTransport:
             payload = np.empty(nbytes, dtype=np.uint8)
             if nbytes:
                 C.memmove(payload.ctypes.data, buf, nbytes)
-            self._keep(self.t.isend(dst, payload), None, 0, req)
+            self._register(self.t.isend(dst, payload), None, 0, req)
             return _OK
         except BaseException as e:  # noqa: B902 (nothing may propagate into C)
             return self._fail(e)
 
     def _irecv(self, ctx, src, buf, cap, req):
         try:
-            self._keep(self.t.irecv(src, int(cap)), buf, int(cap), req)
+            self._register(self.t.irecv(src, int(cap)), buf, int(cap), req)
             return _OK
         except BaseException as e:  # noqa: B902
             return self._fail(e)
@@ -370,7 +370,7 @@ class Communicator(Owner):
         self._py = None
         if isinstance(transport, CollTransport):
             t = transport
-            self._keep = transport
+            self._transport = transport  # kept alive as long as the C communicator
         else:
             for a in ("rank", "nranks", "sendrecv"):
                 if not hasattr(transport, a):
@@ -383,7 +383,7 @@ class Communicator(Owner):
             t.sendrecv = self._py.cfunc
             if self._py.async_table is not None:
                 setattr(t, "async", C.cast(C.pointer(self._py.async_table), c_vp))
-            self._keep = transport
+            self._transport = transport  # kept alive as long as the C communicator
         h = c_vp()
         self._lock = threading.Lock()
         self._check(_c("ibp_coll_comm_create")(C.byref(t), C.byref(o), C.byref(h)), "ibp_coll_comm_create")
@@ -396,7 +396,7 @@ class Communicator(Owner):
         """Frees the communicator, then lets a Python transport stop its own
         threads (its close(), if it has one). Idempotent."""
         super().close()
-        t = self._keep if self._py is not None else None
+        t = self._transport if self._py is not None else None
         if t is not None and callable(getattr(t, "close", None)):
             t.close()
 
