@@ -78,6 +78,64 @@ def build_case(case, blocks=96):
     return layers
 
 
+def speed(layers, reps, capacity):
+    """Store and load speed against what a user does without us (issue 33):
+    the plain way is `index_select` of the blocks into a preallocated host
+    tensor (its creation timed) and `index_copy_` back; ours is a
+    KVOffloader (its creation and calibration timed on the first pass) and
+    store / load. Pass 1 = fresh objects (first touch of every page), then
+    warm passes reusing them (the plain tensor rewritten, the offloader's
+    blocks freed and stored again). Every pass alternates plain and ours
+    and checks the bytes. Returns [(pass, plain store s, ibp store s, plain
+    load s, ibp load s, calibrate s)]."""
+    import torch
+    import ibp.torch as it
+    nl, nb = len(layers), layers[0].shape[1]
+    ids = torch.arange(nb)
+    back = [torch.empty_like(t) for t in layers]
+    rows = []
+    host = off = handles = None
+    for rep in range(reps):
+        first = rep == 0
+        # plain
+        t0 = time.perf_counter()
+        if first:
+            host = [torch.empty_like(t) for t in layers]
+        for t, h in zip(layers, host):
+            torch.index_select(t, 1, ids, out=h)
+        ps = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for b, h in zip(back, host):
+            b.index_copy_(1, ids, h)
+        pl = time.perf_counter() - t0
+        for t, b in zip(layers, back):
+            assert torch.equal(t.view(torch.int16), b.view(torch.int16)), "plain copy differs"
+        # ours
+        cal = 0.0
+        t0 = time.perf_counter()
+        if first:
+            off = it.KVOffloader(nl, tuple(layers[0].shape[2:]), torch.bfloat16, capacity_bytes=capacity)
+            for i, t in enumerate(layers):
+                off.calibrate(i, t)
+            cal = time.perf_counter() - t0
+        else:
+            for hs in handles:
+                off.free(hs)
+        handles = [off.store(i, t, list(range(nb))) for i, t in enumerate(layers)]
+        ist = time.perf_counter() - t0 - cal
+        for b in back:
+            b.zero_()
+        t0 = time.perf_counter()
+        for i, b in enumerate(back):
+            off.load(i, handles[i], b, list(range(nb)))
+        il = time.perf_counter() - t0
+        for t, b in zip(layers, back):
+            assert torch.equal(t.view(torch.int16), b.view(torch.int16)), "KVOffloader round trip differs"
+        rows.append(("first" if first else "warm", ps, ist, pl, il, cal))
+    off.close()
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--case", default="24x96", choices=["24x96", "example"])
@@ -85,10 +143,30 @@ def main():
     ap.add_argument("--blocks", type=int, default=96, help="blocks per layer of the 24-layer case (96: 56.6 MB raw; "
                     "256: 151 MB)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--speed", type=int, default=0, metavar="PASSES",
+                    help="store/load speed against index_select / index_copy_ instead (PASSES >= 2: the "
+                         "first, then warm ones)")
     a = ap.parse_args()
     import torch
     import ibp.torch as it
     layers = build_case(a.case, a.blocks)
+    if a.speed:
+        raw = sum(t.numel() * 2 for t in layers)
+        torch.set_num_threads(1)
+        print("KV offload speed, case %s (%d layers x %d blocks, %.1f MB raw), %s, one torch thread"
+              % (a.case, len(layers), layers[0].shape[1], raw / 1e6, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())))
+        print("%-6s | %21s | %21s | %21s | %21s | %s" % ("pass", "plain store GB/s", "ibp store GB/s", "ratio store",
+                                                        "plain load GB/s", "ibp load GB/s  ratio load"))
+        rows = speed(layers, max(2, a.speed), a.capacity)
+        for name, ps, ist, pl, il, cal in rows:
+            print("%-6s | %21.2f | %21.2f | %20.2fx | %21.2f | %10.2f %10.2fx%s" % (
+                name, raw / ps / 1e9, raw / ist / 1e9, ps / ist, raw / pl / 1e9, raw / il / 1e9, pl / il,
+                "  (calibration %.2f s, not in the store time)" % cal if cal else ""))
+        if a.json:
+            print(json.dumps({"raw_bytes": raw, "passes": [dict(zip(("pass", "plain_store_s", "ibp_store_s",
+                                                                     "plain_load_s", "ibp_load_s", "calibrate_s"), r))
+                                                           for r in rows]}))
+        return 0
     nl, nb = len(layers), layers[0].shape[1]
     raw = sum(t.numel() * 2 for t in layers)
     off = it.KVOffloader(nl, (16, 12, 32), torch.bfloat16, capacity_bytes=a.capacity)

@@ -13,6 +13,7 @@
 #include "bitpack/codec_internal.h"
 #include "cuda/ibp_cuda_internal.h"
 #include "cuda/ibp_gather_staged.h"
+#include "exp/exp_split.h"
 #include "ibp/alloc.h"
 #include "ibp/cache.h"
 #include "ibp/codec.h"
@@ -370,6 +371,11 @@ static ibp_status_t encode_exp(ibp_kv_stream_t *s, uint64_t n)
 	return IBP_OK;
 }
 
+#define HOST_BATCH_BYTES (4ull << 20) /* rows a host batch encodes (ibp_kv_encode_cuda) */
+
+static ibp_status_t encode_some(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const uint8_t *kv, uint64_t num_blocks,
+				const int64_t *block_ids, uint64_t n, unsigned kind, int64_t *handles, uint64_t *bytes);
+
 ibp_status_t ibp_kv_encode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const void *kv, uint64_t num_blocks,
 				const int64_t *block_ids, uint64_t n, unsigned kind, int64_t *handles,
 				uint64_t *bytes)
@@ -395,7 +401,27 @@ ibp_status_t ibp_kv_encode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 	IBP_TRY(finish(s)); /* the previous call's buffers and pins */
 	if (n == 0)
 		return IBP_OK;
-	const uint64_t m = 2 * n;
+	/* A GPU takes the call in one batch (one sync); the host in batches of
+	 * about HOST_BATCH_BYTES of rows, so its workspace stays small enough
+	 * to keep between calls (faulting it in again cost more than the codec). */
+	const uint64_t step = s->on_device ? n : (HOST_BATCH_BYTES / (2 * R) ? HOST_BATCH_BYTES / (2 * R) : 1);
+	ibp_status_t st = IBP_OK;
+	for (uint64_t b0 = 0; b0 < n && st == IBP_OK; b0 += step)
+		st = encode_some(s, pool, kv, num_blocks, block_ids + b0, n - b0 < step ? n - b0 : step, kind,
+				 handles + b0, bytes + b0);
+	if (st != IBP_OK) {
+		undo_store(s, pool, handles, n); /* all or nothing: the batches before too */
+		return st;
+	}
+	return IBP_OK;
+}
+
+/* One batch of ibp_kv_encode_cuda: its n blocks encoded, given slots (pinned)
+ * and copied in; on failure the caller undoes every batch. */
+static ibp_status_t encode_some(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const uint8_t *kv, uint64_t num_blocks,
+				const int64_t *block_ids, uint64_t n, unsigned kind, int64_t *handles, uint64_t *bytes)
+{
+	const uint64_t R = s->R, m = 2 * n;
 	IBP_TRY(host_grow(s, &s->h_ids, m * 8));
 	int64_t *ids = s->h_ids.p;
 	for (uint64_t b = 0; b < n; b++)
@@ -443,16 +469,34 @@ ibp_status_t ibp_kv_encode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 		st = xcopy(s, h + IBP_KV_BLOCK_HEADER, (uint8_t *)s->d_pay.p + off[2 * b], off[2 * b + 2] - off[2 * b]);
 	}
 	free(slot);
-	if (st != IBP_OK) {
-		undo_store(s, pool, handles, n);
-		return st;
-	}
-	return IBP_OK;
+	return st;
 }
 
 /* EXP: the e staged blocks (d_pay + h_eoff[k], h_esz[k] bytes) decoded into
  * d_rows and scattered to the cache rows h_eorow; one status (h_estat),
  * read by finish(), which zeroes those rows if it is not OK. */
+/* The host's decode of one EXP block straight from its slot: its K half
+ * into k_row and its V half into v_row (rows of a multiple of 64
+ * elements; others through the stream's one-block rows and a copy);
+ * first: the call's first EXP block (resets the call's one status). A
+ * failure is kept in that status (finish zeroes all the call's EXP rows). */
+static void decode_exp_host(ibp_kv_stream_t *s, const uint8_t *src, uint64_t len, int first, uint8_t *k_row,
+			    uint8_t *v_row)
+{
+	int32_t *estat = s->h_estat.p;
+	if (first)
+		*estat = IBP_OK;
+	const uint64_t half = s->chunk / 2;
+	ibp_status_t r = half % 64 == 0 ? ibpi_exp_decode_split(src, len, s->dt, s->chunk, k_row, half, v_row)
+					: ibp_exp_decode(src, len, s->dt, s->chunk, s->d_rows.p, 1);
+	if (r != IBP_OK)
+		*estat = r;
+	else if (half % 64) { /* rows of other lengths: through the one-block rows */
+		memcpy(k_row, s->d_rows.p, s->R);
+		memcpy(v_row, (const uint8_t *)s->d_rows.p + s->R, s->R);
+	}
+}
+
 static ibp_status_t decode_exp(ibp_kv_stream_t *s, uint64_t e, uint8_t *kv)
 {
 	const uint64_t R = s->R;
@@ -460,16 +504,7 @@ static ibp_status_t decode_exp(ibp_kv_stream_t *s, uint64_t e, uint8_t *kv)
 	const int64_t *eorow = s->h_eorow.p;
 	int64_t *ids = s->h_ids.p;
 	if (!s->on_device) {
-		*estat = IBP_OK;
-		const uint64_t *eoff = s->h_eoff.p, *esz = s->h_esz.p;
-		for (uint64_t k = 0; k < e; k++) {
-			ibp_status_t r = ibp_exp_decode((uint8_t *)s->d_pay.p + eoff[k], esz[k], s->dt, s->chunk,
-							(uint8_t *)s->d_rows.p + 2 * k * R, 1);
-			if (r != IBP_OK)
-				*estat = r;
-		}
-		for (uint64_t r = 0; r < 2 * e; r++)
-			memcpy(kv + (uint64_t)eorow[r] * R, (uint8_t *)s->d_rows.p + r * R, R);
+		(void)estat, (void)eorow, (void)ids, (void)R; /* decoded as they were queued (decode_exp_host) */
 	} else {
 		for (uint64_t r = 0; r < 2 * e; r++)
 			ids[r] = (int64_t)r;
@@ -627,9 +662,12 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 		}
 	}
 	if (st == IBP_OK && e) {
-		st = dev_grow(s, &s->d_pay, e * s->estride); /* the EXP stage */
+		/* The EXP stage and its decoded rows; the host decodes each block
+		 * from its slot into one block's rows instead (no stage to fill
+		 * and read back: the copies cost as much as the decode). */
+		st = s->on_device ? dev_grow(s, &s->d_pay, e * s->estride) : IBP_OK;
 		if (st == IBP_OK)
-			st = dev_grow(s, &s->d_rows, 2 * e * R); /* their decoded rows */
+			st = dev_grow(s, &s->d_rows, (s->on_device ? e : 1) * 2 * R);
 		kv_buf_t *h[] = { &s->h_eoff, &s->h_esz, &s->h_eorow, &s->h_ids, &s->h_estat };
 		const uint64_t sz[] = { e * 8, e * 8, 2 * e * 8, 2 * e * 8, 4 };
 		for (unsigned i = 0; i < 5 && st == IBP_OK; i++)
@@ -665,7 +703,10 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 		if (kinds && kinds[k] == IBP_KV_EXP) {
 			eoff[x] = x * s->estride, esz[x] = slen[k];
 			eorow[2 * x] = (int64_t)d, eorow[2 * x + 1] = (int64_t)(num_blocks + d);
-			st = xcopy(s, (uint8_t *)s->d_pay.p + eoff[x], h, slen[k]);
+			if (s->on_device)
+				st = xcopy(s, (uint8_t *)s->d_pay.p + eoff[x], h, slen[k]);
+			else
+				decode_exp_host(s, h, slen[k], x == 0, out + d * R, out + (num_blocks + d) * R);
 			x++;
 			continue;
 		}

@@ -520,7 +520,9 @@ int ibp_kv_stream_on_device(const ibp_kv_stream_t *s);
  * the K and V rows into a device buffer first), synchronises once to learn
  * the sizes, allocates every slot (the pool may evict), writes the headers
  * and queues the copies into the slots; `kv` must stay unchanged until the
- * copies are done (the next call or ibp_kv_stream_wait). All or nothing:
+ * copies are done (the next call or ibp_kv_stream_wait). On the host the
+ * same steps run in batches of about 4 MiB of rows (the stream's
+ * workspace stays that small whatever n). All or nothing:
  * on error no block is kept and handles are -1. Errors: IBP_ERR_INVALID_ARG
  * (NULL, a block id out of range, IBP_KV_IBP without a codec, unknown
  * kind), IBP_ERR_NOMEM (the pool has no room: nothing evictable), and the

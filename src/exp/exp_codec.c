@@ -20,6 +20,7 @@
 
 #define EXP_VARIANT portable
 #include "exp/exp_codec_impl.h"
+#include "exp/exp_split.h"
 
 /* Below this many groups per thread, threads cost more than they save. */
 #define MIN_GROUPS_PER_THREAD 64u
@@ -657,7 +658,7 @@ static ibp_status_t verify_block(const uint8_t *h, uint64_t src_size, unsigned f
 }
 
 static ibp_status_t decode_block(const uint8_t *src, uint64_t src_size, uint32_t dt, uint64_t n, uint8_t *dst,
-				 int nthreads, unsigned flags)
+				 int nthreads, unsigned flags, uint64_t split, uint8_t *dst2)
 {
 	ibp_exp_info_t info;
 	expf_shape_t s;
@@ -671,8 +672,11 @@ static ibp_status_t decode_block(const uint8_t *src, uint64_t src_size, uint32_t
 	if (info.raw) {
 		if (!all_zero(src + EXPF_HEADER_BYTES + n * s.esize, info.block_bytes - EXPF_HEADER_BYTES - n * s.esize))
 			return ibpi_fail(IBP_ERR_CORRUPT, "exp block: raw padding is not zero");
-		if (n)
-			memcpy(dst, src + EXPF_HEADER_BYTES, n * s.esize);
+		const uint64_t n0 = split < n ? split : n;
+		if (n0)
+			memcpy(dst, src + EXPF_HEADER_BYTES, n0 * s.esize);
+		if (n > n0)
+			memcpy(dst2, src + EXPF_HEADER_BYTES + n0 * s.esize, (n - n0) * s.esize);
 		return IBP_OK;
 	}
 	IBP_TRY(check_coded_frame(src, &s, &L, info.escapes));
@@ -682,6 +686,8 @@ static ibp_status_t decode_block(const uint8_t *src, uint64_t src_size, uint32_t
 		return ibpi_fail(IBP_ERR_NOMEM, "exp_decode: no memory for %zu bytes", sizeof(*b));
 	b->src = src;
 	b->dst = dst;
+	b->dst2 = dst2;
+	b->split = split;
 	b->s = s;
 	b->L = L;
 	b->dt = dt;
@@ -715,7 +721,7 @@ ibp_status_t ibp_exp_decode_ext(const void *src, uint64_t src_size, ibp_dtype_t 
 	if (flags & ~IBP_EXP_TRUSTED)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_decode: unknown flags 0x%x", flags);
 	IBP_TRY(shape_for(dt, n, &s, "exp_decode"));
-	return decode_block(src, src_size, (uint32_t)dt, n, dst, nthreads, flags);
+	return decode_block(src, src_size, (uint32_t)dt, n, dst, nthreads, flags, UINT64_MAX, NULL);
 }
 
 ibp_status_t ibp_exp_decode(const void *src, uint64_t src_size, ibp_dtype_t dt, uint64_t n, void *dst, int nthreads)
@@ -853,7 +859,7 @@ static void batch_dec_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 		uint64_t len = c->n - i * c->chunk < c->chunk ? c->n - i * c->chunk : c->chunk;
 		uint64_t off = c->offsets[i], end_off = c->offsets[i + 1];
 		ibp_status_t st = decode_block(c->src + off, end_off - off, c->dt, len,
-					       c->dst + i * c->chunk * c->s.esize, 1, c->flags);
+					       c->dst + i * c->chunk * c->s.esize, 1, c->flags, UINT64_MAX, NULL);
 		if (st != IBP_OK) {
 			c->st[tid] = st;
 			snprintf(c->msg[tid], sizeof(c->msg[tid]), "chunk %llu: %s", (unsigned long long)i,
@@ -908,4 +914,15 @@ ibp_status_t ibp_exp_decode_batch_ext(const void *src, uint64_t src_size, const 
 			st = ibpi_fail(c->st[i], "exp_decode_batch: %s", c->msg[i]);
 	free(c);
 	return st;
+}
+
+ibp_status_t ibpi_exp_decode_split(const void *src, uint64_t src_size, ibp_dtype_t dt, uint64_t n, void *dst,
+				   uint64_t split, void *dst2)
+{
+	expf_shape_t s;
+	if (!src || (!dst && n) || (split < n && (!dst2 || split % 64)))
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_decode_split: NULL argument or split %llu not a multiple "
+				"of 64", (unsigned long long)split);
+	IBP_TRY(shape_for(dt, n, &s, "exp_decode_split"));
+	return decode_block(src, src_size, (uint32_t)dt, n, dst, 1, 0, split, dst2);
 }

@@ -30,6 +30,8 @@ typedef struct exp_enc_block {
 typedef struct exp_dec_block {
 	const uint8_t *src;
 	uint8_t *dst;
+	uint8_t *dst2;  /* elements from split on go to dst2 (split a multiple of 64; else ~0) */
+	uint64_t split;
 	expf_shape_t s;
 	expf_layout_t L;
 	uint32_t dt;

@@ -368,6 +368,49 @@ Test(kv_cuda, exp_blocks_equal_the_cpu_codec_and_round_trip, .init = make_tmpdir
 	free_layer(&L);
 }
 
+/* The host decodes EXP blocks straight into their K and V rows when a row
+ * is a multiple of 64 elements (above: 1536), else through one block's
+ * rows: rows of 1535 and 64 elements (the layer's bytes seen as shorter
+ * rows) round-trip through both kinds of stream, bit for bit. */
+Test(kv_cuda, exp_blocks_of_any_row_length, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	NEED_NO_GPU();
+	layer_t L = load_layer();
+	const uint64_t lens[2] = { L.R - 2, 128 };
+	for (int i = 0; i < 2; i++)
+		for (int host = 0; host < 2; host++) {
+			const uint64_t R = lens[i];
+			ibp_slab_pool_t *pool = pool_of(64 * 2 * R + (1 << 20), 2 * R + 4096, IBP_CACHE_LRU);
+			ibp_kv_stream_t *s = NULL;
+			if (host)
+				OK(ibp_kv_stream_create(NULL, R, IBP_DTYPE_BF16, IBP_KV_HOST, NULL, &s));
+			else
+				s = fallback_stream(NULL, R);
+			const int64_t ids[4] = { 7, 0, 31, 47 }, dst[4] = { 3, 40, 0, 12 };
+			int64_t h[4];
+			uint64_t bytes[4];
+			OK(ibp_kv_encode_cuda(s, pool, L.kv, NB, ids, 4, IBP_KV_EXP, h, bytes));
+			OK(ibp_kv_stream_wait(s));
+			uint8_t *kv = xcalloc(2 * NB * R);
+			memset(kv, 0x77, 2 * NB * R);
+			ibp_slab_pool_t *pools[4] = { pool, pool, pool, pool };
+			const uint8_t kinds[4] = { IBP_KV_EXP, IBP_KV_EXP, IBP_KV_EXP, IBP_KV_EXP };
+			OK(ibp_kv_decode_cuda(s, pools, h, kinds, 4, kv, NB, dst));
+			OK(ibp_kv_stream_wait(s));
+			for (int k = 0; k < 4; k++) {
+				cr_assert(!memcmp(kv + (uint64_t)dst[k] * R, L.kv + (uint64_t)ids[k] * R, R) &&
+					  !memcmp(kv + (NB + (uint64_t)dst[k]) * R, L.kv + (NB + (uint64_t)ids[k]) * R, R),
+					  "rows of %llu bytes (%s stream): block %d", (unsigned long long)R,
+					  host ? "host" : "fallback", k);
+			}
+			cr_assert_eq(kv[(uint64_t)1 * R], 0x77, "other rows untouched");
+			free(kv);
+			ibp_kv_stream_free(s);
+			ibp_slab_pool_free(pool);
+		}
+	free_layer(&L);
+}
+
 Test(kv_cuda, full_pool_keeps_nothing, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	NEED_NO_GPU();
@@ -390,6 +433,74 @@ Test(kv_cuda, full_pool_keeps_nothing, .init = make_tmpdir, .fini = remove_tmpdi
 	ibp_kv_stream_free(s);
 	ibp_slab_pool_free(pool);
 	free_layer(&L);
+}
+
+/* The host encodes a store in batches of about 4 MiB of rows: with rows of
+ * 1 MiB that is 2 blocks a batch, so 5 blocks take 3 batches. Every kind
+ * round-trips and equals the CPU codec's bytes (EXP), and a pool that runs
+ * out in the last batch keeps none of the earlier batches' blocks. */
+Test(kv_cuda, host_store_in_batches, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	NEED_NO_GPU();
+	const uint64_t R = 1 << 20, nb = 6, nel = 2 * R / 2;
+	uint8_t *kv = xcalloc(2 * nb * R);
+	tu_rng_t r;
+	tu_rng_seed(&r, 9);
+	for (uint64_t i = 0; i < nb * R; i++) { /* bf16 of a narrow range of exponents: compresses */
+		uint16_t v = (uint16_t)(0x3C00u + (tu_next(&r) & 0x03FFu)) ^ (uint16_t)((tu_next(&r) & 1) << 15);
+		memcpy(kv + 2 * i, &v, 2);
+	}
+	ibp_kv_stream_t *s = NULL;
+	OK(ibp_kv_stream_create(NULL, R, IBP_DTYPE_BF16, IBP_KV_HOST, NULL, &s));
+	const int64_t ids[5] = { 4, 0, 5, 2, 1 }, dst[5] = { 0, 1, 2, 3, 4 };
+	const uint8_t kinds_exp[5] = { IBP_KV_EXP, IBP_KV_EXP, IBP_KV_EXP, IBP_KV_EXP, IBP_KV_EXP };
+	const uint8_t kinds_raw[5] = { IBP_KV_RAW, IBP_KV_RAW, IBP_KV_RAW, IBP_KV_RAW, IBP_KV_RAW };
+	uint64_t bound = 0;
+	OK(ibp_exp_encode_bound(IBP_DTYPE_BF16, nel, &bound));
+	uint8_t *ref = xcalloc(bound), *got = xcalloc(bound), *row2 = xcalloc(2 * R);
+	ibp_exp_opts_t eo;
+	ibp_exp_opts_default(&eo);
+	eo.checksum = 0;
+	for (int k = 0; k < 2; k++) {
+		const unsigned kind = k ? IBP_KV_RAW : IBP_KV_EXP;
+		ibp_slab_pool_t *pool = pool_of(16 * R, 2 * R + 4096, IBP_CACHE_LRU);
+		int64_t h[5];
+		uint64_t bytes[5];
+		OK(ibp_kv_encode_cuda(s, pool, kv, nb, ids, 5, kind, h, bytes));
+		OK(ibp_kv_stream_wait(s));
+		for (int b = 0; b < 5 && kind == IBP_KV_EXP; b++) {
+			memcpy(row2, kv + (uint64_t)ids[b] * R, R);
+			memcpy(row2 + R, kv + (nb + (uint64_t)ids[b]) * R, R);
+			uint64_t rs = 0, len = 0;
+			OK(ibp_exp_encode(row2, IBP_DTYPE_BF16, nel, &eo, ref, bound, &rs));
+			OK(ibp_slab_pool_get(pool, h[b], got, bound, &len));
+			cr_assert(len == rs && len == bytes[b] && len < 2 * R && !memcmp(got, ref, len), "block %d", b);
+		}
+		uint8_t *back = xcalloc(2 * nb * R);
+		ibp_slab_pool_t *pools[5] = { pool, pool, pool, pool, pool };
+		OK(ibp_kv_decode_cuda(s, pools, h, k ? kinds_raw : kinds_exp, 5, back, nb, dst));
+		OK(ibp_kv_stream_wait(s));
+		for (int b = 0; b < 5; b++)
+			cr_assert(!memcmp(back + (uint64_t)dst[b] * R, kv + (uint64_t)ids[b] * R, R) &&
+				  !memcmp(back + (nb + (uint64_t)dst[b]) * R, kv + (nb + (uint64_t)ids[b]) * R, R),
+				  "kind %u block %d", kind, b);
+		free(back);
+		ibp_slab_pool_free(pool);
+	}
+	/* Room for 4 raw blocks: the third batch fails, the first two are undone. */
+	ibp_slab_pool_t *small = pool_of(9 * R, 2 * R, IBP_CACHE_STATIC);
+	int64_t h[5];
+	uint64_t bytes[5];
+	cr_assert_eq(ibp_kv_encode_cuda(s, small, kv, nb, ids, 5, IBP_KV_RAW, h, bytes), IBP_ERR_NOMEM);
+	ibp_slab_pool_stats_t st;
+	OK(ibp_slab_pool_stats(small, &st, 0));
+	cr_assert_eq(st.blocks, 0, "all or nothing across batches: %llu blocks kept", (unsigned long long)st.blocks);
+	for (int b = 0; b < 5; b++)
+		cr_assert_eq(h[b], -1);
+	OK(ibp_kv_stream_wait(s));
+	ibp_slab_pool_free(small);
+	ibp_kv_stream_free(s);
+	free(kv), free(ref), free(got), free(row2);
 }
 
 Test(kv_cuda, host_flag_runs_on_the_cpu_everywhere, .init = make_tmpdir, .fini = remove_tmpdir)

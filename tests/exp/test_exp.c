@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ibp.h"
+#include "exp/exp_split.h"
 #include "fp8/fp8_impl.h"
 #include "testutil.h"
 
@@ -370,6 +371,58 @@ Test(exp, raw_passthrough_on_uniform_exponents)
 		}
 		free(src);
 	}
+}
+
+/* ibpi_exp_decode_split (the KV offloader's host loads: K half and V half
+ * of a block into their own rows) writes exactly what ibp_exp_decode
+ * writes, cut at the split, for coded and raw blocks, every dtype, on the
+ * AVX2 and the portable loops; a split that is no multiple of 64 or a
+ * missing second destination is refused; damaged blocks stay errors. */
+Test(exp, split_decode_equals_whole)
+{
+	tu_rng_t r;
+	tu_rng_seed(&r, 77);
+	const uint64_t ns[] = { 64, 128, 4096, 12288, 12288 + 17, 3 * 4096 + 100 };
+	for (int portable = 0; portable < 2; portable++) {
+		setenv("IBP_FORCE_PORTABLE", portable ? "1" : "0", 1);
+		for (int d = 0; d < DT_COUNT; d++)
+			for (int dist = 0; dist < 2; dist++)
+				for (unsigned i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+					const uint64_t n = ns[i];
+					const size_t es = esize_of(DTS[d]);
+					uint8_t *src = tu_xcalloc(n * es), *blk = NULL;
+					gen(&r, dist ? D_UNIFORM_EXP : D_GAUSS, DTS[d], 1.0, src, n);
+					uint64_t size = round_trip(src, DTS[d], n, NULL, &blk);
+					const uint64_t splits[] = { 0, 64, n / 2 / 64 * 64, (n - 1) / 64 * 64, n, n + 64 };
+					for (unsigned k = 0; k < sizeof(splits) / sizeof(splits[0]); k++) {
+						const uint64_t sp = splits[k], n0 = sp < n ? sp : n;
+						uint8_t *a = tu_xcalloc(n * es + 1), *b = tu_xcalloc(n * es + 1);
+						memset(a, 0xA5, n * es + 1), memset(b, 0x5A, n * es + 1);
+						cr_assert_eq(ibpi_exp_decode_split(blk, size, DTS[d], n, a, sp, b), IBP_OK,
+							     "%s n=%llu split %llu: %s", ibp_dtype_name(DTS[d]),
+							     (unsigned long long)n, (unsigned long long)sp, ibp_last_error());
+						cr_assert(memcmp(a, src, n0 * es) == 0 && memcmp(b, src + n0 * es, (n - n0) * es) == 0,
+							  "%s n=%llu split %llu differs", ibp_dtype_name(DTS[d]),
+							  (unsigned long long)n, (unsigned long long)sp);
+						cr_assert(a[n0 * es] == 0xA5 && b[(n - n0) * es] == 0x5A,
+							  "split %llu wrote past a destination", (unsigned long long)sp);
+						free(a);
+						free(b);
+					}
+					uint8_t *a = tu_xcalloc(n * es), *b = tu_xcalloc(n * es);
+					if (n > 65) /* splits at or past n put everything in the first */
+						cr_assert_eq(ibpi_exp_decode_split(blk, size, DTS[d], n, a, 65, b),
+							     IBP_ERR_INVALID_ARG);
+					cr_assert_eq(ibpi_exp_decode_split(blk, size, DTS[d], n, a, 0, NULL), IBP_ERR_INVALID_ARG);
+					cr_assert_neq(ibpi_exp_decode_split(blk, size - 128, DTS[d], n, a, 64, b), IBP_OK);
+					cr_assert_neq(ibpi_exp_decode_split(blk, size, DTS[d], n + 1, a, 64, b), IBP_OK);
+					free(a);
+					free(b);
+					free(blk);
+					free(src);
+				}
+	}
+	unsetenv("IBP_FORCE_PORTABLE");
 }
 
 /* ------------------------------------------------------------- checksums */

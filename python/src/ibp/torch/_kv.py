@@ -121,6 +121,7 @@ class KVOffloader:
             self._gen = fork_generation()  # its streams and CUDA context stay with this process
         self.device = dev
         self._kvs = {}  # layer -> (ibp_kv_stream_t, codec it was made with)
+        self._spare = None  # CPU path: a codec-less stream kept between calls (its workspace stays faulted in)
         self._streams = {}  # layer -> torch.cuda.Stream (GPU only)
         self._pending = {}  # layer -> tensors a queued call still reads or writes
         self._deferred = {}  # layer -> the error its wait() raises
@@ -372,6 +373,9 @@ class KVOffloader:
             self._finish(layer)
             _lib.lib.ibp_kv_stream_free(got[0])
             del self._kvs[layer]
+        if codec is None and self._spare is not None:  # CPU path: any layer without a codec takes it
+            self._kvs[layer], self._spare = (self._spare, None), None
+            return self._kvs[layer][0]
         gpu = self._gpu
         stream = self._torch_stream(layer).cuda_stream if gpu else 0
         out = ctypes.c_void_p()
@@ -409,13 +413,21 @@ class KVOffloader:
 
     def _release_workspace(self, layer):
         """The CPU path's calls are synchronous: the layer's libibp stream
-        (its workspaces, sized to the call) goes after each call, so memory
-        is one call's workspace, not one per layer kept until close."""
+        (its workspaces) goes after each call, so memory is one call's
+        workspace, not one per layer kept until close. One codec-less
+        stream (EXP and RAW blocks) is kept for the next call of any layer
+        instead: freeing and faulting in its pages again cost three times
+        the codec work (issue 33). Its workspace stays small whatever the
+        call: the host path loads straight from the slots and stores in
+        batches of about 4 MiB of rows (about 12 MiB at most, all told)."""
         if not self._sync:
             return
         got = self._kvs.pop(layer, None)
         if got is not None:
-            _lib.lib.ibp_kv_stream_free(got[0])
+            if got[1] is None and self._spare is None:
+                self._spare = got[0]
+            else:
+                _lib.lib.ibp_kv_stream_free(got[0])
         self._pending.pop(layer, None)
 
     def _quiesce(self):
@@ -636,7 +648,9 @@ class KVOffloader:
             self._quiesce()
             for s, _ in self._kvs.values():
                 _lib.lib.ibp_kv_stream_free(s)
-            self._kvs, self._pending = {}, {}
+            if self._spare is not None:
+                _lib.lib.ibp_kv_stream_free(self._spare)
+            self._kvs, self._pending, self._spare = {}, {}, None
             for p in self._segments:
                 p.close()
             self._segments, self._entries, self._by_pool = [], {}, {}
