@@ -143,6 +143,8 @@ def main():
     ap.add_argument("--blocks", type=int, default=96, help="blocks per layer of the 24-layer case (96: 56.6 MB raw; "
                     "256: 151 MB)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--torch-threads", type=int, default=1,
+                    help="--speed: torch's threads for the plain copies (libibp uses every core)")
     ap.add_argument("--speed", type=int, default=0, metavar="PASSES",
                     help="store/load speed against index_select / index_copy_ instead (PASSES >= 2: the "
                          "first, then warm ones)")
@@ -152,9 +154,11 @@ def main():
     layers = build_case(a.case, a.blocks)
     if a.speed:
         raw = sum(t.numel() * 2 for t in layers)
-        torch.set_num_threads(1)
-        print("KV offload speed, case %s (%d layers x %d blocks, %.1f MB raw), %s, one torch thread"
-              % (a.case, len(layers), layers[0].shape[1], raw / 1e6, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())))
+        torch.set_num_threads(a.torch_threads)
+        print("KV offload speed, case %s (%d layers x %d blocks, %.1f MB raw), %s, %d torch thread(s), "
+              "libibp on %d cores" % (a.case, len(layers), layers[0].shape[1], raw / 1e6,
+                                       time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), a.torch_threads,
+                                       os.cpu_count()))
         print("%-6s | %21s | %21s | %21s | %21s | %s" % ("pass", "plain store GB/s", "ibp store GB/s", "ratio store",
                                                         "plain load GB/s", "ibp load GB/s  ratio load"))
         rows = speed(layers, max(2, a.speed), a.capacity)

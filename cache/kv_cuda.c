@@ -14,6 +14,7 @@
 #include "cuda/ibp_cuda_internal.h"
 #include "cuda/ibp_gather_staged.h"
 #include "exp/exp_split.h"
+#include "util/parallel.h"
 #include "ibp/alloc.h"
 #include "ibp/cache.h"
 #include "ibp/codec.h"
@@ -475,27 +476,39 @@ static ibp_status_t encode_some(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 /* EXP: the e staged blocks (d_pay + h_eoff[k], h_esz[k] bytes) decoded into
  * d_rows and scattered to the cache rows h_eorow; one status (h_estat),
  * read by finish(), which zeroes those rows if it is not OK. */
-/* The host's decode of one EXP block straight from its slot: its K half
- * into k_row and its V half into v_row (rows of a multiple of 64
- * elements; others through the stream's one-block rows and a copy);
- * first: the call's first EXP block (resets the call's one status). A
- * failure is kept in that status (finish zeroes all the call's EXP rows). */
-static void decode_exp_host(ibp_kv_stream_t *s, const uint8_t *src, uint64_t len, int first, uint8_t *k_row,
-			    uint8_t *v_row)
+/* The host's decode of EXP blocks [begin, end) straight from their slots
+ * (h_eoff holds their addresses, h_esz their lengths): each block's K half
+ * into its K row and its V half into its V row (h_eorow), for rows of a
+ * multiple of 64 elements; other rows through the stream's one-block rows
+ * and a copy (then on one thread). A failure is kept per thread (finish
+ * zeroes all the call's EXP rows when any failed). */
+typedef struct exp_host_job {
+	ibp_kv_stream_t *s;
+	uint8_t *kv;
+	ibp_status_t st[IBP_MAX_THREADS];
+} exp_host_job_t;
+
+static void decode_exp_host(void *ctx, uint64_t begin, uint64_t end, int tid)
 {
-	int32_t *estat = s->h_estat.p;
-	if (first)
-		*estat = IBP_OK;
-	const uint64_t half = s->chunk / 2;
-	ibp_status_t r = half % 64 == 0 ? ibpi_exp_decode_split(src, len, s->dt, s->chunk, k_row, half, v_row)
-					: ibp_exp_decode(src, len, s->dt, s->chunk, s->d_rows.p, 1);
-	if (r != IBP_OK)
-		*estat = r;
-	else if (half % 64) { /* rows of other lengths: through the one-block rows */
-		memcpy(k_row, s->d_rows.p, s->R);
-		memcpy(v_row, (const uint8_t *)s->d_rows.p + s->R, s->R);
+	exp_host_job_t *j = ctx;
+	ibp_kv_stream_t *s = j->s;
+	const uint64_t R = s->R, half = s->chunk / 2, *addr = s->h_eoff.p, *len = s->h_esz.p;
+	const int64_t *eorow = s->h_eorow.p;
+	for (uint64_t k = begin; k < end; k++) {
+		const uint8_t *src = (const uint8_t *)(uintptr_t)addr[k];
+		uint8_t *k_row = j->kv + (uint64_t)eorow[2 * k] * R, *v_row = j->kv + (uint64_t)eorow[2 * k + 1] * R;
+		ibp_status_t r = half % 64 == 0 ? ibpi_exp_decode_split(src, len[k], s->dt, s->chunk, k_row, half, v_row)
+						: ibp_exp_decode(src, len[k], s->dt, s->chunk, s->d_rows.p, 1);
+		if (r != IBP_OK)
+			j->st[tid] = r;
+		else if (half % 64) {
+			memcpy(k_row, s->d_rows.p, R);
+			memcpy(v_row, (const uint8_t *)s->d_rows.p + R, R);
+		}
 	}
 }
+
+#define EXP_HOST_BLOCKS_PER_THREAD 8u /* fewer: one thread (a thread costs a few blocks' decode) */
 
 static ibp_status_t decode_exp(ibp_kv_stream_t *s, uint64_t e, uint8_t *kv)
 {
@@ -504,7 +517,20 @@ static ibp_status_t decode_exp(ibp_kv_stream_t *s, uint64_t e, uint8_t *kv)
 	const int64_t *eorow = s->h_eorow.p;
 	int64_t *ids = s->h_ids.p;
 	if (!s->on_device) {
-		(void)estat, (void)eorow, (void)ids, (void)R; /* decoded as they were queued (decode_exp_host) */
+		(void)eorow, (void)ids, (void)R;
+		exp_host_job_t *j = calloc(1, sizeof(*j));
+		if (!j)
+			return ibpi_fail(IBP_ERR_NOMEM, "ibp_kv_decode_cuda: out of memory");
+		j->s = s, j->kv = kv;
+		const uint64_t per = e / EXP_HOST_BLOCKS_PER_THREAD;
+		const int nt = s->chunk / 2 % 64 ? 1 : ibpi_parallel_threads(s->host_threads, per ? per : 1);
+		ibp_status_t st = ibpi_parallel_for(nt, e, decode_exp_host, j);
+		*estat = IBP_OK;
+		for (int t = 0; t < nt; t++)
+			if (j->st[t] != IBP_OK)
+				*estat = j->st[t];
+		free(j);
+		IBP_TRY(st);
 	} else {
 		for (uint64_t r = 0; r < 2 * e; r++)
 			ids[r] = (int64_t)r;
@@ -705,8 +731,8 @@ ibp_status_t ibp_kv_decode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *const *pool
 			eorow[2 * x] = (int64_t)d, eorow[2 * x + 1] = (int64_t)(num_blocks + d);
 			if (s->on_device)
 				st = xcopy(s, (uint8_t *)s->d_pay.p + eoff[x], h, slen[k]);
-			else
-				decode_exp_host(s, h, slen[k], x == 0, out + d * R, out + (num_blocks + d) * R);
+			else /* the host decodes from the slot (decode_exp): its address in place of the offset */
+				eoff[x] = (uint64_t)(uintptr_t)h;
 			x++;
 			continue;
 		}

@@ -68,6 +68,21 @@ static int use_avx2(void)
 #endif
 }
 
+/* The decoder's build: 2 AVX-512 (BW + VBMI), 1 AVX2, 0 portable; tests
+ * hold it to AVX2 with IBP_EXP_ISA=avx2 (IBP_FORCE_PORTABLE=1: portable). */
+static int dec_isa(void)
+{
+	int v = use_avx2();
+#if EXP_HAVE_AVX2_BUILD
+	if (v && ibpi_cpu()->avx512vbmi) {
+		const char *isa = getenv("IBP_EXP_ISA");
+		if (!(isa && strcmp(isa, "avx2") == 0))
+			v = 2;
+	}
+#endif
+	return v;
+}
+
 static double ms_group(const uint8_t *p, uint32_t dt, uint64_t *nonfinite, int avx2)
 {
 #if EXP_HAVE_AVX2_BUILD
@@ -583,7 +598,9 @@ static void dec_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 	exp_dec_block_t *b = ctx;
 	int ok;
 #if EXP_HAVE_AVX2_BUILD
-	if (b->avx2)
+	if (b->avx2 == 2)
+		ok = ibpi_exp_dec_groups_avx512(b, begin, end, &b->bad_group[tid]);
+	else if (b->avx2)
 		ok = ibpi_exp_dec_groups_avx2(b, begin, end, &b->bad_group[tid]);
 	else
 #endif
@@ -692,7 +709,7 @@ static ibp_status_t decode_block(const uint8_t *src, uint64_t src_size, uint32_t
 	b->L = L;
 	b->dt = dt;
 	b->escapes = info.escapes;
-	b->avx2 = use_avx2();
+	b->avx2 = dec_isa();
 	memcpy(b->table, info.table.field, EXPF_NCODES);
 	b->table[7] = 0;
 	memset(b->in_table, 0, sizeof(b->in_table));

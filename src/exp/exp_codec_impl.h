@@ -12,6 +12,9 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(EXP_DEC_AVX512)
+#include <immintrin.h>
+#endif
 
 #define EXP_CAT2(a, b) a##_##b
 #define EXP_CAT(a, b) EXP_CAT2(a, b)
@@ -268,6 +271,96 @@ static inline void unpack_codes(uint64_t p0, uint64_t p1, uint64_t p2, uint8_t *
 /* Decodes group g; returns 0 on corrupt input. Per 64 elements: codes from
  * the planes, codes to fields by compare-select (vectorised), escapes
  * patched into the fields, then the values assembled (vectorised). */
+#if defined(EXP_DEC_AVX512)
+/* One whole word (64 elements) with AVX-512 BW + VBMI: the three plane
+ * bits of each element into its code by mask-to-bytes, the codes to fields
+ * by one byte permute of the table (code 0 -> 0, c -> table[c - 1]), the
+ * escapes patched in order as the portable loop does, then the values
+ * assembled in 16- or 32-bit lanes. Same bytes and the same checks as the
+ * portable loop; returns 0 on corrupt input. */
+static inline __attribute__((always_inline)) int dec_word_avx512(const exp_dec_block_t *b, uint32_t dt, uint64_t w,
+								 uint64_t p0, uint64_t p1, uint64_t p2, __m512i tab,
+								 const uint8_t *esc, uint64_t *used, uint64_t have,
+								 uint32_t fmax, uint8_t *d)
+{
+	const expf_layout_t *L = &b->L;
+	const uint8_t *planes = b->src + L->off_planes;
+	const uint64_t i0 = w * 64;
+	const __m512i c = _mm512_or_si512(
+		_mm512_or_si512(_mm512_and_si512(_mm512_movm_epi8(p0), _mm512_set1_epi8(1)),
+				_mm512_and_si512(_mm512_movm_epi8(p1), _mm512_set1_epi8(2))),
+		_mm512_and_si512(_mm512_movm_epi8(p2), _mm512_set1_epi8(4)));
+	__m512i fb = _mm512_permutexvar_epi8(c, tab);
+	uint64_t z = ~(p0 | p1 | p2);
+	if (z) { /* in the register: a byte store then a 64-byte load would stall on the forwarding */
+		uint64_t u = *used;
+		while (z) {
+			if (u >= have)
+				return 0;
+			uint8_t e = esc[u++];
+			if (e > fmax || b->in_table[e])
+				return 0;
+			fb = _mm512_mask_set1_epi8(fb, z & (0 - z), (char)e);
+			z &= z - 1;
+		}
+		*used = u;
+	}
+	if (dt == EXPF_DT_BF16 || dt == EXPF_DT_F16) {
+		const __m512i lo = _mm512_loadu_si512(b->src + L->off_lo + i0);
+		__m512i h3 = _mm512_setzero_si512();
+		if (dt == EXPF_DT_F16) {
+			uint64_t q0 = exp_ld64(planes + 3 * L->plane_bytes + 8 * w),
+				 q1 = exp_ld64(planes + 4 * L->plane_bytes + 8 * w),
+				 q2 = exp_ld64(planes + 5 * L->plane_bytes + 8 * w);
+			h3 = _mm512_or_si512(
+				_mm512_or_si512(_mm512_and_si512(_mm512_movm_epi8(q0), _mm512_set1_epi8(1)),
+						_mm512_and_si512(_mm512_movm_epi8(q1), _mm512_set1_epi8(2))),
+				_mm512_and_si512(_mm512_movm_epi8(q2), _mm512_set1_epi8(4)));
+		}
+		for (int h = 0; h < 2; h++) {
+			const __m512i f16 = _mm512_cvtepu8_epi16(h ? _mm512_extracti64x4_epi64(fb, 1)
+								   : _mm512_castsi512_si256(fb));
+			const __m512i l16 = _mm512_cvtepu8_epi16(h ? _mm512_extracti64x4_epi64(lo, 1)
+								   : _mm512_castsi512_si256(lo));
+			__m512i o;
+			if (dt == EXPF_DT_BF16) {
+				o = _mm512_or_si512(_mm512_slli_epi16(f16, 7),
+						    _mm512_or_si512(_mm512_slli_epi16(_mm512_and_si512(l16, _mm512_set1_epi16(0x80)), 8),
+								    _mm512_and_si512(l16, _mm512_set1_epi16(0x7f))));
+			} else {
+				const __m512i x3 = _mm512_cvtepu8_epi16(h ? _mm512_extracti64x4_epi64(h3, 1)
+									  : _mm512_castsi512_si256(h3));
+				o = _mm512_or_si512(
+					_mm512_or_si512(_mm512_slli_epi16(f16, 10),
+							_mm512_slli_epi16(_mm512_and_si512(x3, _mm512_set1_epi16(4)), 13)),
+					_mm512_or_si512(_mm512_slli_epi16(_mm512_and_si512(x3, _mm512_set1_epi16(3)), 8), l16));
+			}
+			_mm512_storeu_si512(d + 64 * h, o);
+		}
+	} else {
+		const __m512i hi = _mm512_loadu_si512(b->src + L->off_hi + i0);
+		for (int q = 0; q < 4; q++) {
+			__m128i fq, hq;
+			switch (q) { /* the extract's lane must be a constant */
+			case 0: fq = _mm512_extracti32x4_epi32(fb, 0), hq = _mm512_extracti32x4_epi32(hi, 0); break;
+			case 1: fq = _mm512_extracti32x4_epi32(fb, 1), hq = _mm512_extracti32x4_epi32(hi, 1); break;
+			case 2: fq = _mm512_extracti32x4_epi32(fb, 2), hq = _mm512_extracti32x4_epi32(hi, 2); break;
+			default: fq = _mm512_extracti32x4_epi32(fb, 3), hq = _mm512_extracti32x4_epi32(hi, 3); break;
+			}
+			const __m512i f32 = _mm512_cvtepu8_epi32(fq), h32 = _mm512_cvtepu8_epi32(hq);
+			const __m512i l32 = _mm512_cvtepu16_epi32(
+				_mm256_loadu_si256((const __m256i *)(const void *)(b->src + L->off_lo + 2 * i0 + 32 * q)));
+			const __m512i o = _mm512_or_si512(
+				_mm512_or_si512(_mm512_slli_epi32(f32, 23),
+						_mm512_slli_epi32(_mm512_and_si512(h32, _mm512_set1_epi32(0x80)), 24)),
+				_mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(h32, _mm512_set1_epi32(0x7f)), 16), l32));
+			_mm512_storeu_si512(d + 64 * q, o);
+		}
+	}
+	return 1;
+}
+#endif
+
 /* cnt elements of `size` bytes: a fixed-size copy for whole words of 64
  * (inlined as vector moves; a call per word cost a fifth of the decode). */
 #define COPY_CNT(dst, src, size)                                                                           \
@@ -290,11 +383,24 @@ static inline __attribute__((always_inline)) int dec_group(const exp_dec_block_t
 	const uint8_t *esc = b->src + L->static_bytes + pfx;
 	uint32_t fmax = (1u << b->s.ebits) - 1u;
 	uint64_t w0 = g * (EXPF_GROUP / 64), nw = (expf_group_len(n, g) + 63) / 64;
+#if defined(EXP_DEC_AVX512)
+	uint8_t tb[64] = { 0 };
+	memcpy(tb + 1, t, 7);
+	const __m512i tab = _mm512_loadu_si512(tb);
+#endif
 	for (uint64_t w = w0; w < w0 + nw; w++) {
 		uint64_t i0 = w * 64;
 		uint32_t cnt = n - i0 < 64 ? (uint32_t)(n - i0) : 64u;
 		uint64_t p0 = exp_ld64(planes + 8 * w), p1 = exp_ld64(planes + L->plane_bytes + 8 * w),
 			 p2 = exp_ld64(planes + 2 * L->plane_bytes + 8 * w);
+#if defined(EXP_DEC_AVX512)
+		if (cnt == 64) {
+			uint8_t *dw = i0 < b->split ? b->dst + i0 * b->s.esize : b->dst2 + (i0 - b->split) * b->s.esize;
+			if (!dec_word_avx512(b, dt, w, p0, p1, p2, tab, esc, &used, have, fmax, dw))
+				return 0;
+			continue;
+		}
+#endif
 		uint8_t c[64], fb[64], h3[64], lo8[64], hi8[64];
 		uint16_t lo16[64];
 		unpack_codes(p0, p1, p2, c);

@@ -38,7 +38,7 @@ typedef struct exp_dec_block {
 	uint8_t table[8];
 	uint8_t in_table[256]; /* 1 where a field is a table entry */
 	uint64_t escapes;
-	int avx2;
+	int avx2; /* 0 portable, 1 AVX2, 2 AVX-512 (BW + VBMI) decode */
 	int bad[IBP_MAX_THREADS];
 	uint64_t bad_group[IBP_MAX_THREADS];
 } exp_dec_block_t;
@@ -59,6 +59,11 @@ uint64_t ibpi_exp_enc_groups_avx2(const exp_enc_block_t *b, uint64_t g0, uint64_
 /* Decodes groups [g0, g1); returns 1, or 0 with *bad = the corrupt group. */
 int ibpi_exp_dec_groups_portable(const exp_dec_block_t *b, uint64_t g0, uint64_t g1, uint64_t *bad);
 int ibpi_exp_dec_groups_avx2(const exp_dec_block_t *b, uint64_t g0, uint64_t g1, uint64_t *bad);
+int ibpi_exp_dec_groups_avx512(const exp_dec_block_t *b, uint64_t g0, uint64_t g1, uint64_t *bad);
+/* (exp_codec_avx512.c also builds the mean-square and encode loops; they
+ * are not used: 512-bit vectors did not make them faster.) */
+double ibpi_exp_ms_group_avx512(const uint8_t *p, uint32_t dt, uint64_t *nonfinite);
+uint64_t ibpi_exp_enc_groups_avx512(const exp_enc_block_t *b, uint64_t g0, uint64_t g1, uint8_t *esc);
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define EXP_HAVE_AVX2_BUILD 1

@@ -387,7 +387,7 @@ Test(pts, allreduce)
 	ranks_run(jobs, p);
 	/* The expected sum: each rank's stream, decoded in rank order (keys as the collective makes them are
 	 * internal, so compare the ranks with each other and the error with the formula's scale). */
-	double e = 0, s = 0, varf = 0;
+	double e = 0, varf = 0;
 	for (int k = 0; k < p; k++) {
 		cr_assert_eq(jobs[k].st, IBP_OK, "rank %d: %s", k, jobs[k].err);
 		cr_assert_eq(memcmp(out[k], out[0], n * 4), 0, "rank %d differs", k);
@@ -402,7 +402,6 @@ Test(pts, allreduce)
 		for (int k = 0; k < p; k++)
 			t += in[k][i];
 		e += (out[0][i] - t) * (out[0][i] - t);
-		s += t * t;
 	}
 	/* One draw of a sum of independent errors: within a factor 1.5 of its expectation (n = 3001). */
 	cr_assert(e > varf / 1.5 && e < varf * 1.5, "error %g vs expected %g", e, varf);

@@ -524,14 +524,14 @@ class KVOffloader:
         user, kv_cache = kv_cache, self._contiguous(kv_cache, "KVOffloader.load")
         s = self._kv_stream(layer)
         n = len(ents)
-        pools = [self._segments[seg] for _, seg, _ in ents]
-        hnd = np.array([ph for _, _, ph in ents], np.int64)
-        kinds = np.array([_KIND_CODE[k] for k, _, _ in ents], np.uint8)
+        hnd = np.fromiter((e[3] for e in ents), np.int64, n)
+        kinds = np.fromiter((_KIND_CODE[e[1]] for e in ents), np.uint8, n)
         dsts = np.ascontiguousarray(dst, dtype=np.int64)
-        uniq = list({id(p): p for p in pools}.values())
+        segs = [e[2] for e in ents]
+        uniq = {seg: self._segments[seg] for seg in set(segs)}
         with contextlib.ExitStack() as stack:
-            ptr = {id(p): stack.enter_context(p._handle) for p in uniq}
-            parr = (ctypes.c_void_p * max(n, 1))(*[ptr[id(p)] for p in pools])
+            ptr = {seg: stack.enter_context(p._handle) for seg, p in uniq.items()}
+            parr = (ctypes.c_void_p * max(n, 1))(*([ptr[segs[0]]] * n if len(ptr) == 1 else [ptr[g] for g in segs]))
             with self._cuda_ctx(layer):
                 st = _lib.lib.ibp_kv_decode_cuda(s, parr, hnd.ctypes.data, kinds.ctypes.data, n,
                                                  kv_cache.data_ptr(), kv_cache.shape[1], dsts.ctypes.data)
@@ -605,7 +605,7 @@ class KVOffloader:
             raise _errors.invalid("KVOffloader.load", "%d handles for %d destination blocks"
                                   % (len(handles), dst.numel()))
         with self._lock:
-            ents = [self._entry(layer, h) for h in handles]  # every handle checked first
+            ents = self._entries_of(layer, handles)  # every handle checked first
             try:
                 self._load_device(layer, ents, kv_cache, dst.tolist())
                 if self._sync:
@@ -613,14 +613,21 @@ class KVOffloader:
             finally:
                 self._release_workspace(layer)
 
-    def _entry(self, layer, h):
-        """(kind, segment, pool handle) of handle h (under the lock)."""
-        if h not in self._entries:
-            raise KeyError("KVOffloader: handle %d was evicted or freed" % h)
-        lay, kind, seg, ph = self._entries[h]
-        if lay != layer:
-            raise _errors.invalid("KVOffloader.load", "handle %d belongs to layer %d, not %d" % (h, lay, layer))
-        return kind, seg, ph
+    def _entries_of(self, layer, handles):
+        """[(layer, kind, segment, pool handle)] of the handles (under the
+        lock): KeyError for one evicted or freed, InvalidArgumentError for
+        one of another layer. One pass each way: loads of many blocks are
+        per-block Python at heart."""
+        entries = self._entries
+        try:
+            ents = [entries[h] for h in handles]
+        except (KeyError, TypeError):
+            h = next(h for h in handles if h not in entries)
+            raise KeyError("KVOffloader: handle %s was evicted or freed" % (h,)) from None
+        for h, e in zip(handles, ents):
+            if e[0] != layer:
+                raise _errors.invalid("KVOffloader.load", "handle %d belongs to layer %d, not %d" % (h, e[0], layer))
+        return ents
 
     def free(self, handles: Sequence[int]) -> None:
         """Drops blocks (their pool slots are reused); unknown handles are ignored."""

@@ -1,0 +1,9 @@
+/* exp_codec_avx512.c - the exponent codec's hot loops for AVX-512 (F, BW,
+ * VL, VBMI: the build adds the flags for *_avx512.c); exp_codec.c picks
+ * its decoder at run time. The decoder's whole words use intrinsics
+ * (dec_word_avx512 in exp_codec_impl.h: mask-to-bytes codes, one byte
+ * permute for the fields); everything else is the same C as the portable
+ * and AVX2 builds, so the same bytes and the same checks. */
+#define EXP_VARIANT avx512
+#define EXP_DEC_AVX512 1
+#include "exp/exp_codec_impl.h"
