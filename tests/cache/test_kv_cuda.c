@@ -435,6 +435,51 @@ Test(kv_cuda, full_pool_keeps_nothing, .init = make_tmpdir, .fini = remove_tmpdi
 	free_layer(&L);
 }
 
+/* The CPU path (IBP_KV_HOST) decodes a load's EXP blocks on every core:
+ * 48 blocks round-trip into permuted slots, and a damaged block late in
+ * the call (another thread's range) still zeroes all the call's EXP rows
+ * and is reported. */
+Test(kv_cuda, host_exp_load_on_every_core, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	NEED_NO_GPU();
+	layer_t L = load_layer();
+	const uint64_t R = 1536; /* 768 bf16, a multiple of 64: the split decode */
+	ibp_slab_pool_t *pool = pool_of(NB * 2 * R * 4 + (1 << 20), 2 * R + 4096, IBP_CACHE_LRU);
+	ibp_kv_stream_t *s = NULL;
+	OK(ibp_kv_stream_create(NULL, R, IBP_DTYPE_BF16, IBP_KV_HOST, NULL, &s));
+	int64_t ids[NB], dst[NB], h[NB];
+	uint64_t bytes[NB];
+	uint8_t kinds[NB];
+	ibp_slab_pool_t *pools[NB];
+	for (int b = 0; b < NB; b++)
+		ids[b] = b, dst[b] = (b * 7 + 3) % NB, kinds[b] = IBP_KV_EXP, pools[b] = pool;
+	OK(ibp_kv_encode_cuda(s, pool, L.kv, NB, ids, NB, IBP_KV_EXP, h, bytes));
+	OK(ibp_kv_stream_wait(s));
+	uint8_t *kv = xcalloc(2 * NB * R);
+	OK(ibp_kv_decode_cuda(s, pools, h, kinds, NB, kv, NB, dst));
+	OK(ibp_kv_stream_wait(s));
+	for (int b = 0; b < NB; b++)
+		cr_assert(!memcmp(kv + (uint64_t)dst[b] * R, L.kv + (uint64_t)b * R, R) &&
+			  !memcmp(kv + (NB + (uint64_t)dst[b]) * R, L.kv + (NB + (uint64_t)b) * R, R), "block %d", b);
+	void *p = NULL;
+	uint64_t len = 0;
+	OK(ibp_slab_pool_pin(pool, h[NB - 3], &p, &len));
+	ibp_exp_info_t info;
+	OK(ibp_exp_block_info(p, len, &info));
+	cr_assert(!info.raw, "a coded block, so a damaged body is caught");
+	((uint8_t *)p)[len - 1] ^= 0x5A;
+	OK(ibp_slab_pool_unpin(pool, p));
+	memset(kv, 0x33, 2 * NB * R);
+	OK(ibp_kv_decode_cuda(s, pools, h, kinds, NB, kv, NB, dst));
+	cr_assert_eq(ibp_kv_stream_wait(s), IBP_ERR_CORRUPT, "%s", ibp_last_error());
+	for (uint64_t j = 0; j < 2 * NB * R; j++)
+		cr_assert(kv[j] == 0, "byte %llu not zeroed", (unsigned long long)j);
+	free(kv);
+	ibp_kv_stream_free(s);
+	ibp_slab_pool_free(pool);
+	free_layer(&L);
+}
+
 /* The host encodes a store in batches of about 4 MiB of rows: with rows of
  * 1 MiB that is 2 blocks a batch, so 5 blocks take 3 batches. Every kind
  * round-trips and equals the CPU codec's bytes (EXP), and a pool that runs
