@@ -172,6 +172,31 @@ def test_unbounded_adds_segments_and_resize(kv_layers, monkeypatch):
     off.close()
 
 
+def test_unbounded_reuses_freed_segments(kv_layers, monkeypatch):
+    """Blocks freed in older segments are reused: a cycle of free and store
+    keeps the segment count (it grew by one a pass when only the newest
+    segment was tried), and every block still round-trips."""
+    from ibp.torch import _kv
+    monkeypatch.setattr(_kv, "_SEGMENT", 1)  # segments of 16 largest blocks
+    off = it.KVOffloader(2, BLOCK, torch.bfloat16)
+    counts = []
+    hs = [[], []]
+    for rep in range(6):
+        for layer in range(2):
+            off.free(hs[layer])
+            hs[layer] = []
+            for k in range(3):  # 24 blocks a layer: more than a segment holds
+                hs[layer] += off.store(layer, kv_layers[layer], list(range(8)))
+        counts.append(len(off._segments))
+    assert counts[-1] == counts[1] and counts[1] >= 3, counts
+    cache = torch.zeros_like(kv_layers[0])
+    for layer in range(2):
+        for i, h in enumerate(hs[layer]):
+            off.load(layer, [h], cache, [0])
+            assert torch.equal(cache[:, 0].view(torch.int16), kv_layers[layer][:, i % 8].view(torch.int16))
+    off.close()
+
+
 def test_layers_validated_and_closed(kv_layers):
     """A layer outside [0, num_layers) is refused (no negative alias) by
     every call taking one; after close every method raises ClosedError."""

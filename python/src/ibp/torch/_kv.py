@@ -264,9 +264,10 @@ class KVOffloader:
             seg, ph = 0, pool.put(data)
         else:
             ph = None
-            if self._segments:
+            for seg in self._roomy_segments(data.nbytes):
                 try:
-                    seg, ph = len(self._segments) - 1, self._segments[-1].put(data)
+                    ph = self._segments[seg].put(data)
+                    break
                 except _errors.NoMemoryError:
                     ph = None
             if ph is None:  # full (or none yet): a new segment
@@ -274,6 +275,19 @@ class KVOffloader:
                 seg, ph = len(self._segments) - 1, self._segments[-1].put(data)
         self._entries[h] = (layer, kind, seg, ph)
         self._by_pool[(seg, ph)] = h
+
+    def _roomy_segments(self, need):
+        """Segments (unbounded pool) a store of at most `need` bytes may
+        try, best first: those with that much free, most free first, else
+        the newest; at most 2 (a failed try costs its encode). Without the
+        older ones, blocks freed there were never reused: a cycle of free
+        and store grew by a segment every pass."""
+        rooms = []
+        for seg, pool in enumerate(self._segments):
+            st = pool.stats()
+            rooms.append((st["capacity_bytes"] - st["slot_bytes_used"], seg))
+        best = [seg for room, seg in sorted(rooms, reverse=True) if room >= need][:2]
+        return best or ([len(self._segments) - 1] if self._segments else [])
 
     @property
     def used_bytes(self) -> int:
@@ -493,9 +507,12 @@ class KVOffloader:
             return st, err
 
         if self._capacity is None:
-            seg = len(self._segments) - 1
-            st, err = (_NOMEM, "") if seg < 0 else encode(seg, 0, n)
-            if st == _NOMEM:  # the last segment is full (all or nothing): a new one
+            st, err = _NOMEM, ""
+            for seg in self._roomy_segments(n * (self.max_block_bytes + 64)):
+                st, err = encode(seg, 0, n)
+                if st != _NOMEM:
+                    break
+            if st == _NOMEM:  # no segment has room (all or nothing): a new one
                 need = n * (self.max_block_bytes + 64)
                 self._segments.append(self._new_pool(max(_SEGMENT, 16 * self.max_block_bytes, 2 * need)))
                 st, err = encode(len(self._segments) - 1, 0, n)
