@@ -473,9 +473,6 @@ static ibp_status_t encode_some(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 	return st;
 }
 
-/* EXP: the e staged blocks (d_pay + h_eoff[k], h_esz[k] bytes) decoded into
- * d_rows and scattered to the cache rows h_eorow; one status (h_estat),
- * read by finish(), which zeroes those rows if it is not OK. */
 /* The host's decode of EXP blocks [begin, end) straight from their slots
  * (h_eoff holds their addresses, h_esz their lengths): each block's K half
  * into its K row and its V half into its V row (h_eorow), for rows of a
@@ -510,14 +507,17 @@ static void decode_exp_host(void *ctx, uint64_t begin, uint64_t end, int tid)
 
 #define EXP_HOST_BLOCKS_PER_THREAD 8u /* fewer: one thread (a thread costs a few blocks' decode) */
 
+/* EXP: the call's e blocks decoded into their cache rows h_eorow, with one
+ * status (h_estat) read by finish(), which zeroes those rows if it is not
+ * OK. A GPU decodes the staged blocks (d_pay + h_eoff[k], h_esz[k] bytes)
+ * into d_rows and scatters them; the host decodes from the slots
+ * (decode_exp_host) on its threads. */
 static ibp_status_t decode_exp(ibp_kv_stream_t *s, uint64_t e, uint8_t *kv)
 {
 	const uint64_t R = s->R;
 	int32_t *estat = s->h_estat.p;
 	const int64_t *eorow = s->h_eorow.p;
-	int64_t *ids = s->h_ids.p;
 	if (!s->on_device) {
-		(void)eorow, (void)ids, (void)R;
 		exp_host_job_t *j = calloc(1, sizeof(*j));
 		if (!j)
 			return ibpi_fail(IBP_ERR_NOMEM, "ibp_kv_decode_cuda: out of memory");
@@ -532,6 +532,7 @@ static ibp_status_t decode_exp(ibp_kv_stream_t *s, uint64_t e, uint8_t *kv)
 		free(j);
 		IBP_TRY(st);
 	} else {
+		int64_t *ids = s->h_ids.p;
 		for (uint64_t r = 0; r < 2 * e; r++)
 			ids[r] = (int64_t)r;
 		IBP_TRY(xcopy(s, s->d_eoff.p, s->h_eoff.p, e * 8));

@@ -598,9 +598,9 @@ static void dec_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 	exp_dec_block_t *b = ctx;
 	int ok;
 #if EXP_HAVE_AVX2_BUILD
-	if (b->avx2 == 2)
+	if (b->isa == 2)
 		ok = ibpi_exp_dec_groups_avx512(b, begin, end, &b->bad_group[tid]);
-	else if (b->avx2)
+	else if (b->isa)
 		ok = ibpi_exp_dec_groups_avx2(b, begin, end, &b->bad_group[tid]);
 	else
 #endif
@@ -709,7 +709,7 @@ static ibp_status_t decode_block(const uint8_t *src, uint64_t src_size, uint32_t
 	b->L = L;
 	b->dt = dt;
 	b->escapes = info.escapes;
-	b->avx2 = dec_isa();
+	b->isa = dec_isa();
 	memcpy(b->table, info.table.field, EXPF_NCODES);
 	b->table[7] = 0;
 	memset(b->in_table, 0, sizeof(b->in_table));

@@ -1,7 +1,8 @@
-/* exp_codec_impl.h - the exponent codec's hot loops. Included once by
- * exp_codec.c (EXP_VARIANT portable) and once by exp_codec_avx2.c (EXP_VARIANT
- * avx2, compiled with -mavx2), so the compiler vectorises the same C for
- * each ISA. Loops are written branch-free on fixed 64-element words so they
+/* exp_codec_impl.h - the exponent codec's hot loops. Included by
+ * exp_codec.c (EXP_VARIANT portable), exp_codec_avx2.c (EXP_VARIANT avx2,
+ * compiled with -mavx2) and exp_codec_avx512.c (EXP_VARIANT avx512, whose
+ * decoder's whole words use intrinsics: EXP_DEC_AVX512), so the compiler
+ * vectorises the same C for each ISA. Loops are written branch-free on fixed 64-element words so they
  * vectorise; no floating-point reassociation is needed or allowed. */
 #ifndef EXP_VARIANT
 #error "define EXP_VARIANT before including exp_codec_impl.h"

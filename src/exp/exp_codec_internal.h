@@ -38,7 +38,7 @@ typedef struct exp_dec_block {
 	uint8_t table[8];
 	uint8_t in_table[256]; /* 1 where a field is a table entry */
 	uint64_t escapes;
-	int avx2; /* 0 portable, 1 AVX2, 2 AVX-512 (BW + VBMI) decode */
+	int isa; /* the decoder's build: 0 portable, 1 AVX2, 2 AVX-512 (BW + VBMI) */
 	int bad[IBP_MAX_THREADS];
 	uint64_t bad_group[IBP_MAX_THREADS];
 } exp_dec_block_t;
