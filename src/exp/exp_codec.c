@@ -68,9 +68,10 @@ static int use_avx2(void)
 #endif
 }
 
-/* The decoder's build: 2 AVX-512 (BW + VBMI), 1 AVX2, 0 portable; tests
- * hold it to AVX2 with IBP_EXP_ISA=avx2 (IBP_FORCE_PORTABLE=1: portable). */
-static int dec_isa(void)
+/* The encoder's and decoder's build: 2 AVX-512 (BW + VBMI), 1 AVX2, 0
+ * portable; tests hold it to AVX2 with IBP_EXP_ISA=avx2
+ * (IBP_FORCE_PORTABLE=1: portable). The mean square stays on AVX2. */
+static int exp_isa(void)
 {
 	int v = use_avx2();
 #if EXP_HAVE_AVX2_BUILD
@@ -381,8 +382,9 @@ static void enc_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 	b->range_begin[tid] = begin;
 	b->range_end[tid] = end;
 #if EXP_HAVE_AVX2_BUILD
-	if (b->avx2) {
-		b->range_esc[tid] = ibpi_exp_enc_groups_avx2(b, begin, end, esc);
+	if (b->isa) {
+		b->range_esc[tid] = b->isa == 2 ? ibpi_exp_enc_groups_avx512(b, begin, end, esc)
+						: ibpi_exp_enc_groups_avx2(b, begin, end, esc);
 		return;
 	}
 #endif
@@ -411,7 +413,7 @@ static ibp_status_t encode_block(const uint8_t *src, const expf_shape_t *s, uint
 	b->dst = dst;
 	b->s = *s;
 	b->dt = dt;
-	b->avx2 = use_avx2();
+	b->isa = exp_isa();
 	memcpy(b->table, table, EXPF_NCODES);
 	b->table[7] = 0;
 	expf_layout_of(s, n, &b->L);
@@ -709,7 +711,7 @@ static ibp_status_t decode_block(const uint8_t *src, uint64_t src_size, uint32_t
 	b->L = L;
 	b->dt = dt;
 	b->escapes = info.escapes;
-	b->isa = dec_isa();
+	b->isa = exp_isa();
 	memcpy(b->table, info.table.field, EXPF_NCODES);
 	b->table[7] = 0;
 	memset(b->in_table, 0, sizeof(b->in_table));

@@ -5,5 +5,5 @@
  * permute for the fields); everything else is the same C as the portable
  * and AVX2 builds, so the same bytes and the same checks. */
 #define EXP_VARIANT avx512
-#define EXP_DEC_AVX512 1
+#define EXP_AVX512 1
 #include "exp/exp_codec_impl.h"

@@ -1,7 +1,7 @@
 /* exp_codec_impl.h - the exponent codec's hot loops. Included by
  * exp_codec.c (EXP_VARIANT portable), exp_codec_avx2.c (EXP_VARIANT avx2,
  * compiled with -mavx2) and exp_codec_avx512.c (EXP_VARIANT avx512, whose
- * decoder's whole words use intrinsics: EXP_DEC_AVX512), so the compiler
+ * encoder's and decoder's whole words use intrinsics: EXP_AVX512), so the compiler
  * vectorises the same C for each ISA. Loops are written branch-free on fixed 64-element words so they
  * vectorise; no floating-point reassociation is needed or allowed. */
 #ifndef EXP_VARIANT
@@ -13,7 +13,7 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-#if defined(EXP_DEC_AVX512)
+#if defined(EXP_AVX512)
 #include <immintrin.h>
 #endif
 
@@ -143,6 +143,91 @@ static inline void pack_planes(const uint8_t *c, uint64_t *p0, uint64_t *p1, uin
 /* Encodes words [w0, w0 + nw) of 64 elements (cnt valid in the last) into
  * the static sections and appends escapes at *esc; returns escapes written.
  * dt is a constant at each call site so each format gets its own loop. */
+#if defined(EXP_AVX512)
+/* Two zmm of 32 16-bit lanes narrowed to one zmm of 64 bytes. */
+static inline __m512i narrow16x2(__m512i a, __m512i b)
+{
+	return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(a)), _mm512_cvtepi16_epi8(b), 1);
+}
+
+/* One whole word (64 elements) of the encoder with AVX-512 BW: fields and
+ * low bits split in 16- or 32-bit lanes and narrowed, the low bits stored,
+ * each plane word the OR of the table compares whose code has that bit
+ * (code k + 1 for table[k], as the portable loop ORs them), the escapes (no
+ * code) appended in order. Same bytes as the portable loop; returns the
+ * new escape count. */
+static inline __attribute__((always_inline)) uint64_t enc_word_avx512(const exp_enc_block_t *b, uint32_t dt, uint64_t w,
+								  uint8_t *esc, uint64_t nesc)
+{
+	const expf_layout_t *L = &b->L;
+	const uint8_t *t = b->table;
+	uint8_t *planes = b->dst + L->off_planes;
+	const uint64_t i0 = w * 64;
+	const uint8_t *src = b->src + i0 * b->s.esize;
+	__m512i f;
+	if (dt == EXPF_DT_BF16 || dt == EXPF_DT_F16) {
+		const __m512i v0 = _mm512_loadu_si512(src), v1 = _mm512_loadu_si512(src + 64);
+		const __m512i ff = _mm512_set1_epi16(0xff);
+		if (dt == EXPF_DT_BF16) {
+			f = narrow16x2(_mm512_and_si512(_mm512_srli_epi16(v0, 7), ff),
+				       _mm512_and_si512(_mm512_srli_epi16(v1, 7), ff));
+			const __m512i m80 = _mm512_set1_epi16(0x80), m7f = _mm512_set1_epi16(0x7f);
+			_mm512_storeu_si512(b->dst + L->off_lo + i0,
+					    narrow16x2(_mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v0, 8), m80),
+										 v0, m7f, 0xf8),
+						       _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v1, 8), m80),
+										 v1, m7f, 0xf8)));
+		} else {
+			const __m512i m31 = _mm512_set1_epi16(31);
+			f = narrow16x2(_mm512_and_si512(_mm512_srli_epi16(v0, 10), m31),
+				       _mm512_and_si512(_mm512_srli_epi16(v1, 10), m31));
+			_mm512_storeu_si512(b->dst + L->off_lo + i0,
+					    narrow16x2(_mm512_and_si512(v0, ff), _mm512_and_si512(v1, ff)));
+			const __m512i m3 = _mm512_set1_epi16(3), m4 = _mm512_set1_epi16(4);
+			const __m512i h3 = narrow16x2(
+				_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v0, 8), m3),
+						_mm512_and_si512(_mm512_srli_epi16(v0, 13), m4)),
+				_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v1, 8), m3),
+						_mm512_and_si512(_mm512_srli_epi16(v1, 13), m4)));
+			exp_st64(planes + 3 * L->plane_bytes + 8 * w, _mm512_test_epi8_mask(h3, _mm512_set1_epi8(1)));
+			exp_st64(planes + 4 * L->plane_bytes + 8 * w, _mm512_test_epi8_mask(h3, _mm512_set1_epi8(2)));
+			exp_st64(planes + 5 * L->plane_bytes + 8 * w, _mm512_test_epi8_mask(h3, _mm512_set1_epi8(4)));
+		}
+	} else {
+		__m128i fq[4];
+		const __m512i ff = _mm512_set1_epi32(0xff), m80 = _mm512_set1_epi32(0x80), m7f = _mm512_set1_epi32(0x7f);
+		for (int q = 0; q < 4; q++) {
+			const __m512i u = _mm512_loadu_si512(src + 64 * q);
+			fq[q] = _mm512_cvtepi32_epi8(_mm512_and_si512(_mm512_srli_epi32(u, 23), ff));
+			_mm256_storeu_si256((__m256i *)(void *)(b->dst + L->off_lo + 2 * i0 + 32 * q), _mm512_cvtepi32_epi16(u));
+			const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u, 24), m80),
+							   _mm512_and_si512(_mm512_srli_epi32(u, 16), m7f));
+			_mm_storeu_si128((__m128i *)(void *)(b->dst + L->off_hi + i0 + 16 * q), _mm512_cvtepi32_epi8(hi));
+		}
+		f = _mm512_inserti64x4(
+			_mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(fq[0]), fq[1], 1)),
+			_mm256_inserti128_si256(_mm256_castsi128_si256(fq[2]), fq[3], 1), 1);
+	}
+	uint64_t m[7];
+	for (int k = 0; k < 7; k++)
+		m[k] = _mm512_cmpeq_epi8_mask(f, _mm512_set1_epi8((char)t[k]));
+	const uint64_t p0 = m[0] | m[2] | m[4] | m[6], p1 = m[1] | m[2] | m[5] | m[6], p2 = m[3] | m[4] | m[5] | m[6];
+	exp_st64(planes + 8 * w, p0);
+	exp_st64(planes + L->plane_bytes + 8 * w, p1);
+	exp_st64(planes + 2 * L->plane_bytes + 8 * w, p2);
+	uint64_t z = ~(p0 | p1 | p2);
+	if (z) {
+		uint8_t fb[64];
+		_mm512_storeu_si512(fb, f);
+		while (z) {
+			esc[nesc++] = fb[__builtin_ctzll(z)];
+			z &= z - 1;
+		}
+	}
+	return nesc;
+}
+#endif
+
 static inline __attribute__((always_inline)) uint64_t enc_words(const exp_enc_block_t *b, uint32_t dt, uint64_t w0,
 								   uint64_t nw, uint64_t n, uint8_t *esc)
 {
@@ -155,6 +240,12 @@ static inline __attribute__((always_inline)) uint64_t enc_words(const exp_enc_bl
 		uint64_t i0 = w * 64;
 		uint32_t cnt = n - i0 < 64 ? (uint32_t)(n - i0) : 64u;
 		const uint8_t *src = b->src + i0 * s->esize;
+#if defined(EXP_AVX512)
+		if (cnt == 64) {
+			nesc = enc_word_avx512(b, dt, w, esc, nesc);
+			continue;
+		}
+#endif
 		uint8_t f[64], c[64], h3[64];
 		if (cnt == 64) {
 			if (dt == EXPF_DT_BF16) {
@@ -272,7 +363,7 @@ static inline void unpack_codes(uint64_t p0, uint64_t p1, uint64_t p2, uint8_t *
 /* Decodes group g; returns 0 on corrupt input. Per 64 elements: codes from
  * the planes, codes to fields by compare-select (vectorised), escapes
  * patched into the fields, then the values assembled (vectorised). */
-#if defined(EXP_DEC_AVX512)
+#if defined(EXP_AVX512)
 /* One whole word (64 elements) with AVX-512 BW + VBMI: the three plane
  * bits of each element into its code by mask-to-bytes, the codes to fields
  * by one byte permute of the table (code 0 -> 0, c -> table[c - 1]), the
@@ -384,7 +475,7 @@ static inline __attribute__((always_inline)) int dec_group(const exp_dec_block_t
 	const uint8_t *esc = b->src + L->static_bytes + pfx;
 	uint32_t fmax = (1u << b->s.ebits) - 1u;
 	uint64_t w0 = g * (EXPF_GROUP / 64), nw = (expf_group_len(n, g) + 63) / 64;
-#if defined(EXP_DEC_AVX512)
+#if defined(EXP_AVX512)
 	uint8_t tb[64] = { 0 };
 	memcpy(tb + 1, t, 7);
 	const __m512i tab = _mm512_loadu_si512(tb);
@@ -394,7 +485,7 @@ static inline __attribute__((always_inline)) int dec_group(const exp_dec_block_t
 		uint32_t cnt = n - i0 < 64 ? (uint32_t)(n - i0) : 64u;
 		uint64_t p0 = exp_ld64(planes + 8 * w), p1 = exp_ld64(planes + L->plane_bytes + 8 * w),
 			 p2 = exp_ld64(planes + 2 * L->plane_bytes + 8 * w);
-#if defined(EXP_DEC_AVX512)
+#if defined(EXP_AVX512)
 		if (cnt == 64) {
 			uint8_t *dw = i0 < b->split ? b->dst + i0 * b->s.esize : b->dst2 + (i0 - b->split) * b->s.esize;
 			if (!dec_word_avx512(b, dt, w, p0, p1, p2, tab, esc, &used, have, fmax, dw))

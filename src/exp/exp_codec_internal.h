@@ -24,7 +24,7 @@ typedef struct exp_enc_block {
 	uint8_t table[8];
 	/* per tid: its group range and escapes */
 	uint64_t range_begin[IBP_MAX_THREADS], range_end[IBP_MAX_THREADS], range_esc[IBP_MAX_THREADS];
-	int avx2;
+	int isa; /* the encoder's build: 0 portable, 1 AVX2, 2 AVX-512 (BW + VBMI) */
 } exp_enc_block_t;
 
 typedef struct exp_dec_block {
@@ -60,10 +60,10 @@ uint64_t ibpi_exp_enc_groups_avx2(const exp_enc_block_t *b, uint64_t g0, uint64_
 int ibpi_exp_dec_groups_portable(const exp_dec_block_t *b, uint64_t g0, uint64_t g1, uint64_t *bad);
 int ibpi_exp_dec_groups_avx2(const exp_dec_block_t *b, uint64_t g0, uint64_t g1, uint64_t *bad);
 int ibpi_exp_dec_groups_avx512(const exp_dec_block_t *b, uint64_t g0, uint64_t g1, uint64_t *bad);
-/* (exp_codec_avx512.c also builds the mean-square and encode loops; they
- * are not used: 512-bit vectors did not make them faster.) */
-double ibpi_exp_ms_group_avx512(const uint8_t *p, uint32_t dt, uint64_t *nonfinite);
 uint64_t ibpi_exp_enc_groups_avx512(const exp_enc_block_t *b, uint64_t g0, uint64_t g1, uint8_t *esc);
+/* (exp_codec_avx512.c also builds the mean-square loop; it is not used:
+ * 512-bit vectors did not make it faster.) */
+double ibpi_exp_ms_group_avx512(const uint8_t *p, uint32_t dt, uint64_t *nonfinite);
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define EXP_HAVE_AVX2_BUILD 1
