@@ -70,7 +70,7 @@ static int use_avx2(void)
 
 /* The encoder's and decoder's build: 2 AVX-512 (BW + VBMI), 1 AVX2, 0
  * portable; tests hold it to AVX2 with IBP_EXP_ISA=avx2
- * (IBP_FORCE_PORTABLE=1: portable). The mean square stays on AVX2. */
+ * (IBP_FORCE_PORTABLE=1: portable). The mean square follows it. */
 static int exp_isa(void)
 {
 	int v = use_avx2();
@@ -87,6 +87,8 @@ static int exp_isa(void)
 static double ms_group(const uint8_t *p, uint32_t dt, uint64_t *nonfinite, int avx2)
 {
 #if EXP_HAVE_AVX2_BUILD
+	if (avx2 == 2)
+		return ibpi_exp_ms_group_avx512(p, dt, nonfinite);
 	if (avx2)
 		return ibpi_exp_ms_group_avx2(p, dt, nonfinite);
 #endif
@@ -199,7 +201,7 @@ static double mean_square_block(const uint8_t *src, const expf_shape_t *s, uint3
 	uint64_t finite = 0, nonfinite = 0;
 	uint32_t fmax = fmax_of(s);
 	uint64_t ng = (n + EXPF_GROUP - 1) >> EXPF_GROUP_LOG2;
-	int avx2 = use_avx2();
+	int avx2 = exp_isa();
 	for (uint64_t g = 0; g < ng; g++) {
 		uint64_t base = g << EXPF_GROUP_LOG2, len = expf_group_len(n, g);
 		const uint8_t *p = src + base * s->esize;

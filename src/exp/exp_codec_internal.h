@@ -61,8 +61,6 @@ int ibpi_exp_dec_groups_portable(const exp_dec_block_t *b, uint64_t g0, uint64_t
 int ibpi_exp_dec_groups_avx2(const exp_dec_block_t *b, uint64_t g0, uint64_t g1, uint64_t *bad);
 int ibpi_exp_dec_groups_avx512(const exp_dec_block_t *b, uint64_t g0, uint64_t g1, uint64_t *bad);
 uint64_t ibpi_exp_enc_groups_avx512(const exp_enc_block_t *b, uint64_t g0, uint64_t g1, uint8_t *esc);
-/* (exp_codec_avx512.c also builds the mean-square loop; it is not used:
- * 512-bit vectors did not make it faster.) */
 double ibpi_exp_ms_group_avx512(const uint8_t *p, uint32_t dt, uint64_t *nonfinite);
 
 #if defined(__x86_64__) || defined(_M_X64)
