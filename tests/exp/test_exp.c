@@ -206,6 +206,20 @@ Test(exp, threads_and_isa_give_identical_bytes)
 	}
 }
 
+/* The exponent codec's loops for v = 0 (the best the CPU has: AVX-512 with
+ * BW + VBMI), 1 (AVX2) or 2 (portable); -1 puts the environment back. */
+static void use_isa(int v)
+{
+	if (v == 2)
+		setenv("IBP_FORCE_PORTABLE", "1", 1);
+	else
+		unsetenv("IBP_FORCE_PORTABLE");
+	if (v == 1)
+		setenv("IBP_EXP_ISA", "avx2", 1);
+	else
+		unsetenv("IBP_EXP_ISA");
+}
+
 /* The three decoders (AVX-512 where the CPU has BW + VBMI, AVX2, portable)
  * agree on every input: valid blocks of every dtype with tail words and
  * many escapes decode to the same values, and blocks with one random byte
@@ -214,7 +228,6 @@ Test(exp, threads_and_isa_give_identical_bytes)
  * (a payload byte is data). */
 Test(exp, decoders_agree_on_valid_and_damaged_blocks)
 {
-	static const char *const isa_env[3][2] = { { "0", NULL }, { "0", "avx2" }, { "1", NULL } };
 	int coded = 0;
 	tu_rng_t r;
 	tu_rng_seed(&r, 2026);
@@ -239,11 +252,7 @@ Test(exp, decoders_agree_on_valid_and_damaged_blocks)
 					bad[tu_next(&r) % (trial & 1 ? size / 8 : size)] ^= (uint8_t)(1 + tu_next(&r) % 255);
 				ibp_status_t st[3];
 				for (int v = 0; v < 3; v++) {
-					setenv("IBP_FORCE_PORTABLE", isa_env[v][0], 1);
-					if (isa_env[v][1])
-						setenv("IBP_EXP_ISA", isa_env[v][1], 1);
-					else
-						unsetenv("IBP_EXP_ISA");
+					use_isa(v);
 					memset(out[v], 0, n * es);
 					st[v] = ibp_exp_decode(bad, size, DTS[d], n, out[v], 1);
 				}
@@ -263,8 +272,7 @@ Test(exp, decoders_agree_on_valid_and_damaged_blocks)
 				  "%s n=%llu: only %d of 400 changes were refused: the test reaches no decoder check",
 				  ibp_dtype_name(DTS[d]), (unsigned long long)n, fails);
 			coded += !info.raw;
-			unsetenv("IBP_FORCE_PORTABLE");
-			unsetenv("IBP_EXP_ISA");
+			use_isa(-1);
 			for (int v = 0; v < 3; v++)
 				free(out[v]);
 			free(bad);
@@ -280,7 +288,6 @@ Test(exp, decoders_agree_on_valid_and_damaged_blocks)
  * and sizes with and without tail words and partial groups. */
 Test(exp, encoders_agree_on_every_distribution)
 {
-	static const char *const isa_env[3][2] = { { "0", NULL }, { "0", "avx2" }, { "1", NULL } };
 	tu_rng_t r;
 	tu_rng_seed(&r, 4242);
 	const uint64_t ns[] = { 64, 4096 + 64, 12288, 100000 + 13 };
@@ -298,11 +305,7 @@ Test(exp, encoders_agree_on_every_distribution)
 					uint64_t size[3];
 					double ms[3];
 					for (int v = 0; v < 3; v++) {
-						setenv("IBP_FORCE_PORTABLE", isa_env[v][0], 1);
-						if (isa_env[v][1])
-							setenv("IBP_EXP_ISA", isa_env[v][1], 1);
-						else
-							unsetenv("IBP_EXP_ISA");
+						use_isa(v);
 						size[v] = round_trip(src, DTS[d], n, &o, &blk[v]);
 						cr_assert_eq(ibp_exp_mean_square(src, DTS[d], n, &ms[v]), IBP_OK);
 					}
@@ -317,8 +320,7 @@ Test(exp, encoders_agree_on_every_distribution)
 						free(blk[v]);
 					free(src);
 				}
-	unsetenv("IBP_FORCE_PORTABLE");
-	unsetenv("IBP_EXP_ISA");
+	use_isa(-1);
 }
 
 /* ------------------------------------------------------- layout and sizes */

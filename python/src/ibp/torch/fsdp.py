@@ -45,16 +45,15 @@ import torch
 import torch.distributed as dist
 
 from .. import _coll, _errors
-from .ddp import _DTYPES, communicator
+from .ddp import _DTYPES, _TRIAL_GAIN, _TRIAL_STEPS, communicator
 
 __all__ = ["CompressedAllGather", "CompressedReduceScatter", "set_compressed_collectives"]
 
-# policy "auto" with exp / fp8: per (op, size, dtype), warm-up calls sent
-# natively, calls timed each way, and the share of the native calls' time
-# libibp's must stay under to win (as the DDP hook's trial, per call)
-_TRIAL_WARMUP = 2  # one call each way (libibp's first call sets up its buffers)
-_TRIAL_CALLS = 3
-_TRIAL_GAIN = 0.95
+# policy "auto" with exp / fp8: per (op, size, dtype), one warm-up call each
+# way (libibp's first sets up its buffers), then as many calls timed each way
+# as the DDP hook times steps, kept by the same share (ddp._TRIAL_GAIN)
+_TRIAL_WARMUP = 2
+_TRIAL_CALLS = _TRIAL_STEPS
 
 try:  # FSDP2's abstract Comm classes (torch >= 2.8); plain objects before
     from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather as _AGBase
