@@ -7,6 +7,9 @@
  * host-fallback stream runs every step with the CPU twin on host memory
  * (the IBP_CUDA_HOST_FALLBACK convention), so the orchestration is tested
  * without a GPU. */
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +45,7 @@ struct ibp_kv_stream {
 	ibp_dtype_t dt;          /* element type (EXP blocks) */
 	uint64_t chunk;          /* EXP: elements per block (2 rows); 0: no EXP blocks */
 	uint64_t estride;        /* EXP: a block's room in a stage (bound, 128-aligned) */
+	double exp_sigma;        /* EXP: ibp_exp_opts_t.sigma of stores (0: measured per block) */
 	ibp_codec_t *hcodec;     /* own copy of the codec (NULL: no IBP blocks) */
 	ibp_cuda_store_t *store; /* GPU: zero rows, the device codec and the staged decode */
 	/* device (host for the fallback) */
@@ -256,6 +260,17 @@ int ibp_kv_stream_on_device(const ibp_kv_stream_t *s)
 	return s ? s->on_device : 0;
 }
 
+ibp_status_t ibp_kv_stream_set_exp_sigma(ibp_kv_stream_t *s, double sigma)
+{
+	if (!s)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_set_exp_sigma: NULL stream");
+	if (!(sigma >= 0.0) || sigma > 1.7976931348623157e308)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_kv_stream_set_exp_sigma: sigma %g is not finite and >= 0",
+				sigma);
+	s->exp_sigma = sigma;
+	return IBP_OK;
+}
+
 ibp_status_t ibp_kv_stream_wait(ibp_kv_stream_t *s)
 {
 	if (!s)
@@ -287,6 +302,17 @@ static void undo_store(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, int64_t *handl
 static void put_u32(uint8_t *p, uint64_t v)
 {
 	p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
+}
+
+/* An IBP block's header (kv_block.c's format) from the batch's row arrays. */
+static void put_header(uint8_t *h, const ibp_kv_stream_t *s, uint64_t b)
+{
+	const uint64_t *off = s->h_off.p;
+	const uint8_t *fl = s->h_flags.p, *cl = s->h_cl.p;
+	put_u32(h, off[2 * b + 1] - off[2 * b]);
+	put_u32(h + 4, off[2 * b + 2] - off[2 * b + 1]);
+	h[8] = fl[2 * b], h[9] = fl[2 * b + 1];
+	h[10] = cl[2 * b], h[11] = cl[2 * b + 1];
 }
 
 /* The rows of the stored blocks, gathered into d_rows (2b: K, 2b + 1: V). */
@@ -343,6 +369,7 @@ static ibp_status_t encode_exp(ibp_kv_stream_t *s, uint64_t n)
 	ibp_exp_opts_default(&o);
 	o.nthreads = s->host_threads;
 	o.checksum = 0;
+	o.sigma = s->exp_sigma;
 	IBP_TRY(dev_grow(s, &s->d_pay, n * s->estride));
 	IBP_TRY(host_grow(s, &s->h_eoff, (n + 1) * 8));
 	IBP_TRY(host_grow(s, &s->h_esz, n * 8));
@@ -417,6 +444,150 @@ ibp_status_t ibp_kv_encode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 	return IBP_OK;
 }
 
+/* A host batch's copy job (RAW and IBP blocks into their slots). */
+typedef struct kv_host_job {
+	const ibp_kv_stream_t *s;
+	const uint8_t *kv;
+	const int64_t *ids; /* h_ids: row 2b the K row, 2b + 1 the V row */
+	uint8_t **slot;
+	unsigned kind;
+} kv_host_job_t;
+
+#define HOST_TASK_BYTES (256u << 10) /* raw bytes a host thread takes at least */
+
+static int host_threads_for(const ibp_kv_stream_t *s, uint64_t n)
+{
+	const uint64_t per = HOST_TASK_BYTES / (2 * s->R);
+	return ibpi_parallel_threads(s->host_threads, per > 1 ? (n + per - 1) / per : n);
+}
+
+/* The host's EXP store of a batch, one pass per block on every thread:
+ * the block's K and V rows copied into the thread's stage, encoded into
+ * the thread's out buffer (both cache-resident), its slot allocated and the
+ * block copied in. Threads take blocks in order and allocate in block
+ * order (a turn each), so handles and evictions are those of a serial
+ * store; the first failure stops every thread. */
+typedef struct kv_exp_job {
+	ibp_kv_stream_t *s;
+	ibp_slab_pool_t *pool;
+	const uint8_t *kv;
+	const int64_t *ids; /* h_ids: row 2b the K row, 2b + 1 the V row */
+	int64_t *handles;
+	uint64_t *bytes;
+	uint8_t **slot;
+	uint64_t n, stage; /* blocks; a thread's stage and out buffer, bytes */
+	_Atomic uint64_t next, turn;
+	_Atomic int failed;
+	ibp_status_t st;
+	uint64_t bad;
+	char msg[192];
+} kv_exp_job_t;
+
+static void exp_job_fail(kv_exp_job_t *j, ibp_status_t st, uint64_t b, const char *what)
+{
+	int no = 0;
+	if (atomic_compare_exchange_strong(&j->failed, &no, 1)) {
+		j->st = st, j->bad = b;
+		snprintf(j->msg, sizeof(j->msg), "%s: %s", what, ibp_last_error());
+	}
+}
+
+static void store_exp_host(void *ctx, uint64_t begin, uint64_t end, int tid)
+{
+	(void)begin, (void)end; /* blocks are taken one by one */
+	kv_exp_job_t *j = ctx;
+	ibp_kv_stream_t *s = j->s;
+	const uint64_t R = s->R;
+	uint8_t *in = (uint8_t *)s->d_rows.p + (uint64_t)tid * j->stage, *out = in + (2 * R + 63) / 64 * 64;
+	ibp_exp_opts_t o;
+	ibp_exp_opts_default(&o);
+	o.nthreads = 1;
+	o.checksum = 0;
+	o.sigma = s->exp_sigma; /* 0: measured per block */
+	for (;;) {
+		const uint64_t b = atomic_fetch_add(&j->next, 1);
+		if (b >= j->n || atomic_load(&j->failed))
+			return;
+		memcpy(in, j->kv + (uint64_t)j->ids[2 * b] * R, R);
+		memcpy(in + R, j->kv + (uint64_t)j->ids[2 * b + 1] * R, R);
+		uint64_t size = 0;
+		ibp_status_t st = ibp_exp_encode(in, s->dt, s->chunk, &o, out, s->estride, &size);
+		if (st != IBP_OK) {
+			exp_job_fail(j, st, b, "encoding");
+			return;
+		}
+		for (unsigned spin = 0; atomic_load(&j->turn) != b; spin++) {
+			if (atomic_load(&j->failed))
+				return;
+			if (spin > 64)
+				sched_yield(); /* more threads than free cores */
+		}
+		void *p = NULL;
+		st = ibp_slab_pool_alloc(j->pool, size, &j->handles[b], &p);
+		if (st != IBP_OK) {
+			exp_job_fail(j, st, b, "its slot");
+			atomic_store(&j->turn, b + 1);
+			return;
+		}
+		j->slot[b] = p;
+		j->bytes[b] = size;
+		atomic_store(&j->turn, b + 1);
+		memcpy(p, out, size);
+	}
+}
+
+static ibp_status_t store_exp_batch_host(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const uint8_t *kv, uint64_t n,
+					 int64_t *handles, uint64_t *bytes)
+{
+	const int nt = host_threads_for(s, n);
+	const uint64_t stage = (2 * s->R + 63) / 64 * 64 + (s->estride + 63) / 64 * 64;
+	IBP_TRY(dev_grow(s, &s->d_rows, (uint64_t)nt * stage));
+	uint8_t **slot = calloc(n, sizeof(*slot));
+	kv_exp_job_t *j = calloc(1, sizeof(*j));
+	if (!slot || !j) {
+		free(slot), free(j);
+		return ibpi_fail(IBP_ERR_NOMEM, "ibp_kv_encode_cuda: out of memory");
+	}
+	*j = (kv_exp_job_t){ .s = s, .pool = pool, .kv = kv, .ids = s->h_ids.p, .handles = handles, .bytes = bytes,
+			     .slot = slot, .n = n, .stage = stage };
+	ibp_status_t st = ibpi_parallel_for(nt, (uint64_t)nt, store_exp_host, j);
+	for (uint64_t b = 0; b < n; b++) { /* slots are pinned until the call finishes (or is undone) */
+		if (!slot[b])
+			continue;
+		ibp_status_t ps = add_pin(s, pool, slot[b]);
+		if (ps != IBP_OK) {
+			(void)ibp_slab_pool_unpin(pool, slot[b]); /* the undo's remove then frees it */
+			st = st == IBP_OK ? ps : st;
+		}
+	}
+	if (st == IBP_OK && atomic_load(&j->failed))
+		st = ibpi_fail(j->st, "ibp_kv_encode_cuda: exponent block %llu, %s", (unsigned long long)j->bad,
+			       j->msg);
+	free(slot), free(j);
+	return st;
+}
+
+/* The host's copy of a RAW or IBP batch into its slots (IBP blocks'
+ * headers written here); RAW blocks straight from the cache's rows. */
+static void copy_slots_host(void *ctx, uint64_t begin, uint64_t end, int tid)
+{
+	(void)tid;
+	kv_host_job_t *j = ctx;
+	const ibp_kv_stream_t *s = j->s;
+	const uint64_t R = s->R, *off = s->h_off.p;
+	const uint8_t *pay = s->d_pay.p;
+	for (uint64_t b = begin; b < end; b++) {
+		uint8_t *h = j->slot[b];
+		if (j->kind == IBP_KV_RAW) {
+			memcpy(h, j->kv + (uint64_t)j->ids[2 * b] * R, R);
+			memcpy(h + R, j->kv + (uint64_t)j->ids[2 * b + 1] * R, R);
+		} else {
+			put_header(h, s, b);
+			memcpy(h + IBP_KV_BLOCK_HEADER, pay + off[2 * b], off[2 * b + 2] - off[2 * b]);
+		}
+	}
+}
+
 /* One batch of ibp_kv_encode_cuda: its n blocks encoded, given slots (pinned)
  * and copied in; on failure the caller undoes every batch. */
 static ibp_status_t encode_some(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const uint8_t *kv, uint64_t num_blocks,
@@ -427,7 +598,10 @@ static ibp_status_t encode_some(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 	int64_t *ids = s->h_ids.p;
 	for (uint64_t b = 0; b < n; b++)
 		ids[2 * b] = block_ids[b], ids[2 * b + 1] = (int64_t)num_blocks + block_ids[b];
-	IBP_TRY(gather_rows(s, kv, num_blocks, n));
+	if (!s->on_device && kind == IBP_KV_EXP)
+		return store_exp_batch_host(s, pool, kv, n, handles, bytes);
+	if (s->on_device || kind == IBP_KV_IBP)
+		IBP_TRY(gather_rows(s, kv, num_blocks, n));
 	if (kind == IBP_KV_IBP)
 		IBP_TRY(encode_rows(s, m));
 	else if (kind == IBP_KV_EXP)
@@ -435,7 +609,6 @@ static ibp_status_t encode_some(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 	else if (s->on_device)
 		IBP_TRY(ibp_cuda_sync(s->stream)); /* gather errors surface here, before any slot exists */
 	const uint64_t *off = s->h_off.p, *eoff = s->h_eoff.p, *esz = s->h_esz.p;
-	const uint8_t *fl = s->h_flags.p, *cl = s->h_cl.p;
 	/* Every slot first: all or nothing. */
 	ibp_status_t st = IBP_OK;
 	uint8_t **slot = calloc(n ? n : 1, sizeof(*slot));
@@ -452,6 +625,12 @@ static ibp_status_t encode_some(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 			st = add_pin(s, pool, p);
 		}
 	}
+	if (st == IBP_OK && !s->on_device) {
+		kv_host_job_t j = { .s = s, .kv = kv, .ids = ids, .slot = slot, .kind = kind };
+		st = ibpi_parallel_for(host_threads_for(s, n), n, copy_slots_host, &j);
+		free(slot);
+		return st;
+	}
 	/* Headers on the host, payloads copied in stream order. */
 	for (uint64_t b = 0; b < n && st == IBP_OK; b++) {
 		if (kind == IBP_KV_RAW) {
@@ -463,10 +642,7 @@ static ibp_status_t encode_some(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 			continue;
 		}
 		uint8_t *h = slot[b];
-		put_u32(h, off[2 * b + 1] - off[2 * b]);
-		put_u32(h + 4, off[2 * b + 2] - off[2 * b + 1]);
-		h[8] = fl[2 * b], h[9] = fl[2 * b + 1];
-		h[10] = cl[2 * b], h[11] = cl[2 * b + 1];
+		put_header(h, s, b);
 		st = xcopy(s, h + IBP_KV_BLOCK_HEADER, (uint8_t *)s->d_pay.p + off[2 * b], off[2 * b + 2] - off[2 * b]);
 	}
 	free(slot);

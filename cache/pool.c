@@ -267,6 +267,36 @@ ibp_status_t ibp_slab_pool_remove(ibp_slab_pool_t *p, int64_t handle)
 	return IBP_OK;
 }
 
+ibp_status_t ibp_slab_pool_remove_many(ibp_slab_pool_t *p, const int64_t *handles, uint64_t n, uint64_t *removed)
+{
+	if (removed)
+		*removed = 0;
+	if (!p || (n && !handles))
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_remove_many: NULL %s", p ? "handles" : "pool");
+	ibp_cache_t *c = &p->c;
+	uint64_t done = 0, missing = UINT64_MAX;
+	pthread_mutex_lock(&c->mu);
+	for (uint64_t k = 0; k < n; k++) {
+		uint64_t pos = handles[k] < 0 ? UINT64_MAX : ibpi_cache_ix_find(&c->ix, handles[k]);
+		if (pos == UINT64_MAX) {
+			missing = missing == UINT64_MAX ? k : missing;
+			continue;
+		}
+		uint64_t e = c->ix.vals[pos];
+		ibpi_cache_drop_slot(c, ENT_SLAB(e) * c->spp + ENT_SLOT(e), 0);
+		done++;
+	}
+	p->frees += done;
+	c->st.invalidations += done;
+	pthread_mutex_unlock(&c->mu);
+	if (removed)
+		*removed = done;
+	if (missing != UINT64_MAX)
+		return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "ibp_slab_pool_remove_many: no block %lld (handles[%llu]: evicted, "
+				"removed or never allocated)", (long long)handles[missing], (unsigned long long)missing);
+	return IBP_OK;
+}
+
 ibp_status_t ibp_slab_pool_stats(ibp_slab_pool_t *p, ibp_slab_pool_stats_t *st, int reset)
 {
 	if (!p || !st)
@@ -283,9 +313,10 @@ ibp_status_t ibp_slab_pool_stats(ibp_slab_pool_t *p, ibp_slab_pool_stats_t *st, 
 	st->blocks = c->st.rows_resident;
 	st->bytes = c->st.bytes_resident;
 	st->slot_bytes_used = c->st.slot_bytes_used;
-	for (uint64_t g = 0; g < c->nslots; g++)
-		if (c->pin[g] && !(c->sflag[g] & SF_ZOMBIE))
-			st->pinned_blocks++;
+	for (uint64_t sl = 0; sl < c->nslabs; sl++) /* a slab without pins has none to count */
+		for (uint64_t g = sl * c->spp, e = c->spinned[sl] ? g + c->spp : g; g < e; g++)
+			if (c->pin[g] && !(c->sflag[g] & SF_ZOMBIE))
+				st->pinned_blocks++;
 	st->capacity_bytes = c->o.capacity_bytes;
 	st->max_block_bytes = p->o.max_block_bytes;
 	st->slab_bytes = c->slab_bytes;

@@ -418,6 +418,13 @@ ibp_status_t ibp_slab_pool_size(ibp_slab_pool_t *p, int64_t handle, uint64_t *le
  * unpin). IBP_ERR_OUT_OF_RANGE when there is no such block. */
 ibp_status_t ibp_slab_pool_remove(ibp_slab_pool_t *p, int64_t handle);
 
+/* ibp_slab_pool_remove of handles[0..n) under one lock: every block present
+ * is freed, then IBP_ERR_OUT_OF_RANGE names the first handle that had no
+ * block (a repeated handle counts as missing the second time). *removed
+ * (NULL allowed) gets the number freed. IBP_ERR_INVALID_ARG for a NULL
+ * pool, or NULL handles with n > 0. Thread-safe. */
+ibp_status_t ibp_slab_pool_remove_many(ibp_slab_pool_t *p, const int64_t *handles, uint64_t n, uint64_t *removed);
+
 /* Counters and state into *st; `reset` zeroes the counters. */
 ibp_status_t ibp_slab_pool_stats(ibp_slab_pool_t *p, ibp_slab_pool_stats_t *st, int reset);
 
@@ -512,6 +519,15 @@ void ibp_kv_stream_free(ibp_kv_stream_t *s);
 /* 1 if the stream runs on a GPU, 0 for the host fallback (or NULL). */
 int ibp_kv_stream_on_device(const ibp_kv_stream_t *s);
 
+/* The sigma of the stream's later IBP_KV_EXP stores (ibp_exp_opts_t.sigma):
+ * 0 (the default) measures each block's mean square, as ibp_exp_encode's
+ * defaults do; sigma > 0 takes the window from it and skips that pass
+ * (about 40% of a block's encode on the CPU). Any sigma round-trips; one
+ * far from the blocks' own only costs ratio (escapes, or raw blocks).
+ * Errors: IBP_ERR_INVALID_ARG (NULL stream, sigma negative or not finite).
+ * Not thread-safe with the stream's other calls. */
+ibp_status_t ibp_kv_stream_set_exp_sigma(ibp_kv_stream_t *s, double sigma);
+
 /* Stores blocks block_ids[0..n) (host array, each in [0, num_blocks)) of
  * the layer cache `kv` (2 * num_blocks rows; device memory, host memory for
  * the host fallback) into new blocks of `pool` as `kind` (IBP_KV_IBP needs
@@ -522,7 +538,9 @@ int ibp_kv_stream_on_device(const ibp_kv_stream_t *s);
  * and queues the copies into the slots; `kv` must stay unchanged until the
  * copies are done (the next call or ibp_kv_stream_wait). On the host the
  * same steps run in batches of about 4 MiB of rows (the stream's
- * workspace stays that small whatever n). All or nothing:
+ * workspace stays that small whatever n); EXP blocks on every core, each
+ * thread encoding a block and copying it into its slot, the slots taken in
+ * block order (the handles and evictions of a serial store). All or nothing:
  * on error no block is kept and handles are -1. Errors: IBP_ERR_INVALID_ARG
  * (NULL, a block id out of range, IBP_KV_IBP without a codec, unknown
  * kind), IBP_ERR_NOMEM (the pool has no room: nothing evictable), and the

@@ -155,6 +155,19 @@ def test_pool_freed_slots_reused_and_callback_may_use_pool():
         ibp.SlabPool(1 << 16, 0)
 
 
+def test_pool_remove_many():
+    p = ibp.SlabPool(16 * 1024, 1024, policy="lru", pinned=False)
+    hs = [p.put(np.full(900, i, np.uint8)) for i in range(8)]
+    p.remove_many(np.array(hs[1:4]))
+    assert len(p) == 5 and all(h not in p for h in hs[1:4]) and p.stats()["frees"] == 3
+    with pytest.raises(KeyError, match="no block 77"):
+        p.remove_many([hs[0], 77, hs[5]])  # the others are freed all the same
+    assert len(p) == 3 and hs[0] not in p and hs[5] not in p
+    assert p.get(hs[4])[0] == 4
+    p.remove_many([])
+    p.close()
+
+
 def test_pool_static_full_raises():
     p = ibp.SlabPool(4096, 1024, policy="static")
     for i in range(4):

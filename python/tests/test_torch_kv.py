@@ -264,3 +264,41 @@ def test_calibration_on_a_sample_keeps_the_ratio(kv_layers):
     enc = full.encode(rows)
     full_ratio = rows.nbytes / (int(enc.offsets[-1]) + 12 * 96)
     assert off.ratio(0) >= 0.99 * full_ratio, (off.ratio(0), full_ratio)
+
+
+def test_exp_layer_sigma_from_calibration_and_drift(kv_layers):
+    """An exponent-codec layer stores with the calibration's sigma (the
+    RMS of the calibration blocks; each block the bytes of ibp.exp.compress
+    with that sigma, the mean-square pass skipped); blocks that drift far
+    from it (here 2^20 times larger) send the layer back to measuring each
+    block, and every block still round-trips bit-exactly."""
+    import pickle
+    kv = kv_layers[2]
+    off = it.KVOffloader(1, BLOCK, torch.bfloat16)
+    sizes = off.calibrate(0, kv)
+    x = kv.float()
+    want = float(torch.sqrt((x * x).mean()))
+    if sizes["codec"] == "exp":
+        assert abs(sizes["sigma"] - want) <= 1e-3 * want, (sizes["sigma"], want)
+    off._kind[0] = "exp"  # this test is about exp stores, whatever the choice
+    off._sigma[0] = sigma = 8 * want  # far enough from each block's own to change the window
+    off._exp_block[0] = 1e9  # no drift check here
+    hs = off.store(0, kv, list(range(8)))
+    for b, h in enumerate(hs):
+        got = bytes(off._segments[0].get(off._entries[h][3]))
+        flat = torch.cat([kv[0, b].reshape(-1), kv[1, b].reshape(-1)])
+        assert got in ibp.exp.compress(flat, sigma=sigma).numpy().tobytes(), b
+        assert got not in ibp.exp.compress(flat).numpy().tobytes(), b
+    copy = pickle.loads(pickle.dumps(off))
+    assert copy._sigma == off._sigma and copy._exp_block == off._exp_block
+    copy.close()
+    off.calibrate(0, kv)
+    off._kind[0], off._sigma[0] = "exp", want
+    big = (kv.float() * 2.0 ** 20).to(torch.bfloat16)
+    hb = off.store(0, big, list(range(8)))
+    assert off._sigma[0] == 0.0, "drifted blocks: back to a measured sigma per block"
+    out = torch.zeros(2, 16, *BLOCK, dtype=torch.bfloat16)
+    off.load(0, hs + hb, out, list(range(16)))
+    assert torch.equal(out[:, :8].view(torch.int16), kv.view(torch.int16))
+    assert torch.equal(out[:, 8:].view(torch.int16), big.view(torch.int16))
+    off.close()

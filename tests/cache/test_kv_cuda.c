@@ -548,6 +548,89 @@ Test(kv_cuda, host_store_in_batches, .init = make_tmpdir, .fini = remove_tmpdir)
 	free(kv), free(ref), free(got), free(row2);
 }
 
+/* The host's EXP store runs on every core, each thread encoding a block and
+ * copying it into its slot; slots are allocated in block order (handles
+ * ascending with the blocks, as a serial store gives them), each block's
+ * bytes equal the CPU codec's, and a pool that runs out part way keeps
+ * nothing, pins nothing and names the block. */
+Test(kv_cuda, host_exp_store_on_every_core, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	NEED_NO_GPU();
+	const uint64_t R = 64 << 10, nb = 24, n = 20, nel = 2 * R / 2; /* 4 blocks a 256 KiB task: 2 threads */
+	uint8_t *kv = xcalloc(2 * nb * R);
+	tu_rng_t r;
+	tu_rng_seed(&r, 33);
+	for (uint64_t i = 0; i < nb * R; i++) {
+		uint16_t v = (uint16_t)(0x3C00u + (tu_next(&r) & 0x03FFu)) ^ (uint16_t)((tu_next(&r) & 1) << 15);
+		memcpy(kv + 2 * i, &v, 2);
+	}
+	ibp_kv_stream_t *s = NULL;
+	OK(ibp_kv_stream_create(NULL, R, IBP_DTYPE_BF16, IBP_KV_HOST, NULL, &s));
+	int64_t ids[20], h[20];
+	uint64_t bytes[20];
+	for (uint64_t b = 0; b < n; b++)
+		ids[b] = (int64_t)((b * 7 + 5) % nb);
+	ibp_slab_pool_t *pool = pool_of(64 * R, 2 * R + 4096, IBP_CACHE_LRU);
+	OK(ibp_kv_encode_cuda(s, pool, kv, nb, ids, n, IBP_KV_EXP, h, bytes));
+	cr_assert_eq(pinned_blocks(pool), n, "pinned until the call finishes");
+	OK(ibp_kv_stream_wait(s));
+	cr_assert_eq(pinned_blocks(pool), 0);
+	uint64_t bound = 0, total = 0;
+	OK(ibp_exp_encode_bound(IBP_DTYPE_BF16, nel, &bound));
+	uint8_t *ref = xcalloc(bound), *got = xcalloc(bound), *row2 = xcalloc(2 * R);
+	ibp_exp_opts_t eo;
+	ibp_exp_opts_default(&eo);
+	eo.checksum = 0;
+	for (uint64_t b = 0; b < n; b++) {
+		cr_assert_eq(h[b], h[0] + (int64_t)b, "block %llu: handle %lld after %lld", (unsigned long long)b,
+			     (long long)h[b], (long long)h[0]);
+		memcpy(row2, kv + (uint64_t)ids[b] * R, R);
+		memcpy(row2 + R, kv + (nb + (uint64_t)ids[b]) * R, R);
+		uint64_t rs = 0, len = 0;
+		OK(ibp_exp_encode(row2, IBP_DTYPE_BF16, nel, &eo, ref, bound, &rs));
+		OK(ibp_slab_pool_get(pool, h[b], got, bound, &len));
+		cr_assert(len == rs && len == bytes[b] && len < 2 * R && !memcmp(got, ref, len), "block %llu",
+			  (unsigned long long)b);
+		total += len;
+	}
+	/* a given sigma: the bytes of ibp_exp_encode with that sigma */
+	cr_assert_eq(ibp_kv_stream_set_exp_sigma(s, -1.0), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_kv_stream_set_exp_sigma(s, 1.0 / 0.0), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_kv_stream_set_exp_sigma(NULL, 1.0), IBP_ERR_INVALID_ARG);
+	OK(ibp_kv_stream_set_exp_sigma(s, 0.004));
+	OK(ibp_kv_encode_cuda(s, pool, kv, nb, ids, n, IBP_KV_EXP, h, bytes));
+	OK(ibp_kv_stream_wait(s));
+	eo.sigma = 0.004;
+	for (uint64_t b = 0; b < n; b++) {
+		memcpy(row2, kv + (uint64_t)ids[b] * R, R);
+		memcpy(row2 + R, kv + (nb + (uint64_t)ids[b]) * R, R);
+		uint64_t rs = 0, len = 0;
+		OK(ibp_exp_encode(row2, IBP_DTYPE_BF16, nel, &eo, ref, bound, &rs));
+		OK(ibp_slab_pool_get(pool, h[b], got, bound, &len));
+		cr_assert(len == rs && len == bytes[b] && !memcmp(got, ref, len), "sigma given: block %llu",
+			  (unsigned long long)b);
+		ibp_exp_info_t info;
+		OK(ibp_exp_block_info(got, len, &info));
+		cr_assert(info.raw || info.table_mode == IBP_EXP_TABLE_SIGMA);
+	}
+	OK(ibp_kv_stream_set_exp_sigma(s, 0.0));
+	ibp_slab_pool_free(pool);
+	/* room for about half of them: refused part way, nothing kept */
+	ibp_slab_pool_t *small = pool_of(total / 2 + 2 * R + 4096, 2 * R + 4096, IBP_CACHE_STATIC);
+	cr_assert_eq(ibp_kv_encode_cuda(s, small, kv, nb, ids, n, IBP_KV_EXP, h, bytes), IBP_ERR_NOMEM);
+	cr_assert(strstr(ibp_last_error(), "exponent block"), "%s", ibp_last_error());
+	ibp_slab_pool_stats_t st;
+	OK(ibp_slab_pool_stats(small, &st, 0));
+	cr_assert(st.blocks == 0 && st.pinned_blocks == 0 && st.allocs > 0, "%llu blocks kept, %llu pinned",
+		  (unsigned long long)st.blocks, (unsigned long long)st.pinned_blocks);
+	for (uint64_t b = 0; b < n; b++)
+		cr_assert_eq(h[b], -1);
+	OK(ibp_kv_stream_wait(s));
+	ibp_slab_pool_free(small);
+	ibp_kv_stream_free(s);
+	free(kv), free(ref), free(got), free(row2);
+}
+
 Test(kv_cuda, host_flag_runs_on_the_cpu_everywhere, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	/* IBP_KV_HOST (the CPU path of KVOffloader): IBP_OK, never on a GPU,

@@ -256,6 +256,44 @@ Test(slab_pool, freed_slots_reused)
 	free(m);
 }
 
+/* remove_many frees every block present under one lock, counts them, and
+ * names the first handle that had none (a repeat is missing the second time). */
+Test(slab_pool, remove_many)
+{
+	model_t *m = xcalloc(sizeof(model_t));
+	ibp_slab_pool_t *p = make_pool(64 * 1024, 4096, IBP_CACHE_LRU, m, IBP_SLAB_POOL_HOST);
+	int64_t h[10];
+	for (int i = 0; i < 10; i++)
+		h[i] = put(p, m, 1000, (uint64_t)i);
+	const int64_t odd[4] = { h[1], h[7], h[3], h[5] };
+	uint64_t removed = 99;
+	cr_assert_eq(ibp_slab_pool_remove_many(p, odd, 4, &removed), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(removed, 4);
+	for (int i = 1; i < 8; i += 2) {
+		cr_assert_eq(ibp_slab_pool_size(p, h[i], NULL), IBP_ERR_OUT_OF_RANGE, "block %d", i);
+		m->held[h[i]] = 0;
+	}
+	ibp_slab_pool_stats_t st;
+	ibp_slab_pool_stats(p, &st, 0);
+	cr_assert(st.blocks == 6 && st.frees == 4, "%llu blocks, %llu frees", (unsigned long long)st.blocks,
+		  (unsigned long long)st.frees);
+	const int64_t mixed[4] = { h[0], 12345, h[0], h[2] };
+	cr_assert_eq(ibp_slab_pool_remove_many(p, mixed, 4, &removed), IBP_ERR_OUT_OF_RANGE);
+	cr_assert_eq(removed, 2, "h[0] once and h[2], after the missing handle too");
+	cr_assert(strstr(ibp_last_error(), "12345") && strstr(ibp_last_error(), "handles[1]"), "%s", ibp_last_error());
+	m->held[h[0]] = m->held[h[2]] = 0;
+	ibp_slab_pool_stats(p, &st, 0);
+	cr_assert(st.blocks == 4 && st.frees == 6);
+	removed = 7;
+	cr_assert_eq(ibp_slab_pool_remove_many(p, NULL, 0, &removed), IBP_OK);
+	cr_assert_eq(removed, 0);
+	cr_assert_eq(ibp_slab_pool_remove_many(p, NULL, 1, NULL), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibp_slab_pool_remove_many(NULL, odd, 1, &removed), IBP_ERR_INVALID_ARG);
+	check_pool(p, m);
+	ibp_slab_pool_free(p);
+	free(m);
+}
+
 /* Pinned blocks are never evicted; with everything pinned a put is refused
  * and evicts nothing; a block removed while pinned stays readable through
  * its pointer and its slot is freed at the unpin. */

@@ -57,6 +57,7 @@ _FUNCS = {
     "ibp_slab_pool_get": (c_int, [c_vp, c_i64, c_vp, c_u64, P(c_u64)]),
     "ibp_slab_pool_size": (c_int, [c_vp, c_i64, P(c_u64)]),
     "ibp_slab_pool_remove": (c_int, [c_vp, c_i64]),
+    "ibp_slab_pool_remove_many": (c_int, [c_vp, c_vp, c_u64, c_vp]),
     "ibp_slab_pool_pin": (c_int, [c_vp, c_i64, P(c_vp), P(c_u64)]),
     "ibp_slab_pool_unpin": (c_int, [c_vp, c_vp]),
     "ibp_slab_pool_stats": (c_int, [c_vp, P(SlabPoolStats), c_int]),
@@ -415,6 +416,17 @@ class SlabPool(Owner):
         if st == _OUT_OF_RANGE:
             raise _missing(handle)
         check(st, "ibp_slab_pool_remove")
+
+    def remove_many(self, handles) -> None:
+        """remove() of each block, in one call: those present are freed
+        even when some are not, then KeyError names the first missing one."""
+        arr = np.ascontiguousarray(handles, dtype=np.int64).reshape(-1)
+        with self._handle as h:
+            st = lib.ibp_slab_pool_remove_many(h, arr.ctypes.data if arr.size else None, arr.size, None)
+        if st == _OUT_OF_RANGE:
+            raise MissingBlockError("SlabPool.remove_many: %s" % _lib.last_error(), func="SlabPool.remove_many",
+                                    status=_OUT_OF_RANGE)
+        check(st, "ibp_slab_pool_remove_many")
 
     def stats(self, reset: bool = False) -> dict:
         """Counters and state (ibp_slab_pool_stats_t) as a dict."""
