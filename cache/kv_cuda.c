@@ -429,10 +429,14 @@ ibp_status_t ibp_kv_encode_cuda(ibp_kv_stream_t *s, ibp_slab_pool_t *pool, const
 	IBP_TRY(finish(s)); /* the previous call's buffers and pins */
 	if (n == 0)
 		return IBP_OK;
-	/* A GPU takes the call in one batch (one sync); the host in batches of
-	 * about HOST_BATCH_BYTES of rows, so its workspace stays small enough
-	 * to keep between calls (faulting it in again cost more than the codec). */
-	const uint64_t step = s->on_device ? n : (HOST_BATCH_BYTES / (2 * R) ? HOST_BATCH_BYTES / (2 * R) : 1);
+	/* A GPU takes the call in one batch (one sync), and so do the host's EXP
+	 * blocks (a stage per thread whatever n); other host blocks go in
+	 * batches of about HOST_BATCH_BYTES of rows, so the workspace stays small
+	 * enough to keep between calls (faulting it in again cost more than the
+	 * codec). */
+	const uint64_t step = s->on_device || kind == IBP_KV_EXP
+				      ? n
+				      : (HOST_BATCH_BYTES / (2 * R) ? HOST_BATCH_BYTES / (2 * R) : 1);
 	ibp_status_t st = IBP_OK;
 	for (uint64_t b0 = 0; b0 < n && st == IBP_OK; b0 += step)
 		st = encode_some(s, pool, kv, num_blocks, block_ids + b0, n - b0 < step ? n - b0 : step, kind,

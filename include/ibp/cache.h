@@ -538,9 +538,10 @@ ibp_status_t ibp_kv_stream_set_exp_sigma(ibp_kv_stream_t *s, double sigma);
  * and queues the copies into the slots; `kv` must stay unchanged until the
  * copies are done (the next call or ibp_kv_stream_wait). On the host the
  * same steps run in batches of about 4 MiB of rows (the stream's
- * workspace stays that small whatever n); EXP blocks on every core, each
- * thread encoding a block and copying it into its slot, the slots taken in
- * block order (the handles and evictions of a serial store). All or nothing:
+ * workspace stays that small whatever n), but for EXP blocks: those go in
+ * one pass on every core, each thread encoding a block in its own stage and
+ * copying it into its slot, the slots taken in block order (the handles and
+ * evictions of a serial store). All or nothing:
  * on error no block is kept and handles are -1. Errors: IBP_ERR_INVALID_ARG
  * (NULL, a block id out of range, IBP_KV_IBP without a codec, unknown
  * kind), IBP_ERR_NOMEM (the pool has no room: nothing evictable), and the

@@ -111,6 +111,79 @@ _DTYPES = {torch.bfloat16: np.uint16, torch.float16: np.float16, torch.float32: 
 _SEGMENT = 64 << 20  # pool segments when capacity_bytes is None
 
 
+class _Blocks:
+    """The offloader's handle table: handle -> (layer, kind, segment, pool
+    handle), and (segment, pool handle) -> handle. Kept as dicts of ints
+    and of one (layer, kind, segment) tuple shared by a store's blocks:
+    a tuple per block made Python's cyclic GC a tenth of a warm store."""
+
+    __slots__ = ("ph", "meta", "by_pool")
+
+    def __init__(self):
+        self.ph, self.meta, self.by_pool = {}, {}, []  # by_pool[seg]: {pool handle: handle}
+
+    def __len__(self):
+        return len(self.ph)
+
+    def __contains__(self, h):
+        return h in self.ph
+
+    def __getitem__(self, h):
+        layer, kind, seg = self.meta[h]
+        return layer, kind, seg, self.ph[h]
+
+    def __setitem__(self, h, entry):
+        layer, kind, seg, ph = entry
+        self.pop(h)
+        self.put_run(range(h, h + 1), (layer, kind, seg), [ph])
+
+    def _seg(self, seg):
+        while len(self.by_pool) <= seg:
+            self.by_pool.append({})
+        return self.by_pool[seg]
+
+    def put_run(self, hs, meta, phs):
+        """Handles hs (a range) of one layer, kind and segment (meta)."""
+        self.ph.update(zip(hs, phs))
+        self.meta.update(zip(hs, repeat(meta)))
+        self._seg(meta[2]).update(zip(phs, hs))
+
+    def pop(self, h):
+        """The entry of h, removed; None when there is none."""
+        ph = self.ph.pop(h, None)
+        if ph is None:
+            return None
+        layer, kind, seg = self.meta.pop(h)
+        del self.by_pool[seg][ph]
+        return layer, kind, seg, ph
+
+    def pop_many(self, handles):
+        """Removes the handles present: {segment: [pool handles]}."""
+        metas = list(map(self.meta.pop, handles, repeat(None)))
+        phs = list(map(self.ph.pop, handles, repeat(None)))
+        out = {}
+        for m, ph in zip(metas, phs):
+            if m is not None:
+                del self.by_pool[m[2]][ph]
+                out.setdefault(m[2], []).append(ph)
+        return out
+
+    def pop_pool(self, seg, ph):
+        """The handle of (segment, pool handle), removed; None when none."""
+        h = self.by_pool[seg].pop(ph, None) if seg < len(self.by_pool) else None
+        if h is not None:
+            del self.ph[h], self.meta[h]
+        return h
+
+    def handles(self):
+        """Every handle, oldest first."""
+        return sorted(self.ph)
+
+    def items(self):
+        """[(handle, (layer, kind, segment, pool handle))], oldest first."""
+        return [(h, self[h]) for h in self.handles()]
+
+
 class KVOffloader:
     def __init__(self, num_layers: int, block_shape: Sequence[int], dtype, capacity_bytes: Optional[int] = None,
                  device=None, on_evict: Optional[Callable[[int], None]] = None, _host_fallback: bool = False):
@@ -151,14 +224,14 @@ class KVOffloader:
         # the exponent codec's headers; anything larger is stored raw.
         self._row_bytes = self.block_elems * np.dtype(_DTYPES[dtype]).itemsize
         self.max_block_bytes = 2 * self._row_bytes + 4096
-        self._entries = {}  # handle -> (layer, kind, segment, pool handle)
-        self._by_pool = {}  # (segment, pool handle) -> handle
+        self._entries = _Blocks()  # handle <-> (layer, kind, segment, pool handle)
         self._segments = []  # SlabPool, one unless capacity_bytes is None
         self._next = 0
         self._raw = [0] * self.num_layers
         self._packed = [0] * self.num_layers
         self._lock = threading.RLock()
-        self._own, self._own_evicted = set(), False  # the handles of the store in progress
+        # the store in progress owns the handles from _own_from up (None: no store)
+        self._own_from, self._own_evicted = None, False
         self._capacity = None
         self.capacity_bytes = capacity_bytes
 
@@ -181,7 +254,7 @@ class KVOffloader:
         with self._lock:
             self._quiesce()
             blocks = [(h, layer, kind, pickled_bytes(self._segments[seg].get(ph), protocol))
-                      for h, (layer, kind, seg, ph) in sorted(self._entries.items())]
+                      for h, (layer, kind, seg, ph) in self._entries.items()]
             config = dict(num_layers=self.num_layers, block_shape=self.block_shape, dtype=self.dtype,
                           capacity_bytes=self._capacity, device=str(self.device), on_evict=self.on_evict,
                           _host_fallback=self._host_fallback)
@@ -212,10 +285,9 @@ class KVOffloader:
             except BaseException:
                 self._segments, self._capacity = old, old_cap
                 raise
-            self._by_pool = {}
             # Move the blocks over, oldest first; what no longer fits is evicted.
-            moved = sorted(self._entries.items())
-            self._entries = {}
+            moved = self._entries.items()
+            self._entries = _Blocks()
             for h, (layer, kind, seg, ph) in moved:
                 data = old[seg].get(ph)
                 try:
@@ -245,25 +317,27 @@ class KVOffloader:
         more room than a batch's bytes. Whether any was evicted."""
         pool = self._segments[0]
         done = False
-        for h in sorted(self._entries):
+        for h in self._entries.handles():
             st = pool.stats()
             if self._capacity - st["slot_bytes_used"] >= need:
                 break
-            if h in self._own:
+            if self._owned(h):
                 continue
             _, _, seg, ph = self._entries.pop(h)
-            del self._by_pool[(seg, ph)]
             pool.remove(ph)
             done = True
             if self.on_evict is not None:
                 self.on_evict(h)
         return done
 
+    def _owned(self, h):
+        """Whether handle h belongs to the store in progress."""
+        return self._own_from is not None and h >= self._own_from
+
     def _pool_evicted(self, seg, ph):
-        h = self._by_pool.pop((seg, ph), None)
+        h = self._entries.pop_pool(seg, ph)
         if h is not None:
-            del self._entries[h]
-            if h in self._own:  # a block of the store in progress: it cannot fit (not reported)
+            if self._owned(h):  # a block of the store in progress: it cannot fit (not reported)
                 self._own_evicted = True
             elif self.on_evict is not None:
                 self.on_evict(h)
@@ -288,7 +362,6 @@ class KVOffloader:
                 self._segments.append(self._new_pool(max(_SEGMENT, 16 * self.max_block_bytes)))
                 seg, ph = len(self._segments) - 1, self._segments[-1].put(data)
         self._entries[h] = (layer, kind, seg, ph)
-        self._by_pool[(seg, ph)] = h
 
     def _roomy_segments(self, need):
         """Segments (unbounded pool) a store of at most `need` bytes may
@@ -459,8 +532,9 @@ class KVOffloader:
         stream (EXP and RAW blocks) is kept for the next call of any layer
         instead: freeing and faulting in its pages again cost three times
         the codec work (issue 33). Its workspace stays small whatever the
-        call: the host path loads straight from the slots and stores in
-        batches of about 4 MiB of rows (about 12 MiB at most, all told)."""
+        call: the host path loads straight from the slots, stores EXP
+        blocks through a stage per thread, and other blocks in batches of
+        about 4 MiB of rows (about 12 MiB at most, all told)."""
         if not self._sync:
             return
         got = self._kvs.pop(layer, None)
@@ -565,15 +639,15 @@ class KVOffloader:
         if st:
             raise _errors.from_status(st, "KVOffloader.store", _lib.status_string(st), err)
 
-    def _load_device(self, layer, ents, kv_cache, dst):
+    def _load_device(self, layer, metas, phs, kv_cache, dst):
         """The blocks through the C orchestration (every one checked first)."""
         user, kv_cache = kv_cache, self._contiguous(kv_cache, "KVOffloader.load")
         s = self._kv_stream(layer)
-        n = len(ents)
-        hnd = np.fromiter((e[3] for e in ents), np.int64, n)
-        kinds = np.fromiter((_KIND_CODE[e[1]] for e in ents), np.uint8, n)
+        n = len(phs)
+        hnd = np.array(phs, dtype=np.int64)
+        kinds = np.fromiter((_KIND_CODE[m[1]] for m in metas), np.uint8, n)
         dsts = np.ascontiguousarray(dst, dtype=np.int64)
-        segs = [e[2] for e in ents]
+        segs = [m[2] for m in metas]
         uniq = {seg: self._segments[seg] for seg in set(segs)}
         with contextlib.ExitStack() as stack:
             ptr = {seg: stack.enter_context(p._handle) for seg, p in uniq.items()}
@@ -615,17 +689,15 @@ class KVOffloader:
             n = len(phs)
             hs = range(self._next, self._next + n)
             self._next += n
-            self._entries.update(zip(hs, zip(repeat(layer), repeat(kind), repeat(seg), phs)))
-            self._by_pool.update(zip(zip(repeat(seg), phs), hs))
+            self._entries.put_run(hs, (layer, kind, seg), phs)
             self._raw[layer] += raw_block * n
             self._packed[layer] += nbytes
             added[0] += raw_block * n
             added[1] += nbytes
             handles.extend(hs)
-            self._own.update(hs)
 
         with self._lock:  # the layer's stream and the pools are shared between calls
-            self._own, self._own_evicted = set(), False
+            self._own_from, self._own_evicted = self._next, False
             try:
                 self._store_device(layer, kv_cache, ids.tolist(), register)
                 if self._sync:
@@ -639,7 +711,7 @@ class KVOffloader:
                 self._packed[layer] -= added[1]
                 raise
             finally:
-                self._own, self._own_evicted = set(), False
+                self._own_from, self._own_evicted = None, False
                 self._release_workspace(layer)
         return handles
 
@@ -653,44 +725,37 @@ class KVOffloader:
             raise _errors.invalid("KVOffloader.load", "%d handles for %d destination blocks"
                                   % (len(handles), dst.numel()))
         with self._lock:
-            ents = self._entries_of(layer, handles)  # every handle checked first
+            metas, phs = self._entries_of(layer, handles)  # every handle checked first
             try:
-                self._load_device(layer, ents, kv_cache, dst.tolist())
+                self._load_device(layer, metas, phs, kv_cache, dst.tolist())
                 if self._sync:
                     self._raise_finished(layer)
             finally:
                 self._release_workspace(layer)
 
     def _entries_of(self, layer, handles):
-        """[(layer, kind, segment, pool handle)] of the handles (under the
-        lock): KeyError for one evicted or freed, InvalidArgumentError for
-        one of another layer. One pass each way: loads of many blocks are
-        per-block Python at heart."""
+        """([(layer, kind, segment)], [pool handle]) of the handles (under
+        the lock): KeyError for one evicted or freed, InvalidArgumentError
+        for one of another layer. Whole lists at a time: loads of many
+        blocks are per-block Python at heart."""
         entries = self._entries
         try:
-            ents = [entries[h] for h in handles]
+            metas = list(map(entries.meta.__getitem__, handles))
         except (KeyError, TypeError):
             h = next(h for h in handles if h not in entries)
             raise KeyError("KVOffloader: handle %s was evicted or freed" % (h,)) from None
-        for h, e in zip(handles, ents):
-            if e[0] != layer:
-                raise _errors.invalid("KVOffloader.load", "handle %d belongs to layer %d, not %d" % (h, e[0], layer))
-        return ents
+        for m in set(metas):
+            if m[0] != layer:
+                h = next(h for h, m2 in zip(handles, metas) if m2 is m)
+                raise _errors.invalid("KVOffloader.load", "handle %d belongs to layer %d, not %d" % (h, m[0], layer))
+        return metas, list(map(entries.ph.__getitem__, handles))
 
     def free(self, handles: Sequence[int]) -> None:
         """Drops blocks (their pool slots are reused); unknown handles are ignored."""
         self._check("KVOffloader.free")
         with self._lock:
-            ents = [e for e in map(self._entries.pop, handles, repeat(None)) if e is not None]
-            if not ents:
-                return
-            bp = self._by_pool
-            for e in ents:
-                del bp[(e[2], e[3])]
-            segs = {e[2] for e in ents}
-            for seg in segs:  # one call per segment (one in all but unbounded pools)
-                self._segments[seg].remove_many([e[3] for e in ents] if len(segs) == 1
-                                                else [e[3] for e in ents if e[2] == seg])
+            for seg, phs in self._entries.pop_many(handles).items():  # one C call per segment
+                self._segments[seg].remove_many(phs)
 
     def close(self) -> None:
         """Finishes queued work and frees the pool (every handle becomes
@@ -702,7 +767,7 @@ class KVOffloader:
             return
         self._closed = True
         if self._gen is not None and self._gen != fork_generation():
-            self._kvs, self._pending, self._segments, self._entries, self._by_pool = {}, {}, [], {}, {}
+            self._kvs, self._pending, self._segments, self._entries = {}, {}, [], _Blocks()
             return
         with self._lock:
             self._quiesce()
@@ -713,7 +778,7 @@ class KVOffloader:
             self._kvs, self._pending, self._spare = {}, {}, None
             for p in self._segments:
                 p.close()
-            self._segments, self._entries, self._by_pool = [], {}, {}
+            self._segments, self._entries = [], _Blocks()
 
     def wait(self, layer: int) -> None:
         """Waits for layer `layer`'s queued stores and loads (device path:
