@@ -12,7 +12,8 @@
  * run by run; prints the median of N runs (default 5) in GB/s of the
  * uncompressed tensor per thread-CPU second, encode and decode, and the
  * ratio to scalar. Every path's stream and decode are compared with
- * scalar's byte for byte (exit 1 on a difference).
+ * scalar's byte for byte (exit 1 on a difference) unless --no-ref (for
+ * profiling the vector paths without the scalar reference).
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -66,6 +67,8 @@ static uint16_t to_f16(float f)
 	return (uint16_t)(s | (((a + 0xfffu + ((a >> 13) & 1u)) >> 13) - ((127u - 15u) << 10)));
 }
 
+static int no_ref; /* --no-ref: no scalar reference or column (profiling the vector paths alone) */
+
 static void run_case(const char *label, const void *src, ibp_dtype_t dt, uint64_t n, const ibp_fp8_opts_t *o,
 		     const int *use, int nuse, int runs)
 {
@@ -81,9 +84,9 @@ static void run_case(const char *label, const void *src, ibp_dtype_t dt, uint64_
 	}
 	uint64_t size = 0;
 	setenv("IBP_FP8_SIMD", "scalar", 1);
-	if ((st = ibp_fp8_encode(src, dt, n, o, ref, cap, &size)) != IBP_OK)
+	if (!no_ref && (st = ibp_fp8_encode(src, dt, n, o, ref, cap, &size)) != IBP_OK)
 		die("encode", st);
-	if ((st = ibp_fp8_decode(ref, size, dt, n, rdec, 1)) != IBP_OK)
+	if (!no_ref && (st = ibp_fp8_decode(ref, size, dt, n, rdec, 1)) != IBP_OK)
 		die("decode", st);
 	memset(enc, 0, cap);
 	memset(dec, 0, bytes);
@@ -99,7 +102,7 @@ static void run_case(const char *label, const void *src, ibp_dtype_t dt, uint64_
 				die("decode", st);
 			td[u][r] = cpu_now() - c1;
 			te[u][r] = c1 - c0;
-			if (memcmp(enc, ref, cap) || memcmp(dec, rdec, bytes)) {
+			if (!no_ref && (memcmp(enc, ref, cap) || memcmp(dec, rdec, bytes))) {
 				fprintf(stderr, BENCH_NAME ": %s %s differs from scalar\n", label, impl_name[use[u]]);
 				exit(1);
 			}
@@ -133,6 +136,8 @@ int main(int argc, char **argv)
 			o.block = (uint32_t)atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--impl") && i + 1 < argc)
 			impls = argv[++i];
+		else if (!strcmp(argv[i], "--no-ref"))
+			no_ref = 1;
 		else if (!strcmp(argv[i], "--e5m2"))
 			o.format = IBP_FP8_E5M2;
 		else if (!strcmp(argv[i], "--no-hadamard"))
@@ -143,7 +148,7 @@ int main(int argc, char **argv)
 			files[nfiles++] = argv[i];
 		else {
 			fprintf(stderr, "usage: bench_fp8 [FILE.npy ...] [--runs N] [--n ELEMS] [--block B] [--e5m2] "
-					"[--no-hadamard] [--no-adaptive] [--impl I,I,...]\n");
+					"[--no-hadamard] [--no-adaptive] [--impl I,I,...] [--no-ref]\n");
 			return 2;
 		}
 	}
@@ -153,7 +158,7 @@ int main(int argc, char **argv)
 	}
 	int use[NIMPL], nuse = 0;
 	for (int k = 0; k < NIMPL; k++)
-		if ((k == 0 || !impls || strstr(impls, impl_name[k])) && impl_runs(k))
+		if (((k == 0 && !no_ref) || !impls || strstr(impls, impl_name[k])) && impl_runs(k))
 			use[nuse++] = k;
 	printf("FP8 codec, 1 thread: %s, block %u, hadamard %d, adaptive %d, no checksum; GB/s of the "
 	       "uncompressed tensor per CPU second, median of %d\n",

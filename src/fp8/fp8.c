@@ -88,7 +88,7 @@ static int simd_runs(fp8_simd_impl_t impl)
 #ifdef FP8_HAVE_SIMD
 	const ibp_cpu_features_t *f = ibpi_cpu();
 	if (impl == FP8_SIMD_AVX2)
-		return f->avx2;
+		return f->avx2 && f->f16c; /* its encoder widens halves with F16C */
 	if (impl == FP8_SIMD_AVX512)
 		return f->avx512vbmi; /* the file is built with -mavx512vbmi */
 #endif

@@ -11,29 +11,18 @@
 
 /* ---- widening and narrowing, per lane as fp8_impl.h ---- */
 
-/* IEEE half (zero-extended in 32-bit lanes) -> float: normal and special
- * values by moving the bits, subnormals as the exact m * 2^-24. */
-static inline __m256 f16_widen(__m256i h)
-{
-	__m256i e = _mm256_and_si256(h, I32(0x7c00)), m = _mm256_and_si256(h, I32(0x3ff));
-	__m256i t = _mm256_slli_epi32(_mm256_and_si256(h, I32(0x7fff)), 13);
-	__m256i nor = _mm256_add_epi32(t, I32(0x38000000));
-	__m256i quiet = _mm256_andnot_si256(_mm256_cmpeq_epi32(m, _mm256_setzero_si256()), I32(0x400000));
-	__m256i inf = _mm256_or_si256(_mm256_add_epi32(t, I32(0x70000000)), quiet);
-	__m256i sub = _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(0x1p-24f)));
-	__m256i r = _mm256_blendv_epi8(nor, sub, _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
-	r = _mm256_blendv_epi8(r, inf, _mm256_cmpeq_epi32(e, I32(0x7c00)));
-	return _mm256_castsi256_ps(_mm256_or_si256(r, _mm256_slli_epi32(_mm256_and_si256(h, I32(0x8000)), 16)));
-}
+/* F16C's vcvtph2ps widens halves (fp8_avx512.c says why that is exact
+ * here); the dispatch runs these kernels only where the CPU has F16C. */
+#define F16C __attribute__((target("f16c")))
 
-static inline __m256 load8(const uint8_t *p, uint32_t dt)
+static inline F16C __m256 load8(const uint8_t *p, uint32_t dt)
 {
 	if (dt == IBP_DTYPE_F32)
 		return _mm256_loadu_ps((const float *)p);
-	__m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+	__m128i h = _mm_loadu_si128((const __m128i *)p);
 	if (dt == IBP_DTYPE_BF16)
-		return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
-	return f16_widen(h);
+		return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+	return _mm256_cvtph_ps(h);
 }
 
 /* The subnormal code of |f| below the target's normal range: |f| * 2^sh
@@ -59,20 +48,6 @@ static inline __m256i to_bf16(__m256 f)
 	__m256i r = _mm256_add_epi32(_mm256_add_epi32(u, I32(0x7fff)), _mm256_and_si256(_mm256_srli_epi32(u, 16), I32(1)));
 	r = _mm256_srli_epi32(r, 16);
 	__m256i nan = _mm256_or_si256(_mm256_srli_epi32(u, 16), I32(0x40));
-	return _mm256_blendv_epi8(r, nan, gt(a, 0x7f800000u));
-}
-
-/* float -> IEEE half in the low half of each lane (fp8i_f32_to_f16). */
-static inline __m256i to_f16(__m256 f)
-{
-	__m256i u = _mm256_castps_si256(f), a = _mm256_and_si256(u, I32(0x7fffffff));
-	__m256i sgn = _mm256_and_si256(_mm256_srli_epi32(u, 16), I32(0x8000));
-	__m256i nor = _mm256_add_epi32(_mm256_add_epi32(a, I32(0xfff)), _mm256_and_si256(_mm256_srli_epi32(a, 13), I32(1)));
-	nor = _mm256_sub_epi32(_mm256_srli_epi32(nor, 13), I32((127u - 15u) << 10));
-	__m256i r = _mm256_blendv_epi8(nor, sub_code(a, 0x1p24f), _mm256_cmpgt_epi32(I32(0x38800000), a));
-	r = _mm256_blendv_epi8(r, I32(0x7c00), gt(a, 0x477fefffu));
-	r = _mm256_or_si256(r, sgn);
-	__m256i nan = _mm256_or_si256(_mm256_or_si256(sgn, I32(0x7e00)), _mm256_and_si256(_mm256_srli_epi32(a, 13), I32(0x3ff)));
 	return _mm256_blendv_epi8(r, nan, gt(a, 0x7f800000u));
 }
 
@@ -277,13 +252,42 @@ static inline float hmax8(__m256 v)
 	return _mm_cvtss_f32(m);
 }
 
-static int enc_avx2(const fp8_blk_t *p, const uint8_t *src, uint32_t len, float *x, float *t, uint8_t *q, float *s_out,
+/* x = the full block src widened; returns the lanes' max |x| bits. */
+static inline F16C __attribute__((always_inline)) __m256i widen_full(const uint8_t *src, uint32_t B, uint32_t dt,
+								      float *x)
+{
+	const uint32_t esz = dt == IBP_DTYPE_F32 ? 4u : 2u;
+	__m256i mx = _mm256_setzero_si256();
+	for (uint32_t i = 0; i < B; i += 8) {
+		__m256 v = load8(src + (uint64_t)i * esz, dt);
+		_mm256_store_ps(x + i, v);
+		mx = _mm256_max_epu32(mx, _mm256_and_si256(_mm256_castps_si256(v), I32(0x7fffffff)));
+	}
+	return mx;
+}
+
+/* q = fp8(x / s) for a block, fmt a constant after inlining (fp8_avx512.c). */
+static inline __attribute__((always_inline)) void quantise(const float *x, uint32_t B, float s, uint32_t fmt,
+							   uint8_t *q)
+{
+	const __m256 sv = _mm256_set1_ps(s);
+	for (uint32_t i = 0; i < B; i += 8)
+		store_bytes8(q + i, to_fp8(_mm256_div_ps(_mm256_load_ps(x + i), sv), fmt));
+}
+
+static F16C int enc_avx2(const fp8_blk_t *p, const uint8_t *src, uint32_t len, float *x, float *t, uint8_t *q, float *s_out,
 		    int *k_out)
 {
 	const uint32_t B = 1u << p->log2b, esz = p->dt == IBP_DTYPE_F32 ? 4u : 2u;
 	/* widen, and max |x| on the bits: order-free, and >= 0x7f800000 iff some x is not finite */
 	__m256i mx = _mm256_setzero_si256();
 	uint32_t i = 0;
+	if (len == B) { /* a full block: the dtype a constant in the loop */
+		mx = p->dt == IBP_DTYPE_BF16 ? widen_full(src, B, IBP_DTYPE_BF16, x)
+		     : p->dt == IBP_DTYPE_F16 ? widen_full(src, B, IBP_DTYPE_F16, x)
+					      : widen_full(src, B, IBP_DTYPE_F32, x);
+		i = B;
+	}
 	for (; i + 8 <= len; i += 8) {
 		__m256 v = load8(src + (uint64_t)i * esz, p->dt);
 		_mm256_store_ps(x + i, v);
@@ -360,26 +364,41 @@ static int enc_avx2(const fp8_blk_t *p, const uint8_t *src, uint32_t len, float 
 	float s = taco_scale(m, p->fmt);
 	if (s == 0.0f)
 		memset(q, 0, B);
-	else {
-		const __m256 sv = _mm256_set1_ps(s);
-		for (i = 0; i < B; i += 8)
-			store_bytes8(q + i, to_fp8(_mm256_div_ps(_mm256_load_ps(x + i), sv), p->fmt));
-	}
+	else if (p->fmt == FP8_E4M3)
+		quantise(x, B, s, FP8_E4M3, q);
+	else
+		quantise(x, B, s, FP8_E5M2, q);
 	*s_out = s;
 	*k_out = k;
 	return 1;
 }
 
 /* Narrows (or copies) eight floats to dst. */
-static inline void store8(uint8_t *dst, uint32_t dt, __m256 v)
+/* Halves by vcvtps2ph, rounding to nearest even by its immediate: MXCSR's
+ * FTZ does not apply to it, and DAZ only turns float denormals (far below
+ * the smallest half) into the zero they round to anyway. */
+static inline F16C void store8(uint8_t *dst, uint32_t dt, __m256 v)
 {
 	if (dt == IBP_DTYPE_F32)
 		_mm256_storeu_ps((float *)dst, v);
+	else if (dt == IBP_DTYPE_F16)
+		_mm_storeu_si128((__m128i *)dst, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 	else
-		store_halves8(dst, dt == IBP_DTYPE_BF16 ? to_bf16(v) : to_f16(v));
+		store_halves8(dst, to_bf16(v));
 }
 
-static void dec_avx2(const fp8_blk_t *p, const uint8_t *q, float s, int k, uint32_t len, uint8_t *dst, float *z)
+/* The last step of a full Hadamard block: dst = z * inv * ia, the dtype a
+ * constant after inlining (dst may alias anything: p was read again every
+ * vector). */
+static inline F16C __attribute__((always_inline)) void out_full(const float *z, uint32_t B, __m256 inv, __m256 ia,
+								 uint32_t dt, uint8_t *dst)
+{
+	const uint32_t esz = dt == IBP_DTYPE_F32 ? 4u : 2u;
+	for (uint32_t i = 0; i < B; i += 8)
+		store8(dst + (uint64_t)i * esz, dt, _mm256_mul_ps(_mm256_mul_ps(_mm256_load_ps(z + i), inv), ia));
+}
+
+static F16C void dec_avx2(const fp8_blk_t *p, const uint8_t *q, float s, int k, uint32_t len, uint8_t *dst, float *z)
 {
 	const uint32_t B = 1u << p->log2b, esz = p->dt == IBP_DTYPE_F32 ? 4u : 2u;
 	const __m256 sv = _mm256_set1_ps(s), ia = _mm256_set1_ps(ibp_pow2f(-k));
@@ -397,6 +416,15 @@ static void dec_avx2(const fp8_blk_t *p, const uint8_t *q, float s, int k, uint3
 		fwht_rest(z, p->log2b, 0, sv, NULL);
 	}
 	const __m256 inv = _mm256_set1_ps(ibp_hadamard_norm(p->log2b));
+	if (had && len == B) {
+		if (p->dt == IBP_DTYPE_BF16)
+			out_full(z, B, inv, ia, IBP_DTYPE_BF16, dst);
+		else if (p->dt == IBP_DTYPE_F16)
+			out_full(z, B, inv, ia, IBP_DTYPE_F16, dst);
+		else
+			out_full(z, B, inv, ia, IBP_DTYPE_F32, dst);
+		return;
+	}
 	uint32_t i = 0;
 	for (; i < len; i += 8) {
 		__m256 v = had ? _mm256_mul_ps(_mm256_load_ps(z + i), inv) : _mm256_mul_ps(from_fp8(q + i, p->fmt), sv);

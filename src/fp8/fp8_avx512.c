@@ -17,30 +17,18 @@ static inline __mmask16 tail_mask(uint32_t n)
 
 /* ---- widening and narrowing, per lane as fp8_impl.h ---- */
 
-/* IEEE half -> float: bits moved for normal and special values, subnormals
- * as the exact m * 2^-24 (no denormal arithmetic). */
-static inline __m512 f16_widen(__m512i h)
-{
-	__m512i e = _mm512_and_si512(h, I32(0x7c00)), m = _mm512_and_si512(h, I32(0x3ff));
-	__m512i t = _mm512_slli_epi32(_mm512_and_si512(h, I32(0x7fff)), 13);
-	__m512i nor = _mm512_add_epi32(t, I32(0x38000000));
-	__m512i inf = _mm512_add_epi32(t, I32(0x70000000));
-	inf = _mm512_mask_or_epi32(inf, _mm512_test_epi32_mask(m, m), inf, I32(0x400000));
-	__m512i sub = _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-24f)));
-	__m512i r = _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), nor, sub);
-	r = _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(e, I32(0x7c00)), r, inf);
-	return _mm512_castsi512_ps(_mm512_or_si512(r, _mm512_slli_epi32(_mm512_and_si512(h, I32(0x8000)), 16)));
-}
-
 /* The first n (<= 16) elements, zeros after. */
 static inline __m512 load16(const uint8_t *p, uint32_t dt, __mmask16 mk)
 {
 	if (dt == IBP_DTYPE_F32)
 		return _mm512_maskz_loadu_ps(mk, p);
-	__m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, p));
+	__m256i h = _mm256_maskz_loadu_epi16(mk, p);
 	if (dt == IBP_DTYPE_BF16)
-		return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
-	return f16_widen(h);
+		return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+	/* vcvtph2ps: exact for every finite half, subnormals included, whatever
+	 * MXCSR says (DAZ is for float inputs); Inf and NaN stay >= 0x7f800000,
+	 * all the encoder looks at before it gives such a block up */
+	return _mm512_cvtph_ps(h);
 }
 
 /* The subnormal code of |f| below the target's normal range: |f| * 2^sh
@@ -69,19 +57,6 @@ static inline __m512i to_bf16(__m512 f)
 	__m512i r = _mm512_add_epi32(_mm512_add_epi32(u, I32(0x7fff)), _mm512_and_si512(_mm512_srli_epi32(u, 16), I32(1)));
 	r = _mm512_srli_epi32(r, 16);
 	__m512i nan = _mm512_or_si512(_mm512_srli_epi32(u, 16), I32(0x40));
-	return _mm512_mask_blend_epi32(gt(a, 0x7f800000u), r, nan);
-}
-
-static inline __m512i to_f16(__m512 f)
-{
-	__m512i u = _mm512_castps_si512(f), a = _mm512_and_si512(u, I32(0x7fffffff));
-	__m512i sgn = _mm512_and_si512(_mm512_srli_epi32(u, 16), I32(0x8000));
-	__m512i nor = _mm512_add_epi32(_mm512_add_epi32(a, I32(0xfff)), _mm512_and_si512(_mm512_srli_epi32(a, 13), I32(1)));
-	nor = _mm512_sub_epi32(_mm512_srli_epi32(nor, 13), I32((127u - 15u) << 10));
-	__m512i r = _mm512_mask_blend_epi32(lt(a, 0x38800000u), nor, sub_code(a, 0x1p24f));
-	r = _mm512_mask_blend_epi32(gt(a, 0x477fefffu), r, I32(0x7c00));
-	r = _mm512_or_si512(r, sgn);
-	__m512i nan = _mm512_or_si512(_mm512_or_si512(sgn, I32(0x7e00)), _mm512_and_si512(_mm512_srli_epi32(a, 13), I32(0x3ff)));
 	return _mm512_mask_blend_epi32(gt(a, 0x7f800000u), r, nan);
 }
 
@@ -265,17 +240,46 @@ static inline float tree16(__m512 v)
 	return _mm512_cvtss_f32(v);
 }
 
+/* x = the full block src widened; returns the lanes' max |x| bits. */
+static inline __attribute__((always_inline)) __m512i widen_full(const uint8_t *src, uint32_t B, uint32_t dt, float *x)
+{
+	const uint32_t esz = dt == IBP_DTYPE_F32 ? 4u : 2u;
+	__m512i mx = _mm512_setzero_si512();
+	for (uint32_t i = 0; i < B; i += 16) {
+		__m512 v = load16(src + (uint64_t)i * esz, dt, (__mmask16)0xffff);
+		_mm512_store_ps(x + i, v);
+		mx = _mm512_max_epu32(mx, _mm512_and_si512(_mm512_castps_si512(v), I32(0x7fffffff)));
+	}
+	return mx;
+}
+
+/* q = fp8(x / s) for a block; fmt a constant after inlining, so the loop
+ * keeps its constants in registers (q may alias anything: a format read
+ * through p was loaded and tested again every vector). */
+static inline __attribute__((always_inline)) void quantise(const float *x, uint32_t B, float s, uint32_t fmt,
+							   uint8_t *q)
+{
+	const __m512 sv = _mm512_set1_ps(s);
+	for (uint32_t i = 0; i < B; i += 16)
+		_mm_storeu_si128((__m128i *)(q + i), _mm512_cvtepi32_epi8(to_fp8(_mm512_div_ps(_mm512_load_ps(x + i), sv), fmt)));
+}
+
 static int enc_avx512(const fp8_blk_t *p, const uint8_t *src, uint32_t len, float *x, float *t, uint8_t *q,
 		      float *s_out, int *k_out)
 {
 	const uint32_t B = 1u << p->log2b, esz = p->dt == IBP_DTYPE_F32 ? 4u : 2u;
-	__m512i mx = _mm512_setzero_si512();
+	__m512i mx;
 	uint32_t i = 0;
-	for (; i < B; i += 16) {
-		__m512 v = i < len ? load16(src + (uint64_t)i * esz, p->dt, tail_mask(len - i)) : _mm512_setzero_ps();
-		_mm512_store_ps(x + i, v);
-		mx = _mm512_max_epu32(mx, _mm512_and_si512(_mm512_castps_si512(v), I32(0x7fffffff)));
-	}
+	if (len == B) /* a full block: the dtype a constant in the loop */
+		mx = p->dt == IBP_DTYPE_BF16 ? widen_full(src, B, IBP_DTYPE_BF16, x)
+		     : p->dt == IBP_DTYPE_F16 ? widen_full(src, B, IBP_DTYPE_F16, x)
+					      : widen_full(src, B, IBP_DTYPE_F32, x);
+	else
+		for (mx = _mm512_setzero_si512(); i < B; i += 16) {
+			__m512 v = i < len ? load16(src + (uint64_t)i * esz, p->dt, tail_mask(len - i)) : _mm512_setzero_ps();
+			_mm512_store_ps(x + i, v);
+			mx = _mm512_max_epu32(mx, _mm512_and_si512(_mm512_castps_si512(v), I32(0x7fffffff)));
+		}
 	uint32_t mbits = _mm512_reduce_max_epu32(mx); /* >= 0x7f800000 iff some x is not finite */
 	if (mbits >= 0x7f800000u)
 		return 0;
@@ -335,23 +339,34 @@ static int enc_avx512(const fp8_blk_t *p, const uint8_t *src, uint32_t len, floa
 	float s = taco_scale(m, p->fmt);
 	if (s == 0.0f)
 		memset(q, 0, B);
-	else {
-		const __m512 sv = _mm512_set1_ps(s);
-		for (i = 0; i < B; i += 16)
-			_mm_storeu_si128((__m128i *)(q + i),
-					 _mm512_cvtepi32_epi8(to_fp8(_mm512_div_ps(_mm512_load_ps(x + i), sv), p->fmt)));
-	}
+	else if (p->fmt == FP8_E4M3)
+		quantise(x, B, s, FP8_E4M3, q);
+	else
+		quantise(x, B, s, FP8_E5M2, q);
 	*s_out = s;
 	*k_out = k;
 	return 1;
 }
 
+/* Halves by vcvtps2ph (fp8_avx2.c's store8 says why that is exact). */
 static inline void store16(uint8_t *dst, uint32_t dt, __m512 v, __mmask16 mk)
 {
 	if (dt == IBP_DTYPE_F32)
 		_mm512_mask_storeu_ps(dst, mk, v);
+	else if (dt == IBP_DTYPE_F16)
+		_mm256_mask_storeu_epi16(dst, mk, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 	else
-		_mm512_mask_cvtepi32_storeu_epi16(dst, mk, dt == IBP_DTYPE_BF16 ? to_bf16(v) : to_f16(v));
+		_mm512_mask_cvtepi32_storeu_epi16(dst, mk, to_bf16(v));
+}
+
+/* The last step of a full Hadamard block, the dtype a constant after inlining. */
+static inline __attribute__((always_inline)) void out_full(const float *z, uint32_t B, __m512 inv, __m512 ia,
+							   uint32_t dt, uint8_t *dst)
+{
+	const uint32_t esz = dt == IBP_DTYPE_F32 ? 4u : 2u;
+	for (uint32_t i = 0; i < B; i += 16)
+		store16(dst + (uint64_t)i * esz, dt, _mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps(z + i), inv), ia),
+			(__mmask16)0xffff);
 }
 
 static void dec_avx512(const fp8_blk_t *p, const uint8_t *q, float s, int k, uint32_t len, uint8_t *dst, float *z)
@@ -372,6 +387,15 @@ static void dec_avx512(const fp8_blk_t *p, const uint8_t *q, float s, int k, uin
 		fwht_rest(z, p->log2b, 0, sv, NULL);
 	}
 	const __m512 inv = _mm512_set1_ps(ibp_hadamard_norm(p->log2b));
+	if (had && len == B) {
+		if (p->dt == IBP_DTYPE_BF16)
+			out_full(z, B, inv, ia, IBP_DTYPE_BF16, dst);
+		else if (p->dt == IBP_DTYPE_F16)
+			out_full(z, B, inv, ia, IBP_DTYPE_F16, dst);
+		else
+			out_full(z, B, inv, ia, IBP_DTYPE_F32, dst);
+		return;
+	}
 	for (uint32_t i = 0; i < len; i += 16) {
 		__m512 v = had ? _mm512_mul_ps(_mm512_load_ps(z + i), inv) : _mm512_mul_ps(from_fp8(q + i, p->fmt), sv);
 		store16(dst + (uint64_t)i * esz, p->dt, _mm512_mul_ps(v, ia), tail_mask(len - i));
