@@ -74,13 +74,14 @@ ibp_status_t ibpi_slab_insert(const ibp_slab_table_t *t, const ibp_slab_insert_o
 				++*nfull;
 			continue;
 		}
-		t->keys[p] = o->key;
-		t->vals[p] = (o->entry & ~(3ull << 62)) | (IBP_SLAB_FILLING << 62);
+		/* the kernel's order: claimed, bytes, entry, key */
+		t->keys[p] = IBP_SLAB_KEY_CLAIMED;
 		uint64_t len = IBP_SLAB_LEN(o->entry);
 		if (len)
 			memcpy(ibp_slab_addr(t, o->entry), o->src, len);
 		t->meta[ibp_slab_slot(t, o->entry)] = (uint16_t)o->meta;
 		t->vals[p] = (o->entry & ~(3ull << 62)) | (IBP_SLAB_READY << 62);
+		t->keys[p] = o->key;
 	}
 	return IBP_OK;
 }

@@ -4,11 +4,13 @@
  * results on a table of host memory (cuda/slab_cache.h):
  *
  *   probe   ids -> their READY entries (0: a miss, also for a row still
- *           FILLING), pinning each hit's slot (one count per request);
+ *           being inserted), pinning each hit's slot (one count per request);
  *   erase   victims and invalidated ids leave the index (tombstones);
- *   insert  admitted rows: a position claimed for each key, its entry
- *           written FILLING, its bytes copied into its slot (from pinned
- *           host or device memory), then, after a fence, published READY;
+ *   insert  admitted rows: a position claimed for each key (CLAIMED, which
+ *           no probe matches), its bytes copied into its slot (from pinned
+ *           host or device memory), its READY entry written, then, after a
+ *           fence, its key (kernels/slab_cache.cu: the protocol under
+ *           launches running at the same time);
  *   gather  each hit's bytes (and codec byte) copied from its slot to a
  *           staging row for the decoder, the slot unpinned.
  *

@@ -2,10 +2,22 @@
  * insert, gather-from-slab; cache/slab_batch.h), twins of
  * cache/slab_batch.c. Phases, no spinning: every step is its own launch
  * on the caller's stream, so a step never waits for another inside a
- * kernel; the index is changed only with atomics (a claim is a CAS on the
- * key, an erase an exchange), and an entry is published READY only after
- * its bytes are in its slot and fenced, so a probe on another stream reads
- * a row still being filled as a miss. */
+ * kernel.
+ *
+ * The index may be probed, erased and inserted by launches running at the
+ * same time (other streams), so every access to its keys and entries is
+ * a strong (relaxed) access, ordered by fences:
+ * - insert claims a position by a CAS of its key from EMPTY or TOMB to
+ *   CLAIMED (which no probe matches), copies the bytes, writes the READY
+ *   entry, fences, and only then writes the key: a probe that sees the key
+ *   sees the entry and the bytes;
+ * - erase turns the key into a tombstone by a CAS from the id (a position
+ *   re-claimed meanwhile is not touched); the entry stays, unreachable;
+ * - probe reads the key, fences, reads the entry, fences and reads the key
+ *   again: if it changed (erased, re-claimed by another id), the entry may
+ *   be another row's and the probe is a miss. The same id inserted again
+ *   in between gives that id's newer entry, which is right.
+ * The gather reads the bytes of entries a finished probe returned. */
 #include <stdint.h>
 
 #include "cuda_check.h"
@@ -28,17 +40,34 @@ typedef unsigned long long ull;
 constexpr unsigned kThreads = 256;
 constexpr unsigned kMaxBlocks = 4096;
 
-__device__ __forceinline__ int64_t key_load(const int64_t *k)
+/* Strong accesses to the index's words: volatile on the device (relaxed,
+ * morally strong in the PTX memory model; the fences around them order
+ * them), atomics in the emulator, which checks them as such. */
+#ifdef IBP_EMU
+__device__ __forceinline__ uint64_t ld_strong(const void *p)
 {
-	/* an atomic read: other threads of the same launch change keys */
-	return (int64_t)atomicOr((ull *)k, 0ull);
+	return (uint64_t)atomicOr((ull *)p, 0ull);
 }
+__device__ __forceinline__ void st_strong(void *p, uint64_t v)
+{
+	atomicExch((ull *)p, (ull)v);
+}
+#else
+__device__ __forceinline__ uint64_t ld_strong(const void *p)
+{
+	return *(const volatile ull *)p;
+}
+__device__ __forceinline__ void st_strong(void *p, uint64_t v)
+{
+	*(volatile ull *)p = (ull)v;
+}
+#endif
 
-__device__ __forceinline__ uint64_t find_key(const ibp_slab_table_t &t, int64_t id, bool atomic)
+__device__ __forceinline__ uint64_t find_key(const ibp_slab_table_t &t, int64_t id)
 {
 	uint64_t m = t.cap - 1;
 	for (uint64_t p = ibp_slab_hash(id) & m, i = 0; i < t.cap; p = (p + 1) & m, i++) {
-		int64_t k = atomic ? key_load(t.keys + p) : t.keys[p];
+		int64_t k = (int64_t)ld_strong(t.keys + p);
 		if (k == id)
 			return p;
 		if (k == IBP_SLAB_KEY_EMPTY)
@@ -53,8 +82,14 @@ __global__ void __launch_bounds__(kThreads) probe_kernel(ibp_slab_table_t t, con
 {
 	for (uint64_t k = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += (uint64_t)gridDim.x * blockDim.x) {
 		int64_t id = ids[k];
-		uint64_t p = id < 0 ? UINT64_MAX : find_key(t, id, false);
-		uint64_t e = p == UINT64_MAX ? 0 : t.vals[p];
+		uint64_t p = id < 0 ? UINT64_MAX : find_key(t, id), e = 0;
+		if (p != UINT64_MAX) {
+			SLAB_FENCE(); /* the entry after the key that named it */
+			e = ld_strong(t.vals + p);
+			SLAB_FENCE();
+			if ((int64_t)ld_strong(t.keys + p) != id)
+				e = 0; /* erased or re-claimed meanwhile: the entry may be another row's */
+		}
 		if (IBP_SLAB_STATE(e) != IBP_SLAB_READY)
 			e = 0;
 		else if (pin)
@@ -63,24 +98,24 @@ __global__ void __launch_bounds__(kThreads) probe_kernel(ibp_slab_table_t t, con
 	}
 }
 
-/* one thread per key; keys are read atomically (others turn theirs into tombstones) */
+/* one thread per key: the id's key becomes a tombstone (a CAS: a position
+ * re-claimed by an insert meanwhile is left alone) */
 __global__ void __launch_bounds__(kThreads) erase_kernel(ibp_slab_table_t t, const int64_t *keys, uint64_t n,
 							 ull *nerased)
 {
 	for (uint64_t k = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += (uint64_t)gridDim.x * blockDim.x) {
 		int64_t id = keys[k];
-		uint64_t p = id < 0 ? UINT64_MAX : find_key(t, id, true);
+		uint64_t p = id < 0 ? UINT64_MAX : find_key(t, id);
 		if (p == UINT64_MAX)
 			continue;
-		atomicExch((ull *)(t.keys + p), (ull)(int64_t)IBP_SLAB_KEY_TOMB);
-		if (nerased)
+		if (atomicCAS((ull *)(t.keys + p), (ull)id, (ull)(int64_t)IBP_SLAB_KEY_TOMB) == (ull)id && nerased)
 			atomicAdd(nerased, 1ull);
 	}
 }
 
-/* one warp per op: lane 0 claims a position (CAS from empty or tombstone)
- * and writes the FILLING entry, the warp copies the bytes, lane 0 fences
- * and publishes READY */
+/* one warp per op: lane 0 claims a position (CAS of its key from empty or
+ * tombstone to CLAIMED), the warp copies the bytes, lane 0 writes the
+ * READY entry, fences and publishes the key */
 __global__ void __launch_bounds__(kThreads) insert_kernel(ibp_slab_table_t t, const ibp_slab_insert_op_t *ops,
 							  uint64_t n, ull *nfull)
 {
@@ -91,17 +126,17 @@ __global__ void __launch_bounds__(kThreads) insert_kernel(ibp_slab_table_t t, co
 		uint64_t pos = UINT64_MAX;
 		if (lane == 0) {
 			uint64_t m = t.cap - 1, p = ibp_slab_hash(o.key) & m;
+			const ull claimed = (ull)(int64_t)IBP_SLAB_KEY_CLAIMED;
 			for (uint64_t i = 0; i < t.cap; i++, p = (p + 1) & m) {
 				ull *kp = (ull *)(t.keys + p);
-				ull old = atomicCAS(kp, (ull)(int64_t)IBP_SLAB_KEY_EMPTY, (ull)o.key);
+				ull old = atomicCAS(kp, (ull)(int64_t)IBP_SLAB_KEY_EMPTY, claimed);
 				if (old != (ull)(int64_t)IBP_SLAB_KEY_EMPTY)
-					old = atomicCAS(kp, (ull)(int64_t)IBP_SLAB_KEY_TOMB, (ull)o.key) ==
+					old = atomicCAS(kp, (ull)(int64_t)IBP_SLAB_KEY_TOMB, claimed) ==
 							      (ull)(int64_t)IBP_SLAB_KEY_TOMB
 						      ? (ull)(int64_t)IBP_SLAB_KEY_EMPTY
 						      : old;
 				if (old == (ull)(int64_t)IBP_SLAB_KEY_EMPTY) {
 					pos = p;
-					t.vals[p] = (o.entry & ~(3ull << 62)) | (IBP_SLAB_FILLING << 62);
 					break;
 				}
 			}
@@ -118,8 +153,9 @@ __global__ void __launch_bounds__(kThreads) insert_kernel(ibp_slab_table_t t, co
 		__syncwarp();
 		if (lane == 0) {
 			t.meta[ibp_slab_slot(&t, o.entry)] = (uint16_t)o.meta;
-			SLAB_FENCE(); /* the bytes before the entry that names them */
-			t.vals[pos] = (o.entry & ~(3ull << 62)) | (IBP_SLAB_READY << 62);
+			st_strong(t.vals + pos, (o.entry & ~(3ull << 62)) | (IBP_SLAB_READY << 62));
+			SLAB_FENCE(); /* the bytes and the entry before the key that names them */
+			st_strong(t.keys + pos, (uint64_t)o.key);
 		}
 		__syncwarp();
 	}

@@ -22,6 +22,9 @@
 #define IBP_SLAB_GHOST 3ull
 #define IBP_SLAB_KEY_EMPTY (-1) /* all bytes 0xFF: a table memset to 0xFF is empty */
 #define IBP_SLAB_KEY_TOMB (-2)
+/* A position an insert has claimed and is filling (kernels/slab_cache.cu):
+ * no probe matches it; the key is written last, after the entry. */
+#define IBP_SLAB_KEY_CLAIMED (-3)
 #define IBP_SLAB_STATE(e) ((e) >> 62)
 #define IBP_SLAB_CLASS(e) ((uint32_t)(((e) >> 54) & 0xFFu))
 #define IBP_SLAB_LEN(e) ((uint64_t)(((e) >> 30) & 0xFFFFFFu))
@@ -34,7 +37,7 @@
 /* The table of one cache. Pointers are device memory for the _cuda
  * functions and host memory for the twins. */
 typedef struct ibp_slab_table {
-	int64_t *keys;              /* cap ids: >= 0, or IBP_SLAB_KEY_EMPTY / _TOMB */
+	int64_t *keys;              /* cap ids: >= 0, or IBP_SLAB_KEY_EMPTY / _TOMB / _CLAIMED */
 	uint64_t *vals;             /* their entries */
 	uint64_t cap;               /* a power of two */
 	uint32_t *pin;              /* per slot (slab * spp + slot): readers decoding it */

@@ -16,6 +16,7 @@ emu_dim3 emu_block_dim, emu_grid_dim;
 int emu_defect;
 uint64_t emu_seed = 1;
 int emu_preempt_mean = 24; /* plain accesses between preemptions, on average */
+int emu_stall_rate;        /* 0: off; N: an atomic stalls its thread 1 time in N (emu.h) */
 uint64_t emu_stat_launches, emu_stat_fibers, emu_stat_switches;
 
 /* ------------------------------------------------------------------ rng */
@@ -110,16 +111,11 @@ static std::string sym(uintptr_t pc)
 	return out;
 }
 
+static std::string who_in(uint32_t launch, uint32_t gtid);
+
 static std::string who(uint32_t gtid)
 {
-	if (!gtid)
-		return "nobody";
-	unsigned bd = emu_block_dim.x * emu_block_dim.y * emu_block_dim.z;
-	unsigned b = (gtid - 1) / bd, t = (gtid - 1) % bd;
-	char s[128];
-	snprintf(s, sizeof(s), "block (%u,%u) thread %u (warp %u lane %u)", b % emu_grid_dim.x, b / emu_grid_dim.x, t,
-		 t / 32, t % 32);
-	return s;
+	return who_in(UINT32_MAX, gtid);
 }
 
 static std::string stack_of(const emu_fiber *f)
@@ -166,7 +162,25 @@ struct Region {
 static std::vector<Region *> regions; /* sorted by alo */
 static Region *last_region;
 static const size_t RZ = 64;
-static uint32_t launch_id;
+static uint32_t launch_id;  /* the running fiber's launch */
+static uint32_t launch_seq; /* the last launch id given out */
+/* The launches running together (emu_run_grids): ids batch_lo .. batch_lo
+ * + batch_n - 1; accesses of two of them are never ordered. */
+static uint32_t batch_lo, batch_n;
+struct Launch {
+	emu_job_base *job;
+	emu_dim3 grid, block;
+	size_t smem;
+	const char *name;
+	uint32_t id;
+	unsigned nblocks, next, max_res;
+	std::vector<emu_block *> res;
+};
+static std::vector<Launch *> batch;
+static inline bool concurrent(uint32_t id)
+{
+	return ((id - batch_lo) & 0x3fffffffu) < batch_n;
+}
 
 static Region *region_new(size_t n, unsigned skew, const std::string &name, int poison)
 {
@@ -295,6 +309,7 @@ struct CpaQ {
 	std::deque<std::vector<CpaCopy>> groups;
 };
 struct emu_block {
+	Launch *L; /* its launch */
 	emu_dim3 idx;
 	unsigned lin, n, live;
 	std::vector<emu_fiber> f;
@@ -379,7 +394,11 @@ static void wake(emu_fiber *f)
 
 static inline bool ordered(const Rec &r, const emu_fiber *f)
 {
-	if (!r.tid || (r.lf >> 2) != launch_id || r.tid == f->gtid)
+	if (!r.tid)
+		return true;
+	if ((r.lf >> 2) != launch_id) /* an earlier launch, unless one running beside this one */
+		return !concurrent(r.lf >> 2);
+	if (r.tid == f->gtid)
 		return true;
 	const unsigned bd = f->blk->n;
 	const uint32_t rt = r.tid - 1, ft = f->gtid - 1;
@@ -406,7 +425,8 @@ static const char *what(const Rec &r)
 		 (unsigned long)(a - g->lo), atomic ? "atomic" : write ? "write" : "read", n,
 		 who(emu_cur->gtid).c_str());
 	std::string m = s + sym(pc);
-	snprintf(s, sizeof(s), "  conflicts with the %s by %s (not ordered by a barrier)\n", what(o), who(o.tid).c_str());
+	snprintf(s, sizeof(s), "  conflicts with the %s by %s (not ordered by a barrier%s)\n", what(o),
+		 who_in(o.lf >> 2, o.tid).c_str(), (o.lf >> 2) != launch_id ? ": another launch running beside it" : "");
 	m += s + sym(o.pc);
 	fatal("race", m);
 }
@@ -583,11 +603,21 @@ static inline void access(const void *p, unsigned n, int fl, const void *pc)
 	check((uintptr_t)p, n, fl, (uintptr_t)pc);
 }
 
+/* Threads stalled at an atomic (emu_stall_rate): out of the runnable set
+ * until the scheduler has made `until` switches. */
+static std::vector<std::pair<uint64_t, emu_fiber *>> stalled;
+static uint64_t sched_steps;
+
 void emu_atomic_access(const void *p, unsigned size, const void *pc)
 {
 	if (!emu_cur)
 		return;
-	if (rng() & 1)
+	if (emu_stall_rate && rng() % (uint64_t)emu_stall_rate == 0) {
+		emu_fiber *f = emu_cur; /* descheduled for a long while, as a warp may be on a GPU */
+		run_del(f);
+		stalled.push_back({ sched_steps + 200 + rng() % 2000, f });
+		yield();
+	} else if (rng() & 1)
 		yield(); /* atomics are where interleavings matter most */
 	check((uintptr_t)p, size, A_ATOMIC, (uintptr_t)pc);
 }
@@ -819,13 +849,41 @@ void emu_cp_async_wait(int n, const void *site)
 
 /* -------------------------------------------------------------- launches */
 
+
 static emu_job_base *cur_job;
 static const char *cur_name;
+
+/* The globals a kernel and the checks read (gridDim, blockDim, the launch
+ * of the running fiber) for launch L. */
+static void enter(const Launch *L)
+{
+	emu_grid_dim = L->grid;
+	emu_block_dim = L->block;
+	launch_id = L->id;
+	cur_job = L->job;
+	cur_name = L->name;
+}
+
+static std::string who_in(uint32_t launch, uint32_t gtid)
+{
+	if (!gtid)
+		return "nobody";
+	emu_dim3 g = emu_grid_dim, bk = emu_block_dim;
+	const char *name = nullptr;
+	for (const Launch *L : batch)
+		if (L->id == launch && batch.size() > 1)
+			g = L->grid, bk = L->block, name = L->name;
+	unsigned bd = bk.x * bk.y * bk.z;
+	unsigned b = (gtid - 1) / bd, t = (gtid - 1) % bd;
+	char s[128];
+	snprintf(s, sizeof(s), "block (%u,%u) thread %u (warp %u lane %u)", b % g.x, b / g.x, t, t / 32, t % 32);
+	return name ? std::string(s) + " of " + name : std::string(s);
+}
 
 static void fiber_main()
 {
 	emu_fiber *f = emu_cur;
-	cur_job->run();
+	f->blk->L->job->run();
 	f = emu_cur;
 	if (f->cpa) {
 		CpaQ *q = (CpaQ *)f->cpa;
@@ -841,9 +899,12 @@ static void fiber_main()
 	abort(); /* never resumed */
 }
 
-static void block_start(emu_block *b, unsigned lin, size_t smem)
+static void block_start(emu_block *b, Launch *L, unsigned lin)
 {
+	enter(L);
+	const size_t smem = L->smem;
 	const unsigned bd = emu_block_dim.x * emu_block_dim.y * emu_block_dim.z;
+	b->L = L;
 	b->lin = lin;
 	b->idx = emu_dim3(lin % emu_grid_dim.x, lin / emu_grid_dim.x, 1);
 	b->n = bd;
@@ -898,70 +959,109 @@ static void block_end(emu_block *b)
 	b->f.clear();
 }
 
-[[noreturn]] static void deadlock(std::vector<emu_block *> &res)
+[[noreturn]] static void deadlock()
 {
-	std::string m = "no thread can run (a hang on the GPU) in " + std::string(cur_name) + "\n";
-	for (emu_block *b : res) {
-		unsigned exited = 0;
-		std::vector<std::pair<const void *, int>> seen;
-		for (auto &x : b->f) {
-			if (x.state == 2) {
-				exited++;
-				continue;
+	std::string m = "no thread can run (a hang on the GPU) in";
+	for (const Launch *L : batch)
+		m += std::string(" ") + L->name;
+	m += "\n";
+	for (const Launch *L : batch)
+		for (emu_block *b : L->res) {
+			enter(L);
+			unsigned exited = 0;
+			std::vector<std::pair<const void *, int>> seen;
+			for (auto &x : b->f) {
+				if (x.state == 2) {
+					exited++;
+					continue;
+				}
+				bool dup = false;
+				for (auto &s : seen)
+					dup |= s.first == x.wait_site && s.second == x.wait_kind;
+				if (dup || seen.size() > 4)
+					continue;
+				seen.push_back({ x.wait_site, x.wait_kind });
+				m += "  " + who(x.gtid) + " waits in " +
+				     (x.wait_kind >= 100 ? std::string("__syncthreads") : std::string(kind_name(x.wait_kind))) +
+				     " at\n" + sym((uintptr_t)x.wait_site);
 			}
-			bool dup = false;
-			for (auto &s : seen)
-				dup |= s.first == x.wait_site && s.second == x.wait_kind;
-			if (dup || seen.size() > 4)
-				continue;
-			seen.push_back({ x.wait_site, x.wait_kind });
-			m += "  " + who(x.gtid) + " waits in " +
-			     (x.wait_kind >= 100 ? std::string("__syncthreads") : std::string(kind_name(x.wait_kind))) +
-			     " at\n" + sym((uintptr_t)x.wait_site);
+			char s[100];
+			snprintf(s, sizeof(s), "  (block %u: %u of %u threads exited)\n", b->lin, exited, b->n);
+			m += s;
 		}
-		char s[100];
-		snprintf(s, sizeof(s), "  (block %u: %u of %u threads exited)\n", b->lin, exited, b->n);
-		m += s;
-	}
 	emu_cur = nullptr;
 	fatal("deadlock", m);
 }
 
-void emu_run_grid(emu_job_base *job, emu_dim3 grid, emu_dim3 block, size_t smem, const char *name)
+static void check_config(const emu_grid_spec &g)
+{
+	const unsigned bd = g.block.x * g.block.y * g.block.z;
+	if (bd == 0 || bd > 1024 || g.grid.x == 0 || g.grid.y == 0 || g.grid.z != 1 || g.grid.y > 65535) {
+		fprintf(stderr, "EMU ERROR (launch): invalid configuration grid (%u,%u,%u) block (%u,%u,%u) in %s\n",
+			g.grid.x, g.grid.y, g.grid.z, g.block.x, g.block.y, g.block.z, g.name);
+		_exit(3);
+	}
+	if (g.smem > 227 * 1024) {
+		fprintf(stderr, "EMU ERROR (launch): %zu bytes of dynamic shared memory exceed an H100's 227 KiB\n",
+			g.smem);
+		_exit(3);
+	}
+}
+
+void emu_run_grids(const emu_grid_spec *g, int n)
 {
 	if (emu_cur) {
 		fprintf(stderr, "emu: a launch from inside a kernel\n");
 		_exit(2);
 	}
-	const unsigned bd = block.x * block.y * block.z;
-	if (bd == 0 || bd > 1024 || grid.x == 0 || grid.y == 0 || grid.z != 1 || grid.y > 65535) {
-		fprintf(stderr, "EMU ERROR (launch): invalid configuration grid (%u,%u,%u) block (%u,%u,%u) in %s\n",
-			grid.x, grid.y, grid.z, block.x, block.y, block.z, name);
-		_exit(3);
+	if (n < 1)
+		return;
+	for (int i = 0; i < n; i++)
+		check_config(g[i]);
+	std::vector<Launch> ls((size_t)n);
+	batch.clear();
+	for (int i = 0; i < n; i++) {
+		Launch &L = ls[(size_t)i];
+		launch_seq = (launch_seq + 1) & 0x3fffffff;
+		launch_id = launch_seq;
+		emu_stat_launches++;
+		if (i == 0) {
+			rng_state = emu_seed * 0x9E3779B97F4A7C15ull + launch_id;
+			batch_lo = launch_id;
+		}
+		L.job = g[i].job, L.grid = g[i].grid, L.block = g[i].block, L.smem = g[i].smem, L.name = g[i].name;
+		L.id = launch_id;
+		L.nblocks = g[i].grid.x * g[i].grid.y;
+		L.next = 0;
+		L.max_res = 1 + (unsigned)(rng() % 3); /* 1..3 blocks of each resident at once */
+		batch.push_back(&L);
 	}
-	if (smem > 227 * 1024) {
-		fprintf(stderr, "EMU ERROR (launch): %zu bytes of dynamic shared memory exceed an H100's 227 KiB\n", smem);
-		_exit(3);
-	}
-	launch_id = (launch_id + 1) & 0x3fffffff;
-	emu_stat_launches++;
-	rng_state = emu_seed * 0x9E3779B97F4A7C15ull + launch_id;
-	emu_grid_dim = grid;
-	emu_block_dim = block;
-	cur_job = job;
-	cur_name = name;
-	const unsigned nblocks = grid.x * grid.y;
-	const unsigned max_res = 1 + (unsigned)(rng() % 3); /* 1..3 blocks resident at once */
-	std::vector<emu_block *> res;
-	unsigned next = 0;
-	while (next < nblocks && res.size() < max_res) {
-		res.push_back(new emu_block());
-		block_start(res.back(), next++, smem);
-	}
-	while (!res.empty()) {
+	batch_n = (uint32_t)n;
+	for (Launch &L : ls)
+		while (L.next < L.nblocks && L.res.size() < L.max_res) {
+			L.res.push_back(new emu_block());
+			block_start(L.res.back(), &L, L.next++);
+		}
+	for (;;) {
+		bool any = false;
+		for (Launch &L : ls)
+			any |= !L.res.empty();
+		if (!any)
+			break;
+		sched_steps++;
+		for (size_t i = 0; i < stalled.size();) /* stalls that are over, or all when nothing else can run */
+			if (stalled[i].first <= sched_steps || runnable.empty()) {
+				run_add(stalled[i].second);
+				stalled[i] = stalled.back();
+				stalled.pop_back();
+			} else {
+				i++;
+			}
 		if (runnable.empty())
-			deadlock(res);
+			deadlock();
 		emu_fiber *f = runnable[rng() % runnable.size()];
+		Launch *L = f->blk->L;
+		enter(L);
 		emu_cur = f;
 		emu_switch(&sched_sp, f->sp);
 		emu_cur = nullptr;
@@ -969,15 +1069,23 @@ void emu_run_grid(emu_job_base *job, emu_dim3 grid, emu_dim3 block, size_t smem,
 			emu_block *b = f->blk;
 			if (--b->live == 0) {
 				block_end(b);
-				if (next < nblocks) {
-					block_start(b, next++, smem);
+				if (L->next < L->nblocks) {
+					block_start(b, L, L->next++);
 				} else {
-					res.erase(std::find(res.begin(), res.end(), b));
+					L->res.erase(std::find(L->res.begin(), L->res.end(), b));
 					delete b;
 				}
 			}
 		}
 	}
+	batch.clear();
+	batch_n = 0;
+}
+
+void emu_run_grid(emu_job_base *job, emu_dim3 grid, emu_dim3 block, size_t smem, const char *name)
+{
+	const emu_grid_spec g = { job, grid, block, smem, name };
+	emu_run_grids(&g, 1);
 }
 
 /* ------------------------------------------------------ the TSan hooks */

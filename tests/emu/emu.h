@@ -262,6 +262,22 @@ struct emu_job_base {
 	virtual ~emu_job_base() {}
 };
 void emu_run_grid(emu_job_base *job, emu_dim3 grid, emu_dim3 block, size_t smem, const char *name);
+/* Several launches at once, as kernels on different streams may run: their
+ * blocks interleaved by the seeded scheduler (1-3 resident of each), and
+ * no access of one ordered with an access of another (only an atomic
+ * against an atomic is not a race). */
+struct emu_grid_spec {
+	emu_job_base *job;
+	emu_dim3 grid, block;
+	size_t smem;
+	const char *name;
+};
+void emu_run_grids(const emu_grid_spec *g, int n);
+/* 0 (default): atomics only yield at random. N > 0: an atomic stalls its
+ * thread 1 time in N, out of the schedule for 200-2200 switches (a warp
+ * descheduled for long on a GPU), which opens the windows between two
+ * atomics of one thread that protocols across launches must survive. */
+extern int emu_stall_rate;
 
 template <class K, class... A>
 struct emu_job_t : emu_job_base {

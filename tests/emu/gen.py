@@ -145,6 +145,25 @@ slab = open(src + 'slab_cache.cu').read()
 slab = defect(slab, 'atomicAdd(t.pin + ibp_slab_slot(&t, e), 1u); /* duplicates pin the same slot */',
               '{ if (emu_defect == 21) t.pin[ibp_slab_slot(&t, e)]++; else atomicAdd(t.pin + ibp_slab_slot(&t, e), 1u); }')
 
+# defect 26: the index read with plain loads (the protocol before launches on
+# other streams were considered: a race with their atomics)
+slab = defect(slab, 'int64_t k = (int64_t)ld_strong(t.keys + p);',
+              'int64_t k = emu_defect == 26 ? t.keys[p] : (int64_t)ld_strong(t.keys + p);')
+# defect 27: the probe takes an entry without reading its key again (an
+# erase and an insert of another id in between give it another row's entry)
+slab = defect(slab, 'if ((int64_t)ld_strong(t.keys + p) != id)',
+              'if (emu_defect != 27 && (int64_t)ld_strong(t.keys + p) != id)')
+# defect 28: the insert writes the key before the entry (a probe sees the key
+# with the position's previous entry)
+slab = defect(slab, '''			st_strong(t.vals + pos, (o.entry & ~(3ull << 62)) | (IBP_SLAB_READY << 62));
+			SLAB_FENCE(); /* the bytes and the entry before the key that names them */
+			st_strong(t.keys + pos, (uint64_t)o.key);''', '''			if (emu_defect == 28)
+				st_strong(t.keys + pos, (uint64_t)o.key);
+			st_strong(t.vals + pos, (o.entry & ~(3ull << 62)) | (IBP_SLAB_READY << 62));
+			SLAB_FENCE(); /* the bytes and the entry before the key that names them */
+			if (emu_defect != 28)
+				st_strong(t.keys + pos, (uint64_t)o.key);''')
+
 bag = open(src + 'ibp_bag.cu').read()
 # defect 24: no __syncwarp between the decode of a row into the warp's row
 # buffer (chunk j by lane j mod 32) and the lanes' reads of its elements

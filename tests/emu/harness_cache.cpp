@@ -7,7 +7,8 @@
  * length and codec byte, the erase counts, and after each round the index
  * (each live key once, with the same entry) and every resident slot's
  * bytes. Probes carry many duplicates, so pins of one slot come from many
- * threads at once. A small index makes chains long and wrap around.
+ * threads at once. A small index makes chains long and wrap around. Then
+ * erase, insert and probe launched at the same time (concurrent_case).
  * Usage: harness_cache [--seed S] [--quick] [--defect N] [--preempt M]
  * (run.sh builds and runs it; exit status 0 = all equal). */
 #include <algorithm>
@@ -210,6 +211,153 @@ static void run_case(uint64_t cap, uint64_t nslabs, int rounds)
 	CHECK(D.keys == nullptr && D.mem == nullptr, "table not cleared by free");
 }
 
+/* Launches running at the same time, as on three streams: an erase of some
+ * live keys, an insert of new keys (into positions those tombstones free,
+ * on a small index) and a probe of old, erased, new and absent ids, their
+ * blocks interleaved by the emulator (emu_run_grids; no access of one
+ * ordered with another's). A key live throughout is always found with its
+ * entry; an erased or inserted one is found with its own entry or missed,
+ * never with another row's; afterwards the index holds exactly the model's
+ * keys and no CLAIMED position is left. */
+static void concurrent_case(uint64_t cap, int rounds)
+{
+	const uint32_t nclasses = 2;
+	const uint32_t slot_bytes[nclasses] = { 64, 256 };
+	const uint64_t nslabs = 8, slab_bytes = 4096, spp = slab_bytes / slot_bytes[0], nslots = nslabs * spp;
+	ibp_slab_table_t D;
+	OK(ibpi_slab_table_alloc_cuda(&D, cap, nslots, nslabs * slab_bytes, slot_bytes, nclasses));
+	D.spp = spp;
+	D.slab_bytes = slab_bytes;
+	std::vector<std::vector<uint64_t>> freeslots(nslabs);
+	for (uint64_t s = 0; s < nslabs; s++)
+		for (uint64_t b = 0; b < slab_bytes / slot_bytes[s % nclasses]; b++)
+			freeslots[s].push_back(b);
+	std::map<int64_t, uint64_t> live;
+	int64_t next_key = 7;
+	const uint64_t maxn = 96;
+	int64_t *der = dev<int64_t>(maxn, "erased ids"), *dids = dev<int64_t>(maxn, "probed ids");
+	uint64_t *dent = dev<uint64_t>(maxn, "entries");
+	ibp_slab_insert_op_t *dops = dev<ibp_slab_insert_op_t>(maxn, "insert ops");
+	uint8_t *dsrc = dev<uint8_t>(maxn * 64, "source bytes");
+	unsigned long long *dcount = dev<unsigned long long>(2, "counters");
+	for (int round = 0; round < rounds; round++) {
+		std::vector<int64_t> er, stay;
+		for (auto &kv : live)
+			(rnd() % 3 == 0 && er.size() < maxn / 3 ? er : stay).push_back(kv.first);
+		std::vector<ibp_slab_insert_op_t> ops;
+		std::map<int64_t, uint64_t> born;
+		const uint64_t want = 1 + rnd() % (maxn / 3);
+		for (uint64_t i = 0; i < want && stay.size() + ops.size() < cap / 2; i++) {
+			uint64_t s = rnd() % nslabs;
+			if (freeslots[s].empty())
+				continue;
+			const uint64_t b = freeslots[s].back();
+			freeslots[s].pop_back();
+			const uint32_t cls = (uint32_t)(s % nclasses);
+			const uint64_t len = 1 + rnd() % 64, k = ops.size();
+			for (uint64_t x = 0; x < len; x++)
+				dsrc[k * 64 + x] = (uint8_t)rnd();
+			const uint64_t e = IBP_SLAB_ENTRY(IBP_SLAB_READY, cls, len, s, b);
+			int64_t key = next_key;
+			if (i < er.size()) /* most new keys start their chain where an erased key was: its tombstone is theirs */
+				while ((ibp_slab_hash(key) & (cap - 1)) != (ibp_slab_hash(er[i]) & (cap - 1)))
+					key++;
+			ops.push_back({ key, e, dsrc + k * 64, (uint32_t)(rnd() % 65536) });
+			born[key] = e;
+			next_key = key + 1 + (int64_t)(rnd() % 5);
+		}
+		std::vector<int64_t> ids;
+		const uint64_t n = 16 + rnd() % (maxn - 16);
+		for (uint64_t i = 0; i < n; i++) {
+			const uint64_t r = rnd() % 8;
+			if (r < 3 && !stay.empty())
+				ids.push_back(stay[rnd() % stay.size()]);
+			else if (r < 5 && !er.empty())
+				ids.push_back(er[rnd() % er.size()]);
+			else if (r < 7 && !ops.empty())
+				ids.push_back(ops[rnd() % ops.size()].key);
+			else
+				ids.push_back(next_key + 1000 + (int64_t)(rnd() % 50)); /* absent */
+		}
+		if (!er.empty())
+			memcpy(der, er.data(), er.size() * 8);
+		memcpy(dids, ids.data(), n * 8);
+		if (!ops.empty())
+			memcpy(dops, ops.data(), ops.size() * sizeof(ops[0]));
+		dcount[0] = dcount[1] = 0;
+		memset(dent, 0xEE, n * 8);
+		/* the launches the _cuda functions make, all three at once */
+		typedef void (*erase_k)(ibp_slab_table_t, const int64_t *, uint64_t, ull *);
+		typedef void (*insert_k)(ibp_slab_table_t, const ibp_slab_insert_op_t *, uint64_t, ull *);
+		typedef void (*probe_k)(ibp_slab_table_t, const int64_t *, uint64_t, uint64_t *, int);
+		emu_job_t<erase_k, ibp_slab_table_t, const int64_t *, uint64_t, ull *> je(
+			erase_kernel, D, der, (uint64_t)er.size(), (ull *)dcount);
+		emu_job_t<insert_k, ibp_slab_table_t, const ibp_slab_insert_op_t *, uint64_t, ull *> ji(
+			insert_kernel, D, dops, (uint64_t)ops.size(), (ull *)dcount + 1);
+		emu_job_t<probe_k, ibp_slab_table_t, const int64_t *, uint64_t, uint64_t *, int> jp(probe_kernel, D, dids, n,
+												dent, 0);
+		std::vector<emu_grid_spec> g;
+		/* warps, not the real launches' 256-thread blocks (the kernels loop over
+		 * their grid), so that the scheduler interleaves them densely */
+		if (!er.empty())
+			g.push_back({ &je, emu_dim3(1), emu_dim3(32), 0, "slab erase" });
+		if (!ops.empty())
+			g.push_back({ &ji, emu_dim3((unsigned)std::min<size_t>(ops.size(), 4)), emu_dim3(32), 0, "slab insert" });
+		g.push_back({ &jp, emu_dim3(2), emu_dim3(32), 0, "slab probe" });
+		emu_stall_rate = 4;
+		emu_run_grids(g.data(), (int)g.size());
+		emu_stall_rate = 0;
+		CHECK(dcount[0] == er.size(), "concurrent round %d: %llu of %zu keys erased", round, dcount[0], er.size());
+		CHECK(dcount[1] == 0, "concurrent round %d: the index was full", round);
+		for (uint64_t k = 0; k < n; k++) {
+			const int64_t id = ids[k];
+			const uint64_t e = dent[k];
+			const auto lv = live.find(id);
+			const auto bn = born.find(id);
+			const bool erased = std::find(er.begin(), er.end(), id) != er.end();
+			if (lv != live.end() && !erased)
+				CHECK(e == lv->second, "concurrent round %d: live id %lld probed %llx, not its entry %llx", round,
+				      (long long)id, (unsigned long long)e, (unsigned long long)lv->second);
+			else if (erased)
+				CHECK(e == 0 || e == lv->second, "concurrent round %d: erased id %lld probed %llx (another row's)",
+				      round, (long long)id, (unsigned long long)e);
+			else if (bn != born.end())
+				CHECK(e == 0 || e == bn->second, "concurrent round %d: inserted id %lld probed %llx (another row's)",
+				      round, (long long)id, (unsigned long long)e);
+			else
+				CHECK(e == 0, "concurrent round %d: absent id %lld probed %llx", round, (long long)id,
+				      (unsigned long long)e);
+		}
+		for (int64_t k : er) {
+			const uint64_t e = live[k];
+			freeslots[IBP_SLAB_SLAB(e)].push_back(IBP_SLAB_SLOT(e));
+			live.erase(k);
+		}
+		for (auto &kv : born)
+			live[kv.first] = kv.second;
+		std::map<int64_t, uint64_t> seen;
+		for (uint64_t p = 0; p < cap; p++) {
+			const int64_t k = D.keys[p];
+			CHECK(k >= 0 || k == IBP_SLAB_KEY_EMPTY || k == IBP_SLAB_KEY_TOMB, "concurrent round %d: key %lld left",
+			      round, (long long)k);
+			if (k >= 0)
+				seen[k] = D.vals[p];
+		}
+		CHECK(seen == live, "concurrent round %d: the index has %zu keys, the model %zu (or other entries)", round,
+		      seen.size(), live.size());
+		for (const auto &o : ops)
+			CHECK(!memcmp(ibp_slab_addr(&D, o.entry), o.src, IBP_SLAB_LEN(o.entry)),
+			      "concurrent round %d: slot bytes of %lld", round, (long long)o.key);
+	}
+	emu_dev_free(der);
+	emu_dev_free(dids);
+	emu_dev_free(dent);
+	emu_dev_free(dops);
+	emu_dev_free(dsrc);
+	emu_dev_free(dcount);
+	ibpi_slab_table_free_cuda(&D);
+}
+
 /* Argument errors, alike on both sides. */
 static void errors_case()
 {
@@ -240,6 +388,7 @@ int main(int argc, char **argv)
 	errors_case();
 	run_case(64, 4, quick ? 6 : 20);     /* a small index: long chains that wrap */
 	run_case(1024, 12, quick ? 6 : 30);  /* many slots, short chains */
+	concurrent_case(32, quick ? 40 : 300); /* three launches at once on a small index */
 	printf("cache: %s (%d failures, seed %llu)\n", failures ? "FAILED" : "ALL OK", failures, seed);
 	return failures != 0;
 }

@@ -112,15 +112,15 @@ exec 9>&- # the runs need no lock
 
 # expect_defect N BINARY "SUITE ARGS" NAME: defect N must make the emulator
 # report an error (EMU ERROR) in that suite; else rc=1.
-expect_defect() {
-	local d=$1 bin=$2 suite=$3 name=$4 st
+expect_defect() { # defect binary suite name [what the log must hold: EMU ERROR, or FAIL for a wrong result]
+	local d=$1 bin=$2 suite=$3 name=$4 want=${5:-EMU ERROR} st
 	set +e
 	# shellcheck disable=SC2086 # the suite's words
 	"$bin" $suite --quick --seed "$seed" --defect "$d" >"$bdir/defect$d.log" 2>&1
 	st=$?
 	set -e
-	if [[ $st -ne 0 ]] && grep -q "EMU ERROR" "$bdir/defect$d.log"; then
-		echo "defect $d ($name): reported: $(grep -m1 'EMU ERROR' "$bdir/defect$d.log")"
+	if [[ $st -ne 0 ]] && grep -q "$want" "$bdir/defect$d.log"; then
+		echo "defect $d ($name): reported: $(grep -m1 "$want" "$bdir/defect$d.log")"
 	else
 		echo "defect $d ($name): NOT REPORTED (exit $st; log $bdir/defect$d.log)"
 		rc=1
@@ -223,6 +223,9 @@ defects)
 	expect_defect 25 "$h" "fp8" "the bounded FP8 decode without its source-length check (host code of kernels/fp8.cu)"
 	expect_defect 16 "$bdir/harness_dq" "dynamiq" "no barrier between DynamiQ's group maxima and its scale"
 	expect_defect 21 "$bdir/harness_cache" "cache" "the slab cache's probe pins with a plain increment"
+	expect_defect 26 "$bdir/harness_cache" "cache" "the slab index read with plain loads beside other launches"
+	expect_defect 27 "$bdir/harness_cache" "cache" "the slab probe without its key re-check" FAIL
+	expect_defect 28 "$bdir/harness_cache" "cache" "the slab insert publishing its key before its entry" FAIL
 	expect_defect 24 "$bdir/harness_bag" "bag --data $repo/datasets/sample --tmp $bdir" \
 		"no __syncwarp between the bag kernel's row decode and its element reads"
 	exit $rc
