@@ -369,6 +369,8 @@ class KVOffloader:
         the newest; at most 2 (a failed try costs its encode). Without the
         older ones, blocks freed there were never reused: a cycle of free
         and store grew by a segment every pass."""
+        if len(self._segments) <= 1:  # the only one, or none (no stats to read)
+            return [0] if self._segments else []
         rooms = []
         for seg, pool in enumerate(self._segments):
             st = pool.stats()
@@ -398,15 +400,20 @@ class KVOffloader:
 
     # ---- per layer ---------------------------------------------------------
 
-    def _rows(self, kv, block_ids=None):
-        """[2, n, *block_shape] tensor -> (n * 2, block_elems) rows, block-major
-        (block i's K then V), as NumPy (bf16 as uint16 bit patterns)."""
+    def _check_cache(self, kv):
+        """Refuses a cache that is not a [2, num_blocks, *block_shape] tensor
+        of the offloader's dtype on its device."""
         want = "cuda" if self.device.type == "cuda" and not self._host_fallback else "cpu"
         if not isinstance(kv, torch.Tensor) or kv.dtype != self.dtype or kv.device.type != want:
             raise _errors.invalid("KVOffloader", "expected a %s %s tensor" % (want.upper(), self.dtype))
         if kv.dim() != 5 or kv.shape[0] != 2 or tuple(kv.shape[2:]) != self.block_shape:
             raise _errors.invalid("KVOffloader", "expected [2, num_blocks, %d, %d, %d], got %s"
                                   % (*self.block_shape, tuple(kv.shape)))
+
+    def _rows(self, kv, block_ids=None):
+        """[2, n, *block_shape] tensor -> (n * 2, block_elems) rows, block-major
+        (block i's K then V), as NumPy (bf16 as uint16 bit patterns)."""
+        self._check_cache(kv)
         if block_ids is not None:
             kv = kv[:, _block_ids(block_ids, kv.shape[1], "KVOffloader.store")]
         t = kv.transpose(0, 1).contiguous().reshape(-1, self.block_elems).cpu().resolve_neg()
@@ -677,7 +684,7 @@ class KVOffloader:
         ibp.CapacityError and stores nothing. layer outside [0, num_layers):
         ibp.OutOfRangeError."""
         layer = self._check("KVOffloader.store", layer)
-        self._rows(kv_cache[:, :0])  # checks the cache's dtype, device and shape
+        self._check_cache(kv_cache)
         ids = _block_ids(block_ids, kv_cache.shape[1], "KVOffloader.store")
         if self._kind[layer] is None:
             self.calibrate(layer, kv_cache[:, ids])
@@ -699,7 +706,7 @@ class KVOffloader:
         with self._lock:  # the layer's stream and the pools are shared between calls
             self._own_from, self._own_evicted = self._next, False
             try:
-                self._store_device(layer, kv_cache, ids.tolist(), register)
+                self._store_device(layer, kv_cache, ids, register)
                 if self._sync:
                     self._raise_finished(layer)
                 if (self._sigma[layer] and self._kind[layer] == "exp" and handles
@@ -719,15 +726,15 @@ class KVOffloader:
         """Decompresses the blocks `handles` into blocks `dst_block_ids` of
         `kv_cache` (bit-exact). Raises KeyError for an evicted or freed handle."""
         layer = self._check("KVOffloader.load", layer)
-        self._rows(kv_cache[:, :0])  # checks the cache's dtype and shape
+        self._check_cache(kv_cache)
         dst = _block_ids(dst_block_ids, kv_cache.shape[1], "KVOffloader.load")
-        if len(handles) != dst.numel():
+        if len(handles) != len(dst):
             raise _errors.invalid("KVOffloader.load", "%d handles for %d destination blocks"
-                                  % (len(handles), dst.numel()))
+                                  % (len(handles), len(dst)))
         with self._lock:
             metas, phs = self._entries_of(layer, handles)  # every handle checked first
             try:
-                self._load_device(layer, metas, phs, kv_cache, dst.tolist())
+                self._load_device(layer, metas, phs, kv_cache, dst)
                 if self._sync:
                     self._raise_finished(layer)
             finally:
@@ -821,9 +828,14 @@ def _restore_offloader(config, layers, blocks):
 
 
 def _block_ids(ids, n, func):
-    """Block ids as an int64 tensor, each in [0, n) (no negative wrap-around)."""
-    t = torch.as_tensor(ids, dtype=torch.int64).reshape(-1)
-    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= n):
+    """Block ids as a list of ints, each in [0, n) (no negative wrap-around).
+    A list of ints (what vLLM passes) is checked as it is: the tensor round
+    trip was most of a one-block call."""
+    if type(ids) is list and all(type(i) is int for i in ids):
+        out = ids
+    else:
+        out = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).tolist()
+    if out and (min(out) < 0 or max(out) >= n):
         raise _errors.invalid(func, "block ids must lie in [0, %d)" % n)
-    return t
+    return out
 
