@@ -359,10 +359,11 @@ static ibp_status_t encode_rows(ibp_kv_stream_t *s, uint64_t m)
 	return ibp_cuda_sync(s->stream);
 }
 
-/* EXP: encodes the n blocks of d_rows (2 rows each, one exponent block per
- * block) into d_pay: block b at h_eoff[b], h_esz[b] bytes (one sync on a
- * GPU). Bytes equal ibp_exp_encode's of the block's elements without a
- * checksum (in-memory blocks, as the device encoder writes them). */
+/* EXP on a GPU: encodes the n blocks of d_rows (2 rows each, one exponent
+ * block per block) into d_pay: block b at h_eoff[b], h_esz[b] bytes (one
+ * sync). Bytes equal ibp_exp_encode's of the block's elements without a
+ * checksum (in-memory blocks). The host stores EXP blocks through
+ * store_exp_batch_host instead. */
 static ibp_status_t encode_exp(ibp_kv_stream_t *s, uint64_t n)
 {
 	ibp_exp_opts_t o;
@@ -374,13 +375,6 @@ static ibp_status_t encode_exp(ibp_kv_stream_t *s, uint64_t n)
 	IBP_TRY(host_grow(s, &s->h_eoff, (n + 1) * 8));
 	IBP_TRY(host_grow(s, &s->h_esz, n * 8));
 	uint64_t *eoff = s->h_eoff.p, *esz = s->h_esz.p;
-	if (!s->on_device) {
-		IBP_TRY(ibp_exp_encode_batch(s->d_rows.p, s->dt, n * s->chunk, s->chunk, &o, s->d_pay.p, n * s->estride,
-					     eoff));
-		for (uint64_t b = 0; b < n; b++)
-			esz[b] = eoff[b + 1] - eoff[b];
-		return IBP_OK;
-	}
 	uint64_t ws = 0;
 	IBP_TRY(ibp_exp_cuda_encode_workspace(s->dt, n * s->chunk, s->chunk, &ws));
 	IBP_TRY(dev_grow(s, &s->d_ws, ws));

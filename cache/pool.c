@@ -246,24 +246,31 @@ ibp_status_t ibp_slab_pool_size(ibp_slab_pool_t *p, int64_t handle, uint64_t *le
 	return IBP_OK;
 }
 
-ibp_status_t ibp_slab_pool_remove(ibp_slab_pool_t *p, int64_t handle)
+/* Frees block `handle` under the pool's lock; 0 when there is none. */
+static int remove_locked(ibp_slab_pool_t *p, int64_t handle)
 {
-	if (!p)
-		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_remove: NULL pool");
 	ibp_cache_t *c = &p->c;
-	pthread_mutex_lock(&c->mu);
 	uint64_t pos = handle < 0 ? UINT64_MAX : ibpi_cache_ix_find(&c->ix, handle);
-	if (pos == UINT64_MAX) {
-		pthread_mutex_unlock(&c->mu);
-		return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "ibp_slab_pool_remove: no block %lld (evicted, removed or never "
-				"allocated)", (long long)handle);
-	}
+	if (pos == UINT64_MAX)
+		return 0;
 	uint64_t e = c->ix.vals[pos];
 	/* out of the index now; a pinned block's slot is freed at its last unpin */
 	ibpi_cache_drop_slot(c, ENT_SLAB(e) * c->spp + ENT_SLOT(e), 0);
 	p->frees++;
 	c->st.invalidations++;
-	pthread_mutex_unlock(&c->mu);
+	return 1;
+}
+
+ibp_status_t ibp_slab_pool_remove(ibp_slab_pool_t *p, int64_t handle)
+{
+	if (!p)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_remove: NULL pool");
+	pthread_mutex_lock(&p->c.mu);
+	const int found = remove_locked(p, handle);
+	pthread_mutex_unlock(&p->c.mu);
+	if (!found)
+		return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "ibp_slab_pool_remove: no block %lld (evicted, removed or never "
+				"allocated)", (long long)handle);
 	return IBP_OK;
 }
 
@@ -273,22 +280,15 @@ ibp_status_t ibp_slab_pool_remove_many(ibp_slab_pool_t *p, const int64_t *handle
 		*removed = 0;
 	if (!p || (n && !handles))
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_remove_many: NULL %s", p ? "handles" : "pool");
-	ibp_cache_t *c = &p->c;
 	uint64_t done = 0, missing = UINT64_MAX;
-	pthread_mutex_lock(&c->mu);
+	pthread_mutex_lock(&p->c.mu);
 	for (uint64_t k = 0; k < n; k++) {
-		uint64_t pos = handles[k] < 0 ? UINT64_MAX : ibpi_cache_ix_find(&c->ix, handles[k]);
-		if (pos == UINT64_MAX) {
+		if (remove_locked(p, handles[k]))
+			done++;
+		else
 			missing = missing == UINT64_MAX ? k : missing;
-			continue;
-		}
-		uint64_t e = c->ix.vals[pos];
-		ibpi_cache_drop_slot(c, ENT_SLAB(e) * c->spp + ENT_SLOT(e), 0);
-		done++;
 	}
-	p->frees += done;
-	c->st.invalidations += done;
-	pthread_mutex_unlock(&c->mu);
+	pthread_mutex_unlock(&p->c.mu);
 	if (removed)
 		*removed = done;
 	if (missing != UINT64_MAX)

@@ -850,18 +850,13 @@ void emu_cp_async_wait(int n, const void *site)
 /* -------------------------------------------------------------- launches */
 
 
-static emu_job_base *cur_job;
-static const char *cur_name;
-
 /* The globals a kernel and the checks read (gridDim, blockDim, the launch
- * of the running fiber) for launch L. */
+ * of the running fiber), set to launch L's. */
 static void enter(const Launch *L)
 {
 	emu_grid_dim = L->grid;
 	emu_block_dim = L->block;
 	launch_id = L->id;
-	cur_job = L->job;
-	cur_name = L->name;
 }
 
 static std::string who_in(uint32_t launch, uint32_t gtid)

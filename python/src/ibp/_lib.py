@@ -101,6 +101,7 @@ _FUNCS = {
     # exponent codec
     "ibp_exp_opts_default": (None, [P(ExpOpts)]),
     "ibp_exp_encode_bound": (_S, [c_int, c_u64, P(c_u64)]),
+    "ibp_exp_mean_square": (_S, [c_vp, c_int, c_u64, P(C.c_double)]),
     "ibp_exp_static_size": (_S, [c_int, c_u64, P(c_u64)]),
     "ibp_exp_raw_size": (_S, [c_int, c_u64, P(c_u64)]),
     "ibp_exp_encode": (_S, [c_vp, c_int, c_u64, P(ExpOpts), c_vp, c_u64, P(c_u64)]),
