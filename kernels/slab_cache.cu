@@ -27,11 +27,7 @@ extern "C" {
 #include "util/error.h"
 }
 
-#ifdef IBP_EMU
-#define SLAB_FENCE() ((void)0) /* the emulator has no reordering to fence */
-#else
-#define SLAB_FENCE() __threadfence()
-#endif
+#define SLAB_FENCE() __threadfence() /* the emulator's: release and acquire (tests/emu/emu.h) */
 
 namespace {
 
@@ -42,15 +38,16 @@ constexpr unsigned kMaxBlocks = 4096;
 
 /* Strong accesses to the index's words: volatile on the device (relaxed,
  * morally strong in the PTX memory model; the fences around them order
- * them), atomics in the emulator, which checks them as such. */
+ * them), atomic loads and stores in the emulator, which checks them as
+ * such and follows release (fence, store) and acquire (load, fence). */
 #ifdef IBP_EMU
 __device__ __forceinline__ uint64_t ld_strong(const void *p)
 {
-	return (uint64_t)atomicOr((ull *)p, 0ull);
+	return emu_ld_strong(p);
 }
 __device__ __forceinline__ void st_strong(void *p, uint64_t v)
 {
-	atomicExch((ull *)p, (ull)v);
+	emu_st_strong(p, v);
 }
 #else
 __device__ __forceinline__ uint64_t ld_strong(const void *p)

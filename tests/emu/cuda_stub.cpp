@@ -2,7 +2,8 @@
  * answered as one H100 (sm_90: 132 SMs, 227 KiB opt-in shared memory per
  * block) on the host emulator. Errors behave as the runtime's: a refused
  * launch sets the last error, which cudaGetLastError returns and clears
- * and cudaPeekAtLastError returns and keeps. */
+ * and cudaPeekAtLastError returns and keeps. Asynchronous work goes to the
+ * emulator's streams (emu.h): it runs later, in stream order. */
 #include "emu.h"
 #include <cuda_runtime.h>
 
@@ -39,6 +40,8 @@ const char *cudaGetErrorString(cudaError_t e)
 	case cudaErrorInvalidValue: return "invalid argument";
 	case cudaErrorNoDevice: return "no CUDA-capable device is detected";
 	case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+	case cudaErrorNotReady: return "device not ready";
+	case cudaErrorInvalidResourceHandle: return "invalid resource handle";
 	default: return "emulated CUDA error";
 	}
 }
@@ -50,6 +53,8 @@ const char *cudaGetErrorName(cudaError_t e)
 	case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
 	case cudaErrorNoDevice: return "cudaErrorNoDevice";
 	case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+	case cudaErrorNotReady: return "cudaErrorNotReady";
+	case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
 	default: return "cudaErrorUnknown";
 	}
 }
@@ -81,11 +86,16 @@ cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int dev)
 	return set(cudaErrorInvalidValue);
 }
 
-cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t)
+emu_stream *emu_stub_stream(cudaStream_t s)
+{
+	return s == cudaStreamLegacy || s == cudaStreamPerThread ? nullptr : (emu_stream *)s;
+}
+
+__attribute__((noinline)) cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
 	if (n && !p)
 		return set(cudaErrorInvalidValue);
-	memset(p, v, n);
+	emu_enqueue_memset(emu_stub_stream(s), p, v, n, __builtin_return_address(0));
 	return cudaSuccess;
 }
 
@@ -139,20 +149,30 @@ cudaError_t cudaMalloc(void **p, size_t n)
 
 cudaError_t cudaFree(void *p)
 {
-	emu_dev_free(p); /* the emulator has finished every launch: nothing is in flight */
+	if (!p)
+		return cudaSuccess;
+	if (!emu_is_device_memory(p))
+		return set(cudaErrorInvalidValue);
+	emu_device_sync(); /* cudaFree waits for the device's work */
+	emu_dev_free(p);
 	return cudaSuccess;
 }
 
-/* Stream-ordered allocations: immediate, as every launch has completed. */
+/* Stream-ordered allocation: the memory exists at once (a use before the
+ * stream reaches the allocation is not modelled). */
 cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t)
 {
 	*p = emu_dev_alloc(n, 0, "cudaMallocAsync");
 	return cudaSuccess;
 }
 
-cudaError_t cudaFreeAsync(void *p, cudaStream_t)
+__attribute__((noinline)) cudaError_t cudaFreeAsync(void *p, cudaStream_t s)
 {
-	emu_dev_free(p);
+	if (!p)
+		return cudaSuccess;
+	if (!emu_is_device_memory(p))
+		return set(cudaErrorInvalidValue);
+	emu_enqueue_free(emu_stub_stream(s), p, __builtin_return_address(0)); /* freed when the stream gets there */
 	return cudaSuccess;
 }
 
@@ -160,38 +180,168 @@ cudaError_t cudaFreeAsync(void *p, cudaStream_t)
  * between an asynchronous step and the copy that follows it. */
 void (*emu_stub_copy_hook)(void *dst, const void *src, size_t n, int kind);
 
-cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t)
+static cudaError_t copy(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st, const void *site)
 {
 	if (n && (!d || !s))
 		return set(cudaErrorInvalidValue);
 	if (emu_stub_copy_hook)
 		emu_stub_copy_hook(d, s, n, (int)k);
-	memmove(d, s, n);
+	emu_enqueue_copy(emu_stub_stream(st), d, s, n, site);
 	return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k)
+__attribute__((noinline)) cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
+						      cudaStream_t st)
 {
-	return cudaMemcpyAsync(d, s, n, k, nullptr);
+	return copy(d, s, n, k, st, __builtin_return_address(0));
 }
 
-cudaError_t cudaMemset(void *p, int v, size_t n)
+/* Synchronous: a copy on the legacy stream (after the blocking streams'
+ * work), and the host waits for it. */
+__attribute__((noinline)) cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k)
 {
-	return cudaMemsetAsync(p, v, n, nullptr);
+	cudaError_t e = copy(d, s, n, k, nullptr, __builtin_return_address(0));
+	if (e == cudaSuccess)
+		emu_stream_sync(nullptr);
+	return e;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t)
+/* Asynchronous with respect to the host, as the runtime documents. */
+__attribute__((noinline)) cudaError_t cudaMemset(void *p, int v, size_t n)
 {
+	if (n && !p)
+		return set(cudaErrorInvalidValue);
+	emu_enqueue_memset(nullptr, p, v, n, __builtin_return_address(0));
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+	emu_stream_sync(emu_stub_stream(s));
 	return cudaSuccess;
 }
 
 cudaError_t cudaDeviceSynchronize(void)
 {
 	emu_stub_device_syncs++;
+	emu_device_sync();
 	return cudaSuccess;
 }
 
-bool emu_is_device_memory(const void *p);
+cudaError_t cudaStreamCreate(cudaStream_t *s)
+{
+	return cudaStreamCreateWithFlags(s, cudaStreamDefault);
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
+{
+	if (!s || (flags & ~cudaStreamNonBlocking))
+		return set(cudaErrorInvalidValue);
+	*s = (cudaStream_t)emu_stream_new((flags & cudaStreamNonBlocking) != 0);
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+	if (!s || s == cudaStreamLegacy || s == cudaStreamPerThread)
+		return set(cudaErrorInvalidResourceHandle);
+	emu_stream_destroy((emu_stream *)s);
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+	return emu_stream_query(emu_stub_stream(s)) ? cudaSuccess : cudaErrorNotReady; /* not a sticky error */
+}
+
+__attribute__((noinline)) cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
+{
+	if (!e || flags)
+		return set(e ? cudaErrorInvalidValue : cudaErrorInvalidResourceHandle);
+	emu_stream_wait_event(emu_stub_stream(s), (emu_event *)e, __builtin_return_address(0));
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+	return cudaEventCreateWithFlags(e, cudaEventDefault);
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+	if (!e || (flags & ~cudaEventDisableTiming))
+		return set(cudaErrorInvalidValue);
+	*e = (cudaEvent_t)emu_event_new();
+	return cudaSuccess;
+}
+
+__attribute__((noinline)) cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+	if (!e)
+		return set(cudaErrorInvalidResourceHandle);
+	emu_event_record((emu_event *)e, emu_stub_stream(s), __builtin_return_address(0));
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+	if (!e)
+		return set(cudaErrorInvalidResourceHandle);
+	return emu_event_query((emu_event *)e) ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+	if (!e)
+		return set(cudaErrorInvalidResourceHandle);
+	emu_event_sync((emu_event *)e);
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+	if (!e)
+		return set(cudaErrorInvalidResourceHandle);
+	emu_event_destroy((emu_event *)e); /* the runtime defers it past the recorded work; so does its record */
+	return cudaSuccess;
+}
+
+/* Tests: cudaHostAlloc refuses after this many more calls (-1: never). */
+int emu_stub_host_alloc_fail_after = -1;
+
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags)
+{
+	if (!p || (flags & ~(cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined)))
+		return set(cudaErrorInvalidValue);
+	if (emu_stub_host_alloc_fail_after == 0) {
+		*p = nullptr;
+		return set(cudaErrorMemoryAllocation);
+	}
+	if (emu_stub_host_alloc_fail_after > 0)
+		emu_stub_host_alloc_fail_after--;
+	*p = emu_pinned_alloc(n ? n : 1, "pinned host memory (cudaHostAlloc)");
+	return *p ? cudaSuccess : set(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaMallocHost(void **p, size_t n)
+{
+	return cudaHostAlloc(p, n, cudaHostAllocDefault);
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+	if (!p)
+		return cudaSuccess;
+	return emu_pinned_free(p) ? cudaSuccess : set(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaHostGetDevicePointer(void **d, void *h, unsigned flags)
+{
+	if (!d || flags || !emu_is_pinned(h))
+		return set(cudaErrorInvalidValue);
+	*d = h; /* one address space, as with unified addressing */
+	return cudaSuccess;
+}
 
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
 {
@@ -199,6 +349,9 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
 	if (emu_is_device_memory(p)) {
 		a->type = cudaMemoryTypeDevice;
 		a->devicePointer = (void *)p;
+	} else if (emu_is_pinned(p)) {
+		a->type = cudaMemoryTypeHost;
+		a->devicePointer = a->hostPointer = (void *)p;
 	} else {
 		a->type = cudaMemoryTypeUnregistered; /* pageable host memory */
 	}

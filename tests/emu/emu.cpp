@@ -4,7 +4,10 @@
 #include "emu.h"
 
 #include <algorithm>
+#include <array>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -17,7 +20,7 @@ int emu_defect;
 uint64_t emu_seed = 1;
 int emu_preempt_mean = 24; /* plain accesses between preemptions, on average */
 int emu_stall_rate;        /* 0: off; N: an atomic stalls its thread 1 time in N (emu.h) */
-uint64_t emu_stat_launches, emu_stat_fibers, emu_stat_switches;
+uint64_t emu_stat_launches, emu_stat_fibers, emu_stat_switches, emu_stat_async_ops;
 
 /* ------------------------------------------------------------------ rng */
 
@@ -85,8 +88,15 @@ static uint8_t *stack_get()
 
 /* ------------------------------------------------------------- reports */
 
+/* Set once a report is being written: from then on no access is checked
+ * and no thread switched (library code shared with the instrumented
+ * harness, std::string's, would otherwise call the hooks, and another
+ * thread's error would interleave with this one). */
+static int reporting;
+
 static std::string sym(uintptr_t pc)
 {
+	reporting = 1;
 	if (!pc)
 		return "?";
 	char cmd[256];
@@ -113,9 +123,10 @@ static std::string sym(uintptr_t pc)
 
 static std::string who_in(uint32_t launch, uint32_t gtid);
 
+static uint32_t launch_id; /* the running fiber's launch */
 static std::string who(uint32_t gtid)
 {
-	return who_in(UINT32_MAX, gtid);
+	return who_in(launch_id, gtid);
 }
 
 static std::string stack_of(const emu_fiber *f)
@@ -158,15 +169,96 @@ struct Region {
 	size_t map_bytes; /* sparse (mmap) regions: bounds only, no shadow */
 	int shared;       /* shared memory (a __shared__ variable or a block's dynamic shared memory) */
 	int watch;        /* host memory whose reads are logged (emu_host_watch) */
+	int pinned;       /* pinned host memory (emu_pinned_alloc) */
+	size_t shadow_map; /* cells and pend mapped (large regions): their sizes in bytes, else 0 */
+	uint32_t freed_by; /* the stream-ordered free that ended it (launch id), 0: live */
 };
 static std::vector<Region *> regions; /* sorted by alo */
 static Region *last_region;
 static const size_t RZ = 64;
-static uint32_t launch_id;  /* the running fiber's launch */
 static uint32_t launch_seq; /* the last launch id given out */
-/* The launches running together (emu_run_grids): ids batch_lo .. batch_lo
- * + batch_n - 1; accesses of two of them are never ordered. */
-static uint32_t batch_lo, batch_n;
+
+/* ---- what happened before what, across launches, copies and the host ----
+ * Every launch, copy, memset and stream-ordered free has a launch id and a
+ * place (stream, seq) in a stream; work of the host's own launches
+ * (emu_run_grids) shares stream S_DIRECT, one seq per call, so that the
+ * launches of one call are not ordered with each other. A Know is what an
+ * actor knows to have happened before it: per stream, how many of its
+ * operations (vc); per warp of a running launch, the lanes' clocks it
+ * acquired; per block, the barrier generation. */
+static const uint32_t TID_HOST = 0xffffffffu, TID_OP = 0xfffffffeu; /* Rec.tid of the host, of a copy */
+static const uint32_t S_DIRECT = 1, S_LEGACY = 2;                    /* created streams count from 3 */
+struct Know {
+	std::vector<uint32_t> vc;
+	std::map<uint64_t, std::array<uint32_t, 32>> warps; /* launch << 32 | warp of the launch */
+	std::map<uint64_t, uint32_t> blocks;                /* launch << 32 | block */
+	uint32_t at(uint32_t s) const { return s < vc.size() ? vc[s] : 0; }
+	void set(uint32_t s, uint32_t q)
+	{
+		if (s >= vc.size())
+			vc.resize(s + 1, 0);
+		if (vc[s] < q)
+			vc[s] = q;
+	}
+	void merge(const Know &o)
+	{
+		for (uint32_t s = 0; s < o.vc.size(); s++)
+			set(s, o.vc[s]);
+		for (const auto &w : o.warps) {
+			auto it = warps.find(w.first);
+			if (it == warps.end())
+				warps.insert(w);
+			else
+				for (int l = 0; l < 32; l++)
+					it->second[l] = std::max(it->second[l], w.second[l]);
+		}
+		for (const auto &b : o.blocks) {
+			auto it = blocks.find(b.first);
+			if (it == blocks.end())
+				blocks.insert(b);
+			else
+				it->second = std::max(it->second, b.second);
+		}
+	}
+	bool fine() const { return !warps.empty() || !blocks.empty(); }
+	bool empty() const { return vc.empty() && !fine(); }
+	void prune(); /* drops the entries of launches the vector clock covers */
+};
+struct Actor { /* a launch id's work */
+	uint32_t stream = 0, seq = 0;
+	uint64_t epoch = 0; /* host_epoch when it was issued */
+	emu_dim3 grid, block;
+	unsigned bd = 1, wpb = 1;
+	const char *name = "";
+	const void *site = nullptr; /* where the host issued it */
+	const void *kernel = nullptr; /* a launch's kernel (its name in reports) */
+	std::shared_ptr<Know> start, exit;
+};
+static std::vector<Actor> actors(1); /* by launch id; [0]: the host */
+void Know::prune()
+{
+	for (auto it = warps.begin(); it != warps.end();) {
+		const Actor &a = actors[it->first >> 32];
+		it = at(a.stream) >= a.seq ? warps.erase(it) : std::next(it);
+	}
+	for (auto it = blocks.begin(); it != blocks.end();) {
+		const Actor &a = actors[it->first >> 32];
+		it = at(a.stream) >= a.seq ? blocks.erase(it) : std::next(it);
+	}
+}
+static Know host_know;       /* what the host's waits told it */
+static uint64_t host_epoch;  /* operations the host has issued */
+static int host_pending;     /* issued work the host does not know to be done */
+enum { ACT_HOST, ACT_FIBER, ACT_OP };
+static int act = ACT_HOST;   /* who accesses memory now */
+static uint32_t act_launch;  /* ACT_OP: the copy's launch id */
+struct FiberSync {
+	Know acq, pend; /* acquired; read by atomics since the last fence */
+	bool has_pend = false;
+	std::shared_ptr<Know> rel; /* what its next atomic store publishes (the last fence's snapshot) */
+};
+static std::unordered_map<uintptr_t, std::shared_ptr<Know>> syncvars; /* address -> its last publication */
+
 struct Launch {
 	emu_job_base *job;
 	emu_dim3 grid, block;
@@ -175,12 +267,11 @@ struct Launch {
 	uint32_t id;
 	unsigned nblocks, next, max_res;
 	std::vector<emu_block *> res;
+	Know acq;      /* what its finished threads acquired */
+	int owned;     /* job deleted at the end (stream launches) */
+	void *op;      /* the stream operation it runs, or null */
 };
-static std::vector<Launch *> batch;
-static inline bool concurrent(uint32_t id)
-{
-	return ((id - batch_lo) & 0x3fffffffu) < batch_n;
-}
+static std::vector<Launch *> running; /* launches with blocks left, on any stream */
 
 static Region *region_new(size_t n, unsigned skew, const std::string &name, int poison)
 {
@@ -212,8 +303,16 @@ static void region_free(Region *r)
 	regions.erase(std::find(regions.begin(), regions.end(), r));
 	if (last_region == r)
 		last_region = nullptr;
-	free(r->cells);
-	free(r->pend);
+	if (r->shadow_map) {
+		munmap(r->cells, r->shadow_map);
+		munmap(r->pend, (r->hi - r->lo + 4095) / 4096 * 4096);
+	} else {
+		free(r->cells);
+		free(r->pend);
+	}
+	if (!syncvars.empty())
+		for (auto it = syncvars.begin(); it != syncvars.end();)
+			it = it->first >= r->alo && it->first < r->ahi ? syncvars.erase(it) : std::next(it);
 	if (r->map_bytes)
 		munmap(r->mem, r->map_bytes);
 	else
@@ -271,13 +370,15 @@ void *emu_dev_alloc_sparse(size_t n, const char *name)
 bool emu_is_device_memory(const void *p)
 {
 	Region *r = region_at((uintptr_t)p);
-	return r && (uintptr_t)p >= r->lo && (uintptr_t)p < r->hi;
+	return r && !r->pinned && !r->shared && (uintptr_t)p >= r->lo && (uintptr_t)p < r->hi;
 }
 
 void emu_dev_free(void *p)
 {
 	if (!p)
 		return;
+	if (host_pending)
+		emu_device_sync(); /* as cudaFree: the device's work first */
 	Region *r = region_at((uintptr_t)p);
 	if (!r || r->lo != (uintptr_t)p) {
 		fprintf(stderr, "emu_dev_free: %p was not allocated by emu_dev_alloc\n", p);
@@ -392,24 +493,54 @@ static void wake(emu_fiber *f)
 
 /* ---------------------------------------------------------- the checker */
 
-static inline bool ordered(const Rec &r, const emu_fiber *f)
+enum { A_WRITE = 1, A_ATOMIC = 2, A_ASYNC_ISSUE = 4, A_ASYNC_DONE = 8 };
+
+/* Does Know k order the access r before its holder? */
+static bool knows(const Know &k, const Rec &r)
+{
+	const uint32_t L = r.lf >> 2;
+	const Actor &a = actors[L];
+	if (k.at(a.stream) >= a.seq)
+		return true;
+	if (r.tid >= TID_OP || !k.fine())
+		return false;
+	const uint32_t t = r.tid - 1, b = t / a.bd, w = b * a.wpb + (t % a.bd) / 32;
+	auto bi = k.blocks.find((uint64_t)L << 32 | b);
+	if (bi != k.blocks.end() && bi->second > r.bgen)
+		return true;
+	auto wi = k.warps.find((uint64_t)L << 32 | w);
+	return wi != k.warps.end() && wi->second[(t % a.bd) % 32] >= r.clk;
+}
+
+/* Is the earlier access r ordered before the access being checked (by the
+ * running thread, the running copy, or the host)? */
+static inline bool ordered(const Rec &r)
 {
 	if (!r.tid)
 		return true;
-	if ((r.lf >> 2) != launch_id) /* an earlier launch, unless one running beside this one */
-		return !concurrent(r.lf >> 2);
-	if (r.tid == f->gtid)
+	if (r.tid == TID_HOST) /* clk: the host's epoch at the access */
+		return act == ACT_HOST || r.clk < actors[act == ACT_OP ? act_launch : launch_id].epoch;
+	if (act == ACT_HOST)
+		return knows(host_know, r);
+	if (act == ACT_OP)
+		return (r.lf >> 2) == act_launch || knows(*actors[act_launch].start, r);
+	const emu_fiber *f = emu_cur;
+	if ((r.lf >> 2) == launch_id && r.tid != TID_OP) {
+		if (r.tid == f->gtid)
+			return true;
+		const unsigned bd = f->blk->n;
+		const uint32_t rt = r.tid - 1, ft = f->gtid - 1;
+		if (rt / bd == ft / bd) {
+			if (f->blk->bgen > r.bgen)
+				return true;
+			const unsigned rl = rt % bd;
+			if (rl / 32 == f->tid / 32 && f->wvc[rl % 32] >= r.clk)
+				return true;
+		}
+	} else if (knows(*actors[launch_id].start, r)) {
 		return true;
-	const unsigned bd = f->blk->n;
-	const uint32_t rt = r.tid - 1, ft = f->gtid - 1;
-	if (rt / bd != ft / bd)
-		return false;
-	if (f->blk->bgen > r.bgen)
-		return true;
-	const unsigned rl = rt % bd;
-	if (rl / 32 != f->tid / 32)
-		return false;
-	return f->wvc[rl % 32] >= r.clk;
+	}
+	return f->sync && knows(((const FiberSync *)f->sync)->acq, r);
 }
 
 static const char *what(const Rec &r)
@@ -417,21 +548,45 @@ static const char *what(const Rec &r)
 	return (r.lf & 1) ? "atomic" : (r.lf & 2) ? "write" : "read";
 }
 
+static std::string who_me()
+{
+	if (act == ACT_FIBER && emu_cur)
+		return who_in(launch_id, emu_cur->gtid);
+	return who_in(act == ACT_OP ? act_launch : 0, act == ACT_OP ? TID_OP : TID_HOST);
+}
+
 [[noreturn]] static void race(const Region *g, uintptr_t a, unsigned n, int write, int atomic, uintptr_t pc,
 			      const Rec &o)
 {
-	char s[512];
+	char s[768];
 	snprintf(s, sizeof(s), "data race on %s+%lu\n  %s of %u bytes by %s\n", g->name.c_str(),
-		 (unsigned long)(a - g->lo), atomic ? "atomic" : write ? "write" : "read", n,
-		 who(emu_cur->gtid).c_str());
+		 (unsigned long)(a - g->lo), atomic ? "atomic" : write ? "write" : "read", n, who_me().c_str());
 	std::string m = s + sym(pc);
-	snprintf(s, sizeof(s), "  conflicts with the %s by %s (not ordered by a barrier%s)\n", what(o),
-		 who_in(o.lf >> 2, o.tid).c_str(), (o.lf >> 2) != launch_id ? ": another launch running beside it" : "");
+	const uint32_t ol = o.lf >> 2;
+	const bool other = o.tid == TID_HOST || act != ACT_FIBER || ol != launch_id || o.tid == TID_OP;
+	snprintf(s, sizeof(s), "  conflicts with the %s by %s (%s)\n", what(o), who_in(ol, o.tid).c_str(),
+		 !other ? "not ordered by a barrier"
+			: o.tid == TID_HOST || act == ACT_HOST
+				  ? "not ordered by a wait of the host: a stream or event synchronization, or a "
+				    "blocking call"
+				  : "not ordered by stream order, an event, or a release/acquire: work running beside it");
 	m += s + sym(o.pc);
 	fatal("race", m);
 }
 
-enum { A_WRITE = 1, A_ATOMIC = 2, A_ASYNC_ISSUE = 4, A_ASYNC_DONE = 8 };
+[[noreturn]] static void use_after_free(const Region *g, uintptr_t a, unsigned n, int fl, uintptr_t pc)
+{
+	char s[600];
+	snprintf(s, sizeof(s), "%s of %u bytes at %s+%lu by %s after %s freed it\n", (fl & A_WRITE) ? "write" : "read",
+		 n, g->name.c_str(), (unsigned long)(a - g->lo), who_me().c_str(), who_in(g->freed_by, TID_OP).c_str());
+	fatal("use after free", s + sym(pc) + "  freed by the operation issued at\n" +
+					   sym((uintptr_t)actors[g->freed_by].site));
+}
+
+static void shadow(Region *g);
+void emu_device_sync();
+static void cells(Region *g, uintptr_t a, unsigned n, int fl, uintptr_t pc, const Rec &me);
+
 
 /* ------------------------------------- row fetches, host-memory accounting */
 
@@ -517,6 +672,7 @@ void emu_host_watch(const void *p, int on)
 
 std::vector<emu_host_read> emu_host_take(std::vector<emu_fetch_info> *fetches)
 {
+	emu_device_sync(); /* the reads of the work issued so far */
 	std::vector<emu_host_read> v;
 	v.swap(host_log);
 	if (fetches)
@@ -547,11 +703,9 @@ static void check(uintptr_t a, unsigned n, int fl, uintptr_t pc)
 		host_read(f, g, a, n, pc);
 	if (g->map_bytes)
 		return; /* sparse: bounds only */
-	const size_t N = g->hi - g->lo;
-	if (!g->cells) {
-		g->cells = (Cell *)calloc(N ? N : 1, sizeof(Cell));
-		g->pend = (uint8_t *)calloc(N ? N : 1, 1);
-	}
+	if (g->freed_by)
+		use_after_free(g, a, n, fl, pc);
+	shadow(g);
 	const int write = (fl & (A_WRITE | A_ATOMIC)) != 0, atomic = (fl & A_ATOMIC) != 0;
 	Rec me;
 	me.tid = f->gtid;
@@ -559,6 +713,38 @@ static void check(uintptr_t a, unsigned n, int fl, uintptr_t pc)
 	me.clk = f->wvc[f->tid % 32];
 	me.pc = (uint32_t)pc;
 	me.lf = launch_id << 2 | (write ? 2u : 0u) | (atomic ? 1u : 0u);
+	cells(g, a, n, fl, pc, me);
+}
+
+/* The shadow of a region, made at its first checked access (large regions:
+ * mapped, so that untouched pages cost nothing). */
+static void shadow(Region *g)
+{
+	if (g->cells)
+		return;
+	const size_t N = g->hi - g->lo ? g->hi - g->lo : 1;
+	if (N >= (1u << 20)) {
+		const size_t cb = (N * sizeof(Cell) + 4095) / 4096 * 4096, pb = (N + 4095) / 4096 * 4096;
+		void *c = mmap(nullptr, cb, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		void *q = mmap(nullptr, pb, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (c == MAP_FAILED || q == MAP_FAILED) {
+			fprintf(stderr, "emu: cannot map the shadow of %s (%zu bytes)\n", g->name.c_str(), N);
+			_exit(2);
+		}
+		g->cells = (Cell *)c;
+		g->pend = (uint8_t *)q;
+		g->shadow_map = cb;
+	} else {
+		g->cells = (Cell *)calloc(N, sizeof(Cell));
+		g->pend = (uint8_t *)calloc(N, 1);
+	}
+}
+
+/* Checks the access `me` of [a, a + n) against the region's shadow and
+ * records it. */
+static void cells(Region *g, uintptr_t a, unsigned n, int fl, uintptr_t pc, const Rec &me)
+{
+	const int write = (fl & (A_WRITE | A_ATOMIC)) != 0, atomic = (fl & A_ATOMIC) != 0;
 	for (unsigned i = 0; i < n; i++) {
 		const size_t k = a - g->lo + i;
 		Cell &c = g->cells[k];
@@ -567,19 +753,19 @@ static void check(uintptr_t a, unsigned n, int fl, uintptr_t pc)
 			snprintf(s, sizeof(s),
 				 "%s of %s+%zu by %s while a cp.async into it is still in flight (no cp.async.wait_group "
 				 "completed its group, or no barrier after it)\n",
-				 write ? "write" : "read", g->name.c_str(), k, who(f->gtid).c_str());
+				 write ? "write" : "read", g->name.c_str(), k, who_me().c_str());
 			fatal("cp.async", s + sym(pc));
 		}
-		if (!(atomic && (c.w.lf & 1)) && !ordered(c.w, f))
+		if (!(atomic && (c.w.lf & 1)) && !ordered(c.w))
 			race(g, a + i, n, write, atomic, pc, c.w);
 		if (write) {
-			if (!(atomic && (c.r1.lf & 1)) && !ordered(c.r1, f))
+			if (!(atomic && (c.r1.lf & 1)) && !ordered(c.r1))
 				race(g, a + i, n, write, atomic, pc, c.r1);
-			if (!(atomic && (c.r2.lf & 1)) && !ordered(c.r2, f))
+			if (!(atomic && (c.r2.lf & 1)) && !ordered(c.r2))
 				race(g, a + i, n, write, atomic, pc, c.r2);
 			c.w = me;
 			c.r1.tid = c.r2.tid = 0;
-		} else if (!c.r1.tid || c.r1.tid == me.tid || ordered(c.r1, f)) {
+		} else if (!c.r1.tid || (c.r1.tid == me.tid && c.r1.lf >> 2 == me.lf >> 2) || ordered(c.r1)) {
 			c.r1 = me;
 		} else {
 			c.r2 = me; /* two concurrent readers are remembered, more are not */
@@ -591,11 +777,55 @@ static void check(uintptr_t a, unsigned n, int fl, uintptr_t pc)
 	}
 }
 
+/* An access of the host or of a copy (act says which) to region memory:
+ * checked and recorded like a thread's. The host's accesses matter only
+ * while work it issued may still run (host_pending). */
+static void other_access(uintptr_t a, size_t n, int fl, uintptr_t pc)
+{
+	Region *g = region_at(a);
+	if (!g)
+		g = n ? region_at(a + n - 1) : nullptr;
+	if (!g || g->shared || g->map_bytes)
+		return;
+	if (a < g->lo || a + n > g->hi) {
+		if (act == ACT_HOST)
+			return; /* the host's own business (a redzone is host memory to it) */
+		char s[300];
+		snprintf(s, sizeof(s), "%s of %zu bytes at %s%+ld (the region has %lu bytes) by %s\n",
+			 (fl & A_WRITE) ? "write" : "read", n, g->name.c_str(), (long)(a - g->lo),
+			 (unsigned long)(g->hi - g->lo), who_me().c_str());
+		fatal("out of bounds", s + sym(pc));
+	}
+	if (g->freed_by)
+		use_after_free(g, a, (unsigned)n, fl, pc);
+	if (act == ACT_HOST && !g->pinned) {
+		/* Host code cannot touch device memory on a GPU; a test that reads
+		 * or writes it directly stands for a blocking copy: the device
+		 * finishes its work first. */
+		emu_device_sync();
+		return;
+	}
+	shadow(g);
+	Rec me;
+	me.tid = act == ACT_HOST ? TID_HOST : TID_OP;
+	me.bgen = 0;
+	me.clk = act == ACT_HOST ? (uint32_t)host_epoch : 0;
+	me.pc = (uint32_t)pc;
+	me.lf = (act == ACT_HOST ? 0u : act_launch) << 2 | ((fl & A_WRITE) ? 2u : 0u);
+	for (size_t off = 0; off < n; off += 1u << 30) /* cells() counts in unsigned */
+		cells(g, a + off, (unsigned)std::min<size_t>(n - off, 1u << 30), fl & A_WRITE, pc, me);
+}
+
 static inline void access(const void *p, unsigned n, int fl, const void *pc)
 {
 	emu_fiber *f = emu_cur;
-	if (!f)
+	if (reporting)
 		return;
+	if (!f) {
+		if (host_pending)
+			other_access((uintptr_t)p, n, fl, (uintptr_t)pc);
+		return;
+	}
 	if (--f->budget <= 0) {
 		f->budget = 1 + (int64_t)(rng() % (2 * (uint64_t)emu_preempt_mean));
 		yield();
@@ -608,10 +838,54 @@ static inline void access(const void *p, unsigned n, int fl, const void *pc)
 static std::vector<std::pair<uint64_t, emu_fiber *>> stalled;
 static uint64_t sched_steps;
 
-void emu_atomic_access(const void *p, unsigned size, const void *pc)
+static FiberSync &fsync(emu_fiber *f)
 {
-	if (!emu_cur)
+	if (!f->sync)
+		f->sync = new FiberSync();
+	return *(FiberSync *)f->sync;
+}
+
+/* What thread f knows now: its launch's start, what it acquired, its warp's
+ * lanes up to their clocks in f's view, its block up to its last barrier. */
+static std::shared_ptr<Know> snapshot(emu_fiber *f)
+{
+	auto k = std::make_shared<Know>(*actors[launch_id].start);
+	if (f->sync)
+		k->merge(((FiberSync *)f->sync)->acq);
+	const uint64_t L = launch_id;
+	const unsigned wpb = (f->blk->n + 31) / 32;
+	std::array<uint32_t, 32> w;
+	memcpy(w.data(), f->wvc, sizeof(f->wvc));
+	Know me;
+	me.warps[L << 32 | (f->blk->lin * wpb + f->tid / 32)] = w;
+	me.blocks[L << 32 | f->blk->lin] = f->blk->bgen;
+	k->merge(me);
+	return k;
+}
+
+void emu_fence()
+{
+	emu_fiber *f = emu_cur;
+	if (!f)
 		return;
+	FiberSync &s = fsync(f);
+	if (s.has_pend) { /* the atomics read before the fence acquire */
+		s.acq.merge(s.pend);
+		s.pend = Know();
+		s.has_pend = false;
+	}
+	s.rel = snapshot(f); /* the atomics written after it publish */
+}
+
+void emu_atomic_access(const void *p, unsigned size, const void *pc, int kind)
+{
+	if (reporting)
+		return;
+	if (!emu_cur) {
+		if (host_pending)
+			other_access((uintptr_t)p, size, A_WRITE, (uintptr_t)pc);
+		return;
+	}
 	if (emu_stall_rate && rng() % (uint64_t)emu_stall_rate == 0) {
 		emu_fiber *f = emu_cur; /* descheduled for a long while, as a warp may be on a GPU */
 		run_del(f);
@@ -620,6 +894,28 @@ void emu_atomic_access(const void *p, unsigned size, const void *pc)
 	} else if (rng() & 1)
 		yield(); /* atomics are where interleavings matter most */
 	check((uintptr_t)p, size, A_ATOMIC, (uintptr_t)pc);
+	emu_fiber *f = emu_cur;
+	FiberSync *fs = (FiberSync *)f->sync;
+	auto it = syncvars.find((uintptr_t)p);
+	if (kind != EMU_AT_STORE && it != syncvars.end()) { /* acquired at the next fence */
+		FiberSync &s = fsync(f);
+		s.pend.merge(*it->second);
+		s.has_pend = true;
+	}
+	if (kind == EMU_AT_STORE) { /* a new publication, or none */
+		if (fs && fs->rel)
+			syncvars[(uintptr_t)p] = fs->rel;
+		else if (it != syncvars.end())
+			syncvars.erase(it);
+	} else if (kind == EMU_AT_RMW && fs && fs->rel) { /* continues the publication there */
+		if (it == syncvars.end()) {
+			syncvars[(uintptr_t)p] = fs->rel;
+		} else {
+			auto k = std::make_shared<Know>(*it->second);
+			k->merge(*fs->rel);
+			it->second = k;
+		}
+	}
 }
 
 /* ------------------------------------------------- barriers, collectives */
@@ -655,6 +951,18 @@ static void complete(emu_block *b, Coll &c)
 		c.who[l]->result = r;
 	}
 	if (c.kind == EMU_SYNCWARP) {
+		bool acq = false; /* what any of them acquired, all of them know */
+		for (unsigned l = 0; l < 32; l++)
+			acq |= ((c.mask >> l) & 1) && c.who[l]->sync && !((FiberSync *)c.who[l]->sync)->acq.empty();
+		if (acq) {
+			Know u;
+			for (unsigned l = 0; l < 32; l++)
+				if (((c.mask >> l) & 1) && c.who[l]->sync)
+					u.merge(((FiberSync *)c.who[l]->sync)->acq);
+			for (unsigned l = 0; l < 32; l++)
+				if ((c.mask >> l) & 1)
+					fsync(c.who[l]).acq = u;
+		}
 		uint32_t v[32] = { 0 };
 		for (unsigned l = 0; l < 32; l++)
 			if ((c.mask >> l) & 1)
@@ -755,6 +1063,18 @@ int emu_block_op(int kind, int pred, const void *site)
 		b->bar_acc += pred != 0;
 	if (++b->bar_arrived == b->n) {
 		b->bgen++;
+		bool acq = false; /* what any thread of the block acquired, all of them know */
+		for (auto &x : b->f)
+			acq |= x.sync && !((FiberSync *)x.sync)->acq.empty();
+		if (acq) {
+			Know u;
+			for (auto &x : b->f)
+				if (x.sync)
+					u.merge(((FiberSync *)x.sync)->acq);
+			for (auto &x : b->f)
+				if (x.state != 2)
+					fsync(&x).acq = u;
+		}
 		for (emu_fiber *x : b->bar_wait) {
 			x->result = b->bar_acc;
 			wake(x);
@@ -849,7 +1169,6 @@ void emu_cp_async_wait(int n, const void *site)
 
 /* -------------------------------------------------------------- launches */
 
-
 /* The globals a kernel and the checks read (gridDim, blockDim, the launch
  * of the running fiber), set to launch L's. */
 static void enter(const Launch *L)
@@ -859,20 +1178,50 @@ static void enter(const Launch *L)
 	launch_id = L->id;
 }
 
+static std::string stream_name(uint32_t s)
+{
+	if (s == S_DIRECT)
+		return "the host's own launch";
+	if (s == S_LEGACY)
+		return "the legacy default stream";
+	return "stream " + std::to_string(s - S_LEGACY);
+}
+
+static std::string kernel_name(const void *k)
+{
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "addr2line -C -f -e /proc/%d/exe 0x%lx 2>/dev/null", (int)getpid(), (unsigned long)k);
+	std::string out;
+	if (FILE *f = popen(cmd, "r")) {
+		char buf[512];
+		if (fgets(buf, sizeof(buf), f))
+			out = buf;
+		pclose(f);
+	}
+	while (!out.empty() && (out.back() == '\n' || out.back() == ' '))
+		out.pop_back();
+	return out.empty() || out == "??" ? "a kernel" : "kernel " + out;
+}
+
 static std::string who_in(uint32_t launch, uint32_t gtid)
 {
+	reporting = 1;
 	if (!gtid)
 		return "nobody";
-	emu_dim3 g = emu_grid_dim, bk = emu_block_dim;
-	const char *name = nullptr;
-	for (const Launch *L : batch)
-		if (L->id == launch && batch.size() > 1)
-			g = L->grid, bk = L->block, name = L->name;
-	unsigned bd = bk.x * bk.y * bk.z;
-	unsigned b = (gtid - 1) / bd, t = (gtid - 1) % bd;
+	if (gtid == TID_HOST)
+		return "the host";
+	const Actor &a = actors[launch < actors.size() ? launch : 0];
+	if (gtid == TID_OP)
+		return std::string(a.name) + " on " + stream_name(a.stream);
+	unsigned b = (gtid - 1) / a.bd, t = (gtid - 1) % a.bd;
 	char s[128];
-	snprintf(s, sizeof(s), "block (%u,%u) thread %u (warp %u lane %u)", b % g.x, b / g.x, t, t / 32, t % 32);
-	return name ? std::string(s) + " of " + name : std::string(s);
+	snprintf(s, sizeof(s), "block (%u,%u) thread %u (warp %u lane %u)", b % a.grid.x, b / a.grid.x, t, t / 32,
+		 t % 32);
+	std::string r = s;
+	if (running.size() > 1 || launch != launch_id || a.stream != S_DIRECT)
+		r += " of " + (a.kernel ? kernel_name(a.kernel) : std::string(a.name)) +
+		     (a.stream == S_DIRECT ? "" : " on " + stream_name(a.stream));
+	return r;
 }
 
 static void fiber_main()
@@ -946,6 +1295,11 @@ static void block_end(emu_block *b)
 		stack_pool.push_back(x.stack_lo);
 		delete (std::unordered_map<uintptr_t, uint32_t> *)x.occ;
 		x.occ = nullptr;
+		if (x.sync) { /* what it acquired passes to the work after its launch */
+			b->L->acq.merge(((FiberSync *)x.sync)->acq);
+			delete (FiberSync *)x.sync;
+			x.sync = nullptr;
+		}
 	}
 	region_free(b->dyn);
 	for (auto &p : b->slots)
@@ -957,10 +1311,10 @@ static void block_end(emu_block *b)
 [[noreturn]] static void deadlock()
 {
 	std::string m = "no thread can run (a hang on the GPU) in";
-	for (const Launch *L : batch)
+	for (const Launch *L : running)
 		m += std::string(" ") + L->name;
 	m += "\n";
-	for (const Launch *L : batch)
+	for (const Launch *L : running)
 		for (emu_block *b : L->res) {
 			enter(L);
 			unsigned exited = 0;
@@ -1003,6 +1357,516 @@ static void check_config(const emu_grid_spec &g)
 	}
 }
 
+/* ------------------------------------------- streams, their work, the device */
+
+enum { OP_LAUNCH, OP_COPY, OP_SET, OP_FREE, OP_MARK };
+struct Op {
+	int kind;
+	uint32_t id, stream, seq;
+	std::vector<std::pair<uint32_t, uint32_t>> deps; /* (stream, seq) that must be done first */
+	std::shared_ptr<Know> host;                       /* what the host knew when it issued it */
+	emu_job_base *job = nullptr;
+	emu_dim3 g, b;
+	size_t smem = 0;
+	void *dst = nullptr;
+	const void *src = nullptr;
+	size_t n = 0;
+	int val = 0;
+	std::vector<uint8_t> snap; /* a pageable source, taken at the call */
+};
+struct emu_stream {
+	uint32_t id;
+	int nonblocking;
+	uint32_t issued, done;
+	std::deque<Op *> q;
+	Op *busy;                   /* its launch now running */
+	std::vector<uint32_t> ops;  /* launch id of each seq (index seq - 1) */
+};
+struct emu_event {
+	uint32_t stream, seq; /* its record: that operation (seq 0: never recorded) */
+};
+static std::vector<emu_stream *> streams; /* by id */
+static std::shared_ptr<Know> host_snap;   /* host_know, shared by the work issued until it changes */
+static int tombstones;                    /* regions freed in stream order, kept until a device sync */
+
+static void streams_init()
+{
+	if (!streams.empty())
+		return;
+	streams.resize(S_LEGACY + 1, nullptr);
+	for (uint32_t i = S_DIRECT; i <= S_LEGACY; i++)
+		streams[i] = new emu_stream{ i, 0, 0, 0, {}, nullptr, {} };
+}
+
+emu_stream *emu_stream_new(int nonblocking)
+{
+	streams_init();
+	emu_stream *s = new emu_stream{ (uint32_t)streams.size(), nonblocking, 0, 0, {}, nullptr, {} };
+	streams.push_back(s);
+	return s;
+}
+
+void emu_stream_destroy(emu_stream *) {} /* its work still runs; the record stays for reports */
+
+static uint32_t new_launch()
+{
+	launch_seq = (launch_seq + 1) & 0x3fffffff;
+	if (actors.size() <= launch_seq)
+		actors.resize(launch_seq + 1);
+	actors[launch_seq] = Actor();
+	return launch_seq;
+}
+
+static void update_pending()
+{
+	host_pending = 0;
+	for (const emu_stream *s : streams)
+		if (s && s->issued > host_know.at(s->id))
+			host_pending = 1;
+}
+
+static void host_learns(const Know &k)
+{
+	host_know.merge(k);
+	host_know.prune();
+	host_snap.reset();
+	update_pending();
+}
+
+static Op *issue(emu_stream *s, int kind, const char *name, const void *site)
+{
+	streams_init();
+	if (!s)
+		s = streams[S_LEGACY];
+	Op *o = new Op();
+	o->kind = kind;
+	o->id = new_launch();
+	o->stream = s->id;
+	o->seq = ++s->issued;
+	Actor &a = actors[o->id];
+	a.stream = s->id;
+	a.seq = o->seq;
+	a.epoch = ++host_epoch;
+	a.name = name;
+	a.site = site;
+	if (s->id == S_LEGACY) { /* after all earlier work of the blocking streams */
+		for (const emu_stream *t : streams)
+			if (t && t->id > S_LEGACY && !t->nonblocking && t->issued)
+				o->deps.push_back({ t->id, t->issued });
+	} else if (!s->nonblocking && streams[S_LEGACY]->issued) {
+		o->deps.push_back({ S_LEGACY, streams[S_LEGACY]->issued });
+	}
+	if (!host_snap)
+		host_snap = std::make_shared<Know>(host_know);
+	o->host = host_snap;
+	s->q.push_back(o);
+	s->ops.push_back(o->id);
+	host_pending = 1;
+	emu_stat_async_ops++;
+	return o;
+}
+
+static const Know &exit_of(uint32_t stream, uint32_t seq)
+{
+	return *actors[streams[stream]->ops[seq - 1]].exit;
+}
+
+static bool op_ready(const Op *o)
+{
+	const emu_stream *s = streams[o->stream];
+	if (s->busy || s->done + 1 != o->seq)
+		return false;
+	for (const auto &d : o->deps)
+		if (streams[d.first]->done < d.second)
+			return false;
+	return true;
+}
+
+static void op_done(Op *o, const Know *acq)
+{
+	emu_stream *s = streams[o->stream];
+	auto k = std::make_shared<Know>(*actors[o->id].start);
+	if (acq)
+		k->merge(*acq);
+	k->set(o->stream, o->seq);
+	k->prune();
+	actors[o->id].exit = k;
+	s->done = o->seq;
+	s->busy = nullptr;
+	s->q.pop_front();
+	delete o;
+}
+
+static void finish_launch(Launch *L)
+{
+	running.erase(std::find(running.begin(), running.end(), L));
+	if (!L->op) {
+		L->op = (void *)1; /* a direct launch: emu_run_grids collects it */
+		return;
+	}
+	op_done((Op *)L->op, &L->acq);
+	if (L->owned)
+		delete L->job;
+	delete L;
+}
+
+static void start_blocks(Launch *L)
+{
+	while (L->next < L->nblocks && L->res.size() < L->max_res) {
+		L->res.push_back(new emu_block());
+		block_start(L->res.back(), L, L->next++);
+	}
+}
+
+/* Runs operation o (the head of its stream, ready): a copy, memset, free
+ * or marker at once, a launch by adding it to the running ones. */
+static void op_start(Op *o)
+{
+	emu_stream *s = streams[o->stream];
+	auto k = std::make_shared<Know>(*o->host);
+	if (o->seq > 1)
+		k->merge(exit_of(o->stream, o->seq - 1));
+	for (const auto &d : o->deps)
+		if (d.second)
+			k->merge(exit_of(d.first, d.second));
+	k->prune();
+	actors[o->id].start = k;
+	if (o->kind == OP_LAUNCH) {
+		Launch *L = new Launch();
+		L->job = o->job;
+		L->grid = o->g;
+		L->block = o->b;
+		L->smem = o->smem;
+		L->name = actors[o->id].name;
+		L->id = o->id;
+		L->nblocks = o->g.x * o->g.y;
+		L->next = 0;
+		L->max_res = 1 + (unsigned)(rng() % 3);
+		L->owned = 1;
+		L->op = o;
+		s->busy = o;
+		running.push_back(L);
+		emu_stat_launches++;
+		start_blocks(L);
+		return;
+	}
+	act = ACT_OP;
+	act_launch = o->id;
+	const uintptr_t site = (uintptr_t)actors[o->id].site;
+	if (o->kind == OP_COPY) {
+		if (o->snap.empty())
+			other_access((uintptr_t)o->src, o->n, 0, site);
+		other_access((uintptr_t)o->dst, o->n, A_WRITE, site);
+		if (o->n)
+			memmove(o->dst, o->snap.empty() ? o->src : o->snap.data(), o->n);
+	} else if (o->kind == OP_SET) {
+		other_access((uintptr_t)o->dst, o->n, A_WRITE, site);
+		memset(o->dst, o->val, o->n);
+	} else if (o->kind == OP_FREE) {
+		Region *r = region_at((uintptr_t)o->dst);
+		other_access(r->lo, r->hi - r->lo, A_WRITE, site); /* nothing may use it unordered */
+		r->freed_by = o->id;
+		tombstones++;
+	}
+	act = ACT_HOST;
+	op_done(o, nullptr);
+}
+
+static bool start_one()
+{
+	Op *r[64];
+	int n = 0;
+	for (const emu_stream *s : streams)
+		if (s && !s->q.empty() && n < 64 && op_ready(s->q.front()))
+			r[n++] = s->q.front();
+	if (!n)
+		return false;
+	op_start(r[rng() % (uint64_t)n]);
+	return true;
+}
+
+/* One slice of one thread of the running launches; false if none runs. */
+static bool sched_one()
+{
+	if (running.empty())
+		return false;
+	sched_steps++;
+	for (size_t i = 0; i < stalled.size();) /* stalls that are over, or all when nothing else can run */
+		if (stalled[i].first <= sched_steps || runnable.empty()) {
+			run_add(stalled[i].second);
+			stalled[i] = stalled.back();
+			stalled.pop_back();
+		} else {
+			i++;
+		}
+	if (runnable.empty())
+		deadlock();
+	emu_fiber *f = runnable[rng() % runnable.size()];
+	Launch *L = f->blk->L;
+	enter(L);
+	emu_cur = f;
+	act = ACT_FIBER;
+	emu_switch(&sched_sp, f->sp);
+	emu_cur = nullptr;
+	act = ACT_HOST;
+	if (f->state == 2) {
+		emu_block *b = f->blk;
+		if (--b->live == 0) {
+			block_end(b);
+			if (L->next < L->nblocks) {
+				block_start(b, L, L->next++);
+			} else {
+				L->res.erase(std::find(L->res.begin(), L->res.end(), b));
+				delete b;
+				if (L->res.empty())
+					finish_launch(L);
+			}
+		}
+	}
+	return true;
+}
+
+/* Runs the device until done() (budget < 0) or for about `budget` steps:
+ * new work starts at random moments beside the running launches. */
+static void device_run(const std::function<bool()> &done, int64_t budget)
+{
+	for (;;) {
+		if (done())
+			return;
+		if (budget >= 0 && budget-- <= 0)
+			return;
+		bool started = false;
+		if (running.empty() || rng() % 8 == 0)
+			started = start_one();
+		if (!sched_one() && !started) {
+			if (budget >= 0)
+				return;
+			emu_cur = nullptr;
+			fatal("stream", "a wait for work that can never run (a stream waiting for an event recorded "
+					"after the wait?)\n");
+		}
+	}
+}
+
+/* The device moves on a random amount while the host calls the runtime. */
+static void progress()
+{
+	device_run([] { return false; }, (rng() & 3) == 0 ? 0 : (int64_t)(rng() % 400));
+}
+
+static bool emu_memory(const void *p)
+{
+	Region *r = region_at((uintptr_t)p);
+	return r && !r->shared;
+}
+
+void emu_enqueue_launch(emu_stream *s, emu_job_base *job, emu_dim3 g, emu_dim3 b, size_t smem, const char *name,
+			const void *site, const void *kernel)
+{
+	const emu_grid_spec spec = { job, g, b, smem, name };
+	check_config(spec);
+	Op *o = issue(s, OP_LAUNCH, name, site);
+	o->job = job;
+	o->g = g;
+	o->b = b;
+	o->smem = smem;
+	Actor &a = actors[o->id];
+	a.grid = g;
+	a.block = b;
+	a.bd = b.x * b.y * b.z;
+	a.wpb = (a.bd + 31) / 32;
+	a.kernel = kernel;
+	progress();
+}
+
+void emu_enqueue_copy(emu_stream *s, void *dst, const void *src, size_t n, const void *site)
+{
+	Op *o = issue(s, OP_COPY, "cudaMemcpyAsync", site);
+	o->dst = dst;
+	o->src = src;
+	o->n = n;
+	if (n && !emu_memory(src)) /* pageable: the runtime stages the source before it returns */
+		o->snap.assign((const uint8_t *)src, (const uint8_t *)src + n);
+	if (n && !emu_memory(dst)) { /* pageable: the call returns when the copy is done */
+		const uint32_t st = o->stream, seq = o->seq;
+		device_run([&] { return streams[st]->done >= seq; }, -1);
+		Know k = exit_of(st, seq);
+		host_learns(k);
+		return;
+	}
+	progress();
+}
+
+void emu_enqueue_memset(emu_stream *s, void *p, int v, size_t n, const void *site)
+{
+	Op *o = issue(s, OP_SET, "cudaMemsetAsync", site);
+	o->dst = p;
+	o->val = v;
+	o->n = n;
+	progress();
+}
+
+void emu_enqueue_free(emu_stream *s, void *p, const void *site)
+{
+	Op *o = issue(s, OP_FREE, "cudaFreeAsync", site);
+	o->dst = p;
+	progress();
+}
+
+emu_event *emu_event_new()
+{
+	return new emu_event{ 0, 0 };
+}
+
+void emu_event_destroy(emu_event *e)
+{
+	delete e;
+}
+
+void emu_event_record(emu_event *e, emu_stream *s, const void *site)
+{
+	Op *o = issue(s, OP_MARK, "cudaEventRecord", site);
+	e->stream = o->stream;
+	e->seq = o->seq;
+	progress();
+}
+
+void emu_stream_wait_event(emu_stream *s, emu_event *e, const void *site)
+{
+	if (!e->seq)
+		return; /* never recorded: nothing to wait for, as the runtime does */
+	Op *o = issue(s, OP_MARK, "cudaStreamWaitEvent", site);
+	o->deps.push_back({ e->stream, e->seq });
+	progress();
+}
+
+int emu_event_query(emu_event *e)
+{
+	progress();
+	if (!e->seq)
+		return 1;
+	if (streams[e->stream]->done < e->seq)
+		return 0;
+	Know k = exit_of(e->stream, e->seq);
+	host_learns(k);
+	return 1;
+}
+
+void emu_event_sync(emu_event *e)
+{
+	if (!e->seq)
+		return;
+	const uint32_t st = e->stream, seq = e->seq;
+	device_run([&] { return streams[st]->done >= seq; }, -1);
+	Know k = exit_of(st, seq);
+	host_learns(k);
+}
+
+int emu_stream_query(emu_stream *s)
+{
+	streams_init();
+	if (!s)
+		s = streams[S_LEGACY];
+	progress();
+	if (s->done < s->issued)
+		return 0;
+	if (s->issued) {
+		Know k = exit_of(s->id, s->issued);
+		host_learns(k);
+	}
+	return 1;
+}
+
+void emu_stream_sync(emu_stream *s)
+{
+	streams_init();
+	if (!s)
+		s = streams[S_LEGACY];
+	const uint32_t want = s->issued;
+	if (s->id == S_LEGACY) { /* the legacy stream waits for the blocking streams' work too */
+		device_run([&] {
+			for (const emu_stream *t : streams)
+				if (t && (t->id == S_LEGACY || (t->id > S_LEGACY && !t->nonblocking)) && t->done < t->issued)
+					return false;
+			return true;
+		}, -1);
+		for (const emu_stream *t : streams)
+			if (t && t->id >= S_LEGACY && (t->id == S_LEGACY || !t->nonblocking) && t->issued) {
+				Know k = exit_of(t->id, t->issued);
+				host_learns(k);
+			}
+		return;
+	}
+	device_run([&] { return s->done >= want; }, -1);
+	if (want) {
+		Know k = exit_of(s->id, want);
+		host_learns(k);
+	}
+}
+
+void emu_device_sync()
+{
+	if (!host_pending && !tombstones)
+		return; /* the host knows all its work is done */
+	streams_init();
+	device_run([] {
+		for (const emu_stream *t : streams)
+			if (t && t->done < t->issued)
+				return false;
+		return true;
+	}, -1);
+	for (const emu_stream *t : streams)
+		if (t && t->id >= S_LEGACY && t->issued) {
+			Know k = exit_of(t->id, t->issued);
+			host_learns(k);
+		}
+	if (tombstones)
+		for (Region *r : std::vector<Region *>(regions)) /* stream-ordered frees: their memory goes now */
+			if (r->freed_by)
+				region_free(r);
+	tombstones = 0;
+}
+
+void *emu_pinned_alloc(size_t n, const char *name)
+{
+	/* page-aligned, as cudaHostAlloc's; a redzone after it */
+	const size_t total = 4096 + (n + 4095) / 4096 * 4096 + 4096;
+	uint8_t *m = (uint8_t *)aligned_alloc(4096, total);
+	if (!m)
+		return nullptr;
+	Region *r = new Region();
+	r->mem = m;
+	r->alo = (uintptr_t)m;
+	r->ahi = (uintptr_t)m + total;
+	r->lo = (uintptr_t)m + 4096;
+	r->hi = r->lo + n;
+	r->name = name;
+	r->pinned = 1;
+	memset(m, 0xFB, total);
+	auto it = std::lower_bound(regions.begin(), regions.end(), r,
+				   [](const Region *a, const Region *b) { return a->alo < b->alo; });
+	regions.insert(it, r);
+	return (void *)r->lo;
+}
+
+int emu_is_pinned(const void *p)
+{
+	Region *r = region_at((uintptr_t)p);
+	return r && r->pinned && (uintptr_t)p >= r->lo && (uintptr_t)p < r->hi;
+}
+
+int emu_pinned_free(void *p)
+{
+	Region *r = region_at((uintptr_t)p);
+	if (!r || !r->pinned || r->lo != (uintptr_t)p)
+		return 0;
+	emu_device_sync(); /* cudaFreeHost waits for the device */
+	region_free(r);
+	return 1;
+}
+
+/* The host's own launches (tests): run to completion before returning,
+ * beside whatever stream work is running; not ordered with each other. */
 void emu_run_grids(const emu_grid_spec *g, int n)
 {
 	if (emu_cur) {
@@ -1011,70 +1875,56 @@ void emu_run_grids(const emu_grid_spec *g, int n)
 	}
 	if (n < 1)
 		return;
+	streams_init();
 	for (int i = 0; i < n; i++)
 		check_config(g[i]);
-	std::vector<Launch> ls((size_t)n);
-	batch.clear();
+	const uint32_t seq = ++streams[S_DIRECT]->issued;
+	auto start = std::make_shared<Know>(host_know);
+	const uint64_t ep = ++host_epoch;
+	std::vector<Launch *> mine;
 	for (int i = 0; i < n; i++) {
-		Launch &L = ls[(size_t)i];
-		launch_seq = (launch_seq + 1) & 0x3fffffff;
-		launch_id = launch_seq;
+		const uint32_t id = new_launch();
 		emu_stat_launches++;
-		if (i == 0) {
-			rng_state = emu_seed * 0x9E3779B97F4A7C15ull + launch_id;
-			batch_lo = launch_id;
-		}
-		L.job = g[i].job, L.grid = g[i].grid, L.block = g[i].block, L.smem = g[i].smem, L.name = g[i].name;
-		L.id = launch_id;
-		L.nblocks = g[i].grid.x * g[i].grid.y;
-		L.next = 0;
-		L.max_res = 1 + (unsigned)(rng() % 3); /* 1..3 blocks of each resident at once */
-		batch.push_back(&L);
+		if (i == 0)
+			rng_state = emu_seed * 0x9E3779B97F4A7C15ull + id;
+		Actor &a = actors[id];
+		a.stream = S_DIRECT;
+		a.seq = seq;
+		a.epoch = ep;
+		a.grid = g[i].grid;
+		a.block = g[i].block;
+		a.bd = g[i].block.x * g[i].block.y * g[i].block.z;
+		a.wpb = (a.bd + 31) / 32;
+		a.name = g[i].name;
+		a.start = start;
+		Launch *L = new Launch();
+		L->job = g[i].job, L->grid = g[i].grid, L->block = g[i].block, L->smem = g[i].smem, L->name = g[i].name;
+		L->id = id;
+		L->nblocks = g[i].grid.x * g[i].grid.y;
+		L->next = 0;
+		L->max_res = 1 + (unsigned)(rng() % 3); /* 1..3 blocks of each resident at once */
+		L->owned = 0;
+		L->op = nullptr;
+		mine.push_back(L);
 	}
-	batch_n = (uint32_t)n;
-	for (Launch &L : ls)
-		while (L.next < L.nblocks && L.res.size() < L.max_res) {
-			L.res.push_back(new emu_block());
-			block_start(L.res.back(), &L, L.next++);
-		}
-	for (;;) {
-		bool any = false;
-		for (Launch &L : ls)
-			any |= !L.res.empty();
-		if (!any)
-			break;
-		sched_steps++;
-		for (size_t i = 0; i < stalled.size();) /* stalls that are over, or all when nothing else can run */
-			if (stalled[i].first <= sched_steps || runnable.empty()) {
-				run_add(stalled[i].second);
-				stalled[i] = stalled.back();
-				stalled.pop_back();
-			} else {
-				i++;
-			}
-		if (runnable.empty())
-			deadlock();
-		emu_fiber *f = runnable[rng() % runnable.size()];
-		Launch *L = f->blk->L;
-		enter(L);
-		emu_cur = f;
-		emu_switch(&sched_sp, f->sp);
-		emu_cur = nullptr;
-		if (f->state == 2) {
-			emu_block *b = f->blk;
-			if (--b->live == 0) {
-				block_end(b);
-				if (L->next < L->nblocks) {
-					block_start(b, L, L->next++);
-				} else {
-					L->res.erase(std::find(L->res.begin(), L->res.end(), b));
-					delete b;
-				}
-			}
-		}
+	for (Launch *L : mine) {
+		running.push_back(L);
+		start_blocks(L);
 	}
-	batch.clear();
-	batch_n = 0;
+	device_run([&] {
+		for (const Launch *L : mine)
+			if (!L->op)
+				return false;
+		return true;
+	}, -1);
+	Know acc;
+	for (Launch *L : mine) {
+		acc.merge(L->acq);
+		delete L;
+	}
+	streams[S_DIRECT]->done = seq;
+	acc.set(S_DIRECT, seq);
+	host_learns(acc);
 }
 
 void emu_run_grid(emu_job_base *job, emu_dim3 grid, emu_dim3 block, size_t smem, const char *name)

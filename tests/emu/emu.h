@@ -9,7 +9,10 @@
  * of the registered device memory and of shared memory for
  *   - races: two threads, one a write, not both atomic, not ordered by a
  *     __syncthreads generation or a __syncwarp of both (per-warp vector
- *     clocks); different blocks are never ordered inside one launch;
+ *     clocks), by stream order, events or the host's waits (vector clocks
+ *     over streams), or by a release/acquire chain (emu_fence); different
+ *     blocks are otherwise never ordered inside one launch; the host's
+ *     accesses to pinned memory and the copies' accesses are checked too;
  *   - bounds: the redzones around every emu_dev_alloc / shared array;
  *   - cp.async: a destination read or written before wait_group completed
  *     its group;
@@ -67,6 +70,7 @@ struct emu_fiber {
 	uint32_t fseq;            /* fetches begun by this thread */
 	uintptr_t flo, fhi;       /* its row: [flo, fhi) */
 	void *occ;                /* executions per instruction site since emu_fetch_begin (emu.cpp) */
+	void *sync;               /* what it acquired through fences and atomics (emu.cpp), or null */
 };
 extern emu_fiber *emu_cur;
 extern emu_dim3 emu_block_dim, emu_grid_dim;
@@ -81,6 +85,7 @@ emu_dim3 &emu_block_idx();
 /* ---- device memory and shared memory ---- */
 void *emu_dev_alloc(size_t n, unsigned skew = 0, const char *name = "device");
 void emu_dev_free(void *p);
+bool emu_is_device_memory(const void *p); /* device memory (not pinned host memory) */
 /* A huge, sparse device allocation (mmap, zero pages): bounds are checked,
  * races are not (no shadow). */
 void *emu_dev_alloc_sparse(size_t n, const char *name);
@@ -148,8 +153,31 @@ __attribute__((noinline)) inline int __all_sync(unsigned m, int p)
 	return emu_warp_op(EMU_BALLOT, m, p != 0, 0, EMU_SITE) == m;
 }
 
-/* ---- atomics: checked as atomic accesses, a preemption point each ---- */
-void emu_atomic_access(const void *p, unsigned size, const void *pc);
+/* ---- atomics: checked as atomic accesses, a preemption point each ----
+ * Release and acquire (the message-passing idiom of the PTX memory model):
+ * emu_fence() makes the thread's later atomic stores and read-modify-writes
+ * publish what it knows at the fence (its own accesses, its warp's up to
+ * the last __syncwarp, its block's up to the last barrier, whatever it
+ * acquired, and the launches before its own); an atomic load or
+ * read-modify-write followed by emu_fence() acquires what the last
+ * publication at that address carried. __syncwarp and __syncthreads share
+ * what their threads acquired; a finished launch passes it to the work
+ * ordered after it. Plain accesses made visible only this way are checked
+ * as ordered; without the chain they are races. */
+enum { EMU_AT_LOAD, EMU_AT_STORE, EMU_AT_RMW };
+void emu_atomic_access(const void *p, unsigned size, const void *pc, int kind = EMU_AT_RMW);
+void emu_fence();
+__attribute__((noinline, no_sanitize_thread)) inline unsigned long long emu_ld_strong(const void *p)
+{
+	emu_atomic_access(p, 8, EMU_SITE, EMU_AT_LOAD);
+	return *(const volatile unsigned long long *)p;
+}
+__attribute__((noinline, no_sanitize_thread)) inline void emu_st_strong(void *p, unsigned long long v)
+{
+	emu_atomic_access(p, 8, EMU_SITE, EMU_AT_STORE);
+	*(volatile unsigned long long *)p = v;
+}
+inline void __threadfence() { emu_fence(); }
 #define EMU_ATOMIC(name, T, expr)                                                  \
 	__attribute__((noinline, no_sanitize_thread)) inline T name(T *p, T v)     \
 	{                                                                          \
@@ -294,6 +322,48 @@ void emu_launch(K k, unsigned gx, unsigned gy, unsigned block, size_t smem, A...
 	emu_run_grid(&job, emu_dim3(gx, gy), emu_dim3(block), smem, __PRETTY_FUNCTION__);
 }
 
+/* ---- streams and events (cuda_stub.cpp answers the runtime's calls with
+ * these; docs/GPU.md "Streams and events") ----
+ * Asynchronous work (launches, copies, memsets, stream-ordered frees) is
+ * queued on its stream and runs at seeded random later points: in order
+ * within the stream, after the events the stream waits for, and for the
+ * legacy default stream (nullptr) after all earlier work of the blocking
+ * streams (and they after it). Launches of different streams interleave
+ * with each other and with the host's own progress: a kernel may be half
+ * done when the host's next call returns. Waits (stream, event, device)
+ * run the device until their work is done and tell the host what it did.
+ * Every access of device and pinned memory by a kernel, a copy or the host
+ * is checked against the accesses not ordered before it (stream order,
+ * events, host waits, release/acquire): a conflict is a race naming both
+ * sides. Copies to or from pageable host memory behave as the runtime's:
+ * a device-to-host copy returns when done, a host-to-device copy takes the
+ * source at the call. */
+struct emu_stream;
+struct emu_event;
+emu_stream *emu_stream_new(int nonblocking);
+void emu_stream_destroy(emu_stream *s);
+void emu_enqueue_launch(emu_stream *s, emu_job_base *job /* deleted when done */, emu_dim3 g, emu_dim3 b, size_t smem,
+			const char *name, const void *site, const void *kernel = nullptr);
+void emu_enqueue_copy(emu_stream *s, void *dst, const void *src, size_t n, const void *site);
+void emu_enqueue_memset(emu_stream *s, void *p, int v, size_t n, const void *site);
+void emu_enqueue_free(emu_stream *s, void *p, const void *site);
+emu_event *emu_event_new();
+void emu_event_destroy(emu_event *e);
+void emu_event_record(emu_event *e, emu_stream *s, const void *site);
+void emu_stream_wait_event(emu_stream *s, emu_event *e, const void *site);
+int emu_event_query(emu_event *e);   /* 1: complete (the host now knows its work is done) */
+void emu_event_sync(emu_event *e);
+int emu_stream_query(emu_stream *s);
+void emu_stream_sync(emu_stream *s);
+void emu_device_sync();
+/* Pinned (page-locked, mapped) host memory: kernels may access it, the
+ * host's accesses are checked against in-flight work. */
+void *emu_pinned_alloc(size_t n, const char *name);
+int emu_pinned_free(void *p);   /* 0: p is not a pinned allocation */
+int emu_is_pinned(const void *p);
+/* The device's progress so far: launches and copies started, and done. */
+extern uint64_t emu_stat_async_ops;
+
 /* A configuration the device would refuse (cuda_stub.cpp): sets the
  * runtime's last error instead of running. */
 bool emu_launch_refused(const void *k, emu_dim3 g, emu_dim3 b, size_t smem);
@@ -302,12 +372,13 @@ bool emu_launch_refused(const void *k, emu_dim3 g, emu_dim3 b, size_t smem);
 struct emu_kcall {
 	emu_dim3 g, b;
 	size_t smem;
-	emu_kcall(emu_dim3 g_, emu_dim3 b_, size_t s = 0, const void * = nullptr) : g(g_), b(b_), smem(s) {}
-	template <class K, class... A> void run(K k, A... a)
+	const void *stream;
+	emu_kcall(emu_dim3 g_, emu_dim3 b_, size_t s = 0, const void *st = nullptr) : g(g_), b(b_), smem(s), stream(st) {}
+	template <class K, class... A> __attribute__((noinline)) void run(K k, A... a)
 	{
 		if (emu_launch_refused((const void *)k, g, b, smem))
 			return; /* the error is in cudaGetLastError */
-		emu_job_t<K, A...> job(k, a...);
-		emu_run_grid(&job, g, b, smem, __PRETTY_FUNCTION__);
+		emu_enqueue_launch((emu_stream *)stream, new emu_job_t<K, A...>(k, a...), g, b, smem, __PRETTY_FUNCTION__,
+				   EMU_SITE, (const void *)k);
 	}
 };

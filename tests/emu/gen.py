@@ -6,6 +6,7 @@ OUT/k_{gather,encode,train,exp,fp8,dynamiq,rcmoe,slab,bag,coll_reduce}.inc  kern
                                  runs against the H100 runtime stub (stub/,
                                  cuda_stub.cpp)
 OUT/ibp_device.cuh               kernels/ibp_device.cuh
+OUT/pinned_cudahost.c            src/mem/pinned_cudahost.c (C host code, built against the stub)
 
 Rewrites: `__shared__ T x[N];` becomes a per-block shared variable and
 `extern __shared__ T x[];` the block's dynamic shared memory (launches go
@@ -169,6 +170,30 @@ bag = open(src + 'ibp_bag.cu').read()
 # buffer (chunk j by lane j mod 32) and the lanes' reads of its elements
 bag = defect(bag, '__syncwarp(); /* the row\'s chunks (by chunk lane) are in before lanes read elements */',
              'if (emu_defect != 24) __syncwarp(); /* the row\'s chunks (by chunk lane) are in before lanes read elements */')
+
+slab = defect(slab, '''		for (uint64_t i = lane; i < len; i += 32)
+			dst[i] = o.src[i];
+		__syncwarp();''', '''		for (uint64_t i = lane; i < len; i += 32)
+			dst[i] = o.src[i];
+		if (emu_defect != 32) /* defect 32: lane 0 publishes before the other lanes' bytes are in */
+			__syncwarp();''')
+
+# Host code the emulator runs: src/mem/pinned_cudahost.c (C, against the
+# runtime stub). Defect 31: ibp_pinned_free_async hands the block back at
+# once, while a copy from it may still be in flight (jemalloc gives it to
+# the next allocation of its size).
+pinned = open(repo + '/src/mem/pinned_cudahost.c').read()
+pinned = defect(pinned, '''	pthread_mutex_lock(&pend_mu);
+	reclaim_locked();
+	cudaError_t e = cudaSuccess;''', '''	if (emu_defect == 31) {
+		ibp_pinned_free(p);
+		return IBP_OK;
+	}
+	pthread_mutex_lock(&pend_mu);
+	reclaim_locked();
+	cudaError_t e = cudaSuccess;''')
+put('pinned_cudahost.c', 'extern int emu_defect; /* tests/emu/gen.py: the planted defect */\n' +
+    '#line 1 "%s/src/mem/pinned_cudahost.c"\n' % repo + pinned)
 
 parts = {
     'k_bag.inc': launches(bag),

@@ -1357,6 +1357,7 @@ static bool pcie_gather(PcieSet &ps, const ibp_codec_t *codec, const uint8_t *pa
 	emu_host_take(nullptr);
 	emu_host_watch(s->payload, 1);
 	OK(ibp_gather_cuda(s, ids.p, n, out.p, nullptr, st.p, nullptr));
+	emu_device_sync(); /* the gather's reads happen while it runs */
 	emu_host_watch(s->payload, 0);
 	std::vector<emu_fetch_info> rows;
 	std::vector<emu_host_read> log = emu_host_take(&rows);

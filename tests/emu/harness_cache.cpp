@@ -8,8 +8,11 @@
  * (each live key once, with the same entry) and every resident slot's
  * bytes. Probes carry many duplicates, so pins of one slot come from many
  * threads at once. A small index makes chains long and wrap around. Then
- * erase, insert and probe launched at the same time (concurrent_case).
- * Usage: harness_cache [--seed S] [--quick] [--defect N] [--preempt M]
+ * erase, insert and probe launched at the same time (concurrent_case), and
+ * the product's launches on two streams (stream_case).
+ * Suite streams: the emulator's streams and events (emu.h), with host code
+ * that uses them (src/mem/pinned_cudahost.c).
+ * Usage: harness_cache [cache|streams] [--seed S] [--quick] [--defect N] [--preempt M]
  * (run.sh builds and runs it; exit status 0 = all equal). */
 #include <algorithm>
 #include <cstdio>
@@ -24,6 +27,7 @@
 
 extern "C" {
 #include "../../cache/slab_batch.h"
+#include "ibp/alloc.h"
 }
 #include "../../cache/slab_cudahost.c"
 
@@ -358,6 +362,305 @@ static void concurrent_case(uint64_t cap, int rounds)
 	ibpi_slab_table_free_cuda(&D);
 }
 
+/* The same protocol through the product's own launches on two streams
+ * (the emulator's streams: emu.h): erase and insert on stream A, probe
+ * (pinning) and gather (unpinning) on stream B, with nothing ordering the
+ * two streams inside a round. Besides the concurrent_case rules, every hit
+ * gathers its own row's bytes and codec byte, every pin is released, and
+ * the gather's reads of freshly inserted slots must be ordered by the
+ * protocol itself (release: the insert's fence and key store; acquire: the
+ * probe's key load and fence), else the emulator reports a race (defect
+ * 32 drops the __syncwarp that puts the lanes' bytes before the key). */
+static void stream_case(uint64_t cap, int rounds)
+{
+	const uint32_t nclasses = 2;
+	const uint32_t slot_bytes[nclasses] = { 64, 256 };
+	const uint64_t nslabs = 8, slab_bytes = 4096, spp = slab_bytes / slot_bytes[0], nslots = nslabs * spp;
+	ibp_slab_table_t D;
+	OK(ibpi_slab_table_alloc_cuda(&D, cap, nslots, nslabs * slab_bytes, slot_bytes, nclasses));
+	D.spp = spp;
+	D.slab_bytes = slab_bytes;
+	cudaStream_t sa, sb;
+	CHECK(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking) == cudaSuccess, "stream");
+	CHECK(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking) == cudaSuccess, "stream");
+	std::vector<std::vector<uint64_t>> freeslots(nslabs);
+	for (uint64_t s = 0; s < nslabs; s++)
+		for (uint64_t b = 0; b < slab_bytes / slot_bytes[s % nclasses]; b++)
+			freeslots[s].push_back(b);
+	struct Row {
+		uint64_t entry;
+		uint32_t meta;
+		std::vector<uint8_t> bytes;
+	};
+	std::map<int64_t, Row> live;
+	int64_t next_key = 7;
+	const uint64_t maxn = 96, stride = 72;
+	int64_t *der = dev<int64_t>(maxn, "erased ids"), *dids = dev<int64_t>(maxn, "probed ids");
+	uint64_t *dent = dev<uint64_t>(maxn, "entries");
+	ibp_slab_insert_op_t *dops = dev<ibp_slab_insert_op_t>(maxn, "insert ops");
+	uint8_t *dsrc = dev<uint8_t>(maxn * 64, "source bytes"), *dstage = dev<uint8_t>(maxn * stride, "stage");
+	uint32_t *dlen = dev<uint32_t>(maxn, "lengths"), *dmeta = dev<uint32_t>(maxn, "codec bytes");
+	unsigned long long *dcount = dev<unsigned long long>(2, "counters");
+	uint64_t fresh_hits = 0;
+	for (int round = 0; round < rounds; round++) {
+		std::vector<int64_t> er, stay;
+		for (auto &kv : live)
+			(rnd() % 3 == 0 && er.size() < maxn / 3 ? er : stay).push_back(kv.first);
+		std::vector<ibp_slab_insert_op_t> ops;
+		std::map<int64_t, Row> born;
+		const uint64_t want = 1 + rnd() % (maxn / 3);
+		for (uint64_t i = 0; i < want && stay.size() + ops.size() < cap / 2; i++) {
+			uint64_t s = rnd() % nslabs;
+			if (freeslots[s].empty())
+				continue;
+			const uint64_t b = freeslots[s].back();
+			freeslots[s].pop_back();
+			const uint32_t cls = (uint32_t)(s % nclasses);
+			const uint64_t len = 2 + rnd() % 63, k = ops.size();
+			Row row;
+			row.entry = IBP_SLAB_ENTRY(IBP_SLAB_READY, cls, len, s, b);
+			row.meta = (uint32_t)(rnd() % 65536);
+			for (uint64_t x = 0; x < len; x++)
+				row.bytes.push_back((uint8_t)rnd());
+			memcpy(dsrc + k * 64, row.bytes.data(), len);
+			int64_t key = next_key;
+			if (i < er.size()) /* chains that start where an erased key was */
+				while ((ibp_slab_hash(key) & (cap - 1)) != (ibp_slab_hash(er[i]) & (cap - 1)))
+					key++;
+			ops.push_back({ key, row.entry, dsrc + k * 64, row.meta });
+			born[key] = row;
+			next_key = key + 1 + (int64_t)(rnd() % 5);
+		}
+		std::vector<int64_t> ids;
+		const uint64_t n = 16 + rnd() % (maxn - 16);
+		for (uint64_t i = 0; i < n; i++) {
+			const uint64_t r = rnd() % 8;
+			if (r < 3 && !stay.empty())
+				ids.push_back(stay[rnd() % stay.size()]);
+			else if (r < 4 && !er.empty())
+				ids.push_back(er[rnd() % er.size()]);
+			else if (r < 7 && !ops.empty())
+				ids.push_back(ops[rnd() % ops.size()].key);
+			else
+				ids.push_back(next_key + 1000 + (int64_t)(rnd() % 50)); /* absent */
+		}
+		if (!er.empty())
+			memcpy(der, er.data(), er.size() * 8);
+		memcpy(dids, ids.data(), n * 8);
+		if (!ops.empty())
+			memcpy(dops, ops.data(), ops.size() * sizeof(ops[0]));
+		dcount[0] = dcount[1] = 0;
+		memset(dstage, 0xEE, n * stride);
+		emu_stall_rate = 4;
+		OK(ibpi_slab_erase_cuda(&D, der, er.size(), dcount, sa));
+		OK(ibpi_slab_probe_cuda(&D, dids, n, dent, 1, sb));
+		OK(ibpi_slab_insert_cuda(&D, dops, ops.size(), dcount + 1, sa));
+		OK(ibpi_slab_gather_cuda(&D, dent, n, dstage, stride, dlen, dmeta, 1, sb));
+		CHECK_NOW(cudaStreamSynchronize(sb) == cudaSuccess && cudaStreamSynchronize(sa) == cudaSuccess, "sync");
+		emu_stall_rate = 0;
+		CHECK(dcount[0] == er.size() && dcount[1] == 0, "stream round %d: %llu of %zu erased, full %llu", round,
+		      dcount[0], er.size(), dcount[1]);
+		for (uint64_t k = 0; k < n; k++) {
+			const int64_t id = ids[k];
+			const uint64_t e = dent[k];
+			const auto lv = live.find(id);
+			const auto bn = born.find(id);
+			const bool erased = std::find(er.begin(), er.end(), id) != er.end();
+			const Row *row = lv != live.end() ? &lv->second : bn != born.end() ? &bn->second : nullptr;
+			if (row && !erased && lv != live.end())
+				CHECK(e == row->entry, "stream round %d: live id %lld probed %llx", round, (long long)id,
+				      (unsigned long long)e);
+			else
+				CHECK(e == 0 || (row && e == row->entry), "stream round %d: id %lld probed %llx (another row's)",
+				      round, (long long)id, (unsigned long long)e);
+			if (!e) {
+				CHECK(dlen[k] == 0 && dmeta[k] == 0, "stream round %d: a miss gathered something", round);
+				continue;
+			}
+			fresh_hits += bn != born.end();
+			CHECK(dlen[k] == row->bytes.size() && dmeta[k] == row->meta &&
+				      !memcmp(dstage + k * stride, row->bytes.data(), row->bytes.size()),
+			      "stream round %d: id %lld gathered the wrong bytes", round, (long long)id);
+		}
+		for (uint64_t s = 0; s < nslots; s++)
+			CHECK(D.pin[s] == 0, "stream round %d: slot %llu still pinned", round, (unsigned long long)s);
+		for (int64_t k : er) {
+			const uint64_t e = live[k].entry;
+			freeslots[IBP_SLAB_SLAB(e)].push_back(IBP_SLAB_SLOT(e));
+			live.erase(k);
+		}
+		for (auto &kv : born)
+			live[kv.first] = kv.second;
+	}
+	CHECK(fresh_hits > 0, "no probe ever found a key inserted beside it in %d rounds", rounds);
+	printf("cache: streams: %llu hits on keys inserted on the other stream\n", (unsigned long long)fresh_hits);
+	cudaStreamDestroy(sa);
+	cudaStreamDestroy(sb);
+	emu_dev_free(der);
+	emu_dev_free(dids);
+	emu_dev_free(dent);
+	emu_dev_free(dops);
+	emu_dev_free(dsrc);
+	emu_dev_free(dstage);
+	emu_dev_free(dlen);
+	emu_dev_free(dmeta);
+	emu_dev_free(dcount);
+	ibpi_slab_table_free_cuda(&D);
+}
+
+/* ---------------- the emulator's streams and events themselves ----------------
+ * Small kernels and the runtime's calls, each pattern as product code uses
+ * it: results right and no report when the order is there; the planted
+ * defects (run.sh defects) take one order away and must be reported. */
+__global__ void sk_fill(uint32_t *d, uint64_t n, uint32_t v)
+{
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
+		d[i] = v ^ (uint32_t)i;
+}
+__global__ void sk_add(uint32_t *d, uint64_t n, uint32_t v)
+{
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
+		d[i] += v;
+}
+__global__ void sk_copy(uint32_t *dst, const uint32_t *src, uint64_t n)
+{
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
+		dst[i] = src[i];
+}
+template <class K, class... A> static void launch(cudaStream_t s, K k, A... a)
+{
+	emu_kcall(dim3(2), dim3(64), 0, s).run(k, a...);
+}
+#define CU(x) CHECK_NOW((x) == cudaSuccess, "%s failed", #x)
+
+static void streams_suite(int rounds)
+{
+	const uint64_t n = 300;
+	cudaStream_t a, b, blk;
+	CU(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+	CU(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+	CU(cudaStreamCreate(&blk));
+	cudaEvent_t ev, ev2;
+	CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+	CU(cudaEventCreate(&ev2));
+	uint32_t *d, *e, *pin, *stage;
+	CU(cudaMalloc((void **)&d, n * 4));
+	CU(cudaMalloc((void **)&e, n * 4));
+	CU(cudaHostAlloc((void **)&pin, n * 4, cudaHostAllocMapped));
+	CU(cudaMallocHost((void **)&stage, n * 4));
+	uint64_t notready = 0, wrong = 0;
+	for (int r = 0; r < rounds; r++) {
+		const uint32_t v = (uint32_t)rnd();
+		/* 1. one stream in order: pinned to device, a kernel, device to a pinned stage */
+		for (uint64_t i = 0; i < n; i++)
+			pin[i] = v + (uint32_t)i;
+		CU(cudaMemcpyAsync(d, pin, n * 4, cudaMemcpyHostToDevice, a));
+		launch(a, sk_add, d, n, 3u);
+		CU(cudaMemcpyAsync(stage, d, n * 4, cudaMemcpyDeviceToHost, a));
+		if (emu_defect == 30) /* defect 30: the stage read before its stream is synchronized */
+			wrong += stage[n / 2] != v + (uint32_t)(n / 2) + 3;
+		CU(cudaStreamSynchronize(a));
+		for (uint64_t i = 0; i < n; i++)
+			wrong += stage[i] != v + (uint32_t)i + 3;
+		/* 2. two streams ordered by an event; the host polls the second */
+		launch(a, sk_fill, e, n, v);
+		CU(cudaEventRecord(ev, a));
+		if (emu_defect != 29) /* defect 29: no wait for the event */
+			CU(cudaStreamWaitEvent(b, ev, 0));
+		launch(b, sk_copy, d, (const uint32_t *)e, n);
+		CU(cudaMemcpyAsync(stage, d, n * 4, cudaMemcpyDeviceToHost, b));
+		cudaError_t q;
+		while ((q = cudaStreamQuery(b)) == cudaErrorNotReady)
+			notready++;
+		CU(q);
+		for (uint64_t i = 0; i < n; i++)
+			wrong += stage[i] != (v ^ (uint32_t)i);
+		/* 3. the legacy default stream and a blocking stream order each other;
+		 * cudaMemcpy waits */
+		launch(nullptr, sk_fill, e, n, v + 1);
+		launch(blk, sk_add, e, n, 5u);
+		launch(nullptr, sk_copy, d, (const uint32_t *)e, n);
+		CU(cudaMemcpy(stage, d, n * 4, cudaMemcpyDeviceToHost));
+		for (uint64_t i = 0; i < n; i++)
+			wrong += stage[i] != ((v + 1) ^ (uint32_t)i) + 5;
+		/* 4. a kernel writes mapped pinned memory; the host polls an event */
+		launch(a, sk_fill, pin, n, v + 2);
+		CU(cudaEventRecord(ev2, a));
+		while ((q = cudaEventQuery(ev2)) == cudaErrorNotReady)
+			notready++;
+		CU(q);
+		for (uint64_t i = 0; i < n; i++)
+			wrong += pin[i] != ((v + 2) ^ (uint32_t)i);
+		/* 5. a stream-ordered allocation used on two streams, freed after both */
+		uint32_t *t = nullptr;
+		CU(cudaMallocAsync((void **)&t, n * 4, b));
+		launch(b, sk_fill, t, n, v + 3);
+		CU(cudaEventRecord(ev, b));
+		CU(cudaStreamWaitEvent(a, ev, 0));
+		launch(a, sk_copy, d, (const uint32_t *)t, n);
+		CU(cudaEventRecord(ev2, a));
+		if (emu_defect != 33) /* defect 33: freed while the other stream may still read it */
+			CU(cudaStreamWaitEvent(b, ev2, 0));
+		CU(cudaFreeAsync(t, b));
+		CU(cudaMemcpyAsync(stage, d, n * 4, cudaMemcpyDeviceToHost, a));
+		CU(cudaEventSynchronize(ev2));
+		CU(cudaStreamSynchronize(a));
+		CU(cudaStreamSynchronize(b));
+		for (uint64_t i = 0; i < n; i++)
+			wrong += stage[i] != ((v + 3) ^ (uint32_t)i);
+		/* 6. pinned blocks freed in stream order (src/mem/pinned_cudahost.c): the
+		 * block a copy reads is not handed out again before the copy is done
+		 * (defect 31: it is, and the host's writes into the new block race
+		 * with the copy) */
+		uint8_t *p = nullptr, *p2 = nullptr;
+		OK(ibp_pinned_alloc(n * 4, 0, 0, (void **)&p));
+		CHECK_NOW(ibp_pinned_owns(p), "not pinned memory");
+		for (uint64_t i = 0; i < n * 4; i++)
+			p[i] = (uint8_t)(v + i);
+		CU(cudaMemcpyAsync(d, p, n * 4, cudaMemcpyHostToDevice, a));
+		OK(ibp_pinned_free_async(p, a));
+		OK(ibp_pinned_alloc(n * 4, 0, 0, (void **)&p2));
+		for (uint64_t i = 0; i < n * 4; i++)
+			p2[i] = 0xEE;
+		CU(cudaMemcpyAsync(stage, d, n * 4, cudaMemcpyDeviceToHost, a));
+		CU(cudaStreamSynchronize(a));
+		for (uint64_t i = 0; i < n * 4; i++)
+			wrong += ((uint8_t *)stage)[i] != (uint8_t)(v + i);
+		ibp_pinned_free(p2);
+	}
+	CHECK_NOW(wrong == 0, "streams: %llu wrong values", (unsigned long long)wrong);
+	CHECK_NOW(notready > 0, "streams: the device never ran behind the host in %d rounds", rounds);
+	uint64_t reserved = 0, in_use = 1;
+	CU(cudaDeviceSynchronize());
+	void *x = nullptr;
+	OK(ibp_pinned_alloc(64, 0, 0, &x)); /* reclaims the parked blocks */
+	ibp_pinned_free(x);
+	ibp_pinned_stats(&reserved, &in_use);
+	CHECK_NOW(in_use == 0 && reserved > 0, "pinned: %llu bytes still in use after the streams finished",
+		  (unsigned long long)in_use);
+	/* errors as the runtime gives them */
+	CHECK_NOW(cudaEventRecord(nullptr, a) == cudaErrorInvalidResourceHandle, "record on no event");
+	CHECK_NOW(cudaStreamCreateWithFlags(&blk, 7u) == cudaErrorInvalidValue, "bad stream flags");
+	CHECK_NOW(cudaFreeAsync(pin, a) == cudaErrorInvalidValue, "cudaFreeAsync of pinned memory");
+	CHECK_NOW(cudaFreeHost(d) == cudaErrorInvalidValue, "cudaFreeHost of device memory");
+	(void)cudaGetLastError();
+	cudaEvent_t never;
+	CU(cudaEventCreate(&never));
+	CHECK_NOW(cudaEventQuery(never) == cudaSuccess, "a never-recorded event is complete");
+	CU(cudaStreamWaitEvent(a, never, 0)); /* nothing to wait for */
+	CU(cudaEventDestroy(never));
+	printf("streams: %d rounds, the host polled %llu times while the device ran behind it, %llu operations\n",
+	       rounds, (unsigned long long)notready, (unsigned long long)emu_stat_async_ops);
+	CU(cudaFree(d));
+	CU(cudaFree(e));
+	CU(cudaFreeHost(pin));
+	CU(cudaFreeHost(stage));
+	CU(cudaEventDestroy(ev));
+	CU(cudaEventDestroy(ev2));
+	CU(cudaStreamDestroy(a));
+	CU(cudaStreamDestroy(b));
+}
+
 /* Argument errors, alike on both sides. */
 static void errors_case()
 {
@@ -381,14 +684,20 @@ static void errors_case()
 int main(int argc, char **argv)
 {
 	harness_args args;
-	if (!harness_parse(argc, argv, "cache", "cache", "[--seed S] [--quick] [--defect N] [--preempt M]", &args))
+	if (!harness_parse(argc, argv, "cache|streams", "cache", "[--seed S] [--quick] [--defect N] [--preempt M]", &args))
 		return 2;
 	const unsigned long long seed = args.seed;
 	const int quick = args.quick;
+	if (args.suite == "streams") {
+		streams_suite(quick ? 12 : 60);
+		printf("streams: %s (%d failures, seed %llu)\n", failures ? "FAILED" : "ALL OK", failures, seed);
+		return failures != 0;
+	}
 	errors_case();
 	run_case(64, 4, quick ? 6 : 20);     /* a small index: long chains that wrap */
 	run_case(1024, 12, quick ? 6 : 30);  /* many slots, short chains */
 	concurrent_case(32, quick ? 40 : 300); /* three launches at once on a small index */
+	stream_case(32, quick ? 30 : 200);    /* the product's launches on two streams */
 	printf("cache: %s (%d failures, seed %llu)\n", failures ? "FAILED" : "ALL OK", failures, seed);
 	return failures != 0;
 }

@@ -15,7 +15,15 @@
 #include "ibp/status.h"
 
 static int failures;
+/* A check observes results as a blocking copy back would: the device's
+ * queued work finishes first (CHECK_NOW: as things are, for tests of the
+ * emulator's streams). */
 #define CHECK(c, ...)                                                        \
+	do {                                                                 \
+		emu_device_sync();                                           \
+		CHECK_NOW(c, __VA_ARGS__);                                   \
+	} while (0)
+#define CHECK_NOW(c, ...)                                                    \
 	do {                                                                 \
 		if (!(c)) {                                                  \
 			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \

@@ -17,6 +17,7 @@ extern "C" {
 int emu_codec_failures;
 #define CCHECK(c, ...)                                                                 \
 	do {                                                                           \
+		emu_device_sync(); /* as a blocking copy back would (harness_check.h) */ \
 		if (!(c)) {                                                            \
 			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
 			fprintf(stderr, __VA_ARGS__);                                  \
