@@ -123,6 +123,20 @@ static std::string sym(uintptr_t pc)
 
 static std::string who_in(uint32_t launch, uint32_t gtid);
 
+/* Nonzero while the emulator's own code runs (for a thread or the host):
+ * the hooks then neither check nor switch. Library code the emulator
+ * calls (std containers, strings) may be the instrumented copy the
+ * harness's objects brought (one definition wins at link time), and a
+ * thread switch inside a barrier's or a shuffle's bookkeeping would
+ * corrupt it. Saved per thread across switches. */
+static int quiet;
+struct Inside {
+	Inside() { quiet++; }
+	~Inside() { quiet--; }
+	Inside(const Inside &) = delete;
+};
+
+
 static uint32_t launch_id; /* the running fiber's launch */
 static std::string who(uint32_t gtid)
 {
@@ -340,11 +354,13 @@ static Region *region_at(uintptr_t a)
 
 void *emu_dev_alloc(size_t n, unsigned skew, const char *name)
 {
+	Inside in;
 	return (void *)region_new(n, skew, name, 0)->lo;
 }
 
 void *emu_dev_alloc_sparse(size_t n, const char *name)
 {
+	Inside in;
 	const size_t page = 4096, total = page + (n + page - 1) / page * page + page;
 	void *m = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (m == MAP_FAILED) {
@@ -375,6 +391,7 @@ bool emu_is_device_memory(const void *p)
 
 void emu_dev_free(void *p)
 {
+	Inside in;
 	if (!p)
 		return;
 	if (host_pending)
@@ -436,6 +453,7 @@ uint8_t *emu_dyn_smem()
 
 void *emu_shared_raw(emu_sslot *s, size_t size, size_t align)
 {
+	Inside in;
 	(void)align; /* regions start 64-aligned */
 	emu_block *b = emu_cur->blk;
 	for (auto &p : b->slots)
@@ -635,6 +653,7 @@ static void host_read(emu_fiber *f, const Region *g, uintptr_t a, unsigned n, ui
 
 void emu_fetch_begin(const void *src, uint64_t len, unsigned group_threads)
 {
+	Inside in;
 	emu_fiber *f = emu_cur;
 	if (!f)
 		return;
@@ -662,6 +681,7 @@ void emu_fetch_end()
 
 void emu_host_watch(const void *p, int on)
 {
+	Inside in;
 	Region *r = region_at((uintptr_t)p);
 	if (!r) {
 		fprintf(stderr, "emu_host_watch: %p is not emulator memory\n", p);
@@ -672,6 +692,7 @@ void emu_host_watch(const void *p, int on)
 
 std::vector<emu_host_read> emu_host_take(std::vector<emu_fetch_info> *fetches)
 {
+	Inside in;
 	emu_device_sync(); /* the reads of the work issued so far */
 	std::vector<emu_host_read> v;
 	v.swap(host_log);
@@ -816,10 +837,31 @@ static void other_access(uintptr_t a, size_t n, int fl, uintptr_t pc)
 		cells(g, a + off, (unsigned)std::min<size_t>(n - off, 1u << 30), fl & A_WRITE, pc, me);
 }
 
+/* Instrumented host code may run on the library's worker threads (host
+ * paths): the emulator checks the main thread only (its state is not
+ * shared between threads). */
+static thread_local int thread_kind; /* 0 unknown, 1 the main thread, 2 another */
+static bool on_main_thread()
+{
+	if (!thread_kind)
+		thread_kind = gettid() == getpid() ? 1 : 2;
+	return thread_kind == 1;
+}
+
+static inline void access_now(const void *p, unsigned n, int fl, const void *pc);
+
+/* The hooks' entry: nothing while the emulator's own code runs. */
 static inline void access(const void *p, unsigned n, int fl, const void *pc)
 {
+	if (quiet)
+		return;
+	access_now(p, n, fl, pc);
+}
+
+static inline void access_now(const void *p, unsigned n, int fl, const void *pc)
+{
 	emu_fiber *f = emu_cur;
-	if (reporting)
+	if (reporting || (!f && host_pending && !on_main_thread()))
 		return;
 	if (!f) {
 		if (host_pending)
@@ -865,6 +907,7 @@ static std::shared_ptr<Know> snapshot(emu_fiber *f)
 
 void emu_fence()
 {
+	Inside in;
 	emu_fiber *f = emu_cur;
 	if (!f)
 		return;
@@ -882,10 +925,11 @@ void emu_atomic_access(const void *p, unsigned size, const void *pc, int kind)
 	if (reporting)
 		return;
 	if (!emu_cur) {
-		if (host_pending)
+		if (host_pending && on_main_thread())
 			other_access((uintptr_t)p, size, A_WRITE, (uintptr_t)pc);
 		return;
 	}
+	Inside in;
 	if (emu_stall_rate && rng() % (uint64_t)emu_stall_rate == 0) {
 		emu_fiber *f = emu_cur; /* descheduled for a long while, as a warp may be on a GPU */
 		run_del(f);
@@ -983,6 +1027,7 @@ static void complete(emu_block *b, Coll &c)
 
 uint64_t emu_warp_op(int kind, unsigned mask, uint64_t v, unsigned arg, const void *site)
 {
+	Inside in;
 	emu_fiber *f = emu_cur;
 	const unsigned lane = f->tid % 32;
 	Warp &w = f->blk->warps[f->tid / 32];
@@ -1044,6 +1089,7 @@ uint64_t emu_warp_op(int kind, unsigned mask, uint64_t v, unsigned arg, const vo
 
 int emu_block_op(int kind, int pred, const void *site)
 {
+	Inside in;
 	emu_fiber *f = emu_cur;
 	emu_block *b = f->blk;
 	if (b->bar_arrived == 0) {
@@ -1101,12 +1147,14 @@ static void cp_async(void *smem, const void *gmem, unsigned bytes, const void *s
 
 void emu_cp_async(void *smem, const void *gmem, unsigned bytes, const void *site)
 {
+	Inside in;
 	(void)site; /* the wrapper's return address: not its call site once inlined */
 	cp_async(smem, gmem, bytes, __builtin_return_address(0));
 }
 
 void emu_cp_async_pred(int pred, void *smem, const void *gmem, unsigned bytes)
 {
+	Inside in;
 	const void *site = __builtin_return_address(0);
 	if (pred)
 		cp_async(smem, gmem, bytes, site);
@@ -1127,7 +1175,7 @@ static void cp_async(void *smem, const void *gmem, unsigned bytes, const void *s
 		snprintf(s, sizeof(s), "cp.async destination %p is not shared memory (%s)\n", smem, who(emu_cur->gtid).c_str());
 		fatal("cp.async", s + sym((uintptr_t)site));
 	}
-	access(gmem, bytes, 0, site);
+	access_now(gmem, bytes, 0, site);
 	check((uintptr_t)smem, bytes, A_WRITE | A_ASYNC_ISSUE, (uintptr_t)site);
 	for (unsigned i = 0; i < bytes; i++)
 		((uint8_t *)smem)[i] = (uint8_t)(rng() | 0x80); /* in flight: garbage until waited for */
@@ -1136,6 +1184,7 @@ static void cp_async(void *smem, const void *gmem, unsigned bytes, const void *s
 
 void emu_cp_async_commit()
 {
+	Inside in;
 	if (!emu_cur)
 		return;
 	CpaQ &q = cpq();
@@ -1153,6 +1202,7 @@ static void cpa_done(const std::vector<CpaCopy> &g, const void *site)
 
 void emu_cp_async_wait(int n, const void *site)
 {
+	Inside in;
 	if (!emu_cur)
 		return;
 	CpaQ &q = cpq();
@@ -1229,6 +1279,7 @@ static void fiber_main()
 	emu_fiber *f = emu_cur;
 	f->blk->L->job->run();
 	f = emu_cur;
+	quiet++; /* never undone: the thread ends here */
 	if (f->cpa) {
 		CpaQ *q = (CpaQ *)f->cpa;
 		q->groups.push_back(std::move(q->open));
@@ -1400,6 +1451,7 @@ static void streams_init()
 
 emu_stream *emu_stream_new(int nonblocking)
 {
+	Inside in;
 	streams_init();
 	emu_stream *s = new emu_stream{ (uint32_t)streams.size(), nonblocking, 0, 0, {}, nullptr, {} };
 	streams.push_back(s);
@@ -1606,7 +1658,11 @@ static bool sched_one()
 	enter(L);
 	emu_cur = f;
 	act = ACT_FIBER;
+	const int host_quiet = quiet;
+	quiet = f->quiet;
 	emu_switch(&sched_sp, f->sp);
+	f->quiet = quiet;
+	quiet = host_quiet;
 	emu_cur = nullptr;
 	act = ACT_HOST;
 	if (f->state == 2) {
@@ -1663,6 +1719,7 @@ static bool emu_memory(const void *p)
 void emu_enqueue_launch(emu_stream *s, emu_job_base *job, emu_dim3 g, emu_dim3 b, size_t smem, const char *name,
 			const void *site, const void *kernel)
 {
+	Inside in;
 	const emu_grid_spec spec = { job, g, b, smem, name };
 	check_config(spec);
 	Op *o = issue(s, OP_LAUNCH, name, site);
@@ -1681,6 +1738,7 @@ void emu_enqueue_launch(emu_stream *s, emu_job_base *job, emu_dim3 g, emu_dim3 b
 
 void emu_enqueue_copy(emu_stream *s, void *dst, const void *src, size_t n, const void *site)
 {
+	Inside in;
 	Op *o = issue(s, OP_COPY, "cudaMemcpyAsync", site);
 	o->dst = dst;
 	o->src = src;
@@ -1699,6 +1757,7 @@ void emu_enqueue_copy(emu_stream *s, void *dst, const void *src, size_t n, const
 
 void emu_enqueue_memset(emu_stream *s, void *p, int v, size_t n, const void *site)
 {
+	Inside in;
 	Op *o = issue(s, OP_SET, "cudaMemsetAsync", site);
 	o->dst = p;
 	o->val = v;
@@ -1708,6 +1767,7 @@ void emu_enqueue_memset(emu_stream *s, void *p, int v, size_t n, const void *sit
 
 void emu_enqueue_free(emu_stream *s, void *p, const void *site)
 {
+	Inside in;
 	Op *o = issue(s, OP_FREE, "cudaFreeAsync", site);
 	o->dst = p;
 	progress();
@@ -1725,6 +1785,7 @@ void emu_event_destroy(emu_event *e)
 
 void emu_event_record(emu_event *e, emu_stream *s, const void *site)
 {
+	Inside in;
 	Op *o = issue(s, OP_MARK, "cudaEventRecord", site);
 	e->stream = o->stream;
 	e->seq = o->seq;
@@ -1733,6 +1794,7 @@ void emu_event_record(emu_event *e, emu_stream *s, const void *site)
 
 void emu_stream_wait_event(emu_stream *s, emu_event *e, const void *site)
 {
+	Inside in;
 	if (!e->seq)
 		return; /* never recorded: nothing to wait for, as the runtime does */
 	Op *o = issue(s, OP_MARK, "cudaStreamWaitEvent", site);
@@ -1742,6 +1804,7 @@ void emu_stream_wait_event(emu_stream *s, emu_event *e, const void *site)
 
 int emu_event_query(emu_event *e)
 {
+	Inside in;
 	progress();
 	if (!e->seq)
 		return 1;
@@ -1754,6 +1817,7 @@ int emu_event_query(emu_event *e)
 
 void emu_event_sync(emu_event *e)
 {
+	Inside in;
 	if (!e->seq)
 		return;
 	const uint32_t st = e->stream, seq = e->seq;
@@ -1764,6 +1828,7 @@ void emu_event_sync(emu_event *e)
 
 int emu_stream_query(emu_stream *s)
 {
+	Inside in;
 	streams_init();
 	if (!s)
 		s = streams[S_LEGACY];
@@ -1779,6 +1844,7 @@ int emu_stream_query(emu_stream *s)
 
 void emu_stream_sync(emu_stream *s)
 {
+	Inside in;
 	streams_init();
 	if (!s)
 		s = streams[S_LEGACY];
@@ -1806,6 +1872,7 @@ void emu_stream_sync(emu_stream *s)
 
 void emu_device_sync()
 {
+	Inside in;
 	if (!host_pending && !tombstones)
 		return; /* the host knows all its work is done */
 	streams_init();
@@ -1829,6 +1896,7 @@ void emu_device_sync()
 
 void *emu_pinned_alloc(size_t n, const char *name)
 {
+	Inside in;
 	/* page-aligned, as cudaHostAlloc's; a redzone after it */
 	const size_t total = 4096 + (n + 4095) / 4096 * 4096 + 4096;
 	uint8_t *m = (uint8_t *)aligned_alloc(4096, total);
@@ -1857,6 +1925,7 @@ int emu_is_pinned(const void *p)
 
 int emu_pinned_free(void *p)
 {
+	Inside in;
 	Region *r = region_at((uintptr_t)p);
 	if (!r || !r->pinned || r->lo != (uintptr_t)p)
 		return 0;
@@ -1869,6 +1938,7 @@ int emu_pinned_free(void *p)
  * beside whatever stream work is running; not ordered with each other. */
 void emu_run_grids(const emu_grid_spec *g, int n)
 {
+	Inside in;
 	if (emu_cur) {
 		fprintf(stderr, "emu: a launch from inside a kernel\n");
 		_exit(2);
@@ -1974,4 +2044,67 @@ void __tsan_write_range(void *p, unsigned long n)
 }
 void __tsan_vptr_update(void **, void *) {}
 void __tsan_vptr_read(void **) {}
+/* C11 atomics in instrumented C host code (gen.py's copies of cache/*.c):
+ * done, and checked as the host's writes of pinned memory where they land */
+#define ATOMICS(N, T)                                                                                  \
+	T __tsan_atomic##N##_load(const volatile T *a, int)                                            \
+	{                                                                                              \
+		access((const void *)a, N / 8, 0, RA);                                                 \
+		return __atomic_load_n(a, __ATOMIC_SEQ_CST);                                           \
+	}                                                                                              \
+	void __tsan_atomic##N##_store(volatile T *a, T v, int)                                         \
+	{                                                                                              \
+		access((const void *)a, N / 8, A_WRITE, RA);                                           \
+		__atomic_store_n(a, v, __ATOMIC_SEQ_CST);                                              \
+	}                                                                                              \
+	T __tsan_atomic##N##_exchange(volatile T *a, T v, int)                                         \
+	{                                                                                              \
+		access((const void *)a, N / 8, A_WRITE, RA);                                           \
+		return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);                                    \
+	}                                                                                              \
+	T __tsan_atomic##N##_fetch_add(volatile T *a, T v, int)                                        \
+	{                                                                                              \
+		access((const void *)a, N / 8, A_WRITE, RA);                                           \
+		return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);                                     \
+	}                                                                                              \
+	T __tsan_atomic##N##_fetch_sub(volatile T *a, T v, int)                                        \
+	{                                                                                              \
+		access((const void *)a, N / 8, A_WRITE, RA);                                           \
+		return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST);                                     \
+	}                                                                                              \
+	T __tsan_atomic##N##_fetch_and(volatile T *a, T v, int)                                        \
+	{                                                                                              \
+		access((const void *)a, N / 8, A_WRITE, RA);                                           \
+		return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST);                                     \
+	}                                                                                              \
+	T __tsan_atomic##N##_fetch_or(volatile T *a, T v, int)                                         \
+	{                                                                                              \
+		access((const void *)a, N / 8, A_WRITE, RA);                                           \
+		return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST);                                      \
+	}                                                                                              \
+	int __tsan_atomic##N##_compare_exchange_strong(volatile T *a, T *c, T v, int, int)             \
+	{                                                                                              \
+		access((const void *)a, N / 8, A_WRITE, RA);                                           \
+		return __atomic_compare_exchange_n(a, c, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);    \
+	}                                                                                              \
+	int __tsan_atomic##N##_compare_exchange_weak(volatile T *a, T *c, T v, int, int)               \
+	{                                                                                              \
+		access((const void *)a, N / 8, A_WRITE, RA);                                           \
+		return __atomic_compare_exchange_n(a, c, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);    \
+	}                                                                                              \
+	T __tsan_atomic##N##_compare_exchange_val(volatile T *a, T c, T v, int, int)                   \
+	{                                                                                              \
+		access((const void *)a, N / 8, A_WRITE, RA);                                           \
+		__atomic_compare_exchange_n(a, &c, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);          \
+		return c;                                                                              \
+	}
+ATOMICS(8, uint8_t)
+ATOMICS(16, uint16_t)
+ATOMICS(32, uint32_t)
+ATOMICS(64, uint64_t)
+void __tsan_atomic_thread_fence(int)
+{
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+void __tsan_atomic_signal_fence(int) {}
 }

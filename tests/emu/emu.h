@@ -71,6 +71,7 @@ struct emu_fiber {
 	uintptr_t flo, fhi;       /* its row: [flo, fhi) */
 	void *occ;                /* executions per instruction site since emu_fetch_begin (emu.cpp) */
 	void *sync;               /* what it acquired through fences and atomics (emu.cpp), or null */
+	int quiet;                /* the emulator's own code running for it (emu.cpp) */
 };
 extern emu_fiber *emu_cur;
 extern emu_dim3 emu_block_dim, emu_grid_dim;

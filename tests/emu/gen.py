@@ -7,6 +7,7 @@ OUT/k_{gather,encode,train,exp,fp8,dynamiq,rcmoe,slab,bag,coll_reduce}.inc  kern
                                  cuda_stub.cpp)
 OUT/ibp_device.cuh               kernels/ibp_device.cuh
 OUT/pinned_cudahost.c            src/mem/pinned_cudahost.c (C host code, built against the stub)
+OUT/kv_cuda.c                    cache/kv_cuda.c (C host code, instrumented, against the stub)
 
 Rewrites: `__shared__ T x[N];` becomes a per-block shared variable and
 `extern __shared__ T x[];` the block's dynamic shared memory (launches go
@@ -194,6 +195,17 @@ pinned = defect(pinned, '''	pthread_mutex_lock(&pend_mu);
 	cudaError_t e = cudaSuccess;''')
 put('pinned_cudahost.c', 'extern int emu_defect; /* tests/emu/gen.py: the planted defect */\n' +
     '#line 1 "%s/src/mem/pinned_cudahost.c"\n' % repo + pinned)
+
+# cache/kv_cuda.c (the KV offload's orchestration, C): instrumented like
+# the kernels' host code, so its own reads of pinned staging buffers are
+# checked. Defect 34: the IBP store reads the encoded sizes from the pinned
+# h_off before the stream has finished copying them there.
+kvc = open(repo + '/cache/kv_cuda.c').read()
+kvc = defect(kvc, '''	IBP_TRY(xcopy(s, s->h_cl.p, s->d_cl.p, m));
+	return ibp_cuda_sync(s->stream);''', '''	IBP_TRY(xcopy(s, s->h_cl.p, s->d_cl.p, m));
+	return emu_defect == 34 ? IBP_OK : ibp_cuda_sync(s->stream);''')
+put('kv_cuda.c', 'extern int emu_defect; /* tests/emu/gen.py: the planted defect */\n' +
+    '#line 1 "%s/cache/kv_cuda.c"\n' % repo + kvc)
 
 parts = {
     'k_bag.inc': launches(bag),

@@ -1081,7 +1081,18 @@ static void api_cache_case(uint64_t R, ibp_cache_policy_t pol)
  * cache) in emulated device memory: stored blocks equal to the CPU
  * packer's bytes, loads equal to the original rows, RAW blocks, a corrupt
  * mode byte reported by the wait with its row zeroed. */
-static void api_kv_case(uint64_t R, unsigned C)
+/* A slot of the pool (allocated and removed again): where its memory is. */
+static void *pool_slot_probe(ibp_slab_pool_t *pool)
+{
+	int64_t h = -1;
+	void *p = nullptr;
+	OK(ibp_slab_pool_alloc(pool, 16, &h, &p));
+	OK(ibp_slab_pool_unpin(pool, p));
+	OK(ibp_slab_pool_remove(pool, h));
+	return p;
+}
+
+static void api_kv_case(uint64_t R, unsigned C, unsigned pool_flags)
 {
 	const uint64_t NBk = 40, n = 10;
 	std::vector<uint8_t> kv(2 * NBk * R, 0);
@@ -1103,9 +1114,11 @@ static void api_kv_case(uint64_t R, unsigned C)
 	po.capacity_bytes = 1 << 20;
 	po.max_block_bytes = 2 * R + 4096; /* an EXP raw block is up to 192 bytes over 2 R */
 	po.policy = IBP_CACHE_LRU;
-	po.flags = IBP_SLAB_POOL_HOST;
+	po.flags = pool_flags; /* 0: slots in pinned memory (src/mem/pinned_cudahost.c), copies asynchronous */
 	ibp_slab_pool_t *pool = nullptr;
 	OK(ibp_slab_pool_create(&po, &pool));
+	if (!pool_flags)
+		CHECK(ibp_pinned_owns(pool_slot_probe(pool)), "api kv: the pool is not in pinned memory");
 	ibp_kv_stream_t *s = nullptr;
 	OK(ibp_kv_stream_create(codec, R, IBP_DTYPE_BF16, 0, nullptr, &s));
 	CHECK(ibp_kv_stream_on_device(s), "api kv: not a device stream");
@@ -1226,8 +1239,8 @@ static void api_suite()
 			if (!quick || (R + C) % 3 == 0 || R == 5000)
 				api_case(R, C, 1 + (unsigned)(rnd() % 3));
 	api_cache_case(203, IBP_CACHE_S3FIFO);
-	api_kv_case(512, 2);
-	api_kv_case(203, 4);
+	api_kv_case(512, 2, IBP_SLAB_POOL_HOST);
+	api_kv_case(203, 4, 0);
 	if (!quick) /* a larger row, another policy */
 		api_cache_case(1000, IBP_CACHE_LRU);
 }

@@ -82,25 +82,28 @@ if [[ ! -x "$bdir/harness" || ! -x "$bdir/harness_dq" || ! -x "$bdir/harness_cac
 	[[ $jobs -lt 2 ]] && { wait "${pids[@]}"; pids=(); }
 	g++ "${common[@]}" "${inst[@]}" -c "$here/harness_codecs.cpp" -o "$bdir/harness_codecs.o" & pids+=($!)
 	wait "${pids[@]}"
+	# host code in C against the stub: the pinned allocator (plain) and the
+	# KV offload's orchestration (instrumented: its own host accesses are checked)
+	cflags=(-std=gnu11 -O1 -g -fno-pie -w "${ub[@]}" -I"$gen" -I"$here/stub" -I"$repo/include" -I"$repo/src")
+	gcc "${cflags[@]}" -c "$gen/pinned_cudahost.c" -o "$bdir/pinned_cudahost.o"
+	gcc "${cflags[@]}" -fsanitize=thread -c "$gen/kv_cuda.c" -o "$bdir/kv_cuda.o"
+	# jemalloc linked, not dlopen()ed: Debian's copy cannot be loaded late
+	# into these binaries (static TLS), and the pinned arena needs it
+	je=()
+	echo 'int main(void) { return 0; }' | gcc -x c - -ljemalloc -o "$bdir/je-probe" 2>/dev/null && je=(-ljemalloc)
 	g++ "${common[@]}" "${plain[@]}" -c "$here/emu.cpp" -o "$bdir/emu.o"
 	g++ "${common[@]}" "${plain[@]}" -c "$here/cuda_stub.cpp" -o "$bdir/cuda_stub.o"
 	g++ "${common[@]}" "${plain[@]}" -c "$here/cudahost.cpp" -o "$bdir/cudahost.o"
 	g++ -no-pie "${ub[@]}" "$bdir/harness.o" "$bdir/harness_codecs.o" "$bdir/emu.o" "$bdir/cuda_stub.o" \
-		"$bdir/cudahost.o" \
-		"$lib" -lxxhash -lpthread -lm -o "$bdir/harness"
+		"$bdir/cudahost.o" "$bdir/kv_cuda.o" "$bdir/pinned_cudahost.o" \
+		"$lib" "${je[@]}" -lxxhash -lpthread -ldl -lm -o "$bdir/harness"
 	# kernels/dynamiq.cu: a binary of its own (harness_dynamiq.cpp has its main)
 	g++ "${common[@]}" "${inst[@]}" -c "$here/harness_dynamiq.cpp" -o "$bdir/harness_dynamiq.o"
 	g++ -no-pie "${ub[@]}" "$bdir/harness_dynamiq.o" "$bdir/emu.o" "$bdir/cuda_stub.o" \
 		"$lib" -lxxhash -lpthread -lm -o "$bdir/harness_dq"
 	# kernels/slab_cache.cu (+ cache/slab_cudahost.c) and the streams suite with
 	# src/mem/pinned_cudahost.c (C host code, as gen.py wrote it): harness_cache
-	gcc -std=gnu11 -O1 -g -fno-pie -w "${ub[@]}" -I"$gen" -I"$here/stub" -I"$repo/include" -I"$repo/src" \
-		-c "$gen/pinned_cudahost.c" -o "$bdir/pinned_cudahost.o"
 	g++ "${common[@]}" "${inst[@]}" -c "$here/harness_cache.cpp" -o "$bdir/harness_cache.o"
-	# jemalloc linked, not dlopen()ed: Debian's copy cannot be loaded late
-	# into this binary (static TLS), and the pinned arena needs it
-	je=()
-	echo 'int main(void) { return 0; }' | gcc -x c - -ljemalloc -o "$bdir/je-probe" 2>/dev/null && je=(-ljemalloc)
 	g++ -no-pie "${ub[@]}" "$bdir/harness_cache.o" "$bdir/emu.o" "$bdir/cuda_stub.o" "$bdir/pinned_cudahost.o" \
 		"$lib" "${je[@]}" -lxxhash -lpthread -ldl -lm -o "$bdir/harness_cache"
 	# kernels/ibp_bag.cu (+ cuda/ibp_bag_cudahost.c): harness_bag.cpp, its own binary
@@ -241,6 +244,7 @@ defects)
 	expect_defect 30 "$bdir/harness_cache" "streams" "a pinned staging buffer read before its stream is synchronized"
 	expect_defect 31 "$bdir/harness_cache" "streams" "a pinned block handed out again while a copy from it is in flight (ibp_pinned_free_async)"
 	expect_defect 33 "$bdir/harness_cache" "streams" "a device buffer freed in stream order while another stream still reads it"
+	expect_defect 34 "$h" "api" "the KV store reading the encoded sizes from pinned memory before its stream is synchronized (cache/kv_cuda.c)"
 	expect_defect 24 "$bdir/harness_bag" "bag --data $repo/datasets/sample --tmp $bdir" \
 		"no __syncwarp between the bag kernel's row decode and its element reads"
 	exit $rc

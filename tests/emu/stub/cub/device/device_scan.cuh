@@ -1,12 +1,22 @@
-/* Host-emulation stub of cub::DeviceScan::ExclusiveSum: device memory is
- * host memory and every earlier launch has completed, so the scan runs
- * here, in stream order. The temporary-storage protocol is CUB's. */
+/* Host-emulation stub of cub::DeviceScan::ExclusiveSum: the scan is a
+ * one-thread launch on the caller's stream, so it runs in stream order
+ * with the emulator's checks (emu.h). The temporary-storage protocol is
+ * CUB's. */
 #pragma once
 #include <cuda_runtime.h>
 namespace cub {
+template <class In, class Out> void emu_exclusive_sum_kernel(In in, Out out, uint64_t n)
+{
+	uint64_t s = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t v = in[i];
+		out[i] = s;
+		s += v;
+	}
+}
 struct DeviceScan {
 	template <class In, class Out>
-	static cudaError_t ExclusiveSum(void *tmp, size_t &bytes, In in, Out out, uint64_t n, cudaStream_t = 0)
+	static cudaError_t ExclusiveSum(void *tmp, size_t &bytes, In in, Out out, uint64_t n, cudaStream_t s = 0)
 	{
 		if (!tmp) {
 			bytes = 768;
@@ -14,12 +24,7 @@ struct DeviceScan {
 		}
 		if (bytes < 768)
 			return cudaErrorInvalidValue;
-		uint64_t s = 0;
-		for (uint64_t i = 0; i < n; i++) {
-			uint64_t v = in[i];
-			out[i] = s;
-			s += v;
-		}
+		emu_kcall(dim3(1), dim3(1), 0, s).run(emu_exclusive_sum_kernel<In, Out>, in, out, n);
 		return cudaSuccess;
 	}
 };
