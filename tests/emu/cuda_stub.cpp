@@ -358,14 +358,17 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
 	return cudaSuccess;
 }
 
-cudaError_t cudaHostRegister(void *, size_t, unsigned)
+cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags)
 {
-	return set(cudaErrorInvalidValue); /* mapped host memory is not modelled */
+	if (!p || !n || (flags & ~(cudaHostRegisterPortable | cudaHostRegisterMapped | cudaHostRegisterReadOnly)))
+		return set(cudaErrorInvalidValue);
+	const int r = emu_host_register(p, n);
+	return r == 0 ? cudaSuccess : set(r == 1 ? cudaErrorHostMemoryAlreadyRegistered : cudaErrorInvalidValue);
 }
 
-cudaError_t cudaHostUnregister(void *)
+cudaError_t cudaHostUnregister(void *p)
 {
-	return cudaSuccess;
+	return emu_host_unregister(p) ? cudaSuccess : set(cudaErrorHostMemoryNotRegistered);
 }
 
 cudaError_t emu_occupancy(int *n, const void *, int threads, size_t smem)

@@ -1917,6 +1917,36 @@ void *emu_pinned_alloc(size_t n, const char *name)
 	return (void *)r->lo;
 }
 
+int emu_host_register(void *p, size_t n)
+{
+	Inside in;
+	const uintptr_t a = (uintptr_t)p;
+	for (const Region *r : regions)
+		if (a < r->ahi && a + n > r->alo) /* overlaps: registered already (pinned), or emulator memory */
+			return r->pinned && a >= r->lo && a + n <= r->hi ? 1 : 2;
+	Region *r = new Region();
+	r->mem = nullptr; /* the caller's memory: not freed with the region */
+	r->alo = r->lo = a;
+	r->ahi = r->hi = a + n;
+	r->name = "registered host memory (cudaHostRegister)";
+	r->pinned = 1;
+	auto it = std::lower_bound(regions.begin(), regions.end(), r,
+				   [](const Region *x, const Region *y) { return x->alo < y->alo; });
+	regions.insert(it, r);
+	return 0;
+}
+
+int emu_host_unregister(void *p)
+{
+	Inside in;
+	Region *r = region_at((uintptr_t)p);
+	if (!r || r->mem || !r->pinned || r->lo != (uintptr_t)p)
+		return 0;
+	emu_device_sync(); /* the runtime waits for the device */
+	region_free(r);
+	return 1;
+}
+
 int emu_is_pinned(const void *p)
 {
 	Region *r = region_at((uintptr_t)p);

@@ -362,6 +362,10 @@ void emu_device_sync();
 void *emu_pinned_alloc(size_t n, const char *name);
 int emu_pinned_free(void *p);   /* 0: p is not a pinned allocation */
 int emu_is_pinned(const void *p);
+/* cudaHostRegister: the caller's [p, p + n) becomes pinned, mapped memory
+ * (0), or is pinned already (1), or overlaps other emulator memory (2). */
+int emu_host_register(void *p, size_t n);
+int emu_host_unregister(void *p); /* 0: p was not registered */
 /* The device's progress so far: launches and copies started, and done. */
 extern uint64_t emu_stat_async_ops;
 

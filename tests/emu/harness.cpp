@@ -852,20 +852,32 @@ static void api_case(uint64_t R, unsigned C, unsigned K)
 	std::vector<uint8_t> fixed(n * R, 0);
 	for (uint64_t i = 0; i < n; i++)
 		memcpy(&fixed[i * R], &t.enc[t.off[i]], t.off[i + 1] - t.off[i]);
-	for (int inplace = 0; inplace < 2; inplace++) {
+	/* payloads: device memory (packed), a copy to the device (inplace),
+	 * host memory registered in place, a copy to pinned memory (packed) */
+	for (int variant = 0; variant < 4; variant++) {
+		const int inplace = variant == 1;
 		DBuf<uint8_t> pay(inplace ? fixed : std::vector<uint8_t>(t.enc.begin(), t.enc.begin() + t.off[n]), "payload");
+		std::vector<uint8_t> hpay(t.enc.begin(), t.enc.begin() + t.off[n]);
 		ibp_cuda_store_desc_t d;
 		memset(&d, 0, sizeof(d));
 		d.codec = t.codec;
-		d.payload = pay.p;
+		d.payload = variant >= 2 ? hpay.data() : pay.p;
 		d.payload_bytes = inplace ? n * R : t.off[n];
 		d.offsets = inplace ? nullptr : t.off.data();
 		d.flags = t.flags.data();
 		d.clusters = K > 1 ? t.cl.data() : nullptr;
 		d.nrows = n;
-		d.payload_kind = inplace ? IBP_CUDA_PAYLOAD_COPY_DEVICE : IBP_CUDA_PAYLOAD_DEVICE;
+		static const ibp_cuda_payload_t kinds[4] = { IBP_CUDA_PAYLOAD_DEVICE, IBP_CUDA_PAYLOAD_COPY_DEVICE,
+								   IBP_CUDA_PAYLOAD_REGISTER, IBP_CUDA_PAYLOAD_COPY_PINNED };
+		d.payload_kind = kinds[variant];
 		ibp_cuda_store_t *s = nullptr;
 		OK(ibp_cuda_store_create(&d, 0, nullptr, &s));
+		if (variant == 2) {
+			struct cudaPointerAttributes at;
+			CHECK(cudaPointerGetAttributes(&at, hpay.data() + t.off[n] / 2) == cudaSuccess &&
+				      at.type == cudaMemoryTypeHost && at.devicePointer == hpay.data() + t.off[n] / 2,
+			      "api: the registered payload is not mapped host memory");
+		}
 		uint64_t bad = 0;
 		for (int kind = 0; kind <= 3; kind++) {
 			OK(ibp_cuda_store_set_kernel(s, (ibp_cuda_kernel_t)kind));
@@ -892,7 +904,7 @@ static void api_case(uint64_t R, unsigned C, unsigned K)
 				      kind, inplace, (unsigned long long)k);
 			}
 		}
-		if (!inplace)
+		if (variant == 0)
 			api_staged(t, s);
 		uint64_t cnt = 0;
 		OK(ibp_cuda_store_errors(s, &cnt, nullptr));

@@ -20,6 +20,7 @@ typedef enum cudaError {
 	cudaErrorInvalidConfiguration = 9,
 	cudaErrorInsufficientDriver = 35,
 	cudaErrorHostMemoryAlreadyRegistered = 712,
+	cudaErrorHostMemoryNotRegistered = 713,
 	cudaErrorNoDevice = 100,
 	cudaErrorInvalidResourceHandle = 400,
 	cudaErrorNotReady = 600,
