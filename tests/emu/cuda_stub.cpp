@@ -8,9 +8,11 @@
 #include <cuda_runtime.h>
 
 #include <map>
+#include <mutex>
 
-static cudaError_t last_error = cudaSuccess;
+static thread_local cudaError_t last_error = cudaSuccess; /* per host thread, as the runtime's */
 static std::map<const void *, int> max_dyn; /* cudaFuncAttributeMaxDynamicSharedMemorySize */
+static std::mutex max_dyn_mu;
 int emu_stub_no_device;                     /* tests: pretend there is no device */
 static const int H100_SMS = 132, H100_OPTIN = 227 * 1024, DEFAULT_DYN = 48 * 1024;
 
@@ -103,6 +105,7 @@ cudaError_t emu_func_set_attr(const void *f, enum cudaFuncAttribute a, int v)
 {
 	if (a != cudaFuncAttributeMaxDynamicSharedMemorySize || v < 0 || v > H100_OPTIN)
 		return set(cudaErrorInvalidValue);
+	std::lock_guard<std::mutex> g(max_dyn_mu);
 	max_dyn[f] = v;
 	return cudaSuccess;
 }
@@ -120,8 +123,13 @@ cudaError_t emu_launch_error(const void *k, emu_dim3 g, emu_dim3 b, size_t smem)
 	unsigned bt = b.x * b.y * b.z;
 	if (bt == 0 || bt > 1024 || g.x == 0 || g.y == 0 || g.y > 65535 || g.z != 1)
 		return set(cudaErrorInvalidConfiguration);
-	auto it = max_dyn.find(k);
-	size_t cap = it == max_dyn.end() ? DEFAULT_DYN : (size_t)it->second;
+	size_t cap = DEFAULT_DYN;
+	{
+		std::lock_guard<std::mutex> g(max_dyn_mu);
+		auto it = max_dyn.find(k);
+		if (it != max_dyn.end())
+			cap = (size_t)it->second;
+	}
 	if (smem > cap) {
 		fprintf(stderr, "emu: launch refused: %zu bytes of dynamic shared memory, the kernel allows %zu\n", smem, cap);
 		return set(cudaErrorInvalidValue);

@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <mutex>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -130,9 +131,35 @@ static std::string who_in(uint32_t launch, uint32_t gtid);
  * thread switch inside a barrier's or a shuffle's bookkeeping would
  * corrupt it. Saved per thread across switches. */
 static int quiet;
+/* Host threads (the library's workers, ranks of an in-process transport)
+ * share the emulator: one thread at a time inside it (emu_mu, taken by
+ * every entry point and by a host thread's checked access); the one that
+ * runs the device's threads (fibers) marks itself (tl_device). The host's
+ * waits inform all host threads alike. */
+static std::recursive_mutex emu_mu;
+static thread_local int tl_device; /* this thread is running a fiber now */
+static thread_local int tl_inside; /* this thread's host-side Inside depth */
 struct Inside {
-	Inside() { quiet++; }
-	~Inside() { quiet--; }
+	/* In a fiber the lock is held already (by the host side that runs the
+	 * device) and the fiber may end its scope on another thread: only the
+	 * fiber's own quiet count, which the scheduler saves with it. */
+	const bool dev;
+	Inside() : dev(tl_device != 0)
+	{
+		if (!dev) {
+			emu_mu.lock();
+			tl_inside++;
+		}
+		quiet++;
+	}
+	~Inside()
+	{
+		quiet--;
+		if (!dev) {
+			tl_inside--;
+			emu_mu.unlock();
+		}
+	}
 	Inside(const Inside &) = delete;
 };
 
@@ -837,22 +864,25 @@ static void other_access(uintptr_t a, size_t n, int fl, uintptr_t pc)
 		cells(g, a + off, (unsigned)std::min<size_t>(n - off, 1u << 30), fl & A_WRITE, pc, me);
 }
 
-/* Instrumented host code may run on the library's worker threads (host
- * paths): the emulator checks the main thread only (its state is not
- * shared between threads). */
-static thread_local int thread_kind; /* 0 unknown, 1 the main thread, 2 another */
-static bool on_main_thread()
-{
-	if (!thread_kind)
-		thread_kind = gettid() == getpid() ? 1 : 2;
-	return thread_kind == 1;
-}
-
 static inline void access_now(const void *p, unsigned n, int fl, const void *pc);
+
+/* A host thread's access: checked while work it may race with is pending. */
+static void host_access(const void *p, unsigned n, int fl, const void *pc)
+{
+	if (!__atomic_load_n(&host_pending, __ATOMIC_RELAXED) || tl_inside)
+		return;
+	Inside in;
+	if (host_pending && !reporting)
+		other_access((uintptr_t)p, n, fl, (uintptr_t)pc);
+}
 
 /* The hooks' entry: nothing while the emulator's own code runs. */
 static inline void access(const void *p, unsigned n, int fl, const void *pc)
 {
+	if (!tl_device) {
+		host_access(p, n, fl, pc);
+		return;
+	}
 	if (quiet)
 		return;
 	access_now(p, n, fl, pc);
@@ -861,13 +891,8 @@ static inline void access(const void *p, unsigned n, int fl, const void *pc)
 static inline void access_now(const void *p, unsigned n, int fl, const void *pc)
 {
 	emu_fiber *f = emu_cur;
-	if (reporting || (!f && host_pending && !on_main_thread()))
+	if (reporting || !f)
 		return;
-	if (!f) {
-		if (host_pending)
-			other_access((uintptr_t)p, n, fl, (uintptr_t)pc);
-		return;
-	}
 	if (--f->budget <= 0) {
 		f->budget = 1 + (int64_t)(rng() % (2 * (uint64_t)emu_preempt_mean));
 		yield();
@@ -924,9 +949,8 @@ void emu_atomic_access(const void *p, unsigned size, const void *pc, int kind)
 {
 	if (reporting)
 		return;
-	if (!emu_cur) {
-		if (host_pending && on_main_thread())
-			other_access((uintptr_t)p, size, A_WRITE, (uintptr_t)pc);
+	if (!tl_device) {
+		host_access(p, size, A_WRITE, pc);
 		return;
 	}
 	Inside in;
@@ -1660,7 +1684,9 @@ static bool sched_one()
 	act = ACT_FIBER;
 	const int host_quiet = quiet;
 	quiet = f->quiet;
+	tl_device = 1;
 	emu_switch(&sched_sp, f->sp);
+	tl_device = 0;
 	f->quiet = quiet;
 	quiet = host_quiet;
 	emu_cur = nullptr;
@@ -2040,13 +2066,13 @@ extern "C" {
 void __tsan_init() {}
 void __tsan_func_entry(void *pc)
 {
-	emu_fiber *f = emu_cur;
+	emu_fiber *f = tl_device ? emu_cur : nullptr;
 	if (f && f->depth++ < 48)
 		f->stk[f->depth - 1] = (uintptr_t)pc;
 }
 void __tsan_func_exit()
 {
-	emu_fiber *f = emu_cur;
+	emu_fiber *f = tl_device ? emu_cur : nullptr;
 	if (f && f->depth)
 		f->depth--;
 }

@@ -112,8 +112,8 @@ if [[ ! -x "$bdir/harness" || ! -x "$bdir/harness_dq" || ! -x "$bdir/harness_cac
 		"$lib" -lxxhash -lpthread -lm -o "$bdir/harness_bag"
 	# kernels/coll_reduce.cu: harness_coll.cpp, its own binary
 	g++ "${common[@]}" "${inst[@]}" -c "$here/harness_coll.cpp" -o "$bdir/harness_coll.o"
-	g++ -no-pie "${ub[@]}" "$bdir/harness_coll.o" "$bdir/emu.o" "$bdir/cuda_stub.o" \
-		"$lib" -lxxhash -lpthread -lm -o "$bdir/harness_coll"
+	g++ -no-pie "${ub[@]}" "$bdir/harness_coll.o" "$bdir/emu.o" "$bdir/cuda_stub.o" "$bdir/cudahost.o" \
+		"$lib" -lxxhash -lpthread -ldl -lm -o "$bdir/harness_coll"
 	touch "$stamp"
 	echo "built in $(($(date +%s) - t0)) s"
 fi
@@ -175,6 +175,7 @@ quick)
 	run bag bag --quick --seed "$seed" --data "$repo/datasets/sample" --tmp "$bdir" || rc=1
 	h="$bdir/harness_coll"
 	run coll-reduce reduce --quick --seed "$seed" || rc=1
+	run coll-device device --quick --seed "$seed" || rc=1
 	h=$hh
 	exit $rc
 	;;
@@ -200,6 +201,7 @@ full)
 		run "bag-$s" bag --seed "$s" --data "$repo/datasets/sample" --tmp "$bdir" || rc=1
 		h="$bdir/harness_coll"
 		run "coll-reduce-$s" reduce --seed "$s" || rc=1
+		run "coll-device-$s" device --seed "$s" || rc=1
 		h=$hh
 	done
 	exit $rc
