@@ -719,8 +719,7 @@ void emu_host_watch(const void *p, int on)
 
 std::vector<emu_host_read> emu_host_take(std::vector<emu_fetch_info> *fetches)
 {
-	Inside in;
-	emu_device_sync(); /* the reads of the work issued so far */
+	Inside in; /* the caller waits for the reads it watches before it stops watching */
 	std::vector<emu_host_read> v;
 	v.swap(host_log);
 	if (fetches)
