@@ -89,9 +89,11 @@ static char nc_error[256]; /* empty: loaded */
 
 static void nc_load(void)
 {
-	/* the process's own NCCL first (symbols already loaded), else the library */
-	void *h = dlsym(RTLD_DEFAULT, "ncclCommSplit") ? RTLD_DEFAULT : dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
-	if (!h) {
+	/* the process's own NCCL first (symbols already loaded), else the
+	 * library. RTLD_DEFAULT is a null handle: "found" is its own flag. */
+	const int own = dlsym(RTLD_DEFAULT, "ncclCommSplit") != NULL;
+	void *h = own ? RTLD_DEFAULT : dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
+	if (!own && !h) {
 		const char *e = dlerror();
 		snprintf(nc_error, sizeof(nc_error), "cannot load libnccl.so.2 (%s)", e ? e : "not found");
 		return;
@@ -327,9 +329,13 @@ static ibp_status_t sendrecv_on_device(nctx_t *x, int dst, const void *sbuf, uin
 			r2 = x->d_buf[1];
 		}
 		IBP_TRY(post(x, dst, s2, srest, src, r2, rrest, t0, deadline, timeout_ms));
-		if (rrest && !rdev)
+		if (rrest && !rdev) {
+			/* received first: a copy to pageable memory blocks the host
+			 * until done, which behind the receive has no deadline */
+			IBP_TRY(wait_stream(x, what, t0, deadline, timeout_ms));
 			CU(cudaMemcpyAsync((uint8_t *)rbuf + rhead, x->d_buf[1], (size_t)rrest, cudaMemcpyDeviceToHost,
 					   x->stream), "cudaMemcpyAsync (payload to the host)");
+		}
 	}
 	if ((rdev && rhead) || srest || rrest)
 		IBP_TRY(wait_stream(x, what, t0, deadline, timeout_ms)); /* in before the caller reads it */
@@ -437,7 +443,7 @@ static void n_destroy(void *ctx)
 /* ---- native collectives (ibp/coll.h): NCCL's own, on host buffers staged
  * through the device buffers (d_buf[0] in, d_buf[1] out), in stream order;
  * a failure aborts and drains as sendrecv's does. Compiled everywhere NCCL
- * is; run only on a GPU (or the emulator's NCCL stand-in, to come). ---- */
+ * is; run on a GPU, and in the emulator against its NCCL stand-in. ---- */
 
 enum nat_op { NAT_AG, NAT_RS, NAT_AR, NAT_A2A };
 
@@ -499,6 +505,9 @@ static ibp_status_t nat_run(nctx_t *x, enum nat_op op, const void *send, uint64_
 	if (r != ncclSuccess && r != ncclInProgress)
 		return nccl_fail(x->comm, r, what);
 	IBP_TRY(wait_comm(x, r, what, t0, deadline, timeout_ms));
+	/* the collective done first: the copy to (pageable) recv would block
+	 * the host behind it without a deadline */
+	IBP_TRY(wait_stream(x, what, t0, deadline, timeout_ms));
 	if (out_bytes)
 		CU(cudaMemcpyAsync(recv, dout, (size_t)out_bytes, cudaMemcpyDeviceToHost, x->stream),
 		   "cudaMemcpyAsync (native output)");
@@ -625,8 +634,10 @@ ibp_status_t ibp_coll_nccl_transport(const void *nccl_comm, int64_t timeout_ms, 
 	for (int i = 0; i < 2 && s == IBP_OK; i++) {
 		if ((e = cudaMalloc((void **)&x->d_first[i], NCCL_EAGER)) != cudaSuccess)
 			s = cuda_fail(e, "cudaMalloc (first parts)");
-		else if ((e = cudaMemset(x->d_first[i], 0, NCCL_EAGER)) != cudaSuccess) /* sent whole: no stale bytes */
-			s = cuda_fail(e, "cudaMemset (first parts)");
+		/* sent whole: no stale bytes. On our stream: a cudaMemset would run on
+		 * the legacy stream, which our non-blocking stream does not wait for */
+		else if ((e = cudaMemsetAsync(x->d_first[i], 0, NCCL_EAGER, x->stream)) != cudaSuccess)
+			s = cuda_fail(e, "cudaMemsetAsync (first parts)");
 		else if ((e = cudaMallocHost((void **)&x->h_first[i], NCCL_EAGER)) != cudaSuccess)
 			s = cuda_fail(e, "cudaMallocHost (first parts)");
 	}

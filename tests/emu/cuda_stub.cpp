@@ -41,6 +41,7 @@ const char *cudaGetErrorString(cudaError_t e)
 	case cudaSuccess: return "no error";
 	case cudaErrorInvalidValue: return "invalid argument";
 	case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+	case cudaErrorInvalidDevice: return "invalid device ordinal";
 	case cudaErrorInvalidConfiguration: return "invalid configuration argument";
 	case cudaErrorNotReady: return "device not ready";
 	case cudaErrorInvalidResourceHandle: return "invalid resource handle";
@@ -54,6 +55,7 @@ const char *cudaGetErrorName(cudaError_t e)
 	case cudaSuccess: return "cudaSuccess";
 	case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
 	case cudaErrorNoDevice: return "cudaErrorNoDevice";
+	case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
 	case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
 	case cudaErrorNotReady: return "cudaErrorNotReady";
 	case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
@@ -61,22 +63,34 @@ const char *cudaGetErrorName(cudaError_t e)
 	}
 }
 
+int emu_stub_devices = 1; /* tests: how many H100s (ranks of the NCCL stand-in have one each) */
+
 cudaError_t cudaGetDeviceCount(int *n)
 {
-	*n = emu_stub_no_device ? 0 : 1;
+	*n = emu_stub_no_device ? 0 : emu_stub_devices;
 	return emu_stub_no_device ? set(cudaErrorNoDevice) : cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int *d)
 {
-	*d = 0;
+	*d = emu_get_device();
+	return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int d)
+{
+	if (emu_stub_no_device)
+		return set(cudaErrorNoDevice);
+	if (d < 0 || d >= emu_stub_devices)
+		return set(cudaErrorInvalidDevice);
+	emu_set_device(d);
 	return cudaSuccess;
 }
 
 cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int dev)
 {
-	if (dev != 0)
-		return set(cudaErrorInvalidValue);
+	if (dev < 0 || dev >= emu_stub_devices)
+		return set(cudaErrorInvalidDevice);
 	switch (a) {
 	case cudaDevAttrMultiProcessorCount: *v = H100_SMS; return cudaSuccess;
 	case cudaDevAttrMaxSharedMemoryPerBlock: *v = DEFAULT_DYN; return cudaSuccess;
@@ -84,6 +98,7 @@ cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int dev)
 	case cudaDevAttrComputeCapabilityMajor: *v = 9; return cudaSuccess;
 	case cudaDevAttrComputeCapabilityMinor: *v = 0; return cudaSuccess;
 	case cudaDevAttrHostRegisterReadOnlySupported: *v = 1; return cudaSuccess;
+	case cudaDevAttrMemoryPoolsSupported: *v = 1; return cudaSuccess;
 	}
 	return set(cudaErrorInvalidValue);
 }

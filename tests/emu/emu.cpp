@@ -12,6 +12,8 @@
 #include <string>
 #include <unordered_map>
 #include <mutex>
+#include <execinfo.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -139,6 +141,7 @@ static int quiet;
 static std::recursive_mutex emu_mu;
 static thread_local int tl_device; /* this thread is running a fiber now */
 static thread_local int tl_inside; /* this thread's host-side Inside depth */
+static thread_local int tl_nocheck; /* emu_nocheck: the thread's accesses go unchecked */
 struct Inside {
 	/* In a fiber the lock is held already (by the host side that runs the
 	 * device) and the fiber may end its scope on another thread: only the
@@ -868,7 +871,7 @@ static inline void access_now(const void *p, unsigned n, int fl, const void *pc)
 /* A host thread's access: checked while work it may race with is pending. */
 static void host_access(const void *p, unsigned n, int fl, const void *pc)
 {
-	if (!__atomic_load_n(&host_pending, __ATOMIC_RELAXED) || tl_inside)
+	if (!__atomic_load_n(&host_pending, __ATOMIC_RELAXED) || tl_inside || tl_nocheck)
 		return;
 	Inside in;
 	if (host_pending && !reporting)
@@ -1251,14 +1254,7 @@ static void enter(const Launch *L)
 	launch_id = L->id;
 }
 
-static std::string stream_name(uint32_t s)
-{
-	if (s == S_DIRECT)
-		return "the host's own launch";
-	if (s == S_LEGACY)
-		return "the legacy default stream";
-	return "stream " + std::to_string(s - S_LEGACY);
-}
+static std::string stream_name(uint32_t s);
 
 static std::string kernel_name(const void *k)
 {
@@ -1433,9 +1429,10 @@ static void check_config(const emu_grid_spec &g)
 
 /* ------------------------------------------- streams, their work, the device */
 
-enum { OP_LAUNCH, OP_COPY, OP_SET, OP_FREE, OP_MARK };
+enum { OP_LAUNCH, OP_COPY, OP_SET, OP_FREE, OP_MARK, OP_EXT };
 struct Op {
 	int kind;
+	emu_ext_op *ext = nullptr; /* OP_EXT: a stand-in library's operation */
 	uint32_t id, stream, seq;
 	std::vector<std::pair<uint32_t, uint32_t>> deps; /* (stream, seq) that must be done first */
 	std::shared_ptr<Know> host;                       /* what the host knew when it issued it */
@@ -1451,6 +1448,7 @@ struct Op {
 struct emu_stream {
 	uint32_t id;
 	int nonblocking;
+	int dev, legacy; /* its device; the device's legacy default stream */
 	uint32_t issued, done;
 	std::deque<Op *> q;
 	Op *busy;                   /* its launch now running */
@@ -1463,22 +1461,71 @@ static std::vector<emu_stream *> streams; /* by id */
 static std::shared_ptr<Know> host_snap;   /* host_know, shared by the work issued until it changes */
 static int tombstones;                    /* regions freed in stream order, kept until a device sync */
 
+/* Devices: each host thread has a current one (cudaSetDevice); streams,
+ * the legacy stream and device-wide waits belong to a device. Memory is
+ * one address space (peer access everywhere), as the tests need. */
+static thread_local int tl_dev;
+static std::vector<uint32_t> legacy_ids; /* device -> its legacy stream */
+static std::vector<Op *> ext_active;     /* OP_EXT operations started, not done */
+
 static void streams_init()
 {
 	if (!streams.empty())
 		return;
 	streams.resize(S_LEGACY + 1, nullptr);
 	for (uint32_t i = S_DIRECT; i <= S_LEGACY; i++)
-		streams[i] = new emu_stream{ i, 0, 0, 0, {}, nullptr, {} };
+		streams[i] = new emu_stream{ i, 0, 0, i == S_LEGACY, 0, 0, {}, nullptr, {} };
+	legacy_ids.assign(1, S_LEGACY);
+}
+
+static emu_stream *legacy_of(int dev)
+{
+	streams_init();
+	if ((size_t)dev >= legacy_ids.size())
+		legacy_ids.resize((size_t)dev + 1, 0);
+	if (!legacy_ids[(size_t)dev]) {
+		emu_stream *s = new emu_stream{ (uint32_t)streams.size(), 0, dev, 1, 0, 0, {}, nullptr, {} };
+		streams.push_back(s);
+		legacy_ids[(size_t)dev] = s->id;
+	}
+	return streams[legacy_ids[(size_t)dev]];
+}
+
+void emu_set_device(int d)
+{
+	tl_dev = d;
+}
+
+int emu_get_device()
+{
+	return tl_dev;
+}
+
+static std::string stream_name(uint32_t s)
+{
+	if (s == S_DIRECT)
+		return "the host's own launch";
+	if (s == S_LEGACY)
+		return "the legacy default stream";
+	if (s < streams.size() && streams[s] && streams[s]->legacy)
+		return "the legacy default stream of device " + std::to_string(streams[s]->dev);
+	return "stream " + std::to_string(s - S_LEGACY) +
+	       (s < streams.size() && streams[s] && streams[s]->dev ? " of device " + std::to_string(streams[s]->dev) : "");
 }
 
 emu_stream *emu_stream_new(int nonblocking)
 {
 	Inside in;
 	streams_init();
-	emu_stream *s = new emu_stream{ (uint32_t)streams.size(), nonblocking, 0, 0, {}, nullptr, {} };
+	emu_stream *s = new emu_stream{ (uint32_t)streams.size(), nonblocking, tl_dev, 0, 0, 0, {}, nullptr, {} };
 	streams.push_back(s);
 	return s;
+}
+
+uint32_t emu_stream_issued(emu_stream *s)
+{
+	Inside in;
+	return s ? s->issued : legacy_of(tl_dev)->issued;
 }
 
 void emu_stream_destroy(emu_stream *) {} /* its work still runs; the record stays for reports */
@@ -1512,7 +1559,7 @@ static Op *issue(emu_stream *s, int kind, const char *name, const void *site)
 {
 	streams_init();
 	if (!s)
-		s = streams[S_LEGACY];
+		s = legacy_of(tl_dev);
 	Op *o = new Op();
 	o->kind = kind;
 	o->id = new_launch();
@@ -1524,12 +1571,12 @@ static Op *issue(emu_stream *s, int kind, const char *name, const void *site)
 	a.epoch = ++host_epoch;
 	a.name = name;
 	a.site = site;
-	if (s->id == S_LEGACY) { /* after all earlier work of the blocking streams */
+	if (s->legacy) { /* after all earlier work of the device's blocking streams */
 		for (const emu_stream *t : streams)
-			if (t && t->id > S_LEGACY && !t->nonblocking && t->issued)
+			if (t && t->id != S_DIRECT && !t->legacy && t->dev == s->dev && !t->nonblocking && t->issued)
 				o->deps.push_back({ t->id, t->issued });
-	} else if (!s->nonblocking && streams[S_LEGACY]->issued) {
-		o->deps.push_back({ S_LEGACY, streams[S_LEGACY]->issued });
+	} else if (!s->nonblocking && s->id != S_DIRECT && legacy_of(s->dev)->issued) {
+		o->deps.push_back({ legacy_of(s->dev)->id, legacy_of(s->dev)->issued });
 	}
 	if (!host_snap)
 		host_snap = std::make_shared<Know>(host_know);
@@ -1625,6 +1672,12 @@ static void op_start(Op *o)
 		start_blocks(L);
 		return;
 	}
+	if (o->kind == OP_EXT) { /* busy until its peers are there (ext_one) */
+		s->busy = o;
+		ext_active.push_back(o);
+		o->ext->start();
+		return;
+	}
 	act = ACT_OP;
 	act_launch = o->id;
 	const uintptr_t site = (uintptr_t)actors[o->id].site;
@@ -1658,6 +1711,54 @@ static bool start_one()
 		return false;
 	op_start(r[rng() % (uint64_t)n]);
 	return true;
+}
+
+/* The calling host thread's stack (a hang report). */
+static std::string host_stack()
+{
+	void *b[12];
+	const int n = backtrace(b, 12);
+	std::string m = "the waiting host thread:\n";
+	for (int i = 2; i < n; i++) /* past host_stack and device_run */
+		m += sym((uintptr_t)b[i]);
+	return m;
+}
+
+/* Completes one started OP_EXT operation that may complete now. */
+static Know ext_acq; /* what the completing operation learns (emu_ext_learn) */
+static bool ext_one()
+{
+	Op *r[64];
+	int n = 0;
+	for (Op *o : ext_active)
+		if (n < 64 && o->ext->ready())
+			r[n++] = o;
+	if (!n)
+		return false;
+	Op *o = r[rng() % (uint64_t)n];
+	ext_active.erase(std::find(ext_active.begin(), ext_active.end(), o));
+	ext_acq = Know();
+	act = ACT_OP;
+	act_launch = o->id;
+	o->ext->complete();
+	act = ACT_HOST;
+	Know acq = ext_acq;
+	op_done(o, &acq);
+	return true;
+}
+
+void emu_ext_access(uint32_t as_op, const void *p, size_t n, int write, const void *site)
+{
+	const uint32_t was = act_launch;
+	act = ACT_OP;
+	act_launch = as_op;
+	other_access((uintptr_t)p, n, write ? A_WRITE : 0, (uintptr_t)site);
+	act_launch = was;
+}
+
+void emu_ext_learn(uint32_t from_op)
+{
+	ext_acq.merge(*actors[from_op].start);
 }
 
 /* One slice of one thread of the running launches; false if none runs. */
@@ -1709,8 +1810,42 @@ static bool sched_one()
 
 /* Runs the device until done() (budget < 0) or for about `budget` steps:
  * new work starts at random moments beside the running launches. */
+static double now_s()
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* How long a host thread may block on work waiting for other ranks
+ * (IBP_EMU_HANG_S, default 10 s) before it is reported as a hang. */
+static double hang_limit_s()
+{
+	static double v = [] {
+		const char *e = getenv("IBP_EMU_HANG_S");
+		return e && atof(e) > 0 ? atof(e) : 10.0;
+	}();
+	return v;
+}
+
+/* Lets the other host threads in (they may start what this one waits
+ * for): the lock released whatever its depth, then taken back. */
+static void wait_for_others()
+{
+	const int depth = tl_inside, q = quiet;
+	quiet = 0;
+	for (int i = 0; i < depth; i++)
+		emu_mu.unlock();
+	struct timespec ts = { 0, 200000 };
+	nanosleep(&ts, nullptr);
+	for (int i = 0; i < depth; i++)
+		emu_mu.lock();
+	quiet = q;
+}
+
 static void device_run(const std::function<bool()> &done, int64_t budget)
 {
+	double stuck_since = 0;
 	for (;;) {
 		if (done())
 			return;
@@ -1718,11 +1853,28 @@ static void device_run(const std::function<bool()> &done, int64_t budget)
 			return;
 		bool started = false;
 		if (running.empty() || rng() % 8 == 0)
-			started = start_one();
-		if (!sched_one() && !started) {
+			started = start_one() || ext_one();
+		if (sched_one() || started) {
+			stuck_since = 0;
+		} else {
 			if (budget >= 0)
 				return;
 			emu_cur = nullptr;
+			if (!ext_active.empty() && !stuck_since) /* peers (other host threads) may still come */
+				stuck_since = now_s();
+			if (!ext_active.empty() && now_s() - stuck_since < hang_limit_s()) {
+				wait_for_others();
+				continue;
+			}
+			if (!ext_active.empty()) {
+				std::string m = "a host thread blocked for " + std::to_string((int)hang_limit_s()) +
+						" s (a synchronous copy, cudaFree, a stream or device synchronization: no "
+						"deadline) on work that waits for other ranks, and no rank came. Waiting:\n";
+				for (const Op *o : ext_active)
+					m += "  " + std::string(actors[o->id].name) + " on " + stream_name(o->stream) +
+					     " (issued at " + sym((uintptr_t)actors[o->id].site) + "): " + o->ext->waits_for() + "\n";
+				fatal("hang", m + host_stack());
+			}
 			fatal("stream", "a wait for work that can never run (a stream waiting for an event recorded "
 					"after the wait?)\n");
 		}
@@ -1787,6 +1939,26 @@ void emu_enqueue_memset(emu_stream *s, void *p, int v, size_t n, const void *sit
 	o->dst = p;
 	o->val = v;
 	o->n = n;
+	progress();
+}
+
+void emu_enqueue_ext(emu_stream *s, emu_ext_op *op, const char *name, const void *site)
+{
+	Inside in;
+	Op *o = issue(s, OP_EXT, name, site);
+	o->ext = op;
+	op->id = o->id;
+	progress();
+}
+
+void emu_nocheck(int d)
+{
+	tl_nocheck += d;
+}
+
+void emu_poll()
+{
+	Inside in;
 	progress();
 }
 
@@ -1856,7 +2028,7 @@ int emu_stream_query(emu_stream *s)
 	Inside in;
 	streams_init();
 	if (!s)
-		s = streams[S_LEGACY];
+		s = legacy_of(tl_dev);
 	progress();
 	if (s->done < s->issued)
 		return 0;
@@ -1872,17 +2044,20 @@ void emu_stream_sync(emu_stream *s)
 	Inside in;
 	streams_init();
 	if (!s)
-		s = streams[S_LEGACY];
+		s = legacy_of(tl_dev);
 	const uint32_t want = s->issued;
-	if (s->id == S_LEGACY) { /* the legacy stream waits for the blocking streams' work too */
+	if (s->legacy) { /* the legacy stream waits for its device's blocking streams' work too */
+		auto mine = [&](const emu_stream *t) {
+			return t && t->id != S_DIRECT && t->dev == s->dev && (t->legacy || !t->nonblocking);
+		};
 		device_run([&] {
 			for (const emu_stream *t : streams)
-				if (t && (t->id == S_LEGACY || (t->id > S_LEGACY && !t->nonblocking)) && t->done < t->issued)
+				if (mine(t) && t->done < t->issued)
 					return false;
 			return true;
 		}, -1);
 		for (const emu_stream *t : streams)
-			if (t && t->id >= S_LEGACY && (t->id == S_LEGACY || !t->nonblocking) && t->issued) {
+			if (mine(t) && t->issued) {
 				Know k = exit_of(t->id, t->issued);
 				host_learns(k);
 			}
@@ -1901,22 +2076,24 @@ void emu_device_sync()
 	if (!host_pending && !tombstones)
 		return; /* the host knows all its work is done */
 	streams_init();
-	device_run([] {
+	const int dev = tl_dev; /* the current device's work only, as the runtime's */
+	device_run([dev] {
 		for (const emu_stream *t : streams)
-			if (t && t->done < t->issued)
+			if (t && t->dev == dev && t->done < t->issued)
 				return false;
 		return true;
 	}, -1);
 	for (const emu_stream *t : streams)
-		if (t && t->id >= S_LEGACY && t->issued) {
+		if (t && t->id != S_DIRECT && t->dev == dev && t->issued) {
 			Know k = exit_of(t->id, t->issued);
 			host_learns(k);
 		}
 	if (tombstones)
-		for (Region *r : std::vector<Region *>(regions)) /* stream-ordered frees: their memory goes now */
-			if (r->freed_by)
+		for (Region *r : std::vector<Region *>(regions)) /* stream-ordered frees done: their memory goes now */
+			if (r->freed_by && streams[actors[r->freed_by].stream]->done >= actors[r->freed_by].seq) {
 				region_free(r);
-	tombstones = 0;
+				tombstones--;
+			}
 }
 
 void *emu_pinned_alloc(size_t n, const char *name)

@@ -31,6 +31,7 @@
 #include <cstring>
 #include <cmath>
 #include <tuple>
+#include <string>
 #include <vector>
 
 #define IBP_EMU 1
@@ -366,6 +367,39 @@ int emu_is_pinned(const void *p);
  * (0), or is pinned already (1), or overlaps other emulator memory (2). */
 int emu_host_register(void *p, size_t n);
 int emu_host_unregister(void *p); /* 0: p was not registered */
+/* Devices (cudaSetDevice): each host thread has a current device (0 at
+ * first); its legacy stream, its new streams and its device-wide waits
+ * are that device's. One address space: any device reaches any memory. */
+void emu_set_device(int d);
+int emu_get_device();
+uint32_t emu_stream_issued(emu_stream *s); /* operations issued so far (nullptr: the legacy stream) */
+void emu_poll();                           /* the device moves on a random amount */
+/* +1 / -1: the calling thread's host accesses go unchecked meanwhile (a
+ * stand-in library holding its own lock, which the emulator's lock must
+ * never be taken under: instrumented inline code such as std::string's
+ * would take it). */
+void emu_nocheck(int d);
+/* An operation of a stand-in library (tests/emu/nccl_stub.cpp: NCCL's
+ * kernels) queued on a stream: it starts in stream order, then keeps its
+ * stream busy until ready() (its peers, on other streams and devices,
+ * have started too); complete() then has its effect, with
+ * emu_ext_access checking each access as the named operation's and
+ * emu_ext_learn passing what a peer knew at its start to this one's end.
+ * Both run with the emulator locked and must not call into it otherwise.
+ * A host thread that blocks (no deadline) on such work while nothing
+ * else can move is reported as a hang, naming waits_for(). The op is the
+ * caller's; it must outlive its completion. */
+struct emu_ext_op {
+	uint32_t id = 0; /* its launch id, set when queued */
+	virtual void start() {}
+	virtual bool ready() = 0;
+	virtual void complete() = 0;
+	virtual std::string waits_for() = 0;
+	virtual ~emu_ext_op() {}
+};
+void emu_enqueue_ext(emu_stream *s, emu_ext_op *op, const char *name, const void *site);
+void emu_ext_access(uint32_t as_op, const void *p, size_t n, int write, const void *site);
+void emu_ext_learn(uint32_t from_op);
 /* The device's progress so far: launches and copies started, and done. */
 extern uint64_t emu_stat_async_ops;
 

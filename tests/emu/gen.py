@@ -8,6 +8,8 @@ OUT/k_{gather,encode,train,exp,fp8,dynamiq,rcmoe,slab,bag,coll_reduce}.inc  kern
 OUT/ibp_device.cuh               kernels/ibp_device.cuh
 OUT/pinned_cudahost.c            src/mem/pinned_cudahost.c (C host code, built against the stub)
 OUT/kv_cuda.c                    cache/kv_cuda.c (C host code, instrumented, against the stub)
+OUT/transport_nccl.c             src/coll/transport_nccl.c (C, instrumented, against the NCCL stand-in)
+OUT/mem_device.c                 src/coll/mem_device.c (C, instrumented, in harness_coll)
 
 Rewrites: `__shared__ T x[N];` becomes a per-block shared variable and
 `extern __shared__ T x[];` the block's dynamic shared memory (launches go
@@ -206,6 +208,36 @@ kvc = defect(kvc, '''	IBP_TRY(xcopy(s, s->h_cl.p, s->d_cl.p, m));
 	return emu_defect == 34 ? IBP_OK : ibp_cuda_sync(s->stream);''')
 put('kv_cuda.c', 'extern int emu_defect; /* tests/emu/gen.py: the planted defect */\n' +
     '#line 1 "%s/cache/kv_cuda.c"\n' % repo + kvc)
+
+# src/coll/transport_nccl.c (the NCCL transport, C): instrumented, run
+# against the NCCL stand-in (nccl_stub.cpp). Defect 35 (finding 2 of the
+# GPU-window issue): reserve() frees the old staging buffer with cudaFree,
+# which waits for the whole device, where a user's NCCL call may wait for
+# a peer that waits for this one. Defect 36: the received size read from
+# the pinned first part before the stream is waited for. Defect 37: a
+# device destination's head copied on the transport's stream and not
+# waited for before the call returns.
+nccl = open(repo + '/src/coll/transport_nccl.c').read()
+nccl = defect(nccl, 'cudaError_t e = cudaFreeAsync(x->d_buf[i], x->stream);',
+              'cudaError_t e = emu_defect == 35 ? cudaFree(x->d_buf[i]) : cudaFreeAsync(x->d_buf[i], x->stream);')
+nccl = defect(nccl, '''	IBP_TRY(wait_stream(x, what, t0, deadline, timeout_ms));
+	uint64_t n = 0;''', '''	if (emu_defect != 36)
+		IBP_TRY(wait_stream(x, what, t0, deadline, timeout_ms));
+	uint64_t n = 0;''')
+nccl = defect(nccl, 'if ((rdev && rhead) || srest || rrest)', 'if ((emu_defect != 37 && rdev && rhead) || srest || rrest)')
+put('transport_nccl.c', 'extern int emu_defect; /* tests/emu/gen.py: the planted defect */\n' +
+    '#line 1 "%s/src/coll/transport_nccl.c"\n' % repo + nccl)
+
+# src/coll/mem_device.c (the collectives' steps on device buffers, C):
+# instrumented, linked into harness_coll in place of the CPU library's
+# copy. Defect 38: a device message handed to the transport before its
+# encode (here the plain payload copy) is done on the call's stream.
+memd = open(repo + '/src/coll/mem_device.c').read()
+memd = defect(memd, '''	*bytes = DEV_HDR + size;
+	return d_finish(c);''', '''	*bytes = DEV_HDR + size;
+	return emu_defect == 38 ? IBP_OK : d_finish(c);''')
+put('mem_device.c', 'extern int emu_defect; /* tests/emu/gen.py: the planted defect */\n' +
+    '#line 1 "%s/src/coll/mem_device.c"\n' % repo + memd)
 
 parts = {
     'k_bag.inc': launches(bag),

@@ -73,7 +73,8 @@ inst=(-fsanitize=thread "${ub[@]}" -include "$here/emu.h")
 plain=("${ub[@]}")
 stamp="$bdir/stamp"
 newest=$( (find "$here" "$repo/kernels" "$repo/include" "$gen" -type f -newer "$stamp"
-	find "$repo/src" -name '*.h' -newer "$stamp" -o -name '*_cudahost.c' -newer "$stamp") 2>/dev/null | head -n 1 || true)
+	find "$repo/src" -name '*.h' -newer "$stamp" -o -name '*_cudahost.c' -newer "$stamp" -o -name 'transport_nccl.c' -newer "$stamp" -o -name 'mem_device.c' -newer "$stamp"
+	find "$repo/cache" -name 'kv_cuda.c' -newer "$stamp") 2>/dev/null | head -n 1 || true)
 if [[ ! -x "$bdir/harness" || ! -x "$bdir/harness_dq" || ! -x "$bdir/harness_cache" || ! -x "$bdir/harness_bag" || ! -x "$bdir/harness_coll" || ! -f "$stamp" || -n "$newest" || "$lib" -nt "$bdir/harness" ]]; then
 	echo "building the emulator harness in $bdir ..."
 	t0=$(date +%s)
@@ -87,6 +88,10 @@ if [[ ! -x "$bdir/harness" || ! -x "$bdir/harness_dq" || ! -x "$bdir/harness_cac
 	cflags=(-std=gnu11 -O1 -g -fno-pie -w "${ub[@]}" -I"$gen" -I"$here/stub" -I"$repo/include" -I"$repo/src")
 	gcc "${cflags[@]}" -c "$gen/pinned_cudahost.c" -o "$bdir/pinned_cudahost.o"
 	gcc "${cflags[@]}" -fsanitize=thread -c "$gen/kv_cuda.c" -o "$bdir/kv_cuda.o"
+	# the NCCL transport (instrumented) and the NCCL stand-in it finds by dlsym
+	gcc "${cflags[@]}" -fsanitize=thread -c "$gen/transport_nccl.c" -o "$bdir/transport_nccl.o"
+	gcc "${cflags[@]}" -fsanitize=thread -c "$gen/mem_device.c" -o "$bdir/mem_device.o"
+	g++ "${common[@]}" "${plain[@]}" -c "$here/nccl_stub.cpp" -o "$bdir/nccl_stub.o"
 	# jemalloc linked, not dlopen()ed: Debian's copy cannot be loaded late
 	# into these binaries (static TLS), and the pinned arena needs it
 	je=()
@@ -112,8 +117,9 @@ if [[ ! -x "$bdir/harness" || ! -x "$bdir/harness_dq" || ! -x "$bdir/harness_cac
 		"$lib" -lxxhash -lpthread -lm -o "$bdir/harness_bag"
 	# kernels/coll_reduce.cu: harness_coll.cpp, its own binary
 	g++ "${common[@]}" "${inst[@]}" -c "$here/harness_coll.cpp" -o "$bdir/harness_coll.o"
-	g++ -no-pie "${ub[@]}" "$bdir/harness_coll.o" "$bdir/emu.o" "$bdir/cuda_stub.o" "$bdir/cudahost.o" \
-		"$lib" -lxxhash -lpthread -ldl -lm -o "$bdir/harness_coll"
+	# -rdynamic: transport_nccl.c looks the stand-in's functions up with dlsym
+	g++ -no-pie -rdynamic "${ub[@]}" "$bdir/harness_coll.o" "$bdir/emu.o" "$bdir/cuda_stub.o" "$bdir/cudahost.o" \
+		"$bdir/transport_nccl.o" "$bdir/mem_device.o" "$bdir/nccl_stub.o" "$lib" -lxxhash -lpthread -ldl -lm -o "$bdir/harness_coll"
 	touch "$stamp"
 	echo "built in $(($(date +%s) - t0)) s"
 fi
@@ -126,7 +132,7 @@ expect_defect() { # defect binary suite name [what the log must hold: EMU ERROR,
 	local d=$1 bin=$2 suite=$3 name=$4 want=${5:-EMU ERROR} st
 	set +e
 	# shellcheck disable=SC2086 # the suite's words
-	"$bin" $suite --quick --seed "$seed" --defect "$d" >"$bdir/defect$d.log" 2>&1
+	timeout 300 "$bin" $suite --quick --seed "$seed" --defect "$d" >"$bdir/defect$d.log" 2>&1 # a hang is not a report
 	st=$?
 	set -e
 	if [[ $st -ne 0 ]] && grep -q "$want" "$bdir/defect$d.log"; then
@@ -142,8 +148,9 @@ run() { # name args...: runs the harness, prints its summary, returns its status
 	shift
 	t0=$(date +%s)
 	set +e
-	"$h" "$@" >"$bdir/$name.log" 2>&1
+	timeout 600 "$h" "$@" >"$bdir/$name.log" 2>&1
 	rc=$?
+	[[ $rc -eq 124 ]] && echo "  $name: stopped after 600 s (a hang?)"
 	set -e
 	grep -E "ALL OK|FAILED|EMU ERROR|^FAIL" "$bdir/$name.log" | head -n 5 || true
 	echo "  $name: exit $rc, $(($(date +%s) - t0)) s (log: $bdir/$name.log)"
@@ -176,6 +183,7 @@ quick)
 	h="$bdir/harness_coll"
 	run coll-reduce reduce --quick --seed "$seed" || rc=1
 	run coll-device device --quick --seed "$seed" || rc=1
+	run coll-nccl nccl --quick --seed "$seed" || rc=1
 	h=$hh
 	exit $rc
 	;;
@@ -202,6 +210,7 @@ full)
 		h="$bdir/harness_coll"
 		run "coll-reduce-$s" reduce --seed "$s" || rc=1
 		run "coll-device-$s" device --seed "$s" || rc=1
+		run "coll-nccl-$s" nccl --seed "$s" || rc=1
 		h=$hh
 	done
 	exit $rc
@@ -251,6 +260,13 @@ defects)
 	fi
 	expect_defect 33 "$bdir/harness_cache" "streams" "a device buffer freed in stream order while another stream still reads it"
 	expect_defect 34 "$h" "api" "the KV store reading the encoded sizes from pinned memory before its stream is synchronized (cache/kv_cuda.c)"
+	# the NCCL transport on the NCCL stand-in (35: a hang, reported after IBP_EMU_HANG_S)
+	export IBP_EMU_HANG_S=3
+	expect_defect 35 "$bdir/harness_coll" "nccl" "the NCCL transport growing its staging with cudaFree (a device-wide wait) while the caller's NCCL work waits for a peer"
+	unset IBP_EMU_HANG_S
+	expect_defect 36 "$bdir/harness_coll" "nccl" "the NCCL transport reading the received size from pinned memory before its stream is waited for"
+	expect_defect 37 "$bdir/harness_coll" "nccl" "the NCCL transport returning before its copy into a device destination is done"
+	expect_defect 38 "$bdir/harness_coll" "nccl" "a device message handed to the transport before its encode is done (src/coll/mem_device.c)"
 	expect_defect 24 "$bdir/harness_bag" "bag --data $repo/datasets/sample --tmp $bdir" \
 		"no __syncwarp between the bag kernel's row decode and its element reads"
 	exit $rc

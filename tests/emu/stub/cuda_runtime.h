@@ -22,6 +22,7 @@ typedef enum cudaError {
 	cudaErrorHostMemoryAlreadyRegistered = 712,
 	cudaErrorHostMemoryNotRegistered = 713,
 	cudaErrorNoDevice = 100,
+	cudaErrorInvalidDevice = 101,
 	cudaErrorInvalidResourceHandle = 400,
 	cudaErrorNotReady = 600,
 	cudaErrorLaunchOutOfResources = 701,
@@ -46,6 +47,7 @@ enum cudaDeviceAttr {
 	cudaDevAttrComputeCapabilityMinor = 76,
 	cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
 	cudaDevAttrHostRegisterReadOnlySupported = 113,
+	cudaDevAttrMemoryPoolsSupported = 115,
 };
 enum cudaMemcpyKind {
 	cudaMemcpyHostToHost = 0,
@@ -74,6 +76,7 @@ const char *cudaGetErrorString(cudaError_t);
 const char *cudaGetErrorName(cudaError_t);
 cudaError_t cudaGetDeviceCount(int *);
 cudaError_t cudaGetDevice(int *);
+cudaError_t cudaSetDevice(int);
 cudaError_t cudaDeviceGetAttribute(int *, enum cudaDeviceAttr, int);
 cudaError_t cudaMemsetAsync(void *, int, size_t, cudaStream_t EMU_DFLT(0));
 /* device memory: emu_dev_alloc (bounds and races checked in kernels) */
