@@ -94,7 +94,7 @@ static void reduce_case(ibp_dtype_t dt, uint64_t n)
 }
 
 /* ---- the collectives on device buffers, ranks as threads ---- */
-enum { OP_AG, OP_RS, OP_AR, OP_A2A };
+enum { OP_AG, OP_RS, OP_AR, OP_A2A, OP_A2AV };
 enum { T_INPROC, T_NCCL }; /* the transport: in-process, or NCCL (the stand-in, nccl_stub.cpp) */
 struct RankJob {
 	int rank, p, op, mem, tk;
@@ -110,12 +110,22 @@ struct RankJob {
 	char err[256];
 };
 
+/* OP_A2AV: rank s sends n + s + 2 d elements to rank d, packed in rank
+ * order from 0 (send) and by source (recv); the buffers hold the most. */
+static uint64_t a2av_count(uint64_t n, int s, int d)
+{
+	return n + (uint64_t)s + 2 * (uint64_t)d;
+}
 static uint64_t in_elems(int op, uint64_t n, int p)
 {
+	if (op == OP_A2AV)
+		return (uint64_t)p * (n + 3 * (uint64_t)p);
 	return op == OP_RS || op == OP_A2A ? n * (uint64_t)p : n;
 }
 static uint64_t out_elems(int op, uint64_t n, int p)
 {
+	if (op == OP_A2AV)
+		return (uint64_t)p * (n + 3 * (uint64_t)p);
 	return op == OP_AG || op == OP_A2A ? n * (uint64_t)p : n;
 }
 
@@ -158,6 +168,20 @@ static void *rank_main(void *arg)
 		case OP_AG: j->st = ibp_coll_allgather(in, out, j->n, j->dt, j->codec, c, nullptr); break;
 		case OP_RS: j->st = ibp_coll_reducescatter(in, out, j->n, j->dt, IBP_COLL_SUM, j->codec, c, nullptr); break;
 		case OP_A2A: j->st = ibp_coll_alltoall(in, out, j->n, j->dt, j->codec, c, nullptr); break;
+		case OP_A2AV: {
+			std::vector<uint64_t> sc((size_t)j->p), sd((size_t)j->p), rc((size_t)j->p), rd((size_t)j->p);
+			for (int d = 0, so = 0, ro = 0; d < j->p; d++) {
+				sc[d] = a2av_count(j->n, j->rank, d);
+				rc[d] = a2av_count(j->n, d, j->rank);
+				sd[d] = (uint64_t)so;
+				rd[d] = (uint64_t)ro;
+				so += (int)sc[d];
+				ro += (int)rc[d];
+			}
+			j->st = ibp_coll_alltoallv(in, sc.data(), sd.data(), out, rc.data(), rd.data(), j->dt, j->codec, c,
+						   nullptr);
+			break;
+		}
 		default: j->st = ibp_coll_allreduce(in, out, j->n, j->dt, IBP_COLL_SUM, j->codec, c, nullptr); break;
 		}
 	}
@@ -416,17 +440,17 @@ static void nccl_coll_suite(int quick)
 	const uint64_t sizes[] = { 1, 37, 1000, 5000 };
 	uint64_t calls = 0, natives = 0;
 	for (int p = 2; p <= 3; p++)
-		for (int op = OP_AG; op <= OP_A2A; op++)
+		for (int op = OP_AG; op <= OP_A2AV; op++)
 			for (ibp_dtype_t dt : dts)
 				for (uint64_t n : sizes) {
-					if (quick && (n == 5000 ? dt != IBP_DTYPE_F32 || p != 2 || op == OP_A2A
+					if (quick && (n == 5000 ? dt != IBP_DTYPE_F32 || p != 2 || op >= OP_A2A
 								: (n + (uint64_t)op + (uint64_t)dt + (uint64_t)p) % 3 != 0))
 						continue;
 					std::vector<std::vector<uint8_t>> ins((size_t)p);
 					for (int r = 0; r < p; r++)
 						exact_fill(ins[r], dt, in_elems(op, n, p));
 					for (ibp_coll_codec_t cd : codecs) {
-						if (op == OP_A2A && cd != IBP_COLL_CODEC_NONE)
+						if (op >= OP_A2A && cd != IBP_COLL_CODEC_NONE)
 							continue;
 						const std::vector<uint8_t> ref = run_ranks(op, IBP_COLL_MEM_HOST, p, dt, cd, n, ins, nullptr);
 						uint64_t comp = 0, nat = 0;
@@ -439,7 +463,7 @@ static void nccl_coll_suite(int quick)
 						CHECK(nat == (cd == IBP_COLL_CODEC_NONE ? 1u : 0u),
 						      "coll nccl op %d %s: %llu native calls", op, ibp_coll_codec_name(cd),
 						      (unsigned long long)nat);
-						if (op == OP_A2A || (quick && cd == IBP_COLL_CODEC_FP8))
+						if (op >= OP_A2A || (quick && cd == IBP_COLL_CODEC_FP8))
 							continue;
 						const std::vector<uint8_t> dev =
 							run_ranks(op, IBP_COLL_MEM_DEVICE, p, dt, cd, n, ins, &comp, T_NCCL, nullptr);
