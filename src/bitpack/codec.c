@@ -653,7 +653,16 @@ static int ibp_build_fused(ibp_codec_t *c)
 		}
 		if (!fits || nfix > D / 4)
 			continue;
+		/* C = 4 with VPOPCNTDQ: one exception width in each group (over
+		 * its chunks below D)? */
+		int uni = C == 4 && ibpi_cpu()->avx512popcnt;
+		for (uint64_t g = 0; g < ng && uni; g++) {
+			ibp_f4group_t *f = (ibp_f4group_t *)(void *)(g0 + g * gsize);
+			for (uint64_t l = 1; l < G && g * G + l < D; l++)
+				uni &= f->w[l * C] == f->w[0];
+		}
 		ibp_vbmi_t *v = ibp_vbmi_at(c, k); /* allocated: xg2 / xg4 is there */
+		v->funi = uni;
 		v->fg = g0;
 		v->fbase = fb;
 		v->nfg = ng;

@@ -585,10 +585,24 @@ IBP_INLINE void ibp_avx512_fixlanes(const ibp_codec_t *c, const ibp_cluster_t *c
 	}
 }
 
-/* C = 4: 16 lanes of 32 bits */
+/* vpopcntd (AVX-512 VPOPCNTDQ) as inline assembly: the file is built for
+ * VBMI only, and only codecs built on a CPU with VPOPCNTDQ
+ * (ibp_vbmi_t.funi) take the path that runs it. */
+IBP_INLINE __m512i ibp_avx512_popcnt32(__m512i x)
+{
+	__m512i r;
+	__asm__("vpopcntd %1, %0" : "=v"(r) : "v"(x));
+	return r;
+}
+
+/* C = 4: 16 lanes of 32 bits. uni (ibp_vbmi_t.funi): the exception lanes'
+ * offsets are w times their rank (the popcount of the exceptions below
+ * them), the group's total w times its count, in place of the prefix sum
+ * (docs/BENCHMARKS.md, "Ranks for prefix sums": about 9% on 400-byte f32
+ * rows on Zen 4). */
 IBP_INLINE uint64_t ibp_avx512_row_f4_x(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint64_t *bm,
 					const uint8_t *body, uint64_t avail, uint64_t e, uint64_t lim, uint8_t *dst,
-					const int has_fix, const int three)
+					const int has_fix, const int three, const int uni)
 {
 	const ibp_vbmi_t *vt = cl->vbmi;
 	const ibp_f4group_t *q = (const ibp_f4group_t *)vt->fg;
@@ -596,14 +610,28 @@ IBP_INLINE uint64_t ibp_avx512_row_f4_x(const ibp_codec_t *c, const ibp_cluster_
 	const __m512i seven = _mm512_set1_epi32(7);
 	const __m512i bc = _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0x00000000);
 	const __m512i inc = _mm512_set1_epi32(0x03020100);
+	/* lane l: the bits of the lanes below it */
+	const __m512i below = _mm512_set_epi32(0x7fff, 0x3fff, 0x1fff, 0xfff, 0x7ff, 0x3ff, 0x1ff, 0xff, 0x7f, 0x3f, 0x1f,
+					       0xf, 7, 3, 1, 0);
 	for (uint64_t g = 0; g < ng; g++, q++) {
 		const __mmask16 mk = (__mmask16)(bm[g >> 2] >> (16 * (g & 3)));
-		const __m512i w = _mm512_maskz_load_epi32(mk, q->w);
-		const __m512i s = ibp_avx512_psum32(w);
-		const uint64_t tot = (uint32_t)_mm_extract_epi32(_mm512_extracti32x4_epi32(s, 3), 3);
+		__m512i rel; /* an exception lane's field, in bits from byte e / 8 */
+		uint64_t tot;
+		if (uni) {
+			/* rank <= 15, w <= 25: the product fits the lane's low 16 bits */
+			const uint32_t w0 = q->w[0];
+			const __m512i rank = ibp_avx512_popcnt32(_mm512_and_si512(_mm512_set1_epi32((int)mk), below));
+			rel = _mm512_add_epi32(_mm512_mullo_epi16(rank, _mm512_set1_epi32((int)w0)),
+					       _mm512_set1_epi32((int)(e & 7)));
+			tot = (uint64_t)__builtin_popcount(mk) * w0;
+		} else {
+			const __m512i w = _mm512_maskz_load_epi32(mk, q->w);
+			const __m512i s = ibp_avx512_psum32(w);
+			tot = (uint32_t)_mm_extract_epi32(_mm512_extracti32x4_epi32(s, 3), 3);
+			rel = _mm512_add_epi32(_mm512_sub_epi32(s, w), _mm512_set1_epi32((int)(e & 7)));
+		}
 		uint64_t b0;
 		const __m512i win = ibp_avx512_xwindow(body, avail, e, &b0);
-		const __m512i rel = _mm512_add_epi32(_mm512_sub_epi32(s, w), _mm512_set1_epi32((int)(e & 7)));
 		const __m512i bi = _mm512_add_epi8(_mm512_shuffle_epi8(_mm512_srli_epi32(rel, 3), bc), inc);
 		const __m512i v = _mm512_srlv_epi32(_mm512_permutexvar_epi8(bi, win), _mm512_and_si512(rel, seven));
 		const __m512i t0 = _mm512_sllv_epi32(v, _mm512_load_si512((const void *)q->xp0));
@@ -676,16 +704,27 @@ static uint64_t ibp_avx512_row_f(const ibp_codec_t *c, const ibp_cluster_t *cl, 
 				 const uint8_t *body, uint64_t avail, uint64_t e, uint64_t lim, uint8_t *dst)
 {
 	const int fix = cl->xfix != NULL, three = cl->vbmi->fthree;
+#define IBP_ROW_F4(F, T, U) return ibp_avx512_row_f4_x(c, cl, bm, body, avail, e, lim, dst, F, T, U)
 #define IBP_ROW_F(W, F, T) return ibp_avx512_row_f##W##_x(c, cl, bm, body, avail, e, lim, dst, F, T)
 	if (c->C == 4) {
+		if (cl->vbmi->funi) {
+			if (three) {
+				if (fix)
+					IBP_ROW_F4(1, 1, 1);
+				IBP_ROW_F4(0, 1, 1);
+			}
+			if (fix)
+				IBP_ROW_F4(1, 0, 1);
+			IBP_ROW_F4(0, 0, 1);
+		}
 		if (three) {
 			if (fix)
-				IBP_ROW_F(4, 1, 1);
-			IBP_ROW_F(4, 0, 1);
+				IBP_ROW_F4(1, 1, 0);
+			IBP_ROW_F4(0, 1, 0);
 		}
 		if (fix)
-			IBP_ROW_F(4, 1, 0);
-		IBP_ROW_F(4, 0, 0);
+			IBP_ROW_F4(1, 0, 0);
+		IBP_ROW_F4(0, 0, 0);
 	}
 	if (three) {
 		if (fix)
@@ -696,6 +735,7 @@ static uint64_t ibp_avx512_row_f(const ibp_codec_t *c, const ibp_cluster_t *cl, 
 		IBP_ROW_F(2, 1, 0);
 	IBP_ROW_F(2, 0, 0);
 #undef IBP_ROW_F
+#undef IBP_ROW_F4
 }
 
 static uint64_t ibp_avx512_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_t *cl, unsigned mode,

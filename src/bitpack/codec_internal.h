@@ -170,6 +170,11 @@ typedef struct ibp_vbmi {
 	const uint64_t *ffix;
 	uint64_t nffix;
 	int fthree;
+	/* C = 4, on CPUs with VPOPCNTDQ: in every fused group the chunks below
+	 * D share one exception width w (the group's w[0]), so a lane's field
+	 * offset is w times its rank among the group's exceptions instead of
+	 * a prefix sum of the widths. */
+	int funi;
 } ibp_vbmi_t;
 
 /* The static lanes of a fused group (ibp_f2group_t, ibp_f4group_t):
