@@ -705,36 +705,27 @@ static uint64_t ibp_avx512_row_f(const ibp_codec_t *c, const ibp_cluster_t *cl, 
 {
 	const int fix = cl->xfix != NULL, three = cl->vbmi->fthree;
 #define IBP_ROW_F4(F, T, U) return ibp_avx512_row_f4_x(c, cl, bm, body, avail, e, lim, dst, F, T, U)
-#define IBP_ROW_F(W, F, T) return ibp_avx512_row_f##W##_x(c, cl, bm, body, avail, e, lim, dst, F, T)
+#define IBP_ROW_F2(F, T, U) return ibp_avx512_row_f2_x(c, cl, bm, body, avail, e, lim, dst, F, T)
+/* R's instance for this row's fix-ups and third run (U: ranks, C = 4) */
+#define IBP_ROW_BY(R, U)                      \
+	do {                                  \
+		if (three) {                  \
+			if (fix)              \
+				R(1, 1, U);   \
+			R(0, 1, U);           \
+		}                             \
+		if (fix)                      \
+			R(1, 0, U);           \
+		R(0, 0, U);                   \
+	} while (0)
 	if (c->C == 4) {
-		if (cl->vbmi->funi) {
-			if (three) {
-				if (fix)
-					IBP_ROW_F4(1, 1, 1);
-				IBP_ROW_F4(0, 1, 1);
-			}
-			if (fix)
-				IBP_ROW_F4(1, 0, 1);
-			IBP_ROW_F4(0, 0, 1);
-		}
-		if (three) {
-			if (fix)
-				IBP_ROW_F4(1, 1, 0);
-			IBP_ROW_F4(0, 1, 0);
-		}
-		if (fix)
-			IBP_ROW_F4(1, 0, 0);
-		IBP_ROW_F4(0, 0, 0);
+		if (cl->vbmi->funi)
+			IBP_ROW_BY(IBP_ROW_F4, 1);
+		IBP_ROW_BY(IBP_ROW_F4, 0);
 	}
-	if (three) {
-		if (fix)
-			IBP_ROW_F(2, 1, 1);
-		IBP_ROW_F(2, 0, 1);
-	}
-	if (fix)
-		IBP_ROW_F(2, 1, 0);
-	IBP_ROW_F(2, 0, 0);
-#undef IBP_ROW_F
+	IBP_ROW_BY(IBP_ROW_F2, 0);
+#undef IBP_ROW_BY
+#undef IBP_ROW_F2
 #undef IBP_ROW_F4
 }
 

@@ -1575,8 +1575,10 @@ static Op *issue(emu_stream *s, int kind, const char *name, const void *site)
 		for (const emu_stream *t : streams)
 			if (t && t->id != S_DIRECT && !t->legacy && t->dev == s->dev && !t->nonblocking && t->issued)
 				o->deps.push_back({ t->id, t->issued });
-	} else if (!s->nonblocking && s->id != S_DIRECT && legacy_of(s->dev)->issued) {
-		o->deps.push_back({ legacy_of(s->dev)->id, legacy_of(s->dev)->issued });
+	} else if (!s->nonblocking && s->id != S_DIRECT) {
+		const emu_stream *l = legacy_of(s->dev);
+		if (l->issued)
+			o->deps.push_back({ l->id, l->issued });
 	}
 	if (!host_snap)
 		host_snap = std::make_shared<Know>(host_know);
