@@ -109,9 +109,12 @@ for pair in memcheck:test_cuda_ibp racecheck:test_cuda_ibp synccheck:test_cuda_i
 	tool=${pair%%:*} t=${pair#*:}
 	def "$tool-$t" 45 sanitize "c:compute-sanitizer t:$t" "compute-sanitizer --tool $tool on $t (IBP_TEST_QUICK=1)"
 done
-def build-bench 45 bench "$(printf 't:%s ' "${benches[@]}") t:ibp_coll_perf" "build the GPU benchmarks and ibp-coll-perf"
+def build-bench 45 bench "$(printf 't:%s ' "${benches[@]}") t:ibp_coll_perf t:gpu_model_rows" \
+	"build the GPU benchmarks, ibp-coll-perf and the cost model's row counter"
 def gpu_codecs 25 bench "t:gpu_codecs" "exponent and FP8 kernels, GB/s (bench/gpu_codecs.cu)"
 def gpu_gather 30 bench "t:gpu_gather f:datasets/sample" "gather against the PCIe line and plain cudaMemcpy (bench/gpu_gather.cu, short)"
+def gpu-model 40 bench "t:gpu_model_rows f:tools/sass-report.py f:tools/gpu_model.py" \
+	"the SASS cost model's predicted decode beside the measured gather (tools/sass-report.py --model)"
 def gpu_cache 25 bench "t:gpu_cache" "GPU slab cache: hit rate and rows/s on a Zipf trace (bench/gpu_cache.cu)"
 for np in 4 8; do
 	def "coll-$np" 40 cpu "t:ibp_coll_perf" \
@@ -398,7 +401,7 @@ build_targets() { # targets that exist in this configuration, built together
 	limited cmake --build "$build" -j"$jobs" --target "${want[@]}"
 }
 do_build_tests() { build_targets "${gpu_tests[@]}" example_cuda ibp; }
-do_build_bench() { build_targets "${benches[@]}" ibp_coll_perf; }
+do_build_bench() { build_targets "${benches[@]}" ibp_coll_perf gpu_model_rows; }
 json_count() { grep -m1 -oE "\"$2\": *[0-9]+" "$1" 2>/dev/null | grep -oE '[0-9]+$' || echo 0; }
 criterion_run() { # binary [env...]: a Criterion binary; its counts go into the summary's note
 	local t=$1 rep=$build/test-reports/$1.json rc
@@ -460,6 +463,12 @@ bench_run() { # binary args...: its JSON into the report folder (BENCH.json) and
 do_gpu_codecs() { bench_run gpu_codecs --mb 256; }
 do_gpu_gather() { bench_run gpu_gather --store-mb 256 --runs 10 --sizes 1024,4096 --savings 30,70; }
 do_gpu_cache() { bench_run gpu_cache; }
+do_gpu_model() { # the prediction (docs/GPU.md "SASS cost model") beside gpu_gather's measurement
+	limited python3 "$root/tools/sass-report.py" --kernels gather --arch "$arch" --model --quiet \
+		--rows-tool "$(bin_of gpu_model_rows)" --json "$out/gpu_model.json" || return $?
+	[[ -f $out/gpu_gather.json ]] || { echo "no gpu_gather.json: run the gpu_gather step for the comparison"; return 0; }
+	python3 "$root/tools/sass-report.py" --compare "$out/gpu_model.json" "$out/gpu_gather.json"
+}
 coll_run() { # ranks
 	local np=$1 op c
 	echo "collectives with $np in-process ranks, each send throttled to 1.25 GB/s (10 Gb/s): a check of the"

@@ -16,6 +16,14 @@ nvcc or a disassembler.
 
 Usage: tools/sass-report.py [--arch 90,80] [--kernels gather,bag,exp,fp8]
                             [--json FILE] [--check] [--quiet]
+                            [--model [--rows-tool PATH] [--data FILE[:cols],...]]
+       tools/sass-report.py --compare MODEL.json GPU_GATHER.json
+
+--model adds the cost model of the gather decode (tools/gpu_model.py,
+docs/GPU.md "SASS cost model"): per data set the instructions per decoded
+byte, the binding pipe, the predicted decode on H100/H200 against PCIe Gen4
+and Gen5, registers, occupancy, rows and bytes in flight. --compare prints
+such a prediction beside bench/gpu_gather's measurement (tools/gpu-check.sh).
 Pipe classes and their assumed issue rates: docs/GPU.md "SASS census".
 """
 import argparse
@@ -181,16 +189,24 @@ def func_at(path, line):
 
 
 _INS = re.compile(r'^\s*/\*([0-9a-f]+)\*/\s+(.*?)\s*;')
-_LOC = re.compile(r'//## File "([^"]+)", line (\d+)')
+_LOC = re.compile(r'//## File "([^"]+)", line (\d+)(?: inlined at "([^"]+)", line (\d+))?')
 
 
-def disassemble(nvdisasm, cubin):
-    """{function: [(addr, opcode, target label or None, 'file:line', src function)]}, {function: {label: addr}}"""
-    r = subprocess.run([nvdisasm, '-gi', '-c', cubin], capture_output=True, text=True)
-    if r.returncode:
-        sys.exit('sass-report: nvdisasm failed on %s: %s' % (cubin, r.stderr))
-    funcs, labels, cur, loc, pending, in_run = {}, {}, None, ('?', 0), [], False
-    for line in r.stdout.splitlines():
+def _rel(path):
+    return os.path.relpath(path, REPO)
+
+
+def disassemble(nvdisasm, cubin, text=None):
+    """{function: [(addr, opcode, target label or None, 'file:line', src function, chain, memory
+    operand or None)]}, {function: {label: addr}}. chain: the inlined frames, innermost first,
+    as (repository-relative file, line); memory operand: the last [...] of the operands."""
+    if text is None:
+        r = subprocess.run([nvdisasm, '-gi', '-c', cubin], capture_output=True, text=True)
+        if r.returncode:
+            sys.exit('sass-report: nvdisasm failed on %s: %s' % (cubin, r.stderr))
+        text = r.stdout
+    funcs, labels, cur, chain, pending, in_run = {}, {}, None, (), [], False
+    for line in text.splitlines():
         m = re.match(r'^\.text\.(\S+):', line)
         if m:
             cur = m.group(1)
@@ -205,7 +221,9 @@ def disassemble(nvdisasm, cubin):
         m = _LOC.search(line)
         if m:
             if not in_run:  # a run of frames, innermost first
-                loc = (m.group(1), int(m.group(2)))
+                chain = [(_rel(m.group(1)), int(m.group(2)))]
+            if m.group(3):
+                chain.append((_rel(m.group(3)), int(m.group(4))))
             in_run = True
             continue
         in_run = False
@@ -223,15 +241,18 @@ def disassemble(nvdisasm, cubin):
         for p in pending:
             labels[cur][p] = addr
         pending = []
-        funcs[cur].append((addr, op, tgt.group(1) if tgt else None, '%s:%d' % (os.path.relpath(loc[0], REPO), loc[1]),
-                           func_at(loc[0], loc[1])))
+        ch = tuple(chain) if chain else (('?', 0),)
+        loc = ch[0]
+        mem = re.findall(r'\[([^\]]*)\]', m.group(2))
+        funcs[cur].append((addr, op, tgt.group(1) if tgt else None, '%s:%d' % loc,
+                           func_at(os.path.join(REPO, loc[0]), loc[1]), ch, mem[-1] if mem else None))
     return funcs, labels
 
 
 def loops_of(ins, labels):
     """Backward branches: (start addr, branch addr) ranges."""
     out = []
-    for addr, op, tgt, _, _ in ins:
+    for addr, op, tgt, _, _, _, _ in ins:
         if tgt and op.split('.')[0] == 'BRA' and tgt in labels and labels[tgt] <= addr:
             out.append((labels[tgt], addr))
     return sorted(set(out))
@@ -240,7 +261,7 @@ def loops_of(ins, labels):
 def census(ins, lo=None, hi=None):
     by_pipe, by_func = {}, {}
     n = 0
-    for addr, op, _, _, fn in ins:
+    for addr, op, _, _, fn, _, _ in ins:
         if lo is not None and not (lo <= addr <= hi):
             continue
         n += 1
@@ -258,19 +279,211 @@ def demangle(names):
         return {n: n for n in names}
 
 
+MODEL_DATA = ['datasets/sample/minilm_kv_bf16.npy', 'datasets/sample/minilm_tok_emb_f32.npy:100',
+              'datasets/sample/minilm_tok_emb_f32.npy', 'datasets/sample/debian_bow_f32.npy']
+
+
+BAG_DATA = ['datasets/sample/minilm_tok_emb_f32.npy', 'datasets/sample/debian_bow_f32.npy']
+CODEC_DATA = ['datasets/sample/minilm_kv_bf16.npy', 'datasets/sample/minilm_tok_emb_f32.npy']
+BAG_IDS_SHOWN = 20  # gpu_model.BAG_IDS
+CODEC_CHUNK = 65536  # elements per chunk (block) of the exponent and FP8 batch calls
+# per family: the kernel (demangled name prefix) and the loops the model
+# must find in its SASS, or it fails (it would stop weighing the hot path)
+KERNEL_OF = {'gather': None, 'bag': None, 'exp': 'expk_decode(', 'fp8': 'fp8k_decode('}
+HOT_SITES = {'gather': ('tile_loop', 'dep1_loop'), 'bag': ('tile_loop', 'dep1_loop', 'acc_loop'),
+             'exp': ('exp_round',), 'fp8': ('fp8_blocks',)}
+
+
+def run_model(a, kept):
+    """The cost model (tools/gpu_model.py) on each data set: the gather
+    kernels on --data, the bag kernel on the float32 tables of BAG_DATA
+    (bags of gpu_model.BAG_IDS rows); prints the table of docs/GPU.md "SASS
+    cost model"; None when it cannot weigh a kernel (a site or the hot loop
+    not found)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gpu_model as gm
+    if not os.access(a.rows_tool, os.X_OK):
+        skip('no %s (build the project first, or pass --rows-tool)' % a.rows_tool)
+    try:
+        sites = {f: gm.resolve_sites(REPO, func_at, f) for f in kept}
+        gm.set_reader_lines(REPO)
+        consts = gm.gather_consts(REPO)
+        bwarps = gm.bag_warps(REPO)
+    except gm.ModelError as e:
+        print('sass-report: model: %s' % e)
+        return None
+    jobs = [('gather', spec) for spec in a.data.split(',')]
+    if 'bag' in kept:
+        jobs += [('bag', spec) for spec in BAG_DATA]
+    for fam in ('exp', 'fp8'):
+        if fam in kept:
+            jobs += [(fam, spec) for spec in CODEC_DATA]
+    out = []
+    for fam, spec in jobs:
+        funcs, labels, names, regs = kept[fam]
+        path, _, cols = spec.partition(':')
+        full = path if os.path.isabs(path) else os.path.join(REPO, path)
+        cmd = [a.rows_tool, full] + (['--cols', cols] if cols else [])
+        cmd += {'bag': ['--nw', '1'], 'exp': ['--exp', str(CODEC_CHUNK)], 'fp8': ['--fp8', str(CODEC_CHUNK)]}.get(fam, [])
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            sys.exit('sass-report: %s failed:\n%s' % (' '.join(cmd), r.stderr))
+        st = json.loads(r.stdout)
+        if fam == 'gather':
+            want = 'ibp_gather_kernel<%du, %d>' % (st['chunk'], st['group_warps'])
+        elif fam == 'bag':
+            want = 'ibp_bag_kernel<%du>' % st['chunk']
+        else:
+            want = KERNEL_OF[fam]
+        fn = next((f for f in funcs if names.get(f, f).startswith(('void ' + want + '(', want))), None)
+        if fn is None:
+            print('sass-report: model: no kernel %s' % want)
+            return None
+        ins = [{'addr': x[0], 'op': x[1], 'target': x[2], 'chain': x[5], 'mem': x[6]} for x in funcs[fn]]
+        extra, walk_counts, nw = None, st.get('walk_counts', {}), st.get('group_warps', 1)
+        if fam == 'gather':
+            geo = gm.geometry(st['row_bytes'], regs.get(fn, 0), consts)
+        elif fam == 'bag':
+            dim = st['row_bytes'] // st['elem_bytes']
+            geo = gm.bag_geometry(st['row_bytes'], dim, regs.get(fn, 0), bwarps)
+            extra = {'bags': st['rows'] / float(gm.BAG_IDS), 'dim_iter': (dim + 31) // 32,
+                     'half': 0 if st['elem_bytes'] == 4 else 1}
+        elif fam == 'exp':
+            geo = gm.codec_geometry(regs.get(fn, 0), 256, 32)
+            nw, eb = 8, st['elem_bytes']
+            extra = {'nplanes': 3 if eb != 2 or 'bf16' in spec else 6, 'f32': 1 if eb == 4 else 0, 'f16': 0}
+            st['rows'], st['row_bytes'] = st['counts']['groups'], st['elements'] * eb / float(st['counts']['groups'])
+        else:
+            T, B = st['threads'], st['block']
+            geo = gm.codec_geometry(regs.get(fn, 0), T, 4 * B)
+            nw = T // 32
+            extra = {'itB': gm.strided_warps(B, T, nw), 'itH': gm.strided_warps(B // 2, T, nw),
+                     'log2b': B.bit_length() - 1, 'hadamard': st['hadamard']}
+            st['rows'], st['row_bytes'] = st['counts']['blocks'], st['elements'] * st['elem_bytes'] / float(
+                st['counts']['blocks'])
+        w, loops = gm.weigh(ins, labels[fn], sites[fam], st['counts'], walk_counts, nw, geo['warps'],
+                            st['rows'], extra)
+        found = {lp['site']['name'] for lp in loops if lp['site']}
+        lost = [h for h in HOT_SITES[fam] if h not in found]
+        if lost:
+            print('sass-report: model: %s: loop %s not found in the SASS' % (want, ', '.join(lost)))
+            return None
+        p = gm.predict(ins, w, st)
+        executed = sum(1 for c, _ in w if c)
+        p.update({'data': spec, 'kernel': want.rstrip('('), 'family': fam, 'registers': regs.get(fn), 'geometry': geo,
+                  'loops': [{'start': lp['start'], 'end': lp['end'], 'site': lp['site']['name'] if lp['site'] else None,
+                             'unroll': lp['unroll'], 'versions': lp['versions']} for lp in loops],
+                  'row_bytes': st['row_bytes'], 'rows': st['rows'], 'chunk': st.get('chunk'),
+                  'executed_static': executed, 'static': len(w),
+                  'unmodeled_loops': ['%05x-%05x' % (lp['start'], lp['end']) for lp in loops if not lp['site']]})
+        comp = st['encoded_bytes'] / float(st['rows'])
+        if fam in ('exp', 'fp8'):
+            geo['rows_in_flight'] = 0
+        p['bytes_in_flight'] = geo['rows_in_flight'] * comp
+        p['bdp'] = gm.PCIE[-1][1] * 1e9 * gm.PCIE_LATENCY_US * 1e-6
+        out.append(p)
+    print()
+    print('SASS cost model of the decode kernels (sm_90; docs/GPU.md "SASS cost model"):')
+    _, _, gnames, gregs = kept['gather']
+    print('  registers: %s' % ', '.join('%s %s' % (gnames.get(f, f).split('(')[0].replace('void ', ''), r)
+                                        for f, r in sorted(gregs.items()) if 'gather_kernel' in f))
+    for p in out:
+        name = os.path.basename(p['data'])
+        g = p['gpus'][0]
+        fam = p['family']
+        unit = {'gather': 'row', 'bag': 'row', 'exp': 'group', 'fp8': 'block'}[fam]
+        pipes = ' '.join('%s %.0f' % kv for kv in sorted(p['by_pipe'].items(), key=lambda x: -x[1]))
+        cyc = ' '.join('%s %.0f' % kv for kv in sorted(p['cycles_per_row'].items(), key=lambda x: -x[1]))
+        if fam in ('gather', 'bag'):
+            what = '%d B rows (C = %d), ratio %.2f, %d rows%s' % (
+                p['row_bytes'], p['chunk'], p['ratio'], p['rows'],
+                ', bags of %d' % BAG_IDS_SHOWN if fam == 'bag' else '')
+        else:
+            what = 'chunks of %d elements, ratio %.2f, %d %ss of %.0f decoded bytes' % (
+                p['chunk'], p['ratio'], p['rows'], unit, p['row_bytes'])
+        print('  %s %s: %s, %s' % (fam, name, p['kernel'], what))
+        print('    %.0f instructions per %s, %.2f per decoded byte (%s); SM cycles per %s: %s; binds: %s' % (
+            p['instructions_per_row'], unit, p['instructions_per_byte'], pipes, unit, cyc, p['binding']))
+        print('    predicted decode: %s' % ', '.join('%s %.0f-%.0f GB/s' % (x['gpu'], x['low'], x['decoded_GBps'])
+                                                 for x in p['gpus']))
+        geo = p['geometry']
+        if fam in ('gather', 'bag'):
+            feeds = ', '.join('%s %.0f GB/s -> %.0f decoded (decode x%.1f)' % (
+                f['link'], f['GBps'], f['decoded_GBps'], g['decoded_GBps'] / f['decoded_GBps']) for f in p['pcie'])
+            print('    PCIe feed: %s' % feeds)
+            print('    %d registers, %d warps/SM, %d rows in flight per GPU, %.0f KB in flight (x%.1f of %.0f KB at '
+                  '%s)' % (p['registers'], geo['warps_per_sm'], geo['rows_in_flight'], p['bytes_in_flight'] / 1e3,
+                           p['bytes_in_flight'] / p['bdp'], p['bdp'] / 1e3, gm.PCIE[-1][0]))
+        else:
+            print('    %d registers, %d warps/SM (device memory to device memory: no PCIe term)' % (
+                p['registers'], geo['warps_per_sm']))
+        top = sorted(p['by_site'].items(), key=lambda x: -x[1])[:8]
+        print('    by site: %s' % ', '.join('%s %.0f' % kv for kv in top))
+        print('    accounted: %.1f%% of executed instructions (%d of %d SASS instructions on executed paths)%s' % (
+            100 * p['accounted'], p['executed_static'], p['static'],
+            '; loops without a site: %d' % len(p['unmodeled_loops']) if p['unmodeled_loops'] else ''))
+    low = ['%s %.1f%%' % (os.path.basename(p['data']), 100 * p['accounted']) for p in out if p['accounted'] < 0.95]
+    if low:
+        print('sass-report: model: under 95%% of the executed instructions accounted for: %s' % ', '.join(low))
+        return None
+    return out
+
+
+def compare(model_json, gather_json):
+    """The model's predicted decode beside bench/gpu_gather's measurement on
+    the same data sets (tools/gpu-check.sh): the store in device memory
+    (ibp_device: the decode alone) and in pinned host memory (ibp_pinned:
+    through PCIe, against the predicted min(decode, PCIe feed))."""
+    model = json.load(open(model_json))['model']
+    meas = json.load(open(gather_json))
+    dev = meas.get('device', '?')
+    gpu = 'H200' if 'H200' in dev else 'H100 SXM'
+    print('cost model (%s figures) against the measured gather on %s, PCIe H2D %.1f GB/s:' % (
+        gpu, dev, meas.get('pcie_h2d_gbps', 0)))
+    print('%-28s %7s %15s %10s %8s %15s %10s %8s' % ('data', 'row_B', 'decode pred.', 'ibp_dev', 'meas/pred',
+                                                   'via PCIe pred.', 'ibp_pin', 'meas/pred'))
+    n = 0
+    for p in model:
+        name = os.path.basename(p['data'])
+        r = next((r for r in meas.get('results', []) if r['data'] == name and r['row_bytes'] == p['row_bytes']), None)
+        if r is None:
+            continue
+        g = next(x for x in p['gpus'] if x['gpu'] == gpu)
+        link = meas.get('pcie_h2d_gbps', 0) * p['ratio']
+        hi, lo = min(g['decoded_GBps'], link), min(g['low'], link)
+        print('%-28s %7d %7.0f-%-7.0f %10.1f %8.2f %7.0f-%-7.0f %10.1f %8.2f' % (
+            name, p['row_bytes'], g['low'], g['decoded_GBps'], r['ibp_device'], r['ibp_device'] / g['decoded_GBps'],
+            lo, hi, r['ibp_pinned'], r['ibp_pinned'] / hi if hi else 0))
+        n += 1
+    if not n:
+        print('  no data set in both files')
+    return 0
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == '--compare':
+        return compare(sys.argv[2], sys.argv[3])
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--arch', default='90')
     ap.add_argument('--kernels', default='gather,bag,exp,fp8')
     ap.add_argument('--json')
     ap.add_argument('--check', action='store_true')
     ap.add_argument('--quiet', action='store_true')
+    ap.add_argument('--model', action='store_true',
+                    help='the cost model of the gather decode on the data sets (sm_90)')
+    ap.add_argument('--rows-tool', default=os.environ.get('IBP_MODEL_ROWS', os.path.join(REPO, 'build', 'bin',
+                                                                                          'gpu_model_rows')),
+                    help='bench/gpu_model_rows as built (path counts of real rows)')
+    ap.add_argument('--data', default=','.join(MODEL_DATA),
+                    help='FILE.npy[:columns],... (default: the committed sample)')
     a = ap.parse_args()
+    if a.model and '90' not in a.arch.split(','):
+        a.arch = '90,' + a.arch
     nvcc = find_nvcc()
     if not nvcc:
         skip('nvcc not found (set NVCC or install the CUDA toolkit)')
     nvdisasm = find_nvdisasm(nvcc)
-    report, missing = [], []
+    report, missing, kept = [], [], {}
     with tempfile.TemporaryDirectory() as tmp:
         for arch in a.arch.split(','):
             for k in a.kernels.split(','):
@@ -281,6 +494,8 @@ def main():
                 regs = compile_cubin(nvcc, SOURCES[k], arch, cubin)
                 funcs, labels = disassemble(nvdisasm, cubin)
                 names = demangle(list(funcs))
+                if arch == '90':
+                    kept[k] = (funcs, labels, names, regs)
                 for f, ins in funcs.items():
                     n, bp, bf = census(ins)
                     loops = []
@@ -316,9 +531,16 @@ def main():
                 lf = ', '.join('%s %d' % kv for kv in list(l['functions'].items())[:5])
                 print('  %s %05x-%05x: %d instructions (%s); from %s' % (
                     'inner loop' if l['innermost'] else 'outer loop', l['start'], l['end'], l['instructions'], lp, lf))
+    model = None
+    if a.model:
+        if 'gather' not in a.kernels.split(','):
+            sys.exit('sass-report: --model needs the gather kernels (--kernels gather,...)')
+        model = run_model(a, kept)
+        if model is None:
+            return 1
     if a.json:
         with open(a.json, 'w') as f:
-            json.dump(report, f, indent=1)
+            json.dump({'kernels': report, 'model': model} if model else report, f, indent=1)
     if missing:
         print('sass-report: hot loops not found:\n  ' + '\n  '.join(missing))
         return 1 if a.check else 0

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""The path counts of bench/gpu_model_rows (the SASS cost model's weights,
+docs/GPU.md "SASS cost model") on the committed sample: what must hold
+between them whatever the rows, and what the sample's rows give (the codec
+is trained with a fixed seed, so these are exact; a change to training or
+to the encoder's mode choice shows up here first, and then the model's
+calibration in docs/GPU.md must be measured again).
+
+Usage: gpu_model_rows_check.py PATH/TO/gpu_model_rows SOURCE_DIR
+"""
+import json
+import math
+import subprocess
+import sys
+
+
+def run(tool, src, spec, extra=()):
+    path, _, cols = spec.partition(':')
+    cmd = [tool, '%s/datasets/sample/%s' % (src, path)] + (['--cols', cols] if cols else []) + list(extra)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        sys.exit('FAILED: %s: %s' % (' '.join(cmd), r.stderr))
+    return json.loads(r.stdout)
+
+
+def main():
+    tool, src = sys.argv[1], sys.argv[2]
+    bad = []
+
+    def check(cond, what):
+        if not cond:
+            bad.append(what)
+
+    for spec in ('minilm_kv_bf16.npy', 'minilm_tok_emb_f32.npy:100', 'minilm_tok_emb_f32.npy',
+                 'debian_bow_f32.npy'):
+        st = run(tool, src, spec)
+        c, w = st['counts'], st['walk_counts']
+        nw, nt, rows = st['group_warps'], st['tiles_per_row'], st['rows']
+        name = spec
+        check(nw == (1 if st['row_bytes'] <= 4096 else 8), '%s: group of %d warps' % (name, nw))
+        check(c['row_warps'] == rows * nw, '%s: row_warps' % name)
+        nonraw = rows - c['rows_raw']
+        check(c['rows_bitmap'] + c['rows_list'] <= nonraw, '%s: modes add up' % name)
+        rounds = (nt + nw - 1) // nw
+        check(c['tiles'] + w['tiles'] == nonraw * rounds * nw, '%s: tiles = rows x rounds x warps' % name)
+        check(c['tiles_active'] + w['tiles_active'] == nonraw * nt, '%s: active tiles = rows x tiles' % name)
+        check(w['tiles'] == c['rows_walk'] * rounds * nw, '%s: walk rows decode their tiles once' % name)
+        for k in ('tiles_bitmap', 'tiles_list', 'tiles_exc', 'tiles_nonexc'):
+            check(c[k] <= c['tiles_active'], '%s: %s <= active tiles' % (name, k))
+        if not c['rows_walk']:
+            check(c['tiles_bitmap'] == c['rows_bitmap'] * nt and c['tiles_list'] == c['rows_list'] * nt,
+                  '%s: bitmap and list tiles = rows x tiles' % name)
+        steps = math.floor(math.log2(st['chunks'])) + 1
+        check(c['tiles_list'] <= c['list_steps'] <= c['tiles_list'] * steps,
+              '%s: list steps within [1, log2(D) + 1] per list tile' % name)
+        check(c['dep2_iter'] >= c['tiles_exc'], '%s: an exception tile deposits at least one run' % name)
+        check(c['fetch_iter'] >= rows * nw, '%s: every row is fetched' % name)
+        check(c['vlist_iter'] >= c['rows_list'], '%s: a list row validates at least one entry' % name)
+        check(c['walk_pend'] <= c['walk_batches'] * 32, '%s: at most 32 pending exceptions per batch' % name)
+        print('%s: %d rows, %d warps per group, %s' % (name, rows, nw,
+              ', '.join('%s %d' % (k, v) for k, v in c.items() if v)))
+    # the sample's rows (a fixed training seed): the bf16 KV rows the issue's
+    # calibration names (65% list rows; ratio 1.34)
+    kv = run(tool, src, 'minilm_kv_bf16.npy')
+    check((kv['counts']['rows_bitmap'], kv['counts']['rows_list']) == (535, 1001),
+          'KV sample: 535 bitmap and 1001 list rows (got %d, %d)' % (kv['counts']['rows_bitmap'],
+                                                                  kv['counts']['rows_list']))
+    check(abs(kv['rows'] * kv['row_bytes'] / kv['encoded_bytes'] - 1.335) < 0.01,
+          'KV sample: ratio 1.34 (got %.3f)' % (kv['rows'] * kv['row_bytes'] / kv['encoded_bytes']))
+    # --nw forces the group size (the bag kernel decodes every row with one warp)
+    bow1 = run(tool, src, 'debian_bow_f32.npy', ['--nw', '1'])
+    check(bow1['group_warps'] == 1 and bow1['counts']['row_warps'] == bow1['rows'], 'BoW --nw 1: one warp a row')
+    if bad:
+        print('FAILED:\n  ' + '\n  '.join(bad))
+        return 1
+    print('gpu_model_rows: every check passed')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
