@@ -45,10 +45,10 @@ SOURCES = {
     'fp8': 'kernels/fp8.cu',
 }
 # Kernels whose hot loop must be found (--check): a mangled-name pattern and
-# a source function the loop must contain.
+# the source function(s) the loop must contain (one of them).
 HOT = [
-    ('gather', r'ibp_gather_kernel', 'ibp_d_deposit'),
-    ('bag', r'ibp_bag_kernel', 'ibp_d_deposit'),
+    ('gather', r'ibp_gather_kernel', ('ibp_d_deposit', 'ibp_d_deposit32')),
+    ('bag', r'ibp_bag_kernel', ('ibp_d_deposit', 'ibp_d_deposit32')),
     ('exp', r'expk_decode', 'expk_decode'),
     ('fp8', r'fp8k_decode', 'fp8_to_f32'),
 ]
@@ -515,10 +515,11 @@ def main():
                     if not ks:
                         missing.append('sm_%s %s: no kernel matching %s' % (arch, k, pat))
                     for r in ks:
-                        ok = any(hotfn is None or hotfn in l['functions'] for l in r['loops'])
+                        fns = hotfn if isinstance(hotfn, tuple) else (hotfn,)
+                        ok = any(f in l['functions'] for l in r['loops'] for f in fns)
                         if not ok:
-                            missing.append('sm_%s %s: no loop%s in %s' % (
-                                arch, k, ' holding ' + hotfn if hotfn else '', r['name']))
+                            missing.append('sm_%s %s: no loop holding %s in %s' % (
+                                arch, k, ' or '.join(fns), r['name']))
     if not a.quiet:
         for r in report:
             pipes = ' '.join('%s %d' % kv for kv in sorted(r['pipes'].items(), key=lambda x: -x[1]))

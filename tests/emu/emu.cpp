@@ -993,8 +993,8 @@ void emu_atomic_access(const void *p, unsigned size, const void *pc, int kind)
 static const char *kind_name(int k)
 {
 	static const char *n[] = { "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
-				   "__ballot_sync/__any_sync/__all_sync", "__syncwarp" };
-	return k >= 0 && k < 6 ? n[k] : "?";
+				   "__ballot_sync/__any_sync/__all_sync", "__syncwarp", "__reduce_or_sync" };
+	return k >= 0 && k < 7 ? n[k] : "?";
 }
 
 static void complete(emu_block *b, Coll &c)
@@ -1013,6 +1013,11 @@ static void complete(emu_block *b, Coll &c)
 			for (unsigned q = 0; q < 32; q++)
 				if (((c.mask >> q) & 1) && c.val[q])
 					r |= 1ull << q;
+			break;
+		case EMU_REDUCE_OR:
+			for (unsigned q = 0; q < 32; q++)
+				if ((c.mask >> q) & 1)
+					r |= (uint32_t)c.val[q];
 			break;
 		default: break;
 		}

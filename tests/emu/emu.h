@@ -97,7 +97,7 @@ void *emu_shared_raw(emu_sslot *s, size_t size, size_t align);
 template <class T> T *emu_shared(emu_sslot &s) { return (T *)emu_shared_raw(&s, sizeof(T), alignof(T)); }
 
 /* ---- barriers and collectives (site: the caller's return address) ---- */
-enum { EMU_SHFL_IDX, EMU_SHFL_UP, EMU_SHFL_DOWN, EMU_SHFL_XOR, EMU_BALLOT, EMU_SYNCWARP };
+enum { EMU_SHFL_IDX, EMU_SHFL_UP, EMU_SHFL_DOWN, EMU_SHFL_XOR, EMU_BALLOT, EMU_SYNCWARP, EMU_REDUCE_OR };
 enum { EMU_BAR_SYNC, EMU_BAR_OR, EMU_BAR_AND, EMU_BAR_COUNT };
 uint64_t emu_warp_op(int kind, unsigned mask, uint64_t v, unsigned arg, const void *site);
 int emu_block_op(int kind, int pred, const void *site);
@@ -145,6 +145,11 @@ template <class T> __attribute__((noinline)) T __shfl_xor_sync(unsigned m, T v, 
 __attribute__((noinline)) inline unsigned __ballot_sync(unsigned m, int p)
 {
 	return (unsigned)emu_warp_op(EMU_BALLOT, m, p != 0, 0, EMU_SITE);
+}
+/* sm_80's warp reduction (REDUX): the OR of v over the lanes of m */
+__attribute__((noinline)) inline unsigned __reduce_or_sync(unsigned m, unsigned v)
+{
+	return (unsigned)emu_warp_op(EMU_REDUCE_OR, m, v, 0, EMU_SITE);
 }
 __attribute__((noinline)) inline int __any_sync(unsigned m, int p)
 {
@@ -259,6 +264,11 @@ inline int __ffsll(long long x) { return __builtin_ffsll(x); }
 inline int __ffs(int x) { return __builtin_ffs(x); }
 inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
+/* (hi:lo) >> min(s, 32), the low word (SHF.R with a clamped shift) */
+inline unsigned __funnelshift_rc(unsigned lo, unsigned hi, unsigned s)
+{
+	return (unsigned)((((unsigned long long)hi << 32) | lo) >> (s > 32 ? 32 : s));
+}
 inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
 inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
 inline unsigned __brev(unsigned x)

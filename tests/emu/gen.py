@@ -66,6 +66,17 @@ def launches(text):
 
 
 dev = open(src + 'ibp_device.cuh').read()
+# defect 39: list rows (a warp's tiles in order): the list position not
+# advanced past a tile's entries, so later tiles take earlier entries
+dev = defect(dev, 'lp += (unsigned)__popc(__ballot_sync(IBP_FULL_MASK, in));',
+             'lp += emu_defect == 39 ? 0u : (unsigned)__popc(__ballot_sync(IBP_FULL_MASK, in));')
+# defect 41: the 32-bit deposit shifting v one bit short after a run
+dev = defect(dev, 'v = __funnelshift_rc(v, 0u, (unsigned)__popc(run));',
+             'v = __funnelshift_rc(v, 0u, (unsigned)__popc(run) - (emu_defect == 41 ? 1u : 0u));')
+# defect 40: the OR of a tile's exception offsets over half of the warp
+dev = defect(dev, 'const unsigned tm = __reduce_or_sync(IBP_FULL_MASK, in ? 1u << (unsigned)(e & 31) : 0u);',
+             'const unsigned tm = __reduce_or_sync(emu_defect == 40 ? 0x0000ffffu : IBP_FULL_MASK, '
+             'in ? 1u << (unsigned)(e & 31) : 0u);')
 # defect 4: a shuffle whose mask leaves out half of the warp
 dev = defect(dev, 'unsigned u = __shfl_up_sync(IBP_FULL_MASK, v, o);',
              'unsigned u = __shfl_up_sync(emu_defect == 4 ? 0x0000ffffu : IBP_FULL_MASK, v, o);')
