@@ -171,6 +171,16 @@ __device__ __forceinline__ uint64_t ibp_d_deposit_c(uint64_t v, uint64_t m)
 	return ibp_d_deposit(v, m);
 }
 
+/* A chunk's field of n <= 8 * C bits at stream bit pos: 32-bit reads for
+ * chunks of up to 4 bytes. */
+template <unsigned C, class Rd>
+__device__ __forceinline__ uint64_t ibp_field(const Rd &rd, uint64_t pos, unsigned n)
+{
+	if (C <= 4)
+		return rd.bits32(pos, n);
+	return rd.bits(pos, n);
+}
+
 /* pext: the bits of x at the set positions of m, packed low. */
 __device__ __forceinline__ uint64_t ibp_d_extract(uint64_t x, uint64_t m)
 {
@@ -345,6 +355,16 @@ struct IbpStageReader {
 			v |= w[1] << (64 - sh); /* sh > 0 here */
 		return v & ibp_d_lowmask(nbits);
 	}
+	/* Field of nbits (0..32): bits() in 32-bit words, a funnel shift. */
+	__device__ __forceinline__ uint32_t bits32(uint64_t pos, unsigned nbits) const
+	{
+		const uint64_t a = pos + 8ull * skew;
+		const uint32_t *w = reinterpret_cast<const uint32_t *>(base) + (a >> 5);
+		const unsigned sh = (unsigned)(a & 31);
+		const uint32_t hi = sh + nbits > 32 ? w[1] : 0u; /* only a field's own words */
+		const uint32_t v = __funnelshift_r(w[0], hi, sh);
+		return nbits >= 32 ? v : v & ((1u << nbits) - 1u);
+	}
 	__device__ __forceinline__ unsigned byte(uint64_t i) const
 	{
 		return base[skew + i];
@@ -377,6 +397,10 @@ struct IbpGlobalReader {
 		if (sh)
 			v |= hi << (64 - sh);
 		return v & ibp_d_lowmask(nbits);
+	}
+	__device__ __forceinline__ uint32_t bits32(uint64_t pos, unsigned nbits) const
+	{
+		return (uint32_t)bits(pos, nbits);
 	}
 	__device__ __forceinline__ unsigned byte(uint64_t i) const
 	{
@@ -765,6 +789,10 @@ __device__ __forceinline__ void ibp_decode_chunks(const IbpDevCodec &cd, const R
 	const uint64_t full = ibp_d_lowmask(W);
 	uint64_t carry = 0; /* exception bits of the tiles of earlier rounds */
 	uint64_t lp = 0;    /* NW == 1, list rows: the list entries of earlier tiles */
+	/* a chunk is stored as one word unless it is the last and partial, or
+	 * the output row is not aligned to C (rows of R % C != 0 bytes); a
+	 * 1-byte chunk is always whole */
+	const bool row_aligned = ((uintptr_t)out % C) == 0;
 	for (uint64_t r = 0; r * NW < ntiles; r++) {
 		const uint64_t tile = r * NW + warp;
 		const uint64_t j = tile * 32 + lane;
@@ -780,9 +808,11 @@ __device__ __forceinline__ void ibp_decode_chunks(const IbpDevCodec &cd, const R
 			 * increasing: this tile's entries, at most 32, are the next
 			 * ones. A lane reads one; the OR of their offsets is the
 			 * tile's exception mask. No search per chunk. */
-			const uint64_t k = lp + lane;
-			const uint64_t e = k < h.n ? rd.bits((uint64_t)cd.L * (k + 1), cd.L) : ~0ull;
-			const bool in = e < (tile + 1) * 32;
+			/* 32-bit: a warp decodes rows of at most 2^30 bytes (ibp_gather_config;
+			 * the bag kernel's rows fit shared memory), so D <= 2^30 */
+			const unsigned k = (unsigned)lp + lane;
+			const unsigned e = k < (unsigned)h.n ? rd.bits32((uint64_t)cd.L * (k + 1), cd.L) : ~0u;
+			const bool in = e < (unsigned)tile * 32u + 32u;
 			lp += (unsigned)__popc(__ballot_sync(IBP_FULL_MASK, in));
 			const unsigned tm = __reduce_or_sync(IBP_FULL_MASK, in ? 1u << (unsigned)(e & 31) : 0u);
 			exc = active && ((tm >> lane) & 1u);
@@ -790,19 +820,33 @@ __device__ __forceinline__ void ibp_decode_chunks(const IbpDevCodec &cd, const R
 			exc = ibp_list_has(rd, cd.L, h.n, j);
 		}
 		const unsigned e = exc ? ew : 0;
-		const unsigned s_in = ibp_warp_scan(s);
-		const unsigned e_in = ibp_warp_scan(e);
-		const unsigned e_tot = __shfl_sync(IBP_FULL_MASK, e_in, 31);
+		/* one scan for both widths: each at most 64, their sums over the
+		 * warp at most 2,048, so 16 bits each (8-byte chunks: two scans,
+		 * which keep the block kernel at 80 registers) */
+		unsigned s_in, e_in, e_tot;
+		if (C <= 4) {
+			const unsigned se = ibp_warp_scan(s | e << 16);
+			s_in = se & 0xffffu;
+			e_in = se >> 16;
+			e_tot = __shfl_sync(IBP_FULL_MASK, se, 31) >> 16;
+		} else {
+			s_in = ibp_warp_scan(s);
+			e_in = ibp_warp_scan(e);
+			e_tot = __shfl_sync(IBP_FULL_MASK, e_in, 31);
+		}
 		uint64_t all;
 		const uint64_t before = carry + G::prefix(e_tot, r, tot, &all);
 		carry += all;
 		if (active) {
-			uint64_t x = ibp_d_deposit_c<C>(rd.bits(body0 + tso[tile] + s_in - s, s), ~mj & full);
+			uint64_t x = ibp_d_deposit_c<C>(ibp_field<C>(rd, body0 + tso[tile] + s_in - s, s), ~mj & full);
 			if (exc)
-				x |= ibp_d_deposit_c<C>(rd.bits(exc0 + before + e_in - e, e), mj);
+				x |= ibp_d_deposit_c<C>(ibp_field<C>(rd, exc0 + before + e_in - e, e), mj);
 			else
 				x |= (uint64_t)b[j];
-			ibp_d_store_chunk<C>(out, j, D, cd.last_bytes, x);
+			if (C == 1 || (row_aligned && (j + 1 < D || cd.last_bytes == C)))
+				*reinterpret_cast<T *>(out + j * C) = (T)x;
+			else
+				ibp_d_store_chunk<C>(out, j, D, cd.last_bytes, x);
 		}
 	}
 }

@@ -351,6 +351,8 @@ static ibp_status_t ibp_gather_config(ibp_cuda_kernel_t kind, uint64_t R, unsign
 	       "cudaDeviceGetAttribute");
 	if (kind == IBP_CUDA_KERNEL_AUTO)
 		kind = R <= IBP_WARP_MAX_ROW ? IBP_CUDA_KERNEL_WARP : IBP_CUDA_KERNEL_BLOCK;
+	if (kind == IBP_CUDA_KERNEL_WARP && R > (1ull << 30))
+		kind = IBP_CUDA_KERNEL_BLOCK; /* the warp decode counts a row's chunks in 32 bits */
 	const uint64_t want = ibp_round_up(R + 32, 16); /* a raw row plus reader slack */
 	const uint64_t J = sizeof(IbpJob);
 	int nw;

@@ -103,17 +103,24 @@ DECODE_SITES = [
     ('tile_loop', 'loop', DV, 'ibp_decode_chunks', r'for \(uint64_t r = 0; r \* NW < ntiles; r\+\+\)', 'tiles', None),
     ('active', 'block', DV, 'ibp_decode_chunks', r'if \(active\) \{', 'tiles_active', None),
     ('bitmap_bit', 'line', DV, 'ibp_decode_chunks', r'exc = rd\.bits\(j, 1\) != 0;', 'tiles_bitmap', None),
-    ('list_call', 'line', DV, 'ibp_decode_chunks', r'exc = ibp_list_has\(rd, cd\.L, h\.n, j\);', 'tiles_list', None),
-    ('list_tile', 'block', DV, 'ibp_decode_chunks', r'\} else if \(NW == 1 && mode == IBP_ROW_LIST\) \{', 'tiles_list',
+    # list rows: a warp that takes the tiles in order reads the tile's
+    # entries; the block kernel searches
+    ('list_call', 'line', DV, 'ibp_decode_chunks', r'exc = ibp_list_has\(rd, cd\.L, h\.n, j\);', 'tiles_list * search',
      None),
-    ('list_loop', 'loop', DV, 'ibp_list_has', r'while \(lo < hi\) \{', 'list_steps', None),
-    ('dep1', 'line', DV, 'ibp_decode_chunks', r'uint64_t x = ibp_d_deposit(_c<C>)?\(rd\.bits\(body0 \+ tso', 'tiles_active', None),
+    ('list_tile', 'block', DV, 'ibp_decode_chunks', r'\} else if \(NW == 1 && mode == IBP_ROW_LIST\) \{',
+     'tiles_list * (1 - search)', None),
+    ('list_loop', 'loop', DV, 'ibp_list_has', r'while \(lo < hi\) \{', 'list_steps * search', None),
+    ('dep1', 'line', DV, 'ibp_decode_chunks', r'uint64_t x = ibp_d_deposit', 'tiles_active', None),
     ('dep1_loop', 'loop', DV, 'ibp_d_deposit', r'while \(m\) \{', 'dep1_iter', 'dep1'),
     ('dep1_loop', 'loop', DV, 'ibp_d_deposit32', r'while \(m\) \{', 'dep1_iter', 'dep1'),
-    ('dep2', 'line', DV, 'ibp_decode_chunks', r'x \|= ibp_d_deposit(_c<C>)?\(rd\.bits\(exc0', 'tiles_exc', None),
+    ('dep2', 'line', DV, 'ibp_decode_chunks', r'x \|= ibp_d_deposit', 'tiles_exc', None),
     ('dep2_loop', 'loop', DV, 'ibp_d_deposit', r'while \(m\) \{', 'dep2_iter', 'dep2'),
     ('dep2_loop', 'loop', DV, 'ibp_d_deposit32', r'while \(m\) \{', 'dep2_iter', 'dep2'),
     ('nonexc', 'line', DV, 'ibp_decode_chunks', r'x \|= \(uint64_t\)b\[j\];', 'tiles_nonexc', None),
+    # the store of a partial last chunk (or of a row not aligned to C: not
+    # counted, output rows here are aligned)
+    ('store_slow', 'line', DV, 'ibp_decode_chunks', r'ibp_d_store_chunk<C>\(out, j, D, cd\.last_bytes, x\);', 'store_tiles',
+     None),
     # a chunk stored byte by byte (the last one, when partial): the compiler
     # unrolls part of the loop outside its backward branch
     ('store_bytes', 'line', DV, 'ibp_d_store_chunk', r'for \(uint64_t i = 0; i < nb; i\+\+\)', 'store_tiles', None),
@@ -315,7 +322,7 @@ def main_body(ins):
     return end if end > 0 else first
 
 
-def weigh(ins, labels, sites, counts, walk_counts, nw, warps, rows, extra=None):
+def weigh(ins, labels, sites, counts, walk_counts, nw, warps, rows, extra=None, chunks=0):
     """Issue counts of every instruction of one kernel. ins: dicts with
     addr, op, target, chain (innermost frame first, (file, line) with
     repository-relative files). Returns per instruction (count, site) and
@@ -403,8 +410,9 @@ def weigh(ins, labels, sites, counts, walk_counts, nw, warps, rows, extra=None):
     # a gather of GATHER_BATCH rows: each resident warp runs the kernel's
     # prologue once and starts two rows before the main loop
     pro = min(1.0, warps * 2.0 / GATHER_BATCH)
+    search = 1 if nw > 1 else 0  # list rows: binary search, or the tile's own entries
     wshare = warps * float(rows) / GATHER_BATCH
-    env_all = dict(counts, nw=nw, warps=wshare, pro=pro, **(extra or {}))
+    env_all = dict(counts, nw=nw, warps=wshare, pro=pro, search=search, **(extra or {}))
     env_walk = dict(env_all, **{k: walk_counts.get(k, 0) for k in TILE_COUNTS})
     out = []
     for i, x in enumerate(ins):

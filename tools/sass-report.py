@@ -362,7 +362,7 @@ def run_model(a, kept):
             st['rows'], st['row_bytes'] = st['counts']['blocks'], st['elements'] * st['elem_bytes'] / float(
                 st['counts']['blocks'])
         w, loops = gm.weigh(ins, labels[fn], sites[fam], st['counts'], walk_counts, nw, geo['warps'],
-                            st['rows'], extra)
+                            st['rows'], extra, st.get('chunks', 0))
         found = {lp['site']['name'] for lp in loops if lp['site']}
         lost = [h for h in HOT_SITES[fam] if h not in found]
         if lost:

@@ -264,6 +264,11 @@ inline int __ffsll(long long x) { return __builtin_ffsll(x); }
 inline int __ffs(int x) { return __builtin_ffs(x); }
 inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
+/* (hi:lo) >> (s & 31), the low word (SHF.R with a wrapped shift) */
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned s)
+{
+	return (unsigned)((((unsigned long long)hi << 32) | lo) >> (s & 31));
+}
 /* (hi:lo) >> min(s, 32), the low word (SHF.R with a clamped shift) */
 inline unsigned __funnelshift_rc(unsigned lo, unsigned hi, unsigned s)
 {
