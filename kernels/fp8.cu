@@ -262,10 +262,13 @@ fp8k_decode(const uint8_t *src, fp8k_shape sh, uint8_t *dst, int32_t *status)
 		if (blk >= (m ? m : 1))
 			continue; /* block 0 of an empty stream still checks the header */
 		const uint8_t *in = src + c * sh.stride;
-		/* header (parse_stream), checked by every block of the chunk */
+		/* header (parse_stream): what the decode uses, checked by every
+		 * block of the chunk; the reserved bytes 17..63 by block 0 alone,
+		 * which reports the chunk (as with its padding below) */
 		bool ok = in[0] == (uint8_t)TACO_MAGIC && in[1] == (uint8_t)(TACO_MAGIC >> 8) &&
 			  in[2] == (uint8_t)(TACO_MAGIC >> 16) && in[3] == (uint8_t)(TACO_MAGIC >> 24) &&
-			  in[5] == sh.fmt && in[7] == sh.log2b && taco_header_rest_ok(in) &&
+			  in[5] == sh.fmt && in[7] == sh.log2b &&
+			  (blk == 0 ? taco_header_rest_ok(in) : taco_header_flags_ok(in)) &&
 			  (in[16] == IBP_DTYPE_F32 || in[16] == IBP_DTYPE_BF16 || in[16] == IBP_DTYPE_F16);
 		uint64_t hn = 0;
 		for (int i = 7; i >= 0; i--)

@@ -191,9 +191,9 @@ EXP_SITES = [
 FP8_SITES = [
     ('fp8_blocks', 'loop', F, 'fp8k_decode', r'for \(uint64_t gid = blockIdx\.x; gid < sh\.nchunks \* sh\.mpc;',
      'blocks * nw', None),
-    # the header's reserved bytes 17..63, checked by every warp of every block
+    # the header's reserved bytes 17..63, checked by every warp of a chunk's block 0
     ('fp8_hdr', 'loop', 'src/fp8/fp8_impl.h', 'taco_header_rest_ok', r'for \(uint32_t i = 17; i < TACO_HEADER_BYTES; i\+\+\)',
-     'blocks * nw * 47', None),
+     'chunks * nw * 47', None),
     ('fp8_pad', 'block', F, 'fp8k_decode', r'if \(blk == 0\) \{', 'chunks * nw', None),
     ('fp8_pad_loop', 'loop', F, 'fp8k_decode', r'for \(uint64_t i = used \+ threadIdx\.x; i < total', 'chunks * nw', None),
     ('fp8_codes', 'loop', F, 'fp8k_decode', r'for \(uint32_t i = threadIdx\.x; i < B; i \+= T\) \{', 'blocks * itB', None),

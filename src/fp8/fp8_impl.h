@@ -175,12 +175,19 @@ static inline IBP_HD uint16_t fp8i_f32_to_f16(float f)
 #define TACO_FLAG_CHECKSUM 4u /* version 2: header bytes 56..63 hold the checksum (util/checksum.h) */
 #define TACO_OFF_SUM 56u
 
+/* Version and flags of a stream header agree: the checksum flag only in
+ * version 2. */
+static inline IBP_HD int taco_header_flags_ok(const uint8_t *h)
+{
+	uint32_t allowed = TACO_FLAG_HADAMARD | TACO_FLAG_ADAPTIVE | (h[4] == TACO_VERSION ? TACO_FLAG_CHECKSUM : 0u);
+	return (h[4] == TACO_VERSION || h[4] == TACO_VERSION_1) && !(h[6] & ~allowed);
+}
+
 /* Version, flags and reserved bytes 17..63 of a stream header agree: the
  * checksum flag only in version 2, and a sum only with it. */
 static inline IBP_HD int taco_header_rest_ok(const uint8_t *h)
 {
-	uint32_t allowed = TACO_FLAG_HADAMARD | TACO_FLAG_ADAPTIVE | (h[4] == TACO_VERSION ? TACO_FLAG_CHECKSUM : 0u);
-	if ((h[4] != TACO_VERSION && h[4] != TACO_VERSION_1) || (h[6] & ~allowed))
+	if (!taco_header_flags_ok(h))
 		return 0;
 	for (uint32_t i = 17; i < TACO_HEADER_BYTES; i++)
 		if (h[i] && (i < TACO_OFF_SUM || !(h[6] & TACO_FLAG_CHECKSUM)))

@@ -136,6 +136,9 @@ encode = defect(encode, 'G::sync(); /* the stage is zeroed again for the next ro
                 'if (emu_defect != 2) G::sync(); /* the stage is zeroed again for the next row */')
 
 fp8 = open(src + 'fp8.cu').read()
+# defect 43: the FP8 decode's block 0 not checking the reserved header bytes
+fp8 = defect(fp8, '(blk == 0 ? taco_header_rest_ok(in) : taco_header_flags_ok(in))',
+             '(blk == 0 && emu_defect != 43 ? taco_header_rest_ok(in) : taco_header_flags_ok(in))')
 # defect 7: no barrier between the Hadamard butterfly rounds
 fp8 = defect(fp8, '''			x[j] = FP_SUB(a, b);
 		}

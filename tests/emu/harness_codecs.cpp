@@ -258,6 +258,18 @@ static void fp8_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, uint32_t B, int
 		CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_OK && !memcmp(dout.p, co.data(), n * es),
 		       "fp8: checksummed streams do not decode on the device (status %d)", *(int32_t *)dstat.p);
 	}
+	/* a reserved header byte (17..63) of the last chunk: block 0 reports it */
+	{
+		uint8_t *h = ddst.p + (nc - 1) * stride;
+		const unsigned at = 17 + (unsigned)(crnd() % (TACO_OFF_SUM - 17));
+		const uint8_t keep = h[at];
+		h[at] = (uint8_t)(1 + crnd() % 255);
+		st = ibp_fp8_decode_cuda_bounded(ddst.p, nc * stride, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p,
+						 nullptr);
+		CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_ERR_CORRUPT,
+		       "fp8: a reserved header byte (%u) not reported", at);
+		h[at] = keep;
+	}
 	ddst.p[4] = 9; /* version */
 	st = ibp_fp8_decode_cuda_bounded(ddst.p, nc * stride, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p, nullptr);
 	CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_ERR_CORRUPT, "fp8: corrupt header not reported");
