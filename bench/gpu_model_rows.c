@@ -12,9 +12,10 @@
  * busiest lane and a guarded block when any lane takes it. Counts are sums
  * over all warps of all groups (a group is a warp for rows up to 4 KiB, a
  * block of 8 warps above), so that a SASS instruction's issue count is its
- * site's count. ibp_decode_chunks is inlined twice (rows that walk Xval
- * exceptions decode as CLEAN first): "counts" has the other rows' tile
- * counts, "walk_counts" those of the rows that walk. Prints one JSON object.
+ * site's count. The decoders are inlined twice (rows that walk Xval
+ * exceptions decode their static part first, with ibp_decode_clean):
+ * "counts" has the other rows' tile counts, "walk_counts" those of the
+ * rows that walk. Prints one JSON object.
  *
  * With --exp CHUNK or --fp8 CHUNK it counts instead the paths of the
  * exponent codec's decode (kernels/exp_codec.cu expk_decode: per warp and
@@ -42,13 +43,13 @@
 enum {
 	N_ROWS, N_ROW_WARPS, N_RAW, N_BITMAP, N_LIST, N_WALK, N_FETCH_ITER, N_COPY_ITER,
 	N_VBITMAP_ITER, N_VBITMAP_BITS, N_VLIST_ITER, N_TILES, N_TILES_ACTIVE, N_TILES_BITMAP,
-	N_TILES_LIST, N_LIST_STEPS, N_TILES_EXC, N_TILES_NONEXC, N_DEP1, N_DEP2, N_STORE_ITER, N_STORE_TILES,
+	N_TILES_LIST, N_LIST_STEPS, N_TILES_EXC, N_TILES_NONEXC, N_DEP1, N_DEP2, N_STORE_ITER, N_STORE_TILES, N_CTILES, N_CTILES_ZERO, N_CTILES_SCAN, N_CDEP,
 	N_WALK_BATCHES, N_WALK_FULL, N_WALK_PEND, N_WALK_DEP, N_WALK_PATCH, N_WALK_WARPS, N_COUNT
 };
 static const char *const NAMES[N_COUNT] = {
 	"rows", "row_warps", "rows_raw", "rows_bitmap", "rows_list", "rows_walk", "fetch_iter", "copy_iter",
 	"vbitmap_iter", "vbitmap_bits", "vlist_iter", "tiles", "tiles_active", "tiles_bitmap",
-	"tiles_list", "list_steps", "tiles_exc", "tiles_nonexc", "dep1_iter", "dep2_iter", "store_iter", "store_tiles",
+	"tiles_list", "list_steps", "tiles_exc", "tiles_nonexc", "dep1_iter", "dep2_iter", "store_iter", "store_tiles", "ctiles", "ctiles_zero", "ctiles_scan", "cdep_iter",
 	"walk_batches", "walk_full", "walk_pend", "walk_dep_iter", "walk_patch_iter", "walk_warps",
 };
 
@@ -324,9 +325,30 @@ int main(int argc, char **argv)
 		}
 		n[N_WALK] += walk;
 		const unsigned dmode = walk ? IBP_ROW_CLEAN : mode;
-		uint64_t *const tc = walk ? nwk : n; /* decode_chunks is inlined once for each */
+		uint64_t *const tc = walk ? nwk : n; /* the decoders are inlined once for each */
 		const uint64_t rounds = (ntiles + nw - 1) / nw;
-		for (uint64_t r = 0; r < rounds; r++)
+		if (dmode == IBP_ROW_CLEAN) { /* ibp_decode_clean: a warp leaves after its last tile */
+			for (unsigned w = 0; w < nw; w++)
+				for (uint64_t r = 0; r < rounds; r++) {
+					const uint64_t tile = r * nw + w;
+					tc[N_CTILES]++;
+					if (tile >= ntiles)
+						break;
+					unsigned d1 = 0, sw = 0;
+					for (uint64_t j = tile * 32; j < tile * 32 + 32 && j < D; j++) {
+						const uint64_t mj = word(m8 + j * C, C);
+						sw += (unsigned)(W - (uint64_t)__builtin_popcountll(mj));
+						d1 = runs(~mj & full) > d1 ? runs(~mj & full) : d1;
+					}
+					if (sw == 0) {
+						tc[N_CTILES_ZERO]++;
+					} else {
+						tc[N_CTILES_SCAN]++;
+						tc[N_CDEP] += d1;
+					}
+				}
+		}
+		for (uint64_t r = 0; r < rounds && dmode != IBP_ROW_CLEAN; r++)
 			for (unsigned w = 0; w < nw; w++) {
 				const uint64_t tile = r * nw + w;
 				tc[N_TILES]++;
@@ -405,7 +427,7 @@ int main(int argc, char **argv)
 	for (int k = 0; k < N_COUNT; k++)
 		printf("%s\"%s\": %" PRIu64, k ? ", " : "", NAMES[k], n[k]);
 	printf("}, \"walk_counts\": {");
-	for (int k = N_TILES, f = 1; k <= N_STORE_TILES; k++, f = 0)
+	for (int k = N_TILES, f = 1; k <= N_CDEP; k++, f = 0)
 		printf("%s\"%s\": %" PRIu64, f ? "" : ", ", NAMES[k], nwk[k]);
 	printf("}}\n");
 	ibp_codec_free(cd);

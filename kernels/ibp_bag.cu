@@ -93,11 +93,14 @@ __device__ __forceinline__ int32_t ibp_bag_decode(const IbpBagArgs &a, const Rd 
 	if (!h.walk) {
 		if (exact && h.extent != len)
 			return IBP_ERR_CORRUPT;
-		ibp_decode_chunks<C, 1>(a.cd, rd, mode, cl, h, rowb, nullptr);
+		if (mode == IBP_ROW_CLEAN)
+			ibp_decode_clean<C, 1>(a.cd, rd, cl, h, rowb);
+		else
+			ibp_decode_chunks<C, 1>(a.cd, rd, mode, cl, h, rowb, nullptr);
 		return IBP_OK;
 	}
 	/* Xvals: every chunk as matched, then the walk patches the exceptions */
-	ibp_decode_chunks<C, 1>(a.cd, rd, IBP_ROW_CLEAN, cl, h, rowb, nullptr);
+	ibp_decode_clean<C, 1>(a.cd, rd, cl, h, rowb);
 	__syncwarp();
 	uint64_t end = 0;
 	st = ibp_walk_exc<C>(a.cd, rd, len, mode, cl, h, rowb, &end);

@@ -231,6 +231,30 @@ __device__ __forceinline__ void ibp_d_store_chunk(uint8_t *row, uint64_t j, uint
 		p[i] = (uint8_t)(x >> (8 * i));
 }
 
+/* The chunks below which ibp_d_put stores one word: all of them, but a
+ * partial last one, in an output row aligned to C; none in another row
+ * (rows of R % C != 0 bytes). Once per row. */
+template <unsigned C>
+__device__ __forceinline__ uint64_t ibp_d_whole(const uint8_t *out, uint64_t D, uint64_t last_bytes)
+{
+	if (((uintptr_t)out % C) != 0)
+		return 0;
+	return last_bytes == C ? D : D - 1;
+}
+
+/* Decoded chunk j into out: one word below `whole` (ibp_d_whole), else
+ * byte by byte. A 1-byte chunk is always whole. */
+template <unsigned C>
+__device__ __forceinline__ void ibp_d_put(uint8_t *out, uint64_t j, uint64_t D, uint64_t last_bytes,
+					  uint64_t whole, uint64_t x)
+{
+	typedef typename IbpWord<C>::T T;
+	if (C == 1 || j < whole)
+		*reinterpret_cast<T *>(out + j * C) = (T)x;
+	else
+		ibp_d_store_chunk<C>(out, j, D, last_bytes, x);
+}
+
 /* ---------------------------------------------------------------------- */
 /* device: warp and group primitives                                       */
 /* ---------------------------------------------------------------------- */
@@ -499,10 +523,10 @@ __device__ __forceinline__ void ibp_issue_fetch(uint8_t *buf, const uint8_t *src
 	const uintptr_t w1 = tx ? s1 - 32 : (e + 15) & ~(uintptr_t)15;
 	if (w1 > w0) {
 		const uintptr_t base = w0 & ~(uintptr_t)127;
-		const uint64_t np = (w1 - base) >> 4;
+		const unsigned np = (unsigned)((w1 - base) >> 4); /* a staged row fits shared memory */
 		/* the same trip count in every thread: one predicated warp instruction per round */
-		for (uint64_t r = 0; r < np; r += IbpGroup<NW>::SIZE) {
-			const uintptr_t q = base + 16 * (r + t);
+		for (unsigned r = 0; r < np; r += IbpGroup<NW>::SIZE) {
+			const uintptr_t q = base + 16 * (uintptr_t)(r + t);
 			const bool p = q >= w0 && q < w1;
 			ibp_cp_async16_if(p, buf + ((p ? q : w0) - p0), (const void *)(p ? q : w0));
 		}
@@ -769,6 +793,48 @@ __device__ __forceinline__ int ibp_walk_exc(const IbpDevCodec &cd, const Rd &rd,
 	return IBP_OK;
 }
 
+/* Decodes the static part of a validated non-raw row into out[0, R): every
+ * chunk as matched (a CLEAN row whole; a row whose Xval exceptions the walk
+ * patches afterwards). Tile t goes to warp t mod NW. A tile without static
+ * bits (every bit of its chunks invariant, as in sparse rows) is the base
+ * row. No barrier: the group's warps need not take the same branches. */
+template <unsigned C, int NW, class Rd>
+__device__ __forceinline__ void ibp_decode_clean(const IbpDevCodec &cd, const Rd &rd, unsigned cl,
+						 const IbpRowHdr &h, uint8_t *out)
+{
+	typedef IbpGroup<NW> G;
+	typedef typename IbpWord<C>::T T;
+	const unsigned W = 8 * C;
+	const unsigned lane = ibp_lane(), warp = G::warp();
+	const uint64_t D = cd.D, ntiles = cd.ntiles;
+	const T *m = reinterpret_cast<const T *>(cd.m) + (uint64_t)cl * D;
+	const T *b = reinterpret_cast<const T *>(cd.b) + (uint64_t)cl * D;
+	const uint64_t *tso = cd.tso + (uint64_t)cl * (ntiles + 1);
+	const uint64_t body0 = 8 * h.hdr;
+	const uint64_t full = ibp_d_lowmask(W);
+	const uint64_t whole = ibp_d_whole<C>(out, D, cd.last_bytes);
+	for (uint64_t r = 0; r * NW < ntiles; r++) {
+		const uint64_t tile = r * NW + warp;
+		if (tile >= ntiles)
+			break; /* the warp's tiles are done */
+		const uint64_t j = tile * 32 + lane;
+		const bool active = j < D;
+		const uint64_t t0 = tso[tile];
+		if (tso[tile + 1] == t0) {
+			if (active)
+				ibp_d_put<C>(out, j, D, cd.last_bytes, whole, (uint64_t)b[j]);
+		} else {
+			const uint64_t mj = active ? (uint64_t)m[j] : 0;
+			const unsigned s = active ? W - ibp_d_popc(mj) : 0;
+			const unsigned s_in = ibp_warp_scan(s);
+			if (active)
+				ibp_d_put<C>(out, j, D, cd.last_bytes, whole,
+					     ibp_d_deposit_c<C>(ibp_field<C>(rd, body0 + t0 + s_in - s, s), ~mj & full) |
+						     (uint64_t)b[j]);
+		}
+	}
+}
+
 /* Decodes a validated non-raw row into out[0, R). Tile t goes to warp
  * t mod NW; the exception bits of earlier tiles are carried across rounds
  * with a prefix over the group's warps. tot: 2 * NW shared words. */
@@ -789,10 +855,7 @@ __device__ __forceinline__ void ibp_decode_chunks(const IbpDevCodec &cd, const R
 	const uint64_t full = ibp_d_lowmask(W);
 	uint64_t carry = 0; /* exception bits of the tiles of earlier rounds */
 	uint64_t lp = 0;    /* NW == 1, list rows: the list entries of earlier tiles */
-	/* a chunk is stored as one word unless it is the last and partial, or
-	 * the output row is not aligned to C (rows of R % C != 0 bytes); a
-	 * 1-byte chunk is always whole */
-	const bool row_aligned = ((uintptr_t)out % C) == 0;
+	const uint64_t whole = ibp_d_whole<C>(out, D, cd.last_bytes);
 	for (uint64_t r = 0; r * NW < ntiles; r++) {
 		const uint64_t tile = r * NW + warp;
 		const uint64_t j = tile * 32 + lane;
@@ -807,9 +870,9 @@ __device__ __forceinline__ void ibp_decode_chunks(const IbpDevCodec &cd, const R
 			/* A warp takes the tiles in order and the (validated) list is
 			 * increasing: this tile's entries, at most 32, are the next
 			 * ones. A lane reads one; the OR of their offsets is the
-			 * tile's exception mask. No search per chunk. */
-			/* 32-bit: a warp decodes rows of at most 2^30 bytes (ibp_gather_config;
-			 * the bag kernel's rows fit shared memory), so D <= 2^30 */
+			 * tile's exception mask. No search per chunk. In 32 bits: a
+			 * warp decodes rows of at most 2^30 bytes (ibp_gather_config;
+			 * the bag kernel's rows fit shared memory), so D <= 2^30. */
 			const unsigned k = (unsigned)lp + lane;
 			const unsigned e = k < (unsigned)h.n ? rd.bits32((uint64_t)cd.L * (k + 1), cd.L) : ~0u;
 			const bool in = e < (unsigned)tile * 32u + 32u;
@@ -843,10 +906,7 @@ __device__ __forceinline__ void ibp_decode_chunks(const IbpDevCodec &cd, const R
 				x |= ibp_d_deposit_c<C>(ibp_field<C>(rd, exc0 + before + e_in - e, e), mj);
 			else
 				x |= (uint64_t)b[j];
-			if (C == 1 || (row_aligned && (j + 1 < D || cd.last_bytes == C)))
-				*reinterpret_cast<T *>(out + j * C) = (T)x;
-			else
-				ibp_d_store_chunk<C>(out, j, D, cd.last_bytes, x);
+			ibp_d_put<C>(out, j, D, cd.last_bytes, whole, x);
 		}
 	}
 }

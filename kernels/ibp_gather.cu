@@ -142,12 +142,15 @@ __device__ __forceinline__ int32_t ibp_process(const IbpGatherArgs &a, const Ibp
 	if (!h.walk) {
 		if (a.exact && h.extent != jb.len)
 			return IBP_ERR_CORRUPT;
-		ibp_decode_chunks<C, NW>(a.cd, rd, mode, jb.cl, h, orow, tot);
+		if (mode == IBP_ROW_CLEAN)
+			ibp_decode_clean<C, NW>(a.cd, rd, jb.cl, h, orow);
+		else
+			ibp_decode_chunks<C, NW>(a.cd, rd, mode, jb.cl, h, orow, tot);
 		return IBP_OK;
 	}
 	/* Xvals: the static part (every chunk as matched) in parallel, then
 	 * warp 0 walks the exceptions and patches their chunks */
-	ibp_decode_chunks<C, NW>(a.cd, rd, IBP_ROW_CLEAN, jb.cl, h, orow, tot);
+	ibp_decode_clean<C, NW>(a.cd, rd, jb.cl, h, orow);
 	IbpGroup<NW>::sync();
 	uint64_t end = 0;
 	if (NW == 1) {

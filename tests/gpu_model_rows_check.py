@@ -42,9 +42,14 @@ def main():
         nonraw = rows - c['rows_raw']
         check(c['rows_bitmap'] + c['rows_list'] <= nonraw, '%s: modes add up' % name)
         rounds = (nt + nw - 1) // nw
-        check(c['tiles'] + w['tiles'] == nonraw * rounds * nw, '%s: tiles = rows x rounds x warps' % name)
-        check(c['tiles_active'] + w['tiles_active'] == nonraw * nt, '%s: active tiles = rows x tiles' % name)
-        check(w['tiles'] == c['rows_walk'] * rounds * nw, '%s: walk rows decode their tiles once' % name)
+        coded = c['rows_bitmap'] + c['rows_list'] - c['rows_walk']  # rows through ibp_decode_chunks
+        clean = nonraw - coded  # CLEAN rows and rows that walk: ibp_decode_clean
+        check(c['tiles'] == coded * rounds * nw and w['tiles'] == 0, '%s: tiles = rows x rounds x warps' % name)
+        check(c['tiles_active'] == coded * nt, '%s: active tiles = rows x tiles' % name)
+        check(c['ctiles_zero'] + c['ctiles_scan'] + w['ctiles_zero'] + w['ctiles_scan'] == clean * nt,
+              '%s: every tile of a clean row is zero or scanned' % name)
+        check(w['ctiles_zero'] + w['ctiles_scan'] == c['rows_walk'] * nt, '%s: walk rows decode their tiles once' % name)
+        check(c['cdep_iter'] >= c['ctiles_scan'], '%s: a scanned clean tile deposits at least one run' % name)
         for k in ('tiles_bitmap', 'tiles_list', 'tiles_exc', 'tiles_nonexc'):
             check(c[k] <= c['tiles_active'], '%s: %s <= active tiles' % (name, k))
         if not c['rows_walk']:

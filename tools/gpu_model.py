@@ -67,8 +67,8 @@ GATHER_SITES = [
     ('prologue_loop', 'loop', G, 'ibp_gather_kernel', r'for \(unsigned q = 0; q \+ 1 < NB; q\+\+\)', 'warps * 2', None),
     ('start_pro', 'line', G, 'ibp_gather_kernel', r'ibp_start_job<NW>\(a, k0 \+ q \* ngroups', 'warps * 2', None),
     ('start_main', 'line', G, 'ibp_gather_kernel', r'ibp_start_job<NW>\(a, k \+ \(NB - 1\) \* ngroups', 'row_warps', None),
-    ('fetch_pro', 'loop', DV, 'ibp_issue_fetch', r'for \(uint64_t r = 0; r < np;', 'fetch_iter * pro', 'start_pro'),
-    ('fetch_main', 'loop', DV, 'ibp_issue_fetch', r'for \(uint64_t r = 0; r < np;', 'fetch_iter * (1 - pro)',
+    ('fetch_pro', 'loop', DV, 'ibp_issue_fetch', r'for \(unsigned r = 0; r < np;', 'fetch_iter * pro', 'start_pro'),
+    ('fetch_main', 'loop', DV, 'ibp_issue_fetch', r'for \(unsigned r = 0; r < np;', 'fetch_iter * (1 - pro)',
      'start_main'),
     ('raw', 'block', G, 'ibp_process', r'if \(mode == IBP_ROW_RAW\) \{', 'rows_raw * nw', None),
     ('copy_loop', 'loop', DV, 'ibp_copy_out', r'for \(uint64_t w = t; w < nw;', 'copy_iter', None),
@@ -100,6 +100,14 @@ DECODE_SITES = [
     ('vlist', 'block', DV, 'ibp_validate_row', r'\} else if \(mode == IBP_ROW_LIST\) \{', 'rows_list * nw', None),
     ('vlist_loop', 'loop', DV, 'ibp_validate_row', r'for \(uint64_t k = t; k < n; k \+= G::SIZE\)', 'vlist_iter', None),
     ('vwalk', 'block', DV, 'ibp_validate_row', r'if \(h\.walk\) \{', 'rows_walk * nw', None),
+    # the static part alone (CLEAN rows; rows whose Xval exceptions the walk patches)
+    ('clean_loop', 'loop', DV, 'ibp_decode_clean', r'for \(uint64_t r = 0; r \* NW < ntiles; r\+\+\)', 'ctiles', None),
+    ('clean_zero', 'block', DV, 'ibp_decode_clean', r'if \(tso\[tile \+ 1\] == t0\) \{', 'ctiles_zero', None),
+    ('clean_scan', 'span', DV, 'ibp_decode_clean', r'const uint64_t mj = active \? \(uint64_t\)m\[j\] : 0;', 'ctiles_scan',
+     r'\(uint64_t\)b\[j\]\);'),
+    ('cdep', 'line', DV, 'ibp_decode_clean', r'ibp_d_deposit_c<C>\(ibp_field<C>\(rd, body0 \+ t0', 'ctiles_scan', None),
+    ('cdep_loop', 'loop', DV, 'ibp_d_deposit32', r'while \(m\) \{', 'cdep_iter', 'cdep'),
+    ('cdep_loop', 'loop', DV, 'ibp_d_deposit', r'while \(m\) \{', 'cdep_iter', 'cdep'),
     ('tile_loop', 'loop', DV, 'ibp_decode_chunks', r'for \(uint64_t r = 0; r \* NW < ntiles; r\+\+\)', 'tiles', None),
     ('active', 'block', DV, 'ibp_decode_chunks', r'if \(active\) \{', 'tiles_active', None),
     ('bitmap_bit', 'line', DV, 'ibp_decode_chunks', r'exc = rd\.bits\(j, 1\) != 0;', 'tiles_bitmap', None),
@@ -119,8 +127,7 @@ DECODE_SITES = [
     ('nonexc', 'line', DV, 'ibp_decode_chunks', r'x \|= \(uint64_t\)b\[j\];', 'tiles_nonexc', None),
     # the store of a partial last chunk (or of a row not aligned to C: not
     # counted, output rows here are aligned)
-    ('store_slow', 'line', DV, 'ibp_decode_chunks', r'ibp_d_store_chunk<C>\(out, j, D, cd\.last_bytes, x\);', 'store_tiles',
-     None),
+    ('store_slow', 'line', DV, 'ibp_d_put', r'ibp_d_store_chunk<C>\(out, j, D, last_bytes, x\);', 'store_tiles', None),
     # a chunk stored byte by byte (the last one, when partial): the compiler
     # unrolls part of the loop outside its backward branch
     ('store_bytes', 'line', DV, 'ibp_d_store_chunk', r'for \(uint64_t i = 0; i < nb; i\+\+\)', 'store_tiles', None),
@@ -149,7 +156,7 @@ BAG_SITES = [
     ('bag_empty', 'block', B, 'ibp_bag_kernel', r'if \(st != IBP_OK \|\| cnt == 0\) \{', '0', None),
     ('bag_nerr', 'line', B, 'ibp_bag_kernel', r'atomicAdd\(a\.nerr', '0', None),
     ('bag_fetch', 'line', B, 'ibp_bag_row', r'ibp_issue_fetch<1>\(stage, src, len', 'rows', None),
-    ('fetch_bag', 'loop', DV, 'ibp_issue_fetch', r'for \(uint64_t r = 0; r < np;', 'fetch_iter', 'bag_fetch'),
+    ('fetch_bag', 'loop', DV, 'ibp_issue_fetch', r'for \(unsigned r = 0; r < np;', 'fetch_iter', 'bag_fetch'),
     ('bag_lens', 'span', B, 'ibp_bag_row', r'start = id \* a\.cd\.R;', '0', r'len = a\.lens\[id\] <'),
     ('raw', 'block', B, 'ibp_bag_decode', r'if \(mode == IBP_ROW_RAW\) \{', 'rows_raw', None),
     ('copy_loop', 'loop', DV, 'ibp_copy_out', r'for \(uint64_t w = t; w < nw;', 'copy_iter', None),
@@ -215,7 +222,8 @@ FAMILIES = {'gather': GATHER_SITES + DECODE_SITES, 'bag': BAG_SITES + DECODE_SIT
             'fp8': FP8_SITES}
 BAG_IDS = 20
 TILE_COUNTS = ('tiles', 'tiles_active', 'tiles_bitmap', 'tiles_list', 'list_steps', 'tiles_exc', 'tiles_nonexc',
-               'dep1_iter', 'dep2_iter', 'store_iter', 'store_tiles')
+               'dep1_iter', 'dep2_iter', 'store_iter', 'store_tiles', 'ctiles', 'ctiles_zero', 'ctiles_scan',
+               'cdep_iter')
 # The rows a gather reads through IbpGlobalReader (not staged): none when
 # every row fits its stage buffer, as for every data set here; that copy of
 # the decode counts 0.

@@ -75,8 +75,10 @@ dev = defect(dev, 'v = __funnelshift_rc(v, 0u, (unsigned)__popc(run));',
              'v = __funnelshift_rc(v, 0u, (unsigned)__popc(run) - (emu_defect == 41 ? 1u : 0u));')
 # defect 42: a decoded chunk stored as one word into an output row that is
 # not aligned to C (rows of R % C != 0 bytes)
-dev = defect(dev, 'if (C == 1 || (row_aligned && (j + 1 < D || cd.last_bytes == C)))',
-             'if (C == 1 || ((row_aligned || emu_defect == 42) && (j + 1 < D || cd.last_bytes == C)))')
+dev = defect(dev, 'if (((uintptr_t)out % C) != 0)\n\t\treturn 0;',
+             'if (((uintptr_t)out % C) != 0 && emu_defect != 42)\n\t\treturn 0;')
+# defect 44: a clean tile with static bits decoded as the base row
+dev = defect(dev, 'if (tso[tile + 1] == t0) {', 'if (tso[tile + 1] == t0 || emu_defect == 44) {')
 # defect 40: the OR of a tile's exception offsets over half of the warp
 dev = defect(dev, 'const unsigned tm = __reduce_or_sync(IBP_FULL_MASK, in ? 1u << (unsigned)(e & 31) : 0u);',
              'const unsigned tm = __reduce_or_sync(emu_defect == 40 ? 0x0000ffffu : IBP_FULL_MASK, '
