@@ -10,8 +10,8 @@
  * ibp_walk_exc) at warp level: how many times a warp runs each loop body
  * and each branch-guarded block. A warp runs a loop as often as its
  * busiest lane and a guarded block when any lane takes it. Counts are sums
- * over all warps of all groups (a group is a warp for rows up to 4 KiB, a
- * block of 8 warps above), so that a SASS instruction's issue count is its
+ * over all warps of all groups (a group is a warp when every row encodes
+ * to at most 4 KiB, else a block of 8 warps), so that a SASS instruction's issue count is its
  * site's count. The decoders are inlined twice (rows that walk Xval
  * exceptions decode their static part first, with ibp_decode_clean):
  * "counts" has the other rows' tile counts, "walk_counts" those of the
@@ -270,7 +270,12 @@ int main(int argc, char **argv)
 	if (K == 1)
 		memset(cls, 0, N);
 
-	const unsigned nw = force_nw ? force_nw : R <= WARP_MAX_ROW ? 1u : BLOCK_WARPS, size = 32u * nw;
+	/* the gather's choice (ibp_gather_config): by the longest encoded row */
+	uint64_t longest = 0;
+	for (uint64_t i = 0; i < N; i++)
+		if (off[i + 1] - off[i] > longest)
+			longest = off[i + 1] - off[i];
+	const unsigned nw = force_nw ? force_nw : longest <= WARP_MAX_ROW ? 1u : BLOCK_WARPS, size = 32u * nw;
 	uint64_t n[N_COUNT] = {0}, nwk[N_COUNT] = {0}; /* nwk: the tile counts of rows that walk */
 	for (uint64_t i = 0; i < N; i++) {
 		const unsigned mode = flags[i] & IBP_ROW_MODE_MASK, cl = cls[i];
@@ -422,8 +427,9 @@ int main(int argc, char **argv)
 	const uint64_t enc_bytes = N ? off[N] : 0;
 	printf("{\"file\": \"%s\", \"rows\": %" PRIu64 ", \"row_bytes\": %" PRIu64 ", \"chunk\": %u, "
 	       "\"chunks\": %" PRIu64 ", \"tiles_per_row\": %" PRIu64 ", \"clusters\": %u, \"xval\": %d, "
-	       "\"group_warps\": %u, \"elem_bytes\": %" PRIu64 ", \"encoded_bytes\": %" PRIu64 ", \"counts\": {",
-	       path, N, R, C, D, ntiles, K, xv_any, nw, eb, enc_bytes);
+	       "\"group_warps\": %u, \"elem_bytes\": %" PRIu64 ", \"encoded_bytes\": %" PRIu64 ", \"longest\": %" PRIu64
+	       ", \"counts\": {",
+	       path, N, R, C, D, ntiles, K, xv_any, nw, eb, enc_bytes, longest);
 	for (int k = 0; k < N_COUNT; k++)
 		printf("%s\"%s\": %" PRIu64, k ? ", " : "", NAMES[k], n[k]);
 	printf("}, \"walk_counts\": {");

@@ -342,21 +342,26 @@ struct IbpLaunch {
 	uint64_t max_blocks; /* resident blocks on the whole device */
 };
 
-/* Picks kernel, staging size and grid cap for rows of R bytes. Raises the
- * kernel's dynamic shared memory limit to the device's maximum, so that
- * stores with different row sizes never undercut each other. */
-static ibp_status_t ibp_gather_config(ibp_cuda_kernel_t kind, uint64_t R, unsigned C, int dev,
+/* Picks kernel, staging size and grid cap for rows of R bytes whose
+ * encodings are at most E bytes (a packed store's longest row; R when
+ * unknown): sparse rows of many KiB that encode to a few bytes run a warp
+ * each, with small stages and many rows in flight. Raises the kernel's
+ * dynamic shared memory limit to the device's maximum, so that stores with
+ * different row sizes never undercut each other. */
+static ibp_status_t ibp_gather_config(ibp_cuda_kernel_t kind, uint64_t R, uint64_t E, unsigned C, int dev,
 				      IbpLaunch *L)
 {
 	int nsm = 0, optin = 0;
 	IBP_CU(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
 	IBP_CU(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
 	       "cudaDeviceGetAttribute");
+	if (E > R)
+		E = R; /* no row is longer than raw */
 	if (kind == IBP_CUDA_KERNEL_AUTO)
-		kind = R <= IBP_WARP_MAX_ROW ? IBP_CUDA_KERNEL_WARP : IBP_CUDA_KERNEL_BLOCK;
+		kind = E <= IBP_WARP_MAX_ROW ? IBP_CUDA_KERNEL_WARP : IBP_CUDA_KERNEL_BLOCK;
 	if (kind == IBP_CUDA_KERNEL_WARP && R > (1ull << 30))
 		kind = IBP_CUDA_KERNEL_BLOCK; /* the warp decode counts a row's chunks in 32 bits */
-	const uint64_t want = ibp_round_up(R + 32, 16); /* a raw row plus reader slack */
+	const uint64_t want = ibp_round_up(E + 32, 16); /* the longest row plus reader slack */
 	const uint64_t J = sizeof(IbpJob);
 	int nw;
 	/* nbuf buffers when a row of R bytes fits them, else two (larger rows stay staged) */
@@ -424,6 +429,7 @@ struct ibp_cuda_store {
 	void *own_dev;                /* COPY_DEVICE payload */
 	void *registered;             /* REGISTER: the range to unregister */
 	ibp_cuda_kernel_t kernel;
+	uint64_t longest;             /* a packed store's longest encoded row; R for an inplace one */
 	IbpLaunch launch;
 	uint64_t *h_off;              /* host copies of a packed store's arrays (the cache's decisions) */
 	uint8_t *h_flags, *h_cl;
@@ -685,7 +691,14 @@ ibp_status_t ibp_cuda_store_create(const ibp_cuda_store_desc_t *d, unsigned flag
 		if (st != IBP_OK)
 			goto fail;
 	}
-	st = ibp_gather_config(s->kernel, s->R, s->codec->d.C, dev, &s->launch);
+	s->longest = s->R;
+	if (d->offsets) {
+		s->longest = 0;
+		for (uint64_t i = 0; i < n; i++)
+			if (d->offsets[i + 1] - d->offsets[i] > s->longest)
+				s->longest = d->offsets[i + 1] - d->offsets[i];
+	}
+	st = ibp_gather_config(s->kernel, s->R, s->longest, s->codec->d.C, dev, &s->launch);
 	if (st != IBP_OK)
 		goto fail;
 	{
@@ -732,7 +745,7 @@ ibp_status_t ibp_cuda_store_set_kernel(ibp_cuda_store_t *s, ibp_cuda_kernel_t k)
 	}
 	IBP_TRY(ibp_cu_on_device(s->device, "cuda_store_set_kernel"));
 	IbpLaunch L;
-	IBP_TRY(ibp_gather_config(k, s->R, s->codec->d.C, s->device, &L));
+	IBP_TRY(ibp_gather_config(k, s->R, s->longest, s->codec->d.C, s->device, &L));
 	s->launch = L;
 	s->kernel = k;
 	return IBP_OK;
@@ -842,7 +855,7 @@ ibp_status_t ibp_gather_plain_cuda(const void *src, uint64_t nrows, uint64_t row
 	if (nrows)
 		IBP_TRY(ibp_device_accessible(src, nrows * row_bytes, dev, &dsrc, "gather_plain_cuda: src"));
 	IbpLaunch L;
-	IBP_TRY(ibp_gather_config(IBP_CUDA_KERNEL_AUTO, row_bytes, 1, dev, &L));
+	IBP_TRY(ibp_gather_config(IBP_CUDA_KERNEL_AUTO, row_bytes, row_bytes, 1, dev, &L));
 	IbpGatherArgs a;
 	memset(&a, 0, sizeof(a));
 	a.cd.R = row_bytes;

@@ -37,7 +37,8 @@ def main():
         c, w = st['counts'], st['walk_counts']
         nw, nt, rows = st['group_warps'], st['tiles_per_row'], st['rows']
         name = spec
-        check(nw == (1 if st['row_bytes'] <= 4096 else 8), '%s: group of %d warps' % (name, nw))
+        check(nw == (1 if st['longest'] <= 4096 else 8), '%s: group of %d warps' % (name, nw))
+        check(0 < st['longest'] <= st['row_bytes'], '%s: longest encoded row within the row size' % name)
         check(c['row_warps'] == rows * nw, '%s: row_warps' % name)
         nonraw = rows - c['rows_raw']
         check(c['rows_bitmap'] + c['rows_list'] <= nonraw, '%s: modes add up' % name)
@@ -72,9 +73,12 @@ def main():
                                                                   kv['counts']['rows_list']))
     check(abs(kv['rows'] * kv['row_bytes'] / kv['encoded_bytes'] - 1.335) < 0.01,
           'KV sample: ratio 1.34 (got %.3f)' % (kv['rows'] * kv['row_bytes'] / kv['encoded_bytes']))
-    # --nw forces the group size (the bag kernel decodes every row with one warp)
-    bow1 = run(tool, src, 'debian_bow_f32.npy', ['--nw', '1'])
-    check(bow1['group_warps'] == 1 and bow1['counts']['row_warps'] == bow1['rows'], 'BoW --nw 1: one warp a row')
+    # --nw forces the group size; sparse 5.7 KB rows that encode to a few
+    # bytes run one warp each (ibp_gather_config chooses by the longest row)
+    bow8 = run(tool, src, 'debian_bow_f32.npy', ['--nw', '8'])
+    check(bow8['group_warps'] == 8 and bow8['counts']['row_warps'] == 8 * bow8['rows'], 'BoW --nw 8: a block a row')
+    bow = run(tool, src, 'debian_bow_f32.npy')
+    check(bow['group_warps'] == 1, 'BoW rows (longest %d B): one warp a row' % bow['longest'])
     if bad:
         print('FAILED:\n  ' + '\n  '.join(bad))
         return 1

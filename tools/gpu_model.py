@@ -584,11 +584,12 @@ def predict(ins, weights, stats):
 OPTIN, SM_SMEM, JOB, SMS = 227 * 1024, 228 * 1024, 40, 132
 
 
-def geometry(R, regs, consts):
-    """Warps resident per GPU, rows and groups in flight, for rows of R bytes."""
+def geometry(E, regs, consts):
+    """Warps resident per GPU, rows and groups in flight, for rows whose
+    longest encoding is E bytes (ibp_gather_config's choice and stages)."""
     NBUF, GROUPS, BW, WMAX = consts
-    want = (R + 32 + 15) // 16 * 16
-    if R <= WMAX:
+    want = (E + 32 + 15) // 16 * 16
+    if E <= WMAX:
         nw = 1
         nbuf = NBUF if OPTIN >= NBUF * (want + JOB) else 2
         stage = min(want, (OPTIN // nbuf - JOB) & ~15)

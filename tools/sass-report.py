@@ -342,7 +342,7 @@ def run_model(a, kept):
         ins = [{'addr': x[0], 'op': x[1], 'target': x[2], 'chain': x[5], 'mem': x[6]} for x in funcs[fn]]
         extra, walk_counts, nw = None, st.get('walk_counts', {}), st.get('group_warps', 1)
         if fam == 'gather':
-            geo = gm.geometry(st['row_bytes'], regs.get(fn, 0), consts)
+            geo = gm.geometry(st['longest'], regs.get(fn, 0), consts)
         elif fam == 'bag':
             dim = st['row_bytes'] // st['elem_bytes']
             geo = gm.bag_geometry(st['row_bytes'], dim, regs.get(fn, 0), bwarps)

@@ -176,7 +176,8 @@ typedef enum ibp_cuda_payload {
 
 /* Which gather kernel a store uses (for tuning and tests). */
 typedef enum ibp_cuda_kernel {
-	IBP_CUDA_KERNEL_AUTO = 0,  /* warp per row up to 4 KiB rows, else block per row */
+	IBP_CUDA_KERNEL_AUTO = 0,  /* warp per row when every row encodes to at most 4 KiB (a packed
+				      store's longest row; an inplace store's row size), else block per row */
 	IBP_CUDA_KERNEL_WARP = 1,  /* one warp per row, rows staged in shared memory */
 	IBP_CUDA_KERNEL_BLOCK = 2, /* one thread block per row */
 	IBP_CUDA_KERNEL_DIRECT = 3 /* block per row decoding straight from the payload,

@@ -109,6 +109,10 @@ def put(name, text):
 put('ibp_device.cuh', dev)
 
 gather = open(src + 'ibp_gather.cu').read()
+# defect 45 (performance, pcie suite): the kernel chosen by the decoded row
+# size instead of the longest encoding (sparse rows a block each)
+gather = defect(gather, 'kind = E <= IBP_WARP_MAX_ROW ? IBP_CUDA_KERNEL_WARP : IBP_CUDA_KERNEL_BLOCK;',
+                'kind = (emu_defect == 45 ? R : E) <= IBP_WARP_MAX_ROW ? IBP_CUDA_KERNEL_WARP : IBP_CUDA_KERNEL_BLOCK;')
 # defect 3: a wait_group one too large (nbuf where nbuf - 1 is needed):
 # request k's group may still be in flight
 gather = defect(gather, '''		if (NB == 3)

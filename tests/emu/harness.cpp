@@ -1372,6 +1372,15 @@ static bool pcie_gather(PcieSet &ps, const ibp_codec_t *codec, const uint8_t *pa
 	ps.R = R;
 	ps.n = n;
 	ps.kernel = s->launch.threads == 32u * s->launch.gpb ? "warp/row" : "block/row";
+	{
+		/* rows that encode to at most 4 KiB run a warp each, whatever their
+		 * decoded size (sparse rows: many in flight; ibp_gather_config) */
+		uint64_t longest = 0;
+		for (uint64_t i = 0; i < n; i++)
+			longest = std::max(longest, offsets[i + 1] - offsets[i]);
+		CHECK(longest > 4096 || ps.kernel == "warp/row", "pcie: rows of %llu bytes encoding to at most %llu "
+		      "bytes gathered a block a row", (unsigned long long)R, (unsigned long long)longest);
+	}
 	DBuf<int64_t> ids(n, "ids");
 	for (uint64_t i = 0; i < n; i++)
 		ids.p[i] = (int64_t)i;
