@@ -342,8 +342,9 @@ int main(int argc, char **argv)
 					unsigned d1 = 0, sw = 0;
 					for (uint64_t j = tile * 32; j < tile * 32 + 32 && j < D; j++) {
 						const uint64_t mj = word(m8 + j * C, C);
+						const unsigned r1 = runs(~mj & full);
 						sw += (unsigned)(W - (uint64_t)__builtin_popcountll(mj));
-						d1 = runs(~mj & full) > d1 ? runs(~mj & full) : d1;
+						d1 = r1 > d1 ? r1 : d1;
 					}
 					if (sw == 0) {
 						tc[N_CTILES_ZERO]++;

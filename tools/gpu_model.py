@@ -584,6 +584,13 @@ def predict(ins, weights, stats):
 OPTIN, SM_SMEM, JOB, SMS = 227 * 1024, 228 * 1024, 40, 132
 
 
+def blocks_per_sm(regs, threads, smem):
+    """Resident blocks of `threads` threads, `regs` registers a thread and
+    `smem` bytes of shared memory on one SM."""
+    per_warp = max(256, (regs * 32 + 255) // 256 * 256)
+    return min((65536 // per_warp) // (threads // 32), 2048 // threads, 32, SM_SMEM // (smem + 1024))
+
+
 def geometry(E, regs, consts):
     """Warps resident per GPU, rows and groups in flight, for rows whose
     longest encoding is E bytes (ibp_gather_config's choice and stages)."""
@@ -601,9 +608,8 @@ def geometry(E, regs, consts):
         stage = min(want, ((OPTIN - scratch) // nbuf - JOB) & ~15)
         gpb, threads = 1, 32 * BW
         smem = nbuf * (stage + JOB) + scratch
-    per_warp = (regs * 32 + 255) // 256 * 256
     wpb = threads // 32
-    blocks = min((65536 // per_warp) // wpb, 2048 // threads, 32, SM_SMEM // (smem + 1024))
+    blocks = blocks_per_sm(regs, threads, smem)
     return {'nw': nw, 'nbuf': nbuf, 'groups_per_block': gpb, 'threads': threads, 'blocks_per_sm': blocks,
             'warps_per_sm': blocks * wpb, 'warps': SMS * blocks * wpb,
             'rows_in_flight': SMS * blocks * gpb * (nbuf - 1)}
@@ -627,8 +633,7 @@ def bag_geometry(R, dim, regs, bag_warps):
     per = (R + 32 + 15) // 16 * 16 + (R + 15) // 16 * 16 + (dim * 4 + 15) // 16 * 16
     wpb = max(1, min(bag_warps, OPTIN // per))
     threads, smem = 32 * wpb, wpb * per
-    per_warp = (regs * 32 + 255) // 256 * 256
-    blocks = min((65536 // per_warp) // wpb, 2048 // threads, 32, SM_SMEM // (smem + 1024))
+    blocks = blocks_per_sm(regs, threads, smem)
     return {'nw': 1, 'nbuf': 1, 'groups_per_block': wpb, 'threads': threads, 'blocks_per_sm': blocks,
             'warps_per_sm': blocks * wpb, 'warps': SMS * blocks * wpb, 'rows_in_flight': SMS * blocks * wpb}
 
@@ -643,9 +648,8 @@ def bag_warps(repo):
 def codec_geometry(regs, threads, smem):
     """Warps resident per SM and GPU for a codec kernel of `threads`
     threads and `smem` bytes of shared memory a block."""
-    per_warp = (regs * 32 + 255) // 256 * 256
     wpb = threads // 32
-    blocks = min((65536 // per_warp) // wpb, 2048 // threads, 32, SM_SMEM // (smem + 1024))
+    blocks = blocks_per_sm(regs, threads, smem)
     return {'nw': wpb, 'threads': threads, 'blocks_per_sm': blocks, 'warps_per_sm': blocks * wpb,
             'warps': SMS * blocks * wpb, 'rows_in_flight': 0}
 

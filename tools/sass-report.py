@@ -285,7 +285,6 @@ MODEL_DATA = ['datasets/sample/minilm_kv_bf16.npy', 'datasets/sample/minilm_tok_
 
 BAG_DATA = ['datasets/sample/minilm_tok_emb_f32.npy', 'datasets/sample/debian_bow_f32.npy']
 CODEC_DATA = ['datasets/sample/minilm_kv_bf16.npy', 'datasets/sample/minilm_tok_emb_f32.npy']
-BAG_IDS_SHOWN = 20  # gpu_model.BAG_IDS
 CODEC_CHUNK = 65536  # elements per chunk (block) of the exponent and FP8 batch calls
 # per family: the kernel (demangled name prefix) and the loops the model
 # must find in its SASS, or it fails (it would stop weighing the hot path)
@@ -397,7 +396,7 @@ def run_model(a, kept):
         if fam in ('gather', 'bag'):
             what = '%d B rows (C = %d), ratio %.2f, %d rows%s' % (
                 p['row_bytes'], p['chunk'], p['ratio'], p['rows'],
-                ', bags of %d' % BAG_IDS_SHOWN if fam == 'bag' else '')
+                ', bags of %d' % gm.BAG_IDS if fam == 'bag' else '')
         else:
             what = 'chunks of %d elements, ratio %.2f, %d %ss of %.0f decoded bytes' % (
                 p['chunk'], p['ratio'], p['rows'], unit, p['row_bytes'])

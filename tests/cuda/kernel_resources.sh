@@ -36,7 +36,7 @@ for cu in "$repo"/kernels/*.cu; do
 	name=$(basename "$cu" .cu)
 	[[ -f "$out/$name.failed" ]] && { echo "nvcc failed on $cu:"; cat "$out/$name.log"; rc=1; }
 done
-cat "$out"/*.log | IBP_GATHER_SRC="$repo/kernels/ibp_gather.cu" python3 -c '
+cat "$out"/*.log | IBP_REPO="$repo" python3 -c '
 import os, re, subprocess, sys
 rows, cur = [], None
 for line in sys.stdin:
@@ -71,23 +71,15 @@ for r, d in zip(rows, dem):
         bad += 1
         print("  ^ FAILED: a gather kernel spills (target: none)")
 
-# Rows in flight per GPU. The launch configuration of ibp_gather_config
-# (kernels/ibp_gather.cu), with its constants read from the source: a warp
-# kernel block holds gpb groups (warps), a block kernel block one group of
-# IBP_BLOCK_WARPS warps; each group keeps nbuf - 1 rows in flight while it
-# decodes one. H100 (sm_90): 132 SMs, 64 K registers (allocated per warp in
-# units of 256), 2048 threads, 32 blocks, 228 KiB shared memory per SM (1 KiB
-# reserved per block), 227 KiB per block.
-src = open(os.environ["IBP_GATHER_SRC"]).read()
-def const(name):
-    m = re.search(r"#define %s (\d+)" % name, src)
-    if not m:
-        print("cannot find %s in kernels/ibp_gather.cu" % name)
-        sys.exit(1)
-    return int(m.group(1))
-NBUF, GROUPS, BW, WMAX = const("IBP_GATHER_NBUF"), const("IBP_WARP_GROUPS"), const("IBP_BLOCK_WARPS"), const("IBP_WARP_MAX_ROW")
-SMS, OPTIN, SM_SMEM, JOB = 132, 227 * 1024, 228 * 1024, 40  # JOB: sizeof(IbpJob)
-SCRATCH = 8 * 5 * BW
+# Rows in flight per GPU: the launch configuration of ibp_gather_config as
+# the cost model computes it (tools/gpu_model.py geometry: a warp kernel
+# block holds up to IBP_WARP_GROUPS groups, a block kernel block one group;
+# each group keeps nbuf - 1 rows in flight while it decodes one; H100 limits),
+# for dense rows (the longest encoding is the row).
+sys.path.insert(0, os.path.join(os.environ["IBP_REPO"], "tools"))
+import gpu_model as gm
+consts = gm.gather_consts(os.environ["IBP_REPO"])
+WMAX, SMS = consts[3], gm.SMS
 BDP = 55e9 * 2e-6
 print()
 print("Rows in flight per GPU (H100, %d SMs) against the PCIe bandwidth-delay product (55 GB/s x 2 us = %.0f KB):" % (SMS, BDP / 1e3))
@@ -99,21 +91,8 @@ for r, d in zip(rows, dem):
     C, nw = int(m.group(1)), int(m.group(2))
     R = 256 if nw == 1 else WMAX + 1
     comp = R // 2  # compressed bytes at 50% savings
-    want = (R + 32 + 15) // 16 * 16
-    if nw == 1:
-        nbuf = NBUF if OPTIN >= NBUF * (want + JOB) else 2
-        stage = min(want, (OPTIN // nbuf - JOB) & ~15)
-        gpb = max(1, min(GROUPS, OPTIN // (nbuf * (stage + JOB))))
-        threads, smem = 32 * gpb, gpb * nbuf * (stage + JOB)
-    else:
-        nbuf = NBUF if OPTIN >= NBUF * (want + JOB) + SCRATCH else 2
-        stage = min(want, ((OPTIN - SCRATCH) // nbuf - JOB) & ~15)
-        gpb, threads = 1, 32 * BW
-        smem = nbuf * (stage + JOB) + SCRATCH
-    per_warp = ((r["regs"] * 32 + 255) // 256) * 256 if r["regs"] else 256
-    wpb = threads // 32
-    blocks = min((65536 // per_warp) // wpb, 2048 // threads, 32, SM_SMEM // (smem + 1024))
-    inflight = SMS * blocks * gpb * (nbuf - 1)
+    g = gm.geometry(R, r["regs"], consts)
+    threads, nbuf, blocks, inflight = g["threads"], g["nbuf"], g["blocks_per_sm"], g["rows_in_flight"]
     x = inflight * comp / BDP
     print("%-40s %5d %7d %5d %4d %9d %8d %9d %9.0f %7.2f" % ("ibp_gather_kernel<C=%d, NW=%d> %s" % (C, nw, "warp/row" if nw == 1 else "block/row"), r["regs"], threads, nbuf, R, comp, blocks, inflight, inflight * comp / 1e3, x))
     if x < 4:
