@@ -42,13 +42,13 @@
 
 enum {
 	N_ROWS, N_ROW_WARPS, N_RAW, N_BITMAP, N_LIST, N_WALK, N_FETCH_ITER, N_COPY_ITER,
-	N_VBITMAP_ITER, N_VBITMAP_BITS, N_VLIST_ITER, N_TILES, N_TILES_ACTIVE, N_TILES_BITMAP,
+	N_VBITMAP_ITER, N_VLIST_ITER, N_TILES, N_TILES_ACTIVE, N_TILES_BITMAP,
 	N_TILES_LIST, N_LIST_STEPS, N_TILES_EXC, N_TILES_NONEXC, N_DEP1, N_DEP2, N_STORE_ITER, N_STORE_TILES, N_CTILES, N_CTILES_ZERO, N_CTILES_SCAN, N_CDEP,
 	N_WALK_BATCHES, N_WALK_FULL, N_WALK_PEND, N_WALK_DEP, N_WALK_PATCH, N_WALK_WARPS, N_COUNT
 };
 static const char *const NAMES[N_COUNT] = {
 	"rows", "row_warps", "rows_raw", "rows_bitmap", "rows_list", "rows_walk", "fetch_iter", "copy_iter",
-	"vbitmap_iter", "vbitmap_bits", "vlist_iter", "tiles", "tiles_active", "tiles_bitmap",
+	"vbitmap_iter", "vlist_iter", "tiles", "tiles_active", "tiles_bitmap",
 	"tiles_list", "list_steps", "tiles_exc", "tiles_nonexc", "dep1_iter", "dep2_iter", "store_iter", "store_tiles", "ctiles", "ctiles_zero", "ctiles_scan", "cdep_iter",
 	"walk_batches", "walk_full", "walk_pend", "walk_dep_iter", "walk_patch_iter", "walk_warps",
 };
@@ -309,21 +309,8 @@ int main(int argc, char **argv)
 		const int walk = xv && ne > 0;
 		if (mode == IBP_ROW_BITMAP) {
 			n[N_BITMAP]++;
-			const uint64_t nwd = (D + 63) / 64;
-			n[N_VBITMAP_ITER] += strided(nwd, nw);
-			if (!xv) /* per warp iteration: the busiest lane's bits */
-				for (unsigned w = 0; w < nw; w++)
-					for (uint64_t q = 32ull * w; q < nwd; q += size) {
-						unsigned mx = 0;
-						for (uint64_t l = q; l < q + 32 && l < nwd; l++) {
-							unsigned c = 0;
-							for (uint64_t j = 64 * l; j < 64 * l + 64 && j < D; j++)
-								c += exc[j];
-							if (c > mx)
-								mx = c;
-						}
-						n[N_VBITMAP_BITS] += mx;
-					}
+			/* a lane per 64 chunks, their widths summed plane by plane */
+			n[N_VBITMAP_ITER] += strided((D + 63) / 64, nw);
 		} else if (mode == IBP_ROW_LIST) {
 			n[N_LIST]++;
 			n[N_VLIST_ITER] += strided(ne, nw);

@@ -91,13 +91,77 @@ struct IbpDevCodec {
 	const uint8_t *x;      /* Xvals, as m and b: x_j != b_j where chunk j's Xval is enabled */
 	uint64_t xmask;        /* bit k: cluster k has an enabled Xval (its rows need the walk) */
 	const uint64_t *tso;   /* K * (ntiles + 1): static bit offset of each tile; [ntiles] = S */
+	const uint64_t *ewp;   /* K * ceil(D / 64) * ibp_ew_planes(C): chunk j's exception width
+				  (its Mask's popcount, 0..8C) bit-sliced, bit p in plane p of
+				  word j / 64 (a bitmap row's widths summed 64 chunks at a time) */
 };
+
+/* Planes of an exception width 0..8C: bits of 8C + 1 values. */
+static inline unsigned ibp_ew_planes(unsigned C)
+{
+	return C == 1 ? 4u : C == 2 ? 5u : C == 4 ? 6u : 7u;
+}
+
+/* Host: the codec's shape into d (every field but the table pointers and
+ * xmask) and its derived tables, malloc'ed for the caller to upload and
+ * free: *tso (K * (ntiles + 1) words) and *ewp (K * ceil(D / 64) *
+ * ibp_ew_planes(C) words). Shared by ibp_cuda_codec_create and the
+ * emulator. IBP_ERR_NOMEM, or IBP_ERR_INTERNAL when the static bits
+ * disagree with the codec's. */
+static inline ibp_status_t ibp_dev_codec_layout(const ibp_codec_t *h, IbpDevCodec &d, uint64_t **tso_out,
+						uint64_t **ewp_out)
+{
+	*tso_out = *ewp_out = NULL;
+	d.R = ibp_codec_row_bytes(h);
+	d.C = ibp_codec_chunk_bytes(h);
+	d.W = 8 * d.C;
+	d.D = ibp_codec_nchunks(h);
+	d.K = ibp_codec_nclusters(h);
+	d.L = d.D > 1 ? 64u - (unsigned)__builtin_clzll(d.D - 1) : 1u;
+	d.ntiles = (d.D + 31) / 32;
+	d.last_bytes = d.R - (d.D - 1) * d.C;
+	d.bitmap_bytes = (d.D + 7) / 8;
+	d.max_extent = ibpi_cuda_max_extent(h);
+	const uint64_t nt1 = d.ntiles + 1, nw = (d.D + 63) / 64, P = ibp_ew_planes(d.C);
+	uint64_t *tso = (uint64_t *)malloc((uint64_t)d.K * nt1 * 8);
+	uint64_t *ewp = (uint64_t *)calloc((uint64_t)d.K * nw * P, 8);
+	if (!tso || !ewp) {
+		free(tso);
+		free(ewp);
+		return ibpi_fail(IBP_ERR_NOMEM, "cuda codec: out of memory");
+	}
+	for (unsigned k = 0; k < d.K; k++) {
+		const uint8_t *m = ibp_codec_mask(h, k);
+		uint64_t off = 0;
+		for (uint64_t j = 0; j < d.D; j++) {
+			if (j % 32 == 0)
+				tso[k * nt1 + j / 32] = off;
+			uint64_t w = 0;
+			for (unsigned i = 0; i < d.C; i++)
+				w |= (uint64_t)m[j * d.C + i] << (8 * i);
+			const unsigned ew = (unsigned)__builtin_popcountll(w);
+			off += d.W - ew;
+			for (unsigned p = 0; p < P; p++)
+				if ((ew >> p) & 1u)
+					ewp[(k * nw + j / 64) * P + p] |= 1ull << (j % 64);
+		}
+		tso[k * nt1 + d.ntiles] = off;
+		if (off != ibp_codec_static_bits(h, k)) {
+			free(tso);
+			free(ewp);
+			return ibpi_fail(IBP_ERR_INTERNAL, "cuda codec: static bits disagree");
+		}
+	}
+	*tso_out = tso;
+	*ewp_out = ewp;
+	return IBP_OK;
+}
 
 struct ibp_cuda_codec {
 	ibp_codec_t *host; /* owned copy */
 	int device;
 	IbpDevCodec d;
-	void *mem;         /* one cudaMalloc holding m, b, tso */
+	void *mem;         /* one cudaMalloc holding m, b, x, tso, ewp */
 };
 
 /* ---------------------------------------------------------------------- */
@@ -356,13 +420,22 @@ struct IbpGroup {
 	}
 };
 
+/* Chunk and tile indices of a group's decode: 32 bits for a warp (a warp
+ * decodes rows of at most 2^30 bytes: ibp_gather_config; the bag kernel's
+ * rows fit shared memory), 64 for a block. */
+template <int NW> struct IbpIdx { typedef uint64_t T; };
+template <> struct IbpIdx<1> { typedef uint32_t T; };
+
 /* ---------------------------------------------------------------------- */
 /* device: readers of an encoded row                                       */
 /* ---------------------------------------------------------------------- */
 
 /* A row staged in shared memory: byte i of the row is base[skew + i]. base
  * is 16-byte aligned and the buffer extends at least 16 bytes past the
- * row's last byte, so whole aligned words can be read around any field. */
+ * row's last byte, so whole aligned words can be read around any field.
+ * A staged row fits shared memory, so its bit positions fit 32 bits: the
+ * readers take a position's low 32 bits, and the position arithmetic of
+ * their callers narrows to 32 bits with them. */
 struct IbpStageReader {
 	const uint8_t *base;
 	unsigned skew;
@@ -371,9 +444,9 @@ struct IbpStageReader {
 	{
 		if (nbits == 0)
 			return 0;
-		uint64_t a = pos + 8ull * skew;
+		const uint32_t a = (uint32_t)pos + 8u * skew;
 		const uint64_t *w = reinterpret_cast<const uint64_t *>(base) + (a >> 6);
-		unsigned sh = (unsigned)(a & 63);
+		unsigned sh = a & 63u;
 		uint64_t v = w[0] >> sh;
 		if (sh + nbits > 64)
 			v |= w[1] << (64 - sh); /* sh > 0 here */
@@ -382,16 +455,16 @@ struct IbpStageReader {
 	/* Field of nbits (0..32): bits() in 32-bit words, a funnel shift. */
 	__device__ __forceinline__ uint32_t bits32(uint64_t pos, unsigned nbits) const
 	{
-		const uint64_t a = pos + 8ull * skew;
+		const uint32_t a = (uint32_t)pos + 8u * skew;
 		const uint32_t *w = reinterpret_cast<const uint32_t *>(base) + (a >> 5);
-		const unsigned sh = (unsigned)(a & 31);
+		const unsigned sh = a & 31u;
 		const uint32_t hi = sh + nbits > 32 ? w[1] : 0u; /* only a field's own words */
 		const uint32_t v = __funnelshift_r(w[0], hi, sh);
 		return nbits >= 32 ? v : v & ((1u << nbits) - 1u);
 	}
 	__device__ __forceinline__ unsigned byte(uint64_t i) const
 	{
-		return base[skew + i];
+		return base[skew + (uint32_t)i];
 	}
 };
 
@@ -524,7 +597,10 @@ __device__ __forceinline__ void ibp_issue_fetch(uint8_t *buf, const uint8_t *src
 	if (w1 > w0) {
 		const uintptr_t base = w0 & ~(uintptr_t)127;
 		const unsigned np = (unsigned)((w1 - base) >> 4); /* a staged row fits shared memory */
-		/* the same trip count in every thread: one predicated warp instruction per round */
+		/* the same trip count in every thread: one predicated warp instruction per
+		 * round; not unrolled (one to a few rounds a row: an unrolled copy
+		 * with its remainder costs more than the loop) */
+#pragma unroll 1
 		for (unsigned r = 0; r < np; r += IbpGroup<NW>::SIZE) {
 			const uintptr_t q = base + 16 * (uintptr_t)(r + t);
 			const bool p = q >= w0 && q < w1;
@@ -622,15 +698,19 @@ __device__ __forceinline__ int ibp_validate_row(const IbpDevCodec &cd, const Rd 
 			return IBP_ERR_CORRUPT;
 		if ((D & 7) && rd.bits(D, 8u - (unsigned)(D & 7)) != 0)
 			return IBP_ERR_CORRUPT; /* bits past chunk D-1 */
+		/* a lane per 64 chunks; the exception widths of a word's set
+		 * bits summed plane by plane (cd.ewp), no walk over the bits */
+		constexpr unsigned P = C == 1 ? 4u : C == 2 ? 5u : C == 4 ? 6u : 7u; /* ibp_ew_planes */
+		const uint64_t *ewp = cd.ewp + (uint64_t)cl * ((D + 63) / 64) * P;
 		uint64_t ln = 0, le = 0;
 		for (uint64_t w = t; w * 64 < D; w += G::SIZE) {
 			unsigned nb = D - 64 * w >= 64 ? 64u : (unsigned)(D - 64 * w);
 			uint64_t v = rd.bits(64 * w, nb);
 			ln += ibp_d_popc(v);
-			while (v && !xv) {
-				uint64_t j = 64 * w + ibp_d_ctz(v);
-				le += ibp_d_popc((uint64_t)m[j]);
-				v &= v - 1;
+			if (!xv) {
+#pragma unroll
+				for (unsigned p = 0; p < P; p++)
+					le += (uint64_t)ibp_d_popc(v & ewp[w * P + p]) << p;
 			}
 		}
 		n = G::sum(ln, red);
@@ -804,20 +884,21 @@ __device__ __forceinline__ void ibp_decode_clean(const IbpDevCodec &cd, const Rd
 {
 	typedef IbpGroup<NW> G;
 	typedef typename IbpWord<C>::T T;
+	typedef typename IbpIdx<NW>::T IX;
 	const unsigned W = 8 * C;
 	const unsigned lane = ibp_lane(), warp = G::warp();
-	const uint64_t D = cd.D, ntiles = cd.ntiles;
-	const T *m = reinterpret_cast<const T *>(cd.m) + (uint64_t)cl * D;
-	const T *b = reinterpret_cast<const T *>(cd.b) + (uint64_t)cl * D;
-	const uint64_t *tso = cd.tso + (uint64_t)cl * (ntiles + 1);
+	const IX D = (IX)cd.D, ntiles = (IX)cd.ntiles;
+	const T *m = reinterpret_cast<const T *>(cd.m) + (uint64_t)cl * cd.D;
+	const T *b = reinterpret_cast<const T *>(cd.b) + (uint64_t)cl * cd.D;
+	const uint64_t *tso = cd.tso + (uint64_t)cl * (cd.ntiles + 1);
 	const uint64_t body0 = 8 * h.hdr;
 	const uint64_t full = ibp_d_lowmask(W);
-	const uint64_t whole = ibp_d_whole<C>(out, D, cd.last_bytes);
-	for (uint64_t r = 0; r * NW < ntiles; r++) {
-		const uint64_t tile = r * NW + warp;
+	const IX whole = (IX)ibp_d_whole<C>(out, D, cd.last_bytes);
+	for (IX r = 0; r * NW < ntiles; r++) {
+		const IX tile = r * NW + warp;
 		if (tile >= ntiles)
 			break; /* the warp's tiles are done */
-		const uint64_t j = tile * 32 + lane;
+		const IX j = tile * 32 + lane;
 		const bool active = j < D;
 		const uint64_t t0 = tso[tile];
 		if (tso[tile + 1] == t0) {
@@ -845,20 +926,21 @@ __device__ __forceinline__ void ibp_decode_chunks(const IbpDevCodec &cd, const R
 {
 	typedef typename IbpWord<C>::T T;
 	typedef IbpGroup<NW> G;
+	typedef typename IbpIdx<NW>::T IX;
 	const unsigned W = 8 * C;
 	const unsigned lane = ibp_lane(), warp = G::warp();
-	const uint64_t D = cd.D, ntiles = cd.ntiles;
-	const T *m = reinterpret_cast<const T *>(cd.m) + (uint64_t)cl * D;
-	const T *b = reinterpret_cast<const T *>(cd.b) + (uint64_t)cl * D;
-	const uint64_t *tso = cd.tso + (uint64_t)cl * (ntiles + 1);
-	const uint64_t body0 = 8 * h.hdr, exc0 = body0 + tso[ntiles];
+	const IX D = (IX)cd.D, ntiles = (IX)cd.ntiles;
+	const T *m = reinterpret_cast<const T *>(cd.m) + (uint64_t)cl * cd.D;
+	const T *b = reinterpret_cast<const T *>(cd.b) + (uint64_t)cl * cd.D;
+	const uint64_t *tso = cd.tso + (uint64_t)cl * (cd.ntiles + 1);
+	const uint64_t body0 = 8 * h.hdr, exc0 = body0 + tso[cd.ntiles];
 	const uint64_t full = ibp_d_lowmask(W);
 	uint64_t carry = 0; /* exception bits of the tiles of earlier rounds */
-	uint64_t lp = 0;    /* NW == 1, list rows: the list entries of earlier tiles */
-	const uint64_t whole = ibp_d_whole<C>(out, D, cd.last_bytes);
-	for (uint64_t r = 0; r * NW < ntiles; r++) {
-		const uint64_t tile = r * NW + warp;
-		const uint64_t j = tile * 32 + lane;
+	unsigned lp = 0;    /* NW == 1, list rows: the list entries of earlier tiles */
+	const IX whole = (IX)ibp_d_whole<C>(out, D, cd.last_bytes);
+	for (IX r = 0; r * NW < ntiles; r++) {
+		const IX tile = r * NW + warp;
+		const IX j = tile * 32 + lane;
 		const bool active = tile < ntiles && j < D;
 		const uint64_t mj = active ? (uint64_t)m[j] : 0;
 		const unsigned ew = ibp_d_popc(mj);

@@ -20,19 +20,6 @@
 /* the device codec                                                        */
 /* ---------------------------------------------------------------------- */
 
-static unsigned ibp_h_bitlen(uint64_t v)
-{
-	return v ? 64u - (unsigned)__builtin_clzll(v) : 0u;
-}
-
-static uint64_t ibp_h_word(const uint8_t *p, unsigned C)
-{
-	uint64_t v = 0;
-	for (unsigned i = 0; i < C; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
 void ibp_cuda_codec_free(ibp_cuda_codec_t *c)
 {
 	if (!c)
@@ -68,45 +55,22 @@ ibp_status_t ibp_cuda_codec_create(const ibp_codec_t *codec, void *stream, ibp_c
 	}
 	const ibp_codec_t *h = c->host;
 	IbpDevCodec &d = c->d;
-	d.R = ibp_codec_row_bytes(h);
-	d.C = ibp_codec_chunk_bytes(h);
-	d.W = 8 * d.C;
-	d.D = ibp_codec_nchunks(h);
-	d.K = ibp_codec_nclusters(h);
-	d.L = d.D > 1 ? ibp_h_bitlen(d.D - 1) : 1;
-	d.ntiles = (d.D + 31) / 32;
-	d.last_bytes = d.R - (d.D - 1) * d.C;
-	d.bitmap_bytes = (d.D + 7) / 8;
-	d.max_extent = ibpi_cuda_max_extent(h);
+	uint64_t *tso = NULL, *ewp = NULL;
+	st = ibp_dev_codec_layout(h, d, &tso, &ewp);
+	if (st != IBP_OK) {
+		ibp_cuda_codec_free(c);
+		return st;
+	}
 	const uint64_t KD = (uint64_t)d.K * d.D, nt1 = d.ntiles + 1;
 	const uint64_t mb = ibp_round_up(KD * d.C, 256), tb = (uint64_t)d.K * nt1 * 8;
+	const uint64_t pb = (uint64_t)d.K * ((d.D + 63) / 64) * ibp_ew_planes(d.C) * 8;
 	d.xmask = 0;
 	for (unsigned k = 0; k < d.K; k++)
 		if (memcmp(ibp_codec_xval(h, k), ibp_codec_bitval(h, k), d.D * d.C) != 0)
 			d.xmask |= 1ull << k;
-	uint64_t *tso = (uint64_t *)malloc(tb);
-	if (!tso) {
-		ibp_cuda_codec_free(c);
-		return ibpi_fail(IBP_ERR_NOMEM, "cuda_codec_create: out of memory");
-	}
-	for (unsigned k = 0; k < d.K; k++) {
-		const uint8_t *m = ibp_codec_mask(h, k);
-		uint64_t off = 0;
-		for (uint64_t j = 0; j < d.D; j++) {
-			if (j % 32 == 0)
-				tso[k * nt1 + j / 32] = off;
-			off += d.W - (unsigned)__builtin_popcountll(ibp_h_word(m + j * d.C, d.C));
-		}
-		tso[k * nt1 + d.ntiles] = off;
-		if (off != ibp_codec_static_bits(h, k)) {
-			free(tso);
-			ibp_cuda_codec_free(c);
-			return ibpi_fail(IBP_ERR_INTERNAL, "cuda_codec_create: static bits disagree");
-		}
-	}
 	cudaStream_t cs = (cudaStream_t)stream;
 	uint8_t *mem = NULL;
-	cudaError_t e = cudaMalloc((void **)&mem, 3 * mb + tb);
+	cudaError_t e = cudaMalloc((void **)&mem, 3 * mb + ibp_round_up(tb, 256) + pb);
 	if (e == cudaSuccess) {
 		c->mem = mem;
 		e = cudaMemcpyAsync(mem, ibp_codec_mask(h, 0), KD * d.C, cudaMemcpyHostToDevice, cs);
@@ -118,8 +82,11 @@ ibp_status_t ibp_cuda_codec_create(const ibp_codec_t *codec, void *stream, ibp_c
 	if (e == cudaSuccess)
 		e = cudaMemcpyAsync(mem + 3 * mb, tso, tb, cudaMemcpyHostToDevice, cs);
 	if (e == cudaSuccess)
-		e = cudaStreamSynchronize(cs); /* tso is freed next */
+		e = cudaMemcpyAsync(mem + 3 * mb + ibp_round_up(tb, 256), ewp, pb, cudaMemcpyHostToDevice, cs);
+	if (e == cudaSuccess)
+		e = cudaStreamSynchronize(cs); /* tso and ewp are freed next */
 	free(tso);
+	free(ewp);
 	if (e != cudaSuccess) {
 		st = ibp_cu_fail(e, "cuda_codec_create: copy tables");
 		ibp_cuda_codec_free(c);
@@ -129,6 +96,7 @@ ibp_status_t ibp_cuda_codec_create(const ibp_codec_t *codec, void *stream, ibp_c
 	d.b = mem + mb;
 	d.x = mem + 2 * mb;
 	d.tso = (const uint64_t *)(mem + 3 * mb);
+	d.ewp = (const uint64_t *)(mem + 3 * mb + ibp_round_up(tb, 256));
 	*out = c;
 	return IBP_OK;
 }

@@ -368,6 +368,16 @@ def run_model(a, kept):
             print('sass-report: model: %s: loop %s not found in the SASS' % (want, ', '.join(lost)))
             return None
         p = gm.predict(ins, w, st)
+        if a.by_line:
+            per = {}
+            for x, (c, s) in zip(ins, w):
+                if c:
+                    fr = x['chain'][0] if x['chain'] else ('?', 0)
+                    k = (s if isinstance(s, str) else (s['name'] if s else '-'), '%s:%s' % fr)
+                    per[k] = per.get(k, 0.0) + c / float(st['rows'])
+            print('  %s %s: instructions per row by site and source line (top %d):' % (fam, spec, a.by_line))
+            for (sn, ln), c in sorted(per.items(), key=lambda kv: -kv[1])[:a.by_line]:
+                print('    %8.1f  %-14s %s' % (c, sn, ln))
         executed = sum(1 for c, _ in w if c)
         p.update({'data': spec, 'kernel': want.rstrip('('), 'family': fam, 'registers': regs.get(fn), 'geometry': geo,
                   'loops': [{'start': lp['start'], 'end': lp['end'], 'site': lp['site']['name'] if lp['site'] else None,
@@ -475,6 +485,8 @@ def main():
                     help='bench/gpu_model_rows as built (path counts of real rows)')
     ap.add_argument('--data', default=','.join(MODEL_DATA),
                     help='FILE.npy[:columns],... (default: the committed sample)')
+    ap.add_argument('--by-line', type=int, default=0, metavar='N',
+                    help='with --model: the N source lines with most instructions per row, by site')
     a = ap.parse_args()
     if a.model and '90' not in a.arch.split(','):
         a.arch = '90,' + a.arch

@@ -79,6 +79,10 @@ dev = defect(dev, 'if (((uintptr_t)out % C) != 0)\n\t\treturn 0;',
              'if (((uintptr_t)out % C) != 0 && emu_defect != 42)\n\t\treturn 0;')
 # defect 44: a clean tile with static bits decoded as the base row
 dev = defect(dev, 'if (tso[tile + 1] == t0) {', 'if (tso[tile + 1] == t0 || emu_defect == 44) {')
+# defect 46: a bitmap row's exception widths summed with each plane's
+# weight doubled (the validator's E too large: valid rows refused)
+dev = defect(dev, 'le += (uint64_t)ibp_d_popc(v & ewp[w * P + p]) << p;',
+             'le += (uint64_t)ibp_d_popc(v & ewp[w * P + p]) << (p + (emu_defect == 46 ? 1u : 0u));')
 # defect 40: the OR of a tile's exception offsets over half of the warp
 dev = defect(dev, 'const unsigned tm = __reduce_or_sync(IBP_FULL_MASK, in ? 1u << (unsigned)(e & 31) : 0u);',
              'const unsigned tm = __reduce_or_sync(emu_defect == 40 ? 0x0000ffffu : IBP_FULL_MASK, '

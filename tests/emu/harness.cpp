@@ -77,25 +77,26 @@ static double unif() { return (double)(rnd() >> 11) / 9007199254740992.0; }
 struct HDC {
 	IbpDevCodec d;
 	std::vector<uint8_t> m, b, x;
-	std::vector<uint64_t> tso;
+	std::vector<uint64_t> tso, ewp;
 	DBuf<uint8_t> dm, db, dx;
-	DBuf<uint64_t> dtso;
+	DBuf<uint64_t> dtso, dewp;
 };
 
+/* The device codec as ibp_cuda_codec_create lays it out (the same
+ * ibp_dev_codec_layout), in emulated device buffers. */
 static void make_hdc(const ibp_codec_t *h, HDC &x)
 {
 	IbpDevCodec &d = x.d;
-	d.R = ibp_codec_row_bytes(h);
-	d.C = ibp_codec_chunk_bytes(h);
-	d.W = 8 * d.C;
-	d.D = ibp_codec_nchunks(h);
-	d.K = ibp_codec_nclusters(h);
-	d.L = d.D > 1 ? 64 - __builtin_clzll(d.D - 1) : 1;
-	d.ntiles = (d.D + 31) / 32;
-	d.last_bytes = d.R - (d.D - 1) * d.C;
-	d.bitmap_bytes = (d.D + 7) / 8;
-	d.max_extent = ibpi_cuda_max_extent(h);
-	uint64_t KD = (uint64_t)d.K * d.D, nt1 = d.ntiles + 1;
+	uint64_t *tso = nullptr, *ewp = nullptr;
+	if (ibp_dev_codec_layout(h, d, &tso, &ewp) != IBP_OK) {
+		fprintf(stderr, "ibp_dev_codec_layout failed: %s\n", ibp_last_error());
+		exit(1);
+	}
+	const uint64_t KD = (uint64_t)d.K * d.D, nt1 = d.ntiles + 1;
+	x.tso.assign(tso, tso + d.K * nt1);
+	x.ewp.assign(ewp, ewp + d.K * ((d.D + 63) / 64) * ibp_ew_planes(d.C));
+	free(tso);
+	free(ewp);
 	x.m.assign(ibp_codec_mask(h, 0), ibp_codec_mask(h, 0) + KD * d.C);
 	x.b.assign(ibp_codec_bitval(h, 0), ibp_codec_bitval(h, 0) + KD * d.C);
 	x.x.assign(ibp_codec_xval(h, 0), ibp_codec_xval(h, 0) + KD * d.C);
@@ -103,36 +104,21 @@ static void make_hdc(const ibp_codec_t *h, HDC &x)
 	for (unsigned k = 0; k < d.K; k++)
 		if (memcmp(ibp_codec_xval(h, k), ibp_codec_bitval(h, k), d.D * d.C))
 			d.xmask |= 1ull << k;
-	x.tso.assign(d.K * nt1, 0);
-	for (unsigned k = 0; k < d.K; k++) {
-		const uint8_t *m = ibp_codec_mask(h, k);
-		uint64_t off = 0;
-		for (uint64_t j = 0; j < d.D; j++) {
-			if (j % 32 == 0)
-				x.tso[k * nt1 + j / 32] = off;
-			uint64_t w = 0;
-			for (unsigned i = 0; i < d.C; i++)
-				w |= (uint64_t)m[j * d.C + i] << (8 * i);
-			off += d.W - __builtin_popcountll(w);
-		}
-		x.tso[k * nt1 + d.ntiles] = off;
-		if (off != ibp_codec_static_bits(h, k)) {
-			fprintf(stderr, "tso mismatch\n");
-			exit(1);
-		}
-	}
 	x.dm.init(x.m.size(), "codec masks", 0);
 	x.db.init(x.b.size(), "codec bitvals", 0);
 	x.dx.init(x.x.size(), "codec xvals", 0);
 	x.dtso.init(x.tso.size(), "codec tile offsets", 0);
+	x.dewp.init(x.ewp.size(), "codec width planes", 0);
 	memcpy(x.dm.p, x.m.data(), x.m.size());
 	memcpy(x.db.p, x.b.data(), x.b.size());
 	memcpy(x.dx.p, x.x.data(), x.x.size());
 	memcpy(x.dtso.p, x.tso.data(), x.tso.size() * 8);
+	memcpy(x.dewp.p, x.ewp.data(), x.ewp.size() * 8);
 	d.m = x.dm.p;
 	d.b = x.db.p;
 	d.x = x.dx.p;
 	d.tso = x.dtso.p;
+	d.ewp = x.dewp.p;
 }
 
 struct Case {
