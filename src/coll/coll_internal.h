@@ -124,6 +124,9 @@ ibp_status_t ibpi_coll_decode_f32(const coll_hdr_t *h, const void *msg, uint64_t
 /* n elements of dt widened to float32 (exact). */
 void ibpi_coll_widen(const void *src, ibp_dtype_t dt, uint64_t n, float *dst);
 
+/* n float32 rounded to dt (nearest even; NaNs stay NaNs). */
+void ibpi_coll_narrow(const float *src, ibp_dtype_t dt, uint64_t n, void *dst);
+
 /* dst[i] = round_dt(acc[i] + src[i]) for n elements of dt (src, dst in dt). */
 void ibpi_coll_add_round(const float *acc, const void *src, ibp_dtype_t dt, uint64_t n, void *dst);
 

@@ -473,7 +473,6 @@ ibp_status_t ibpi_dq_hop(const dq_plan_t *pl, uint64_t k, const uint8_t *in, con
 	return ibpi_dq_hop_sgs(pl, pl->lo[k], pl->lo[k + 1], in, x, IBP_DTYPE_F32, w, out);
 }
 
-static void narrow(const float *src, ibp_dtype_t dt, uint64_t n, void *dst);
 
 ibp_status_t ibpi_dq_decode_sgs(const dq_plan_t *pl, uint64_t j0, uint64_t j1, const uint8_t *in, ibp_dtype_t dt,
 				void *dst)
@@ -486,7 +485,7 @@ ibp_status_t ibpi_dq_decode_sgs(const dq_plan_t *pl, uint64_t j0, uint64_t j1, c
 		float *yj = dt == IBP_DTYPE_F32 ? (float *)dst + a : y;
 		IBP_TRY(sg_decode(pl, in + (pl->boff[j] - b0), c, pl->q[j], NULL, nm, yj));
 		if (yj == y)
-			narrow(y, dt, c, (uint8_t *)dst + a * esz);
+			ibpi_coll_narrow(y, dt, c, (uint8_t *)dst + a * esz);
 	}
 	return IBP_OK;
 }
@@ -606,21 +605,6 @@ static ibp_status_t stats_allgather(ibp_coll_comm_t *c, coll_hdr_t h, const floa
 }
 
 
-static void narrow(const float *src, ibp_dtype_t dt, uint64_t n, void *dst)
-{
-	if (dt == IBP_DTYPE_F32) {
-		if (n)
-			memcpy(dst, src, n * 4);
-		return;
-	}
-	uint16_t *d = dst;
-	if (dt == IBP_DTYPE_BF16)
-		for (uint64_t i = 0; i < n; i++)
-			d[i] = fp8i_f32_to_bf16(src[i]);
-	else
-		for (uint64_t i = 0; i < n; i++)
-			d[i] = fp8i_f32_to_f16(src[i]);
-}
 
 /* Receives chunk `ck` from `left` into m and checks its header and size. */
 static ibp_status_t recv_chunk(ibp_coll_comm_t *c, const dq_plan_t *pl, coll_hdr_t h, int ck, int left,
@@ -838,7 +822,7 @@ static ibp_status_t dq_ring_whole(ibp_coll_comm_t *c, coll_hdr_t h, const dq_pla
 			goto out;
 		cur = 1 - cur;
 	}
-	narrow(x, dt, count, recv);
+	ibpi_coll_narrow(x, dt, count, recv);
 out:
 	free(x);
 	free(m[0]);

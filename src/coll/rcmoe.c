@@ -273,16 +273,18 @@ ibp_status_t ibpi_pts_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *se
 	int r = c->rank, p = c->nranks, right = mod(r + 1, p), left = mod(r - 1, p);
 	ibp_dtype_t dt = (ibp_dtype_t)h.dtype;
 	uint64_t cap = COLL_HDR + ibpi_pts_max_bytes(count), k1 = count ? count : 1;
-	float *g = malloc(k1 * sizeof(float)), *acc = calloc(k1, sizeof(float));
-	uint8_t *all = malloc((uint64_t)p * cap);
+	/* the communicator's working buffers: a fresh 10-20 MB a call cost more
+	 * in first touches than the codec (issue 38's measurements) */
+	float *g = ibpi_coll_ws(c, COLL_WS_F, k1 * sizeof(float)), *acc = ibpi_coll_ws(c, COLL_WS_ACC, k1 * sizeof(float));
+	uint8_t *all = ibpi_coll_ws(c, COLL_WS_MSG0, (uint64_t)p * cap);
 	uint64_t *sz = calloc((size_t)p, sizeof(uint64_t));
 	ibp_status_t s = IBP_OK;
 	if (!g || !acc || !all || !sz) {
 		s = ibpi_fail(IBP_ERR_NOMEM, "coll: pts: out of memory for %llu elements", (unsigned long long)count);
 		goto out;
 	}
-	for (uint64_t i = 0; i < count; i++)
-		g[i] = getf(send, dt, i);
+	memset(acc, 0, k1 * sizeof(float));
+	ibpi_coll_widen(send, dt, count, g);
 	/* Each rank's own stream; the key differs per rank and per call. */
 	uint64_t key = coll_mix(0x505453ull ^ coll_mix(h.seq) ^ ((uint64_t)(r + 1) * 0xd6e8feb86659fd93ull));
 	uint8_t *mine = all + (uint64_t)r * cap;
@@ -314,12 +316,8 @@ ibp_status_t ibpi_pts_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *se
 	for (int o = 0; o < p; o++)
 		if ((s = ibpi_pts_decode_add(all + (uint64_t)o * cap + COLL_HDR, sz[o] - COLL_HDR, count, acc)) != IBP_OK)
 			goto out;
-	for (uint64_t i = 0; i < count; i++)
-		putf(recv, dt, i, acc[i]);
+	ibpi_coll_narrow(acc, dt, count, recv);
 out:
-	free(g);
-	free(acc);
-	free(all);
 	free(sz);
 	return s;
 }

@@ -23,6 +23,7 @@ typedef struct rank_job {
 	void *out;
 	int lsq_bits; /* 0: the communicator's default */
 	int fake;     /* passed to custom */
+	int calls;    /* the call made this many times on one communicator (0: once); out: the last */
 	/* Non-NULL: runs instead of making a communicator and calling (a rank
 	 * that misbehaves on the raw transport); it owns t (destroys it). */
 	void (*custom)(struct rank_job *j, ibp_coll_transport_t *t);
@@ -58,7 +59,7 @@ static void *rank_job_run(void *arg)
 		j->st = ibp_coll_comm_create(&t, &o, &c);
 	if (j->st == IBP_OK && j->lsq_bits)
 		j->st = ibp_coll_comm_set_lsq_bits(c, j->lsq_bits);
-	if (j->st == IBP_OK)
+	for (int k = 0; j->st == IBP_OK && k < (j->calls > 1 ? j->calls : 1); k++)
 		j->st = j->op == RJ_ALLTOALL ? ibp_coll_alltoall(j->in, j->out, j->n, j->dt, j->codec, c, NULL)
 					     : ibp_coll_allreduce(j->in, j->out, j->n, j->dt, IBP_COLL_SUM, j->codec, c, NULL);
 	snprintf(j->err, sizeof j->err, "%s", ibp_last_error());

@@ -397,6 +397,33 @@ Test(dynamiq, collective_bf16_identical_ranks)
 
 static int simd_impls(coll_simd_impl_t *out);
 
+/* The shared float32 -> dt narrow (DynamiQ's and PTS's results): known
+ * values, nearest even on ties, Inf and NaN kept, FP32 copied. */
+Test(dynamiq, narrow_known_values)
+{
+	const uint32_t f[] = { 0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f80c000u, 0xbf808001u,
+			       0x7f800000u, 0x7fc00001u, 0x00000001u, 0x477ff000u, 0x33000000u };
+	const uint16_t bf[] = { 0x3f80, 0x3f80, 0x3f82, 0x3f81, 0xbf81, 0x7f80, 0x7fc0, 0x0000, 0x4780, 0x3300 };
+	const uint16_t hf[] = { 0x3c00, 0x3c04, 0x3c0c, 0x3c06, 0xbc04, 0x7c00, 0x7e00, 0x0000, 0x7c00, 0x0000 };
+	const uint64_t n = sizeof f / sizeof f[0];
+	float x[10];
+	uint16_t y[10];
+	uint32_t z[10];
+	memcpy(x, f, sizeof x);
+	ibpi_coll_narrow(x, IBP_DTYPE_BF16, n, y);
+	for (uint64_t i = 0; i < n; i++)
+		cr_assert_eq(y[i], bf[i], "bf16 of %08x: %04x, want %04x", f[i], y[i], bf[i]);
+	ibpi_coll_narrow(x, IBP_DTYPE_F16, n, y);
+	for (uint64_t i = 0; i < n; i++) {
+		if (hf[i] == 0x7e00) /* a NaN: any quiet NaN with the sign */
+			cr_assert(((y[i] & 0x7c00) == 0x7c00) && (y[i] & 0x3ff), "f16 of %08x: %04x, want a NaN", f[i], y[i]);
+		else
+			cr_assert_eq(y[i], hf[i], "f16 of %08x: %04x, want %04x", f[i], y[i], hf[i]);
+	}
+	ibpi_coll_narrow(x, IBP_DTYPE_F32, n, z);
+	cr_assert_eq(memcmp(z, f, sizeof z), 0);
+}
+
 /* The local statistics: the mean and sum of squares of every SG (a short
  * last one included) within FP32 rounding of a double sum, and the BF16
  * input widened SG by SG gives the bits of its FP32 copy; every vector

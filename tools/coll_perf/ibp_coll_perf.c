@@ -1,6 +1,6 @@
 /* ibp-coll-perf - nccl-tests-style benchmark of the compressed collectives.
  *
- *   mpirun -np N ibp-coll-perf -o allgather|reducescatter|allreduce|alltoall
+ *   mpirun -np N ibp-coll-perf -o allgather|reducescatter|allreduce|alltoall|pingpong
  *       -b 1M -e 256M -f 2 -c exp|fp8|dynamiq|lsq|pts|none -d bf16|fp16|fp32
  *       [--data gauss|FILE.npy] [--rate BYTES_PER_S] [--json]
  *       [-n ITERS] [-w WARMUP] [--policy auto|always|never] [--threads N]
@@ -14,6 +14,10 @@
  * codecs (fp8, dynamiq, lsq, pts) report their rel-L2 error against it
  * instead (column err). dynamiq and pts are allreduce only, lsq alltoall
  * only.
+ *
+ * -o pingpong measures the link instead, apart from any collective: the
+ * one-way time of 8 bytes and of -b .. -e between ranks 0 and 1, and the
+ * alpha-beta fit the collectives' cost model takes (tools/coll_model.py).
  *
  * On MPI ranks every size also runs the collective a user would call
  * instead, MPI's own (MPI_Allgather, MPI_Reduce_scatter_block,
@@ -37,8 +41,8 @@
 #include <ibp.h>
 #include <ibp/coll.h>
 
-enum { AG, RS, AR, A2A };
-static const char *const opnames[] = { "allgather", "reducescatter", "allreduce", "alltoall" };
+enum { AG, RS, AR, A2A, PINGPONG };
+static const char *const opnames[] = { "allgather", "reducescatter", "allreduce", "alltoall", "pingpong" };
 static const char *const decisions[] = { "plain", "compress", "not_worth", "incompressible" };
 
 typedef struct cfg {
@@ -191,6 +195,7 @@ typedef struct rank_ctx {
 	int rank, nranks;
 	ibp_coll_comm_t *comm;
 	int mpi; /* MPI ranks: the native baseline is measured */
+	const ibp_coll_transport_t *tr; /* threads: the in-process transport (pingpong) */
 } rank_ctx_t;
 
 #ifdef IBP_HAVE_MPI
@@ -368,9 +373,135 @@ static double one_call(rank_ctx_t *rc, int native, int inplace, void *in, void *
 	return now_s() - t0;
 }
 
+static int cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* One message of n bytes from rank `from` to rank `to` (the others idle):
+ * MPI_Send/MPI_Recv on MPI ranks, the transport's sendrecv (one direction)
+ * on threads. */
+static int pp_move(rank_ctx_t *rc, int from, int to, uint8_t *buf, uint64_t n)
+{
+#ifdef IBP_HAVE_MPI
+	if (rc->mpi) {
+		if (rc->rank == from)
+			return MPI_Send(buf, (int)n, MPI_BYTE, to, 7, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
+		if (rc->rank == to)
+			return MPI_Recv(buf, (int)n, MPI_BYTE, from, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS ? 0
+															      : -1;
+		return 0;
+	}
+#endif
+	const ibp_coll_transport_t *t = rc->tr;
+	uint64_t got = 0;
+	if (rc->rank == from)
+		return t->sendrecv(t->ctx, to, buf, n, -1, NULL, 0, &got, 60000) == IBP_OK ? 0 : -1;
+	if (rc->rank == to)
+		return t->sendrecv(t->ctx, -1, NULL, 0, from, buf, n, &got, 60000) == IBP_OK && got == n ? 0 : -1;
+	return 0;
+}
+
+/* -o pingpong: the link's alpha-beta between ranks 0 and 1, measured
+ * apart from any collective (the cost model's input, tools/coll_model.py):
+ * one-way time = half the round trip of n bytes, median of the
+ * repetitions, for 8 bytes and the sizes -b .. -e; alpha = the 8-byte
+ * time, beta = the least-squares slope over the sizes of at least 64 KiB
+ * (all of them when none is). On threads the link is the in-process
+ * transport, unthrottled (--rate throttles the communicator's sends only:
+ * the model takes the throttle as the link rate). */
+static void run_pingpong(rank_ctx_t *rc)
+{
+	cfg_t *g = rc->g;
+	const int r = rc->rank, reps = g->iters < 5 ? 5 : g->iters;
+	if (rc->nranks < 2) {
+		if (r == 0)
+			fprintf(stderr, "ibp-coll-perf: pingpong needs 2 ranks or more\n");
+		g->errors++;
+		return;
+	}
+	uint8_t *buf = calloc(1, g->e > 8 ? g->e : 8);
+	double *tm = malloc((size_t)(reps + g->warmup) * sizeof(double));
+	double sx = 0, sy = 0, sxx = 0, sxy = 0, alpha = 0;
+	int npts = 0, big = g->e >= 65536;
+	if (!buf || !tm) {
+		fprintf(stderr, "ibp-coll-perf: out of memory\n");
+		g->errors++;
+		free(buf);
+		free(tm);
+		return;
+	}
+	if (r == 0 && !g->json)
+		printf("# ibp-coll-perf: pingpong between ranks 0 and 1 of %d (%s), one-way time = round trip / 2, median of %d\n"
+		       "#%11s %10s %10s %10s\n#%11s %10s %10s %10s\n", rc->nranks, rc->mpi ? "MPI_Send/MPI_Recv" : "threads, "
+		       "the in-process transport", reps, "size", "time", "min", "GB/s", "(B)", "(us)", "(us)", "");
+	for (uint64_t size = 8;; size = size == 8 ? g->b : (uint64_t)ceil((double)size * g->f)) {
+		if (size > g->e && size != 8)
+			break;
+		for (int i = 0; i < reps + g->warmup; i++) {
+			const double t0 = now_s();
+			if (pp_move(rc, 0, 1, buf, size) || pp_move(rc, 1, 0, buf, size)) {
+				fprintf(stderr, "ibp-coll-perf: rank %d: pingpong of %llu bytes failed: %s\n", r,
+					(unsigned long long)size, ibp_last_error());
+				g->errors++;
+				free(buf);
+				free(tm);
+				return;
+			}
+			tm[i] = (now_s() - t0) / 2;
+		}
+		qsort(tm + g->warmup, (size_t)reps, sizeof(double), cmp_dbl);
+		const double t = tm[g->warmup + reps / 2], lo = tm[g->warmup];
+		if (size == 8)
+			alpha = t;
+		else if (!big || size >= 65536) {
+			sx += (double)size;
+			sy += t;
+			sxx += (double)size * (double)size;
+			sxy += (double)size * t;
+			npts++;
+		}
+		if (r == 0) {
+			if (g->json)
+				printf("{\"op\":\"pingpong\",\"size\":%llu,\"nranks\":%d,\"time_us\":%.3f,\"time_us_min\":%.3f,"
+				       "\"reps\":%d,\"mpi\":%d,\"rate\":%.6g}\n",
+				       (unsigned long long)size, rc->nranks, t * 1e6, lo * 1e6, reps, rc->mpi, g->rate);
+			else
+				printf(" %11llu %10.2f %10.2f %10.4f\n", (unsigned long long)size, t * 1e6, lo * 1e6,
+				       (double)size / t / 1e9);
+		}
+		if (size >= g->e)
+			break;
+	}
+	if (r == 0) {
+		double beta = 0;
+		const double den = npts * sxx - sx * sx;
+		if (npts >= 2 && den > 0) {
+			const double slope = (npts * sxy - sx * sy) / den; /* s per byte */
+			beta = slope > 0 ? 1.0 / slope : 0;
+		} else if (npts == 1 && sy > alpha)
+			beta = sx / (sy - alpha);
+		if (g->json)
+			printf("{\"op\":\"pingpong_fit\",\"nranks\":%d,\"alpha_s\":%.6g,\"beta_Bps\":%.6g,\"points\":%d,"
+			       "\"mpi\":%d,\"throttle_Bps\":%.6g}\n",
+			       rc->nranks, alpha, beta, npts, rc->mpi, g->rate);
+		else
+			printf("# fit: alpha %.2f us, beta %.4g B/s (%d sizes)%s\n", alpha * 1e6, beta, npts,
+			       g->rate > 0 ? "; the communicator's throttle (--rate) is not on this path" : "");
+		fflush(stdout);
+	}
+	free(buf);
+	free(tm);
+}
+
 static void run_rank(rank_ctx_t *rc)
 {
 	cfg_t *g = rc->g;
+	if (g->op == PINGPONG) {
+		run_pingpong(rc);
+		return;
+	}
 	int p = rc->nranks, r = rc->rank;
 	size_t esz = ibp_dtype_size(g->dt);
 	double busf = g->op == AR ? 2.0 * (p - 1) / p : (double)(p - 1) / p;
@@ -566,7 +697,7 @@ static void *thread_main(void *arg)
 	ibp_coll_opts_t o;
 	ibp_coll_opts_default(&o);
 	o.rate = t->g->rate;
-	rank_ctx_t rc = { t->g, t->rank, t->nranks, NULL, 0 };
+	rank_ctx_t rc = { t->g, t->rank, t->nranks, NULL, 0, &tr };
 	if (ibp_coll_inproc_transport(t->w, t->rank, &tr) != IBP_OK || ibp_coll_comm_create(&tr, &o, &rc.comm) != IBP_OK) {
 		fprintf(stderr, "ibp-coll-perf: rank %d: %s\n", t->rank, ibp_last_error());
 		t->g->errors++;
@@ -579,7 +710,7 @@ static void *thread_main(void *arg)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: ibp-coll-perf -o allgather|reducescatter|allreduce|alltoall -b MIN -e MAX -f FACTOR\n"
+	fprintf(stderr, "usage: ibp-coll-perf -o allgather|reducescatter|allreduce|alltoall|pingpong -b MIN -e MAX -f FACTOR\n"
 			"       -c exp|fp8|dynamiq|lsq|pts|none -d bf16|fp16|fp32 [--data gauss|FILE.npy] [--rate BYTES_PER_S]\n"
 			"       [--json] [-n ITERS] [-w WARMUP] [--policy auto|always|never] [--threads N]\n"
 			"       [--lsq-bits 2|4|8]\n");
@@ -602,9 +733,9 @@ int main(int argc, char **argv)
 		if (!strcmp(a, "-o")) {
 			NEXT();
 			int k;
-			for (k = 0; k < 4 && strcmp(v, opnames[k]); k++)
+			for (k = 0; k < 5 && strcmp(v, opnames[k]); k++)
 				;
-			if (k == 4) {
+			if (k == 5) {
 				usage();
 				return 2;
 			}
@@ -688,7 +819,7 @@ int main(int argc, char **argv)
 #ifdef IBP_HAVE_MPI
 	if (g.threads == 0) {
 		MPI_Init(&argc, &argv);
-		rank_ctx_t rc = { &g, 0, 1, NULL, 1 };
+		rank_ctx_t rc = { &g, 0, 1, NULL, 1, NULL };
 		MPI_Comm_rank(MPI_COMM_WORLD, &rc.rank);
 		MPI_Comm_size(MPI_COMM_WORLD, &rc.nranks);
 		ibp_coll_opts_t o;
