@@ -1111,58 +1111,6 @@ uint64_t ibp_batch_bound(const ibp_codec_t *c, uint64_t nrows)
 /* row statistics, sizes                                                   */
 /* ---------------------------------------------------------------------- */
 
-/* The cost of chunk j: with xv, an exception of an enabled chunk takes its
- * hit bit plus e_j bits on a miss. x̂_j = b_j where disabled, so a "hit"
- * that is also a miss only happens on enabled chunks. */
-IBP_INLINE void ibp_chunk_cost(const ibp_cluster_t *cl, uint64_t j, uint64_t x, uint64_t *n,
-			       uint64_t *E, const int xv)
-{
-	uint64_t xm = x & cl->m[j], miss = xm != cl->b[j];
-	*n += miss;
-	if (!xv) {
-		*E += miss * cl->ew[j];
-	} else {
-		/* a hit costs 1 bit (where disabled a hit is a match: adds 0);
-		 * arithmetic, not a branch: hits and misses mix unpredictably */
-		uint64_t hit = xm == cl->x[j], ewx = (uint64_t)cl->ew[j] + cl->xen[j];
-		*E += (ewx ^ ((ewx ^ 1) & (0 - hit))) & (0 - miss);
-	}
-}
-
-/* xv = 0: every exception costs e_j (no Xvals, or the paper's layout). */
-IBP_INLINE void ibp_row_stats_c(const ibp_codec_t *c, const ibp_cluster_t *clp, const uint8_t *row,
-				uint64_t *pn, uint64_t *pE, const unsigned C, const int xv)
-{
-	const ibp_cluster_t clv = *clp, *cl = &clv;
-	const uint64_t D = c->D;
-	uint64_t n = 0, E = 0, j;
-	for (j = 0; j + 1 < D; j++)
-		ibp_chunk_cost(cl, j, ibp_ld_chunk(row + j * C, C), &n, &E, xv);
-	ibp_chunk_cost(cl, j, ibp_ld_partial(row + j * C, c->last_bytes), &n, &E, xv);
-	*pn = n;
-	*pE = E;
-}
-
-static void ibp_row_stats_xv(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
-			     uint64_t *n, uint64_t *E, const int xv)
-{
-	switch (c->C) {
-	case 1: ibp_row_stats_c(c, cl, row, n, E, 1, xv); break;
-	case 2: ibp_row_stats_c(c, cl, row, n, E, 2, xv); break;
-	case 4: ibp_row_stats_c(c, cl, row, n, E, 4, xv); break;
-	default: ibp_row_stats_c(c, cl, row, n, E, 8, xv); break;
-	}
-}
-
-void ibpi_row_stats(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
-		   uint64_t *n, uint64_t *E)
-{
-	if (cl->has_x)
-		ibp_row_stats_xv(c, cl, row, n, E, 1);
-	else
-		ibp_row_stats_xv(c, cl, row, n, E, 0);
-}
-
 static uint64_t ibp_size_under(const ibp_codec_t *c, unsigned k, const uint8_t *row,
 			       unsigned *mode)
 {
@@ -1539,7 +1487,7 @@ uint64_t ibp_paper_layout_size(const ibp_codec_t *c, const void *rows, uint64_t 
 		unsigned k = ibp_choose_cluster(c, row);
 		const ibp_cluster_t *cl = &c->cl[k];
 		uint64_t n, E;
-		ibp_row_stats_xv(c, cl, row, &n, &E, 0); /* the paper has no Xvals */
+		ibpi_row_stats_xv(c, cl, row, &n, &E, 0); /* the paper has no Xvals */
 		/* matched chunks: s_j bits; exceptions: W bits. Σ over exceptions
 		 * of s_j = W·n − E, so the payload is S − (W·n − E) + W·n = S + E. */
 		uint64_t payload = (cl->S + E + 7) / 8;

@@ -358,6 +358,11 @@ void ibpi_codec_set_threshold(ibp_codec_t *c, double threshold);
 void ibpi_row_stats(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
 		   uint64_t *n, uint64_t *E);
 
+/* The same with the Xval hit bits counted (xv = 1) or not (xv = 0: every
+ * exception costs its full width, as in the paper's layout). row_stats.c. */
+void ibpi_row_stats_xv(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
+		       uint64_t *n, uint64_t *E, int xv);
+
 /* Mode and exact encoded size of a row with n exceptions of total width E
  * (the FORMAT.md mode choice rule). */
 IBP_INLINE void ibp_choose_mode(const ibp_codec_t *c, const ibp_cluster_t *cl, uint64_t n,

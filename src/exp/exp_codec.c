@@ -516,23 +516,6 @@ ibp_status_t ibp_exp_encode(const void *src, ibp_dtype_t dt, uint64_t n, const i
 
 /* ----------------------------------------------------------------- decode */
 
-uint64_t ibpi_exp_spread8[256];
-static int spread8_ready;
-
-static void spread8_init(void)
-{
-	/* idempotent: racing threads write identical values */
-	if (__atomic_load_n(&spread8_ready, __ATOMIC_ACQUIRE))
-		return;
-	for (int b = 0; b < 256; b++) {
-		uint64_t v = 0;
-		for (int j = 0; j < 8; j++)
-			v |= (uint64_t)((b >> j) & 1) << (8 * j);
-		__atomic_store_n(&ibpi_exp_spread8[b], v, __ATOMIC_RELAXED);
-	}
-	__atomic_store_n(&spread8_ready, 1, __ATOMIC_RELEASE);
-}
-
 static ibp_status_t parse_header(const uint8_t *h, uint64_t src_size, ibp_exp_info_t *info, expf_shape_t *s,
 				 expf_layout_t *L)
 {
@@ -701,7 +684,6 @@ static ibp_status_t decode_block(const uint8_t *src, uint64_t src_size, uint32_t
 		return IBP_OK;
 	}
 	IBP_TRY(check_coded_frame(src, &s, &L, info.escapes));
-	spread8_init();
 	exp_dec_block_t *b = malloc(sizeof(*b));
 	if (!b)
 		return ibpi_fail(IBP_ERR_NOMEM, "exp_decode: no memory for %zu bytes", sizeof(*b));
@@ -915,7 +897,6 @@ ibp_status_t ibp_exp_decode_batch_ext(const void *src, uint64_t src_size, const 
 					(unsigned long long)offsets[i + 1], (unsigned long long)src_size);
 	if (nc == 0)
 		return IBP_OK;
-	spread8_init();
 	batch_ctx_t *c = calloc(1, sizeof(*c));
 	if (!c)
 		return ibpi_fail(IBP_ERR_NOMEM, "exp_decode_batch: no memory");

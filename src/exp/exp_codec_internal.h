@@ -43,8 +43,8 @@ typedef struct exp_dec_block {
 	uint64_t bad_group[IBP_MAX_THREADS];
 } exp_dec_block_t;
 
-/* spread8[b]: byte j is bit j of b (filled once by exp_codec.c). */
-extern uint64_t ibpi_exp_spread8[256];
+/* spread8[b]: byte j is bit j of b (exp_tables.c). */
+extern const uint64_t ibpi_exp_spread8[256];
 
 /* Lane sums of one full group (4096 elements) as the mean-square order
  * defines them, reduced by the halving tree; *nonfinite += Inf/NaN count. */
