@@ -147,7 +147,7 @@ void ibpi_cache_targets(ibp_cache_t *c);
 int ibpi_cache_slab_steal(ibp_cache_t *c, uint32_t cls, void (*evict)(ibp_cache_t *, uint64_t), uint64_t max_evict,
 		     int any);
 
-/* ---- cache.c: policy and slot life, shared with pool.c (under the lock) ---- */
+/* ---- cache_policy.c: policy and slot life, shared with pool.c (under the lock) ---- */
 /* A slot of class `cls` for a new row: free, a slab from the pool or from
  * a class above its share, else a policy victim (reported to c->sink).
  * UINT64_MAX when none. */
@@ -162,7 +162,7 @@ void ibpi_cache_hist_add(ibp_cache_t *c, uint32_t cls);
 /* meta_bytes with the index as it is now (it grows). */
 uint64_t ibpi_cache_meta_bytes(const ibp_cache_t *c);
 
-/* ---- cache.c: the phases of a pass (cache_cuda.c drives them too) ----
+/* ---- cache_pass.c: the phases of a pass (cache_cuda.c drives them too) ----
  * `gather` 0: a prefetch. Kinds of a pass's unique ids: */
 enum { K_HIT = 1, K_MISS, K_ADMIT, K_ALLOC, K_FILLED, K_BADFILL, K_ERR };
 /* 1. Validates requests (status and *first for the bad ones; `out` not
@@ -183,6 +183,11 @@ void ibpi_cache_pass_alloc(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gathe
  * failed (w->ustat), unpins, and counts (locked). */
 void ibpi_cache_pass_publish(ibp_cache_t *c, cache_ws_t *w, uint64_t n, uint64_t nu, int gather, uint64_t srows,
 			uint64_t sbytes, uint64_t copied, uint64_t hit_bytes);
+/* One host pass over at most max_batch requests, every phase above (`out`
+ * NULL: a prefetch); statuses and the first failure as dedupe reports them. */
+void ibpi_cache_pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_t *ids, uint64_t n, void *out,
+		     const int64_t *out_rows, int32_t *status, uint32_t flags, cache_sink_t *sink, uint64_t base,
+		     ibp_status_t *first, uint64_t *first_pos);
 
 uint64_t ibpi_cache_hash(int64_t id);
 /* Position of `id` or UINT64_MAX. */
