@@ -27,25 +27,6 @@ static int mod(int a, int p)
  * on every rank whatever each rank's encoding; pieces of a chunk split it
  * as evenly as chunks split a call. */
 
-/* Raw bytes a piece, by default: 1 MiB. Open MPI's transport asks for 60
- * KiB instead (transport_mpi.c, MPI_PIECE_BYTES: under its TCP eager
- * limit, so no piece waits for a rendezvous handshake whose reply queues
- * behind the peer's own data on a loaded link; 1 MiB pieces lost most of
- * the gain there, docs/BENCHMARKS.md "Pieces in flight"). Transports whose
- * receives are all posted before the data arrives (the in-process one,
- * Python's over gloo) pay per piece instead, so larger pieces do better
- * (gloo at 1 Gbit/s: 60 KiB 236 ms, 256 KiB 218, 1 MiB 210 for a 25 MiB
- * AllReduce). IBP_COLL_PIECE_BYTES overrides both; 0 turns pieces off. */
-#define PIECE_BYTES_DEFAULT (1u << 20)
-
-uint64_t ibpi_coll_piece_bytes(uint64_t dflt)
-{
-	const char *v = getenv("IBP_COLL_PIECE_BYTES");
-	if (v && *v >= '0' && *v <= '9')
-		return strtoull(v, NULL, 10);
-	return dflt ? dflt : PIECE_BYTES_DEFAULT;
-}
-
 static uint64_t max_len(const ibp_coll_comm_t *c, const uint64_t *len)
 {
 	uint64_t maxn = 0;

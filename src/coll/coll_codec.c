@@ -145,38 +145,6 @@ ibp_status_t ibpi_coll_decode(const coll_hdr_t *h, const void *msg, uint64_t byt
 	return ibpi_fail(IBP_ERR_CORRUPT, "coll: encoding %u", h->enc);
 }
 
-void ibpi_coll_widen(const void *src, ibp_dtype_t dt, uint64_t n, float *dst)
-{
-	if (dt == IBP_DTYPE_F32) {
-		if (n)
-			memcpy(dst, src, n * 4);
-		return;
-	}
-	const uint16_t *s = src;
-	if (dt == IBP_DTYPE_BF16) /* one loop per type, so the compiler vectorizes them */
-		for (uint64_t i = 0; i < n; i++)
-			dst[i] = fp8i_bf16_to_f32(s[i]);
-	else
-		for (uint64_t i = 0; i < n; i++)
-			dst[i] = fp8i_f16_to_f32(s[i]);
-}
-
-void ibpi_coll_narrow(const float *src, ibp_dtype_t dt, uint64_t n, void *dst)
-{
-	if (dt == IBP_DTYPE_F32) {
-		if (n)
-			memcpy(dst, src, n * 4);
-		return;
-	}
-	uint16_t *d = dst;
-	if (dt == IBP_DTYPE_BF16) /* one loop per type, as in ibpi_coll_widen */
-		for (uint64_t i = 0; i < n; i++)
-			d[i] = fp8i_f32_to_bf16(src[i]);
-	else
-		for (uint64_t i = 0; i < n; i++)
-			d[i] = fp8i_f32_to_f16(src[i]);
-}
-
 ibp_status_t ibpi_coll_decode_f32(const coll_hdr_t *h, const void *msg, uint64_t bytes, float *dst, void *scratch,
 			     int nthreads)
 {

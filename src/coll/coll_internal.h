@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "coll/coll_convert.h"
 #include "coll/coll_mem.h"
 #include "coll/helper.h"
 #include "ibp/coll.h"
@@ -66,7 +67,7 @@ struct ibp_coll_comm {
 /* Raw bytes of a piece of the pipelined rings: IBP_COLL_PIECE_BYTES from
  * the environment (0 turns pipelining off; every rank must agree, else
  * their calls fail as mismatched), else dflt, else the library's default
- * (1 MiB; algo.c says why). Read when a communicator is made. */
+ * (1 MiB; comm.c says why). Read when a communicator is made. */
 uint64_t ibpi_coll_piece_bytes(uint64_t dflt);
 /* ibp_coll_comm_create with the transport's own default piece size
  * (piece_dflt bytes; 0: the default; IBP_COLL_PIECE_BYTES still wins). */
@@ -121,11 +122,7 @@ ibp_status_t ibpi_coll_decode(const coll_hdr_t *h, const void *msg, uint64_t byt
 ibp_status_t ibpi_coll_decode_f32(const coll_hdr_t *h, const void *msg, uint64_t bytes, float *dst, void *scratch,
 			     int nthreads);
 
-/* n elements of dt widened to float32 (exact). */
-void ibpi_coll_widen(const void *src, ibp_dtype_t dt, uint64_t n, float *dst);
-
-/* n float32 rounded to dt (nearest even; NaNs stay NaNs). */
-void ibpi_coll_narrow(const float *src, ibp_dtype_t dt, uint64_t n, void *dst);
+/* widen / narrow: coll_convert.h */
 
 /* dst[i] = round_dt(acc[i] + src[i]) for n elements of dt (src, dst in dt). */
 void ibpi_coll_add_round(const float *acc, const void *src, ibp_dtype_t dt, uint64_t n, void *dst);
@@ -135,6 +132,12 @@ void ibpi_coll_add_round(const float *acc, const void *src, ibp_dtype_t dt, uint
  * each, n_enc / n_dec codec passes over msg_elems. */
 enum coll_enc ibpi_coll_decide(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dtype_t dt, const void *sample,
 			  uint64_t sample_n, uint64_t msg_elems, uint64_t nsteps, uint64_t n_enc, uint64_t n_dec);
+
+/* ---- all-reduces of the lossy codecs (algorithms on the quantizers) ---- */
+/* DynamiQ (dq_allreduce.c) and PTS (pts_allreduce.c): the whole call, h
+ * its header (enc RAW: each fills in its own). */
+ibp_status_t ibpi_dq_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, void *recv, uint64_t count);
+ibp_status_t ibpi_pts_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, void *recv, uint64_t count);
 
 /* Measures the link and the codecs (collective). */
 

@@ -14,6 +14,25 @@
 #include "ibp/cuda.h"
 #include "util/error.h"
 
+/* Raw bytes a piece, by default: 1 MiB. Open MPI's transport asks for 60
+ * KiB instead (transport_mpi.c, MPI_PIECE_BYTES: under its TCP eager
+ * limit, so no piece waits for a rendezvous handshake whose reply queues
+ * behind the peer's own data on a loaded link; 1 MiB pieces lost most of
+ * the gain there, docs/BENCHMARKS.md "Pieces in flight"). Transports whose
+ * receives are all posted before the data arrives (the in-process one,
+ * Python's over gloo) pay per piece instead, so larger pieces do better
+ * (gloo at 1 Gbit/s: 60 KiB 236 ms, 256 KiB 218, 1 MiB 210 for a 25 MiB
+ * AllReduce). IBP_COLL_PIECE_BYTES overrides both; 0 turns pieces off. */
+#define PIECE_BYTES_DEFAULT (1u << 20)
+
+uint64_t ibpi_coll_piece_bytes(uint64_t dflt)
+{
+	const char *v = getenv("IBP_COLL_PIECE_BYTES");
+	if (v && *v >= '0' && *v <= '9')
+		return strtoull(v, NULL, 10);
+	return dflt ? dflt : PIECE_BYTES_DEFAULT;
+}
+
 static ibp_status_t ibpi_coll_calibrate(ibp_coll_comm_t *c);
 
 void ibp_coll_opts_default(ibp_coll_opts_t *o)
@@ -84,36 +103,6 @@ ibp_status_t ibpi_coll_sendrecv(ibp_coll_comm_t *c, int dst, const void *sbuf, u
 	if (rbytes)
 		*rbytes = got;
 	return IBP_OK;
-}
-
-void *ibpi_coll_ws(ibp_coll_comm_t *c, enum coll_ws slot, uint64_t bytes)
-{
-	if (bytes == 0)
-		bytes = 1;
-	if (c->ws[slot].cap >= bytes)
-		return c->ws[slot].p;
-	if (c->ws_lent) /* the old buffer may still be the transport's */
-		c->ws[slot].p = NULL;
-	free(c->ws[slot].p);
-	c->ws[slot].cap = 0;
-	if (!(c->ws[slot].p = malloc(bytes))) {
-		ibpi_fail(IBP_ERR_NOMEM, "coll: out of memory for a %llu-byte working buffer",
-			 (unsigned long long)bytes);
-		return NULL;
-	}
-	c->ws[slot].cap = bytes;
-	return c->ws[slot].p;
-}
-
-void ibpi_coll_ws_trim(ibp_coll_comm_t *c)
-{
-	for (int k = 0; k < COLL_WS_N; k++)
-		if (c->ws[k].cap > COLL_WS_KEEP) {
-			if (!c->ws_lent)
-				free(c->ws[k].p);
-			c->ws[k].p = NULL;
-			c->ws[k].cap = 0;
-		}
 }
 
 void ibpi_coll_idle(double waited)

@@ -8,10 +8,9 @@
 
 #include <stdint.h>
 
-#include "coll/coll_internal.h"
+#include "coll/dynamiq_simd.h"
+#include "ibp/status.h"
 
-#define DQ_G 16u  /* group: entries sharing one UINT8 scale */
-#define DQ_S 256u /* super-group: entries sharing one BF16 scale */
 
 typedef struct dq_cfg {
 	double budget;  /* bits per coordinate, scales included (default 5) */
@@ -75,6 +74,9 @@ ibp_status_t ibpi_dq_simulate(const float *const *x, int n, uint64_t d, const dq
 			 uint64_t *wire_bits);
 
 /* The collective (called by ibp_coll_allreduce for IBP_COLL_CODEC_DYNAMIQ). */
-ibp_status_t ibpi_dq_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, void *recv, uint64_t count);
+/* Bytes of one super-group of c entries at width q (its scales included). */
+uint64_t ibpi_dq_sg_bytes(uint64_t c, int q);
+/* The largest chunk's payload bytes under a plan. */
+uint64_t ibpi_dq_max_chunk(const dq_plan_t *pl);
 
 #endif /* IBP_COLL_DYNAMIQ_H */

@@ -6,7 +6,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "coll/dynamiq.h"
 #include "coll/dynamiq_simd.h"
 #include "coll/dynamiq_simd_avx2.h"
 

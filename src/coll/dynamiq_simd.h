@@ -1,6 +1,6 @@
 /* dynamiq_simd.h - vector kernels of the DynamiQ, LSQ and PTS codecs
  * (dynamiq_avx2.c, dynamiq_avx512.c, rcmoe_avx2.c, rcmoe_avx512.c) and
- * their run-time dispatch (dynamiq.c). The scalar code in dynamiq.c and
+ * their run-time dispatch (coll_simd.c). The scalar code in dynamiq.c and
  * rcmoe.c is the reference: every kernel produces the same bytes and the
  * same floats, bit for bit (the same IEEE operations in the same order per
  * element; only reductions that are exact in any order, maxima, are
@@ -14,6 +14,9 @@
 #include <stdint.h>
 
 #include "ibp/types.h"
+
+#define DQ_G 16u  /* DynamiQ group: entries sharing one UINT8 scale */
+#define DQ_S 256u /* DynamiQ super-group: entries sharing one BF16 scale */
 
 typedef enum coll_simd_impl {
 	COLL_SIMD_AUTO = 0,
@@ -102,6 +105,7 @@ typedef struct ibpi_rc_kern {
 /* The kernels in use, or NULL for the scalar reference (AUTO: the best this
  * CPU runs; IBP_FORCE_PORTABLE=1 in the environment forces scalar). */
 const rc_kern_t *ibpi_rc_kern(void);
+const dq_kern_t *ibpi_dq_kern(void);
 
 /* Chooses the implementation for the whole process (tests, benchmarks);
  * returns 0 when this build or CPU cannot run it. Not thread-safe against

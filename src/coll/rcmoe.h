@@ -1,13 +1,15 @@
 /* rcmoe.h - RCMoE (paper 003): LSQ, per-row unbiased stochastic
  * quantization of AllToAll(v) payloads (a per-message encoding), and PTS,
- * probabilistic threshold sparsification, as a sparse AllReduce.
+ * probabilistic threshold sparsification (its all-reduce on a
+ * communicator: pts_allreduce.c). The quantizers only: no communicator.
  * Decisions: docs/COLLECTIVES.md. */
 #ifndef IBP_COLL_RCMOE_H
 #define IBP_COLL_RCMOE_H
 
 #include <stdint.h>
 
-#include "coll/coll_internal.h"
+#include "ibp/status.h"
+#include "ibp/types.h"
 
 /* The codec's settings (IBP_COLL_CODEC_LSQ). */
 #define LSQ_ROW 256u /* elements per row (one scale each) */
@@ -49,9 +51,5 @@ ibp_status_t ibpi_pts_encode(const float *g, uint64_t k, double sigma, uint64_t 
 
 /* acc[i] += decoded value; IBP_ERR_CORRUPT on a malformed stream. */
 ibp_status_t ibpi_pts_decode_add(const uint8_t *in, uint64_t size, uint64_t k, float *acc);
-
-/* The sparse AllReduce (IBP_COLL_CODEC_PTS): every rank's stream goes round
- * the ring; all ranks add the n streams in rank order. */
-ibp_status_t ibpi_pts_allreduce(ibp_coll_comm_t *c, coll_hdr_t h, const void *send, void *recv, uint64_t count);
 
 #endif /* IBP_COLL_RCMOE_H */

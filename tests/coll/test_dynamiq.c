@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/coll_internal.h"
 #include "coll/dynamiq.h"
 #include "coll/dynamiq_simd.h"
 #include "fp8/fp8_impl.h"
