@@ -1,0 +1,225 @@
+/* container_pack.c - pack: a tensor encoded (trained codec, exponent or
+ * FP8 blocks) and written as a container in one call. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "ibp/codec.h"
+#include "ibp/exp.h"
+#include "ibp/fp8.h"
+#include "ibp/types.h"
+#include "ibp/alloc.h"
+#include "ibp/container.h"
+#include "util/error.h"
+#include "bitpack/codec_internal.h"
+#include "exp/exp_format.h"
+#include "fp8/fp8_impl.h"
+#include "util/parallel.h"
+#include "io/container_internal.h"
+#include "io/container_format.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the container maps little-endian offset tables in place: little-endian hosts only"
+#endif
+
+
+ibp_status_t ibp_pack_with_codec(const char *path, const ibp_codec_t *codec, const void *data,
+				 ibp_dtype_t dtype, unsigned ndim, const uint64_t *shape,
+				 ibp_layout_t layout, int nthreads)
+{
+	uint64_t R = 0, total;
+	IBP_TRY(ibpi_ctr_check_shape(path, codec, dtype, ndim, shape, layout, &R));
+	uint64_t nrows = shape[0];
+	if (__builtin_mul_overflow(nrows, R, &total) || nrows >= UINT64_MAX / 8 - 1)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: %llu rows of %llu bytes overflow", path, (ull)nrows,
+				(ull)R);
+	if (total > 0 && !data)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: data is NULL", path);
+	unsigned k = ibp_codec_nclusters(codec);
+	uint8_t *buf = ibp_host_alloc(total, MEM_ALIGN);
+	uint64_t *offsets = malloc((size_t)(8 * (nrows + 1)));
+	uint8_t *flags = malloc((size_t)(nrows ? nrows : 1));
+	uint8_t *clusters = k > 1 ? malloc((size_t)(nrows ? nrows : 1)) : NULL;
+	ibp_status_t st = IBP_OK;
+	if (!buf || !offsets || !flags || (k > 1 && !clusters)) {
+		st = ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory to encode %llu bytes", path, (ull)total);
+		goto out;
+	}
+	offsets[0] = 0;
+	if (nrows > 0) {
+		st = ibp_encode_batch(codec, data, nrows, buf, total, offsets, flags, clusters, nthreads);
+		if (st != IBP_OK) {
+			char why[256];
+			save_error(why, sizeof(why));
+			st = ibpi_fail(st, "%s: encoding: %s", path, why);
+			goto out;
+		}
+	}
+	if (layout == IBP_LAYOUT_INPLACE) {
+		/* Spread rows to i * R from the last one down: row i's packed start is
+		 * <= i * R, so a move never overwrites a row not yet moved. */
+		for (uint64_t i = nrows; i-- > 0;) {
+			uint64_t len = offsets[i + 1] - offsets[i];
+			memmove(buf + i * R, buf + offsets[i], (size_t)len);
+			memset(buf + i * R + len, 0, (size_t)(R - len));
+		}
+		st = ibp_container_write(path, codec, dtype, ndim, shape, layout, buf, total, NULL, flags,
+					 clusters);
+	} else {
+		st = ibp_container_write(path, codec, dtype, ndim, shape, layout, buf, offsets[nrows], offsets,
+					 flags, clusters);
+	}
+out:
+	ibp_host_free(buf);
+	free(offsets);
+	free(flags);
+	free(clusters);
+	return st;
+}
+
+ibp_status_t ibp_pack(const char *path, const void *data, ibp_dtype_t dtype, unsigned ndim,
+		      const uint64_t *shape, const ibp_train_opts_t *opts, ibp_layout_t layout)
+{
+	if (!path || !shape || ndim < 1 || ndim > IBP_MAX_NDIM || ibp_dtype_size(dtype) == 0)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_pack: bad path, shape, ndim or dtype");
+	uint64_t R;
+	if (!row_bytes_of(dtype, ndim, shape, &R) || R == 0 || R > IBP_MAX_ROW_BYTES)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: rows of the shape are empty or too large", path);
+	ibp_codec_t *codec = NULL;
+	ibp_status_t st = ibp_codec_train(data, shape[0], R, opts, &codec);
+	if (st != IBP_OK) {
+		char why[256];
+		save_error(why, sizeof(why));
+		return ibpi_fail(st, "%s: training: %s", path, why);
+	}
+	st = ibp_pack_with_codec(path, codec, data, dtype, ndim, shape, layout, opts ? opts->nthreads : 0);
+	ibp_codec_free(codec);
+	return st;
+}
+
+uint64_t ibp_block_rows_default(uint64_t row_elems, uint64_t nrows)
+{
+	uint64_t r = row_elems ? IBP_BLOCK_ELEMS_DEFAULT / row_elems : 1;
+	if (r < 1)
+		r = 1;
+	if (nrows > 0 && r > nrows)
+		r = nrows;
+	return r;
+}
+
+/* Shared start of the exp/fp8 packers: checks the tensor and picks the
+ * block size in elements. */
+static ibp_status_t value_pack_shape(const char *path, const char *cn, const void *data, ibp_dtype_t dtype,
+				     unsigned ndim, const uint64_t *shape, uint64_t block_rows, uint64_t *R,
+				     uint64_t *elems, uint64_t *chunk, uint64_t *nblk)
+{
+	if (!path || !shape || ndim < 1 || ndim > IBP_MAX_NDIM || ibp_dtype_size(dtype) == 0)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_pack_%s: bad path, shape, ndim or dtype", cn);
+	if (!value_dtype(dtype))
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: the %s codec takes bf16, f16 or f32, not %s", path, cn,
+				ibp_dtype_name(dtype));
+	IBP_TRY(ibpi_ctr_check_tensor(path, dtype, ndim, shape, IBP_LAYOUT_PACKED, R));
+	uint64_t row_elems = *R / ibp_dtype_size(dtype);
+	if (block_rows == 0)
+		block_rows = ibp_block_rows_default(row_elems, shape[0]);
+	if (__builtin_mul_overflow(block_rows, row_elems, chunk))
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: %llu rows per block overflow", path, (ull)block_rows);
+	IBP_TRY(ibpi_ctr_block_geometry(path, IBP_ERR_INVALID_ARG, shape[0], *R, dtype, *chunk, elems, nblk));
+	if (*elems > 0 && !data)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: data is NULL", path);
+	return IBP_OK;
+}
+
+ibp_status_t ibp_pack_exp(const char *path, const void *data, ibp_dtype_t dtype, unsigned ndim,
+			  const uint64_t *shape, const ibp_exp_opts_t *opts, uint64_t block_rows)
+{
+	uint64_t R = 0, elems = 0, chunk = 0, nblk = 0, bound = 0;
+	IBP_TRY(value_pack_shape(path, "exp", data, dtype, ndim, shape, block_rows, &R, &elems, &chunk, &nblk));
+	ibp_exp_opts_t o;
+	if (opts)
+		o = *opts;
+	else
+		ibp_exp_opts_default(&o);
+	/* The container's section checksums cover the blocks, so they carry
+	 * none: then a block of format version 2 equals version 1's but for the
+	 * version byte, and version 1 is written, so that files stay
+	 * byte-identical and readable by libibp before checksums (FORMAT.md). */
+	o.checksum = 0;
+	opts = &o;
+	if (elems > 0 && ibp_exp_batch_bound(dtype, elems, chunk, &bound) != IBP_OK) {
+		char why[256];
+		save_error(why, sizeof(why));
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: %s", path, why);
+	}
+	uint8_t *buf = ibp_host_alloc(bound, EXP_BLOCK_ALIGN);
+	uint64_t *off = malloc((size_t)(8 * (nblk + 1)));
+	ibp_status_t st = IBP_OK;
+	if (!buf || !off) {
+		st = ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory to encode %llu elements", path, (ull)elems);
+		goto out;
+	}
+	off[0] = 0;
+	if (elems > 0) {
+		st = ibp_exp_encode_batch(data, dtype, elems, chunk, opts, buf, bound, off);
+		if (st != IBP_OK) {
+			char why[256];
+			save_error(why, sizeof(why));
+			st = ibpi_fail(st, "%s: encoding: %s", path, why);
+			goto out;
+		}
+	}
+	for (uint64_t b = 0; b < nblk && st == IBP_OK; b++)
+		buf[off[b] + EXPF_OFF_VERSION] = EXPF_VERSION_1;
+	st = ibp_container_write_exp(path, dtype, ndim, shape, chunk, opts->table_mode, buf, off);
+out:
+	ibp_host_free(buf);
+	free(off);
+	return st;
+}
+
+ibp_status_t ibp_pack_fp8(const char *path, const void *data, ibp_dtype_t dtype, unsigned ndim,
+			  const uint64_t *shape, const ibp_fp8_opts_t *opts, uint64_t block_rows)
+{
+	uint64_t R = 0, elems = 0, chunk = 0, nblk = 0, stride = 0, plen = 0;
+	IBP_TRY(value_pack_shape(path, "fp8", data, dtype, ndim, shape, block_rows, &R, &elems, &chunk, &nblk));
+	ibp_fp8_opts_t o;
+	if (opts)
+		o = *opts;
+	else
+		ibp_fp8_opts_default(&o);
+	o.checksum = 0; /* as ibp_pack_exp: version-1 streams, the container's checksums */
+	opts = &o;
+	IBP_TRY(ibpi_ctr_fp8_layout(path, IBP_ERR_INVALID_ARG, opts, elems, chunk, nblk, &stride, &plen));
+	uint8_t *buf = ibp_host_alloc(plen, 64);
+	if (!buf)
+		return ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory for %llu encoded bytes", path, (ull)plen);
+	size_t esz = ibp_dtype_size(dtype);
+	ibp_status_t st = IBP_OK;
+	for (uint64_t b = 0; b < nblk && st == IBP_OK; b++) {
+		uint64_t n = elems - b * chunk < chunk ? elems - b * chunk : chunk, got = 0;
+		uint64_t cap = plen - b * stride < stride ? plen - b * stride : stride;
+		st = ibp_fp8_encode((const uint8_t *)data + b * chunk * esz, dtype, n, opts, buf + b * stride, cap,
+				    &got);
+		if (st != IBP_OK) {
+			char why[256];
+			save_error(why, sizeof(why));
+			st = ibpi_fail(st, "%s: encoding stream %llu: %s", path, (ull)b, why);
+		}
+	}
+	for (uint64_t b = 0; b < nblk && st == IBP_OK; b++)
+		buf[b * stride + 4] = TACO_VERSION_1;
+	if (st == IBP_OK)
+		st = ibp_container_write_fp8(path, dtype, ndim, shape, chunk, opts, buf, plen);
+	ibp_host_free(buf);
+	return st;
+}
