@@ -272,10 +272,16 @@ ibp_status_t ibpi_ctr_check_exp_offsets(const char *name, ibp_status_t bad, ibp_
 				      uint64_t chunk, uint64_t nblk, const uint64_t *off, uint64_t plen);
 ibp_status_t ibpi_ctr_fp8_layout(const char *name, ibp_status_t bad, const ibp_fp8_opts_t *o, uint64_t elems,
 			       uint64_t chunk, uint64_t nblk, uint64_t *stride, uint64_t *plen);
+/* The payload's checksums (whole: also every row or block decoded);
+ * container_verify.c, called by the reader at open with IBP_OPEN_VERIFY. */
 ibp_status_t ibpi_ctr_check_payload(const ibp_container_t *c, int nthreads, int whole);
+/* Value block b decoded into dst; row `row`'s bytes and metadata
+ * (container_rows.c). */
 ibp_status_t ibpi_ctr_decode_block(const ibp_container_t *c, uint64_t b, void *dst, int nthreads);
 void ibpi_ctr_row_at(const ibp_container_t *c, uint64_t row, const uint8_t **src, uint64_t *len,
 		   uint8_t *mode, unsigned *cl);
+/* A tensor's shape against the codec (or none) and the layout; *R = row
+ * bytes (container_write.c). */
 ibp_status_t ibpi_ctr_check_shape(const char *path, const ibp_codec_t *codec, ibp_dtype_t dtype,
 				unsigned ndim, const uint64_t *shape, ibp_layout_t layout, uint64_t *R);
 ibp_status_t ibpi_ctr_check_tensor(const char *path, ibp_dtype_t dtype, unsigned ndim, const uint64_t *shape,
