@@ -22,26 +22,10 @@
 #include <string.h>
 
 #include "ibp_device.cuh"
+#include "ibp_store.cuh"
 #include "ibp/bag.h"
 #include "fp8/fp8_impl.h"
 
-/* The leading members of struct ibp_cuda_store (kernels/ibp_gather.cu, whose
- * definition is private to that file), in the same order and types. The
- * emulator's bag harness (tests/emu/harness_bag.cpp) sees both definitions
- * and static_asserts that every member here sits at the same offset. */
-struct IbpBagStoreView {
-	int on_device;
-	ibp_hstore_t *host;
-	ibp_cuda_codec_t *codec;
-	int device;
-	uint64_t nrows, R;
-	const uint8_t *payload;
-	uint64_t payload_bytes;
-	uint64_t *offsets;
-	uint64_t *lens;
-	uint8_t *flags, *clusters;
-	unsigned long long *nerr;
-};
 
 struct IbpBagArgs {
 	IbpDevCodec cd;
@@ -259,7 +243,7 @@ static IbpBagFn ibp_bag_fn(unsigned C)
 /* cuda/ibp_cuda_internal.h: a host-fallback store's host store. */
 extern "C" ibp_hstore_t *ibpi_cuda_store_hstore(const ibp_cuda_store_t *store)
 {
-	const IbpBagStoreView *s = reinterpret_cast<const IbpBagStoreView *>(store);
+	const ibp_cuda_store *s = store;
 	return s && !s->on_device ? s->host : nullptr;
 }
 
@@ -271,7 +255,7 @@ extern "C" ibp_status_t ibpi_bag_launch_cuda(const ibp_cuda_store_t *store, int 
 					    uint64_t n_bags, const float *weights, int64_t padding_idx, int dt,
 					    void *out, int32_t *status, void *stream)
 {
-	const IbpBagStoreView *s = reinterpret_cast<const IbpBagStoreView *>(store);
+	const ibp_cuda_store *s = store;
 	IBP_TRY(ibp_cu_on_device(s->device, "embedding_bag_cuda"));
 	IbpBagArgs a;
 	memset(&a, 0, sizeof(a));

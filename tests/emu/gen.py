@@ -111,6 +111,9 @@ def put(name, text):
 
 
 put('ibp_device.cuh', dev)
+# the device store and the gather's arguments (included by ibp_gather.cu and
+# ibp_bag.cu): beside the instrumented ibp_device.cuh, which it includes
+put('ibp_store.cuh', open(src + 'ibp_store.cuh').read())
 
 gather = open(src + 'ibp_gather.cu').read()
 # defect 45 (performance, pcie suite): the kernel chosen by the decoded row

@@ -28,21 +28,6 @@
 #include "cuda/ibp_bag_cudahost.c"
 
 
-/* ibp_bag.cu reads the store through a mirror of its leading members */
-#define SAME_AT(m) static_assert(offsetof(ibp_cuda_store, m) == offsetof(IbpBagStoreView, m), "store view: " #m)
-SAME_AT(on_device);
-SAME_AT(host);
-SAME_AT(codec);
-SAME_AT(device);
-SAME_AT(nrows);
-SAME_AT(R);
-SAME_AT(payload);
-SAME_AT(payload_bytes);
-SAME_AT(offsets);
-SAME_AT(lens);
-SAME_AT(flags);
-SAME_AT(clusters);
-SAME_AT(nerr);
 
 #include "harness_check.h"
 static uint64_t nbags_cmp, nrows_pooled, nxval; /* what was compared, for the summary */
