@@ -15,6 +15,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include "ibp_device.cuh"
+#include "bitpack/row_mode.h"
 
 /* ---------------------------------------------------------------------- */
 /* the device codec                                                        */
@@ -119,34 +120,6 @@ struct IbpEncArgs {
 	uint64_t stage_words;    /* 32-bit words of one group's stage (multiple of 4) */
 };
 
-/* The FORMAT.md mode rule, as src/bitpack/codec_internal.h's ibp_choose_mode. */
-__device__ __forceinline__ void ibp_d_choose_mode(const IbpDevCodec &cd, uint64_t S, uint64_t n,
-						  uint64_t E, unsigned *mode, uint64_t *size)
-{
-	uint64_t best;
-	unsigned m;
-	if (n == 0) {
-		best = (S + 7) / 8;
-		m = IBP_ROW_CLEAN;
-	} else {
-		uint64_t body = (S + E + 7) >> 3;
-		uint64_t bm = cd.bitmap_bytes + body;
-		uint64_t li = (((uint64_t)cd.L * (n + 1) + 7) >> 3) + body;
-		if (li < bm) {
-			best = li;
-			m = IBP_ROW_LIST;
-		} else {
-			best = bm;
-			m = IBP_ROW_BITMAP;
-		}
-	}
-	if (best >= cd.R) {
-		best = cd.R;
-		m = IBP_ROW_RAW;
-	}
-	*mode = m;
-	*size = best;
-}
 
 /* ORs the nbits (0..64) low bits of v into the LSB-first stream w of nw
  * words at bit pos. Positions come from row data: bits past word nw - 1
@@ -207,7 +180,7 @@ __global__ void __launch_bounds__(256) ibp_enc_sizes_kernel(const IbpEncArgs a)
 			const uint64_t E = G::sum(le, red);
 			unsigned mode;
 			uint64_t size;
-			ibp_d_choose_mode(cd, cd.tso[(uint64_t)c * nt1 + cd.ntiles], n, E, &mode, &size);
+			ibp_row_mode(cd.R, cd.bitmap_bytes, cd.L, cd.tso[(uint64_t)c * nt1 + cd.ntiles], n, E, &mode, &size);
 			if (size < best) {
 				best = size;
 				bc = c;

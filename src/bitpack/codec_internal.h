@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "bitpack/row_mode.h"
 #include "ibp/codec.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -368,29 +369,8 @@ void ibpi_row_stats_xv(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint
 IBP_INLINE void ibp_choose_mode(const ibp_codec_t *c, const ibp_cluster_t *cl, uint64_t n,
 				uint64_t E, unsigned *mode, uint64_t *size)
 {
-	uint64_t best;
-	unsigned m;
-	if (n == 0) {
-		best = cl->nclean;
-		m = IBP_ROW_CLEAN;
-	} else {
-		uint64_t body = (cl->S + E + 7) >> 3;
-		uint64_t bm = c->bitmap_bytes + body;
-		uint64_t li = (((uint64_t)c->L * (n + 1) + 7) >> 3) + body;
-		if (li < bm) {
-			best = li;
-			m = IBP_ROW_LIST;
-		} else {
-			best = bm;
-			m = IBP_ROW_BITMAP;
-		}
-	}
-	if (best >= c->R) {
-		best = c->R;
-		m = IBP_ROW_RAW;
-	}
-	*mode = m;
-	*size = best;
+	/* the rule itself is shared with the CUDA encoder (row_mode.h) */
+	ibp_row_mode(c->R, c->bitmap_bytes, c->L, cl->S, n, E, mode, size);
 }
 
 /* Internal encode/decode used by the public functions and the batch paths.
