@@ -248,16 +248,24 @@ static ibp_status_t run(ibp_cache_t *c, ibp_store_t *store, const int64_t *ids, 
 						fn, (long long)ids[k], (unsigned long long)k, (unsigned long long)nrows);
 	}
 	cache_ws_t *w = ws_get(c);
-	ibp_status_t first = IBP_OK;
-	uint64_t first_pos = 0;
+	cache_req_t q = { 0 };
+	q.flags = flags;
+	q.first = IBP_OK;
 	for (uint64_t a = 0; a < n; a += c->o.max_batch) {
 		uint64_t k = n - a < c->o.max_batch ? n - a : c->o.max_batch;
-		ibpi_cache_pass(c, w, store, ids + a, k, out, out_rows ? out_rows + a : NULL, status ? status + a : NULL,
-				flags, &sink, a, &first, &first_pos);
+		q.ids = ids + a;
+		q.n = k;
+		q.out = out;
+		q.out_rows = out_rows ? out_rows + a : NULL;
+		q.status = status ? status + a : NULL;
+		q.base = a;
+		ibpi_cache_pass(c, w, store, &q, &sink);
 		if (out && out_rows == NULL)
 			out = (uint8_t *)out + k * c->rb;
 	}
 	ws_put(c, w);
+	const ibp_status_t first = q.first;
+	const uint64_t first_pos = q.first_pos;
 	if (n_evicted)
 		*n_evicted = sink.n;
 	if (first != IBP_OK && out)

@@ -263,8 +263,12 @@ static ibp_status_t dev_pass(ibp_cache_t *c, cache_dev_t *d, cache_ws_t *w, cons
 	const uint64_t rb = c->rb;
 	const int64_t *hrows = rows ? d->hrows : NULL;
 #define OROW(j) (hrows ? hrows[j] : (int64_t)(a + (j)))
-	uint64_t nu = ibpi_cache_pass_dedupe(c, w, d->hids, k, ibp_cuda_store_nrows(store), 1, NULL, hrows, d->hstat, a,
-					first, first_pos);
+	cache_req_t q = { .ids = d->hids, .n = k, .nrows = ibp_cuda_store_nrows(store), .gather = 1, .out = NULL,
+			  .out_rows = hrows, .status = d->hstat, .flags = flags, .base = a, .first = *first,
+			  .first_pos = *first_pos };
+	uint64_t nu = ibpi_cache_pass_dedupe(c, w, &q);
+	*first = q.first;
+	*first_pos = q.first_pos;
 	ibpi_cache_pass_probe(c, w, nu, 1, !(flags & IBP_CACHE_NO_ADMIT));
 	const uint8_t *pay = ibpi_cuda_store_payload(store);
 	for (uint64_t u = 0; u < nu; u++) {

@@ -66,6 +66,22 @@ typedef struct cache_sink {
 	void *user;
 } cache_sink_t;
 
+/* One batch of a gather or prefetch: what it asks for, where its results
+ * go, and the first failure (the phases of cache_pass.c take it whole). */
+typedef struct cache_req {
+	const int64_t *ids;      /* n ids */
+	uint64_t n;
+	uint64_t nrows;          /* the store's rows (ids must be below) */
+	int gather;              /* 0: a prefetch */
+	void *out;               /* gather on the host: the rows (NULL: none here) */
+	const int64_t *out_rows; /* NULL: request k to row k */
+	int32_t *status;         /* NULL: none */
+	uint32_t flags;          /* IBP_CACHE_NO_ADMIT */
+	uint64_t base;           /* position of ids[0] in the whole call */
+	ibp_status_t first;      /* the first failure (IBP_OK: none yet) ... */
+	uint64_t first_pos;      /* ... at this position of the call */
+} cache_req_t;
+
 typedef struct cache_ws {
 	int busy;
 	int64_t *uid;     /* unique ids of a pass */
@@ -165,12 +181,10 @@ uint64_t ibpi_cache_meta_bytes(const ibp_cache_t *c);
 /* ---- cache_pass.c: the phases of a pass (cache_cuda.c drives them too) ----
  * `gather` 0: a prefetch. Kinds of a pass's unique ids: */
 enum { K_HIT = 1, K_MISS, K_ADMIT, K_ALLOC, K_FILLED, K_BADFILL, K_ERR };
-/* 1. Validates requests (status and *first for the bad ones; `out` not
+/* 1. Validates requests (q->status and q->first for the bad ones; q->out not
  * NULL: out-of-range rows zero-filled there) and deduplicates: returns the
  * unique ids (w->uid, ufirst, ucnt; w->rep per request, NIL: none). */
-uint64_t ibpi_cache_pass_dedupe(ibp_cache_t *c, cache_ws_t *w, const int64_t *ids, uint64_t n, uint64_t nrows, int gather,
-			   void *out, const int64_t *out_rows, int32_t *status, uint64_t base, ibp_status_t *first,
-			   uint64_t *first_pos);
+uint64_t ibpi_cache_pass_dedupe(ibp_cache_t *c, cache_ws_t *w, cache_req_t *q);
 /* 2. Probes the index (locked): K_HIT (pinned, w->ug), K_ADMIT or K_MISS. */
 void ibpi_cache_pass_probe(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gather, int admit);
 /* A miss's class and kept length from w->ulen/ufl (packed: its bytes can be
@@ -183,11 +197,9 @@ void ibpi_cache_pass_alloc(ibp_cache_t *c, cache_ws_t *w, uint64_t nu, int gathe
  * failed (w->ustat), unpins, and counts (locked). */
 void ibpi_cache_pass_publish(ibp_cache_t *c, cache_ws_t *w, uint64_t n, uint64_t nu, int gather, uint64_t srows,
 			uint64_t sbytes, uint64_t copied, uint64_t hit_bytes);
-/* One host pass over at most max_batch requests, every phase above (`out`
- * NULL: a prefetch); statuses and the first failure as dedupe reports them. */
-void ibpi_cache_pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_t *ids, uint64_t n, void *out,
-		     const int64_t *out_rows, int32_t *status, uint32_t flags, cache_sink_t *sink, uint64_t base,
-		     ibp_status_t *first, uint64_t *first_pos);
+/* One host pass over at most max_batch requests (q), every phase above;
+ * statuses and the first failure as dedupe reports them. */
+void ibpi_cache_pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, cache_req_t *q, cache_sink_t *sink);
 
 uint64_t ibpi_cache_hash(int64_t id);
 /* Position of `id` or UINT64_MAX. */

@@ -76,13 +76,19 @@ static uint8_t *out_row(const ibp_cache_t *c, void *out, const int64_t *out_rows
 }
 
 /* One pass over at most max_batch requests. `out` NULL: prefetch. */
-void ibpi_cache_pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const int64_t *ids, uint64_t n, void *out,
-		     const int64_t *out_rows, int32_t *status, uint32_t flags, cache_sink_t *sink, uint64_t base,
-		     ibp_status_t *first, uint64_t *first_pos)
+void ibpi_cache_pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, cache_req_t *q, cache_sink_t *sink)
 {
 	const ibp_container_t *ct = ibp_store_container(store);
-	uint64_t nu = ibpi_cache_pass_dedupe(c, w, ids, n, ibp_store_nrows(store), out != NULL, out, out_rows, status, base,
-					first, first_pos);
+	const uint64_t n = q->n, base = q->base;
+	void *out = q->out;
+	const int64_t *out_rows = q->out_rows;
+	int32_t *status = q->status;
+	const uint32_t flags = q->flags;
+	ibp_status_t *first = &q->first;
+	uint64_t *first_pos = &q->first_pos;
+	q->nrows = ibp_store_nrows(store);
+	q->gather = out != NULL;
+	uint64_t nu = ibpi_cache_pass_dedupe(c, w, q);
 	int admit = !(flags & IBP_CACHE_NO_ADMIT);
 	ibpi_cache_pass_probe(c, w, nu, out != NULL, admit);
 
@@ -160,10 +166,15 @@ void ibpi_cache_pass(ibp_cache_t *c, cache_ws_t *w, ibp_store_t *store, const in
 	}
 }
 
-uint64_t ibpi_cache_pass_dedupe(ibp_cache_t *c, cache_ws_t *w, const int64_t *ids, uint64_t n, uint64_t nrows, int gather,
-			   void *out, const int64_t *out_rows, int32_t *status, uint64_t base, ibp_status_t *first,
-			   uint64_t *first_pos)
+uint64_t ibpi_cache_pass_dedupe(ibp_cache_t *c, cache_ws_t *w, cache_req_t *q)
 {
+	const int64_t *ids = q->ids, *out_rows = q->out_rows;
+	const uint64_t n = q->n, nrows = q->nrows, base = q->base;
+	const int gather = q->gather;
+	void *out = q->out;
+	int32_t *status = q->status;
+	ibp_status_t *first = &q->first;
+	uint64_t *first_pos = &q->first_pos;
 	uint64_t nu = 0, m = w->dcap - 1;
 	/* 1. validate and deduplicate */
 	for (uint64_t k = 0; k < n; k++) {
