@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "ibp_device.cuh"
+#include "bitpack/mask_rule.h"
 extern "C" {
 #include "bitpack/train_internal.h"
 }
@@ -82,23 +83,8 @@ __global__ void ibp_mask_kernel(const unsigned long long *counts, uint64_t n, ui
 				uint8_t *mask, uint8_t *bitval)
 {
 	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-	for (uint64_t p = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; p < R; p += stride) {
-		unsigned m = 0, v = 0;
-		if (n) {
-			const unsigned long long *c = counts + 8 * p;
-#pragma unroll
-			for (unsigned b = 0; b < 8; b++) {
-				if (c[b] >= need) {
-					m |= 1u << b;
-					v |= 1u << b;
-				} else if (n - c[b] >= need) {
-					m |= 1u << b;
-				}
-			}
-		}
-		mask[p] = (uint8_t)m;
-		bitval[p] = (uint8_t)v;
-	}
+	for (uint64_t p = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; p < R; p += stride)
+		ibp_mask_rule(reinterpret_cast<const uint64_t *>(counts) + 8 * p, n, need, &mask[p], &bitval[p]);
 }
 
 static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "64-bit counters");

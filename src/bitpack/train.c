@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "ibp/codec.h"
+#include "bitpack/mask_rule.h"
 #include "bitpack/codec_internal.h"
 #include "util/error.h"
 #include "util/parallel.h"
@@ -292,23 +293,9 @@ uint64_t ibpi_train_need(double t, uint64_t n)
 void ibp_train_mask(const uint64_t *counts, uint64_t n, uint64_t row_bytes, double t,
 		    uint8_t *mask, uint8_t *bitval)
 {
-	uint64_t need = ibpi_train_need(t, n);
-	for (uint64_t p = 0; p < row_bytes; p++) {
-		unsigned m = 0, v = 0;
-		if (n) {
-			const uint64_t *c = counts + 8 * p;
-			for (unsigned b = 0; b < 8; b++) {
-				if (c[b] >= need) {
-					m |= 1u << b;
-					v |= 1u << b;
-				} else if (n - c[b] >= need) {
-					m |= 1u << b;
-				}
-			}
-		}
-		mask[p] = (uint8_t)m;
-		bitval[p] = (uint8_t)v;
-	}
+	const uint64_t need = ibpi_train_need(t, n);
+	for (uint64_t p = 0; p < row_bytes; p++)
+		ibp_mask_rule(counts + 8 * p, n, need, &mask[p], &bitval[p]); /* shared with the CUDA trainer */
 }
 
 ibp_status_t ibpi_train_make_codec(uint64_t row_bytes, unsigned c, unsigned nclusters,
