@@ -21,6 +21,8 @@
 #include "ibp/exp.h"
 #include "ibp/fp8.h"
 #include "ibp/cache.h"
+#include "ibp/slab_pool.h"
+#include "ibp/kv.h"
 #include "ibp/coll.h"
 
 #endif /* IBP_H */

@@ -28,7 +28,7 @@ LAYERS = [
     (3, 'io', ['src/io', 'include/ibp/container.h', 'include/ibp/npy.h']),
     (4, 'store', ['src/store', 'include/ibp/store.h', 'include/ibp/bag.h']),
     (5, 'cuda', ['src/cuda', 'kernels', 'include/ibp/cuda.h']),
-    (6, 'cache', ['cache', 'include/ibp/cache.h']),
+    (6, 'cache', ['cache', 'include/ibp/cache.h', 'include/ibp/slab_pool.h', 'include/ibp/kv.h']),
     (7, 'coll', ['src/coll', 'include/ibp/coll.h']),
     (9, 'umbrella', ['include/ibp.h']),
 ]

@@ -1,5 +1,5 @@
 """ibp.Cache (the slab cache of compressed rows) and ibp.SlabPool (its
-size-class allocator as a pool of variable-size blocks): include/ibp/cache.h.
+size-class allocator as a pool of variable-size blocks): include/ibp/slab_pool.h.
 
     cache = ibp.Cache(64 << 20, store=store)           # 64 MiB of slabs
     rows = cache.gather(store, ids)                     # == store.gather(ids)

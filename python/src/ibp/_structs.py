@@ -103,7 +103,7 @@ class SlabPoolOpts(C.Structure):
     """Mirror of ibp_slab_pool_opts_t."""
 
     c_name = "ibp_slab_pool_opts_t"
-    c_header = "include/ibp/cache.h"
+    c_header = "include/ibp/slab_pool.h"
     _fields_ = [
         ("capacity_bytes", C.c_uint64),
         ("max_block_bytes", C.c_uint64),
@@ -120,7 +120,7 @@ class SlabPoolStats(C.Structure):
     """Mirror of ibp_slab_pool_stats_t."""
 
     c_name = "ibp_slab_pool_stats_t"
-    c_header = "include/ibp/cache.h"
+    c_header = "include/ibp/slab_pool.h"
     _fields_ = [(n, C.c_uint64) for n in (
         "allocs frees evictions failed reads slab_moves blocks bytes slot_bytes_used pinned_blocks "
         "capacity_bytes max_block_bytes slab_bytes nslabs free_slabs meta_bytes class_step").split()] + [

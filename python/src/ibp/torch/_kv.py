@@ -21,7 +21,7 @@ by codec: ibp, a 12-byte header (u32 K and V payload lengths, their mode
 and cluster bytes) then the two IBP rows; exp, one exponent-codec block of
 the K then V elements (ibp_exp_encode, without a checksum: in-memory
 blocks, docs/CODECS.md); raw, the K row
-then the V row (include/ibp/cache.h, "KV offload").
+then the V row (include/ibp/kv.h).
 
 Every path runs one C orchestration per layer (ibp_kv_stream_t,
 cache/kv_cuda.c: ibp_kv_encode_cuda / ibp_kv_decode_cuda): rows gathered,
