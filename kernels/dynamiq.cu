@@ -19,6 +19,7 @@ extern "C" {
 #include "cuda/dynamiq_cuda.h"
 }
 #include "fp8/fp8_impl.h"
+#include "util/mix.h"
 
 #define DQK_S 256u /* entries per super-group = threads per block */
 #define DQK_G 16u  /* entries per group */
@@ -31,31 +32,9 @@ extern "C" {
 #define DQK_GRANK 0x8cb92ba72f3d8dd7ull
 #define DQK_GTAG 0x5ca1e5ull
 
-static __device__ __forceinline__ uint64_t dqk_mix(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static __device__ __forceinline__ float dqk_u01(uint64_t h)
-{
-	return __fmul_rn((float)(uint32_t)(h >> 40), 1.0f / 16777216.0f);
-}
-
 static __device__ __forceinline__ float dqk_maxf(float a, float b)
 {
 	return a > b ? a : b;
-}
-
-/* BF16 of v >= 0 rounded up (as the CPU's bf16_up). */
-static __device__ __forceinline__ uint16_t dqk_bf16_up(float v)
-{
-	uint16_t b = fp8i_f32_to_bf16(v);
-	if (fp8i_bf16_to_f32(b) < v)
-		b++;
-	return b;
 }
 
 /* The SG's scale from its first two bytes; 0 when it is not a finite non-negative number. */
@@ -84,7 +63,7 @@ static __global__ void __launch_bounds__(DQK_S)
 	__shared__ float gm[DQK_G];
 	__shared__ float sfs[1];
 	const unsigned i = threadIdx.x;
-	const uint64_t key = dqk_mix(p.seed ^ dqk_mix(p.seq));
+	const uint64_t key = ibp_mix64(p.seed ^ ibp_mix64(p.seq));
 	for (uint64_t j = j0 + blockIdx.x; j < j1; j += gridDim.x) {
 		const uint64_t a = j * DQK_S, c = a + DQK_S <= p.d ? DQK_S : p.d - a, ng = (c + DQK_G - 1) / DQK_G;
 		const int q = p.q[j], wi = q == 2 ? 0 : q == 4 ? 1 : 2, R = (1 << (q - 1)) - 1;
@@ -122,7 +101,7 @@ static __global__ void __launch_bounds__(DQK_S)
 				float M = 0;
 				for (uint64_t t = 0; t < ng; t++)
 					M = dqk_maxf(M, gm[t]);
-				uint16_t sb = dqk_bf16_up(M);
+				uint16_t sb = fp8i_bf16_up(M);
 				po[0] = (uint8_t)sb;
 				po[1] = (uint8_t)(sb >> 8);
 				sf = fp8i_bf16_to_f32(sb);
@@ -137,7 +116,7 @@ static __global__ void __launch_bounds__(DQK_S)
 				gme = __fdiv_rn(__fmul_rn((float)pin[2 + i], sf), 255.0f);
 			else {
 				float t = sf > 0 ? __fdiv_rn(__fmul_rn(255.0f, gm[i]), sf) : 0.0f, fl = floorf(t);
-				float us = dqk_u01(dqk_mix(key ^ DQK_GTAG ^ ((a / DQK_G + i) * DQK_GRP) ^
+				float us = ibp_u01(ibp_mix64(key ^ DQK_GTAG ^ ((a / DQK_G + i) * DQK_GRP) ^
 							   ((uint64_t)(w + 1) * DQK_GRANK)));
 				float r = __fadd_rn(fl, us < __fsub_rn(t, fl) ? 1.0f : 0.0f);
 				po[2 + i] = (uint8_t)(r > 255 ? 255 : r);
@@ -157,10 +136,10 @@ static __global__ void __launch_bounds__(DQK_S)
 			while (lo < R - 1 && lv[lo + 1] <= aa)
 				lo++;
 			uint64_t gi = a + i;
-			float g = dqk_u01(dqk_mix(key ^ (gi * DQK_IDX) ^ ((uint64_t)(w + 1) * DQK_RANK)));
+			float g = ibp_u01(ibp_mix64(key ^ (gi * DQK_IDX) ^ ((uint64_t)(w + 1) * DQK_RANK)));
 			float u = g;
 			if (p.correlated)
-				u = __fdiv_rn(__fadd_rn((float)((uint64_t)(w + dqk_mix(key ^ gi) % (uint64_t)p.n) %
+				u = __fdiv_rn(__fadd_rn((float)((uint64_t)(w + ibp_mix64(key ^ gi) % (uint64_t)p.n) %
 								(uint64_t)p.n),
 							g),
 					      (float)p.n);

@@ -18,25 +18,13 @@ extern "C" {
 #include "cuda/rcmoe_cuda.h"
 }
 #include "fp8/fp8_impl.h"
+#include "util/mix.h"
 
 #define LSQK_THREADS 256u
 #define LSQK_HDR 8u
 #define LSQK_IDX 0x9e3779b97f4a7c15ull /* the multipliers of src/coll/dynamiq_simd.h */
 #define LSQK_GRP 0xd1b54a32d192ed03ull
 #define LSQK_STAG 0x736361ull
-
-static __device__ __forceinline__ uint64_t lsqk_mix(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static __device__ __forceinline__ float lsqk_u01(uint64_t h)
-{
-	return __fmul_rn((float)(uint32_t)(h >> 40), 1.0f / 16777216.0f);
-}
 
 static __host__ __device__ __forceinline__ uint64_t lsqk_bytes(uint64_t n, uint64_t row, int B, int K)
 {
@@ -120,7 +108,7 @@ static __global__ void __launch_bounds__(LSQK_THREADS)
 					float s = __uint_as_float(ws[1 + r]);
 					float tt = S > 0 ? __fmul_rn(__fdiv_rn(s, S), (float)Ls) : 0.0f, fl = floorf(tt);
 					unsigned v = (unsigned)fl +
-						     (lsqk_u01(lsqk_mix(key ^ LSQK_STAG ^ (r * LSQK_GRP))) < __fsub_rn(tt, fl) ? 1u : 0u);
+						     (ibp_u01(ibp_mix64(key ^ LSQK_STAG ^ (r * LSQK_GRP))) < __fsub_rn(tt, fl) ? 1u : 0u);
 					byte |= (v > Ls ? Ls : v) << (r * (uint64_t)K - b * 8);
 				}
 			}
@@ -130,7 +118,7 @@ static __global__ void __launch_bounds__(LSQK_THREADS)
 				float s = __uint_as_float(ws[1 + i / row]);
 				float x = lsqk_get(src, dt, i);
 				float tt = s > 0 ? __fmul_rn(__fdiv_rn(fabsf(x), s), (float)Lm) : 0.0f, fl = floorf(tt);
-				unsigned m = (unsigned)fl + (lsqk_u01(lsqk_mix(key ^ (i * LSQK_IDX))) < __fsub_rn(tt, fl) ? 1u : 0u);
+				unsigned m = (unsigned)fl + (ibp_u01(ibp_mix64(key ^ (i * LSQK_IDX))) < __fsub_rn(tt, fl) ? 1u : 0u);
 				if (m > Lm)
 					m = Lm;
 				unsigned v = m | (x < 0 && m ? 1u << (B - 1) : 0u);
@@ -240,7 +228,7 @@ static __global__ void __launch_bounds__(LSQK_THREADS)
 		for (unsigned e = 0; e < 64 && q * 64 + e < k; e++) {
 			uint64_t i = q * 64 + e;
 			float x = g[i], p = m > 0 ? __fdiv_rn(__fmul_rn(ps, fabsf(x)), m) : 0.0f;
-			P |= (uint64_t)(lsqk_u01(lsqk_mix(key ^ (i * LSQK_IDX))) < p) << e;
+			P |= (uint64_t)(ibp_u01(ibp_mix64(key ^ (i * LSQK_IDX))) < p) << e;
 			N |= (uint64_t)(x < 0) << e;
 		}
 		w.P[q] = P;

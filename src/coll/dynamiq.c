@@ -50,15 +50,6 @@ static inline float maxf(float a, float b)
 	return a > b ? a : b;
 }
 
-/* BF16 of v >= 0 rounded up, so the group maxima never exceed it. */
-static uint16_t bf16_up(float v)
-{
-	uint16_t b = fp8i_f32_to_bf16(v);
-	if (fp8i_bf16_to_f32(b) < v)
-		b++;
-	return b;
-}
-
 /* Elements of SG j. */
 static uint64_t sg_len(const dq_plan_t *pl, uint64_t j)
 {
@@ -308,7 +299,7 @@ static void sg_encode(const dq_plan_t *pl, const float *y, uint64_t c, int q, ui
 		float M = 0;
 		for (uint64_t g = 0; g < ng; g++)
 			M = maxf(M, gmax[g]);
-		uint16_t sb = bf16_up(M);
+		uint16_t sb = fp8i_bf16_up(M);
 		p[0] = (uint8_t)sb;
 		p[1] = (uint8_t)(sb >> 8);
 		sf = fp8i_bf16_to_f32(sb);
@@ -332,7 +323,7 @@ static void sg_encode(const dq_plan_t *pl, const float *y, uint64_t c, int q, ui
 		float M = 0;
 		for (uint64_t g = 0; g < ng; g++)
 			M = maxf(M, gmax[g]);
-		uint16_t sb = bf16_up(M);
+		uint16_t sb = fp8i_bf16_up(M);
 		p[0] = (uint8_t)sb;
 		p[1] = (uint8_t)(sb >> 8);
 		sf = fp8i_bf16_to_f32(sb);

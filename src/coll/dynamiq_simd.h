@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "ibp/types.h"
+#include "util/mix.h"
 
 #define DQ_G 16u  /* DynamiQ group: entries sharing one UINT8 scale */
 #define DQ_S 256u /* DynamiQ super-group: entries sharing one BF16 scale */
@@ -25,21 +26,17 @@ typedef enum coll_simd_impl {
 	COLL_SIMD_AVX512 = 3  /* x86-64 AVX-512 F, BW, VL, DQ + BMI2 */
 } coll_simd_impl_t;
 
-/* The splitmix64 finaliser every codec's randomness goes through, and the
- * uniform in [0, 1) of its top 24 bits (exact in FP32). A uniform is
- * u01(mix(base ^ (index * C))): counter based, so any thread (or a GPU
- * lane) computes the uniform of any coordinate. */
+/* The randomness every codec's rounding goes through (util/mix.h, shared
+ * with the CUDA kernels): coll_mix is the splitmix64 finaliser, coll_u01
+ * the uniform in [0, 1) of its top 24 bits. */
 static inline uint64_t coll_mix(uint64_t z)
 {
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
+	return ibp_mix64(z);
 }
 
 static inline float coll_u01(uint64_t h)
 {
-	return (float)(h >> 40) * (1.0f / 16777216.0f);
+	return ibp_u01(h);
 }
 
 /* Packs 8 values < 16 held one per byte of x (byte 0 first) into 4 bytes

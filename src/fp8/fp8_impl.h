@@ -145,6 +145,16 @@ static inline IBP_HD uint16_t fp8i_f32_to_bf16(float f)
 	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+/* BF16 of v >= 0 rounded up (never below v): DynamiQ's super-group scales,
+ * on the CPU (src/coll/dynamiq.c) and the GPU (kernels/dynamiq.cu). */
+static inline IBP_HD uint16_t fp8i_bf16_up(float v)
+{
+	uint16_t b = fp8i_f32_to_bf16(v);
+	if (fp8i_bf16_to_f32(b) < v)
+		b++;
+	return b;
+}
+
 /* float -> IEEE half, round to nearest even, overflow to Inf, NaN quiet. */
 static inline IBP_HD uint16_t fp8i_f32_to_f16(float f)
 {

@@ -15,6 +15,7 @@
 #include "coll/dynamiq.h"
 #include "coll/dynamiq_simd.h"
 #include "fp8/fp8_impl.h"
+#include "util/mix.h"
 #include "ibp/coll.h"
 #include "ibp/status.h"
 #include "ranks.h"
@@ -397,6 +398,22 @@ Test(dynamiq, collective_bf16_identical_ranks)
 }
 
 static int simd_impls(coll_simd_impl_t *out);
+
+/* The randomness CPU codecs and CUDA kernels share (util/mix.h): splitmix64's
+ * known outputs, and the uniform's ends (a change here would move CPU and GPU
+ * together, so only known values can catch it). */
+Test(dynamiq, mix_known_values)
+{
+	cr_assert_eq(ibp_mix64(0), 0xe220a8397b1dcdafull);
+	cr_assert_eq(ibp_mix64(0x9e3779b97f4a7c15ull), 0x6e789e6aa1b965f4ull);
+	cr_assert_eq(ibp_mix64(12345), 0x22118258a9d111a0ull);
+	cr_assert_eq(ibp_u01(0), 0.0f);
+	cr_assert_eq(ibp_u01(1ull << 40), 1.0f / 16777216.0f);
+	cr_assert_eq(ibp_u01(~0ull), 1.0f - 1.0f / 16777216.0f);
+	cr_assert_eq(fp8i_bf16_up(1.0f), 0x3f80);
+	cr_assert_eq(fp8i_bf16_up(1.00390625f), 0x3f81); /* 1 + 2^-8: bf16 rounds it down to 1, up is 0x3f81 */
+	cr_assert_eq(fp8i_bf16_up(0.0f), 0x0000);
+}
 
 /* The shared float32 -> dt narrow (DynamiQ's and PTS's results): known
  * values, nearest even on ties, Inf and NaN kept, FP32 copied. */
