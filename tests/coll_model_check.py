@@ -9,6 +9,7 @@ any directory: the tool is found next to this file). Exit 0: every check
 passed; 1: the failed checks are printed; 77: Python older than 3.7.
 """
 import copy
+import functools
 import importlib.util
 import json
 import os
@@ -34,6 +35,7 @@ def close(a, b, rel=1e-9):
     return abs(a - b) <= rel * max(abs(a), abs(b), 1e-300)
 
 
+@functools.lru_cache(maxsize=None)
 def load():
     spec = importlib.util.spec_from_file_location('coll_model', TOOL)
     mod = importlib.util.module_from_spec(spec)
@@ -50,13 +52,7 @@ def inputs(**kw):
                     'lsq': {'ratio': 4.0, 'enc_Bps': 1e9, 'dec_Bps': 2e9},
                     'pts': {'ratio': 12.0, 'enc_Bps': 1e9, 'dec_Bps': 2e9}},
          'reduce_Bps': 1e9, 'dtype': 'bf16', 'threads': 1, 'transport': 'mpi'}
-    def merge(dst, src):
-        for k, v in src.items():
-            if isinstance(v, dict) and isinstance(dst.get(k), dict):
-                merge(dst[k], v)
-            else:
-                dst[k] = v
-    merge(d, kw)
+    load()._merge(d, kw)  # the tool's own merge of --inputs files
     return d
 
 

@@ -7,13 +7,7 @@
 
 #include <stdint.h>
 
-#ifndef IBP_HD
-#ifdef __CUDACC__
-#define IBP_HD __host__ __device__
-#else
-#define IBP_HD
-#endif
-#endif
+#include "util/hd.h"
 
 /* c[b]: how many of the n rows have bit b of this byte set; need: the
  * smallest count that makes a bit invariant (ibpi_train_need). Bit b is

@@ -10,13 +10,7 @@
 
 #include "ibp/codec.h"
 
-#ifndef IBP_HD
-#ifdef __CUDACC__
-#define IBP_HD __host__ __device__
-#else
-#define IBP_HD
-#endif
-#endif
+#include "util/hd.h"
 
 /* A row of R bytes with n exceptions whose fields take E bits, under a
  * cluster of S static bits, in a codec of D chunks whose list entries take

@@ -37,8 +37,10 @@ IBP_INLINE void ibp_row_stats_c(const ibp_codec_t *c, const ibp_cluster_t *clp, 
 	*pE = E;
 }
 
-void ibpi_row_stats_xv(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
-			     uint64_t *n, uint64_t *E, const int xv)
+/* Inlined with xv a constant into each caller below: a run-time xv would
+ * put a branch into every chunk of the encoder's sizing pass. */
+IBP_INLINE void row_stats_xv(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row, uint64_t *n,
+			     uint64_t *E, const int xv)
 {
 	switch (c->C) {
 	case 1: ibp_row_stats_c(c, cl, row, n, E, 1, xv); break;
@@ -48,11 +50,17 @@ void ibpi_row_stats_xv(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint
 	}
 }
 
+void ibpi_row_stats_xv(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row, uint64_t *n, uint64_t *E,
+		       int xv)
+{
+	if (xv)
+		row_stats_xv(c, cl, row, n, E, 1);
+	else
+		row_stats_xv(c, cl, row, n, E, 0);
+}
+
 void ibpi_row_stats(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
 		   uint64_t *n, uint64_t *E)
 {
-	if (cl->has_x)
-		ibpi_row_stats_xv(c, cl, row, n, E, 1);
-	else
-		ibpi_row_stats_xv(c, cl, row, n, E, 0);
+	ibpi_row_stats_xv(c, cl, row, n, E, cl->has_x);
 }

@@ -8,13 +8,7 @@
 
 #include <stdint.h>
 
-#ifndef IBP_HD
-#ifdef __CUDACC__
-#define IBP_HD __host__ __device__
-#else
-#define IBP_HD
-#endif
-#endif
+#include "util/hd.h"
 
 #define EXPF_MAGIC 0x45504249u /* "IBPE" little-endian */
 #define EXPF_VERSION 2u        /* written; 1 (no flags, no checksum) still decodes */

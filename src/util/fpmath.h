@@ -8,13 +8,7 @@
 
 #include <stdint.h>
 
-#ifndef IBP_HD
-#ifdef __CUDACC__
-#define IBP_HD __host__ __device__
-#else
-#define IBP_HD
-#endif
-#endif
+#include "util/hd.h"
 
 #if defined(__CUDA_ARCH__)
 #define FP_ADD(a, b) __fadd_rn((a), (b))

@@ -9,13 +9,7 @@
 
 #include <stdint.h>
 
-#ifndef IBP_HD
-#ifdef __CUDACC__
-#define IBP_HD __host__ __device__
-#else
-#define IBP_HD
-#endif
-#endif
+#include "util/hd.h"
 
 /* The splitmix64 finaliser. */
 static inline IBP_HD uint64_t ibp_mix64(uint64_t z)

@@ -369,10 +369,28 @@ Test(lsq, alltoall_bits)
 	}
 }
 
-/* The sum of p ranks' PTS streams against the exact sum: within a factor 1.5
- * of the formula's expected squared error; every rank the same. */
-static void pts_check(rank_job_t *jobs, float **in, float **out, int p, uint64_t n, uint64_t calls)
+/* p ranks' PTS all-reduce of n Gaussian floats, `calls` times on each
+ * communicator (later calls reuse its working buffers), against the exact
+ * sum. The keys the collective makes are internal, so the ranks are
+ * compared with each other and the error with the formula's scale: one
+ * draw of a sum of independent errors, within a factor 1.5 of its
+ * expectation. */
+static void pts_run(int p, uint64_t n, uint64_t seed, int calls)
 {
+	float *in[8], *out[8];
+	rank_job_t jobs[8];
+	tu_rng_t r;
+	cr_assert(p <= 8);
+	tu_rng_seed(&r, seed);
+	for (int k = 0; k < p; k++) {
+		in[k] = malloc(n * 4);
+		out[k] = malloc(n * 4);
+		for (uint64_t i = 0; i < n; i++)
+			in[k][i] = (float)gauss(&r);
+		jobs[k] = (rank_job_t){ .dt = IBP_DTYPE_F32, .codec = IBP_COLL_CODEC_PTS, .n = n, .in = in[k], .out = out[k],
+					.calls = calls };
+	}
+	ranks_run(jobs, p);
 	double e = 0, varf = 0;
 	for (int k = 0; k < p; k++) {
 		cr_assert_eq(jobs[k].st, IBP_OK, "rank %d: %s", k, jobs[k].err);
@@ -390,7 +408,11 @@ static void pts_check(rank_job_t *jobs, float **in, float **out, int p, uint64_t
 		e += (out[0][i] - t) * (out[0][i] - t);
 	}
 	cr_assert(e > varf / 1.5 && e < varf * 1.5, "error %g vs expected %g", e, varf);
-	cr_assert_eq(jobs[0].stats.compressed, calls);
+	cr_assert_eq(jobs[0].stats.compressed, (uint64_t)calls);
+	for (int k = 0; k < p; k++) {
+		free(in[k]);
+		free(out[k]);
+	}
 }
 
 /* Calls after the first reuse the communicator's working buffers: none
@@ -398,69 +420,12 @@ static void pts_check(rank_job_t *jobs, float **in, float **out, int p, uint64_t
  * allocations). */
 Test(pts, repeated_calls)
 {
-	int p = 3;
-	uint64_t n = 2003;
-	float *in[3], *out[3];
-	rank_job_t jobs[3];
-	tu_rng_t r;
-	tu_rng_seed(&r, 9);
-	for (int k = 0; k < p; k++) {
-		in[k] = malloc(n * 4);
-		out[k] = malloc(n * 4);
-		for (uint64_t i = 0; i < n; i++)
-			in[k][i] = (float)gauss(&r);
-		jobs[k] = (rank_job_t){ .dt = IBP_DTYPE_F32, .codec = IBP_COLL_CODEC_PTS, .n = n, .in = in[k], .out = out[k],
-					.calls = 3 };
-	}
-	ranks_run(jobs, p);
-	pts_check(jobs, in, out, p, n, 3);
-	for (int k = 0; k < p; k++) {
-		free(in[k]);
-		free(out[k]);
-	}
+	pts_run(3, 2003, 9, 3);
 }
 
 Test(pts, allreduce)
 {
-	int p = 4;
-	uint64_t n = 3001;
-	float *in[4], *out[4];
-	rank_job_t jobs[4];
-	tu_rng_t r;
-	tu_rng_seed(&r, 8);
-	for (int k = 0; k < p; k++) {
-		in[k] = malloc(n * 4);
-		out[k] = malloc(n * 4);
-		for (uint64_t i = 0; i < n; i++)
-			in[k][i] = (float)gauss(&r);
-		jobs[k] = (rank_job_t){ .dt = IBP_DTYPE_F32, .codec = IBP_COLL_CODEC_PTS, .n = n, .in = in[k], .out = out[k] };
-	}
-	ranks_run(jobs, p);
-	/* The expected sum: each rank's stream, decoded in rank order (keys as the collective makes them are
-	 * internal, so compare the ranks with each other and the error with the formula's scale). */
-	double e = 0, varf = 0;
-	for (int k = 0; k < p; k++) {
-		cr_assert_eq(jobs[k].st, IBP_OK, "rank %d: %s", k, jobs[k].err);
-		cr_assert_eq(memcmp(out[k], out[0], n * 4), 0, "rank %d differs", k);
-		double m = 0;
-		for (uint64_t i = 0; i < n; i++)
-			m = fmax(m, fabs(in[k][i]));
-		for (uint64_t i = 0; i < n; i++)
-			varf += fabs(in[k][i]) * m - (double)in[k][i] * in[k][i];
-	}
-	for (uint64_t i = 0; i < n; i++) {
-		double t = 0;
-		for (int k = 0; k < p; k++)
-			t += in[k][i];
-		e += (out[0][i] - t) * (out[0][i] - t);
-	}
-	/* One draw of a sum of independent errors: within a factor 1.5 of its expectation (n = 3001). */
-	cr_assert(e > varf / 1.5 && e < varf * 1.5, "error %g vs expected %g", e, varf);
-	cr_assert_eq(jobs[0].stats.compressed, 1);
-	for (int k = 0; k < p; k++) {
-		free(in[k]);
-		free(out[k]);
-	}
+	pts_run(4, 3001, 8, 1);
 }
 
 /* ---- the vector kernels (dynamiq_simd.h) against the scalar reference ---- */

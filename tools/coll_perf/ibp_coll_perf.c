@@ -421,6 +421,12 @@ static void run_pingpong(rank_ctx_t *rc)
 		g->errors++;
 		return;
 	}
+	if (rc->mpi && g->e > 2147483647ull) { /* one MPI_Send of an int count */
+		if (r == 0)
+			fprintf(stderr, "ibp-coll-perf: pingpong over MPI takes sizes up to 2 GiB - 1\n");
+		g->errors++;
+		return;
+	}
 	uint8_t *buf = calloc(1, g->e > 8 ? g->e : 8);
 	double *tm = malloc((size_t)(reps + g->warmup) * sizeof(double));
 	double sx = 0, sy = 0, sxx = 0, sxy = 0, alpha = 0;
