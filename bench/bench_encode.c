@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "ibp.h"
+#include "ibp/unstable.h"
 
 #define BENCH_NAME "bench_encode"
 #include "bench_util.h"

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "ibp.h"
+#include "ibp/unstable.h"
 #define BENCH_NAME "bench_gather"
 #include "bench_util.h"
 

@@ -3,7 +3,7 @@
  * For each sample data set (datasets/sample: bf16 KV rows, f32 token
  * embeddings, f32 bag-of-words rows), replicated to --mb MiB in device
  * memory: ibp_exp_encode_cuda / ibp_exp_decode_cuda (lossless, chunks of
- * 64 Ki elements) and ibp_fp8_encode_cuda / ibp_fp8_decode_cuda_bounded
+ * 64 Ki elements) and ibp_fp8_encode_cuda / ibp_fp8_decode_bounded_cuda
  * (lossy, streams of 1 Mi elements), each in uncompressed GB/s (bytes of
  * the tensor / time; median of --runs timed runs with CUDA events after
  * --warmup), beside the plain device-to-device cudaMemcpyAsync of the same
@@ -72,7 +72,7 @@ static void run(const std::string &path, uint64_t mb, int warmup, int runs, cuda
 		uint64_t bound = 0, ws = 0;
 		IK(ibp_exp_encode_bound(dt, chunk, &bound));
 		const uint64_t stride = (bound + 127) & ~127ull;
-		IK(ibp_exp_cuda_encode_workspace(dt, n, chunk, &ws));
+		IK(ibp_exp_encode_workspace_cuda(dt, n, chunk, &ws));
 		uint8_t *enc = nullptr, *wsp = nullptr;
 		uint64_t *sizes = nullptr, *offs = nullptr;
 		int32_t *status = nullptr;
@@ -142,7 +142,7 @@ static void run(const std::string &path, uint64_t mb, int warmup, int runs, cuda
 		CK(cudaMalloc(&enc, nc * stride));
 		CK(cudaMalloc(&status, 4));
 		IK(ibp_fp8_encode_cuda(src, dt, n, chunk, &o, enc, s));
-		IK(ibp_fp8_decode_cuda_bounded(enc, nc * stride, dt, n, chunk, &o, back, status, s));
+		IK(ibp_fp8_decode_bounded_cuda(enc, nc * stride, dt, n, chunk, &o, back, status, s));
 		int32_t st = -1;
 		CK(cudaMemcpyAsync(&st, status, 4, cudaMemcpyDeviceToHost, s));
 		CK(cudaMemcpyAsync(check.data(), back, bytes, cudaMemcpyDeviceToHost, s));
@@ -172,7 +172,7 @@ static void run(const std::string &path, uint64_t mb, int warmup, int runs, cuda
 		r.enc = gb / (time_ms(s, warmup, runs, [&](int) { IK(ibp_fp8_encode_cuda(src, dt, n, chunk, &o, enc, s)); }) *
 			      1e-3);
 		r.dec = gb / (time_ms(s, warmup, runs, [&](int) {
-				      IK(ibp_fp8_decode_cuda_bounded(enc, nc * stride, dt, n, chunk, &o, back, status, s));
+				      IK(ibp_fp8_decode_bounded_cuda(enc, nc * stride, dt, n, chunk, &o, back, status, s));
 			      }) * 1e-3);
 		out.push_back(r);
 		CK(cudaFree(enc));

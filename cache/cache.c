@@ -11,6 +11,7 @@
 #include "ibp/codec.h"
 #include "ibp/container.h"
 #include "util/error.h"
+#include "util/opts.h"
 
 
 
@@ -21,6 +22,7 @@ void ibp_cache_opts_default(ibp_cache_opts_t *o)
 	if (!o)
 		return;
 	memset(o, 0, sizeof(*o));
+	o->size = sizeof(*o);
 	o->raw_threshold = 0.95;
 	o->policy = IBP_CACHE_POLICY_DEFAULT;
 	o->device = -1;
@@ -98,6 +100,7 @@ ibp_status_t ibp_cache_create(const ibp_cache_opts_t *opts, ibp_cache_t **out)
 	if (!opts || !out)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: NULL %s", opts ? "out" : "opts");
 	*out = NULL;
+	IBP_TRY(IBPI_OPTS_CHECK(opts, "ibp_cache_create", "ibp_cache_opts_t"));
 	ibp_cache_opts_t o = *opts;
 	if (!o.capacity_bytes)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_cache_create: capacity_bytes is 0");

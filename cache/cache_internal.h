@@ -11,6 +11,19 @@
 #include "cuda/slab_cache.h"
 #include "ibp/cache.h"
 
+/* Declared for users in ibp/unstable.h (the library does not include it). */
+#ifdef __cplusplus
+extern "C" {
+#endif
+ibp_status_t ibp_cache_gather_evict(ibp_cache_t *c, ibp_store_t *store, const int64_t *ids, uint64_t n,
+				    void *out, const int64_t *out_rows, int32_t *status, uint32_t flags,
+				    int64_t *evicted, uint64_t evicted_cap, uint64_t *n_evicted, void *stream);
+ibp_status_t ibp_cache_prefetch_evict(ibp_cache_t *c, ibp_store_t *store, const int64_t *ids, uint64_t n,
+				      int64_t *evicted, uint64_t evicted_cap, uint64_t *n_evicted, void *stream);
+#ifdef __cplusplus
+}
+#endif
+
 /* ---- 64-bit index entry: cuda/slab_cache.h, shared with the GPU kernels ----
  * A GHOST entry (an id S3-FIFO evicted lately; host index only) keeps its
  * ring sequence in the low 62 bits instead. */

@@ -376,7 +376,7 @@ static ibp_status_t encode_exp(ibp_kv_stream_t *s, uint64_t n)
 	IBP_TRY(host_grow(s, &s->h_esz, n * 8));
 	uint64_t *eoff = s->h_eoff.p, *esz = s->h_esz.p;
 	uint64_t ws = 0;
-	IBP_TRY(ibp_exp_cuda_encode_workspace(s->dt, n * s->chunk, s->chunk, &ws));
+	IBP_TRY(ibp_exp_encode_workspace_cuda(s->dt, n * s->chunk, s->chunk, &ws));
 	IBP_TRY(dev_grow(s, &s->d_ws, ws));
 	IBP_TRY(dev_grow(s, &s->d_esz, n * 8));
 	IBP_TRY(ibp_exp_encode_cuda(s->d_rows.p, s->dt, n * s->chunk, s->chunk, &o, s->d_pay.p, s->estride, s->d_esz.p,

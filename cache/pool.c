@@ -10,6 +10,7 @@
 
 #include "cache_internal.h"
 #include "util/error.h"
+#include "util/opts.h"
 
 struct ibp_slab_pool {
 	ibp_cache_t c;
@@ -23,6 +24,7 @@ void ibp_slab_pool_opts_default(ibp_slab_pool_opts_t *o)
 	if (!o)
 		return;
 	memset(o, 0, sizeof(*o));
+	o->size = sizeof(*o);
 	o->policy = IBP_CACHE_POLICY_DEFAULT;
 }
 
@@ -31,6 +33,7 @@ ibp_status_t ibp_slab_pool_create(const ibp_slab_pool_opts_t *opts, ibp_slab_poo
 	if (!opts || !out)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_create: NULL %s", opts ? "out" : "opts");
 	*out = NULL;
+	IBP_TRY(IBPI_OPTS_CHECK(opts, "ibp_slab_pool_create", "ibp_slab_pool_opts_t"));
 	const ibp_slab_pool_opts_t *o = opts;
 	if (!o->capacity_bytes)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_slab_pool_create: capacity_bytes is 0");

@@ -5,6 +5,7 @@
  *   cc codec.c $(pkg-config --cflags --libs ibp) -o codec && ./codec
  */
 #include <ibp.h>
+#include <ibp/unstable.h> /* ibp_codec_set_impl, ibp_paper_layout_size: knobs outside the stable API */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -20,6 +20,7 @@
 #include "ibp/exp.h"
 #include "cuda_check.h"
 #include "exp/exp_format.h"
+#include "util/opts.h"
 
 #define EXPK_THREADS 256
 #define EXPK_SCAN_THREADS 1024
@@ -603,7 +604,7 @@ static uint64_t expk_bound(const expf_shape_t *s, uint64_t n)
 	return coded > raw ? coded : raw;
 }
 
-extern "C" ibp_status_t ibp_exp_cuda_encode_workspace(ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems,
+extern "C" ibp_status_t ibp_exp_encode_workspace_cuda(ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems,
 							uint64_t *bytes)
 {
 	expk_batch b = {};
@@ -623,6 +624,7 @@ extern "C" ibp_status_t ibp_exp_encode_cuda(const void *d_src, ibp_dtype_t dt, u
 	expk_batch b = {};
 	expk_ws w;
 	ibp_exp_opts_t def;
+	IBP_TRY(IBPI_OPTS_CHECK(opts, "exp_encode_cuda", "ibp_exp_opts_t"));
 	if (!opts) {
 		ibp_exp_opts_default(&def);
 		opts = &def;
@@ -717,4 +719,10 @@ extern "C" ibp_status_t ibp_exp_decode_cuda(const void *d_src, uint64_t src_byte
 	IBP_CUDA_LAUNCH("launch expk_decode", expk_decode, grid, EXPK_THREADS, 0, st,
 			(const uint8_t *)d_src, src_bytes, d_offsets, d_sizes, b, (uint8_t *)d_dst, d_status);
 	return IBP_OK;
+}
+
+/* Deprecated alias (docs/API.md "Names"). */
+extern "C" ibp_status_t ibp_exp_cuda_encode_workspace(ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems, uint64_t *bytes)
+{
+	return ibp_exp_encode_workspace_cuda(dt, n, chunk_elems, bytes);
 }

@@ -406,7 +406,7 @@ static uint64_t fp8k_streams_bytes(const fp8k_shape &sh)
 	return (sh.nchunks - 1) * sh.stride + fp8k_stream_bytes(last, sh.log2b);
 }
 
-extern "C" ibp_status_t ibp_fp8_decode_cuda_bounded(const void *d_src, uint64_t src_bytes, ibp_dtype_t dt,
+extern "C" ibp_status_t ibp_fp8_decode_bounded_cuda(const void *d_src, uint64_t src_bytes, ibp_dtype_t dt,
 						    uint64_t n, uint64_t chunk_elems, const ibp_fp8_opts_t *o,
 						    void *d_dst, int32_t *d_status, void *stream)
 {
@@ -444,6 +444,14 @@ extern "C" ibp_status_t ibp_fp8_decode_cuda(const void *d_src, ibp_dtype_t dt, u
 	fp8k_shape sh = {};
 	o = fp8k_opts(o, &def);
 	IBP_TRY(fp8k_shape_of(dt, n, chunk_elems, o, &sh, "fp8_decode_cuda"));
-	return ibp_fp8_decode_cuda_bounded(d_src, fp8k_streams_bytes(sh), dt, n, chunk_elems, o, d_dst, d_status,
+	return ibp_fp8_decode_bounded_cuda(d_src, fp8k_streams_bytes(sh), dt, n, chunk_elems, o, d_dst, d_status,
 					   stream);
+}
+
+/* Deprecated alias (docs/API.md "Names"). */
+extern "C" ibp_status_t ibp_fp8_decode_cuda_bounded(const void *d_src, uint64_t src_bytes, ibp_dtype_t dt, uint64_t n,
+					   uint64_t chunk_elems, const ibp_fp8_opts_t *o, void *d_dst,
+					   int32_t *d_status, void *stream)
+{
+	return ibp_fp8_decode_bounded_cuda(d_src, src_bytes, dt, n, chunk_elems, o, d_dst, d_status, stream);
 }

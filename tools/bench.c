@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "ibp/unstable.h"
 #include "json.h"
 #include "progress.h"
 #ifdef IBP_HAVE_ZSTD

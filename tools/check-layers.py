@@ -30,7 +30,7 @@ LAYERS = [
     (5, 'cuda', ['src/cuda', 'kernels', 'include/ibp/cuda.h']),
     (6, 'cache', ['cache', 'include/ibp/cache.h', 'include/ibp/slab_pool.h', 'include/ibp/kv.h']),
     (7, 'coll', ['src/coll', 'include/ibp/coll.h']),
-    (9, 'umbrella', ['include/ibp.h']),
+    (9, 'umbrella', ['include/ibp.h', 'include/ibp/unstable.h']),
 ]
 LIBRARY = ['src', 'include', 'kernels', 'cache']  # folders checked against LAYERS
 OUTSIDE = ['tools', 'bench', 'python', 'examples']  # public headers and their own folder only

@@ -111,6 +111,8 @@ typedef enum ibp_cache_policy {
 
 /* Options. Always initialise with ibp_cache_opts_default(). */
 typedef struct ibp_cache_opts {
+	uint64_t size; /* sizeof this struct: set by ibp_cache_opts_default(), checked by every call
+			  taking it (IBP_ERR_INVALID_ARG when it is not) */
 	uint64_t capacity_bytes; /* bytes of slabs (required, > 0) */
 	uint64_t row_bytes;      /* decoded row size of the table (required, 1..IBP_CACHE_MAX_ROW_BYTES) */
 	uint64_t slab_bytes;     /* 0 = auto: about capacity / 64 (16 KiB..1 MiB), a whole number (>= 4)
@@ -248,23 +250,6 @@ ibp_status_t ibp_cache_gather(ibp_cache_t *c, ibp_store_t *store, const int64_t 
 			      void *out, const int64_t *out_rows, int32_t *status, uint32_t flags,
 			      void *stream);
 
-/* ibp_cache_gather that also reports the rows it evicted, so that a caller
- * keeping copies of cached rows elsewhere can write them back or
- * invalidate them. evicted != NULL: at most evicted_cap rows are evicted by
- * this call (a miss whose admission would need more is not admitted, and
- * counts in stats.rejected; evicted_cap 0 admits into free space only),
- * and their ids go to evicted[0..*n_evicted) in the order they were
- * evicted: no gaps, no id twice, each a row that was resident (READY) and
- * no longer is unless a later pass of the same call (n > max_batch)
- * admitted it again. evicted == NULL: no limit (evicted_cap must be 0);
- * *n_evicted (NULL allowed) gets the count. Evictions of other callers
- * running at the same time are theirs, never reported here. *n_evicted is
- * set (0 on an argument error) whatever the status. Errors as
- * ibp_cache_gather, plus IBP_ERR_INVALID_ARG for evicted without
- * n_evicted or evicted_cap > 0 without evicted. No allocation. */
-ibp_status_t ibp_cache_gather_evict(ibp_cache_t *c, ibp_store_t *store, const int64_t *ids, uint64_t n,
-				    void *out, const int64_t *out_rows, int32_t *status, uint32_t flags,
-				    int64_t *evicted, uint64_t evicted_cap, uint64_t *n_evicted, void *stream);
 
 /* Admits rows ids[0..n) that are not resident, as a gather would, without
  * output (a row that fails to decode is skipped, not an error).
@@ -274,9 +259,6 @@ ibp_status_t ibp_cache_gather_evict(ibp_cache_t *c, ibp_store_t *store, const in
 ibp_status_t ibp_cache_prefetch(ibp_cache_t *c, ibp_store_t *store, const int64_t *ids, uint64_t n,
 				void *stream);
 
-/* ibp_cache_prefetch with the evicted-row output of ibp_cache_gather_evict. */
-ibp_status_t ibp_cache_prefetch_evict(ibp_cache_t *c, ibp_store_t *store, const int64_t *ids, uint64_t n,
-				      int64_t *evicted, uint64_t evicted_cap, uint64_t *n_evicted, void *stream);
 
 /* The static fill: admits rows in decreasing score[id] (ties: smaller id
  * first) while they fit, for id in [0, n); n must equal the store's rows.

@@ -55,6 +55,8 @@ typedef struct ibp_codec ibp_codec_t;
 
 /* Training options. Always initialise with ibp_train_opts_default(). */
 typedef struct ibp_train_opts {
+	uint64_t size; /* sizeof this struct: set by ibp_train_opts_default(), checked by every call
+			  taking it (IBP_ERR_INVALID_ARG when it is not) */
 	unsigned chunk_bytes; /* 1, 2, 4, 8; 0 = auto (smallest actual size) */
 	double threshold;     /* T in [0.5, 1.0]; < 0 = auto sweep 0.70..1.00 step 0.05 */
 	double sample;        /* fraction of rows used for statistics, (0, 1]; 0 = auto */
@@ -141,10 +143,6 @@ int ibp_codec_has_xval(const ibp_codec_t *c);
 /* Size of the static part of a non-raw row of `cluster`, in bits. */
 uint64_t ibp_codec_static_bits(const ibp_codec_t *c, unsigned cluster);
 
-/* Selects the CPU implementation for this codec (for tests and benchmarks).
- * Returns IBP_ERR_UNSUPPORTED if this CPU or build lacks it. This changes
- * the codec: do not call it while other threads use the codec. */
-ibp_status_t ibp_codec_set_impl(ibp_codec_t *c, ibp_impl_t impl);
 /* The implementation this codec currently uses (never AUTO). */
 ibp_impl_t ibp_codec_impl(const ibp_codec_t *c);
 
@@ -193,11 +191,6 @@ ibp_status_t ibp_decode_batch(const ibp_codec_t *c, const void *src, uint64_t sr
 			      const uint64_t *offsets, const uint8_t *flags,
 			      const uint8_t *clusters, uint64_t nrows, void *dst, int nthreads);
 
-/* Size in bytes of the same rows in the IBP paper's original layout
- * (participation bitmap of D bits rounded up to a chunk word, then the
- * payload rounded up to a chunk word; raw when not smaller), for the
- * layout comparison in benchmarks. Each row uses its best cluster. */
-uint64_t ibp_paper_layout_size(const ibp_codec_t *c, const void *rows, uint64_t nrows);
 
 #ifdef __cplusplus
 }

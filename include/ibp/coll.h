@@ -13,7 +13,7 @@
  *   AllGather      ring, P-1 steps, compressed blocks forwarded unchanged
  *                  (a block of 32 KiB or more coded is decoded on the
  *                  communicator's helper thread, made on first use and
- *                  joined by ibp_coll_comm_destroy, while the next step
+ *                  joined by ibp_coll_comm_free, while the next step
  *                  forwards it)
  *   ReduceScatter  ring, P-1 steps; chunk c is summed in the order
  *                  c+1, c+2, ..., c (ranks mod P), whatever the codec
@@ -266,6 +266,8 @@ typedef enum ibp_coll_memory {
 
 /* Communicator options. Always initialise with ibp_coll_opts_default(). */
 typedef struct ibp_coll_opts {
+	uint64_t size; /* sizeof this struct: set by ibp_coll_opts_default(), checked by every call
+			  taking it (IBP_ERR_INVALID_ARG when it is not) */
 	int64_t timeout_ms;       /* bound on every wait; default 60000 */
 	ibp_coll_policy_t policy; /* default AUTO */
 	int calibrate;            /* 1 (default): measure link and codecs at creation (collective) */
@@ -302,7 +304,7 @@ void ibp_coll_opts_default(ibp_coll_opts_t *o);
 const char *ibp_coll_codec_name(ibp_coll_codec_t c);
 
 /* Makes a communicator over transport `t` (copied; the communicator owns
- * t->ctx and calls t->destroy at ibp_coll_comm_destroy, also when this call
+ * t->ctx and calls t->destroy at ibp_coll_comm_free, also when this call
  * fails). Collective: every rank calls it (calibration exchanges messages).
  * opts NULL = defaults. IBP_ERR_INVALID_ARG on a bad transport or options,
  * IBP_ERR_NOMEM, or a transport error from calibration. */
@@ -355,7 +357,9 @@ ibp_status_t ibp_coll_comm_from_nccl(const void *nccl_comm, const ibp_coll_opts_
  * are freed when their call returns; a communicator broken while a
  * transport request was in flight keeps them allocated rather than free
  * memory the transport may still use). */
-void ibp_coll_comm_destroy(ibp_coll_comm_t *comm);
+void ibp_coll_comm_free(ibp_coll_comm_t *comm);
+/* The name before 0.2 (docs/API.md "Names"). */
+void ibp_coll_comm_destroy(ibp_coll_comm_t *comm) IBP_DEPRECATED("use ibp_coll_comm_free");
 
 /* Rank and number of ranks. */
 int ibp_coll_comm_rank(const ibp_coll_comm_t *comm);
@@ -411,7 +415,7 @@ ibp_status_t ibp_coll_comm_set_lsq_bits(ibp_coll_comm_t *comm, int bits);
  * NCCL transport does) or IBP_COLL_MEM_HOST_FALLBACK (host buffers, the
  * device orchestration with the kernels' CPU twins; any transport). Every
  * rank of the communicator must choose the same space. Working buffers
- * are kept by the communicator and grown, freed by ibp_coll_comm_destroy
+ * are kept by the communicator and grown, freed by ibp_coll_comm_free
  * or by a change of space. Errors: IBP_ERR_INVALID_ARG (NULL comm,
  * unknown space), IBP_ERR_NO_DEVICE (DEVICE in a build without CUDA, or
  * no device). Same threading as the collectives. */
@@ -429,7 +433,9 @@ ibp_status_t ibp_coll_inproc_transport(ibp_coll_inproc_t *w, int rank, ibp_coll_
 
 /* Frees the world (NULL is a no-op) after every communicator on it is
  * destroyed; undelivered messages are dropped. */
-void ibp_coll_inproc_destroy(ibp_coll_inproc_t *w);
+void ibp_coll_inproc_free(ibp_coll_inproc_t *w);
+/* The name before 0.2 (docs/API.md "Names"). */
+void ibp_coll_inproc_destroy(ibp_coll_inproc_t *w) IBP_DEPRECATED("use ibp_coll_inproc_free");
 
 /* ---- collectives (NCCL's argument order; host buffers; sum only) ----
  * dt: IBP_DTYPE_BF16, F16 or F32 (IBP_ERR_INVALID_ARG otherwise). Counts

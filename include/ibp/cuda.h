@@ -248,9 +248,6 @@ uint64_t ibp_cuda_store_row_bytes(const ibp_cuda_store_t *s);
 /* The store's device codec (NULL for a host-fallback store). */
 const ibp_cuda_codec_t *ibp_cuda_store_codec(const ibp_cuda_store_t *s);
 
-/* Chooses the gather kernel (default AUTO). Not thread-safe with gathers
- * running on other threads. Errors: IBP_ERR_INVALID_ARG. */
-ibp_status_t ibp_cuda_store_set_kernel(ibp_cuda_store_t *s, ibp_cuda_kernel_t k);
 
 /* Number of rows that failed (any non-OK row status) in gathers on this
  * store since the previous call, and resets the count. Synchronises

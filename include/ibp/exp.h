@@ -67,6 +67,8 @@ typedef struct ibp_exp_table {
 
 /* Encoder options. Always initialise with ibp_exp_opts_default(). */
 typedef struct ibp_exp_opts {
+	uint64_t size; /* sizeof this struct: set by ibp_exp_opts_default(), checked by every call
+			  taking it (IBP_ERR_INVALID_ARG when it is not) */
 	ibp_exp_table_mode_t table_mode;
 	double sigma;          /* SIGMA mode: > 0 use this sigma; 0 = measure (RMS) per block */
 	ibp_exp_table_t table; /* GIVEN mode only */
@@ -187,7 +189,10 @@ ibp_status_t ibp_exp_decode_batch_ext(const void *src, uint64_t src_size, const 
  * the work is enqueued. No call allocates device memory. */
 
 /* Workspace bytes ibp_exp_encode_cuda needs for this batch shape. */
-ibp_status_t ibp_exp_cuda_encode_workspace(ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems, uint64_t *bytes);
+ibp_status_t ibp_exp_encode_workspace_cuda(ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems, uint64_t *bytes);
+/* The name before 0.2 (docs/API.md "Names"). */
+ibp_status_t ibp_exp_cuda_encode_workspace(ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems, uint64_t *bytes)
+	IBP_DEPRECATED("use ibp_exp_encode_workspace_cuda");
 
 /* Encodes the chunks of d_src (n elements, chunk_elems per chunk) into the
  * blocks d_dst + i * dst_stride and writes each block's size to
@@ -197,7 +202,7 @@ ibp_status_t ibp_exp_cuda_encode_workspace(ibp_dtype_t dt, uint64_t n, uint64_t 
  * opts.checksum and opts.nthreads are ignored. dst_stride must be a
  * multiple of 128 and at least ibp_exp_encode_bound(dt, chunk_elems); d_dst
  * and d_workspace must be 128-byte aligned; workspace_bytes >=
- * ibp_exp_cuda_encode_workspace(). */
+ * ibp_exp_encode_workspace_cuda(). */
 ibp_status_t ibp_exp_encode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems,
 				 const ibp_exp_opts_t *opts, void *d_dst, uint64_t dst_stride, uint64_t *d_sizes,
 				 void *d_workspace, uint64_t workspace_bytes, void *stream);

@@ -43,14 +43,6 @@
 extern "C" {
 #endif
 
-#ifndef IBP_DEPRECATED
-#if defined(__GNUC__) || defined(__clang__)
-#define IBP_DEPRECATED(msg) __attribute__((deprecated(msg)))
-#else
-#define IBP_DEPRECATED(msg)
-#endif
-#endif
-
 typedef enum ibp_fp8_format {
 	IBP_FP8_E4M3 = 0, /* s.eeee.mmm, bias 7, max 448, no Inf, NaN 0x7F/0xFF */
 	IBP_FP8_E5M2 = 1  /* s.eeeee.mm, bias 15, max 57344, Inf 0x7C/0xFC */
@@ -79,6 +71,8 @@ ibp_status_t ibp_fp8_expand(const uint8_t *src, uint64_t n, ibp_fp8_format_t fmt
 
 /* Codec options. Always initialise with ibp_fp8_opts_default(). */
 typedef struct ibp_fp8_opts {
+	uint64_t size; /* sizeof this struct: set by ibp_fp8_opts_default(), checked by every call
+			  taking it (IBP_ERR_INVALID_ARG when it is not) */
 	ibp_fp8_format_t format; /* default E4M3 */
 	uint32_t block;          /* B: power of two, 16..4096; default 256 */
 	int hadamard;            /* 1 (default): rotate each block; 0: ablation */
@@ -166,17 +160,21 @@ ibp_status_t ibp_fp8_encode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, 
  * NULL or misaligned pointers: d_src 16-byte, d_dst element-aligned),
  * IBP_ERR_CORRUPT (src_bytes too small), IBP_ERR_NO_DEVICE,
  * IBP_ERR_UNSUPPORTED (no CUDA), IBP_ERR_CUDA. Thread-safe. */
-ibp_status_t ibp_fp8_decode_cuda_bounded(const void *d_src, uint64_t src_bytes, ibp_dtype_t dt, uint64_t n,
+ibp_status_t ibp_fp8_decode_bounded_cuda(const void *d_src, uint64_t src_bytes, ibp_dtype_t dt, uint64_t n,
 					 uint64_t chunk_elems, const ibp_fp8_opts_t *o, void *d_dst, int32_t *d_status,
 					 void *stream);
+/* The name before 0.2 (docs/API.md "Names"). */
+ibp_status_t ibp_fp8_decode_cuda_bounded(const void *d_src, uint64_t src_bytes, ibp_dtype_t dt, uint64_t n,
+					 uint64_t chunk_elems, const ibp_fp8_opts_t *o, void *d_dst, int32_t *d_status,
+					 void *stream) IBP_DEPRECATED("use ibp_fp8_decode_bounded_cuda");
 
-/* Deprecated (kept for existing callers; use ibp_fp8_decode_cuda_bounded):
- * as ibp_fp8_decode_cuda_bounded with src_bytes taken to be exactly the
+/* Deprecated (kept for existing callers; use ibp_fp8_decode_bounded_cuda):
+ * as ibp_fp8_decode_bounded_cuda with src_bytes taken to be exactly the
  * size the streams of this shape occupy, so the caller must guarantee that
  * d_src holds that many bytes. */
 ibp_status_t ibp_fp8_decode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems,
 				 const ibp_fp8_opts_t *o, void *d_dst, int32_t *d_status, void *stream)
-	IBP_DEPRECATED("use ibp_fp8_decode_cuda_bounded (takes the source length)");
+	IBP_DEPRECATED("use ibp_fp8_decode_bounded_cuda (takes the source length)");
 
 #ifdef __cplusplus
 }

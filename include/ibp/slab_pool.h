@@ -45,6 +45,8 @@ typedef void (*ibp_slab_pool_evict_fn)(void *user, int64_t handle, const void *d
 
 /* Options. Always initialise with ibp_slab_pool_opts_default(). */
 typedef struct ibp_slab_pool_opts {
+	uint64_t size; /* sizeof this struct: set by ibp_slab_pool_opts_default(), checked by every call
+			  taking it (IBP_ERR_INVALID_ARG when it is not) */
 	uint64_t capacity_bytes;  /* bytes of slabs (required, at least one slot of max_block_bytes) */
 	uint64_t max_block_bytes; /* largest block (required, 1..IBP_CACHE_MAX_ROW_BYTES) */
 	uint64_t slab_bytes;      /* 0 = auto, as ibp_cache_opts_t */

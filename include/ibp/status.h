@@ -12,6 +12,17 @@
 extern "C" {
 #endif
 
+/* Marks a deprecated call: the compiler warns where it is used. Deprecated
+ * names stay exported for one release after their replacement appears
+ * (docs/API.md "Names"). */
+#ifndef IBP_DEPRECATED
+#if defined(__GNUC__) || defined(__clang__)
+#define IBP_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define IBP_DEPRECATED(msg)
+#endif
+#endif
+
 /* Status codes. Values are stable: new codes are only ever appended. */
 typedef enum ibp_status {
 	IBP_OK = 0,

@@ -19,6 +19,16 @@
 #include "bitpack/row_mode.h"
 #include "ibp/codec.h"
 
+/* Declared for users in ibp/unstable.h (the library does not include it). */
+#ifdef __cplusplus
+extern "C" {
+#endif
+ibp_status_t ibp_codec_set_impl(ibp_codec_t *c, ibp_impl_t impl);
+uint64_t ibp_paper_layout_size(const ibp_codec_t *c, const void *rows, uint64_t nrows);
+#ifdef __cplusplus
+}
+#endif
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "libibp's codec assumes a little-endian host"
 #endif

@@ -42,6 +42,7 @@
 #include "bitpack/mask_rule.h"
 #include "bitpack/codec_internal.h"
 #include "util/error.h"
+#include "util/opts.h"
 #include "util/parallel.h"
 #include "bitpack/train_internal.h"
 
@@ -57,6 +58,7 @@ void ibp_train_opts_default(ibp_train_opts_t *o)
 {
 	if (!o)
 		return;
+	o->size = sizeof(*o);
 	o->chunk_bytes = 0;
 	o->threshold = -1.0;
 	o->sample = 0.0;
@@ -69,6 +71,7 @@ void ibp_train_opts_default(ibp_train_opts_t *o)
 ibp_status_t ibpi_train_check(const void *rows, uint64_t nrows, uint64_t row_bytes,
 			     const ibp_train_opts_t *opts, ibp_train_opts_t *o)
 {
+	IBP_TRY(IBPI_OPTS_CHECK(opts, "train", "ibp_train_opts_t"));
 	if (opts)
 		*o = *opts;
 	else

@@ -52,7 +52,7 @@ typedef struct coll_dev {
 	uint64_t mcap, tcap, wscap;
 } coll_dev_t;
 
-/* Frees the device table's buffers (ibp_coll_comm_destroy). */
+/* Frees the device table's buffers (ibp_coll_comm_free). */
 void ibpi_coll_dev_release(ibp_coll_comm_t *c);
 
 /* CPU twin of ibpi_coll_reduce_add_cuda (kernels/coll_reduce.cu):

@@ -13,6 +13,7 @@
 #include "ibp/fp8.h"
 #include "ibp/cuda.h"
 #include "util/error.h"
+#include "util/opts.h"
 
 /* Raw bytes a piece, by default: 1 MiB. Open MPI's transport asks for 60
  * KiB instead (transport_mpi.c, MPI_PIECE_BYTES: under its TCP eager
@@ -37,7 +38,10 @@ static ibp_status_t ibpi_coll_calibrate(ibp_coll_comm_t *c);
 
 void ibp_coll_opts_default(ibp_coll_opts_t *o)
 {
+	if (!o)
+		return;
 	memset(o, 0, sizeof *o);
+	o->size = sizeof *o;
 	o->timeout_ms = 60000;
 	o->policy = IBP_COLL_POLICY_AUTO;
 	o->calibrate = 1;
@@ -151,6 +155,7 @@ ibp_status_t ibpi_coll_comm_create(const ibp_coll_transport_t *t, const ibp_coll
 	*out = NULL;
 	if (!t)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: comm_create: transport is NULL");
+	IBP_TRY(IBPI_OPTS_CHECK(opts, "coll: comm_create", "ibp_coll_opts_t"));
 	ibp_coll_opts_t o;
 	if (opts)
 		o = *opts;
@@ -182,14 +187,14 @@ ibp_status_t ibpi_coll_comm_create(const ibp_coll_transport_t *t, const ibp_coll
 	c->piece_bytes = ibpi_coll_piece_bytes(piece_dflt); /* before calibrating: it measures real calls */
 	c->mem = &ibpi_coll_mem_host;
 	if (o.calibrate && (s = ibpi_coll_calibrate(c)) != IBP_OK) {
-		ibp_coll_comm_destroy(c);
+		ibp_coll_comm_free(c);
 		return s;
 	}
 	*out = c;
 	return IBP_OK;
 }
 
-void ibp_coll_comm_destroy(ibp_coll_comm_t *c)
+void ibp_coll_comm_free(ibp_coll_comm_t *c)
 {
 	if (!c)
 		return;
@@ -201,6 +206,11 @@ void ibp_coll_comm_destroy(ibp_coll_comm_t *c)
 	for (int k = 0; k < COLL_WS_N && !c->ws_lent; k++)
 		free(c->ws[k].p);
 	free(c);
+}
+
+void ibp_coll_comm_destroy(ibp_coll_comm_t *c) /* deprecated alias */
+{
+	ibp_coll_comm_free(c);
 }
 
 int ibp_coll_comm_rank(const ibp_coll_comm_t *c)

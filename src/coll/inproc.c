@@ -64,7 +64,7 @@ ibp_status_t ibp_coll_inproc_create(int nranks, ibp_coll_inproc_t **out)
 	return IBP_OK;
 }
 
-void ibp_coll_inproc_destroy(ibp_coll_inproc_t *w)
+void ibp_coll_inproc_free(ibp_coll_inproc_t *w)
 {
 	if (!w)
 		return;
@@ -77,6 +77,11 @@ void ibp_coll_inproc_destroy(ibp_coll_inproc_t *w)
 	pthread_mutex_destroy(&w->mu);
 	free(w->q);
 	free(w);
+}
+
+void ibp_coll_inproc_destroy(ibp_coll_inproc_t *w) /* deprecated alias */
+{
+	ibp_coll_inproc_free(w);
 }
 
 static ibp_status_t msg_new(const void *sbuf, uint64_t sbytes, msg_t **out)

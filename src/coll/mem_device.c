@@ -89,7 +89,7 @@ static ibp_status_t grow(ibp_coll_comm_t *c, uint8_t **p, uint64_t *cap, uint64_
 static ibp_status_t exp_ws(ibp_dtype_t dt, uint64_t n, uint64_t *bytes)
 {
 	*bytes = 0;
-	return n ? ibp_exp_cuda_encode_workspace(dt, n, n, bytes) : IBP_OK;
+	return n ? ibp_exp_encode_workspace_cuda(dt, n, n, bytes) : IBP_OK;
 }
 
 static ibp_status_t d_get(ibp_coll_comm_t *c, ibp_dtype_t dt, uint64_t maxn, int reduce, coll_bufs_t *b)
@@ -258,7 +258,7 @@ static ibp_status_t d_decode(ibp_coll_comm_t *c, const coll_hdr_t *h, const void
 						(unsigned long long)info.bytes, (unsigned long long)size);
 			return ibp_fp8_decode(p, size, dt, n, dst, c->o.nthreads);
 		}
-		IBP_TRY(ibp_fp8_decode_cuda_bounded(p, size, dt, n, 0, &o, dst, (int32_t *)(c->dev.small + 24), c->stream));
+		IBP_TRY(ibp_fp8_decode_bounded_cuda(p, size, dt, n, 0, &o, dst, (int32_t *)(c->dev.small + 24), c->stream));
 		break;
 	}
 	default:

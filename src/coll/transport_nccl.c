@@ -39,6 +39,7 @@
 
 #include "coll/coll_internal.h"
 #include "util/error.h"
+#include "util/opts.h"
 
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
 #error "the NCCL transport needs NCCL 2.18 or newer (ncclCommSplit, non-blocking communicators)"
@@ -664,6 +665,7 @@ ibp_status_t ibp_coll_comm_from_nccl(const void *nccl_comm, const ibp_coll_opts_
 	if (!out)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: comm_from_nccl: out is NULL");
 	*out = NULL;
+	IBP_TRY(IBPI_OPTS_CHECK(opts, "coll: comm_from_nccl", "ibp_coll_opts_t"));
 	ibp_coll_opts_t o;
 	if (opts)
 		o = *opts;

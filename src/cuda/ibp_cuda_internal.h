@@ -12,6 +12,9 @@
 extern "C" {
 #endif
 
+/* Declared for users in ibp/unstable.h (the library does not include it). */
+ibp_status_t ibp_cuda_store_set_kernel(ibp_cuda_store_t *s, ibp_cuda_kernel_t k);
+
 /* Checks a store descriptor: arguments (IBP_ERR_INVALID_ARG) and offsets
  * (offsets[0] = 0, non-decreasing, offsets[nrows] <= payload_bytes:
  * IBP_ERR_CORRUPT), so that no gather can leave the payload. */

@@ -16,6 +16,7 @@
 #include "ibp/exp.h"
 #include "util/checksum.h"
 #include "util/error.h"
+#include "util/opts.h"
 #include "util/cpu.h"
 
 #define EXP_VARIANT portable
@@ -101,6 +102,7 @@ void ibp_exp_opts_default(ibp_exp_opts_t *o)
 	if (!o)
 		return;
 	memset(o, 0, sizeof(*o));
+	o->size = sizeof(*o);
 	o->table_mode = IBP_EXP_TABLE_SIGMA;
 	o->sigma = 0.0;
 	o->nthreads = 0;
@@ -496,6 +498,7 @@ ibp_status_t ibp_exp_encode(const void *src, ibp_dtype_t dt, uint64_t n, const i
 	if (!dst || !dst_size || (!src && n))
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_encode: NULL argument");
 	IBP_TRY(shape_for(dt, n, &s, "exp_encode"));
+	IBP_TRY(IBPI_OPTS_CHECK(opts, "exp_encode", "ibp_exp_opts_t"));
 	if (!opts) {
 		ibp_exp_opts_default(&def);
 		opts = &def;
@@ -804,6 +807,7 @@ ibp_status_t ibp_exp_encode_batch(const void *src, ibp_dtype_t dt, uint64_t n, u
 	if (!dst || !offsets || (!src && n))
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_encode_batch: NULL argument");
 	IBP_TRY(batch_shape(dt, n, chunk_elems, &s, &nc, "exp_encode_batch"));
+	IBP_TRY(IBPI_OPTS_CHECK(opts, "exp_encode_batch", "ibp_exp_opts_t"));
 	if (!opts) {
 		ibp_exp_opts_default(&def);
 		opts = &def;

@@ -3,7 +3,7 @@
 #include "ibp/exp.h"
 #include "util/error.h"
 
-ibp_status_t ibp_exp_cuda_encode_workspace(ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems, uint64_t *bytes)
+ibp_status_t ibp_exp_encode_workspace_cuda(ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems, uint64_t *bytes)
 {
 	(void)dt, (void)n, (void)chunk_elems, (void)bytes;
 	return ibpi_fail(IBP_ERR_UNSUPPORTED, "exp_cuda_encode_workspace: libibp was built without CUDA");
@@ -25,4 +25,10 @@ ibp_status_t ibp_exp_decode_cuda(const void *d_src, uint64_t src_bytes, const ui
 	(void)d_src, (void)src_bytes, (void)d_offsets, (void)d_sizes, (void)dt, (void)n, (void)chunk_elems, (void)d_dst;
 	(void)d_status, (void)stream;
 	return ibpi_fail(IBP_ERR_UNSUPPORTED, "exp_decode_cuda: libibp was built without CUDA");
+}
+
+/* Deprecated alias (docs/API.md "Names"). */
+ibp_status_t ibp_exp_cuda_encode_workspace(ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems, uint64_t *bytes)
+{
+	return ibp_exp_encode_workspace_cuda(dt, n, chunk_elems, bytes);
 }

@@ -13,6 +13,7 @@
 #include "ibp/fp8.h"
 #include "util/checksum.h"
 #include "util/error.h"
+#include "util/opts.h"
 #include "fp8/fp8_impl.h"
 #include "fp8/fp8_simd.h"
 #include "fp8/hadamard.h"
@@ -136,6 +137,7 @@ void ibp_fp8_opts_default(ibp_fp8_opts_t *o)
 	if (!o)
 		return;
 	memset(o, 0, sizeof(*o));
+	o->size = sizeof(*o);
 	o->format = IBP_FP8_E4M3;
 	o->block = 256;
 	o->hadamard = 1;
@@ -146,6 +148,7 @@ void ibp_fp8_opts_default(ibp_fp8_opts_t *o)
 
 static ibp_status_t check_opts(const ibp_fp8_opts_t *o, uint32_t *log2b, const char *fn)
 {
+	IBP_TRY(IBPI_OPTS_CHECK(o, fn, "ibp_fp8_opts_t"));
 	if (o->format != IBP_FP8_E4M3 && o->format != IBP_FP8_E5M2)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: unknown FP8 format %d", fn, (int)o->format);
 	if (o->block < IBP_FP8_MIN_BLOCK || o->block > IBP_FP8_MAX_BLOCK || (o->block & (o->block - 1)))

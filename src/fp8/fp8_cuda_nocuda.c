@@ -24,7 +24,7 @@ ibp_status_t ibp_fp8_encode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, 
 	return ibpi_fail(IBP_ERR_UNSUPPORTED, "fp8_encode_cuda: libibp was built without CUDA");
 }
 
-ibp_status_t ibp_fp8_decode_cuda_bounded(const void *d_src, uint64_t src_bytes, ibp_dtype_t dt, uint64_t n,
+ibp_status_t ibp_fp8_decode_bounded_cuda(const void *d_src, uint64_t src_bytes, ibp_dtype_t dt, uint64_t n,
 					 uint64_t chunk_elems, const ibp_fp8_opts_t *o, void *d_dst, int32_t *d_status,
 					 void *stream)
 {
@@ -38,4 +38,12 @@ ibp_status_t ibp_fp8_decode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, 
 {
 	(void)d_src, (void)dt, (void)n, (void)chunk_elems, (void)o, (void)d_dst, (void)d_status, (void)stream;
 	return ibpi_fail(IBP_ERR_UNSUPPORTED, "fp8_decode_cuda: libibp was built without CUDA");
+}
+
+/* Deprecated alias (docs/API.md "Names"). */
+ibp_status_t ibp_fp8_decode_cuda_bounded(const void *d_src, uint64_t src_bytes, ibp_dtype_t dt, uint64_t n,
+					   uint64_t chunk_elems, const ibp_fp8_opts_t *o, void *d_dst,
+					   int32_t *d_status, void *stream)
+{
+	return ibp_fp8_decode_bounded_cuda(d_src, src_bytes, dt, n, chunk_elems, o, d_dst, d_status, stream);
 }

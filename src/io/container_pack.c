@@ -21,6 +21,7 @@
 #include "ibp/alloc.h"
 #include "ibp/container.h"
 #include "util/error.h"
+#include "util/opts.h"
 #include "bitpack/codec_internal.h"
 #include "exp/exp_format.h"
 #include "fp8/fp8_impl.h"
@@ -92,6 +93,7 @@ ibp_status_t ibp_pack(const char *path, const void *data, ibp_dtype_t dtype, uns
 {
 	if (!path || !shape || ndim < 1 || ndim > IBP_MAX_NDIM || ibp_dtype_size(dtype) == 0)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_pack: bad path, shape, ndim or dtype");
+	IBP_TRY(IBPI_OPTS_CHECK(opts, "ibp_pack", "ibp_train_opts_t"));
 	uint64_t R;
 	if (!row_bytes_of(dtype, ndim, shape, &R) || R == 0 || R > IBP_MAX_ROW_BYTES)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: rows of the shape are empty or too large", path);
@@ -144,6 +146,7 @@ ibp_status_t ibp_pack_exp(const char *path, const void *data, ibp_dtype_t dtype,
 			  const uint64_t *shape, const ibp_exp_opts_t *opts, uint64_t block_rows)
 {
 	uint64_t R = 0, elems = 0, chunk = 0, nblk = 0, bound = 0;
+	IBP_TRY(IBPI_OPTS_CHECK(opts, "ibp_pack_exp", "ibp_exp_opts_t"));
 	IBP_TRY(value_pack_shape(path, "exp", data, dtype, ndim, shape, block_rows, &R, &elems, &chunk, &nblk));
 	ibp_exp_opts_t o;
 	if (opts)
@@ -191,6 +194,7 @@ ibp_status_t ibp_pack_fp8(const char *path, const void *data, ibp_dtype_t dtype,
 			  const uint64_t *shape, const ibp_fp8_opts_t *opts, uint64_t block_rows)
 {
 	uint64_t R = 0, elems = 0, chunk = 0, nblk = 0, stride = 0, plen = 0;
+	IBP_TRY(IBPI_OPTS_CHECK(opts, "ibp_pack_fp8", "ibp_fp8_opts_t"));
 	IBP_TRY(value_pack_shape(path, "fp8", data, dtype, ndim, shape, block_rows, &R, &elems, &chunk, &nblk));
 	ibp_fp8_opts_t o;
 	if (opts)

@@ -22,6 +22,7 @@
 #include "ibp/alloc.h"
 #include "ibp/container.h"
 #include "util/error.h"
+#include "util/opts.h"
 #include "bitpack/codec_internal.h"
 #include "exp/exp_format.h"
 #include "fp8/fp8_impl.h"
@@ -596,6 +597,7 @@ ibp_status_t ibp_container_write_fp8(const char *path, ibp_dtype_t dtype, unsign
 	IBP_TRY(check_value_tensor(path, "fp8", dtype, ndim, shape, chunk_elems, &R, &elems, &nblk));
 	if (!opts || (payload_len > 0 && !payload))
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL options or payload", path);
+	IBP_TRY(IBPI_OPTS_CHECK(opts, "ibp_container_write_fp8", "ibp_fp8_opts_t"));
 	IBP_TRY(ibpi_ctr_fp8_layout(path, IBP_ERR_INVALID_ARG, opts, elems, chunk_elems, nblk, &stride, &want));
 	if (payload_len != want)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: fp8 payload is %llu bytes, %llu streams of %llu "

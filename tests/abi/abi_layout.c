@@ -18,6 +18,7 @@
 int main(void)
 {
 	STRUCT(ibp_train_opts_t);
+	FIELD(ibp_train_opts_t, size);
 	FIELD(ibp_train_opts_t, chunk_bytes);
 	FIELD(ibp_train_opts_t, threshold);
 	FIELD(ibp_train_opts_t, sample);
@@ -27,6 +28,7 @@ int main(void)
 	FIELD(ibp_train_opts_t, xval);
 
 	STRUCT(ibp_exp_opts_t);
+	FIELD(ibp_exp_opts_t, size);
 	FIELD(ibp_exp_opts_t, table_mode);
 	FIELD(ibp_exp_opts_t, sigma);
 	FIELD(ibp_exp_opts_t, table);
@@ -34,6 +36,7 @@ int main(void)
 	FIELD(ibp_exp_opts_t, checksum);
 
 	STRUCT(ibp_fp8_opts_t);
+	FIELD(ibp_fp8_opts_t, size);
 	FIELD(ibp_fp8_opts_t, format);
 	FIELD(ibp_fp8_opts_t, block);
 	FIELD(ibp_fp8_opts_t, hadamard);
@@ -42,6 +45,7 @@ int main(void)
 	FIELD(ibp_fp8_opts_t, checksum);
 
 	STRUCT(ibp_cache_opts_t);
+	FIELD(ibp_cache_opts_t, size);
 	FIELD(ibp_cache_opts_t, capacity_bytes);
 	FIELD(ibp_cache_opts_t, row_bytes);
 	FIELD(ibp_cache_opts_t, slab_bytes);
@@ -91,6 +95,7 @@ int main(void)
 	FIELD(ibp_cache_class_stats_t, hist);
 
 	STRUCT(ibp_slab_pool_opts_t);
+	FIELD(ibp_slab_pool_opts_t, size);
 	FIELD(ibp_slab_pool_opts_t, capacity_bytes);
 	FIELD(ibp_slab_pool_opts_t, max_block_bytes);
 	FIELD(ibp_slab_pool_opts_t, slab_bytes);

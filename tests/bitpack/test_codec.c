@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ibp.h"
+#include "ibp/unstable.h"
 #include "bitpack/codec_internal.h"
 #include "util/cpu.h"
 #include "util/parallel.h"

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ibp.h"
+#include "ibp/unstable.h"
 #include "util/cpu.h"
 
 typedef struct golden {

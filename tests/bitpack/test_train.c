@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ibp.h"
+#include "ibp/unstable.h"
 #include "fixtures.h"
 #include "testutil.h"
 

@@ -13,6 +13,7 @@
 #include "fixtures.h"
 #include "ibp/cache.h"
 #include "ibp/cuda.h"
+#include "ibp/unstable.h"
 
 static uint64_t mix(uint64_t x)
 {

@@ -123,7 +123,7 @@ int main(int argc, char **argv)
 	if (c && ibp_coll_comm_stats(c, &st) == IBP_OK)
 		CHECK(natives ? st.native >= (uint64_t)(NOPS * 3 * (sizeof sizes / sizeof *sizes)) : st.native == 0,
 		      "rank %d: %llu native calls (natives %s)", r, (unsigned long long)st.native, natives ? "on" : "off");
-	ibp_coll_comm_destroy(c);
+	ibp_coll_comm_free(c);
 	c = NULL;
 	/* A large plain AllReduce below 4 ranks runs on libnbc's ring (the
 	 * transport switches its algorithm for the call): the sum is right, in
@@ -167,7 +167,7 @@ int main(int argc, char **argv)
 			free(out);
 		free(mine);
 	}
-	ibp_coll_comm_destroy(c);
+	ibp_coll_comm_free(c);
 	c = NULL;
 	/* DynamiQ: every rank's result is the simulation's, bit for bit (FP32,
 	 * and BF16 narrowed from the simulation of the widened inputs). A fresh
@@ -205,7 +205,7 @@ int main(int argc, char **argv)
 		free(ref);
 		free(out);
 	}
-	ibp_coll_comm_destroy(c);
+	ibp_coll_comm_free(c);
 	c = NULL;
 	/* A count mismatch (rank 0 says 10, the others 11): with the natives
 	 * every rank sees every rank's call in the check before it and
@@ -226,7 +226,7 @@ int main(int argc, char **argv)
 		else
 			CHECK(s == IBP_ERR_INVALID_ARG || s == IBP_ERR_IO, "rank %d: mismatch gave %d: %s", r, s,
 			      ibp_last_error());
-		ibp_coll_comm_destroy(c);
+		ibp_coll_comm_free(c);
 		c = NULL;
 	}
 	MPI_Barrier(MPI_COMM_WORLD);
@@ -241,7 +241,7 @@ int main(int argc, char **argv)
 		      ibp_last_error());
 	}
 	MPI_Barrier(MPI_COMM_WORLD);
-	ibp_coll_comm_destroy(c);
+	ibp_coll_comm_free(c);
 	int all = 0;
 	MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
 	if (r == 0)

@@ -65,7 +65,7 @@ static void *rank_job_run(void *arg)
 	snprintf(j->err, sizeof j->err, "%s", ibp_last_error());
 	if (c)
 		ibp_coll_comm_stats(c, &j->stats);
-	ibp_coll_comm_destroy(c);
+	ibp_coll_comm_free(c);
 	return NULL;
 }
 
@@ -83,7 +83,7 @@ static void ranks_run(rank_job_t *jobs, int p)
 	}
 	for (int r = 0; r < p; r++)
 		cr_assert_eq(pthread_join(th[r], NULL), 0);
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_inproc_free(w);
 }
 
 #endif /* IBP_TEST_COLL_RANKS_H */

@@ -134,7 +134,7 @@ static void *run_job(void *arg)
 	snprintf(j->err, sizeof j->err, "%s", ibp_last_error());
 	if (c)
 		ibp_coll_comm_stats(c, &j->stats);
-	ibp_coll_comm_destroy(c);
+	ibp_coll_comm_free(c);
 	return NULL;
 }
 
@@ -186,7 +186,7 @@ static void run_case(job_t *jobs, int p, int op, ibp_dtype_t dt, ibp_coll_codec_
 	for (int r = 0; r < p; r++)
 		cr_assert_eq(jobs[r].st, IBP_OK, "%s p=%d %s %s n=%llu rank %d: %s", op_names[op], p, ibp_dtype_name(dt),
 			     ibp_coll_codec_name(codec), (unsigned long long)n, r, jobs[r].err);
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_inproc_free(w);
 }
 
 static void free_case(job_t *jobs, int p)
@@ -307,7 +307,7 @@ Test(coll, pipelined_pieces_and_mismatch)
 		cr_assert(strstr(jobs[r].err, "mismatch"), "rank %d: %s", r, jobs[r].err);
 	}
 	free_case(jobs, 2);
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_inproc_free(w);
 }
 
 Test(coll, allgather) { sweep(AG); }
@@ -355,7 +355,7 @@ static void mismatch(ibp_dtype_t dt1, ibp_coll_codec_t c1, uint64_t n1)
 		cr_assert(strstr(jobs[r].err, "mismatch"), "rank %d: %s", r, jobs[r].err);
 	}
 	free_case(jobs, 2);
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_inproc_free(w);
 }
 
 Test(coll, mismatch_count) { mismatch(IBP_DTYPE_BF16, IBP_COLL_CODEC_EXP, 101); }
@@ -380,7 +380,7 @@ Test(coll, mismatch_op)
 		cr_assert(strstr(jobs[r].err, "mismatch"), "rank %d: %s", r, jobs[r].err);
 	}
 	free_case(jobs, 2);
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_inproc_free(w);
 }
 
 /* Rank 2 never sends: the others time out instead of hanging, and the
@@ -402,7 +402,7 @@ static void native_case(job_t *jobs, int p, int op, ibp_coll_codec_t codec, int 
 		jobs[r].out = calloc(1, out_elems(op, cnt, p, r) * 2 + 1);
 	}
 	run_all(jobs, p);
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_inproc_free(w);
 }
 
 /* codec none on every rank: the transport's allgather runs, once per rank,
@@ -488,7 +488,7 @@ Test(coll, alltoall_in_place)
 		cr_assert_eq(memcmp(b[r].in, a[r].out, 3 * 3001 * 2), 0, "rank %d: in place differs", r);
 		free(b[r].in);
 	}
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_inproc_free(w);
 	free_case(a, 3);
 }
 
@@ -512,7 +512,7 @@ Test(coll, dead_peer_times_out)
 		cr_assert_eq(jobs[r].stats.calls, 2);
 	}
 	free_case(jobs, 3);
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_inproc_free(w);
 }
 
 Test(coll, dead_peer_timeout_detail)
@@ -530,7 +530,7 @@ Test(coll, dead_peer_timeout_detail)
 	cr_assert_eq(jobs[0].st, IBP_ERR_IO, "%s", jobs[0].err);
 	cr_assert(strstr(jobs[0].err, "timeout"), "%s", jobs[0].err);
 	free_case(jobs, 2);
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_inproc_free(w);
 }
 
 static job_t auto_run(int p, uint64_t n, double rate, int random_bits, ibp_coll_codec_t codec)
@@ -557,7 +557,7 @@ static job_t auto_run(int p, uint64_t n, double rate, int random_bits, ibp_coll_
 	}
 	job_t j = jobs[0];
 	free_case(jobs, p);
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_inproc_free(w);
 	return j;
 }
 
@@ -670,8 +670,8 @@ Test(coll, switcher_skips_sample_when_codec_cannot_pay)
 	cr_assert_eq(c->st.compressed, 1);
 	free(noise);
 	free(gauss);
-	ibp_coll_comm_destroy(c);
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_comm_free(c);
+	ibp_coll_inproc_free(w);
 }
 
 /* ibp_coll_comm_plain against a model set by hand, 3 ranks (the ops'
@@ -747,8 +747,8 @@ Test(coll, plain_answers_without_the_data)
 	cr_assert_eq(ibp_coll_comm_stats(c, &st), IBP_OK);
 	cr_assert_eq(st.calls + st.plain + st.compressed + st.not_worth + st.incompressible, 0, "plain() counts nothing");
 	free(gauss);
-	ibp_coll_comm_destroy(c);
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_comm_free(c);
+	ibp_coll_inproc_free(w);
 }
 
 Test(coll, bad_arguments)
@@ -768,13 +768,13 @@ Test(coll, bad_arguments)
 	cr_assert_eq(ibp_coll_allgather(x, y, 4, IBP_DTYPE_F32, (ibp_coll_codec_t)7, c, NULL), IBP_ERR_INVALID_ARG);
 	cr_assert_eq(ibp_coll_allgather(NULL, y, 4, IBP_DTYPE_F32, IBP_COLL_CODEC_EXP, c, NULL), IBP_ERR_INVALID_ARG);
 	cr_assert_eq(ibp_coll_comm_set_policy(c, (ibp_coll_policy_t)9), IBP_ERR_INVALID_ARG);
-	ibp_coll_comm_destroy(c);
+	ibp_coll_comm_free(c);
 	/* One rank: a copy (fresh comm; the failed call above broke the old one). */
 	cr_assert_eq(ibp_coll_inproc_transport(w, 0, &t), IBP_OK);
 	cr_assert_eq(ibp_coll_comm_create(&t, NULL, &c), IBP_OK);
 	cr_assert_eq(ibp_coll_allreduce(x, y, 4, IBP_DTYPE_F32, IBP_COLL_SUM, IBP_COLL_CODEC_FP8, c, NULL), IBP_OK);
 	cr_assert_eq(memcmp(x, y, sizeof x), 0);
-	ibp_coll_comm_destroy(c);
+	ibp_coll_comm_free(c);
 	ibp_coll_opts_t o;
 	ibp_coll_opts_default(&o);
 	o.timeout_ms = 0;
@@ -789,7 +789,7 @@ Test(coll, bad_arguments)
 	cr_assert_eq(ibp_coll_comm_create(&t, NULL, &c), IBP_ERR_INVALID_ARG);
 	cr_assert(strstr(ibp_last_error(), "async"), "%s", ibp_last_error());
 	cr_assert_null(c);
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_inproc_free(w);
 }
 
 /* ---- corrupt payloads: a transport that damages what rank 0 receives ---- */
@@ -932,7 +932,7 @@ static void *evil_run(void *arg)
 			  (unsigned long long)e->damaged_async);
 	free(in);
 	free(out);
-	ibp_coll_comm_destroy(c);
+	ibp_coll_comm_free(c);
 	return NULL;
 }
 
@@ -965,7 +965,7 @@ static void corrupt_sweep(int pipelined, int dq)
 		if (mode == 1 || mode == 2)
 			cr_assert_neq(s, IBP_OK, "iteration %d (mode %d, %s, codec %s): damage not caught", it, mode,
 				      op_names[j[0].op], ibp_coll_codec_name(j[0].codec));
-		ibp_coll_inproc_destroy(w);
+		ibp_coll_inproc_free(w);
 	}
 	cr_assert_eq(caught[1], runs[1]);
 	cr_assert_eq(caught[2], runs[2]);
@@ -1064,7 +1064,7 @@ static void *reuse_run(void *arg)
 		free(a);
 		free(b);
 	}
-	ibp_coll_comm_destroy(c);
+	ibp_coll_comm_free(c);
 	return NULL;
 }
 
@@ -1083,7 +1083,7 @@ static void reuse_sweep(const char *piece)
 		pthread_join(th[r], NULL);
 	for (int r = 0; r < 3; r++)
 		cr_assert_eq(j[r].st, IBP_OK, "rank %d: %s", r, j[r].err);
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_inproc_free(w);
 }
 
 Test(coll, buffers_reused_across_calls) { reuse_sweep("0"); }
@@ -1115,7 +1115,7 @@ Test(coll, allgather_overlap_repeated_bit_identical)
 		cr_assert_lt(b[r].stats.wire_bytes * 1.05, (double)b[r].stats.logical_bytes, "rank %d: not compressed",
 			     r);
 	}
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_inproc_free(w);
 	free_case(a, 4);
 	free_case(b, 4);
 }

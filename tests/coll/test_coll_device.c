@@ -163,7 +163,7 @@ static void run_calls(rank_job_t *j, ibp_coll_transport_t *t)
 	snprintf(j->err, sizeof j->err, "%s", ibp_last_error());
 	if (c)
 		ibp_coll_comm_stats(c, &j->stats);
-	ibp_coll_comm_destroy(c);
+	ibp_coll_comm_free(c);
 	if (d_in) {
 		cr_assert_eq(ibp_cuda_memcpy(j->out, d_out, ob, NULL), IBP_OK);
 		cr_assert_eq(ibp_cuda_sync(NULL), IBP_OK);
@@ -324,7 +324,7 @@ static void errors_rank(rank_job_t *j, ibp_coll_transport_t *t)
 	cr_assert_eq(ibp_coll_allreduce(x, y, 4, IBP_DTYPE_BF16, IBP_COLL_SUM, IBP_COLL_CODEC_NONE, c, &dummy),
 		     IBP_ERR_UNSUPPORTED);
 	cr_assert(strstr(ibp_last_error(), "set_memory"), "%s", ibp_last_error());
-	ibp_coll_comm_destroy(c);
+	ibp_coll_comm_free(c);
 	cr_assert_eq(ibp_coll_inproc_transport(j->w, j->rank, t), IBP_OK);
 	cr_assert_eq(ibp_coll_comm_create(t, &o, &c), IBP_OK);
 	cr_assert_eq(ibp_coll_comm_set_memory(NULL, IBP_COLL_MEM_HOST), IBP_ERR_INVALID_ARG);
@@ -336,7 +336,7 @@ static void errors_rank(rank_job_t *j, ibp_coll_transport_t *t)
 	cr_assert_eq(ibp_coll_allreduce(x, y, 4, IBP_DTYPE_BF16, IBP_COLL_SUM, IBP_COLL_CODEC_DYNAMIQ, c, NULL),
 		     IBP_ERR_UNSUPPORTED);
 	cr_assert(strstr(ibp_last_error(), "device buffers"), "%s", ibp_last_error());
-	ibp_coll_comm_destroy(c);
+	ibp_coll_comm_free(c);
 	j->st = IBP_OK;
 }
 

@@ -677,8 +677,8 @@ Test(dynamiq, other_collectives_refuse)
 	cr_assert_eq(ibp_coll_allreduce(a, b, 4, IBP_DTYPE_F32, IBP_COLL_SUM, IBP_COLL_CODEC_DYNAMIQ, c, NULL), IBP_OK);
 	cr_assert_eq(memcmp(a, b, sizeof a), 0);
 	cr_assert_str_eq(ibp_coll_codec_name(IBP_COLL_CODEC_DYNAMIQ), "dynamiq");
-	ibp_coll_comm_destroy(c);
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_comm_free(c);
+	ibp_coll_inproc_free(w);
 }
 
 /* ---- the vector kernels (dynamiq_simd.h) against the scalar reference ---- */

@@ -152,7 +152,7 @@ static void *rank_main(void *arg)
 	}
 	if (j->st != IBP_OK)
 		snprintf(j->err, sizeof j->err, "%s", ibp_last_error());
-	ibp_coll_comm_destroy(c);
+	ibp_coll_comm_free(c);
 	free(x);
 	return NULL;
 }

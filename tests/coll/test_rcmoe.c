@@ -267,7 +267,7 @@ Test(lsq, alltoall)
 		cr_assert_eq(jobs[k].st, IBP_ERR_INVALID_ARG, "%s", jobs[k].err);
 		cr_assert(strstr(jobs[k].err, k ? "allreduce only" : "alltoall(v) only"), "%s", jobs[k].err);
 	}
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_inproc_free(w);
 	for (int k = 0; k < p; k++) {
 		free(in[k]);
 		free(out[k]);
@@ -361,8 +361,8 @@ Test(lsq, alltoall_bits)
 	}
 	cr_assert_eq(ibp_coll_comm_set_lsq_bits(c, 8), IBP_OK);
 	cr_assert_eq(ibp_coll_comm_set_lsq_bits(NULL, 4), IBP_ERR_INVALID_ARG);
-	ibp_coll_comm_destroy(c);
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_comm_free(c);
+	ibp_coll_inproc_free(w);
 	for (int k = 0; k < p; k++) {
 		free(in[k]);
 		free(out[k]);

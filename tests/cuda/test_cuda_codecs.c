@@ -129,7 +129,7 @@ static void exp_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, const ibp_exp_o
 	cr_assert_eq(ibp_exp_encode_batch(src, dt, n, chunk, o, cpu, cap, off), IBP_OK, "%s", ibp_last_error());
 	cr_assert_eq(ibp_exp_encode_bound(dt, chunk < n ? chunk : n, &stride), IBP_OK);
 	stride = (stride + 127) / 128 * 128;
-	cr_assert_eq(ibp_exp_cuda_encode_workspace(dt, n, chunk, &ws), IBP_OK);
+	cr_assert_eq(ibp_exp_encode_workspace_cuda(dt, n, chunk, &ws), IBP_OK);
 	void *dsrc = dmalloc(n * es), *ddst = dmalloc(nc * stride), *dws = dmalloc(ws), *dsz = dmalloc(nc * 8);
 	h2d(dsrc, src, n * es);
 	cr_assert_eq(ibp_exp_encode_cuda(dsrc, dt, n, chunk, o, ddst, stride, dsz, dws, ws, NULL), IBP_OK, "%s",
@@ -325,7 +325,7 @@ Test(cuda_codecs, fp8_codec_gpu_equals_cpu)
 							  (unsigned long long)n, B, v, (unsigned long long)c);
 					}
 					/* decode on the GPU: the CPU decoder's values, bit for bit */
-					cr_assert_eq(ibp_fp8_decode_cuda_bounded(ddst, nc * stride, dt, n, chunk, &o, dout, dstat,
+					cr_assert_eq(ibp_fp8_decode_bounded_cuda(ddst, nc * stride, dt, n, chunk, &o, dout, dstat,
 										 NULL), IBP_OK);
 					int32_t st = -1;
 					uint8_t *go = tu_xcalloc(n * es + 4), *co = tu_xcalloc(n * es + 4);
@@ -340,7 +340,7 @@ Test(cuda_codecs, fp8_codec_gpu_equals_cpu)
 					/* corrupt header -> status */
 					uint8_t badv = 9;
 					h2d((uint8_t *)ddst + 4, &badv, 1);
-					cr_assert_eq(ibp_fp8_decode_cuda_bounded(ddst, nc * stride, dt, n, chunk, &o, dout, dstat,
+					cr_assert_eq(ibp_fp8_decode_bounded_cuda(ddst, nc * stride, dt, n, chunk, &o, dout, dstat,
 										 NULL), IBP_OK);
 					d2h(&st, dstat, 4);
 					cr_assert_eq(st, IBP_ERR_CORRUPT);
@@ -354,7 +354,7 @@ Test(cuda_codecs, fp8_codec_gpu_equals_cpu)
 					/* a source shorter than its streams: refused before any launch */
 					uint64_t last = 0;
 					cr_assert_eq(ibp_fp8_encoded_size(&o, n ? n - (nc - 1) * chunk : 0, &last), IBP_OK);
-					cr_assert_eq(ibp_fp8_decode_cuda_bounded(ddst, (nc - 1) * stride + last - 1, dt, n, chunk,
+					cr_assert_eq(ibp_fp8_decode_bounded_cuda(ddst, (nc - 1) * stride + last - 1, dt, n, chunk,
 										 &o, dout, dstat, NULL), IBP_ERR_CORRUPT);
 					cudaFree(dsrc);
 					cudaFree(ddst);
@@ -376,7 +376,7 @@ Test(cuda_codecs, fp8_codec_gpu_equals_cpu)
 Test(cuda_codecs, entry_points_report_status)
 {
 	uint64_t ws = 0;
-	ibp_status_t st = ibp_exp_cuda_encode_workspace(IBP_DTYPE_BF16, 1000, 1000, &ws);
+	ibp_status_t st = ibp_exp_encode_workspace_cuda(IBP_DTYPE_BF16, 1000, 1000, &ws);
 	if (!ibp_cuda_built()) {
 		cr_assert_eq(st, IBP_ERR_UNSUPPORTED);
 		cr_assert_eq(ibp_exp_encode_cuda(NULL, IBP_DTYPE_BF16, 0, 1, NULL, NULL, 128, NULL, NULL, 0, NULL),
@@ -407,7 +407,7 @@ Test(cuda_codecs, fp8_decode_bound_checked_on_the_host)
 	void *src = (void *)(uintptr_t)4096, *dst = (void *)(uintptr_t)8192; /* never dereferenced */
 	int32_t *stat = (int32_t *)(uintptr_t)12288;
 	if (!ibp_cuda_built()) {
-		cr_assert_eq(ibp_fp8_decode_cuda_bounded(src, 0, IBP_DTYPE_BF16, 1000, 0, &o, dst, stat, NULL),
+		cr_assert_eq(ibp_fp8_decode_bounded_cuda(src, 0, IBP_DTYPE_BF16, 1000, 0, &o, dst, stat, NULL),
 			     IBP_ERR_UNSUPPORTED);
 		return;
 	}
@@ -418,14 +418,14 @@ Test(cuda_codecs, fp8_decode_bound_checked_on_the_host)
 	cr_assert_eq(ibp_fp8_encoded_size(&o, 100, &last), IBP_OK);
 	const uint64_t need = 3 * stride + last;
 	cr_assert_lt(need, 4 * stride, "the last stream is shorter than its stride");
-	cr_assert_eq(ibp_fp8_decode_cuda_bounded(src, need - 1, IBP_DTYPE_BF16, 1000, 300, &o, dst, stat, NULL),
+	cr_assert_eq(ibp_fp8_decode_bounded_cuda(src, need - 1, IBP_DTYPE_BF16, 1000, 300, &o, dst, stat, NULL),
 		     IBP_ERR_CORRUPT);
 	cr_assert(strstr(ibp_last_error(), "source bytes") != NULL, "%s", ibp_last_error());
-	cr_assert_eq(ibp_fp8_decode_cuda_bounded(src, 0, IBP_DTYPE_BF16, 0, 0, &o, dst, stat, NULL), IBP_ERR_CORRUPT,
+	cr_assert_eq(ibp_fp8_decode_bounded_cuda(src, 0, IBP_DTYPE_BF16, 0, 0, &o, dst, stat, NULL), IBP_ERR_CORRUPT,
 		     "an empty stream still has its 64-byte header");
 	int ndev = 0;
 	if (ibp_cuda_device_count(&ndev) == IBP_OK && ndev > 0)
 		return; /* with a device the call would launch on these fake pointers */
-	cr_assert_eq(ibp_fp8_decode_cuda_bounded(src, need, IBP_DTYPE_BF16, 1000, 300, &o, dst, stat, NULL),
+	cr_assert_eq(ibp_fp8_decode_bounded_cuda(src, need, IBP_DTYPE_BF16, 1000, 300, &o, dst, stat, NULL),
 		     IBP_ERR_NO_DEVICE, "%s", ibp_last_error());
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "ibp.h"
+#include "ibp/unstable.h"
 #include "bitpack/codec_internal.h"
 #include "bitpack/train_internal.h"
 #include "testutil.h"

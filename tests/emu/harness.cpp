@@ -30,6 +30,7 @@
 #include "ibp/npy.h"
 #include "ibp/exp.h"
 #include "ibp/store.h"
+#include "ibp/unstable.h"
 #include "cuda/ibp_gather_staged.h"
 extern "C" {
 #include "bitpack/train_internal.h"

@@ -108,7 +108,7 @@ static void exp_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, const ibp_exp_o
 	       ibp_last_error());
 	CCHECK(ibp_exp_encode_bound(dt, chunk < n ? chunk : n, &stride) == IBP_OK, "bound");
 	stride = (stride + 127) / 128 * 128;
-	CCHECK(ibp_exp_cuda_encode_workspace(dt, n, chunk, &ws) == IBP_OK, "ws");
+	CCHECK(ibp_exp_encode_workspace_cuda(dt, n, chunk, &ws) == IBP_OK, "ws");
 	Dev dsrc(n * es, "exp src"), ddst(nc * stride, "exp dst"), dws(ws, "exp workspace"), dsz(nc * 8, "exp sizes");
 	memcpy(dsrc.p, src.data(), n * es);
 	ibp_status_t st = ibp_exp_encode_cuda(dsrc.p, dt, n, chunk, o, ddst.p, stride, (uint64_t *)dsz.p, dws.p, ws, nullptr);
@@ -220,7 +220,7 @@ static void fp8_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, uint32_t B, int
 	Dev exact(need, "fp8 streams, exact"), shorter(need - 1, "fp8 streams, one byte short");
 	memcpy(exact.p, ddst.p, need);
 	memcpy(shorter.p, ddst.p, need - 1);
-	st = ibp_fp8_decode_cuda_bounded(exact.p, need, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p, nullptr);
+	st = ibp_fp8_decode_bounded_cuda(exact.p, need, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p, nullptr);
 	CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_OK, "fp8 decode %d status %d", st, *(int32_t *)dstat.p);
 	std::vector<uint8_t> co(n * es + 4);
 	for (uint64_t c = 0; c < nc && n; c++) {
@@ -230,7 +230,7 @@ static void fp8_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, uint32_t B, int
 	CCHECK(!memcmp(dout.p, co.data(), n * es), "fp8 %s n %llu B %u variant %d: decoded values differ",
 	       ibp_dtype_name(dt), (unsigned long long)n, B, v);
 	*(int32_t *)dstat.p = 12345;
-	st = ibp_fp8_decode_cuda_bounded(shorter.p, need - 1, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p, nullptr);
+	st = ibp_fp8_decode_bounded_cuda(shorter.p, need - 1, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p, nullptr);
 	CCHECK(st == IBP_ERR_CORRUPT && *(int32_t *)dstat.p == 12345,
 	       "fp8 decode of a source one byte short: %d (status %d), want IBP_ERR_CORRUPT before any launch", st,
 	       *(int32_t *)dstat.p);
@@ -253,7 +253,7 @@ static void fp8_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, uint32_t B, int
 			       "cpu fp8 (checksum)");
 		}
 		memset(dout.p, 0xA5, n * es);
-		st = ibp_fp8_decode_cuda_bounded(dsum.p, nc * stride, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p,
+		st = ibp_fp8_decode_bounded_cuda(dsum.p, nc * stride, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p,
 						 nullptr);
 		CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_OK && !memcmp(dout.p, co.data(), n * es),
 		       "fp8: checksummed streams do not decode on the device (status %d)", *(int32_t *)dstat.p);
@@ -264,14 +264,14 @@ static void fp8_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, uint32_t B, int
 		const unsigned at = 17 + (unsigned)(crnd() % (TACO_OFF_SUM - 17));
 		const uint8_t keep = h[at];
 		h[at] = (uint8_t)(1 + crnd() % 255);
-		st = ibp_fp8_decode_cuda_bounded(ddst.p, nc * stride, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p,
+		st = ibp_fp8_decode_bounded_cuda(ddst.p, nc * stride, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p,
 						 nullptr);
 		CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_ERR_CORRUPT,
 		       "fp8: a reserved header byte (%u) not reported", at);
 		h[at] = keep;
 	}
 	ddst.p[4] = 9; /* version */
-	st = ibp_fp8_decode_cuda_bounded(ddst.p, nc * stride, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p, nullptr);
+	st = ibp_fp8_decode_bounded_cuda(ddst.p, nc * stride, dt, n, chunk, &o, dout.p, (int32_t *)dstat.p, nullptr);
 	CCHECK(st == IBP_OK && *(int32_t *)dstat.p == IBP_ERR_CORRUPT, "fp8: corrupt header not reported");
 }
 

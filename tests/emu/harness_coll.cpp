@@ -194,7 +194,7 @@ static void *rank_main(void *arg)
 		j->compressed = cs.compressed;
 		j->native = cs.native;
 	}
-	ibp_coll_comm_destroy(c);
+	ibp_coll_comm_free(c);
 	ibp_cuda_free(din);
 	ibp_cuda_free(dout);
 	return nullptr;
@@ -243,7 +243,7 @@ static std::vector<uint8_t> run_ranks(int op, int mem, int p, ibp_dtype_t dt, ib
 	for (int r = 0; r < p; r++)
 		pthread_join(th[r], nullptr);
 	if (w)
-		ibp_coll_inproc_destroy(w);
+		ibp_coll_inproc_free(w);
 	for (ncclComm_t c : comms)
 		if (c)
 			ncclCommDestroy(c);

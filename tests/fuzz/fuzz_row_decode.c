@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "ibp.h"
+#include "ibp/unstable.h"
 
 static uint64_t fz_splitmix(uint64_t *s)
 {

@@ -710,7 +710,7 @@ static void *thread_main(void *arg)
 		return NULL;
 	}
 	run_rank(&rc);
-	ibp_coll_comm_destroy(rc.comm);
+	ibp_coll_comm_free(rc.comm);
 	return NULL;
 }
 
@@ -837,7 +837,7 @@ int main(int argc, char **argv)
 			MPI_Abort(MPI_COMM_WORLD, 1);
 		}
 		run_rank(&rc);
-		ibp_coll_comm_destroy(rc.comm);
+		ibp_coll_comm_free(rc.comm);
 		int bad = 0, mine = g.errors;
 		MPI_Allreduce(&mine, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
 		MPI_Finalize();
@@ -859,7 +859,7 @@ int main(int argc, char **argv)
 	}
 	for (int r = 0; r < p; r++)
 		pthread_join(th[r], NULL);
-	ibp_coll_inproc_destroy(w);
+	ibp_coll_inproc_free(w);
 	free(th);
 	free(ts);
 	free(g.file);

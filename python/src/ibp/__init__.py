@@ -6,6 +6,7 @@
     codec = ibp.train(array); enc = codec.encode(array); back = codec.decode(enc)
     buf = ibp.exp.compress(t); t2 = ibp.exp.decompress(buf)     # lossless
     buf = ibp.fp8.compress(t); t3 = ibp.fp8.decompress(buf)     # LOSSY
+    c = ibp.codec("exp"); enc = c.encode(t); back = c.decode(enc)  # one interface: "ibp", "exp", "fp8"
 
 Arrays in: NumPy arrays, PyTorch tensors (torch.bfloat16 included), anything
 with __dlpack__ or the buffer protocol. Arrays out: torch in, torch out;
@@ -22,6 +23,7 @@ from . import _lib
 from ._store import Store, open, pack
 from ._codec import Codec, Encoded, train
 from ._chunks import Chunks
+from ._codecs import ExpCodec, Fp8Codec, codec
 from ._impl import default_impl, impls
 from ._cuda import CudaStore, cuda_built, device_count
 from ._cache import Cache, MissingBlockError, SlabPool
@@ -31,7 +33,8 @@ from . import exp, fp8
 __version__ = "0.1.0"
 
 __all__ = [
-    "pack", "open", "Store", "train", "Codec", "Encoded", "Chunks", "exp", "fp8", "CudaStore",
+    "pack", "open", "Store", "train", "codec", "Codec", "ExpCodec", "Fp8Codec", "Encoded", "Chunks", "exp", "fp8",
+    "CudaStore",
     "impls", "default_impl", "Cache", "SlabPool", "MissingBlockError", "Communicator",
     "cuda_built", "device_count", "library_version", "library_path", "host_allocator", "cli_path",
     "Error", "CorruptError", "ChecksumError", "InvalidArgumentError", "BufferTooSmallError", "ClosedError",

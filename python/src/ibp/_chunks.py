@@ -140,7 +140,9 @@ def _input(tensor, func, dtype):
     return h
 
 
-def _chunk_arg(func, chunk_elems):
+def _chunk_arg(func, chunk_elems, h=None):
+    if chunk_elems is None and h is not None:  # codec objects' encode: one chunk for the whole tensor
+        return min(max(int(h.np.size), 1), 1 << 56)
     if isinstance(chunk_elems, bool) or not isinstance(chunk_elems, (int, np.integer)) \
             or not 1 <= int(chunk_elems) <= (1 << 56):
         raise _errors.invalid(func, "chunk_elems must be an integer in [1, 2^56], not %r"
@@ -181,11 +183,11 @@ def _finish(res, buf, offs, keep_buffer):
 
 
 def compress_exp_chunks(tensor, chunk_elems, table="sigma", sigma=0.0, nthreads=0, dtype=None,
-                        out=None):
+                        out=None, whole=False):
     from ._store import exp_opts
     func = "ibp.exp.compress_chunks"
     h = _input(tensor, func, dtype)
-    chunk = _chunk_arg(func, chunk_elems)
+    chunk = _chunk_arg(func, chunk_elems, h if whole else None)
     o = exp_opts(func, table, nthreads, sigma)
     res = _target(out, "exp", h, chunk, func)
     n = h.np.size
@@ -201,11 +203,11 @@ def compress_exp_chunks(tensor, chunk_elems, table="sigma", sigma=0.0, nthreads=
 
 
 def compress_fp8_chunks(tensor, chunk_elems, fmt="e4m3", block=256, hadamard=True, adaptive=True,
-                        nthreads=0, dtype=None, out=None):
+                        nthreads=0, dtype=None, out=None, whole=False):
     from ._store import fp8_opts
     func = "ibp.fp8.compress_chunks"
     h = _input(tensor, func, dtype)
-    chunk = _chunk_arg(func, chunk_elems)
+    chunk = _chunk_arg(func, chunk_elems, h if whole else None)
     o = fp8_opts(func, fmt, block, hadamard, adaptive, nthreads)
     res = _target(out, "fp8", h, chunk, func)
     n = h.np.size

@@ -87,7 +87,11 @@ class Encoded:
 
 
 class Codec(Owner, ImplMixin):
-    """A trained IBP codec (immutable but for set_impl; may be shared by threads)."""
+    """A trained IBP codec (immutable but for set_impl; may be shared by threads).
+    One of the three codec objects of ibp.codec (name "ibp")."""
+
+    name = "ibp"
+    lossless = True
 
     __slots__ = ("_handle", "row_bytes", "chunk", "threshold", "nclusters", "nchunks",
                  "has_xval", "masks", "bitvals", "xvals", "_row_shape", "_code")

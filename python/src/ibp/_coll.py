@@ -61,6 +61,7 @@ class CollOpts(C.Structure):
     c_name = "ibp_coll_opts_t"
     c_header = "include/ibp/coll.h"
     _fields_ = [
+        ("size", C.c_uint64),
         ("timeout_ms", c_i64),
         ("policy", c_int),
         ("calibrate", c_int),
@@ -135,7 +136,7 @@ _FUNCS = {
     "ibp_coll_opts_default": (None, [P(CollOpts)]),
     "ibp_coll_codec_name": (C.c_char_p, [c_int]),
     "ibp_coll_comm_create": (c_int, [P(CollTransport), P(CollOpts), P(c_vp)]),
-    "ibp_coll_comm_destroy": (None, [c_vp]),
+    "ibp_coll_comm_free": (None, [c_vp]),
     "ibp_coll_comm_rank": (c_int, [c_vp]),
     "ibp_coll_comm_nranks": (c_int, [c_vp]),
     "ibp_coll_comm_stats": (c_int, [c_vp, P(CollStats)]),
@@ -145,7 +146,7 @@ _FUNCS = {
     "ibp_coll_comm_set_lsq_bits": (c_int, [c_vp, c_int]),
     "ibp_coll_inproc_create": (c_int, [c_int, P(c_vp)]),
     "ibp_coll_inproc_transport": (c_int, [c_vp, c_int, P(CollTransport)]),
-    "ibp_coll_inproc_destroy": (None, [c_vp]),
+    "ibp_coll_inproc_free": (None, [c_vp]),
     "ibp_coll_allgather": (c_int, [c_vp, c_vp, c_u64, c_int, c_int, c_vp, c_vp]),
     "ibp_coll_reducescatter": (c_int, [c_vp, c_vp, c_u64, c_int, c_int, c_int, c_vp, c_vp]),
     "ibp_coll_allreduce": (c_int, [c_vp, c_vp, c_u64, c_int, c_int, c_int, c_vp, c_vp]),
@@ -342,7 +343,7 @@ class InprocWorld:
 
     def close(self):
         if self._h:
-            _c("ibp_coll_inproc_destroy")(self._h)
+            _c("ibp_coll_inproc_free")(self._h)
             self._h = None
 
 
@@ -388,7 +389,7 @@ class Communicator(Owner):
         self._lock = threading.Lock()
         self._check(_c("ibp_coll_comm_create")(C.byref(t), C.byref(o), C.byref(h)), "ibp_coll_comm_create")
         # process_bound: its transport and helper thread stay with the parent at a fork
-        self._handle = Handle(h, _c("ibp_coll_comm_destroy"), "ibp.Communicator", process_bound=True)
+        self._handle = Handle(h, _c("ibp_coll_comm_free"), "ibp.Communicator", process_bound=True)
         self.rank = _c("ibp_coll_comm_rank")(h)
         self.nranks = _c("ibp_coll_comm_nranks")(h)
 

@@ -74,7 +74,7 @@ _EXP_TABLES = {"sigma": 0, "hist": 1, "histogram": 1}
 _FP8_FORMATS = {"e4m3": 0, "e5m2": 1}
 
 _IBP_OPTS = {"chunk", "threshold", "sample", "clusters", "seed", "layout", "xval"}
-_EXP_OPTS = {"exp_table", "block_rows"}
+_EXP_OPTS = {"exp_table", "exp_sigma", "block_rows"}
 _FP8_OPTS = {"fp8_format", "fp8_block", "hadamard", "adaptive", "block_rows"}
 _COMMON = {"dtype", "nthreads", "lossy"}
 
@@ -130,7 +130,47 @@ def _shape_arg(h):
     return shape
 
 
-def _pack_to(path: str, h: _arrays.HostArray, codec: str, opts: dict, func: str) -> None:
+def _pack_object(path, h, codec, opts, func):
+    """pack(codec=<a codec object>): ibp.Codec (trained: its tables, no
+    training here), or ibp.codec("exp"/"fp8") (their options)."""
+    from ._codec import Codec
+    from ._codecs import ExpCodec, Fp8Codec
+    if isinstance(codec, Codec):
+        bad = sorted(set(opts) - {"layout", "nthreads", "dtype"})
+        if bad:
+            raise _errors.invalid(func, "option(s) %s do not apply to a trained ibp.Codec" % ", ".join(bad))
+        layout = opts.get("layout", "packed")
+        if layout not in LAYOUTS:
+            raise _errors.invalid(func, "layout must be 'packed' or 'inplace', not %r" % (layout,))
+        if len(h.shape) == 0:
+            raise _errors.invalid(func, "a 0-dimensional array has no rows")
+        nthreads = _int_opt(func, "nthreads", opts.get("nthreads", 0), 0, 1 << 20)
+        with codec._handle as c:
+            check(lib.ibp_pack_with_codec(os.fsencode(path), c, h.ptr, h.code, len(h.shape), _shape_arg(h),
+                                          LAYOUTS[layout], nthreads), "ibp_pack_with_codec")
+        return
+    if isinstance(codec, (ExpCodec, Fp8Codec)):
+        bad = sorted(set(opts) - {"block_rows", "nthreads", "dtype"})
+        if bad:
+            raise _errors.invalid(func, "option(s) %s do not apply to a codec object (give them to "
+                                  "ibp.codec)" % ", ".join(bad))
+        o = codec.options
+        more = dict(opts)
+        if isinstance(codec, ExpCodec):
+            more.update(exp_table=o["table"], exp_sigma=o["sigma"])
+            _pack_to(path, h, "exp", more, func)
+        else:
+            more.update(fp8_format=o["format"], fp8_block=o["block"], hadamard=o["hadamard"],
+                        adaptive=o["adaptive"], lossy=True)
+            _pack_to(path, h, "fp8", more, func)
+        return
+    raise _errors.invalid(func, "codec must be 'ibp', 'exp', 'fp8' or a codec object (ibp.codec), not %s"
+                          % type(codec).__name__)
+
+
+def _pack_to(path: str, h: _arrays.HostArray, codec, opts: dict, func: str) -> None:
+    if not isinstance(codec, str):
+        return _pack_object(path, h, codec, opts, func)
     if codec not in ("ibp", "exp", "fp8"):
         raise _errors.invalid(func, "codec must be 'ibp', 'exp' or 'fp8', not %r" % (codec,))
     allowed = _COMMON | {"ibp": _IBP_OPTS, "exp": _EXP_OPTS, "fp8": _FP8_OPTS}[codec]
@@ -156,7 +196,7 @@ def _pack_to(path: str, h: _arrays.HostArray, codec: str, opts: dict, func: str)
         return
     block_rows = _int_opt(func, "block_rows", opts.get("block_rows", 0), 0, (1 << 63) - 1)
     if codec == "exp":
-        o = exp_opts(func, opts.get("exp_table", "sigma"), nthreads)
+        o = exp_opts(func, opts.get("exp_table", "sigma"), nthreads, opts.get("exp_sigma", 0.0))
         check(lib.ibp_pack_exp(bpath, h.ptr, h.code, ndim, shape, C.byref(o), block_rows),
               "ibp_pack_exp")
     else:
@@ -190,7 +230,7 @@ def fp8_opts(func, fmt="e4m3", block=256, hadamard=True, adaptive=True, nthreads
     return o
 
 
-def pack(array, path, codec: str = "ibp", **opts) -> str:
+def pack(array, path, codec="ibp", **opts) -> str:
     """Writes `array` (rows = dimension 0) to the container file `path`.
 
     codec "ibp" (default; lossless, any dtype), "exp" (lossless exponent
@@ -202,8 +242,15 @@ def pack(array, path, codec: str = "ibp", **opts) -> str:
     or "e5m2"), fp8_block (16..4096, power of two), hadamard, adaptive,
     block_rows; all: dtype="bf16" (read 16-bit integers as bfloat16 bit
     patterns), nthreads (0 = all CPUs). Returns `path`.
+
+    codec may also be a codec object (ibp.codec): a trained ibp.Codec is
+    used as it is (no training; options layout, nthreads), an "exp" or
+    "fp8" codec brings its own options (here only block_rows, nthreads).
     """
-    h = _arrays.as_host(array, "ibp.pack", dtype=opts.get("dtype"))
+    dtype = opts.get("dtype")
+    if dtype is None and not isinstance(codec, str) and hasattr(codec, "options"):
+        dtype = codec.options.get("dtype")
+    h = _arrays.as_host(array, "ibp.pack", dtype=dtype)
     _pack_to(os.fspath(path), h, codec, opts, "ibp.pack")
     return path
 

@@ -15,6 +15,7 @@ class TrainOpts(C.Structure):
     c_name = "ibp_train_opts_t"
     c_header = "include/ibp/codec.h"
     _fields_ = [
+        ("size", C.c_uint64),
         ("chunk_bytes", C.c_uint),
         ("threshold", C.c_double),
         ("sample", C.c_double),
@@ -31,6 +32,7 @@ class ExpOpts(C.Structure):
     c_name = "ibp_exp_opts_t"
     c_header = "include/ibp/exp.h"
     _fields_ = [
+        ("size", C.c_uint64),
         ("table_mode", C.c_int),
         ("sigma", C.c_double),
         ("table", C.c_uint8 * 7),
@@ -45,6 +47,7 @@ class Fp8Opts(C.Structure):
     c_name = "ibp_fp8_opts_t"
     c_header = "include/ibp/fp8.h"
     _fields_ = [
+        ("size", C.c_uint64),
         ("format", C.c_int),
         ("block", C.c_uint32),
         ("hadamard", C.c_int),
@@ -60,6 +63,7 @@ class CacheOpts(C.Structure):
     c_name = "ibp_cache_opts_t"
     c_header = "include/ibp/cache.h"
     _fields_ = [
+        ("size", C.c_uint64),
         ("capacity_bytes", C.c_uint64),
         ("row_bytes", C.c_uint64),
         ("slab_bytes", C.c_uint64),
@@ -105,6 +109,7 @@ class SlabPoolOpts(C.Structure):
     c_name = "ibp_slab_pool_opts_t"
     c_header = "include/ibp/slab_pool.h"
     _fields_ = [
+        ("size", C.c_uint64),
         ("capacity_bytes", C.c_uint64),
         ("max_block_bytes", C.c_uint64),
         ("slab_bytes", C.c_uint64),

@@ -10,9 +10,14 @@ float32), the codec the compressed collectives call.
 from __future__ import annotations
 
 from ._chunks import Chunks, compress_exp_chunks as _cc, decompress_exp_chunks as _dc
+from ._codecs import ExpCodec
 from ._tensor import compress_exp as _c, decompress_exp as _d
 
-__all__ = ["compress", "decompress", "compress_chunks", "decompress_chunks", "Chunks"]
+__all__ = ["compress", "decompress", "compress_chunks", "decompress_chunks", "Chunks", "Codec"]
+
+# The codec object of ibp.codec('exp') (one interface for ibp, exp and fp8); the
+# functions below stay as they are.
+Codec = ExpCodec
 
 
 def compress(tensor, *, table: str = "sigma", sigma: float = 0.0, nthreads: int = 0, dtype=None):

@@ -11,9 +11,14 @@ float32): about 1 byte per element, relative L2 error about 2.6% (E4M3).
 from __future__ import annotations
 
 from ._chunks import Chunks, compress_fp8_chunks as _cc, decompress_fp8_chunks as _dc
+from ._codecs import Fp8Codec
 from ._tensor import compress_fp8 as _c, decompress_fp8 as _d
 
-__all__ = ["compress", "decompress", "compress_chunks", "decompress_chunks", "Chunks"]
+__all__ = ["compress", "decompress", "compress_chunks", "decompress_chunks", "Chunks", "Codec"]
+
+# The codec object of ibp.codec('fp8') (one interface for ibp, exp and fp8); the
+# functions below stay as they are.
+Codec = Fp8Codec
 
 
 def compress(tensor, *, format: str = "e4m3", block: int = 256, hadamard: bool = True,
