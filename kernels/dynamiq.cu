@@ -20,17 +20,11 @@ extern "C" {
 }
 #include "fp8/fp8_impl.h"
 #include "util/mix.h"
+#include "util/quant_rules.h"
 
-#define DQK_S 256u /* entries per super-group = threads per block */
-#define DQK_G 16u  /* entries per group */
+#define DQK_S IBPQ_DQ_S /* entries per super-group = threads per block */
+#define DQK_G IBPQ_DQ_G /* entries per group */
 #define DQK_FULL 0xffffffffu
-
-/* The hash multipliers of src/coll/dynamiq_simd.h (coordinate, rank, group, group rank, group tag). */
-#define DQK_IDX 0x9e3779b97f4a7c15ull
-#define DQK_RANK 0xd6e8feb86659fd93ull
-#define DQK_GRP 0xd1b54a32d192ed03ull
-#define DQK_GRANK 0x8cb92ba72f3d8dd7ull
-#define DQK_GTAG 0x5ca1e5ull
 
 static __device__ __forceinline__ float dqk_maxf(float a, float b)
 {
@@ -48,11 +42,10 @@ static __device__ __forceinline__ int dqk_scale(const uint8_t *p, float *sf)
 static __device__ __forceinline__ float dqk_entry(const uint8_t *p, uint64_t ng, unsigned i, int q, const float *lv,
 						  float sf)
 {
-	float gs = __fdiv_rn(__fmul_rn((float)p[2 + i / DQK_G], sf), 255.0f);
+	float gs = ibpq_dq_group_scale(p[2 + i / DQK_G], sf);
 	uint64_t bit = (uint64_t)i * (uint64_t)q;
 	unsigned v = (p[2 + ng + (bit >> 3)] >> (bit & 7)) & ((1u << q) - 1);
-	float m = __fmul_rn(lv[v & ((1u << (q - 1)) - 1)], gs);
-	return (v >> (q - 1)) ? -m : m;
+	return ibpq_dq_value(v, q, lv, gs);
 }
 
 static __global__ void __launch_bounds__(DQK_S)
@@ -63,10 +56,10 @@ static __global__ void __launch_bounds__(DQK_S)
 	__shared__ float gm[DQK_G];
 	__shared__ float sfs[1];
 	const unsigned i = threadIdx.x;
-	const uint64_t key = ibp_mix64(p.seed ^ ibp_mix64(p.seq));
+	const uint64_t key = ibpq_call_key(p.seed, p.seq);
 	for (uint64_t j = j0 + blockIdx.x; j < j1; j += gridDim.x) {
 		const uint64_t a = j * DQK_S, c = a + DQK_S <= p.d ? DQK_S : p.d - a, ng = (c + DQK_G - 1) / DQK_G;
-		const int q = p.q[j], wi = q == 2 ? 0 : q == 4 ? 1 : 2, R = (1 << (q - 1)) - 1;
+		const int q = p.q[j], wi = q == 2 ? 0 : q == 4 ? 1 : 2;
 		const float *lv = p.lv + 128 * wi;
 		const uint8_t *tab = p.tab + 1024 * wi;
 		const float mu = p.mu[j];
@@ -113,14 +106,9 @@ static __global__ void __launch_bounds__(DQK_S)
 		float gme = 0;
 		if (i < ng) {
 			if (keep)
-				gme = __fdiv_rn(__fmul_rn((float)pin[2 + i], sf), 255.0f);
-			else {
-				float t = sf > 0 ? __fdiv_rn(__fmul_rn(255.0f, gm[i]), sf) : 0.0f, fl = floorf(t);
-				float us = ibp_u01(ibp_mix64(key ^ DQK_GTAG ^ ((a / DQK_G + i) * DQK_GRP) ^
-							   ((uint64_t)(w + 1) * DQK_GRANK)));
-				float r = __fadd_rn(fl, us < __fsub_rn(t, fl) ? 1.0f : 0.0f);
-				po[2 + i] = (uint8_t)(r > 255 ? 255 : r);
-			}
+				gme = ibpq_dq_group_scale(pin[2 + i], sf);
+			else
+				po[2 + i] = ibpq_dq_group_code(gm[i], sf, ibpq_dq_u_group(key, a / DQK_G + i, w));
 		}
 		__syncthreads(); /* every thread has read gm[] for its scale */
 		if (keep && i < ng)
@@ -128,24 +116,11 @@ static __global__ void __launch_bounds__(DQK_S)
 		__syncthreads();
 		unsigned v = 0;
 		if (i < c) {
-			float m = gm[i / DQK_G];
-			float aa = m > 0 ? __fdiv_rn(fabsf(y), m) : 0.0f;
-			if (aa > 1)
-				aa = 1;
-			int lo = tab[aa < 1 ? (int)__fmul_rn(aa, 1024.0f) : 1023];
-			while (lo < R - 1 && lv[lo + 1] <= aa)
-				lo++;
 			uint64_t gi = a + i;
-			float g = ibp_u01(ibp_mix64(key ^ (gi * DQK_IDX) ^ ((uint64_t)(w + 1) * DQK_RANK)));
-			float u = g;
+			float u = ibpq_dq_u_entry(key, gi, w);
 			if (p.correlated)
-				u = __fdiv_rn(__fadd_rn((float)((uint64_t)(w + ibp_mix64(key ^ gi) % (uint64_t)p.n) %
-								(uint64_t)p.n),
-							g),
-					      (float)p.n);
-			float pu = __fdiv_rn(__fsub_rn(aa, lv[lo]), __fsub_rn(lv[lo + 1], lv[lo]));
-			unsigned k = (unsigned)lo + (u < pu ? 1u : 0u);
-			v = k | ((y < 0 && k ? 1u : 0u) << (q - 1));
+				u = ibpq_dq_u_correlated(key, gi, w, p.n, u);
+			v = ibpq_dq_code(y, gm[i / DQK_G], lv, tab, q, u);
 		}
 		/* 8 / q consecutive entries make one byte */
 		unsigned b = v;

@@ -19,18 +19,10 @@ extern "C" {
 }
 #include "fp8/fp8_impl.h"
 #include "util/mix.h"
+#include "util/quant_rules.h"
 
 #define LSQK_THREADS 256u
-#define LSQK_HDR 8u
-#define LSQK_IDX 0x9e3779b97f4a7c15ull /* the multipliers of src/coll/dynamiq_simd.h */
-#define LSQK_GRP 0xd1b54a32d192ed03ull
-#define LSQK_STAG 0x736361ull
-
-static __host__ __device__ __forceinline__ uint64_t lsqk_bytes(uint64_t n, uint64_t row, int B, int K)
-{
-	uint64_t rows = (n + row - 1) / row;
-	return LSQK_HDR + (K ? (rows * (uint64_t)K + 7) / 8 : rows * 4) + (n * (uint64_t)B + 7) / 8;
-}
+#define LSQK_HDR IBPQ_LSQ_HDR
 
 static __device__ __forceinline__ float lsqk_get(const void *src, ibp_dtype_t dt, uint64_t i)
 {
@@ -83,10 +75,9 @@ static __global__ void __launch_bounds__(LSQK_THREADS)
 		   const uint32_t *ws, uint8_t *out)
 {
 	const uint64_t rows = (n + row - 1) / row, scb = K ? (rows * (uint64_t)K + 7) / 8 : rows * 4;
-	const uint64_t total = lsqk_bytes(n, row, B, K);
+	const uint64_t total = ibpq_lsq_bytes(n, row, B, K);
 	const uint32_t Sb = ws[0];
 	const float S = __uint_as_float(Sb);
-	const unsigned Lm = (1u << (B - 1)) - 1, Ls = K ? (1u << K) - 1 : 0;
 	for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < total; t += (uint64_t)gridDim.x * blockDim.x) {
 		unsigned byte = 0;
 		if (t < 4)
@@ -104,26 +95,15 @@ static __global__ void __launch_bounds__(LSQK_THREADS)
 			if (!K) {
 				byte = (ws[1 + b / 4] >> (8 * (b % 4))) & 0xffu;
 			} else {
-				for (uint64_t r = b * 8 / (uint64_t)K; r < (b + 1) * 8 / (uint64_t)K && r < rows; r++) {
-					float s = __uint_as_float(ws[1 + r]);
-					float tt = S > 0 ? __fmul_rn(__fdiv_rn(s, S), (float)Ls) : 0.0f, fl = floorf(tt);
-					unsigned v = (unsigned)fl +
-						     (ibp_u01(ibp_mix64(key ^ LSQK_STAG ^ (r * LSQK_GRP))) < __fsub_rn(tt, fl) ? 1u : 0u);
-					byte |= (v > Ls ? Ls : v) << (r * (uint64_t)K - b * 8);
-				}
+				for (uint64_t r = b * 8 / (uint64_t)K; r < (b + 1) * 8 / (uint64_t)K && r < rows; r++)
+					byte |= ibpq_lsq_scale_code(__uint_as_float(ws[1 + r]), S, K, key, r)
+						<< (r * (uint64_t)K - b * 8);
 			}
 		} else {
 			uint64_t b = t - LSQK_HDR - scb;
-			for (uint64_t i = b * 8 / (uint64_t)B; i < (b + 1) * 8 / (uint64_t)B && i < n; i++) {
-				float s = __uint_as_float(ws[1 + i / row]);
-				float x = lsqk_get(src, dt, i);
-				float tt = s > 0 ? __fmul_rn(__fdiv_rn(fabsf(x), s), (float)Lm) : 0.0f, fl = floorf(tt);
-				unsigned m = (unsigned)fl + (ibp_u01(ibp_mix64(key ^ (i * LSQK_IDX))) < __fsub_rn(tt, fl) ? 1u : 0u);
-				if (m > Lm)
-					m = Lm;
-				unsigned v = m | (x < 0 && m ? 1u << (B - 1) : 0u);
-				byte |= v << (i * (uint64_t)B - b * 8);
-			}
+			for (uint64_t i = b * 8 / (uint64_t)B; i < (b + 1) * 8 / (uint64_t)B && i < n; i++)
+				byte |= ibpq_lsq_code(lsqk_get(src, dt, i), __uint_as_float(ws[1 + i / row]), B, key, i)
+					<< (i * (uint64_t)B - b * 8);
 		}
 		out[t] = (uint8_t)byte;
 	}
@@ -136,8 +116,8 @@ static __global__ void __launch_bounds__(LSQK_THREADS)
 	const float S = __uint_as_float(Sb);
 	const int B = in[4], K = in[5];
 	const uint64_t row = (uint64_t)in[6] | (uint64_t)in[7] << 8;
-	const bool ok = row >= 1 && (B == 2 || B == 4 || B == 8) && (K == 0 || K == 4 || K == 8) && S >= 0 &&
-			S <= 3.40282347e38f && lsqk_bytes(n, row, B, K) == size;
+	const bool ok = ibpq_lsq_params_ok(row, B, K) && S >= 0 && S <= 3.40282347e38f &&
+			ibpq_lsq_bytes(n, row, B, K) == size;
 	if (!ok) {
 		if (blockIdx.x == 0 && threadIdx.x == 0)
 			atomicCAS(status, 0, (int32_t)IBP_ERR_CORRUPT);
@@ -145,14 +125,12 @@ static __global__ void __launch_bounds__(LSQK_THREADS)
 	}
 	const uint64_t rows = (n + row - 1) / row, scb = K ? (rows * (uint64_t)K + 7) / 8 : rows * 4;
 	const uint8_t *sc = in + LSQK_HDR, *code = sc + scb;
-	const unsigned Lm = (1u << (B - 1)) - 1;
-	const float Ls = K ? (float)((1u << K) - 1) : 0.0f;
 	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x) {
 		uint64_t r = i / row;
 		float s;
 		if (K) {
 			uint64_t bit = r * (uint64_t)K;
-			s = __fmul_rn(__fdiv_rn((float)((sc[bit >> 3] >> (bit & 7)) & ((1u << K) - 1)), Ls), S);
+			s = ibpq_lsq_scale((sc[bit >> 3] >> (bit & 7)) & ((1u << K) - 1), K, S);
 		} else {
 			uint32_t b = (uint32_t)sc[4 * r] | (uint32_t)sc[4 * r + 1] << 8 | (uint32_t)sc[4 * r + 2] << 16 |
 				     (uint32_t)sc[4 * r + 3] << 24;
@@ -164,8 +142,7 @@ static __global__ void __launch_bounds__(LSQK_THREADS)
 		}
 		uint64_t bit = i * (uint64_t)B;
 		unsigned v = (code[bit >> 3] >> (bit & 7)) & ((1u << B) - 1);
-		float m = __fdiv_rn(__fmul_rn((float)(v & Lm), s), (float)Lm);
-		float y = (v >> (B - 1)) ? -m : m;
+		float y = ibpq_lsq_value(v, B, s);
 		if (dt == IBP_DTYPE_F32)
 			((float *)dst)[i] = y;
 		else
@@ -227,8 +204,8 @@ static __global__ void __launch_bounds__(LSQK_THREADS)
 		uint64_t P = 0, N = 0;
 		for (unsigned e = 0; e < 64 && q * 64 + e < k; e++) {
 			uint64_t i = q * 64 + e;
-			float x = g[i], p = m > 0 ? __fdiv_rn(__fmul_rn(ps, fabsf(x)), m) : 0.0f;
-			P |= (uint64_t)(ibp_u01(ibp_mix64(key ^ (i * LSQK_IDX))) < p) << e;
+			float x = g[i];
+			P |= (uint64_t)ibpq_pts_keep(x, m, ps, key, i) << e;
 			N |= (uint64_t)(x < 0) << e;
 		}
 		w.P[q] = P;
@@ -448,7 +425,7 @@ extern "C" ibp_status_t ibpi_lsq_encode_cuda(const void *d_src, ibp_dtype_t dt, 
 		IBP_CUDA_LAUNCH("launch lsqk_rowmax", lsqk_rowmax, grid, LSQK_THREADS, 0, st, d_src, dt, n, row,
 				(uint32_t *)d_ws, d_status);
 	}
-	IBP_TRY(ibp_cuda_grid((lsqk_bytes(n, row, B, K) + LSQK_THREADS - 1) / LSQK_THREADS, &grid));
+	IBP_TRY(ibp_cuda_grid((ibpq_lsq_bytes(n, row, B, K) + LSQK_THREADS - 1) / LSQK_THREADS, &grid));
 	IBP_CUDA_LAUNCH("launch lsqk_write", lsqk_write, grid, LSQK_THREADS, 0, st, d_src, dt, n, row, B, K, key,
 			(const uint32_t *)d_ws, d_out);
 	return IBP_OK;

@@ -266,10 +266,9 @@ static ibp_status_t sg_decode(const dq_plan_t *pl, const uint8_t *p, uint64_t c,
 		return ibpi_fail(IBP_ERR_CORRUPT, "coll: dynamiq: super-group scale is not a finite non-negative number");
 	const uint8_t *rg = p + 2, *code = p + 2 + ceil_div(c, DQ_G);
 	const float *lv = pl->lv[qidx(q)];
-	unsigned mask = (1u << (q - 1)) - 1;
 	float gs[DQ_S / DQ_G];
 	for (uint64_t g = 0; g < ceil_div(c, DQ_G); g++)
-		gs[g] = (float)rg[g] * sf / 255.0f; /* exact for r = 255: constant data stays exact */
+		gs[g] = ibpq_dq_group_scale(rg[g], sf); /* exact for r = 255: constant data stays exact */
 	const dq_kern_t *K = ibpi_dq_kern();
 	if (K && c == DQ_S) {
 		K->decode(lv, code, q, gs, x, add, y);
@@ -278,8 +277,7 @@ static ibp_status_t sg_decode(const dq_plan_t *pl, const uint8_t *p, uint64_t c,
 	for (uint64_t i = 0; i < c; i++) {
 		uint64_t bit = i * (uint64_t)q;
 		unsigned v = (code[bit >> 3] >> (bit & 7)) & ((1u << q) - 1);
-		float m = lv[v & mask] * gs[i / DQ_G];
-		y[i] = ((v >> (q - 1)) ? -m : m) + (x ? x[i] - add : add);
+		y[i] = ibpq_dq_value(v, q, lv, gs[i / DQ_G]) + (x ? x[i] - add : add);
 	}
 	return IBP_OK;
 }
@@ -289,7 +287,7 @@ static ibp_status_t sg_decode(const dq_plan_t *pl, const uint8_t *p, uint64_t c,
 static void sg_encode(const dq_plan_t *pl, const float *y, uint64_t c, int q, uint64_t g0, int w,
 		      const uint8_t *keep, uint8_t *p)
 {
-	uint64_t key = coll_mix(pl->cfg.seed ^ coll_mix(pl->seq));
+	uint64_t key = ibpq_call_key(pl->cfg.seed, pl->seq);
 	uint64_t ng = ceil_div(c, DQ_G);
 	uint8_t *rg = p + 2, *code = p + 2 + ng;
 	float gmax[DQ_S / DQ_G], sf;
@@ -318,7 +316,7 @@ static void sg_encode(const dq_plan_t *pl, const float *y, uint64_t c, int q, ui
 		memcpy(p, keep, 2 + ng);
 		sf = fp8i_bf16_to_f32((uint16_t)(p[0] | p[1] << 8));
 		for (uint64_t g = 0; g < ng; g++)
-			gmax[g] = (float)rg[g] * sf / 255.0f;
+			gmax[g] = ibpq_dq_group_scale(rg[g], sf);
 	} else {
 		float M = 0;
 		for (uint64_t g = 0; g < ng; g++)
@@ -327,34 +325,18 @@ static void sg_encode(const dq_plan_t *pl, const float *y, uint64_t c, int q, ui
 		p[0] = (uint8_t)sb;
 		p[1] = (uint8_t)(sb >> 8);
 		sf = fp8i_bf16_to_f32(sb);
-		for (uint64_t g = 0; g < ng; g++) {
-			float t = sf > 0 ? 255.0f * gmax[g] / sf : 0, fl = floorf(t);
-			float us = coll_u01(coll_mix(key ^ DQ_K_GTAG ^ ((g0 / DQ_G + g) * DQ_K_GRP) ^
-						     ((uint64_t)(w + 1) * DQ_K_GRANK)));
-			float r = fl + (us < t - fl ? 1.0f : 0.0f);
-			rg[g] = (uint8_t)(r > 255 ? 255 : r);
-		}
+		for (uint64_t g = 0; g < ng; g++)
+			rg[g] = ibpq_dq_group_code(gmax[g], sf, ibpq_dq_u_group(key, g0 / DQ_G + g, w));
 	}
 	const float *lv = pl->lv[qidx(q)];
 	const uint8_t *tab = pl->tab[qidx(q)];
-	int R = (1 << (q - 1)) - 1, n = pl->n;
 	memset(code, 0, ceil_div(c * (uint64_t)q, 8));
 	for (uint64_t i = 0; i < c; i++) {
-		float m = gmax[i / DQ_G];
-		float a = m > 0 ? fabsf(y[i]) / m : 0;
-		if (a > 1)
-			a = 1; /* only with kept scales: the partial sum outgrew them */
-		int lo = tab[a < 1 ? (int)(a * 1024.0f) : 1023]; /* then the largest r < R with lv[r] <= a */
-		while (lo < R - 1 && lv[lo + 1] <= a)
-			lo++;
 		uint64_t gi = g0 + i;
-		float g = coll_u01(coll_mix(key ^ (gi * DQ_K_IDX) ^ ((uint64_t)(w + 1) * DQ_K_RANK)));
-		float u = g;
+		float u = ibpq_dq_u_entry(key, gi, w);
 		if (pl->cfg.correlated) /* one rank per slice [k/n, (k+1)/n): a random shift per coordinate */
-			u = ((float)((uint64_t)(w + coll_mix(key ^ gi) % (uint64_t)n) % (uint64_t)n) + g) / (float)n;
-		float pu = (a - lv[lo]) / (lv[lo + 1] - lv[lo]);
-		unsigned k = (unsigned)lo + (u < pu ? 1u : 0u);
-		unsigned v = k | ((y[i] < 0 && k ? 1u : 0u) << (q - 1));
+			u = ibpq_dq_u_correlated(key, gi, w, pl->n, u);
+		unsigned v = ibpq_dq_code(y[i], gmax[i / DQ_G], lv, tab, q, u);
 		uint64_t bit = i * (uint64_t)q;
 		code[bit >> 3] |= (uint8_t)(v << (bit & 7));
 	}

@@ -15,9 +15,10 @@
 
 #include "ibp/types.h"
 #include "util/mix.h"
+#include "util/quant_rules.h"
 
-#define DQ_G 16u  /* DynamiQ group: entries sharing one UINT8 scale */
-#define DQ_S 256u /* DynamiQ super-group: entries sharing one BF16 scale */
+#define DQ_G IBPQ_DQ_G /* DynamiQ group: entries sharing one UINT8 scale */
+#define DQ_S IBPQ_DQ_S /* DynamiQ super-group: entries sharing one BF16 scale */
 
 typedef enum coll_simd_impl {
 	COLL_SIMD_AUTO = 0,
@@ -55,12 +56,12 @@ static inline uint16_t coll_pack_crumb(uint64_t x)
 	return (uint16_t)(x | x >> 24);
 }
 
-/* The hash multipliers (the same in the scalar code, the kernels and kernels/dynamiq.cu). */
-#define DQ_K_IDX 0x9e3779b97f4a7c15ull  /* coordinate */
-#define DQ_K_RANK 0xd6e8feb86659fd93ull /* rank, entry rounding */
-#define DQ_K_GRP 0xd1b54a32d192ed03ull  /* group index, group-scale rounding */
-#define DQ_K_GRANK 0x8cb92ba72f3d8dd7ull /* rank, group-scale rounding */
-#define DQ_K_GTAG 0x5ca1e5ull            /* group-scale stream tag */
+/* The hash multipliers (util/quant_rules.h, shared with kernels/dynamiq.cu). */
+#define DQ_K_IDX IBPQ_K_IDX     /* coordinate */
+#define DQ_K_RANK IBPQ_K_RANK   /* rank, entry rounding */
+#define DQ_K_GRP IBPQ_K_GRP     /* group index, group-scale rounding */
+#define DQ_K_GRANK IBPQ_K_GRANK /* rank, group-scale rounding */
+#define DQ_K_GTAG IBPQ_K_GTAG   /* group-scale stream tag */
 
 typedef struct ibpi_dq_kern {
 	/* One full super-group (256 entries, 16 groups of 16). */

@@ -40,17 +40,11 @@ static void putf(void *dst, ibp_dtype_t dt, uint64_t i, float v)
 		((uint16_t *)dst)[i] = dt == IBP_DTYPE_BF16 ? fp8i_f32_to_bf16(v) : fp8i_f32_to_f16(v);
 }
 
-#define LSQ_HDR 8u
-
-static int lsq_params_ok(uint64_t row, int B, int K)
-{
-	return row >= 1 && row <= 65535 && (B == 2 || B == 4 || B == 8) && (K == 0 || K == 4 || K == 8);
-}
+#define LSQ_HDR IBPQ_LSQ_HDR
 
 uint64_t ibpi_lsq_bytes(uint64_t n, uint64_t row, int B, int K)
 {
-	uint64_t rows = ceil_div(n, row);
-	return LSQ_HDR + (K ? ceil_div(rows * (uint64_t)K, 8) : rows * 4) + ceil_div(n * (uint64_t)B, 8);
+	return ibpq_lsq_bytes(n, row, B, K);
 }
 
 static void put_code(uint8_t *p, uint64_t i, int w, unsigned v)
@@ -68,7 +62,7 @@ static unsigned get_code(const uint8_t *p, uint64_t i, int w)
 ibp_status_t ibpi_lsq_encode(const void *src, ibp_dtype_t dt, uint64_t n, uint64_t row, int B, int K, uint64_t key,
 			uint8_t *out, uint64_t cap, uint64_t *size)
 {
-	if (!lsq_params_ok(row, B, K))
+	if (!ibpq_lsq_params_ok(row, B, K))
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "coll: lsq: row %llu, %d bits, %d scale bits",
 				(unsigned long long)row, B, K);
 	uint64_t rows = ceil_div(n, row), total = ibpi_lsq_bytes(n, row, B, K);
@@ -105,27 +99,19 @@ ibp_status_t ibpi_lsq_encode(const void *src, ibp_dtype_t dt, uint64_t n, uint64
 	out[6] = (uint8_t)row;
 	out[7] = (uint8_t)(row >> 8);
 	uint8_t *sc = out + LSQ_HDR, *code = sc + (K ? ceil_div(rows * (uint64_t)K, 8) : rows * 4);
-	unsigned Ls = K ? (1u << K) - 1 : 0, Lm = (1u << (B - 1)) - 1;
 	for (uint64_t r = 0; r < rows; r++) {
 		/* The row scale, stochastically rounded to K bits of S* (unbiased); entries use the exact one. */
-		if (K) {
-			float t = S > 0 ? s[r] / S * (float)Ls : 0, fl = floorf(t);
-			unsigned v = (unsigned)fl + (coll_u01(coll_mix(key ^ 0x736361ull ^ (r * 0xd1b54a32d192ed03ull))) < t - fl);
-			put_code(sc, r, K, v > Ls ? Ls : v);
-		} else
+		if (K)
+			put_code(sc, r, K, ibpq_lsq_scale_code(s[r], S, K, key, r));
+		else
 			memcpy(sc + r * 4, &s[r], 4);
 		uint64_t i = r * row, e = n < (r + 1) * row ? n : (r + 1) * row, l = (e - i) & ~(uint64_t)15;
 		if (V && l) {
 			V->lsq_enc(src, dt, i, l, s[r], B, key, code);
 			i += l;
 		}
-		for (; i < e; i++) {
-			float x = getf(src, dt, i), t = s[r] > 0 ? fabsf(x) / s[r] * (float)Lm : 0, fl = floorf(t);
-			unsigned m = (unsigned)fl + (coll_u01(coll_mix(key ^ (i * DQ_K_IDX))) < t - fl);
-			if (m > Lm)
-				m = Lm;
-			put_code(code, i, B, m | (x < 0 && m ? 1u << (B - 1) : 0u));
-		}
+		for (; i < e; i++)
+			put_code(code, i, B, ibpq_lsq_code(getf(src, dt, i), s[r], B, key, i));
 	}
 	free(s);
 	*size = total;
@@ -140,19 +126,17 @@ ibp_status_t ibpi_lsq_decode(const uint8_t *in, uint64_t size, ibp_dtype_t dt, u
 	memcpy(&S, in, 4);
 	int B = in[4], K = in[5];
 	uint64_t row = (uint64_t)in[6] | (uint64_t)in[7] << 8;
-	if (!lsq_params_ok(row, B, K) || !(S >= 0) || isinf(S) || ibpi_lsq_bytes(n, row, B, K) != size)
+	if (!ibpq_lsq_params_ok(row, B, K) || !(S >= 0) || isinf(S) || ibpi_lsq_bytes(n, row, B, K) != size)
 		return ibpi_fail(IBP_ERR_CORRUPT,
 				"coll: lsq: stream of %llu bytes (bits %d, scale bits %d, row %llu) for %llu elements",
 				(unsigned long long)size, B, K, (unsigned long long)row, (unsigned long long)n);
 	uint64_t rows = ceil_div(n, row);
 	const uint8_t *sc = in + LSQ_HDR, *code = sc + (K ? ceil_div(rows * (uint64_t)K, 8) : rows * 4);
-	unsigned Lm = (1u << (B - 1)) - 1;
-	float Ls = K ? (float)((1u << K) - 1) : 0;
 	const rc_kern_t *V = row % 16 == 0 ? ibpi_rc_kern() : NULL;
 	for (uint64_t r = 0; r < rows; r++) {
 		float s;
 		if (K)
-			s = (float)get_code(sc, r, K) / Ls * S;
+			s = ibpq_lsq_scale(get_code(sc, r, K), K, S);
 		else {
 			memcpy(&s, sc + r * 4, 4);
 			if (!(s >= 0) || isinf(s))
@@ -164,11 +148,8 @@ ibp_status_t ibpi_lsq_decode(const uint8_t *in, uint64_t size, ibp_dtype_t dt, u
 			V->lsq_dec(code, B, s, i, l, dt, dst);
 			i += l;
 		}
-		for (; i < e; i++) {
-			unsigned v = get_code(code, i, B);
-			float m = (float)(v & Lm) * s / (float)Lm;
-			putf(dst, dt, i, (v >> (B - 1)) ? -m : m);
-		}
+		for (; i < e; i++)
+			putf(dst, dt, i, ibpq_lsq_value(get_code(code, i, B), B, s));
 	}
 	return IBP_OK;
 }
@@ -208,8 +189,7 @@ ibp_status_t ibpi_pts_encode(const float *g, uint64_t k, double sigma, uint64_t 
 		nnz = V->pts_keep(g, k, m, ps, key, pres, sgn);
 	else {
 		for (uint64_t i = 0; i < k; i++) {
-			float p = m > 0 ? ps * fabsf(g[i]) / m : 0;
-			if (coll_u01(coll_mix(key ^ (i * DQ_K_IDX))) < p) {
+			if (ibpq_pts_keep(g[i], m, ps, key, i)) {
 				pres[i >> 3] |= (uint8_t)(1u << (i & 7));
 				nnz++;
 			}

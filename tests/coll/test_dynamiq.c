@@ -415,6 +415,47 @@ Test(dynamiq, mix_known_values)
 	cr_assert_eq(fp8i_bf16_up(0.0f), 0x0000);
 }
 
+/* util/quant_rules.h, the arithmetic the CPU codecs and the kernels share:
+ * hand-computed values (a change moves CPU and GPU together, so the
+ * emulator's CPU = GPU checks cannot see it). */
+Test(dynamiq, quant_rules_known_values)
+{
+	/* group code: 255 * 1 / 2 = 127.5 rounds up when u < 0.5; capped at 255 */
+	cr_assert_eq(ibpq_dq_group_code(1.0f, 2.0f, 0.4f), 128);
+	cr_assert_eq(ibpq_dq_group_code(1.0f, 2.0f, 0.6f), 127);
+	cr_assert_eq(ibpq_dq_group_code(3.0f, 2.0f, 0.0f), 255);
+	cr_assert_eq(ibpq_dq_group_code(1.0f, 0.0f, 0.0f), 0);
+	cr_assert_eq(ibpq_dq_group_scale(255, 0.75f), 0.75f);
+	cr_assert_eq(ibpq_dq_group_scale(51, 1.0f), 0.2f);
+	/* levels 0, 0.25, 0.5, 1 (q = 3: R = 3): |y| / m = 0.375 lies halfway from 0.25 to 0.5 */
+	const float lv[4] = {0.0f, 0.25f, 0.5f, 1.0f};
+	uint8_t tab[1024];
+	for (int b = 0; b < 1024; b++)
+		tab[b] = b < 256 ? 0 : b < 512 ? 1 : 2;
+	cr_assert_eq(ibpq_dq_code(0.375f, 1.0f, lv, tab, 3, 0.49f), 2u);
+	cr_assert_eq(ibpq_dq_code(0.375f, 1.0f, lv, tab, 3, 0.51f), 1u);
+	cr_assert_eq(ibpq_dq_code(-0.375f, 1.0f, lv, tab, 3, 0.49f), 2u | 4u);
+	cr_assert_eq(ibpq_dq_code(-0.01f, 1.0f, lv, tab, 3, 0.99f), 0u); /* level 0 carries no sign */
+	cr_assert_eq(ibpq_dq_code(2.0f, 1.0f, lv, tab, 3, 0.0f), 3u);    /* above the scale: the top level */
+	cr_assert_eq(ibpq_dq_value(2u | 4u, 3, lv, 2.0f), -1.0f);
+	cr_assert_eq(ibpq_dq_value(3u, 3, lv, 2.0f), 2.0f);
+	cr_assert_eq(ibpq_dq_u_correlated(0, 0, 0, 1, 0.25f), 0.25f);
+	/* LSQ: 4 bits (Lm = 7), scale 1: 0.5 -> 3.5, rounded by the coordinate's uniform */
+	const uint64_t key = 99;
+	for (uint64_t i = 0; i < 64; i++) {
+		float u = ibp_u01(ibp_mix64(key ^ (i * IBPQ_K_IDX)));
+		cr_assert_eq(ibpq_lsq_code(-0.5f, 1.0f, 4, key, i), (u < 0.5f ? 4u : 3u) | 8u);
+		cr_assert_eq(ibpq_pts_keep(0.5f, 1.0f, 1.0f, key, i), u < 0.5f);
+	}
+	cr_assert_eq(ibpq_lsq_code(9.0f, 1.0f, 4, key, 0), 7u); /* capped */
+	cr_assert_eq(ibpq_lsq_value(3u | 8u, 4, 7.0f), -3.0f);
+	cr_assert_eq(ibpq_lsq_scale(15, 4, 2.0f), 2.0f);
+	cr_assert_eq(ibpq_lsq_bytes(100, 10, 4, 4), 8u + 5u + 50u);
+	cr_assert_eq(ibpq_lsq_bytes(100, 10, 2, 0), 8u + 40u + 25u);
+	cr_assert(ibpq_lsq_params_ok(65535, 8, 0) && !ibpq_lsq_params_ok(0, 4, 4) && !ibpq_lsq_params_ok(16, 3, 4) &&
+		  !ibpq_lsq_params_ok(16, 4, 5));
+}
+
 /* The shared float32 -> dt narrow (DynamiQ's and PTS's results): known
  * values, nearest even on ties, Inf and NaN kept, FP32 copied. */
 Test(dynamiq, narrow_known_values)
