@@ -610,8 +610,8 @@ extern "C" ibp_status_t ibp_exp_encode_workspace_cuda(ibp_dtype_t dt, uint64_t n
 	expk_batch b = {};
 	expk_ws w;
 	if (!bytes)
-		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_cuda_encode_workspace: bytes is NULL");
-	IBP_TRY(expk_batch_of(dt, n, chunk_elems, &b, "exp_cuda_encode_workspace"));
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_encode_workspace_cuda: bytes is NULL");
+	IBP_TRY(expk_batch_of(dt, n, chunk_elems, &b, "exp_encode_workspace_cuda"));
 	expk_ws_layout(n, b.nchunks, b.nchunks * b.gpc, &w);
 	*bytes = w.total;
 	return IBP_OK;

@@ -6,7 +6,7 @@
 ibp_status_t ibp_exp_encode_workspace_cuda(ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems, uint64_t *bytes)
 {
 	(void)dt, (void)n, (void)chunk_elems, (void)bytes;
-	return ibpi_fail(IBP_ERR_UNSUPPORTED, "exp_cuda_encode_workspace: libibp was built without CUDA");
+	return ibpi_fail(IBP_ERR_UNSUPPORTED, "exp_encode_workspace_cuda: libibp was built without CUDA");
 }
 
 ibp_status_t ibp_exp_encode_cuda(const void *d_src, ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems,
