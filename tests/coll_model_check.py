@@ -107,6 +107,21 @@ def known_values(cm):
     # native ReduceScatter still pays the plain sum
     t = M.native('reducescatter', 4, size, cm.Link(0.0, 1e30)).time
     check(close(t, 3 * r, 1e-6), 'native ReduceScatter, free link: %r != 3 x reduce' % t)
+    # Open MPI 4's default ReduceScatter: reduce to rank 0 in 64 KiB segments + linear scatter
+    Mo = cm.Model(inputs(mpi_library='openmpi4'))
+    t = Mo.native('reducescatter', 2, size, link).time
+    nseg = size // 65536
+    want = nseg * (20e-6 + 65536 / 1e8) + (20e-6 + (size / 2) / 1e8)
+    check(close(t, want), 'Open MPI 4 ReduceScatter N=2: %r != %r' % (t, want))
+    t = Mo.native('reducescatter', 8, size, cm.Link(0.0, 1e30)).time
+    check(close(t, (nseg + 6) * 65536 * 1e-9, 1e-6), 'Open MPI 4 ReduceScatter, free link: the sum per segment')
+    check(close(Mo.native('allgather', 8, size, link).time, M.native('allgather', 8, size, link).time),
+          'mpi_library openmpi4 changes ReduceScatter only')
+    try:
+        cm.Model(inputs(mpi_library='mpich'))
+        check(False, 'mpi_library mpich accepted')
+    except cm.InputError:
+        pass
 
     # FP8's AllGather: the owner decodes its own encoded chunk too (one core, free link: E0 + D)
     m2 = size / 2

@@ -119,7 +119,15 @@ Assumptions where the code leaves it open: codec speeds scale linearly
 with nthreads; memcpy (raw encode/decode, own-chunk copies, in-place
 staging) is free; MPI's own collectives are the ring (pairwise for
 AllToAll) cut in the same pieces (only the reduce's overlap depends on
-it); per-message overheads besides alpha are ignored; the codec ratio of
+it), except with "mpi_library": "openmpi4" in the inputs, where
+MPI_Reduce_scatter_block is what Open MPI 4.x's coll tuned runs for it
+by default, basic linear: an MPI_Reduce of the whole buffer to rank 0 (a
+pipelined chain of 64 KiB segments at these sizes: the buffer crosses
+each link once, the sum overlaps) and a linear scatter of N-1 blocks from
+rank 0:
+    T = (ceil(S/64K) + N-2)(alpha + max(g/beta, g r)) + (N-1)(alpha + (S/N)/beta),
+    g = the segment (S/ceil(S/64K));
+per-message overheads besides alpha are ignored; the codec ratio of
 a whole message holds for 60 KiB pieces; the switcher (policy auto) is
 not modelled: "compressed" is policy always (a measured line whose
 "decision" is not "compress" is predicted as the plain call it was).
@@ -137,6 +145,8 @@ PIECES_MIN, PIECES_MAX = 4, 4096  # flow.h FLOW_PIECES_MIN/MAX
 AG_OVERLAP_MIN = 32 << 10  # algo.c: the whole-chunk AllGather's helper decode threshold
 DQ_S = 256  # DynamiQ super-group
 PIECE_DEFAULT = {'mpi': 61440, 'inproc': 1 << 20, 'torch': 1 << 20, 'blocking': 0}
+MPI_LIBRARIES = ('ring', 'openmpi4')  # what MPI's own calls are modelled as (module docstring)
+OMPI_REDUCE_SEG = 64 << 10  # Open MPI 4 coll tuned: MPI_Reduce's pipeline segment for large messages
 ESZ = {'bf16': 2, 'f16': 2, 'fp16': 2, 'f32': 4, 'fp32': 4}
 OPS = ('allgather', 'reducescatter', 'allreduce', 'alltoall')
 CODECS = ('none', 'exp', 'fp8', 'dynamiq', 'lsq', 'pts')
@@ -159,7 +169,8 @@ EXAMPLE_INPUTS = {
     },
     "reduce_Bps": 1.5e9, "dtype": "bf16", "threads": 1, "transport": "mpi", "cores_per_rank": 2,
     "note": "speeds: logical bytes per second per core (tests/coll/coll_codec_speed); optional: "
-            "piece_bytes, dynamiq.stats_Bps, dynamiq.plan_s_per_sg",
+            "piece_bytes, dynamiq.stats_Bps, dynamiq.plan_s_per_sg, mpi_library (ring or openmpi4: "
+            "MPI's own ReduceScatter as Open MPI 4.x runs it)",
 }
 
 
@@ -309,6 +320,9 @@ class Model:
         pb = piece_bytes if piece_bytes is not None else inp.get('piece_bytes')
         self.piece = int(PIECE_DEFAULT[self.transport] if pb is None else pb)
         self.natives = self.transport == 'mpi'  # MPI's transport carries natives (algo.c try_native)
+        self.mpi_library = inp.get('mpi_library', 'ring')
+        if self.mpi_library not in MPI_LIBRARIES:
+            raise InputError('mpi_library %s (%s)' % (self.mpi_library, ', '.join(MPI_LIBRARIES)))
         self.cin = inp.get('codecs') or {}
         for name, c in self.cin.items():
             if name in ('exp', 'fp8', 'dynamiq', 'lsq', 'pts'):
@@ -483,8 +497,22 @@ class Model:
         return Pred(t, 'PTS: ring AG of whole streams, local sum', (n - 1) * s, (n - 1) * w)
 
     # ---- what runs ----
+    def reducescatter_ompi4(self, n, size, link):
+        """Open MPI 4.x's default MPI_Reduce_scatter_block: reduce to rank 0, linear scatter."""
+        s = (size // self.esz) * self.esz
+        nseg = max(1, -(-s // OMPI_REDUCE_SEG))
+        g = s / float(nseg)
+        t = (nseg + n - 2) * (link.alpha + max(g / link.beta, g * self.red)) + \
+            (n - 1) * (link.alpha + (s / float(n)) / link.beta)
+        return Pred(t, 'reduce to rank 0 (%d-segment chain) + linear scatter' % nseg, (n - 1) * s // n,
+                    s + (n - 1) * s // n)
+
     def native(self, op, n, size, link):
         """MPI's own (or the plain algorithm): same ring/pairwise, no codec."""
+        if op == 'reducescatter' and self.mpi_library == 'openmpi4':
+            pr = self.reducescatter_ompi4(n, size, link)
+            pr.algo = 'native: ' + pr.algo
+            return pr
         c = self.codec('native')
         pr = getattr(self, op)(c, n, size, link)
         pr.algo = 'native: ' + pr.algo
