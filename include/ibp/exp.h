@@ -56,7 +56,8 @@ extern "C" {
 typedef enum ibp_exp_table_mode {
 	IBP_EXP_TABLE_SIGMA = 0,     /* window derived from sigma (default) */
 	IBP_EXP_TABLE_HISTOGRAM = 1, /* 7 most frequent exponents of the block */
-	IBP_EXP_TABLE_GIVEN = 2      /* ibp_exp_opts_t.table */
+	IBP_EXP_TABLE_GIVEN = 2,     /* ibp_exp_opts_t.table */
+	IBP_EXP_TABLE_RANS = 3       /* entropy-coded symbols (rANS) when smaller, else HISTOGRAM */
 } ibp_exp_table_mode_t;
 
 /* 7 biased exponent field values, strictly ascending, each at most

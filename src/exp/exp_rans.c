@@ -1,0 +1,531 @@
+/* exp_rans.c - mode 2 of the exponent codec (exp_rans.h): interleaved rANS
+ * over symbol bytes. State x in [2^16, 2^32), 16-bit renormalisation (at
+ * most one word per symbol each way), 12-bit frequencies. The encoder
+ * divides by a reciprocal multiply that is exact for every 32-bit x; the
+ * decoder uses one 4096-entry table (symbol, frequency, slot - cumulative).
+ * Lanes and segments are independent so threads (and later a GPU warp)
+ * take them apart.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "exp/exp_rans.h"
+#include "util/error.h"
+#include "util/parallel.h"
+
+#define LANES EXPF_RANS_LANES
+#define SCALE EXPF_RANS_SCALE
+#define RL EXPF_RANS_L
+/* A segment's bytes of stream at most: per lane a state and a word per symbol. */
+#define LANE_CAP (4u + 2u * (uint32_t)(EXPF_RANS_SEG / LANES))
+/* Below this many segments per thread, threads cost more than they save. */
+#define MIN_SEGS_PER_THREAD 2u
+
+static inline uint32_t ld_elem(const uint8_t *p, uint32_t esize)
+{
+	if (esize == 2) {
+		uint16_t v;
+		memcpy(&v, p, 2);
+		return v;
+	}
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+static inline void st_elem(uint8_t *p, uint32_t v, uint32_t esize)
+{
+	if (esize == 2) {
+		uint16_t h = (uint16_t)v;
+		memcpy(p, &h, 2);
+	} else {
+		memcpy(p, &v, 4);
+	}
+}
+
+static inline uint32_t ld16(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+}
+
+static inline uint64_t seg_len(uint64_t n, uint64_t g)
+{
+	uint64_t b = g << EXPF_RANS_SEG_LOG2;
+	return n - b < EXPF_RANS_SEG ? n - b : EXPF_RANS_SEG;
+}
+
+/* ------------------------------------------------------------ frequencies */
+
+void ibpi_exp_rans_hist(const uint8_t *src, uint32_t dt, uint64_t n, uint64_t hist[256])
+{
+	uint32_t h[4][256];
+	const uint32_t es = dt == EXPF_DT_F32 ? 4u : 2u;
+	memset(h, 0, sizeof(h));
+	memset(hist, 0, 256 * sizeof(uint64_t));
+	uint64_t i = 0;
+	while (i < n) {
+		/* flush before a u32 bin could overflow */
+		uint64_t end = n - i > (1ull << 30) ? i + (1ull << 30) : n;
+		for (; i + 4 <= end; i += 4)
+			for (int j = 0; j < 4; j++)
+				h[j][expf_rans_sym(ld_elem(src + (i + j) * es, es), dt)]++;
+		for (; i < end; i++)
+			h[0][expf_rans_sym(ld_elem(src + i * es, es), dt)]++;
+		for (int f = 0; f < 256; f++) {
+			hist[f] += (uint64_t)h[0][f] + h[1][f] + h[2][f] + h[3][f];
+			h[0][f] = h[1][f] = h[2][f] = h[3][f] = 0;
+		}
+	}
+}
+
+uint32_t ibpi_exp_rans_quantize(const uint64_t hist[256], uint64_t n, uint16_t freq[256])
+{
+	uint32_t nsym = 0, sum = 0;
+	for (int k = 0; k < 256; k++) {
+		freq[k] = 0;
+		if (!hist[k])
+			continue;
+		double q = (double)hist[k] * SCALE / (double)n + 0.5;
+		uint32_t f = q >= SCALE ? SCALE : (uint32_t)q;
+		freq[k] = (uint16_t)(f ? f : 1);
+		sum += freq[k];
+		nsym++;
+	}
+	/* fix the sum one step at a time where it costs the fewest bits:
+	 * count * log(f / (f - 1)) ~ count / (f - 1/2) (<= 256 + 2 steps) */
+	while (sum > SCALE) {
+		int best = -1;
+		double bc = 0;
+		for (int k = 0; k < 256; k++)
+			if (freq[k] > 1) {
+				double c = (double)hist[k] / (2.0 * freq[k] - 1.0);
+				if (best < 0 || c < bc)
+					best = k, bc = c;
+			}
+		freq[best]--;
+		sum--;
+	}
+	while (sum < SCALE) {
+		int best = -1;
+		double bc = 0;
+		for (int k = 0; k < 256; k++)
+			if (freq[k]) {
+				double c = (double)hist[k] / (2.0 * freq[k] + 1.0);
+				if (best < 0 || c > bc)
+					best = k, bc = c;
+			}
+		freq[best]++;
+		sum++;
+	}
+	return nsym;
+}
+
+/* ----------------------------------------------------------------- encode */
+
+typedef struct enc_sym {
+	uint32_t rcp;  /* ceil(2^(32+sh) / f) - 2^32 */
+	uint32_t xm1;  /* (f << 20) - 1: renormalise above it */
+	uint32_t cum;
+	uint32_t cmpl; /* SCALE - f */
+	uint32_t sh;   /* ceil(log2 f) */
+} enc_sym_t;
+
+typedef struct enc_ctx {
+	const uint8_t *src;
+	uint8_t *rest;    /* dst + off_rest */
+	uint8_t *scratch; /* per segment: seg_cap bytes */
+	uint64_t seg_cap, lane_cap, n;
+	uint64_t *lens;   /* nseg * LANES stream lengths */
+	uint32_t dt;
+	enc_sym_t sym[256];
+} enc_ctx_t;
+
+/* x / f exactly for every 32-bit x: with m = ceil(2^(32+sh)/f) = (2^(32+sh)
+ * + e)/f, e < f <= 2^sh, the error x*e/2^(32+sh) < 1/f never crosses an
+ * integer. */
+static inline uint32_t enc_put(uint32_t x, const enc_sym_t *e, uint8_t **pp)
+{
+	if (x > e->xm1) {
+		*pp -= 2;
+		(*pp)[0] = (uint8_t)x;
+		(*pp)[1] = (uint8_t)(x >> 8);
+		x >>= 16;
+	}
+	uint32_t q = (uint32_t)(((((uint64_t)x * e->rcp) >> 32) + x) >> e->sh);
+	return x + e->cum + q * e->cmpl;
+}
+
+static inline __attribute__((always_inline)) void enc_segment_dt(const enc_ctx_t *c, uint64_t g, const uint32_t dt)
+{
+	const uint32_t es = dt == EXPF_DT_F32 ? 4u : 2u, rb = dt == EXPF_DT_F32 ? 3u : 1u;
+	const uint64_t base = g << EXPF_RANS_SEG_LOG2, m = seg_len(c->n, g);
+	const uint8_t *p = c->src + base * es;
+	uint8_t *slot = c->scratch + g * c->seg_cap;
+	uint8_t *ptr[LANES];
+	uint32_t x[LANES];
+	for (uint32_t j = 0; j < LANES; j++) {
+		ptr[j] = slot + (j + 1) * c->lane_cap;
+		x[j] = RL;
+	}
+	/* symbols go in backwards so the decoder reads forwards */
+	const uint64_t full = m & ~(uint64_t)(LANES - 1);
+	for (uint64_t i = m; i-- > full;)
+		x[i & (LANES - 1)] = enc_put(x[i & (LANES - 1)], &c->sym[expf_rans_sym(ld_elem(p + i * es, es), dt)],
+					     &ptr[i & (LANES - 1)]);
+	for (uint64_t i = full; i > 0; i -= LANES)
+		for (int j = LANES - 1; j >= 0; j--) {
+			uint64_t k = i - LANES + (uint64_t)j;
+			x[j] = enc_put(x[j], &c->sym[expf_rans_sym(ld_elem(p + k * es, es), dt)], &ptr[j]);
+		}
+	/* the final states lead each lane; lanes packed to the slot's front */
+	uint64_t at = 0;
+	for (uint32_t j = 0; j < LANES; j++) {
+		ptr[j] -= 4;
+		for (int b = 0; b < 4; b++)
+			ptr[j][b] = (uint8_t)(x[j] >> (8 * b));
+		uint64_t len = (uint64_t)(slot + (j + 1) * c->lane_cap - ptr[j]);
+		memmove(slot + at, ptr[j], len);
+		at += len;
+		c->lens[g * LANES + j] = len;
+	}
+	uint8_t *r = c->rest + base * rb;
+	for (uint64_t i = 0; i < m; i++) {
+		uint32_t v = expf_rans_rest(ld_elem(p + i * es, es), dt);
+		if (rb == 1) {
+			r[i] = (uint8_t)v;
+		} else {
+			r[3 * i] = (uint8_t)v;
+			r[3 * i + 1] = (uint8_t)(v >> 8);
+			r[3 * i + 2] = (uint8_t)(v >> 16);
+		}
+	}
+}
+
+static void enc_task(void *ctx, uint64_t begin, uint64_t end, int tid)
+{
+	const enc_ctx_t *c = ctx;
+	(void)tid;
+	for (uint64_t g = begin; g < end; g++) {
+		if (c->dt == EXPF_DT_BF16)
+			enc_segment_dt(c, g, EXPF_DT_BF16);
+		else if (c->dt == EXPF_DT_F16)
+			enc_segment_dt(c, g, EXPF_DT_F16);
+		else
+			enc_segment_dt(c, g, EXPF_DT_F32);
+	}
+}
+
+ibp_status_t ibpi_exp_rans_encode(const uint8_t *src, const expf_shape_t *s, uint32_t dt, uint64_t n,
+				  const uint64_t hist[256], uint64_t limit, int nthreads, uint8_t *dst,
+				  uint64_t *size)
+{
+	uint16_t freq[256];
+	expf_rans_layout_t R;
+	*size = 0;
+	if (n == 0)
+		return IBP_OK; /* raw is smaller */
+	uint32_t nsym = ibpi_exp_rans_quantize(hist, n, freq);
+	expf_rans_layout_of(s, n, nsym, &R);
+	if (R.static_bytes + 4ull * LANES * R.nseg >= limit)
+		return IBP_OK; /* cannot win even with empty streams */
+	enc_ctx_t *c = malloc(sizeof(*c));
+	if (!c)
+		return ibpi_fail(IBP_ERR_NOMEM, "exp_encode: no memory for the rANS state");
+	c->src = src;
+	c->rest = dst + R.off_rest;
+	c->n = n;
+	c->dt = dt;
+	c->lane_cap = R.nseg == 1 ? 4 + 2 * ((n + LANES - 1) / LANES) : LANE_CAP;
+	c->seg_cap = LANES * c->lane_cap;
+	for (uint32_t k = 0, cum = 0; k < 256; k++) {
+		uint32_t f = freq[k], sh = 0;
+		enc_sym_t *e = &c->sym[k];
+		memset(e, 0, sizeof(*e));
+		if (!f)
+			continue;
+		while ((1u << sh) < f)
+			sh++;
+		e->rcp = (uint32_t)((((1ull << (32 + sh)) + f - 1) / f) - (1ull << 32));
+		e->xm1 = (uint32_t)(((uint64_t)f << 20) - 1);
+		e->cum = cum;
+		e->cmpl = SCALE - f;
+		e->sh = sh;
+		cum += f;
+	}
+	c->scratch = malloc(R.nseg * c->seg_cap);
+	c->lens = malloc(R.nseg * LANES * sizeof(uint64_t));
+	if (!c->scratch || !c->lens) {
+		free(c->scratch);
+		free(c->lens);
+		free(c);
+		return ibpi_fail(IBP_ERR_NOMEM, "exp_encode: no memory for %llu rANS segments",
+				(unsigned long long)R.nseg);
+	}
+	uint64_t per = R.nseg / MIN_SEGS_PER_THREAD;
+	int nt = ibpi_parallel_threads(nthreads, per ? per : 1);
+	ibp_status_t st = ibpi_parallel_for(nt, R.nseg, enc_task, c);
+	uint64_t streams = 0;
+	for (uint64_t k = 0; st == IBP_OK && k < R.nseg * LANES; k++)
+		streams += c->lens[k];
+	uint64_t block = expf_align(R.static_bytes + streams, EXPF_ALIGN);
+	if (st == IBP_OK && block < limit) {
+		uint8_t table[EXPF_NCODES] = {EXPF_RANS_LANES_LOG2, EXPF_RANS_SCALE_BITS, 0, 0, 0, 0, 0};
+		expf_write_header(dst, dt, EXPF_MODE_RANS, EXPF_TSRC_RANS, n, table, streams, block, R.static_bytes);
+		memset(dst + EXPF_OFF_RANS_MAP, 0, R.off_dir - EXPF_OFF_RANS_MAP);
+		uint64_t at = EXPF_OFF_RANS_FREQ;
+		for (uint32_t k = 0; k < 256; k++)
+			if (freq[k]) {
+				dst[EXPF_OFF_RANS_MAP + (k >> 3)] |= (uint8_t)(1u << (k & 7));
+				dst[at] = (uint8_t)freq[k];
+				dst[at + 1] = (uint8_t)(freq[k] >> 8);
+				at += 2;
+			}
+		uint64_t end = 0;
+		for (uint64_t k = 0; k < R.nseg * LANES; k++) {
+			end += c->lens[k];
+			expf_st64(dst + R.off_dir + 8 * k, end);
+		}
+		uint64_t pend = R.off_dir + 8ull * LANES * R.nseg;
+		memset(dst + pend, 0, R.off_rest - pend);
+		pend = R.off_rest + n * R.rest_bytes;
+		memset(dst + pend, 0, R.static_bytes - pend);
+		at = R.static_bytes;
+		for (uint64_t g = 0; g < R.nseg; g++) {
+			uint64_t len = 0;
+			for (uint32_t j = 0; j < LANES; j++)
+				len += c->lens[g * LANES + j];
+			memcpy(dst + at, c->scratch + g * c->seg_cap, len);
+			at += len;
+		}
+		memset(dst + at, 0, block - at);
+		*size = block;
+	}
+	free(c->scratch);
+	free(c->lens);
+	free(c);
+	return st;
+}
+
+/* ----------------------------------------------------------------- decode */
+
+ibp_status_t ibpi_exp_rans_parse(const uint8_t *h, uint64_t src_size, const expf_shape_t *s, uint64_t n,
+				 uint64_t streams, uint64_t stat, uint64_t block)
+{
+	expf_rans_layout_t R;
+	static const uint8_t table[EXPF_NCODES] = {EXPF_RANS_LANES_LOG2, EXPF_RANS_SCALE_BITS, 0, 0, 0, 0, 0};
+	if (h[EXPF_OFF_VERSION] == EXPF_VERSION_1)
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: rANS mode in a version 1 header");
+	if (h[EXPF_OFF_TSRC] != EXPF_TSRC_RANS || memcmp(h + EXPF_OFF_TABLE, table, EXPF_NCODES))
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: rANS table source or parameters not as written");
+	if (n == 0)
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: rANS block of 0 elements");
+	if (src_size < EXPF_OFF_RANS_FREQ)
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: %llu bytes, the rANS symbol map needs 96",
+				(unsigned long long)src_size);
+	uint64_t nsym = 0;
+	for (int i = 0; i < 32; i++)
+		nsym += (uint64_t)__builtin_popcount(h[EXPF_OFF_RANS_MAP + i]);
+	expf_rans_layout_of(s, n, nsym, &R);
+	if (nsym == 0 || stat != R.static_bytes)
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: rANS static size %llu for %llu symbols, expected %llu",
+				(unsigned long long)stat, (unsigned long long)nsym, (unsigned long long)R.static_bytes);
+	if (streams < 4ull * LANES * R.nseg || streams > expf_rans_max_stream(n) ||
+	    block != expf_align(stat + streams, EXPF_ALIGN))
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: rANS stream bytes %llu or block size %llu inconsistent",
+				(unsigned long long)streams, (unsigned long long)block);
+	return IBP_OK;
+}
+
+typedef struct dec_ctx {
+	const uint8_t *src;
+	uint8_t *dst, *dst2;
+	uint64_t split, n;
+	expf_rans_layout_t R;
+	uint32_t dt;
+	uint32_t tab[SCALE]; /* symbol | (f - 1) << 8 | (slot - cum) << 20 */
+	ibp_status_t st[IBP_MAX_THREADS];
+	uint64_t bad_seg[IBP_MAX_THREADS];
+} dec_ctx_t;
+
+/* Decodes segment g into out; 0 when a stream runs short, leaves bytes
+ * over or does not end in the initial state. */
+static inline __attribute__((always_inline)) int dec_segment_dt(const dec_ctx_t *c, uint64_t g, uint8_t *out,
+								  const uint32_t dt)
+{
+	const uint32_t es = dt == EXPF_DT_F32 ? 4u : 2u, rb = dt == EXPF_DT_F32 ? 3u : 1u;
+	const uint64_t base = g << EXPF_RANS_SEG_LOG2, m = seg_len(c->n, g);
+	const uint8_t *streams = c->src + c->R.static_bytes, *dir = c->src + c->R.off_dir;
+	const uint8_t *p[LANES], *e[LANES];
+	uint32_t x[LANES];
+	const uint32_t *tab = c->tab;
+	int ok = 1;
+	for (uint32_t j = 0; j < LANES; j++) {
+		uint64_t k = g * LANES + j;
+		p[j] = streams + (k ? expf_ld64(dir + 8 * (k - 1)) : 0);
+		e[j] = streams + expf_ld64(dir + 8 * k);
+		x[j] = expf_ld32(p[j]); /* lengths >= 4 checked */
+		p[j] += 4;
+		if (x[j] < RL)
+			return 0;
+	}
+	const uint8_t *rest = c->src + c->R.off_rest + base * rb;
+#define DEC_ONE(j, i)                                                                            \
+	do {                                                                                     \
+		uint32_t t = tab[x[j] & (SCALE - 1)];                                            \
+		uint32_t sym = t & 0xffu;                                                        \
+		x[j] = (((t >> 8) & 0xfffu) + 1) * (x[j] >> EXPF_RANS_SCALE_BITS) + (t >> 20);    \
+		if (x[j] < RL) {                                                                 \
+			if (p[j] < e[j]) {                                                       \
+				x[j] = x[j] << 16 | ld16(p[j]);                                   \
+				p[j] += 2;                                                       \
+			} else {                                                                 \
+				ok = 0;                                                          \
+			}                                                                        \
+		}                                                                                \
+		uint32_t r = rb == 1 ? rest[i]                                                   \
+				     : (uint32_t)rest[3 * (i)] | (uint32_t)rest[3 * (i) + 1] << 8 |  \
+					       (uint32_t)rest[3 * (i) + 2] << 16;                \
+		st_elem(out + (i) * es, expf_rans_join(sym, r, dt), es);                         \
+	} while (0)
+	const uint64_t full = m & ~(uint64_t)(LANES - 1);
+	for (uint64_t i = 0; i < full; i += LANES)
+		for (uint32_t j = 0; j < LANES; j++)
+			DEC_ONE(j, i + j);
+	for (uint64_t i = full; i < m; i++)
+		DEC_ONE(i & (LANES - 1), i);
+#undef DEC_ONE
+	for (uint32_t j = 0; j < LANES; j++)
+		if (x[j] != RL || p[j] != e[j])
+			ok = 0;
+	return ok;
+}
+
+static int dec_segment(const dec_ctx_t *c, uint64_t g, uint8_t *out)
+{
+	if (c->dt == EXPF_DT_BF16)
+		return dec_segment_dt(c, g, out, EXPF_DT_BF16);
+	if (c->dt == EXPF_DT_F16)
+		return dec_segment_dt(c, g, out, EXPF_DT_F16);
+	return dec_segment_dt(c, g, out, EXPF_DT_F32);
+}
+
+static void dec_task(void *ctx, uint64_t begin, uint64_t end, int tid)
+{
+	dec_ctx_t *c = ctx;
+	const uint32_t es = c->dt == EXPF_DT_F32 ? 4u : 2u;
+	uint8_t *tmp = NULL;
+	c->st[tid] = IBP_OK;
+	for (uint64_t g = begin; g < end; g++) {
+		uint64_t base = g << EXPF_RANS_SEG_LOG2, m = seg_len(c->n, g);
+		uint8_t *out;
+		if (base + m <= c->split) {
+			out = c->dst + base * es;
+		} else if (base >= c->split) {
+			out = c->dst2 + (base - c->split) * es;
+		} else {
+			/* the split falls inside: decode aside, then copy both parts */
+			if (!tmp && !(tmp = malloc(EXPF_RANS_SEG * 4))) {
+				c->st[tid] = IBP_ERR_NOMEM;
+				c->bad_seg[tid] = g;
+				return;
+			}
+			out = tmp;
+		}
+		if (!dec_segment(c, g, out)) {
+			c->st[tid] = IBP_ERR_CORRUPT;
+			c->bad_seg[tid] = g;
+			break;
+		}
+		if (out == tmp) {
+			uint64_t n0 = c->split - base;
+			memcpy(c->dst + base * es, tmp, n0 * es);
+			memcpy(c->dst2, tmp + n0 * es, (m - n0) * es);
+		}
+	}
+	free(tmp);
+}
+
+static int all_zero(const uint8_t *p, uint64_t len)
+{
+	for (uint64_t i = 0; i < len; i++)
+		if (p[i])
+			return 0;
+	return 1;
+}
+
+ibp_status_t ibpi_exp_rans_decode(const uint8_t *src, const expf_shape_t *s, uint32_t dt, uint64_t n,
+				  uint64_t streams, uint8_t *dst, uint64_t split, uint8_t *dst2, int nthreads)
+{
+	uint64_t nsym = 0;
+	for (int i = 0; i < 32; i++)
+		nsym += (uint64_t)__builtin_popcount(src[EXPF_OFF_RANS_MAP + i]);
+	dec_ctx_t *c = malloc(sizeof(*c));
+	if (!c)
+		return ibpi_fail(IBP_ERR_NOMEM, "exp_decode: no memory for the rANS table");
+	expf_rans_layout_of(s, n, nsym, &c->R);
+	const expf_rans_layout_t *R = &c->R;
+	ibp_status_t st = IBP_OK;
+	/* frequencies: each >= 1, summing to the scale; the table covers every slot */
+	uint32_t sum = 0, at = 0;
+	for (uint32_t k = 0; k < 256 && st == IBP_OK; k++) {
+		if (!((src[EXPF_OFF_RANS_MAP + (k >> 3)] >> (k & 7)) & 1u))
+			continue;
+		uint32_t f = ld16(src + EXPF_OFF_RANS_FREQ + 2 * at++);
+		if (f == 0 || f > SCALE - sum) {
+			st = ibpi_fail(IBP_ERR_CORRUPT, "exp block: rANS frequency %u of symbol %u (sum so far %u)", f, k,
+				      sum);
+			break;
+		}
+		for (uint32_t slot = sum; slot < sum + f; slot++)
+			c->tab[slot] = k | (f - 1) << 8 | (slot - sum) << 20;
+		sum += f;
+	}
+	if (st == IBP_OK && sum != SCALE)
+		st = ibpi_fail(IBP_ERR_CORRUPT, "exp block: rANS frequencies sum to %u, not %u", sum, SCALE);
+	uint64_t fend = EXPF_OFF_RANS_FREQ + 2 * nsym;
+	if (st == IBP_OK && !all_zero(src + fend, R->off_dir - fend))
+		st = ibpi_fail(IBP_ERR_CORRUPT, "exp block: padding after the rANS frequencies is not zero");
+	/* stream ends: each lane at least its state, whole words, the last at the total */
+	uint64_t prev = 0;
+	for (uint64_t k = 0; st == IBP_OK && k < R->nseg * LANES; k++) {
+		uint64_t e = expf_ld64(src + R->off_dir + 8 * k);
+		if (e < prev || e - prev < 4 || (e - prev) % 2 || e > streams)
+			st = ibpi_fail(IBP_ERR_CORRUPT, "exp block: rANS stream %llu ends at %llu (previous %llu)",
+				      (unsigned long long)k, (unsigned long long)e, (unsigned long long)prev);
+		prev = e;
+	}
+	if (st == IBP_OK && prev != streams)
+		st = ibpi_fail(IBP_ERR_CORRUPT, "exp block: rANS streams end at %llu, header says %llu",
+			      (unsigned long long)prev, (unsigned long long)streams);
+	uint64_t pend = R->off_dir + 8ull * LANES * R->nseg;
+	if (st == IBP_OK && !all_zero(src + pend, R->off_rest - pend))
+		st = ibpi_fail(IBP_ERR_CORRUPT, "exp block: padding after the rANS directory is not zero");
+	pend = R->off_rest + n * R->rest_bytes;
+	if (st == IBP_OK && !all_zero(src + pend, R->static_bytes - pend))
+		st = ibpi_fail(IBP_ERR_CORRUPT, "exp block: padding after the rest bytes is not zero");
+	pend = R->static_bytes + streams;
+	if (st == IBP_OK && !all_zero(src + pend, expf_align(pend, EXPF_ALIGN) - pend))
+		st = ibpi_fail(IBP_ERR_CORRUPT, "exp block: padding after the rANS streams is not zero");
+	if (st != IBP_OK) {
+		free(c);
+		return st;
+	}
+	c->src = src;
+	c->dst = dst;
+	c->dst2 = dst2;
+	c->split = split < n ? split : n;
+	c->n = n;
+	c->dt = dt;
+	uint64_t per = R->nseg / MIN_SEGS_PER_THREAD;
+	int nt = ibpi_parallel_threads(nthreads, per ? per : 1);
+	st = ibpi_parallel_for(nt, R->nseg, dec_task, c);
+	nt = ibpi_parallel_threads(nt, R->nseg);
+	for (int i = 0; st == IBP_OK && i < nt; i++)
+		if (c->st[i] != IBP_OK)
+			st = c->st[i] == IBP_ERR_NOMEM
+				     ? ibpi_fail(IBP_ERR_NOMEM, "exp_decode: no memory for a split segment")
+				     : ibpi_fail(IBP_ERR_CORRUPT, "exp block: rANS segment %llu does not decode",
+						 (unsigned long long)c->bad_seg[i]);
+	free(c);
+	return st;
+}
