@@ -56,7 +56,8 @@ static inline uint64_t seg_len(uint64_t n, uint64_t g)
 
 /* ------------------------------------------------------------ frequencies */
 
-void ibpi_exp_rans_hist(const uint8_t *src, uint32_t dt, uint64_t n, uint64_t hist[256])
+static inline __attribute__((always_inline)) void hist_dt(const uint8_t *src, uint64_t n, uint64_t *hist,
+								   const uint32_t dt)
 {
 	uint32_t h[4][256];
 	const uint32_t es = dt == EXPF_DT_F32 ? 4u : 2u;
@@ -76,6 +77,16 @@ void ibpi_exp_rans_hist(const uint8_t *src, uint32_t dt, uint64_t n, uint64_t hi
 			h[0][f] = h[1][f] = h[2][f] = h[3][f] = 0;
 		}
 	}
+}
+
+void ibpi_exp_rans_hist(const uint8_t *src, uint32_t dt, uint64_t n, uint64_t hist[256])
+{
+	if (dt == EXPF_DT_BF16)
+		hist_dt(src, n, hist, EXPF_DT_BF16);
+	else if (dt == EXPF_DT_F16)
+		hist_dt(src, n, hist, EXPF_DT_F16);
+	else
+		hist_dt(src, n, hist, EXPF_DT_F32);
 }
 
 uint32_t ibpi_exp_rans_quantize(const uint64_t hist[256], uint64_t n, uint16_t freq[256])
@@ -145,12 +156,13 @@ typedef struct enc_ctx {
  * integer. */
 static inline uint32_t enc_put(uint32_t x, const enc_sym_t *e, uint8_t **pp)
 {
-	if (x > e->xm1) {
-		*pp -= 2;
-		(*pp)[0] = (uint8_t)x;
-		(*pp)[1] = (uint8_t)(x >> 8);
-		x >>= 16;
-	}
+	/* branch-free: the word is always stored below the stream (room for
+	 * one per symbol is reserved) and kept only when it is emitted */
+	uint32_t emit = x > e->xm1;
+	uint16_t w = (uint16_t)x;
+	memcpy(*pp - 2, &w, 2);
+	*pp -= emit << 1;
+	x = emit ? x >> 16 : x;
 	uint32_t q = (uint32_t)(((((uint64_t)x * e->rcp) >> 32) + x) >> e->sh);
 	return x + e->cum + q * e->cmpl;
 }
@@ -342,22 +354,22 @@ typedef struct dec_ctx {
 	uint64_t split, n;
 	expf_rans_layout_t R;
 	uint32_t dt;
-	uint32_t tab[SCALE]; /* symbol | (f - 1) << 8 | (slot - cum) << 20 */
+	uint32_t tab[SCALE]; /* f | (slot - cum) << 16 */
+	uint8_t sym[SCALE];
 	ibp_status_t st[IBP_MAX_THREADS];
 	uint64_t bad_seg[IBP_MAX_THREADS];
 } dec_ctx_t;
 
-/* Decodes segment g into out; 0 when a stream runs short, leaves bytes
- * over or does not end in the initial state. */
-static inline __attribute__((always_inline)) int dec_segment_dt(const dec_ctx_t *c, uint64_t g, uint8_t *out,
-								  const uint32_t dt)
+/* Decodes the symbols of segment g into sym; 0 when a stream runs short,
+ * leaves bytes over or does not end in the initial state. */
+static int dec_symbols(const dec_ctx_t *c, uint64_t g, uint8_t *out)
 {
-	const uint32_t es = dt == EXPF_DT_F32 ? 4u : 2u, rb = dt == EXPF_DT_F32 ? 3u : 1u;
-	const uint64_t base = g << EXPF_RANS_SEG_LOG2, m = seg_len(c->n, g);
+	const uint64_t m = seg_len(c->n, g);
 	const uint8_t *streams = c->src + c->R.static_bytes, *dir = c->src + c->R.off_dir;
 	const uint8_t *p[LANES], *e[LANES];
 	uint32_t x[LANES];
 	const uint32_t *tab = c->tab;
+	const uint8_t *sy = c->sym;
 	int ok = 1;
 	for (uint32_t j = 0; j < LANES; j++) {
 		uint64_t k = g * LANES + j;
@@ -368,12 +380,11 @@ static inline __attribute__((always_inline)) int dec_segment_dt(const dec_ctx_t 
 		if (x[j] < RL)
 			return 0;
 	}
-	const uint8_t *rest = c->src + c->R.off_rest + base * rb;
 #define DEC_ONE(j, i)                                                                            \
 	do {                                                                                     \
-		uint32_t t = tab[x[j] & (SCALE - 1)];                                            \
-		uint32_t sym = t & 0xffu;                                                        \
-		x[j] = (((t >> 8) & 0xfffu) + 1) * (x[j] >> EXPF_RANS_SCALE_BITS) + (t >> 20);    \
+		uint32_t slot = x[j] & (SCALE - 1), t = tab[slot];                               \
+		out[i] = sy[slot];                                                               \
+		x[j] = (t & 0xffffu) * (x[j] >> EXPF_RANS_SCALE_BITS) + (t >> 16);               \
 		if (x[j] < RL) {                                                                 \
 			if (p[j] < e[j]) {                                                       \
 				x[j] = x[j] << 16 | ld16(p[j]);                                   \
@@ -382,39 +393,86 @@ static inline __attribute__((always_inline)) int dec_segment_dt(const dec_ctx_t 
 				ok = 0;                                                          \
 			}                                                                        \
 		}                                                                                \
-		uint32_t r = rb == 1 ? rest[i]                                                   \
-				     : (uint32_t)rest[3 * (i)] | (uint32_t)rest[3 * (i) + 1] << 8 |  \
-					       (uint32_t)rest[3 * (i) + 2] << 16;                \
-		st_elem(out + (i) * es, expf_rans_join(sym, r, dt), es);                         \
+	} while (0)
+/* the same without the bounds check (every lane has a word left) */
+#define DEC_FAST(j, i)                                                                           \
+	do {                                                                                     \
+		uint32_t slot = x[j] & (SCALE - 1), t = tab[slot];                               \
+		out[i] = sy[slot];                                                               \
+		x[j] = (t & 0xffffu) * (x[j] >> EXPF_RANS_SCALE_BITS) + (t >> 16);               \
+		uint32_t need = x[j] < RL, w = ld16(p[j]);                                       \
+		x[j] = need ? x[j] << 16 | w : x[j];                                             \
+		p[j] += need << 1;                                                               \
 	} while (0)
 	const uint64_t full = m & ~(uint64_t)(LANES - 1);
-	for (uint64_t i = 0; i < full; i += LANES)
-		for (uint32_t j = 0; j < LANES; j++)
-			DEC_ONE(j, i + j);
-	for (uint64_t i = full; i < m; i++)
+	uint64_t i = 0;
+	while (i < full) {
+		/* steps that cannot run a lane dry: each reads at most a word per lane */
+		uint64_t safe = UINT64_MAX;
+		for (uint32_t j = 0; j < LANES; j++) {
+			uint64_t words = (uint64_t)(e[j] - p[j]) / 2;
+			safe = words < safe ? words : safe;
+		}
+		if (safe > (full - i) / LANES)
+			safe = (full - i) / LANES;
+		if (safe == 0) {
+			for (uint32_t j = 0; j < LANES; j++)
+				DEC_ONE(j, i + j);
+			i += LANES;
+			continue;
+		}
+		for (uint64_t stop = i + safe * LANES; i < stop; i += LANES)
+			for (uint32_t j = 0; j < LANES; j++)
+				DEC_FAST(j, i + j);
+	}
+	for (i = full; i < m; i++)
 		DEC_ONE(i & (LANES - 1), i);
 #undef DEC_ONE
+#undef DEC_FAST
 	for (uint32_t j = 0; j < LANES; j++)
 		if (x[j] != RL || p[j] != e[j])
 			ok = 0;
 	return ok;
 }
 
-static int dec_segment(const dec_ctx_t *c, uint64_t g, uint8_t *out)
+/* Elements of segment g from its symbols and rest bytes (vectorises). */
+static inline __attribute__((always_inline)) void join_dt(const dec_ctx_t *c, uint64_t g, const uint8_t *sym,
+							   uint8_t *out, const uint32_t dt)
 {
+	const uint32_t es = dt == EXPF_DT_F32 ? 4u : 2u, rb = dt == EXPF_DT_F32 ? 3u : 1u;
+	const uint64_t base = g << EXPF_RANS_SEG_LOG2, m = seg_len(c->n, g);
+	const uint8_t *rest = c->src + c->R.off_rest + base * rb;
+	for (uint64_t i = 0; i < m; i++) {
+		uint32_t r = rb == 1 ? rest[i]
+				     : (uint32_t)rest[3 * i] | (uint32_t)rest[3 * i + 1] << 8 | (uint32_t)rest[3 * i + 2] << 16;
+		st_elem(out + i * es, expf_rans_join(sym[i], r, dt), es);
+	}
+}
+
+static int dec_segment(const dec_ctx_t *c, uint64_t g, uint8_t *sym, uint8_t *out)
+{
+	if (!dec_symbols(c, g, sym))
+		return 0;
 	if (c->dt == EXPF_DT_BF16)
-		return dec_segment_dt(c, g, out, EXPF_DT_BF16);
-	if (c->dt == EXPF_DT_F16)
-		return dec_segment_dt(c, g, out, EXPF_DT_F16);
-	return dec_segment_dt(c, g, out, EXPF_DT_F32);
+		join_dt(c, g, sym, out, EXPF_DT_BF16);
+	else if (c->dt == EXPF_DT_F16)
+		join_dt(c, g, sym, out, EXPF_DT_F16);
+	else
+		join_dt(c, g, sym, out, EXPF_DT_F32);
+	return 1;
 }
 
 static void dec_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 {
 	dec_ctx_t *c = ctx;
 	const uint32_t es = c->dt == EXPF_DT_F32 ? 4u : 2u;
-	uint8_t *tmp = NULL;
+	uint8_t *tmp = NULL, *sym = malloc(EXPF_RANS_SEG);
 	c->st[tid] = IBP_OK;
+	if (!sym) {
+		c->st[tid] = IBP_ERR_NOMEM;
+		c->bad_seg[tid] = begin;
+		return;
+	}
 	for (uint64_t g = begin; g < end; g++) {
 		uint64_t base = g << EXPF_RANS_SEG_LOG2, m = seg_len(c->n, g);
 		uint8_t *out;
@@ -427,11 +485,11 @@ static void dec_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 			if (!tmp && !(tmp = malloc(EXPF_RANS_SEG * 4))) {
 				c->st[tid] = IBP_ERR_NOMEM;
 				c->bad_seg[tid] = g;
-				return;
+				break;
 			}
 			out = tmp;
 		}
-		if (!dec_segment(c, g, out)) {
+		if (!dec_segment(c, g, sym, out)) {
 			c->st[tid] = IBP_ERR_CORRUPT;
 			c->bad_seg[tid] = g;
 			break;
@@ -443,6 +501,7 @@ static void dec_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 		}
 	}
 	free(tmp);
+	free(sym);
 }
 
 static int all_zero(const uint8_t *p, uint64_t len)
@@ -477,7 +536,7 @@ ibp_status_t ibpi_exp_rans_decode(const uint8_t *src, const expf_shape_t *s, uin
 			break;
 		}
 		for (uint32_t slot = sum; slot < sum + f; slot++)
-			c->tab[slot] = k | (f - 1) << 8 | (slot - sum) << 20;
+			c->tab[slot] = f | (slot - sum) << 16, c->sym[slot] = (uint8_t)k;
 		sum += f;
 	}
 	if (st == IBP_OK && sum != SCALE)
