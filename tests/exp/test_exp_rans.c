@@ -485,10 +485,19 @@ Test(exp_rans, damaged_and_truncated_blocks_rejected)
 		cr_assert_geq(scaught * 100, sflips * 95, "%s: %llu of %llu stream flips caught", ibp_dtype_name(dt),
 			      (unsigned long long)scaught, (unsigned long long)sflips);
 		cr_assert_eq(dec(b, size, dt, n, out), IBP_OK);
-		/* a frequency of 0, a sum off by one, one above the scale */
+		/* a frequency of 0, a sum off by one (each refused for that reason,
+		 * not by a later check), one above the scale */
 		uint8_t keep[2] = {b[96], b[97]};
 		b[96] = b[97] = 0;
 		cr_assert_eq(dec(b, size, dt, n, out), IBP_ERR_CORRUPT);
+		cr_assert(strstr(ibp_last_error(), "rANS frequency 0 of symbol"), "%s", ibp_last_error());
+		uint16_t f0 = (uint16_t)(keep[0] | keep[1] << 8);
+		if (f0 > 1) {
+			b[96] = (uint8_t)(f0 - 1);
+			b[97] = (uint8_t)((f0 - 1) >> 8);
+			cr_assert_eq(dec(b, size, dt, n, out), IBP_ERR_CORRUPT);
+			cr_assert(strstr(ibp_last_error(), "frequencies sum to 4095"), "%s", ibp_last_error());
+		}
 		b[96] = (uint8_t)(keep[0] + 1);
 		b[97] = keep[1];
 		if (b[96] == 0)
