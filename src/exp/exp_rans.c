@@ -13,6 +13,12 @@
 #include "util/error.h"
 #include "util/parallel.h"
 
+#if defined(__x86_64__) || defined(_M_X64)
+#define EXP_HAVE_AVX2_BUILD 1
+#else
+#define EXP_HAVE_AVX2_BUILD 0
+#endif
+
 #define LANES EXPF_RANS_LANES
 #define SCALE EXPF_RANS_SCALE
 #define RL EXPF_RANS_L
@@ -136,8 +142,8 @@ uint32_t ibpi_exp_rans_quantize(const uint64_t hist[256], uint64_t n, uint16_t f
 typedef struct enc_sym {
 	uint32_t rcp;  /* ceil(2^(32+sh) / f) - 2^32 */
 	uint32_t xm1;  /* (f << 20) - 1: renormalise above it */
-	uint32_t cum;
-	uint32_t cmpl; /* SCALE - f */
+	uint16_t cum;
+	uint16_t cmpl; /* SCALE - f */
 	uint32_t sh;   /* ceil(log2 f) */
 } enc_sym_t;
 
@@ -167,12 +173,12 @@ static inline uint32_t enc_put(uint32_t x, const enc_sym_t *e, uint8_t **pp)
 	return x + e->cum + q * e->cmpl;
 }
 
-static inline __attribute__((always_inline)) void enc_segment_dt(const enc_ctx_t *c, uint64_t g, const uint32_t dt)
+static inline __attribute__((always_inline)) void enc_segment_dt(const enc_ctx_t *c, uint64_t g, uint8_t *slot,
+								   const uint32_t dt)
 {
 	const uint32_t es = dt == EXPF_DT_F32 ? 4u : 2u, rb = dt == EXPF_DT_F32 ? 3u : 1u;
 	const uint64_t base = g << EXPF_RANS_SEG_LOG2, m = seg_len(c->n, g);
 	const uint8_t *p = c->src + base * es;
-	uint8_t *slot = c->scratch + g * c->seg_cap;
 	uint8_t *ptr[LANES];
 	uint32_t x[LANES];
 	for (uint32_t j = 0; j < LANES; j++) {
@@ -213,18 +219,23 @@ static inline __attribute__((always_inline)) void enc_segment_dt(const enc_ctx_t
 	}
 }
 
+/* Segment g's lanes, packed at the front of slot (seg_cap bytes). */
+static void enc_segment(const enc_ctx_t *c, uint64_t g, uint8_t *slot)
+{
+	if (c->dt == EXPF_DT_BF16)
+		enc_segment_dt(c, g, slot, EXPF_DT_BF16);
+	else if (c->dt == EXPF_DT_F16)
+		enc_segment_dt(c, g, slot, EXPF_DT_F16);
+	else
+		enc_segment_dt(c, g, slot, EXPF_DT_F32);
+}
+
 static void enc_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 {
 	const enc_ctx_t *c = ctx;
 	(void)tid;
-	for (uint64_t g = begin; g < end; g++) {
-		if (c->dt == EXPF_DT_BF16)
-			enc_segment_dt(c, g, EXPF_DT_BF16);
-		else if (c->dt == EXPF_DT_F16)
-			enc_segment_dt(c, g, EXPF_DT_F16);
-		else
-			enc_segment_dt(c, g, EXPF_DT_F32);
-	}
+	for (uint64_t g = begin; g < end; g++)
+		enc_segment(c, g, c->scratch + g * c->seg_cap);
 }
 
 ibp_status_t ibpi_exp_rans_encode(const uint8_t *src, const expf_shape_t *s, uint32_t dt, uint64_t n,
@@ -259,12 +270,16 @@ ibp_status_t ibpi_exp_rans_encode(const uint8_t *src, const expf_shape_t *s, uin
 			sh++;
 		e->rcp = (uint32_t)((((1ull << (32 + sh)) + f - 1) / f) - (1ull << 32));
 		e->xm1 = (uint32_t)(((uint64_t)f << 20) - 1);
-		e->cum = cum;
-		e->cmpl = SCALE - f;
+		e->cum = (uint16_t)cum;
+		e->cmpl = (uint16_t)(SCALE - f);
 		e->sh = sh;
 		cum += f;
 	}
-	c->scratch = malloc(R.nseg * c->seg_cap);
+	uint64_t per = R.nseg / MIN_SEGS_PER_THREAD;
+	int nt = ibpi_parallel_threads(nthreads, per ? per : 1);
+	/* one thread: one segment's scratch, streams straight to their place
+	 * (stopping once the block cannot be smaller than `limit`) */
+	c->scratch = malloc((nt == 1 ? 1 : R.nseg) * c->seg_cap);
 	c->lens = malloc(R.nseg * LANES * sizeof(uint64_t));
 	if (!c->scratch || !c->lens) {
 		free(c->scratch);
@@ -273,12 +288,26 @@ ibp_status_t ibpi_exp_rans_encode(const uint8_t *src, const expf_shape_t *s, uin
 		return ibpi_fail(IBP_ERR_NOMEM, "exp_encode: no memory for %llu rANS segments",
 				(unsigned long long)R.nseg);
 	}
-	uint64_t per = R.nseg / MIN_SEGS_PER_THREAD;
-	int nt = ibpi_parallel_threads(nthreads, per ? per : 1);
-	ibp_status_t st = ibpi_parallel_for(nt, R.nseg, enc_task, c);
+	ibp_status_t st = IBP_OK;
 	uint64_t streams = 0;
-	for (uint64_t k = 0; st == IBP_OK && k < R.nseg * LANES; k++)
-		streams += c->lens[k];
+	if (nt == 1) {
+		for (uint64_t g = 0; g < R.nseg && R.static_bytes + streams < limit; g++) {
+			uint64_t len = 0;
+			enc_segment(c, g, c->scratch);
+			for (uint32_t j = 0; j < LANES; j++)
+				len += c->lens[g * LANES + j];
+			if (R.static_bytes + streams + len >= limit) {
+				streams += len; /* too big: stop */
+				break;
+			}
+			memcpy(dst + R.static_bytes + streams, c->scratch, len);
+			streams += len;
+		}
+	} else {
+		st = ibpi_parallel_for(nt, R.nseg, enc_task, c);
+		for (uint64_t k = 0; st == IBP_OK && k < R.nseg * LANES; k++)
+			streams += c->lens[k];
+	}
 	uint64_t block = expf_align(R.static_bytes + streams, EXPF_ALIGN);
 	if (st == IBP_OK && block < limit) {
 		uint8_t table[EXPF_NCODES] = {EXPF_RANS_LANES_LOG2, EXPF_RANS_SCALE_BITS, 0, 0, 0, 0, 0};
@@ -306,7 +335,8 @@ ibp_status_t ibpi_exp_rans_encode(const uint8_t *src, const expf_shape_t *s, uin
 			uint64_t len = 0;
 			for (uint32_t j = 0; j < LANES; j++)
 				len += c->lens[g * LANES + j];
-			memcpy(dst + at, c->scratch + g * c->seg_cap, len);
+			if (nt > 1)
+				memcpy(dst + at, c->scratch + g * c->seg_cap, len);
 			at += len;
 		}
 		memset(dst + at, 0, block - at);
@@ -354,37 +384,62 @@ typedef struct dec_ctx {
 	uint64_t split, n;
 	expf_rans_layout_t R;
 	uint32_t dt;
-	uint32_t tab[SCALE]; /* f | (slot - cum) << 16 */
-	uint8_t sym[SCALE];
+	int avx2;
+	uint32_t tab[SCALE]; /* symbol | (f - 1) << 8 | (slot - cum) << 20 */
 	ibp_status_t st[IBP_MAX_THREADS];
 	uint64_t bad_seg[IBP_MAX_THREADS];
 } dec_ctx_t;
 
-/* Decodes the symbols of segment g into sym; 0 when a stream runs short,
- * leaves bytes over or does not end in the initial state. */
-static int dec_symbols(const dec_ctx_t *c, uint64_t g, uint8_t *out)
+/* Segment g's lanes at their start; 0 when a state is below 2^16. */
+static int dec_init(const dec_ctx_t *c, uint64_t g, exp_rans_lanes_t *st)
 {
-	const uint64_t m = seg_len(c->n, g);
 	const uint8_t *streams = c->src + c->R.static_bytes, *dir = c->src + c->R.off_dir;
+	st->i = 0;
+	st->m = seg_len(c->n, g);
+	for (uint32_t j = 0; j < LANES; j++) {
+		uint64_t k = g * LANES + j;
+		st->p[j] = streams + (k ? expf_ld64(dir + 8 * (k - 1)) : 0);
+		st->e[j] = streams + expf_ld64(dir + 8 * k);
+		st->x[j] = expf_ld32(st->p[j]); /* lengths >= 4 checked */
+		st->p[j] += 4;
+		if (st->x[j] < RL)
+			return 0;
+	}
+	return 1;
+}
+
+/* Steps every lane can take without running dry (a step reads at most a
+ * word per lane), keeping `spare` words, within the segment's full steps. */
+static uint64_t dec_safe_steps(const exp_rans_lanes_t *st, uint64_t spare)
+{
+	uint64_t safe = UINT64_MAX, full = st->m & ~(uint64_t)(LANES - 1);
+	for (uint32_t j = 0; j < LANES; j++) {
+		uint64_t words = (uint64_t)(st->e[j] - st->p[j]) / 2;
+		words = words > spare ? words - spare : 0;
+		safe = words < safe ? words : safe;
+	}
+	if (safe > (full - st->i) / LANES)
+		safe = (full - st->i) / LANES;
+	return safe;
+}
+
+/* Decodes the rest of a segment's symbols into out from st; 0 when a
+ * stream runs short, leaves bytes over or does not end in the initial
+ * state. */
+static int dec_finish(const dec_ctx_t *c, exp_rans_lanes_t *st, uint8_t *out)
+{
+	const uint64_t m = st->m;
 	const uint8_t *p[LANES], *e[LANES];
 	uint32_t x[LANES];
 	const uint32_t *tab = c->tab;
-	const uint8_t *sy = c->sym;
 	int ok = 1;
-	for (uint32_t j = 0; j < LANES; j++) {
-		uint64_t k = g * LANES + j;
-		p[j] = streams + (k ? expf_ld64(dir + 8 * (k - 1)) : 0);
-		e[j] = streams + expf_ld64(dir + 8 * k);
-		x[j] = expf_ld32(p[j]); /* lengths >= 4 checked */
-		p[j] += 4;
-		if (x[j] < RL)
-			return 0;
-	}
+	for (uint32_t j = 0; j < LANES; j++)
+		x[j] = st->x[j], p[j] = st->p[j], e[j] = st->e[j];
 #define DEC_ONE(j, i)                                                                            \
 	do {                                                                                     \
-		uint32_t slot = x[j] & (SCALE - 1), t = tab[slot];                               \
-		out[i] = sy[slot];                                                               \
-		x[j] = (t & 0xffffu) * (x[j] >> EXPF_RANS_SCALE_BITS) + (t >> 16);               \
+		uint32_t t = tab[x[j] & (SCALE - 1)];                                            \
+		out[i] = (uint8_t)t;                                                             \
+		x[j] = (((t >> 8) & 0xfffu) + 1) * (x[j] >> EXPF_RANS_SCALE_BITS) + (t >> 20);    \
 		if (x[j] < RL) {                                                                 \
 			if (p[j] < e[j]) {                                                       \
 				x[j] = x[j] << 16 | ld16(p[j]);                                   \
@@ -397,17 +452,16 @@ static int dec_symbols(const dec_ctx_t *c, uint64_t g, uint8_t *out)
 /* the same without the bounds check (every lane has a word left) */
 #define DEC_FAST(j, i)                                                                           \
 	do {                                                                                     \
-		uint32_t slot = x[j] & (SCALE - 1), t = tab[slot];                               \
-		out[i] = sy[slot];                                                               \
-		x[j] = (t & 0xffffu) * (x[j] >> EXPF_RANS_SCALE_BITS) + (t >> 16);               \
+		uint32_t t = tab[x[j] & (SCALE - 1)];                                            \
+		out[i] = (uint8_t)t;                                                             \
+		x[j] = (((t >> 8) & 0xfffu) + 1) * (x[j] >> EXPF_RANS_SCALE_BITS) + (t >> 20);    \
 		uint32_t need = x[j] < RL, w = ld16(p[j]);                                       \
 		x[j] = need ? x[j] << 16 | w : x[j];                                             \
 		p[j] += need << 1;                                                               \
 	} while (0)
 	const uint64_t full = m & ~(uint64_t)(LANES - 1);
-	uint64_t i = 0;
+	uint64_t i = st->i;
 	while (i < full) {
-		/* steps that cannot run a lane dry: each reads at most a word per lane */
 		uint64_t safe = UINT64_MAX;
 		for (uint32_t j = 0; j < LANES; j++) {
 			uint64_t words = (uint64_t)(e[j] - p[j]) / 2;
@@ -449,16 +503,57 @@ static inline __attribute__((always_inline)) void join_dt(const dec_ctx_t *c, ui
 	}
 }
 
-static int dec_segment(const dec_ctx_t *c, uint64_t g, uint8_t *sym, uint8_t *out)
+static void join(const dec_ctx_t *c, uint64_t g, const uint8_t *sym, uint8_t *out)
 {
-	if (!dec_symbols(c, g, sym))
-		return 0;
 	if (c->dt == EXPF_DT_BF16)
 		join_dt(c, g, sym, out, EXPF_DT_BF16);
 	else if (c->dt == EXPF_DT_F16)
 		join_dt(c, g, sym, out, EXPF_DT_F16);
 	else
 		join_dt(c, g, sym, out, EXPF_DT_F32);
+}
+
+/* Segments per batch: their lanes decode side by side (independent chains
+ * hide the table lookups' latency on the vector path). */
+#define DEC_BATCH 4
+
+/* Decodes segments [g0, g0 + k) into sym[0..k); 0 with *bad = the corrupt one. */
+static int dec_batch(const dec_ctx_t *c, uint64_t g0, int k, uint8_t **sym, uint64_t *bad)
+{
+	exp_rans_lanes_t st[DEC_BATCH];
+	memset(st, 0, sizeof(st));
+	for (int s = 0; s < k; s++)
+		if (!dec_init(c, g0 + (uint64_t)s, &st[s])) {
+			*bad = g0 + (uint64_t)s;
+			return 0;
+		}
+#if EXP_HAVE_AVX2_BUILD
+	if (c->avx2 && k > 0) {
+		/* word loads are 4 bytes (one word to spare) at 31-bit offsets */
+		const uint8_t *base = st[0].p[0] - 4;
+		int fits = 1;
+		for (int s = 0; s < k; s++)
+			for (uint32_t j = 0; j < LANES; j++)
+				fits &= (uint64_t)(st[s].e[j] - base) < (1ull << 31);
+		/* a step reads a word per lane at most, about one in six on
+		 * average: so run as many as the words allow, then again */
+		while (fits) {
+			uint64_t steps = UINT64_MAX;
+			for (int s = 0; s < k; s++) {
+				uint64_t t = dec_safe_steps(&st[s], 1);
+				steps = t < steps ? t : steps;
+			}
+			if (steps < 8)
+				break;
+			ibpi_exp_rans_steps_avx2(st, k, steps, c->tab, sym, base);
+		}
+	}
+#endif
+	for (int s = 0; s < k; s++)
+		if (!dec_finish(c, &st[s], sym[s])) {
+			*bad = g0 + (uint64_t)s;
+			return 0;
+		}
 	return 1;
 }
 
@@ -466,42 +561,43 @@ static void dec_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 {
 	dec_ctx_t *c = ctx;
 	const uint32_t es = c->dt == EXPF_DT_F32 ? 4u : 2u;
-	uint8_t *tmp = NULL, *sym = malloc(EXPF_RANS_SEG);
+	uint8_t *tmp = NULL, *buf = malloc(DEC_BATCH * EXPF_RANS_SEG), *sym[DEC_BATCH];
 	c->st[tid] = IBP_OK;
-	if (!sym) {
+	if (!buf) {
 		c->st[tid] = IBP_ERR_NOMEM;
 		c->bad_seg[tid] = begin;
 		return;
 	}
-	for (uint64_t g = begin; g < end; g++) {
-		uint64_t base = g << EXPF_RANS_SEG_LOG2, m = seg_len(c->n, g);
-		uint8_t *out;
-		if (base + m <= c->split) {
-			out = c->dst + base * es;
-		} else if (base >= c->split) {
-			out = c->dst2 + (base - c->split) * es;
-		} else {
-			/* the split falls inside: decode aside, then copy both parts */
-			if (!tmp && !(tmp = malloc(EXPF_RANS_SEG * 4))) {
-				c->st[tid] = IBP_ERR_NOMEM;
-				c->bad_seg[tid] = g;
-				break;
-			}
-			out = tmp;
-		}
-		if (!dec_segment(c, g, sym, out)) {
+	for (int s = 0; s < DEC_BATCH; s++)
+		sym[s] = buf + (uint64_t)s * EXPF_RANS_SEG;
+	for (uint64_t g0 = begin; g0 < end && c->st[tid] == IBP_OK; g0 += DEC_BATCH) {
+		int k = end - g0 < DEC_BATCH ? (int)(end - g0) : DEC_BATCH;
+		if (!dec_batch(c, g0, k, sym, &c->bad_seg[tid])) {
 			c->st[tid] = IBP_ERR_CORRUPT;
-			c->bad_seg[tid] = g;
 			break;
 		}
-		if (out == tmp) {
-			uint64_t n0 = c->split - base;
-			memcpy(c->dst + base * es, tmp, n0 * es);
-			memcpy(c->dst2, tmp + n0 * es, (m - n0) * es);
+		for (int s = 0; s < k; s++) {
+			uint64_t g = g0 + (uint64_t)s, base = g << EXPF_RANS_SEG_LOG2, m = seg_len(c->n, g);
+			if (base + m <= c->split) {
+				join(c, g, sym[s], c->dst + base * es);
+			} else if (base >= c->split) {
+				join(c, g, sym[s], c->dst2 + (base - c->split) * es);
+			} else {
+				/* the split falls inside: join aside, then copy both parts */
+				if (!tmp && !(tmp = malloc(EXPF_RANS_SEG * 4))) {
+					c->st[tid] = IBP_ERR_NOMEM;
+					c->bad_seg[tid] = g;
+					break;
+				}
+				uint64_t n0 = c->split - base;
+				join(c, g, sym[s], tmp);
+				memcpy(c->dst + base * es, tmp, n0 * es);
+				memcpy(c->dst2, tmp + n0 * es, (m - n0) * es);
+			}
 		}
 	}
 	free(tmp);
-	free(sym);
+	free(buf);
 }
 
 static int all_zero(const uint8_t *p, uint64_t len)
@@ -513,7 +609,8 @@ static int all_zero(const uint8_t *p, uint64_t len)
 }
 
 ibp_status_t ibpi_exp_rans_decode(const uint8_t *src, const expf_shape_t *s, uint32_t dt, uint64_t n,
-				  uint64_t streams, uint8_t *dst, uint64_t split, uint8_t *dst2, int nthreads)
+				  uint64_t streams, uint8_t *dst, uint64_t split, uint8_t *dst2, int nthreads,
+				  int avx2)
 {
 	uint64_t nsym = 0;
 	for (int i = 0; i < 32; i++)
@@ -536,7 +633,7 @@ ibp_status_t ibpi_exp_rans_decode(const uint8_t *src, const expf_shape_t *s, uin
 			break;
 		}
 		for (uint32_t slot = sum; slot < sum + f; slot++)
-			c->tab[slot] = f | (slot - sum) << 16, c->sym[slot] = (uint8_t)k;
+			c->tab[slot] = k | (f - 1) << 8 | (slot - sum) << 20;
 		sum += f;
 	}
 	if (st == IBP_OK && sum != SCALE)
@@ -575,6 +672,7 @@ ibp_status_t ibpi_exp_rans_decode(const uint8_t *src, const expf_shape_t *s, uin
 	c->split = split < n ? split : n;
 	c->n = n;
 	c->dt = dt;
+	c->avx2 = avx2;
 	uint64_t per = R->nseg / MIN_SEGS_PER_THREAD;
 	int nt = ibpi_parallel_threads(nthreads, per ? per : 1);
 	st = ibpi_parallel_for(nt, R->nseg, dec_task, c);
