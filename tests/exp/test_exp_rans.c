@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ibp.h"
 #include "exp/exp_split.h"
@@ -621,6 +622,37 @@ Test(exp_rans, older_modes_still_decode)
 	free(src2);
 	free(b0);
 	free(b1);
+	free(out);
+	free(src);
+}
+
+/* A container of RANS blocks: written (rANS blocks keep version 2, the
+ * others go to version 1), opened with verification, read back. */
+Test(exp_rans, container_of_rans_blocks)
+{
+	tu_rng_t r;
+	tu_rng_seed(&r, 47);
+	const uint64_t rows = 1024, cols = 256, n = rows * cols; /* 4 blocks of 256 rows */
+	uint8_t *src = tu_xcalloc(n * 2), *out = tu_xcalloc(256 * cols * 2);
+	gen(&r, G_GAUSS, IBP_DTYPE_BF16, src, n - 256 * cols);
+	gen(&r, G_RANDOM, IBP_DTYPE_BF16, src + 2 * (n - 256 * cols), 256 * cols); /* last block raw */
+	char path[256];
+	snprintf(path, sizeof(path), "/tmp/ibp_test_exp_rans_%d.ibp", (int)getpid());
+	uint64_t shape[2] = {rows, cols};
+	ibp_exp_opts_t o;
+	rans_opts(&o, 1, 1);
+	cr_assert_eq(ibp_pack_exp(path, src, IBP_DTYPE_BF16, 2, shape, &o, 256), IBP_OK, "%s", ibp_last_error());
+	ibp_container_t *c = NULL;
+	cr_assert_eq(ibp_container_open(path, IBP_OPEN_VERIFY, &c), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_container_exp_table_mode(c), IBP_EXP_TABLE_RANS);
+	for (uint64_t b = 0; b < 4; b++) {
+		cr_assert_eq(ibp_container_decode_block(c, b, out, 1), IBP_OK, "block %llu: %s", (unsigned long long)b,
+			     ibp_last_error());
+		cr_assert(memcmp(out, src + b * 256 * cols * 2, 256 * cols * 2) == 0, "block %llu differs",
+			  (unsigned long long)b);
+	}
+	ibp_container_close(c);
+	remove(path);
 	free(out);
 	free(src);
 }
