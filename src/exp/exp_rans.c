@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "exp/exp_rans.h"
+#include "exp/exp_rans_avx2.h"
 #include "util/error.h"
 #include "util/parallel.h"
 

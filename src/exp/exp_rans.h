@@ -35,19 +35,4 @@ ibp_status_t ibpi_exp_rans_decode(const uint8_t *src, const expf_shape_t *s, uin
 				  uint64_t streams, uint8_t *dst, uint64_t split, uint8_t *dst2, int nthreads,
 				  int avx2);
 
-/* The 8 lanes of a segment being decoded: states, read positions, stream
- * ends; elements [0, i) of its m are decoded. */
-typedef struct exp_rans_lanes {
-	uint32_t x[EXPF_RANS_LANES];
-	const uint8_t *p[EXPF_RANS_LANES], *e[EXPF_RANS_LANES];
-	uint64_t i, m;
-} exp_rans_lanes_t;
-
-/* AVX2 (exp_rans_avx2.c): `steps` 8-symbol steps of each of k segments'
- * lanes, symbols to sym[s] + i. The caller guarantees that every lane keeps
- * a word to spare through them (loads are 4 bytes) and that every position
- * is below base + 2^31. tab: symbol | (f - 1) << 8 | (slot - cum) << 20. */
-void ibpi_exp_rans_steps_avx2(exp_rans_lanes_t *st, int k, uint64_t steps, const uint32_t *tab, uint8_t **sym,
-			      const uint8_t *base);
-
 #endif /* IBP_EXP_RANS_H */

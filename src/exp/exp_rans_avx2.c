@@ -5,7 +5,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "exp/exp_rans.h"
+#include "exp/exp_rans_avx2.h"
 
 #define MAXK 4
 
