@@ -154,6 +154,7 @@ typedef struct enc_ctx {
 	uint8_t *scratch; /* per segment: seg_cap bytes */
 	uint64_t seg_cap, lane_cap, n;
 	uint64_t *lens;   /* nseg * LANES stream lengths */
+	int nomem[IBP_MAX_THREADS];
 	uint32_t dt;
 	enc_sym_t sym[256];
 } enc_ctx_t;
@@ -175,7 +176,7 @@ static inline uint32_t enc_put(uint32_t x, const enc_sym_t *e, uint8_t **pp)
 }
 
 static inline __attribute__((always_inline)) void enc_segment_dt(const enc_ctx_t *c, uint64_t g, uint8_t *slot,
-								   const uint32_t dt)
+								   uint8_t *sy, const uint32_t dt)
 {
 	const uint32_t es = dt == EXPF_DT_F32 ? 4u : 2u, rb = dt == EXPF_DT_F32 ? 3u : 1u;
 	const uint64_t base = g << EXPF_RANS_SEG_LOG2, m = seg_len(c->n, g);
@@ -186,16 +187,27 @@ static inline __attribute__((always_inline)) void enc_segment_dt(const enc_ctx_t
 		ptr[j] = slot + (j + 1) * c->lane_cap;
 		x[j] = RL;
 	}
+	/* split first (a forward pass that vectorises): symbols to sy, rest
+	 * bytes to their section */
+	uint8_t *r = c->rest + base * rb;
+	for (uint64_t i = 0; i < m; i++) {
+		uint32_t b = ld_elem(p + i * es, es), v = expf_rans_rest(b, dt);
+		sy[i] = (uint8_t)expf_rans_sym(b, dt);
+		if (rb == 1) {
+			r[i] = (uint8_t)v;
+		} else {
+			r[3 * i] = (uint8_t)v;
+			r[3 * i + 1] = (uint8_t)(v >> 8);
+			r[3 * i + 2] = (uint8_t)(v >> 16);
+		}
+	}
 	/* symbols go in backwards so the decoder reads forwards */
 	const uint64_t full = m & ~(uint64_t)(LANES - 1);
 	for (uint64_t i = m; i-- > full;)
-		x[i & (LANES - 1)] = enc_put(x[i & (LANES - 1)], &c->sym[expf_rans_sym(ld_elem(p + i * es, es), dt)],
-					     &ptr[i & (LANES - 1)]);
+		x[i & (LANES - 1)] = enc_put(x[i & (LANES - 1)], &c->sym[sy[i]], &ptr[i & (LANES - 1)]);
 	for (uint64_t i = full; i > 0; i -= LANES)
-		for (int j = LANES - 1; j >= 0; j--) {
-			uint64_t k = i - LANES + (uint64_t)j;
-			x[j] = enc_put(x[j], &c->sym[expf_rans_sym(ld_elem(p + k * es, es), dt)], &ptr[j]);
-		}
+		for (int j = LANES - 1; j >= 0; j--)
+			x[j] = enc_put(x[j], &c->sym[sy[i - LANES + (uint64_t)j]], &ptr[j]);
 	/* the final states lead each lane; lanes packed to the slot's front */
 	uint64_t at = 0;
 	for (uint32_t j = 0; j < LANES; j++) {
@@ -207,36 +219,28 @@ static inline __attribute__((always_inline)) void enc_segment_dt(const enc_ctx_t
 		at += len;
 		c->lens[g * LANES + j] = len;
 	}
-	uint8_t *r = c->rest + base * rb;
-	for (uint64_t i = 0; i < m; i++) {
-		uint32_t v = expf_rans_rest(ld_elem(p + i * es, es), dt);
-		if (rb == 1) {
-			r[i] = (uint8_t)v;
-		} else {
-			r[3 * i] = (uint8_t)v;
-			r[3 * i + 1] = (uint8_t)(v >> 8);
-			r[3 * i + 2] = (uint8_t)(v >> 16);
-		}
-	}
 }
 
-/* Segment g's lanes, packed at the front of slot (seg_cap bytes). */
-static void enc_segment(const enc_ctx_t *c, uint64_t g, uint8_t *slot)
+/* Segment g's lanes, packed at the front of slot (seg_cap bytes); sy
+ * holds a segment's symbols meanwhile. */
+static void enc_segment(const enc_ctx_t *c, uint64_t g, uint8_t *slot, uint8_t *sy)
 {
 	if (c->dt == EXPF_DT_BF16)
-		enc_segment_dt(c, g, slot, EXPF_DT_BF16);
+		enc_segment_dt(c, g, slot, sy, EXPF_DT_BF16);
 	else if (c->dt == EXPF_DT_F16)
-		enc_segment_dt(c, g, slot, EXPF_DT_F16);
+		enc_segment_dt(c, g, slot, sy, EXPF_DT_F16);
 	else
-		enc_segment_dt(c, g, slot, EXPF_DT_F32);
+		enc_segment_dt(c, g, slot, sy, EXPF_DT_F32);
 }
 
 static void enc_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 {
-	const enc_ctx_t *c = ctx;
-	(void)tid;
-	for (uint64_t g = begin; g < end; g++)
-		enc_segment(c, g, c->scratch + g * c->seg_cap);
+	enc_ctx_t *c = ctx;
+	uint8_t *sy = malloc(EXPF_RANS_SEG);
+	c->nomem[tid] = !sy;
+	for (uint64_t g = begin; sy && g < end; g++)
+		enc_segment(c, g, c->scratch + g * c->seg_cap, sy);
+	free(sy);
 }
 
 ibp_status_t ibpi_exp_rans_encode(const uint8_t *src, const expf_shape_t *s, uint32_t dt, uint64_t n,
@@ -280,7 +284,8 @@ ibp_status_t ibpi_exp_rans_encode(const uint8_t *src, const expf_shape_t *s, uin
 	int nt = ibpi_parallel_threads(nthreads, per ? per : 1);
 	/* one thread: one segment's scratch, streams straight to their place
 	 * (stopping once the block cannot be smaller than `limit`) */
-	c->scratch = malloc((nt == 1 ? 1 : R.nseg) * c->seg_cap);
+	uint64_t sycap = R.nseg == 1 ? n : EXPF_RANS_SEG; /* one segment's symbols (one thread) */
+	c->scratch = malloc(nt == 1 ? c->seg_cap + sycap : R.nseg * c->seg_cap);
 	c->lens = malloc(R.nseg * LANES * sizeof(uint64_t));
 	if (!c->scratch || !c->lens) {
 		free(c->scratch);
@@ -294,7 +299,7 @@ ibp_status_t ibpi_exp_rans_encode(const uint8_t *src, const expf_shape_t *s, uin
 	if (nt == 1) {
 		for (uint64_t g = 0; g < R.nseg && R.static_bytes + streams < limit; g++) {
 			uint64_t len = 0;
-			enc_segment(c, g, c->scratch);
+			enc_segment(c, g, c->scratch, c->scratch + c->seg_cap);
 			for (uint32_t j = 0; j < LANES; j++)
 				len += c->lens[g * LANES + j];
 			if (R.static_bytes + streams + len >= limit) {
@@ -306,6 +311,9 @@ ibp_status_t ibpi_exp_rans_encode(const uint8_t *src, const expf_shape_t *s, uin
 		}
 	} else {
 		st = ibpi_parallel_for(nt, R.nseg, enc_task, c);
+		for (int t = 0; st == IBP_OK && t < ibpi_parallel_threads(nt, R.nseg); t++)
+			if (c->nomem[t])
+				st = ibpi_fail(IBP_ERR_NOMEM, "exp_encode: no memory for a rANS segment's symbols");
 		for (uint64_t k = 0; st == IBP_OK && k < R.nseg * LANES; k++)
 			streams += c->lens[k];
 	}
@@ -562,15 +570,18 @@ static void dec_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 {
 	dec_ctx_t *c = ctx;
 	const uint32_t es = c->dt == EXPF_DT_F32 ? 4u : 2u;
-	uint8_t *tmp = NULL, *buf = malloc(DEC_BATCH * EXPF_RANS_SEG), *sym[DEC_BATCH];
+	/* symbol buffers for the segments of a batch, no more than it has */
+	const uint64_t nbuf = end - begin < DEC_BATCH ? end - begin : DEC_BATCH;
+	const uint64_t cap = nbuf == 1 ? seg_len(c->n, begin) : EXPF_RANS_SEG;
+	uint8_t *tmp = NULL, *buf = malloc(nbuf * cap), *sym[DEC_BATCH] = {0};
 	c->st[tid] = IBP_OK;
 	if (!buf) {
 		c->st[tid] = IBP_ERR_NOMEM;
 		c->bad_seg[tid] = begin;
 		return;
 	}
-	for (int s = 0; s < DEC_BATCH; s++)
-		sym[s] = buf + (uint64_t)s * EXPF_RANS_SEG;
+	for (uint64_t s = 0; s < nbuf; s++)
+		sym[s] = buf + s * cap;
 	for (uint64_t g0 = begin; g0 < end && c->st[tid] == IBP_OK; g0 += DEC_BATCH) {
 		int k = end - g0 < DEC_BATCH ? (int)(end - g0) : DEC_BATCH;
 		if (!dec_batch(c, g0, k, sym, &c->bad_seg[tid])) {
@@ -585,7 +596,7 @@ static void dec_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 				join(c, g, sym[s], c->dst2 + (base - c->split) * es);
 			} else {
 				/* the split falls inside: join aside, then copy both parts */
-				if (!tmp && !(tmp = malloc(EXPF_RANS_SEG * 4))) {
+				if (!tmp && !(tmp = malloc(m * es))) {
 					c->st[tid] = IBP_ERR_NOMEM;
 					c->bad_seg[tid] = g;
 					break;
