@@ -141,11 +141,11 @@ uint32_t ibpi_exp_rans_quantize(const uint64_t hist[256], uint64_t n, uint16_t f
 /* ----------------------------------------------------------------- encode */
 
 typedef struct enc_sym {
-	uint32_t rcp;  /* ceil(2^(32+sh) / f) - 2^32 */
+	uint64_t rcp;  /* ceil(2^64 / f); f = 1: 2^64 - 1 */
 	uint32_t xm1;  /* (f << 20) - 1: renormalise above it */
 	uint16_t cum;
 	uint16_t cmpl; /* SCALE - f */
-	uint32_t sh;   /* ceil(log2 f) */
+	uint32_t one;  /* f == 1: the product's high half is x - 1 */
 } enc_sym_t;
 
 typedef struct enc_ctx {
@@ -159,9 +159,9 @@ typedef struct enc_ctx {
 	enc_sym_t sym[256];
 } enc_ctx_t;
 
-/* x / f exactly for every 32-bit x: with m = ceil(2^(32+sh)/f) = (2^(32+sh)
- * + e)/f, e < f <= 2^sh, the error x*e/2^(32+sh) < 1/f never crosses an
- * integer. */
+/* x / f exactly for every 32-bit x (x >= 1): with m = ceil(2^64/f) =
+ * (2^64 + e)/f, e < f <= 2^12, the error x*e/2^64 < 1/f never crosses an
+ * integer; f = 1 takes 2^64 - 1 and adds the one it loses. */
 static inline uint32_t enc_put(uint32_t x, const enc_sym_t *e, uint8_t **pp)
 {
 	/* branch-free: the word is always stored below the stream (room for
@@ -171,7 +171,7 @@ static inline uint32_t enc_put(uint32_t x, const enc_sym_t *e, uint8_t **pp)
 	memcpy(*pp - 2, &w, 2);
 	*pp -= emit << 1;
 	x = emit ? x >> 16 : x;
-	uint32_t q = (uint32_t)(((((uint64_t)x * e->rcp) >> 32) + x) >> e->sh);
+	uint32_t q = (uint32_t)(((unsigned __int128)x * e->rcp) >> 64) + e->one;
 	return x + e->cum + q * e->cmpl;
 }
 
@@ -266,18 +266,17 @@ ibp_status_t ibpi_exp_rans_encode(const uint8_t *src, const expf_shape_t *s, uin
 	c->lane_cap = R.nseg == 1 ? 4 + 2 * ((n + LANES - 1) / LANES) : LANE_CAP;
 	c->seg_cap = LANES * c->lane_cap;
 	for (uint32_t k = 0, cum = 0; k < 256; k++) {
-		uint32_t f = freq[k], sh = 0;
+		uint32_t f = freq[k];
 		enc_sym_t *e = &c->sym[k];
 		memset(e, 0, sizeof(*e));
 		if (!f)
 			continue;
-		while ((1u << sh) < f)
-			sh++;
-		e->rcp = (uint32_t)((((1ull << (32 + sh)) + f - 1) / f) - (1ull << 32));
+		/* ceil(2^64 / f), also where f divides 2^64 */
+		e->rcp = f == 1 ? UINT64_MAX : UINT64_MAX / f + 1;
+		e->one = f == 1;
 		e->xm1 = (uint32_t)(((uint64_t)f << 20) - 1);
 		e->cum = (uint16_t)cum;
 		e->cmpl = (uint16_t)(SCALE - f);
-		e->sh = sh;
 		cum += f;
 	}
 	uint64_t per = R.nseg / MIN_SEGS_PER_THREAD;
