@@ -334,6 +334,14 @@ static inline IBP_HD uint64_t expf_rans_max_stream(uint64_t n)
 	return nseg * EXPF_RANS_LANES * 4 + 2 * n;
 }
 
+/* Smallest rANS block of n >= 1 elements: one symbol, 4-byte lanes. */
+static inline IBP_HD uint64_t expf_rans_min_bytes(const expf_shape_t *s, uint64_t n)
+{
+	expf_rans_layout_t R;
+	expf_rans_layout_of(s, n, 1, &R);
+	return expf_align(R.static_bytes + 4ull * EXPF_RANS_LANES * R.nseg, EXPF_ALIGN);
+}
+
 /* Symbol, rest and join of element bits (BF16: sign+mantissa byte; FP16:
  * low byte; FP32: sign << 23 | mantissa). */
 static inline IBP_HD uint32_t expf_rans_sym(uint32_t b, uint32_t dt)
