@@ -288,13 +288,13 @@ static inline IBP_HD void expf_table_from_hist(const uint64_t *hist, uint32_t fm
 /* ---- mode 2: rANS blocks (docs/CODECS.md, "rANS blocks") ----
  * Each element is a symbol byte (the exponent field; FP16: its high byte)
  * and rest bytes stored raw. Symbols are cut into segments of 2^16
- * elements; element i of a segment goes to lane i % 8, and each lane is an
+ * elements; element i of a segment goes to lane i % 16, and each lane is an
  * own rANS stream (32-bit state in [2^16, 2^32), 16-bit words, 12-bit
  * frequencies), so lanes and segments decode independently. Header fields:
- * table[0] = log2 lanes (3), table[1] = scale bits (12), table[2..6] = 0;
+ * table[0] = log2 lanes (4), table[1] = scale bits (12), table[2..6] = 0;
  * the escape field = stream bytes; static = offset of the streams. */
 #define EXPF_TSRC_RANS 3u /* == IBP_EXP_TABLE_RANS */
-#define EXPF_RANS_LANES_LOG2 3u
+#define EXPF_RANS_LANES_LOG2 4u
 #define EXPF_RANS_LANES (1u << EXPF_RANS_LANES_LOG2)
 #define EXPF_RANS_SCALE_BITS 12u
 #define EXPF_RANS_SCALE (1u << EXPF_RANS_SCALE_BITS)
@@ -303,12 +303,14 @@ static inline IBP_HD void expf_table_from_hist(const uint64_t *hist, uint32_t fm
 #define EXPF_RANS_SEG (1ull << EXPF_RANS_SEG_LOG2)
 #define EXPF_OFF_RANS_MAP 64  /* 32 bytes: bit k set = symbol k has a frequency */
 #define EXPF_OFF_RANS_FREQ 96 /* u16 per set bit, ascending symbol order */
+/* Per segment: u64 end of its streams (from static_bytes), u16 per lane length. */
+#define EXPF_RANS_DIR_BYTES (8u + 2u * EXPF_RANS_LANES)
 
 typedef struct expf_rans_layout {
 	uint64_t n;
 	uint64_t nseg;         /* ceil(n / 2^16) */
 	uint64_t nsym;         /* symbols with a frequency */
-	uint64_t off_dir;      /* nseg * 8 u64: end of each lane stream, from static_bytes */
+	uint64_t off_dir;      /* nseg * EXPF_RANS_DIR_BYTES: the segments' stream ends and lane lengths */
 	uint64_t off_rest;     /* n * rest_bytes */
 	uint32_t rest_bytes;   /* 1 (BF16, FP16) or 3 (FP32) */
 	uint64_t static_bytes; /* where the streams start, 128-aligned */
@@ -322,7 +324,7 @@ static inline IBP_HD void expf_rans_layout_of(const expf_shape_t *s, uint64_t n,
 	R->nseg = (n + EXPF_RANS_SEG - 1) >> EXPF_RANS_SEG_LOG2;
 	R->off_dir = expf_align(EXPF_OFF_RANS_FREQ + 2 * nsym, 8);
 	R->rest_bytes = s->esize == 4 ? 3u : 1u;
-	R->off_rest = expf_align(R->off_dir + 8ull * EXPF_RANS_LANES * R->nseg, EXPF_ALIGN);
+	R->off_rest = expf_align(R->off_dir + (uint64_t)EXPF_RANS_DIR_BYTES * R->nseg, EXPF_ALIGN);
 	R->static_bytes = expf_align(R->off_rest + n * R->rest_bytes, EXPF_ALIGN);
 }
 
@@ -332,6 +334,12 @@ static inline IBP_HD uint64_t expf_rans_max_stream(uint64_t n)
 {
 	uint64_t nseg = (n + EXPF_RANS_SEG - 1) >> EXPF_RANS_SEG_LOG2;
 	return nseg * EXPF_RANS_LANES * 4 + 2 * n;
+}
+
+/* Symbols of lane j in a segment of m elements. */
+static inline IBP_HD uint64_t expf_rans_lane_syms(uint64_t m, uint32_t j)
+{
+	return m > j ? (m - 1 - j) / EXPF_RANS_LANES + 1 : 0;
 }
 
 /* Smallest rANS block of n >= 1 elements: one symbol, 4-byte lanes. */

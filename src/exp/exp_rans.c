@@ -205,9 +205,12 @@ static inline __attribute__((always_inline)) void enc_segment_dt(const enc_ctx_t
 	const uint64_t full = m & ~(uint64_t)(LANES - 1);
 	for (uint64_t i = m; i-- > full;)
 		x[i & (LANES - 1)] = enc_put(x[i & (LANES - 1)], &c->sym[sy[i]], &ptr[i & (LANES - 1)]);
-	for (uint64_t i = full; i > 0; i -= LANES)
-		for (int j = LANES - 1; j >= 0; j--)
-			x[j] = enc_put(x[j], &c->sym[sy[i - LANES + (uint64_t)j]], &ptr[j]);
+	/* lanes are independent: 8 at a time keep their states in registers */
+	for (uint32_t h = 0; h < LANES; h += 8)
+		for (uint64_t i = full; i > 0; i -= LANES)
+			for (int j = 7; j >= 0; j--)
+				x[h + (uint32_t)j] = enc_put(x[h + (uint32_t)j], &c->sym[sy[i - LANES + h + (uint64_t)j]],
+							     &ptr[h + (uint32_t)j]);
 	/* the final states lead each lane; lanes packed to the slot's front */
 	uint64_t at = 0;
 	for (uint32_t j = 0; j < LANES; j++) {
@@ -330,11 +333,17 @@ ibp_status_t ibpi_exp_rans_encode(const uint8_t *src, const expf_shape_t *s, uin
 				at += 2;
 			}
 		uint64_t end = 0;
-		for (uint64_t k = 0; k < R.nseg * LANES; k++) {
-			end += c->lens[k];
-			expf_st64(dst + R.off_dir + 8 * k, end);
+		for (uint64_t g = 0; g < R.nseg; g++) {
+			uint8_t *d = dst + R.off_dir + (uint64_t)EXPF_RANS_DIR_BYTES * g;
+			for (uint32_t j = 0; j < LANES; j++) {
+				uint64_t len = c->lens[g * LANES + j]; /* <= 4 + 2 * 4096 */
+				d[8 + 2 * j] = (uint8_t)len;
+				d[9 + 2 * j] = (uint8_t)(len >> 8);
+				end += len;
+			}
+			expf_st64(d, end);
 		}
-		uint64_t pend = R.off_dir + 8ull * LANES * R.nseg;
+		uint64_t pend = R.off_dir + (uint64_t)EXPF_RANS_DIR_BYTES * R.nseg;
 		memset(dst + pend, 0, R.off_rest - pend);
 		pend = R.off_rest + n * R.rest_bytes;
 		memset(dst + pend, 0, R.static_bytes - pend);
@@ -401,13 +410,14 @@ typedef struct dec_ctx {
 /* Segment g's lanes at their start; 0 when a state is below 2^16. */
 static int dec_init(const dec_ctx_t *c, uint64_t g, exp_rans_lanes_t *st)
 {
-	const uint8_t *streams = c->src + c->R.static_bytes, *dir = c->src + c->R.off_dir;
+	const uint8_t *dir = c->src + c->R.off_dir + (uint64_t)EXPF_RANS_DIR_BYTES * g;
+	const uint8_t *at = c->src + c->R.static_bytes + (g ? expf_ld64(dir - EXPF_RANS_DIR_BYTES) : 0);
 	st->i = 0;
 	st->m = seg_len(c->n, g);
 	for (uint32_t j = 0; j < LANES; j++) {
-		uint64_t k = g * LANES + j;
-		st->p[j] = streams + (k ? expf_ld64(dir + 8 * (k - 1)) : 0);
-		st->e[j] = streams + expf_ld64(dir + 8 * k);
+		st->p[j] = at;
+		at += ld16(dir + 8 + 2 * j); /* the frame check summed them */
+		st->e[j] = at;
 		st->x[j] = expf_ld32(st->p[j]); /* lengths >= 4 checked */
 		st->p[j] += 4;
 		if (st->x[j] < RL)
@@ -652,19 +662,28 @@ ibp_status_t ibpi_exp_rans_decode(const uint8_t *src, const expf_shape_t *s, uin
 	uint64_t fend = EXPF_OFF_RANS_FREQ + 2 * nsym;
 	if (st == IBP_OK && !all_zero(src + fend, R->off_dir - fend))
 		st = ibpi_fail(IBP_ERR_CORRUPT, "exp block: padding after the rANS frequencies is not zero");
-	/* stream ends: each lane at least its state, whole words, the last at the total */
+	/* segment ends and lane lengths: each lane its state and whole words, at
+	 * most one per symbol, summing to its segment's; the last end at the total */
 	uint64_t prev = 0;
-	for (uint64_t k = 0; st == IBP_OK && k < R->nseg * LANES; k++) {
-		uint64_t e = expf_ld64(src + R->off_dir + 8 * k);
-		if (e < prev || e - prev < 4 || (e - prev) % 2 || e > streams)
-			st = ibpi_fail(IBP_ERR_CORRUPT, "exp block: rANS stream %llu ends at %llu (previous %llu)",
-				      (unsigned long long)k, (unsigned long long)e, (unsigned long long)prev);
+	for (uint64_t g = 0; st == IBP_OK && g < R->nseg; g++) {
+		const uint8_t *d = src + R->off_dir + (uint64_t)EXPF_RANS_DIR_BYTES * g;
+		uint64_t e = expf_ld64(d), sum = 0, m = seg_len(n, g);
+		int ok = 1;
+		for (uint32_t j = 0; j < LANES; j++) {
+			uint64_t len = ld16(d + 8 + 2 * j);
+			ok &= len >= 4 && len % 2 == 0 && len <= 4 + 2 * expf_rans_lane_syms(m, j);
+			sum += len;
+		}
+		if (!ok || e < prev || e > streams || e - prev != sum)
+			st = ibpi_fail(IBP_ERR_CORRUPT, "exp block: rANS segment %llu: stream end %llu (previous %llu) "
+				      "or lane lengths inconsistent", (unsigned long long)g, (unsigned long long)e,
+				      (unsigned long long)prev);
 		prev = e;
 	}
 	if (st == IBP_OK && prev != streams)
 		st = ibpi_fail(IBP_ERR_CORRUPT, "exp block: rANS streams end at %llu, header says %llu",
 			      (unsigned long long)prev, (unsigned long long)streams);
-	uint64_t pend = R->off_dir + 8ull * LANES * R->nseg;
+	uint64_t pend = R->off_dir + (uint64_t)EXPF_RANS_DIR_BYTES * R->nseg;
 	if (st == IBP_OK && !all_zero(src + pend, R->off_rest - pend))
 		st = ibpi_fail(IBP_ERR_CORRUPT, "exp block: padding after the rANS directory is not zero");
 	pend = R->off_rest + n * R->rest_bytes;

@@ -15,7 +15,7 @@ typedef struct exp_rans_lanes {
 	uint64_t i, m;
 } exp_rans_lanes_t;
 
-/* AVX2 (exp_rans_avx2.c): `steps` 8-symbol steps of each of k segments'
+/* AVX2 (exp_rans_avx2.c): `steps` steps (a symbol per lane) of each of k segments'
  * lanes, symbols to sym[s] + i. The caller guarantees that every lane keeps
  * a word to spare through them (loads are 4 bytes) and that every position
  * is below base + 2^31. tab: symbol | (f - 1) << 8 | (slot - cum) << 20. */

@@ -129,19 +129,20 @@ static uint64_t ref_block(const uint8_t *src, ibp_dtype_t dt, uint64_t n, const 
 		nsym += freq[k] != 0;
 	}
 	uint64_t nseg = (n + 65535) / 65536;
-	uint64_t off_dir = al(96 + 2 * nsym, 8), off_rest = al(off_dir + 64 * nseg, 128);
+	uint64_t off_dir = al(96 + 2 * nsym, 8), off_rest = al(off_dir + 40 * nseg, 128);
 	uint64_t stat = al(off_rest + n * rb, 128);
 	uint8_t *streams = tu_xcalloc(4 * n + 64 * nseg + 16);
+	memset(out + off_dir, 0, 40 * nseg);
 	uint64_t at = 0;
 	uint8_t *lane = tu_xcalloc(2 * 65536 + 16);
 	for (uint64_t g = 0; g < nseg; g++) {
 		uint64_t m = n - g * 65536 < 65536 ? n - g * 65536 : 65536;
-		for (uint32_t j = 0; j < 8; j++) {
-			uint64_t x = 65536, len = 0; /* words, pushed in encode order */
-			uint64_t last = j < m ? j + (m - 1 - j) / 8 * 8 : 0;
-			for (uint64_t i = last + 8; j < m && i >= j + 8; i -= 8) {
+		for (uint32_t j = 0; j < 16; j++) {
+			uint64_t x = 65536, len = 0, at0 = at; /* words, pushed in encode order */
+			uint64_t last = j < m ? j + (m - 1 - j) / 16 * 16 : 0;
+			for (uint64_t i = last + 16; j < m && i >= j + 16; i -= 16) {
 				uint32_t b = 0;
-				memcpy(&b, src + (g * 65536 + i - 8) * es, es);
+				memcpy(&b, src + (g * 65536 + i - 16) * es, es);
 				uint32_t s = ref_sym(b, dt), f = freq[s];
 				if (x >= ((uint64_t)f << 20)) {
 					lane[len++] = (uint8_t)x;
@@ -156,9 +157,11 @@ static uint64_t ref_block(const uint8_t *src, ibp_dtype_t dt, uint64_t n, const 
 				streams[at++] = lane[w - 2];
 				streams[at++] = lane[w - 1];
 			}
-			for (int b = 0; b < 8; b++)
-				out[off_dir + 8 * (g * 8 + j) + b] = (uint8_t)(at >> (8 * b));
+			out[off_dir + 40 * g + 8 + 2 * j] = (uint8_t)(at - at0);
+			out[off_dir + 40 * g + 9 + 2 * j] = (uint8_t)((at - at0) >> 8);
 		}
+		for (int b = 0; b < 8; b++)
+			out[off_dir + 40 * g + b] = (uint8_t)(at >> (8 * b));
 	}
 	uint64_t block = al(stat + at, 128);
 	memset(out, 0, 96);
@@ -173,7 +176,7 @@ static uint64_t ref_block(const uint8_t *src, ibp_dtype_t dt, uint64_t n, const 
 		out[32 + b] = (uint8_t)(block >> (8 * b));
 		out[40 + b] = (uint8_t)(stat >> (8 * b));
 	}
-	out[16] = 3;
+	out[16] = 4;
 	out[17] = 12;
 	out[23] = 12;
 	uint64_t fa = 96;
@@ -184,7 +187,7 @@ static uint64_t ref_block(const uint8_t *src, ibp_dtype_t dt, uint64_t n, const 
 			out[fa++] = (uint8_t)(freq[k] >> 8);
 		}
 	memset(out + fa, 0, off_dir - fa);
-	memset(out + off_dir + 64 * nseg, 0, off_rest - off_dir - 64 * nseg);
+	memset(out + off_dir + 40 * nseg, 0, off_rest - off_dir - 40 * nseg);
 	for (uint64_t i = 0; i < n; i++) {
 		uint32_t b = 0, r;
 		memcpy(&b, src + i * es, es);
@@ -319,8 +322,8 @@ Test(exp_rans, blocks_equal_the_documented_encoder)
 }
 
 /* 4096 BF16 values 1 + k/128 (exponent 127, one symbol): header, map,
- * frequency 4096, directory 4, 8, .., 32, rest bytes = the mantissas, and
- * 8 lanes of the bare initial state 0x00010000. */
+ * frequency 4096, directory (end 64, 16 lanes of 4 bytes), rest bytes = the
+ * mantissas, and 16 lanes of the bare initial state 0x00010000. */
 Test(exp_rans, known_small_block)
 {
 	uint64_t n = 4096, size = 0;
@@ -331,7 +334,7 @@ Test(exp_rans, known_small_block)
 	rans_opts(&o, 1, 0);
 	uint8_t *b = round_trip((uint8_t *)src, IBP_DTYPE_BF16, n, &o, &size);
 	static const uint8_t head[48] = {'I', 'B', 'P', 'E', 2, 10, 2, 3, 0x00, 0x10, 0, 0, 0, 0, 0, 0,
-					 3, 12, 0, 0, 0, 0, 0, 12, 32, 0, 0, 0, 0, 0, 0, 0,
+					 4, 12, 0, 0, 0, 0, 0, 12, 64, 0, 0, 0, 0, 0, 0, 0,
 					 0x80, 0x11, 0, 0, 0, 0, 0, 0, 0x00, 0x11, 0, 0, 0, 0, 0, 0};
 	cr_assert_eq(size, 4480);
 	cr_assert(memcmp(b, head, 48) == 0, "header %s", tu_hex(b, 48));
@@ -342,26 +345,26 @@ Test(exp_rans, known_small_block)
 	cr_assert(b[96] == 0x00 && b[97] == 0x10);
 	for (int i = 98; i < 104; i++)
 		cr_assert_eq(b[i], 0);
-	for (int k = 0; k < 8; k++) {
-		cr_assert_eq(b[104 + 8 * k], 4 * (k + 1));
-		for (int i = 1; i < 8; i++)
-			cr_assert_eq(b[104 + 8 * k + i], 0);
-	}
-	for (int i = 168; i < 256; i++)
+	cr_assert_eq(b[104], 64);
+	for (int i = 105; i < 112; i++)
+		cr_assert_eq(b[i], 0);
+	for (int k = 0; k < 16; k++)
+		cr_assert(b[112 + 2 * k] == 4 && b[113 + 2 * k] == 0, "lane %d", k);
+	for (int i = 144; i < 256; i++)
 		cr_assert_eq(b[i], 0);
 	for (uint64_t i = 0; i < n; i++)
 		cr_assert_eq(b[256 + i], i & 0x7f);
-	for (int k = 0; k < 8; k++) {
+	for (int k = 0; k < 16; k++) {
 		static const uint8_t st[4] = {0, 0, 1, 0};
 		cr_assert(memcmp(b + 4352 + 4 * k, st, 4) == 0);
 	}
-	for (uint64_t i = 4384; i < 4480; i++)
+	for (uint64_t i = 4416; i < 4480; i++)
 		cr_assert_eq(b[i], 0);
 	free(b);
 }
 
 /* Two symbols of frequency 2048 each, one per lane parity: lane j of a
- * segment holds 512 equal symbols; each halves nothing and adds a bit. */
+ * segment holds 256 equal symbols of one bit each. */
 Test(exp_rans, known_two_symbol_block)
 {
 	uint64_t n = 4096, size = 0;
@@ -374,9 +377,10 @@ Test(exp_rans, known_two_symbol_block)
 	cr_assert_eq(b[6], 2);
 	/* symbols 126 (odd lanes) and 127 (even lanes), 2048 each */
 	cr_assert(b[64 + 15] == 0xc0 && b[96] == 0x00 && b[97] == 0x08 && b[98] == 0x00 && b[99] == 0x08);
-	/* 512 symbols of probability 1/2: 512 bits = 32 words + the state */
-	for (int k = 0; k < 8; k++)
-		cr_assert_eq(b[104 + 8 * k] | b[105 + 8 * k] << 8, 68 * (k + 1), "lane %d", k);
+	/* 256 symbols of probability 1/2: 256 bits = 16 words + the state */
+	cr_assert_eq(b[104] | b[105] << 8, 16 * 36);
+	for (int k = 0; k < 16; k++)
+		cr_assert_eq(b[112 + 2 * k] | b[113 + 2 * k] << 8, 36, "lane %d", k);
 	free(b);
 }
 
@@ -454,7 +458,7 @@ Test(exp_rans, damaged_and_truncated_blocks_rejected)
 		memcpy(&streams, b + 24, 8);
 		for (int i = 0; i < 32; i++)
 			nsym += (uint64_t)__builtin_popcount(b[64 + i]);
-		uint64_t off_rest = al(al(96 + 2 * nsym, 8) + 64 * 2, 128);
+		uint64_t off_rest = al(al(96 + 2 * nsym, 8) + 40 * 2, 128);
 		/* truncations */
 		for (uint64_t cut = 0; cut < size; cut += cut < 256 ? 1 : 97)
 			cr_assert_eq(dec(b, cut, dt, n, out), IBP_ERR_CORRUPT, "cut at %llu", (unsigned long long)cut);
