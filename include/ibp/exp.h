@@ -92,7 +92,7 @@ typedef struct ibp_exp_info {
 	uint64_t n;                      /* elements */
 	int raw;                         /* 1 = raw passthrough block */
 	ibp_exp_table_mode_t table_mode; /* coded blocks: where the table came from */
-	ibp_exp_table_t table;           /* coded blocks (rANS blocks: {3, 12, 0, ...}) */
+	ibp_exp_table_t table;           /* coded blocks (rANS blocks: {4, 12, 0, ...}) */
 	uint64_t escapes;                /* coded blocks: escaped exponents; rANS blocks: stream bytes */
 	uint64_t static_bytes;           /* size of the static part (raw: == block_bytes) */
 	uint64_t block_bytes;            /* total size of the block */

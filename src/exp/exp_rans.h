@@ -1,5 +1,5 @@
 /* exp_rans.h - mode 2 of the exponent codec: symbol bytes coded with
- * interleaved rANS (8 lanes per 2^16-element segment), rest bytes raw.
+ * interleaved rANS (16 lanes per 2^16-element segment), rest bytes raw.
  * Layout in exp_format.h, every byte in docs/CODECS.md ("rANS blocks"). */
 #ifndef IBP_EXP_RANS_H
 #define IBP_EXP_RANS_H

@@ -7,7 +7,7 @@
 
 #include "exp/exp_format.h"
 
-/* The 8 lanes of a segment being decoded: states, read positions, stream
+/* The 16 lanes of a segment being decoded: states, read positions, stream
  * ends; elements [0, i) of its m are decoded. */
 typedef struct exp_rans_lanes {
 	uint32_t x[EXPF_RANS_LANES];
