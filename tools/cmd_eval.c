@@ -29,7 +29,7 @@ const char *const help_eval =
 	"  --dtype bf16|f16|f32    evaluate in this dtype: bf16 reads a '<u2'/'|V2'\n"
 	"                          array as bfloat16; a float array of another type\n"
 	"                          is first converted (round to nearest even)\n"
-	"  --exp-table sigma|hist  exp: exponent table (default sigma)\n"
+	"  --exp-table sigma|hist|rans  exp: exponent table (default sigma)\n"
 	"  --fp8-format e4m3|e5m2  fp8: element format (default e4m3)\n"
 	"  --fp8-block N           fp8: scale block, power of two 16..4096 (default 256)\n"
 	"  --no-hadamard           fp8: no Walsh-Hadamard rotation\n"

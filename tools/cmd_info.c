@@ -58,7 +58,8 @@ static int info_values(const char *in, ibp_container_t *ct, int as_json)
 	if (id == IBP_CODEC_FP8)
 		ibp_container_fp8_opts(ct, &fo);
 	const char *table = ibp_container_exp_table_mode(ct) == IBP_EXP_TABLE_SIGMA ? "sigma"
-			    : ibp_container_exp_table_mode(ct) == IBP_EXP_TABLE_HISTOGRAM ? "hist" : "given";
+			    : ibp_container_exp_table_mode(ct) == IBP_EXP_TABLE_HISTOGRAM ? "hist"
+			    : ibp_container_exp_table_mode(ct) == IBP_EXP_TABLE_RANS ? "rans" : "given";
 	const char *fmt = fo.format == IBP_FP8_E4M3 ? "e4m3" : "e5m2";
 	if (as_json) {
 		json_t j;

@@ -25,8 +25,9 @@ const char *const help_pack =
 	"                          LOSSY (about 1 byte per element), bf16/f16/f32\n"
 	"  --lossy                 required with --codec fp8: unpack then gives back\n"
 	"                          approximate values (refused with ibp and exp)\n"
-	"  --exp-table sigma|hist  exp: exponent table from the RMS (default) or from\n"
-	"                          each block's histogram\n"
+	"  --exp-table sigma|hist|rans  exp: exponent table from the RMS (default),\n"
+	"                          each block's histogram, or rANS-coded exponents\n"
+	"                          where smaller (else hist)\n"
 	"  --fp8-format e4m3|e5m2  fp8: element format (default e4m3)\n"
 	"  --fp8-block N           fp8: scale block, power of two 16..4096 (default 256)\n"
 	"  --no-hadamard           fp8: no Walsh-Hadamard rotation (ablation)\n"
@@ -101,7 +102,8 @@ static int pack_values(const char *cmd, const char *in, cli_out_t *out, const cl
 	       cli_shape(info->shape, info->ndim, sh, sizeof(sh)), cli_bytes(total, b1, sizeof(b1)), out->target,
 	       cli_bytes(fsize, b2, sizeof(b2)), fsize ? (double)total / (double)fsize : 0.0);
 	if (co->codec == IBP_CODEC_EXP)
-		printf("  codec exp (lossless), table %s; ", co->exp.table_mode == IBP_EXP_TABLE_SIGMA ? "sigma" : "hist");
+		printf("  codec exp (lossless), table %s; ", co->exp.table_mode == IBP_EXP_TABLE_SIGMA ? "sigma"
+								  : co->exp.table_mode == IBP_EXP_TABLE_RANS ? "rans" : "hist");
 	else
 		printf("  codec fp8 (LOSSY), %s, block %u, Hadamard %s, adaptive %s; ",
 		       co->fp8.format == IBP_FP8_E4M3 ? "E4M3" : "E5M2", co->fp8.block, co->fp8.hadamard ? "on" : "off",

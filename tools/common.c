@@ -209,8 +209,10 @@ int cli_codec_option(const char *cmd, int opt, const char *arg, cli_codec_opts_t
 			o->exp.table_mode = IBP_EXP_TABLE_SIGMA;
 		else if (!strcmp(arg, "hist"))
 			o->exp.table_mode = IBP_EXP_TABLE_HISTOGRAM;
+		else if (!strcmp(arg, "rans"))
+			o->exp.table_mode = IBP_EXP_TABLE_RANS;
 		else {
-			cli_usage_error(cmd, "--exp-table must be sigma or hist, got '%s'", arg);
+			cli_usage_error(cmd, "--exp-table must be sigma, hist or rans, got '%s'", arg);
 			return -1;
 		}
 		o->exp_only = "--exp-table";

@@ -22,7 +22,11 @@
  * The table comes from sigma (ZipCCL §4.1: the 7-exponent window starting
  * near log2(sigma) - 5.36; the default, with sigma measured as the RMS of
  * the block's finite values), from an exact exponent histogram (top 7), or
- * from the caller.
+ * from the caller. Table mode RANS (opt-in) instead codes each element's
+ * exponent byte (FP16: high byte) with interleaved rANS (block mode 2,
+ * docs/CODECS.md "rANS block") where that block is smaller than the
+ * histogram mode's, and writes the histogram mode's block otherwise. The
+ * GPU functions do not take RANS yet.
  *
  * Typical use:
  *   ibp_exp_opts_t o; ibp_exp_opts_default(&o);
@@ -56,7 +60,8 @@ extern "C" {
 typedef enum ibp_exp_table_mode {
 	IBP_EXP_TABLE_SIGMA = 0,     /* window derived from sigma (default) */
 	IBP_EXP_TABLE_HISTOGRAM = 1, /* 7 most frequent exponents of the block */
-	IBP_EXP_TABLE_GIVEN = 2      /* ibp_exp_opts_t.table */
+	IBP_EXP_TABLE_GIVEN = 2,     /* ibp_exp_opts_t.table */
+	IBP_EXP_TABLE_RANS = 3       /* entropy-coded symbols (rANS) when smaller, else HISTOGRAM */
 } ibp_exp_table_mode_t;
 
 /* 7 biased exponent field values, strictly ascending, each at most
@@ -89,8 +94,8 @@ typedef struct ibp_exp_info {
 	uint64_t n;                      /* elements */
 	int raw;                         /* 1 = raw passthrough block */
 	ibp_exp_table_mode_t table_mode; /* coded blocks: where the table came from */
-	ibp_exp_table_t table;           /* coded blocks */
-	uint64_t escapes;                /* coded blocks: escaped exponents */
+	ibp_exp_table_t table;           /* coded blocks (rANS blocks: {4, 12, 0, ...}) */
+	uint64_t escapes;                /* coded blocks: escaped exponents; rANS blocks: stream bytes */
 	uint64_t static_bytes;           /* size of the static part (raw: == block_bytes) */
 	uint64_t block_bytes;            /* total size of the block */
 } ibp_exp_info_t;

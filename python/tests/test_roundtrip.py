@@ -176,3 +176,19 @@ def test_exp_compresses_real_ratio(rng):
     assert 3.5 < x.nbytes / buf8.nbytes < 4.0
     with pytest.raises(ibp.CorruptError, match="ibp.exp"):
         ibp.fp8.decompress(buf)  # a frame of the other codec
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "float16", "float32"])
+def test_exp_rans_table(rng, dtype):
+    # table="rans": entropy-coded exponents, bit-exact, smaller than "hist"
+    x = (rng.standard_normal(1 << 17) * 0.02).astype(np.float32)
+    a = bf16_bits(x) if dtype == "bf16" else x.astype(dtype)
+    kw = {"dtype": "bf16"} if dtype == "bf16" else {}
+    r = ibp.exp.compress(a, table="rans", **kw)
+    h = ibp.exp.compress(a, table="hist", **kw)
+    assert r.nbytes < h.nbytes
+    assert ibp.exp.decompress(r).view(a.dtype).tobytes() == a.tobytes()
+    c = ibp.exp.compress_chunks(a, 1 << 16, table="rans", **kw)
+    assert ibp.exp.decompress_chunks(c).view(a.dtype).tobytes() == a.tobytes()
+    with pytest.raises(ibp.InvalidArgumentError, match="'rans'"):
+        ibp.exp.compress(a, table="ans", **kw)

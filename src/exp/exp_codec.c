@@ -22,6 +22,7 @@
 #define EXP_VARIANT portable
 #include "exp/exp_codec_impl.h"
 #include "exp/exp_split.h"
+#include "exp/exp_rans.h"
 
 /* Below this many groups per thread, threads cost more than they save. */
 #define MIN_GROUPS_PER_THREAD 64u
@@ -371,6 +372,8 @@ static ibp_status_t resolve_table(const uint8_t *src, const expf_shape_t *s, uin
 					"exp: given table must hold 7 strictly ascending fields <= %u", fmax_of(s));
 		memcpy(t, o->table.field, EXPF_NCODES);
 		return IBP_OK;
+	case IBP_EXP_TABLE_RANS:
+		break; /* encode_one takes it before */
 	}
 	return ibpi_fail(IBP_ERR_INVALID_ARG, "exp: unknown table mode %d", (int)o->table_mode);
 }
@@ -489,12 +492,45 @@ static void seal_block(uint8_t *dst, uint64_t size)
 	expf_st64(dst + EXPF_OFF_SUM, ibpi_block_sum(dst, size));
 }
 
+/* RANS mode: a rANS block when it is smaller than the block HISTOGRAM mode
+ * writes (sized from the same histogram), else that block. */
+static ibp_status_t encode_rans(const uint8_t *src, const expf_shape_t *s, uint32_t dt, uint64_t n, int nthreads,
+				uint8_t *dst, uint64_t *size)
+{
+	uint64_t sh[256], eh[256] = {0}, in = 0;
+	uint8_t table[8] = {0};
+	expf_layout_t L;
+	ibpi_exp_rans_hist(src, dt, n, sh);
+	for (uint32_t k = 0; k < 256; k++)
+		eh[dt == EXPF_DT_F16 ? (k >> 2) & 31u : k] += sh[k];
+	expf_table_from_hist(eh, fmax_of(s), table);
+	for (uint32_t k = 0; k < EXPF_NCODES; k++)
+		in += eh[table[k]];
+	expf_layout_of(s, n, &L);
+	uint64_t raw = expf_raw_bytes(s, n), coded = expf_coded_bytes(&L, n - in);
+	IBP_TRY(ibpi_exp_rans_encode(src, s, dt, n, sh, L.static_bytes < raw && coded < raw ? coded : raw, nthreads,
+				     dst, size));
+	if (*size)
+		return IBP_OK;
+	return encode_block(src, s, dt, n, table, IBP_EXP_TABLE_HISTOGRAM, nthreads, dst, size);
+}
+
+/* One block per opts (the table resolved here). */
+static ibp_status_t encode_one(const uint8_t *src, const expf_shape_t *s, uint32_t dt, uint64_t n,
+			       const ibp_exp_opts_t *o, int nthreads, uint8_t *dst, uint64_t *size)
+{
+	uint8_t table[8] = {0};
+	if (o->table_mode == IBP_EXP_TABLE_RANS)
+		return encode_rans(src, s, dt, n, nthreads, dst, size);
+	IBP_TRY(resolve_table(src, s, dt, n, o, table));
+	return encode_block(src, s, dt, n, table, (uint32_t)o->table_mode, nthreads, dst, size);
+}
+
 ibp_status_t ibp_exp_encode(const void *src, ibp_dtype_t dt, uint64_t n, const ibp_exp_opts_t *opts, void *dst,
 			    uint64_t dst_cap, uint64_t *dst_size)
 {
 	expf_shape_t s;
 	ibp_exp_opts_t def;
-	uint8_t table[8] = {0};
 	if (!dst || !dst_size || (!src && n))
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_encode: NULL argument");
 	IBP_TRY(shape_for(dt, n, &s, "exp_encode"));
@@ -509,9 +545,7 @@ ibp_status_t ibp_exp_encode(const void *src, ibp_dtype_t dt, uint64_t n, const i
 	if (dst_cap < bound)
 		return ibpi_fail(IBP_ERR_BUFFER_TOO_SMALL, "exp_encode: dst_cap %llu < bound %llu",
 				(unsigned long long)dst_cap, (unsigned long long)bound);
-	IBP_TRY(resolve_table(src, &s, (uint32_t)dt, n, opts, table));
-	IBP_TRY(encode_block(src, &s, (uint32_t)dt, n, table, (uint32_t)opts->table_mode, opts->nthreads, dst,
-			     dst_size));
+	IBP_TRY(encode_one(src, &s, (uint32_t)dt, n, opts, opts->nthreads, dst, dst_size));
 	if (opts->checksum)
 		seal_block(dst, *dst_size);
 	return IBP_OK;
@@ -531,7 +565,7 @@ static ibp_status_t parse_header(const uint8_t *h, uint64_t src_size, ibp_exp_in
 	if (!expf_shape_of(h[EXPF_OFF_DTYPE], s))
 		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: dtype %u is not bf16/f16/f32", h[EXPF_OFF_DTYPE]);
 	uint32_t mode = h[EXPF_OFF_MODE], tsrc = h[EXPF_OFF_TSRC];
-	if (mode > EXPF_MODE_CODED)
+	if (mode > EXPF_MODE_RANS)
 		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: mode %u", mode);
 	if (h[EXPF_OFF_GLOG2] != EXPF_GROUP_LOG2)
 		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: group log2 %u, expected 12", h[EXPF_OFF_GLOG2]);
@@ -555,6 +589,8 @@ static ibp_status_t parse_header(const uint8_t *h, uint64_t src_size, ibp_exp_in
 		uint64_t raw = expf_raw_bytes(s, n);
 		if (tsrc || esc || !all_zero(h + EXPF_OFF_TABLE, EXPF_NCODES) || block != raw || stat != raw)
 			return ibpi_fail(IBP_ERR_CORRUPT, "exp block: raw header fields inconsistent");
+	} else if (mode == EXPF_MODE_RANS) {
+		IBP_TRY(ibpi_exp_rans_parse(h, src_size, s, n, esc, stat, block));
 	} else {
 		if (tsrc > IBP_EXP_TABLE_GIVEN)
 			return ibpi_fail(IBP_ERR_CORRUPT, "exp block: table source %u", tsrc);
@@ -686,6 +722,8 @@ static ibp_status_t decode_block(const uint8_t *src, uint64_t src_size, uint32_t
 			memcpy(dst2, src + EXPF_HEADER_BYTES + n0 * s.esize, (n - n0) * s.esize);
 		return IBP_OK;
 	}
+	if (src[EXPF_OFF_MODE] == EXPF_MODE_RANS)
+		return ibpi_exp_rans_decode(src, &s, dt, n, info.escapes, dst, split, dst2, nthreads, exp_isa() > 0);
 	IBP_TRY(check_coded_frame(src, &s, &L, info.escapes));
 	exp_dec_block_t *b = malloc(sizeof(*b));
 	if (!b)
@@ -782,11 +820,8 @@ static void batch_enc_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 	for (uint64_t i = begin; i < end; i++) {
 		uint64_t len = c->n - i * c->chunk < c->chunk ? c->n - i * c->chunk : c->chunk;
 		const uint8_t *src = c->src + i * c->chunk * c->s.esize;
-		uint8_t table[8] = {0};
-		ibp_status_t st = resolve_table(src, &c->s, c->dt, len, c->opts, table);
-		if (st == IBP_OK)
-			st = encode_block(src, &c->s, c->dt, len, table, (uint32_t)c->opts->table_mode, c->inner_threads,
-					  c->dst + i * c->stride, &c->sizes[i]);
+		ibp_status_t st = encode_one(src, &c->s, c->dt, len, c->opts, c->inner_threads, c->dst + i * c->stride,
+					     &c->sizes[i]);
 		if (st == IBP_OK && c->opts->checksum)
 			seal_block(c->dst + i * c->stride, c->sizes[i]);
 		if (st != IBP_OK) {

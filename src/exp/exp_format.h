@@ -19,6 +19,7 @@
 #define EXPF_GROUP (1u << EXPF_GROUP_LOG2) /* elements per escape group */
 #define EXPF_MODE_RAW 0u
 #define EXPF_MODE_CODED 1u
+#define EXPF_MODE_RANS 2u /* version 2 only: rANS-coded symbols (below) */
 #define EXPF_NCODES 7u
 /* Element counts above this are refused so every size below fits in 64 bits. */
 #define EXPF_MAX_ELEMS (1ull << 56)
@@ -282,6 +283,96 @@ static inline IBP_HD void expf_table_from_hist(const uint64_t *hist, uint32_t fm
 	for (uint32_t f = 0; f <= fmax && k < EXPF_NCODES; f++)
 		if ((taken[f >> 5] >> (f & 31)) & 1u)
 			table[k++] = (uint8_t)f;
+}
+
+/* ---- mode 2: rANS blocks (docs/CODECS.md, "rANS blocks") ----
+ * Each element is a symbol byte (the exponent field; FP16: its high byte)
+ * and rest bytes stored raw. Symbols are cut into segments of 2^16
+ * elements; element i of a segment goes to lane i % 16, and each lane is an
+ * own rANS stream (32-bit state in [2^16, 2^32), 16-bit words, 12-bit
+ * frequencies), so lanes and segments decode independently. Header fields:
+ * table[0] = log2 lanes (4), table[1] = scale bits (12), table[2..6] = 0;
+ * the escape field = stream bytes; static = offset of the streams. */
+#define EXPF_TSRC_RANS 3u /* == IBP_EXP_TABLE_RANS */
+#define EXPF_RANS_LANES_LOG2 4u
+#define EXPF_RANS_LANES (1u << EXPF_RANS_LANES_LOG2)
+#define EXPF_RANS_SCALE_BITS 12u
+#define EXPF_RANS_SCALE (1u << EXPF_RANS_SCALE_BITS)
+#define EXPF_RANS_L (1u << 16)
+#define EXPF_RANS_SEG_LOG2 16u
+#define EXPF_RANS_SEG (1ull << EXPF_RANS_SEG_LOG2)
+#define EXPF_OFF_RANS_MAP 64  /* 32 bytes: bit k set = symbol k has a frequency */
+#define EXPF_OFF_RANS_FREQ 96 /* u16 per set bit, ascending symbol order */
+/* Per segment: u64 end of its streams (from static_bytes), u16 per lane length. */
+#define EXPF_RANS_DIR_BYTES (8u + 2u * EXPF_RANS_LANES)
+
+typedef struct expf_rans_layout {
+	uint64_t n;
+	uint64_t nseg;         /* ceil(n / 2^16) */
+	uint64_t nsym;         /* symbols with a frequency */
+	uint64_t off_dir;      /* nseg * EXPF_RANS_DIR_BYTES: the segments' stream ends and lane lengths */
+	uint64_t off_rest;     /* n * rest_bytes */
+	uint32_t rest_bytes;   /* 1 (BF16, FP16) or 3 (FP32) */
+	uint64_t static_bytes; /* where the streams start, 128-aligned */
+} expf_rans_layout_t;
+
+static inline IBP_HD void expf_rans_layout_of(const expf_shape_t *s, uint64_t n, uint64_t nsym,
+					      expf_rans_layout_t *R)
+{
+	R->n = n;
+	R->nsym = nsym;
+	R->nseg = (n + EXPF_RANS_SEG - 1) >> EXPF_RANS_SEG_LOG2;
+	R->off_dir = expf_align(EXPF_OFF_RANS_FREQ + 2 * nsym, 8);
+	R->rest_bytes = s->esize == 4 ? 3u : 1u;
+	R->off_rest = expf_align(R->off_dir + (uint64_t)EXPF_RANS_DIR_BYTES * R->nseg, EXPF_ALIGN);
+	R->static_bytes = expf_align(R->off_rest + n * R->rest_bytes, EXPF_ALIGN);
+}
+
+/* Most stream bytes n elements can take: a 4-byte state per lane and at
+ * most one word per element. */
+static inline IBP_HD uint64_t expf_rans_max_stream(uint64_t n)
+{
+	uint64_t nseg = (n + EXPF_RANS_SEG - 1) >> EXPF_RANS_SEG_LOG2;
+	return nseg * EXPF_RANS_LANES * 4 + 2 * n;
+}
+
+/* Symbols of lane j in a segment of m elements. */
+static inline IBP_HD uint64_t expf_rans_lane_syms(uint64_t m, uint32_t j)
+{
+	return m > j ? (m - 1 - j) / EXPF_RANS_LANES + 1 : 0;
+}
+
+/* Smallest rANS block of n >= 1 elements: one symbol, 4-byte lanes. */
+static inline IBP_HD uint64_t expf_rans_min_bytes(const expf_shape_t *s, uint64_t n)
+{
+	expf_rans_layout_t R;
+	expf_rans_layout_of(s, n, 1, &R);
+	return expf_align(R.static_bytes + 4ull * EXPF_RANS_LANES * R.nseg, EXPF_ALIGN);
+}
+
+/* Symbol, rest and join of element bits (BF16: sign+mantissa byte; FP16:
+ * low byte; FP32: sign << 23 | mantissa). */
+static inline IBP_HD uint32_t expf_rans_sym(uint32_t b, uint32_t dt)
+{
+	return dt == EXPF_DT_F16 ? (b >> 8) & 0xffu : dt == EXPF_DT_BF16 ? (b >> 7) & 0xffu : (b >> 23) & 0xffu;
+}
+
+static inline IBP_HD uint32_t expf_rans_rest(uint32_t b, uint32_t dt)
+{
+	if (dt == EXPF_DT_F16)
+		return b & 0xffu;
+	if (dt == EXPF_DT_BF16)
+		return ((b >> 8) & 0x80u) | (b & 0x7fu);
+	return ((b >> 31) << 23) | (b & 0x7fffffu);
+}
+
+static inline IBP_HD uint32_t expf_rans_join(uint32_t sym, uint32_t rest, uint32_t dt)
+{
+	if (dt == EXPF_DT_F16)
+		return sym << 8 | rest;
+	if (dt == EXPF_DT_BF16)
+		return ((rest & 0x80u) << 8) | (sym << 7) | (rest & 0x7fu);
+	return ((rest >> 23) << 31) | (sym << 23) | (rest & 0x7fffffu);
 }
 
 #endif /* IBP_EXP_FORMAT_H */

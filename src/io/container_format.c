@@ -54,8 +54,9 @@ ibp_status_t ibpi_ctr_block_geometry(const char *name, ibp_status_t bad, uint64_
 }
 
 /* Smallest and largest size of a valid exp block of n elements: a coded
- * block is at least its static part, a raw one exactly raw size; nothing
- * exceeds the encode bound. Both grow with n, which bounds n by the file. */
+ * block is at least its static part, a raw one exactly raw size, a rANS
+ * one at least its size with one symbol and bare lanes; nothing exceeds
+ * the encode bound. Both grow with n, which bounds n by the file. */
 static ibp_status_t exp_block_limits(ibp_dtype_t dt, uint64_t n, uint64_t *lo, uint64_t *hi)
 {
 	uint64_t st, raw;
@@ -63,6 +64,9 @@ static ibp_status_t exp_block_limits(ibp_dtype_t dt, uint64_t n, uint64_t *lo, u
 	IBP_TRY(ibp_exp_raw_size(dt, n, &raw));
 	IBP_TRY(ibp_exp_encode_bound(dt, n, hi));
 	*lo = st < raw ? st : raw;
+	expf_shape_t sh;
+	if (n && expf_shape_of((uint32_t)dt, &sh) && expf_rans_min_bytes(&sh, n) < *lo)
+		*lo = expf_rans_min_bytes(&sh, n);
 	return IBP_OK;
 }
 

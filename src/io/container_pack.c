@@ -156,7 +156,8 @@ ibp_status_t ibp_pack_exp(const char *path, const void *data, ibp_dtype_t dtype,
 	/* The container's section checksums cover the blocks, so they carry
 	 * none: then a block of format version 2 equals version 1's but for the
 	 * version byte, and version 1 is written, so that files stay
-	 * byte-identical and readable by libibp before checksums (FORMAT.md). */
+	 * byte-identical and readable by libibp before checksums (FORMAT.md).
+	 * rANS blocks (mode 2) exist only in version 2 and keep it. */
 	o.checksum = 0;
 	opts = &o;
 	if (elems > 0 && ibp_exp_batch_bound(dtype, elems, chunk, &bound) != IBP_OK) {
@@ -182,7 +183,8 @@ ibp_status_t ibp_pack_exp(const char *path, const void *data, ibp_dtype_t dtype,
 		}
 	}
 	for (uint64_t b = 0; b < nblk && st == IBP_OK; b++)
-		buf[off[b] + EXPF_OFF_VERSION] = EXPF_VERSION_1;
+		if (buf[off[b] + EXPF_OFF_MODE] != EXPF_MODE_RANS)
+			buf[off[b] + EXPF_OFF_VERSION] = EXPF_VERSION_1;
 	st = ibp_container_write_exp(path, dtype, ndim, shape, chunk, opts->table_mode, buf, off);
 out:
 	ibp_host_free(buf);

@@ -80,8 +80,8 @@ static ibp_status_t parse_value_params(ibp_container_t *c)
 	uint64_t want_blocks, used;
 	if (c->codec_id == IBP_CODEC_EXP) {
 		uint32_t tm = ld32(p + P_EXP_TABLE);
-		if (tm > IBP_EXP_TABLE_GIVEN)
-			return ibpi_fail(IBP_ERR_CORRUPT, "%s: exp table mode %u is not 0, 1 or 2", c->name,
+		if (tm > IBP_EXP_TABLE_RANS)
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: exp table mode %u is not 0, 1, 2 or 3", c->name,
 					(unsigned)tm);
 		c->exp_table = (ibp_exp_table_mode_t)tm;
 		c->chunk_elems = ld64(p + P_EXP_CHUNK);

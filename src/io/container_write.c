@@ -571,7 +571,7 @@ ibp_status_t ibp_container_write_exp(const char *path, ibp_dtype_t dtype, unsign
 {
 	uint64_t R = 0, elems = 0, nblk = 0;
 	IBP_TRY(check_value_tensor(path, "exp", dtype, ndim, shape, chunk_elems, &R, &elems, &nblk));
-	if ((unsigned)table_mode > IBP_EXP_TABLE_GIVEN)
+	if ((unsigned)table_mode > IBP_EXP_TABLE_RANS)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: exp table mode %d is unknown", path, (int)table_mode);
 	if (!offsets || (offsets[nblk] > 0 && !payload))
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL offsets or payload", path);

@@ -1466,7 +1466,7 @@ Test(container, exp_fp8_bad_structure, .init = make_tmpdir, .fini = remove_tmpdi
 	/* parameters: a later version is unsupported, nonsense is corrupt */
 	TRY_E(IBP_ERR_UNSUPPORTED, st32(g + 160, 2));
 	TRY_F(IBP_ERR_UNSUPPORTED, st32(g + 160, 2));
-	TRY_E(IBP_ERR_CORRUPT, st32(g + 164, 3));                   /* table mode */
+	TRY_E(IBP_ERR_CORRUPT, st32(g + 164, 4));                   /* table mode (3: rANS) */
 	TRY_E(IBP_ERR_CORRUPT, st64(g + 168, 64 * 16 + 1));          /* chunk not whole rows */
 	TRY_E(IBP_ERR_CORRUPT, st64(g + 168, 0));
 	TRY_E(IBP_ERR_CORRUPT, st64(g + 176, 2));                   /* block count */

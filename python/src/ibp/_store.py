@@ -70,7 +70,7 @@ IBP_OPEN_TRUSTED = 4
 
 CODEC_NAMES = {1: "ibp", 2: "exp", 3: "fp8"}
 LAYOUTS = {"packed": 0, "inplace": 1}
-_EXP_TABLES = {"sigma": 0, "hist": 1, "histogram": 1}
+_EXP_TABLES = {"sigma": 0, "hist": 1, "histogram": 1, "rans": 3}
 _FP8_FORMATS = {"e4m3": 0, "e5m2": 1}
 
 _IBP_OPTS = {"chunk", "threshold", "sample", "clusters", "seed", "layout", "xval"}
@@ -210,7 +210,7 @@ def exp_opts(func, table="sigma", nthreads=0, sigma=0.0):
     o = _lib.ExpOpts()
     lib.ibp_exp_opts_default(C.byref(o))
     if table not in _EXP_TABLES:
-        raise _errors.invalid(func, "exp table must be 'sigma' or 'hist', not %r" % (table,))
+        raise _errors.invalid(func, "exp table must be 'sigma', 'hist' or 'rans', not %r" % (table,))
     o.table_mode = _EXP_TABLES[table]
     o.sigma = float(sigma)
     o.nthreads = _int_opt(func, "nthreads", nthreads, 0, 1 << 20)
@@ -238,7 +238,7 @@ def pack(array, path, codec="ibp", **opts) -> str:
     Options, as the CLI's `ibp pack`: ibp: chunk (1, 2, 4, 8, "auto"),
     threshold ([0.5, 1] or "auto"), sample ((0, 1] or "auto"), clusters
     (1..64 or "auto"), seed, layout ("packed" or "inplace"), xval (0, 1, 2);
-    exp: exp_table ("sigma" or "hist"), block_rows; fp8: fp8_format ("e4m3"
+    exp: exp_table ("sigma", "hist" or "rans"), block_rows; fp8: fp8_format ("e4m3"
     or "e5m2"), fp8_block (16..4096, power of two), hadamard, adaptive,
     block_rows; all: dtype="bf16" (read 16-bit integers as bfloat16 bit
     patterns), nthreads (0 = all CPUs). Returns `path`.

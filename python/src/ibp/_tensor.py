@@ -168,12 +168,12 @@ def decompress_exp(buf, out=None, nthreads=0, trusted=False):
     func = "ibp.exp.decompress"
     b, kind = as_bytes(buf, func)
     code, shape, off, plen, n = parse(b, 2, func, trusted)
-    # before allocating n elements: a block is never shorter than the smaller
-    # of its raw and coded static sizes
+    # before allocating n elements: a block is never shorter than the smallest
+    # of its raw and coded static sizes and a rANS block's raw rest bytes
     st, raw = _lib.c_u64(), _lib.c_u64()
     check(lib.ibp_exp_static_size(code, n, C.byref(st)), "ibp_exp_static_size")
     check(lib.ibp_exp_raw_size(code, n, C.byref(raw)), "ibp_exp_raw_size")
-    _too_short(func, n, plen, min(st.value, raw.value))
+    _too_short(func, n, plen, min(st.value, raw.value, n * (3 if code == 11 else 1)))  # 11: f32
     arr, ptr, user = output(code, shape, out, kind, func)
     check(lib.ibp_exp_decode_ext(b.ctypes.data + off, plen, code, n, ptr, nthreads, 1 if trusted else 0),
           "ibp_exp_decode")

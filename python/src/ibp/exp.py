@@ -24,8 +24,9 @@ def compress(tensor, *, table: str = "sigma", sigma: float = 0.0, nthreads: int 
     """Compresses a bfloat16/float16/float32 array or tensor (any shape) into
     one uint8 buffer (a NumPy array, or a torch.uint8 tensor for torch
     input) that records its dtype and shape. Lossless. table: "sigma"
-    (exponent window from the RMS, or from `sigma` when > 0) or "hist" (the
-    7 most frequent exponents). dtype="bf16" reads 16-bit integers as
+    (exponent window from the RMS, or from `sigma` when > 0), "hist" (the
+    7 most frequent exponents) or "rans" (exponents entropy-coded when that
+    is smaller, else "hist"). dtype="bf16" reads 16-bit integers as
     bfloat16 bit patterns. nthreads 0 = all CPUs."""
     return _c(tensor, table, sigma, nthreads, dtype)
 
