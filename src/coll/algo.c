@@ -77,7 +77,7 @@ static ibp_status_t ring_enc(flow_t *w, uint64_t k, uint64_t *bytes)
 	eh.chunk = ibpi_flow_chunk_id(k, w->sc);
 	eh.enc = pn ? w->h.enc : COLL_ENC_RAW;
 	uint8_t *msg = w->sbuf + k * w->pcap;
-	IBP_TRY(ibpi_coll_encode(&eh, u->esrc + po * w->esz, msg, w->pcap, c->o.nthreads, c->lsq_bits, bytes));
+	IBP_TRY(ibpi_coll_encode(&eh, u->esrc + po * w->esz, msg, w->pcap, c->o.nthreads, c->lsq_bits, c->exp_table, bytes));
 	if (u->own_dst && eh.enc == COLL_ENC_FP8) /* lossy: the owner keeps what the others get */
 		IBP_TRY(ibpi_coll_decode(&eh, msg, *bytes, u->own_dst + po * w->esz, c->o.nthreads));
 	return IBP_OK;

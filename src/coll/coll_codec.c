@@ -40,7 +40,7 @@ ibp_status_t ibpi_coll_msg_cap(ibp_dtype_t dt, uint64_t n, uint64_t *cap)
 }
 
 ibp_status_t ibpi_coll_encode(const coll_hdr_t *h, const void *src, void *msg, uint64_t cap, int nthreads,
-			 int lsq_bits, uint64_t *bytes)
+			 int lsq_bits, int exp_table, uint64_t *bytes)
 {
 	uint8_t *p = (uint8_t *)msg + COLL_HDR;
 	uint64_t pcap = cap - COLL_HDR, size = 0, n = h->elems;
@@ -58,6 +58,7 @@ ibp_status_t ibpi_coll_encode(const coll_hdr_t *h, const void *src, void *msg, u
 		ibp_exp_opts_t o;
 		ibp_exp_opts_default(&o);
 		o.nthreads = nthreads;
+		o.table_mode = (ibp_exp_table_mode_t)exp_table;
 		o.checksum = 0; /* a wire message (see fp8_opts) */
 		IBP_TRY(ibp_exp_encode(src, dt, n, &o, p, pcap, &size));
 		break;

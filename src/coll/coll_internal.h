@@ -52,6 +52,9 @@ struct ibp_coll_comm {
 	ibp_coll_stats_t st;
 	coll_helper_t *helper; /* AllGather's decode thread; NULL until first needed */
 	int lsq_bits;          /* LSQ entry width (2, 4 or 8) */
+	int exp_table;         /* this call's exp table mode: SIGMA, or RANS where the switcher found the
+				  slower, smaller rANS exponents pay (host buffers only; any exp block decodes) */
+	double rans_enc_Bps, rans_dec_Bps; /* calibrated rANS speeds (the slowest rank's); 0: unknown */
 	ibp_coll_memory_t mem_kind; /* where the buffers are (ibp_coll_comm_set_memory) */
 	const coll_mem_ops_t *mem;  /* the buffer steps for mem_kind */
 	void *stream;               /* the current call's stream (device table) */
@@ -107,9 +110,10 @@ ibp_status_t ibpi_coll_isend(ibp_coll_comm_t *c, int dst, const void *buf, uint6
 ibp_status_t ibpi_coll_msg_cap(ibp_dtype_t dt, uint64_t n, uint64_t *cap);
 
 /* Writes header + payload of src[0, n) encoded as `enc` at msg (capacity
- * cap; LSQ entries of lsq_bits bits); *bytes = total size. */
+ * cap; LSQ entries of lsq_bits bits; exp blocks with table mode exp_table);
+ * *bytes = total size. */
 ibp_status_t ibpi_coll_encode(const coll_hdr_t *h, const void *src, void *msg, uint64_t cap, int nthreads,
-			 int lsq_bits, uint64_t *bytes);
+			 int lsq_bits, int exp_table, uint64_t *bytes);
 
 /* Checks a received message's header against what this rank expects
  * (op, codec, dtype, count, elems, chunk, seq) and copies it to *h. */

@@ -304,15 +304,15 @@ static ibp_status_t ring_time(ibp_coll_comm_t *c, uint8_t *sbuf, uint8_t *rbuf, 
 
 /* Throughput (input bytes/s) of encoding and decoding a Gaussian-like
  * BF16 buffer: weights and activations look like this. */
-static void codec_speed(ibp_coll_comm_t *c, enum coll_enc enc, const uint16_t *x, uint8_t *msg, uint64_t cap,
-			uint16_t *out, double *enc_bps, double *dec_bps)
+static void codec_speed(ibp_coll_comm_t *c, enum coll_enc enc, int exp_table, const uint16_t *x, uint8_t *msg,
+			uint64_t cap, uint16_t *out, double *enc_bps, double *dec_bps)
 {
 	coll_hdr_t h = { COLL_MAGIC, COLL_OP_CALIB, (uint8_t)enc, IBP_DTYPE_BF16, (uint8_t)enc, 0, CAL_ELEMS, 0, 0 };
 	double te = INFINITY, td = INFINITY;
 	uint64_t bytes = 0;
 	for (int i = 0; i < 2; i++) {
 		double t0 = ibpi_coll_now();
-		if (ibpi_coll_encode(&h, x, msg, cap, c->o.nthreads, c->lsq_bits, &bytes) != IBP_OK)
+		if (ibpi_coll_encode(&h, x, msg, cap, c->o.nthreads, c->lsq_bits, exp_table, &bytes) != IBP_OK)
 			return;
 		double t1 = ibpi_coll_now();
 		if (ibpi_coll_decode(&h, msg, bytes, out, c->o.nthreads) != IBP_OK)
@@ -363,13 +363,15 @@ static ibp_status_t ibpi_coll_calibrate(ibp_coll_comm_t *c)
 		memcpy(&b, &f, 4);
 		x[i] = (uint16_t)(b >> 16);
 	}
-	codec_speed(c, COLL_ENC_EXP, x, sbuf, cap, y, &c->st.exp_enc_Bps, &c->st.exp_dec_Bps);
-	codec_speed(c, COLL_ENC_FP8, x, sbuf, cap, y, &c->st.fp8_enc_Bps, &c->st.fp8_dec_Bps);
+	codec_speed(c, COLL_ENC_EXP, IBP_EXP_TABLE_SIGMA, x, sbuf, cap, y, &c->st.exp_enc_Bps, &c->st.exp_dec_Bps);
+	codec_speed(c, COLL_ENC_FP8, IBP_EXP_TABLE_SIGMA, x, sbuf, cap, y, &c->st.fp8_enc_Bps, &c->st.fp8_dec_Bps);
+	double rans_enc = 0, rans_dec = 0;
+	codec_speed(c, COLL_ENC_EXP, IBP_EXP_TABLE_RANS, x, sbuf, cap, y, &rans_enc, &rans_dec);
 	/* One model for all ranks (worst link, slowest codec), so ranks with
 	 * the same data make the same decision. */
-	double mine[6] = { c->st.alpha_s, c->st.beta_Bps, c->st.exp_enc_Bps, c->st.exp_dec_Bps, c->st.fp8_enc_Bps,
-			   c->st.fp8_dec_Bps },
-	       cur[6], got[6];
+	double mine[8] = { c->st.alpha_s, c->st.beta_Bps, c->st.exp_enc_Bps, c->st.exp_dec_Bps, c->st.fp8_enc_Bps,
+			   c->st.fp8_dec_Bps, rans_enc, rans_dec },
+	       cur[8], got[8];
 	memcpy(cur, mine, sizeof cur);
 	int right = (c->rank + 1) % c->nranks, left = (c->rank + c->nranks - 1) % c->nranks;
 	for (int step = 0; step < c->nranks - 1; step++) {
@@ -381,13 +383,13 @@ static ibp_status_t ibpi_coll_calibrate(ibp_coll_comm_t *c)
 				     (unsigned long long)n);
 			goto out;
 		}
-		for (int k = 0; k < 6; k++)
+		for (int k = 0; k < 8; k++)
 			if (!(got[k] >= 0) || isinf(got[k])) {
 				s = ibpi_fail(IBP_ERR_CORRUPT, "coll: calibration: bad model value from rank %d", left);
 				goto out;
 			}
 		mine[0] = fmax(mine[0], got[0]);
-		for (int k = 1; k < 6; k++)
+		for (int k = 1; k < 8; k++)
 			mine[k] = fmin(mine[k], got[k]);
 		memcpy(cur, got, sizeof cur);
 	}
@@ -397,6 +399,8 @@ static ibp_status_t ibpi_coll_calibrate(ibp_coll_comm_t *c)
 	c->st.exp_dec_Bps = mine[3];
 	c->st.fp8_enc_Bps = mine[4];
 	c->st.fp8_dec_Bps = mine[5];
+	c->rans_enc_Bps = mine[6];
+	c->rans_dec_Bps = mine[7];
 	c->st.wire_bytes = c->st.logical_bytes = 0;
 out:
 	free(sbuf);
@@ -411,7 +415,7 @@ out:
 #define SAMPLE_ELEMS 16384u
 
 static double estimate_ratio(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dtype_t dt, const void *sample,
-			     uint64_t n)
+			     uint64_t n, int exp_table)
 {
 	uint64_t esz = ibp_dtype_size(dt);
 	if (codec == IBP_COLL_CODEC_FP8) {
@@ -436,6 +440,7 @@ static double estimate_ratio(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dty
 	ibp_exp_opts_t o;
 	ibp_exp_opts_default(&o);
 	o.nthreads = 1;
+	o.table_mode = (ibp_exp_table_mode_t)exp_table;
 	o.checksum = 0; /* a size estimate, as the wire blocks are */
 	double r = 1;
 	if (ibp_exp_encode(sample, dt, n, &o, buf, cap, &size) == IBP_OK)
@@ -456,19 +461,47 @@ static double exp_best_ratio(ibp_dtype_t dt)
 	return (double)(8 * (sh.lo_bytes + sh.hi_bytes) + 3 + sh.sm_planes) / (double)(8 * sh.esize);
 }
 
-/* The calibrated alpha-beta model: does sending at ratio r (coded/raw)
- * beat sending plain? */
+/* The calibrated alpha-beta model's time of a call sending at ratio r
+ * (coded/raw) with codec speeds enc_bps/dec_bps (r = 1, speeds 0: plain). */
+static double coll_model_time(const ibp_coll_comm_t *c, ibp_dtype_t dt, double r, double enc_bps, double dec_bps,
+			      uint64_t msg_elems, uint64_t nsteps, uint64_t n_enc, uint64_t n_dec)
+{
+	/* Codec speeds were measured on BF16 input bytes; per byte they carry over. */
+	double m = (double)msg_elems * (double)ibp_dtype_size(dt);
+	double t = (double)nsteps * (c->st.alpha_s + m * r / c->st.beta_Bps);
+	if (enc_bps > 0 || dec_bps > 0)
+		t += (double)n_enc * m / fmax(enc_bps, 1) + (double)n_dec * m / fmax(dec_bps, 1);
+	return t;
+}
+
+/* Does sending at ratio r beat sending plain? */
 static int coll_model_pays(const ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dtype_t dt, double r,
 			   uint64_t msg_elems, uint64_t nsteps, uint64_t n_enc, uint64_t n_dec)
 {
-	/* Codec speeds were measured on BF16 input bytes; per byte they carry over. */
-	double m = (double)msg_elems * (double)ibp_dtype_size(dt), beta = c->st.beta_Bps;
 	double enc_bps = codec == IBP_COLL_CODEC_EXP ? c->st.exp_enc_Bps : c->st.fp8_enc_Bps;
 	double dec_bps = codec == IBP_COLL_CODEC_EXP ? c->st.exp_dec_Bps : c->st.fp8_dec_Bps;
-	double t_plain = (double)nsteps * (c->st.alpha_s + m / beta);
-	double t_comp = (double)nsteps * (c->st.alpha_s + m * r / beta) + (double)n_enc * m / fmax(enc_bps, 1) +
-			(double)n_dec * m / fmax(dec_bps, 1);
-	return t_comp < t_plain;
+	return coll_model_time(c, dt, r, enc_bps, dec_bps, msg_elems, nsteps, n_enc, n_dec) <
+	       coll_model_time(c, dt, 1.0, 0, 0, msg_elems, nsteps, n_enc, n_dec);
+}
+
+/* rANS-coded exponents (docs/CODECS.md "rANS block") shave about 5% more
+ * off an exp message but encode and decode 3-6x slower: worth it on slow
+ * links only. An optimistic bound first (rANS at 0.9 of the table code's
+ * ratio: no data compress 10% better that way), so that a fast link never
+ * pays for the sample encode; then the sample's own rANS ratio. */
+#define RANS_BEST_GAIN 0.9
+static int rans_pays(ibp_coll_comm_t *c, ibp_dtype_t dt, double r_table, const void *sample, uint64_t sample_n,
+		     uint64_t msg_elems, uint64_t nsteps, uint64_t n_enc, uint64_t n_dec)
+{
+	if (!(c->rans_enc_Bps > 0 && c->rans_dec_Bps > 0))
+		return 0;
+	double t_table = coll_model_time(c, dt, r_table, c->st.exp_enc_Bps, c->st.exp_dec_Bps, msg_elems, nsteps,
+					 n_enc, n_dec);
+	if (coll_model_time(c, dt, RANS_BEST_GAIN * r_table, c->rans_enc_Bps, c->rans_dec_Bps, msg_elems, nsteps, n_enc,
+			    n_dec) >= t_table)
+		return 0;
+	double r = estimate_ratio(c, IBP_COLL_CODEC_EXP, dt, sample, sample_n, IBP_EXP_TABLE_RANS);
+	return coll_model_time(c, dt, r, c->rans_enc_Bps, c->rans_dec_Bps, msg_elems, nsteps, n_enc, n_dec) < t_table;
 }
 
 /* The switcher's decisions that do not depend on the data: the same on
@@ -494,10 +527,11 @@ enum coll_enc ibpi_coll_decide(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_d
 	enum coll_enc enc = COLL_ENC_RAW;
 	const int calibrated = c->st.beta_Bps > 0;
 	const int fixed = fixed_decision(c, codec, dt, msg_elems, nsteps, n_enc, n_dec);
+	c->exp_table = IBP_EXP_TABLE_SIGMA;
 	if (fixed >= 0)
 		d = (ibp_coll_decision_t)fixed;
 	else {
-		double r = estimate_ratio(c, codec, dt, sample, sample_n);
+		double r = estimate_ratio(c, codec, dt, sample, sample_n, IBP_EXP_TABLE_SIGMA);
 		if (r > 0.95)
 			d = IBP_COLL_DECIDED_INCOMPRESSIBLE;
 		else if (!calibrated)
@@ -505,6 +539,12 @@ enum coll_enc ibpi_coll_decide(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_d
 		else
 			d = coll_model_pays(c, codec, dt, r, msg_elems, nsteps, n_enc, n_dec) ? IBP_COLL_DECIDED_COMPRESS
 											 : IBP_COLL_DECIDED_NOT_WORTH;
+		/* the exponents' coding: by the same model, host buffers only (the
+		 * GPU kernels write and read the table code) */
+		if (d == IBP_COLL_DECIDED_COMPRESS && codec == IBP_COLL_CODEC_EXP && calibrated &&
+		    c->mem_kind == IBP_COLL_MEM_HOST &&
+		    rans_pays(c, dt, r, sample, sample_n, msg_elems, nsteps, n_enc, n_dec))
+			c->exp_table = IBP_EXP_TABLE_RANS;
 	}
 	switch (d) {
 	case IBP_COLL_DECIDED_PLAIN: c->st.plain++; break;

@@ -29,7 +29,7 @@ static ibp_status_t h_get(ibp_coll_comm_t *c, ibp_dtype_t dt, uint64_t maxn, int
 static ibp_status_t h_encode(ibp_coll_comm_t *c, const coll_hdr_t *h, const void *src, void *msg, uint64_t cap,
 			     uint64_t *bytes)
 {
-	return ibpi_coll_encode(h, src, msg, cap, c->o.nthreads, c->lsq_bits, bytes);
+	return ibpi_coll_encode(h, src, msg, cap, c->o.nthreads, c->lsq_bits, c->exp_table, bytes);
 }
 
 static ibp_status_t h_check(ibp_coll_comm_t *c, const void *msg, uint64_t bytes, const coll_hdr_t *want, int from,

@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "coll/coll_internal.h"
+#include "ibp/exp.h"
 #include "coll/dynamiq.h"
 #include "coll/rcmoe.h"
 #include "fp8/fp8_impl.h"
@@ -147,7 +148,7 @@ int main(int argc, char **argv)
 		uint64_t bytes = 0;
 		for (int r = 0; r < runs; r++) {
 			const double t0 = wall_s();
-			if (ibpi_coll_encode(&h, x, msg, cap, 1, LSQ_BITS, &bytes) != IBP_OK)
+			if (ibpi_coll_encode(&h, x, msg, cap, 1, LSQ_BITS, IBP_EXP_TABLE_SIGMA, &bytes) != IBP_OK)
 				die(kname[k]);
 			const double t1 = wall_s();
 			if (ibpi_coll_decode(&h, msg, bytes, out, 1) != IBP_OK)
@@ -238,7 +239,7 @@ int main(int argc, char **argv)
 	{
 		coll_hdr_t h = { COLL_MAGIC, COLL_OP_CALIB, 0, (uint8_t)dt, COLL_ENC_RAW, n, n, 0, 0 };
 		uint64_t bytes = 0;
-		if (ibpi_coll_encode(&h, x, msg, cap, 1, LSQ_BITS, &bytes) != IBP_OK)
+		if (ibpi_coll_encode(&h, x, msg, cap, 1, LSQ_BITS, IBP_EXP_TABLE_SIGMA, &bytes) != IBP_OK)
 			die("raw message");
 		uint8_t *scratch = xmalloc(logical);
 		for (int r = 0; r < runs; r++) {
