@@ -247,6 +247,29 @@ static void exp_rans_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, int mix, i
 	uint32_t gs = exp_rans_decode_dev(dblk, off[nc], doff, dsizes, dt, n, chunk, dout, dstat);
 	CCHECK(gs == IBP_OK && !memcmp(dout.p, ref.data(), n * es), "exp rans %s n %llu chunk %llu: status %d or values differ",
 	       ibp_dtype_name(dt), (unsigned long long)n, (unsigned long long)chunk, (int)gs);
+	/* the same blocks with a checksum (the CPU default; the device does not verify it) decode too */
+	{
+		std::vector<uint8_t> sum(off[nc]);
+		for (uint64_t c = 0; c < nc; c++) {
+			uint64_t len = n - c * chunk < chunk ? n - c * chunk : chunk, size = 0;
+			ibp_exp_opts_t o;
+			ibp_exp_opts_default(&o);
+			o.nthreads = 1;
+			o.checksum = 1;
+			o.table_mode = mix && c % mix == 1 ? IBP_EXP_TABLE_HISTOGRAM : IBP_EXP_TABLE_RANS;
+			std::vector<uint8_t> one(cap);
+			CCHECK(ibp_exp_encode(src.data() + c * chunk * es, dt, len, &o, one.data(), cap, &size) == IBP_OK &&
+				       size == off[c + 1] - off[c] && one[48] == 1,
+			       "exp rans: checksummed block %llu", (unsigned long long)c);
+			memcpy(&sum[off[c]], one.data(), off[c + 1] - off[c]);
+		}
+		memcpy(dblk.p, sum.data(), off[nc]);
+		memset(dout.p, 0xA5, n * es);
+		gs = exp_rans_decode_dev(dblk, off[nc], doff, dsizes, dt, n, chunk, dout, dstat);
+		CCHECK(gs == IBP_OK && !memcmp(dout.p, ref.data(), n * es), "exp rans %s n %llu: checksummed blocks: status %d",
+		       ibp_dtype_name(dt), (unsigned long long)n, (int)gs);
+		memcpy(dblk.p, cpu.data(), off[nc]);
+	}
 	/* damage the first rANS block; the GPU refuses iff the CPU does */
 	uint64_t c0 = 0;
 	while (c0 < nc && !rans[c0])
@@ -273,6 +296,8 @@ static void exp_rans_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, int mix, i
 	at.push_back(b0 + stat + streams);           /* the padding after the streams (if any) */
 	at.push_back(b0 + 16);                       /* the lane count */
 	at.push_back(b0 + 24);                       /* the stream bytes */
+	at.push_back(b0 + 4);                        /* the version */
+	at.push_back(b0 + 7);                        /* the table source */
 	for (int k = 0; k < flips; k++)
 		at.push_back(b0 + crnd() % bsz);
 	for (size_t k = 0; k < at.size(); k++) {
