@@ -12,8 +12,10 @@
  *   enc_groups: static sections; escapes staged per group in the workspace
  *   scan_chunks: prefixes, raw-or-coded decision, header, padding, sizes
  *   finish_groups: escapes compacted into place, or the raw payload copied
- * Decode: one kernel; every block validates what it reads, errors go to
- * *d_status.
+ * Decode: expk_decode (raw and coded blocks, a CUDA block per group), then
+ * expk_rans_decode (mode-2 rANS blocks, a CUDA block per 8 segments, a warp
+ * per segment); every block validates what it reads, errors go to
+ * *d_status. The encoder writes no rANS blocks (table mode 3 is refused).
  */
 #include <stdint.h>
 
@@ -403,20 +405,30 @@ static __device__ bool expk_zero(const uint8_t *p, uint64_t from, uint64_t to)
 	return __syncthreads_and(ok) != 0;
 }
 
-/* Header checks of parse_header (src/exp/exp_codec.c); 0 = corrupt. */
-static __device__ bool expk_header_ok(const uint8_t *h, uint64_t avail, const expk_batch &b, uint64_t len,
-				      expf_layout_t *L, uint64_t *esc_out)
+/* The header checks of parse_header (src/exp/exp_codec.c) every mode
+ * shares; false = corrupt. */
+static __device__ bool expk_header_common_ok(const uint8_t *h, uint64_t avail, const expk_batch &b, uint64_t len)
 {
 	if (avail < EXPF_HEADER_BYTES || expf_ld32(h) != EXPF_MAGIC ||
 	    (h[EXPF_OFF_VERSION] != EXPF_VERSION && h[EXPF_OFF_VERSION] != EXPF_VERSION_1) ||
-	    h[EXPF_OFF_DTYPE] != b.dt || h[EXPF_OFF_MODE] > EXPF_MODE_CODED || h[EXPF_OFF_GLOG2] != EXPF_GROUP_LOG2)
+	    h[EXPF_OFF_DTYPE] != b.dt || h[EXPF_OFF_MODE] > EXPF_MODE_RANS || h[EXPF_OFF_GLOG2] != EXPF_GROUP_LOG2)
 		return false;
 	if (!expf_reserved_ok(h)) /* a checksum is not verified here (ibp/exp.h) */
 		return false;
-	uint64_t n = expf_ld64(h + EXPF_OFF_N), esc = expf_ld64(h + EXPF_OFF_ESC);
+	return expf_ld64(h + EXPF_OFF_N) == len;
+}
+
+/* Header checks of parse_header for raw and coded blocks; 0 = corrupt,
+ * 2 = a rANS block (expk_rans_decode checks and decodes it). */
+static __device__ int expk_header_ok(const uint8_t *h, uint64_t avail, const expk_batch &b, uint64_t len,
+				     expf_layout_t *L, uint64_t *esc_out)
+{
+	if (!expk_header_common_ok(h, avail, b, len))
+		return 0;
+	if (h[EXPF_OFF_MODE] == EXPF_MODE_RANS)
+		return 2;
+	uint64_t n = len, esc = expf_ld64(h + EXPF_OFF_ESC);
 	uint64_t block = expf_ld64(h + EXPF_OFF_BLOCK), stat = expf_ld64(h + EXPF_OFF_STATIC);
-	if (n != len)
-		return false;
 	expf_layout_of(&b.s, n, L);
 	uint32_t fmax = (1u << b.s.ebits) - 1u;
 	if (h[EXPF_OFF_MODE] == EXPF_MODE_RAW) {
@@ -434,7 +446,7 @@ static __device__ bool expk_header_ok(const uint8_t *h, uint64_t avail, const ex
 				return false;
 	}
 	*esc_out = esc;
-	return block <= avail;
+	return block <= avail ? 1 : 0;
 }
 
 __global__ void __launch_bounds__(EXPK_THREADS)
@@ -458,10 +470,11 @@ expk_decode(const uint8_t *src, uint64_t src_bytes, const uint64_t *offsets, con
 		}
 		const uint8_t *blk = src + off;
 		uint64_t esc_total = 0, avail = sizes[c];
-		if (off > src_bytes || avail > src_bytes - off || !expk_header_ok(blk, avail, b, len, &L, &esc_total)) {
-			if (t == 0)
+		int hk = off > src_bytes || avail > src_bytes - off ? 0 : expk_header_ok(blk, avail, b, len, &L, &esc_total);
+		if (hk != 1) {
+			if (hk == 0 && t == 0)
 				expk_fail(status, IBP_ERR_CORRUPT);
-			continue;
+			continue; /* 2: a rANS block, expk_rans_decode's */
 		}
 		uint8_t *out = dst + c * b.chunk * b.s.esize;
 		uint64_t glen = len - base < EXPF_GROUP ? len - base : EXPF_GROUP;
@@ -576,6 +589,188 @@ expk_decode(const uint8_t *src, uint64_t src_bytes, const uint64_t *offsets, con
 			ok = false;
 		if (__syncthreads_or(!ok) && t == 0)
 			expk_fail(status, IBP_ERR_CORRUPT);
+	}
+}
+
+/* ------------------------------------------------------- decode: rANS */
+
+/* Mode-2 blocks (docs/CODECS.md "rANS block"; CPU twin src/exp/exp_rans.c).
+ * A CUDA block of 256 threads takes up to 8 segments of one chunk: all its
+ * threads build the 4096-slot decode table from the validated frequencies
+ * in shared memory, then warp w decodes segment 8q + w with lanes 0..15, one
+ * rANS lane each (element i of the segment at lane i % 16, so the 16 lanes
+ * of a step store 16 consecutive elements). Every block validates what it
+ * reads; the q = 0 block also checks the block's padding. */
+#define EXPK_RANS_WARPS (EXPK_THREADS / 32)
+
+/* The rANS header checks of ibpi_exp_rans_parse and parse_header (after
+ * expk_header_common_ok); false = corrupt. */
+static __device__ bool expk_rans_header_ok(const uint8_t *h, uint64_t avail, const expk_batch &b, uint64_t n,
+					   expf_rans_layout_t *R)
+{
+	if (h[EXPF_OFF_VERSION] == EXPF_VERSION_1 || h[EXPF_OFF_TSRC] != EXPF_TSRC_RANS ||
+	    h[EXPF_OFF_TABLE] != EXPF_RANS_LANES_LOG2 || h[EXPF_OFF_TABLE + 1] != EXPF_RANS_SCALE_BITS)
+		return false;
+	for (int i = 2; i < (int)EXPF_NCODES; i++)
+		if (h[EXPF_OFF_TABLE + i])
+			return false;
+	if (n == 0 || avail < EXPF_OFF_RANS_FREQ)
+		return false;
+	uint64_t nsym = 0;
+	for (int i = 0; i < 32; i++)
+		nsym += (uint64_t)__popc(h[EXPF_OFF_RANS_MAP + i]);
+	expf_rans_layout_of(&b.s, n, nsym, R);
+	uint64_t streams = expf_ld64(h + EXPF_OFF_ESC), block = expf_ld64(h + EXPF_OFF_BLOCK);
+	uint64_t stat = expf_ld64(h + EXPF_OFF_STATIC);
+	if (nsym == 0 || stat != R->static_bytes)
+		return false;
+	if (streams < 4ull * EXPF_RANS_LANES * R->nseg || streams > expf_rans_max_stream(n) ||
+	    block != expf_align(stat + streams, EXPF_ALIGN))
+		return false;
+	return block <= avail;
+}
+
+/* Segment g of a rANS block, by one warp (lanes 0..15 decode); false = corrupt. */
+static __device__ bool expk_rans_segment(const uint8_t *blk, const expf_rans_layout_t &R, const expk_batch &b,
+					 uint64_t len, uint64_t nseg, uint64_t streams, uint64_t g, const uint32_t *tab,
+					 uint8_t *out)
+{
+	const uint32_t lane = threadIdx.x & 31u, es = b.s.esize;
+	const uint32_t j = lane & (EXPF_RANS_LANES - 1u);
+	const bool active = lane < EXPF_RANS_LANES;
+	const uint8_t *dir = blk + R.off_dir + (uint64_t)EXPF_RANS_DIR_BYTES * g;
+	const uint64_t gbase = g << EXPF_RANS_SEG_LOG2, m = len - gbase < EXPF_RANS_SEG ? len - gbase : EXPF_RANS_SEG;
+	const uint64_t e = expf_ld64(dir), prev = g ? expf_ld64(dir - EXPF_RANS_DIR_BYTES) : 0;
+	uint32_t ln = active ? (uint32_t)dir[8 + 2 * j] | (uint32_t)dir[9 + 2 * j] << 8 : 0u;
+	bool ok = !active || (ln >= 4 && ln % 2 == 0 && ln <= 4 + 2 * expf_rans_lane_syms(m, j));
+	/* the lanes' start offsets: an exclusive scan of the lengths */
+	uint32_t inc = ln;
+	for (uint32_t o = 1; o < 32; o <<= 1) {
+		uint32_t v = __shfl_up_sync(0xffffffffu, inc, o);
+		inc += lane >= o ? v : 0u;
+	}
+	uint64_t sum = __shfl_sync(0xffffffffu, inc, 31);
+	ok = __all_sync(0xffffffffu, ok) && e >= prev && e <= streams && e - prev == sum &&
+	     (g + 1 < nseg || e == streams);
+	if (!ok)
+		return lane != 0; /* one report */
+	if (!active)
+		return true;
+	/* the directory's sums keep [p, end) within the block's streams */
+	const uint8_t *p = blk + R.static_bytes + prev + (inc - ln), *end = p + ln;
+	uint32_t x = expf_ld32(p);
+	p += 4;
+	ok = x >= EXPF_RANS_L;
+	const uint8_t *rest = blk + R.off_rest + gbase * R.rest_bytes;
+	out += gbase * es;
+	for (uint64_t i = j; ok && i < m; i += EXPF_RANS_LANES) {
+		uint32_t te = tab[x & (EXPF_RANS_SCALE - 1u)];
+		x = (((te >> 8) & 0xfffu) + 1u) * (x >> EXPF_RANS_SCALE_BITS) + (te >> 20);
+		if (x < EXPF_RANS_L) {
+			if (p < end) {
+				x = x << 16 | (uint32_t)p[0] | (uint32_t)p[1] << 8;
+				p += 2;
+			} else {
+				ok = false; /* a stream ran short */
+			}
+		}
+		uint32_t r = R.rest_bytes == 1 ? rest[i]
+					       : (uint32_t)rest[3 * i] | (uint32_t)rest[3 * i + 1] << 8 |
+						 (uint32_t)rest[3 * i + 2] << 16;
+		uint32_t v = expf_rans_join(te & 0xffu, r, b.dt);
+		if (es == 4)
+			((uint32_t *)out)[i] = v;
+		else
+			((uint16_t *)out)[i] = (uint16_t)v;
+	}
+	/* every lane ends in the initial state with its stream consumed */
+	return ok && x == EXPF_RANS_L && p == end;
+}
+
+__global__ void __launch_bounds__(EXPK_THREADS)
+expk_rans_decode(const uint8_t *src, uint64_t src_bytes, const uint64_t *offsets, const uint64_t *sizes,
+		 expk_batch b, uint64_t bpc, uint8_t *dst, int32_t *status)
+{
+	__shared__ uint32_t tab[EXPF_RANS_SCALE]; /* symbol | (f - 1) << 8 | (slot - cum) << 20 */
+	__shared__ uint32_t cum[256];
+	const uint32_t t = threadIdx.x, warp = t >> 5;
+	const uint32_t es = b.s.esize;
+	expf_rans_layout_t R;
+	for (uint64_t gid = blockIdx.x; gid < b.nchunks * bpc; gid += gridDim.x) {
+		uint64_t c = gid / bpc, q = gid % bpc, len = chunk_len(b, c);
+		uint64_t nseg = (len + EXPF_RANS_SEG - 1) >> EXPF_RANS_SEG_LOG2;
+		if (q * EXPK_RANS_WARPS >= nseg)
+			continue;
+		uint64_t off = offsets[c], avail = sizes[c];
+		/* expk_decode reports what is wrong before the mode is known */
+		if ((off & 127u) || (((uintptr_t)src) & 127u) || off > src_bytes || avail > src_bytes - off)
+			continue;
+		const uint8_t *blk = src + off;
+		if (!expk_header_common_ok(blk, avail, b, len) || blk[EXPF_OFF_MODE] != EXPF_MODE_RANS)
+			continue;
+		if (!expk_rans_header_ok(blk, avail, b, len, &R)) {
+			if (t == 0)
+				expk_fail(status, IBP_ERR_CORRUPT);
+			continue;
+		}
+		const uint64_t streams = expf_ld64(blk + EXPF_OFF_ESC);
+		/* frequencies: symbol t's, each >= 1, summing to the scale */
+		const uint8_t *map = blk + EXPF_OFF_RANS_MAP;
+		uint32_t present = (map[t >> 3] >> (t & 7)) & 1u, rank = 0;
+		for (uint32_t i = 0; i < (t >> 3); i++)
+			rank += (uint32_t)__popc(map[i]);
+		rank += (uint32_t)__popc(map[t >> 3] & ((1u << (t & 7)) - 1u));
+		uint32_t f = present ? (uint32_t)blk[EXPF_OFF_RANS_FREQ + 2 * rank] |
+					       (uint32_t)blk[EXPF_OFF_RANS_FREQ + 2 * rank + 1] << 8
+				     : 0u;
+		/* inclusive scan of the frequencies (each < 2^16: no overflow) */
+		cum[t] = f;
+		__syncthreads();
+		for (uint32_t o = 1; o < 256; o <<= 1) {
+			uint32_t add = t >= o ? cum[t - o] : 0u;
+			__syncthreads();
+			cum[t] += add;
+			__syncthreads();
+		}
+		bool fok = !(present && f == 0) && cum[255] == EXPF_RANS_SCALE;
+		if (!__syncthreads_and(fok)) {
+			if (t == 0)
+				expk_fail(status, IBP_ERR_CORRUPT);
+			continue;
+		}
+		/* slot s: the symbol k with cum[k] - f[k] <= s < cum[k] (the
+		 * first inclusive sum above s; zero frequencies share it) */
+		for (uint32_t s = t; s < EXPF_RANS_SCALE; s += EXPK_THREADS) {
+			uint32_t lo = 0, hi = 255;
+			while (lo < hi) {
+				uint32_t mid = (lo + hi) >> 1;
+				if (cum[mid] > s)
+					hi = mid;
+				else
+					lo = mid + 1;
+			}
+			uint32_t fk = cum[lo] - (lo ? cum[lo - 1] : 0u), ck = cum[lo] - fk;
+			tab[s] = lo | (fk - 1u) << 8 | (s - ck) << 20;
+		}
+		__syncthreads();
+		if (q == 0) {
+			/* the canonical padding, as ibpi_exp_rans_decode checks it */
+			uint64_t fend = EXPF_OFF_RANS_FREQ + 2 * R.nsym;
+			bool ok = expk_zero(blk, fend, R.off_dir);
+			uint64_t pend = R.off_dir + (uint64_t)EXPF_RANS_DIR_BYTES * R.nseg;
+			ok &= expk_zero(blk, pend, R.off_rest);
+			pend = R.off_rest + len * R.rest_bytes;
+			ok &= expk_zero(blk, pend, R.static_bytes);
+			pend = R.static_bytes + streams;
+			ok &= expk_zero(blk, pend, expf_align(pend, EXPF_ALIGN));
+			if (!ok && t == 0)
+				expk_fail(status, IBP_ERR_CORRUPT);
+		}
+		/* warp w: segment 8q + w (uniform in the warp) */
+		uint64_t g = q * EXPK_RANS_WARPS + warp;
+		if (g < nseg && !expk_rans_segment(blk, R, b, len, nseg, streams, g, tab, dst + c * b.chunk * es))
+			expk_fail(status, IBP_ERR_CORRUPT);
+		__syncthreads(); /* the table is rebuilt for the next chunk */
 	}
 }
 
@@ -718,6 +913,12 @@ extern "C" ibp_status_t ibp_exp_decode_cuda(const void *d_src, uint64_t src_byte
 	IBP_TRY(ibp_cuda_grid(b.nchunks * b.gpc, &grid));
 	IBP_CUDA_LAUNCH("launch expk_decode", expk_decode, grid, EXPK_THREADS, 0, st,
 			(const uint8_t *)d_src, src_bytes, d_offsets, d_sizes, b, (uint8_t *)d_dst, d_status);
+	/* rANS blocks (expk_decode leaves them): 8 segments per CUDA block */
+	uint64_t one = chunk_elems < n ? chunk_elems : n;
+	uint64_t bpc = (((one + EXPF_RANS_SEG - 1) >> EXPF_RANS_SEG_LOG2) + EXPK_RANS_WARPS - 1) / EXPK_RANS_WARPS;
+	IBP_TRY(ibp_cuda_grid(b.nchunks * bpc, &grid));
+	IBP_CUDA_LAUNCH("launch expk_rans_decode", expk_rans_decode, grid, EXPK_THREADS, 0, st,
+			(const uint8_t *)d_src, src_bytes, d_offsets, d_sizes, b, bpc, (uint8_t *)d_dst, d_status);
 	return IBP_OK;
 }
 

@@ -25,8 +25,9 @@
  * from the caller. Table mode RANS (opt-in) instead codes each element's
  * exponent byte (FP16: high byte) with interleaved rANS (block mode 2,
  * docs/CODECS.md "rANS block") where that block is smaller than the
- * histogram mode's, and writes the histogram mode's block otherwise. The
- * GPU functions do not take RANS yet.
+ * histogram mode's, and writes the histogram mode's block otherwise.
+ * ibp_exp_decode_cuda decodes rANS blocks; ibp_exp_encode_cuda does not
+ * take table mode RANS (IBP_ERR_INVALID_ARG).
  *
  * Typical use:
  *   ibp_exp_opts_t o; ibp_exp_opts_default(&o);

@@ -233,6 +233,74 @@ Test(cuda_codecs, exp_gpu_bytes_equal_cpu)
 #endif
 }
 
+/* rANS blocks (table mode RANS, made by the CPU; the device encoder takes
+ * no table mode 3) decode on the device to the CPU's bytes; a damaged
+ * stream is refused where the CPU refuses it. Verified so far only in the
+ * emulator (tests/emu, suite exp). */
+Test(cuda_codecs, exp_rans_blocks_decode_on_gpu)
+{
+	require_gpu();
+#ifdef TC_HAVE_CUDA_HEADERS
+	static const ibp_dtype_t dts[3] = {IBP_DTYPE_BF16, IBP_DTYPE_F16, IBP_DTYPE_F32};
+	static const uint64_t shapes[][2] = {{5000, 5000}, {70000, 70000}, {1u << 20, 300000}, {200000, 7000}};
+	tu_rng_t r;
+	tu_rng_seed(&r, 40);
+	for (int d = 0; d < 3; d++)
+		for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+			ibp_dtype_t dt = dts[d];
+			uint64_t n = shapes[s][0], chunk = shapes[s][1], nc = (n + chunk - 1) / chunk, cap = 0;
+			size_t es = esz(dt);
+			ibp_exp_opts_t o;
+			ibp_exp_opts_default(&o);
+			o.checksum = 0;
+			o.table_mode = IBP_EXP_TABLE_RANS;
+			uint8_t *src = tu_xcalloc(n * es + 1), *out = tu_xcalloc(n * es + 1);
+			gen(&r, dt, src, n, 0.02);
+			cr_assert_eq(ibp_exp_batch_bound(dt, n, chunk, &cap), IBP_OK);
+			uint8_t *cpu = tu_xcalloc(cap);
+			uint64_t *off = tu_xcalloc((nc + 1) * 8), *sizes = tu_xcalloc(nc * 8);
+			cr_assert_eq(ibp_exp_encode_batch(src, dt, n, chunk, &o, cpu, cap, off), IBP_OK, "%s", ibp_last_error());
+			cr_assert_eq(cpu[6], 2, "%s n=%llu: the first block is not a rANS block", ibp_dtype_name(dt),
+				     (unsigned long long)n);
+			for (uint64_t c = 0; c < nc; c++)
+				sizes[c] = off[c + 1] - off[c];
+			void *dblk = dmalloc(off[nc]), *doff = dmalloc(nc * 8), *dsizes = dmalloc(nc * 8),
+			     *dout = dmalloc(n * es), *dst = dmalloc(4);
+			h2d(dblk, cpu, off[nc]);
+			h2d(doff, off, nc * 8);
+			h2d(dsizes, sizes, nc * 8);
+			int32_t status = -1;
+			cr_assert_eq(ibp_exp_decode_cuda(dblk, off[nc], doff, dsizes, dt, n, chunk, dout, dst, NULL), IBP_OK,
+				     "%s", ibp_last_error());
+			d2h(out, dout, n * es);
+			d2h(&status, dst, 4);
+			cr_assert_eq(status, IBP_OK, "%s n=%llu: status %d", ibp_dtype_name(dt), (unsigned long long)n, status);
+			cr_assert(memcmp(out, src, n * es) == 0, "%s n=%llu: GPU rANS decode differs", ibp_dtype_name(dt),
+				  (unsigned long long)n);
+			/* a damaged byte in the first block's streams */
+			uint64_t stat = 0;
+			memcpy(&stat, cpu + 40, 8);
+			uint8_t bad = cpu[stat + 6] ^ 0x5a;
+			h2d((uint8_t *)dblk + stat + 6, &bad, 1);
+			cr_assert_eq(ibp_exp_decode_cuda(dblk, off[nc], doff, dsizes, dt, n, chunk, dout, dst, NULL), IBP_OK);
+			d2h(&status, dst, 4);
+			cpu[stat + 6] = bad;
+			ibp_status_t cst = ibp_exp_decode(cpu, off[1], dt, chunk < n ? chunk : n, out, 1);
+			cr_assert_eq(status == IBP_OK, cst == IBP_OK, "damaged stream: GPU status %d, CPU %d", status, cst);
+			cudaFree(dblk);
+			cudaFree(doff);
+			cudaFree(dsizes);
+			cudaFree(dout);
+			cudaFree(dst);
+			free(src);
+			free(out);
+			free(cpu);
+			free(off);
+			free(sizes);
+		}
+#endif
+}
+
 Test(cuda_codecs, fp8_hardware_conversion_equals_cpu, .timeout = 900)
 {
 	require_gpu();

@@ -180,6 +180,155 @@ static void exp_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, const ibp_exp_o
 	}
 }
 
+/* rANS blocks (table mode RANS, block mode 2; the device decodes them and
+ * encodes none): a batch of CPU-encoded blocks, every `mix`-th chunk coded
+ * with the histogram table instead and chunk 2 random (raw), decoded by the
+ * kernels byte for byte as the CPU decodes it; then damaged blocks, each
+ * refused exactly where the CPU refuses it. */
+static uint32_t exp_rans_decode_dev(Dev &dblk, uint64_t bytes, Dev &doff, Dev &dsizes, ibp_dtype_t dt, uint64_t n,
+				    uint64_t chunk, Dev &dout, Dev &dstat)
+{
+	ibp_status_t st = ibp_exp_decode_cuda(dblk.p, bytes, (uint64_t *)doff.p, (uint64_t *)dsizes.p, dt, n, chunk,
+					      dout.p, (int32_t *)dstat.p, nullptr);
+	CCHECK(st == IBP_OK, "exp rans: decode_cuda returned %d: %s", st, ibp_last_error());
+	emu_device_sync();
+	return (uint32_t)*(int32_t *)dstat.p;
+}
+
+static void exp_rans_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, int mix, int flips)
+{
+	const size_t es = esz(dt);
+	const uint64_t nc = (n + chunk - 1) / chunk;
+	std::vector<uint8_t> src(n * es + 1);
+	gen(dt, src.data(), n, 0.02);
+	if (nc > 2)
+		for (uint64_t i = 0; i < chunk * es && 2 * chunk + i / es < n; i++)
+			src[2 * chunk * es + i] = (uint8_t)crnd(); /* chunk 2 goes raw */
+	uint64_t cap = 0;
+	CCHECK(ibp_exp_encode_bound(dt, chunk < n ? chunk : n, &cap) == IBP_OK, "bound");
+	std::vector<uint8_t> cpu(nc * cap);
+	std::vector<uint64_t> off(nc + 1, 0);
+	std::vector<int> rans(nc, 0);
+	int nrans = 0;
+	for (uint64_t c = 0; c < nc; c++) {
+		uint64_t len = n - c * chunk < chunk ? n - c * chunk : chunk, size = 0;
+		ibp_exp_opts_t o;
+		ibp_exp_opts_default(&o);
+		o.nthreads = 1;
+		o.checksum = 0; /* the device does not verify one: damage must reach the codec's checks */
+		o.table_mode = mix && c % mix == 1 ? IBP_EXP_TABLE_HISTOGRAM : IBP_EXP_TABLE_RANS;
+		CCHECK(ibp_exp_encode(src.data() + c * chunk * es, dt, len, &o, &cpu[off[c]], cap, &size) == IBP_OK,
+		       "exp rans: cpu encode: %s", ibp_last_error());
+		rans[c] = cpu[off[c] + 6] == 2;
+		nrans += rans[c];
+		off[c + 1] = off[c] + size;
+	}
+	CCHECK(nrans > 0, "exp rans %s n %llu: the CPU made no rANS block", ibp_dtype_name(dt), (unsigned long long)n);
+	/* the CPU's decode of each block: the reference */
+	auto cpu_decode = [&](const uint8_t *blk, std::vector<uint8_t> &out, std::vector<int> &okc) {
+		out.assign(n * es, 0);
+		okc.assign(nc, 0);
+		for (uint64_t c = 0; c < nc; c++) {
+			uint64_t len = n - c * chunk < chunk ? n - c * chunk : chunk;
+			okc[c] = ibp_exp_decode(blk + off[c], off[c + 1] - off[c], dt, len, out.data() + c * chunk * es, 1) ==
+				 IBP_OK;
+		}
+	};
+	std::vector<uint8_t> ref;
+	std::vector<int> okc;
+	cpu_decode(cpu.data(), ref, okc);
+	CCHECK(!memcmp(ref.data(), src.data(), n * es), "exp rans: the CPU round trip differs");
+	Dev dblk(off[nc], "exp rans blocks"), doff(nc * 8, "exp rans offsets"), dsizes(nc * 8, "exp rans sizes"),
+		dout(n * es, "exp rans out"), dstat(4, "exp rans status");
+	memcpy(dblk.p, cpu.data(), off[nc]);
+	memcpy(doff.p, off.data(), nc * 8);
+	for (uint64_t c = 0; c < nc; c++)
+		((uint64_t *)dsizes.p)[c] = off[c + 1] - off[c];
+	uint32_t gs = exp_rans_decode_dev(dblk, off[nc], doff, dsizes, dt, n, chunk, dout, dstat);
+	CCHECK(gs == IBP_OK && !memcmp(dout.p, ref.data(), n * es), "exp rans %s n %llu chunk %llu: status %d or values differ",
+	       ibp_dtype_name(dt), (unsigned long long)n, (unsigned long long)chunk, (int)gs);
+	/* the same blocks with a checksum (the CPU default; the device does not verify it) decode too */
+	{
+		std::vector<uint8_t> sum(off[nc]);
+		for (uint64_t c = 0; c < nc; c++) {
+			uint64_t len = n - c * chunk < chunk ? n - c * chunk : chunk, size = 0;
+			ibp_exp_opts_t o;
+			ibp_exp_opts_default(&o);
+			o.nthreads = 1;
+			o.checksum = 1;
+			o.table_mode = mix && c % mix == 1 ? IBP_EXP_TABLE_HISTOGRAM : IBP_EXP_TABLE_RANS;
+			std::vector<uint8_t> one(cap);
+			CCHECK(ibp_exp_encode(src.data() + c * chunk * es, dt, len, &o, one.data(), cap, &size) == IBP_OK &&
+				       size == off[c + 1] - off[c] && one[48] == 1,
+			       "exp rans: checksummed block %llu", (unsigned long long)c);
+			memcpy(&sum[off[c]], one.data(), off[c + 1] - off[c]);
+		}
+		memcpy(dblk.p, sum.data(), off[nc]);
+		memset(dout.p, 0xA5, n * es);
+		gs = exp_rans_decode_dev(dblk, off[nc], doff, dsizes, dt, n, chunk, dout, dstat);
+		CCHECK(gs == IBP_OK && !memcmp(dout.p, ref.data(), n * es), "exp rans %s n %llu: checksummed blocks: status %d",
+		       ibp_dtype_name(dt), (unsigned long long)n, (int)gs);
+		memcpy(dblk.p, cpu.data(), off[nc]);
+	}
+	/* damage the first rANS block; the GPU refuses iff the CPU does */
+	uint64_t c0 = 0;
+	while (c0 < nc && !rans[c0])
+		c0++;
+	if (c0 == nc)
+		return;
+	const uint64_t b0 = off[c0], bsz = off[c0 + 1] - off[c0];
+	const uint8_t *h = &cpu[b0];
+	uint64_t stat = 0, streams = 0;
+	memcpy(&stat, h + 40, 8);
+	memcpy(&streams, h + 24, 8);
+	uint64_t nsym = 0;
+	for (int i = 0; i < 32; i++)
+		nsym += (uint64_t)__builtin_popcount(h[64 + i]);
+	const uint64_t dir = (96 + 2 * nsym + 7) / 8 * 8;
+	std::vector<uint64_t> at;
+	at.push_back(b0 + stat + 6);                 /* segment 0, lane 0's stream, past its state */
+	at.push_back(b0 + stat + 1);                 /* lane 0's initial state */
+	at.push_back(b0 + stat + streams - 1);       /* the last lane's last word */
+	at.push_back(b0 + 96);                       /* the first frequency */
+	at.push_back(b0 + 64 + crnd() % 32);         /* the symbol map */
+	at.push_back(b0 + dir + 8 + 2 * (crnd() % 16)); /* a lane length of segment 0 */
+	at.push_back(b0 + dir + crnd() % 8);         /* segment 0's stream end */
+	at.push_back(b0 + stat + streams);           /* the padding after the streams (if any) */
+	at.push_back(b0 + 16);                       /* the lane count */
+	at.push_back(b0 + 24);                       /* the stream bytes */
+	at.push_back(b0 + 4);                        /* the version */
+	at.push_back(b0 + 7);                        /* the table source */
+	for (int k = 0; k < flips; k++)
+		at.push_back(b0 + crnd() % bsz);
+	for (size_t k = 0; k < at.size(); k++) {
+		if (at[k] >= off[c0 + 1])
+			continue;
+		std::vector<uint8_t> bad = cpu;
+		/* the frequency: one more or less, so the sum is off; else a flip */
+		bad[at[k]] = k == 3 ? (uint8_t)(bad[at[k]] + (crnd() % 2 ? 1 : 255)) : (uint8_t)(bad[at[k]] ^ (1 + crnd() % 255));
+		std::vector<uint8_t> bref;
+		std::vector<int> bok;
+		cpu_decode(bad.data(), bref, bok);
+		memcpy(dblk.p, bad.data(), off[nc]);
+		memset(dout.p, 0xA5, n * es);
+		gs = exp_rans_decode_dev(dblk, off[nc], doff, dsizes, dt, n, chunk, dout, dstat);
+		int cpu_ok = 1;
+		for (uint64_t c = 0; c < nc; c++)
+			cpu_ok &= bok[c];
+		CCHECK((gs == IBP_OK) == (cpu_ok != 0) && (gs != IBP_OK || !memcmp(dout.p, bref.data(), n * es)),
+		       "exp rans %s n %llu: damaged byte %llu of block %llu: GPU status %d, CPU %s",
+		       ibp_dtype_name(dt), (unsigned long long)n, (unsigned long long)(at[k] - b0), (unsigned long long)c0,
+		       (int)gs, cpu_ok ? "decodes" : "refuses");
+		CCHECK(gs == IBP_OK || gs == (uint32_t)IBP_ERR_CORRUPT, "exp rans: status %d", (int)gs);
+	}
+	memcpy(dblk.p, cpu.data(), off[nc]);
+	/* truncated: the block claimed past what is available */
+	((uint64_t *)dsizes.p)[c0] -= 128;
+	gs = exp_rans_decode_dev(dblk, off[nc], doff, dsizes, dt, n, chunk, dout, dstat);
+	CCHECK(gs == (uint32_t)IBP_ERR_CORRUPT, "exp rans: a truncated rANS block not reported (status %d)", (int)gs);
+	((uint64_t *)dsizes.p)[c0] += 128;
+}
+
 static void fp8_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, uint32_t B, int v, double sigma)
 {
 	const size_t es = esz(dt);
@@ -327,6 +476,16 @@ int emu_codecs_main(uint64_t seed, int quick, const char *which)
 						(unsigned long long)shapes[s][0], (unsigned long long)shapes[s][1], m);
 					exp_case(dts[d], shapes[s][0], shapes[s][1], &o);
 				}
+		/* rANS blocks: one segment, two (> 65,536 elements), batches mixing rANS, table and raw blocks */
+		static const uint64_t rshapes[][3] = { { 5000, 5000, 0 }, { 70000, 70000, 0 }, { 30000, 7000, 2 },
+						       { 140000, 131077, 0 }, { 200000, 66000, 2 } };
+		for (int d = 0; d < 3; d++)
+			for (int s = 0; s < (quick ? 3 : 5); s++) {
+				fprintf(stderr, "exp rans %s n %llu chunk %llu mix %llu\n", ibp_dtype_name(dts[d]),
+					(unsigned long long)rshapes[s][0], (unsigned long long)rshapes[s][1],
+					(unsigned long long)rshapes[s][2]);
+				exp_rans_case(dts[d], rshapes[s][0], rshapes[s][1], (int)rshapes[s][2], quick ? 4 : 12);
+			}
 	}
 	if (do_fp8) {
 		fp8_convert_check(quick ? 2000 : 20000);
