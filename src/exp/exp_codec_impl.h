@@ -33,18 +33,6 @@ static inline void exp_st64(uint8_t *p, uint64_t v)
 	memcpy(p, &v, 8);
 }
 
-static inline uint32_t exp_ld_elem(const uint8_t *p, uint32_t esize)
-{
-	if (esize == 2) {
-		uint16_t v;
-		memcpy(&v, p, 2);
-		return v;
-	}
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
-
 /* ------------------------------------------------------------ mean square */
 
 #if defined(EXP_AVX512)

@@ -15,6 +15,29 @@
 #error "the exponent codec assumes a little-endian host"
 #endif
 
+/* One element's bits (2 or 4 bytes, unaligned), and back. */
+static inline uint32_t exp_ld_elem(const uint8_t *p, uint32_t esize)
+{
+	if (esize == 2) {
+		uint16_t v;
+		memcpy(&v, p, 2);
+		return v;
+	}
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+static inline void exp_st_elem(uint8_t *p, uint32_t v, uint32_t esize)
+{
+	if (esize == 2) {
+		uint16_t h = (uint16_t)v;
+		memcpy(p, &h, 2);
+	} else {
+		memcpy(p, &v, 4);
+	}
+}
+
 typedef struct exp_enc_block {
 	const uint8_t *src;
 	uint8_t *dst;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exp/exp_codec_internal.h"
 #include "exp/exp_rans.h"
 #include "exp/exp_rans_avx2.h"
 #include "util/error.h"
@@ -27,28 +28,6 @@
 #define LANE_CAP (4u + 2u * (uint32_t)(EXPF_RANS_SEG / LANES))
 /* Below this many segments per thread, threads cost more than they save. */
 #define MIN_SEGS_PER_THREAD 2u
-
-static inline uint32_t ld_elem(const uint8_t *p, uint32_t esize)
-{
-	if (esize == 2) {
-		uint16_t v;
-		memcpy(&v, p, 2);
-		return v;
-	}
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
-
-static inline void st_elem(uint8_t *p, uint32_t v, uint32_t esize)
-{
-	if (esize == 2) {
-		uint16_t h = (uint16_t)v;
-		memcpy(p, &h, 2);
-	} else {
-		memcpy(p, &v, 4);
-	}
-}
 
 static inline uint32_t ld16(const uint8_t *p)
 {
@@ -76,9 +55,9 @@ static inline __attribute__((always_inline)) void hist_dt(const uint8_t *src, ui
 		uint64_t end = n - i > (1ull << 30) ? i + (1ull << 30) : n;
 		for (; i + 4 <= end; i += 4)
 			for (int j = 0; j < 4; j++)
-				h[j][expf_rans_sym(ld_elem(src + (i + j) * es, es), dt)]++;
+				h[j][expf_rans_sym(exp_ld_elem(src + (i + j) * es, es), dt)]++;
 		for (; i < end; i++)
-			h[0][expf_rans_sym(ld_elem(src + i * es, es), dt)]++;
+			h[0][expf_rans_sym(exp_ld_elem(src + i * es, es), dt)]++;
 		for (int f = 0; f < 256; f++) {
 			hist[f] += (uint64_t)h[0][f] + h[1][f] + h[2][f] + h[3][f];
 			h[0][f] = h[1][f] = h[2][f] = h[3][f] = 0;
@@ -191,7 +170,7 @@ static inline __attribute__((always_inline)) void enc_segment_dt(const enc_ctx_t
 	 * bytes to their section */
 	uint8_t *r = c->rest + base * rb;
 	for (uint64_t i = 0; i < m; i++) {
-		uint32_t b = ld_elem(p + i * es, es), v = expf_rans_rest(b, dt);
+		uint32_t b = exp_ld_elem(p + i * es, es), v = expf_rans_rest(b, dt);
 		sy[i] = (uint8_t)expf_rans_sym(b, dt);
 		if (rb == 1) {
 			r[i] = (uint8_t)v;
@@ -517,7 +496,7 @@ static inline __attribute__((always_inline)) void join_dt(const dec_ctx_t *c, ui
 	for (uint64_t i = 0; i < m; i++) {
 		uint32_t r = rb == 1 ? rest[i]
 				     : (uint32_t)rest[3 * i] | (uint32_t)rest[3 * i + 1] << 8 | (uint32_t)rest[3 * i + 2] << 16;
-		st_elem(out + i * es, expf_rans_join(sym[i], r, dt), es);
+		exp_st_elem(out + i * es, expf_rans_join(sym[i], r, dt), es);
 	}
 }
 
