@@ -608,26 +608,10 @@ expk_decode(const uint8_t *src, uint64_t src_bytes, const uint64_t *offsets, con
 static __device__ bool expk_rans_header_ok(const uint8_t *h, uint64_t avail, const expk_batch &b, uint64_t n,
 					   expf_rans_layout_t *R)
 {
-	if (h[EXPF_OFF_VERSION] == EXPF_VERSION_1 || h[EXPF_OFF_TSRC] != EXPF_TSRC_RANS ||
-	    h[EXPF_OFF_TABLE] != EXPF_RANS_LANES_LOG2 || h[EXPF_OFF_TABLE + 1] != EXPF_RANS_SCALE_BITS)
-		return false;
-	for (int i = 2; i < (int)EXPF_NCODES; i++)
-		if (h[EXPF_OFF_TABLE + i])
-			return false;
-	if (n == 0 || avail < EXPF_OFF_RANS_FREQ)
-		return false;
-	uint64_t nsym = 0;
-	for (int i = 0; i < 32; i++)
-		nsym += (uint64_t)__popc(h[EXPF_OFF_RANS_MAP + i]);
-	expf_rans_layout_of(&b.s, n, nsym, R);
-	uint64_t streams = expf_ld64(h + EXPF_OFF_ESC), block = expf_ld64(h + EXPF_OFF_BLOCK);
-	uint64_t stat = expf_ld64(h + EXPF_OFF_STATIC);
-	if (nsym == 0 || stat != R->static_bytes)
-		return false;
-	if (streams < 4ull * EXPF_RANS_LANES * R->nseg || streams > expf_rans_max_stream(n) ||
-	    block != expf_align(stat + streams, EXPF_ALIGN))
-		return false;
-	return block <= avail;
+	uint64_t block = expf_ld64(h + EXPF_OFF_BLOCK);
+	return expf_rans_header_rule(h, avail, &b.s, n, expf_ld64(h + EXPF_OFF_ESC), expf_ld64(h + EXPF_OFF_STATIC),
+				     block, R) == EXPF_RANS_HDR_OK &&
+	       block <= avail;
 }
 
 /* Segment g of a rANS block, by one warp (lanes 0..15 decode); false = corrupt. */
@@ -665,7 +649,7 @@ static __device__ bool expk_rans_segment(const uint8_t *blk, const expf_rans_lay
 	out += gbase * es;
 	for (uint64_t i = j; ok && i < m; i += EXPF_RANS_LANES) {
 		uint32_t te = tab[x & (EXPF_RANS_SCALE - 1u)];
-		x = (((te >> 8) & 0xfffu) + 1u) * (x >> EXPF_RANS_SCALE_BITS) + (te >> 20);
+		x = expf_rans_step(x, te);
 		if (x < EXPF_RANS_L) {
 			if (p < end) {
 				x = x << 16 | (uint32_t)p[0] | (uint32_t)p[1] << 8;
@@ -750,7 +734,7 @@ expk_rans_decode(const uint8_t *src, uint64_t src_bytes, const uint64_t *offsets
 					lo = mid + 1;
 			}
 			uint32_t fk = cum[lo] - (lo ? cum[lo - 1] : 0u), ck = cum[lo] - fk;
-			tab[s] = lo | (fk - 1u) << 8 | (s - ck) << 20;
+			tab[s] = expf_rans_entry(lo, fk, s - ck);
 		}
 		__syncthreads();
 		if (q == 0) {

@@ -350,6 +350,63 @@ static inline IBP_HD uint64_t expf_rans_min_bytes(const expf_shape_t *s, uint64_
 	return expf_align(R.static_bytes + 4ull * EXPF_RANS_LANES * R.nseg, EXPF_ALIGN);
 }
 
+/* A decode-table entry (slot s of a symbol with frequency f whose slots
+ * start at cum: k = s - cum) and the decode step it drives: the CPU
+ * decoder, its AVX2 loop's layout and the GPU decoder share both. */
+static inline IBP_HD uint32_t expf_rans_entry(uint32_t sym, uint32_t f, uint32_t k)
+{
+	return sym | (f - 1u) << 8 | k << 20;
+}
+
+/* The state after decoding the symbol of entry te (te & 0xff), before renormalisation. */
+static inline IBP_HD uint32_t expf_rans_step(uint32_t x, uint32_t te)
+{
+	return (((te >> 8) & 0xfffu) + 1u) * (x >> EXPF_RANS_SCALE_BITS) + (te >> 20);
+}
+
+/* The header rules of a rANS block (after the checks every block gets):
+ * EXPF_RANS_HDR_OK, or which rule the fields break. h holds avail bytes;
+ * streams, stat and block are the header's escape, static and block
+ * fields. Fills *R. The CPU parser and the GPU decoder share it. */
+enum {
+	EXPF_RANS_HDR_OK = 0,
+	EXPF_RANS_HDR_VERSION, /* mode 2 in a version 1 header */
+	EXPF_RANS_HDR_PARAMS,  /* table source or lane/scale parameters not as written */
+	EXPF_RANS_HDR_EMPTY,   /* 0 elements */
+	EXPF_RANS_HDR_SHORT,   /* fewer bytes than the symbol map's end */
+	EXPF_RANS_HDR_STATIC,  /* no symbol, or the static size does not follow from the map */
+	EXPF_RANS_HDR_STREAMS  /* stream bytes out of range, or the block size not what they make */
+};
+
+static inline IBP_HD int expf_rans_header_rule(const uint8_t *h, uint64_t avail, const expf_shape_t *s,
+						uint64_t n, uint64_t streams, uint64_t stat, uint64_t block,
+						expf_rans_layout_t *R)
+{
+	if (h[EXPF_OFF_VERSION] == EXPF_VERSION_1)
+		return EXPF_RANS_HDR_VERSION;
+	if (h[EXPF_OFF_TSRC] != EXPF_TSRC_RANS || h[EXPF_OFF_TABLE] != EXPF_RANS_LANES_LOG2 ||
+	    h[EXPF_OFF_TABLE + 1] != EXPF_RANS_SCALE_BITS)
+		return EXPF_RANS_HDR_PARAMS;
+	for (uint32_t i = 2; i < EXPF_NCODES; i++)
+		if (h[EXPF_OFF_TABLE + i])
+			return EXPF_RANS_HDR_PARAMS;
+	if (n == 0)
+		return EXPF_RANS_HDR_EMPTY;
+	if (avail < EXPF_OFF_RANS_FREQ)
+		return EXPF_RANS_HDR_SHORT;
+	uint64_t nsym = 0;
+	for (uint32_t i = 0; i < 32; i++)
+		for (uint32_t v = h[EXPF_OFF_RANS_MAP + i]; v; v &= v - 1)
+			nsym++;
+	expf_rans_layout_of(s, n, nsym, R);
+	if (nsym == 0 || stat != R->static_bytes)
+		return EXPF_RANS_HDR_STATIC;
+	if (streams < 4ull * EXPF_RANS_LANES * R->nseg || streams > expf_rans_max_stream(n) ||
+	    block != expf_align(stat + streams, EXPF_ALIGN))
+		return EXPF_RANS_HDR_STREAMS;
+	return EXPF_RANS_HDR_OK;
+}
+
 /* Symbol, rest and join of element bits (BF16: sign+mantissa byte; FP16:
  * low byte; FP32: sign << 23 | mantissa). */
 static inline IBP_HD uint32_t expf_rans_sym(uint32_t b, uint32_t dt)

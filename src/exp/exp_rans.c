@@ -350,28 +350,25 @@ ibp_status_t ibpi_exp_rans_parse(const uint8_t *h, uint64_t src_size, const expf
 				 uint64_t streams, uint64_t stat, uint64_t block)
 {
 	expf_rans_layout_t R;
-	static const uint8_t table[EXPF_NCODES] = {EXPF_RANS_LANES_LOG2, EXPF_RANS_SCALE_BITS, 0, 0, 0, 0, 0};
-	if (h[EXPF_OFF_VERSION] == EXPF_VERSION_1)
+	switch (expf_rans_header_rule(h, src_size, s, n, streams, stat, block, &R)) {
+	case EXPF_RANS_HDR_OK:
+		return IBP_OK;
+	case EXPF_RANS_HDR_VERSION:
 		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: rANS mode in a version 1 header");
-	if (h[EXPF_OFF_TSRC] != EXPF_TSRC_RANS || memcmp(h + EXPF_OFF_TABLE, table, EXPF_NCODES))
+	case EXPF_RANS_HDR_PARAMS:
 		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: rANS table source or parameters not as written");
-	if (n == 0)
+	case EXPF_RANS_HDR_EMPTY:
 		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: rANS block of 0 elements");
-	if (src_size < EXPF_OFF_RANS_FREQ)
+	case EXPF_RANS_HDR_SHORT:
 		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: %llu bytes, the rANS symbol map needs 96",
 				(unsigned long long)src_size);
-	uint64_t nsym = 0;
-	for (int i = 0; i < 32; i++)
-		nsym += (uint64_t)__builtin_popcount(h[EXPF_OFF_RANS_MAP + i]);
-	expf_rans_layout_of(s, n, nsym, &R);
-	if (nsym == 0 || stat != R.static_bytes)
+	case EXPF_RANS_HDR_STATIC:
 		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: rANS static size %llu for %llu symbols, expected %llu",
-				(unsigned long long)stat, (unsigned long long)nsym, (unsigned long long)R.static_bytes);
-	if (streams < 4ull * LANES * R.nseg || streams > expf_rans_max_stream(n) ||
-	    block != expf_align(stat + streams, EXPF_ALIGN))
+				(unsigned long long)stat, (unsigned long long)R.nsym, (unsigned long long)R.static_bytes);
+	default:
 		return ibpi_fail(IBP_ERR_CORRUPT, "exp block: rANS stream bytes %llu or block size %llu inconsistent",
 				(unsigned long long)streams, (unsigned long long)block);
-	return IBP_OK;
+	}
 }
 
 typedef struct dec_ctx {
@@ -436,7 +433,7 @@ static int dec_finish(const dec_ctx_t *c, exp_rans_lanes_t *st, uint8_t *out)
 	do {                                                                                     \
 		uint32_t t = tab[x[j] & (SCALE - 1)];                                            \
 		out[i] = (uint8_t)t;                                                             \
-		x[j] = (((t >> 8) & 0xfffu) + 1) * (x[j] >> EXPF_RANS_SCALE_BITS) + (t >> 20);    \
+		x[j] = expf_rans_step(x[j], t);                                                   \
 		if (x[j] < RL) {                                                                 \
 			if (p[j] < e[j]) {                                                       \
 				x[j] = x[j] << 16 | ld16(p[j]);                                   \
@@ -451,7 +448,7 @@ static int dec_finish(const dec_ctx_t *c, exp_rans_lanes_t *st, uint8_t *out)
 	do {                                                                                     \
 		uint32_t t = tab[x[j] & (SCALE - 1)];                                            \
 		out[i] = (uint8_t)t;                                                             \
-		x[j] = (((t >> 8) & 0xfffu) + 1) * (x[j] >> EXPF_RANS_SCALE_BITS) + (t >> 20);    \
+		x[j] = expf_rans_step(x[j], t);                                                   \
 		uint32_t need = x[j] < RL, w = ld16(p[j]);                                       \
 		x[j] = need ? x[j] << 16 | w : x[j];                                             \
 		p[j] += need << 1;                                                               \
@@ -633,7 +630,7 @@ ibp_status_t ibpi_exp_rans_decode(const uint8_t *src, const expf_shape_t *s, uin
 			break;
 		}
 		for (uint32_t slot = sum; slot < sum + f; slot++)
-			c->tab[slot] = k | (f - 1) << 8 | (slot - sum) << 20;
+			c->tab[slot] = expf_rans_entry(k, f, slot - sum);
 		sum += f;
 	}
 	if (st == IBP_OK && sum != SCALE)
