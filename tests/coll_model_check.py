@@ -376,11 +376,17 @@ def cli(cm):
         link_f, cod_f = os.path.join(tmp, 'pp.jsonl'), os.path.join(tmp, 'codecs.json')
         with open(link_f, 'w') as f:
             f.write('{"op":"pingpong","size":8,"nranks":2,"time_us":20.0}\n'
-                    '{"op":"pingpong_fit","nranks":2,"alpha_s":2e-05,"beta_Bps":1e8,"points":6}\n')
+                    '{"op":"pingpong_fit","nranks":2,"alpha_s":2e-05,"beta_Bps":1e8,"points":6}\n'
+                    '{"op":"exchange","size":8,"nranks":2,"time_us":30.0}\n'
+                    '{"op":"exchange_fit","nranks":2,"alpha_s":3e-05,"beta_Bps":1e6,"points":6}\n')
         with open(cod_f, 'w') as f:
             json.dump({k: v for k, v in inp.items() if k != 'link'}, f)
         r = run(['--inputs', link_f, '--inputs', cod_f, '--validate', good])
         check(r.returncode == 0, '--inputs pingpong_fit + codecs: rc %d %s' % (r.returncode, r.stderr[-300:]))
+        # the exchange_fit beside it (ibp-coll-perf -o pingpong writes both) is not the link
+        r = run(['--inputs', link_f, '--inputs', cod_f, '--size', '16M', '--ranks', '2', '--rates', '1'])
+        check(r.returncode == 0 and 'alpha 20.000 us' in r.stdout and 'pp.jsonl: pingpong_fit' in r.stdout,
+              'the link is the one-way pingpong_fit: %s' % (r.stdout[:400] + r.stderr[-200:]))
 
         r = run(['--inputs', exf, '--codecs', 'bogus'])
         check(r.returncode == 2 and 'codec bogus' in r.stderr, 'an unknown codec is refused: %s' % r.stderr)

@@ -403,14 +403,56 @@ static int pp_move(rank_ctx_t *rc, int from, int to, uint8_t *buf, uint64_t n)
 	return 0;
 }
 
+/* Both ranks 0 and 1 send n bytes to each other at once (the others
+ * idle). On MPI ranks as libibp's MPI transport moves a pipelined step:
+ * every piece of at most IBP_COLL_PIECE_BYTES (default 61,440, the
+ * transport's) a message of its own, the receives posted first, all in
+ * flight at once (Open MPI's MPI_Sendrecv of one large message takes twice
+ * as long over TCP: its rendezvous protocol, not the link). On threads the
+ * transport's sendrecv. */
+static int pp_exchange(rank_ctx_t *rc, uint8_t *sbuf, uint8_t *rbuf, uint64_t n)
+{
+	if (rc->rank > 1)
+		return 0;
+	const int peer = 1 - rc->rank;
+#ifdef IBP_HAVE_MPI
+	if (rc->mpi) {
+		const char *v = getenv("IBP_COLL_PIECE_BYTES");
+		uint64_t piece = v && *v >= '1' && *v <= '9' ? strtoull(v, NULL, 10) : 61440;
+		piece = piece > 1073741824ull ? 1073741824ull : piece;
+		const uint64_t np = n ? (n + piece - 1) / piece : 1;
+		MPI_Request *req = malloc(2 * np * sizeof(MPI_Request));
+		int bad = !req;
+		for (uint64_t k = 0; !bad && k < np; k++) {
+			const uint64_t o = k * piece, m = n - o < piece ? n - o : piece;
+			bad = MPI_Irecv(rbuf + o, (int)m, MPI_BYTE, peer, 8, MPI_COMM_WORLD, &req[k]) != MPI_SUCCESS;
+		}
+		for (uint64_t k = 0; !bad && k < np; k++) {
+			const uint64_t o = k * piece, m = n - o < piece ? n - o : piece;
+			bad = MPI_Isend(sbuf + o, (int)m, MPI_BYTE, peer, 8, MPI_COMM_WORLD, &req[np + k]) != MPI_SUCCESS;
+		}
+		bad = bad || MPI_Waitall((int)(2 * np), req, MPI_STATUSES_IGNORE) != MPI_SUCCESS;
+		free(req);
+		return bad ? -1 : 0;
+	}
+#endif
+	const ibp_coll_transport_t *t = rc->tr;
+	uint64_t got = 0;
+	return t->sendrecv(t->ctx, peer, sbuf, n, peer, rbuf, n, &got, 60000) == IBP_OK && got == n ? 0 : -1;
+}
+
 /* -o pingpong: the link's alpha-beta between ranks 0 and 1, measured
- * apart from any collective (the cost model's input, tools/coll_model.py):
- * one-way time = half the round trip of n bytes, median of the
+ * apart from any collective (the cost model's input, tools/coll_model.py).
+ * Two passes: one-way (half the round trip of n bytes) and exchange (both
+ * ranks send n bytes at once, as every step of a ring or a pairwise
+ * exchange does: each direction's data then shares its path with the
+ * other direction's acknowledgements). Per size the median of the
  * repetitions, for 8 bytes and the sizes -b .. -e; alpha = the 8-byte
  * time, beta = the least-squares slope over the sizes of at least 64 KiB
- * (all of them when none is). On threads the link is the in-process
- * transport, unthrottled (--rate throttles the communicator's sends only:
- * the model takes the throttle as the link rate). */
+ * (all of them when none is); lines pingpong/pingpong_fit and
+ * exchange/exchange_fit. On threads the link is the in-process transport,
+ * unthrottled (--rate throttles the communicator's sends only: the model
+ * takes the throttle as the link rate). */
 static void run_pingpong(rank_ctx_t *rc)
 {
 	cfg_t *g = rc->g;
@@ -427,77 +469,85 @@ static void run_pingpong(rank_ctx_t *rc)
 		g->errors++;
 		return;
 	}
-	uint8_t *buf = calloc(1, g->e > 8 ? g->e : 8);
+	const uint64_t cap = g->e > 8 ? g->e : 8;
+	uint8_t *buf = calloc(1, cap), *rbuf = calloc(1, cap);
 	double *tm = malloc((size_t)(reps + g->warmup) * sizeof(double));
-	double sx = 0, sy = 0, sxx = 0, sxy = 0, alpha = 0;
-	int npts = 0, big = g->e >= 65536;
-	if (!buf || !tm) {
+	const int big = g->e >= 65536;
+	if (!buf || !rbuf || !tm) {
 		fprintf(stderr, "ibp-coll-perf: out of memory\n");
 		g->errors++;
-		free(buf);
-		free(tm);
-		return;
+		goto done;
 	}
-	if (r == 0 && !g->json)
-		printf("# ibp-coll-perf: pingpong between ranks 0 and 1 of %d (%s), one-way time = round trip / 2, median of %d\n"
-		       "#%11s %10s %10s %10s\n#%11s %10s %10s %10s\n", rc->nranks, rc->mpi ? "MPI_Send/MPI_Recv" : "threads, "
-		       "the in-process transport", reps, "size", "time", "min", "GB/s", "(B)", "(us)", "(us)", "");
-	for (uint64_t size = 8;; size = size == 8 ? g->b : (uint64_t)ceil((double)size * g->f)) {
-		if (size > g->e && size != 8)
-			break;
-		for (int i = 0; i < reps + g->warmup; i++) {
-			const double t0 = now_s();
-			if (pp_move(rc, 0, 1, buf, size) || pp_move(rc, 1, 0, buf, size)) {
-				fprintf(stderr, "ibp-coll-perf: rank %d: pingpong of %llu bytes failed: %s\n", r,
-					(unsigned long long)size, ibp_last_error());
-				g->errors++;
-				free(buf);
-				free(tm);
-				return;
+	for (int ex = 0; ex < 2; ex++) {
+		static const char *const name[2] = { "pingpong", "exchange" };
+		double sx = 0, sy = 0, sxx = 0, sxy = 0, alpha = 0;
+		int npts = 0;
+		if (r == 0 && !g->json)
+			printf("# ibp-coll-perf: %s between ranks 0 and 1 of %d (%s), %s, median of %d\n"
+			       "#%11s %10s %10s %10s\n#%11s %10s %10s %10s\n", name[ex], rc->nranks,
+			       rc->mpi ? (ex ? "MPI_Isend/MPI_Irecv in pieces" : "MPI_Send/MPI_Recv") : "threads, the in-process transport",
+			       ex ? "both send at once, time of the exchange" : "one-way time = round trip / 2", reps,
+			       "size", "time", "min", "GB/s", "(B)", "(us)", "(us)", "");
+		for (uint64_t size = 8;; size = size == 8 ? g->b : (uint64_t)ceil((double)size * g->f)) {
+			if (size > g->e && size != 8)
+				break;
+			for (int i = 0; i < reps + g->warmup; i++) {
+				const double t0 = now_s();
+				const int bad = ex ? pp_exchange(rc, buf, rbuf, size)
+						   : pp_move(rc, 0, 1, buf, size) || pp_move(rc, 1, 0, buf, size);
+				if (bad) {
+					fprintf(stderr, "ibp-coll-perf: rank %d: %s of %llu bytes failed: %s\n", r, name[ex],
+						(unsigned long long)size, ibp_last_error());
+					g->errors++;
+					goto done;
+				}
+				tm[i] = (now_s() - t0) / (ex ? 1 : 2);
 			}
-			tm[i] = (now_s() - t0) / 2;
-		}
-		qsort(tm + g->warmup, (size_t)reps, sizeof(double), cmp_dbl);
-		const double t = tm[g->warmup + reps / 2], lo = tm[g->warmup];
-		if (size == 8)
-			alpha = t;
-		else if (!big || size >= 65536) {
-			sx += (double)size;
-			sy += t;
-			sxx += (double)size * (double)size;
-			sxy += (double)size * t;
-			npts++;
+			qsort(tm + g->warmup, (size_t)reps, sizeof(double), cmp_dbl);
+			const double t = tm[g->warmup + reps / 2], lo = tm[g->warmup];
+			if (size == 8)
+				alpha = t;
+			else if (!big || size >= 65536) {
+				sx += (double)size;
+				sy += t;
+				sxx += (double)size * (double)size;
+				sxy += (double)size * t;
+				npts++;
+			}
+			if (r == 0) {
+				if (g->json)
+					printf("{\"op\":\"%s\",\"size\":%llu,\"nranks\":%d,\"time_us\":%.3f,"
+					       "\"time_us_min\":%.3f,\"reps\":%d,\"mpi\":%d,\"rate\":%.6g}\n",
+					       name[ex], (unsigned long long)size, rc->nranks, t * 1e6, lo * 1e6, reps, rc->mpi,
+					       g->rate);
+				else
+					printf(" %11llu %10.2f %10.2f %10.4f\n", (unsigned long long)size, t * 1e6, lo * 1e6,
+					       (double)size / t / 1e9);
+			}
+			if (size >= g->e)
+				break;
 		}
 		if (r == 0) {
+			double beta = 0;
+			const double den = npts * sxx - sx * sx;
+			if (npts >= 2 && den > 0) {
+				const double slope = (npts * sxy - sx * sy) / den; /* s per byte */
+				beta = slope > 0 ? 1.0 / slope : 0;
+			} else if (npts == 1 && sy > alpha)
+				beta = sx / (sy - alpha);
 			if (g->json)
-				printf("{\"op\":\"pingpong\",\"size\":%llu,\"nranks\":%d,\"time_us\":%.3f,\"time_us_min\":%.3f,"
-				       "\"reps\":%d,\"mpi\":%d,\"rate\":%.6g}\n",
-				       (unsigned long long)size, rc->nranks, t * 1e6, lo * 1e6, reps, rc->mpi, g->rate);
+				printf("{\"op\":\"%s_fit\",\"nranks\":%d,\"alpha_s\":%.6g,\"beta_Bps\":%.6g,"
+				       "\"points\":%d,\"mpi\":%d,\"throttle_Bps\":%.6g}\n",
+				       name[ex], rc->nranks, alpha, beta, npts, rc->mpi, g->rate);
 			else
-				printf(" %11llu %10.2f %10.2f %10.4f\n", (unsigned long long)size, t * 1e6, lo * 1e6,
-				       (double)size / t / 1e9);
+				printf("# %s fit: alpha %.2f us, beta %.4g B/s (%d sizes)%s\n", name[ex], alpha * 1e6, beta,
+				       npts, g->rate > 0 ? "; the communicator's throttle (--rate) is not on this path" : "");
+			fflush(stdout);
 		}
-		if (size >= g->e)
-			break;
 	}
-	if (r == 0) {
-		double beta = 0;
-		const double den = npts * sxx - sx * sx;
-		if (npts >= 2 && den > 0) {
-			const double slope = (npts * sxy - sx * sy) / den; /* s per byte */
-			beta = slope > 0 ? 1.0 / slope : 0;
-		} else if (npts == 1 && sy > alpha)
-			beta = sx / (sy - alpha);
-		if (g->json)
-			printf("{\"op\":\"pingpong_fit\",\"nranks\":%d,\"alpha_s\":%.6g,\"beta_Bps\":%.6g,\"points\":%d,"
-			       "\"mpi\":%d,\"throttle_Bps\":%.6g}\n",
-			       rc->nranks, alpha, beta, npts, rc->mpi, g->rate);
-		else
-			printf("# fit: alpha %.2f us, beta %.4g B/s (%d sizes)%s\n", alpha * 1e6, beta, npts,
-			       g->rate > 0 ? "; the communicator's throttle (--rate) is not on this path" : "");
-		fflush(stdout);
-	}
+done:
 	free(buf);
+	free(rbuf);
 	free(tm);
 }
 
