@@ -97,7 +97,10 @@
  * runs (the transport has its own stream); working buffers are kept by the
  * communicator and grown. Codecs NONE, EXP and FP8 only (others:
  * IBP_ERR_UNSUPPORTED); the switcher does not sample device data: under
- * policy AUTO the requested codec is used. The transport must carry
+ * policy AUTO the requested codec is used, and EXP's exponents are coded
+ * with rANS where the calibrated model, with this rank's device codec
+ * speeds timed on the first such call (docs/COLLECTIVES.md), says the
+ * smaller messages pay. The transport must carry
  * device memory: the NCCL transport sends and receives such messages in
  * place (no host staging). IBP_COLL_MEM_HOST_FALLBACK runs the same
  * orchestration on host buffers with the kernels' CPU twins (any

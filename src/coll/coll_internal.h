@@ -53,8 +53,13 @@ struct ibp_coll_comm {
 	coll_helper_t *helper; /* AllGather's decode thread; NULL until first needed */
 	int lsq_bits;          /* LSQ entry width (2, 4 or 8) */
 	int exp_table;         /* this call's exp table mode: SIGMA, or RANS where the switcher found the
-				  slower, smaller rANS exponents pay (host buffers only; any exp block decodes) */
+				  slower, smaller rANS exponents pay (any exp block decodes) */
 	double rans_enc_Bps, rans_dec_Bps; /* calibrated rANS speeds (the slowest rank's); 0: unknown */
+	struct {
+		int done;              /* measured (or tried) on this memory kind */
+		double enc[2], dec[2]; /* [0] the table code, [1] rANS; input bytes/s, 0: unknown */
+		double r[2];           /* their coded/raw ratios on the calibration message */
+	} dcal;                        /* this rank's exp codings on its device path (comm.c, dev_calibrate) */
 	ibp_coll_memory_t mem_kind; /* where the buffers are (ibp_coll_comm_set_memory) */
 	const coll_mem_ops_t *mem;  /* the buffer steps for mem_kind */
 	void *stream;               /* the current call's stream (device table) */

@@ -262,8 +262,10 @@ ibp_status_t ibp_coll_comm_set_memory(ibp_coll_comm_t *c, ibp_coll_memory_t mem)
 		if (ibp_cuda_device_count(&n) != IBP_OK || n < 1)
 			return ibpi_fail(IBP_ERR_NO_DEVICE, "coll: set_memory: no CUDA device");
 	}
-	if (mem != c->mem_kind)
+	if (mem != c->mem_kind) {
 		ibpi_coll_dev_release(c); /* buffers of the other space */
+		memset(&c->dcal, 0, sizeof c->dcal); /* its codec speeds too */
+	}
 	c->mem_kind = mem;
 	c->mem = mem == IBP_COLL_MEM_HOST ? &ibpi_coll_mem_host : &ibpi_coll_mem_device;
 	return IBP_OK;
@@ -300,6 +302,25 @@ static ibp_status_t ring_time(ibp_coll_comm_t *c, uint8_t *sbuf, uint8_t *rbuf, 
 			*best = dt;
 	}
 	return IBP_OK;
+}
+
+/* The calibration message: CAL_ELEMS BF16 values, each the sum of 4
+ * uniforms, close enough to a Gaussian of sigma ~0.03 (weights and
+ * activations look like this). */
+static void cal_data(uint16_t *x, int rank)
+{
+	uint32_t r = 0x9e3779b9u + (uint32_t)rank;
+	for (uint32_t i = 0; i < CAL_ELEMS; i++) {
+		float v = 0;
+		for (int k = 0; k < 4; k++) {
+			r = r * 1664525u + 1013904223u;
+			v += (float)(r >> 8) * (1.0f / 16777216.0f) - 0.5f;
+		}
+		uint32_t b;
+		float f = v * 0.05f;
+		memcpy(&b, &f, 4);
+		x[i] = (uint16_t)(b >> 16);
+	}
 }
 
 /* Throughput (input bytes/s) of encoding and decoding a Gaussian-like
@@ -350,19 +371,7 @@ static ibp_status_t ibpi_coll_calibrate(ibp_coll_comm_t *c)
 		goto out;
 	c->st.alpha_s = t_small;
 	c->st.beta_Bps = (double)big / fmax(t_big - t_small, 1e-9);
-	/* Sum of 4 uniforms: close enough to a Gaussian of sigma ~0.03. */
-	uint32_t r = 0x9e3779b9u + (uint32_t)c->rank;
-	for (uint32_t i = 0; i < CAL_ELEMS; i++) {
-		float v = 0;
-		for (int k = 0; k < 4; k++) {
-			r = r * 1664525u + 1013904223u;
-			v += (float)(r >> 8) * (1.0f / 16777216.0f) - 0.5f;
-		}
-		uint32_t b;
-		float f = v * 0.05f;
-		memcpy(&b, &f, 4);
-		x[i] = (uint16_t)(b >> 16);
-	}
+	cal_data(x, c->rank);
 	codec_speed(c, COLL_ENC_EXP, IBP_EXP_TABLE_SIGMA, x, sbuf, cap, y, &c->st.exp_enc_Bps, &c->st.exp_dec_Bps);
 	codec_speed(c, COLL_ENC_FP8, IBP_EXP_TABLE_SIGMA, x, sbuf, cap, y, &c->st.fp8_enc_Bps, &c->st.fp8_dec_Bps);
 	double rans_enc = 0, rans_dec = 0;
@@ -504,6 +513,65 @@ static int rans_pays(ibp_coll_comm_t *c, ibp_dtype_t dt, double r_table, const v
 	return coll_model_time(c, dt, r, c->rans_enc_Bps, c->rans_dec_Bps, msg_elems, nsteps, n_enc, n_dec) < t_table;
 }
 
+/* Device buffers are not sampled, so there the exponents' coding is chosen
+ * from the calibration message: this rank's own speeds of both codings
+ * through its device steps (the kernels, or their CPU twins in the host
+ * fallback) and their ratios, measured once, on the first EXP call that
+ * asks. Ranks may choose differently: receivers decode either. A coding
+ * that fails here (a device encoder without rANS) keeps speed 0: never
+ * chosen. */
+static void dev_calibrate(ibp_coll_comm_t *c)
+{
+	c->dcal.done = 1;
+	const int saved = c->exp_table;
+	uint16_t *x = malloc(CAL_ELEMS * 2);
+	coll_bufs_t b;
+	if (!x || c->mem->bufs_get(c, IBP_DTYPE_BF16, CAL_ELEMS, 1, &b) != IBP_OK)
+		goto out;
+	cal_data(x, c->rank);
+	if (c->mem->copy(c, b.tmp, x, CAL_ELEMS * 2) != IBP_OK || c->mem->finish(c) != IBP_OK)
+		goto put;
+	for (int k = 0; k < 2; k++) {
+		coll_hdr_t h = { COLL_MAGIC, COLL_OP_CALIB, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, COLL_ENC_EXP, 0, CAL_ELEMS,
+				 0, 0 };
+		double te = INFINITY, td = INFINITY;
+		uint64_t bytes = 0;
+		c->exp_table = k ? IBP_EXP_TABLE_RANS : IBP_EXP_TABLE_SIGMA;
+		int ok = 1;
+		for (int i = 0; ok && i < 2; i++) { /* the first run also warms the kernels up */
+			double t0 = ibpi_coll_now();
+			ok = c->mem->encode(c, &h, b.tmp, b.m[0], b.cap, &bytes) == IBP_OK;
+			double t1 = ibpi_coll_now();
+			ok = ok && c->mem->decode(c, &h, b.m[0], bytes, b.acc) == IBP_OK && c->mem->finish(c) == IBP_OK;
+			double t2 = ibpi_coll_now();
+			te = fmin(te, t1 - t0);
+			td = fmin(td, t2 - t1);
+		}
+		if (!ok)
+			continue;
+		c->dcal.enc[k] = 2.0 * CAL_ELEMS / fmax(te, 1e-9);
+		c->dcal.dec[k] = 2.0 * CAL_ELEMS / fmax(td, 1e-9);
+		c->dcal.r[k] = (double)bytes / (2.0 * CAL_ELEMS); /* its 128-byte header: 0.02% */
+	}
+put:
+	c->mem->bufs_put(c, &b);
+out:
+	c->exp_table = saved;
+	free(x);
+}
+
+/* Device buffers: do rANS exponents beat the table code by the model? */
+static int dev_rans_pays(ibp_coll_comm_t *c, ibp_dtype_t dt, uint64_t msg_elems, uint64_t nsteps, uint64_t n_enc,
+			 uint64_t n_dec)
+{
+	if (!c->dcal.done)
+		dev_calibrate(c);
+	if (!(c->dcal.enc[0] > 0 && c->dcal.dec[0] > 0 && c->dcal.enc[1] > 0 && c->dcal.dec[1] > 0))
+		return 0;
+	return coll_model_time(c, dt, c->dcal.r[1], c->dcal.enc[1], c->dcal.dec[1], msg_elems, nsteps, n_enc, n_dec) <
+	       coll_model_time(c, dt, c->dcal.r[0], c->dcal.enc[0], c->dcal.dec[0], msg_elems, nsteps, n_enc, n_dec);
+}
+
 /* The switcher's decisions that do not depend on the data: the same on
  * every rank (the model is shared), -1 when the data decide. */
 static int fixed_decision(const ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_dtype_t dt, uint64_t msg_elems,
@@ -528,9 +596,14 @@ enum coll_enc ibpi_coll_decide(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_d
 	const int calibrated = c->st.beta_Bps > 0;
 	const int fixed = fixed_decision(c, codec, dt, msg_elems, nsteps, n_enc, n_dec);
 	c->exp_table = IBP_EXP_TABLE_SIGMA;
-	if (fixed >= 0)
+	int rans = 0; /* the exponents' coding, by the same model */
+	if (fixed >= 0) {
 		d = (ibp_coll_decision_t)fixed;
-	else {
+		/* device buffers (not sampled) under policy AUTO: by the calibration message */
+		rans = d == IBP_COLL_DECIDED_COMPRESS && codec == IBP_COLL_CODEC_EXP && calibrated &&
+		       c->mem_kind != IBP_COLL_MEM_HOST && c->o.policy == IBP_COLL_POLICY_AUTO &&
+		       dev_rans_pays(c, dt, msg_elems, nsteps, n_enc, n_dec);
+	} else {
 		double r = estimate_ratio(c, codec, dt, sample, sample_n, IBP_EXP_TABLE_SIGMA);
 		if (r > 0.95)
 			d = IBP_COLL_DECIDED_INCOMPRESSIBLE;
@@ -539,13 +612,12 @@ enum coll_enc ibpi_coll_decide(ibp_coll_comm_t *c, ibp_coll_codec_t codec, ibp_d
 		else
 			d = coll_model_pays(c, codec, dt, r, msg_elems, nsteps, n_enc, n_dec) ? IBP_COLL_DECIDED_COMPRESS
 											 : IBP_COLL_DECIDED_NOT_WORTH;
-		/* the exponents' coding: by the same model, host buffers only (the
-		 * GPU kernels write and read the table code) */
-		if (d == IBP_COLL_DECIDED_COMPRESS && codec == IBP_COLL_CODEC_EXP && calibrated &&
-		    c->mem_kind == IBP_COLL_MEM_HOST &&
-		    rans_pays(c, dt, r, sample, sample_n, msg_elems, nsteps, n_enc, n_dec))
-			c->exp_table = IBP_EXP_TABLE_RANS;
+		rans = d == IBP_COLL_DECIDED_COMPRESS && codec == IBP_COLL_CODEC_EXP && calibrated &&
+		       c->mem_kind == IBP_COLL_MEM_HOST &&
+		       rans_pays(c, dt, r, sample, sample_n, msg_elems, nsteps, n_enc, n_dec);
 	}
+	if (rans)
+		c->exp_table = IBP_EXP_TABLE_RANS;
 	switch (d) {
 	case IBP_COLL_DECIDED_PLAIN: c->st.plain++; break;
 	case IBP_COLL_DECIDED_COMPRESS:

@@ -163,6 +163,7 @@ static ibp_status_t d_encode(ibp_coll_comm_t *c, const coll_hdr_t *h, const void
 		ibp_exp_opts_default(&o);
 		o.nthreads = c->o.nthreads;
 		o.checksum = 0; /* wire messages, as the device encoder writes them */
+		o.table_mode = (ibp_exp_table_mode_t)c->exp_table; /* the switcher's choice (comm.c) */
 		if (on_gpu(c)) {
 			IBP_TRY(ibp_exp_encode_cuda(src, dt, n, n, &o, p, pcap, (uint64_t *)c->dev.small, c->dev.ws,
 						    c->dev.wscap, c->stream));

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/coll_internal.h"
 #include "coll/coll_mem.h"
 #include "fp8/fp8_impl.h"
 #include "ibp/coll.h"
@@ -66,6 +67,7 @@ typedef struct call_set {
 	int op, mem, p;
 	ibp_coll_codec_t codec[8]; /* per rank (mismatch tests) */
 	uint64_t count[8];         /* per rank; 0 = SIZES */
+	double beta;               /* > 0: a calibrated model with this link (B/s), policy AUTO */
 } call_set_t;
 
 static call_set_t g_set[8]; /* per rank: its job's fake indexes it */
@@ -139,6 +141,11 @@ static void run_calls(rank_job_t *j, ibp_coll_transport_t *t)
 	j->st = ibp_coll_comm_create(t, &o, &c);
 	if (j->st == IBP_OK)
 		j->st = ibp_coll_comm_set_memory(c, (ibp_coll_memory_t)cs->mem);
+	if (j->st == IBP_OK && cs->beta > 0) { /* the same model on every rank, as calibration makes it */
+		c->st.alpha_s = 1e-6;
+		c->st.beta_Bps = cs->beta;
+		ibp_coll_comm_set_policy(c, IBP_COLL_POLICY_AUTO);
+	}
 	int single = cs->count[j->rank] != 0;
 	for (unsigned k = 0; k < (single ? 1u : NSIZES) && j->st == IBP_OK; k++) {
 		uint64_t n = single ? cs->count[j->rank] : SIZES[k];
@@ -270,6 +277,113 @@ Test(coll_device, gpu_all_ops)
 		cr_skip_test("no CUDA device");
 	for (int op = OP_AG; op <= OP_A2AV; op++)
 		check_op(op, IBP_COLL_MEM_DEVICE);
+}
+
+/* Device buffers are not sampled: the exponents' coding comes from this
+ * rank's device steps timed on the calibration message (comm.c,
+ * dev_calibrate). On a slow link (1 MB/s) rANS pays and the messages
+ * shrink; on a fast one (100 GB/s) the table code's speed wins; the
+ * results are the uncompressed ones either way. */
+static uint8_t *run_beta(int op, int p, ibp_coll_codec_t codec, uint64_t n, double beta, void **ins,
+			 ibp_coll_stats_t *st)
+{
+	uint8_t *outs = calloc((size_t)p, out_elems(op, n, p) * 2 + 1);
+	rank_job_t jobs[2];
+	memset(jobs, 0, sizeof jobs);
+	for (int r = 0; r < p; r++) {
+		g_set[r] = (call_set_t){ .op = op, .mem = IBP_COLL_MEM_HOST_FALLBACK, .p = p, .beta = beta };
+		for (int q = 0; q < p; q++) {
+			g_set[r].codec[q] = codec;
+			g_set[r].count[q] = n;
+		}
+		jobs[r] = (rank_job_t){ .dt = IBP_DTYPE_BF16, .in = ins[r], .out = outs + (uint64_t)r * out_elems(op, n, p) * 2,
+					.fake = r, .custom = run_calls };
+	}
+	ranks_run(jobs, p);
+	for (int r = 0; r < p; r++)
+		cr_assert_eq(jobs[r].st, IBP_OK, "op %d rank %d: %s", op, r, jobs[r].err);
+	*st = jobs[0].stats;
+	return outs;
+}
+
+Test(coll_device, rans_exponents_on_slow_links)
+{
+	const int p = 2;
+	const uint64_t n = 1 << 17;
+	for (int op = OP_AG; op <= OP_AR; op++) {
+		void *ins[2];
+		for (int r = 0; r < p; r++)
+			ins[r] = make_input(IBP_DTYPE_BF16, in_elems(op, n, p), 77u + (unsigned)r);
+		const uint64_t bytes = (uint64_t)p * out_elems(op, n, p) * 2;
+		ibp_coll_stats_t s0, s1, s2;
+		uint8_t *plain = run_beta(op, p, IBP_COLL_CODEC_NONE, n, 0, ins, &s0);
+		uint8_t *fast = run_beta(op, p, IBP_COLL_CODEC_EXP, n, 1e11, ins, &s1);
+		uint8_t *slow = run_beta(op, p, IBP_COLL_CODEC_EXP, n, 1e6, ins, &s2);
+		cr_assert(!memcmp(plain, fast, bytes), "op %d: fast link != none", op);
+		cr_assert(!memcmp(plain, slow, bytes), "op %d: slow link != none", op);
+		cr_assert_eq(s1.compressed, 1);
+		cr_assert_eq(s2.compressed, 1);
+		cr_assert_eq(s1.logical_bytes, s2.logical_bytes);
+		cr_assert_lt((double)s2.wire_bytes, 0.97 * (double)s1.wire_bytes, "op %d: wire %llu (slow) vs %llu (fast)",
+			     op, (unsigned long long)s2.wire_bytes, (unsigned long long)s1.wire_bytes);
+		free(plain);
+		free(fast);
+		free(slow);
+		for (int r = 0; r < p; r++)
+			free(ins[r]);
+	}
+}
+
+/* The choice itself, on a model set by hand: both codings measured once
+ * per memory space (again after a switch), FP8 and policy ALWAYS keep the
+ * table code, host buffers do not use the device measurements. */
+Test(coll_device, rans_choice_on_device_buffers)
+{
+	ibp_coll_inproc_t *w;
+	ibp_coll_transport_t t;
+	ibp_coll_comm_t *c = NULL;
+	ibp_coll_opts_t o;
+	ranks_opts(&o);
+	o.policy = IBP_COLL_POLICY_AUTO;
+	cr_assert_eq(ibp_coll_inproc_create(2, &w), IBP_OK);
+	cr_assert_eq(ibp_coll_inproc_transport(w, 0, &t), IBP_OK);
+	cr_assert_eq(ibp_coll_comm_create(&t, &o, &c), IBP_OK);
+	cr_assert_eq(ibp_coll_comm_set_memory(c, IBP_COLL_MEM_HOST_FALLBACK), IBP_OK);
+	const uint64_t n = 1 << 16;
+	c->st.alpha_s = 1e-6;
+	c->st.beta_Bps = 1e6;
+	cr_assert_eq(c->dcal.done, 0);
+	cr_assert_eq(ibpi_coll_decide(c, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, NULL, 0, n, 1, 1, 1), COLL_ENC_EXP);
+	cr_assert_eq(c->exp_table, IBP_EXP_TABLE_RANS);
+	cr_assert_eq(c->dcal.done, 1);
+	cr_assert(c->dcal.enc[0] > 0 && c->dcal.dec[0] > 0 && c->dcal.enc[1] > 0 && c->dcal.dec[1] > 0);
+	cr_assert(c->dcal.r[1] < c->dcal.r[0] && c->dcal.r[0] < 0.75, "ratios %g %g", c->dcal.r[0], c->dcal.r[1]);
+	/* the model with the measured speeds, at a link where rANS just loses */
+	const double m = (double)n * 2, save = m * (c->dcal.r[0] - c->dcal.r[1]);
+	const double extra = m / c->dcal.enc[1] + m / c->dcal.dec[1] - m / c->dcal.enc[0] - m / c->dcal.dec[0];
+	cr_assert(extra > 0, "rANS slower than the table code in its twin");
+	c->st.beta_Bps = 1.05 * save / extra; /* saves 1/1.05 of its extra codec time */
+	cr_assert_eq(ibpi_coll_decide(c, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, NULL, 0, n, 1, 1, 1), COLL_ENC_EXP);
+	cr_assert_eq(c->exp_table, IBP_EXP_TABLE_SIGMA);
+	c->st.beta_Bps = 0.95 * save / extra;
+	cr_assert_eq(ibpi_coll_decide(c, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, NULL, 0, n, 1, 1, 1), COLL_ENC_EXP);
+	cr_assert_eq(c->exp_table, IBP_EXP_TABLE_RANS);
+	cr_assert_eq(ibpi_coll_decide(c, IBP_COLL_CODEC_FP8, IBP_DTYPE_BF16, NULL, 0, n, 1, 1, 1), COLL_ENC_FP8);
+	cr_assert_eq(c->exp_table, IBP_EXP_TABLE_SIGMA);
+	ibp_coll_comm_set_policy(c, IBP_COLL_POLICY_ALWAYS);
+	cr_assert_eq(ibpi_coll_decide(c, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, NULL, 0, n, 1, 1, 1), COLL_ENC_EXP);
+	cr_assert_eq(c->exp_table, IBP_EXP_TABLE_SIGMA);
+	ibp_coll_comm_set_policy(c, IBP_COLL_POLICY_AUTO);
+	/* not calibrated: the table code, nothing measured again */
+	c->st.beta_Bps = 0;
+	cr_assert_eq(ibpi_coll_decide(c, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, NULL, 0, n, 1, 1, 1), COLL_ENC_EXP);
+	cr_assert_eq(c->exp_table, IBP_EXP_TABLE_SIGMA);
+	/* another memory space forgets the measurements */
+	cr_assert_eq(ibp_coll_comm_set_memory(c, IBP_COLL_MEM_HOST), IBP_OK);
+	cr_assert_eq(c->dcal.done, 0);
+	cr_assert_eq(c->dcal.enc[1], 0);
+	ibp_coll_comm_free(c);
+	ibp_coll_inproc_free(w);
 }
 
 /* The reduction kernel's CPU twin equals the host path's widen + add + round. */
