@@ -168,6 +168,13 @@ def known_values(cm):
     t = M.libibp('allreduce', 'pts', n, s, link).time
     want = s / 1e9 + s / 1e9 + 3 * (20e-6 + (s / 12.0 + 32) / 1e8) + 4 * s / 2e9
     check(close(t, want), 'PTS N=4: %r != %r' % (t, want))
+    # four ranks on two cores (0.5 a rank, all computing at once): the serial codec work takes twice as long
+    Ms = cm.Model(inputs(cores_per_rank=0.5))
+    t = Ms.libibp('allreduce', 'pts', n, s, link).time
+    want = 2 * (s / 1e9 + s / 1e9 + 4 * s / 2e9) + 3 * (20e-6 + (s / 12.0 + 32) / 1e8)
+    check(close(t, want), 'PTS N=4, 0.5 cores a rank: %r != %r' % (t, want))
+    check(close(cm.Model(inputs(cores_per_rank=4)).libibp('allreduce', 'pts', n, s, link).time,
+                M.libibp('allreduce', 'pts', n, s, link).time), 'PTS: more than a core a rank changes nothing')
 
     # DynamiQ, whole chunks (piece_bytes 0): stats, their all-gather, plan sum, 2(N-1) hops
     n, s = 2, 16 * MiB

@@ -111,6 +111,10 @@ Per op (libibp; native = the same algorithm with e = d = 0, W = m, k = 1):
     goes round the ring, then each rank adds the N streams:
     T = S r (widen, narrow) + S/enc_Bps + (N-1)(alpha + (S/ratio + 32)(1/beta + 1/q))
         + N S/dec_Bps.
+  Ranks sharing cores (cores_per_rank c < 1, e.g. in-process ranks beyond
+    the machine's cores): PTS's and DynamiQ's serial codec terms (all but
+    the link's) take 1/c times as long, every rank computing at once; the
+    pipelined steps have work/cores already.
   codec none: libibp's call runs the transport's native collective (MPI,
     unthrottled) = native; otherwise libibp's plain ring (W = m + headers,
     E = D = 0 besides the reduce).
@@ -314,6 +318,9 @@ class Model:
         self.esz = ESZ[self.dtype]
         self.threads = max(1, int(inp.get('threads', 1) or 1))
         self.cores = float(cores or inp.get('cores_per_rank') or 2 * self.threads)
+        # ranks sharing cores (cores_per_rank < 1: more ranks than cores, all
+        # computing at once) stretch their serial codec work by this much
+        self.share = max(1.0, 1.0 / self.cores)
         self.transport = inp.get('transport', 'mpi')
         if self.transport not in PIECE_DEFAULT:
             raise InputError('transport %s (%s)' % (self.transport, ', '.join(PIECE_DEFAULT)))
@@ -455,9 +462,9 @@ class Model:
         dd = 1.0 / c['dec_Bps']
         stats_bps = c.get('stats_Bps')
         notes = [] if stats_bps else ['dynamiq: statistics pass at reduce_Bps (no codecs.dynamiq.stats_Bps)']
-        pre = s * (1.0 / stats_bps if stats_bps else self.red)
+        pre = self.share * (s * (1.0 / stats_bps if stats_bps else self.red)
+                            + n * 8 * J * self.red + J * float(c.get('plan_s_per_sg', 0.0)))
         pre += (n - 1) * link.block(8 * J + HDR)
-        pre += n * 8 * J * self.red + J * float(c.get('plan_s_per_sg', 0.0))
         coded = m / float(c['ratio'])
         if rho:  # the line's ratio covers the statistics too: the data's share of the wire
             wire_all = (2 * (n - 1) * m + (n - 1) * 8 * J) / rho - (n - 1) * (8 * J + HDR)
@@ -483,7 +490,8 @@ class Model:
             algo = 'DynamiQ ring (stats AG, RS hops, AG), %d pieces' % p
         else:
             L = link.block(w)
-            ring = s * self.red + me + (n - 1) * (L + mh) + md + (n - 1) * (L + md)
+            f = self.share
+            ring = f * (s * self.red + me) + (n - 1) * (L + f * mh) + f * md + (n - 1) * (L + f * md)
             algo = 'DynamiQ ring (stats AG, RS hops, AG), whole chunks'
         logical = 2 * (n - 1) * m + (n - 1) * 8 * J
         wire = 2 * (n - 1) * w + (n - 1) * (8 * J + HDR)
@@ -493,7 +501,7 @@ class Model:
         c = self.cin['pts']
         s = (size // self.esz) * self.esz
         w = s / rho if rho else s / float(c['ratio']) + HDR
-        t = s * self.red + s / c['enc_Bps'] + (n - 1) * link.block(w) + n * s / c['dec_Bps']
+        t = self.share * (s * self.red + s / c['enc_Bps'] + n * s / c['dec_Bps']) + (n - 1) * link.block(w)
         return Pred(t, 'PTS: ring AG of whole streams, local sum', (n - 1) * s, (n - 1) * w)
 
     # ---- what runs ----
