@@ -596,9 +596,10 @@ int emu_codecs_main(uint64_t seed, int quick, const char *which)
 		 * segments and chunks, every data kind */
 		static const uint64_t eshapes[][3] = { { 1, 1, 2 }, { 7, 3, 5 }, { 100, 100, 1 }, { 5000, 1000, 5 },
 						       { 70000, 70000, 0 }, { 30000, 7000, 5 }, { 140000, 65536, 1 },
-						       { 210000, 131077, 5 }, { 200000, 200000, 3 }, { 66000, 66000, 4 } };
+						       { 210000, 131077, 5 }, { 200000, 200000, 3 }, { 66000, 66000, 4 },
+						       { 65537, 1u << 20, 0 }, { 3000, 1000000, 4 } };
 		for (int d = 0; d < 3; d++)
-			for (int s = 0; s < 10; s++) {
+			for (int s = 0; s < 12; s++) {
 				if (quick && (s + d) % 2 && s != 7)
 					continue;
 				fprintf(stderr, "exp rans encode %s n %llu chunk %llu kind %llu\n", ibp_dtype_name(dts[d]),
