@@ -12,10 +12,18 @@
  *   enc_groups: static sections; escapes staged per group in the workspace
  *   scan_chunks: prefixes, raw-or-coded decision, header, padding, sizes
  *   finish_groups: escapes compacted into place, or the raw payload copied
+ * Table mode RANS: the histogram of the rANS symbols gives the HISTOGRAM
+ * table and the size of its block (the limit) and the 12-bit frequencies
+ * (rans_tables, with the CPU's expf_rans_fallback / expf_rans_quantize);
+ * the pipeline above writes that fallback block, then
+ *   rans_enc: a thread per lane encodes it backwards into the scratch
+ *   rans_size: the stream total; below the limit, header, map, frequencies,
+ *     directory and padding (else the fallback stays, as on the CPU)
+ *   rans_place: lane streams and rest bytes into place, per segment
  * Decode: expk_decode (raw and coded blocks, a CUDA block per group), then
  * expk_rans_decode (mode-2 rANS blocks, a CUDA block per 8 segments, a warp
  * per segment); every block validates what it reads, errors go to
- * *d_status. The encoder writes no rANS blocks (table mode 3 is refused).
+ * *d_status.
  */
 #include <stdint.h>
 
@@ -27,16 +35,20 @@
 #define EXPK_THREADS 256
 #define EXPK_SCAN_THREADS 1024
 
-/* Workspace carve-up, the same for the size query and the launch. */
+/* Workspace carve-up, the same for the size query and the launch. The
+ * escape stage doubles as the rANS lanes' scratch (used after the escapes
+ * are in place): per segment of m elements 64 + 2m bytes, a lane's
+ * state and at most a word per symbol. */
 struct expk_ws {
-	uint64_t esc_off, counts_off, tables_off, part_off, nonfin_off, hist_off, total;
+	uint64_t esc_off, counts_off, tables_off, part_off, nonfin_off, hist_off;
+	uint64_t freq_off, info_off, lens_off, total;
 };
 
-static void expk_ws_layout(uint64_t n, uint64_t nchunks, uint64_t total_groups, expk_ws *w)
+static void expk_ws_layout(uint64_t n, uint64_t nchunks, uint64_t total_groups, uint64_t total_segs, expk_ws *w)
 {
-	uint64_t at = 0;
+	uint64_t at = 0, scratch = 2 * n + 4ull * EXPF_RANS_LANES * total_segs;
 	w->esc_off = at;
-	at = expf_align(at + n, 128);
+	at = expf_align(at + scratch, 128); /* >= n, the escapes' most */
 	w->counts_off = at;
 	at = expf_align(at + 8 * total_groups, 128);
 	w->tables_off = at;
@@ -47,13 +59,20 @@ static void expk_ws_layout(uint64_t n, uint64_t nchunks, uint64_t total_groups, 
 	at = expf_align(at + 8 * total_groups, 128);
 	w->hist_off = at;
 	at = expf_align(at + 256 * 8 * nchunks, 128);
+	w->freq_off = at; /* rANS: 256 u16 frequencies per chunk */
+	at = expf_align(at + 512 * nchunks, 128);
+	w->info_off = at; /* rANS: per chunk u64 limit, u64 symbols (0: no rANS block) */
+	at = expf_align(at + 16 * nchunks, 128);
+	w->lens_off = at; /* rANS: u16 per lane of every segment */
+	at = expf_align(at + 2ull * EXPF_RANS_LANES * total_segs, 128);
 	w->total = at;
 }
 
 /* Shape of a batch: chunk c has chunk_len(c) elements and its groups are
- * global ids c * gpc .. c * gpc + ngroups(c) - 1. */
+ * global ids c * gpc .. c * gpc + ngroups(c) - 1; its rANS segments
+ * c * spc .. likewise. */
 struct expk_batch {
-	uint64_t n, chunk, nchunks, gpc;
+	uint64_t n, chunk, nchunks, gpc, spc;
 	uint32_t dt;
 	expf_shape_t s;
 };
@@ -165,8 +184,9 @@ expk_ms_chunks(expk_batch b, double *part, const uint64_t *nonfin, uint8_t *tabl
 	}
 }
 
+/* Per chunk: counts of the exponent fields, or (sym) of the rANS symbols. */
 __global__ void __launch_bounds__(EXPK_THREADS)
-expk_hist(const uint8_t *src, expk_batch b, unsigned long long *hist)
+expk_hist(const uint8_t *src, expk_batch b, bool sym, unsigned long long *hist)
 {
 	__shared__ uint32_t h[256];
 	for (uint64_t gid = blockIdx.x; gid < b.nchunks * b.gpc; gid += gridDim.x) {
@@ -178,8 +198,10 @@ expk_hist(const uint8_t *src, expk_batch b, unsigned long long *hist)
 		const uint8_t *p = src + (c * b.chunk + base) * b.s.esize;
 		h[threadIdx.x] = 0;
 		__syncthreads();
-		for (uint64_t i = threadIdx.x; i < glen; i += blockDim.x)
-			atomicAdd(&h[expf_field(ld_bits(p + i * b.s.esize, b.s.esize), &b.s)], 1u);
+		for (uint64_t i = threadIdx.x; i < glen; i += blockDim.x) {
+			uint32_t bits = ld_bits(p + i * b.s.esize, b.s.esize);
+			atomicAdd(&h[sym ? expf_rans_sym(bits, b.dt) : expf_field(bits, &b.s)], 1u);
+		}
 		__syncthreads();
 		if (h[threadIdx.x])
 			atomicAdd(&hist[256 * c + threadIdx.x], (unsigned long long)h[threadIdx.x]);
@@ -387,6 +409,242 @@ expk_finish_groups(const uint8_t *src, expk_batch b, uint8_t *dst, uint64_t stri
 		const uint8_t *stg = stage + c * b.chunk + base;
 		for (uint64_t i = threadIdx.x; i < cnt; i += blockDim.x)
 			blk[L.static_bytes + pfx + i] = stg[i];
+	}
+}
+
+/* ------------------------------------------------------- encode: rANS */
+
+/* Table mode RANS (CPU twin: encode_rans in src/exp/exp_codec.c and
+ * src/exp/exp_rans.c). The HISTOGRAM pipeline above writes every chunk's
+ * fallback block first; these kernels then overwrite the chunks whose rANS
+ * block is smaller (it is a prefix of the fallback's extent, so it fits). */
+
+/* Per chunk (a thread): the fallback table and size (the limit) and the
+ * frequencies, both from the symbol histogram with the CPU's functions;
+ * info[2c + 1] = the symbol count, 0 when even empty lanes cannot win. */
+__global__ void expk_rans_tables(expk_batch b, const unsigned long long *hist, uint8_t *tables, uint16_t *freq,
+				 uint64_t *info)
+{
+	for (uint64_t c = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; c < b.nchunks;
+	     c += (uint64_t)gridDim.x * blockDim.x) {
+		const uint64_t len = chunk_len(b, c), *h = (const uint64_t *)(hist + 256 * c);
+		uint64_t limit = expf_rans_fallback(h, &b.s, b.dt, len, tables + 8 * c);
+		tables[8 * c + 7] = 0;
+		uint32_t nsym = expf_rans_quantize(h, len, freq + 256 * c);
+		expf_rans_layout_t R;
+		expf_rans_layout_of(&b.s, len, nsym, &R);
+		info[2 * c] = limit;
+		info[2 * c + 1] = R.static_bytes + 4ull * EXPF_RANS_LANES * R.nseg < limit ? nsym : 0;
+	}
+}
+
+/* Scratch of segment g of chunk c: 64 + 2m bytes, lane j's area after
+ * those of lanes < j (4 + 2 * its symbols each). */
+static __device__ __host__ inline uint64_t expk_rans_seg_scratch(const expk_batch &b, uint64_t c, uint64_t g)
+{
+	return 4ull * EXPF_RANS_LANES * (c * b.spc + g) + 2 * (c * b.chunk + (g << EXPF_RANS_SEG_LOG2));
+}
+
+static __device__ inline uint64_t expk_rans_lane_end(uint64_t m, uint32_t j)
+{
+	uint64_t end = 0;
+	for (uint32_t i = 0; i <= j; i++)
+		end += 4 + 2 * expf_rans_lane_syms(m, i);
+	return end;
+}
+
+/* A CUDA block takes 16 segments of a chunk, a thread one lane: symbols
+ * from the lane's last back to its first (docs/CODECS.md, encoder), the
+ * stream ending at its area's end; lens = its bytes. */
+__global__ void __launch_bounds__(EXPK_THREADS)
+expk_rans_enc(const uint8_t *src, expk_batch b, uint64_t bq, const uint16_t *freq, const uint64_t *info,
+	      uint8_t *scratch, uint16_t *lens)
+{
+	__shared__ uint32_t fr[256], cm[256];
+	const uint32_t t = threadIdx.x, j = t % EXPF_RANS_LANES, es = b.s.esize;
+	for (uint64_t gid = blockIdx.x; gid < b.nchunks * bq; gid += gridDim.x) {
+		uint64_t c = gid / bq, q = gid % bq, len = chunk_len(b, c);
+		uint64_t nseg = (len + EXPF_RANS_SEG - 1) >> EXPF_RANS_SEG_LOG2;
+		if (q * (EXPK_THREADS / EXPF_RANS_LANES) >= nseg || !info[2 * c + 1])
+			continue;
+		/* cumulative frequencies: an inclusive scan, less each own */
+		uint32_t f = freq[256 * c + t];
+		fr[t] = f;
+		cm[t] = f;
+		__syncthreads();
+		for (uint32_t o = 1; o < 256; o <<= 1) {
+			uint32_t add = t >= o ? cm[t - o] : 0u;
+			__syncthreads();
+			cm[t] += add;
+			__syncthreads();
+		}
+		cm[t] -= f;
+		__syncthreads();
+		uint64_t g = q * (EXPK_THREADS / EXPF_RANS_LANES) + t / EXPF_RANS_LANES;
+		if (g < nseg) {
+			const uint64_t gbase = g << EXPF_RANS_SEG_LOG2;
+			const uint64_t m = len - gbase < EXPF_RANS_SEG ? len - gbase : EXPF_RANS_SEG;
+			const uint64_t end = expk_rans_lane_end(m, j);
+			const uint8_t *in = src + (c * b.chunk + gbase) * es;
+			uint8_t *area = scratch + expk_rans_seg_scratch(b, c, g), *p = area + end;
+			uint32_t x = EXPF_RANS_L;
+			for (uint64_t k = expf_rans_lane_syms(m, j); k-- > 0;) {
+				uint32_t s = expf_rans_sym(ld_bits(in + (j + k * EXPF_RANS_LANES) * es, es), b.dt);
+				uint32_t fs = fr[s];
+				if ((uint64_t)x >= (uint64_t)fs << 20) { /* x < 2^20 f after: no overflow below */
+					p -= 2;
+					p[0] = (uint8_t)x;
+					p[1] = (uint8_t)(x >> 8);
+					x >>= 16;
+				}
+				x = (x / fs) * EXPF_RANS_SCALE + x % fs + cm[s];
+			}
+			p -= 4;
+			expf_st32(p, x);
+			lens[(c * b.spc + g) * EXPF_RANS_LANES + j] = (uint16_t)(area + end - p);
+		}
+		__syncthreads(); /* the tables are reloaded for the next chunk */
+	}
+}
+
+/* Per chunk: the stream total, the CPU's choice (rANS only below the
+ * limit), and for a rANS block its header, symbol map, frequencies,
+ * directory, padding and size; info[2c + 1] = 0 when not chosen. */
+__global__ void __launch_bounds__(EXPK_SCAN_THREADS)
+expk_rans_size(expk_batch b, const uint16_t *freq, uint64_t *info, const uint16_t *lens, uint8_t *dst,
+	       uint64_t stride, uint64_t *sizes)
+{
+	__shared__ unsigned long long sc[EXPK_SCAN_THREADS];
+	__shared__ unsigned long long carry, total;
+	const uint32_t t = threadIdx.x;
+	expf_rans_layout_t R;
+	for (uint64_t c = blockIdx.x; c < b.nchunks; c += gridDim.x) {
+		const uint64_t len = chunk_len(b, c), nsym = info[2 * c + 1], limit = info[2 * c];
+		if (!nsym)
+			continue;
+		expf_rans_layout_of(&b.s, len, nsym, &R);
+		const uint16_t *ln = lens + c * b.spc * EXPF_RANS_LANES;
+		if (t == 0)
+			total = carry = 0;
+		__syncthreads();
+		unsigned long long mine = 0;
+		for (uint64_t i = t; i < R.nseg * EXPF_RANS_LANES; i += EXPK_SCAN_THREADS)
+			mine += ln[i];
+		atomicAdd(&total, mine);
+		__syncthreads();
+		const uint64_t streams = total, block = expf_align(R.static_bytes + streams, EXPF_ALIGN);
+		__syncthreads(); /* every thread has read info and total */
+		if (block >= limit) {
+			if (t == 0)
+				info[2 * c + 1] = 0; /* the fallback stays */
+			continue;
+		}
+		uint8_t *blk = dst + c * stride;
+		const uint16_t *fc = freq + 256 * c;
+		if (t < 32) { /* map byte t */
+			uint32_t v = 0;
+			for (uint32_t k = 0; k < 8; k++)
+				v |= (fc[8 * t + k] ? 1u : 0u) << k;
+			blk[EXPF_OFF_RANS_MAP + t] = (uint8_t)v;
+		} else if (t >= 256 && t < 512 && fc[t - 256]) { /* frequency of symbol t - 256, at its rank */
+			uint32_t k = t - 256, rank = 0;
+			for (uint32_t i = 0; i < k; i++)
+				rank += fc[i] ? 1u : 0u;
+			blk[EXPF_OFF_RANS_FREQ + 2 * rank] = (uint8_t)fc[k];
+			blk[EXPF_OFF_RANS_FREQ + 2 * rank + 1] = (uint8_t)(fc[k] >> 8);
+		}
+		for (uint64_t i = EXPF_OFF_RANS_FREQ + 2 * nsym + t; i < R.off_dir; i += EXPK_SCAN_THREADS)
+			blk[i] = 0;
+		/* the directory: segment ends, an inclusive scan of the segment totals */
+		for (uint64_t t0 = 0; t0 < R.nseg; t0 += EXPK_SCAN_THREADS) {
+			uint64_t g = t0 + t;
+			unsigned long long v = 0;
+			if (g < R.nseg)
+				for (uint32_t k = 0; k < EXPF_RANS_LANES; k++)
+					v += ln[g * EXPF_RANS_LANES + k];
+			sc[t] = v;
+			__syncthreads();
+			for (uint32_t off = 1; off < EXPK_SCAN_THREADS; off <<= 1) {
+				unsigned long long add = t >= off ? sc[t - off] : 0ull;
+				__syncthreads();
+				sc[t] += add;
+				__syncthreads();
+			}
+			if (g < R.nseg) {
+				uint8_t *d = blk + R.off_dir + (uint64_t)EXPF_RANS_DIR_BYTES * g;
+				expf_st64(d, carry + sc[t]);
+				for (uint32_t k = 0; k < EXPF_RANS_LANES; k++) {
+					d[8 + 2 * k] = (uint8_t)ln[g * EXPF_RANS_LANES + k];
+					d[9 + 2 * k] = (uint8_t)(ln[g * EXPF_RANS_LANES + k] >> 8);
+				}
+			}
+			__syncthreads();
+			if (t == EXPK_SCAN_THREADS - 1)
+				carry += sc[t];
+			__syncthreads();
+		}
+		uint64_t pend = R.off_dir + (uint64_t)EXPF_RANS_DIR_BYTES * R.nseg;
+		for (uint64_t i = pend + t; i < R.off_rest; i += EXPK_SCAN_THREADS)
+			blk[i] = 0;
+		pend = R.off_rest + len * R.rest_bytes;
+		for (uint64_t i = pend + t; i < R.static_bytes; i += EXPK_SCAN_THREADS)
+			blk[i] = 0;
+		if (t == 0) {
+			const uint8_t table[EXPF_NCODES] = {EXPF_RANS_LANES_LOG2, EXPF_RANS_SCALE_BITS, 0, 0, 0, 0, 0};
+			expf_write_header(blk, b.dt, EXPF_MODE_RANS, EXPF_TSRC_RANS, len, table, streams, block,
+					  R.static_bytes);
+			sizes[c] = block;
+		}
+		__syncthreads();
+	}
+}
+
+/* Per segment of a chunk with a rANS block: its lanes' streams into place
+ * (after the directory's previous end), its rest bytes; the last segment
+ * also zeroes the padding after the streams. */
+__global__ void __launch_bounds__(EXPK_THREADS)
+expk_rans_place(const uint8_t *src, expk_batch b, const uint64_t *info, const uint16_t *lens,
+		const uint8_t *scratch, uint8_t *dst, uint64_t stride)
+{
+	const uint32_t t = threadIdx.x, es = b.s.esize;
+	expf_rans_layout_t R;
+	for (uint64_t gid = blockIdx.x; gid < b.nchunks * b.spc; gid += gridDim.x) {
+		uint64_t c = gid / b.spc, g = gid % b.spc, len = chunk_len(b, c), nsym = info[2 * c + 1];
+		uint64_t gbase = g << EXPF_RANS_SEG_LOG2;
+		if (!nsym || gbase >= len)
+			continue;
+		const uint64_t m = len - gbase < EXPF_RANS_SEG ? len - gbase : EXPF_RANS_SEG;
+		expf_rans_layout_of(&b.s, len, nsym, &R);
+		uint8_t *blk = dst + c * stride;
+		const uint8_t *dir = blk + R.off_dir + (uint64_t)EXPF_RANS_DIR_BYTES * g;
+		uint8_t *out = blk + R.static_bytes + (g ? expf_ld64(dir - EXPF_RANS_DIR_BYTES) : 0);
+		const uint8_t *area = scratch + expk_rans_seg_scratch(b, c, g);
+		const uint16_t *ln = lens + (c * b.spc + g) * EXPF_RANS_LANES;
+		uint64_t end = 0;
+		for (uint32_t j = 0; j < EXPF_RANS_LANES; j++) {
+			end += 4 + 2 * expf_rans_lane_syms(m, j);
+			const uint8_t *from = area + end - ln[j];
+			for (uint32_t i = t; i < ln[j]; i += EXPK_THREADS)
+				out[i] = from[i];
+			out += ln[j];
+		}
+		const uint8_t *in = src + (c * b.chunk + gbase) * es;
+		uint8_t *rest = blk + R.off_rest + gbase * R.rest_bytes;
+		for (uint64_t i = t; i < m; i += EXPK_THREADS) {
+			uint32_t v = expf_rans_rest(ld_bits(in + i * es, es), b.dt);
+			if (R.rest_bytes == 1) {
+				rest[i] = (uint8_t)v;
+			} else {
+				rest[3 * i] = (uint8_t)v;
+				rest[3 * i + 1] = (uint8_t)(v >> 8);
+				rest[3 * i + 2] = (uint8_t)(v >> 16);
+			}
+		}
+		if (g + 1 == R.nseg) {
+			uint64_t pend = R.static_bytes + expf_ld64(dir);
+			for (uint64_t i = pend + t; i < expf_align(pend, EXPF_ALIGN); i += EXPK_THREADS)
+				blk[i] = 0;
+		}
 	}
 }
 
@@ -771,6 +1029,7 @@ static ibp_status_t expk_batch_of(ibp_dtype_t dt, uint64_t n, uint64_t chunk, ex
 	b->chunk = chunk;
 	b->nchunks = (n + chunk - 1) / chunk;
 	b->gpc = (chunk + EXPF_GROUP - 1) >> EXPF_GROUP_LOG2;
+	b->spc = ((chunk < n ? chunk : n) + EXPF_RANS_SEG - 1) >> EXPF_RANS_SEG_LOG2;
 	b->dt = (uint32_t)dt;
 	return IBP_OK;
 }
@@ -791,7 +1050,7 @@ extern "C" ibp_status_t ibp_exp_encode_workspace_cuda(ibp_dtype_t dt, uint64_t n
 	if (!bytes)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_encode_workspace_cuda: bytes is NULL");
 	IBP_TRY(expk_batch_of(dt, n, chunk_elems, &b, "exp_encode_workspace_cuda"));
-	expk_ws_layout(n, b.nchunks, b.nchunks * b.gpc, &w);
+	expk_ws_layout(n, b.nchunks, b.nchunks * b.gpc, b.nchunks * b.spc, &w);
 	*bytes = w.total;
 	return IBP_OK;
 }
@@ -817,7 +1076,7 @@ extern "C" ibp_status_t ibp_exp_encode_cuda(const void *d_src, ibp_dtype_t dt, u
 				"exp_encode_cuda: dst_stride %llu must be a multiple of 128 >= the chunk bound; "
 				"d_dst/d_workspace 128-aligned, d_src element-aligned",
 				(unsigned long long)dst_stride);
-	expk_ws_layout(n, b.nchunks, b.nchunks * b.gpc, &w);
+	expk_ws_layout(n, b.nchunks, b.nchunks * b.gpc, b.nchunks * b.spc, &w);
 	if (workspace_bytes < w.total)
 		return ibpi_fail(IBP_ERR_BUFFER_TOO_SMALL, "exp_encode_cuda: workspace %llu < %llu bytes",
 				(unsigned long long)workspace_bytes, (unsigned long long)w.total);
@@ -835,6 +1094,9 @@ extern "C" ibp_status_t ibp_exp_encode_cuda(const void *d_src, ibp_dtype_t dt, u
 	const uint8_t *src = (const uint8_t *)d_src;
 	uint8_t *dst = (uint8_t *)d_dst;
 	const unsigned tgrid = (unsigned)((b.nchunks + 255) / 256 < 65535 ? (b.nchunks + 255) / 256 : 65535);
+	const bool rans = opts->table_mode == IBP_EXP_TABLE_RANS;
+	uint16_t *freq = (uint16_t *)(ws + w.freq_off), *lens = (uint16_t *)(ws + w.lens_off);
+	uint64_t *info = (uint64_t *)(ws + w.info_off);
 
 	/* the table of each chunk, into the workspace */
 	if (opts->table_mode == IBP_EXP_TABLE_SIGMA && opts->sigma == 0.0) {
@@ -847,8 +1109,15 @@ extern "C" ibp_status_t ibp_exp_encode_cuda(const void *d_src, ibp_dtype_t dt, u
 	} else if (opts->table_mode == IBP_EXP_TABLE_HISTOGRAM) {
 		unsigned long long *hist = (unsigned long long *)(ws + w.hist_off);
 		IBP_CUDA_CHECK(cudaMemsetAsync(hist, 0, 256 * 8 * b.nchunks, st));
-		IBP_CUDA_LAUNCH("launch expk_hist", expk_hist, grid_g, EXPK_THREADS, 0, st, src, b, hist);
+		IBP_CUDA_LAUNCH("launch expk_hist", expk_hist, grid_g, EXPK_THREADS, 0, st, src, b, false, hist);
 		IBP_CUDA_LAUNCH("launch expk_hist_table", expk_hist_table, tgrid, 256, 0, st, b, hist, tables);
+	} else if (rans) {
+		/* the fallback's table and limit, and the frequencies, from the symbol counts */
+		unsigned long long *hist = (unsigned long long *)(ws + w.hist_off);
+		IBP_CUDA_CHECK(cudaMemsetAsync(hist, 0, 256 * 8 * b.nchunks, st));
+		IBP_CUDA_LAUNCH("launch expk_hist", expk_hist, grid_g, EXPK_THREADS, 0, st, src, b, true, hist);
+		IBP_CUDA_LAUNCH("launch expk_rans_tables", expk_rans_tables, tgrid, 256, 0, st, b, hist, tables, freq,
+				info);
 	} else {
 		ibp_exp_table_t t;
 		if (opts->table_mode == IBP_EXP_TABLE_SIGMA) {
@@ -872,9 +1141,25 @@ extern "C" ibp_status_t ibp_exp_encode_cuda(const void *d_src, ibp_dtype_t dt, u
 	IBP_CUDA_LAUNCH("launch expk_enc_groups", expk_enc_groups, grid_g, EXPK_THREADS, 0, st, src, b, dst,
 			dst_stride, tables, ws + w.esc_off, counts);
 	IBP_CUDA_LAUNCH("launch expk_scan_chunks", expk_scan_chunks, grid_c, EXPK_SCAN_THREADS, 0, st, b,
-			dst, dst_stride, tables, (uint32_t)opts->table_mode, counts, d_sizes);
+			dst, dst_stride, tables, rans ? (uint32_t)IBP_EXP_TABLE_HISTOGRAM : (uint32_t)opts->table_mode,
+			counts, d_sizes);
 	IBP_CUDA_LAUNCH("launch expk_finish_groups", expk_finish_groups, grid_g, EXPK_THREADS, 0, st, src,
 			b, dst, dst_stride, ws + w.esc_off, counts);
+	if (!rans)
+		return IBP_OK;
+	/* rANS: lanes into the scratch (the escape stage, now free), then the
+	 * chunks whose rANS block is smaller overwritten with it */
+	const uint64_t bq = (b.spc + EXPK_THREADS / EXPF_RANS_LANES - 1) / (EXPK_THREADS / EXPF_RANS_LANES);
+	unsigned grid_q = 1, grid_s = 1;
+	IBP_TRY(ibp_cuda_grid(b.nchunks * bq, &grid_q));
+	IBP_TRY(ibp_cuda_grid(b.nchunks * b.spc, &grid_s));
+	IBP_CUDA_LAUNCH("launch expk_rans_enc", expk_rans_enc, grid_q, EXPK_THREADS, 0, st, src, b, bq,
+			(const uint16_t *)freq, (const uint64_t *)info, ws + w.esc_off, lens);
+	IBP_CUDA_LAUNCH("launch expk_rans_size", expk_rans_size, grid_c, EXPK_SCAN_THREADS, 0, st, b,
+			(const uint16_t *)freq, info, (const uint16_t *)lens, dst, dst_stride, d_sizes);
+	IBP_CUDA_LAUNCH("launch expk_rans_place", expk_rans_place, grid_s, EXPK_THREADS, 0, st, src, b,
+			(const uint64_t *)info, (const uint16_t *)lens, (const uint8_t *)(ws + w.esc_off), dst,
+			dst_stride);
 	return IBP_OK;
 }
 

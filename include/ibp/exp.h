@@ -26,8 +26,8 @@
  * exponent byte (FP16: high byte) with interleaved rANS (block mode 2,
  * docs/CODECS.md "rANS block") where that block is smaller than the
  * histogram mode's, and writes the histogram mode's block otherwise.
- * ibp_exp_decode_cuda decodes rANS blocks; ibp_exp_encode_cuda does not
- * take table mode RANS (IBP_ERR_INVALID_ARG).
+ * ibp_exp_encode_cuda (table mode RANS too) and ibp_exp_decode_cuda write
+ * and read the same blocks.
  *
  * Typical use:
  *   ibp_exp_opts_t o; ibp_exp_opts_default(&o);
@@ -194,7 +194,12 @@ ibp_status_t ibp_exp_decode_batch_ext(const void *src, uint64_t src_size, const 
  * `stream` is a cudaStream_t (NULL = the default stream). Calls return once
  * the work is enqueued. No call allocates device memory. */
 
-/* Workspace bytes ibp_exp_encode_cuda needs for this batch shape. */
+/* Workspace bytes ibp_exp_encode_cuda needs for this batch shape, any
+ * table mode: with C = ceil(n / chunk_elems) chunks, G = C *
+ * ceil(chunk_elems / 4096) groups and S = C * ceil(min(chunk_elems, n) /
+ * 65536) segments, the sum of al(2n + 64 S), al(8 G) three times,
+ * al(8 C), al(2048 C), al(512 C), al(16 C) and al(32 S), al = rounded up to
+ * 128 (about 2 bytes per element). */
 ibp_status_t ibp_exp_encode_workspace_cuda(ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems, uint64_t *bytes);
 /* The name before 0.2 (docs/API.md "Names"). */
 ibp_status_t ibp_exp_cuda_encode_workspace(ibp_dtype_t dt, uint64_t n, uint64_t chunk_elems, uint64_t *bytes)

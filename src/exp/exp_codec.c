@@ -497,19 +497,11 @@ static void seal_block(uint8_t *dst, uint64_t size)
 static ibp_status_t encode_rans(const uint8_t *src, const expf_shape_t *s, uint32_t dt, uint64_t n, int nthreads,
 				uint8_t *dst, uint64_t *size)
 {
-	uint64_t sh[256], eh[256] = {0}, in = 0;
+	uint64_t sh[256];
 	uint8_t table[8] = {0};
-	expf_layout_t L;
 	ibpi_exp_rans_hist(src, dt, n, sh);
-	for (uint32_t k = 0; k < 256; k++)
-		eh[dt == EXPF_DT_F16 ? (k >> 2) & 31u : k] += sh[k];
-	expf_table_from_hist(eh, fmax_of(s), table);
-	for (uint32_t k = 0; k < EXPF_NCODES; k++)
-		in += eh[table[k]];
-	expf_layout_of(s, n, &L);
-	uint64_t raw = expf_raw_bytes(s, n), coded = expf_coded_bytes(&L, n - in);
-	IBP_TRY(ibpi_exp_rans_encode(src, s, dt, n, sh, L.static_bytes < raw && coded < raw ? coded : raw, nthreads,
-				     dst, size));
+	uint64_t limit = expf_rans_fallback(sh, s, dt, n, table);
+	IBP_TRY(ibpi_exp_rans_encode(src, s, dt, n, sh, limit, nthreads, dst, size));
 	if (*size)
 		return IBP_OK;
 	return encode_block(src, s, dt, n, table, IBP_EXP_TABLE_HISTOGRAM, nthreads, dst, size);

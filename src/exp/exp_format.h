@@ -350,6 +350,73 @@ static inline IBP_HD uint64_t expf_rans_min_bytes(const expf_shape_t *s, uint64_
 	return expf_align(R.static_bytes + 4ull * EXPF_RANS_LANES * R.nseg, EXPF_ALIGN);
 }
 
+/* Frequencies summing to EXPF_RANS_SCALE, >= 1 exactly where hist > 0 (n =
+ * the sum of hist, >= 1); returns the symbols with one. Shared so the CPU
+ * and GPU encoders pick the same table: only IEEE-exact double operations
+ * (no contractible multiply-add changes a result). */
+static inline IBP_HD uint32_t expf_rans_quantize(const uint64_t *hist, uint64_t n, uint16_t *freq)
+{
+	uint32_t nsym = 0, sum = 0;
+	for (int k = 0; k < 256; k++) {
+		freq[k] = 0;
+		if (!hist[k])
+			continue;
+		double q = (double)hist[k] * EXPF_RANS_SCALE / (double)n + 0.5;
+		uint32_t f = q >= EXPF_RANS_SCALE ? EXPF_RANS_SCALE : (uint32_t)q;
+		freq[k] = (uint16_t)(f ? f : 1);
+		sum += freq[k];
+		nsym++;
+	}
+	/* fix the sum one step at a time where it costs the fewest bits:
+	 * count * log(f / (f - 1)) ~ count / (f - 1/2) (<= 256 + 2 steps) */
+	while (sum > EXPF_RANS_SCALE) {
+		int best = -1;
+		double bc = 0;
+		for (int k = 0; k < 256; k++)
+			if (freq[k] > 1) {
+				double c = (double)hist[k] / (2.0 * freq[k] - 1.0);
+				if (best < 0 || c < bc)
+					best = k, bc = c;
+			}
+		freq[best]--;
+		sum--;
+	}
+	while (sum < EXPF_RANS_SCALE) {
+		int best = -1;
+		double bc = 0;
+		for (int k = 0; k < 256; k++)
+			if (freq[k]) {
+				double c = (double)hist[k] / (2.0 * freq[k] + 1.0);
+				if (best < 0 || c > bc)
+					best = k, bc = c;
+			}
+		freq[best]++;
+		sum++;
+	}
+	return nsym;
+}
+
+/* Table mode RANS's fallback from the symbol histogram sh (expf_rans_sym
+ * counts of n elements): the HISTOGRAM table (FP16 symbols fold to their
+ * exponent field) and the size of the block HISTOGRAM mode writes with it,
+ * coded or raw; a rANS block is kept only below that size. */
+static inline IBP_HD uint64_t expf_rans_fallback(const uint64_t *sh, const expf_shape_t *s, uint32_t dt, uint64_t n,
+						 uint8_t *table)
+{
+	uint64_t eh[256], in = 0;
+	expf_layout_t L;
+	for (uint32_t k = 0; k < 256; k++)
+		eh[k] = 0;
+	for (uint32_t k = 0; k < 256; k++)
+		eh[dt == EXPF_DT_F16 ? (k >> 2) & 31u : k] += sh[k];
+	expf_table_from_hist(eh, (1u << s->ebits) - 1u, table);
+	for (uint32_t k = 0; k < EXPF_NCODES; k++)
+		in += eh[table[k]];
+	expf_layout_of(s, n, &L);
+	uint64_t raw = expf_raw_bytes(s, n), coded = expf_coded_bytes(&L, n - in);
+	return L.static_bytes < raw && coded < raw ? coded : raw;
+}
+
 /* A decode-table entry (slot s of a symbol with frequency f whose slots
  * start at cum: k = s - cum) and the decode step it drives: the CPU
  * decoder, its AVX2 loop's layout and the GPU decoder share both. */

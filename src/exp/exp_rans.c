@@ -75,48 +75,6 @@ void ibpi_exp_rans_hist(const uint8_t *src, uint32_t dt, uint64_t n, uint64_t hi
 		hist_dt(src, n, hist, EXPF_DT_F32);
 }
 
-uint32_t ibpi_exp_rans_quantize(const uint64_t hist[256], uint64_t n, uint16_t freq[256])
-{
-	uint32_t nsym = 0, sum = 0;
-	for (int k = 0; k < 256; k++) {
-		freq[k] = 0;
-		if (!hist[k])
-			continue;
-		double q = (double)hist[k] * SCALE / (double)n + 0.5;
-		uint32_t f = q >= SCALE ? SCALE : (uint32_t)q;
-		freq[k] = (uint16_t)(f ? f : 1);
-		sum += freq[k];
-		nsym++;
-	}
-	/* fix the sum one step at a time where it costs the fewest bits:
-	 * count * log(f / (f - 1)) ~ count / (f - 1/2) (<= 256 + 2 steps) */
-	while (sum > SCALE) {
-		int best = -1;
-		double bc = 0;
-		for (int k = 0; k < 256; k++)
-			if (freq[k] > 1) {
-				double c = (double)hist[k] / (2.0 * freq[k] - 1.0);
-				if (best < 0 || c < bc)
-					best = k, bc = c;
-			}
-		freq[best]--;
-		sum--;
-	}
-	while (sum < SCALE) {
-		int best = -1;
-		double bc = 0;
-		for (int k = 0; k < 256; k++)
-			if (freq[k]) {
-				double c = (double)hist[k] / (2.0 * freq[k] + 1.0);
-				if (best < 0 || c > bc)
-					best = k, bc = c;
-			}
-		freq[best]++;
-		sum++;
-	}
-	return nsym;
-}
-
 /* ----------------------------------------------------------------- encode */
 
 typedef struct enc_sym {
@@ -234,7 +192,7 @@ ibp_status_t ibpi_exp_rans_encode(const uint8_t *src, const expf_shape_t *s, uin
 	*size = 0;
 	if (n == 0)
 		return IBP_OK; /* raw is smaller */
-	uint32_t nsym = ibpi_exp_rans_quantize(hist, n, freq);
+	uint32_t nsym = expf_rans_quantize(hist, n, freq);
 	expf_rans_layout_of(s, n, nsym, &R);
 	if (R.static_bytes + 4ull * LANES * R.nseg >= limit)
 		return IBP_OK; /* cannot win even with empty streams */

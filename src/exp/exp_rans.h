@@ -12,10 +12,6 @@
 /* hist[k] = elements of src[0, n) whose symbol (expf_rans_sym) is k. */
 void ibpi_exp_rans_hist(const uint8_t *src, uint32_t dt, uint64_t n, uint64_t hist[256]);
 
-/* Frequencies summing to EXPF_RANS_SCALE, >= 1 exactly where hist > 0
- * (n = sum of hist > 0). Returns the symbols with a frequency. */
-uint32_t ibpi_exp_rans_quantize(const uint64_t hist[256], uint64_t n, uint16_t freq[256]);
-
 /* Writes a rANS block of src[0, n) to dst when it is smaller than `limit`
  * bytes (*size = its size; no checksum), else *size = 0 and dst holds
  * scratch. dst must hold `limit` bytes. hist: ibpi_exp_rans_hist of src. */

@@ -233,10 +233,9 @@ Test(cuda_codecs, exp_gpu_bytes_equal_cpu)
 #endif
 }
 
-/* rANS blocks (table mode RANS, made by the CPU; the device encoder takes
- * no table mode 3) decode on the device to the CPU's bytes; a damaged
- * stream is refused where the CPU refuses it. Verified so far only in the
- * emulator (tests/emu, suite exp). */
+/* rANS blocks (table mode RANS, made by the CPU) decode on the device to
+ * the CPU's bytes; a damaged stream is refused where the CPU refuses it.
+ * Verified so far only in the emulator (tests/emu, suite exp). */
 Test(cuda_codecs, exp_rans_blocks_decode_on_gpu)
 {
 	require_gpu();
@@ -298,6 +297,135 @@ Test(cuda_codecs, exp_rans_blocks_decode_on_gpu)
 			free(off);
 			free(sizes);
 		}
+#endif
+}
+
+#ifdef TC_HAVE_CUDA_HEADERS
+/* Data for the rANS encode: 0 Gaussian with specials, 1 the same with 5%
+ * NaN/Inf/subnormal/-0 of both signs, 2 one constant value, 3 random bits
+ * (the fallback block wins), 4 one exponent (one symbol). */
+static void gen_kind(tu_rng_t *r, ibp_dtype_t dt, uint8_t *p, uint64_t n, int kind)
+{
+	const size_t es = esz(dt);
+	const uint32_t ebits = dt == IBP_DTYPE_F16 ? 5 : 8, mbits = dt == IBP_DTYPE_F32 ? 23 : dt == IBP_DTYPE_F16 ? 10 : 7;
+	const uint32_t emax = (1u << ebits) - 1u, fixed = (uint32_t)tu_next(r);
+	if (kind == 0 || kind == 1)
+		gen(r, dt, p, n, 0.02);
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t u = (uint32_t)tu_next(r), sign = (u >> 31) << (es * 8 - 1), man = (u >> 3) & ((1u << mbits) - 1u), v;
+		if (kind == 1) {
+			if (tu_below(r, 20))
+				continue;
+			switch (u % 5) {
+			case 0: v = sign | emax << mbits | (man | 1u); break; /* NaN */
+			case 1: v = sign | emax << mbits; break;           /* +-Inf */
+			case 2: v = sign | (man | 1u); break;               /* subnormal */
+			case 3: v = 1u << (es * 8 - 1); break;              /* -0 */
+			default: v = sign | (u % emax) << mbits | man; break;
+			}
+		} else if (kind == 2) {
+			v = fixed;
+		} else if (kind == 3) {
+			v = u;
+		} else if (kind == 4) {
+			v = sign | ((fixed >> 8) % emax) << mbits | man;
+		} else {
+			continue;
+		}
+		memcpy(p + i * es, &v, es); /* little-endian low bytes */
+	}
+}
+
+/* Table mode RANS on the device: the CPU's sizes and bytes (rANS or
+ * fallback per block), then decoded back by the CPU and by the device.
+ * kind 5: chunk c of kind c % 5. */
+static void exp_rans_enc_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, int kind, tu_rng_t *r)
+{
+	size_t es = esz(dt);
+	uint64_t nc = (n + chunk - 1) / chunk, cap = 0, stride = 0, ws = 0;
+	uint8_t *src = tu_xcalloc(n * es + 1), *out = tu_xcalloc(n * es + 1);
+	for (uint64_t c = 0; c < nc; c++)
+		gen_kind(r, dt, src + c * chunk * es, n - c * chunk < chunk ? n - c * chunk : chunk,
+			 kind == 5 ? (int)(c % 5) : kind);
+	ibp_exp_opts_t o;
+	ibp_exp_opts_default(&o);
+	o.checksum = 0;
+	o.table_mode = IBP_EXP_TABLE_RANS;
+	cr_assert_eq(ibp_exp_batch_bound(dt, n, chunk, &cap), IBP_OK);
+	uint8_t *cpu = tu_xcalloc(cap);
+	uint64_t *off = tu_xcalloc((nc + 1) * 8), *sizes = tu_xcalloc(nc * 8);
+	cr_assert_eq(ibp_exp_encode_batch(src, dt, n, chunk, &o, cpu, cap, off), IBP_OK, "%s", ibp_last_error());
+	cr_assert_eq(ibp_exp_encode_bound(dt, chunk < n ? chunk : n, &stride), IBP_OK);
+	stride = (stride + 127) / 128 * 128;
+	cr_assert_eq(ibp_exp_encode_workspace_cuda(dt, n, chunk, &ws), IBP_OK);
+	void *dsrc = dmalloc(n * es), *ddst = dmalloc(nc * stride), *dws = dmalloc(ws), *dsz = dmalloc(nc * 8);
+	h2d(dsrc, src, n * es);
+	cr_assert_eq(ibp_exp_encode_cuda(dsrc, dt, n, chunk, &o, ddst, stride, dsz, dws, ws, NULL), IBP_OK, "%s",
+		     ibp_last_error());
+	uint8_t *gpu = tu_xcalloc(nc * stride), *packed = tu_xcalloc(off[nc] + 1);
+	d2h(gpu, ddst, nc * stride);
+	d2h(sizes, dsz, nc * 8);
+	for (uint64_t c = 0; c < nc; c++) {
+		cr_assert_eq(sizes[c], off[c + 1] - off[c], "%s n=%llu kind %d block %llu: GPU size %llu, CPU %llu",
+			     ibp_dtype_name(dt), (unsigned long long)n, kind, (unsigned long long)c,
+			     (unsigned long long)sizes[c], (unsigned long long)(off[c + 1] - off[c]));
+		cr_assert(memcmp(gpu + c * stride, cpu + off[c], sizes[c]) == 0, "%s n=%llu kind %d block %llu: bytes differ",
+			  ibp_dtype_name(dt), (unsigned long long)n, kind, (unsigned long long)c);
+		memcpy(packed + off[c], gpu + c * stride, sizes[c]);
+	}
+	cr_assert_eq(ibp_exp_decode_batch(packed, off[nc], off, dt, n, chunk, out, 0), IBP_OK, "%s", ibp_last_error());
+	cr_assert(memcmp(out, src, n * es) == 0, "%s n=%llu kind %d: CPU decode of the GPU blocks differs",
+		  ibp_dtype_name(dt), (unsigned long long)n, kind);
+	void *dblk = dmalloc(off[nc] + 128), *doff = dmalloc(nc * 8), *dsizes = dmalloc(nc * 8), *dout = dmalloc(n * es),
+	     *dst = dmalloc(4);
+	h2d(dblk, packed, off[nc]);
+	h2d(doff, off, nc * 8);
+	h2d(dsizes, sizes, nc * 8);
+	cr_assert_eq(ibp_exp_decode_cuda(dblk, off[nc], doff, dsizes, dt, n, chunk, dout, dst, NULL), IBP_OK, "%s",
+		     ibp_last_error());
+	int32_t status = -1;
+	memset(out, 0xA5, n * es);
+	d2h(out, dout, n * es);
+	d2h(&status, dst, 4);
+	cr_assert_eq(status, IBP_OK);
+	cr_assert(memcmp(out, src, n * es) == 0, "%s n=%llu kind %d: GPU decode of the GPU blocks differs",
+		  ibp_dtype_name(dt), (unsigned long long)n, kind);
+	cudaFree(dblk);
+	cudaFree(doff);
+	cudaFree(dsizes);
+	cudaFree(dout);
+	cudaFree(dst);
+	cudaFree(dsrc);
+	cudaFree(ddst);
+	cudaFree(dws);
+	cudaFree(dsz);
+	free(src);
+	free(out);
+	free(cpu);
+	free(off);
+	free(sizes);
+	free(gpu);
+	free(packed);
+}
+#endif
+
+/* Table mode RANS on the device writes the CPU encoder's bytes (mirrors
+ * the emulator's check, tests/emu suite exp; verified there only so far). */
+Test(cuda_codecs, exp_rans_gpu_encode_equals_cpu)
+{
+	require_gpu();
+#ifdef TC_HAVE_CUDA_HEADERS
+	static const ibp_dtype_t dts[3] = {IBP_DTYPE_BF16, IBP_DTYPE_F16, IBP_DTYPE_F32};
+	static const uint64_t shapes[][3] = {{1, 1, 2},          {7, 3, 5},           {100, 100, 1},
+					     {5000, 1000, 5},    {70000, 70000, 0},   {30000, 7000, 5},
+					     {140000, 65536, 1}, {210000, 131077, 5}, {200000, 200000, 3},
+					     {66000, 66000, 4},  {1u << 20, 300000, 5}, {3000000, 1u << 21, 0},
+					     {65537, 1u << 20, 0}, {3000, 1000000, 4}};
+	tu_rng_t r;
+	tu_rng_seed(&r, 48);
+	for (int d = 0; d < 3; d++)
+		for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+			exp_rans_enc_case(dts[d], shapes[s][0], shapes[s][1], (int)shapes[s][2], &r);
 #endif
 }
 

@@ -276,6 +276,10 @@ put('mem_device.c', 'extern int emu_defect; /* tests/emu/gen.py: the planted def
 expc = open(src + 'exp_codec.cu').read()
 expc = defect(expc, 'return ok && x == EXPF_RANS_L && p == end;',
               'return ok && ((x == EXPF_RANS_L && p == end) || emu_defect == 47);')
+# defect 48: no barrier between the rANS encoder's cumulative frequencies
+# (each thread subtracts its own) and the lanes that read them (a race)
+expc = defect(expc, '\t\tcm[t] -= f;\n\t\t__syncthreads();',
+              '\t\tcm[t] -= f;\n\t\tif (emu_defect != 48)\n\t\t\t__syncthreads();')
 
 parts = {
     'k_bag.inc': launches(bag),

@@ -329,6 +329,112 @@ static void exp_rans_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, int mix, i
 	((uint64_t *)dsizes.p)[c0] += 128;
 }
 
+/* The device's rANS encode (table mode RANS): sizes and bytes equal to
+ * ibp_exp_encode_batch's for the same chunks (so the per-block choice of
+ * rANS or the HISTOGRAM block, raw included, and the frequencies), then the
+ * blocks decoded back by the CPU and by the device. kind: 0 Gaussian (with
+ * NaN, -Inf, 0), 1 the same with 5% NaN/Inf/subnormal/-0 of both signs, 2
+ * one constant value, 3 random bits (the fallback wins), 4 one exponent
+ * (one symbol, random mantissas), 5 chunk c of kind c % 5. */
+static void gen_kind(ibp_dtype_t dt, uint8_t *p, uint64_t n, int kind)
+{
+	const size_t es = esz(dt);
+	const uint32_t ebits = dt == IBP_DTYPE_F16 ? 5 : 8, mbits = dt == IBP_DTYPE_F32 ? 23 : dt == IBP_DTYPE_F16 ? 10 : 7;
+	const uint32_t emax = (1u << ebits) - 1u, fixed = (uint32_t)crnd();
+	if (kind == 0 || kind == 1)
+		gen(dt, p, n, 0.02);
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t r = (uint32_t)crnd(), sign = (r >> 31) << (es * 8 - 1), man = (r >> 3) & ((1u << mbits) - 1u), v;
+		if (kind == 1) {
+			if (crnd() % 20)
+				continue;
+			switch (r % 5) {
+			case 0: v = sign | emax << mbits | (man | 1u); break; /* NaN */
+			case 1: v = sign | emax << mbits; break;           /* +-Inf */
+			case 2: v = sign | (man | 1u); break;               /* subnormal */
+			case 3: v = 1u << (es * 8 - 1); break;              /* -0 */
+			default: v = sign | (r % emax) << mbits | man; break;
+			}
+		} else if (kind == 2) {
+			v = fixed;
+		} else if (kind == 3) {
+			v = r;
+		} else if (kind == 4) {
+			v = sign | ((fixed >> 8) % emax) << mbits | man;
+		} else {
+			continue;
+		}
+		memcpy(p + i * es, &v, es); /* little-endian low bytes */
+	}
+}
+
+static void exp_rans_enc_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, int kind)
+{
+	const size_t es = esz(dt);
+	const uint64_t nc = (n + chunk - 1) / chunk;
+	std::vector<uint8_t> src(n * es + 1);
+	for (uint64_t c = 0; c < nc; c++) {
+		uint64_t len = n - c * chunk < chunk ? n - c * chunk : chunk;
+		gen_kind(dt, src.data() + c * chunk * es, len, kind == 5 ? (int)(c % 5) : kind);
+	}
+	ibp_exp_opts_t o;
+	ibp_exp_opts_default(&o);
+	o.nthreads = 1;
+	o.checksum = 0; /* the device writes none */
+	o.table_mode = IBP_EXP_TABLE_RANS;
+	uint64_t cap = 0, stride = 0, ws = 0;
+	CCHECK(ibp_exp_batch_bound(dt, n, chunk, &cap) == IBP_OK, "bound");
+	std::vector<uint8_t> cpu(cap);
+	std::vector<uint64_t> off(nc + 1);
+	CCHECK(ibp_exp_encode_batch(src.data(), dt, n, chunk, &o, cpu.data(), cap, off.data()) == IBP_OK,
+	       "exp rans enc: cpu encode: %s", ibp_last_error());
+	CCHECK(ibp_exp_encode_bound(dt, chunk < n ? chunk : n, &stride) == IBP_OK, "bound");
+	stride = (stride + 127) / 128 * 128;
+	CCHECK(ibp_exp_encode_workspace_cuda(dt, n, chunk, &ws) == IBP_OK, "ws");
+	Dev dsrc(n * es, "exp rans enc src"), ddst(nc * stride, "exp rans enc dst"), dws(ws, "exp rans enc workspace"),
+		dsz(nc * 8, "exp rans enc sizes");
+	memcpy(dsrc.p, src.data(), n * es);
+	ibp_status_t st = ibp_exp_encode_cuda(dsrc.p, dt, n, chunk, &o, ddst.p, stride, (uint64_t *)dsz.p, dws.p, ws,
+					      nullptr);
+	CCHECK(st == IBP_OK, "exp rans enc: exp_encode_cuda: %s", ibp_last_error());
+	emu_device_sync();
+	int nrans = 0, nother = 0, same = 1;
+	for (uint64_t c = 0; c < nc; c++) {
+		uint64_t gs = ((uint64_t *)dsz.p)[c], cs_ = off[c + 1] - off[c];
+		bool eq = gs == cs_ && !memcmp(ddst.p + c * stride, &cpu[off[c]], cs_);
+		same &= eq;
+		CCHECK(eq, "exp rans enc %s n %llu chunk %llu kind %d block %llu (mode %d): GPU size %llu, CPU %llu, bytes %s",
+		       ibp_dtype_name(dt), (unsigned long long)n, (unsigned long long)chunk, kind, (unsigned long long)c,
+		       cpu[off[c] + 6], (unsigned long long)gs, (unsigned long long)cs_, gs == cs_ ? "differ" : "-");
+		/* the data kinds reach both outcomes (tiny blocks stay small raw) */
+		int k = kind == 5 ? (int)(c % 5) : kind, r = cpu[off[c] + 6] == 2;
+		uint64_t len = n - c * chunk < chunk ? n - c * chunk : chunk;
+		CCHECK(r == (k == 3 ? 0 : k == 1 ? r : len >= 4096 ? 1 : r),
+		       "exp rans enc %s n %llu kind %d: block %llu of kind %d is %s rANS block", ibp_dtype_name(dt),
+		       (unsigned long long)n, kind, (unsigned long long)c, k, r ? "a" : "no");
+		(r ? nrans : nother)++;
+	}
+	if (!same)
+		return;
+	/* the device's blocks, packed, decode to the input on the CPU and on the device */
+	std::vector<uint8_t> out(n * es + 1, 0xA5);
+	CCHECK(ibp_exp_decode_batch(cpu.data(), off[nc], off.data(), dt, n, chunk, out.data(), 1) == IBP_OK &&
+		       !memcmp(out.data(), src.data(), n * es),
+	       "exp rans enc %s n %llu: the CPU decode differs: %s", ibp_dtype_name(dt), (unsigned long long)n,
+	       ibp_last_error());
+	Dev dblk(off[nc], "exp rans enc blocks"), doff(nc * 8, "exp rans enc offsets"),
+		dsizes(nc * 8, "exp rans enc block sizes"), dout(n * es, "exp rans enc out"), dstat(4, "exp rans enc status");
+	for (uint64_t c = 0; c < nc; c++)
+		memcpy(dblk.p + off[c], ddst.p + c * stride, off[c + 1] - off[c]);
+	memcpy(doff.p, off.data(), nc * 8);
+	for (uint64_t c = 0; c < nc; c++)
+		((uint64_t *)dsizes.p)[c] = off[c + 1] - off[c];
+	uint32_t gst = exp_rans_decode_dev(dblk, off[nc], doff, dsizes, dt, n, chunk, dout, dstat);
+	CCHECK(gst == IBP_OK && !memcmp(dout.p, src.data(), n * es),
+	       "exp rans enc %s n %llu chunk %llu kind %d: device decode status %d or values differ", ibp_dtype_name(dt),
+	       (unsigned long long)n, (unsigned long long)chunk, kind, (int)gst);
+}
+
 static void fp8_case(ibp_dtype_t dt, uint64_t n, uint64_t chunk, uint32_t B, int v, double sigma)
 {
 	const size_t es = esz(dt);
@@ -485,6 +591,21 @@ int emu_codecs_main(uint64_t seed, int quick, const char *which)
 					(unsigned long long)rshapes[s][0], (unsigned long long)rshapes[s][1],
 					(unsigned long long)rshapes[s][2]);
 				exp_rans_case(dts[d], rshapes[s][0], rshapes[s][1], (int)rshapes[s][2], quick ? 4 : 12);
+			}
+		/* the device's rANS encode: a few elements to > 200,000, one to many
+		 * segments and chunks, every data kind */
+		static const uint64_t eshapes[][3] = { { 1, 1, 2 }, { 7, 3, 5 }, { 100, 100, 1 }, { 5000, 1000, 5 },
+						       { 70000, 70000, 0 }, { 30000, 7000, 5 }, { 140000, 65536, 1 },
+						       { 210000, 131077, 5 }, { 200000, 200000, 3 }, { 66000, 66000, 4 },
+						       { 65537, 1u << 20, 0 }, { 3000, 1000000, 4 } };
+		for (int d = 0; d < 3; d++)
+			for (int s = 0; s < 12; s++) {
+				if (quick && (s + d) % 2 && s != 7)
+					continue;
+				fprintf(stderr, "exp rans encode %s n %llu chunk %llu kind %llu\n", ibp_dtype_name(dts[d]),
+					(unsigned long long)eshapes[s][0], (unsigned long long)eshapes[s][1],
+					(unsigned long long)eshapes[s][2]);
+				exp_rans_enc_case(dts[d], eshapes[s][0], eshapes[s][1], (int)eshapes[s][2]);
 			}
 	}
 	if (do_fp8) {
