@@ -453,6 +453,21 @@ static __device__ inline uint64_t expk_rans_lane_end(uint64_t m, uint32_t j)
 	return end;
 }
 
+/* a[t] = a[0] + ... + a[t] for t < 256, a in shared memory, each thread t
+ * of a 256-thread block holding a[t] (written before the call); every
+ * thread calls it (barriers). The rANS encoder's and decoder's frequency
+ * tables (each entry < 2^16: no overflow). */
+static __device__ void expk_scan256(uint32_t *a, uint32_t t)
+{
+	__syncthreads();
+	for (uint32_t o = 1; o < 256; o <<= 1) {
+		uint32_t add = t >= o ? a[t - o] : 0u;
+		__syncthreads();
+		a[t] += add;
+		__syncthreads();
+	}
+}
+
 /* A CUDA block takes 16 segments of a chunk, a thread one lane: symbols
  * from the lane's last back to its first (docs/CODECS.md, encoder), the
  * stream ending at its area's end; lens = its bytes. */
@@ -471,13 +486,7 @@ expk_rans_enc(const uint8_t *src, expk_batch b, uint64_t bq, const uint16_t *fre
 		uint32_t f = freq[256 * c + t];
 		fr[t] = f;
 		cm[t] = f;
-		__syncthreads();
-		for (uint32_t o = 1; o < 256; o <<= 1) {
-			uint32_t add = t >= o ? cm[t - o] : 0u;
-			__syncthreads();
-			cm[t] += add;
-			__syncthreads();
-		}
+		expk_scan256(cm, t);
 		cm[t] -= f;
 		__syncthreads();
 		uint64_t g = q * (EXPK_THREADS / EXPF_RANS_LANES) + t / EXPF_RANS_LANES;
@@ -967,13 +976,7 @@ expk_rans_decode(const uint8_t *src, uint64_t src_bytes, const uint64_t *offsets
 				     : 0u;
 		/* inclusive scan of the frequencies (each < 2^16: no overflow) */
 		cum[t] = f;
-		__syncthreads();
-		for (uint32_t o = 1; o < 256; o <<= 1) {
-			uint32_t add = t >= o ? cum[t - o] : 0u;
-			__syncthreads();
-			cum[t] += add;
-			__syncthreads();
-		}
+		expk_scan256(cum, t);
 		bool fok = !(present && f == 0) && cum[255] == EXPF_RANS_SCALE;
 		if (!__syncthreads_and(fok)) {
 			if (t == 0)
