@@ -715,7 +715,7 @@ static ibp_status_t decode_block(const uint8_t *src, uint64_t src_size, uint32_t
 		return IBP_OK;
 	}
 	if (src[EXPF_OFF_MODE] == EXPF_MODE_RANS)
-		return ibpi_exp_rans_decode(src, &s, dt, n, info.escapes, dst, split, dst2, nthreads, exp_isa() > 0);
+		return ibpi_exp_rans_decode(src, &s, dt, n, info.escapes, dst, split, dst2, nthreads, exp_isa());
 	IBP_TRY(check_coded_frame(src, &s, &L, info.escapes));
 	exp_dec_block_t *b = malloc(sizeof(*b));
 	if (!b)

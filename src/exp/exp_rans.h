@@ -26,9 +26,10 @@ ibp_status_t ibpi_exp_rans_parse(const uint8_t *h, uint64_t src_size, const expf
 
 /* Decodes a parsed mode-2 block (untrusted body): elements [0, split) to
  * dst, [split, n) to dst2 (split >= n: all to dst). IBP_ERR_CORRUPT on any
- * inconsistency. avx2: use the AVX2 loop (the CPU has it). */
+ * inconsistency. isa: 2 the AVX-512 loop, 1 the AVX2 loop (the CPU has
+ * it), 0 the portable one. */
 ibp_status_t ibpi_exp_rans_decode(const uint8_t *src, const expf_shape_t *s, uint32_t dt, uint64_t n,
 				  uint64_t streams, uint8_t *dst, uint64_t split, uint8_t *dst2, int nthreads,
-				  int avx2);
+				  int isa);
 
 #endif /* IBP_EXP_RANS_H */
