@@ -305,6 +305,21 @@ expk_enc_groups(const uint8_t *src, expk_batch b, uint8_t *dst, uint64_t stride,
 	}
 }
 
+/* a[t] = a[0] + ... + a[t] for t < N, a in shared memory, thread t of an
+ * N-thread block holding a[t] (written before the call); every thread
+ * calls it (barriers). The encoder's group prefixes and rANS directory
+ * (N = EXPK_SCAN_THREADS), the rANS frequency tables (N = 256). */
+template <typename T, uint32_t N> static __device__ void expk_scan(T *a, uint32_t t)
+{
+	__syncthreads();
+	for (uint32_t o = 1; o < N; o <<= 1) {
+		T add = t >= o ? a[t - o] : (T)0;
+		__syncthreads();
+		a[t] += add;
+		__syncthreads();
+	}
+}
+
 /* Per chunk: escape prefixes (exclusive scan of the group counts), the
  * raw-or-coded decision, header, zero padding and the block size. */
 __global__ void __launch_bounds__(EXPK_SCAN_THREADS)
@@ -328,13 +343,7 @@ expk_scan_chunks(expk_batch b, uint8_t *dst, uint64_t stride, const uint8_t *tab
 			uint64_t gi = t0 + t;
 			unsigned long long v = gi < L.ngroups ? counts[c * b.gpc + gi] : 0ull;
 			sc[t] = v;
-			__syncthreads();
-			for (uint32_t off = 1; off < EXPK_SCAN_THREADS; off <<= 1) {
-				unsigned long long add = t >= off ? sc[t - off] : 0ull;
-				__syncthreads();
-				sc[t] += add;
-				__syncthreads();
-			}
+			expk_scan<unsigned long long, EXPK_SCAN_THREADS>(sc, t);
 			if (gi < L.ngroups)
 				expf_st64(blk + L.off_prefix + 8 * gi, carry + sc[t] - v);
 			__syncthreads();
@@ -453,21 +462,6 @@ static __device__ inline uint64_t expk_rans_lane_end(uint64_t m, uint32_t j)
 	return end;
 }
 
-/* a[t] = a[0] + ... + a[t] for t < 256, a in shared memory, each thread t
- * of a 256-thread block holding a[t] (written before the call); every
- * thread calls it (barriers). The rANS encoder's and decoder's frequency
- * tables (each entry < 2^16: no overflow). */
-static __device__ void expk_scan256(uint32_t *a, uint32_t t)
-{
-	__syncthreads();
-	for (uint32_t o = 1; o < 256; o <<= 1) {
-		uint32_t add = t >= o ? a[t - o] : 0u;
-		__syncthreads();
-		a[t] += add;
-		__syncthreads();
-	}
-}
-
 /* A CUDA block takes 16 segments of a chunk, a thread one lane: symbols
  * from the lane's last back to its first (docs/CODECS.md, encoder), the
  * stream ending at its area's end; lens = its bytes. */
@@ -486,7 +480,7 @@ expk_rans_enc(const uint8_t *src, expk_batch b, uint64_t bq, const uint16_t *fre
 		uint32_t f = freq[256 * c + t];
 		fr[t] = f;
 		cm[t] = f;
-		expk_scan256(cm, t);
+		expk_scan<uint32_t, 256>(cm, t);
 		cm[t] -= f;
 		__syncthreads();
 		uint64_t g = q * (EXPK_THREADS / EXPF_RANS_LANES) + t / EXPF_RANS_LANES;
@@ -572,13 +566,7 @@ expk_rans_size(expk_batch b, const uint16_t *freq, uint64_t *info, const uint16_
 				for (uint32_t k = 0; k < EXPF_RANS_LANES; k++)
 					v += ln[g * EXPF_RANS_LANES + k];
 			sc[t] = v;
-			__syncthreads();
-			for (uint32_t off = 1; off < EXPK_SCAN_THREADS; off <<= 1) {
-				unsigned long long add = t >= off ? sc[t - off] : 0ull;
-				__syncthreads();
-				sc[t] += add;
-				__syncthreads();
-			}
+			expk_scan<unsigned long long, EXPK_SCAN_THREADS>(sc, t);
 			if (g < R.nseg) {
 				uint8_t *d = blk + R.off_dir + (uint64_t)EXPF_RANS_DIR_BYTES * g;
 				expf_st64(d, carry + sc[t]);
@@ -976,7 +964,7 @@ expk_rans_decode(const uint8_t *src, uint64_t src_bytes, const uint64_t *offsets
 				     : 0u;
 		/* inclusive scan of the frequencies (each < 2^16: no overflow) */
 		cum[t] = f;
-		expk_scan256(cum, t);
+		expk_scan<uint32_t, 256>(cum, t);
 		bool fok = !(present && f == 0) && cum[255] == EXPF_RANS_SCALE;
 		if (!__syncthreads_and(fok)) {
 			if (t == 0)
