@@ -398,25 +398,42 @@ static void enc_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 	b->range_esc[tid] = ibpi_exp_enc_groups_portable(b, begin, end, esc);
 }
 
-static void write_raw(const uint8_t *src, const expf_shape_t *s, uint32_t dt, uint64_t n, uint8_t *dst,
-		      uint64_t *size)
+/* Where a block's elements come from: [0, split) at src, the rest at src2. */
+typedef struct enc_in {
+	const uint8_t *src, *src2;
+	uint64_t split;
+	int prefetch; /* the source is likely not cached */
+} enc_in_t;
+
+static enc_in_t whole(const uint8_t *src)
+{
+	return (enc_in_t){ src, NULL, UINT64_MAX, 0 };
+}
+
+static void write_raw(enc_in_t in, const expf_shape_t *s, uint32_t dt, uint64_t n, uint8_t *dst, uint64_t *size)
 {
 	uint64_t raw = expf_raw_bytes(s, n);
 	expf_write_header(dst, dt, EXPF_MODE_RAW, 0, n, NULL, 0, raw, raw);
-	if (n)
-		memcpy(dst + EXPF_HEADER_BYTES, src, n * s->esize);
+	const uint64_t n0 = in.split < n ? in.split : n;
+	if (n0)
+		memcpy(dst + EXPF_HEADER_BYTES, in.src, n0 * s->esize);
+	if (n > n0)
+		memcpy(dst + EXPF_HEADER_BYTES + n0 * s->esize, in.src2, (n - n0) * s->esize);
 	memset(dst + EXPF_HEADER_BYTES + n * s->esize, 0, raw - EXPF_HEADER_BYTES - n * s->esize);
 	*size = raw;
 }
 
 /* One block; the table is resolved; nt threads at most. */
-static ibp_status_t encode_block(const uint8_t *src, const expf_shape_t *s, uint32_t dt, uint64_t n,
+static ibp_status_t encode_block(enc_in_t in, const expf_shape_t *s, uint32_t dt, uint64_t n,
 				 const uint8_t *table, uint32_t tsrc, int nthreads, uint8_t *dst, uint64_t *size)
 {
 	exp_enc_block_t *b = malloc(sizeof(*b));
 	if (!b)
 		return ibpi_fail(IBP_ERR_NOMEM, "exp_encode: no memory for %zu bytes", sizeof(*b));
-	b->src = src;
+	b->src = in.src;
+	b->src2 = in.src2;
+	b->split = in.split;
+	b->prefetch = in.prefetch;
 	b->dst = dst;
 	b->s = *s;
 	b->dt = dt;
@@ -429,7 +446,7 @@ static ibp_status_t encode_block(const uint8_t *src, const expf_shape_t *s, uint
 	if (L->static_bytes >= raw) {
 		/* even with no escape the coded block cannot be smaller */
 		free(b);
-		write_raw(src, s, dt, n, dst, size);
+		write_raw(in, s, dt, n, dst, size);
 		return IBP_OK;
 	}
 	uint64_t per = L->ngroups / MIN_GROUPS_PER_THREAD;
@@ -460,7 +477,7 @@ static ibp_status_t encode_block(const uint8_t *src, const expf_shape_t *s, uint
 	L = &Lc;
 	uint64_t coded = expf_coded_bytes(L, esc);
 	if (coded >= raw) {
-		write_raw(src, s, dt, n, dst, size);
+		write_raw(in, s, dt, n, dst, size);
 		return IBP_OK;
 	}
 	/* zero every gap so the block is canonical */
@@ -504,7 +521,7 @@ static ibp_status_t encode_rans(const uint8_t *src, const expf_shape_t *s, uint3
 	IBP_TRY(ibpi_exp_rans_encode(src, s, dt, n, sh, limit, nthreads, dst, size));
 	if (*size)
 		return IBP_OK;
-	return encode_block(src, s, dt, n, table, IBP_EXP_TABLE_HISTOGRAM, nthreads, dst, size);
+	return encode_block(whole(src), s, dt, n, table, IBP_EXP_TABLE_HISTOGRAM, nthreads, dst, size);
 }
 
 /* One block per opts (the table resolved here). */
@@ -515,7 +532,7 @@ static ibp_status_t encode_one(const uint8_t *src, const expf_shape_t *s, uint32
 	if (o->table_mode == IBP_EXP_TABLE_RANS)
 		return encode_rans(src, s, dt, n, nthreads, dst, size);
 	IBP_TRY(resolve_table(src, s, dt, n, o, table));
-	return encode_block(src, s, dt, n, table, (uint32_t)o->table_mode, nthreads, dst, size);
+	return encode_block(whole(src), s, dt, n, table, (uint32_t)o->table_mode, nthreads, dst, size);
 }
 
 ibp_status_t ibp_exp_encode(const void *src, ibp_dtype_t dt, uint64_t n, const ibp_exp_opts_t *opts, void *dst,
@@ -947,6 +964,32 @@ ibp_status_t ibp_exp_decode_batch_ext(const void *src, uint64_t src_size, const 
 			st = ibpi_fail(c->st[i], "exp_decode_batch: %s", c->msg[i]);
 	free(c);
 	return st;
+}
+
+ibp_status_t ibpi_exp_encode_split(const void *src, uint64_t split, const void *src2, ibp_dtype_t dt, uint64_t n,
+				   const ibp_exp_opts_t *opts, int prefetch, void *dst, uint64_t dst_cap, uint64_t *dst_size)
+{
+	expf_shape_t s;
+	if (!dst || !dst_size || !opts || (!src && n) || (split < n && (!src2 || split % 64)))
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_encode_split: NULL argument or split %llu not a multiple "
+				"of 64", (unsigned long long)split);
+	IBP_TRY(shape_for(dt, n, &s, "exp_encode_split"));
+	IBP_TRY(IBPI_OPTS_CHECK(opts, "exp_encode_split", "ibp_exp_opts_t"));
+	/* only tables that need no pass over the elements */
+	if (!(opts->table_mode == IBP_EXP_TABLE_SIGMA && opts->sigma > 0.0) && opts->table_mode != IBP_EXP_TABLE_GIVEN)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_encode_split: table mode %d%s reads the elements first",
+				(int)opts->table_mode, opts->table_mode == IBP_EXP_TABLE_SIGMA ? " with sigma 0" : "");
+	uint64_t bound = bound_of(&s, n);
+	if (dst_cap < bound)
+		return ibpi_fail(IBP_ERR_BUFFER_TOO_SMALL, "exp_encode_split: dst_cap %llu < bound %llu",
+				(unsigned long long)dst_cap, (unsigned long long)bound);
+	uint8_t table[8] = {0};
+	IBP_TRY(resolve_table(src, &s, (uint32_t)dt, n, opts, table));
+	IBP_TRY(encode_block((enc_in_t){ src, src2, split, prefetch != 0 }, &s, (uint32_t)dt, n, table,
+			     (uint32_t)opts->table_mode, 1, dst, dst_size));
+	if (opts->checksum)
+		seal_block(dst, *dst_size);
+	return IBP_OK;
 }
 
 ibp_status_t ibpi_exp_decode_split(const void *src, uint64_t src_size, ibp_dtype_t dt, uint64_t n, void *dst,

@@ -204,13 +204,12 @@ static inline __m512i narrow16x2(__m512i a, __m512i b)
  * code) appended in order. Same bytes as the portable loop; returns the
  * new escape count. */
 static inline __attribute__((always_inline)) uint64_t enc_word_avx512(const exp_enc_block_t *b, uint32_t dt, uint64_t w,
-								  uint8_t *esc, uint64_t nesc)
+								  const uint8_t *src, uint8_t *esc, uint64_t nesc)
 {
 	const expf_layout_t *L = &b->L;
 	const uint8_t *t = b->table;
 	uint8_t *planes = b->dst + L->off_planes;
 	const uint64_t i0 = w * 64;
-	const uint8_t *src = b->src + i0 * b->s.esize;
 	__m512i f;
 	if (dt == EXPF_DT_BF16 || dt == EXPF_DT_F16) {
 		const __m512i v0 = _mm512_loadu_si512(src), v1 = _mm512_loadu_si512(src + 64);
@@ -275,6 +274,13 @@ static inline __attribute__((always_inline)) uint64_t enc_word_avx512(const exp_
 }
 #endif
 
+/* Element i0's bytes in the source (i0 a multiple of 64: a word is in one
+ * part). */
+static inline const uint8_t *enc_src(const exp_enc_block_t *b, uint64_t i0)
+{
+	return i0 < b->split ? b->src + i0 * b->s.esize : b->src2 + (i0 - b->split) * b->s.esize;
+}
+
 static inline __attribute__((always_inline)) uint64_t enc_words(const exp_enc_block_t *b, uint32_t dt, uint64_t w0,
 								   uint64_t nw, uint64_t n, uint8_t *esc)
 {
@@ -286,10 +292,15 @@ static inline __attribute__((always_inline)) uint64_t enc_words(const exp_enc_bl
 	for (uint64_t w = w0; w < w0 + nw; w++) {
 		uint64_t i0 = w * 64;
 		uint32_t cnt = n - i0 < 64 ? (uint32_t)(n - i0) : 64u;
-		const uint8_t *src = b->src + i0 * s->esize;
+		const uint8_t *src = enc_src(b, i0);
+		if (b->prefetch && i0 + EXP_ENC_PF_ELEMS < n) { /* a source in DRAM: its lines asked for early */
+			const uint8_t *pf = enc_src(b, i0 + EXP_ENC_PF_ELEMS);
+			for (uint32_t k = 0; k < s->esize; k++)
+				__builtin_prefetch(pf + 64 * k, 0, 3);
+		}
 #if defined(EXP_AVX512)
 		if (cnt == 64) {
-			nesc = enc_word_avx512(b, dt, w, esc, nesc);
+			nesc = enc_word_avx512(b, dt, w, src, esc, nesc);
 			continue;
 		}
 #endif

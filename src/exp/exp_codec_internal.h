@@ -40,6 +40,8 @@ static inline void exp_st_elem(uint8_t *p, uint32_t v, uint32_t esize)
 
 typedef struct exp_enc_block {
 	const uint8_t *src;
+	const uint8_t *src2; /* elements from split on come from src2 (split a multiple of 64; else ~0) */
+	uint64_t split;
 	uint8_t *dst;
 	expf_shape_t s;
 	expf_layout_t L;
@@ -48,7 +50,12 @@ typedef struct exp_enc_block {
 	/* per tid: its group range and escapes */
 	uint64_t range_begin[IBP_MAX_THREADS], range_end[IBP_MAX_THREADS], range_esc[IBP_MAX_THREADS];
 	int isa; /* the encoder's build: 0 portable, 1 AVX2, 2 AVX-512 (BW + VBMI) */
+	int prefetch; /* 1: the source is not in cache (prefetched EXP_ENC_PF_ELEMS ahead) */
 } exp_enc_block_t;
+
+/* How far ahead the encoder prefetches an uncached source: a few hundred
+ * ns of encoding, about one DRAM latency. */
+#define EXP_ENC_PF_ELEMS 1024u
 
 typedef struct exp_dec_block {
 	const uint8_t *src;

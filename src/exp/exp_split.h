@@ -1,4 +1,4 @@
-/* exp_split.h - an exponent block decoded into two places (the KV
+/* exp_split.h - an exponent block encoded from, or decoded into, two places (the KV
  * offloader's host path: a block holds a K row then a V row, which live
  * apart in the cache). */
 #ifndef IBP_EXP_SPLIT_H
@@ -7,6 +7,16 @@
 #include <stdint.h>
 
 #include "ibp/exp.h"
+
+/* ibp_exp_encode on one thread of elements [0, split) at src and [split, n)
+ * at src2 (split a multiple of 64; split >= n: all from src): the same
+ * bytes as the elements side by side give. Only tables known without a
+ * pass over the elements (SIGMA with sigma > 0, GIVEN), else
+ * IBP_ERR_INVALID_ARG, as for a bad split or a NULL source that would be
+ * read. prefetch = 1 when the elements are likely in DRAM (the encoder
+ * asks for them ahead of its loads). */
+ibp_status_t ibpi_exp_encode_split(const void *src, uint64_t split, const void *src2, ibp_dtype_t dt, uint64_t n,
+				   const ibp_exp_opts_t *opts, int prefetch, void *dst, uint64_t dst_cap, uint64_t *dst_size);
 
 /* ibp_exp_decode on one thread, elements [0, split) into dst and [split, n)
  * into dst2 (split a multiple of 64; split >= n: all into dst). Same

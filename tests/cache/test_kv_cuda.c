@@ -597,22 +597,29 @@ Test(kv_cuda, host_exp_store_on_every_core, .init = make_tmpdir, .fini = remove_
 	cr_assert_eq(ibp_kv_stream_set_exp_sigma(s, -1.0), IBP_ERR_INVALID_ARG);
 	cr_assert_eq(ibp_kv_stream_set_exp_sigma(s, 1.0 / 0.0), IBP_ERR_INVALID_ARG);
 	cr_assert_eq(ibp_kv_stream_set_exp_sigma(NULL, 1.0), IBP_ERR_INVALID_ARG);
-	OK(ibp_kv_stream_set_exp_sigma(s, 0.004));
-	OK(ibp_kv_encode_cuda(s, pool, kv, nb, ids, n, IBP_KV_EXP, h, bytes));
-	OK(ibp_kv_stream_wait(s));
-	eo.sigma = 0.004;
-	for (uint64_t b = 0; b < n; b++) {
-		memcpy(row2, kv + (uint64_t)ids[b] * R, R);
-		memcpy(row2 + R, kv + (nb + (uint64_t)ids[b]) * R, R);
-		uint64_t rs = 0, len = 0;
-		OK(ibp_exp_encode(row2, IBP_DTYPE_BF16, nel, &eo, ref, bound, &rs));
-		OK(ibp_slab_pool_get(pool, h[b], got, bound, &len));
-		cr_assert(len == rs && len == bytes[b] && !memcmp(got, ref, len), "sigma given: block %llu",
-			  (unsigned long long)b);
-		ibp_exp_info_t info;
-		OK(ibp_exp_block_info(got, len, &info));
-		cr_assert(info.raw || info.table_mode == IBP_EXP_TABLE_SIGMA);
+	/* (encoded from the rows where they lie: coded and raw blocks) */
+	const double sigmas[] = { 0.004, 0.5, 1e30 };
+	int seen_raw = 0, seen_coded = 0;
+	for (unsigned k = 0; k < 3; k++) {
+		OK(ibp_kv_stream_set_exp_sigma(s, sigmas[k]));
+		OK(ibp_kv_encode_cuda(s, pool, kv, nb, ids, n, IBP_KV_EXP, h, bytes));
+		OK(ibp_kv_stream_wait(s));
+		eo.sigma = sigmas[k];
+		for (uint64_t b = 0; b < n; b++) {
+			memcpy(row2, kv + (uint64_t)ids[b] * R, R);
+			memcpy(row2 + R, kv + (nb + (uint64_t)ids[b]) * R, R);
+			uint64_t rs = 0, len = 0;
+			OK(ibp_exp_encode(row2, IBP_DTYPE_BF16, nel, &eo, ref, bound, &rs));
+			OK(ibp_slab_pool_get(pool, h[b], got, bound, &len));
+			cr_assert(len == rs && len == bytes[b] && !memcmp(got, ref, len), "sigma %g: block %llu",
+				  sigmas[k], (unsigned long long)b);
+			ibp_exp_info_t info;
+			OK(ibp_exp_block_info(got, len, &info));
+			cr_assert(info.raw || info.table_mode == IBP_EXP_TABLE_SIGMA);
+			seen_raw |= info.raw, seen_coded |= !info.raw;
+		}
 	}
+	cr_assert(seen_raw && seen_coded, "raw %d, coded %d", seen_raw, seen_coded);
 	OK(ibp_kv_stream_set_exp_sigma(s, 0.0));
 	ibp_slab_pool_free(pool);
 	/* room for about half of them: refused part way, nothing kept */
