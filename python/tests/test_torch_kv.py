@@ -302,3 +302,29 @@ def test_exp_layer_sigma_from_calibration_and_drift(kv_layers):
     assert torch.equal(out[:, :8].view(torch.int16), kv.view(torch.int16))
     assert torch.equal(out[:, 8:].view(torch.int16), big.view(torch.int16))
     off.close()
+
+
+def test_handle_table_pop_many():
+    """The handle table's batch removal: one store's run (one shared entry),
+    runs of two segments mixed, and unknown or already removed handles
+    (ignored) give the same pool handles per segment and leave the same
+    tables as removing each handle alone."""
+    from ibp.torch._kv import _Blocks
+
+    def table():
+        b = _Blocks()
+        b.put_run(range(0, 5), (0, "exp", 0), [10, 11, 12, 13, 14])
+        b.put_run(range(5, 8), (1, "raw", 1), [20, 21, 22])
+        b.put_run(range(8, 10), (0, "exp", 0), [15, 16])  # another store, equal entry
+        return b
+
+    cases = [[1, 2, 3], [0, 1, 2, 3, 4, 8, 9], [4, 5, 0, 6], [2, 99, 3], [99], [], [6, 6, 7]]
+    for hs in cases:
+        b, ref = table(), table()
+        want = {}
+        for h in hs:
+            e = ref.pop(h)
+            if e is not None:
+                want.setdefault(e[2], []).append(e[3])
+        assert b.pop_many(hs) == want, hs
+        assert (b.ph, b.meta, b.by_pool) == (ref.ph, ref.meta, ref.by_pool), hs

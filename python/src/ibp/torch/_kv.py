@@ -160,6 +160,10 @@ class _Blocks:
         """Removes the handles present: {segment: [pool handles]}."""
         metas = list(map(self.meta.pop, handles, repeat(None)))
         phs = list(map(self.ph.pop, handles, repeat(None)))
+        m = metas[0] if metas else None
+        if m is not None and metas.count(m) == len(metas):  # one store's blocks: no Python per block
+            list(map(self.by_pool[m[2]].__delitem__, phs))
+            return {m[2]: phs}
         out = {}
         for m, ph in zip(metas, phs):
             if m is not None:
