@@ -21,6 +21,7 @@
 #include "ibp/exp.h"
 #include "ibp/npy.h"
 #include "testutil.h"
+#include "util/copy.h"
 
 #define OK(x) cr_assert_eq((x), IBP_OK, "%s", ibp_last_error())
 
@@ -719,4 +720,32 @@ Test(kv_cuda, gpu_round_trip, .init = make_tmpdir, .fini = remove_tmpdir)
 	ibp_kv_stream_free(s);
 	ibp_slab_pool_free(pool);
 	free_layer(&L);
+}
+
+/* The host store's slot copy (util/copy.h): every destination and source
+ * alignment, sizes around the streaming threshold, equal bytes and nothing
+ * written past either end. */
+Test(kv_cuda, stream_copy_every_alignment)
+{
+	const uint64_t sizes[] = { 0, 1, 63, IBPI_COPY_STREAM_MIN - 1, IBPI_COPY_STREAM_MIN, IBPI_COPY_STREAM_MIN + 1,
+				   IBPI_COPY_STREAM_MIN + 47, 24576 + 13 };
+	tu_rng_t r;
+	tu_rng_seed(&r, 5);
+	uint8_t *src = xcalloc(32768 + 128), *dst = xcalloc(32768 + 256);
+	for (uint64_t i = 0; i < 32768 + 128; i++)
+		src[i] = (uint8_t)tu_next(&r);
+	for (unsigned k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++)
+		for (unsigned da = 0; da < 64; da += 3)
+			for (unsigned sa = 0; sa < 64; sa += 7) {
+				const uint64_t n = sizes[k];
+				memset(dst, 0xC3, 32768 + 256);
+				ibpi_copy_stream(dst + 64 + da, src + sa, n);
+				cr_assert(!memcmp(dst + 64 + da, src + sa, n), "n %llu, dst +%u, src +%u",
+					  (unsigned long long)n, da, sa);
+				for (uint64_t i = 0; i < 64 + da; i++)
+					cr_assert_eq(dst[i], 0xC3, "wrote before the destination");
+				for (uint64_t i = 64 + da + n; i < 32768 + 256; i++)
+					cr_assert_eq(dst[i], 0xC3, "wrote past the destination (n %llu)", (unsigned long long)n);
+			}
+	free(src), free(dst);
 }
