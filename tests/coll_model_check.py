@@ -176,6 +176,39 @@ def known_values(cm):
     check(close(cm.Model(inputs(cores_per_rank=4)).libibp('allreduce', 'pts', n, s, link).time,
                 M.libibp('allreduce', 'pts', n, s, link).time), 'PTS: more than a core a rank changes nothing')
 
+    # the rings' whole chunks (8 ranks, 4 MiB in process: 512 KiB chunks, under one 1 MiB piece) run
+    # their codec work and sums serially too: a quarter of a core a rank stretches them 4x, 1 or 2 cores not
+    n, s = 8, 4 * MiB
+    m = s / n
+    L = 20e-6 + (m / 1.5 + 32) / 1e8
+    for cores, f in ((0.25, 4), (1, 1), (2, 1)):
+        Mc = cm.Model(inputs(transport='inproc', cores_per_rank=cores))
+        pr = Mc.libibp('reducescatter', 'exp', n, s, link)
+        want = 7 * (f * m / 1e9 + L + f * (m / 5e8 + m / 1e9))
+        check('whole chunks' in pr.algo and close(pr.time, want),
+              'exp ReduceScatter whole chunks, %g cores a rank: %r != %r (%s)' % (cores, pr.time, want, pr.algo))
+        # AllGather: the helper decodes behind the next transfer; stretched, the decode outlasts it
+        pr = Mc.libibp('allgather', 'exp', n, s, link)
+        d = f * m / 5e8
+        want = f * m / 1e9 + L + 6 * max(L, d) + d
+        check('helper decode' in pr.algo and close(pr.time, want) and (d > L) == (f == 4),
+              'exp AllGather whole chunks, %g cores a rank: %r != %r (%s)' % (cores, pr.time, want, pr.algo))
+        # the plain ring's sum (codec none, no natives in process)
+        t = Mc.libibp('reducescatter', 'none', n, s, link).time
+        want = 7 * (20e-6 + (m + 32) / 1e8 + f * m / 1e9)
+        check(close(t, want), 'plain ReduceScatter whole chunks, %g cores a rank: %r != %r' % (cores, t, want))
+        t = Mc.libibp('alltoall', 'lsq', n, s, link).time
+        want = 7 * (f * m / 1e9 + 20e-6 + (m / 4.0 + 32) / 1e8 + f * m / 2e9)
+        check(close(t, want), 'LSQ AllToAll whole blocks, %g cores a rank: %r != %r' % (cores, t, want))
+    # pipelined steps are not stretched again: their work / cores is the share (8 pieces of 1 MiB, free link)
+    Mc = cm.Model(inputs(transport='inproc', cores_per_rank=0.25))
+    m = 64 * MiB / 8
+    e, d = m / 1e9, m / 5e8 + m / 1e9
+    pr = Mc.libibp('reducescatter', 'exp', 8, 64 * MiB, cm.Link(0.0, 1e30))
+    want = 7 * (4 * (e + d) * (1 - 1 / 8) + (e + d) / 8)
+    check('8 pieces' in pr.algo and close(pr.time, want, 1e-6),
+          'exp ReduceScatter in pieces, 0.25 cores a rank: %r != %r (%s)' % (pr.time, want, pr.algo))
+
     # DynamiQ, whole chunks (piece_bytes 0): stats, their all-gather, plan sum, 2(N-1) hops
     n, s = 2, 16 * MiB
     cnt, J, m = s // 2, s // 2 // 256, s / 2
@@ -184,6 +217,10 @@ def known_values(cm):
             + s / 1e9 + m / 4e8 + (L + m / 2.5e8) + m / 1e9 + (L + m / 1e9))
     t = Mb.libibp('allreduce', 'dynamiq', n, s, link).time
     check(cnt % 256 == 0 and close(t, want), 'DynamiQ whole chunks N=2: %r != %r' % (t, want))
+    # half a core a rank: every term but the link's twice as long
+    work = s / 4e9 + 2 * 8 * J / 1e9 + s / 1e9 + m / 4e8 + m / 2.5e8 + m / 1e9 + m / 1e9
+    t = cm.Model(inputs(piece_bytes=0, cores_per_rank=0.5)).libibp('allreduce', 'dynamiq', n, s, link).time
+    check(close(t, want + work), 'DynamiQ whole chunks N=2, 0.5 cores a rank: %r != %r' % (t, want + work))
     # its statistics all-gather grows with N: the model must lose at 1024 ranks whatever the rate
     for rate in (0.01, 1, 100):
         lk = M.link_at(rate)

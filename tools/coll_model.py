@@ -112,9 +112,11 @@ Per op (libibp; native = the same algorithm with e = d = 0, W = m, k = 1):
     T = S r (widen, narrow) + S/enc_Bps + (N-1)(alpha + (S/ratio + 32)(1/beta + 1/q))
         + N S/dec_Bps.
   Ranks sharing cores (cores_per_rank c < 1, e.g. in-process ranks beyond
-    the machine's cores): PTS's and DynamiQ's serial codec terms (all but
-    the link's) take 1/c times as long, every rank computing at once; the
-    pipelined steps have work/cores already.
+    the machine's cores): the codec and reduce work a rank runs serially on
+    its core, every rank computing at once, takes 1/c times as long: every
+    whole-chunk branch (P = 1: e, d, r above, the tree's too), PTS, and
+    DynamiQ's statistics, plan and whole-chunk hops. The pipelined steps
+    have work/cores already.
   codec none: libibp's call runs the transport's native collective (MPI,
     unthrottled) = native; otherwise libibp's plain ring (W = m + headers,
     E = D = 0 besides the reduce).
@@ -319,7 +321,7 @@ class Model:
         self.threads = max(1, int(inp.get('threads', 1) or 1))
         self.cores = float(cores or inp.get('cores_per_rank') or 2 * self.threads)
         # ranks sharing cores (cores_per_rank < 1: more ranks than cores, all
-        # computing at once) stretch their serial codec work by this much
+        # computing at once) stretch their serial codec work by this much (serial())
         self.share = max(1.0, 1.0 / self.cores)
         self.transport = inp.get('transport', 'mpi')
         if self.transport not in PIECE_DEFAULT:
@@ -362,6 +364,18 @@ class Model:
         p = -(-elems // per)
         return 1 if p < PIECES_MIN else min(p, PIECES_MAX)
 
+    def serial(self, *times):
+        """Times of codec or reduce work a rank runs serially on its core, as
+        ranks sharing cores take them: the one place share applies."""
+        return tuple(x * self.share for x in times)
+
+    def per_byte(self, c, p):
+        """Encode, decode and reduce times (s/B) of a chunk sent in p pieces:
+        whole chunks (p = 1) run serially; pieces keep the per-core times, as
+        step() divides their work by cores."""
+        t = (c.enc, c.dec, self.red)
+        return self.serial(*t) if p == 1 else t
+
     def step(self, link, p, e, d, w, work, helper=True):
         """One pipelined step (flow.c), see the module docstring."""
         lb = link.pipe(w)
@@ -381,8 +395,9 @@ class Model:
         m = count * self.esz
         p = self.ring_pieces(count, n)
         w = self._wire(c, m, p, rho)
-        e0 = m * c.enc + (m * c.dec if c.fp8 else 0.0)
-        d = m * c.dec
+        enc, dec, _ = self.per_byte(c, p)
+        e0 = m * enc + (m * dec if c.fp8 else 0.0)
+        d = m * dec
         if p > 1:
             t = (self.step(link, p, e0, d, w, (e0 + d) * c.t, c.helper)
                  + (n - 2) * self.step(link, p, 0.0, d, w, d * c.t, c.helper))
@@ -402,9 +417,10 @@ class Model:
         m = count * self.esz
         p = self.ring_pieces(count, n)
         w = self._wire(c, m, p, rho)
-        e, d = m * c.enc, m * (c.dec + self.red)
+        enc, dec, red = self.per_byte(c, p)
+        e, d = m * enc, m * (dec + red)
         if p > 1:
-            t = (n - 1) * self.step(link, p, e, d, w, (e + m * c.dec) * c.t + m * self.red, c.helper)
+            t = (n - 1) * self.step(link, p, e, d, w, (e + m * dec) * c.t + m * red, c.helper)
             algo = 'ring RS, %d pieces' % p
         else:
             t = (n - 1) * (e + link.block(w) + d)
@@ -424,7 +440,8 @@ class Model:
         m = count * self.esz
         p = self.ring_pieces(count, n)
         w = self._wire(c, m, p, rho)
-        e, d = m * c.enc, m * c.dec
+        enc, dec, _ = self.per_byte(c, p)
+        e, d = m * enc, m * dec
         if p > 1:
             t = (n - 1) * self.step(link, p, e, d, w, (e + d) * c.t, c.helper)
             algo = 'pairwise, %d pieces' % p
@@ -443,9 +460,10 @@ class Model:
         b = s if two else 2.0 * s
         w = self._wire(c, b, (2 if two else 4) * p, rho)
         enc_b, dec_b, add_b = s, (s if two else 2.0 * s), (s / 2.0 if two else s)
-        e = enc_b * c.enc
-        d = dec_b * c.dec + add_b * self.red
-        work = (e + dec_b * c.dec) * c.t + add_b * self.red
+        enc, dec, red = self.per_byte(c, p)
+        e = enc_b * enc
+        d = dec_b * dec + add_b * red
+        work = (e + dec_b * dec) * c.t + add_b * red
         lb = link.pipe(w)
         bulk = max(lb, e, (e + d + link.pace(w)) / (2.0 if c.helper else 1.0), work / self.cores)
         t = bulk * (1.0 - 1.0 / p) + 2 * h * (link.alpha + (e + lb + d) / p)
@@ -462,8 +480,8 @@ class Model:
         dd = 1.0 / c['dec_Bps']
         stats_bps = c.get('stats_Bps')
         notes = [] if stats_bps else ['dynamiq: statistics pass at reduce_Bps (no codecs.dynamiq.stats_Bps)']
-        pre = self.share * (s * (1.0 / stats_bps if stats_bps else self.red)
-                            + n * 8 * J * self.red + J * float(c.get('plan_s_per_sg', 0.0)))
+        pre = sum(self.serial(s * (1.0 / stats_bps if stats_bps else self.red), n * 8 * J * self.red,
+                              J * float(c.get('plan_s_per_sg', 0.0))))
         pre += (n - 1) * link.block(8 * J + HDR)
         coded = m / float(c['ratio'])
         if rho:  # the line's ratio covers the statistics too: the data's share of the wire
@@ -490,8 +508,8 @@ class Model:
             algo = 'DynamiQ ring (stats AG, RS hops, AG), %d pieces' % p
         else:
             L = link.block(w)
-            f = self.share
-            ring = f * (s * self.red + me) + (n - 1) * (L + f * mh) + f * md + (n - 1) * (L + f * md)
+            wide, me, mh, md = self.serial(s * self.red, me, mh, md)  # wide: widen the input, narrow the sum
+            ring = wide + me + (n - 1) * (L + mh) + md + (n - 1) * (L + md)
             algo = 'DynamiQ ring (stats AG, RS hops, AG), whole chunks'
         logical = 2 * (n - 1) * m + (n - 1) * 8 * J
         wire = 2 * (n - 1) * w + (n - 1) * (8 * J + HDR)
@@ -501,7 +519,7 @@ class Model:
         c = self.cin['pts']
         s = (size // self.esz) * self.esz
         w = s / rho if rho else s / float(c['ratio']) + HDR
-        t = self.share * (s * self.red + s / c['enc_Bps'] + n * s / c['dec_Bps']) + (n - 1) * link.block(w)
+        t = sum(self.serial(s * self.red, s / c['enc_Bps'], n * s / c['dec_Bps'])) + (n - 1) * link.block(w)
         return Pred(t, 'PTS: ring AG of whole streams, local sum', (n - 1) * s, (n - 1) * w)
 
     # ---- what runs ----

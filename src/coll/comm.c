@@ -323,27 +323,39 @@ static void cal_data(uint16_t *x, int rank)
 	}
 }
 
-/* Throughput (input bytes/s) of encoding and decoding a Gaussian-like
- * BF16 buffer: weights and activations look like this. */
-static void codec_speed(ibp_coll_comm_t *c, enum coll_enc enc, int exp_table, const uint16_t *x, uint8_t *msg,
-			uint64_t cap, uint16_t *out, double *enc_bps, double *dec_bps)
+/* Throughput (input bytes/s) of encoding the calibration message x as enc
+ * (exponents coded as exp_table) and decoding it, through the buffer steps
+ * ops: host memory, or the device's (kernels or their CPU twins). Best of
+ * two runs, the first also warming kernels up; *bytes = the message's size.
+ * A step that fails leaves the outputs untouched (speed 0: never chosen). */
+static ibp_status_t codec_speed(ibp_coll_comm_t *c, const coll_mem_ops_t *ops, enum coll_enc enc, int exp_table,
+				const void *x, void *msg, uint64_t cap, void *out, double *enc_bps, double *dec_bps,
+				uint64_t *bytes)
 {
 	coll_hdr_t h = { COLL_MAGIC, COLL_OP_CALIB, (uint8_t)enc, IBP_DTYPE_BF16, (uint8_t)enc, 0, CAL_ELEMS, 0, 0 };
+	const int saved = c->exp_table; /* the steps read the coding from the communicator */
 	double te = INFINITY, td = INFINITY;
-	uint64_t bytes = 0;
-	for (int i = 0; i < 2; i++) {
+	uint64_t n = 0;
+	ibp_status_t s = IBP_OK;
+	c->exp_table = exp_table;
+	for (int i = 0; s == IBP_OK && i < 2; i++) {
 		double t0 = ibpi_coll_now();
-		if (ibpi_coll_encode(&h, x, msg, cap, c->o.nthreads, c->lsq_bits, exp_table, &bytes) != IBP_OK)
-			return;
+		if ((s = ops->encode(c, &h, x, msg, cap, &n)) != IBP_OK)
+			break;
 		double t1 = ibpi_coll_now();
-		if (ibpi_coll_decode(&h, msg, bytes, out, c->o.nthreads) != IBP_OK)
-			return;
+		if ((s = ops->decode(c, &h, msg, n, out)) == IBP_OK)
+			s = ops->finish(c); /* the device's steps run on a stream */
 		double t2 = ibpi_coll_now();
 		te = fmin(te, t1 - t0);
 		td = fmin(td, t2 - t1);
 	}
+	c->exp_table = saved;
+	if (s != IBP_OK)
+		return s;
 	*enc_bps = 2.0 * CAL_ELEMS / fmax(te, 1e-9);
 	*dec_bps = 2.0 * CAL_ELEMS / fmax(td, 1e-9);
+	*bytes = n;
+	return IBP_OK;
 }
 
 static ibp_status_t ibpi_coll_calibrate(ibp_coll_comm_t *c)
@@ -372,10 +384,16 @@ static ibp_status_t ibpi_coll_calibrate(ibp_coll_comm_t *c)
 	c->st.alpha_s = t_small;
 	c->st.beta_Bps = (double)big / fmax(t_big - t_small, 1e-9);
 	cal_data(x, c->rank);
-	codec_speed(c, COLL_ENC_EXP, IBP_EXP_TABLE_SIGMA, x, sbuf, cap, y, &c->st.exp_enc_Bps, &c->st.exp_dec_Bps);
-	codec_speed(c, COLL_ENC_FP8, IBP_EXP_TABLE_SIGMA, x, sbuf, cap, y, &c->st.fp8_enc_Bps, &c->st.fp8_dec_Bps);
+	/* The CPU codecs whatever memory the calls use (the switcher's model
+	 * of host buffers); one that fails keeps speed 0. */
+	const coll_mem_ops_t *cpu = &ibpi_coll_mem_host;
 	double rans_enc = 0, rans_dec = 0;
-	codec_speed(c, COLL_ENC_EXP, IBP_EXP_TABLE_RANS, x, sbuf, cap, y, &rans_enc, &rans_dec);
+	uint64_t bytes;
+	(void)codec_speed(c, cpu, COLL_ENC_EXP, IBP_EXP_TABLE_SIGMA, x, sbuf, cap, y, &c->st.exp_enc_Bps,
+			  &c->st.exp_dec_Bps, &bytes);
+	(void)codec_speed(c, cpu, COLL_ENC_FP8, IBP_EXP_TABLE_SIGMA, x, sbuf, cap, y, &c->st.fp8_enc_Bps,
+			  &c->st.fp8_dec_Bps, &bytes);
+	(void)codec_speed(c, cpu, COLL_ENC_EXP, IBP_EXP_TABLE_RANS, x, sbuf, cap, y, &rans_enc, &rans_dec, &bytes);
 	/* One model for all ranks (worst link, slowest codec), so ranks with
 	 * the same data make the same decision. */
 	double mine[8] = { c->st.alpha_s, c->st.beta_Bps, c->st.exp_enc_Bps, c->st.exp_dec_Bps, c->st.fp8_enc_Bps,
@@ -523,7 +541,6 @@ static int rans_pays(ibp_coll_comm_t *c, ibp_dtype_t dt, double r_table, const v
 static void dev_calibrate(ibp_coll_comm_t *c)
 {
 	c->dcal.done = 1;
-	const int saved = c->exp_table;
 	uint16_t *x = malloc(CAL_ELEMS * 2);
 	coll_bufs_t b;
 	if (!x || c->mem->bufs_get(c, IBP_DTYPE_BF16, CAL_ELEMS, 1, &b) != IBP_OK)
@@ -532,31 +549,14 @@ static void dev_calibrate(ibp_coll_comm_t *c)
 	if (c->mem->copy(c, b.tmp, x, CAL_ELEMS * 2) != IBP_OK || c->mem->finish(c) != IBP_OK)
 		goto put;
 	for (int k = 0; k < 2; k++) {
-		coll_hdr_t h = { COLL_MAGIC, COLL_OP_CALIB, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, COLL_ENC_EXP, 0, CAL_ELEMS,
-				 0, 0 };
-		double te = INFINITY, td = INFINITY;
 		uint64_t bytes = 0;
-		c->exp_table = k ? IBP_EXP_TABLE_RANS : IBP_EXP_TABLE_SIGMA;
-		int ok = 1;
-		for (int i = 0; ok && i < 2; i++) { /* the first run also warms the kernels up */
-			double t0 = ibpi_coll_now();
-			ok = c->mem->encode(c, &h, b.tmp, b.m[0], b.cap, &bytes) == IBP_OK;
-			double t1 = ibpi_coll_now();
-			ok = ok && c->mem->decode(c, &h, b.m[0], bytes, b.acc) == IBP_OK && c->mem->finish(c) == IBP_OK;
-			double t2 = ibpi_coll_now();
-			te = fmin(te, t1 - t0);
-			td = fmin(td, t2 - t1);
-		}
-		if (!ok)
-			continue;
-		c->dcal.enc[k] = 2.0 * CAL_ELEMS / fmax(te, 1e-9);
-		c->dcal.dec[k] = 2.0 * CAL_ELEMS / fmax(td, 1e-9);
-		c->dcal.r[k] = (double)bytes / (2.0 * CAL_ELEMS); /* its 128-byte header: 0.02% */
+		if (codec_speed(c, c->mem, COLL_ENC_EXP, k ? IBP_EXP_TABLE_RANS : IBP_EXP_TABLE_SIGMA, b.tmp, b.m[0],
+				b.cap, b.acc, &c->dcal.enc[k], &c->dcal.dec[k], &bytes) == IBP_OK)
+			c->dcal.r[k] = (double)bytes / (2.0 * CAL_ELEMS); /* its 128-byte header: 0.02% */
 	}
 put:
 	c->mem->bufs_put(c, &b);
 out:
-	c->exp_table = saved;
 	free(x);
 }
 
