@@ -150,14 +150,22 @@ def test_unbounded_adds_segments_and_resize(kv_layers, monkeypatch):
     kv = kv_layers[3]
     evicted = []
     off = it.KVOffloader(1, BLOCK, torch.bfloat16, on_evict=evicted.append)
-    hs = []
-    for rep in range(5):
-        hs += off.store(0, kv, list(range(8)))
+    hs, src = [], []
+    for rep in range(5):  # rotated, so that no two segments hold the same blocks at the same places
+        ids = [(i + 3 * rep) % 8 for i in range(8)]
+        hs += off.store(0, kv, ids)
+        src += ids
+    want = dict(zip(hs, src))
     assert evicted == [] and len(off._segments) >= 2
     cache = torch.zeros_like(kv)
     for h in hs[::7]:
         off.load(0, [h], cache, [1])
-        assert torch.equal(cache[:, 1].view(torch.int16), kv[:, h % 8].view(torch.int16))
+        assert torch.equal(cache[:, 1].view(torch.int16), kv[:, want[h]].view(torch.int16))
+    many = hs[::5]  # one call over every segment
+    assert len({off._entries[h][2] for h in many}) >= 2
+    off.load(0, many, cache, list(range(8)))
+    for d, h in enumerate(many):
+        assert torch.equal(cache[:, d].view(torch.int16), kv[:, want[h]].view(torch.int16))
     total = off.used_bytes
     off.capacity_bytes = total // 3
     assert 0 < len(evicted) < len(hs) and off.used_bytes <= total // 3
@@ -168,7 +176,7 @@ def test_unbounded_adds_segments_and_resize(kv_layers, monkeypatch):
                 off.load(0, [h], cache, [1])
         else:
             off.load(0, [h], cache, [1])
-            assert torch.equal(cache[:, 1].view(torch.int16), kv[:, h % 8].view(torch.int16))
+            assert torch.equal(cache[:, 1].view(torch.int16), kv[:, want[h]].view(torch.int16))
     off.close()
 
 

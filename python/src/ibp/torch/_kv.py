@@ -655,15 +655,24 @@ class KVOffloader:
         s = self._kv_stream(layer)
         n = len(phs)
         hnd = np.array(phs, dtype=np.int64)
-        kinds = np.fromiter((_KIND_CODE[m[1]] for m in metas), np.uint8, n)
-        dsts = np.ascontiguousarray(dst, dtype=np.int64)
-        segs = [m[2] for m in metas]
-        uniq = {seg: self._segments[seg] for seg in set(segs)}
+        dsts = np.array(dst, dtype=np.int64)
+        one = n > 0 and metas.count(metas[0]) == n  # one store's blocks: no Python per block
+        if one:
+            kinds = np.full(n, _KIND_CODE[metas[0][1]], np.uint8)
+            segs = None
+            uniq = {metas[0][2]: self._segments[metas[0][2]]}
+        else:
+            kinds = np.fromiter((_KIND_CODE[m[1]] for m in metas), np.uint8, n)
+            segs = [m[2] for m in metas]
+            uniq = {seg: self._segments[seg] for seg in set(segs)}
         with contextlib.ExitStack() as stack:
             ptr = {seg: stack.enter_context(p._handle) for seg, p in uniq.items()}
-            parr = (ctypes.c_void_p * max(n, 1))(*([ptr[segs[0]]] * n if len(ptr) == 1 else [ptr[g] for g in segs]))
+            if one:
+                parr = np.full(n, ptr[metas[0][2]], np.uintp)
+            else:
+                parr = np.array([ptr[g] for g in segs] or [0], np.uintp)
             with self._cuda_ctx(layer):
-                st = _lib.lib.ibp_kv_decode_cuda(s, parr, hnd.ctypes.data, kinds.ctypes.data, n,
+                st = _lib.lib.ibp_kv_decode_cuda(s, parr.ctypes.data, hnd.ctypes.data, kinds.ctypes.data, n,
                                                  kv_cache.data_ptr(), kv_cache.shape[1], dsts.ctypes.data)
             err = _lib.last_error() if st else ""
         if st == 8:  # IBP_ERR_OUT_OF_RANGE: evicted between our check and the pin
@@ -754,7 +763,8 @@ class KVOffloader:
         except (KeyError, TypeError):
             h = next(h for h in handles if h not in entries)
             raise KeyError("KVOffloader: handle %s was evicted or freed" % (h,)) from None
-        for m in set(metas):
+        one = metas and metas.count(metas[0]) == len(metas)  # one store's blocks: no hashing per block
+        for m in (metas[:1] if one else set(metas)):
             if m[0] != layer:
                 h = next(h for h, m2 in zip(handles, metas) if m2 is m)
                 raise _errors.invalid("KVOffloader.load", "handle %d belongs to layer %d, not %d" % (h, m[0], layer))
