@@ -987,7 +987,7 @@ ibp_status_t ibpi_exp_encode_split(const void *src, uint64_t split, const void *
 	IBP_TRY(resolve_table(src, &s, (uint32_t)dt, n, opts, table));
 	IBP_TRY(encode_block((enc_in_t){ src, src2, split, prefetch != 0 }, &s, (uint32_t)dt, n, table,
 			     (uint32_t)opts->table_mode, 1, dst, dst_size));
-	if (opts->checksum)
+	if (opts->checksum != 0) /* sealed as ibp_exp_encode seals */
 		seal_block(dst, *dst_size);
 	return IBP_OK;
 }
