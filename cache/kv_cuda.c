@@ -512,7 +512,7 @@ static void store_exp_host(void *ctx, uint64_t begin, uint64_t end, int tid)
 		ibp_status_t st;
 		if (o.sigma > 0.0 && s->chunk / 2 % 64 == 0) {
 			/* straight from the rows, prefetched ahead of the encoder:
-			 * a fifth less CPU a block than copying them to the stage */
+			 * a quarter less CPU a block than copying them to a stage */
 			st = ibpi_exp_encode_split(k_row, s->chunk / 2, v_row, s->dt, s->chunk, &o, 1, out, s->estride,
 						   &size);
 		} else {
