@@ -586,12 +586,12 @@ static void copy_slots_host(void *ctx, uint64_t begin, uint64_t end, int tid)
 	const uint8_t *pay = s->d_pay.p;
 	for (uint64_t b = begin; b < end; b++) {
 		uint8_t *h = j->slot[b];
-		if (j->kind == IBP_KV_RAW) {
-			memcpy(h, j->kv + (uint64_t)j->ids[2 * b] * R, R);
-			memcpy(h + R, j->kv + (uint64_t)j->ids[2 * b + 1] * R, R);
+		if (j->kind == IBP_KV_RAW) { /* slots are read back only by loads: streaming stores */
+			ibpi_copy_stream(h, j->kv + (uint64_t)j->ids[2 * b] * R, R);
+			ibpi_copy_stream(h + R, j->kv + (uint64_t)j->ids[2 * b + 1] * R, R);
 		} else {
 			put_header(h, s, b);
-			memcpy(h + IBP_KV_BLOCK_HEADER, pay + off[2 * b], off[2 * b + 2] - off[2 * b]);
+			ibpi_copy_stream(h + IBP_KV_BLOCK_HEADER, pay + off[2 * b], off[2 * b + 2] - off[2 * b]);
 		}
 	}
 }
