@@ -193,13 +193,25 @@ IBP_INLINE void ibp_avx2_static_groups(const ibp_vgroup_t *q, const uint64_t *vb
 		else
 			ibp_avx2_group_c12(q + g, body + vb[g], dst + g * 16 * C, C);
 	}
-	for (; g < nvg; g++) {
-		uint8_t t[80] = { 0 };
-		memcpy(t, body + vb[g], vb[g] < avail ? avail - vb[g] : 0);
+	if (g == nvg)
+		return;
+	/* from here vb[g] > avail - reach: the body's last 80 bytes (a fixed
+	 * copy, no call) and zeros hold every window */
+	uint8_t t[160];
+	uint64_t t0 = 0;
+	if (avail >= 80) {
+		t0 = avail - 80;
+		memcpy(t, body + t0, 80);
+		memset(t + 80, 0, 80);
+	} else {
+		memcpy(t, body, avail);
+		memset(t + avail, 0, 160 - avail);
+	}
+	for (; g < nvg && vb[g] <= avail; g++) {
 		if (C == 4)
-			ibp_avx2_group_c4(q + g, t, dst + g * 64);
+			ibp_avx2_group_c4(q + g, t + (vb[g] - t0), dst + g * 64);
 		else
-			ibp_avx2_group_c12(q + g, t, dst + g * 16 * C, C);
+			ibp_avx2_group_c12(q + g, t + (vb[g] - t0), dst + g * 16 * C, C);
 	}
 }
 
@@ -451,13 +463,13 @@ static uint64_t ibp_avx2_xwalk_c4(const ibp_codec_t *c, const ibp_cluster_t *cl,
  * 8 bytes, or, within the body's last 8 (byte >= t0), from tail, their
  * zero-padded copy (no byte loop: those are most of a row's fields, the
  * exception part being short); then chunk j ^= deposit ^ b_j. */
-IBP_INLINE void ibp_avx2_xone(const ibp_cluster_t *cl, uint64_t j, uint64_t e, const uint8_t *body,
+IBP_INLINE void ibp_avx2_xone(const uint64_t *m, const uint64_t *b, uint64_t j, uint64_t e, const uint8_t *body,
 			      const uint8_t *tail, uint64_t t0, uint64_t jp, uint64_t last, uint8_t *dst,
 			      const unsigned C)
 {
 	const uint64_t byte = e >> 3;
 	const uint8_t *p = byte < t0 ? body + byte : tail + (byte - t0);
-	const uint64_t d = _pdep_u64(ibp_load64(p) >> (e & 7), cl->m[j]) ^ cl->b[j];
+	const uint64_t d = _pdep_u64(ibp_load64(p) >> (e & 7), m[j]) ^ b[j];
 	uint8_t *q = dst + j * C;
 	if (__builtin_expect(j < jp, 1))
 		ibp_st_chunk(q, ibp_ld_chunk(q, C) ^ d, C);
@@ -476,13 +488,20 @@ IBP_INLINE uint64_t ibp_avx2_xscalar(const ibp_codec_t *c, const ibp_cluster_t *
 	uint64_t e = cl->S;
 	if (e > lim)
 		return UINT64_MAX;
-	/* fields from byte t0 on: a field's byte is <= avail, so it loads
-	 * tail[0, 16) at most */
-	const uint64_t t0 = avail > 8 ? avail - 8 : 0;
+	/* fields from byte t0 on (a fixed copy of the body's last 8 bytes): a
+	 * field's byte is <= avail, so it loads tail[0, 16) at most */
+	uint64_t t0 = 0;
 	uint8_t tail[24] = { 0 };
-	memcpy(tail, body + t0, avail - t0);
+	if (avail >= 8) {
+		t0 = avail - 8;
+		memcpy(tail, body + t0, 8);
+	} else {
+		memcpy(tail, body, avail);
+	}
 	const uint64_t last = c->last_bytes, jp = last == C ? D : D - 1;
+	/* the tables in locals: stores to dst would make cl->m, cl->b reloads */
 	const uint8_t *ew = cl->ew;
+	const uint64_t *m = cl->m, *b = cl->b;
 	if (mode == IBP_ROW_BITMAP) {
 		/* bits >= D were checked to be clear */
 		for (uint64_t i = 0; i < hdr_len; i += 8) {
@@ -491,7 +510,7 @@ IBP_INLINE uint64_t ibp_avx2_xscalar(const ibp_codec_t *c, const ibp_cluster_t *
 				const uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
 				if (ew[j] > lim - e)
 					return UINT64_MAX;
-				ibp_avx2_xone(cl, j, e, body, tail, t0, jp, last, dst, C);
+				ibp_avx2_xone(m, b, j, e, body, tail, t0, jp, last, dst, C);
 				e += ew[j];
 			}
 		}
@@ -509,7 +528,7 @@ IBP_INLINE uint64_t ibp_avx2_xscalar(const ibp_codec_t *c, const ibp_cluster_t *
 		if (j >= D || (k && j <= prev) || ew[j] > lim - e)
 			return UINT64_MAX;
 		prev = j;
-		ibp_avx2_xone(cl, j, e, body, tail, t0, jp, last, dst, C);
+		ibp_avx2_xone(m, b, j, e, body, tail, t0, jp, last, dst, C);
 		e += ew[j];
 	}
 	return e;
