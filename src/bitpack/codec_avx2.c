@@ -11,8 +11,10 @@
  * runs of ~m_j, OR the Bitval, narrow, store. Groups whose window runs
  * past the row's readable bytes decode from a zero-padded copy. The
  * chunks past the last group, the fix-up chunks (more than two static
- * runs), C = 8, encoding and the exception part are scalar (pdep; the
- * BMI2 template kernels), except that the encoder finds the exceptions of 8
+ * runs) and C = 8 are scalar (pdep); so is the exception walk of rows
+ * under 8 exceptions a group (xscalar; denser rows take 8 or 4 lanes
+ * with gathers, xwalk_c12 / xwalk_c4), and encoding is the BMI2 template
+ * kernel's, except that the encoder finds the exceptions of 8
  * chunks with two 4-lane compares (IBP_K_MISS8), those of 64 chunks with
  * 2 C compares in the one-pass encoder (IBP_K_XBLOCK), and its sizing
  * pass (row_stats) takes 4 chunks per step. C = 4 clusters whose fields all
