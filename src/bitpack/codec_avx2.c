@@ -5,14 +5,16 @@
  *
  * The static part is decoded from the same group tables as the AVX-512
  * kernel (ibp_vgroup_t, built by codec.c): AVX2 has no byte permute across
- * the 64-byte window, so each lane gathers its field's bytes from the body
- * (vpgatherdd / vpgatherqq at the window base plus the lane's offset),
- * then the same variable shifts and masks for the (at most two) runs of
- * ~m_j, OR the Bitval, narrow, store. A gather reads LB bytes per lane, so
- * only groups whose whole window (31 + LB bytes past its base at most) is
- * readable run vectorised; the rest of the row, the fix-up chunks (more
- * than two static runs), C = 8, encoding and the exception part are the
- * BMI2 template kernels, except that the encoder finds the exceptions of 8
+ * the 64-byte window, but every 4 lanes' bytes lie within 16 bytes, so
+ * each 4 lanes take one 16-byte load and a byte shuffle (lanes8; no
+ * gathers), then the same variable shifts and masks for the (at most two)
+ * runs of ~m_j, OR the Bitval, narrow, store. Groups whose window runs
+ * past the row's readable bytes decode from a zero-padded copy. The
+ * chunks past the last group, the fix-up chunks (more than two static
+ * runs) and C = 8 are scalar (pdep); so is the exception walk of rows
+ * under 8 exceptions a group (xscalar; denser rows take 8 or 4 lanes
+ * with gathers, xwalk_c12 / xwalk_c4), and encoding is the BMI2 template
+ * kernel's, except that the encoder finds the exceptions of 8
  * chunks with two 4-lane compares (IBP_K_MISS8), those of 64 chunks with
  * 2 C compares in the one-pass encoder (IBP_K_XBLOCK), and its sizing
  * pass (row_stats) takes 4 chunks per step. C = 4 clusters whose fields all
@@ -112,83 +114,122 @@ IBP_INLINE __m256i ibp_avx2_ld(const uint8_t *p)
 	return _mm256_load_si256((const __m256i *)(const void *)p);
 }
 
-/* Groups [0, ng) of C <= 2 (16 lanes of 32 bits, two halves of 8). */
-IBP_INLINE void ibp_avx2_static_c12(const ibp_cluster_t *cl, const uint8_t *body, uint64_t ng,
-				    uint8_t *dst, const unsigned C)
+/* Lanes [8h, 8h + 8) of a group (o = 32 h) of 32-bit lanes from its
+ * window at base, where every 4 lanes' bytes lie within 16 from the
+ * first one's byte: one 16-byte load per 4 lanes, and a byte shuffle (idx
+ * minus those lanes' first idx byte, < 16) gives each lane its 4 bytes
+ * (no gather). Reads 16 bytes from base + idx[o], base + idx[o + 16]. */
+IBP_INLINE __m256i ibp_avx2_lanes8(const ibp_vgroup_t *q, const uint8_t *base, const unsigned o)
 {
-	const ibp_vgroup_t *q = cl->vg;
-	const uint64_t *vb = cl->vbase;
-	const __m256i zero = _mm256_setzero_si256();
-	for (uint64_t g = 0; g < ng; g++, q++) {
-		const uint8_t *base = body + vb[g];
-		__m256i r[2];
-		for (unsigned h = 0; h < 2; h++) {
-			const unsigned o = 32 * h;
-			/* No gather: the fields of 4 lanes span <= 7 + 4 * 16 bits, so
-			 * 16 bytes from the first lane's byte hold them; one load per
-			 * 128-bit half, and a byte shuffle (idx minus that half's first
-			 * idx byte, < 16) gives each lane its 4 bytes. */
-			const __m256i ix = ibp_avx2_ld(q->idx + o);
-			const __m256i w = _mm256_shuffle_epi8(
-				_mm256_loadu2_m128i((const __m128i *)(const void *)(base + q->idx[o + 16]),
-						    (const __m128i *)(const void *)(base + q->idx[o])),
-				_mm256_sub_epi8(ix, _mm256_shuffle_epi8(ix, zero)));
-			const __m256i t0 = _mm256_sllv_epi32(_mm256_srlv_epi32(w, ibp_avx2_ld(q->sh + o)),
-							     ibp_avx2_ld(q->p0 + o));
-			const __m256i t1 = _mm256_sllv_epi32(_mm256_srlv_epi32(w, ibp_avx2_ld(q->q1 + o)),
-							     ibp_avx2_ld(q->p1 + o));
-			r[h] = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(t0, ibp_avx2_ld(q->m0 + o)),
-							       _mm256_and_si256(t1, ibp_avx2_ld(q->m1 + o))),
-					       ibp_avx2_ld(q->b + o));
-		}
-		/* lanes hold values < 2^(8C): unsigned saturation narrows exactly;
-		 * packs work per 128-bit half, the permute puts the halves in order */
-		const __m256i p16 = _mm256_permute4x64_epi64(_mm256_packus_epi32(r[0], r[1]), 0xD8);
-		if (C == 2) {
-			_mm256_storeu_si256((__m256i *)(void *)(dst + g * 32), p16);
-		} else {
-			const __m128i p8 = _mm_packus_epi16(_mm256_castsi256_si128(p16),
-							    _mm256_extracti128_si256(p16, 1));
-			_mm_storeu_si128((__m128i *)(void *)(dst + g * 16), p8);
-		}
+	const __m256i ix = ibp_avx2_ld(q->idx + o);
+	const __m256i w = _mm256_shuffle_epi8(
+		_mm256_loadu2_m128i((const __m128i *)(const void *)(base + q->idx[o + 16]),
+				    (const __m128i *)(const void *)(base + q->idx[o])),
+		_mm256_sub_epi8(ix, _mm256_shuffle_epi8(ix, _mm256_setzero_si256())));
+	const __m256i t0 = _mm256_sllv_epi32(_mm256_srlv_epi32(w, ibp_avx2_ld(q->sh + o)), ibp_avx2_ld(q->p0 + o));
+	const __m256i t1 = _mm256_sllv_epi32(_mm256_srlv_epi32(w, ibp_avx2_ld(q->q1 + o)), ibp_avx2_ld(q->p1 + o));
+	return _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(t0, ibp_avx2_ld(q->m0 + o)),
+					       _mm256_and_si256(t1, ibp_avx2_ld(q->m1 + o))),
+			       ibp_avx2_ld(q->b + o));
+}
+
+/* One group of C <= 2 (16 lanes, two halves of 8) from its window at
+ * base (47 bytes readable: offsets <= 30; the fields of 4 lanes span
+ * <= 7 + 4 * 16 bits, within 16 bytes of the first lane's byte). */
+IBP_INLINE void ibp_avx2_group_c12(const ibp_vgroup_t *q, const uint8_t *base, uint8_t *dst, const unsigned C)
+{
+	__m256i r[2];
+	for (unsigned h = 0; h < 2; h++)
+		r[h] = ibp_avx2_lanes8(q, base, 32 * h);
+	/* lanes hold values < 2^(8C): unsigned saturation narrows exactly;
+	 * packs work per 128-bit half, the permute puts the halves in order */
+	const __m256i p16 = _mm256_permute4x64_epi64(_mm256_packus_epi32(r[0], r[1]), 0xD8);
+	if (C == 2) {
+		_mm256_storeu_si256((__m256i *)(void *)dst, p16);
+	} else {
+		const __m128i p8 = _mm_packus_epi16(_mm256_castsi256_si128(p16), _mm256_extracti128_si256(p16, 1));
+		_mm_storeu_si128((__m128i *)(void *)dst, p8);
+	}
+}
+
+/* The static fields of chunks [j0, D) one by one (the few past the last
+ * group: no search for the row's fast chunks). */
+IBP_INLINE void ibp_avx2_static_rest(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *body,
+				     uint64_t avail, uint8_t *dst, uint64_t j0, const unsigned C)
+{
+	const uint64_t D = c->D;
+	for (uint64_t j = j0; j < D; j++) {
+		const uint64_t v = _pdep_u64(ibp_peek_bits(body, avail, cl->soff[j], cl->sw[j]), cl->nm[j]) | cl->b[j];
+		if (j + 1 < D)
+			ibp_st_chunk(dst + j * C, v, C);
+		else
+			ibp_st_partial(dst + j * C, v, c->last_bytes);
+	}
+}
+
+/* One vg16 group (C = 4) as group_c12 (lanes8, no gathers): a lane's
+ * field fits its 32 bits from bit sh of its first byte (codec.c), so 4
+ * lanes' fields span <= 7 + 3 * 32 bits before the last one's byte
+ * (<= 12 bytes past the first lane's), and its 4 bytes end within 16.
+ * Reads up to 60 + 16 bytes past base. */
+#define IBP_AVX2_REACH16 76u
+IBP_INLINE void ibp_avx2_group_c4(const ibp_vgroup_t *q, const uint8_t *base, uint8_t *dst)
+{
+	for (unsigned o = 0; o < 64; o += 32)
+		_mm256_storeu_si256((__m256i *)(void *)(dst + o), ibp_avx2_lanes8(q, base, o));
+}
+
+/* Groups [0, nvg) of C <= 2 (vg) or C = 4 (vg16): those whose whole
+ * window is readable from the body, the last few (near the row's end)
+ * from a zero-padded copy of their readable bytes (vb[g] <= S / 8 <=
+ * avail, checked by the caller; the fields lie within avail, so the
+ * padding only fills bits the masks drop). */
+IBP_INLINE void ibp_avx2_static_groups(const ibp_vgroup_t *q, const uint64_t *vb, uint64_t nvg,
+				       const uint8_t *body, uint64_t avail, uint8_t *dst, const unsigned C)
+{
+	const uint64_t reach = C == 4 ? IBP_AVX2_REACH16 : IBP_AVX2_REACH(16);
+	uint64_t g = 0;
+	for (; g < nvg && vb[g] <= avail && avail - vb[g] >= reach; g++) {
+		if (C == 4)
+			ibp_avx2_group_c4(q + g, body + vb[g], dst + g * 64);
+		else
+			ibp_avx2_group_c12(q + g, body + vb[g], dst + g * 16 * C, C);
+	}
+	if (g == nvg)
+		return;
+	/* from here vb[g] > avail - reach: the body's last 80 bytes (a fixed
+	 * copy, no call) and zeros hold every window */
+	uint8_t t[160];
+	uint64_t t0 = 0;
+	if (avail >= 80) {
+		t0 = avail - 80;
+		memcpy(t, body + t0, 80);
+		memset(t + 80, 0, 80);
+	} else {
+		memcpy(t, body, avail);
+		memset(t + avail, 0, 160 - avail);
+	}
+	for (; g < nvg && vb[g] <= avail; g++) {
+		if (C == 4)
+			ibp_avx2_group_c4(q + g, t + (vb[g] - t0), dst + g * 64);
+		else
+			ibp_avx2_group_c12(q + g, t + (vb[g] - t0), dst + g * 16 * C, C);
 	}
 }
 
 /* C = 4 in 16 lanes of 32 bits (the vg16 tables, codec.c: every field
- * fits its lane, window offsets <= 60), two halves of 8 lanes. Groups whose whole
- * window is readable, then the fix-ups and the scalar rest. */
+ * fits its lane, window offsets <= 60), then the fix-ups and the chunks
+ * past the last group. */
 static void ibp_avx2_static_c4w(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *body,
 				uint64_t avail, uint8_t *dst)
 {
-	const ibp_vgroup_t *q = cl->vg16;
-	const uint64_t *vb = cl->vbase16;
-	uint64_t ng = 0;
-	while (ng < cl->nvg16 && vb[ng] <= avail && avail - vb[ng] >= 64)
-		ng++;
-	const __m256i lo8 = _mm256_set1_epi32(0xFF);
-	for (uint64_t g = 0; g < ng; g++, q++) {
-		const int *base = (const int *)(const void *)(body + vb[g]);
-		for (unsigned h = 0; h < 2; h++) {
-			const unsigned o = 32 * h;
-			const __m256i ix = _mm256_and_si256(ibp_avx2_ld(q->idx + o), lo8);
-			const __m256i w = _mm256_i32gather_epi32(base, ix, 1);
-			const __m256i t0 = _mm256_sllv_epi32(_mm256_srlv_epi32(w, ibp_avx2_ld(q->sh + o)),
-							     ibp_avx2_ld(q->p0 + o));
-			const __m256i t1 = _mm256_sllv_epi32(_mm256_srlv_epi32(w, ibp_avx2_ld(q->q1 + o)),
-							     ibp_avx2_ld(q->p1 + o));
-			const __m256i r = _mm256_or_si256(
-				_mm256_or_si256(_mm256_and_si256(t0, ibp_avx2_ld(q->m0 + o)),
-						_mm256_and_si256(t1, ibp_avx2_ld(q->m1 + o))),
-				ibp_avx2_ld(q->b + o));
-			_mm256_storeu_si256((__m256i *)(void *)(dst + g * 64 + o), r);
-		}
-	}
-	for (uint64_t i = 0; i < cl->nvfix16 && cl->vfix16[i] < ng * 16; i++) {
+	ibp_avx2_static_groups(cl->vg16, cl->vbase16, cl->nvg16, body, avail, dst, 4);
+	for (uint64_t i = 0; i < cl->nvfix16; i++) {
 		const uint64_t j = cl->vfix16[i];
 		const uint64_t v = ibp_peek_bits(body, avail, cl->soff[j], cl->sw[j]);
 		ibp_st_chunk(dst + j * 4, _pdep_u64(v, cl->nm[j]) | cl->b[j], 4);
 	}
-	ibp_avx2_decode_static_from(c, cl, body, avail, dst, ng * 16);
+	ibp_avx2_static_rest(c, cl, body, avail, dst, cl->nvg16 * 16, 4);
 }
 
 /* C = 4 by qword pairs (ibp_q2group_t): 4 lanes of 2 chunks, up to three
@@ -245,28 +286,27 @@ static void ibp_avx2_decode_static_v(const ibp_codec_t *c, const ibp_cluster_t *
 			ibp_avx2_decode_static_from(c, cl, body, avail, dst, 0);
 		return;
 	}
-	/* C <= 2 loads 16 bytes at a lane's offset (see static_c12) */
-	const uint64_t G = 16, reach = IBP_AVX2_REACH(16);
-	/* groups whose whole window is readable (vbase is non-decreasing) */
-	uint64_t ng = 0;
-	while (ng < cl->nvg && cl->vbase[ng] <= avail && avail - cl->vbase[ng] >= reach)
-		ng++;
+	/* C <= 2: every group in lanes (static_groups) */
+	const uint64_t G = 16, ng = cl->nvg;
 	if (ng == 0) {
 		ibp_avx2_decode_static_from(c, cl, body, avail, dst, 0);
 		return;
 	}
 	if (C == 2)
-		ibp_avx2_static_c12(cl, body, ng, dst, 2);
+		ibp_avx2_static_groups(cl->vg, cl->vbase, ng, body, avail, dst, 2);
 	else
-		ibp_avx2_static_c12(cl, body, ng, dst, 1);
+		ibp_avx2_static_groups(cl->vg, cl->vbase, ng, body, avail, dst, 1);
 	/* chunks with more than two static runs: pdep (fields lie within
-	 * avail); the list is ascending, later ones are decoded below */
-	for (uint64_t i = 0; i < cl->nvfix && cl->vfix[i] < ng * G; i++) {
+	 * avail); the list is ascending */
+	for (uint64_t i = 0; i < cl->nvfix; i++) {
 		const uint64_t j = cl->vfix[i];
 		const uint64_t v = ibp_peek_bits(body, avail, cl->soff[j], cl->sw[j]);
 		ibp_st_chunk(dst + j * C, _pdep_u64(v, cl->nm[j]) | cl->b[j], C);
 	}
-	ibp_avx2_decode_static_from(c, cl, body, avail, dst, ng * G);
+	if (C == 2)
+		ibp_avx2_static_rest(c, cl, body, avail, dst, ng * G, 2);
+	else
+		ibp_avx2_static_rest(c, cl, body, avail, dst, ng * G, 1);
 }
 
 /* ---- the exception walk, 8 (C <= 2) or 4 (C = 4) chunks at a time ----
@@ -421,6 +461,81 @@ static uint64_t ibp_avx2_xwalk_c4(const ibp_codec_t *c, const ibp_cluster_t *cl,
 	return e;
 }
 
+/* Exception j's delta at body bit e (field width w): the field from its
+ * 8 bytes, or, within the body's last 8 (byte >= t0), from tail, their
+ * zero-padded copy (no byte loop: those are most of a row's fields, the
+ * exception part being short); then chunk j ^= deposit ^ b_j. */
+IBP_INLINE void ibp_avx2_xone(const uint64_t *m, const uint64_t *b, uint64_t j, uint64_t e, const uint8_t *body,
+			      const uint8_t *tail, uint64_t t0, uint64_t jp, uint64_t last, uint8_t *dst,
+			      const unsigned C)
+{
+	const uint64_t byte = e >> 3;
+	const uint8_t *p = byte < t0 ? body + byte : tail + (byte - t0);
+	const uint64_t d = _pdep_u64(ibp_load64(p) >> (e & 7), m[j]) ^ b[j];
+	uint8_t *q = dst + j * C;
+	if (__builtin_expect(j < jp, 1))
+		ibp_st_chunk(q, ibp_ld_chunk(q, C) ^ d, C);
+	else /* a partial last chunk */
+		ibp_st_partial(q, ibp_ld_partial(q, last) ^ d, last);
+}
+
+/* The scalar exception walk of a cluster without Xvals (C <= 4): as the
+ * template's decode_exc (same checks, same result), with the fields near
+ * the body's end read from a padded copy (xone). */
+IBP_INLINE uint64_t ibp_avx2_xscalar(const ibp_codec_t *c, const ibp_cluster_t *cl, const unsigned mode,
+				     const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
+				     uint64_t avail, uint8_t *dst, const unsigned C)
+{
+	const uint64_t D = c->D, lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail;
+	uint64_t e = cl->S;
+	if (e > lim)
+		return UINT64_MAX;
+	/* fields from byte t0 on (a fixed copy of the body's last 8 bytes): a
+	 * field's byte is <= avail, so it loads tail[0, 16) at most */
+	uint64_t t0 = 0;
+	uint8_t tail[24] = { 0 };
+	if (avail >= 8) {
+		t0 = avail - 8;
+		memcpy(tail, body + t0, 8);
+	} else {
+		memcpy(tail, body, avail);
+	}
+	const uint64_t last = c->last_bytes, jp = last == C ? D : D - 1;
+	/* the tables in locals: stores to dst would make cl->m, cl->b reloads */
+	const uint8_t *ew = cl->ew;
+	const uint64_t *m = cl->m, *b = cl->b;
+	if (mode == IBP_ROW_BITMAP) {
+		/* bits >= D were checked to be clear */
+		for (uint64_t i = 0; i < hdr_len; i += 8) {
+			const uint64_t left = hdr_len - i;
+			for (uint64_t w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left); w; w &= w - 1) {
+				const uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
+				if (ew[j] > lim - e)
+					return UINT64_MAX;
+				ibp_avx2_xone(m, b, j, e, body, tail, t0, jp, last, dst, C);
+				e += ew[j];
+			}
+		}
+		return e;
+	}
+	const unsigned L = c->L;
+	const uint64_t lm = ibp_lowmask(L), rd = ibp_hdr_readable(hdr, hdr_len, body, avail);
+	uint64_t prev = 0;
+	for (uint64_t k = 0; k < n; k++) {
+		/* as the template: L = 8 a byte, else one load where 8 bytes are readable */
+		const uint64_t bit = (uint64_t)L * (k + 1);
+		const uint64_t j = L == 8 ? hdr[k + 1]
+				 : ((bit >> 3) + 8 <= rd ? ibp_load64(hdr + (bit >> 3)) >> (bit & 7)
+							 : ibp_peek_bits(hdr, hdr_len, bit, L)) & lm;
+		if (j >= D || (k && j <= prev) || ew[j] > lim - e)
+			return UINT64_MAX;
+		prev = j;
+		ibp_avx2_xone(m, b, j, e, body, tail, t0, jp, last, dst, C);
+		e += ew[j];
+	}
+	return e;
+}
+
 static uint64_t ibp_avx2_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_t *cl, unsigned mode,
 				      const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
 				      uint64_t avail, uint8_t *dst)
@@ -431,8 +546,20 @@ static uint64_t ibp_avx2_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_t 
 	/* sparser rows keep the scalar walk: with gathers a half group costs
 	 * about as much as 4 scalar exceptions (measured on the sample KV and
 	 * f32 tables, docs/BENCHMARKS.md) */
-	if (cl->nxg == 0 || c->D > IBP_XWALK_MAXD || n < IBP_XWALK_PER_GROUP_AVX2 * cl->nxg)
-		return ibp_avx2_decode_exc(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
+	if (cl->nxg == 0 || c->D > IBP_XWALK_MAXD || n < IBP_XWALK_PER_GROUP_AVX2 * cl->nxg) {
+		if (cl->has_x || c->C > 4)
+			return ibp_avx2_decode_exc(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
+#define IBP_AVX2_XS(CC)                                                                                   \
+	return mode == IBP_ROW_BITMAP                                                                     \
+		       ? ibp_avx2_xscalar(c, cl, IBP_ROW_BITMAP, hdr, hdr_len, n, body, avail, dst, CC) \
+		       : ibp_avx2_xscalar(c, cl, IBP_ROW_LIST, hdr, hdr_len, n, body, avail, dst, CC)
+		switch (c->C) {
+		case 1: IBP_AVX2_XS(1);
+		case 2: IBP_AVX2_XS(2);
+		default: IBP_AVX2_XS(4);
+		}
+#undef IBP_AVX2_XS
+	}
 	if (!ibp_exc_bitmap(c, mode, hdr, hdr_len, ibp_hdr_readable(hdr, hdr_len, body, avail), n, bm))
 		return UINT64_MAX;
 	const uint64_t lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail, e = cl->S;

@@ -357,7 +357,7 @@ extern const ibp_kernels_t ibpi_kernels_portable;
 extern const ibp_kernels_t ibpi_kernels_bmi2;
 /* AVX-512 (F, BW, VL, VBMI) static part, BMI2 for the rest. */
 extern const ibp_kernels_t ibpi_kernels_avx512;
-/* AVX2 static part (gathers, the same group tables), BMI2 for the rest. */
+/* AVX2 static part (the same group tables, byte shuffles), BMI2 for the rest. */
 extern const ibp_kernels_t ibpi_kernels_avx2;
 #endif
 

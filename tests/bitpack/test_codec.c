@@ -643,7 +643,7 @@ Test(codec, random_garbage_never_crashes)
 				uint8_t fl = (uint8_t)(it % 17 == 0 ? tu_next(&r) : tu_below(&r, 4));
 				ibp_status_t st0 = IBP_OK;
 				uint8_t *dec0 = tu_xcalloc(R);
-				for (int impl = 1; impl <= 3; impl++) {
+				for (int impl = 1; impl <= 4; impl++) {
 					if (ibp_codec_set_impl(c, (ibp_impl_t)impl) != IBP_OK)
 						continue;
 					ibp_status_t st = ibp_decode_row(c, src, len, fl, (unsigned)(it & 1), dec);
