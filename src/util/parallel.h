@@ -11,6 +11,12 @@
  * Returns IBP_ERR_INVALID_ARG for nthreads < 0 or fn NULL. If a thread cannot
  * be started its range runs on the calling thread, so the work is always
  * done when IBP_OK is returned. n == 0 calls nothing.
+ *
+ * The other ranges run on the process's workers, started by the first call
+ * that needs them and kept (parallel.c); a call while another holds them,
+ * or from inside a range (nested), starts threads of its own for the call.
+ * A fork() child starts over with none. Ranges may wait for each other
+ * (every tid runs at once) except when a thread could not be started.
  */
 #ifndef IBP_PARALLEL_H
 #define IBP_PARALLEL_H

@@ -5,7 +5,11 @@
  * (written from docs/FORMAT.md), corrupt input, batches, creation errors,
  * the paper layout size and the parallel-for helper. */
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1641,4 +1645,108 @@ Test(codec, parallel_for)
 		}
 	cr_assert_eq(ibpi_parallel_for(-1, 10, pf_fn, NULL), IBP_ERR_INVALID_ARG);
 	cr_assert_eq(ibpi_parallel_for(1, 10, NULL, NULL), IBP_ERR_INVALID_ARG);
+}
+
+/* The process's worker pool behind ibpi_parallel_for: tids above 0 run on
+ * threads other than the caller's, the same ones call after call (kept,
+ * not started again); a call from inside a job, calls from several
+ * threads at once and calls in a fork() child all finish with every range
+ * done once. */
+typedef struct pool_ctx {
+	_Atomic uint32_t *hits;
+	pthread_t caller, on[8];
+	_Atomic int bad;
+	int inner; /* run a nested parallel-for in each range */
+	int slow;  /* this tid takes 2 ms before its range: the caller must wait for it */
+} pool_ctx_t;
+
+static void pool_fn(void *ctx, uint64_t begin, uint64_t end, int tid)
+{
+	pool_ctx_t *x = ctx;
+	if (tid < 0 || tid >= 8 || (tid == 0) != (pthread_equal(pthread_self(), x->caller) != 0))
+		atomic_store(&x->bad, 1);
+	else
+		x->on[tid] = pthread_self();
+	if (tid && tid == x->slow)
+		usleep(2000);
+	for (uint64_t i = begin; i < end; i++) {
+		if (x->inner) {
+			pf_ctx_t y = { tu_xcalloc(50), 0, ibpi_parallel_threads(3, 50) };
+			if (ibpi_parallel_for(3, 50, pf_fn, &y) != IBP_OK || y.bad_tid)
+				atomic_store(&x->bad, 1);
+			for (int k = 0; k < 50; k++)
+				if (y.hits[k] != 1)
+					atomic_store(&x->bad, 1);
+			free(y.hits);
+		}
+		atomic_fetch_add(&x->hits[i], 1);
+	}
+}
+
+static int pool_round(int t, uint64_t n, int inner, pthread_t *on)
+{
+	static _Atomic int round;
+	const int r = atomic_fetch_add(&round, 1);
+	pool_ctx_t x = { tu_xcalloc(n * sizeof(uint32_t)), pthread_self(), { 0 }, 0, inner,
+			 r % 16 == 0 ? 1 + (r / 16) % (t > 1 ? t - 1 : 1) : 0 };
+	int ok = ibpi_parallel_for(t, n, pool_fn, &x) == IBP_OK && !atomic_load(&x.bad);
+	for (uint64_t i = 0; i < n; i++)
+		ok = ok && atomic_load(&x.hits[i]) == 1;
+	if (on)
+		memcpy(on, x.on, sizeof(x.on));
+	free((void *)x.hits);
+	return ok;
+}
+
+static void *pool_thread(void *arg)
+{
+	int ok = 1;
+	for (int r = 0; r < 300 && ok; r++)
+		ok = pool_round(2 + r % 3, 97 + (uint64_t)r, 0, NULL);
+	*(int *)arg = ok;
+	return NULL;
+}
+
+Test(codec, parallel_for_pool, .timeout = 15)
+{
+	pthread_t first[8], on[8];
+	cr_assert(pool_round(4, 1000, 0, first));
+	for (int r = 0; r < 2000; r++) {
+		cr_assert(pool_round(4, 1000, 0, on), "round %d", r);
+		for (int k = 1; k < 4; k++)
+			cr_assert(pthread_equal(on[k], first[k]), "round %d: tid %d on a new thread", r, k);
+	}
+	cr_assert(pool_round(3, 10, 1, NULL), "nested");
+	pthread_t th[4];
+	int ok[4] = { 0 };
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(pthread_create(&th[i], NULL, pool_thread, &ok[i]), 0);
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		cr_assert(ok[i], "caller thread %d", i);
+	}
+	for (int f = 0; f < 2; f++) { /* a child (and its child) has no workers until it asks */
+		pid_t pid = fork();
+		cr_assert_geq(pid, 0);
+		if (pid == 0) {
+			alarm(10); /* a child that hangs dies (and fails the test) */
+			int good = 1;
+			for (int r = 0; r < 200 && good; r++)
+				good = pool_round(4, 333, 0, NULL);
+			if (good && f) {
+				pid_t g = fork();
+				if (g == 0) {
+					alarm(10);
+					_exit(pool_round(3, 77, 0, NULL) ? 0 : 1);
+				}
+				int gs = 0;
+				good = g > 0 && waitpid(g, &gs, 0) == g && WIFEXITED(gs) && WEXITSTATUS(gs) == 0;
+			}
+			_exit(good ? 0 : 1);
+		}
+		int status = 0;
+		cr_assert_eq(waitpid(pid, &status, 0), pid);
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "fork child %d", f);
+		cr_assert(pool_round(4, 1000, 0, NULL), "the parent after fork %d", f);
+	}
 }
