@@ -1,8 +1,10 @@
 /* parallel.c - static-partition parallel-for on pthreads. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <unistd.h>
 
+#include "util/fork.h"
 #include "util/parallel.h"
 #include "util/error.h"
 
@@ -51,33 +53,26 @@ static struct {
 	int pending;  /* its worker tasks not finished */
 	ibp_pf_task_t task[IBP_MAX_THREADS];
 	uint64_t born[IBP_MAX_THREADS + 1]; /* gen when worker i was started: its first job is the next */
-} pool = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, { { 0 } }, { 0 } };
+	_Atomic uint64_t fork_gen;          /* ibpi_fork_generation() the workers belong to */
+} pool = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, { { 0 } }, { 0 }, 0 };
 
 static _Thread_local int in_job; /* a worker, or a caller running its job: nested calls spawn */
-static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 
-static void pool_prepare(void)
+/* A fork() child (util/fork.h): the workers, and any job's caller, did
+ * not come along, and the lock may be held by a thread of the parent.
+ * Starts over with a fresh lock and no workers, as the store does. */
+static void pool_after_fork(void)
 {
-	pthread_mutex_lock(&pool.mu); /* no job half handed out in the child */
-}
-
-static void pool_parent(void)
-{
-	pthread_mutex_unlock(&pool.mu);
-}
-
-static void pool_child(void)
-{
-	/* the workers, and any job's caller, are not in this process */
-	pool.nworkers = 0, pool.busy = 0, pool.pending = 0;
-	pthread_mutex_init(&pool.mu, NULL);
-	pthread_cond_init(&pool.go, NULL);
-	pthread_cond_init(&pool.done, NULL);
-}
-
-static void pool_install(void)
-{
-	(void)pthread_atfork(pool_prepare, pool_parent, pool_child); /* failing: no pool (see below) */
+	ibpi_fork_lock();
+	const uint64_t g = ibpi_fork_generation();
+	if (atomic_load_explicit(&pool.fork_gen, memory_order_relaxed) != g) {
+		pthread_mutex_init(&pool.mu, NULL);
+		pthread_cond_init(&pool.go, NULL);
+		pthread_cond_init(&pool.done, NULL);
+		pool.nworkers = 0, pool.busy = 0, pool.pending = 0;
+		atomic_store_explicit(&pool.fork_gen, g, memory_order_release);
+	}
+	ibpi_fork_unlock();
 }
 
 static void *pool_worker(void *arg)
@@ -105,9 +100,10 @@ static void *pool_worker(void *arg)
 /* Runs task[0 .. t) with the pool; 0 when the pool cannot take the job. */
 static int pool_run(const ibp_pf_task_t *task, int t)
 {
-	if (in_job)
+	if (in_job || ibpi_fork_watch() != IBP_OK) /* without fork counting, no kept threads */
 		return 0;
-	pthread_once(&pool_once, pool_install);
+	if (atomic_load_explicit(&pool.fork_gen, memory_order_acquire) != ibpi_fork_generation())
+		pool_after_fork();
 	pthread_mutex_lock(&pool.mu);
 	if (pool.busy) {
 		pthread_mutex_unlock(&pool.mu);
