@@ -273,6 +273,30 @@ Test(store_fork, ibp_store_child_after_parent_pool, .init = make_tmpdir, .fini =
 	free_fixture(&f);
 }
 
+/* The store alone must count forks: here nothing before the fork runs a
+ * codec on threads (packed on one, so util/parallel.c never installs the
+ * fork handlers), only the store's own pool. */
+Test(store_fork, ibp_store_child_store_alone, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	fx_t f = { 0 };
+	f.n = 4000;
+	f.R = 48;
+	ibp_codec_t *codec = make_codec(f.R, 4, 2, 57);
+	f.rows = make_rows(codec, f.n, 58);
+	uint64_t shape[2] = { f.n, f.R };
+	const char *path = tmpdir_path("alone.ibp");
+	cr_assert_eq(ibp_pack_with_codec(path, codec, f.rows, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED, 1), IBP_OK,
+		     "%s", ibp_last_error());
+	ibp_codec_free(codec);
+	cr_assert_eq(ibp_store_open(path, IBP_OPEN_READ, &f.s), IBP_OK, "%s", ibp_last_error());
+	make_ids(&f, 3000, 59);
+	require_pool(&f);
+	cr_assert_eq(gather_ok(&f, 0), 0);
+	int rc = in_child(child_reads_and_closes, &f);
+	cr_assert_eq(rc, 0, "child: %d (%s)", rc, rc == 100 + SIGALRM ? "hung" : "wrong rows or an error");
+	free_fixture(&f);
+}
+
 Test(store_fork, exp_store_and_bags_in_child, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	fx_t f = exp_fixture(1000, 24);
