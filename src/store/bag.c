@@ -131,8 +131,85 @@ static void widen_f16_portable(float *restrict a, const uint16_t *restrict h, ui
 		a[i] = fp8i_f16_to_f32(h[i]);
 }
 
+/* The float32 accumulator back to float16: the bag's sum rounded, or
+ * (mean) the sum rounded, widened and divided by n, rounded again, as
+ * PyTorch does. */
+static void narrow_f16_portable(uint16_t *restrict h, const float *restrict a, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++)
+		h[i] = fp8i_f32_to_f16(a[i]);
+}
+
+static void mean_f16_portable(uint16_t *restrict h, const float *restrict a, float n, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++)
+		h[i] = fp8i_f32_to_f16(fp8i_f16_to_f32(fp8i_f32_to_f16(a[i])) / n);
+}
+
+/* a = a + widen(h), and the first row a = 0 + widen(h): the widen and the
+ * add in one pass instead of through a widened copy of the row. */
+static void add_f16_portable(float *restrict a, const uint16_t *restrict h, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++)
+		a[i] = a[i] + fp8i_f16_to_f32(h[i]);
+}
+
+static void first_f16_portable(float *restrict a, const uint16_t *restrict h, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++)
+		a[i] = 0.0f + fp8i_f16_to_f32(h[i]);
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+/* F16C rounds to nearest even, gives infinities from 65520 up and
+ * subnormals below 2^-14, and quiets a NaN keeping its payload's top bits:
+ * the bits of fp8i_f32_to_f16 (test_bag: float16_sums_round_exactly). */
+#define F16C_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+
+__attribute__((target("avx2,f16c"))) static void narrow_f16_f16c(uint16_t *restrict h, const float *restrict a,
+								  uint64_t d)
+{
+	uint64_t i = 0;
+	for (; i + 8 <= d; i += 8)
+		_mm_storeu_si128((__m128i *)(void *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(a + i), F16C_RNE));
+	narrow_f16_portable(h + i, a + i, d - i);
+}
+
+__attribute__((target("avx2,f16c"))) static void mean_f16_f16c(uint16_t *restrict h, const float *restrict a,
+								float n, uint64_t d)
+{
+	const __m256 vn = _mm256_set1_ps(n);
+	uint64_t i = 0;
+	for (; i + 8 <= d; i += 8) {
+		const __m256 s = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(a + i), F16C_RNE));
+		_mm_storeu_si128((__m128i *)(void *)(h + i), _mm256_cvtps_ph(_mm256_div_ps(s, vn), F16C_RNE));
+	}
+	mean_f16_portable(h + i, a + i, n, d - i);
+}
+
+__attribute__((target("avx2,f16c"))) static void add_f16_f16c(float *restrict a, const uint16_t *restrict h,
+							       uint64_t d)
+{
+	uint64_t i = 0;
+	for (; i + 8 <= d; i += 8) {
+		const __m256 r = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + i)));
+		_mm256_storeu_ps(a + i, _mm256_add_ps(_mm256_loadu_ps(a + i), r));
+	}
+	add_f16_portable(a + i, h + i, d - i);
+}
+
+__attribute__((target("avx2,f16c"))) static void first_f16_f16c(float *restrict a, const uint16_t *restrict h,
+								 uint64_t d)
+{
+	uint64_t i = 0;
+	for (; i + 8 <= d; i += 8) {
+		const __m256 r = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + i)));
+		_mm256_storeu_ps(a + i, _mm256_add_ps(_mm256_setzero_ps(), r));
+	}
+	first_f16_portable(a + i, h + i, d - i);
+}
+
 /* F16C: 8 halves per instruction, the same bits as the portable loop (a
  * test widens all 65,536 values both ways: test_bag) */
 __attribute__((target("avx2,f16c"))) static void widen_f16_f16c(float *restrict a, const uint16_t *restrict h,
@@ -157,9 +234,14 @@ typedef struct bag_kernels {
 	void (*div)(float *, float, uint64_t);
 	void (*widen_bf16)(float *restrict, const uint16_t *restrict, uint64_t);
 	void (*widen_f16)(float *restrict, const uint16_t *restrict, uint64_t);
+	/* float16 only: the accumulator's row out, and rows added as they are */
+	void (*narrow_f16)(uint16_t *restrict, const float *restrict, uint64_t);
+	void (*mean_f16)(uint16_t *restrict, const float *restrict, float, uint64_t);
+	void (*add_f16)(float *restrict, const uint16_t *restrict, uint64_t);
+	void (*first_f16)(float *restrict, const uint16_t *restrict, uint64_t);
 } bag_kernels_t;
 
-#define BAG_VARIANT(SFX, ATTR, WF16)                                                                        \
+#define BAG_VARIANT(SFX, ATTR, WF16, F16)                                                                      \
 	ATTR static void add_##SFX(float *restrict a, const float *restrict r, uint64_t d) { k_add(a, r, d); } \
 	ATTR static void fma_##SFX(float *restrict a, const float *restrict r, float w, uint64_t d)          \
 	{                                                                                               \
@@ -189,12 +271,14 @@ typedef struct bag_kernels {
 	}                                                                                               \
 	static const bag_kernels_t kernels_##SFX = { add_##SFX,   fma_##SFX,     max_##SFX,  first_##SFX,   \
 						     first_w_##SFX, axpy_##SFX, first_axpy_##SFX, div_##SFX, \
-						     widen_bf16_##SFX, WF16 };
+						     widen_bf16_##SFX, WF16, F16 };
 
-BAG_VARIANT(portable, , widen_f16_portable)
+#define F16_PORTABLE narrow_f16_portable, mean_f16_portable, add_f16_portable, first_f16_portable
+BAG_VARIANT(portable, , widen_f16_portable, F16_PORTABLE)
 #if defined(__x86_64__) && defined(__GNUC__)
-BAG_VARIANT(avx2, __attribute__((target("avx2,fma"))), widen_f16_portable)
-BAG_VARIANT(avx2f16c, __attribute__((target("avx2,fma,f16c"))), widen_f16_f16c)
+BAG_VARIANT(avx2, __attribute__((target("avx2,fma"))), widen_f16_portable, F16_PORTABLE)
+#define F16_F16C narrow_f16_f16c, mean_f16_f16c, add_f16_f16c, first_f16_f16c
+BAG_VARIANT(avx2f16c, __attribute__((target("avx2,fma,f16c"))), widen_f16_f16c, F16_F16C)
 #endif
 
 static const bag_kernels_t *pick_kernels(void)
@@ -373,6 +457,16 @@ static ibp_status_t pool_bag(const bag_job_t *j, bag_tls_t *t, uint64_t end, uin
 			const uint8_t *p = j->store ? chunk_row(j, t, i, end, &st) : row_at(j, t, (uint64_t)id, t->row, &st);
 			if (!p)
 				return st;
+			if (j->dt == IBP_DTYPE_F16 && j->mode != IBP_BAG_MAX && !j->weights) {
+				/* a plain sum: widened and added in one pass */
+				const uint16_t *h = (const uint16_t *)(const void *)p;
+				if (cnt == 0)
+					k->first_f16(acc, h, j->dim);
+				else
+					k->add_f16(acc, h, j->dim);
+				cnt++;
+				continue;
+			}
 			widen(j, p, t->rowf);
 			r = t->rowf;
 		}
@@ -406,6 +500,13 @@ static ibp_status_t pool_bag(const bag_job_t *j, bag_tls_t *t, uint64_t end, uin
 		return IBP_OK;
 	}
 	uint16_t *h = (uint16_t *)o;
+	if (j->dt == IBP_DTYPE_F16) {
+		if (j->mode == IBP_BAG_MEAN)
+			k->mean_f16(h, acc, (float)cnt, j->dim);
+		else
+			k->narrow_f16(h, acc, j->dim);
+		return IBP_OK;
+	}
 	if (j->mode == IBP_BAG_MEAN) /* PyTorch rounds the sum, then the quotient */
 		for (uint64_t i = 0; i < j->dim; i++)
 			h[i] = narrow1(j->dt, widen1(j->dt, narrow1(j->dt, acc[i])) / (float)cnt);
