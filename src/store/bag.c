@@ -160,8 +160,71 @@ static void first_f16_portable(float *restrict a, const uint16_t *restrict h, ui
 		a[i] = 0.0f + fp8i_f16_to_f32(h[i]);
 }
 
+/* The same for bfloat16. */
+static void narrow_bf16_portable(uint16_t *restrict h, const float *restrict a, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++)
+		h[i] = fp8i_f32_to_bf16(a[i]);
+}
+
+static void mean_bf16_portable(uint16_t *restrict h, const float *restrict a, float n, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++)
+		h[i] = fp8i_f32_to_bf16(fp8i_bf16_to_f32(fp8i_f32_to_bf16(a[i])) / n);
+}
+
+BAG_BODY void k_add_bf16(float *restrict a, const uint16_t *restrict h, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++)
+		a[i] = a[i] + fp8i_bf16_to_f32(h[i]);
+}
+
+BAG_BODY void k_first_bf16(float *restrict a, const uint16_t *restrict h, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++)
+		a[i] = 0.0f + fp8i_bf16_to_f32(h[i]);
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+/* bfloat16 of 8 floats, as fp8i_f32_to_bf16: rounded to nearest even, a
+ * NaN quieted with its top payload bits (all in 32-bit lanes, then
+ * packed; the values fit 16 bits, so the unsigned pack never saturates). */
+__attribute__((target("avx2"))) static inline __m128i bf16_of8(__m256 f)
+{
+	const __m256i u = _mm256_castps_si256(f);
+	const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+					       _mm256_set1_epi32(0x7f800000));
+	const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+	const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd), 16);
+	const __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+	const __m256i v = _mm256_blendv_epi8(r, q, nan);
+	const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
+	return _mm256_castsi256_si128(p);
+}
+
+__attribute__((target("avx2"))) static void narrow_bf16_avx2(uint16_t *restrict h, const float *restrict a,
+							      uint64_t d)
+{
+	uint64_t i = 0;
+	for (; i + 8 <= d; i += 8)
+		_mm_storeu_si128((__m128i *)(void *)(h + i), bf16_of8(_mm256_loadu_ps(a + i)));
+	narrow_bf16_portable(h + i, a + i, d - i);
+}
+
+__attribute__((target("avx2"))) static void mean_bf16_avx2(uint16_t *restrict h, const float *restrict a, float n,
+							    uint64_t d)
+{
+	const __m256 vn = _mm256_set1_ps(n);
+	uint64_t i = 0;
+	for (; i + 8 <= d; i += 8) {
+		const __m128i b = bf16_of8(_mm256_loadu_ps(a + i));
+		const __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+		_mm_storeu_si128((__m128i *)(void *)(h + i), bf16_of8(_mm256_div_ps(s, vn)));
+	}
+	mean_bf16_portable(h + i, a + i, n, d - i);
+}
+
 /* F16C rounds to nearest even, gives infinities from 65520 up and
  * subnormals below 2^-14, and quiets a NaN keeping its payload's top bits:
  * the bits of fp8i_f32_to_f16 (test_bag: float16_sums_round_exactly). */
@@ -234,14 +297,18 @@ typedef struct bag_kernels {
 	void (*div)(float *, float, uint64_t);
 	void (*widen_bf16)(float *restrict, const uint16_t *restrict, uint64_t);
 	void (*widen_f16)(float *restrict, const uint16_t *restrict, uint64_t);
-	/* float16 only: the accumulator's row out, and rows added as they are */
+	/* 16-bit rows: the accumulator's row out, and rows added as they are */
 	void (*narrow_f16)(uint16_t *restrict, const float *restrict, uint64_t);
 	void (*mean_f16)(uint16_t *restrict, const float *restrict, float, uint64_t);
 	void (*add_f16)(float *restrict, const uint16_t *restrict, uint64_t);
 	void (*first_f16)(float *restrict, const uint16_t *restrict, uint64_t);
+	void (*narrow_bf16)(uint16_t *restrict, const float *restrict, uint64_t);
+	void (*mean_bf16)(uint16_t *restrict, const float *restrict, float, uint64_t);
+	void (*add_bf16)(float *restrict, const uint16_t *restrict, uint64_t);
+	void (*first_bf16)(float *restrict, const uint16_t *restrict, uint64_t);
 } bag_kernels_t;
 
-#define BAG_VARIANT(SFX, ATTR, WF16, F16)                                                                      \
+#define BAG_VARIANT(SFX, ATTR, WF16, F16, BF16)                                                                      \
 	ATTR static void add_##SFX(float *restrict a, const float *restrict r, uint64_t d) { k_add(a, r, d); } \
 	ATTR static void fma_##SFX(float *restrict a, const float *restrict r, float w, uint64_t d)          \
 	{                                                                                               \
@@ -269,16 +336,27 @@ typedef struct bag_kernels {
 	{                                                                                               \
 		k_widen_bf16(a, h, d);                                                                  \
 	}                                                                                               \
+	ATTR static void add_bf16_##SFX(float *restrict a, const uint16_t *restrict h, uint64_t d)          \
+	{                                                                                               \
+		k_add_bf16(a, h, d);                                                                    \
+	}                                                                                               \
+	ATTR static void first_bf16_##SFX(float *restrict a, const uint16_t *restrict h, uint64_t d)        \
+	{                                                                                               \
+		k_first_bf16(a, h, d);                                                                  \
+	}                                                                                               \
 	static const bag_kernels_t kernels_##SFX = { add_##SFX,   fma_##SFX,     max_##SFX,  first_##SFX,   \
 						     first_w_##SFX, axpy_##SFX, first_axpy_##SFX, div_##SFX, \
-						     widen_bf16_##SFX, WF16, F16 };
+						     widen_bf16_##SFX, WF16, F16, BF16, add_bf16_##SFX,    \
+						     first_bf16_##SFX };
 
 #define F16_PORTABLE narrow_f16_portable, mean_f16_portable, add_f16_portable, first_f16_portable
-BAG_VARIANT(portable, , widen_f16_portable, F16_PORTABLE)
+#define BF16_PORTABLE narrow_bf16_portable, mean_bf16_portable
+BAG_VARIANT(portable, , widen_f16_portable, F16_PORTABLE, BF16_PORTABLE)
 #if defined(__x86_64__) && defined(__GNUC__)
-BAG_VARIANT(avx2, __attribute__((target("avx2,fma"))), widen_f16_portable, F16_PORTABLE)
+#define BF16_AVX2 narrow_bf16_avx2, mean_bf16_avx2
+BAG_VARIANT(avx2, __attribute__((target("avx2,fma"))), widen_f16_portable, F16_PORTABLE, BF16_AVX2)
 #define F16_F16C narrow_f16_f16c, mean_f16_f16c, add_f16_f16c, first_f16_f16c
-BAG_VARIANT(avx2f16c, __attribute__((target("avx2,fma,f16c"))), widen_f16_f16c, F16_F16C)
+BAG_VARIANT(avx2f16c, __attribute__((target("avx2,fma,f16c"))), widen_f16_f16c, F16_F16C, BF16_AVX2)
 #endif
 
 static const bag_kernels_t *pick_kernels(void)
@@ -457,13 +535,14 @@ static ibp_status_t pool_bag(const bag_job_t *j, bag_tls_t *t, uint64_t end, uin
 			const uint8_t *p = j->store ? chunk_row(j, t, i, end, &st) : row_at(j, t, (uint64_t)id, t->row, &st);
 			if (!p)
 				return st;
-			if (j->dt == IBP_DTYPE_F16 && j->mode != IBP_BAG_MAX && !j->weights) {
+			if (j->mode != IBP_BAG_MAX && !j->weights) {
 				/* a plain sum: widened and added in one pass */
 				const uint16_t *h = (const uint16_t *)(const void *)p;
+				const int f16 = j->dt == IBP_DTYPE_F16;
 				if (cnt == 0)
-					k->first_f16(acc, h, j->dim);
+					(f16 ? k->first_f16 : k->first_bf16)(acc, h, j->dim);
 				else
-					k->add_f16(acc, h, j->dim);
+					(f16 ? k->add_f16 : k->add_bf16)(acc, h, j->dim);
 				cnt++;
 				continue;
 			}
@@ -500,19 +579,11 @@ static ibp_status_t pool_bag(const bag_job_t *j, bag_tls_t *t, uint64_t end, uin
 		return IBP_OK;
 	}
 	uint16_t *h = (uint16_t *)o;
-	if (j->dt == IBP_DTYPE_F16) {
-		if (j->mode == IBP_BAG_MEAN)
-			k->mean_f16(h, acc, (float)cnt, j->dim);
-		else
-			k->narrow_f16(h, acc, j->dim);
-		return IBP_OK;
-	}
+	const int f16 = j->dt == IBP_DTYPE_F16;
 	if (j->mode == IBP_BAG_MEAN) /* PyTorch rounds the sum, then the quotient */
-		for (uint64_t i = 0; i < j->dim; i++)
-			h[i] = narrow1(j->dt, widen1(j->dt, narrow1(j->dt, acc[i])) / (float)cnt);
+		(f16 ? k->mean_f16 : k->mean_bf16)(h, acc, (float)cnt, j->dim);
 	else
-		for (uint64_t i = 0; i < j->dim; i++)
-			h[i] = narrow1(j->dt, acc[i]);
+		(f16 ? k->narrow_f16 : k->narrow_bf16)(h, acc, j->dim);
 	return IBP_OK;
 }
 

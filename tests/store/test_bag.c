@@ -289,71 +289,78 @@ Test(bag, every_16bit_value_widens_exactly, .init = make_tmpdir, .fini = remove_
 	free(h), free(ids), free(off), free(got), free(want);
 }
 
-/* Sums of float16 rows rounded back to float16 (sum and mean, the
- * vector F16C narrowing and the portable one): rows of random bit
- * patterns of every magnitude (subnormals, near 65504, infinities; no
- * NaNs, whose payload in a NaN + NaN sum depends on the operand order),
- * bags of 1 to 6 rows, so the rounding meets ties, subnormal and
- * overflowing sums. Against the scalar reference, bit for bit. */
+/* Sums of 16-bit rows rounded back to their dtype (float16 and
+ * bfloat16, sum and mean, the vector narrowing and the portable one):
+ * rows of random bit patterns of every magnitude (subnormals, near the
+ * largest finite, infinities; no NaNs, whose payload in a NaN + NaN sum
+ * depends on the operand order), bags of 1 to 6 rows, so the rounding
+ * meets ties, subnormal and overflowing sums. Against the scalar
+ * reference, bit for bit. */
 Test(bag, float16_sums_round_exactly, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	enum { RH = 2048, DH = 67, NB = 3000 };
 	uint16_t *h = xcalloc(RH * DH * 2);
 	float *f = xcalloc(RH * DH * sizeof(float));
-	uint64_t x = 0x243F6A8885A308D3ull;
-	for (uint64_t v = 0; v < RH * DH; v++) {
-		x = x * 6364136223846793005ull + 1442695040888963407ull;
-		uint16_t b = (uint16_t)(x >> 48);
-		if ((b & 0x7c00u) == 0x7c00u) /* NaN or Inf: an infinity, now and then */
-			b = (x >> 20) % 8 == 0 ? (uint16_t)(b & 0xfc00u) : (uint16_t)(b & 0xbbffu);
-		h[v] = b;
-		f[v] = widen1(IBP_DTYPE_F16, b);
-	}
 	int64_t *ids = xcalloc(NB * 6 * 8), *off = xcalloc((NB + 1) * 8);
-	uint64_t n = 0;
-	for (uint64_t b = 0; b < NB; b++) {
-		off[b] = (int64_t)n;
-		x = x * 6364136223846793005ull + 1442695040888963407ull;
-		for (uint64_t k = 0; k < 1 + (x >> 40) % 6; k++)
-			ids[n++] = (int64_t)((x >> (k * 5)) % RH);
-	}
-	off[NB] = (int64_t)n;
-	char path[160];
-	snprintf(path, sizeof(path), "%s/f16sums.ibp", tmpdir);
-	uint64_t shape[2] = { RH, DH };
-	cr_assert_eq(ibp_pack(path, h, IBP_DTYPE_F16, 2, shape, NULL, IBP_LAYOUT_PACKED), IBP_OK, "%s", ibp_last_error());
-	ibp_store_t *s = NULL;
-	cr_assert_eq(ibp_store_open(path, 0, &s), IBP_OK, "%s", ibp_last_error());
 	uint16_t *got = xcalloc(NB * DH * 2), *want = xcalloc(NB * DH * 2);
-	for (int mode = 0; mode < 2; mode++) { /* sum, mean */
+	const ibp_dtype_t dts[2] = { IBP_DTYPE_F16, IBP_DTYPE_BF16 };
+	for (int d = 0; d < 2; d++) {
+		const ibp_dtype_t dt = dts[d];
+		const uint16_t expo = dt == IBP_DTYPE_F16 ? 0x7c00u : 0x7f80u;
+		uint64_t x = 0x243F6A8885A308D3ull + (uint64_t)d;
+		for (uint64_t v = 0; v < RH * DH; v++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			uint16_t b = (uint16_t)(x >> 48);
+			if ((b & expo) == expo) /* NaN or Inf: an infinity now and then, else a finite value */
+				b = (x >> 20) % 8 == 0 ? (uint16_t)(b & (0x8000u | expo)) : (uint16_t)(b & ~(expo & (expo >> 1)));
+			h[v] = b;
+			f[v] = widen1(dt, b);
+		}
+		uint64_t n = 0;
 		for (uint64_t b = 0; b < NB; b++) {
-			float acc[DH] = { 0 };
-			uint64_t cnt = (uint64_t)(off[b + 1] - off[b]);
-			for (int64_t i = off[b]; i < off[b + 1]; i++)
-				for (int j = 0; j < DH; j++)
-					acc[j] = acc[j] + f[ids[i] * DH + j];
-			uint16_t *w = want + b * DH;
-			narrow(IBP_DTYPE_F16, acc, w, DH);
-			if (mode == IBP_BAG_MEAN)
-				for (int j = 0; j < DH; j++) {
-					float q = widen1(IBP_DTYPE_F16, w[j]) / (float)cnt;
-					narrow(IBP_DTYPE_F16, &q, &w[j], 1);
-				}
+			off[b] = (int64_t)n;
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			for (uint64_t k = 0; k < 1 + (x >> 40) % 6; k++)
+				ids[n++] = (int64_t)((x >> (k * 5)) % RH);
 		}
-		for (int portable = 0; portable < 2; portable++) {
-			cr_assert_eq(setenv("IBP_FORCE_PORTABLE", portable ? "1" : "0", 1), 0);
-			memset(got, 0xA5, NB * DH * 2);
-			cr_assert_eq(ibp_store_embedding_bag(s, (ibp_bag_mode_t)mode, 0, ids, IBP_DTYPE_I64, n, off, NB, NULL,
-							     -1, got, 1),
-				     IBP_OK, "%s", ibp_last_error());
-			for (uint64_t k = 0; k < NB * DH; k++)
-				cr_assert_eq(got[k], want[k], "mode %d portable %d: bag %llu dim %llu: 0x%04x, want 0x%04x", mode,
-					     portable, (unsigned long long)(k / DH), (unsigned long long)(k % DH), got[k],
-					     want[k]);
+		off[NB] = (int64_t)n;
+		char path[160];
+		snprintf(path, sizeof(path), "%s/sums%d.ibp", tmpdir, d);
+		uint64_t shape[2] = { RH, DH };
+		cr_assert_eq(ibp_pack(path, h, dt, 2, shape, NULL, IBP_LAYOUT_PACKED), IBP_OK, "%s", ibp_last_error());
+		ibp_store_t *s = NULL;
+		cr_assert_eq(ibp_store_open(path, 0, &s), IBP_OK, "%s", ibp_last_error());
+		for (int mode = 0; mode < 2; mode++) { /* sum, mean */
+			for (uint64_t b = 0; b < NB; b++) {
+				float acc[DH] = { 0 };
+				uint64_t cnt = (uint64_t)(off[b + 1] - off[b]);
+				for (int64_t i = off[b]; i < off[b + 1]; i++)
+					for (int j = 0; j < DH; j++)
+						acc[j] = acc[j] + f[ids[i] * DH + j];
+				uint16_t *w = want + b * DH;
+				narrow(dt, acc, w, DH);
+				if (mode == IBP_BAG_MEAN)
+					for (int j = 0; j < DH; j++) {
+						float q = widen1(dt, w[j]) / (float)cnt;
+						narrow(dt, &q, &w[j], 1);
+					}
+			}
+			for (int portable = 0; portable < 2; portable++) {
+				cr_assert_eq(setenv("IBP_FORCE_PORTABLE", portable ? "1" : "0", 1), 0);
+				memset(got, 0xA5, NB * DH * 2);
+				cr_assert_eq(ibp_store_embedding_bag(s, (ibp_bag_mode_t)mode, 0, ids, IBP_DTYPE_I64, n, off, NB,
+								     NULL, -1, got, 1),
+					     IBP_OK, "%s", ibp_last_error());
+				for (uint64_t k = 0; k < NB * DH; k++)
+					cr_assert_eq(got[k], want[k],
+						     "dtype %d mode %d portable %d: bag %llu dim %llu: 0x%04x, want 0x%04x", (int)dt,
+						     mode, portable, (unsigned long long)(k / DH), (unsigned long long)(k % DH),
+						     got[k], want[k]);
+			}
 		}
+		ibp_store_close(s);
 	}
 	unsetenv("IBP_FORCE_PORTABLE");
-	ibp_store_close(s);
 	free(h), free(f), free(ids), free(off), free(got), free(want);
 }
 
