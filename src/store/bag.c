@@ -131,58 +131,73 @@ static void widen_f16_portable(float *restrict a, const uint16_t *restrict h, ui
 		a[i] = fp8i_f16_to_f32(h[i]);
 }
 
-/* The float32 accumulator back to float16: the bag's sum rounded, or
- * (mean) the sum rounded, widened and divided by n, rounded again, as
- * PyTorch does. */
-static void narrow_f16_portable(uint16_t *restrict h, const float *restrict a, uint64_t d)
+static inline uint16_t narrow1(ibp_dtype_t dt, float v)
 {
-	for (uint64_t i = 0; i < d; i++)
-		h[i] = fp8i_f32_to_f16(a[i]);
+	return dt == IBP_DTYPE_BF16 ? fp8i_f32_to_bf16(v) : fp8i_f32_to_f16(v);
 }
 
-static void mean_f16_portable(uint16_t *restrict h, const float *restrict a, float n, uint64_t d)
+static inline float widen1(ibp_dtype_t dt, uint16_t h)
+{
+	return dt == IBP_DTYPE_BF16 ? fp8i_bf16_to_f32(h) : fp8i_f16_to_f32(h);
+}
+
+/* 16-bit rows (dt float16 or bfloat16; a constant where inlined). The
+ * float32 accumulator back to dt: the bag's sum rounded, or (mean) the sum
+ * rounded, widened and divided by n, rounded again, as PyTorch does. */
+BAG_BODY void k_narrow16(ibp_dtype_t dt, uint16_t *restrict h, const float *restrict a, uint64_t d)
 {
 	for (uint64_t i = 0; i < d; i++)
-		h[i] = fp8i_f32_to_f16(fp8i_f16_to_f32(fp8i_f32_to_f16(a[i])) / n);
+		h[i] = narrow1(dt, a[i]);
+}
+
+BAG_BODY void k_mean16(ibp_dtype_t dt, uint16_t *restrict h, const float *restrict a, float n, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++)
+		h[i] = narrow1(dt, widen1(dt, narrow1(dt, a[i])) / n);
 }
 
 /* a = a + widen(h), and the first row a = 0 + widen(h): the widen and the
  * add in one pass instead of through a widened copy of the row. */
-static void add_f16_portable(float *restrict a, const uint16_t *restrict h, uint64_t d)
+BAG_BODY void k_add16(ibp_dtype_t dt, float *restrict a, const uint16_t *restrict h, uint64_t d)
 {
 	for (uint64_t i = 0; i < d; i++)
-		a[i] = a[i] + fp8i_f16_to_f32(h[i]);
+		a[i] = a[i] + widen1(dt, h[i]);
+}
+
+BAG_BODY void k_first16(ibp_dtype_t dt, float *restrict a, const uint16_t *restrict h, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++)
+		a[i] = 0.0f + widen1(dt, h[i]);
+}
+
+static void narrow_f16_portable(uint16_t *restrict h, const float *restrict a, uint64_t d)
+{
+	k_narrow16(IBP_DTYPE_F16, h, a, d);
+}
+
+static void mean_f16_portable(uint16_t *restrict h, const float *restrict a, float n, uint64_t d)
+{
+	k_mean16(IBP_DTYPE_F16, h, a, n, d);
+}
+
+static void add_f16_portable(float *restrict a, const uint16_t *restrict h, uint64_t d)
+{
+	k_add16(IBP_DTYPE_F16, a, h, d);
 }
 
 static void first_f16_portable(float *restrict a, const uint16_t *restrict h, uint64_t d)
 {
-	for (uint64_t i = 0; i < d; i++)
-		a[i] = 0.0f + fp8i_f16_to_f32(h[i]);
+	k_first16(IBP_DTYPE_F16, a, h, d);
 }
 
-/* The same for bfloat16. */
 static void narrow_bf16_portable(uint16_t *restrict h, const float *restrict a, uint64_t d)
 {
-	for (uint64_t i = 0; i < d; i++)
-		h[i] = fp8i_f32_to_bf16(a[i]);
+	k_narrow16(IBP_DTYPE_BF16, h, a, d);
 }
 
 static void mean_bf16_portable(uint16_t *restrict h, const float *restrict a, float n, uint64_t d)
 {
-	for (uint64_t i = 0; i < d; i++)
-		h[i] = fp8i_f32_to_bf16(fp8i_bf16_to_f32(fp8i_f32_to_bf16(a[i])) / n);
-}
-
-BAG_BODY void k_add_bf16(float *restrict a, const uint16_t *restrict h, uint64_t d)
-{
-	for (uint64_t i = 0; i < d; i++)
-		a[i] = a[i] + fp8i_bf16_to_f32(h[i]);
-}
-
-BAG_BODY void k_first_bf16(float *restrict a, const uint16_t *restrict h, uint64_t d)
-{
-	for (uint64_t i = 0; i < d; i++)
-		a[i] = 0.0f + fp8i_bf16_to_f32(h[i]);
+	k_mean16(IBP_DTYPE_BF16, h, a, n, d);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -338,11 +353,11 @@ typedef struct bag_kernels {
 	}                                                                                               \
 	ATTR static void add_bf16_##SFX(float *restrict a, const uint16_t *restrict h, uint64_t d)          \
 	{                                                                                               \
-		k_add_bf16(a, h, d);                                                                    \
+		k_add16(IBP_DTYPE_BF16, a, h, d);                                                       \
 	}                                                                                               \
 	ATTR static void first_bf16_##SFX(float *restrict a, const uint16_t *restrict h, uint64_t d)        \
 	{                                                                                               \
-		k_first_bf16(a, h, d);                                                                  \
+		k_first16(IBP_DTYPE_BF16, a, h, d);                                                     \
 	}                                                                                               \
 	static const bag_kernels_t kernels_##SFX = { add_##SFX,   fma_##SFX,     max_##SFX,  first_##SFX,   \
 						     first_w_##SFX, axpy_##SFX, first_axpy_##SFX, div_##SFX, \
@@ -493,16 +508,6 @@ static void widen(const bag_job_t *j, const uint8_t *src, float *dst)
 		j->k->widen_bf16(dst, h, j->dim);
 	else
 		j->k->widen_f16(dst, h, j->dim);
-}
-
-static inline uint16_t narrow1(ibp_dtype_t dt, float v)
-{
-	return dt == IBP_DTYPE_BF16 ? fp8i_f32_to_bf16(v) : fp8i_f32_to_f16(v);
-}
-
-static inline float widen1(ibp_dtype_t dt, uint16_t h)
-{
-	return dt == IBP_DTYPE_BF16 ? fp8i_bf16_to_f32(h) : fp8i_f16_to_f32(h);
 }
 
 /* Pools bag b; returns IBP_OK or the failing status. */

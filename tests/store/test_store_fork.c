@@ -84,8 +84,9 @@ static void make_ids(fx_t *f, uint64_t m, uint64_t seed)
 		f->ids[i] = (int64_t)(rnd(&r) % f->n);
 }
 
-/* An IBP store of n rows of R bytes (u8). */
-static fx_t ibp_fixture(uint64_t n, uint64_t R)
+/* An IBP store of n rows of R bytes (u8), packed on `pack_threads` (0:
+ * every core). */
+static fx_t ibp_fixture_packed(uint64_t n, uint64_t R, int pack_threads)
 {
 	fx_t f = { 0 };
 	f.n = n;
@@ -94,12 +95,17 @@ static fx_t ibp_fixture(uint64_t n, uint64_t R)
 	f.rows = make_rows(codec, n, 32);
 	uint64_t shape[2] = { n, R };
 	const char *path = tmpdir_path("ibp.ibp");
-	cr_assert_eq(ibp_pack_with_codec(path, codec, f.rows, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED, 0), IBP_OK,
-		     "%s", ibp_last_error());
+	cr_assert_eq(ibp_pack_with_codec(path, codec, f.rows, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED, pack_threads),
+		     IBP_OK, "%s", ibp_last_error());
 	ibp_codec_free(codec);
 	cr_assert_eq(ibp_store_open(path, IBP_OPEN_READ, &f.s), IBP_OK, "%s", ibp_last_error());
 	make_ids(&f, 6000, 33);
 	return f;
+}
+
+static fx_t ibp_fixture(uint64_t n, uint64_t R)
+{
+	return ibp_fixture_packed(n, R, 0);
 }
 
 /* An exp store of n float32 rows of `cols` values in blocks of 16 rows (exp
@@ -278,18 +284,7 @@ Test(store_fork, ibp_store_child_after_parent_pool, .init = make_tmpdir, .fini =
  * fork handlers), only the store's own pool. */
 Test(store_fork, ibp_store_child_store_alone, .init = make_tmpdir, .fini = remove_tmpdir)
 {
-	fx_t f = { 0 };
-	f.n = 4000;
-	f.R = 48;
-	ibp_codec_t *codec = make_codec(f.R, 4, 2, 57);
-	f.rows = make_rows(codec, f.n, 58);
-	uint64_t shape[2] = { f.n, f.R };
-	const char *path = tmpdir_path("alone.ibp");
-	cr_assert_eq(ibp_pack_with_codec(path, codec, f.rows, IBP_DTYPE_U8, 2, shape, IBP_LAYOUT_PACKED, 1), IBP_OK,
-		     "%s", ibp_last_error());
-	ibp_codec_free(codec);
-	cr_assert_eq(ibp_store_open(path, IBP_OPEN_READ, &f.s), IBP_OK, "%s", ibp_last_error());
-	make_ids(&f, 3000, 59);
+	fx_t f = ibp_fixture_packed(4000, 48, 1);
 	require_pool(&f);
 	cr_assert_eq(gather_ok(&f, 0), 0);
 	int rc = in_child(child_reads_and_closes, &f);
