@@ -213,9 +213,11 @@ static inline __attribute__((always_inline)) void prefetch_lines(const rowref_t 
 }
 
 /* The output row decoded OUT_AHEAD rows after this one, its first
- * PF_LINES lines for writing: the decode's stores to lines not in the
- * cache held up its loop (sequential f32 rows of 400 bytes 6% faster,
- * docs/BENCHMARKS.md "AVX-512 decode"). */
+ * PF_LINES lines for writing, when the rows between are consecutive in
+ * the store: the decode's stores to lines not in the cache held up its
+ * loop (sequential f32 rows of 400 bytes 6% faster); among random rows,
+ * whose payload misses fill the miss buffers, it cost 3-4%
+ * (docs/BENCHMARKS.md "AVX-512 decode"). */
 #define OUT_AHEAD 4u
 static inline __attribute__((always_inline)) void prefetch_out(const uint8_t *p, uint64_t R)
 {
@@ -292,7 +294,7 @@ static uint64_t decode_rows_map(const ibp_store_t *s, const int64_t *ids, uint8_
 		for (uint64_t i = b0; i < b1; i++) {
 			if (i + d < b2 && d)
 				prefetch_lines(AT(i + d), 1, PF_LINES);
-			if (i + OUT_AHEAD < e)
+			if (i + OUT_AHEAD < e && ROW_AT(i + OUT_AHEAD) == ROW_AT(i) + OUT_AHEAD)
 				prefetch_out(out + (i + OUT_AHEAD) * R, R);
 			if ((*st = decode_one(s, ROW_AT(i), AT(i), out + i * R)) != IBP_OK)
 				return i;
