@@ -851,8 +851,14 @@ static __attribute__((noinline)) uint64_t ibp_avx512_row_fused(const ibp_codec_t
 							       uint8_t *dst)
 {
 	uint64_t bm[IBP_XWALK_MAXD / 64 + 1];
-	if (!ibp_exc_bitmap(c, mode, hdr, hdr_len, ibp_hdr_readable(hdr, hdr_len, body, avail), n, bm))
+	if (mode == IBP_ROW_BITMAP && hdr_len <= 64) {
+		/* as ibp_exc_bitmap (D <= 512: bm[0, 8] hold it), without a
+		 * memcpy call */
+		_mm512_storeu_si512((void *)bm, _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, (unsigned)hdr_len), hdr));
+		bm[8] = 0;
+	} else if (!ibp_exc_bitmap(c, mode, hdr, hdr_len, ibp_hdr_readable(hdr, hdr_len, body, avail), n, bm)) {
 		return UINT64_MAX;
+	}
 	const uint64_t lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail;
 	return ibp_avx512_row_f(c, cl, bm, body, avail, cl->S, lim, dst);
 }
