@@ -15,7 +15,10 @@
  * all fit 32-bit lanes takes 16 chunks per group (the vg16 tables).
  * Rows with exceptions of C = 2 and 4 clusters with the fused tables
  * (ibp_vbmi_t.fg) decode static part and exceptions in one pass of 64-byte
- * groups, the partial last group included (ibp_avx512_row_f).
+ * groups, the partial last group included (ibp_avx512_row_f), except C = 2
+ * rows under two exceptions a group: the multishift static part, then the
+ * scalar walk. Rows too sparse for the SIMD walks of clusters without
+ * Xvals take the scalar walk shared with AVX2 (xscalar, codec_internal.h).
  * Encoding is the BMI2 template kernel, with the exceptions of 8 chunks
  * found by one compare (IBP_K_MISS8) and, in the one-pass encoder (C < 8,
  * no Xvals), those of 64 chunks and their words' exception masks by C
@@ -212,7 +215,8 @@ static void ibp_avx512_static_ms(const ibp_codec_t *c, const ibp_cluster_t *cl, 
 		const uint64_t v = ibp_peek_bits(body, avail, cl->soff[j], cl->sw[j]);
 		ibp_st_chunk(dst + j * C, _pdep_u64(v, cl->nm[j]) | cl->b[j], (unsigned)C);
 	}
-	ibp_avx512_decode_static_from(c, cl, body, avail, dst, nvg * (64 / C));
+	if (nvg * (64 / C) < c->D) /* a call, and a copy of the cluster in it */
+		ibp_avx512_decode_static_from(c, cl, body, avail, dst, nvg * (64 / C));
 }
 
 static void ibp_avx512_decode_static_v(const ibp_codec_t *c, const ibp_cluster_t *cl,
@@ -618,10 +622,11 @@ IBP_INLINE uint64_t ibp_avx512_row_f4_x(const ibp_codec_t *c, const ibp_cluster_
 		__m512i rel; /* an exception lane's field, in bits from byte e / 8 */
 		uint64_t tot;
 		if (uni) {
-			/* rank <= 15, w <= 25: the product fits the lane's low 16 bits */
+			/* rank <= 15, w <= 25: the product fits the lane's low 16 bits;
+			 * the exception lanes' widths are all w0: w, not a broadcast */
 			const uint32_t w0 = q->w[0];
 			const __m512i rank = ibp_avx512_popcnt32(_mm512_and_si512(_mm512_set1_epi32((int)mk), below));
-			rel = _mm512_add_epi32(_mm512_mullo_epi16(rank, _mm512_set1_epi32((int)w0)),
+			rel = _mm512_add_epi32(_mm512_mullo_epi16(rank, _mm512_load_si512((const void *)q->w)),
 					       _mm512_set1_epi32((int)(e & 7)));
 			tot = (uint64_t)__builtin_popcount(mk) * w0;
 		} else {
@@ -740,8 +745,20 @@ static uint64_t ibp_avx512_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_
 	 * the sample KV and f32 tables, docs/BENCHMARKS.md): sparser rows keep
 	 * the scalar walk. */
 	const uint64_t ng = cl->vbmi && cl->vbmi->nxg4 ? cl->vbmi->nxg4 : cl->nxg;
-	if (cl->nxg == 0 || c->D > IBP_XWALK_MAXD || n < IBP_XWALK_PER_GROUP * ng)
-		return ibp_avx512_decode_exc(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
+	if (cl->nxg == 0 || c->D > IBP_XWALK_MAXD || n < IBP_XWALK_PER_GROUP * ng) {
+		if (cl->has_x || c->C > 4)
+			return ibp_avx512_decode_exc(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
+#define IBP_AVX512_XS(CC)                                                                                   \
+	return mode == IBP_ROW_BITMAP                                                                       \
+		       ? ibp_avx512_xscalar(c, cl, IBP_ROW_BITMAP, hdr, hdr_len, n, body, avail, dst, CC) \
+		       : ibp_avx512_xscalar(c, cl, IBP_ROW_LIST, hdr, hdr_len, n, body, avail, dst, CC)
+		switch (c->C) {
+		case 1: IBP_AVX512_XS(1);
+		case 2: IBP_AVX512_XS(2);
+		default: IBP_AVX512_XS(4);
+		}
+#undef IBP_AVX512_XS
+	}
 	if (!ibp_exc_bitmap(c, mode, hdr, hdr_len, ibp_hdr_readable(hdr, hdr_len, body, avail), n, bm))
 		return UINT64_MAX;
 	const uint64_t lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail, e = cl->S;
@@ -826,16 +843,42 @@ static void ibp_avx512_row_stats(const ibp_codec_t *c, const ibp_cluster_t *cl, 
 
 /* Rows with exceptions of a cluster with the fused tables; others as
  * decode_static_v, decode_exc_v. */
+/* A row by the fused tables. Out of line: inlined beside the other paths
+ * (the scalar walk), random f32 rows were 2-3% slower. */
+static __attribute__((noinline)) uint64_t ibp_avx512_row_fused(const ibp_codec_t *c, const ibp_cluster_t *cl,
+							       unsigned mode, const uint8_t *hdr, uint64_t hdr_len,
+							       uint64_t n, const uint8_t *body, uint64_t avail,
+							       uint8_t *dst)
+{
+	uint64_t bm[IBP_XWALK_MAXD / 64 + 1];
+	if (mode == IBP_ROW_BITMAP && hdr_len > 8 && hdr_len <= 16) {
+		/* as ibp_exc_bitmap (64 < D <= 128: bm[0, 2] hold it) without a
+		 * memcpy call: two 8-byte loads within the header (a masked
+		 * 64-byte load reached into the next line: random rows 3%
+		 * slower) */
+		bm[0] = ibp_load64(hdr);
+		bm[1] = ibp_load64(hdr + hdr_len - 8) >> (8 * (16 - hdr_len));
+		bm[2] = 0;
+	} else if (!ibp_exc_bitmap(c, mode, hdr, hdr_len, ibp_hdr_readable(hdr, hdr_len, body, avail), n, bm)) {
+		return UINT64_MAX;
+	}
+	const uint64_t lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail;
+	return ibp_avx512_row_f(c, cl, bm, body, avail, cl->S, lim, dst);
+}
+
 static uint64_t ibp_avx512_decode_row_v(const ibp_codec_t *c, const ibp_cluster_t *cl, unsigned mode,
 					const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
 					uint64_t avail, uint8_t *dst)
 {
-	if (cl->vbmi && cl->vbmi->nfg) {
-		uint64_t bm[IBP_XWALK_MAXD / 64 + 1];
-		if (!ibp_exc_bitmap(c, mode, hdr, hdr_len, ibp_hdr_readable(hdr, hdr_len, body, avail), n, bm))
-			return UINT64_MAX;
-		const uint64_t lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail;
-		return ibp_avx512_row_f(c, cl, bm, body, avail, cl->S, lim, dst);
+	/* C = 2 rows under IBP_XWALK_PER_GROUP exceptions a fused group: the
+	 * static part by multishift (static_ms, a third of a fused group's
+	 * vector operations) and the scalar walk (docs/BENCHMARKS.md,
+	 * "AVX-512 decode": bf16 rows 9% faster); C = 4's static part has no
+	 * multishift tables and stays fused. */
+	if (cl->vbmi && cl->vbmi->nfg &&
+	    (c->C != 2 || !cl->vbmi->nvgm ||
+	     (mode == IBP_ROW_BITMAP ? ibp_bitmap_count(hdr, hdr_len) : n) >= IBP_XWALK_PER_GROUP * cl->vbmi->nfg)) {
+		return ibp_avx512_row_fused(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
 	}
 	ibp_avx512_decode_static_v(c, cl, body, avail, dst);
 	return ibp_avx512_decode_exc_v(c, cl, mode, hdr, hdr_len, n, body, avail, dst);

@@ -212,6 +212,22 @@ static inline __attribute__((always_inline)) void prefetch_lines(const rowref_t 
 		__builtin_prefetch((const void *)(p0 + 64 * k), 0, 3);
 }
 
+/* The output row decoded OUT_AHEAD rows after this one, its first
+ * PF_LINES lines for writing, when the rows between are consecutive in
+ * the store: the decode's stores to lines not in the cache held up its
+ * loop (sequential f32 rows of 400 bytes 6% faster); among random rows,
+ * whose payload misses fill the miss buffers, it cost 3-4%
+ * (docs/BENCHMARKS.md "AVX-512 decode"). */
+#define OUT_AHEAD 4u
+static inline __attribute__((always_inline)) void prefetch_out(const uint8_t *p, uint64_t R)
+{
+	const uintptr_t p0 = (uintptr_t)p & ~(uintptr_t)63;
+	uint64_t lines = (((uintptr_t)p & 63) + R + 63) / 64;
+	lines = lines < PF_LINES ? lines : PF_LINES;
+	for (uint64_t k = 0; k < lines; k++)
+		__builtin_prefetch((const void *)(p0 + 64 * k), 1, 3);
+}
+
 static inline void row_ahead(const ibp_store_t *s, uint64_t row, rowref_t *r)
 {
 	r->ok = ibp_container_row_meta(s->c, row, &r->src, &r->len, &r->mode, &r->cl) == IBP_OK;
@@ -278,6 +294,8 @@ static uint64_t decode_rows_map(const ibp_store_t *s, const int64_t *ids, uint8_
 		for (uint64_t i = b0; i < b1; i++) {
 			if (i + d < b2 && d)
 				prefetch_lines(AT(i + d), 1, PF_LINES);
+			if (i + OUT_AHEAD < e && ROW_AT(i + OUT_AHEAD) == ROW_AT(i) + OUT_AHEAD)
+				prefetch_out(out + (i + OUT_AHEAD) * R, R);
 			if ((*st = decode_one(s, ROW_AT(i), AT(i), out + i * R)) != IBP_OK)
 				return i;
 		}

@@ -1520,6 +1520,140 @@ Test(codec, simd_multishift_static)
 	ms_case(1, 64 * 2 + 7, mk1, HAS_VGM, &r);
 }
 
+/* Decodes src[0, len) with every implementation: each gives portable's
+ * status and, when it decodes, its bytes; returns portable's status. */
+static ibp_status_t decode_all_agree(ibp_codec_t *c, const uint8_t *src, uint64_t len, uint8_t fl, uint8_t *ref,
+				     uint8_t *back, const char *what, uint64_t a, uint64_t b)
+{
+	static const ibp_impl_t impls[] = { IBP_IMPL_PORTABLE, IBP_IMPL_BMI2, IBP_IMPL_AVX2, IBP_IMPL_AVX512 };
+	const uint64_t R = ibp_codec_row_bytes(c);
+	uint8_t *cut = tu_xcalloc(len ? len : 1); /* exact size: ASan sees a read past it */
+	memcpy(cut, src, len);
+	ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
+	memset(ref, 0, R);
+	const ibp_status_t s0 = ibp_decode_row(c, cut, len, fl, 0, ref);
+	for (size_t k = 1; k < sizeof(impls) / sizeof(impls[0]); k++) {
+		if (ibp_codec_set_impl(c, impls[k]) != IBP_OK)
+			continue;
+		memset(back, 0, R);
+		const ibp_status_t s1 = ibp_decode_row(c, cut, len, fl, 0, back);
+		CHECK(s1 == s0, "%s %llu %llu len %llu impl %d: status %d, portable %d", what, (unsigned long long)a,
+		      (unsigned long long)b, (unsigned long long)len, (int)impls[k], s1, s0);
+		CHECK(s0 != IBP_OK || memcmp(back, ref, R) == 0, "%s %llu %llu impl %d: bytes differ", what,
+		      (unsigned long long)a, (unsigned long long)b, (int)impls[k]);
+	}
+	free(cut);
+	return s0;
+}
+
+/* LIST rows of a byte an entry (L = 8: 128 < D <= 256), taken by the
+ * branch-free list expansion (ibp_exc_bitmap) and the scalar walk (xone
+ * with its padded copy of the body's last 8 bytes): C = 2 with the fused
+ * tables (AVX-512: rows under two exceptions a fused group take the
+ * multishift static part and the scalar walk, denser ones the fused
+ * groups), C = 2 without them (mk2_wide) and C = 1; a full or a partial
+ * last chunk; rows of 1 to 28 exceptions at random chunks (the last one
+ * included), every truncation, and each entry of the list set to values
+ * around its neighbours (a duplicate, unsorted, >= D when D < 256): every
+ * implementation gives portable's status and bytes. */
+Test(codec, list_l8_rows)
+{
+	static const uint16_t mk2[4] = { 0xF003u, 0xC038u, 0x8924u, 0x8924u };
+	static const uint16_t mk2_wide[4] = { 0x8000u, 0x8001u, 0x8101u, 0x8101u };
+	static const uint16_t mk1[4] = { 0xE1u, 0x18u, 0x52u, 0x52u };
+	static const struct {
+		unsigned C;
+		uint64_t R;
+		const uint16_t *mk;
+		int fused;
+	} cases[] = { { 2, 512, mk2, 1 },      { 2, 400, mk2, 1 }, { 2, 2 * 200 - 1, mk2, 1 }, { 2, 2 * 129, mk2, 1 },
+		      { 2, 2 * 256, mk2_wide, 0 }, { 1, 256, mk1, 0 }, { 1, 201, mk1, 0 } };
+	static const uint64_t nexc[] = { 1, 2, 5, 9, 14, 15, 16, 17, 20, 24, 28 };
+	tu_rng_t r;
+	tu_rng_seed(&r, 3333);
+	uint64_t lists = 0, corrupt = 0;
+	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+		const unsigned C = cases[ci].C;
+		const uint64_t R = cases[ci].R, D = (R + C - 1) / C;
+		uint8_t *m = tu_xcalloc(D * C), *b = tu_xcalloc(D * C), *row = tu_xcalloc(R);
+		for (uint64_t j = 0; j < D; j++) {
+			const uint16_t mj = cases[ci].mk[j % 17 == 9 ? 3 : j % 29 == 5 ? 2 : j % 3 == 1 ? 1 : 0];
+			const uint16_t bj = (uint16_t)(tu_next(&r) & mj);
+			memcpy(m + C * j, &mj, C);
+			memcpy(b + C * j, &bj, C);
+		}
+		memset(m + R, 0xFF, C * D - R); /* padding: invariant zeros */
+		memset(b + R, 0, C * D - R);
+		ibp_codec_t *c;
+		cr_assert_eq(ibp_codec_create(R, C, 1, m, b, &c), IBP_OK);
+		cr_assert_eq(c->L, 8u, "D=%llu", (unsigned long long)D);
+		if (have_avx512()) {
+			const ibp_vbmi_t *v = c->cl[0].vbmi;
+			cr_assert_eq(v && v->nfg > 0 && v->nvgm > 0, cases[ci].fused, "case %zu: fused tables", ci);
+		}
+		uint8_t *enc = tu_xcalloc(ibp_row_bound(c)), *bad = tu_xcalloc(ibp_row_bound(c));
+		uint8_t *ref = tu_xcalloc(R), *back = tu_xcalloc(R);
+		for (size_t ni = 0; ni < sizeof(nexc) / sizeof(nexc[0]); ni++) {
+			/* the static part, then nexc[ni] chunks changed in m_j */
+			for (uint64_t j = 0; j < D; j++) {
+				uint16_t mj = 0, bj = 0, x = (uint16_t)tu_next(&r);
+				memcpy(&mj, m + C * j, C);
+				memcpy(&bj, b + C * j, C);
+				x = (uint16_t)((x & ~mj) | bj);
+				memcpy(row + C * j, &x, R - C * j < C ? R - C * j : C);
+			}
+			for (uint64_t k = 0; k < nexc[ni]; k++) {
+				const uint64_t j = k == 0 ? D - 1 : tu_below(&r, D);
+				const uint64_t nb = R - C * j < C ? R - C * j : C;
+				uint16_t mj = 0, x = 0;
+				memcpy(&mj, m + C * j, C);
+				memcpy(&x, row + C * j, nb);
+				mj &= (uint16_t)(nb == 2 ? 0xFFFFu : 0xFFu);
+				uint16_t f = (uint16_t)(mj & tu_next(&r));
+				x ^= f ? f : (uint16_t)(mj & (0u - mj));
+				memcpy(row + C * j, &x, nb);
+			}
+			uint64_t len;
+			uint8_t fl;
+			ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
+			cr_assert_eq(ibp_encode_row(c, row, 0, enc, ibp_row_bound(c), &len, &fl), IBP_OK);
+			for (uint64_t t = 0; t <= len; t++) {
+				const ibp_status_t s0 = decode_all_agree(c, enc, t, fl, ref, back, "trunc", ci, ni);
+				if (t == len) {
+					cr_assert_eq(s0, IBP_OK);
+					cr_assert(memcmp(ref, row, R) == 0, "case %zu row %zu", ci, ni);
+				}
+			}
+			if (fl != IBP_ROW_LIST)
+				continue;
+			lists++;
+			const uint64_t n = (uint64_t)enc[0] + 1;
+			for (uint64_t k = 0; k < n; k++) {
+				const uint64_t prev = k ? enc[k] : 0, next = k + 1 < n ? enc[k + 2] : D - 1;
+				const uint64_t vals[] = { prev, prev + 1, enc[k + 1] - 1, next, next + 1, D - 1, D, 255, 0 };
+				for (size_t vi = 0; vi < sizeof(vals) / sizeof(vals[0]); vi++) {
+					if (vals[vi] > 255 || vals[vi] == enc[k + 1])
+						continue;
+					memcpy(bad, enc, len);
+					bad[k + 1] = (uint8_t)vals[vi];
+					if (decode_all_agree(c, bad, len, fl, ref, back, "entry", k, vals[vi]) != IBP_OK)
+						corrupt++;
+				}
+			}
+		}
+		free(m);
+		free(b);
+		free(row);
+		free(enc);
+		free(bad);
+		free(ref);
+		free(back);
+		ibp_codec_free(c);
+	}
+	cr_assert_gt(lists, 20);
+	cr_assert_gt(corrupt, 100);
+}
+
 /* ------------------------------------------------------------------ */
 /* paper layout                                                         */
 /* ------------------------------------------------------------------ */
