@@ -266,6 +266,43 @@ IBP_INLINE void ibp_avx2_static_q2_x(const ibp_codec_t *c, const ibp_cluster_t *
 		ibp_avx2_decode_static_from(c, cl, body, avail, dst, g * 8);
 }
 
+/* C = 4 by two windows a lane (ibp_w2group_t): groups whose 16-byte
+ * loads (and one byte on) are readable, then the fix-ups and the scalar
+ * rest. */
+IBP_INLINE void ibp_avx2_static_w2_x(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *body,
+				     uint64_t avail, uint8_t *dst, const int three)
+{
+	const ibp_w2_t *t = cl->w2;
+	const ibp_w2group_t *q = t->g;
+	uint64_t g = 0;
+	for (; g < t->ng && q->lo[1] + 17 <= avail; g++, q++) {
+		const __m256i ix = ibp_avx2_ld(q->idx);
+		const uint8_t *p0 = body + q->lo[0], *p1 = body + q->lo[1];
+		const __m256i a = _mm256_shuffle_epi8(
+			_mm256_loadu2_m128i((const __m128i *)(const void *)p1, (const __m128i *)(const void *)p0), ix);
+		const __m256i b = _mm256_shuffle_epi8(_mm256_loadu2_m128i((const __m128i *)(const void *)(p1 + 1),
+									  (const __m128i *)(const void *)(p0 + 1)),
+						      ix);
+		__m256i r = ibp_avx2_ld((const uint8_t *)q->b);
+		for (unsigned i = 0; i < 3; i++) {
+			if (!three && i == 2)
+				continue;
+			const __m256i t0 = _mm256_sllv_epi32(_mm256_srlv_epi32(i ? b : a, ibp_avx2_ld((const uint8_t *)q->sr[i])),
+							     ibp_avx2_ld((const uint8_t *)q->sl[i]));
+			r = _mm256_or_si256(r, _mm256_and_si256(t0, ibp_avx2_ld((const uint8_t *)q->m[i])));
+		}
+		_mm256_storeu_si256((__m256i *)(void *)(dst + g * 32), r);
+	}
+	/* chunks whose runs fit no slot: pdep (fields lie within avail) */
+	for (uint64_t i = 0; i < t->nfix && t->fix[i] < g * 8; i++) {
+		const uint64_t j = t->fix[i];
+		const uint64_t v = ibp_peek_bits(body, avail, cl->soff[j], cl->sw[j]);
+		ibp_st_chunk(dst + j * 4, _pdep_u64(v, cl->nm[j]) | cl->b[j], 4);
+	}
+	if (g * 8 < c->D)
+		ibp_avx2_decode_static_from(c, cl, body, avail, dst, g * 8);
+}
+
 static void ibp_avx2_decode_static_v(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *body,
 				     uint64_t avail, uint8_t *dst)
 {
@@ -278,7 +315,11 @@ static void ibp_avx2_decode_static_v(const ibp_codec_t *c, const ibp_cluster_t *
 	 * (and C = 8) the scalar loop (pdep), faster than 8 lanes of 64 bits
 	 * with gathers (docs/BENCHMARKS.md "Fused rows") */
 	if (C >= 4) {
-		if (cl->q2 && cl->q2->three)
+		if (cl->w2 && cl->w2->three)
+			ibp_avx2_static_w2_x(c, cl, body, avail, dst, 1);
+		else if (cl->w2)
+			ibp_avx2_static_w2_x(c, cl, body, avail, dst, 0);
+		else if (cl->q2 && cl->q2->three)
 			ibp_avx2_static_q2_x(c, cl, body, avail, dst, 1);
 		else if (cl->q2)
 			ibp_avx2_static_q2_x(c, cl, body, avail, dst, 0);
