@@ -809,7 +809,9 @@ static int ibp_build_w2(ibp_codec_t *c)
 				q->m[s][l] = m[s];
 			}
 		}
-		if (nfix > D / 4)
+		/* with the qword pairs at hand, only without fix-ups (a fix-up a
+		 * group made the f32 PCA and Gaussian rows slower than q2) */
+		if (nfix > D / 4 || (cl->q2 && nfix))
 			continue;
 		hdr[k] = (ibp_w2_t){ .g = g0, .ng = ng, .fix = fx, .nfix = nfix, .three = three };
 		cl->w2 = &hdr[k];
