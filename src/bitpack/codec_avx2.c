@@ -618,6 +618,96 @@ IBP_INLINE uint64_t ibp_avx2_xscalar(const ibp_codec_t *c, const ibp_cluster_t *
 	return e;
 }
 
+/* Chunk j ^= d (a partial last chunk's bytes when !whole and j >= jp). */
+IBP_INLINE void ibp_avx2_xpatch(uint64_t j, uint64_t d, uint64_t jp, uint64_t last, uint8_t *dst, const int whole,
+				const unsigned C)
+{
+	uint8_t *q = dst + j * C;
+	if (whole || __builtin_expect(j < jp, 1))
+		ibp_st_chunk(q, ibp_ld_chunk(q, C) ^ d, C);
+	else
+		ibp_st_partial(q, ibp_ld_partial(q, last) ^ d, last);
+}
+
+/* The BITMAP walk of a cluster with Xvals (C <= 4): an enabled chunk's
+ * field starts with its hit bit (1: the invariant bits are x_j, nothing
+ * follows). As the template's walk (same checks and result), but without
+ * a branch on the hit bit, which follows the data (the FFN weights hit
+ * 88% of their exceptions, with ~55 changes a row: a misprediction
+ * each), and without a load on the path from one field's position to the
+ * next: v holds the body's bits from e on, nb of them (all within avail,
+ * so no checks), refilled by one load when an exception needs more (its
+ * hit bit and field: <= 33 bits of the >= 57 a load gives). Past the last
+ * readable 8 bytes, or at a partial last chunk, the checked loop finishes
+ * the row from the exact e. */
+IBP_INLINE uint64_t ibp_avx2_xscalar_x(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *hdr,
+				       uint64_t hdr_len, const uint8_t *body, uint64_t avail, uint8_t *dst,
+				       const int whole, const unsigned C)
+{
+	const uint64_t D = c->D, lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail;
+	uint64_t e = cl->S;
+	if (e > lim)
+		return UINT64_MAX;
+	uint8_t tail[24] = { 0 };
+	const uint64_t t0 = ibp_avx2_tail(body, avail, tail);
+	/* a refill at byte e / 8 reads 8 bytes: only below tr */
+	const uint64_t tr = avail >= 8 ? avail - 7 : 0;
+	const uint64_t last = c->last_bytes, jp = whole ? D : D - 1;
+	const uint8_t *ew = cl->ew, *xen = cl->xen;
+	const uint64_t *m = cl->m, *b = cl->b, *x = cl->x;
+	uint64_t i = 0, w = 0, v = 0, nb = 0;
+	/* bits >= D were checked to be clear */
+	for (; i < hdr_len; i += 8) {
+		const uint64_t left = hdr_len - i;
+		for (w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left); w; w &= w - 1) {
+			const uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
+			const uint64_t sx = xen[j], need = sx + ew[j];
+			if (nb < need) {
+				if ((e >> 3) >= tr)
+					goto checked;
+				v = ibp_load64(body + (e >> 3)) >> (e & 7);
+				nb = 64 - (e & 7);
+			}
+			if (!whole && j >= jp)
+				goto checked;
+			/* hm: all ones on a hit; a hit takes 1 bit, else need */
+			const uint64_t hm = 0 - (v & sx), dep = _pdep_u64(v >> sx, m[j]);
+			const uint64_t cons = need ^ ((need ^ 1) & hm);
+			ibp_avx2_xpatch(j, ((x[j] & hm) | (dep & ~hm)) ^ b[j], jp, last, dst, whole, C);
+			v >>= cons;
+			nb -= cons;
+			e += cons;
+		}
+	}
+	return e;
+checked: /* from exception j = 8 i + ctz(w) on, at bit e */
+	for (;;) {
+		for (; w; w &= w - 1) {
+			const uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
+			if (xen[j]) {
+				if (e >= lim)
+					return UINT64_MAX;
+				const uint64_t byte = e >> 3;
+				const uint8_t hb = byte < t0 ? body[byte] : tail[byte - t0];
+				e += 1;
+				if ((hb >> ((e - 1) & 7)) & 1) {
+					ibp_avx2_xpatch(j, x[j] ^ b[j], jp, last, dst, whole, C);
+					continue;
+				}
+			}
+			if (ew[j] > lim - e)
+				return UINT64_MAX;
+			ibp_avx2_xone(m, b, j, e, body, tail, t0, jp, last, dst, whole, C);
+			e += ew[j];
+		}
+		i += 8;
+		if (i >= hdr_len)
+			return e;
+		const uint64_t left = hdr_len - i;
+		w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left);
+	}
+}
+
 static uint64_t ibp_avx2_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_t *cl, unsigned mode,
 				      const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
 				      uint64_t avail, uint8_t *dst)
@@ -629,6 +719,18 @@ static uint64_t ibp_avx2_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_t 
 	 * about as much as 4 scalar exceptions (measured on the sample KV and
 	 * f32 tables, docs/BENCHMARKS.md) */
 	if (cl->nxg == 0 || c->D > IBP_XWALK_MAXD || n < IBP_XWALK_PER_GROUP_AVX2 * cl->nxg) {
+		const int whole = c->last_bytes == c->C;
+		if (cl->has_x && c->C <= 4 && mode == IBP_ROW_BITMAP) {
+			switch (c->C) {
+			case 1: return ibp_avx2_xscalar_x(c, cl, hdr, hdr_len, body, avail, dst, 1, 1);
+			case 2:
+				return whole ? ibp_avx2_xscalar_x(c, cl, hdr, hdr_len, body, avail, dst, 1, 2)
+					     : ibp_avx2_xscalar_x(c, cl, hdr, hdr_len, body, avail, dst, 0, 2);
+			default:
+				return whole ? ibp_avx2_xscalar_x(c, cl, hdr, hdr_len, body, avail, dst, 1, 4)
+					     : ibp_avx2_xscalar_x(c, cl, hdr, hdr_len, body, avail, dst, 0, 4);
+			}
+		}
 		if (cl->has_x || c->C > 4)
 			return ibp_avx2_decode_exc(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
 #define IBP_AVX2_XS(CC, WH)                                                                                   \
@@ -636,7 +738,6 @@ static uint64_t ibp_avx2_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_t 
 		       ? ibp_avx2_xscalar(c, cl, IBP_ROW_BITMAP, hdr, hdr_len, n, body, avail, dst, WH, CC) \
 		       : ibp_avx2_xscalar(c, cl, IBP_ROW_LIST, hdr, hdr_len, n, body, avail, dst, WH, CC)
 		/* a copy for rows whose last chunk is whole: no test of the chunk index */
-		const int whole = c->last_bytes == c->C;
 		switch (c->C) {
 		case 1: IBP_AVX2_XS(1, 1); /* C = 1: the last chunk is whole */
 		case 2:
