@@ -650,8 +650,6 @@ IBP_INLINE uint64_t ibp_avx2_xscalar_x(const ibp_codec_t *c, const ibp_cluster_t
 		return UINT64_MAX;
 	uint8_t tail[24] = { 0 };
 	const uint64_t t0 = ibp_avx2_tail(body, avail, tail);
-	/* a refill at byte e / 8 reads 8 bytes: only below tr */
-	const uint64_t tr = avail >= 8 ? avail - 7 : 0;
 	const uint64_t last = c->last_bytes, jp = whole ? D : D - 1;
 	const uint8_t *ew = cl->ew, *xen = cl->xen;
 	const uint64_t *m = cl->m, *b = cl->b, *x = cl->x;
@@ -661,22 +659,31 @@ IBP_INLINE uint64_t ibp_avx2_xscalar_x(const ibp_codec_t *c, const ibp_cluster_t
 		const uint64_t left = hdr_len - i;
 		for (w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left); w; w &= w - 1) {
 			const uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
-			const uint64_t sx = xen[j], need = sx + ew[j];
-			if (nb < need) {
-				if ((e >> 3) >= tr)
-					goto checked;
-				v = ibp_load64(body + (e >> 3)) >> (e & 7);
-				nb = 64 - (e & 7);
-			}
 			if (!whole && j >= jp)
 				goto checked;
-			/* hm: all ones on a hit; a hit takes 1 bit, else need */
-			const uint64_t hm = 0 - (v & sx), dep = _pdep_u64(v >> sx, m[j]);
-			const uint64_t cons = need ^ ((need ^ 1) & hm);
-			ibp_avx2_xpatch(j, ((x[j] & hm) | (dep & ~hm)) ^ b[j], jp, last, dst, whole, C);
-			v >>= cons;
-			nb -= cons;
-			e += cons;
+			/* an exception takes <= 1 + 8 C bits: refill below that */
+			if (nb < 1 + 8 * C) {
+				const uint64_t byte = e >> 3;
+				v = ibp_load64(byte < t0 ? body + byte : tail + (byte - t0)) >> (e & 7);
+				nb = 64 - (e & 7);
+				if (nb > lim - e) /* the bits past lim are the copy's zeros */
+					nb = lim - e;
+			}
+			const uint64_t sx = xen[j];
+			if (v & sx) { /* a hit (a bit of the row: v is 0 past nb) */
+				ibp_avx2_xpatch(j, x[j] ^ b[j], jp, last, dst, whole, C);
+				v >>= 1;
+				nb -= 1;
+				e += 1;
+				continue;
+			}
+			const uint64_t need = sx + ew[j];
+			if (need > nb) /* past lim: the checked loop fails as the template does */
+				goto checked;
+			ibp_avx2_xpatch(j, _pdep_u64(v >> sx, m[j]) ^ b[j], jp, last, dst, whole, C);
+			v >>= need;
+			nb -= need;
+			e += need;
 		}
 	}
 	return e;
