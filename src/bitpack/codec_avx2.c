@@ -232,6 +232,20 @@ static void ibp_avx2_static_c4w(const ibp_codec_t *c, const ibp_cluster_t *cl, c
 	ibp_avx2_static_rest(c, cl, body, avail, dst, cl->nvg16 * 16, 4);
 }
 
+/* C = 4: the fix-up chunks (ascending) below j0, by pdep (fields lie
+ * within avail), then the scalar loop from j0 (the groups' end). */
+IBP_INLINE void ibp_avx2_static_fix(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *body,
+				    uint64_t avail, uint8_t *dst, const uint64_t *fix, uint64_t nfix, uint64_t j0)
+{
+	for (uint64_t i = 0; i < nfix && fix[i] < j0; i++) {
+		const uint64_t j = fix[i];
+		const uint64_t v = ibp_peek_bits(body, avail, cl->soff[j], cl->sw[j]);
+		ibp_st_chunk(dst + j * 4, _pdep_u64(v, cl->nm[j]) | cl->b[j], 4);
+	}
+	if (j0 < c->D)
+		ibp_avx2_decode_static_from(c, cl, body, avail, dst, j0);
+}
+
 /* C = 4 by qword pairs (ibp_q2group_t): 4 lanes of 2 chunks, up to three
  * runs each; groups whose last qword is readable, then the fix-ups and
  * the scalar rest. */
@@ -257,13 +271,7 @@ IBP_INLINE void ibp_avx2_static_q2_x(const ibp_codec_t *c, const ibp_cluster_t *
 		_mm256_storeu_si256((__m256i *)(void *)(dst + g * 32), r);
 	}
 	/* chunks with more than three runs: pdep (fields lie within avail) */
-	for (uint64_t i = 0; i < t->nfix && t->fix[i] < g * 8; i++) {
-		const uint64_t j = t->fix[i];
-		const uint64_t v = ibp_peek_bits(body, avail, cl->soff[j], cl->sw[j]);
-		ibp_st_chunk(dst + j * 4, _pdep_u64(v, cl->nm[j]) | cl->b[j], 4);
-	}
-	if (g * 8 < c->D)
-		ibp_avx2_decode_static_from(c, cl, body, avail, dst, g * 8);
+	ibp_avx2_static_fix(c, cl, body, avail, dst, t->fix, t->nfix, g * 8);
 }
 
 /* C = 4 by two windows a lane (ibp_w2group_t): groups whose 16-byte
@@ -294,13 +302,7 @@ IBP_INLINE void ibp_avx2_static_w2_x(const ibp_codec_t *c, const ibp_cluster_t *
 		_mm256_storeu_si256((__m256i *)(void *)(dst + g * 32), r);
 	}
 	/* chunks whose runs fit no slot: pdep (fields lie within avail) */
-	for (uint64_t i = 0; i < t->nfix && t->fix[i] < g * 8; i++) {
-		const uint64_t j = t->fix[i];
-		const uint64_t v = ibp_peek_bits(body, avail, cl->soff[j], cl->sw[j]);
-		ibp_st_chunk(dst + j * 4, _pdep_u64(v, cl->nm[j]) | cl->b[j], 4);
-	}
-	if (g * 8 < c->D)
-		ibp_avx2_decode_static_from(c, cl, body, avail, dst, g * 8);
+	ibp_avx2_static_fix(c, cl, body, avail, dst, t->fix, t->nfix, g * 8);
 }
 
 static void ibp_avx2_decode_static_v(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *body,
@@ -502,6 +504,17 @@ static uint64_t ibp_avx2_xwalk_c4(const ibp_codec_t *c, const ibp_cluster_t *cl,
 	return e;
 }
 
+/* Chunk j ^= d (a partial last chunk's bytes when !whole and j >= jp). */
+IBP_INLINE void ibp_avx2_xpatch(uint64_t j, uint64_t d, uint64_t jp, uint64_t last, uint8_t *dst, const int whole,
+				const unsigned C)
+{
+	uint8_t *q = dst + j * C;
+	if (whole || __builtin_expect(j < jp, 1))
+		ibp_st_chunk(q, ibp_ld_chunk(q, C) ^ d, C);
+	else
+		ibp_st_partial(q, ibp_ld_partial(q, last) ^ d, last);
+}
+
 /* Exception j's delta at body bit e: the field from its 8 bytes, or,
  * within the body's last 8 (byte >= t0), from tail, their zero-padded
  * copy (no byte loop); then chunk j ^= deposit ^ b_j. whole: the last
@@ -512,12 +525,7 @@ IBP_INLINE void ibp_avx2_xone(const uint64_t *m, const uint64_t *b, uint64_t j, 
 {
 	const uint64_t byte = e >> 3;
 	const uint8_t *p = byte < t0 ? body + byte : tail + (byte - t0);
-	const uint64_t d = _pdep_u64(ibp_load64(p) >> (e & 7), m[j]) ^ b[j];
-	uint8_t *q = dst + j * C;
-	if (whole || __builtin_expect(j < jp, 1))
-		ibp_st_chunk(q, ibp_ld_chunk(q, C) ^ d, C);
-	else /* a partial last chunk */
-		ibp_st_partial(q, ibp_ld_partial(q, last) ^ d, last);
+	ibp_avx2_xpatch(j, _pdep_u64(ibp_load64(p) >> (e & 7), m[j]) ^ b[j], jp, last, dst, whole, C);
 }
 
 /* A field whose byte is below t0 (8 bytes before the body's end), in a
@@ -618,17 +626,6 @@ IBP_INLINE uint64_t ibp_avx2_xscalar(const ibp_codec_t *c, const ibp_cluster_t *
 	return e;
 }
 
-/* Chunk j ^= d (a partial last chunk's bytes when !whole and j >= jp). */
-IBP_INLINE void ibp_avx2_xpatch(uint64_t j, uint64_t d, uint64_t jp, uint64_t last, uint8_t *dst, const int whole,
-				const unsigned C)
-{
-	uint8_t *q = dst + j * C;
-	if (whole || __builtin_expect(j < jp, 1))
-		ibp_st_chunk(q, ibp_ld_chunk(q, C) ^ d, C);
-	else
-		ibp_st_partial(q, ibp_ld_partial(q, last) ^ d, last);
-}
-
 /* The BITMAP walk of a cluster with Xvals (C <= 4): an enabled chunk's
  * field starts with its hit bit (1: the invariant bits are x_j, nothing
  * follows). As the template's walk (same checks and result), but without
@@ -673,8 +670,8 @@ IBP_INLINE uint64_t ibp_avx2_xscalar_x(const ibp_codec_t *c, const ibp_cluster_t
 			if (v & sx) { /* a hit (a bit of the row: v is 0 past nb) */
 				ibp_avx2_xpatch(j, x[j] ^ b[j], jp, last, dst, whole, C);
 				v >>= 1;
-				nb -= 1;
-				e += 1;
+				nb--;
+				e++;
 				continue;
 			}
 			const uint64_t need = sx + ew[j];
@@ -702,12 +699,12 @@ checked: /* from exception j = 8 i + ctz(w) on, at bit e */
 					continue;
 				}
 			}
-			if (ew[j] > lim - e)
+			if (lim - e < ew[j])
 				return UINT64_MAX;
 			ibp_avx2_xone(m, b, j, e, body, tail, t0, jp, last, dst, whole, C);
 			e += ew[j];
 		}
-		i += 8;
+		i += 8; /* the next bitmap word */
 		if (i >= hdr_len)
 			return e;
 		const uint64_t left = hdr_len - i;
