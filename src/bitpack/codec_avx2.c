@@ -581,7 +581,7 @@ IBP_INLINE uint64_t ibp_avx2_xscalar(const ibp_codec_t *c, const ibp_cluster_t *
 				const uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
 				if ((e >> 3) >= t0 || (!whole && j >= jp))
 					goto checked;
-				ibp_avx2_xfast(m, b, j, e, body, dst, C);
+				ibp_avx2_xfast(m, b, j, e, body, dst, C); /* BITMAP */
 				e += ew[j];
 			}
 		}
