@@ -12,14 +12,18 @@
  * past the row's readable bytes decode from a zero-padded copy. The
  * chunks past the last group, the fix-up chunks (more than two static
  * runs) and C = 8 are scalar (pdep); so is the exception walk of rows
- * under 8 exceptions a group (xscalar; denser rows take 8 or 4 lanes
+ * under 8 exceptions a group (xscalar, its fields before the body's last
+ * 8 bytes without checks; clusters with Xvals: xscalar_x, BITMAP rows,
+ * from a bit buffer; denser rows take 8 or 4 lanes
  * with gathers, xwalk_c12 / xwalk_c4), and encoding is the BMI2 template
  * kernel's, except that the encoder finds the exceptions of 8
  * chunks with two 4-lane compares (IBP_K_MISS8), those of 64 chunks with
  * 2 C compares in the one-pass encoder (IBP_K_XBLOCK), and its sizing
  * pass (row_stats) takes 4 chunks per step. C = 4 clusters whose fields all
  * fit 32-bit lanes use the 16-lane tables (vg16, windows of 64 bytes);
- * other C = 4 clusters the qword-pair tables (q2: two chunks a 64-bit
+ * other C = 4 clusters the two-window tables where their runs fit (w2:
+ * 8 lanes of 32 bits, each run from the field's 4 bytes or those one byte
+ * on, as f16 pairs), else the qword-pair tables (q2: two chunks a 64-bit
  * lane, four loads a group, no gathers), else the scalar static loop (8
  * lanes of 64 bits with gathers measured slower than it).
  */
