@@ -620,9 +620,9 @@ IBP_INLINE uint64_t ibp_avx2_xscalar(const ibp_codec_t *c, const ibp_cluster_t *
 		prev = j;
 		if ((e >> 3) < t0 && (whole || j < jp)) {
 			ibp_avx2_xfast(m, b, j, e, body, dst, C);
+		} else if (ew[j] > lim - e) {
+			return UINT64_MAX;
 		} else {
-			if (ew[j] > lim - e)
-				return UINT64_MAX;
 			ibp_avx2_xone(m, b, j, e, body, tail, t0, jp, last, dst, whole, C);
 		}
 		e += ew[j];
