@@ -1634,7 +1634,8 @@ Test(codec, avx2_walk)
 	static const uint32_t mk4[4] = { 0x7C007C00u, 0xFC00FC00u, 0x7E007C00u, 0x7C007C00u };
 	/* (chunks 8 and 9 start at bit 7: a 32-bit run there fits neither window) */
 	static const uint32_t mk4f[4] = { 0x7C007C00u, 0x7C007C00u, 0x7E007C00u, 0x00000000u };
-	static const uint32_t mk4r[4] = { 0x7C007C00u, 0x55005500u, 0x7E007C00u, 0xF000F000u }; /* 0x55..: many runs */
+	/* 0x55005500 (j % 29 == 5): many runs, a w2 fix-up each: q2 serves */
+	static const uint32_t mk4r[4] = { 0x7C007C00u, 0x7C007C00u, 0x55005500u, 0xF000F000u };
 	static const uint32_t mk2[4] = { 0x7F80u, 0xFF80u, 0x7FC0u, 0x5A5Au };
 	static const uint32_t mk1[4] = { 0xF0u, 0xE0u, 0xF8u, 0xA5u };
 	tu_rng_t r;
