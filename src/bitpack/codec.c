@@ -758,6 +758,7 @@ static int ibp_build_w2(ibp_codec_t *c)
 	ibp_w2group_t *wg = (ibp_w2group_t *)(void *)mem;
 	uint64_t *fixes = (uint64_t *)(void *)(mem + gbytes);
 	ibp_w2_t *hdr = (ibp_w2_t *)(void *)(mem + gbytes + K * D * sizeof(uint64_t));
+	int used = 0;
 	for (uint64_t k = 0; k < K; k++) {
 		ibp_cluster_t *cl = &c->cl[k];
 		if (cl->nvg16) /* the 16-lane tables serve */
@@ -778,22 +779,22 @@ static int ibp_build_w2(ibp_codec_t *c)
 			const ibp_run_t *r = cl->runs + cl->nrun[j];
 			const uint64_t nr = cl->nrun[j + 1] - cl->nrun[j];
 			uint32_t sr[3] = { 0 }, sl[3] = { 0 }, m[3] = { 0 };
-			unsigned used = 0; /* slot bits */
+			unsigned slots = 0; /* bits of the slots taken */
 			int ok = nr <= 3;
 			for (uint64_t i = 0; i < nr && ok; i++) {
 				const uint64_t a = sh + r[i].src, len = (uint64_t)__builtin_popcountll(r[i].mask);
 				unsigned s;
-				if (!(used & 1) && a + len <= 32)
+				if (!(slots & 1) && a + len <= 32)
 					s = 0;
-				else if (a >= 8 && !(used & 2))
+				else if (a >= 8 && !(slots & 2))
 					s = 1;
-				else if (a >= 8 && !(used & 4))
+				else if (a >= 8 && !(slots & 4))
 					s = 2;
 				else {
 					ok = 0;
 					break;
 				}
-				used |= 1u << s;
+				slots |= 1u << s;
 				sr[s] = (uint32_t)(s ? a - 8 : a);
 				sl[s] = r[i].pos;
 				m[s] = (uint32_t)r[i].mask;
@@ -802,7 +803,7 @@ static int ibp_build_w2(ibp_codec_t *c)
 				fx[nfix++] = j;
 				continue; /* lane left b_j only: patched after */
 			}
-			three |= (used & 4) != 0;
+			three |= (slots & 4) != 0;
 			for (unsigned s = 0; s < 3; s++) {
 				q->sr[s][l] = sr[s];
 				q->sl[s][l] = sl[s];
@@ -815,6 +816,11 @@ static int ibp_build_w2(ibp_codec_t *c)
 			continue;
 		hdr[k] = (ibp_w2_t){ .g = g0, .ng = ng, .fix = fx, .nfix = nfix, .three = three };
 		cl->w2 = &hdr[k];
+		used = 1;
+	}
+	if (!used) { /* no cluster took them */
+		free(mem);
+		c->mem[17] = NULL;
 	}
 	return 1;
 }
@@ -1071,7 +1077,7 @@ ibp_status_t ibp_codec_create_ex(uint64_t row_bytes, unsigned chunk_bytes, unsig
 	}
 	if (!ibp_build_vec(c) || !ibp_build_xvec(c) || !ibp_build_vec16(c) || !ibp_build_vecms(c) ||
 	    !ibp_build_xvec2(c) || !ibp_build_xvec4(c) || !ibp_build_fused(c) || !ibp_build_q2(c) ||
-	    !ibp_build_w2(c) || !ibp_build_base_rows(c))
+	    !ibp_build_base_rows(c) || !ibp_build_w2(c))
 		goto nomem;
 	c->impl = ibp_auto_impl();
 	c->k = ibp_impl_kernels(c->impl);
