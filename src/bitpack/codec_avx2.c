@@ -632,15 +632,15 @@ IBP_INLINE uint64_t ibp_avx2_xscalar(const ibp_codec_t *c, const ibp_cluster_t *
 
 /* The BITMAP walk of a cluster with Xvals (C <= 4): an enabled chunk's
  * field starts with its hit bit (1: the invariant bits are x_j, nothing
- * follows). As the template's walk (same checks and result), but without
- * a branch on the hit bit, which follows the data (the FFN weights hit
- * 88% of their exceptions, with ~55 changes a row: a misprediction
- * each), and without a load on the path from one field's position to the
- * next: v holds the body's bits from e on, nb of them (all within avail,
- * so no checks), refilled by one load when an exception needs more (its
- * hit bit and field: <= 33 bits of the >= 57 a load gives). Past the last
- * readable 8 bytes, or at a partial last chunk, the checked loop finishes
- * the row from the exact e. */
+ * follows). As the template's walk (same checks and result), but from a
+ * bit buffer: v holds the body's bits from e on, nb of them, refilled by
+ * one load when fewer than an exception can take (1 + 8 C) are left, so
+ * a field's position does not wait on a load of the one before (the FFN
+ * weights' fields are mostly 1-bit hits). The bits are the row's: a
+ * refill near the end reads the padded copy, whose bits past lim are
+ * zeros, and nb stops at lim; so a field within nb needs no check. A
+ * field past nb (a corrupt row) or a partial last chunk finishes the row
+ * in the checked loop, from the exact e. */
 IBP_INLINE uint64_t ibp_avx2_xscalar_x(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *hdr,
 				       uint64_t hdr_len, const uint8_t *body, uint64_t avail, uint8_t *dst,
 				       const int whole, const unsigned C)
