@@ -113,6 +113,9 @@ typedef struct ibp_cluster {
 	/* The AVX2 qword-pair static tables for C = 4 (ibp_q2_t), NULL when
 	 * none was built. */
 	const struct ibp_q2 *q2;
+	/* The AVX2 two-window static tables for C = 4 (ibp_w2_t), NULL when
+	 * none was built; the kernel prefers them to q2. */
+	const struct ibp_w2 *w2;
 } ibp_cluster_t;
 
 /* AVX2 static part for C = 4 clusters without vg16 (fields too wide for
@@ -139,6 +142,37 @@ typedef struct ibp_q2 {
 	uint64_t nfix;
 	int three; /* some chunk has a third run */
 } ibp_q2_t;
+
+/* AVX2 static part for C = 4 clusters without vg16 whose ~m_j have runs
+ * of a few bits (f16 pairs: ~m_j = 0x83FF83FF, three runs of a 26-bit
+ * field, which fits no 32-bit lane at every bit offset): groups of 8
+ * chunks in 8 lanes of 32 bits. Lane l holds two windows of its field:
+ * A, the 4 bytes at its field's byte (field bits from sh), and B, the 4
+ * bytes one byte on (A's bits 8..39). Run slot 0 takes A, slots 1 and 2
+ * take B: ((src >> sr) << sl) & m each, OR b. A run fits slot 0 when it
+ * ends by bit 32 of A, slots 1, 2 when it starts at bit 8 or later (it
+ * ends by bit 39); chunks whose runs do not fit (or more than three) are
+ * patched after (fix, ascending). Lanes 0-3 (4-7) take their bytes from
+ * the 16 bytes at body byte lo[0] (lo[1]) by a byte shuffle (idx; 4
+ * fields of <= 32 bits from bit <= 7 span 13 bytes), B from those one
+ * byte on with the same shuffle. Only full groups of whole chunks. */
+typedef struct ibp_w2group {
+	uint8_t idx[32];
+	uint32_t sr[3][8];
+	uint32_t sl[3][8];
+	uint32_t m[3][8];
+	uint32_t b[8];
+	uint64_t lo[2];
+	uint8_t pad[16]; /* 32-byte multiple: the lanes load aligned */
+} ibp_w2group_t;
+
+typedef struct ibp_w2 {
+	const ibp_w2group_t *g;
+	uint64_t ng;
+	const uint64_t *fix; /* ascending */
+	uint64_t nfix;
+	int three; /* some chunk uses slot 2 */
+} ibp_w2_t;
 
 /* A cluster's AVX-512 VBMI tables (codec.c builds them). */
 typedef struct ibp_vbmi {
@@ -347,7 +381,7 @@ struct ibp_codec {
 	uint8_t *xval_bytes;   /* K * D * C, as given (the Bitvals when none) */
 	int has_xval;          /* some cluster has an enabled chunk */
 	ibp_cluster_t *cl;     /* K entries */
-	void *mem[17];         /* allocations owned by the codec */
+	void *mem[18];         /* allocations owned by the codec */
 };
 
 /* The kernels; ibpi_kernels_bmi2 exists on x86-64 builds only. */

@@ -1654,6 +1654,141 @@ Test(codec, list_l8_rows)
 	cr_assert_gt(corrupt, 100);
 }
 
+/* The AVX2 exception walks and the two-window C = 4 static part
+ * (codec_avx2.c: xscalar's unchecked fields before the body's last 8
+ * bytes and its checked finish, the Xval walk from a bit buffer, the w2
+ * tables with and without fix-ups): chunk j takes mk[3] when j % 16 is 8
+ * or 9, mk[2] when j % 29 == 5, mk[1] when j % 3 == 1, else mk[0];
+ * with xv, Xvals on 4 of 5 chunks. Rows from no to every chunk an
+ * exception (hits on 4 of 5 enabled ones), and rows whose exceptions are
+ * only the last chunk, the last three, or the chunks in the row's last 8
+ * bytes; every truncation of each: every implementation gives the
+ * portable decoder's status and bytes. w2: 0 none expected, 1 with
+ * fix-ups (no q2), 2 without (q2 beside it). */
+static void walk_case(unsigned C, uint64_t R, const uint32_t mk[4], int xv, int w2, tu_rng_t *r)
+{
+	static const ibp_impl_t impls[] = { IBP_IMPL_PORTABLE, IBP_IMPL_BMI2, IBP_IMPL_AVX2, IBP_IMPL_AVX512 };
+	const uint64_t D = (R + C - 1) / C, N = 30;
+	uint8_t *m = tu_xcalloc(D * C), *b = tu_xcalloc(D * C), *x = tu_xcalloc(D * C), *rows = tu_xcalloc(N * R);
+	for (uint64_t j = 0; j < D; j++) {
+		const uint32_t mj = mk[j % 16 == 8 || j % 16 == 9 ? 3 : j % 29 == 5 ? 2 : j % 3 == 1 ? 1 : 0];
+		const uint32_t bj = (uint32_t)tu_next(r) & mj, xj = xv && j % 5 ? (uint32_t)tu_next(r) & mj : bj;
+		memcpy(m + C * j, &mj, C);
+		memcpy(b + C * j, &bj, C);
+		memcpy(x + C * j, &xj, C);
+	}
+	memset(m + R, 0xFF, C * D - R); /* padding: invariant zeros */
+	memset(b + R, 0, C * D - R);
+	memset(x + R, 0, C * D - R);
+	for (uint64_t i = 0; i < N; i++) {
+		uint8_t *row = rows + i * R;
+		for (uint64_t j = 0; j < D; j++) {
+			uint32_t mj = 0, bj = 0, xj = 0, v = (uint32_t)tu_next(r);
+			memcpy(&mj, m + C * j, C);
+			memcpy(&bj, b + C * j, C);
+			memcpy(&xj, x + C * j, C);
+			v = (v & ~mj) | bj;
+			const int exc = i < 26 ? tu_below(r, 25) < i : i == 26 ? j + 1 == D
+				      : i == 27 ? j + 3 >= D : i == 28 ? (j + 1) * C + 8 > R : 1;
+			if (exc) {
+				if (xj != bj && tu_below(r, 5))
+					v = (v & ~mj) | xj; /* a hit */
+				else
+					v ^= mj & (uint32_t)tu_next(r);
+			}
+			memcpy(row + C * j, &v, R - C * j < C ? R - C * j : C);
+		}
+	}
+	ibp_codec_t *c;
+	cr_assert_eq(ibp_codec_create_ex(R, C, 1, m, b, x, &c), IBP_OK);
+	const ibp_cluster_t *cl = &c->cl[0];
+	cr_assert_eq(cl->has_x, (unsigned)(xv != 0), "C=%u R=%llu: Xvals", C, (unsigned long long)R);
+	if (have_avx2() && C == 4) {
+		cr_assert_eq(cl->w2 != NULL, w2 != 0, "R=%llu: w2 tables", (unsigned long long)R);
+		if (w2) {
+			cr_assert_eq(cl->w2->nfix > 0, w2 == 1, "R=%llu: %llu w2 fix-ups", (unsigned long long)R,
+				     (unsigned long long)cl->w2->nfix);
+			cr_assert_eq(cl->q2 != NULL, w2 == 2, "R=%llu: q2 beside w2", (unsigned long long)R);
+			cr_assert(cl->w2->three, "R=%llu: no third run", (unsigned long long)R);
+		}
+	}
+	uint8_t *enc = tu_xcalloc(2 * R + 16), *ref = tu_xcalloc(R), *back = tu_xcalloc(R);
+	uint64_t nbitmap = 0;
+	for (uint64_t i = 0; i < N; i++) {
+		uint64_t len;
+		uint8_t f;
+		ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
+		cr_assert_eq(ibp_encode_row(c, rows + i * R, 0, enc, 2 * R + 16, &len, &f), IBP_OK);
+		nbitmap += (f & 3) == IBP_ROW_BITMAP;
+		for (uint64_t t = 0; t <= len; t++) {
+			ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
+			uint8_t *cut = tu_xcalloc(t ? t : 1);
+			memcpy(cut, enc, t);
+			memset(ref, 0, R);
+			const ibp_status_t s0 = ibp_decode_row(c, cut, t, f, 0, ref);
+			if (t == len) {
+				cr_assert_eq(s0, IBP_OK);
+				cr_assert(memcmp(ref, rows + i * R, R) == 0, "C=%u R=%llu row %llu", C,
+					  (unsigned long long)R, (unsigned long long)i);
+			}
+			for (size_t k = 1; k < sizeof(impls) / sizeof(impls[0]); k++) {
+				if (ibp_codec_set_impl(c, impls[k]) != IBP_OK)
+					continue;
+				memset(back, 0, R);
+				const ibp_status_t s1 = ibp_decode_row(c, cut, t, f, 0, back);
+				cr_assert_eq(s1, s0, "C=%u R=%llu xv %d row %llu len %llu of %llu impl %d", C,
+					     (unsigned long long)R, xv, (unsigned long long)i, (unsigned long long)t,
+					     (unsigned long long)len, (int)impls[k]);
+				if (s0 == IBP_OK)
+					cr_assert(memcmp(back, ref, R) == 0, "C=%u R=%llu xv %d row %llu impl %d", C,
+						  (unsigned long long)R, xv, (unsigned long long)i, (int)impls[k]);
+			}
+			free(cut);
+		}
+	}
+	cr_assert_gt(nbitmap, 10, "C=%u R=%llu: %llu BITMAP rows", C, (unsigned long long)R,
+		     (unsigned long long)nbitmap);
+	free(m);
+	free(b);
+	free(x);
+	free(rows);
+	free(enc);
+	free(ref);
+	free(back);
+	ibp_codec_free(c);
+}
+
+Test(codec, avx2_walk)
+{
+	if (!have_avx2())
+		cr_skip_test("this CPU has no AVX2");
+	/* f16 pairs: ~m of three runs (0x83FF83FF) or two; a wide mask of no
+	 * invariant bits at j % 16 = 8, 9 (its field fits slot 0 only at bit
+	 * 0, and two of them no qword) */
+	static const uint32_t mk4[4] = { 0x7C007C00u, 0xFC00FC00u, 0x7E007C00u, 0x7C007C00u };
+	/* (chunks 8 and 9 start at bit 7: a 32-bit run there fits neither window) */
+	static const uint32_t mk4f[4] = { 0x7C007C00u, 0x7C007C00u, 0x7E007C00u, 0x00000000u };
+	/* 0x55005500 (j % 29 == 5): many runs, a w2 fix-up each: q2 serves */
+	static const uint32_t mk4r[4] = { 0x7C007C00u, 0x7C007C00u, 0x55005500u, 0xF000F000u };
+	static const uint32_t mk2[4] = { 0x7F80u, 0xFF80u, 0x7FC0u, 0x5A5Au };
+	static const uint32_t mk1[4] = { 0xF0u, 0xE0u, 0xF8u, 0xA5u };
+	tu_rng_t r;
+	tu_rng_seed(&r, 3301);
+	for (int xv = 0; xv < 2; xv++) {
+		for (uint64_t R = 4 * 61; R <= 4 * 61 + 2; R += 2) {
+			walk_case(4, R, mk4, xv, 2, &r);
+			walk_case(4, R, mk4f, xv, 1, &r);
+			walk_case(4, R, mk4r, xv, 0, &r);
+		}
+		walk_case(4, 4 * 8 + 1, mk4, xv, 2, &r); /* one group, a partial chunk past it */
+		walk_case(2, 2 * 150, mk2, xv, 0, &r);
+		walk_case(2, 2 * 150 + 1, mk2, xv, 0, &r);
+		walk_case(2, 2 * 7, mk2, xv, 0, &r); /* a body of a few bytes */
+		walk_case(1, 150, mk1, xv, 0, &r);
+		walk_case(1, 70 + 3, mk1, xv, 0, &r);
+	}
+}
+
 /* ------------------------------------------------------------------ */
 /* paper layout                                                         */
 /* ------------------------------------------------------------------ */
