@@ -398,6 +398,13 @@ extern const ibp_kernels_t ibpi_kernels_avx2;
 /* For training (src/bitpack/train.c): records the threshold a codec was trained with. */
 void ibpi_codec_set_threshold(ibp_codec_t *c, double threshold);
 
+/* Builds the AVX2 two-window static tables (ibp_cluster_t.w2, see
+ * ibp_w2group_t) of every C = 4 cluster without vg16 whose runs fit them
+ * (at most D / 4 chunks patched after, none where q2 serves) when avx2_ok
+ * (the AVX2 kernels can run), after the q2 tables; returns 0 on no
+ * memory (its block is c->mem[17]). w2_tables.c. */
+int ibpi_build_w2(ibp_codec_t *c, int avx2_ok);
+
 /* Exceptions (n) and the bits of the exception part (E, FORMAT.md §1.3,
  * Xval hit bits counted) of `row` under `cl`. */
 void ibpi_row_stats(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *row,
