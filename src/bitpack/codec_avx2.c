@@ -610,11 +610,7 @@ IBP_INLINE uint64_t ibp_avx2_xscalar_w(const ibp_codec_t *c, const ibp_cluster_t
 	const uint64_t lm = ibp_lowmask(L), rd = ibp_hdr_readable(hdr, hdr_len, body, avail);
 	uint64_t prev = 0;
 	for (uint64_t k = 0; k < n; k++) {
-		/* as the template: L = 8 a byte, else one load where 8 bytes are readable */
-		const uint64_t bit = (uint64_t)L * (k + 1);
-		const uint64_t j = L == 8 ? hdr[k + 1]
-				 : ((bit >> 3) + 8 <= rd ? ibp_load64(hdr + (bit >> 3)) >> (bit & 7)
-							 : ibp_peek_bits(hdr, hdr_len, bit, L)) & lm;
+		const uint64_t j = ibp_list_entry(hdr, hdr_len, rd, k, L, lm);
 		if (j >= D || (k && j <= prev))
 			return UINT64_MAX;
 		prev = j;

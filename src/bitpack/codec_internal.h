@@ -533,6 +533,20 @@ IBP_INLINE uint64_t ibp_read_bits(const uint8_t *p, uint64_t avail, uint64_t off
 	return ibp_peek_bits(p, avail, off, nbits) & ibp_lowmask(nbits);
 }
 
+/* Entry k of a LIST row's header (L bits an entry after the count; lm =
+ * ibp_lowmask(L)): a byte for L = 8 (D in 129..256, as bf16 rows of 256
+ * chunks: hdr_len = n + 1), else one load where 8 bytes are readable (rd
+ * = ibp_hdr_readable), as ibp_exc_bitmap does. */
+IBP_INLINE uint64_t ibp_list_entry(const uint8_t *hdr, uint64_t hdr_len, uint64_t rd, uint64_t k, unsigned L,
+				   uint64_t lm)
+{
+	if (L == 8)
+		return hdr[k + 1];
+	const uint64_t bit = (uint64_t)L * (k + 1);
+	return ((bit >> 3) + 8 <= rd ? ibp_load64(hdr + (bit >> 3)) >> (bit & 7)
+				     : ibp_peek_bits(hdr, hdr_len, bit, L)) & lm;
+}
+
 /* LSB-first bit writer. Stores whole 64-bit words as they fill, so it only
  * writes bytes that belong to the stream; ibp_bw_flush writes the rest. */
 typedef struct ibp_bw {
@@ -1067,13 +1081,7 @@ IBP_INLINE uint64_t IBP_K(decode_exc_x)(const ibp_codec_t *cp, const ibp_cluster
 		const uint64_t D = c->D, lm = ibp_lowmask(L), rd = ibp_hdr_readable(hdr, hdr_len, body, avail);
 		uint64_t prev = 0;
 		for (uint64_t k = 0; k < n; k++) {
-			/* L = 8 (D in 129..256, as bf16 rows of 256 chunks): entry k
-			 * is byte k + 1 (hdr_len = n + 1); else one load where 8
-			 * bytes are readable (as in ibp_exc_bitmap) */
-			const uint64_t bit = (uint64_t)L * (k + 1);
-			uint64_t j = L == 8 ? hdr[k + 1]
-			     : ((bit >> 3) + 8 <= rd ? ibp_load64(hdr + (bit >> 3)) >> (bit & 7)
-						     : ibp_peek_bits(hdr, hdr_len, bit, L)) & lm;
+			const uint64_t j = ibp_list_entry(hdr, hdr_len, rd, k, L, lm);
 			if (j >= D || (k && j <= prev))
 				return UINT64_MAX;
 			prev = j;
@@ -1164,11 +1172,7 @@ IBP_INLINE uint64_t IBP_K(xscalar)(const ibp_codec_t *c, const ibp_cluster_t *cl
 	const uint64_t lm = ibp_lowmask(L), rd = ibp_hdr_readable(hdr, hdr_len, body, avail);
 	uint64_t prev = 0;
 	for (uint64_t k = 0; k < n; k++) {
-		/* as the template: L = 8 a byte, else one load where 8 bytes are readable */
-		const uint64_t bit = (uint64_t)L * (k + 1);
-		const uint64_t j = L == 8 ? hdr[k + 1]
-				 : ((bit >> 3) + 8 <= rd ? ibp_load64(hdr + (bit >> 3)) >> (bit & 7)
-							 : ibp_peek_bits(hdr, hdr_len, bit, L)) & lm;
+		const uint64_t j = ibp_list_entry(hdr, hdr_len, rd, k, L, lm);
 		if (j >= D || (k && j <= prev) || ew[j] > lim - e)
 			return UINT64_MAX;
 		prev = j;
