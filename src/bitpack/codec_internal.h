@@ -648,7 +648,15 @@ IBP_INLINE int ibp_exc_bitmap(const ibp_codec_t *c, unsigned mode, const uint8_t
 	const uint64_t D = c->D, nw = (D + 63) / 64;
 	bm[nw - 1] = bm[nw] = 0;
 	if (mode == IBP_ROW_BITMAP) {
-		memcpy(bm, hdr, hdr_len); /* hdr_len = ceil(D / 8) <= 8 nw */
+		/* hdr_len = ceil(D / 8) <= 8 nw. Whole words stored: the walk's
+		 * 8-byte loads of bm are forwarded from them (not from a copy's
+		 * narrower stores, which held up every BITMAP row of D <= 32) */
+		for (uint64_t i = 0; 8 * i < hdr_len; i++) {
+			const uint64_t left = hdr_len - 8 * i;
+			bm[i] = left >= 8 ? ibp_load64(hdr + 8 * i)
+			      : 8 * i + 8 <= hdr_rd ? ibp_load64(hdr + 8 * i) & ibp_lowmask(8 * (unsigned)left)
+						    : ibp_ld_partial(hdr + 8 * i, left);
+		}
 		return 1;
 	}
 	if (nw <= 8) { /* a fixed size (bm has IBP_XWALK_MAXD / 64 + 1 words): no call */
