@@ -232,7 +232,13 @@ static void ibp_avx512_decode_static_v(const ibp_codec_t *c, const ibp_cluster_t
 		return;
 	}
 	if (nvg == 0) {
-		ibp_avx512_decode_static_from(c, cl, body, avail, dst, 0);
+		/* C = 4 clusters without lane tables: AVX2's qword pairs or two
+		 * windows a lane where it built them, faster than the scalar
+		 * loop (CLEAN rows of the k384 weights) */
+		if (c->C == 4 && (cl->w2 || cl->q2))
+			ibpi_kernels_avx2.decode_static(c, cl, body, avail, dst);
+		else
+			ibp_avx512_decode_static_from(c, cl, body, avail, dst, 0);
 		return;
 	}
 	const unsigned C = c->C;
