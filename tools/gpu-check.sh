@@ -109,7 +109,7 @@ for pair in memcheck:test_cuda_ibp racecheck:test_cuda_ibp synccheck:test_cuda_i
 	tool=${pair%%:*} t=${pair#*:}
 	def "$tool-$t" 45 sanitize "c:compute-sanitizer t:$t" "compute-sanitizer --tool $tool on $t (IBP_TEST_QUICK=1)"
 done
-def build-bench 45 bench "$(printf 't:%s ' "${benches[@]}") t:ibp_coll_perf t:gpu_model_rows t:coll_codec_speed" \
+def build-bench 45 bench "$(printf 't:%s ' "${benches[@]}") t:ibp_coll_perf t:gpu_model_rows t:coll_codec_speed t:overlap_probe" \
 	"build the GPU benchmarks, ibp-coll-perf, the cost model's row counter and the codec-speed probe"
 def gpu_codecs 25 bench "t:gpu_codecs" "exponent and FP8 kernels, GB/s (bench/gpu_codecs.cu)"
 def gpu_gather 30 bench "t:gpu_gather f:datasets/sample" "gather against the PCIe line and plain cudaMemcpy (bench/gpu_gather.cu, short)"
@@ -120,6 +120,8 @@ for np in 4 8; do
 	def "coll-$np" 60 cpu "t:ibp_coll_perf t:coll_codec_speed f:tools/coll_model.py" \
 		"collectives, $np in-process ranks, --rate 1.25e9, beside the cost model's prediction (tools/coll_model.py)"
 done
+def overlap-probe 20 cpu "t:overlap_probe" \
+	"random rows' misses against dependent work on this host's CPU (bench/overlap_probe.c): do they overlap here? (issue 29)"
 
 if [[ $selftest == 1 ]]; then
 	# The scheduler itself: a pass, a failure, a hang stopped at its limit,
@@ -401,7 +403,7 @@ build_targets() { # targets that exist in this configuration, built together
 	limited cmake --build "$build" -j"$jobs" --target "${want[@]}"
 }
 do_build_tests() { build_targets "${gpu_tests[@]}" example_cuda ibp; }
-do_build_bench() { build_targets "${benches[@]}" ibp_coll_perf gpu_model_rows coll_codec_speed; }
+do_build_bench() { build_targets "${benches[@]}" ibp_coll_perf gpu_model_rows coll_codec_speed overlap_probe; }
 json_count() { grep -m1 -oE "\"$2\": *[0-9]+" "$1" 2>/dev/null | grep -oE '[0-9]+$' || echo 0; }
 criterion_run() { # binary [env...]: a Criterion binary; its counts go into the summary's note
 	local t=$1 rep=$build/test-reports/$1.json rc
@@ -494,6 +496,9 @@ coll_run() { # ranks: the collectives' cost model (issue 38) checked where ranks
 	python3 "$root/tools/coll_model.py" --inputs "$d/pingpong.jsonl" --inputs "$d/codecs.json" \
 		--inputs "$d/setup.json" --validate "$d/runs.jsonl" --json "$d/validate.json" ||
 		echo "coll-$np: the model is outside its tolerance on some lines (above): a finding, not a failed step"
+}
+do_overlap_probe() { # the bound on random bags (docs/BENCHMARKS.md "Misses and decode add up") on another CPU
+	limited "$(bin_of overlap_probe)" --reps 5 --rows 131072 --row 128,256 --work 20,40 | tee "$out/overlap_probe.txt"
 }
 do_coll_4() { coll_run 4; }
 do_coll_8() { coll_run 8; }
