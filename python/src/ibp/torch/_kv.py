@@ -604,10 +604,7 @@ class KVOffloader:
         and store grew by a segment every pass."""
         if len(self._segments) <= 1:  # the only one, or none (no stats to read)
             return [0] if self._segments else []
-        rooms = []
-        for seg, pool in enumerate(self._segments):
-            st = pool.stats()
-            rooms.append((st["capacity_bytes"] - st["slot_bytes_used"], seg))
+        rooms = [(pool._free_bytes(), seg) for seg, pool in enumerate(self._segments)]
         best = [seg for room, seg in sorted(rooms, reverse=True) if room >= need][:2]
         return best or ([len(self._segments) - 1] if self._segments else [])
 
