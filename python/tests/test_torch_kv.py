@@ -345,7 +345,8 @@ def test_handle_table_pop_many():
 def test_handle_table_runs_against_a_dict():
     """The handle table keeps a store's blocks as one run (consecutive
     handles and pool handles): random stores (runs of consecutive pool
-    handles, and some not consecutive), single puts over old handles,
+    handles, and some not consecutive, as lists and as int64 arrays),
+    single puts over old handles,
     removals one by one, in batches and by pool handle (evictions), and
     enough churn to compact the runs, give the same entries and pool
     handle lookups as a plain dict."""
@@ -367,7 +368,8 @@ def test_handle_table_runs_against_a_dict():
                 phs = list(range(nph[seg], nph[seg] + n))
                 nph[seg] += n
             meta = (rng.randrange(4), rng.choice(["exp", "raw", "ibp"]), seg)
-            b.put_run(range(nxt, nxt + n), meta, phs)
+            # a list, or the int64 array a store's C call fills
+            b.put_run(range(nxt, nxt + n), meta, np.array(phs, np.int64) if rng.random() < 0.5 else phs)
             ref.update((nxt + i, meta + (ph,)) for i, ph in enumerate(phs))
             nxt += n
         elif op < 0.35 and ref:  # a block put again under an old handle (capacity change, unpickle)
@@ -407,6 +409,7 @@ def test_handle_table_runs_against_a_dict():
             ref.pop(want, None)
         if step % 100 == 0:
             assert b.items() == sorted(ref.items()) and len(b) == len(ref)
+            assert all(type(x) is int for h, e in b.items()[:50] for x in (h, e[0], e[2], e[3]))
             assert all((h in b) for h in ref) and (nxt + 1) not in b
     assert b.items() == sorted(ref.items())
     assert b._nruns <= 2 * len(b) + 64 + 1  # compacted along the way

@@ -126,6 +126,16 @@ def _handle_key(h):
     return None
 
 
+def _consecutive(phs, p0, n):
+    """Whether phs (a list or an array of ints, n of them) is p0, p0 + 1, ...,
+    p0 + n - 1."""
+    if int(phs[-1]) - p0 != n - 1:
+        return False
+    if isinstance(phs, np.ndarray):
+        return phs.astype(np.int64, copy=False).tobytes() == np.arange(p0, p0 + n, dtype=np.int64).tobytes()
+    return n <= 2 or list(phs) == list(range(p0, p0 + n))
+
+
 class _Blocks:
     """The offloader's handle table: handle -> (layer, kind, segment, pool
     handle), and (segment, pool handle) -> handle, with no Python object
@@ -188,14 +198,15 @@ class _Blocks:
 
     def put_run(self, hs, meta, phs):
         """Handles hs (a range of ints, none present) of one layer, kind
-        and segment (meta), pool handles phs (a list)."""
+        and segment (meta), pool handles phs (a list, or the int64 array
+        the C call filled: no Python int per block)."""
         n = len(phs)
         if not n:
             return
-        p0 = phs[0]
-        if n > 1 and (phs[-1] - p0 != n - 1 or (n > 2 and phs != list(range(p0, p0 + n)))):
+        p0 = int(phs[0])
+        if n > 1 and not _consecutive(phs, p0, n):
             for h, ph in zip(hs, phs):  # not consecutive (not from one C call): a run each
-                self.put_run(range(h, h + 1), meta, [ph])
+                self.put_run(range(h, h + 1), meta, [int(ph)])
             return
         h0 = hs[0]
         run = (meta[0], meta[1], meta[2], p0 - h0, p0, n)
@@ -854,7 +865,7 @@ class KVOffloader:
                 err = _lib.last_error() if st else ""
             if not st:
                 self._pending[layer] = kv_cache  # read by the queued copies until wait
-                register(kind, seg, hnd[lo:hi].tolist(), sum(nbytes[lo:hi].tolist()))
+                register(kind, seg, hnd[lo:hi], int(nbytes[lo:hi].sum()))
             pool._drain()  # on_evict for the victims (registered blocks included)
             return st, err
 
