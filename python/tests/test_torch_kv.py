@@ -413,3 +413,13 @@ def test_handle_table_runs_against_a_dict():
             assert all((h in b) for h in ref) and (nxt + 1) not in b
     assert b.items() == sorted(ref.items())
     assert b._nruns <= 2 * len(b) + 64 + 1  # compacted along the way
+    # what is not a handle of the table is ignored by removals and missing for lookups, as a dict's keys were
+    odd = [2 ** 70] * 9 + [-5, "x", None, 1.5, (1,)]
+    assert b.pop_many(odd) == {} and b.pop_many(odd[:9]) == {} and b.items() == sorted(ref.items())
+    for h in odd:
+        assert h not in b and b.pop(h) is None
+        with pytest.raises(KeyError):
+            b.runs_of([h])
+    if ref:
+        h = min(ref)
+        assert b[float(h)] == b[np.int64(h)] == ref[h] and b.pop(float(h)) == ref.pop(h)

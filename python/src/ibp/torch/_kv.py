@@ -327,7 +327,10 @@ class _Blocks:
         would be short (then each handle goes alone)."""
         if type(handles) is not list or len(handles) < 8 or set(map(type, handles)) != {int}:
             return None
-        cuts = (np.flatnonzero(np.diff(np.array(handles, dtype=np.int64)) != 1) + 1).tolist()
+        try:
+            cuts = (np.flatnonzero(np.diff(np.array(handles, dtype=np.int64)) != 1) + 1).tolist()
+        except OverflowError:  # beyond int64: not handles of ours
+            return None
         if len(cuts) > len(handles) // 8:
             return None
         return list(zip([0] + cuts, cuts + [len(handles)]))
