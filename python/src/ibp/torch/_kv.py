@@ -109,7 +109,7 @@ _EXP_DTYPE = {torch.bfloat16: 10, torch.float16: 9, torch.float32: 11}  # ibp_dt
 
 _DTYPES = {torch.bfloat16: np.uint16, torch.float16: np.float16, torch.float32: np.float32}
 _SEGMENT = 64 << 20  # pool segments when capacity_bytes is None
-_KIND_SEG = operator.itemgetter(1, 2)  # a run's (kind, segment)
+_LAYER, _OFFSET = operator.itemgetter(0), operator.itemgetter(3)  # a run's layer, its pool handle - handle
 
 
 def _handle_key(h):
@@ -323,9 +323,9 @@ class _Blocks:
 
     def _chunks(self, handles):
         """handles (a list of ints) cut where they stop being consecutive:
-        [(lo, hi)], or None when that is not a list of ints or the chunks
-        would be short (then each handle goes alone)."""
-        if type(handles) is not list or len(handles) < 8 or set(map(type, handles)) != {int}:
+        [(lo, hi)], or None when that is not a list of 256 ints or more or
+        the chunks would be short (then each handle goes alone)."""
+        if type(handles) is not list or len(handles) < 256 or set(map(type, handles)) != {int}:
             return None
         try:
             cuts = (np.flatnonzero(np.diff(np.array(handles, dtype=np.int64)) != 1) + 1).tolist()
@@ -346,12 +346,23 @@ class _Blocks:
             for lo, hi in chunks:
                 part = handles[lo:hi]
                 got = self._slice(part)
-                runs.extend([got[1]] * (hi - lo) if got is not None else map(self._run_any, part))
+                runs.extend([got[1]] * (hi - lo) if got is not None else self._runs_each(part))
         else:
-            runs = list(map(self._run_any, handles))
+            runs = self._runs_each(handles)
         if None in runs:
             raise KeyError(next(h for h, r in zip(handles, runs) if r is None))
         return runs
+
+    def _runs_each(self, handles):
+        """The run (or None) of each handle, looked up one by one (C-level
+        maps over the window for a list of ints inside it)."""
+        win, base = self.win, self.base
+        try:  # ints, NumPy integers (floats and others: a TypeError, then one by one)
+            if min(handles) >= base and max(handles) < base + len(win):
+                return list(map(win.__getitem__, map(operator.sub, handles, repeat(base))))
+        except (TypeError, ValueError):
+            pass
+        return list(map(self._run_any, handles))
 
     def pop_many(self, handles):
         """Removes the handles present: {segment: pool handles (a list, or
@@ -918,8 +929,8 @@ class KVOffloader:
         n = len(phs)
         hnd = np.array(phs, dtype=np.int64)
         dsts = np.array(dst, dtype=np.int64)
-        # one store's blocks, or several of one kind and segment: no Python per block
-        one = n > 0 and (metas.count(metas[0]) == n or len(set(map(_KIND_SEG, metas))) == 1)
+        # blocks of one kind and segment (one store's, or several's): no Python per block
+        one = n > 0 and len({(m[1], m[2]) for m in dict(zip(map(id, metas), metas)).values()}) == 1
         if one:
             kinds = np.full(n, _KIND_CODE[metas[0][1]], np.uint8)
             segs = None
@@ -1022,17 +1033,17 @@ class KVOffloader:
         blocks are per-block Python at heart."""
         entries = self._entries
         try:
-            metas = entries.runs_of(handles)
+            got = entries._slice(handles)  # one store's blocks: no Python per block
+            metas = [got[1]] * len(handles) if got is not None else entries.runs_of(handles)
         except KeyError as e:
             raise KeyError("KVOffloader: handle %s was evicted or freed" % (e.args[0],)) from None
-        one = metas and metas.count(metas[0]) == len(metas)  # one store's blocks: no hashing per block
-        for m in (metas[:1] if one else set(metas)):
-            if m[0] != layer:
-                h = next(h for h, m2 in zip(handles, metas) if m2 is m)
-                raise _errors.invalid("KVOffloader.load", "handle %d belongs to layer %d, not %d" % (h, m[0], layer))
-        if one:  # pool handle = handle + the run's offset
-            return metas, np.asarray(handles, dtype=np.int64) + metas[0][3]
-        return metas, [h + m[3] for h, m in zip(handles, metas)]
+        if (got[1][0] != layer) if got is not None else (set(map(_LAYER, metas)) != {layer} and metas):
+            h, m = next((h, m) for h, m in zip(handles, metas) if m[0] != layer)
+            raise _errors.invalid("KVOffloader.load", "handle %d belongs to layer %d, not %d" % (h, m[0], layer))
+        if got is not None:  # pool handle = handle + the run's offset
+            p = handles[0] + got[1][3]
+            return metas, np.arange(p, p + len(handles), dtype=np.int64)
+        return metas, list(map(operator.add, handles, map(_OFFSET, metas)))
 
     def free(self, handles: Sequence[int]) -> None:
         """Drops blocks (their pool slots are reused); unknown handles are ignored."""
