@@ -168,6 +168,26 @@ def test_pool_remove_many():
     p.close()
 
 
+def test_pool_free_bytes_is_the_stats():
+    """SlabPool._free_bytes (what a KVOffloader store asks of every
+    segment) is capacity_bytes - slot_bytes_used of stats(), as blocks of
+    several size classes come and go."""
+    p = ibp.SlabPool(1 << 20, 4096, policy="static", class_step=256, pinned=False)
+
+    def free_bytes():
+        st = p.stats()
+        return st["capacity_bytes"] - st["slot_bytes_used"]
+
+    assert p._free_bytes() == free_bytes() == 1 << 20
+    hs = [p.put(np.zeros(n, np.uint8)) for n in (100, 4096, 700, 2000, 300)]
+    assert p._free_bytes() == free_bytes() <= (1 << 20) - 7196
+    p.remove_many(hs[1:3])
+    assert p._free_bytes() == free_bytes()
+    p.close()
+    with pytest.raises(ibp.ClosedError):
+        p._free_bytes()
+
+
 def test_pool_static_full_raises():
     p = ibp.SlabPool(4096, 1024, policy="static")
     for i in range(4):

@@ -334,5 +334,92 @@ def test_handle_table_pop_many():
             e = ref.pop(h)
             if e is not None:
                 want.setdefault(e[2], []).append(e[3])
-        assert b.pop_many(hs) == want, hs
-        assert (b.ph, b.meta, b.by_pool) == (ref.ph, ref.meta, ref.by_pool), hs
+        got = b.pop_many(hs)
+        assert {seg: [int(x) for x in phs] for seg, phs in got.items()} == want, hs
+        assert b.items() == ref.items() and len(b) == len(ref), hs
+        for seg, ph in [(0, p) for p in range(9, 18)] + [(1, p) for p in range(19, 24)] + [(2, 0)]:
+            assert b.pop_pool(seg, ph) == ref.pop_pool(seg, ph), (hs, seg, ph)
+        assert b.items() == ref.items() == [], hs
+
+
+def test_handle_table_runs_against_a_dict():
+    """The handle table keeps a store's blocks as one run (consecutive
+    handles and pool handles): random stores (runs of consecutive pool
+    handles, and some not consecutive, as lists and as int64 arrays),
+    single puts over old handles,
+    removals one by one, in batches and by pool handle (evictions), and
+    enough churn to compact the runs, give the same entries and pool
+    handle lookups as a plain dict."""
+    import random
+
+    from ibp.torch._kv import _Blocks
+
+    rng = random.Random(7)
+    b, ref = _Blocks(), {}  # ref: handle -> (layer, kind, seg, ph)
+    nxt, nph = 0, [0, 0, 0]
+    for step in range(4000):
+        op = rng.random()
+        if op < 0.3:
+            seg, n = rng.randrange(3), rng.choice([1, 2, 3, 5, 16])
+            if rng.random() < 0.2:  # not consecutive pool handles
+                phs = rng.sample(range(nph[seg], nph[seg] + 3 * n), n)
+                nph[seg] += 3 * n
+            else:
+                phs = list(range(nph[seg], nph[seg] + n))
+                nph[seg] += n
+            meta = (rng.randrange(4), rng.choice(["exp", "raw", "ibp"]), seg)
+            # a list, or the int64 array a store's C call fills
+            b.put_run(range(nxt, nxt + n), meta, np.array(phs, np.int64) if rng.random() < 0.5 else phs)
+            ref.update((nxt + i, meta + (ph,)) for i, ph in enumerate(phs))
+            nxt += n
+        elif op < 0.35 and ref:  # a block put again under an old handle (capacity change, unpickle)
+            h, seg = rng.choice(sorted(ref)), rng.randrange(3)
+            e = (1, "raw", seg, nph[seg])
+            nph[seg] += 1
+            b[h] = e
+            ref[h] = e
+        elif op < 0.55 and ref:
+            h = rng.choice(sorted(ref) + [nxt + 5])
+            assert b.pop(h) == ref.pop(h, None)
+        elif op < 0.8:
+            hs = sorted(ref)
+            lo = rng.randrange(len(hs) + 1)
+            pick = hs[lo:lo + rng.choice([1, 3, 16, 40])] + ([nxt + 9] if rng.random() < 0.2 else [])
+            want = {}
+            for h in pick:
+                e = ref.pop(h, None)
+                if e is not None:
+                    want.setdefault(e[2], []).append(e[3])
+            got = b.pop_many(pick)
+            assert {s: [int(x) for x in p] for s, p in got.items()} == want
+        elif op < 0.85 and ref:  # lookups as a load makes them (a run, a few, any)
+            hs = sorted(ref)
+            lo = rng.randrange(len(hs))
+            pick = hs[lo:lo + rng.choice([1, 8, 30])] + rng.sample(hs, min(3, len(hs))) * (rng.random() < 0.5)
+            if rng.random() < 0.1:
+                pick = [np.int64(pick[0]), float(pick[-1])]
+            assert [r[:3] + (int(h) + r[3],) for h, r in zip(pick, b.runs_of(pick))] == [ref[h] for h in pick]
+            with pytest.raises(KeyError):
+                b.runs_of(pick + [nxt + 3])
+        else:
+            seg = rng.randrange(4)
+            ph = rng.randrange(nph[seg] + 2) if seg < 3 else 0
+            want = next((h for h, e in ref.items() if e[2] == seg and e[3] == ph), None)
+            assert b.pop_pool(seg, ph) == want
+            ref.pop(want, None)
+        if step % 100 == 0:
+            assert b.items() == sorted(ref.items()) and len(b) == len(ref)
+            assert all(type(x) is int for h, e in b.items()[:50] for x in (h, e[0], e[2], e[3]))
+            assert all((h in b) for h in ref) and (nxt + 1) not in b
+    assert b.items() == sorted(ref.items())
+    assert b._nruns <= 2 * len(b) + 64 + 1  # compacted along the way
+    # what is not a handle of the table is ignored by removals and missing for lookups, as a dict's keys were
+    odd = [2 ** 70] * 9 + [-5, "x", None, 1.5, (1,)]
+    assert b.pop_many(odd) == {} and b.pop_many(odd[:9]) == {} and b.items() == sorted(ref.items())
+    for h in odd:
+        assert h not in b and b.pop(h) is None
+        with pytest.raises(KeyError):
+            b.runs_of([h])
+    if ref:
+        h = min(ref)
+        assert b[float(h)] == b[np.int64(h)] == ref[h] and b.pop(float(h)) == ref.pop(h)

@@ -432,6 +432,14 @@ class SlabPool(Owner):
         """Counters and state (ibp_slab_pool_stats_t) as a dict."""
         return _stats(self._handle, "ibp_slab_pool_stats", SlabPoolStats, reset)
 
+    def _free_bytes(self) -> int:
+        """capacity_bytes - slot_bytes_used of stats(), without the dict
+        (a store's choice of segment asks it of every segment)."""
+        st = SlabPoolStats()
+        with self._handle as h:
+            check(lib.ibp_slab_pool_stats(h, C.byref(st), 0), "ibp_slab_pool_stats")
+        return st.capacity_bytes - st.slot_bytes_used
+
     def class_stats(self) -> list:
         """One dict per size class (the last holds the largest blocks)."""
         return _class_stats(self._handle, "ibp_slab_pool_class_stats", self.stats()["nclasses"])

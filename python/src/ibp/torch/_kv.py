@@ -67,10 +67,12 @@ the host-fallback twin and the emulator cover the rest in CI.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import ctypes
+import operator
 import threading
-from itertools import repeat
+from itertools import compress, repeat
 from typing import Callable, List, Optional, Sequence
 
 import numpy as np
@@ -107,29 +109,82 @@ _EXP_DTYPE = {torch.bfloat16: 10, torch.float16: 9, torch.float32: 11}  # ibp_dt
 
 _DTYPES = {torch.bfloat16: np.uint16, torch.float16: np.float16, torch.float32: np.float32}
 _SEGMENT = 64 << 20  # pool segments when capacity_bytes is None
+_LAYER, _OFFSET = operator.itemgetter(0), operator.itemgetter(3)  # a run's layer, its pool handle - handle
+
+
+def _handle_key(h):
+    """A handle as an int (what a dict's lookup matched before: ints, NumPy
+    integers, integral floats), or None for anything else."""
+    if type(h) is int:
+        return h
+    try:
+        return operator.index(h)
+    except TypeError:
+        pass
+    if isinstance(h, float) and h.is_integer():
+        return int(h)
+    return None
+
+
+def _consecutive(phs, p0, n):
+    """Whether phs (a list or an array of ints, n of them) is p0, p0 + 1, ...,
+    p0 + n - 1."""
+    if int(phs[-1]) - p0 != n - 1:
+        return False
+    if isinstance(phs, np.ndarray):
+        return phs.astype(np.int64, copy=False).tobytes() == np.arange(p0, p0 + n, dtype=np.int64).tobytes()
+    return n <= 2 or list(phs) == list(range(p0, p0 + n))
 
 
 class _Blocks:
     """The offloader's handle table: handle -> (layer, kind, segment, pool
-    handle), and (segment, pool handle) -> handle. Kept as dicts of ints
-    and of one (layer, kind, segment) tuple shared by a store's blocks, so
-    a store of n blocks adds no tuple per block and fills the tables in a
-    few C-level updates."""
+    handle), and (segment, pool handle) -> handle, with no Python object
+    and no hashing per block for a store's blocks (after a store's C call
+    has streamed megabytes through the cache, each was a cache miss).
 
-    __slots__ = ("ph", "meta", "by_pool")
+    A store's blocks take consecutive handles and, from one C call,
+    consecutive pool handles: a run, one shared tuple (layer, kind,
+    segment, pool handle - handle, first pool handle, blocks). Handles
+    (0, 1, 2, ... never reused) index a list of runs from `base` on (the
+    window: a store appends its run n times, a free of its blocks is one
+    slice assignment); handles below it are in a dict (`old`), where the
+    window's survivors go when most of it was freed. Each segment keeps
+    its runs by first pool handle, so an eviction's pool handle finds its
+    run (a handle whose entry is another run, or none, is no longer the
+    run's); runs no handle has any more are dropped from those lists when
+    they hold more than twice as many runs as there are handles."""
+
+    __slots__ = ("base", "win", "dead", "old", "count", "by_pool", "_nruns")
 
     def __init__(self):
-        self.ph, self.meta, self.by_pool = {}, {}, []  # by_pool[seg]: {pool handle: handle}
+        self.base, self.win, self.dead = 0, [], 0  # win[h - base]: h's run or None (dead: how many None)
+        self.old = {}  # handle below base -> its run
+        self.count = 0  # handles present
+        self.by_pool = []  # by_pool[seg]: ([first pool handle of each run, ascending], [run])
+        self._nruns = 0
 
     def __len__(self):
-        return len(self.ph)
+        return self.count
+
+    def _run(self, h):
+        """The run of handle h (an int), or None."""
+        i = h - self.base
+        if i >= 0:
+            return self.win[i] if i < len(self.win) else None
+        return self.old.get(h)
+
+    def _run_any(self, h):
+        k = _handle_key(h)
+        return None if k is None else self._run(k)
 
     def __contains__(self, h):
-        return h in self.ph
+        return self._run_any(h) is not None
 
     def __getitem__(self, h):
-        layer, kind, seg = self.meta[h]
-        return layer, kind, seg, self.ph[h]
+        r = self._run_any(h)
+        if r is None:
+            raise KeyError(h)
+        return r[0], r[1], r[2], _handle_key(h) + r[3]
 
     def __setitem__(self, h, entry):
         layer, kind, seg, ph = entry
@@ -138,53 +193,251 @@ class _Blocks:
 
     def _seg(self, seg):
         while len(self.by_pool) <= seg:
-            self.by_pool.append({})
+            self.by_pool.append(([], []))
         return self.by_pool[seg]
 
     def put_run(self, hs, meta, phs):
-        """Handles hs (a range) of one layer, kind and segment (meta)."""
-        self.ph.update(zip(hs, phs))
-        self.meta.update(zip(hs, repeat(meta)))
-        self._seg(meta[2]).update(zip(phs, hs))
+        """Handles hs (a range of ints, none present) of one layer, kind
+        and segment (meta), pool handles phs (a list, or the int64 array
+        the C call filled: no Python int per block)."""
+        n = len(phs)
+        if not n:
+            return
+        p0 = int(phs[0])
+        if n > 1 and not _consecutive(phs, p0, n):
+            for h, ph in zip(hs, phs):  # not consecutive (not from one C call): a run each
+                self.put_run(range(h, h + 1), meta, [int(ph)])
+            return
+        h0 = hs[0]
+        run = (meta[0], meta[1], meta[2], p0 - h0, p0, n)
+        win = self.win
+        gap = h0 - self.base - len(win)
+        if gap >= 0:  # at or after the window's end (a store's new handles)
+            if gap > max(1024, len(win)):  # far after it: a new window there
+                self._flush()
+                self.base, gap = h0, 0
+            if gap:
+                win.extend(repeat(None, gap))
+                self.dead += gap
+            win.extend(repeat(run, n))
+        else:  # below the end: a block put again under its handle
+            for h in hs:
+                i = h - self.base
+                if i < 0:
+                    self.old[h] = run
+                elif i < len(win):
+                    self.dead -= win[i] is None
+                    win[i] = run
+                else:
+                    self.dead += i - len(win)
+                    win.extend(repeat(None, i - len(win)))
+                    win.append(run)
+        self.count += n
+        firsts, runs = self._seg(meta[2])
+        if not firsts or firsts[-1] < p0:
+            firsts.append(p0)
+            runs.append(run)
+        else:
+            i = bisect.bisect_left(firsts, p0)
+            firsts.insert(i, p0)
+            runs.insert(i, run)
+        self._nruns += 1
+        if self._nruns > 2 * self.count + 64:
+            self._compact()
+
+    def _flush(self):
+        """The window's handles into old; the window starts empty at its end."""
+        win = self.win
+        if len(win) > self.dead:
+            self.old.update(compress(zip(range(self.base, self.base + len(win)), win),
+                                     map(operator.is_not, win, repeat(None))))
+        self.base += len(win)
+        self.win, self.dead = [], 0
+
+    def _tidy(self):
+        """After removals, when most of the window is free: its free front
+        dropped, and the survivors moved to old when a quarter of it is still
+        free (each step paid for by as many removals)."""
+        win = self.win
+        if self.dead == len(win):
+            self.base += len(win)
+            self.win, self.dead = [], 0
+            return
+        k = list(map(type, win)).index(tuple)  # the first handle present
+        if k:
+            del win[:k]
+            self.base += k
+            self.dead -= k
+        if self.dead > len(win) >> 2:
+            self._flush()
+
+    def _compact(self):
+        """Drops the runs no handle maps to any more."""
+        live = set(map(id, self.old.values()))
+        live.update(map(id, self.win))
+        self._nruns = 0
+        for firsts, runs in self.by_pool:
+            keep = [r for r in runs if id(r) in live]
+            runs[:] = keep
+            firsts[:] = [r[4] for r in keep]
+            self._nruns += len(keep)
 
     def pop(self, h):
         """The entry of h, removed; None when there is none."""
-        ph = self.ph.pop(h, None)
-        if ph is None:
+        k = _handle_key(h)
+        if k is None:
             return None
-        layer, kind, seg = self.meta.pop(h)
-        del self.by_pool[seg][ph]
-        return layer, kind, seg, ph
+        i = k - self.base
+        if i >= 0:
+            win = self.win
+            r = win[i] if i < len(win) else None
+            if r is None:
+                return None
+            win[i] = None
+            self.dead += 1
+            if self.dead > (len(win) >> 1) + 256:
+                self._tidy()
+        else:
+            r = self.old.pop(k, None)
+            if r is None:
+                return None
+        self.count -= 1
+        return r[0], r[1], r[2], k + r[3]
+
+    def _slice(self, handles):
+        """(position in the window, the run) when handles is a list of
+        consecutive ints all in the window and all of one run (one store's
+        blocks), else None."""
+        n = len(handles) if type(handles) is list else 0
+        if not n:
+            return None
+        h0 = handles[0]
+        i = h0 - self.base if type(h0) is int else -1
+        if i < 0 or i + n > len(self.win) or handles[-1] != h0 + n - 1:
+            return None
+        if n > 2 and handles != list(range(h0, h0 + n)):
+            return None
+        seg = self.win[i:i + n]
+        r = seg[0]
+        return (i, r) if r is not None and seg.count(r) == n else None
+
+    def _chunks(self, handles):
+        """handles (a list of ints) cut where they stop being consecutive:
+        [(lo, hi)], or None when that is not a list of 256 ints or more or
+        the chunks would be short (then each handle goes alone)."""
+        if type(handles) is not list or len(handles) < 256 or set(map(type, handles)) != {int}:
+            return None
+        try:
+            cuts = (np.flatnonzero(np.diff(np.array(handles, dtype=np.int64)) != 1) + 1).tolist()
+        except OverflowError:  # beyond int64: not handles of ours
+            return None
+        if len(cuts) > len(handles) // 8:
+            return None
+        return list(zip([0] + cuts, cuts + [len(handles)]))
+
+    def runs_of(self, handles):
+        """The runs of the handles (KeyError for one not present)."""
+        got = self._slice(handles)
+        if got is not None:
+            return [got[1]] * len(handles)
+        chunks = self._chunks(handles)
+        if chunks is not None:  # the blocks of a few stores: no Python per block in each
+            runs = []
+            for lo, hi in chunks:
+                part = handles[lo:hi]
+                got = self._slice(part)
+                runs.extend([got[1]] * (hi - lo) if got is not None else self._runs_each(part))
+        else:
+            runs = self._runs_each(handles)
+        if None in runs:
+            raise KeyError(next(h for h, r in zip(handles, runs) if r is None))
+        return runs
+
+    def _runs_each(self, handles):
+        """The run (or None) of each handle, looked up one by one (C-level
+        maps over the window for a list of ints inside it)."""
+        win, base = self.win, self.base
+        try:  # ints, NumPy integers (floats and others: a TypeError, then one by one)
+            if min(handles) >= base and max(handles) < base + len(win):
+                return list(map(win.__getitem__, map(operator.sub, handles, repeat(base))))
+        except (TypeError, ValueError):
+            pass
+        return list(map(self._run_any, handles))
 
     def pop_many(self, handles):
-        """Removes the handles present: {segment: [pool handles]}."""
-        metas = list(map(self.meta.pop, handles, repeat(None)))
-        phs = list(map(self.ph.pop, handles, repeat(None)))
-        m = metas[0] if metas else None
-        if m is not None and metas.count(m) == len(metas):  # one store's blocks: no Python per block
-            list(map(self.by_pool[m[2]].__delitem__, phs))
-            return {m[2]: phs}
+        """Removes the handles present: {segment: pool handles (a list, or
+        an int64 array)}, in the order of handles."""
+        got = self._slice(handles)
+        if got is not None:  # one store's blocks: no Python per block
+            return self._pop_slice(handles, *got)
+        chunks = self._chunks(handles)
+        if chunks is None:
+            return self._pop_each(handles)
         out = {}
-        for m, ph in zip(metas, phs):
-            if m is not None:
-                del self.by_pool[m[2]][ph]
-                out.setdefault(m[2], []).append(ph)
+        for lo, hi in chunks:  # the blocks of a few stores
+            part = handles[lo:hi]
+            got = self._slice(part)
+            for seg, phs in (self._pop_slice(part, *got) if got is not None else self._pop_each(part)).items():
+                out.setdefault(seg, []).append(phs)
+        return {seg: parts[0] if len(parts) == 1 else np.concatenate(parts).astype(np.int64, copy=False)
+                for seg, parts in out.items()}
+
+    def _pop_slice(self, handles, i, r):
+        n = len(handles)
+        self.win[i:i + n] = [None] * n
+        self.dead += n
+        self.count -= n
+        if self.dead > (len(self.win) >> 1) + 256:
+            self._tidy()
+        p = handles[0] + r[3]
+        return {r[2]: np.arange(p, p + n, dtype=np.int64)}
+
+    def _pop_each(self, handles):
+        out = {}
+        for h in handles:
+            e = self.pop(h)
+            if e is not None:
+                out.setdefault(e[2], []).append(e[3])
         return out
 
     def pop_pool(self, seg, ph):
         """The handle of (segment, pool handle), removed; None when none."""
-        h = self.by_pool[seg].pop(ph, None) if seg < len(self.by_pool) else None
-        if h is not None:
-            del self.ph[h], self.meta[h]
+        if seg >= len(self.by_pool):
+            return None
+        firsts, runs = self.by_pool[seg]
+        i = bisect.bisect_right(firsts, ph) - 1
+        if i < 0:
+            return None
+        r = runs[i]
+        if ph >= r[4] + r[5]:
+            return None
+        h = ph - r[3]
+        if self._run(h) is not r:
+            return None
+        self.pop(h)
         return h
 
     def handles(self):
         """Every handle, oldest first."""
-        return sorted(self.ph)
+        win = self.win
+        return sorted(self.old) + list(compress(range(self.base, self.base + len(win)),
+                                                map(operator.is_not, win, repeat(None))))
 
     def items(self):
         """[(handle, (layer, kind, segment, pool handle))], oldest first."""
         return [(h, self[h]) for h in self.handles()]
+
+
+class _Scratch:
+    """A store's arrays for the C call: block ids, pool handles and block
+    sizes of up to `cap` blocks, and their addresses."""
+
+    __slots__ = ("cap", "arrays", "ids", "hnd", "nbytes")
+
+    def __init__(self, n):
+        self.cap = max(int(n), 64)
+        self.arrays = (np.zeros(self.cap, np.int64), np.full(self.cap, -1, np.int64), np.zeros(self.cap, np.uint64))
+        self.ids, self.hnd, self.nbytes = (a.ctypes.data for a in self.arrays)
 
 
 class KVOffloader:
@@ -202,6 +455,7 @@ class KVOffloader:
         # The CPU path finishes every call before returning (errors raised
         # there); the device path (and its twin) leaves it queued until wait.
         self._sync = dev.type == "cpu"
+        self._cache_device = "cuda" if dev.type == "cuda" and not self._host_fallback else "cpu"  # the caches'
         if dev.type == "cuda" and not self._host_fallback:
             from .. import _cuda
             _cuda.require_device(func)  # ibp.NoDeviceError without a GPU
@@ -209,6 +463,7 @@ class KVOffloader:
         self.device = dev
         self._kvs = {}  # layer -> (ibp_kv_stream_t, codec it was made with)
         self._spare = None  # CPU path: a codec-less stream kept between calls (its workspace stays faulted in)
+        self._scratch = None  # the arrays of the last store (_Scratch), for the next
         self._streams = {}  # layer -> torch.cuda.Stream (GPU only)
         self._pending = {}  # layer -> tensors a queued call still reads or writes
         self._deferred = {}  # layer -> the error its wait() raises
@@ -374,10 +629,7 @@ class KVOffloader:
         and store grew by a segment every pass."""
         if len(self._segments) <= 1:  # the only one, or none (no stats to read)
             return [0] if self._segments else []
-        rooms = []
-        for seg, pool in enumerate(self._segments):
-            st = pool.stats()
-            rooms.append((st["capacity_bytes"] - st["slot_bytes_used"], seg))
+        rooms = [(pool._free_bytes(), seg) for seg, pool in enumerate(self._segments)]
         best = [seg for room, seg in sorted(rooms, reverse=True) if room >= need][:2]
         return best or ([len(self._segments) - 1] if self._segments else [])
 
@@ -406,10 +658,11 @@ class KVOffloader:
     def _check_cache(self, kv):
         """Refuses a cache that is not a [2, num_blocks, *block_shape] tensor
         of the offloader's dtype on its device."""
-        want = "cuda" if self.device.type == "cuda" and not self._host_fallback else "cpu"
+        want = self._cache_device
         if not isinstance(kv, torch.Tensor) or kv.dtype != self.dtype or kv.device.type != want:
             raise _errors.invalid("KVOffloader", "expected a %s %s tensor" % (want.upper(), self.dtype))
-        if kv.dim() != 5 or kv.shape[0] != 2 or tuple(kv.shape[2:]) != self.block_shape:
+        shape = kv.shape
+        if len(shape) != 5 or shape[0] != 2 or shape[2:] != self.block_shape:
             raise _errors.invalid("KVOffloader", "expected [2, num_blocks, %d, %d, %d], got %s"
                                   % (*self.block_shape, tuple(kv.shape)))
 
@@ -603,22 +856,42 @@ class KVOffloader:
         if kind == "exp":
             _lib.check(_lib.lib.ibp_kv_stream_set_exp_sigma(s, self._sigma[layer]), "ibp_kv_stream_set_exp_sigma")
         n = len(ids)
-        bids = np.ascontiguousarray(ids, dtype=np.int64)
-        hnd, nbytes = np.full(n, -1, np.int64), np.zeros(n, np.uint64)
+        # The block ids, pool handles and sizes go through arrays kept
+        # between calls (their addresses too): a store made from on_evict
+        # inside this one finds none and makes its own.
+        scr, self._scratch = self._scratch, None
+        if scr is None or scr.cap < n:
+            scr = _Scratch(n)
+        bids, hnd, nbytes = scr.arrays
+        bids[:n] = ids
+        func, nblk, ptr = _lib.lib.ibp_kv_encode_cuda, kv_cache.shape[1], kv_cache.data_ptr()
+        code, a_ids, a_hnd, a_nb = _KIND_CODE[kind], scr.ids, scr.hnd, scr.nbytes
+        gpu = self._gpu
 
         def encode(seg, lo, hi):
             pool = self._segments[seg]
-            with self._cuda_ctx(layer), pool._handle as ph:
-                st = _lib.lib.ibp_kv_encode_cuda(s, ph, kv_cache.data_ptr(), kv_cache.shape[1],
-                                                 bids[lo:].ctypes.data, hi - lo, _KIND_CODE[kind],
-                                                 hnd[lo:].ctypes.data, nbytes[lo:].ctypes.data)
+            with pool._handle as ph:
+                if gpu:
+                    with self._cuda_ctx(layer):
+                        st = func(s, ph, ptr, nblk, a_ids + 8 * lo, hi - lo, code, a_hnd + 8 * lo, a_nb + 8 * lo)
+                else:
+                    st = func(s, ph, ptr, nblk, a_ids + 8 * lo, hi - lo, code, a_hnd + 8 * lo, a_nb + 8 * lo)
                 err = _lib.last_error() if st else ""
             if not st:
                 self._pending[layer] = kv_cache  # read by the queued copies until wait
-                register(kind, seg, hnd[lo:hi].tolist(), int(nbytes[lo:hi].sum()))
+                register(kind, seg, hnd[lo:hi], int(nbytes[lo:hi].sum()))
             pool._drain()  # on_evict for the victims (registered blocks included)
             return st, err
 
+        try:
+            self._encode_runs(n, encode)
+        finally:
+            self._scratch = scr
+
+    def _encode_runs(self, n, encode):
+        """encode(segment, lo, hi) of the store's n blocks: all at once into
+        a segment with room (a new one if none has), or under a capacity
+        all at once, then after making room, then block by block."""
         if self._capacity is None:
             st, err = _NOMEM, ""
             for seg in self._roomy_segments(n * (self.max_block_bytes + 64)):
@@ -656,7 +929,8 @@ class KVOffloader:
         n = len(phs)
         hnd = np.array(phs, dtype=np.int64)
         dsts = np.array(dst, dtype=np.int64)
-        one = n > 0 and metas.count(metas[0]) == n  # one store's blocks: no Python per block
+        # blocks of one kind and segment (one store's, or several's): no Python per block
+        one = n > 0 and len({(m[1], m[2]) for m in dict(zip(map(id, metas), metas)).values()}) == 1
         if one:
             kinds = np.full(n, _KIND_CODE[metas[0][1]], np.uint8)
             segs = None
@@ -753,22 +1027,23 @@ class KVOffloader:
                 self._release_workspace(layer)
 
     def _entries_of(self, layer, handles):
-        """([(layer, kind, segment)], [pool handle]) of the handles (under
+        """([their runs: (layer, kind, segment, ...)], [pool handle]) of the handles (under
         the lock): KeyError for one evicted or freed, InvalidArgumentError
         for one of another layer. Whole lists at a time: loads of many
         blocks are per-block Python at heart."""
         entries = self._entries
         try:
-            metas = list(map(entries.meta.__getitem__, handles))
-        except (KeyError, TypeError):
-            h = next(h for h in handles if h not in entries)
-            raise KeyError("KVOffloader: handle %s was evicted or freed" % (h,)) from None
-        one = metas and metas.count(metas[0]) == len(metas)  # one store's blocks: no hashing per block
-        for m in (metas[:1] if one else set(metas)):
-            if m[0] != layer:
-                h = next(h for h, m2 in zip(handles, metas) if m2 is m)
-                raise _errors.invalid("KVOffloader.load", "handle %d belongs to layer %d, not %d" % (h, m[0], layer))
-        return metas, list(map(entries.ph.__getitem__, handles))
+            got = entries._slice(handles)  # one store's blocks: no Python per block
+            metas = [got[1]] * len(handles) if got is not None else entries.runs_of(handles)
+        except KeyError as e:
+            raise KeyError("KVOffloader: handle %s was evicted or freed" % (e.args[0],)) from None
+        if (got[1][0] != layer) if got is not None else (set(map(_LAYER, metas)) != {layer} and metas):
+            h, m = next((h, m) for h, m in zip(handles, metas) if m[0] != layer)
+            raise _errors.invalid("KVOffloader.load", "handle %d belongs to layer %d, not %d" % (h, m[0], layer))
+        if got is not None:  # pool handle = handle + the run's offset
+            p = handles[0] + got[1][3]
+            return metas, np.arange(p, p + len(handles), dtype=np.int64)
+        return metas, list(map(operator.add, handles, map(_OFFSET, metas)))
 
     def free(self, handles: Sequence[int]) -> None:
         """Drops blocks (their pool slots are reused); unknown handles are ignored."""
