@@ -12,9 +12,9 @@
  * past the row's readable bytes decode from a zero-padded copy. The
  * chunks past the last group, the fix-up chunks (more than two static
  * runs) and C = 8 are scalar (pdep); so is the exception walk of rows
- * under 8 exceptions a group (xscalar, its fields before the body's last
- * 8 bytes without checks; clusters with Xvals: xscalar_x, BITMAP rows,
- * from a bit buffer; denser rows take 8 or 4 lanes
+ * under 8 exceptions a group (the template's xscalar and, for BITMAP rows
+ * with Xvals, xscalar_x, shared with AVX-512 in codec_internal.h; denser
+ * rows take 8 or 4 lanes
  * with gathers, xwalk_c12 / xwalk_c4), and encoding is the BMI2 template
  * kernel's, except that the encoder finds the exceptions of 8
  * chunks with two 4-lane compares (IBP_K_MISS8), those of 64 chunks with
@@ -508,210 +508,6 @@ static uint64_t ibp_avx2_xwalk_c4(const ibp_codec_t *c, const ibp_cluster_t *cl,
 	return e;
 }
 
-/* Chunk j ^= d (a partial last chunk's bytes when !whole and j >= jp). */
-IBP_INLINE void ibp_avx2_xpatch(uint64_t j, uint64_t d, uint64_t jp, uint64_t last, uint8_t *dst, const int whole,
-				const unsigned C)
-{
-	uint8_t *q = dst + j * C;
-	if (whole || __builtin_expect(j < jp, 1))
-		ibp_st_chunk(q, ibp_ld_chunk(q, C) ^ d, C);
-	else
-		ibp_st_partial(q, ibp_ld_partial(q, last) ^ d, last);
-}
-
-/* Exception j's delta at body bit e: the field from its 8 bytes, or,
- * within the body's last 8 (byte >= t0), from tail, their zero-padded
- * copy (no byte loop); then chunk j ^= deposit ^ b_j. whole: the last
- * chunk is whole (else chunk jp = D - 1 is partial, of `last` bytes). */
-IBP_INLINE void ibp_avx2_xone_w(const uint64_t *m, const uint64_t *b, uint64_t j, uint64_t e, const uint8_t *body,
-			      const uint8_t *tail, uint64_t t0, uint64_t jp, uint64_t last, uint8_t *dst,
-			      const int whole, const unsigned C)
-{
-	const uint64_t byte = e >> 3;
-	const uint8_t *p = byte < t0 ? body + byte : tail + (byte - t0);
-	ibp_avx2_xpatch(j, _pdep_u64(ibp_load64(p) >> (e & 7), m[j]) ^ b[j], jp, last, dst, whole, C);
-}
-
-/* A field whose byte is below t0 (8 bytes before the body's end), in a
- * whole chunk: its 8 bytes are readable and its <= 32 bits end within
- * avail, so it needs neither the check against lim nor the tail copy. */
-IBP_INLINE void ibp_avx2_xfast(const uint64_t *m, const uint64_t *b, uint64_t j, uint64_t e, const uint8_t *body,
-			       uint8_t *dst, const unsigned C)
-{
-	uint8_t *q = dst + j * C;
-	ibp_st_chunk(q, ibp_ld_chunk(q, C) ^ _pdep_u64(ibp_load64(body + (e >> 3)) >> (e & 7), m[j]) ^ b[j], C);
-}
-
-/* A copy of the body's last 8 bytes (all of a shorter body) followed by
- * zeros, for the fields from byte t0 on; returns t0. A field's byte is
- * < avail, so its load reads tail[0, 16) at most. */
-IBP_INLINE uint64_t ibp_avx2_tail(const uint8_t *body, uint64_t avail, uint8_t tail[24])
-{
-	if (avail >= 8) {
-		memcpy(tail, body + avail - 8, 8);
-		return avail - 8;
-	}
-	memcpy(tail, body, avail);
-	return 0;
-}
-
-/* The scalar exception walk of a cluster without Xvals (C <= 4): as the
- * template's decode_exc (same checks, same result). Fields below t0 in
- * whole chunks take xfast (about 18 operations an exception, against 28
- * with the checks and the copy's pointer select, and fewer live values:
- * no reloads from the stack); in BITMAP rows the first field past t0 or
- * in the partial last chunk finishes the row in the checked loop (xone),
- * the fields after it being past t0 too. */
-IBP_INLINE uint64_t ibp_avx2_xscalar_w(const ibp_codec_t *c, const ibp_cluster_t *cl, const unsigned mode,
-				     const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
-				     uint64_t avail, uint8_t *dst, const int whole, const unsigned C)
-{
-	const uint64_t D = c->D, lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail;
-	uint64_t e = cl->S;
-	if (e > lim)
-		return UINT64_MAX;
-	uint8_t tail[24] = { 0 };
-	const uint64_t t0 = ibp_avx2_tail(body, avail, tail);
-	const uint64_t last = c->last_bytes, jp = whole ? D : D - 1;
-	/* the tables in locals: stores to dst would make cl->m, cl->b reloads */
-	const uint8_t *ew = cl->ew;
-	const uint64_t *m = cl->m, *b = cl->b;
-	if (mode == IBP_ROW_BITMAP) {
-		/* bits >= D were checked to be clear */
-		uint64_t i = 0, w = 0;
-		for (; i < hdr_len; i += 8) {
-			const uint64_t left = hdr_len - i;
-			for (w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left); w; w &= w - 1) {
-				const uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
-				if ((e >> 3) >= t0 || (!whole && j >= jp))
-					goto checked;
-				ibp_avx2_xfast(m, b, j, e, body, dst, C); /* BITMAP */
-				e += ew[j];
-			}
-		}
-		return e;
-	checked: /* from exception j = 8 i + ctz(w) on */
-		for (;;) {
-			for (; w; w &= w - 1) {
-				const uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
-				if (ew[j] > lim - e)
-					return UINT64_MAX;
-				ibp_avx2_xone_w(m, b, j, e, body, tail, t0, jp, last, dst, whole, C);
-				e += ew[j];
-			}
-			i += 8;
-			if (i >= hdr_len)
-				return e;
-			const uint64_t left = hdr_len - i;
-			w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left);
-		}
-	}
-	const unsigned L = c->L;
-	const uint64_t lm = ibp_lowmask(L), rd = ibp_hdr_readable(hdr, hdr_len, body, avail);
-	uint64_t prev = 0;
-	for (uint64_t k = 0; k < n; k++) {
-		const uint64_t j = ibp_list_entry(hdr, hdr_len, rd, k, L, lm);
-		if (j >= D || (k && j <= prev))
-			return UINT64_MAX;
-		prev = j;
-		if ((e >> 3) < t0 && (whole || j < jp)) {
-			ibp_avx2_xfast(m, b, j, e, body, dst, C);
-		} else if (ew[j] > lim - e) {
-			return UINT64_MAX;
-		} else {
-			ibp_avx2_xone_w(m, b, j, e, body, tail, t0, jp, last, dst, whole, C);
-		}
-		e += ew[j];
-	}
-	return e;
-}
-
-/* The BITMAP walk of a cluster with Xvals (C <= 4): an enabled chunk's
- * field starts with its hit bit (1: the invariant bits are x_j, nothing
- * follows). As the template's walk (same checks and result), but from a
- * bit buffer: v holds the body's bits from e on, nb of them, refilled by
- * one load when fewer than an exception can take (1 + 8 C) are left, so
- * a field's position does not wait on a load of the one before (the FFN
- * weights' fields are mostly 1-bit hits). The bits are the row's: a
- * refill near the end reads the padded copy, whose bits past lim are
- * zeros, and nb stops at lim; so a field within nb needs no check. A
- * field past nb (a corrupt row) or a partial last chunk finishes the row
- * in the checked loop, from the exact e. */
-IBP_INLINE uint64_t ibp_avx2_xscalar_x(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *hdr,
-				       uint64_t hdr_len, const uint8_t *body, uint64_t avail, uint8_t *dst,
-				       const int whole, const unsigned C)
-{
-	const uint64_t D = c->D, lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail;
-	uint64_t e = cl->S;
-	if (e > lim)
-		return UINT64_MAX;
-	uint8_t tail[24] = { 0 };
-	const uint64_t t0 = ibp_avx2_tail(body, avail, tail);
-	const uint64_t last = c->last_bytes, jp = whole ? D : D - 1;
-	const uint8_t *ew = cl->ew, *xen = cl->xen;
-	const uint64_t *m = cl->m, *b = cl->b, *x = cl->x;
-	uint64_t i = 0, w = 0, v = 0, nb = 0;
-	/* bits >= D were checked to be clear */
-	for (; i < hdr_len; i += 8) {
-		const uint64_t left = hdr_len - i;
-		for (w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left); w; w &= w - 1) {
-			const uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
-			if (!whole && j >= jp)
-				goto checked;
-			/* an exception takes <= 1 + 8 C bits: refill below that */
-			if (nb < 1 + 8 * C) {
-				const uint64_t byte = e >> 3;
-				v = ibp_load64(byte < t0 ? body + byte : tail + (byte - t0)) >> (e & 7);
-				nb = 64 - (e & 7);
-				if (nb > lim - e) /* the bits past lim are the copy's zeros */
-					nb = lim - e;
-			}
-			const uint64_t sx = xen[j];
-			if (v & sx) { /* a hit (a bit of the row: v is 0 past nb) */
-				ibp_avx2_xpatch(j, x[j] ^ b[j], jp, last, dst, whole, C);
-				v >>= 1;
-				nb--;
-				e++;
-				continue;
-			}
-			const uint64_t need = sx + ew[j];
-			if (need > nb) /* past lim: the checked loop fails as the template does */
-				goto checked;
-			ibp_avx2_xpatch(j, _pdep_u64(v >> sx, m[j]) ^ b[j], jp, last, dst, whole, C);
-			v >>= need;
-			nb -= need;
-			e += need;
-		}
-	}
-	return e;
-checked: /* from exception j = 8 i + ctz(w) on, at bit e */
-	for (;;) {
-		for (; w; w &= w - 1) {
-			const uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
-			if (xen[j]) {
-				if (e >= lim)
-					return UINT64_MAX;
-				const uint64_t byte = e >> 3;
-				const uint8_t hb = byte < t0 ? body[byte] : tail[byte - t0];
-				e += 1;
-				if ((hb >> ((e - 1) & 7)) & 1) {
-					ibp_avx2_xpatch(j, x[j] ^ b[j], jp, last, dst, whole, C);
-					continue;
-				}
-			}
-			if (lim - e < ew[j])
-				return UINT64_MAX;
-			ibp_avx2_xone_w(m, b, j, e, body, tail, t0, jp, last, dst, whole, C);
-			e += ew[j];
-		}
-		i += 8; /* the next bitmap word */
-		if (i >= hdr_len)
-			return e;
-		const uint64_t left = hdr_len - i;
-		w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left);
-	}
-}
-
 static uint64_t ibp_avx2_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_t *cl, unsigned mode,
 				      const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
 				      uint64_t avail, uint8_t *dst)
@@ -723,21 +519,9 @@ static uint64_t ibp_avx2_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_t 
 	 * about as much as 4 scalar exceptions (measured on the sample KV and
 	 * f32 tables, docs/BENCHMARKS.md) */
 	if (cl->nxg == 0 || c->D > IBP_XWALK_MAXD || n < IBP_XWALK_PER_GROUP_AVX2 * cl->nxg) {
-		const int whole = c->last_bytes == c->C;
-		if (cl->has_x && c->C <= 4 && mode == IBP_ROW_BITMAP) {
-			switch (c->C) {
-			case 1: return ibp_avx2_xscalar_x(c, cl, hdr, hdr_len, body, avail, dst, 1, 1);
-			case 2:
-				return whole ? ibp_avx2_xscalar_x(c, cl, hdr, hdr_len, body, avail, dst, 1, 2)
-					     : ibp_avx2_xscalar_x(c, cl, hdr, hdr_len, body, avail, dst, 0, 2);
-			default:
-				return whole ? ibp_avx2_xscalar_x(c, cl, hdr, hdr_len, body, avail, dst, 1, 4)
-					     : ibp_avx2_xscalar_x(c, cl, hdr, hdr_len, body, avail, dst, 0, 4);
-			}
-		}
 		if (c->C > 4)
 			return ibp_avx2_decode_exc(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
-		if (cl->has_x) {
+		if (cl->has_x && mode != IBP_ROW_BITMAP) {
 			/* LIST rows with Xvals: the template's walk, inlined here as
 			 * before this file's own walks grew (out of line, the
 			 * bag-of-words rows decoded 7-10% slower) */
@@ -747,23 +531,7 @@ static uint64_t ibp_avx2_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_t 
 			default: return ibp_avx2_decode_exc_x(c, cl, mode, hdr, hdr_len, n, body, avail, dst, 1, 4);
 			}
 		}
-#define IBP_AVX2_XS(CC, WH)                                                                                   \
-	return mode == IBP_ROW_BITMAP                                                                         \
-		       ? ibp_avx2_xscalar_w(c, cl, IBP_ROW_BITMAP, hdr, hdr_len, n, body, avail, dst, WH, CC) \
-		       : ibp_avx2_xscalar_w(c, cl, IBP_ROW_LIST, hdr, hdr_len, n, body, avail, dst, WH, CC)
-		/* a copy for rows whose last chunk is whole: no test of the chunk index */
-		switch (c->C) {
-		case 1: IBP_AVX2_XS(1, 1); /* C = 1: the last chunk is whole */
-		case 2:
-			if (whole)
-				IBP_AVX2_XS(2, 1);
-			IBP_AVX2_XS(2, 0);
-		default:
-			if (whole)
-				IBP_AVX2_XS(4, 1);
-			IBP_AVX2_XS(4, 0);
-		}
-#undef IBP_AVX2_XS
+		return ibp_avx2_xscalar_v(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
 	}
 	if (!ibp_exc_bitmap(c, mode, hdr, hdr_len, ibp_hdr_readable(hdr, hdr_len, body, avail), n, bm))
 		return UINT64_MAX;

@@ -17,8 +17,9 @@
  * (ibp_vbmi_t.fg) decode static part and exceptions in one pass of 64-byte
  * groups, the partial last group included (ibp_avx512_row_f), except C = 2
  * rows under two exceptions a group: the multishift static part, then the
- * scalar walk. Rows too sparse for the SIMD walks of clusters without
- * Xvals take the scalar walk shared with AVX2 (xscalar, codec_internal.h).
+ * scalar walk. Rows too sparse for the SIMD walks take the scalar walks
+ * shared with AVX2 (codec_internal.h: xscalar, and for BITMAP rows with
+ * Xvals xscalar_x).
  * Encoding is the BMI2 template kernel, with the exceptions of 8 chunks
  * found by one compare (IBP_K_MISS8) and, in the one-pass encoder (C < 8,
  * no Xvals), those of 64 chunks and their words' exception masks by C
@@ -752,18 +753,9 @@ static uint64_t ibp_avx512_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_
 	 * the scalar walk. */
 	const uint64_t ng = cl->vbmi && cl->vbmi->nxg4 ? cl->vbmi->nxg4 : cl->nxg;
 	if (cl->nxg == 0 || c->D > IBP_XWALK_MAXD || n < IBP_XWALK_PER_GROUP * ng) {
-		if (cl->has_x || c->C > 4)
+		if (c->C > 4 || (cl->has_x && mode != IBP_ROW_BITMAP))
 			return ibp_avx512_decode_exc(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
-#define IBP_AVX512_XS(CC)                                                                                   \
-	return mode == IBP_ROW_BITMAP                                                                       \
-		       ? ibp_avx512_xscalar(c, cl, IBP_ROW_BITMAP, hdr, hdr_len, n, body, avail, dst, CC) \
-		       : ibp_avx512_xscalar(c, cl, IBP_ROW_LIST, hdr, hdr_len, n, body, avail, dst, CC)
-		switch (c->C) {
-		case 1: IBP_AVX512_XS(1);
-		case 2: IBP_AVX512_XS(2);
-		default: IBP_AVX512_XS(4);
-		}
-#undef IBP_AVX512_XS
+		return ibp_avx512_xscalar_v(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
 	}
 	if (!ibp_exc_bitmap(c, mode, hdr, hdr_len, ibp_hdr_readable(hdr, hdr_len, body, avail), n, bm))
 		return UINT64_MAX;

@@ -1118,76 +1118,247 @@ static uint64_t IBP_K(decode_exc)(const ibp_codec_t *c, const ibp_cluster_t *cl,
 }
 
 #ifdef IBP_K_WIDE_PEXT
-/* Exception j's delta at body bit e (field width w): the field from its
- * 8 bytes, or, within the body's last 8 (byte >= t0), from tail, their
- * zero-padded copy (no byte loop: those are most of a row's fields, the
- * exception part being short); then chunk j ^= deposit ^ b_j. */
-IBP_INLINE void IBP_K(xone)(const uint64_t *m, const uint64_t *b, uint64_t j, uint64_t e, const uint8_t *body,
-			      const uint8_t *tail, uint64_t t0, uint64_t jp, uint64_t last, uint8_t *dst,
-			      const unsigned C)
+/* Chunk j ^= d (a partial last chunk's bytes when !whole and j >= jp). */
+IBP_INLINE void IBP_K(xpatch)(uint64_t j, uint64_t d, uint64_t jp, uint64_t last, uint8_t *dst, const int whole,
+				const unsigned C)
 {
-	const uint64_t byte = e >> 3;
-	const uint8_t *p = byte < t0 ? body + byte : tail + (byte - t0);
-	const uint64_t d = _pdep_u64(ibp_load64(p) >> (e & 7), m[j]) ^ b[j];
 	uint8_t *q = dst + j * C;
-	if (__builtin_expect(j < jp, 1))
+	if (whole || __builtin_expect(j < jp, 1))
 		ibp_st_chunk(q, ibp_ld_chunk(q, C) ^ d, C);
-	else /* a partial last chunk */
+	else
 		ibp_st_partial(q, ibp_ld_partial(q, last) ^ d, last);
 }
 
-/* The scalar exception walk of a cluster without Xvals (C <= 4; AVX2 and
- * AVX-512 kernels): as decode_exc (same checks, same result), with the
- * fields near the body's end read from a padded copy (xone) and the
- * tables in locals. */
+/* Exception j's delta at body bit e: the field from its 8 bytes, or,
+ * within the body's last 8 (byte >= t0), from tail, their zero-padded
+ * copy (no byte loop); then chunk j ^= deposit ^ b_j. whole: the last
+ * chunk is whole (else chunk jp = D - 1 is partial, of `last` bytes). */
+IBP_INLINE void IBP_K(xone)(const uint64_t *m, const uint64_t *b, uint64_t j, uint64_t e, const uint8_t *body,
+			      const uint8_t *tail, uint64_t t0, uint64_t jp, uint64_t last, uint8_t *dst,
+			      const int whole, const unsigned C)
+{
+	const uint64_t byte = e >> 3;
+	const uint8_t *p = byte < t0 ? body + byte : tail + (byte - t0);
+	IBP_K(xpatch)(j, _pdep_u64(ibp_load64(p) >> (e & 7), m[j]) ^ b[j], jp, last, dst, whole, C);
+}
+
+/* A field whose byte is below t0 (8 bytes before the body's end), in a
+ * whole chunk: its 8 bytes are readable and its <= 32 bits end within
+ * avail, so it needs neither the check against lim nor the tail copy. */
+IBP_INLINE void IBP_K(xfast)(const uint64_t *m, const uint64_t *b, uint64_t j, uint64_t e, const uint8_t *body,
+			       uint8_t *dst, const unsigned C)
+{
+	uint8_t *q = dst + j * C;
+	ibp_st_chunk(q, ibp_ld_chunk(q, C) ^ _pdep_u64(ibp_load64(body + (e >> 3)) >> (e & 7), m[j]) ^ b[j], C);
+}
+
+/* A copy of the body's last 8 bytes (all of a shorter body) followed by
+ * zeros, for the fields from byte t0 on; returns t0. A field's byte is
+ * < avail, so its load reads tail[0, 16) at most. */
+IBP_INLINE uint64_t IBP_K(xtail)(const uint8_t *body, uint64_t avail, uint8_t tail[24])
+{
+	if (avail >= 8) {
+		memcpy(tail, body + avail - 8, 8);
+		return avail - 8;
+	}
+	memcpy(tail, body, avail);
+	return 0;
+}
+
+/* The scalar exception walk of a cluster without Xvals (C <= 4; the AVX2
+ * and AVX-512 kernels, rows too sparse for their SIMD walks): as
+ * decode_exc (same checks, same result). Fields below t0 in
+ * whole chunks take xfast (about 18 operations an exception, against 28
+ * with the checks and the copy's pointer select, and fewer live values:
+ * no reloads from the stack); in BITMAP rows the first field past t0 or
+ * in the partial last chunk finishes the row in the checked loop (xone),
+ * the fields after it being past t0 too. */
 IBP_INLINE uint64_t IBP_K(xscalar)(const ibp_codec_t *c, const ibp_cluster_t *cl, const unsigned mode,
 				     const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
-				     uint64_t avail, uint8_t *dst, const unsigned C)
+				     uint64_t avail, uint8_t *dst, const int whole, const unsigned C)
 {
 	const uint64_t D = c->D, lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail;
 	uint64_t e = cl->S;
 	if (e > lim)
 		return UINT64_MAX;
-	/* fields from byte t0 on (a fixed copy of the body's last 8 bytes): a
-	 * field's byte is <= avail, so it loads tail[0, 16) at most */
-	uint64_t t0 = 0;
 	uint8_t tail[24] = { 0 };
-	if (avail >= 8) {
-		t0 = avail - 8;
-		memcpy(tail, body + t0, 8);
-	} else {
-		memcpy(tail, body, avail);
-	}
-	const uint64_t last = c->last_bytes, jp = last == C ? D : D - 1;
+	const uint64_t t0 = IBP_K(xtail)(body, avail, tail);
+	const uint64_t last = c->last_bytes, jp = whole ? D : D - 1;
 	/* the tables in locals: stores to dst would make cl->m, cl->b reloads */
 	const uint8_t *ew = cl->ew;
 	const uint64_t *m = cl->m, *b = cl->b;
 	if (mode == IBP_ROW_BITMAP) {
 		/* bits >= D were checked to be clear */
-		for (uint64_t i = 0; i < hdr_len; i += 8) {
+		uint64_t i = 0, w = 0;
+		for (; i < hdr_len; i += 8) {
 			const uint64_t left = hdr_len - i;
-			for (uint64_t w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left); w; w &= w - 1) {
+			for (w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left); w; w &= w - 1) {
 				const uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
-				if (ew[j] > lim - e)
-					return UINT64_MAX;
-				IBP_K(xone)(m, b, j, e, body, tail, t0, jp, last, dst, C);
+				if ((e >> 3) >= t0 || (!whole && j >= jp))
+					goto checked;
+				IBP_K(xfast)(m, b, j, e, body, dst, C); /* BITMAP */
 				e += ew[j];
 			}
 		}
 		return e;
+	checked: /* from exception j = 8 i + ctz(w) on */
+		for (;;) {
+			for (; w; w &= w - 1) {
+				const uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
+				if (ew[j] > lim - e)
+					return UINT64_MAX;
+				IBP_K(xone)(m, b, j, e, body, tail, t0, jp, last, dst, whole, C);
+				e += ew[j];
+			}
+			i += 8;
+			if (i >= hdr_len)
+				return e;
+			const uint64_t left = hdr_len - i;
+			w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left);
+		}
 	}
 	const unsigned L = c->L;
 	const uint64_t lm = ibp_lowmask(L), rd = ibp_hdr_readable(hdr, hdr_len, body, avail);
 	uint64_t prev = 0;
 	for (uint64_t k = 0; k < n; k++) {
 		const uint64_t j = ibp_list_entry(hdr, hdr_len, rd, k, L, lm);
-		if (j >= D || (k && j <= prev) || ew[j] > lim - e)
+		if (j >= D || (k && j <= prev)) /* entries in range, ascending */
 			return UINT64_MAX;
 		prev = j;
-		IBP_K(xone)(m, b, j, e, body, tail, t0, jp, last, dst, C);
+		if ((e >> 3) < t0 && (whole || j < jp)) {
+			IBP_K(xfast)(m, b, j, e, body, dst, C);
+		} else if (ew[j] > lim - e) {
+			return UINT64_MAX;
+		} else {
+			IBP_K(xone)(m, b, j, e, body, tail, t0, jp, last, dst, whole, C);
+		}
 		e += ew[j];
 	}
 	return e;
+}
+
+/* The BITMAP walk of a cluster with Xvals (C <= 4): an enabled chunk's
+ * field starts with its hit bit (1: the invariant bits are x_j, nothing
+ * follows). As decode_exc_x (same checks and result), but from a
+ * bit buffer: v holds the body's bits from e on, nb of them, refilled by
+ * one load when fewer than an exception can take (1 + 8 C) are left, so
+ * a field's position does not wait on a load of the one before (the FFN
+ * weights' fields are mostly 1-bit hits). The bits are the row's: a
+ * refill near the end reads the padded copy, whose bits past lim are
+ * zeros, and nb stops at lim; so a field within nb needs no check. A
+ * field past nb (a corrupt row) or a partial last chunk finishes the row
+ * in the checked loop, from the exact e. */
+IBP_INLINE uint64_t IBP_K(xscalar_x)(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *hdr,
+				       uint64_t hdr_len, const uint8_t *body, uint64_t avail, uint8_t *dst,
+				       const int whole, const unsigned C)
+{
+	const uint64_t D = c->D, lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail;
+	uint64_t e = cl->S;
+	if (e > lim)
+		return UINT64_MAX;
+	uint8_t tail[24] = { 0 };
+	const uint64_t t0 = IBP_K(xtail)(body, avail, tail);
+	const uint64_t last = c->last_bytes, jp = whole ? D : D - 1;
+	const uint8_t *ew = cl->ew, *xen = cl->xen;
+	const uint64_t *m = cl->m, *b = cl->b, *x = cl->x;
+	uint64_t i = 0, w = 0, v = 0, nb = 0;
+	/* bits >= D were checked to be clear */
+	for (; i < hdr_len; i += 8) {
+		const uint64_t left = hdr_len - i;
+		for (w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left); w; w &= w - 1) {
+			const uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
+			if (!whole && j >= jp)
+				goto checked;
+			/* an exception takes <= 1 + 8 C bits: refill below that */
+			if (nb < 1 + 8 * C) {
+				const uint64_t byte = e >> 3;
+				v = ibp_load64(byte < t0 ? body + byte : tail + (byte - t0)) >> (e & 7);
+				nb = 64 - (e & 7);
+				if (nb > lim - e) /* the bits past lim are the copy's zeros */
+					nb = lim - e;
+			}
+			const uint64_t sx = xen[j];
+			if (v & sx) { /* a hit (a bit of the row: v is 0 past nb) */
+				IBP_K(xpatch)(j, x[j] ^ b[j], jp, last, dst, whole, C);
+				v >>= 1;
+				nb--;
+				e++;
+				continue;
+			}
+			const uint64_t need = sx + ew[j];
+			if (need > nb) /* past lim: the checked loop fails as decode_exc_x does */
+				goto checked;
+			IBP_K(xpatch)(j, _pdep_u64(v >> sx, m[j]) ^ b[j], jp, last, dst, whole, C);
+			v >>= need;
+			nb -= need;
+			e += need;
+		}
+	}
+	return e;
+checked: /* from exception j = 8 i + ctz(w) on, at bit e */
+	for (;;) {
+		for (; w; w &= w - 1) {
+			const uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
+			if (xen[j]) {
+				if (e >= lim)
+					return UINT64_MAX;
+				const uint64_t byte = e >> 3;
+				const uint8_t hb = byte < t0 ? body[byte] : tail[byte - t0];
+				e += 1;
+				if ((hb >> ((e - 1) & 7)) & 1) {
+					IBP_K(xpatch)(j, x[j] ^ b[j], jp, last, dst, whole, C);
+					continue;
+				}
+			}
+			if (lim - e < ew[j])
+				return UINT64_MAX;
+			IBP_K(xone)(m, b, j, e, body, tail, t0, jp, last, dst, whole, C);
+			e += ew[j];
+		}
+		i += 8; /* the next bitmap word */
+		if (i >= hdr_len)
+			return e;
+		const uint64_t left = hdr_len - i;
+		w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left);
+	}
+}
+
+/* The scalar walks of a row too sparse for the SIMD walks (C <= 4; not a
+ * LIST row with Xvals, which the kernels give decode_exc_x): xscalar_x
+ * or xscalar by chunk size, with a copy for rows whose last chunk is
+ * whole (no test of the chunk index). */
+IBP_INLINE uint64_t IBP_K(xscalar_v)(const ibp_codec_t *c, const ibp_cluster_t *cl, const unsigned mode,
+				       const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
+				       uint64_t avail, uint8_t *dst)
+{
+	const int whole = c->last_bytes == c->C;
+	if (cl->has_x) { /* BITMAP */
+		switch (c->C) {
+		case 1: return IBP_K(xscalar_x)(c, cl, hdr, hdr_len, body, avail, dst, 1, 1);
+		case 2:
+			return whole ? IBP_K(xscalar_x)(c, cl, hdr, hdr_len, body, avail, dst, 1, 2)
+				     : IBP_K(xscalar_x)(c, cl, hdr, hdr_len, body, avail, dst, 0, 2);
+		default:
+			return whole ? IBP_K(xscalar_x)(c, cl, hdr, hdr_len, body, avail, dst, 1, 4)
+				     : IBP_K(xscalar_x)(c, cl, hdr, hdr_len, body, avail, dst, 0, 4);
+		}
+	}
+#define IBP_XS(CC, WH)                                                                                \
+	return mode == IBP_ROW_BITMAP                                                                   \
+		       ? IBP_K(xscalar)(c, cl, IBP_ROW_BITMAP, hdr, hdr_len, n, body, avail, dst, WH, CC) \
+		       : IBP_K(xscalar)(c, cl, IBP_ROW_LIST, hdr, hdr_len, n, body, avail, dst, WH, CC)
+	switch (c->C) {
+	case 1: IBP_XS(1, 1); /* C = 1: the last chunk is whole */
+	case 2:
+		if (whole)
+			IBP_XS(2, 1);
+		IBP_XS(2, 0);
+	default:
+		if (whole)
+			IBP_XS(4, 1);
+		IBP_XS(4, 0);
+	}
+#undef IBP_XS
 }
 #endif /* IBP_K_WIDE_PEXT */
 

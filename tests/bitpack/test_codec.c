@@ -1654,10 +1654,11 @@ Test(codec, list_l8_rows)
 	cr_assert_gt(corrupt, 100);
 }
 
-/* The AVX2 exception walks and the two-window C = 4 static part
- * (codec_avx2.c: xscalar's unchecked fields before the body's last 8
- * bytes and its checked finish, the Xval walk from a bit buffer, the w2
- * tables with and without fix-ups): chunk j takes mk[3] when j % 16 is 8
+/* The scalar exception walks of AVX2 and AVX-512 (codec_internal.h:
+ * xscalar's unchecked fields before the body's last 8 bytes and its
+ * checked finish, the Xval walk from a bit buffer) and AVX2's two-window
+ * C = 4 static part (the w2 tables with and without fix-ups; the test's
+ * name is older than the shared walk): chunk j takes mk[3] when j % 16 is 8
  * or 9, mk[2] when j % 29 == 5, mk[1] when j % 3 == 1, else mk[0];
  * with xv, Xvals on 4 of 5 chunks. Rows from no to every chunk an
  * exception (hits on 4 of 5 enabled ones), and rows whose exceptions are
