@@ -8,8 +8,13 @@
  * arrived and decodes too when it has nothing else to do. Decodes are
  * claimed from one counter, so each piece is decoded once, by either
  * thread. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "coll/flow.h"
@@ -121,13 +126,32 @@ static ibp_status_t flow_recv(flow_t *w, uint64_t *recvd, int *moved)
 	return IBP_OK;
 }
 
+/* Whether this thread makes the pieces itself, between its polls, with no
+ * helper: when the process may run on one CPU only (a rank bound to a
+ * core, as Open MPI binds two ranks by default). There a helper takes
+ * turns with this thread for the CPU, and the transport, progressed only
+ * by this thread's polls, stalls while the helper encodes: LSQ's 16 MiB
+ * AllToAll over a 1 Gbit/s link took 21.7 ms, its link time 18
+ * (docs/BENCHMARKS.md "LSQ's 16 MiB AllToAll on a quiet machine").
+ * IBP_COLL_FLOW_HELPER=0 or 1 forces either way. */
+static int flow_solo(void)
+{
+	const char *e = getenv("IBP_COLL_FLOW_HELPER");
+	if (e && (*e == '0' || *e == '1'))
+		return *e == '0';
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) == 1;
+}
+
 ibp_status_t ibpi_flow_step(flow_t *w, int *leak)
 {
 	ibp_coll_comm_t *c = w->c;
 	const ibp_coll_async_t *as = c->t.async;
 	const uint64_t np = w->np;
 	void **rreq = w->req + np;
-	uint64_t sent = 0, sdone = 0, recvd = 0, k, bytes = 0;
+	uint64_t sent = 0, sdone = 0, recvd = 0, k, bytes = 0, made = 1;
+	const int solo = flow_solo();
 	int posted = 0;
 	ibp_status_t st = IBP_OK;
 	atomic_init(&w->ready, w->enc ? 0 : np);
@@ -140,7 +164,7 @@ ibp_status_t ibpi_flow_step(flow_t *w, int *leak)
 	w->herr[0] = 0;
 	for (k = 0; k < 2 * np; k++)
 		w->req[k] = NULL;
-	if (!c->helper)
+	if (!c->helper && !solo)
 		st = ibpi_coll_helper_start(&c->helper);
 	for (k = 0; k < np && st == IBP_OK; k++)
 		st = as->irecv(c->t.ctx, w->left, w->rbuf + k * w->pcap, w->pcap, &rreq[k]);
@@ -150,7 +174,7 @@ ibp_status_t ibpi_flow_step(flow_t *w, int *leak)
 		w->ssz[0] = bytes;
 		atomic_store(&w->ready, 1);
 	}
-	if (st == IBP_OK && (st = ibpi_coll_helper_post(c->helper, flow_helper, w)) == IBP_OK)
+	if (st == IBP_OK && !solo && (st = ibpi_coll_helper_post(c->helper, flow_helper, w)) == IBP_OK)
 		posted = 1;
 	double last = ibpi_coll_now();
 	while (st == IBP_OK && (sdone < np || atomic_load(&w->decoded) < np)) {
@@ -160,7 +184,13 @@ ibp_status_t ibpi_flow_step(flow_t *w, int *leak)
 		if ((st = flow_send(w, &sent, &moved)) != IBP_OK || (st = flow_sent(w, sent, &sdone, &moved)) != IBP_OK ||
 		    (st = flow_recv(w, &recvd, &moved)) != IBP_OK)
 			break;
-		if (!moved && flow_claim(w, &k)) { /* nothing to poll for: decode here too */
+		if (solo && w->enc && made < np) { /* the next piece, then poll again */
+			if ((st = w->ops->enc(w, made, &bytes)) != IBP_OK)
+				break;
+			w->ssz[made] = bytes;
+			atomic_store_explicit(&w->ready, ++made, memory_order_release);
+			moved = 1;
+		} else if (!moved && flow_claim(w, &k)) { /* nothing to poll for: decode here too */
 			if ((st = flow_decode(w, k, 1)) != IBP_OK)
 				break;
 			moved = 1;

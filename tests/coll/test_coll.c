@@ -3,7 +3,11 @@
  * reference computed here in the algorithm's reduction order (NONE and
  * EXP bit-exact), FP8 within TACO's per-block bound, mismatches, a dead
  * peer, and the switcher's decisions. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sched_setaffinity */
+#endif
 #include <criterion/criterion.h>
+#include <sched.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -29,6 +33,7 @@ typedef struct job {
 	ibp_status_t st;
 	char err[512];
 	ibp_coll_stats_t stats;
+	int helper; /* the comm had started its helper thread */
 	int repeat; /* calls of the same collective */
 	int native; /* the transport offers natives (exchange, allgather: nat_* below) */
 	int native_calls;
@@ -135,6 +140,7 @@ static void *run_job(void *arg)
 	snprintf(j->err, sizeof j->err, "%s", ibp_last_error());
 	if (c)
 		ibp_coll_comm_stats(c, &j->stats);
+	j->helper = c && c->helper;
 	ibp_coll_comm_free(c);
 	return NULL;
 }
@@ -270,6 +276,43 @@ Test(coll, pipelined_allgather) { setenv("IBP_COLL_PIECE_BYTES", "16", 1); sweep
 Test(coll, pipelined_reducescatter) { setenv("IBP_COLL_PIECE_BYTES", "16", 1); sweep(RS); }
 Test(coll, pipelined_allreduce) { setenv("IBP_COLL_PIECE_BYTES", "16", 1); sweep(AR); }
 Test(coll, pipelined_alltoall) { setenv("IBP_COLL_PIECE_BYTES", "16", 1); sweep(A2A); }
+/* The same with no helper thread: the caller makes the pieces between its
+ * polls, as on a rank of one CPU (flow.c, flow_solo) */
+#define SOLO() (setenv("IBP_COLL_PIECE_BYTES", "16", 1), setenv("IBP_COLL_FLOW_HELPER", "0", 1))
+Test(coll, pipelined_solo_allgather) { SOLO(); sweep(AG); }
+Test(coll, pipelined_solo_reducescatter) { SOLO(); sweep(RS); }
+Test(coll, pipelined_solo_allreduce) { SOLO(); sweep(AR); }
+Test(coll, pipelined_solo_alltoall) { SOLO(); sweep(A2A); }
+
+/* A process allowed one CPU takes the solo path by itself (no helper
+ * thread started), two CPUs the helper's; both give the reference bits. */
+Test(coll, pipelined_one_cpu_no_helper)
+{
+	cpu_set_t all, one;
+	CPU_ZERO(&all);
+	cr_assert_eq(sched_getaffinity(0, sizeof all, &all), 0);
+	if (CPU_COUNT(&all) < 2)
+		cr_skip_test("one CPU only: the helper's side cannot be shown");
+	unsetenv("IBP_COLL_FLOW_HELPER");
+	setenv("IBP_COLL_PIECE_BYTES", "64", 1);
+	job_t jobs[4];
+	for (int k = 0; k < 2; k++) {
+		CPU_ZERO(&one);
+		for (int i = 0; i < CPU_SETSIZE; i++)
+			if (CPU_ISSET(i, &all)) {
+				CPU_SET(i, &one);
+				break;
+			}
+		/* the ranks' threads inherit this thread's mask */
+		cr_assert_eq(sched_setaffinity(0, sizeof(cpu_set_t), k ? &all : &one), 0);
+		run_case(jobs, 2, A2A, IBP_DTYPE_BF16, IBP_COLL_CODEC_EXP, 4096);
+		check_case(jobs, 2);
+		cr_assert_eq(jobs[0].helper, k, "%s CPU(s): helper thread %s", k ? "two" : "one",
+			     jobs[0].helper ? "started" : "not started");
+		free_case(jobs, 2);
+	}
+}
+
 /* AllToAllv keeps whole blocks (its pairs' counts differ, pieces could not agree) */
 Test(coll, pipelined_alltoallv_whole) { setenv("IBP_COLL_PIECE_BYTES", "16", 1); sweep(A2AV); }
 
