@@ -13,6 +13,8 @@
  *   dynamiq: enc = the first hop (quantize), hop = decode the partial sum,
  *     add this rank's values, re-quantize, dec = the final decode, over the
  *     R chunks of an R-rank plan (FP32 values, as the rings keep them);
+ *     stats_Bps = the local statistics pass, plan_s_per_sg = making the
+ *     plan, seconds a group of 256 elements;
  *   pts: enc = encode, dec = decode and add (FP32 gradients, sigma 1);
  *   reduce_Bps: a plain ring step's work on a received block: widen to
  *     float32 and add-and-round into the output (ibpi_coll_decode_f32 of a
@@ -171,14 +173,28 @@ int main(int argc, char **argv)
 		float *st = calloc(2 * J, sizeof(float)), *gst = calloc(2 * J, sizeof(float));
 		if (!st || !gst)
 			die("dynamiq statistics");
-		ibpi_dq_local_stats(xf, n, st);
+		/* the statistics pass and the plan, timed apart (the model's
+		 * stats_Bps and plan_s_per_sg) */
+		for (int r = 0; r < runs; r++) {
+			double t0 = wall_s();
+			ibpi_dq_local_stats(xf, n, st);
+			t[r] = wall_s() - t0;
+		}
+		const double tstat = median(t, runs);
 		for (uint64_t i = 0; i < 2 * J; i++)
 			gst[i] = (float)R * st[i];
 		dq_cfg_t cfg;
 		ibpi_dq_cfg_default(&cfg);
 		dq_plan_t pl;
-		if (ibpi_dq_plan_make(&pl, &cfg, R, n, 1, gst) != IBP_OK)
-			die("dynamiq plan");
+		for (int r = 0; r < runs; r++) {
+			double t0 = wall_s();
+			if (ibpi_dq_plan_make(&pl, &cfg, R, n, 1, gst) != IBP_OK)
+				die("dynamiq plan");
+			t[r] = wall_s() - t0;
+			if (r + 1 < runs)
+				ibpi_dq_plan_free(&pl);
+		}
+		const double tplan = median(t, runs);
 		uint8_t *leaf = xmalloc(pl.total_bytes), *hop = xmalloc(pl.total_bytes);
 		uint64_t *coff = xmalloc(((size_t)R + 1) * sizeof(uint64_t));
 		coff[0] = 0;
@@ -203,9 +219,9 @@ int main(int argc, char **argv)
 		}
 		const double te = median(t, runs), th = median(t + runs, runs), td = median(t + 2 * runs, runs);
 		printf(", \"dynamiq\": {\"ratio\": %.4f, \"enc_Bps\": %.4g, \"hop_Bps\": %.4g, \"dec_Bps\": %.4g, "
-		       "\"wire_bytes\": %llu, \"ranks\": %d}",
+		       "\"stats_Bps\": %.4g, \"plan_s_per_sg\": %.4g, \"wire_bytes\": %llu, \"ranks\": %d}",
 		       (double)logical / (double)pl.total_bytes, logical / te, logical / th, logical / td,
-		       (unsigned long long)pl.total_bytes, R);
+		       logical / tstat, tplan / (double)J, (unsigned long long)pl.total_bytes, R);
 		ibpi_dq_plan_free(&pl);
 		free(st);
 		free(gst);
