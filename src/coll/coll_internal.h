@@ -65,6 +65,7 @@ struct ibp_coll_comm {
 	void *stream;               /* the current call's stream (device table) */
 	coll_dev_t dev;             /* the device table's buffers */
 	uint64_t piece_bytes;       /* pipelined rings: raw bytes a piece (0: whole chunks); algo.c */
+	int flow_solo;              /* pipelined steps without the helper thread (comm.c, flow_solo) */
 	struct {
 		void *p;
 		uint64_t cap;

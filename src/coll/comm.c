@@ -12,6 +12,7 @@
 #include "ibp/exp.h"
 #include "ibp/fp8.h"
 #include "ibp/cuda.h"
+#include "util/cpu.h"
 #include "util/error.h"
 #include "util/opts.h"
 
@@ -32,6 +33,23 @@ uint64_t ibpi_coll_piece_bytes(uint64_t dflt)
 	if (v && *v >= '0' && *v <= '9')
 		return strtoull(v, NULL, 10);
 	return dflt ? dflt : PIECE_BYTES_DEFAULT;
+}
+
+/* Whether pipelined steps run without the helper thread, the caller
+ * making each piece between its polls: when the creating thread may run
+ * on one CPU only (a rank bound to a core, as Open MPI binds two ranks by
+ * default). There a helper takes turns with the caller for the CPU, and
+ * the transport, progressed only by the caller's polls, stalls while the
+ * helper encodes: LSQ's 16 MiB AllToAll over a 1 Gbit/s link took 21.7
+ * ms, its link time 18 (docs/BENCHMARKS.md "LSQ's 16 MiB AllToAll on a
+ * quiet machine"). IBP_COLL_FLOW_HELPER=0 or 1 forces either way. Read
+ * when a communicator is made, as the piece size is. */
+static int flow_solo(void)
+{
+	const char *e = getenv("IBP_COLL_FLOW_HELPER");
+	if (e && (*e == '0' || *e == '1'))
+		return *e == '0';
+	return ibpi_cpus_allowed() == 1;
 }
 
 static ibp_status_t ibpi_coll_calibrate(ibp_coll_comm_t *c);
@@ -185,6 +203,7 @@ ibp_status_t ibpi_coll_comm_create(const ibp_coll_transport_t *t, const ibp_coll
 	c->lsq_bits = LSQ_BITS;
 	c->mem_kind = IBP_COLL_MEM_HOST;
 	c->piece_bytes = ibpi_coll_piece_bytes(piece_dflt); /* before calibrating: it measures real calls */
+	c->flow_solo = flow_solo();
 	c->mem = &ibpi_coll_mem_host;
 	if (o.calibrate && (s = ibpi_coll_calibrate(c)) != IBP_OK) {
 		ibp_coll_comm_free(c);

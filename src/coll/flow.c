@@ -8,13 +8,8 @@
  * arrived and decodes too when it has nothing else to do. Decodes are
  * claimed from one counter, so each piece is decoded once, by either
  * thread. */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #include "coll/flow.h"
@@ -126,24 +121,6 @@ static ibp_status_t flow_recv(flow_t *w, uint64_t *recvd, int *moved)
 	return IBP_OK;
 }
 
-/* Whether this thread makes the pieces itself, between its polls, with no
- * helper: when the process may run on one CPU only (a rank bound to a
- * core, as Open MPI binds two ranks by default). There a helper takes
- * turns with this thread for the CPU, and the transport, progressed only
- * by this thread's polls, stalls while the helper encodes: LSQ's 16 MiB
- * AllToAll over a 1 Gbit/s link took 21.7 ms, its link time 18
- * (docs/BENCHMARKS.md "LSQ's 16 MiB AllToAll on a quiet machine").
- * IBP_COLL_FLOW_HELPER=0 or 1 forces either way. */
-static int flow_solo(void)
-{
-	const char *e = getenv("IBP_COLL_FLOW_HELPER");
-	if (e && (*e == '0' || *e == '1'))
-		return *e == '0';
-	cpu_set_t set;
-	CPU_ZERO(&set);
-	return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) == 1;
-}
-
 ibp_status_t ibpi_flow_step(flow_t *w, int *leak)
 {
 	ibp_coll_comm_t *c = w->c;
@@ -151,7 +128,7 @@ ibp_status_t ibpi_flow_step(flow_t *w, int *leak)
 	const uint64_t np = w->np;
 	void **rreq = w->req + np;
 	uint64_t sent = 0, sdone = 0, recvd = 0, k, bytes = 0, made = 1;
-	const int solo = flow_solo();
+	const int solo = c->flow_solo; /* no helper: this thread makes the pieces between its polls */
 	int posted = 0;
 	ibp_status_t st = IBP_OK;
 	atomic_init(&w->ready, w->enc ? 0 : np);

@@ -42,6 +42,7 @@
 #include "ibp/container.h"
 #include "ibp/alloc.h"
 #include "ibp/store.h"
+#include "util/cpu.h"
 #include "util/error.h"
 #include "util/fork.h"
 #include "bitpack/codec_internal.h"
@@ -130,15 +131,8 @@ struct ibp_store {
 
 static int cpu_count(void)
 {
-	cpu_set_t set;
-	long n = 0;
-	if (sched_getaffinity(0, sizeof(set), &set) == 0)
-		n = CPU_COUNT(&set);
-	if (n < 1)
-		n = sysconf(_SC_NPROCESSORS_ONLN);
-	if (n < 1)
-		n = 1;
-	return n > STORE_MAX_THREADS ? STORE_MAX_THREADS : (int)n;
+	const int n = ibpi_cpus_allowed();
+	return n > STORE_MAX_THREADS ? STORE_MAX_THREADS : n;
 }
 
 /* Takes a free block slot, waiting while all are in use (a holder only

@@ -1,6 +1,8 @@
 /* cpu.c - CPU feature detection with CPUID and XGETBV. */
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util/cpu.h"
 
@@ -70,4 +72,16 @@ const ibp_cpu_features_t *ibpi_cpu(void)
 {
 	pthread_once(&ibp_cpu_once, ibp_cpu_detect);
 	return &ibp_cpu_feat;
+}
+
+int ibpi_cpus_allowed(void)
+{
+	cpu_set_t set;
+	long n = 0;
+	CPU_ZERO(&set);
+	if (sched_getaffinity(0, sizeof(set), &set) == 0)
+		n = CPU_COUNT(&set);
+	if (n < 1)
+		n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n < 1 ? 1 : n > 1 << 20 ? 1 << 20 : (int)n;
 }

@@ -21,4 +21,9 @@ typedef struct ibp_cpu_features {
 /* The features of the CPU this process runs on (never NULL). */
 const ibp_cpu_features_t *ibpi_cpu(void);
 
+/* CPUs the calling thread may run on (its affinity mask; the online CPUs
+ * where that cannot be read), at least 1. A system call each time: the
+ * mask may change. */
+int ibpi_cpus_allowed(void);
+
 #endif /* IBP_CPU_H */
