@@ -5,6 +5,7 @@
  * schedule the store's gather has tried, beside the two parts alone.
  *
  *   overlap_probe [--mb N] [--row BYTES,...] [--work N,...] [--rows N] [--reps N]
+ *                 [--small-pages] [--chase MIB,...]
  *
  * Per row size and amount of work, ns per row (median of --reps, thread
  * CPU time, fresh random rows each rep, the variants alternating):
@@ -21,7 +22,13 @@
  *               prefetched, the next batch looked up and its rows
  *               prefetched, then this batch's work (the row-map gather)
  * and the two bounds: max(memory, work) if they overlapped, memory + work
- * if they add up. Timed numbers are printed, never checked. */
+ * if they add up. --small-pages keeps the table on 4 KiB pages
+ * (MADV_NOHUGEPAGE). --chase instead times, per span of MiB, a pointer
+ * chase over random lines of the table's first span bytes (one load
+ * waiting on the one before: latency) and eight such chains interleaved
+ * (misses in flight): with the TLB's reach of the span known, the growth
+ * between spans beyond the caches is the page walks' cost on this host.
+ * Timed numbers are printed, never checked. */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
@@ -175,12 +182,51 @@ static int parse_list(const char *s, long *out)
 	return n;
 }
 
+/* ns a load of a dependent chase (chains = 1) or of 8 interleaved
+ * chains over lines spaced randomly within span bytes of tab: one line
+ * in each of n / K strata, then shuffled into one cycle (Sattolo), so no
+ * line repeats before the cycle ends. */
+static double chase(uint64_t span, int chains, int reps)
+{
+	const uint64_t n = span / 64, K = n < (1u << 20) ? n : (1u << 20), st = n / K;
+	uint64_t *ix = malloc(K * sizeof *ix);
+	if (!ix)
+		return -1;
+	for (uint64_t i = 0; i < K; i++)
+		ix[i] = i * st + next_rand() % st;
+	for (uint64_t i = K - 1; i > 0; i--) {
+		const uint64_t j = next_rand() % i, x = ix[i];
+		ix[i] = ix[j];
+		ix[j] = x;
+	}
+	for (uint64_t i = 0; i < K; i++)
+		*(uint64_t *)(tab + ix[i] * 64) = (uint64_t)(uintptr_t)(tab + ix[(i + 1) % K] * 64);
+	double t[REPS_MAX];
+	const uint64_t steps = chains == 1 ? 2000000 : 400000;
+	for (int r = 0; r < reps; r++) {
+		uint64_t *p[8];
+		for (int c = 0; c < chains; c++)
+			p[c] = (uint64_t *)(tab + ix[(uint64_t)c * K / 8] * 64);
+		const double t0 = cpu_now();
+		for (uint64_t s = 0; s < steps; s++)
+			for (int c = 0; c < chains; c++)
+				p[c] = (uint64_t *)(uintptr_t)*p[c];
+		t[r] = (cpu_now() - t0) / (double)(steps * (uint64_t)chains) * 1e9;
+		for (int c = 0; c < chains; c++)
+			sink += (uint64_t)(uintptr_t)p[c];
+	}
+	free(ix);
+	qsort(t, (size_t)reps, sizeof(double), cmp_d);
+	return t[reps / 2];
+}
+
 int main(int argc, char **argv)
 {
 	uint64_t mb = 2048;
 	int reps = 9;
 	long rowl[LIST_MAX] = { 128, 192, 256, 320 }, workl[LIST_MAX] = { 0, 20, 40 };
-	int nrow = 4, nwork = 3;
+	int nrow = 4, nwork = 3, small = 0, nchase = 0;
+	long chasel[LIST_MAX];
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--mb") && i + 1 < argc)
 			mb = strtoull(argv[++i], NULL, 10);
@@ -192,8 +238,16 @@ int main(int argc, char **argv)
 			m_ids = strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
 			reps = atoi(argv[++i]);
-		else {
-			fprintf(stderr, "usage: overlap_probe [--mb N] [--row BYTES,...] [--work N,...] [--rows N] [--reps N]\n");
+		else if (!strcmp(argv[i], "--small-pages"))
+			small = 1;
+		else if (!strcmp(argv[i], "--chase") && i + 1 < argc) {
+			if (!(nchase = parse_list(argv[++i], chasel))) {
+				fprintf(stderr, "overlap_probe: bad --chase list\n");
+				return 2;
+			}
+		} else {
+			fprintf(stderr, "usage: overlap_probe [--mb N] [--row BYTES,...] [--work N,...] [--rows N] [--reps N] "
+					"[--small-pages] [--chase MIB,...]\n");
 			return 2;
 		}
 	}
@@ -201,6 +255,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "overlap_probe: bad option value\n");
 		return 2;
 	}
+	for (int k = 0; k < nchase; k++)
+		if (chasel[k] < 1 || (uint64_t)chasel[k] > mb) {
+			fprintf(stderr, "overlap_probe: --chase %ld outside 1..--mb (%llu)\n", chasel[k],
+				(unsigned long long)mb);
+			return 2;
+		}
 	for (int r = 0; r < nrow; r++)
 		if (rowl[r] < 8 || rowl[r] > 4096) {
 			fprintf(stderr, "overlap_probe: --row %ld outside 8..4096\n", rowl[r]);
@@ -214,7 +274,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	tab = (uint8_t *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
-	(void)madvise(tab, bytes, MADV_HUGEPAGE);
+	(void)madvise(tab, bytes, small ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
 	memset(tab, 1, bytes); /* first touch outside the timing */
 	FILE *f = fopen("/proc/self/smaps_rollup", "r");
 	char line[256];
@@ -223,6 +283,23 @@ int main(int argc, char **argv)
 			printf("# table %llu MiB, %s", (unsigned long long)mb, line);
 	if (f)
 		fclose(f);
+	if (nchase) {
+		printf("# %s pages; ns a load over random lines of a span, median of %d reps (thread CPU time)\n",
+		       small ? "4 KiB" : "2 MiB", reps);
+		printf("%-10s %12s %12s\n", "span MiB", "dependent", "8 chains");
+		for (int k = 0; k < nchase; k++) {
+			const uint64_t span = (uint64_t)chasel[k] << 20;
+			const double d = chase(span, 1, reps), c8 = chase(span, 8, reps);
+			if (d < 0 || c8 < 0) {
+				fprintf(stderr, "overlap_probe: no memory for the chase\n");
+				return 1;
+			}
+			printf("%-10ld %12.1f %12.1f\n", chasel[k], d, c8);
+		}
+		munmap(raw, bytes + huge);
+		free(ids);
+		return 0;
+	}
 	printf("# ns per row, median of %d reps of %llu random rows (thread CPU time)\n", reps,
 	       (unsigned long long)m_ids);
 	printf("%-5s %-5s", "row B", "work");

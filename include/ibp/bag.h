@@ -9,8 +9,8 @@
  * boundaries) with the store's own gather pipeline into a chunk of scratch
  * that stays in cache, and adds (or maxes) them into the bags' output rows
  * from there; the gather reads rows ahead as ibp_store_gather does
- * (IBP_GATHER_BATCH and IBP_GATHER_PREFETCH are read when the store is
- * opened). exp and
+ * (IBP_GATHER_BATCH, IBP_GATHER_PREFETCH and IBP_GATHER_STAGE are read
+ * when the store is opened; ibp_store_gather). exp and
  * fp8 stores decode a block per miss instead.
  * Bags are cut into ranges of about equal numbers of ids, four per thread,
  * which the threads claim in turn: the calling thread and the store's

@@ -102,6 +102,8 @@ struct ibp_store {
 	int max_threads; /* caller + helpers */
 	uint64_t pf;     /* rows looked ahead by a gather, <= PF_MAX; 0 = none */
 	uint64_t batch;  /* rows per batch of the row-map pipeline, 1 .. BATCH_MAX */
+	uint64_t stage;  /* rows per staged batch (decode_rows_staged), 0: off */
+	const uint8_t *pay_end; /* end of the payload (the staged copies stop there) */
 	const ibp_rowmap_t *map; /* IBP: the container's row map, or NULL (walk the index) */
 
 	/* exp and fp8 (block codecs): nblk blocks of block_rows rows */
@@ -246,9 +248,73 @@ static inline void row_ahead(const ibp_store_t *s, uint64_t row, rowref_t *r)
  * one started per decoded row (a plain look-ahead) does not. Lookups
  * cannot fail: ids were checked against the rows and the map was checked
  * when built. */
+/* Staged batches (ids given, s->stage rows a batch): the batch's rows are
+ * looked up and their encoded bytes copied into a stack buffer first, a
+ * loop of independent loads that keeps many misses in flight, and then
+ * decoded from there. On this project's VMs misses and a decode's work do
+ * not overlap whatever the prefetch schedule (docs/BENCHMARKS.md "Misses
+ * and decode add up"); apart, each runs at its own best speed ("Staged
+ * rows"). Rows are copied in 32-byte pieces, so a copy may take up to 31
+ * bytes past the row: never past the payload's end (such a row is copied
+ * exactly). A row larger than the whole stage decodes in place. */
+#define STAGE_BYTES 16384u
+#define STAGE_ROWS_MAX 128u
+static uint64_t decode_rows_staged(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b,
+				   uint64_t e, ibp_status_t *st)
+{
+	const ibp_rowmap_t *m = s->map;
+	const uint64_t R = s->R, B = s->stage;
+	_Alignas(64) uint8_t stage[STAGE_BYTES];
+	rowref_t ref[STAGE_ROWS_MAX];
+	for (uint64_t k = b; k - b < B && k < e; k++)
+		ibp_rowmap_prefetch(m, (uint64_t)ids[k]);
+	for (uint64_t b0 = b; b0 < e;) {
+		const uint64_t b1 = e - b0 > B ? b0 + B : e;
+		for (uint64_t k = b1; k < e && k - b1 < B; k++)
+			ibp_rowmap_prefetch(m, (uint64_t)ids[k]);
+		uint64_t used = 0, n = 0;
+		for (uint64_t i = b0; i < b1; i++, n++) {
+			rowref_t *r = &ref[n];
+			ibp_rowmap_get(m, (uint64_t)ids[i], &r->src, &r->len, &r->mode, &r->cl);
+			const uint64_t cp = (r->len + 31) & ~(uint64_t)31;
+			if (cp > STAGE_BYTES - used) {
+				n += n == 0; /* a row larger than the stage: in place */
+				break;
+			}
+			if (cp <= (uint64_t)(s->pay_end - r->src))
+				for (uint64_t k = 0; k < cp; k += 32)
+					memcpy(stage + used + k, r->src + k, 32);
+			else
+				memcpy(stage + used, r->src, (size_t)r->len);
+			r->src = stage + used;
+			used += cp;
+		}
+		for (uint64_t j = 0; j < n; j++)
+			if ((*st = decode_one(s, (uint64_t)ids[b0 + j], &ref[j], out + (b0 + j) * R)) != IBP_OK)
+				return b0 + j;
+		b0 += n;
+	}
+	*st = IBP_OK;
+	return e;
+}
+
+/* Whether ids [b, e) are consecutive rows: those do not stage (the
+ * hardware prefetcher follows them and the pipeline prefetches their
+ * output; staged, sequential f32 rows ran 21% slower). Random ids stop
+ * at the first pair. */
+static int consecutive(const int64_t *ids, uint64_t b, uint64_t e)
+{
+	for (uint64_t i = b + 1; i < e; i++)
+		if (ids[i] != ids[i - 1] + 1)
+			return 0;
+	return 1;
+}
+
 static uint64_t decode_rows_map(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b,
 				uint64_t e, ibp_status_t *st)
 {
+	if (s->stage && ids && !consecutive(ids, b, e))
+		return decode_rows_staged(s, ids, out, b, e, st);
 	const ibp_rowmap_t *m = s->map;
 	const uint64_t R = s->R, B = s->batch;
 #define ROW_AT(k) (ids ? (uint64_t)ids[k] : (k))
@@ -530,6 +596,33 @@ static uint64_t gather_batch(const ibp_container_t *c)
 	return rows && plen / rows <= SMALL_ROW_BYTES ? 4 : BATCH_MAX;
 }
 
+/* Rows per staged batch (decode_rows_staged) of a gather: measured
+ * (docs/BENCHMARKS.md "Staged rows"), staging pays for rows of up to
+ * about four lines encoded (random bags of f16 and f32 rows 41% and 25%
+ * faster) and can lose on longer ones, whose decode overlaps the next
+ * rows' prefetches (dense bf16 rows of 382 bytes 15% slower), and on
+ * sparse rows whose decode is mostly the writing of a long output row
+ * (5,732-byte bag-of-words rows 4-7% slower). So only tables whose mean
+ * encoded row is at most STAGE_ROW_BYTES and whose rows are at most
+ * STAGE_OUT_BYTES stage. IBP_GATHER_STAGE=N (read at open; 0 off, else
+ * rows a batch, at most STAGE_ROWS_MAX) overrides. */
+#define STAGE_ROW_BYTES 256u
+#define STAGE_OUT_BYTES 1024u
+#define STAGE_ROWS_DEFAULT 64u
+static uint64_t gather_stage(const ibp_container_t *c)
+{
+	const char *v = getenv("IBP_GATHER_STAGE");
+	if (v && *v >= '0' && *v <= '9') {
+		unsigned long n = strtoul(v, NULL, 10);
+		return n > STAGE_ROWS_MAX ? STAGE_ROWS_MAX : n;
+	}
+	uint64_t plen = 0, rows = ibp_container_nrows(c);
+	(void)ibp_container_payload(c, &plen);
+	return rows && plen / rows <= STAGE_ROW_BYTES && ibp_container_row_bytes(c) <= STAGE_OUT_BYTES
+		       ? STAGE_ROWS_DEFAULT
+		       : 0;
+}
+
 ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 {
 	if (!c || !out)
@@ -556,6 +649,13 @@ ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 	if (!s->block_codec)
 		s->map = store_rowmap(c);
 	s->batch = gather_batch(c);
+	s->stage = s->map ? gather_stage(c) : 0;
+	if (s->stage) {
+		uint64_t plen = 0;
+		const uint8_t *pay = ibp_container_payload(c, &plen);
+		s->pay_end = pay ? pay + plen : NULL;
+		s->stage = pay ? s->stage : 0;
+	}
 	if (s->block_codec) {
 		s->block_rows = ibp_container_block_rows(c);
 		s->nblk = ibp_container_nblocks(c);

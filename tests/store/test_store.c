@@ -421,10 +421,12 @@ Test(store, row_map_matches_index_walk, .init = make_tmpdir, .fini = remove_tmpd
 			for (int p = 0; p < 8; p++) {
 				setenv("IBP_GATHER_PREFETCH", pf[p], 1);
 				setenv("IBP_GATHER_BATCH", batch[p], 1); /* "": the default */
+				setenv("IBP_GATHER_STAGE", "0", 1); /* the pipeline, not staged batches */
 				ibp_store_t *s = NULL;
 				cr_assert_eq(ibp_store_open(path, IBP_OPEN_READ, &s), IBP_OK, "%s", ibp_last_error());
 				unsetenv("IBP_GATHER_PREFETCH");
 				unsetenv("IBP_GATHER_BATCH");
+				unsetenv("IBP_GATHER_STAGE");
 				for (int t = 1; t <= 2; t++) {
 					memset(out, 0, k * R);
 					cr_assert_eq(ibp_store_gather(s, ids, k, out, t), IBP_OK, "%s", ibp_last_error());
@@ -442,6 +444,64 @@ Test(store, row_map_matches_index_walk, .init = make_tmpdir, .fini = remove_tmpd
 			free(cl);
 			close_fixture(&fx);
 		}
+}
+
+/* Staged batches (store.c decode_rows_staged: rows copied into a stack
+ * buffer, then decoded): every batch size (1, 3, 64, the most, clamped
+ * from 1000, the default, off), rows of 37 bytes (hundreds a stage),
+ * 6,000 (two a stage) and 20,000 (larger than the stage: decoded in
+ * place), the payload's last row (copied exactly), duplicates, one and
+ * two threads, random and consecutive ids: the same rows. */
+Test(store, staged_rows, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	static const uint64_t Rs[] = { 37, 6000, 20000 }, ns[] = { 300, 40, 12 };
+	static const char *const stage[] = { "0", "1", "3", "64", "128", "1000", "" };
+	for (int r = 0; r < 3; r++) {
+		const uint64_t R = Rs[r], n = ns[r], k = 3 * n;
+		fixture_t fx = open_fixture(n, R, 4, 3, IBP_LAYOUT_PACKED, IBP_OPEN_READ);
+		uint64_t big = 0; /* the longest encoded row: past the 16 KiB stage for the last R */
+		for (uint64_t i = 0; i < n; i++) {
+			const uint8_t *src;
+			uint64_t len;
+			uint8_t mode;
+			unsigned cl;
+			cr_assert_eq(ibp_container_row_meta(ibp_store_container(fx.s), i, &src, &len, &mode, &cl), IBP_OK);
+			big = len > big ? len : big;
+		}
+		cr_assert(r < 2 || big > 16384, "R %llu: longest row %llu bytes", (unsigned long long)R,
+			  (unsigned long long)big);
+		int64_t *ids = xcalloc(k * sizeof(int64_t));
+		rng_t g = { 91 + R };
+		for (uint64_t i = 0; i < k; i++)
+			ids[i] = i % 7 == 3 ? (int64_t)n - 1 : (int64_t)(rnd(&g) % n);
+		ids[1] = ids[0];
+		uint8_t *out = xcalloc(k * R);
+		char path[128];
+		snprintf(path, sizeof(path), "%s/s%llu_%d.ibp", tmpdir, (unsigned long long)R, (int)IBP_LAYOUT_PACKED);
+		for (int p = 0; p < 7; p++) {
+			setenv("IBP_GATHER_STAGE", stage[p], 1);
+			ibp_store_t *s = NULL;
+			cr_assert_eq(ibp_store_open(path, IBP_OPEN_READ, &s), IBP_OK, "%s", ibp_last_error());
+			unsetenv("IBP_GATHER_STAGE");
+			const fixture_t v = { s, fx.rows, n, R };
+			for (int t = 1; t <= 2; t++) {
+				memset(out, 0, k * R);
+				cr_assert_eq(ibp_store_gather(s, ids, k, out, t), IBP_OK, "%s", ibp_last_error());
+				check_gather(&v, ids, k, out);
+			}
+			int64_t *seq = xcalloc(n * sizeof(int64_t));
+			for (uint64_t i = 0; i < n; i++)
+				seq[i] = (int64_t)i;
+			memset(out, 0, n * R);
+			cr_assert_eq(ibp_store_gather(s, seq, n, out, 1), IBP_OK, "%s", ibp_last_error());
+			cr_assert(memcmp(out, fx.rows, n * R) == 0, "consecutive ids, stage %s", stage[p]);
+			free(seq);
+			ibp_store_close(s);
+		}
+		free(ids);
+		free(out);
+		close_fixture(&fx);
+	}
 }
 
 /* Open errors propagate through the store. */
