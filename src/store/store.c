@@ -237,26 +237,18 @@ static inline void row_ahead(const ibp_store_t *s, uint64_t row, rowref_t *r)
 #define RING (2 * BATCH_MAX)
 #define SMALL_ROW_BYTES 160u /* mean encoded row: whole rows in bursts of 4 */
 
-/* decode_rows_ibp with the row map, in batches of s->batch rows. Before a
- * batch decodes, the map records of the batch after next are prefetched
- * and the next batch is looked up (O(1), its records now cached) and its
- * rows' payload prefetched in one burst: whole rows for small batches,
- * else each row's first line, its other lines d = s->pf rows before it
- * decodes. Why bursts: on this project's VMs (docs/BENCHMARKS.md, "Gather
- * and bags against PyTorch") a random row's first touch costs a page walk
- * that holds up everything behind it; walks started together overlap,
- * one started per decoded row (a plain look-ahead) does not. Lookups
- * cannot fail: ids were checked against the rows and the map was checked
- * when built. */
-/* Staged batches (ids given, s->stage rows a batch): the batch's rows are
- * looked up and their encoded bytes copied into a stack buffer first, a
- * loop of independent loads that keeps many misses in flight, and then
- * decoded from there. On this project's VMs misses and a decode's work do
- * not overlap whatever the prefetch schedule (docs/BENCHMARKS.md "Misses
- * and decode add up"); apart, each runs at its own best speed ("Staged
- * rows"). Rows are copied in 32-byte pieces, so a copy may take up to 31
- * bytes past the row: never past the payload's end (such a row is copied
- * exactly). A row larger than the whole stage decodes in place. */
+/* Staged batches (ids given, s->stage rows a batch) in three passes:
+ * the batch's rows looked up (their map records prefetched a batch
+ * before), every line of them prefetched, their encoded bytes copied into
+ * a stack buffer; then they are decoded from there. On this project's VMs
+ * a decode's loads from a random payload page wait on a page walk even
+ * when the line is cached, and those waits do not overlap the decode's
+ * work (docs/BENCHMARKS.md "Misses and decode add up", "Staged rows");
+ * in passes of independent loads the walks and misses of a batch overlap
+ * each other, and the decode reads a buffer whose pages the TLB holds.
+ * Rows are copied in 32-byte pieces, so a copy may read up to 31 bytes
+ * past the row, never past the payload's end (such a row is copied
+ * exactly). A row larger than the whole buffer decodes in place. */
 #define STAGE_BYTES 16384u
 #define STAGE_ROWS_MAX 128u
 static uint64_t decode_rows_staged(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b,
@@ -272,15 +264,26 @@ static uint64_t decode_rows_staged(const ibp_store_t *s, const int64_t *ids, uin
 		const uint64_t b1 = e - b0 > B ? b0 + B : e;
 		for (uint64_t k = b1; k < e && k - b1 < B; k++)
 			ibp_rowmap_prefetch(m, (uint64_t)ids[k]);
-		uint64_t used = 0, n = 0;
-		for (uint64_t i = b0; i < b1; i++, n++) {
+		uint64_t n = 0, used = 0;
+		for (uint64_t i = b0; i < b1; i++) {
 			rowref_t *r = &ref[n];
 			ibp_rowmap_get(m, (uint64_t)ids[i], &r->src, &r->len, &r->mode, &r->cl);
 			const uint64_t cp = (r->len + 31) & ~(uint64_t)31;
 			if (cp > STAGE_BYTES - used) {
-				n += n == 0; /* a row larger than the stage: in place */
+				n += n == 0; /* a row larger than the stage: in place, alone */
 				break;
 			}
+			used += cp;
+			n++;
+		}
+		for (uint64_t j = 0; j < n; j++)
+			prefetch_lines(&ref[j], 0, PF_LINES);
+		used = 0;
+		for (uint64_t j = 0; j < n; j++) {
+			rowref_t *r = &ref[j];
+			const uint64_t cp = (r->len + 31) & ~(uint64_t)31;
+			if (cp > STAGE_BYTES)
+				break;
 			if (cp <= (uint64_t)(s->pay_end - r->src))
 				for (uint64_t k = 0; k < cp; k += 32)
 					memcpy(stage + used + k, r->src + k, 32);
@@ -310,6 +313,17 @@ static int consecutive(const int64_t *ids, uint64_t b, uint64_t e)
 	return 1;
 }
 
+/* decode_rows_ibp with the row map, in batches of s->batch rows. Before a
+ * batch decodes, the map records of the batch after next are prefetched
+ * and the next batch is looked up (O(1), its records now cached) and its
+ * rows' payload prefetched in one burst: whole rows for small batches,
+ * else each row's first line, its other lines d = s->pf rows before it
+ * decodes. Why bursts: on this project's VMs (docs/BENCHMARKS.md, "Gather
+ * and bags against PyTorch") a random row's first touch costs a page walk
+ * that holds up everything behind it; walks started together overlap,
+ * one started per decoded row (a plain look-ahead) does not. Lookups
+ * cannot fail: ids were checked against the rows and the map was checked
+ * when built. */
 static uint64_t decode_rows_map(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b,
 				uint64_t e, ibp_status_t *st)
 {
@@ -596,18 +610,18 @@ static uint64_t gather_batch(const ibp_container_t *c)
 	return rows && plen / rows <= SMALL_ROW_BYTES ? 4 : BATCH_MAX;
 }
 
-/* Rows per staged batch (decode_rows_staged) of a gather: measured
- * (docs/BENCHMARKS.md "Staged rows"), staging pays for rows of up to
- * about four lines encoded (random bags of f16 and f32 rows 41% and 25%
- * faster) and can lose on longer ones, whose decode overlaps the next
- * rows' prefetches (dense bf16 rows of 382 bytes 15% slower), and on
- * sparse rows whose decode is mostly the writing of a long output row
- * (5,732-byte bag-of-words rows 4-7% slower). So only tables whose mean
- * encoded row is at most STAGE_ROW_BYTES and whose rows are at most
+/* Rows per staged batch (decode_rows_staged) of a gather. Measured
+ * (docs/BENCHMARKS.md "Staged rows"; one thread, random ids, GB/s):
+ * rows of 116-382 bytes encoded decode 1.1-3.4x faster staged (f16 and
+ * f32 bags, 400- and 512-byte rows), 1,340-byte f32 rows 1.47x, but
+ * 575-byte bf16 rows 11% slower (their decode already hid the misses)
+ * and sparse 5,732-byte rows of 29 bytes 3% slower (the decode is mostly
+ * the output's writing). So by default only tables whose mean encoded
+ * row is at most STAGE_ROW_BYTES and whose rows are at most
  * STAGE_OUT_BYTES stage. IBP_GATHER_STAGE=N (read at open; 0 off, else
- * rows a batch, at most STAGE_ROWS_MAX) overrides. */
-#define STAGE_ROW_BYTES 256u
-#define STAGE_OUT_BYTES 1024u
+ * rows a batch, at most STAGE_ROWS_MAX) overrides for any table. */
+#define STAGE_ROW_BYTES 512u
+#define STAGE_OUT_BYTES 4096u
 #define STAGE_ROWS_DEFAULT 64u
 static uint64_t gather_stage(const ibp_container_t *c)
 {
