@@ -126,6 +126,9 @@ struct ibp_cache {
 	uint64_t nfree_slabs;
 	cache_class_t cls[IBP_CACHE_MAX_CLASSES];
 	uint64_t hist_total;
+	/* 1: the class targets are recomputed before their next read (a pool
+	 * allocation sets it: only one that finds no free slot reads them) */
+	int targets_stale;
 	/* slots, g = slab * spp + slot */
 	uint64_t nslots;
 	int64_t *sid;
@@ -167,7 +170,8 @@ uint8_t *ibpi_cache_slot_ptr(const ibp_cache_t *c, uint64_t g);
  * larger ones (the raw class too) with slots at most 1.5x its own; a
  * cache, not a pool (end = cls + 1). */
 uint32_t ibpi_cache_borrow_end(const ibp_cache_t *c, uint32_t cls);
-/* Recomputes every class's slab target from the histogram. */
+/* Recomputes every class's slab target from the histogram (clears
+ * targets_stale). */
 void ibpi_cache_targets(ibp_cache_t *c);
 /* Moves one slab to `cls` from the class furthest above its target (with
  * `any`, from any other class), its rows first evicted through `evict`:

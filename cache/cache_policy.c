@@ -221,6 +221,8 @@ uint64_t ibpi_cache_alloc_slot(ibp_cache_t *c, uint32_t cls)
 	for (uint32_t j = cls + 1; j < end; j++)
 		if (c->cls[j].partial != NIL)
 			return ibpi_cache_slot_take(c, j);
+	if (c->targets_stale) /* the targets are read from here on */
+		ibpi_cache_targets(c);
 	if (c->o.policy == IBP_CACHE_STATIC) /* nothing is evicted; a static pool may take an emptied slab */
 		return c->pool && ibpi_cache_slab_steal(c, cls, evict_slot, 0, 1) ? ibpi_cache_slot_take(c, cls) : UINT64_MAX;
 	/* evictions this call may still make */

@@ -41,6 +41,7 @@ typedef struct kv_pin {
 struct ibp_kv_stream {
 	int on_device;
 	int host_threads; /* CPU encoders' threads: 0 (all) for IBP_KV_HOST, 1 for the fallback twin */
+	int host_cpus;    /* host_threads, 0 resolved to the online CPUs once (sysconf reads sysfs per call) */
 	void *stream;
 	uint64_t R;
 	ibp_dtype_t dt;          /* element type (EXP blocks) */
@@ -228,6 +229,7 @@ ibp_status_t ibp_kv_stream_create(const ibp_codec_t *codec, uint64_t row_bytes, 
 		return ibpi_fail(IBP_ERR_NOMEM, "ibp_kv_stream_create: out of memory");
 	s->on_device = dev == IBP_OK;
 	s->host_threads = (flags & IBP_KV_HOST) ? 0 : 1;
+	s->host_cpus = ibpi_parallel_threads(s->host_threads, UINT64_MAX);
 	s->stream = stream;
 	s->R = row_bytes;
 	s->dt = dtype;
@@ -473,7 +475,7 @@ static inline void slot_copy(int stream, void *dst, const void *src, uint64_t n)
 static int host_threads_for(const ibp_kv_stream_t *s, uint64_t n)
 {
 	const uint64_t per = HOST_TASK_BYTES / (2 * s->R);
-	return ibpi_parallel_threads(s->host_threads, per > 1 ? (n + per - 1) / per : n);
+	return ibpi_parallel_threads(s->host_cpus, per > 1 ? (n + per - 1) / per : n);
 }
 
 /* The host's EXP store of a batch, one pass per block on every thread:
@@ -494,6 +496,7 @@ typedef struct kv_exp_job {
 	_Atomic uint64_t next, turn;
 	_Atomic int failed;
 	int stream; /* slots written with streaming stores (slot_copy) */
+	int isa;    /* the encoder's build, read once a call (ibpi_exp_isa) */
 	ibp_status_t st;
 	uint64_t bad;
 	char msg[192];
@@ -530,8 +533,8 @@ static void store_exp_host(void *ctx, uint64_t begin, uint64_t end, int tid)
 		if (o.sigma > 0.0 && s->chunk / 2 % 64 == 0) {
 			/* straight from the rows, prefetched ahead of the encoder:
 			 * a quarter less CPU a block than copying them to a stage */
-			st = ibpi_exp_encode_split(k_row, s->chunk / 2, v_row, s->dt, s->chunk, &o, 1, out, s->estride,
-						   &size);
+			st = ibpi_exp_encode_split(k_row, s->chunk / 2, v_row, s->dt, s->chunk, &o, 1, j->isa, out,
+						   s->estride, &size);
 		} else {
 			memcpy(in, k_row, R);
 			memcpy(in + R, v_row, R);
@@ -574,7 +577,8 @@ static ibp_status_t store_exp_batch_host(ibp_kv_stream_t *s, ibp_slab_pool_t *po
 		return ibpi_fail(IBP_ERR_NOMEM, "ibp_kv_encode_cuda: out of memory");
 	}
 	*j = (kv_exp_job_t){ .s = s, .pool = pool, .kv = kv, .ids = s->h_ids.p, .handles = handles, .bytes = bytes,
-			     .slot = slot, .n = n, .stage = stage, .stream = n * 2 * s->R >= KV_STREAM_BYTES };
+			     .slot = slot, .n = n, .stage = stage, .stream = n * 2 * s->R >= KV_STREAM_BYTES,
+			     .isa = ibpi_exp_isa() };
 	ibp_status_t st = ibpi_parallel_for(nt, (uint64_t)nt, store_exp_host, j);
 	for (uint64_t b = 0; b < n; b++) { /* slots are pinned until the call finishes (or is undone) */
 		if (!slot[b])
@@ -725,7 +729,7 @@ static ibp_status_t decode_exp(ibp_kv_stream_t *s, uint64_t e, uint8_t *kv)
 			return ibpi_fail(IBP_ERR_NOMEM, "ibp_kv_decode_cuda: out of memory");
 		j->s = s, j->kv = kv;
 		const uint64_t per = e / EXP_HOST_BLOCKS_PER_THREAD;
-		const int nt = s->chunk / 2 % 64 ? 1 : ibpi_parallel_threads(s->host_threads, per ? per : 1);
+		const int nt = s->chunk / 2 % 64 ? 1 : ibpi_parallel_threads(s->host_cpus, per ? per : 1);
 		ibp_status_t st = ibpi_parallel_for(nt, e, decode_exp_host, j);
 		*estat = IBP_OK;
 		for (int t = 0; t < nt; t++)

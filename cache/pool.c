@@ -110,11 +110,15 @@ ibp_status_t ibp_slab_pool_alloc(ibp_slab_pool_t *p, uint64_t len, int64_t *hand
 	uint32_t cls = ibpi_cache_class_of(c, len);
 	cache_sink_t sink = { NULL, UINT64_MAX, 0, p->o.on_evict, p->o.user };
 	pthread_mutex_lock(&c->mu);
-	ibpi_cache_targets(c);
-	ibpi_cache_hist_add(c, cls);
+	/* The targets are those of the histogram before this block, computed
+	 * only if the allocation reads them (a class with no free slot), not
+	 * on every block (issue 33); the block is counted after, as nothing
+	 * before reads the histogram. */
+	c->targets_stale = 1;
 	c->sink = &sink;
 	uint64_t g = ibpi_cache_alloc_slot(c, cls);
 	c->sink = NULL;
+	ibpi_cache_hist_add(c, cls);
 	if (g == UINT64_MAX) {
 		p->failed++;
 		c->st.rejected++;

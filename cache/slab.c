@@ -392,6 +392,7 @@ void ibpi_cache_targets(ibp_cache_t *c)
 {
 	double total = 0;
 	uint64_t nhist = 0;
+	c->targets_stale = 0;
 	for (uint32_t i = 0; i < c->nclasses; i++) {
 		total += (double)c->cls[i].hist * (double)c->cls[i].slot_bytes;
 		nhist += c->cls[i].hist != 0;

@@ -72,7 +72,9 @@ static int use_avx2(void)
 
 /* The encoder's and decoder's build: 2 AVX-512 (BW + VBMI), 1 AVX2, 0
  * portable; tests hold it to AVX2 with IBP_EXP_ISA=avx2
- * (IBP_FORCE_PORTABLE=1: portable). The mean square follows it. */
+ * (IBP_FORCE_PORTABLE=1: portable). The mean square follows it. Read once
+ * per API call and passed down, not per block (the KV store's blocks are
+ * small: issue 33), so tests may still flip it between calls. */
 static int exp_isa(void)
 {
 	int v = use_avx2();
@@ -84,6 +86,21 @@ static int exp_isa(void)
 	}
 #endif
 	return v;
+}
+
+/* The highest build this CPU runs (no environment read). */
+static int isa_max(void)
+{
+#if EXP_HAVE_AVX2_BUILD
+	return ibpi_cpu()->avx2 ? (ibpi_cpu()->avx512vbmi ? 2 : 1) : 0;
+#else
+	return 0;
+#endif
+}
+
+int ibpi_exp_isa(void)
+{
+	return exp_isa();
 }
 
 static double ms_group(const uint8_t *p, uint32_t dt, uint64_t *nonfinite, int avx2)
@@ -196,7 +213,7 @@ static inline double elem_value(uint32_t bits, uint32_t dt)
  * elements k*256 + t, k = 0..15, in k order) reduced by a halving tree;
  * groups combined by a pairwise tree (power-of-two aligned). x*x is exact
  * in double for all three formats, so contraction cannot change anything. */
-static double mean_square_block(const uint8_t *src, const expf_shape_t *s, uint32_t dt, uint64_t n)
+static double mean_square_block(const uint8_t *src, const expf_shape_t *s, uint32_t dt, uint64_t n, int isa)
 {
 	double stack[64];
 	uint64_t stack_size[64];
@@ -204,7 +221,7 @@ static double mean_square_block(const uint8_t *src, const expf_shape_t *s, uint3
 	uint64_t finite = 0, nonfinite = 0;
 	uint32_t fmax = fmax_of(s);
 	uint64_t ng = (n + EXPF_GROUP - 1) >> EXPF_GROUP_LOG2;
-	int avx2 = exp_isa();
+	const int avx2 = isa;
 	for (uint64_t g = 0; g < ng; g++) {
 		uint64_t base = g << EXPF_GROUP_LOG2, len = expf_group_len(n, g);
 		const uint8_t *p = src + base * s->esize;
@@ -258,15 +275,25 @@ ibp_status_t ibp_exp_mean_square(const void *src, ibp_dtype_t dt, uint64_t n, do
 	if (!ms || (!src && n))
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_mean_square: NULL argument");
 	IBP_TRY(shape_for(dt, n, &s, "exp_mean_square"));
-	*ms = mean_square_block(src, &s, (uint32_t)dt, n);
+	*ms = mean_square_block(src, &s, (uint32_t)dt, n, exp_isa());
 	return IBP_OK;
+}
+
+/* The window table of ms as one word: byte k field k, byte 7 zero. One
+ * store of it lets encode_block's 8-byte load forward from it (seven byte
+ * stores stalled every small block's setup). */
+static uint64_t window_word(const expf_shape_t *s, double ms)
+{
+	uint64_t start = expf_window_start(ms, s), w = 0;
+	for (uint32_t k = 0; k < EXPF_NCODES; k++)
+		w |= (uint64_t)(uint8_t)(start + k) << (8 * k);
+	return w;
 }
 
 static void window_table(const expf_shape_t *s, double ms, uint8_t *t)
 {
-	uint32_t start = expf_window_start(ms, s);
-	for (uint32_t k = 0; k < EXPF_NCODES; k++)
-		t[k] = (uint8_t)(start + k);
+	uint64_t w = window_word(s, ms);
+	memcpy(t, &w, EXPF_NCODES);
 }
 
 ibp_status_t ibp_exp_table_from_mean_square(ibp_dtype_t dt, double ms, ibp_exp_table_t *t)
@@ -282,14 +309,26 @@ ibp_status_t ibp_exp_table_from_mean_square(ibp_dtype_t dt, double ms, ibp_exp_t
 	return IBP_OK;
 }
 
-ibp_status_t ibp_exp_table_from_sigma(ibp_dtype_t dt, double sigma, ibp_exp_table_t *t)
+/* The table of a finite sigma >= 0 (window_word). */
+static uint64_t sigma_word(const expf_shape_t *s, double sigma)
 {
-	if (!(sigma >= 0.0) || sigma > 1.7976931348623157e308)
-		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_table_from_sigma: sigma %g is not finite and >= 0", sigma);
 	double ms = sigma * sigma;
 	if (ms > 1.7976931348623157e308)
 		ms = 1.7976931348623157e308; /* huge sigma: top window */
-	return ibp_exp_table_from_mean_square(dt, ms, t);
+	return window_word(s, ms);
+}
+
+ibp_status_t ibp_exp_table_from_sigma(ibp_dtype_t dt, double sigma, ibp_exp_table_t *t)
+{
+	expf_shape_t s;
+	if (!(sigma >= 0.0) || sigma > 1.7976931348623157e308)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_table_from_sigma: sigma %g is not finite and >= 0", sigma);
+	if (!t)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_table_from_mean_square: t is NULL");
+	IBP_TRY(shape_for(dt, 0, &s, "exp_table_from_mean_square"));
+	uint64_t w = sigma_word(&s, sigma);
+	memcpy(t->field, &w, EXPF_NCODES);
+	return IBP_OK;
 }
 
 static void histogram_block(const uint8_t *src, const expf_shape_t *s, uint64_t n, uint64_t *hist)
@@ -344,18 +383,24 @@ static int table_valid(const expf_shape_t *s, const uint8_t *t)
 	return 1;
 }
 
-/* Resolves the table of one block per opts. */
+/* Resolves the table of one block per opts into t (8 bytes). */
 static ibp_status_t resolve_table(const uint8_t *src, const expf_shape_t *s, uint32_t dt, uint64_t n,
-				  const ibp_exp_opts_t *o, uint8_t *t)
+				  const ibp_exp_opts_t *o, int isa, uint8_t *t)
 {
 	switch (o->table_mode) {
 	case IBP_EXP_TABLE_SIGMA:
 		if (o->sigma > 0.0) {
-			ibp_exp_table_t tt;
-			IBP_TRY(ibp_exp_table_from_sigma((ibp_dtype_t)dt, o->sigma, &tt));
-			memcpy(t, tt.field, EXPF_NCODES);
+			/* one 8-byte store (window_word), not a copy of a table
+			 * written bytewise: the KV store's blocks are small */
+			if (o->sigma > 1.7976931348623157e308) {
+				ibp_exp_table_t tt;
+				return ibp_exp_table_from_sigma((ibp_dtype_t)dt, o->sigma, &tt); /* its error */
+			}
+			uint64_t w = sigma_word(s, o->sigma);
+			memcpy(t, &w, 8);
 		} else if (o->sigma == 0.0) {
-			window_table(s, mean_square_block(src, s, dt, n), t);
+			uint64_t w = window_word(s, mean_square_block(src, s, dt, n, isa));
+			memcpy(t, &w, 8);
 		} else {
 			return ibpi_fail(IBP_ERR_INVALID_ARG, "exp: sigma %g must be >= 0 (0 = measure)", o->sigma);
 		}
@@ -423,9 +468,10 @@ static void write_raw(enc_in_t in, const expf_shape_t *s, uint32_t dt, uint64_t 
 	*size = raw;
 }
 
-/* One block; the table is resolved; nt threads at most. */
+/* One block; the table (8 bytes) is resolved; nt threads at most; isa: exp_isa()'s. */
 static ibp_status_t encode_block(enc_in_t in, const expf_shape_t *s, uint32_t dt, uint64_t n,
-				 const uint8_t *table, uint32_t tsrc, int nthreads, uint8_t *dst, uint64_t *size)
+				 const uint8_t *table, uint32_t tsrc, int nthreads, int isa, uint8_t *dst,
+				 uint64_t *size)
 {
 	exp_enc_block_t *b = malloc(sizeof(*b));
 	if (!b)
@@ -435,10 +481,12 @@ static ibp_status_t encode_block(enc_in_t in, const expf_shape_t *s, uint32_t dt
 	b->split = in.split;
 	b->prefetch = in.prefetch;
 	b->dst = dst;
-	b->s = *s;
+	/* dt's shape (*s) made in place: a copy of the caller's, written just
+	 * before, stalled on store forwarding in every small block */
+	(void)expf_shape_of(dt, &b->s);
 	b->dt = dt;
-	b->isa = exp_isa();
-	memcpy(b->table, table, EXPF_NCODES);
+	b->isa = isa;
+	memcpy(b->table, table, 8); /* callers' tables are 8 bytes: one load */
 	b->table[7] = 0;
 	expf_layout_of(s, n, &b->L);
 	const expf_layout_t *L = &b->L;
@@ -512,7 +560,7 @@ static void seal_block(uint8_t *dst, uint64_t size)
 /* RANS mode: a rANS block when it is smaller than the block HISTOGRAM mode
  * writes (sized from the same histogram), else that block. */
 static ibp_status_t encode_rans(const uint8_t *src, const expf_shape_t *s, uint32_t dt, uint64_t n, int nthreads,
-				uint8_t *dst, uint64_t *size)
+				int isa, uint8_t *dst, uint64_t *size)
 {
 	uint64_t sh[256];
 	uint8_t table[8] = {0};
@@ -521,18 +569,18 @@ static ibp_status_t encode_rans(const uint8_t *src, const expf_shape_t *s, uint3
 	IBP_TRY(ibpi_exp_rans_encode(src, s, dt, n, sh, limit, nthreads, dst, size));
 	if (*size)
 		return IBP_OK;
-	return encode_block(whole(src), s, dt, n, table, IBP_EXP_TABLE_HISTOGRAM, nthreads, dst, size);
+	return encode_block(whole(src), s, dt, n, table, IBP_EXP_TABLE_HISTOGRAM, nthreads, isa, dst, size);
 }
 
 /* One block per opts (the table resolved here). */
 static ibp_status_t encode_one(const uint8_t *src, const expf_shape_t *s, uint32_t dt, uint64_t n,
-			       const ibp_exp_opts_t *o, int nthreads, uint8_t *dst, uint64_t *size)
+			       const ibp_exp_opts_t *o, int nthreads, int isa, uint8_t *dst, uint64_t *size)
 {
 	uint8_t table[8] = {0};
 	if (o->table_mode == IBP_EXP_TABLE_RANS)
-		return encode_rans(src, s, dt, n, nthreads, dst, size);
-	IBP_TRY(resolve_table(src, s, dt, n, o, table));
-	return encode_block(whole(src), s, dt, n, table, (uint32_t)o->table_mode, nthreads, dst, size);
+		return encode_rans(src, s, dt, n, nthreads, isa, dst, size);
+	IBP_TRY(resolve_table(src, s, dt, n, o, isa, table));
+	return encode_block(whole(src), s, dt, n, table, (uint32_t)o->table_mode, nthreads, isa, dst, size);
 }
 
 ibp_status_t ibp_exp_encode(const void *src, ibp_dtype_t dt, uint64_t n, const ibp_exp_opts_t *opts, void *dst,
@@ -554,7 +602,7 @@ ibp_status_t ibp_exp_encode(const void *src, ibp_dtype_t dt, uint64_t n, const i
 	if (dst_cap < bound)
 		return ibpi_fail(IBP_ERR_BUFFER_TOO_SMALL, "exp_encode: dst_cap %llu < bound %llu",
 				(unsigned long long)dst_cap, (unsigned long long)bound);
-	IBP_TRY(encode_one(src, &s, (uint32_t)dt, n, opts, opts->nthreads, dst, dst_size));
+	IBP_TRY(encode_one(src, &s, (uint32_t)dt, n, opts, opts->nthreads, exp_isa(), dst, dst_size));
 	if (opts->checksum)
 		seal_block(dst, *dst_size);
 	return IBP_OK;
@@ -817,6 +865,7 @@ typedef struct batch_ctx {
 	uint64_t src_size;
 	uint64_t *sizes;
 	int inner_threads; /* threads inside one block (one chunk only) */
+	int isa;           /* encoder: exp_isa() of the call */
 	unsigned flags;    /* decoder flags */
 	ibp_status_t st[IBP_MAX_THREADS];
 	char msg[IBP_MAX_THREADS][160];
@@ -829,8 +878,8 @@ static void batch_enc_task(void *ctx, uint64_t begin, uint64_t end, int tid)
 	for (uint64_t i = begin; i < end; i++) {
 		uint64_t len = c->n - i * c->chunk < c->chunk ? c->n - i * c->chunk : c->chunk;
 		const uint8_t *src = c->src + i * c->chunk * c->s.esize;
-		ibp_status_t st = encode_one(src, &c->s, c->dt, len, c->opts, c->inner_threads, c->dst + i * c->stride,
-					     &c->sizes[i]);
+		ibp_status_t st = encode_one(src, &c->s, c->dt, len, c->opts, c->inner_threads, c->isa,
+					     c->dst + i * c->stride, &c->sizes[i]);
 		if (st == IBP_OK && c->opts->checksum)
 			seal_block(c->dst + i * c->stride, c->sizes[i]);
 		if (st != IBP_OK) {
@@ -883,6 +932,7 @@ ibp_status_t ibp_exp_encode_batch(const void *src, ibp_dtype_t dt, uint64_t n, u
 	c->stride = bound_of(&s, chunk_elems);
 	c->opts = opts;
 	c->inner_threads = nc == 1 ? opts->nthreads : 1;
+	c->isa = exp_isa();
 	int nt = ibpi_parallel_threads(opts->nthreads, nc);
 	ibp_status_t st = ibpi_parallel_for(nt, nc, batch_enc_task, c);
 	for (int i = 0; st == IBP_OK && i < nt; i++)
@@ -967,12 +1017,15 @@ ibp_status_t ibp_exp_decode_batch_ext(const void *src, uint64_t src_size, const 
 }
 
 ibp_status_t ibpi_exp_encode_split(const void *src, uint64_t split, const void *src2, ibp_dtype_t dt, uint64_t n,
-				   const ibp_exp_opts_t *opts, int prefetch, void *dst, uint64_t dst_cap, uint64_t *dst_size)
+				   const ibp_exp_opts_t *opts, int prefetch, int isa, void *dst, uint64_t dst_cap,
+				   uint64_t *dst_size)
 {
 	expf_shape_t s;
 	if (!dst || !dst_size || !opts || (!src && n) || (split < n && (!src2 || split % 64)))
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_encode_split: NULL argument or split %llu not a multiple "
 				"of 64", (unsigned long long)split);
+	if (isa < 0 || isa > isa_max()) /* a build this CPU cannot run */
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_encode_split: isa %d, not one of 0..%d", isa, isa_max());
 	IBP_TRY(shape_for(dt, n, &s, "exp_encode_split"));
 	IBP_TRY(IBPI_OPTS_CHECK(opts, "exp_encode_split", "ibp_exp_opts_t"));
 	/* only tables that need no pass over the elements */
@@ -984,9 +1037,9 @@ ibp_status_t ibpi_exp_encode_split(const void *src, uint64_t split, const void *
 		return ibpi_fail(IBP_ERR_BUFFER_TOO_SMALL, "exp_encode_split: dst_cap %llu < bound %llu",
 				(unsigned long long)dst_cap, (unsigned long long)bound);
 	uint8_t table[8] = {0};
-	IBP_TRY(resolve_table(src, &s, (uint32_t)dt, n, opts, table));
+	IBP_TRY(resolve_table(src, &s, (uint32_t)dt, n, opts, isa, table));
 	IBP_TRY(encode_block((enc_in_t){ src, src2, split, prefetch != 0 }, &s, (uint32_t)dt, n, table,
-			     (uint32_t)opts->table_mode, 1, dst, dst_size));
+			     (uint32_t)opts->table_mode, 1, isa, dst, dst_size));
 	if (opts->checksum != 0) /* sealed as ibp_exp_encode seals */
 		seal_block(dst, *dst_size);
 	return IBP_OK;

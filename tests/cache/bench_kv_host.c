@@ -102,6 +102,7 @@ int main(int argc, char **argv)
 	memset(pool, 0, nb * stride); /* the slots exist (faulted in) as a warm pool's do */
 	static const char *name[5] = { "stage", "split", "split+pf", "+stream", "no copy" };
 	uint64_t total = 0;
+	const int isa = ibpi_exp_isa(); /* once, as the store reads it once a call */
 	for (int r = 0; r < runs; r++)
 		for (int v = 0; v < 5; v++) {
 			double t0 = cpu_s();
@@ -115,7 +116,8 @@ int main(int argc, char **argv)
 					memcpy(stage + R, vr, R);
 					st = ibp_exp_encode(stage, IBP_DTYPE_BF16, n, &o, out, cap, &size);
 				} else {
-					st = ibpi_exp_encode_split(k, n / 2, vr, IBP_DTYPE_BF16, n, &o, v >= 2, out, cap, &size);
+					st = ibpi_exp_encode_split(k, n / 2, vr, IBP_DTYPE_BF16, n, &o, v >= 2, isa,
+								   out, cap, &size);
 				}
 				if (st != IBP_OK) {
 					fprintf(stderr, "bench_kv_host: %s\n", ibp_last_error());

@@ -5,7 +5,9 @@
  * exceeded, the eviction callback reporting exactly the blocks that go
  * (with their bytes intact), freed slots reused, pinned blocks never
  * evicted, the static policy refusing, removal while pinned, a size drift
- * that moves slabs, concurrent writers and readers, and the error paths. */
+ * that moves slabs, slab choices that follow current targets (digests of
+ * a drifting run under every policy), concurrent writers and readers, and
+ * the error paths. */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -423,6 +425,109 @@ Test(slab_pool, static_policy_refuses_when_full)
 	for (int i = 4; i < 8; i++)
 		check_block(p, h[i], 1024, (uint64_t)i);
 	ibp_slab_pool_free(p);
+}
+
+/* FNV-1a over one more 64-bit value. */
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		h = (h ^ ((v >> (8 * i)) & 255)) * 0x100000001B3ull;
+	return h;
+}
+
+/* Which slab a pool takes or empties follows the classes' slab targets,
+ * which come from the size histogram as it was before each allocation
+ * (recomputed only when an allocation reads them: no free slot in its
+ * class). Sizes drift through four mixes of classes, with reads, removals
+ * and pinned blocks, under every policy; the handles refused, the
+ * eviction order, every slab move and each class's slabs must be those of
+ * targets recomputed before every allocation (the digests were recorded
+ * with that code, which 1b37390 had). Stale targets change them. */
+Test(slab_pool, targets_follow_the_histogram)
+{
+	static const uint64_t want[5] = { 0, 0xdcb6fe2a83bcc258ull, 0x68dcc73f0dfe6e16ull, 0xe7765a8972531e46ull,
+					  0xd1ccb0e483abf176ull }; /* by policy; [0] unused */
+	const uint64_t maxb = 6000;
+	model_t *m = xcalloc(sizeof(model_t));
+	for (int pol = IBP_CACHE_STATIC; pol <= IBP_CACHE_LRU; pol++) {
+		memset(m, 0, sizeof(*m));
+		ibp_slab_pool_opts_t o;
+		ibp_slab_pool_opts_default(&o);
+		o.capacity_bytes = 96 * 1024;
+		o.max_block_bytes = maxb;
+		o.slab_bytes = 6144; /* 16 slabs: each move matters */
+		o.policy = (ibp_cache_policy_t)pol;
+		o.on_evict = on_evict;
+		o.user = m;
+		ibp_slab_pool_t *p;
+		cr_assert_eq(ibp_slab_pool_create(&o, &p), IBP_OK, "%s", ibp_last_error());
+		rng_t r = { 1000 + (uint64_t)pol };
+		uint64_t h = 0xCBF29CE484222325ull, refused = 0;
+		int64_t last = -1;
+		void *pinned[4] = { NULL, NULL, NULL, NULL };
+		for (int op = 0; op < 4000; op++) {
+			const int phase = op / 1000;
+			uint64_t what = rnd(&r) % 10;
+			if (what < 6 || last < 0) {
+				/* phase 0 small, 1 large, 2 small and medium, 3 all sizes */
+				uint64_t len = phase == 0   ? rnd(&r) % 700
+					       : phase == 1 ? 3000 + rnd(&r) % (maxb - 2999)
+					       : phase == 2 ? (rnd(&r) % 2 ? rnd(&r) % 500 : 1500 + rnd(&r) % 1000)
+							    : rnd(&r) % (maxb + 1);
+				int64_t k = put(p, m, len, (uint64_t)op);
+				h = mix(h, (uint64_t)k);
+				refused += k < 0;
+				if (k >= 0)
+					last = k;
+			} else if (what < 8) {
+				int64_t k = (int64_t)(rnd(&r) % (uint64_t)(last + 1));
+				if (m->held[k])
+					check_block(p, k, m->len[k], m->seed[k]); /* a hit for the policy */
+			} else if (what < 9) {
+				/* a block still held (static: removals alone free slabs) */
+				int64_t k = (int64_t)(rnd(&r) % (uint64_t)(last + 1)), j = 0;
+				while (j <= last && !m->held[(k + j) % (last + 1)])
+					j++;
+				k = (k + j) % (last + 1);
+				if (ibp_slab_pool_remove(p, k) == IBP_OK)
+					m->held[k] = 0;
+			} else {
+				/* pin a block for a while: its slab cannot move */
+				int i = (int)(rnd(&r) % 4);
+				if (pinned[i]) {
+					cr_assert_eq(ibp_slab_pool_unpin(p, pinned[i]), IBP_OK);
+					pinned[i] = NULL;
+				} else {
+					int64_t k = (int64_t)(rnd(&r) % (uint64_t)(last + 1));
+					uint64_t len;
+					if (m->held[k] && ibp_slab_pool_pin(p, k, &pinned[i], &len) != IBP_OK)
+						pinned[i] = NULL;
+				}
+			}
+			if (op % 500 == 0)
+				check_pool(p, m);
+		}
+		for (int i = 0; i < 4; i++)
+			if (pinned[i])
+				cr_assert_eq(ibp_slab_pool_unpin(p, pinned[i]), IBP_OK);
+		check_pool(p, m);
+		ibp_slab_pool_stats_t st;
+		cr_assert_eq(ibp_slab_pool_stats(p, &st, 0), IBP_OK);
+		for (uint64_t e = 0; e < m->nev && e < MAXH; e++)
+			h = mix(h, (uint64_t)m->order[e]);
+		h = mix(mix(mix(h, st.evictions), st.slab_moves), st.failed);
+		for (uint32_t i = 0; i < st.nclasses; i++) {
+			ibp_cache_class_stats_t cs;
+			cr_assert_eq(ibp_slab_pool_class_stats(p, i, &cs), IBP_OK);
+			h = mix(mix(mix(h, cs.slabs), cs.used), cs.evictions);
+		}
+		cr_assert(pol == IBP_CACHE_STATIC ? refused > 0 : st.evictions > 0 && st.slab_moves > 0);
+		cr_assert_eq(h, want[pol], "%s: digest 0x%016llxull (%llu evictions, %llu slab moves, %llu refused)",
+			     ibp_cache_policy_name(pol), (unsigned long long)h, (unsigned long long)st.evictions,
+			     (unsigned long long)st.slab_moves, (unsigned long long)refused);
+		ibp_slab_pool_free(p);
+	}
+	free(m);
 }
 
 typedef struct worker {

@@ -547,7 +547,8 @@ Test(exp, split_decode_equals_whole)
  * ibp_exp_encode writes for the two parts side by side: coded and raw
  * blocks, sigma and given tables, with and without prefetching and a
  * checksum, every dtype, on the AVX-512, AVX2 and portable loops; tables
- * that need the elements first, bad splits and short buffers are refused. */
+ * that need the elements first, bad splits, an isa outside 0..2 and short
+ * buffers are refused. */
 Test(exp, split_encode_equals_whole)
 {
 	tu_rng_t r;
@@ -555,6 +556,8 @@ Test(exp, split_encode_equals_whole)
 	const uint64_t ns[] = { 1, 64, 130, 4096, 12288, 12288 + 17, 3 * 4096 + 100 };
 	for (int portable = 0; portable < 2; portable++) {
 		setenv("IBP_FORCE_PORTABLE", portable ? "1" : "0", 1);
+		const int isa = ibpi_exp_isa(); /* what ibp_exp_encode below reads too */
+		cr_assert(portable ? isa == 0 : isa >= 0 && isa <= 2);
 		for (int d = 0; d < DT_COUNT; d++)
 			for (int dist = 0; dist < 2; dist++)
 				for (unsigned i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
@@ -586,7 +589,9 @@ Test(exp, split_encode_equals_whole)
 						for (int pf = 0; pf < 2; pf++) {
 							uint64_t gsize = 0;
 							memset(got, 0xEE, cap);
-							cr_assert_eq(ibpi_exp_encode_split(a, sp, b, dt, n, &o, pf, got, cap, &gsize),
+							cr_assert_eq(ibpi_exp_encode_split(a, sp, b, dt, n, &o, pf, isa,
+												   got, cap,
+											   &gsize),
 								     IBP_OK, "%s n=%llu split %llu: %s", ibp_dtype_name(dt),
 								     (unsigned long long)n, (unsigned long long)sp, ibp_last_error());
 							cr_assert(gsize == wsize && memcmp(got, want, wsize) == 0,
@@ -600,21 +605,33 @@ Test(exp, split_encode_equals_whole)
 					}
 					uint64_t sz = 0;
 					if (n > 65)
-						cr_assert_eq(ibpi_exp_encode_split(src, 65, src + 65 * es, dt, n, &o, 0, got, cap, &sz),
+						cr_assert_eq(ibpi_exp_encode_split(src, 65, src + 65 * es, dt, n, &o, 0,
+										   isa, got, cap, &sz),
 							     IBP_ERR_INVALID_ARG, "a split inside a word");
-					cr_assert_eq(ibpi_exp_encode_split(src, 0, NULL, dt, n, &o, 0, got, cap, &sz),
+					cr_assert_eq(ibpi_exp_encode_split(src, 0, NULL, dt, n, &o, 0, isa,
+										   got, cap, &sz),
 						     IBP_ERR_INVALID_ARG, "no second part");
-					cr_assert_eq(ibpi_exp_encode_split(src, n, NULL, dt, n, &o, 0, got, cap - 1, &sz),
+					cr_assert_eq(ibpi_exp_encode_split(src, n, NULL, dt, n, &o, 0, isa,
+										   got, cap - 1, &sz),
 						     IBP_ERR_BUFFER_TOO_SMALL);
 					ibp_exp_opts_t m = o;
 					m.table_mode = IBP_EXP_TABLE_SIGMA, m.sigma = 0.0;
-					cr_assert_eq(ibpi_exp_encode_split(src, n, NULL, dt, n, &m, 0, got, cap, &sz),
+					cr_assert_eq(ibpi_exp_encode_split(src, n, NULL, dt, n, &m, 0, isa,
+										   got, cap, &sz),
 						     IBP_ERR_INVALID_ARG, "sigma measured from the elements");
 					m.table_mode = IBP_EXP_TABLE_HISTOGRAM;
-					cr_assert_eq(ibpi_exp_encode_split(src, n, NULL, dt, n, &m, 0, got, cap, &sz),
+					cr_assert_eq(ibpi_exp_encode_split(src, n, NULL, dt, n, &m, 0, isa,
+										   got, cap, &sz),
 						     IBP_ERR_INVALID_ARG, "a histogram of the elements");
+					cr_assert_eq(ibpi_exp_encode_split(src, n, NULL, dt, n, &o, 0, -1,
+										   got, cap, &sz),
+						     IBP_ERR_INVALID_ARG, "isa -1");
+					cr_assert_eq(ibpi_exp_encode_split(src, n, NULL, dt, n, &o, 0, 3,
+										   got, cap, &sz),
+						     IBP_ERR_INVALID_ARG, "isa 3");
 					m.table_mode = IBP_EXP_TABLE_RANS;
-					cr_assert_eq(ibpi_exp_encode_split(src, n, NULL, dt, n, &m, 0, got, cap, &sz),
+					cr_assert_eq(ibpi_exp_encode_split(src, n, NULL, dt, n, &m, 0, isa,
+										   got, cap, &sz),
 						     IBP_ERR_INVALID_ARG, "rANS");
 					free(want);
 					free(got);
