@@ -82,8 +82,8 @@ void ibp_store_close(ibp_store_t *s);
  * else 64; IBP_GATHER_BATCH=N in the environment at open sets it, 1 to
  * 64), other rows 8 positions ahead (IBP_GATHER_PREFETCH=N at open sets
  * the distance, at most 64; 0 turns all look-ahead off). Ids that are not
- * consecutive, of an IBP store whose rows are at most 4 KiB and whose
- * mean encoded row is at most 512 bytes, go in staged batches instead:
+ * consecutive, of an IBP store whose rows are at most 4 KiB, go in
+ * staged batches instead:
  * up to 64 rows looked up, prefetched and their bytes copied into a 16 KiB
  * buffer on the thread's stack, then decoded from there
  * (IBP_GATHER_STAGE=N at open: N rows a batch, at most 128, for any

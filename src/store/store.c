@@ -611,16 +611,14 @@ static uint64_t gather_batch(const ibp_container_t *c)
 }
 
 /* Rows per staged batch (decode_rows_staged) of a gather. Measured
- * (docs/BENCHMARKS.md "Staged rows"; one thread, random ids, GB/s):
- * rows of 116-382 bytes encoded decode 1.1-3.4x faster staged (f16 and
- * f32 bags, 400- and 512-byte rows), 1,340-byte f32 rows 1.47x, but
- * 575-byte bf16 rows 11% slower (their decode already hid the misses)
- * and sparse 5,732-byte rows of 29 bytes 3% slower (the decode is mostly
- * the output's writing). So by default only tables whose mean encoded
- * row is at most STAGE_ROW_BYTES and whose rows are at most
+ * (docs/BENCHMARKS.md "Staged rows"; random ids): rows of 116-1,340
+ * bytes encoded decode 1.1-3.4x faster staged (f16 and f32 bags; 400-,
+ * 512- and 1,536-byte rows), 575-byte bf16 rows 11% slower on one
+ * thread but 4-8% faster in bench/torch_compare.py's two-thread gathers,
+ * sparse 5,732-byte rows of 29 bytes 3% slower (their decode is mostly
+ * the output's writing). So by default tables whose rows are at most
  * STAGE_OUT_BYTES stage. IBP_GATHER_STAGE=N (read at open; 0 off, else
  * rows a batch, at most STAGE_ROWS_MAX) overrides for any table. */
-#define STAGE_ROW_BYTES 512u
 #define STAGE_OUT_BYTES 4096u
 #define STAGE_ROWS_DEFAULT 64u
 static uint64_t gather_stage(const ibp_container_t *c)
@@ -630,11 +628,7 @@ static uint64_t gather_stage(const ibp_container_t *c)
 		unsigned long n = strtoul(v, NULL, 10);
 		return n > STAGE_ROWS_MAX ? STAGE_ROWS_MAX : n;
 	}
-	uint64_t plen = 0, rows = ibp_container_nrows(c);
-	(void)ibp_container_payload(c, &plen);
-	return rows && plen / rows <= STAGE_ROW_BYTES && ibp_container_row_bytes(c) <= STAGE_OUT_BYTES
-		       ? STAGE_ROWS_DEFAULT
-		       : 0;
+	return ibp_container_row_bytes(c) <= STAGE_OUT_BYTES ? STAGE_ROWS_DEFAULT : 0;
 }
 
 ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
