@@ -85,7 +85,8 @@ void ibp_store_close(ibp_store_t *s);
  * consecutive, of an IBP store whose rows are at most 4 KiB, go in
  * staged batches instead:
  * up to 64 rows looked up, prefetched and their bytes copied into a 16 KiB
- * buffer on the thread's stack, then decoded from there
+ * buffer on the thread's stack (about 21 KiB of stack in all, on the
+ * calling thread and the pool's), then decoded from there
  * (IBP_GATHER_STAGE=N at open: N rows a batch, at most 128, for any
  * table; 0 off). An IBP store looks rows up in a row map built
  * at open (about 4.1 bytes per row; docs/FORMAT.md "In-memory row map"),
