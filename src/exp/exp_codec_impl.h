@@ -261,13 +261,19 @@ static inline __attribute__((always_inline)) uint64_t enc_word_avx512(const exp_
 	exp_st64(planes + 8 * w, p0);
 	exp_st64(planes + L->plane_bytes + 8 * w, p1);
 	exp_st64(planes + 2 * L->plane_bytes + 8 * w, p2);
-	uint64_t z = ~(p0 | p1 | p2);
-	if (z) {
-		uint8_t fb[64];
-		_mm512_storeu_si512(fb, f);
-		while (z) {
-			esc[nesc++] = fb[__builtin_ctzll(z)];
-			z &= z - 1;
+	/* An escape's field from its source element (in L1 since the loads
+	 * above), not from a copy of f: byte loads from a 64-byte store just
+	 * made waited on the store (a quarter of the KV store's encode). */
+	for (uint64_t z = ~(p0 | p1 | p2); z; z &= z - 1) {
+		const unsigned j = (unsigned)__builtin_ctzll(z);
+		if (dt == EXPF_DT_F32) {
+			uint32_t u;
+			memcpy(&u, src + 4 * j, 4);
+			esc[nesc++] = (uint8_t)(u >> 23);
+		} else {
+			uint16_t u;
+			memcpy(&u, src + 2 * j, 2);
+			esc[nesc++] = dt == EXPF_DT_BF16 ? (uint8_t)(u >> 7) : (uint8_t)((u >> 10) & 31);
 		}
 	}
 	return nesc;
