@@ -71,6 +71,7 @@ const ibp_kernels_t ibpi_kernels_portable = {
 	ibp_portable_decode_exc,
 	ibpi_row_stats,
 	NULL,
+	NULL,
 };
 
 /* ---------------------------------------------------------------------- */
@@ -736,32 +737,6 @@ static int ibp_build_q2(ibp_codec_t *c)
 	return 1;
 }
 
-/* Builds ibp_cluster_t.base_row of every cluster without static fields
- * (S = 0), by the portable kernel on an empty body (it reads none), in one
- * allocation of at most 64 MiB (else none: the kernels rebuild it per row);
- * returns 0 on no memory. */
-static int ibp_build_base_rows(ibp_codec_t *c)
-{
-	uint64_t n = 0;
-	for (unsigned k = 0; k < c->K; k++)
-		n += c->cl[k].S == 0;
-	if (n == 0 || c->R > (64u << 20) / n)
-		return 1;
-	uint8_t *mem = malloc(n * c->R);
-	c->mem[10] = mem;
-	if (!mem)
-		return 0;
-	static const uint8_t empty[8];
-	for (unsigned k = 0; k < c->K; k++) {
-		if (c->cl[k].S != 0)
-			continue;
-		ibpi_kernels_portable.decode_static(c, &c->cl[k], empty, 0, mem);
-		c->cl[k].base_row = mem;
-		mem += c->R;
-	}
-	return 1;
-}
-
 /* Builds the SIMD exception-walk tables (ibp_cluster_t.xg) of every
  * cluster without Xvals when the AVX-512 or AVX2 kernels can run; returns
  * 0 on no memory. */
@@ -988,7 +963,8 @@ ibp_status_t ibp_codec_create_ex(uint64_t row_bytes, unsigned chunk_bytes, unsig
 	}
 	if (!ibp_build_vec(c) || !ibp_build_xvec(c) || !ibp_build_vec16(c) || !ibp_build_vecms(c) ||
 	    !ibp_build_xvec2(c) || !ibp_build_xvec4(c) || !ibp_build_fused(c) || !ibp_build_q2(c) ||
-	    !ibp_build_base_rows(c) || !ibpi_build_w2(c, ibp_avx2_ok()))
+	    !ibpi_build_base_rows(c, &ibpi_kernels_portable) || !ibpi_build_w2(c, ibp_avx2_ok()) ||
+	    !ibpi_build_tiny(c))
 		goto nomem;
 	c->impl = ibp_auto_impl();
 	c->k = ibp_impl_kernels(c->impl);
@@ -1197,6 +1173,12 @@ ibp_status_t ibp_encode_row(const ibp_codec_t *c, const void *row, unsigned clus
 ibp_status_t ibpi_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64_t src_len,
 				uint8_t flags, unsigned cluster, uint8_t *dst, uint64_t *extent)
 {
+	if (flags == IBP_ROW_CLEAN && c->tiny && cluster < c->K && c->k->decode_tiny &&
+	    c->cl[cluster].nclean <= src_len) { /* a CLEAN tiny row: the checks below pass */
+		(void)c->k->decode_tiny(c, &c->cl[cluster], IBP_ROW_CLEAN, src, 0, 0, src, src_len, dst);
+		*extent = c->cl[cluster].nclean;
+		return IBP_OK;
+	}
 	if (flags & ~IBP_ROW_MODE_MASK)
 		return ibpi_fail(IBP_ERR_CORRUPT, "decode: reserved flag bits set (0x%02x)", flags);
 	if (cluster >= c->K)
@@ -1256,7 +1238,10 @@ ibp_status_t ibpi_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint6
 		return ibpi_fail(IBP_ERR_CORRUPT, "decode: static part past the row end (%llu)",
 				(unsigned long long)avail);
 	uint64_t end;
-	if (n && c->k->decode_row && !cl->base_row) {
+	if (c->tiny && c->k->decode_tiny && (n == 0 || !cl->has_x)) {
+		/* rows of one or two words: a pdep or two a word (ibp_tiny_t) */
+		end = c->k->decode_tiny(c, cl, mode, src, hdr, n, bp, avail, dst);
+	} else if (n && c->k->decode_row && !cl->base_row) {
 		/* static part and exceptions in one pass, with the same checks */
 		end = c->k->decode_row(c, cl, mode, src, hdr, n, bp, avail, dst);
 	} else {

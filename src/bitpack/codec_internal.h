@@ -361,7 +361,29 @@ typedef struct ibp_kernels {
 	uint64_t (*decode_row)(const struct ibp_codec *c, const ibp_cluster_t *cl, unsigned mode,
 			       const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
 			       uint64_t avail, uint8_t *dst);
+	/* Optional (NULL: the paths above): a whole row of a codec with tiny
+	 * tables (ibp_codec_t.tiny), CLEAN (n = 0) or, for a cluster without
+	 * Xvals, BITMAP / LIST; same arguments, result and checks as
+	 * decode_row (returns the end bit, S for CLEAN). */
+	uint64_t (*decode_tiny)(const struct ibp_codec *c, const ibp_cluster_t *cl, unsigned mode,
+				const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
+				uint64_t avail, uint8_t *dst);
 } ibp_kernels_t;
+
+/* Rows of at most 16 bytes (D C <= 16: one or two 64-bit words, every
+ * field of a row within its first 16 body bytes) are too short for the
+ * SIMD groups, and chunk by chunk their decode was mostly loop overhead
+ * (an int64 edge list, C = 2: 8 chunks a row). A cluster's tables per
+ * 64-bit word k of the row instead: one pdep of the static bits (the
+ * fields of a word's chunks are consecutive in the stream, as the
+ * encoder's wide pext packs them) and one of its exception fields. */
+#define IBP_TINY_MAX_BYTES 16u
+typedef struct ibp_tiny {
+	uint64_t nm[2]; /* ~Mask of the word's chunks (bytes past D C clear) */
+	uint64_t m[2];  /* Mask */
+	uint64_t b[2];  /* Bitval */
+	uint8_t so[2];  /* stream bit of the word's first static field (<= 128) */
+} ibp_tiny_t;
 
 struct ibp_codec {
 	uint64_t R;          /* row bytes */
@@ -381,7 +403,8 @@ struct ibp_codec {
 	uint8_t *xval_bytes;   /* K * D * C, as given (the Bitvals when none) */
 	int has_xval;          /* some cluster has an enabled chunk */
 	ibp_cluster_t *cl;     /* K entries */
-	void *mem[18];         /* allocations owned by the codec */
+	const ibp_tiny_t *tiny; /* K entries when D C <= IBP_TINY_MAX_BYTES, else NULL */
+	void *mem[19];         /* allocations owned by the codec */
 };
 
 /* The kernels; ibpi_kernels_bmi2 exists on x86-64 builds only. */
@@ -404,6 +427,12 @@ void ibpi_codec_set_threshold(ibp_codec_t *c, double threshold);
  * (the AVX2 kernels can run), after the q2 tables; returns 0 on no
  * memory (its block is c->mem[17]). w2_tables.c. */
 int ibpi_build_w2(ibp_codec_t *c, int avx2_ok);
+
+/* Builds ibp_cluster_t.base_row (S = 0 clusters, by the portable
+ * kernels) and ibp_codec_t.tiny (rows of D C <= IBP_TINY_MAX_BYTES);
+ * each returns 0 on no memory. row_tables.c. */
+int ibpi_build_base_rows(ibp_codec_t *c, const ibp_kernels_t *portable);
+int ibpi_build_tiny(ibp_codec_t *c);
 
 /* Exceptions (n) and the bits of the exception part (E, FORMAT.md §1.3,
  * Xval hit bits counted) of `row` under `cl`. */
@@ -1359,6 +1388,107 @@ IBP_INLINE uint64_t IBP_K(xscalar_v)(const ibp_codec_t *c, const ibp_cluster_t *
 		IBP_XS(4, 0);
 	}
 #undef IBP_XS
+}
+
+/* The first min(avail, 16) bytes at p, zero-padded to 16, with two
+ * overlapping loads of the widest size that fits (no copy call, nothing
+ * read past avail). */
+IBP_INLINE unsigned __int128 IBP_K(tiny_ld)(const uint8_t *p, uint64_t avail)
+{
+	const uint64_t n = avail < 16 ? avail : 16;
+	uint64_t lo, hi = 0;
+	if (n >= 8) {
+		lo = ibp_load64(p);
+		/* bytes [8, n): the top n - 8 of the 8 ending at n */
+		hi = n > 8 ? ibp_load64(p + n - 8) >> (8 * (16 - n)) : 0;
+	} else if (n >= 4) {
+		uint32_t a, b;
+		memcpy(&a, p, 4);
+		memcpy(&b, p + n - 4, 4);
+		lo = a | (uint64_t)b << (8 * (n - 4));
+	} else if (n) {
+		lo = p[0] | (uint64_t)p[n >> 1] << (8 * (n >> 1)) | (uint64_t)p[n - 1] << (8 * (n - 1));
+	} else {
+		lo = 0;
+	}
+	return (unsigned __int128)hi << 64 | lo;
+}
+
+/* A LIST row's exceptions as a bitmap (entries checked as
+ * ibp_exc_bitmap does; D <= 16); returns 0 on a bad entry. Out of line:
+ * its bitmap's stack frame stays off the tiny kernels' path. */
+static __attribute__((noinline)) int IBP_K(tiny_list)(const ibp_codec_t *c, const uint8_t *hdr, uint64_t hdr_len,
+						     uint64_t rd, uint64_t n, uint64_t *bm)
+{
+	uint64_t w[IBP_XWALK_MAXD / 64 + 1];
+	if (!ibp_exc_bitmap(c, IBP_ROW_LIST, hdr, hdr_len, rd, n, w))
+		return 0;
+	*bm = w[0];
+	return 1;
+}
+
+/* A row of a codec with tiny tables (see ibp_tiny_t), as decode_static
+ * then decode_exc would write it, with the same result (end bit or
+ * UINT64_MAX). The row's static and exception fields take at most D W <=
+ * 128 bits, so a valid row's fields all lie in its first 16 body bytes,
+ * held in v; the row is corrupt iff its end passes avail, checked before
+ * anything is stored. A shift count is taken mod 128: it reaches 128
+ * only once every bit is taken, where the word's mask is empty (pdep
+ * gives 0 whatever its source). n = 0: CLEAN; else no Xvals. */
+IBP_INLINE uint64_t IBP_K(decode_tiny_c)(const ibp_codec_t *c, const ibp_cluster_t *cl, unsigned mode,
+					 const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
+					 uint64_t avail, uint8_t *dst, const unsigned C)
+{
+	const ibp_tiny_t *t = c->tiny + (cl - c->cl);
+	const unsigned cpw = 8 / C; /* chunks a word */
+	const uint64_t R = c->R, lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail;
+	uint64_t bm = 0, e = cl->S;
+	if (n) {
+		if (mode == IBP_ROW_BITMAP) /* bits >= D were checked to be clear */
+			bm = hdr[0] | (hdr_len > 1 ? (uint64_t)hdr[1] << 8 : 0);
+		else if (!IBP_K(tiny_list)(c, hdr, hdr_len, ibp_hdr_readable(hdr, hdr_len, body, avail), n, &bm))
+			return UINT64_MAX;
+	}
+	const unsigned __int128 v = IBP_K(tiny_ld)(body, avail);
+	/* a lane's low bit per chunk of a word, times its all-ones, spreads a
+	 * bitmap bit over its chunk */
+	const uint64_t lane_lo = C == 1 ? 0x0101010101010101ull : C == 2 ? 0x0001000100010001ull
+				: C == 4 ? 0x0000000100000001ull : 1ull;
+	const uint64_t ones = ibp_lowmask(8 * C);
+	uint64_t out[2];
+	for (unsigned k = 0; k < 2; k++) {
+		if (8 * k >= R)
+			break;
+		const uint64_t s = _pdep_u64((uint64_t)(v >> (t->so[k] & 127)), t->nm[k]);
+		const uint64_t x = _pdep_u64((bm >> (k * cpw)) & ibp_lowmask(cpw), lane_lo) * ones;
+		const uint64_t em = t->m[k] & x;
+		out[k] = s | (t->b[k] & ~x) | _pdep_u64((uint64_t)(v >> (e & 127)), em);
+		e += (uint64_t)__builtin_popcountll(em);
+	}
+	if (e > lim) /* past the row: nothing stored */
+		return UINT64_MAX;
+	if (R == 16) {
+		ibp_store64(dst, out[0]);
+		ibp_store64(dst + 8, out[1]);
+	} else if (R >= 8) {
+		ibp_store64(dst, out[0]);
+		ibp_st_partial(dst + 8, out[1], R - 8);
+	} else {
+		ibp_st_partial(dst, out[0], R);
+	}
+	return e;
+}
+
+static uint64_t IBP_K(decode_tiny)(const ibp_codec_t *c, const ibp_cluster_t *cl, unsigned mode,
+				   const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
+				   uint64_t avail, uint8_t *dst)
+{
+	switch (c->C) {
+	case 1: return IBP_K(decode_tiny_c)(c, cl, mode, hdr, hdr_len, n, body, avail, dst, 1);
+	case 2: return IBP_K(decode_tiny_c)(c, cl, mode, hdr, hdr_len, n, body, avail, dst, 2);
+	case 4: return IBP_K(decode_tiny_c)(c, cl, mode, hdr, hdr_len, n, body, avail, dst, 4);
+	default: return IBP_K(decode_tiny_c)(c, cl, mode, hdr, hdr_len, n, body, avail, dst, 8);
+	}
 }
 #endif /* IBP_K_WIDE_PEXT */
 
