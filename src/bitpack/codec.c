@@ -1173,12 +1173,6 @@ ibp_status_t ibp_encode_row(const ibp_codec_t *c, const void *row, unsigned clus
 ibp_status_t ibpi_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64_t src_len,
 				uint8_t flags, unsigned cluster, uint8_t *dst, uint64_t *extent)
 {
-	if (flags == IBP_ROW_CLEAN && c->tiny && cluster < c->K && c->k->decode_tiny &&
-	    c->cl[cluster].nclean <= src_len) { /* a CLEAN tiny row: the checks below pass */
-		(void)c->k->decode_tiny(c, &c->cl[cluster], IBP_ROW_CLEAN, src, 0, 0, src, src_len, dst);
-		*extent = c->cl[cluster].nclean;
-		return IBP_OK;
-	}
 	if (flags & ~IBP_ROW_MODE_MASK)
 		return ibpi_fail(IBP_ERR_CORRUPT, "decode: reserved flag bits set (0x%02x)", flags);
 	if (cluster >= c->K)
@@ -1272,7 +1266,7 @@ ibp_status_t ibp_decode_row(const ibp_codec_t *c, const void *src, uint64_t src_
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "decode_row: NULL argument");
 	uint64_t extent;
 	static const uint8_t none[1];
-	return ibpi_decode_row_ext(c, src ? src : none, src_len, flags, cluster, dst, &extent);
+	return ibpi_decode_row_ext_i(c, src ? src : none, src_len, flags, cluster, dst, &extent);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1410,7 +1404,7 @@ static void ibp_dec_fn(void *ctx, uint64_t begin, uint64_t end, int tid)
 	for (uint64_t i = begin; i < end; i++) {
 		uint64_t o = x->coffsets[i], len = x->coffsets[i + 1] - o, extent;
 		unsigned k = x->cclusters ? x->cclusters[i] : 0;
-		ibp_status_t st = ibpi_decode_row_ext(c, x->src + o, len, x->cflags[i], k,
+		ibp_status_t st = ibpi_decode_row_ext_i(c, x->src + o, len, x->cflags[i], k,
 						     x->dst + i * c->R, &extent);
 		if (st == IBP_OK && extent != len)
 			st = ibpi_fail(IBP_ERR_CORRUPT, "row uses %llu of its %llu bytes",

@@ -188,7 +188,7 @@ typedef struct rowref {
 static inline ibp_status_t decode_one(const ibp_store_t *s, uint64_t row, const rowref_t *r, uint8_t *dst)
 {
 	uint64_t used = 0;
-	ibp_status_t st = ibpi_decode_row_ext(s->codec, r->src, r->len, r->mode, r->cl, dst, &used);
+	ibp_status_t st = ibpi_decode_row_ext_i(s->codec, r->src, r->len, r->mode, r->cl, dst, &used);
 	if (st == IBP_OK && s->packed && used != r->len)
 		st = ibpi_fail(IBP_ERR_CORRUPT, "row %llu: encoded row is %llu bytes, its extent %llu",
 			      (unsigned long long)row, (unsigned long long)used, (unsigned long long)r->len);

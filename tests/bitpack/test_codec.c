@@ -766,7 +766,8 @@ Test(codec, bitmap_header_small_d)
  * portable's status, bytes and extent for the row, every truncation of
  * it (0 .. its length - 1 bytes, exact-size heap buffers: ASan sees a
  * read past them), the row with bytes after it, and random bytes under
- * every flag. */
+ * every flag. Through ibpi_decode_row_ext_i, the store's entry (its
+ * inline CLEAN path, then ibpi_decode_row_ext). */
 static void tiny_decode_all(ibp_codec_t *c, const uint8_t *src, uint64_t len, uint8_t fl, unsigned k,
 			    const uint8_t *want, const char *what)
 {
@@ -782,7 +783,7 @@ static void tiny_decode_all(ibp_codec_t *c, const uint8_t *src, uint64_t len, ui
 		memcpy(s, src, len);
 		memset(dec, 0xA5, sizeof(dec));
 		uint64_t ext = 0;
-		const ibp_status_t st = ibpi_decode_row_ext(c, s, len, fl, k, dec, &ext);
+		const ibp_status_t st = ibpi_decode_row_ext_i(c, s, len, fl, k, dec, &ext);
 		free(s);
 		CHECK(st == IBP_OK || st == IBP_ERR_CORRUPT, "%s: status %d", what, st);
 		if (ii == 0) {
