@@ -71,6 +71,7 @@ const ibp_kernels_t ibpi_kernels_portable = {
 	ibp_portable_decode_exc,
 	ibpi_row_stats,
 	NULL,
+	NULL,
 };
 
 /* ---------------------------------------------------------------------- */
@@ -736,32 +737,6 @@ static int ibp_build_q2(ibp_codec_t *c)
 	return 1;
 }
 
-/* Builds ibp_cluster_t.base_row of every cluster without static fields
- * (S = 0), by the portable kernel on an empty body (it reads none), in one
- * allocation of at most 64 MiB (else none: the kernels rebuild it per row);
- * returns 0 on no memory. */
-static int ibp_build_base_rows(ibp_codec_t *c)
-{
-	uint64_t n = 0;
-	for (unsigned k = 0; k < c->K; k++)
-		n += c->cl[k].S == 0;
-	if (n == 0 || c->R > (64u << 20) / n)
-		return 1;
-	uint8_t *mem = malloc(n * c->R);
-	c->mem[10] = mem;
-	if (!mem)
-		return 0;
-	static const uint8_t empty[8];
-	for (unsigned k = 0; k < c->K; k++) {
-		if (c->cl[k].S != 0)
-			continue;
-		ibpi_kernels_portable.decode_static(c, &c->cl[k], empty, 0, mem);
-		c->cl[k].base_row = mem;
-		mem += c->R;
-	}
-	return 1;
-}
-
 /* Builds the SIMD exception-walk tables (ibp_cluster_t.xg) of every
  * cluster without Xvals when the AVX-512 or AVX2 kernels can run; returns
  * 0 on no memory. */
@@ -988,7 +963,8 @@ ibp_status_t ibp_codec_create_ex(uint64_t row_bytes, unsigned chunk_bytes, unsig
 	}
 	if (!ibp_build_vec(c) || !ibp_build_xvec(c) || !ibp_build_vec16(c) || !ibp_build_vecms(c) ||
 	    !ibp_build_xvec2(c) || !ibp_build_xvec4(c) || !ibp_build_fused(c) || !ibp_build_q2(c) ||
-	    !ibp_build_base_rows(c) || !ibpi_build_w2(c, ibp_avx2_ok()))
+	    !ibpi_build_base_rows(c, &ibpi_kernels_portable) || !ibpi_build_w2(c, ibp_avx2_ok()) ||
+	    !ibpi_build_tiny(c))
 		goto nomem;
 	c->impl = ibp_auto_impl();
 	c->k = ibp_impl_kernels(c->impl);
@@ -1256,7 +1232,10 @@ ibp_status_t ibpi_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint6
 		return ibpi_fail(IBP_ERR_CORRUPT, "decode: static part past the row end (%llu)",
 				(unsigned long long)avail);
 	uint64_t end;
-	if (n && c->k->decode_row && !cl->base_row) {
+	if (c->tiny && c->k->decode_tiny && (n == 0 || !cl->has_x)) {
+		/* rows of one or two words: a pdep or two a word (ibp_tiny_t) */
+		end = c->k->decode_tiny(c, cl, mode, src, hdr, n, bp, avail, dst);
+	} else if (n && c->k->decode_row && !cl->base_row) {
 		/* static part and exceptions in one pass, with the same checks */
 		end = c->k->decode_row(c, cl, mode, src, hdr, n, bp, avail, dst);
 	} else {
@@ -1287,7 +1266,7 @@ ibp_status_t ibp_decode_row(const ibp_codec_t *c, const void *src, uint64_t src_
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "decode_row: NULL argument");
 	uint64_t extent;
 	static const uint8_t none[1];
-	return ibpi_decode_row_ext(c, src ? src : none, src_len, flags, cluster, dst, &extent);
+	return ibpi_decode_row_ext_i(c, src ? src : none, src_len, flags, cluster, dst, &extent);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1425,7 +1404,7 @@ static void ibp_dec_fn(void *ctx, uint64_t begin, uint64_t end, int tid)
 	for (uint64_t i = begin; i < end; i++) {
 		uint64_t o = x->coffsets[i], len = x->coffsets[i + 1] - o, extent;
 		unsigned k = x->cclusters ? x->cclusters[i] : 0;
-		ibp_status_t st = ibpi_decode_row_ext(c, x->src + o, len, x->cflags[i], k,
+		ibp_status_t st = ibpi_decode_row_ext_i(c, x->src + o, len, x->cflags[i], k,
 						     x->dst + i * c->R, &extent);
 		if (st == IBP_OK && extent != len)
 			st = ibpi_fail(IBP_ERR_CORRUPT, "row uses %llu of its %llu bytes",

@@ -889,4 +889,5 @@ const ibp_kernels_t ibpi_kernels_avx512 = {
 	ibp_avx512_decode_exc_v,
 	ibp_avx512_row_stats,
 	ibp_avx512_decode_row_v,
+	ibp_avx512_decode_tiny,
 };

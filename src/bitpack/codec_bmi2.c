@@ -38,4 +38,5 @@ const ibp_kernels_t ibpi_kernels_bmi2 = {
 	ibp_bmi2_decode_exc,
 	ibpi_row_stats,
 	NULL,
+	ibp_bmi2_decode_tiny,
 };

@@ -361,7 +361,29 @@ typedef struct ibp_kernels {
 	uint64_t (*decode_row)(const struct ibp_codec *c, const ibp_cluster_t *cl, unsigned mode,
 			       const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
 			       uint64_t avail, uint8_t *dst);
+	/* Optional (NULL: the paths above): a whole row of a codec with tiny
+	 * tables (ibp_codec_t.tiny), CLEAN (n = 0) or, for a cluster without
+	 * Xvals, BITMAP / LIST; same arguments, result and checks as
+	 * decode_row (returns the end bit, S for CLEAN). */
+	uint64_t (*decode_tiny)(const struct ibp_codec *c, const ibp_cluster_t *cl, unsigned mode,
+				const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
+				uint64_t avail, uint8_t *dst);
 } ibp_kernels_t;
+
+/* Rows of at most 16 bytes (D C <= 16: one or two 64-bit words, every
+ * field of a row within its first 16 body bytes) are too short for the
+ * SIMD groups, and chunk by chunk their decode was mostly loop overhead
+ * (an int64 edge list, C = 2: 8 chunks a row). A cluster's tables per
+ * 64-bit word k of the row instead: one pdep of the static bits (the
+ * fields of a word's chunks are consecutive in the stream, as the
+ * encoder's wide pext packs them) and one of its exception fields. */
+#define IBP_TINY_MAX_BYTES 16u
+typedef struct ibp_tiny {
+	uint64_t nm[2]; /* ~Mask of the word's chunks (bytes past D C clear) */
+	uint64_t m[2];  /* Mask */
+	uint64_t b[2];  /* Bitval */
+	uint8_t so[2];  /* stream bit of the word's first static field (<= 128) */
+} ibp_tiny_t;
 
 struct ibp_codec {
 	uint64_t R;          /* row bytes */
@@ -381,7 +403,8 @@ struct ibp_codec {
 	uint8_t *xval_bytes;   /* K * D * C, as given (the Bitvals when none) */
 	int has_xval;          /* some cluster has an enabled chunk */
 	ibp_cluster_t *cl;     /* K entries */
-	void *mem[18];         /* allocations owned by the codec */
+	const ibp_tiny_t *tiny; /* K entries when D C <= IBP_TINY_MAX_BYTES, else NULL */
+	void *mem[19];         /* allocations owned by the codec */
 };
 
 /* The kernels; ibpi_kernels_bmi2 exists on x86-64 builds only. */
@@ -404,6 +427,12 @@ void ibpi_codec_set_threshold(ibp_codec_t *c, double threshold);
  * (the AVX2 kernels can run), after the q2 tables; returns 0 on no
  * memory (its block is c->mem[17]). w2_tables.c. */
 int ibpi_build_w2(ibp_codec_t *c, int avx2_ok);
+
+/* Builds ibp_cluster_t.base_row (S = 0 clusters, by the portable
+ * kernels) and ibp_codec_t.tiny (rows of D C <= IBP_TINY_MAX_BYTES);
+ * each returns 0 on no memory. row_tables.c. */
+int ibpi_build_base_rows(ibp_codec_t *c, const ibp_kernels_t *portable);
+int ibpi_build_tiny(ibp_codec_t *c);
 
 /* Exceptions (n) and the bits of the exception part (E, FORMAT.md §1.3,
  * Xval hit bits counted) of `row` under `cl`. */
@@ -428,6 +457,21 @@ IBP_INLINE void ibp_choose_mode(const ibp_codec_t *c, const ibp_cluster_t *cl, u
  * ibpi_decode_row_ext also returns the row's extent (bytes it occupies). */
 ibp_status_t ibpi_decode_row_ext(const ibp_codec_t *c, const uint8_t *src, uint64_t src_len,
 				uint8_t flags, unsigned cluster, uint8_t *dst, uint64_t *extent);
+
+/* ibpi_decode_row_ext with a CLEAN row of tiny tables (ibp_tiny_t) taken
+ * inline, for the per-row callers (store, batches): such a row passes
+ * every header check, and the call and checks cost as much as its decode. */
+static inline ibp_status_t ibpi_decode_row_ext_i(const ibp_codec_t *c, const uint8_t *src, uint64_t src_len,
+						 uint8_t flags, unsigned cluster, uint8_t *dst, uint64_t *extent)
+{
+	if (flags == IBP_ROW_CLEAN && c->tiny && cluster < c->K && c->k->decode_tiny &&
+	    c->cl[cluster].nclean <= src_len) { /* a CLEAN tiny row: the checks pass */
+		(void)c->k->decode_tiny(c, &c->cl[cluster], IBP_ROW_CLEAN, src, 0, 0, src, src_len, dst);
+		*extent = c->cl[cluster].nclean;
+		return IBP_OK;
+	}
+	return ibpi_decode_row_ext(c, src, src_len, flags, cluster, dst, extent);
+}
 
 /* ---- bit helpers ---- */
 
@@ -1360,6 +1404,8 @@ IBP_INLINE uint64_t IBP_K(xscalar_v)(const ibp_codec_t *c, const ibp_cluster_t *
 	}
 #undef IBP_XS
 }
+
+#include "bitpack/codec_tiny_k.h" /* decode_tiny */
 #endif /* IBP_K_WIDE_PEXT */
 
 #endif /* IBP_CODEC_KERNEL_BODY */

@@ -190,7 +190,7 @@ typedef struct rowref {
 static inline ibp_status_t decode_one(const ibp_store_t *s, uint64_t row, const rowref_t *r, uint8_t *dst)
 {
 	uint64_t used = 0;
-	ibp_status_t st = ibpi_decode_row_ext(s->codec, r->src, r->len, r->mode, r->cl, dst, &used);
+	ibp_status_t st = ibpi_decode_row_ext_i(s->codec, r->src, r->len, r->mode, r->cl, dst, &used);
 	if (st == IBP_OK && s->packed && used != r->len)
 		st = ibpi_fail(IBP_ERR_CORRUPT, "row %llu: encoded row is %llu bytes, its extent %llu",
 			      (unsigned long long)row, (unsigned long long)used, (unsigned long long)r->len);
@@ -236,6 +236,7 @@ static inline void row_ahead(const ibp_store_t *s, uint64_t row, rowref_t *r)
 #define BURST_ALL_MAX 8u /* batches this small prefetch whole rows in their burst */
 #define RING (2 * BATCH_MAX)
 #define SMALL_ROW_BYTES 160u /* mean encoded row: whole rows in bursts of 4 */
+#define SEQ_RUN_MIN 16u /* rows in order from which tiny rows skip the pipeline */
 
 /* Staged batches (ids given, s->stage rows a batch) in three passes:
  * the batch's rows looked up (their map records prefetched a batch
@@ -341,6 +342,30 @@ static uint64_t decode_rows_map(const ibp_store_t *s, const int64_t *ids, uint8_
 		}
 		*st = IBP_OK;
 		return e;
+	}
+	if (R <= IBP_TINY_MAX_BYTES) {
+		/* Tiny rows in order (a whole-store read): their payload and map
+		 * records are read in order too, which the hardware prefetcher
+		 * follows, and the pipeline's lookups and prefetches cost more
+		 * than such a row's decode (an int64 edge list: 30% of it) */
+		while (b < e) {
+			uint64_t k = b + 1;
+			while (k < e && ROW_AT(k) == ROW_AT(k - 1) + 1)
+				k++;
+			if (k - b < SEQ_RUN_MIN)
+				break; /* not in order: the pipeline from b on */
+			for (uint64_t i = b; i < k; i++) {
+				rowref_t r = { .ok = 1 };
+				ibp_rowmap_get(m, ROW_AT(i), &r.src, &r.len, &r.mode, &r.cl);
+				if ((*st = decode_one(s, ROW_AT(i), &r, out + i * R)) != IBP_OK)
+					return i;
+			}
+			b = k;
+		}
+		if (b == e) {
+			*st = IBP_OK;
+			return e;
+		}
 	}
 	const int all = B <= BURST_ALL_MAX;
 	const uint64_t d = all ? 0 : (s->pf < B ? s->pf : B); /* row i + d is looked up by then */

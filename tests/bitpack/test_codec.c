@@ -760,6 +760,124 @@ Test(codec, bitmap_header_small_d)
 	cr_assert_gt(past, 10);
 }
 
+/* Rows of at most 16 chunk bytes (the tiny tables, ibp_tiny_t: C = 1, 2,
+ * 4, 8 with 1..16 / C chunks, whole or partial last chunk), with and
+ * without Xvals, CLEAN, BITMAP and LIST rows: every implementation gives
+ * portable's status, bytes and extent for the row, every truncation of
+ * it (0 .. its length - 1 bytes, exact-size heap buffers: ASan sees a
+ * read past them), the row with bytes after it, and random bytes under
+ * every flag. Through ibpi_decode_row_ext_i, the store's entry (its
+ * inline CLEAN path, then ibpi_decode_row_ext). */
+static void tiny_decode_all(ibp_codec_t *c, const uint8_t *src, uint64_t len, uint8_t fl, unsigned k,
+			    const uint8_t *want, const char *what)
+{
+	static const ibp_impl_t impls[] = { IBP_IMPL_PORTABLE, IBP_IMPL_BMI2, IBP_IMPL_AVX2, IBP_IMPL_AVX512 };
+	const uint64_t R = ibp_codec_row_bytes(c);
+	uint8_t dec[17], dec0[16];
+	uint64_t ext0 = 0;
+	ibp_status_t st0 = IBP_OK;
+	for (size_t ii = 0; ii < sizeof(impls) / sizeof(impls[0]); ii++) {
+		if (ibp_codec_set_impl(c, impls[ii]) != IBP_OK)
+			continue;
+		uint8_t *s = malloc(len ? len : 1);
+		memcpy(s, src, len);
+		memset(dec, 0xA5, sizeof(dec));
+		uint64_t ext = 0;
+		const ibp_status_t st = ibpi_decode_row_ext_i(c, s, len, fl, k, dec, &ext);
+		free(s);
+		CHECK(st == IBP_OK || st == IBP_ERR_CORRUPT, "%s: status %d", what, st);
+		if (ii == 0) {
+			st0 = st;
+			ext0 = ext;
+			memcpy(dec0, dec, R);
+			CHECK(!want || (st == IBP_OK && memcmp(dec, want, R) == 0), "%s: portable round trip", what);
+			continue;
+		}
+		CHECK(st == st0, "%s len %llu impl %d: status %d, portable %d", what, (unsigned long long)len,
+		      impls[ii], st, st0);
+		CHECK(st != IBP_OK || (memcmp(dec, dec0, R) == 0 && ext == ext0),
+		      "%s len %llu impl %d: row or extent differs from portable", what, (unsigned long long)len,
+		      impls[ii]);
+		CHECK(dec[R] == 0xA5, "%s impl %d: wrote past the row", what, impls[ii]);
+	}
+	ibp_codec_set_impl(c, IBP_IMPL_AUTO);
+}
+
+Test(codec, tiny_rows)
+{
+	tu_rng_t r;
+	tu_rng_seed(&r, 33);
+	static const unsigned Cs[4] = { 1, 2, 4, 8 };
+	static const double dens[3] = { 0.3, 0.7, 0.97 };
+	uint64_t modes[4] = { 0 };
+	for (int ci = 0; ci < 4; ci++)
+		for (uint64_t D = 1; D * Cs[ci] <= 16; D++)
+			for (int part = 0; part < (Cs[ci] > 1 ? 2 : 1); part++)
+				for (int xv = 0; xv < 2; xv++)
+					for (int di = 0; di < 3; di++) {
+		const unsigned C = Cs[ci];
+		const uint64_t R = D * C - (uint64_t)part;
+		uint8_t *m = tu_xcalloc(2 * D * C), *b = tu_xcalloc(2 * D * C);
+		tu_mask_random(&r, dens[di], m, b, R, C);
+		tu_mask_random(&r, dens[(di + 1) % 3], m + D * C, b + D * C, R, C);
+		ibp_codec_t *c;
+		cr_assert_eq(ibp_codec_create(R, C, 2, m, b, &c), IBP_OK);
+		if (xv) {
+			ibp_codec_t *cx = make_xcodec(&r, c, TU_RANDOM);
+			ibp_codec_free(c);
+			c = cx;
+		}
+		cr_assert(c->tiny != NULL, "C=%u D=%llu: no tiny tables", C, (unsigned long long)D);
+		char what[96];
+		snprintf(what, sizeof(what), "C=%u D=%llu R=%llu xv=%d d=%.2f", C, (unsigned long long)D,
+			 (unsigned long long)R, xv, dens[di]);
+		uint8_t row[16], enc[64], src[80];
+		for (int it = 0; it < 24; it++) {
+			const unsigned k = (unsigned)(it & 1);
+			const uint8_t *mk = ibp_codec_mask(c, k), *bk = ibp_codec_bitval(c, k);
+			const uint8_t *xk = ibp_codec_xval(c, k);
+			/* random static bits; a chunk keeps random invariant bits
+			 * (likely an exception) with probability it / 24, else takes
+			 * its Bitval or (a hit) its Xval */
+			memset(row, 0, sizeof(row));
+			tu_fill_random(&r, row, R);
+			for (uint64_t j = 0; j < D; j++) {
+				const uint64_t mj = tu_word(mk, C, j), x = tu_word(row, C, j);
+				if (tu_below(&r, 24) < (uint64_t)it)
+					continue;
+				const uint64_t inv = tu_below(&r, 2) ? tu_word(xk, C, j) : tu_word(bk, C, j);
+				tu_set_word(row, C, j, (x & ~mj) | inv);
+			}
+			for (uint64_t i = R; i < 16; i++)
+				row[i] = 0;
+			uint64_t len = 0;
+			uint8_t fl = 0;
+			ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
+			cr_assert_eq(ibp_encode_row(c, row, k, enc, sizeof(enc), &len, &fl), IBP_OK);
+			modes[fl & 3]++;
+			tiny_decode_all(c, enc, len, fl, k, row, what);
+			for (uint64_t t = 0; t < len; t++) /* every truncation */
+				tiny_decode_all(c, enc, t, fl, k, NULL, what);
+			memcpy(src, enc, len); /* bytes after the row */
+			tu_fill_random(&r, src + len, 8);
+			tiny_decode_all(c, src, len + 1 + tu_below(&r, 8), fl, k, NULL, what);
+			/* random bytes under every flag (LIST entries out of order or
+			 * past D, bitmap bits past D, short bodies) */
+			const uint64_t glen = tu_below(&r, 2 * R + 4);
+			tu_fill_random(&r, src, glen);
+			if (it & 2)
+				memset(src, 0, glen / 2);
+			tiny_decode_all(c, src, glen, (uint8_t)(it % 4), k, NULL, what);
+		}
+		free(m);
+		free(b);
+		ibp_codec_free(c);
+	}
+	cr_assert_gt(modes[IBP_ROW_CLEAN], 100);
+	cr_assert_gt(modes[IBP_ROW_BITMAP], 100);
+	cr_assert_gt(modes[IBP_ROW_LIST], 20);
+}
+
 /* ------------------------------------------------------------------ */
 /* batches                                                              */
 /* ------------------------------------------------------------------ */
