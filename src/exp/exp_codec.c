@@ -324,8 +324,8 @@ ibp_status_t ibp_exp_table_from_sigma(ibp_dtype_t dt, double sigma, ibp_exp_tabl
 	if (!(sigma >= 0.0) || sigma > 1.7976931348623157e308)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_table_from_sigma: sigma %g is not finite and >= 0", sigma);
 	if (!t)
-		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_table_from_mean_square: t is NULL");
-	IBP_TRY(shape_for(dt, 0, &s, "exp_table_from_mean_square"));
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "exp_table_from_sigma: t is NULL");
+	IBP_TRY(shape_for(dt, 0, &s, "exp_table_from_sigma"));
 	uint64_t w = sigma_word(&s, sigma);
 	memcpy(t->field, &w, EXPF_NCODES);
 	return IBP_OK;
