@@ -314,6 +314,22 @@ static int consecutive(const int64_t *ids, uint64_t b, uint64_t e)
 	return 1;
 }
 
+/* Rows [b, e) looked up and decoded one by one, no look-ahead; returns
+ * as decode_range. */
+static uint64_t decode_rows_plain(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b, uint64_t e,
+				  ibp_status_t *st)
+{
+	for (uint64_t i = b; i < e; i++) {
+		const uint64_t row = ids ? (uint64_t)ids[i] : i;
+		rowref_t r = { .ok = 1 };
+		ibp_rowmap_get(s->map, row, &r.src, &r.len, &r.mode, &r.cl);
+		if ((*st = decode_one(s, row, &r, out + i * s->R)) != IBP_OK)
+			return i;
+	}
+	*st = IBP_OK;
+	return e;
+}
+
 /* decode_rows_ibp with the row map, in batches of s->batch rows. Before a
  * batch decodes, the map records of the batch after next are prefetched
  * and the next batch is looked up (O(1), its records now cached) and its
@@ -328,21 +344,9 @@ static int consecutive(const int64_t *ids, uint64_t b, uint64_t e)
 static uint64_t decode_rows_map(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b,
 				uint64_t e, ibp_status_t *st)
 {
-	if (s->stage && ids && !consecutive(ids, b, e))
-		return decode_rows_staged(s, ids, out, b, e, st);
 	const ibp_rowmap_t *m = s->map;
 	const uint64_t R = s->R, B = s->batch;
 #define ROW_AT(k) (ids ? (uint64_t)ids[k] : (k))
-	if (s->pf == 0) {
-		for (uint64_t i = b; i < e; i++) {
-			rowref_t r = { .ok = 1 };
-			ibp_rowmap_get(m, ROW_AT(i), &r.src, &r.len, &r.mode, &r.cl);
-			if ((*st = decode_one(s, ROW_AT(i), &r, out + i * R)) != IBP_OK)
-				return i;
-		}
-		*st = IBP_OK;
-		return e;
-	}
 	if (R <= IBP_TINY_MAX_BYTES) {
 		/* Tiny rows in order (a whole-store read): their payload and map
 		 * records are read in order too, which the hardware prefetcher
@@ -353,13 +357,10 @@ static uint64_t decode_rows_map(const ibp_store_t *s, const int64_t *ids, uint8_
 			while (k < e && ROW_AT(k) == ROW_AT(k - 1) + 1)
 				k++;
 			if (k - b < SEQ_RUN_MIN)
-				break; /* not in order: the pipeline from b on */
-			for (uint64_t i = b; i < k; i++) {
-				rowref_t r = { .ok = 1 };
-				ibp_rowmap_get(m, ROW_AT(i), &r.src, &r.len, &r.mode, &r.cl);
-				if ((*st = decode_one(s, ROW_AT(i), &r, out + i * R)) != IBP_OK)
-					return i;
-			}
+				break; /* not in order: staged or the pipeline from b on */
+			const uint64_t at = decode_rows_plain(s, ids, out, b, k, st);
+			if (at != k)
+				return at;
 			b = k;
 		}
 		if (b == e) {
@@ -367,6 +368,10 @@ static uint64_t decode_rows_map(const ibp_store_t *s, const int64_t *ids, uint8_
 			return e;
 		}
 	}
+	if (s->stage && ids && !consecutive(ids, b, e))
+		return decode_rows_staged(s, ids, out, b, e, st);
+	if (s->pf == 0)
+		return decode_rows_plain(s, ids, out, b, e, st);
 	const int all = B <= BURST_ALL_MAX;
 	const uint64_t d = all ? 0 : (s->pf < B ? s->pf : B); /* row i + d is looked up by then */
 	rowref_t ring[RING];
