@@ -81,9 +81,10 @@ void ibp_store_close(ibp_store_t *s);
  * rows in batches (4 rows when the mean encoded row is at most 160 bytes,
  * else 64; IBP_GATHER_BATCH=N in the environment at open sets it, 1 to
  * 64), other rows 8 positions ahead (IBP_GATHER_PREFETCH=N at open sets
- * the distance, at most 64; 0 turns all look-ahead off). Ids that are not
- * consecutive, of an IBP store whose rows are at most 4 KiB, go in
- * staged batches instead:
+ * the distance, at most 64; 0 turns all look-ahead off). Ids of an IBP
+ * store whose rows are at most 4 KiB go in staged batches instead, except
+ * runs of at least 64 consecutive ids (or a thread's whole share in
+ * order):
  * up to 64 rows looked up, prefetched and their bytes copied into a 16 KiB
  * buffer on the thread's stack (about 21 KiB of stack in all, on the
  * calling thread and the pool's), then decoded from there

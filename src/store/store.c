@@ -302,16 +302,13 @@ static uint64_t decode_rows_staged(const ibp_store_t *s, const int64_t *ids, uin
 	return e;
 }
 
-/* Whether ids [b, e) are consecutive rows: those do not stage (the
- * hardware prefetcher follows them and the pipeline prefetches their
- * output; staged, sequential f32 rows ran 21% slower). Random ids stop
- * at the first pair. */
-static int consecutive(const int64_t *ids, uint64_t b, uint64_t e)
+/* The end of the run of consecutive rows that starts at position b (b < e). */
+static uint64_t run_end(const int64_t *ids, uint64_t b, uint64_t e)
 {
-	for (uint64_t i = b + 1; i < e; i++)
-		if (ids[i] != ids[i - 1] + 1)
-			return 0;
-	return 1;
+	uint64_t k = b + 1;
+	while (k < e && ids[k] == ids[k - 1] + 1)
+		k++;
+	return k;
 }
 
 /* Rows [b, e) looked up and decoded one by one, no look-ahead; returns
@@ -330,51 +327,26 @@ static uint64_t decode_rows_plain(const ibp_store_t *s, const int64_t *ids, uint
 	return e;
 }
 
-/* decode_rows_ibp with the row map, in batches of s->batch rows. Before a
- * batch decodes, the map records of the batch after next are prefetched
- * and the next batch is looked up (O(1), its records now cached) and its
- * rows' payload prefetched in one burst: whole rows for small batches,
- * else each row's first line, its other lines d = s->pf rows before it
- * decodes. Why bursts: on this project's VMs (docs/BENCHMARKS.md, "Gather
- * and bags against PyTorch") a random row's first touch costs a page walk
- * that holds up everything behind it; walks started together overlap,
- * one started per decoded row (a plain look-ahead) does not. Lookups
- * cannot fail: ids were checked against the rows and the map was checked
- * when built. */
-static uint64_t decode_rows_map(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b,
-				uint64_t e, ibp_status_t *st)
+/* Rows [b, e) by the row map's pipeline, in batches of s->batch rows.
+ * Before a batch decodes, the map records of the batch after next are
+ * prefetched and the next batch is looked up (O(1), its records now
+ * cached) and its rows' payload prefetched in one burst: whole rows for
+ * small batches, else each row's first line, its other lines d = s->pf
+ * rows before it decodes. Why bursts: on this project's VMs
+ * (docs/BENCHMARKS.md, "Gather and bags against PyTorch") a random row's
+ * first touch costs a page walk that holds up everything behind it; walks
+ * started together overlap, one started per decoded row (a plain
+ * look-ahead) does not. Lookups cannot fail: ids were checked against the
+ * rows and the map was checked when built. */
+static uint64_t decode_rows_pipe(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b,
+				 uint64_t e, ibp_status_t *st)
 {
 	const ibp_rowmap_t *m = s->map;
 	const uint64_t R = s->R, B = s->batch;
-#define ROW_AT(k) (ids ? (uint64_t)ids[k] : (k))
-	if (R <= IBP_TINY_MAX_BYTES) {
-		/* Tiny rows in order (a whole-store read): their payload and map
-		 * records are read in order too, which the hardware prefetcher
-		 * follows, and the pipeline's lookups and prefetches cost more
-		 * than such a row's decode (an int64 edge list: 30% of it) */
-		while (b < e) {
-			uint64_t k = b + 1;
-			while (k < e && ROW_AT(k) == ROW_AT(k - 1) + 1)
-				k++;
-			if (k - b < SEQ_RUN_MIN)
-				break; /* not in order: staged or the pipeline from b on */
-			const uint64_t at = decode_rows_plain(s, ids, out, b, k, st);
-			if (at != k)
-				return at;
-			b = k;
-		}
-		if (b == e) {
-			*st = IBP_OK;
-			return e;
-		}
-	}
-	if (s->stage && ids && !consecutive(ids, b, e))
-		return decode_rows_staged(s, ids, out, b, e, st);
-	if (s->pf == 0)
-		return decode_rows_plain(s, ids, out, b, e, st);
 	const int all = B <= BURST_ALL_MAX;
 	const uint64_t d = all ? 0 : (s->pf < B ? s->pf : B); /* row i + d is looked up by then */
 	rowref_t ring[RING];
+#define ROW_AT(k) (ids ? (uint64_t)ids[k] : (k))
 #define AT(k) (&ring[(k) & (RING - 1)])
 #define LOOKUP(k)                                                                    \
 	do {                                                                         \
@@ -407,6 +379,67 @@ static uint64_t decode_rows_map(const ibp_store_t *s, const int64_t *ids, uint8_
 #undef LOOKUP
 #undef AT
 #undef ROW_AT
+	*st = IBP_OK;
+	return e;
+}
+
+/* Runs of at least this many consecutive ids go through the pipeline
+ * even in a staged gather: the hardware prefetcher follows them and the
+ * pipeline prefetches their output, and staged they ran slower
+ * (sequential f32 rows 21%, docs/BENCHMARKS.md "Staged rows"). */
+#define STAGE_RUN_MIN 64u
+
+/* Rows at positions [b, e) by the row map: tiny rows in order one by one,
+ * runs of consecutive ids by the pipeline, the other ids staged (when the
+ * store stages) or by the pipeline; returns as decode_range. */
+static uint64_t decode_rows_map(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b,
+				uint64_t e, ibp_status_t *st)
+{
+	if (s->R <= IBP_TINY_MAX_BYTES) {
+		/* Tiny rows in order (a whole-store read): their payload and map
+		 * records are read in order too, which the hardware prefetcher
+		 * follows, and the pipeline's lookups and prefetches cost more
+		 * than such a row's decode (an int64 edge list: 30% of it) */
+		while (b < e) {
+			const uint64_t k = ids ? run_end(ids, b, e) : e;
+			if (k - b < SEQ_RUN_MIN)
+				break; /* not in order: staged or the pipeline from b on */
+			const uint64_t at = decode_rows_plain(s, ids, out, b, k, st);
+			if (at != k)
+				return at;
+			b = k;
+		}
+		if (b == e) {
+			*st = IBP_OK;
+			return e;
+		}
+	}
+	if (s->pf == 0)
+		return decode_rows_plain(s, ids, out, b, e, st);
+	if (!s->stage || !ids)
+		return decode_rows_pipe(s, ids, out, b, e, st);
+	/* Staged, but runs in order by the pipeline. Random ids end a run at
+	 * their first pair, so the scan costs a compare an id. */
+	while (b < e) {
+		uint64_t p = b, k = e;
+		while (p < e) {
+			k = run_end(ids, p, e);
+			if (k - p >= STAGE_RUN_MIN || (p == b && k == e))
+				break; /* a long run, or a whole range in order (a thread's grain of one) */
+			p = k;
+		}
+		if (p > b) {
+			const uint64_t at = decode_rows_staged(s, ids, out, b, p, st);
+			if (at != p)
+				return at;
+		}
+		if (k > p) {
+			const uint64_t at = decode_rows_pipe(s, ids, out, p, k, st);
+			if (at != k)
+				return at;
+		}
+		b = k > p ? k : p;
+	}
 	*st = IBP_OK;
 	return e;
 }

@@ -496,6 +496,26 @@ Test(store, staged_rows, .init = make_tmpdir, .fini = remove_tmpdir)
 			cr_assert_eq(ibp_store_gather(s, seq, n, out, 1), IBP_OK, "%s", ibp_last_error());
 			cr_assert(memcmp(out, fx.rows, n * R) == 0, "consecutive ids, stage %s", stage[p]);
 			free(seq);
+			if (n >= 200) {
+				/* runs in order among random ids (the pipeline's, at least 64
+				 * long; one of 63 staged), one at the start and one at the end */
+				static const uint64_t run_at[] = { 0, 90, 200, 400, 480 }, run_len[] = { 70, 63, 64, 1, 80 };
+				const uint64_t m = 560;
+				int64_t *mix = xcalloc(m * sizeof(int64_t));
+				for (uint64_t i = 0; i < m; i++)
+					mix[i] = (int64_t)(rnd(&g) % n);
+				for (int q = 0; q < 5; q++)
+					for (uint64_t i = 0; i < run_len[q]; i++)
+						mix[run_at[q] + i] = (int64_t)((run_at[q] / 3 + i) % n);
+				uint8_t *mo = xcalloc(m * R);
+				for (int t = 1; t <= 2; t++) {
+					memset(mo, 0, m * R);
+					cr_assert_eq(ibp_store_gather(s, mix, m, mo, t), IBP_OK, "%s", ibp_last_error());
+					check_gather(&v, mix, m, mo);
+				}
+				free(mo);
+				free(mix);
+			}
 			ibp_store_close(s);
 		}
 		free(ids);
