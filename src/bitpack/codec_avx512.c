@@ -99,13 +99,22 @@ IBP_INLINE uint64_t ibp_avx512_xblock(const uint8_t *row, const uint8_t *mk, con
 #include "bitpack/codec_internal.h"
 #undef IBP_K
 
+/* The 64 bytes at p, or its first rem bytes and zeros when fewer are
+ * readable: a plain load where all 64 are. Masked loads of rows decoded
+ * where they lie (not from a copy) left sequential f32 rows 25% slower on
+ * Zen 5 (docs/BENCHMARKS.md "Runs in order, plain loads"). */
+IBP_INLINE __m512i ibp_avx512_load_upto(const uint8_t *p, uint64_t rem)
+{
+	if (rem >= 64)
+		return _mm512_loadu_si512(p);
+	return _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, (unsigned)rem), p);
+}
+
 /* The group's 64-byte window; body[base, avail) is readable, base <= avail. */
 IBP_INLINE __m512i ibp_avx512_window(const uint8_t *body, uint64_t avail, uint64_t base,
 				     const ibp_vgroup_t *q)
 {
-	const uint64_t rem = avail - base;
-	const __mmask64 k = rem >= 64 ? ~0ull : _bzhi_u64(~0ull, (unsigned)rem);
-	const __m512i w = _mm512_maskz_loadu_epi8(k, body + base);
+	const __m512i w = ibp_avx512_load_upto(body + base, avail - base);
 	return _mm512_permutexvar_epi8(_mm512_load_si512((const void *)q->idx), w);
 }
 
@@ -197,9 +206,7 @@ static void ibp_avx512_static_ms(const ibp_codec_t *c, const ibp_cluster_t *cl, 
 	const uint64_t *vb = vt->vbasem;
 	const uint64_t nvg = vt->nvgm, C = c->C;
 	for (uint64_t g = 0; g < nvg; g++, q++) {
-		const uint64_t rem = avail - vb[g];
-		const __mmask64 k = rem >= 64 ? ~0ull : _bzhi_u64(~0ull, (unsigned)rem);
-		const __m512i win = _mm512_maskz_loadu_epi8(k, body + vb[g]);
+		const __m512i win = ibp_avx512_load_upto(body + vb[g], avail - vb[g]);
 		const __m512i w = _mm512_permutexvar_epi8(_mm512_load_si512((const void *)q->idx), win);
 		const __m512i t0 = _mm512_multishift_epi64_epi8(_mm512_load_si512((const void *)q->c0), w);
 		const __m512i t1 = _mm512_multishift_epi64_epi8(_mm512_load_si512((const void *)q->c1), w);
@@ -342,8 +349,7 @@ IBP_INLINE uint64_t ibp_avx512_xwalk_w32(const ibp_codec_t *c, const ibp_cluster
 		/* field bit of each lane, from byte b0 of the body */
 		const uint64_t b0 = e >> 3, rem = avail - b0; /* e <= lim: b0 <= avail */
 		const __m512i rel = _mm512_add_epi32(_mm512_sub_epi32(s, w), _mm512_set1_epi32((int)(e & 7)));
-		const __mmask64 km = rem >= 64 ? ~0ull : _bzhi_u64(~0ull, (unsigned)rem);
-		const __m512i win = _mm512_maskz_loadu_epi8(km, body + b0);
+		const __m512i win = ibp_avx512_load_upto(body + b0, rem);
 		const __m512i bi = _mm512_add_epi8(_mm512_shuffle_epi8(_mm512_srli_epi32(rel, 3), bc), inc);
 		const __m512i word = _mm512_permutexvar_epi8(bi, win);
 		const __m512i v = _mm512_and_si512(_mm512_srlv_epi32(word, _mm512_and_si512(rel, seven)),
@@ -419,8 +425,7 @@ static __attribute__((noinline)) uint64_t ibp_avx512_xwalk_c2w(const ibp_codec_t
 			return UINT64_MAX;
 		const uint64_t b0 = e >> 3, rem = avail - b0; /* e <= lim: b0 <= avail */
 		const __m512i rel = _mm512_add_epi16(_mm512_sub_epi16(s, w), _mm512_set1_epi16((short)(e & 7)));
-		const __mmask64 km = rem >= 64 ? ~0ull : _bzhi_u64(~0ull, (unsigned)rem);
-		const __m512i win = _mm512_maskz_loadu_epi8(km, body + b0);
+		const __m512i win = ibp_avx512_load_upto(body + b0, rem);
 		const __m512i bi = _mm512_add_epi8(_mm512_shuffle_epi8(_mm512_srli_epi16(rel, 3), qbyte), inc);
 		const __m512i word = _mm512_permutexvar_epi8(bi, win);
 		/* field bit within its qword, to both bytes of the lane */
@@ -477,8 +482,7 @@ static uint64_t ibp_avx512_xwalk_c4(const ibp_codec_t *c, const ibp_cluster_t *c
 			return UINT64_MAX;
 		const uint64_t b0 = e >> 3, rem = avail - b0;
 		const __m512i rel = _mm512_add_epi64(_mm512_sub_epi64(s, w), _mm512_set1_epi64((long long)(e & 7)));
-		const __mmask64 km = rem >= 64 ? ~0ull : _bzhi_u64(~0ull, (unsigned)rem);
-		const __m512i win = _mm512_maskz_loadu_epi8(km, body + b0);
+		const __m512i win = ibp_avx512_load_upto(body + b0, rem);
 		const __m512i bi = _mm512_add_epi8(_mm512_shuffle_epi8(_mm512_srli_epi64(rel, 3), bc), inc);
 		const __m512i word = _mm512_permutexvar_epi8(bi, win);
 		const __m512i v = _mm512_and_si512(_mm512_srlv_epi64(word, _mm512_and_si512(rel, seven)),
@@ -531,10 +535,9 @@ static uint64_t ibp_avx512_xwalk_c4(const ibp_codec_t *c, const ibp_cluster_t *c
 IBP_INLINE __m512i ibp_avx512_fstatic(const ibp_fstatic_t *q, const uint8_t *body, uint64_t avail, uint64_t fb,
 				      __m512i r, const int three)
 {
-	const uint64_t srem = avail - fb; /* fb <= S / 8 < avail */
-	const __mmask64 sk = _bzhi_u64(~0ull, (unsigned)(srem < 64 ? srem : 64));
+	/* fb <= S / 8 < avail */
 	const __m512i sw = _mm512_permutexvar_epi8(_mm512_load_si512((const void *)q->idx),
-						  _mm512_maskz_loadu_epi8(sk, body + fb));
+						  ibp_avx512_load_upto(body + fb, avail - fb));
 	const __m512i s0 = _mm512_multishift_epi64_epi8(_mm512_load_si512((const void *)q->c0), sw);
 	const __m512i s1 = _mm512_multishift_epi64_epi8(_mm512_load_si512((const void *)q->c1), sw);
 	r = _mm512_ternarylogic_epi64(s0, _mm512_load_si512((const void *)q->sm0), r, IBP_TL_ANDOR);
@@ -577,7 +580,7 @@ IBP_INLINE __m512i ibp_avx512_xwindow(const uint8_t *body, uint64_t avail, uint6
 {
 	const uint64_t b = e >> 3, at = b < avail ? b : avail, rem = avail - at;
 	*b0 = b;
-	return _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, (unsigned)(rem < 64 ? rem : 64)), body + at);
+	return ibp_avx512_load_upto(body + at, rem);
 }
 
 /* The fix-ups of a group's xfix lanes (C-byte lanes of rel: each field's

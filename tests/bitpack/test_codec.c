@@ -1469,8 +1469,7 @@ static void c4_lanes_case(const uint32_t mk[4], unsigned has, uint64_t seed)
 			/* every truncation, then the whole row (len + 1 > len) */
 			for (uint64_t t = 0; t <= len; t++) {
 				ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
-				uint8_t *cut = tu_xcalloc(t ? t : 1);
-				memcpy(cut, enc, t);
+				uint8_t *cut = tu_guarded_copy(enc, t);
 				memset(ref, 0, R);
 				const ibp_status_t s0 = ibp_decode_row(c, cut, t, f, 0, ref);
 				if (t == len) {
@@ -1490,7 +1489,7 @@ static void c4_lanes_case(const uint32_t mk[4], unsigned has, uint64_t seed)
 						cr_assert(memcmp(back, ref, R) == 0, "R=%llu row %llu impl %d",
 							  (unsigned long long)R, (unsigned long long)i, (int)impls[k]);
 				}
-				free(cut);
+				tu_guarded_free(cut, t);
 			}
 		}
 		free(m);
@@ -1584,8 +1583,7 @@ static void ms_case(unsigned C, uint64_t R, const uint16_t mk[4], unsigned has, 
 			/* every truncation, then the whole row (len + 1 > len) */
 			for (uint64_t t = 0; t <= len; t++) {
 				ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
-				uint8_t *cut = tu_xcalloc(t ? t : 1);
-				memcpy(cut, enc, t);
+				uint8_t *cut = tu_guarded_copy(enc, t);
 				memset(ref, 0, R);
 				const ibp_status_t s0 = ibp_decode_row(c, cut, t, f, 0, ref);
 				if (t == len) {
@@ -1605,7 +1603,7 @@ static void ms_case(unsigned C, uint64_t R, const uint16_t mk[4], unsigned has, 
 						cr_assert(memcmp(back, ref, R) == 0, "C=%u R=%llu row %llu impl %d", C,
 							  (unsigned long long)R, (unsigned long long)i, (int)impls[k]);
 				}
-				free(cut);
+				tu_guarded_free(cut, t);
 			}
 		}
 		free(m);
@@ -1645,8 +1643,7 @@ static ibp_status_t decode_all_agree(ibp_codec_t *c, const uint8_t *src, uint64_
 {
 	static const ibp_impl_t impls[] = { IBP_IMPL_PORTABLE, IBP_IMPL_BMI2, IBP_IMPL_AVX2, IBP_IMPL_AVX512 };
 	const uint64_t R = ibp_codec_row_bytes(c);
-	uint8_t *cut = tu_xcalloc(len ? len : 1); /* exact size: ASan sees a read past it */
-	memcpy(cut, src, len);
+	uint8_t *cut = tu_guarded_copy(src, len); /* a read past it crashes */
 	ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
 	memset(ref, 0, R);
 	const ibp_status_t s0 = ibp_decode_row(c, cut, len, fl, 0, ref);
@@ -1660,7 +1657,7 @@ static ibp_status_t decode_all_agree(ibp_codec_t *c, const uint8_t *src, uint64_
 		CHECK(s0 != IBP_OK || memcmp(back, ref, R) == 0, "%s %llu %llu impl %d: bytes differ", what,
 		      (unsigned long long)a, (unsigned long long)b, (int)impls[k]);
 	}
-	free(cut);
+	tu_guarded_free(cut, len);
 	return s0;
 }
 
@@ -1841,8 +1838,7 @@ static void walk_case(unsigned C, uint64_t R, const uint32_t mk[4], int xv, int 
 		nbitmap += (f & 3) == IBP_ROW_BITMAP;
 		for (uint64_t t = 0; t <= len; t++) {
 			ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
-			uint8_t *cut = tu_xcalloc(t ? t : 1);
-			memcpy(cut, enc, t);
+			uint8_t *cut = tu_guarded_copy(enc, t);
 			memset(ref, 0, R);
 			const ibp_status_t s0 = ibp_decode_row(c, cut, t, f, 0, ref);
 			if (t == len) {
@@ -1862,7 +1858,7 @@ static void walk_case(unsigned C, uint64_t R, const uint32_t mk[4], int xv, int 
 					cr_assert(memcmp(back, ref, R) == 0, "C=%u R=%llu xv %d row %llu impl %d", C,
 						  (unsigned long long)R, xv, (unsigned long long)i, (int)impls[k]);
 			}
-			free(cut);
+			tu_guarded_free(cut, t);
 		}
 	}
 	cr_assert_gt(nbitmap, 10, "C=%u R=%llu: %llu BITMAP rows", C, (unsigned long long)R,

@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -264,6 +266,35 @@ void tu_make_match(uint8_t *row, const uint8_t *mask, const uint8_t *bitval, uin
 		uint64_t k = j * C + i;
 		row[k] = (uint8_t)((row[k] & ~mask[k]) | bitval[k]);
 	}
+}
+
+static size_t guarded_span(size_t n, size_t *pg)
+{
+	*pg = (size_t)sysconf(_SC_PAGESIZE);
+	return n ? (n + *pg - 1) / *pg * *pg : *pg;
+}
+
+void *tu_guarded_copy(const void *src, size_t n)
+{
+	size_t pg;
+	const size_t data = guarded_span(n, &pg);
+	uint8_t *base = mmap(NULL, data + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (base == MAP_FAILED || mprotect(base + data, pg, PROT_NONE) != 0) {
+		fprintf(stderr, "testutil: guarded buffer of %zu bytes failed\n", n);
+		abort();
+	}
+	uint8_t *p = base + data - n;
+	if (n)
+		memcpy(p, src, n);
+	return p;
+}
+
+void tu_guarded_free(void *p, size_t n)
+{
+	size_t pg;
+	const size_t data = guarded_span(n, &pg);
+	if (p)
+		munmap((uint8_t *)p + n - data, data + pg);
 }
 
 void *tu_xcalloc(size_t n)

@@ -85,6 +85,12 @@ void tu_set_word(uint8_t *a, unsigned C, uint64_t j, uint64_t v);
 /* Checked allocation (aborts on failure); zeroed. */
 void *tu_xcalloc(size_t n);
 
+/* A copy of src[0, n) whose last byte is the last of a page and whose
+ * next page is PROT_NONE: a read past it crashes the test (decoders must
+ * never read past a row), in any build. Free with tu_guarded_free. */
+void *tu_guarded_copy(const void *src, size_t n);
+void tu_guarded_free(void *p, size_t n);
+
 /* Hex dump of n bytes into a static buffer (for assertion messages). */
 const char *tu_hex(const void *p, size_t n);
 
