@@ -32,7 +32,8 @@ passed=0
 failed=0
 skipped=0
 failures=()
-step() { echo; echo "=== $* ==="; }
+# each step with the time since the start (the CI budget: 45 minutes cold, 30 warm)
+step() { echo; echo "=== $* === [$(date -u +%H:%M:%S), $((SECONDS / 60))m$((SECONDS % 60))s in]"; }
 count() { # passed failed skipped
 	passed=$((passed + $1)); failed=$((failed + $2)); skipped=$((skipped + $3))
 }
@@ -177,5 +178,6 @@ if [[ ${#failures[@]} -ne 0 ]]; then
 	echo "FAILED steps: ${failures[*]}"
 	if [[ $failed -eq 0 ]]; then failed=1; fi
 fi
+echo "total $((SECONDS / 60))m$((SECONDS % 60))s"
 echo "$passed passed, $failed failed, $skipped skipped"
 [[ $failed -eq 0 ]]
