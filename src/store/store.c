@@ -428,18 +428,17 @@ static uint64_t decode_rows_map(const ibp_store_t *s, const int64_t *ids, uint8_
 			return e;
 		}
 	}
-	if (s->pf == 0)
-		return decode_rows_plain(s, ids, out, b, e, st);
 	if (!s->stage || !ids)
-		return decode_rows_pipe(s, ids, out, b, e, st);
-	/* Staged, but runs in order by the pipeline. Random ids end a run at
-	 * their first pair, so the scan costs a compare an id. */
+		return s->pf ? decode_rows_pipe(s, ids, out, b, e, st) : decode_rows_plain(s, ids, out, b, e, st);
+	/* Staged, but runs in order by the pipeline (one by one without
+	 * look-ahead, IBP_GATHER_PREFETCH=0). Random ids end a run at their
+	 * first pair, so the scan costs a compare an id. */
 	while (b < e) {
 		uint64_t p = b, k = e;
 		while (p < e) {
 			k = run_end(ids, p, e);
 			if (k - p >= STAGE_RUN_MIN || (p == b && k == e))
-				break; /* a long run, or a whole range in order (a thread's grain of one) */
+				break; /* a long run, or the whole range in order (a short grain of a run) */
 			p = k;
 		}
 		if (p > b) {
@@ -448,7 +447,8 @@ static uint64_t decode_rows_map(const ibp_store_t *s, const int64_t *ids, uint8_
 				return at;
 		}
 		if (k > p) {
-			const uint64_t at = decode_rows_pipe(s, ids, out, p, k, st);
+			const uint64_t at = s->pf ? decode_rows_pipe(s, ids, out, p, k, st)
+						  : decode_rows_plain(s, ids, out, p, k, st);
 			if (at != k)
 				return at;
 		}
