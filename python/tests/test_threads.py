@@ -28,6 +28,15 @@ def test_gil_released_during_gather(big):
     s, ids, a = big
     ids = np.tile(ids, 8)
     out = np.empty((ids.size,) + s.shape[1:], np.float32)
+    # a gather of at least 50 ms, however fast the machine (8 tiles took
+    # 17-30 ms on this project's VMs)
+    for _ in range(4):
+        t0 = time.perf_counter()
+        s.gather(ids, out=out, nthreads=1)
+        if time.perf_counter() - t0 >= 0.05:
+            break
+        ids = np.tile(ids, 2)
+        out = np.empty((ids.size,) + s.shape[1:], np.float32)
     count = [0]
     partial = [0]
     stop = threading.Event()

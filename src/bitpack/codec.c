@@ -72,6 +72,7 @@ const ibp_kernels_t ibpi_kernels_portable = {
 	ibpi_row_stats,
 	NULL,
 	NULL,
+	NULL,
 };
 
 /* ---------------------------------------------------------------------- */

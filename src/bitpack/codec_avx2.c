@@ -617,4 +617,5 @@ const ibp_kernels_t ibpi_kernels_avx2 = {
 	ibp_avx2_row_stats,
 	NULL,
 	ibp_avx2_decode_tiny,
+	ibp_avx2_decode_tiny_run,
 };

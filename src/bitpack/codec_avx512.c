@@ -893,4 +893,5 @@ const ibp_kernels_t ibpi_kernels_avx512 = {
 	ibp_avx512_row_stats,
 	ibp_avx512_decode_row_v,
 	ibp_avx512_decode_tiny,
+	ibp_avx512_decode_tiny_run,
 };

@@ -39,4 +39,5 @@ const ibp_kernels_t ibpi_kernels_bmi2 = {
 	ibpi_row_stats,
 	NULL,
 	ibp_bmi2_decode_tiny,
+	ibp_bmi2_decode_tiny_run,
 };

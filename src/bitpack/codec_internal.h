@@ -329,6 +329,7 @@ typedef struct ibp_vgroup {
 } ibp_vgroup_t;
 
 struct ibp_codec;
+struct ibp_tiny_run;
 
 /* Row kernels of one implementation. Headers are validated before these are
  * called; `avail` is the number of readable bytes from `body` on (the
@@ -368,7 +369,33 @@ typedef struct ibp_kernels {
 	uint64_t (*decode_tiny)(const struct ibp_codec *c, const ibp_cluster_t *cl, unsigned mode,
 				const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
 				uint64_t avail, uint8_t *dst);
+	/* Optional (NULL: rows one by one), with decode_tiny: consecutive
+	 * CLEAN rows of tiny tables from the store's row map records
+	 * (ibp_tiny_run_t), row i into dst + i R as decode_tiny writes it;
+	 * returns the rows decoded, stopping before the first row it does not
+	 * take (ibp_tiny_run_t says which). */
+	uint64_t (*decode_tiny_run)(const struct ibp_codec *c, const struct ibp_tiny_run *run, uint64_t n,
+				    uint8_t *dst);
 } ibp_kernels_t;
+
+/* n consecutive rows described by n + 1 records (the row map's, FORMAT.md
+ * "In-memory row map"): row i starts at base + (rec[i] >> sh), ends at
+ * base + (rec[i + 1] >> sh), its mode is rec[i] & 3 and its cluster
+ * (rec[i] >> 2) & cmask. The records were validated when built: the rows
+ * lie in the payload, which is readable up to `end`. decode_tiny_run
+ * takes a row when it is CLEAN or, for a cluster without Xvals, BITMAP,
+ * its cluster < K, it passes decode_row_ext's checks, its length is its
+ * extent (exact, else at least it) and 18 bytes from its start are
+ * readable (its bits past the row are not used); the caller decodes the
+ * row it stops at by the checked path. */
+typedef struct ibp_tiny_run {
+	const uint8_t *base;
+	const uint32_t *rec;
+	const uint8_t *end;
+	unsigned sh;
+	uint32_t cmask;
+	int exact;
+} ibp_tiny_run_t;
 
 /* Rows of at most 16 bytes (D C <= 16: one or two 64-bit words, every
  * field of a row within its first 16 body bytes) are too short for the
@@ -383,6 +410,8 @@ typedef struct ibp_tiny {
 	uint64_t m[2];  /* Mask */
 	uint64_t b[2];  /* Bitval */
 	uint8_t so[2];  /* stream bit of the word's first static field (<= 128) */
+	uint8_t nclean; /* the cluster's CLEAN row size, (S + 7) / 8 */
+	uint8_t xv;     /* the cluster has Xvals (has_x) */
 } ibp_tiny_t;
 
 struct ibp_codec {
@@ -404,6 +433,7 @@ struct ibp_codec {
 	int has_xval;          /* some cluster has an enabled chunk */
 	ibp_cluster_t *cl;     /* K entries */
 	const ibp_tiny_t *tiny; /* K entries when D C <= IBP_TINY_MAX_BYTES, else NULL */
+	int tiny_s64;           /* with tiny: every cluster's S <= 64 */
 	void *mem[19];         /* allocations owned by the codec */
 };
 

@@ -250,7 +250,6 @@ static inline void row_ahead(const ibp_store_t *s, uint64_t row, rowref_t *r)
 #define BURST_ALL_MAX 8u /* batches this small prefetch whole rows in their burst */
 #define RING (2 * BATCH_MAX)
 #define SMALL_ROW_BYTES 160u /* mean encoded row: whole rows in bursts of 4 */
-#define SEQ_RUN_MIN 16u /* rows in order from which tiny rows skip the pipeline */
 
 /* Staged batches (ids given, s->stage rows a batch) in three passes:
  * the batch's rows looked up (their map records prefetched a batch
@@ -397,58 +396,101 @@ static uint64_t decode_rows_pipe(const ibp_store_t *s, const int64_t *ids, uint8
 	return e;
 }
 
-/* Runs of at least this many consecutive ids go through the pipeline
- * even in a staged gather: the hardware prefetcher follows them and the
- * pipeline prefetches their output, and staged they ran slower
- * (sequential f32 rows 21%, docs/BENCHMARKS.md "Staged rows"). */
+/* Consecutive tiny rows at positions [b, e) (rows ROW(b) + i) by the
+ * codec's run kernel, a row map group at a time: in order their records
+ * and payload are read in order too, which the hardware prefetcher
+ * follows, and one by one each row's lookup, call and checks cost more
+ * than its decode (an int64 edge list: 10 ns a row, docs/BENCHMARKS.md
+ * "Tiny rows in runs"). Rows it does not take (not CLEAN, near the
+ * payload's end) go by the checked path, up to the next CLEAN row. */
+static uint64_t decode_rows_tiny(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b, uint64_t e,
+				 ibp_status_t *st)
+{
+	const ibp_rowmap_t *m = s->map;
+	const ibp_codec_t *c = s->codec;
+	if (!c->tiny || !c->k->decode_tiny_run)
+		return decode_rows_plain(s, ids, out, b, e, st);
+	const uint64_t r0 = ids ? (uint64_t)ids[b] : b;
+	ibp_tiny_run_t run = { .end = s->pay_end, .sh = m->sh, .cmask = m->cmask, .exact = s->packed };
+	for (uint64_t i = b; i < e;) {
+		const uint64_t row = r0 + (i - b), g = row >> IBP_ROWMAP_GROUP_SHIFT, left = 64 - (row & 63);
+		const uint64_t n = e - i < left ? e - i : left;
+		run.base = m->payload + m->base[g];
+		run.rec = m->rec + g * IBP_ROWMAP_STRIDE + (row & 63);
+		uint64_t k = c->k->decode_tiny_run(c, &run, n, out + i * s->R);
+		if (k < n) {
+			uint64_t j = k + 1;
+			while (j < n && (run.rec[j] & 3u) != IBP_ROW_CLEAN)
+				j++;
+			const uint64_t at = decode_rows_plain(s, ids, out, i + k, i + j, st);
+			if (at != i + j)
+				return at;
+			k = j;
+		}
+		i += k;
+	}
+	*st = IBP_OK;
+	return e;
+}
+
+/* Consecutive rows at positions [b, e): tiny rows by their run kernel,
+ * others by the pipeline (one by one without look-ahead,
+ * IBP_GATHER_PREFETCH=0). */
+static uint64_t decode_rows_run(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b, uint64_t e,
+				ibp_status_t *st)
+{
+	if (s->R <= IBP_TINY_MAX_BYTES)
+		return decode_rows_tiny(s, ids, out, b, e, st);
+	return s->pf ? decode_rows_pipe(s, ids, out, b, e, st) : decode_rows_plain(s, ids, out, b, e, st);
+}
+
+/* Ids not in order at positions [b, e): staged when the store stages,
+ * else by the pipeline (or one by one). */
+static uint64_t decode_rows_scattered(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b,
+				      uint64_t e, ibp_status_t *st)
+{
+	if (s->stage)
+		return decode_rows_staged(s, ids, out, b, e, st);
+	return s->pf ? decode_rows_pipe(s, ids, out, b, e, st) : decode_rows_plain(s, ids, out, b, e, st);
+}
+
+/* Runs of at least this many consecutive ids are decoded as runs: tiny
+ * rows from SEQ_RUN_MIN (the pipeline's lookups and prefetches cost more
+ * than such a row's decode), others from STAGE_RUN_MIN in a staged gather
+ * (the hardware prefetcher follows them and the pipeline prefetches their
+ * output; staged, sequential f32 rows ran 21% slower, docs/BENCHMARKS.md
+ * "Staged rows"). */
+#define SEQ_RUN_MIN 16u
 #define STAGE_RUN_MIN 64u
 
-/* Rows at positions [b, e) by the row map: tiny rows in order one by one,
- * runs of consecutive ids by the pipeline, the other ids staged (when the
- * store stages) or by the pipeline; returns as decode_range. */
+/* Rows at positions [b, e) by the row map: runs of consecutive ids (or
+ * the whole range in order) by decode_rows_run, the ids between them by
+ * decode_rows_scattered; returns as decode_range. Random ids end a run at
+ * their first pair, so the scan costs a compare an id. */
 static uint64_t decode_rows_map(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b,
 				uint64_t e, ibp_status_t *st)
 {
-	if (s->R <= IBP_TINY_MAX_BYTES) {
-		/* Tiny rows in order (a whole-store read): their payload and map
-		 * records are read in order too, which the hardware prefetcher
-		 * follows, and the pipeline's lookups and prefetches cost more
-		 * than such a row's decode (an int64 edge list: 30% of it) */
-		while (b < e) {
-			const uint64_t k = ids ? run_end(ids, b, e) : e;
-			if (k - b < SEQ_RUN_MIN)
-				break; /* not in order: staged or the pipeline from b on */
-			const uint64_t at = decode_rows_plain(s, ids, out, b, k, st);
-			if (at != k)
-				return at;
-			b = k;
-		}
-		if (b == e) {
-			*st = IBP_OK;
-			return e;
-		}
-	}
-	if (!s->stage || !ids)
-		return s->pf ? decode_rows_pipe(s, ids, out, b, e, st) : decode_rows_plain(s, ids, out, b, e, st);
-	/* Staged, but runs in order by the pipeline (one by one without
-	 * look-ahead, IBP_GATHER_PREFETCH=0). Random ids end a run at their
-	 * first pair, so the scan costs a compare an id. */
+	const int tiny = s->R <= IBP_TINY_MAX_BYTES;
+	if (!ids)
+		return decode_rows_run(s, ids, out, b, e, st);
+	if (!tiny && !s->stage)
+		return decode_rows_scattered(s, ids, out, b, e, st);
+	const uint64_t min = tiny ? SEQ_RUN_MIN : STAGE_RUN_MIN;
 	while (b < e) {
 		uint64_t p = b, k = e;
 		while (p < e) {
 			k = run_end(ids, p, e);
-			if (k - p >= STAGE_RUN_MIN || (p == b && k == e))
+			if (k - p >= min || (p == b && k == e))
 				break; /* a long run, or the whole range in order (a short grain of a run) */
 			p = k;
 		}
 		if (p > b) {
-			const uint64_t at = decode_rows_staged(s, ids, out, b, p, st);
+			const uint64_t at = decode_rows_scattered(s, ids, out, b, p, st);
 			if (at != p)
 				return at;
 		}
 		if (k > p) {
-			const uint64_t at = s->pf ? decode_rows_pipe(s, ids, out, p, k, st)
-						  : decode_rows_plain(s, ids, out, p, k, st);
+			const uint64_t at = decode_rows_run(s, ids, out, p, k, st);
 			if (at != k)
 				return at;
 		}

@@ -2134,3 +2134,135 @@ Test(codec, parallel_for_pool, .timeout = 15)
 		cr_assert(pool_round(4, 1000, 0, NULL), "the parent after fork %d", f);
 	}
 }
+
+/* decode_tiny_run (the store's runs of tiny rows): rows laid out as the
+ * row map describes them (records offset << sh | cluster << 2 | mode),
+ * valid rows of every mode mixed with rows too short or too long, random
+ * bytes under every mode and a cluster past K, the payload ending 0-20
+ * bytes after the last row at a PROT_NONE page. For every implementation
+ * with the kernel, exact and not, from several first rows: it decodes
+ * exactly the rows before the first one it must not take (not CLEAN or,
+ * Xvals aside, BITMAP; failing the checked path; its length not its
+ * extent, or short of it when not exact; less than 18 bytes before the
+ * end), each as the checked path does, and writes nothing past them. */
+Test(codec, tiny_run)
+{
+	tu_rng_t r;
+	tu_rng_seed(&r, 71);
+	static const unsigned Cs[4] = { 1, 2, 4, 8 };
+	static const ibp_impl_t impls[] = { IBP_IMPL_BMI2, IBP_IMPL_AVX2, IBP_IMPL_AVX512 };
+	uint64_t taken = 0, tested = 0, modes[4] = { 0 };
+	for (int ci = 0; ci < 4; ci++)
+		for (uint64_t D = 1; D * Cs[ci] <= 16; D++)
+			for (int part = 0; part < (Cs[ci] > 1 ? 2 : 1); part++)
+				for (int xv = 0; xv < 2; xv++) {
+		const unsigned C = Cs[ci], sh = 4; /* cluster bits 2 (cmask 3): a cluster past K fits */
+		const uint64_t R = D * C - (uint64_t)part, N = 48;
+		uint8_t *m = tu_xcalloc(2 * D * C), *b = tu_xcalloc(2 * D * C);
+		tu_mask_random(&r, 0.5 + 0.45 * tu_below(&r, 2), m, b, R, C);
+		tu_mask_random(&r, 0.3, m + D * C, b + D * C, R, C);
+		ibp_codec_t *c;
+		cr_assert_eq(ibp_codec_create(R, C, 2, m, b, &c), IBP_OK);
+		if (xv) {
+			ibp_codec_t *cx = make_xcodec(&r, c, TU_RANDOM);
+			ibp_codec_free(c);
+			c = cx;
+		}
+		cr_assert(c->tiny != NULL);
+		uint8_t *pay = tu_xcalloc(N * 40 + 32);
+		uint32_t rec[49];
+		uint64_t off = 0;
+		for (uint64_t i = 0; i < N; i++) {
+			uint8_t row[16] = { 0 }, enc[64];
+			unsigned k = (unsigned)tu_below(&r, 2);
+			const uint8_t *mk = ibp_codec_mask(c, k), *bk = ibp_codec_bitval(c, k);
+			tu_fill_random(&r, row, R);
+			const uint64_t keep = tu_below(&r, 4); /* chunks left random: 0 (a CLEAN row) .. */
+			for (uint64_t j = 0; j < D; j++)
+				if (tu_below(&r, 8) >= keep)
+					tu_set_word(row, C, j, (tu_word(row, C, j) & ~tu_word(mk, C, j)) | tu_word(bk, C, j));
+			uint64_t len = 0;
+			uint8_t fl = 0;
+			ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
+			cr_assert_eq(ibp_encode_row(c, row, k, enc, sizeof(enc), &len, &fl), IBP_OK);
+			const uint64_t how = tu_below(&r, 16);
+			if (how == 0 && len > 0) {
+				len--; /* short */
+			} else if (how == 1) {
+				enc[len++] = (uint8_t)tu_below(&r, 256); /* long */
+			} else if (how == 2) {
+				len = tu_below(&r, 2 * R + 3); /* random bytes, random mode */
+				tu_fill_random(&r, enc, len);
+				if (tu_below(&r, 2))
+					enc[0] = 0; /* an empty bitmap */
+				fl = (uint8_t)tu_below(&r, 4);
+			} else if (how == 3) {
+				k = 2 + (unsigned)tu_below(&r, 2); /* a cluster past K */
+			}
+			modes[fl & 3]++;
+			memcpy(pay + off, enc, len);
+			rec[i] = (uint32_t)(off << sh | (uint64_t)k << 2 | (fl & 3u));
+			off += len;
+		}
+		rec[N] = (uint32_t)(off << sh);
+		const uint64_t size = off + tu_below(&r, 21);
+		uint8_t *g = tu_guarded_copy(pay, size);
+		for (int exact = 0; exact < 2; exact++) {
+			/* the rows the kernel must take */
+			int take[48];
+			uint8_t want[48 * 16];
+			for (uint64_t i = 0; i < N; i++) {
+				const uint64_t o = rec[i] >> sh, len = (rec[i + 1] >> sh) - o;
+				const unsigned k = (rec[i] >> 2) & 3u, mode = rec[i] & 3u;
+				uint64_t ext = 0;
+				ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
+				const ibp_status_t st = k < 2 ? ibpi_decode_row_ext(c, g + o, len, (uint8_t)mode, k,
+										   want + i * R, &ext)
+							      : IBP_ERR_CORRUPT;
+				take[i] = st == IBP_OK && (exact ? ext == len : ext <= len) && size - o >= 18 &&
+					  (mode == IBP_ROW_CLEAN || (mode == IBP_ROW_BITMAP && !c->cl[k].has_x));
+			}
+			for (size_t ii = 0; ii < sizeof(impls) / sizeof(impls[0]); ii++) {
+				if (ibp_codec_set_impl(c, impls[ii]) != IBP_OK)
+					continue;
+				cr_assert_not_null(c->k->decode_tiny_run);
+				for (uint64_t s = 0; s < N; s += 1 + tu_below(&r, s + 7 < N ? 7 : 1)) {
+					uint64_t first = s;
+					while (first < N && take[first])
+						first++;
+					/* records from the first row's offset (a group's base): near
+					 * the end, fewer than 18 bytes lie past the base */
+					uint32_t rb[49];
+					const uint32_t o0 = rec[s] >> sh << sh;
+					for (uint64_t i = s; i <= N; i++)
+						rb[i - s] = rec[i] - o0;
+					const ibp_tiny_run_t run = { .base = g + (o0 >> sh), .rec = rb, .end = g + size,
+								     .sh = sh, .cmask = 3, .exact = exact };
+					uint8_t out[48 * 16 + 16];
+					memset(out, 0xA5, sizeof(out));
+					const uint64_t got = c->k->decode_tiny_run(c, &run, N - s, out);
+					CHECK(got == first - s, "C=%u R=%llu xv=%d exact=%d impl %d from row %llu: took %llu rows, want %llu",
+					      C, (unsigned long long)R, xv, exact, impls[ii], (unsigned long long)s,
+					      (unsigned long long)got, (unsigned long long)(first - s));
+					CHECK(memcmp(out, want + s * R, got * R) == 0, "C=%u R=%llu impl %d: rows differ from the checked path",
+					      C, (unsigned long long)R, impls[ii]);
+					CHECK(out[got * R] == 0xA5, "C=%u R=%llu impl %d: wrote past the rows taken", C,
+					      (unsigned long long)R, impls[ii]);
+					taken += got;
+					tested++;
+				}
+			}
+		}
+		ibp_codec_set_impl(c, IBP_IMPL_AUTO);
+		tu_guarded_free(g, size);
+		free(pay);
+		free(m);
+		free(b);
+		ibp_codec_free(c);
+	}
+	cr_assert_gt(modes[IBP_ROW_CLEAN], 200);
+	cr_assert_gt(modes[IBP_ROW_BITMAP], 200);
+	if (tested) /* none under IBP_FORCE_PORTABLE */
+		cr_assert_gt(taken, tested, "runs taken: %llu rows in %llu calls", (unsigned long long)taken,
+			     (unsigned long long)tested);
+}

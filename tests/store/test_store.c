@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "ibp.h"
+#include "ibp/unstable.h"
 #include "fixtures.h"
 #include "io/container_internal.h"
 
@@ -185,6 +186,55 @@ Test(store, decode_all, .init = make_tmpdir, .fini = remove_tmpdir)
 		free(out);
 		close_fixture(&fx);
 	}
+}
+
+/* Tiny rows (R <= 16) in runs (store.c decode_rows_tiny, the codec's
+ * decode_tiny_run): whole-store reads and runs of 15-130 consecutive ids
+ * among random ones (one ending at the last row, whose payload ends the
+ * file), every row mode, both layouts, one and two threads, on every
+ * implementation the CPU has: the rows written. */
+Test(store, tiny_runs, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	static const uint64_t Rs[] = { 16, 16, 12, 8, 5, 15 };
+	static const unsigned Cs[] = { 2, 8, 4, 1, 1, 4 };
+	static const ibp_impl_t impls[] = { IBP_IMPL_AUTO, IBP_IMPL_PORTABLE, IBP_IMPL_BMI2, IBP_IMPL_AVX2,
+					    IBP_IMPL_AVX512 };
+	const uint64_t n = 1000, m = 900;
+	for (int q = 0; q < 6; q++)
+		for (int layout = 0; layout < 2; layout++) {
+			const uint64_t R = Rs[q];
+			fixture_t fx = open_fixture(n, R, Cs[q], 3, (ibp_layout_t)layout, IBP_OPEN_READ);
+			int64_t *mix = xcalloc(m * sizeof(int64_t));
+			rng_t g = { 5 + R };
+			for (uint64_t i = 0; i < m; i++)
+				mix[i] = (int64_t)(rnd(&g) % n);
+			static const uint64_t at[] = { 0, 40, 100, 200, 300, 450, 700, 885 },
+					      len[] = { 16, 15, 17, 63, 64, 65, 130, 15 };
+			for (int k = 0; k < 8; k++) {
+				const uint64_t r0 = k == 7 ? n - len[k] : rnd(&g) % (n - len[k]);
+				for (uint64_t i = 0; i < len[k]; i++)
+					mix[at[k] + i] = (int64_t)(r0 + i);
+			}
+			uint8_t *out = xcalloc(n * R);
+			for (size_t ii = 0; ii < sizeof(impls) / sizeof(impls[0]); ii++) {
+				ibp_codec_t *c = (ibp_codec_t *)(uintptr_t)ibp_store_codec(fx.s);
+				if (ibp_codec_set_impl(c, impls[ii]) != IBP_OK)
+					continue;
+				for (int t = 1; t <= 2; t++) {
+					memset(out, 0, n * R);
+					cr_assert_eq(ibp_store_decode_all(fx.s, out, t), IBP_OK, "%s", ibp_last_error());
+					cr_assert(memcmp(out, fx.rows, n * R) == 0, "R %llu C %u layout %d impl %d: decode_all",
+						  (unsigned long long)R, Cs[q], layout, impls[ii]);
+					memset(out, 0, m * R);
+					cr_assert_eq(ibp_store_gather(fx.s, mix, m, out, t), IBP_OK, "%s", ibp_last_error());
+					check_gather(&fx, mix, m, out);
+				}
+			}
+			ibp_codec_set_impl((ibp_codec_t *)(uintptr_t)ibp_store_codec(fx.s), IBP_IMPL_AUTO);
+			free(out);
+			free(mix);
+			close_fixture(&fx);
+		}
 }
 
 /* The pool is reused across many gathers and small requests. */
