@@ -3,8 +3,10 @@
 # races, out-of-bounds accesses, cp.async misuse, barrier and warp-collective
 # misuse, deadlocks, and every result against the CPU twin (tests/emu/emu.h).
 #
-# Usage: tests/emu/run.sh [quick|full|defects|pcie|build] [SEED]
-#   quick    (default; ctest test_emu) the quick suites, seed SEED (default 1)
+# Usage: tests/emu/run.sh [quick|quick-codecs|quick-rest|full|defects|pcie|build] [SEED]
+#   quick    (default) the quick suites, seed SEED (default 1); quick-codecs
+#            (ctest test_emu) and quick-rest (ctest test_emu_rest) are its
+#            codec kernels and the rest (collectives, cache, bags)
 #   full     every row size, 3 seeds from SEED (tens of minutes; IBP_EMU_FULL=1
 #            makes `quick` do this)
 #   defects  (ctest test_emu_defects) plants each deliberate defect of gen.py
@@ -14,7 +16,8 @@
 #            gather kernels per row over the sample datasets (datasets/sample):
 #            prints the table and fails unless no byte is fetched twice and
 #            a row has at most one partial sector at each end (docs/GPU.md)
-#   build    only builds the harness
+#   build    (ctest test_emu_build, which the others follow) only builds
+#            the harness
 # Environment: IBP_EMU_BUILD (build folder, default build-emu/), IBP_EMU_LIB
 # (a libibp.a built with -DIBP_CUDA=OFF; by default the script builds one in
 # the build folder), IBP_EMU_JOBS (parallel compiles, default 2).
@@ -78,48 +81,65 @@ newest=$( (find "$here" "$repo/kernels" "$repo/include" "$gen" -type f -newer "$
 if [[ ! -x "$bdir/harness" || ! -x "$bdir/harness_dq" || ! -x "$bdir/harness_cache" || ! -x "$bdir/harness_bag" || ! -x "$bdir/harness_coll" || ! -f "$stamp" || -n "$newest" || "$lib" -nt "$bdir/harness" ]]; then
 	echo "building the emulator harness in $bdir ..."
 	t0=$(date +%s)
+	# up to $jobs compiles at once: job CMD... starts one, waiting for the
+	# oldest when $jobs are running; drain waits for them all (a failure
+	# stops the script: set -e)
 	pids=()
-	g++ "${common[@]}" "${inst[@]}" -c "$here/harness.cpp" -o "$bdir/harness.o" & pids+=($!)
-	[[ $jobs -lt 2 ]] && { wait "${pids[@]}"; pids=(); }
-	g++ "${common[@]}" "${inst[@]}" -c "$here/harness_codecs.cpp" -o "$bdir/harness_codecs.o" & pids+=($!)
-	wait "${pids[@]}"
+	job() {
+		"$@" &
+		pids+=($!)
+		if ((${#pids[@]} >= jobs)); then
+			wait "${pids[0]}"
+			pids=("${pids[@]:1}")
+		fi
+	}
+	drain() {
+		local p
+		for p in "${pids[@]}"; do wait "$p"; done
+		pids=()
+	}
 	# host code in C against the stub: the pinned allocator (plain) and the
-	# KV offload's orchestration (instrumented: its own host accesses are checked)
+	# KV offload's orchestration (instrumented: its own host accesses are
+	# checked); the NCCL transport (instrumented) and the NCCL stand-in it
+	# finds by dlsym
 	cflags=(-std=gnu11 -O1 -g -fno-pie -w "${ub[@]}" -I"$gen" -I"$here/stub" -I"$repo/include" -I"$repo/src")
-	gcc "${cflags[@]}" -c "$gen/pinned_cudahost.c" -o "$bdir/pinned_cudahost.o"
-	gcc "${cflags[@]}" -fsanitize=thread -c "$gen/kv_cuda.c" -o "$bdir/kv_cuda.o"
-	# the NCCL transport (instrumented) and the NCCL stand-in it finds by dlsym
-	gcc "${cflags[@]}" -fsanitize=thread -c "$gen/transport_nccl.c" -o "$bdir/transport_nccl.o"
-	gcc "${cflags[@]}" -fsanitize=thread -c "$gen/mem_device.c" -o "$bdir/mem_device.o"
-	g++ "${common[@]}" "${plain[@]}" -c "$here/nccl_stub.cpp" -o "$bdir/nccl_stub.o"
+	job g++ "${common[@]}" "${inst[@]}" -c "$here/harness.cpp" -o "$bdir/harness.o"
+	job g++ "${common[@]}" "${inst[@]}" -c "$here/harness_codecs.cpp" -o "$bdir/harness_codecs.o"
+	job g++ "${common[@]}" "${inst[@]}" -c "$here/harness_dynamiq.cpp" -o "$bdir/harness_dynamiq.o"
+	job g++ "${common[@]}" "${inst[@]}" -c "$here/harness_cache.cpp" -o "$bdir/harness_cache.o"
+	job g++ "${common[@]}" "${inst[@]}" -c "$here/harness_bag.cpp" -o "$bdir/harness_bag.o"
+	job g++ "${common[@]}" "${inst[@]}" -c "$here/harness_coll.cpp" -o "$bdir/harness_coll.o"
+	job gcc "${cflags[@]}" -c "$gen/pinned_cudahost.c" -o "$bdir/pinned_cudahost.o"
+	job gcc "${cflags[@]}" -fsanitize=thread -c "$gen/kv_cuda.c" -o "$bdir/kv_cuda.o"
+	job gcc "${cflags[@]}" -fsanitize=thread -c "$gen/transport_nccl.c" -o "$bdir/transport_nccl.o"
+	job gcc "${cflags[@]}" -fsanitize=thread -c "$gen/mem_device.c" -o "$bdir/mem_device.o"
+	job g++ "${common[@]}" "${plain[@]}" -c "$here/nccl_stub.cpp" -o "$bdir/nccl_stub.o"
+	job g++ "${common[@]}" "${plain[@]}" -c "$here/emu.cpp" -o "$bdir/emu.o"
+	job g++ "${common[@]}" "${plain[@]}" -c "$here/cuda_stub.cpp" -o "$bdir/cuda_stub.o"
+	job g++ "${common[@]}" "${plain[@]}" -c "$here/cudahost.cpp" -o "$bdir/cudahost.o"
+	drain
 	# jemalloc linked, not dlopen()ed: Debian's copy cannot be loaded late
 	# into these binaries (static TLS), and the pinned arena needs it
 	je=()
 	echo 'int main(void) { return 0; }' | gcc -x c - -ljemalloc -o "$bdir/je-probe" 2>/dev/null && je=(-ljemalloc)
-	g++ "${common[@]}" "${plain[@]}" -c "$here/emu.cpp" -o "$bdir/emu.o"
-	g++ "${common[@]}" "${plain[@]}" -c "$here/cuda_stub.cpp" -o "$bdir/cuda_stub.o"
-	g++ "${common[@]}" "${plain[@]}" -c "$here/cudahost.cpp" -o "$bdir/cudahost.o"
-	g++ -no-pie "${ub[@]}" "$bdir/harness.o" "$bdir/harness_codecs.o" "$bdir/emu.o" "$bdir/cuda_stub.o" \
+	job g++ -no-pie "${ub[@]}" "$bdir/harness.o" "$bdir/harness_codecs.o" "$bdir/emu.o" "$bdir/cuda_stub.o" \
 		"$bdir/cudahost.o" "$bdir/kv_cuda.o" "$bdir/pinned_cudahost.o" \
 		"$lib" "${je[@]}" -lxxhash -lpthread -ldl -lm -o "$bdir/harness"
 	# kernels/dynamiq.cu: a binary of its own (harness_dynamiq.cpp has its main)
-	g++ "${common[@]}" "${inst[@]}" -c "$here/harness_dynamiq.cpp" -o "$bdir/harness_dynamiq.o"
-	g++ -no-pie "${ub[@]}" "$bdir/harness_dynamiq.o" "$bdir/emu.o" "$bdir/cuda_stub.o" \
+	job g++ -no-pie "${ub[@]}" "$bdir/harness_dynamiq.o" "$bdir/emu.o" "$bdir/cuda_stub.o" \
 		"$lib" -lxxhash -lpthread -lm -o "$bdir/harness_dq"
 	# kernels/slab_cache.cu (+ cache/slab_cudahost.c) and the streams suite with
 	# src/mem/pinned_cudahost.c (C host code, as gen.py wrote it): harness_cache
-	g++ "${common[@]}" "${inst[@]}" -c "$here/harness_cache.cpp" -o "$bdir/harness_cache.o"
-	g++ -no-pie "${ub[@]}" "$bdir/harness_cache.o" "$bdir/emu.o" "$bdir/cuda_stub.o" "$bdir/pinned_cudahost.o" \
+	job g++ -no-pie "${ub[@]}" "$bdir/harness_cache.o" "$bdir/emu.o" "$bdir/cuda_stub.o" "$bdir/pinned_cudahost.o" \
 		"$lib" "${je[@]}" -lxxhash -lpthread -ldl -lm -o "$bdir/harness_cache"
 	# kernels/ibp_bag.cu (+ cuda/ibp_bag_cudahost.c): harness_bag.cpp, its own binary
-	g++ "${common[@]}" "${inst[@]}" -c "$here/harness_bag.cpp" -o "$bdir/harness_bag.o"
-	g++ -no-pie "${ub[@]}" "$bdir/harness_bag.o" "$bdir/emu.o" "$bdir/cuda_stub.o" "$bdir/cudahost.o" \
+	job g++ -no-pie "${ub[@]}" "$bdir/harness_bag.o" "$bdir/emu.o" "$bdir/cuda_stub.o" "$bdir/cudahost.o" \
 		"$lib" -lxxhash -lpthread -lm -o "$bdir/harness_bag"
-	# kernels/coll_reduce.cu: harness_coll.cpp, its own binary
-	g++ "${common[@]}" "${inst[@]}" -c "$here/harness_coll.cpp" -o "$bdir/harness_coll.o"
-	# -rdynamic: transport_nccl.c looks the stand-in's functions up with dlsym
-	g++ -no-pie -rdynamic "${ub[@]}" "$bdir/harness_coll.o" "$bdir/emu.o" "$bdir/cuda_stub.o" "$bdir/cudahost.o" \
+	# kernels/coll_reduce.cu: harness_coll.cpp, its own binary; -rdynamic:
+	# transport_nccl.c looks the stand-in's functions up with dlsym
+	job g++ -no-pie -rdynamic "${ub[@]}" "$bdir/harness_coll.o" "$bdir/emu.o" "$bdir/cuda_stub.o" "$bdir/cudahost.o" \
 		"$bdir/transport_nccl.o" "$bdir/mem_device.o" "$bdir/nccl_stub.o" "$lib" -lxxhash -lpthread -ldl -lm -o "$bdir/harness_coll"
+	drain
 	touch "$stamp"
 	echo "built in $(($(date +%s) - t0)) s"
 fi
@@ -162,15 +182,20 @@ run() { # name args...: runs the harness, prints its summary, returns its status
 
 case "$mode" in
 build) exit 0 ;;
-quick)
+quick | quick-codecs | quick-rest)
+	# quick-codecs and quick-rest (ctest test_emu, test_emu_rest) are its
+	# two halves, about 30 and 22 s on the 2-core VM, run side by side.
 	# Each row size covers a code path: tiny rows, a partial last chunk,
 	# a tile boundary, the warp kernels' 4 KiB limit, the block kernels.
 	rc=0
-	run train train --quick --seed "$seed" || rc=1
-	run ibp ibp --quick --seed "$seed" --rows 1,9,33,257,1025,4097 || rc=1
-	run api api --quick --seed "$seed" || rc=1
-	run exp exp --quick --seed "$seed" || rc=1
-	run fp8 fp8 --quick --seed "$seed" || rc=1
+	if [[ "$mode" != quick-rest ]]; then
+		run train train --quick --seed "$seed" || rc=1
+		run ibp ibp --quick --seed "$seed" --rows 1,9,33,257,1025,4097 || rc=1
+		run api api --quick --seed "$seed" || rc=1
+		run exp exp --quick --seed "$seed" || rc=1
+		run fp8 fp8 --quick --seed "$seed" || rc=1
+	fi
+	[[ "$mode" == quick-codecs ]] && exit $rc
 	hh=$h h="$bdir/harness_dq"
 	run dynamiq dynamiq --quick --seed "$seed" || rc=1
 	run lsq lsq --quick --seed "$seed" || rc=1
@@ -283,7 +308,7 @@ defects)
 	exit $rc
 	;;
 *)
-	echo "unknown mode $mode (quick, full, defects, pcie, build)"
+	echo "unknown mode $mode (quick, quick-codecs, quick-rest, full, defects, pcie, build)"
 	exit 2
 	;;
 esac
