@@ -319,6 +319,8 @@ static uint64_t decode_rows_staged(const ibp_store_t *s, const int64_t *ids, uin
 static uint64_t run_end(const int64_t *ids, uint64_t b, uint64_t e)
 {
 	uint64_t k = b + 1;
+	if (k < e && ids[k] != ids[b] + 1)
+		return k; /* random ids: one compare */
 	/* four ids a branch (ids are checked: no overflow) */
 	const uint64_t *u = (const uint64_t *)ids;
 	while (k + 4 <= e && ((u[k] - u[k - 1] - 1) | (u[k + 1] - u[k] - 1) | (u[k + 2] - u[k + 1] - 1) |
