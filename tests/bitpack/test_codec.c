@@ -760,6 +760,28 @@ Test(codec, bitmap_header_small_d)
 	cr_assert_gt(past, 10);
 }
 
+/* A codec of rows of R <= 16 bytes in C-byte chunks with two random
+ * clusters of invariant-bit densities d0 and d1, with random Xvals when
+ * xv; it has the tiny tables. */
+static ibp_codec_t *tiny_codec(tu_rng_t *r, uint64_t R, unsigned C, double d0, double d1, int xv)
+{
+	const uint64_t D = (R + C - 1) / C;
+	uint8_t *m = tu_xcalloc(2 * D * C), *b = tu_xcalloc(2 * D * C);
+	tu_mask_random(r, d0, m, b, R, C);
+	tu_mask_random(r, d1, m + D * C, b + D * C, R, C);
+	ibp_codec_t *c;
+	cr_assert_eq(ibp_codec_create(R, C, 2, m, b, &c), IBP_OK);
+	free(m);
+	free(b);
+	if (xv) {
+		ibp_codec_t *cx = make_xcodec(r, c, TU_RANDOM);
+		ibp_codec_free(c);
+		c = cx;
+	}
+	cr_assert(c->tiny != NULL, "C=%u R=%llu: no tiny tables", C, (unsigned long long)R);
+	return c;
+}
+
 /* Rows of at most 16 chunk bytes (the tiny tables, ibp_tiny_t: C = 1, 2,
  * 4, 8 with 1..16 / C chunks, whole or partial last chunk), with and
  * without Xvals, CLEAN, BITMAP and LIST rows: every implementation gives
@@ -817,17 +839,7 @@ Test(codec, tiny_rows)
 					for (int di = 0; di < 3; di++) {
 		const unsigned C = Cs[ci];
 		const uint64_t R = D * C - (uint64_t)part;
-		uint8_t *m = tu_xcalloc(2 * D * C), *b = tu_xcalloc(2 * D * C);
-		tu_mask_random(&r, dens[di], m, b, R, C);
-		tu_mask_random(&r, dens[(di + 1) % 3], m + D * C, b + D * C, R, C);
-		ibp_codec_t *c;
-		cr_assert_eq(ibp_codec_create(R, C, 2, m, b, &c), IBP_OK);
-		if (xv) {
-			ibp_codec_t *cx = make_xcodec(&r, c, TU_RANDOM);
-			ibp_codec_free(c);
-			c = cx;
-		}
-		cr_assert(c->tiny != NULL, "C=%u D=%llu: no tiny tables", C, (unsigned long long)D);
+		ibp_codec_t *c = tiny_codec(&r, R, C, dens[di], dens[(di + 1) % 3], xv);
 		char what[96];
 		snprintf(what, sizeof(what), "C=%u D=%llu R=%llu xv=%d d=%.2f", C, (unsigned long long)D,
 			 (unsigned long long)R, xv, dens[di]);
@@ -869,8 +881,6 @@ Test(codec, tiny_rows)
 				memset(src, 0, glen / 2);
 			tiny_decode_all(c, src, glen, (uint8_t)(it % 4), k, NULL, what);
 		}
-		free(m);
-		free(b);
 		ibp_codec_free(c);
 	}
 	cr_assert_gt(modes[IBP_ROW_CLEAN], 100);
@@ -2158,17 +2168,7 @@ Test(codec, tiny_run)
 				for (int xv = 0; xv < 2; xv++) {
 		const unsigned C = Cs[ci], sh = 4; /* cluster bits 2 (cmask 3): a cluster past K fits */
 		const uint64_t R = D * C - (uint64_t)part, N = 48;
-		uint8_t *m = tu_xcalloc(2 * D * C), *b = tu_xcalloc(2 * D * C);
-		tu_mask_random(&r, 0.5 + 0.45 * tu_below(&r, 2), m, b, R, C);
-		tu_mask_random(&r, 0.3, m + D * C, b + D * C, R, C);
-		ibp_codec_t *c;
-		cr_assert_eq(ibp_codec_create(R, C, 2, m, b, &c), IBP_OK);
-		if (xv) {
-			ibp_codec_t *cx = make_xcodec(&r, c, TU_RANDOM);
-			ibp_codec_free(c);
-			c = cx;
-		}
-		cr_assert(c->tiny != NULL);
+		ibp_codec_t *c = tiny_codec(&r, R, C, 0.5 + 0.45 * (double)tu_below(&r, 2), 0.3, xv);
 		uint8_t *pay = tu_xcalloc(N * 40 + 32);
 		uint32_t rec[49];
 		uint64_t off = 0;
@@ -2256,8 +2256,6 @@ Test(codec, tiny_run)
 		ibp_codec_set_impl(c, IBP_IMPL_AUTO);
 		tu_guarded_free(g, size);
 		free(pay);
-		free(m);
-		free(b);
 		ibp_codec_free(c);
 	}
 	cr_assert_gt(modes[IBP_ROW_CLEAN], 200);
