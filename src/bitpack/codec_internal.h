@@ -370,10 +370,10 @@ typedef struct ibp_kernels {
 				const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
 				uint64_t avail, uint8_t *dst);
 	/* Optional (NULL: rows one by one), with decode_tiny: consecutive
-	 * CLEAN rows of tiny tables from the store's row map records
+	 * rows of tiny tables from the store's row map records
 	 * (ibp_tiny_run_t), row i into dst + i R as decode_tiny writes it;
 	 * returns the rows decoded, stopping before the first row it does not
-	 * take (ibp_tiny_run_t says which). */
+	 * take (ibp_tiny_run_t says which: CLEAN and some BITMAP rows). */
 	uint64_t (*decode_tiny_run)(const struct ibp_codec *c, const struct ibp_tiny_run *run, uint64_t n,
 				    uint8_t *dst);
 } ibp_kernels_t;

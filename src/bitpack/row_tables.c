@@ -48,10 +48,12 @@ int ibpi_build_tiny(ibp_codec_t *c)
 	c->mem[18] = t;
 	if (!t)
 		return 0;
+	c->tiny_s64 = 1;
 	for (unsigned k = 0; k < c->K; k++) {
 		const ibp_cluster_t *cl = &c->cl[k];
 		t[k].nclean = (uint8_t)cl->nclean;
 		t[k].xv = (uint8_t)(cl->has_x != 0);
+		c->tiny_s64 &= cl->S <= 64;
 		for (uint64_t j = 0; j < D; j++) {
 			const uint64_t w = j / cpw;
 			const unsigned sh = (unsigned)(8 * C * (j % cpw));
@@ -62,9 +64,6 @@ int ibpi_build_tiny(ibp_codec_t *c)
 				t[k].so[w] = (uint8_t)cl->soff[j];
 		}
 	}
-	c->tiny_s64 = 1;
-	for (unsigned k = 0; k < c->K; k++)
-		c->tiny_s64 &= c->cl[k].S <= 64;
 	c->tiny = t;
 	return 1;
 }

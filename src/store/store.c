@@ -403,7 +403,7 @@ static uint64_t decode_rows_pipe(const ibp_store_t *s, const int64_t *ids, uint8
 	return e;
 }
 
-/* Consecutive tiny rows at positions [b, e) (rows ROW(b) + i) by the
+/* Consecutive tiny rows at positions [b, e) (rows ids[b] + i) by the
  * codec's run kernel, a row map group at a time: in order their records
  * and payload are read in order too, which the hardware prefetcher
  * follows, and one by one each row's lookup, call and checks cost more
