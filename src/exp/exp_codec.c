@@ -485,7 +485,9 @@ static ibp_status_t encode_block(enc_in_t in, const expf_shape_t *s, uint32_t dt
 	 * before, stalled on store forwarding in every small block */
 	(void)expf_shape_of(dt, &b->s);
 	b->dt = dt;
-	b->isa = isa;
+	/* the AVX-512 encoder packs escapes with vpcompressb (VBMI2); without
+	 * it the AVX2 encoder writes the same bytes */
+	b->isa = isa == 2 && !ibpi_cpu()->avx512vbmi2 ? 1 : isa;
 	memcpy(b->table, table, 8); /* callers' tables are 8 bytes: one load */
 	b->table[7] = 0;
 	expf_layout_of(s, n, &b->L);

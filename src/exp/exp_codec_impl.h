@@ -158,6 +158,14 @@ double EXP_FN(ibpi_exp_ms_group)(const uint8_t *p, uint32_t dt, uint64_t *nonfin
 
 /* ----------------------------------------------------------------- encode */
 
+/* The AVX-512 encoder alone also uses vpcompressb (VBMI2): exp_codec.c
+ * runs that build only where the CPU has it. */
+#if defined(EXP_AVX512)
+#define EXP_ENC_TARGET __attribute__((target("avx512vbmi2")))
+#else
+#define EXP_ENC_TARGET
+#endif
+
 /* Bits 0, 1, 2 of 64 bytes (values 0..7) as three plane words (bit i =
  * element i). SSE2: shift the wanted bit to the byte's top, movemask. */
 static inline void pack_planes(const uint8_t *c, uint64_t *p0, uint64_t *p1, uint64_t *p2)
@@ -203,11 +211,11 @@ static inline __m512i narrow16x2(__m512i a, __m512i b)
  * (code k + 1 for table[k], as the portable loop ORs them), the escapes (no
  * code) appended in order. Same bytes as the portable loop; returns the
  * new escape count. */
-static inline __attribute__((always_inline)) uint64_t enc_word_avx512(const exp_enc_block_t *b, uint32_t dt, uint64_t w,
-								  const uint8_t *src, uint8_t *esc, uint64_t nesc)
+static inline __attribute__((always_inline)) EXP_ENC_TARGET uint64_t enc_word_avx512(const exp_enc_block_t *b, uint32_t dt, uint64_t w,
+								  const uint8_t *src, const __m512i *tv, uint8_t *esc,
+								  uint64_t nesc)
 {
 	const expf_layout_t *L = &b->L;
-	const uint8_t *t = b->table;
 	uint8_t *planes = b->dst + L->off_planes;
 	const uint64_t i0 = w * 64;
 	__m512i f;
@@ -256,27 +264,19 @@ static inline __attribute__((always_inline)) uint64_t enc_word_avx512(const exp_
 	}
 	uint64_t m[7];
 	for (int k = 0; k < 7; k++)
-		m[k] = _mm512_cmpeq_epi8_mask(f, _mm512_set1_epi8((char)t[k]));
+		m[k] = _mm512_cmpeq_epi8_mask(f, tv[k]);
 	const uint64_t p0 = m[0] | m[2] | m[4] | m[6], p1 = m[1] | m[2] | m[5] | m[6], p2 = m[3] | m[4] | m[5] | m[6];
 	exp_st64(planes + 8 * w, p0);
 	exp_st64(planes + L->plane_bytes + 8 * w, p1);
 	exp_st64(planes + 2 * L->plane_bytes + 8 * w, p2);
-	/* An escape's field from its source element (in L1 since the loads
-	 * above), not from a copy of f: byte loads from a 64-byte store just
-	 * made waited on the store (a quarter of the KV store's encode). */
-	for (uint64_t z = ~(p0 | p1 | p2); z; z &= z - 1) {
-		const unsigned j = (unsigned)__builtin_ctzll(z);
-		if (dt == EXPF_DT_F32) {
-			uint32_t u;
-			memcpy(&u, src + 4 * j, 4);
-			esc[nesc++] = (uint8_t)(u >> 23);
-		} else {
-			uint16_t u;
-			memcpy(&u, src + 2 * j, 2);
-			esc[nesc++] = dt == EXPF_DT_BF16 ? (uint8_t)(u >> 7) : (uint8_t)((u >> 10) & 31);
-		}
-	}
-	return nesc;
+	/* The escapes (fields without a code) packed in order by vpcompressb
+	 * and stored under a mask of exactly their count: no branch per
+	 * escape (a loop of them, its exit mispredicted in most words, was a
+	 * third of the KV store's encode). */
+	const uint64_t z = ~(p0 | p1 | p2);
+	const uint64_t ne = (uint64_t)__builtin_popcountll(z);
+	_mm512_mask_storeu_epi8(esc + nesc, _bzhi_u64(~0ull, (unsigned)ne), _mm512_maskz_compress_epi8(z, f));
+	return nesc + ne;
 }
 #endif
 
@@ -287,7 +287,7 @@ static inline const uint8_t *enc_src(const exp_enc_block_t *b, uint64_t i0)
 	return i0 < b->split ? b->src + i0 * b->s.esize : b->src2 + (i0 - b->split) * b->s.esize;
 }
 
-static inline __attribute__((always_inline)) uint64_t enc_words(const exp_enc_block_t *b, uint32_t dt, uint64_t w0,
+static inline __attribute__((always_inline)) EXP_ENC_TARGET uint64_t enc_words(const exp_enc_block_t *b, uint32_t dt, uint64_t w0,
 								   uint64_t nw, uint64_t n, uint8_t *esc)
 {
 	const expf_shape_t *s = &b->s;
@@ -295,6 +295,11 @@ static inline __attribute__((always_inline)) uint64_t enc_words(const exp_enc_bl
 	const uint8_t *t = b->table;
 	uint8_t *planes = b->dst + L->off_planes;
 	uint64_t nesc = 0;
+#if defined(EXP_AVX512)
+	__m512i tv[7]; /* once: the stores below may alias b->table for the compiler */
+	for (int k = 0; k < 7; k++)
+		tv[k] = _mm512_set1_epi8((char)t[k]);
+#endif
 	for (uint64_t w = w0; w < w0 + nw; w++) {
 		uint64_t i0 = w * 64;
 		uint32_t cnt = n - i0 < 64 ? (uint32_t)(n - i0) : 64u;
@@ -306,7 +311,7 @@ static inline __attribute__((always_inline)) uint64_t enc_words(const exp_enc_bl
 		}
 #if defined(EXP_AVX512)
 		if (cnt == 64) {
-			nesc = enc_word_avx512(b, dt, w, src, esc, nesc);
+			nesc = enc_word_avx512(b, dt, w, src, tv, esc, nesc);
 			continue;
 		}
 #endif
@@ -392,7 +397,7 @@ static inline __attribute__((always_inline)) uint64_t enc_words(const exp_enc_bl
 	return nesc;
 }
 
-uint64_t EXP_FN(ibpi_exp_enc_groups)(const exp_enc_block_t *b, uint64_t g0, uint64_t g1, uint8_t *esc)
+EXP_ENC_TARGET uint64_t EXP_FN(ibpi_exp_enc_groups)(const exp_enc_block_t *b, uint64_t g0, uint64_t g1, uint8_t *esc)
 {
 	const expf_layout_t *L = &b->L;
 	uint64_t total = 0;

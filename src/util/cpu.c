@@ -59,6 +59,7 @@ static void ibp_cpu_detect(void)
 			bool avx512f = (b >> 16) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
 			f.avx512 = f.avx2 && zmm && avx512f && bw && vl;
 			f.avx512vbmi = f.avx512 && ((c >> 1) & 1);
+			f.avx512vbmi2 = f.avx512 && ((c >> 6) & 1);
 			f.avx512popcnt = f.avx512 && ((c >> 14) & 1);
 		}
 		/* AMD before Zen3 (family 0x19) runs pext/pdep in microcode. */

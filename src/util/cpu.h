@@ -11,6 +11,7 @@ typedef struct ibp_cpu_features {
 	bool avx2;      /* AVX2 usable (CPU and OS save the YMM state) */
 	bool avx512;    /* AVX-512 F+BW+VL usable (CPU and OS save the ZMM state) */
 	bool avx512vbmi; /* avx512 and VBMI (vpermb) */
+	bool avx512vbmi2; /* avx512 and VBMI2 (vpcompressb) */
 	bool avx512popcnt; /* avx512 and VPOPCNTDQ (vpopcntd) */
 	bool f16c;      /* F16C (vcvtph2ps) usable: the CPU has it and the OS saves the YMM state */
 	bool amd;       /* vendor AuthenticAMD / HygonGenuine */

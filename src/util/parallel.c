@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util/fork.h"
@@ -48,9 +49,9 @@ static struct {
 	pthread_cond_t go, done;
 	int nworkers; /* started, tids 1 .. nworkers */
 	int busy;     /* a job is out */
-	uint64_t gen; /* jobs handed out */
+	_Atomic uint64_t gen; /* jobs handed out (written under mu; read by spinners without it) */
 	int t;        /* this job's tids */
-	int pending;  /* its worker tasks not finished */
+	_Atomic int pending;  /* its worker tasks not finished (the same) */
 	ibp_pf_task_t task[IBP_MAX_THREADS];
 	uint64_t born[IBP_MAX_THREADS + 1]; /* gen when worker i was started: its first job is the next */
 	_Atomic uint64_t fork_gen;          /* ibpi_fork_generation() the workers belong to */
@@ -75,6 +76,52 @@ static void pool_after_fork(void)
 	ibpi_fork_unlock();
 }
 
+/* How long a worker looks for the next job, and a caller for its workers'
+ * end, before sleeping on the condition variable: a KV store is 24 calls
+ * about 30 us apart, and a futex wake-up costs tens of us on a VM (both
+ * ends of every call). Bounded, so an idle process sleeps. */
+#define POOL_SPIN_NS 50000
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+/* Spins until *v != x (want_ne) or *v == x (!want_ne), for POOL_SPIN_NS at
+ * most; the caller rechecks under the lock either way. */
+static void spin_wait_u64(_Atomic uint64_t *v, uint64_t x)
+{
+	const uint64_t t0 = mono_ns();
+	for (unsigned i = 1;; i++) {
+		if (atomic_load_explicit(v, memory_order_relaxed) != x)
+			return;
+		cpu_relax();
+		if (i % 64 == 0 && mono_ns() - t0 > POOL_SPIN_NS)
+			return;
+	}
+}
+
+static void spin_wait_zero(_Atomic int *v)
+{
+	const uint64_t t0 = mono_ns();
+	for (unsigned i = 1;; i++) {
+		if (atomic_load_explicit(v, memory_order_relaxed) == 0)
+			return;
+		cpu_relax();
+		if (i % 64 == 0 && mono_ns() - t0 > POOL_SPIN_NS)
+			return;
+	}
+}
+
 static void *pool_worker(void *arg)
 {
 	const int id = (int)(intptr_t)arg;
@@ -82,6 +129,11 @@ static void *pool_worker(void *arg)
 	pthread_mutex_lock(&pool.mu);
 	uint64_t seen = pool.born[id]; /* not pool.gen: the job it was started for may be out already */
 	for (;;) {
+		if (pool.gen == seen) {
+			pthread_mutex_unlock(&pool.mu);
+			spin_wait_u64(&pool.gen, seen);
+			pthread_mutex_lock(&pool.mu);
+		}
 		while (pool.gen == seen)
 			pthread_cond_wait(&pool.go, &pool.mu);
 		seen = pool.gen;
@@ -135,6 +187,7 @@ static int pool_run(const ibp_pf_task_t *task, int t)
 	for (int i = w + 1; i < t; i++) /* workers that could not start */
 		task[i].fn(task[i].ctx, task[i].begin, task[i].end, task[i].tid);
 	in_job = 0;
+	spin_wait_zero(&pool.pending);
 	pthread_mutex_lock(&pool.mu);
 	while (pool.pending > 0)
 		pthread_cond_wait(&pool.done, &pool.mu);

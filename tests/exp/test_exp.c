@@ -282,7 +282,7 @@ Test(exp, decoders_agree_on_valid_and_damaged_blocks)
 	cr_assert_geq(coded, 9, "every block over 64 elements must be coded (escapes, planes), not raw: %d", coded);
 }
 
-/* The three encoders (AVX-512 where the CPU has BW + VBMI, AVX2, portable)
+/* The three encoders (AVX-512 where the CPU has BW + VBMI + VBMI2, AVX2, portable)
  * write the same bytes, and their mean squares are the same doubles, for
  * every distribution (escapes, specials, raw fallbacks), both table modes
  * and sizes with and without tail words and partial groups. */
