@@ -962,6 +962,26 @@ ibp_status_t ibp_codec_create_ex(uint64_t row_bytes, unsigned chunk_bytes, unsig
 					  .x = xw, .xen = xen, .has_x = has_x };
 		c->has_xval |= (int)has_x;
 	}
+	if (c->has_xval) { /* the run walk's tables of the clusters with Xvals: xen bits, hit patches */
+		const uint64_t nw = D / 64 + 1, per = nw * 8 + (D * C + 7) / 8 * 8;
+		uint8_t *xt = calloc(K, per);
+		c->mem[19] = xt;
+		if (!xt)
+			goto nomem;
+		for (unsigned k = 0; k < K; k++) {
+			ibp_cluster_t *cl = &cls[k];
+			if (!cl->has_x)
+				continue;
+			uint64_t *xenb = (uint64_t *)(void *)(xt + (uint64_t)k * per);
+			uint8_t *xbc = xt + (uint64_t)k * per + nw * 8;
+			for (uint64_t j = 0; j < D; j++) {
+				xenb[j / 64] |= (uint64_t)cl->xen[j] << (j % 64);
+				ibp_st_chunk(xbc + j * C, cl->x[j] ^ cl->b[j], C);
+			}
+			cl->xenb = xenb;
+			cl->xbc = xbc;
+		}
+	}
 	if (!ibp_build_vec(c) || !ibp_build_xvec(c) || !ibp_build_vec16(c) || !ibp_build_vecms(c) ||
 	    !ibp_build_xvec2(c) || !ibp_build_xvec4(c) || !ibp_build_fused(c) || !ibp_build_q2(c) ||
 	    !ibpi_build_base_rows(c, &ibpi_kernels_portable) || !ibpi_build_w2(c, ibp_avx2_ok()) ||

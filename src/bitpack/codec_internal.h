@@ -73,6 +73,11 @@ typedef struct ibp_cluster {
 	const uint64_t *x;
 	const uint8_t *xen;
 	unsigned has_x;
+	/* With has_x (else NULL): xen as D bits, and x ^ b narrowed to C bytes
+	 * a chunk (D C bytes), the patch of every hit (the AVX-512 run walk,
+	 * which XORs a row's hits in by masked vector ops). */
+	const uint64_t *xenb;
+	const uint8_t *xbc;
 	/* SIMD static-part tables (built only when the CPU can use them, else
 	 * nvg = 0): chunks [0, nvg * G) in nvg groups of G lanes (G = 16 for
 	 * C <= 2, 8 for C = 4; none for C = 8), vbase[g] the byte of the body
@@ -434,7 +439,7 @@ struct ibp_codec {
 	ibp_cluster_t *cl;     /* K entries */
 	const ibp_tiny_t *tiny; /* K entries when D C <= IBP_TINY_MAX_BYTES, else NULL */
 	int tiny_s64;           /* with tiny: every cluster's S <= 64 */
-	void *mem[19];         /* allocations owned by the codec */
+	void *mem[20];         /* allocations owned by the codec */
 };
 
 /* The kernels; ibpi_kernels_bmi2 exists on x86-64 builds only. */
@@ -1329,6 +1334,51 @@ IBP_INLINE uint64_t IBP_K(xscalar)(const ibp_codec_t *c, const ibp_cluster_t *cl
 	return e;
 }
 
+/* The checked Xval walk (as decode_exc_x: same checks, same result) of a
+ * BITMAP row from exception j = 8 i + ctz(w) at body bit e: the scalar and
+ * run walks finish a row here from their first field past what they may
+ * take unchecked (a partial last chunk, a field past their bits). Out of
+ * line: rare, and C and whole read from the codec. */
+static __attribute__((noinline, unused)) uint64_t IBP_K(xscalar_x_from)(const ibp_codec_t *c, const ibp_cluster_t *cl,
+								    const uint8_t *hdr, uint64_t hdr_len,
+								    const uint8_t *body, uint64_t avail, uint8_t *dst,
+								    uint64_t i, uint64_t w, uint64_t e)
+{
+	const unsigned C = c->C;
+	const int whole = c->last_bytes == C;
+	const uint64_t D = c->D, lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail;
+	const uint64_t last = c->last_bytes, jp = whole ? D : D - 1;
+	const uint8_t *ew = cl->ew, *xen = cl->xen;
+	const uint64_t *m = cl->m, *b = cl->b, *x = cl->x;
+	uint8_t tail[24] = { 0 };
+	const uint64_t t0 = IBP_K(xtail)(body, avail, tail);
+	for (;;) {
+		for (; w; w &= w - 1) {
+			const uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
+			if (xen[j]) {
+				if (e >= lim)
+					return UINT64_MAX;
+				const uint64_t byte = e >> 3;
+				const uint8_t hb = byte < t0 ? body[byte] : tail[byte - t0];
+				e += 1;
+				if ((hb >> ((e - 1) & 7)) & 1) {
+					IBP_K(xpatch)(j, x[j] ^ b[j], jp, last, dst, whole, C);
+					continue;
+				}
+			}
+			if (lim - e < ew[j])
+				return UINT64_MAX;
+			IBP_K(xone)(m, b, j, e, body, tail, t0, jp, last, dst, whole, C);
+			e += ew[j];
+		}
+		i += 8; /* the next bitmap word */
+		if (i >= hdr_len)
+			return e;
+		const uint64_t left = hdr_len - i;
+		w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left);
+	}
+}
+
 /* The BITMAP walk of a cluster with Xvals (C <= 4): an enabled chunk's
  * field starts with its hit bit (1: the invariant bits are x_j, nothing
  * follows). As decode_exc_x (same checks and result), but from a
@@ -1386,32 +1436,8 @@ IBP_INLINE uint64_t IBP_K(xscalar_x)(const ibp_codec_t *c, const ibp_cluster_t *
 		}
 	}
 	return e;
-checked: /* from exception j = 8 i + ctz(w) on, at bit e */
-	for (;;) {
-		for (; w; w &= w - 1) {
-			const uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
-			if (xen[j]) {
-				if (e >= lim)
-					return UINT64_MAX;
-				const uint64_t byte = e >> 3;
-				const uint8_t hb = byte < t0 ? body[byte] : tail[byte - t0];
-				e += 1;
-				if ((hb >> ((e - 1) & 7)) & 1) {
-					IBP_K(xpatch)(j, x[j] ^ b[j], jp, last, dst, whole, C);
-					continue;
-				}
-			}
-			if (lim - e < ew[j])
-				return UINT64_MAX;
-			IBP_K(xone)(m, b, j, e, body, tail, t0, jp, last, dst, whole, C);
-			e += ew[j];
-		}
-		i += 8; /* the next bitmap word */
-		if (i >= hdr_len)
-			return e;
-		const uint64_t left = hdr_len - i;
-		w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left);
-	}
+checked:
+	return IBP_K(xscalar_x_from)(c, cl, hdr, hdr_len, body, avail, dst, i, w, e);
 }
 
 /* The scalar walks of a row too sparse for the SIMD walks (C <= 4; not a

@@ -2264,3 +2264,113 @@ Test(codec, tiny_run)
 		cr_assert_gt(taken, tested, "runs taken: %llu rows in %llu calls", (unsigned long long)taken,
 			     (unsigned long long)tested);
 }
+
+/* BITMAP rows of clusters with Xvals, C = 1, 2, 4 (the AVX-512 run walk,
+ * ibp_avx512_xruns; the scalar walks elsewhere): chunks static, hits (the
+ * Xval), misses and disabled chunks (x = b) in every mix, from all hits
+ * (runs past 64, across bitmap words) to all misses; rows of up to 1,100
+ * exceptions (batches of 256) and of more than 32 words of few exceptions
+ * each; whole and partial last chunks. Every row round trips; its
+ * truncations, trailing bytes and changed bytes give every
+ * implementation the portable one's status, and its bytes when it
+ * decodes. */
+Test(codec, xval_runs)
+{
+	tu_rng_t r;
+	tu_rng_seed(&r, 1536);
+	static const ibp_impl_t impls[] = { IBP_IMPL_BMI2, IBP_IMPL_AVX2, IBP_IMPL_AVX512 };
+	static const unsigned Cs[3] = { 1, 2, 4 };
+	uint64_t bitmap_rows = 0, long_runs = 0;
+	for (int ci = 0; ci < 3; ci++)
+		for (int shape = 0; shape < 4; shape++) {
+			const unsigned C = Cs[ci];
+			/* D: 200 (a few words), 1,100 (batches), 2,600 (many words), 64 */
+			const uint64_t D = shape == 0 ? 200 : shape == 1 ? 1100 : shape == 2 ? 2600 : 64;
+			const uint64_t R = D * C - (C > 1 && shape % 2 ? 1 : 0);
+			uint8_t *m = tu_xcalloc(D * C), *b = tu_xcalloc(D * C), *x = tu_xcalloc(D * C);
+			const uint64_t dis_pct = shape == 3 ? 50 : tu_below(&r, 3) * 5; /* disabled chunks: 0-10%, 50% */
+			for (uint64_t j = 0; j < D; j++) {
+				const uint64_t full = C == 8 ? ~0ull : (1ull << (8 * C)) - 1;
+				uint64_t mj = tu_next(&r) & full & (tu_below(&r, 2) ? 0x00FF00FF00FF00FFull : ~0ull);
+				if (!mj)
+					mj = 1;
+				if (j == D - 1 && R < D * C) /* padding bits: invariant zeros */
+					mj |= full & ~((1ull << (8 * (R - (D - 1) * C))) - 1);
+				const uint64_t bj = tu_next(&r) & mj & (j == D - 1 ? ((1ull << (8 * (R - (D - 1) * C))) - 1) : full);
+				uint64_t xj = bj;
+				if (tu_below(&r, 100) >= dis_pct)
+					xj = (tu_next(&r) & mj & (j == D - 1 ? ((1ull << (8 * (R - (D - 1) * C))) - 1) : full)) ^ 0;
+				tu_set_word(m, C, j, mj);
+				tu_set_word(b, C, j, bj);
+				tu_set_word(x, C, j, xj);
+			}
+			ibp_codec_t *c;
+			cr_assert_eq(ibp_codec_create_ex(R, C, 1, m, b, x, &c), IBP_OK, "%s", ibp_last_error());
+			const uint64_t cap = ibp_row_bound(c);
+			uint8_t *row = tu_xcalloc(D * C), *enc = tu_xcalloc(cap + 8), *ref = tu_xcalloc(R), *back = tu_xcalloc(R);
+			for (int t = 0; t < 12; t++) {
+				/* exceptions: 30-100% of the chunks (shape 2: 6-12%); hits among them 0-100% */
+				const uint64_t exc_pct = shape == 2 ? 6 + tu_below(&r, 7) : 30 + tu_below(&r, 71);
+				const uint64_t hit_pct = t % 4 == 0 ? 100 : t % 4 == 1 ? 0 : 50 + tu_below(&r, 50);
+				tu_fill_random(&r, row, D * C);
+				for (uint64_t j = 0; j < D; j++) {
+					const uint64_t mj = tu_word(m, C, j), bj = tu_word(b, C, j), xj = tu_word(x, C, j);
+					uint64_t vj = (tu_word(row, C, j) & ~mj) | bj;
+					if (tu_below(&r, 100) < exc_pct) {
+						if (xj != bj && tu_below(&r, 100) < hit_pct)
+							vj = (vj & ~mj) | xj;
+						else
+							vj ^= mj & (tu_next(&r) | 1);
+					}
+					tu_set_word(row, C, j, vj);
+				}
+				memset(row + R, 0, D * C - R);
+				uint64_t len = 0;
+				uint8_t fl = 0;
+				ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
+				cr_assert_eq(ibp_encode_row(c, row, 0, enc, cap, &len, &fl), IBP_OK);
+				bitmap_rows += fl == IBP_ROW_BITMAP;
+				long_runs += fl == IBP_ROW_BITMAP && hit_pct == 100 && exc_pct > 64;
+				/* the row, some truncations, a trailing byte, changed bytes */
+				for (int k = 0; k < 40; k++) {
+					uint64_t l = len;
+					uint8_t *in = tu_xcalloc(len + 1);
+					memcpy(in, enc, len);
+					if (k >= 1 && k < 12)
+						l = k < 6 ? len - 1 - tu_below(&r, len < 8 ? len : 8) : tu_below(&r, len + 1);
+					else if (k == 12)
+						in[l++] = (uint8_t)tu_next(&r);
+					else if (k > 12 && len)
+						in[tu_below(&r, len)] ^= (uint8_t)(1u << tu_below(&r, 8));
+					if (l > len + 1)
+						l = 0;
+					uint8_t *cut = tu_guarded_copy(in, l);
+					ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
+					memset(ref, 0, R);
+					const ibp_status_t s0 = ibp_decode_row(c, cut, l, fl, 0, ref);
+					if (k == 0) {
+						cr_assert_eq(s0, IBP_OK);
+						cr_assert(!memcmp(ref, row, R), "C=%u D=%llu row %d: not the row", C,
+							  (unsigned long long)D, t);
+					}
+					for (size_t ii = 0; ii < sizeof(impls) / sizeof(impls[0]); ii++) {
+						if (ibp_codec_set_impl(c, impls[ii]) != IBP_OK)
+							continue;
+						memset(back, 0, R);
+						const ibp_status_t s1 = ibp_decode_row(c, cut, l, fl, 0, back);
+						cr_assert_eq(s1, s0, "C=%u D=%llu row %d case %d impl %d: status %d, portable %d", C,
+							     (unsigned long long)D, t, k, (int)impls[ii], s1, s0);
+						if (s0 == IBP_OK)
+							cr_assert(!memcmp(back, ref, R), "C=%u D=%llu row %d case %d impl %d: bytes", C,
+								  (unsigned long long)D, t, k, (int)impls[ii]);
+					}
+					tu_guarded_free(cut, l);
+					free(in);
+				}
+			}
+			free(m), free(b), free(x), free(row), free(enc), free(ref), free(back);
+			ibp_codec_free(c);
+		}
+	cr_assert_gt(bitmap_rows, 60, "only %llu BITMAP rows", (unsigned long long)bitmap_rows);
+	cr_assert_gt(long_runs, 4, "only %llu rows of hits alone", (unsigned long long)long_runs);
+}
