@@ -13,8 +13,8 @@
  * chunks past the last group, the fix-up chunks (more than two static
  * runs) and C = 8 are scalar (pdep); so is the exception walk of rows
  * under 8 exceptions a group (the template's xscalar and, for BITMAP rows
- * with Xvals, xscalar_x, shared with AVX-512 in codec_internal.h; denser
- * rows take 8 or 4 lanes
+ * with Xvals, the run walk xruns, shared with AVX-512 in codec_internal.h;
+ * denser rows take 8 or 4 lanes
  * with gathers, xwalk_c12 / xwalk_c4), and encoding is the BMI2 template
  * kernel's, except that the encoder finds the exceptions of 8
  * chunks with two 4-lane compares (IBP_K_MISS8), those of 64 chunks with
@@ -103,6 +103,64 @@ IBP_INLINE uint64_t ibp_avx2_xblock(const uint8_t *row, const uint8_t *mk, const
 	return miss;
 }
 #define IBP_K_XBLOCK(row, mk, bk, mm, C) ibp_avx2_xblock(row, mk, bk, mm, C)
+/* The run walk's pieces (IBP_K_XR_*, codec_internal.h): a bitmap word's
+ * chunk indices a byte at a time (the offsets of its set bits packed by a
+ * pext of 0x0706..00 under the byte's bits spread to bytes), and a word's
+ * hit patches XORed in under lane masks made from the bits, by whole
+ * vectors where its chunks lie inside the row (else one by one). */
+IBP_INLINE uint64_t ibp_avx2_idx64(uint64_t w, uint32_t base, uint16_t *out)
+{
+	uint64_t n = 0;
+	for (unsigned q = 0; q < 8; q++) {
+		const uint64_t byte = (w >> (8 * q)) & 0xFF;
+		const uint64_t off = _pext_u64(0x0706050403020100ull, _pdep_u64(byte, 0x0101010101010101ull) * 0xFF);
+		const __m128i v = _mm_add_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)off)),
+						_mm_set1_epi16((short)(base + 8 * q)));
+		_mm_storeu_si128((__m128i *)(void *)(out + n), v);
+		n += (uint64_t)__builtin_popcountll(byte);
+	}
+	return n;
+}
+
+IBP_INLINE void ibp_avx2_xr_hits(uint8_t *dst, const uint8_t *xbc, uint64_t wi, uint64_t hm, uint64_t R,
+				 const unsigned C)
+{
+	if (!hm)
+		return;
+	uint8_t *d = dst + wi * 64 * C;
+	const uint8_t *x = xbc + wi * 64 * C;
+	if ((wi + 1) * 64 * C > R) { /* the row's last word: chunk by chunk, nothing past the row */
+		for (; hm; hm &= hm - 1) {
+			const unsigned t = (unsigned)__builtin_ctzll(hm);
+			ibp_st_chunk(d + t * C, ibp_ld_chunk(d + t * C, C) ^ ibp_ld_chunk(x + t * C, C), C);
+		}
+		return;
+	}
+	for (unsigned v = 0; v < 2 * C; v++) { /* 32 bytes: 32 / C chunks */
+		const uint64_t bits = hm >> (v * 32 / C);
+		__m256i lane;
+		if (C == 1) { /* byte i: bit i */
+			const __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)(uint32_t)bits),
+							      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+									       2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+			const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+			lane = _mm256_cmpeq_epi8(_mm256_and_si256(b, sel), sel);
+		} else if (C == 2) {
+			const __m256i sel = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
+							      8192, 16384, (short)0x8000);
+			lane = _mm256_cmpeq_epi16(_mm256_and_si256(_mm256_set1_epi16((short)bits), sel), sel);
+		} else {
+			const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+			lane = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)(bits & 0xFF)), sel), sel);
+		}
+		const __m256i dv = _mm256_loadu_si256((const __m256i *)(const void *)(d + 32 * v));
+		const __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(x + 32 * v));
+		_mm256_storeu_si256((__m256i *)(void *)(d + 32 * v), _mm256_xor_si256(dv, _mm256_and_si256(xv, lane)));
+	}
+}
+#define IBP_K_XR_IDX64(w, base, out) ibp_avx2_idx64(w, base, out)
+#define IBP_K_XR_HITS(dst, xbc, wi, hm, R, C) ibp_avx2_xr_hits(dst, xbc, wi, hm, R, C)
+#define IBP_K_XR_ATTR
 #define IBP_K(name) ibp_avx2_##name
 #define IBP_K_WIDE_PEXT /* the template may call _pext_u64 */
 #define IBP_CODEC_KERNEL_BODY
@@ -531,6 +589,8 @@ static uint64_t ibp_avx2_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_t 
 			default: return ibp_avx2_decode_exc_x(c, cl, mode, hdr, hdr_len, n, body, avail, dst, 1, 4);
 			}
 		}
+		if (cl->xbc && c->D <= 65536) /* BITMAP rows with Xvals: the run walk (16-bit chunk indices) */
+			return ibp_avx2_xruns(c, cl, hdr, hdr_len, body, avail, dst);
 		return ibp_avx2_xscalar_v(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
 	}
 	if (!ibp_exc_bitmap(c, mode, hdr, hdr_len, ibp_hdr_readable(hdr, hdr_len, body, avail), n, bm))

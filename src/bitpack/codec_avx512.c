@@ -17,11 +17,11 @@
  * (ibp_vbmi_t.fg) decode static part and exceptions in one pass of 64-byte
  * groups, the partial last group included (ibp_avx512_row_f), except C = 2
  * rows under two exceptions a group: the multishift static part, then the
- * scalar walk. Rows too sparse for the SIMD walks take the scalar walks
- * shared with AVX2 (codec_internal.h: xscalar, and for BITMAP rows with
- * Xvals xscalar_x), except BITMAP rows with Xvals where the CPU has VBMI2:
- * the run walk (ibp_avx512_xruns: runs of hits by a count of ones, their
- * patches by masked vector ops).
+ * scalar walk. Rows too sparse for the SIMD walks take the walks shared
+ * with AVX2 (codec_internal.h: xscalar, and for BITMAP rows with Xvals the
+ * run walk xruns: runs of hits by a count of ones, their patches by
+ * masked vector ops; its chunk indices by vpcompressw, VBMI2, else the
+ * AVX2 kernel's).
  * Encoding is the BMI2 template kernel, with the exceptions of 8 chunks
  * found by one compare (IBP_K_MISS8) and, in the one-pass encoder (C < 8,
  * no Xvals), those of 64 chunks and their words' exception masks by C
@@ -96,6 +96,46 @@ IBP_INLINE uint64_t ibp_avx512_xblock(const uint8_t *row, const uint8_t *mk, con
 	return miss;
 }
 #define IBP_K_XBLOCK(row, mk, bk, mm, C) ibp_avx512_xblock(row, mk, bk, mm, C)
+/* The chunk indices of w's set bits (base + bit, base + 63 < 65536), in
+ * order, by two compresses of 32 16-bit lanes (VBMI2): out needs room
+ * for the count plus 32. */
+__attribute__((target("avx512vbmi2"))) IBP_INLINE uint64_t ibp_avx512_idx64(uint64_t w, uint32_t base, uint16_t *out)
+{
+	const __m512i b = _mm512_add_epi16(_mm512_set1_epi16((short)base),
+					   _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15,
+							    14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
+	const __mmask32 k0 = (__mmask32)w, k1 = (__mmask32)(w >> 32);
+	const uint64_t n0 = (uint64_t)__builtin_popcount(k0);
+	_mm512_storeu_si512(out, _mm512_maskz_compress_epi16(k0, b));
+	_mm512_storeu_si512(out + n0, _mm512_maskz_compress_epi16(k1, _mm512_add_epi16(b, _mm512_set1_epi16(32))));
+	return n0 + (uint64_t)__builtin_popcount(k1);
+}
+
+/* dst's 64 chunks from chunk 64 wi ^= their hit patches under hm. */
+IBP_INLINE void ibp_avx512_xr_hits(uint8_t *dst, const uint8_t *xbc, uint64_t wi, uint64_t hm, const unsigned C)
+{
+	uint8_t *d = dst + wi * 64 * C;
+	const uint8_t *x = xbc + wi * 64 * C;
+	if (C == 1) {
+		_mm512_mask_storeu_epi8(d, hm, _mm512_xor_si512(_mm512_maskz_loadu_epi8(hm, d), _mm512_maskz_loadu_epi8(hm, x)));
+	} else if (C == 2) {
+		for (unsigned h = 0; h < 2; h++) {
+			const __mmask32 k = (__mmask32)(hm >> (32 * h));
+			_mm512_mask_storeu_epi16(d + 64 * h, k, _mm512_xor_si512(_mm512_maskz_loadu_epi16(k, d + 64 * h),
+										  _mm512_maskz_loadu_epi16(k, x + 64 * h)));
+		}
+	} else {
+		for (unsigned q = 0; q < 4; q++) {
+			const __mmask16 k = (__mmask16)(hm >> (16 * q));
+			_mm512_mask_storeu_epi32(d + 64 * q, k, _mm512_xor_si512(_mm512_maskz_loadu_epi32(k, d + 64 * q),
+										  _mm512_maskz_loadu_epi32(k, x + 64 * q)));
+		}
+	}
+}
+
+#define IBP_K_XR_IDX64(w, base, out) ibp_avx512_idx64(w, base, out)
+#define IBP_K_XR_HITS(dst, xbc, wi, hm, R, C) ibp_avx512_xr_hits(dst, xbc, wi, hm, C)
+#define IBP_K_XR_ATTR __attribute__((target("avx512vbmi2")))
 #define IBP_K(name) ibp_avx512_##name
 #define IBP_K_WIDE_PEXT /* the template may call _pext_u64 */
 #define IBP_CODEC_KERNEL_BODY
@@ -747,174 +787,6 @@ static uint64_t ibp_avx512_row_f(const ibp_codec_t *c, const ibp_cluster_t *cl, 
 #undef IBP_ROW_F4
 }
 
-/* The run walk of a BITMAP row of a cluster with Xvals (C <= 4): as
- * xscalar_x (same checks, same bytes), but a run of hits (enabled chunks
- * whose hit bit is 1: 88% of the FFN weights' exceptions, in runs of 8.6)
- * is taken by one count of trailing ones, and its patches (x ^ b) are
- * XORed in afterwards by masked vector ops over the bitmap words; only
- * misses and disabled chunks (fields) go one by one. The bitmap's
- * exceptions are first listed by chunk index (idx64), up to IBP_XR_BATCH
- * at a time: one loop over them, not one per bitmap word (whose exits
- * mispredict). At a field it may not take unchecked (a partial last
- * chunk, bits running out at the row's end) it applies the hits before it
- * and hands the row to the checked walk (xscalar_x_from). */
-#define IBP_XR_BATCH 256 /* exceptions a batch lists (up to 64 more) */
-#define IBP_XR_WORDS 32  /* bitmap words a batch spans at most */
-
-/* The chunk indices of w's set bits (base + bit, base + 63 < 65536), in
- * order, by two compresses of 32 16-bit lanes (VBMI2): out needs room
- * for the count plus 32. */
-__attribute__((target("avx512vbmi2"))) IBP_INLINE uint64_t ibp_avx512_idx64(uint64_t w, uint32_t base, uint16_t *out)
-{
-	const __m512i b = _mm512_add_epi16(_mm512_set1_epi16((short)base),
-					   _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15,
-							    14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
-	const __mmask32 k0 = (__mmask32)w, k1 = (__mmask32)(w >> 32);
-	const uint64_t n0 = (uint64_t)__builtin_popcount(k0);
-	_mm512_storeu_si512(out, _mm512_maskz_compress_epi16(k0, b));
-	_mm512_storeu_si512(out + n0, _mm512_maskz_compress_epi16(k1, _mm512_add_epi16(b, _mm512_set1_epi16(32))));
-	return n0 + (uint64_t)__builtin_popcount(k1);
-}
-
-/* dst's 64 chunks from chunk 64 wi ^= their hit patches under hm. */
-IBP_INLINE void ibp_avx512_xr_hits(uint8_t *dst, const uint8_t *xbc, uint64_t wi, uint64_t hm, const unsigned C)
-{
-	uint8_t *d = dst + wi * 64 * C;
-	const uint8_t *x = xbc + wi * 64 * C;
-	if (C == 1) {
-		_mm512_mask_storeu_epi8(d, hm, _mm512_xor_si512(_mm512_maskz_loadu_epi8(hm, d), _mm512_maskz_loadu_epi8(hm, x)));
-	} else if (C == 2) {
-		for (unsigned h = 0; h < 2; h++) {
-			const __mmask32 k = (__mmask32)(hm >> (32 * h));
-			_mm512_mask_storeu_epi16(d + 64 * h, k, _mm512_xor_si512(_mm512_maskz_loadu_epi16(k, d + 64 * h),
-										  _mm512_maskz_loadu_epi16(k, x + 64 * h)));
-		}
-	} else {
-		for (unsigned q = 0; q < 4; q++) {
-			const __mmask16 k = (__mmask16)(hm >> (16 * q));
-			_mm512_mask_storeu_epi32(d + 64 * q, k, _mm512_xor_si512(_mm512_maskz_loadu_epi32(k, d + 64 * q),
-										  _mm512_maskz_loadu_epi32(k, x + 64 * q)));
-		}
-	}
-}
-
-__attribute__((target("avx512vbmi2"))) IBP_INLINE uint64_t ibp_avx512_xruns_c(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *hdr,
-				       uint64_t hdr_len, const uint8_t *body, uint64_t avail, uint8_t *dst,
-				       const unsigned C)
-{
-	const uint64_t D = c->D, lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail;
-	uint64_t e = cl->S;
-	if (e > lim)
-		return UINT64_MAX;
-	const int whole = c->last_bytes == C;
-	uint8_t tail[24] = { 0 };
-	const uint64_t t0 = ibp_avx512_xtail(body, avail, tail);
-	const uint8_t *ew = cl->ew;
-	const uint64_t *m = cl->m, *b = cl->b, *xenb = cl->xenb;
-	uint16_t idx[IBP_XR_BATCH + 64 + 32];
-	uint32_t dis[IBP_XR_BATCH + 64 + 1];
-	uint64_t wv[IBP_XR_WORDS], nh[IBP_XR_WORDS]; /* the batch's bitmap words, and their chunks not hit */
-	uint64_t i = 0, v = 0, eend = e, j, w0, nw;
-	while (i < hdr_len) {
-		uint64_t cnt = 0, nd = 0;
-		w0 = i / 8;
-		nw = 0;
-		do {
-			const uint64_t left = hdr_len - i, w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left);
-			const uint64_t off = cnt;
-			cnt += ibp_avx512_idx64(w, (uint32_t)(i * 8), idx + cnt);
-			for (uint64_t dw = w & ~xenb[i / 8]; dw; dw &= dw - 1) /* disabled chunks (rare): their ranks */
-				dis[nd++] = (uint32_t)(off + (uint64_t)__builtin_popcountll(w & ((dw & (0 - dw)) - 1)));
-			wv[nw] = w;
-			nh[nw++] = 0;
-			i += 8;
-		} while (i < hdr_len && cnt <= IBP_XR_BATCH && nw < IBP_XR_WORDS);
-		dis[nd] = UINT32_MAX;
-		/* a partial last chunk's exception goes to the checked walk */
-		const uint64_t stop = !whole && i >= hdr_len && cnt && idx[cnt - 1] == D - 1 ? cnt - 1 : cnt;
-		uint64_t k = 0, di = 0;
-		while (k < stop) {
-			/* an exception takes <= 1 + 8 C bits: refill below that */
-			if (eend - e < 1 + 8 * C) {
-				const uint64_t byte = e >> 3;
-				v = ibp_load64(byte < t0 ? body + byte : tail + (byte - t0)) >> (e & 7);
-				eend = 8 * byte + 64;
-				if (eend > lim) /* the bits past lim are the copy's zeros */
-					eend = lim;
-			}
-			if (k == dis[di]) { /* a disabled chunk: its field, no hit bit */
-				j = idx[k];
-				const uint64_t need = ew[j];
-				if (need > eend - e)
-					goto resume;
-				ibp_st_chunk(dst + j * C, ibp_ld_chunk(dst + j * C, C) ^ _pdep_u64(v, m[j]) ^ b[j], C);
-				nh[j / 64 - w0] |= 1ull << (j & 63);
-				v >>= need;
-				e += need;
-				k++, di++;
-				continue;
-			}
-			uint64_t lt = stop - k; /* hits it may take: before the batch's end, a disabled chunk, the bits' end */
-			if (dis[di] - k < lt)
-				lt = dis[di] - k;
-			if (eend - e < lt)
-				lt = eend - e;
-			if (lt > 63)
-				lt = 63;
-			const uint64_t r = ~v ? (uint64_t)__builtin_ctzll(~v) : 64; /* hits before the first miss */
-			if (r >= lt) {
-				if (lt == 0) { /* no bits left: the checked walk fails it */
-					j = idx[k];
-					goto resume;
-				}
-				v >>= lt;
-				e += lt;
-				k += lt;
-				continue;
-			}
-			v >>= r;
-			e += r;
-			k += r;
-			j = idx[k]; /* a miss: its 0 bit, then its field */
-			const uint64_t need = 1 + (uint64_t)ew[j];
-			if (need > eend - e) {
-				if (eend == lim)
-					goto resume;
-				continue; /* refill at the miss's bit */
-			}
-			ibp_st_chunk(dst + j * C, ibp_ld_chunk(dst + j * C, C) ^ _pdep_u64(v >> 1, m[j]) ^ b[j], C);
-			nh[j / 64 - w0] |= 1ull << (j & 63);
-			v >>= need;
-			e += need;
-			k++;
-		}
-		if (stop < cnt) { /* the partial last chunk: not a hit of this walk */
-			j = idx[stop];
-			goto resume;
-		}
-		for (uint64_t q = 0; q < nw; q++)
-			ibp_avx512_xr_hits(dst, cl->xbc, w0 + q, wv[q] & ~nh[q], C);
-	}
-	return e;
-resume: /* at chunk j, bit e: the batch's hits before j, then the checked walk */
-	for (uint64_t q = 0; q < nw && w0 + q <= j / 64; q++)
-		ibp_avx512_xr_hits(dst, cl->xbc, w0 + q,
-				   wv[q] & ~nh[q] & (w0 + q < j / 64 ? ~0ull : (1ull << (j & 63)) - 1), C);
-	return ibp_avx512_xscalar_x_from(c, cl, hdr, hdr_len, body, avail, dst, (j >> 6) << 3,
-					 wv[j / 64 - w0] & (~0ull << (j & 63)), e);
-}
-
-static __attribute__((noinline, target("avx512vbmi2"))) uint64_t ibp_avx512_xruns(const ibp_codec_t *c, const ibp_cluster_t *cl,
-							    const uint8_t *hdr, uint64_t hdr_len, const uint8_t *body,
-							    uint64_t avail, uint8_t *dst)
-{
-	switch (c->C) {
-	case 1: return ibp_avx512_xruns_c(c, cl, hdr, hdr_len, body, avail, dst, 1);
-	case 2: return ibp_avx512_xruns_c(c, cl, hdr, hdr_len, body, avail, dst, 2);
-	default: return ibp_avx512_xruns_c(c, cl, hdr, hdr_len, body, avail, dst, 4);
-	}
-}
-
 static uint64_t ibp_avx512_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_t *cl, unsigned mode,
 					const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
 					uint64_t avail, uint8_t *dst)
@@ -929,8 +801,10 @@ static uint64_t ibp_avx512_decode_exc_v(const ibp_codec_t *c, const ibp_cluster_
 	if (cl->nxg == 0 || c->D > IBP_XWALK_MAXD || n < IBP_XWALK_PER_GROUP * ng) {
 		if (c->C > 4 || (cl->has_x && mode != IBP_ROW_BITMAP))
 			return ibp_avx512_decode_exc(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
-		if (cl->xbc && c->D <= 65536 && ibpi_cpu()->avx512vbmi2) /* 16-bit chunk indices, vpcompressw */
-			return ibp_avx512_xruns(c, cl, hdr, hdr_len, body, avail, dst);
+		if (cl->xbc && c->D <= 65536) /* BITMAP rows with Xvals: the run walk (16-bit chunk indices) */
+			return ibpi_cpu()->avx512vbmi2 ? ibp_avx512_xruns(c, cl, hdr, hdr_len, body, avail, dst)
+						       : ibpi_kernels_avx2.decode_exc(c, cl, mode, hdr, hdr_len, n, body,
+										     avail, dst);
 		return ibp_avx512_xscalar_v(c, cl, mode, hdr, hdr_len, n, body, avail, dst);
 	}
 	if (!ibp_exc_bitmap(c, mode, hdr, hdr_len, ibp_hdr_readable(hdr, hdr_len, body, avail), n, bm))

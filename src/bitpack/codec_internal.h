@@ -527,24 +527,6 @@ IBP_INLINE void ibp_store64(uint8_t *p, uint64_t v)
 	memcpy(p, &v, 8);
 }
 
-/* If t != 0: *a = a1 and *b = b1, by two cmovs (x86-64; elsewhere as
- * written): gcc branches on such a select, which mispredicts where t is
- * random (the Xval walk's hit bits). */
-IBP_INLINE void ibp_sel2_nz(uint64_t t, uint64_t *a, uint64_t a1, uint64_t *b, uint64_t b1)
-{
-#if defined(__x86_64__)
-	__asm__("test %[t], %[t]\n\tcmovnz %[a1], %[a]\n\tcmovnz %[b1], %[b]"
-		: [a] "+r"(*a), [b] "+r"(*b)
-		: [t] "r"(t), [a1] "r"(a1), [b1] "r"(b1)
-		: "cc");
-#else
-	if (t) {
-		*a = a1;
-		*b = b1;
-	}
-#endif
-}
-
 /* Loads a full chunk of C bytes (little-endian). */
 IBP_INLINE uint64_t ibp_ld_chunk(const uint8_t *p, unsigned C)
 {
@@ -1334,130 +1316,21 @@ IBP_INLINE uint64_t IBP_K(xscalar)(const ibp_codec_t *c, const ibp_cluster_t *cl
 	return e;
 }
 
-/* The checked Xval walk (as decode_exc_x: same checks, same result) of a
- * BITMAP row from exception j = 8 i + ctz(w) at body bit e: the scalar and
- * run walks finish a row here from their first field past what they may
- * take unchecked (a partial last chunk, a field past their bits). Out of
- * line: rare, and C and whole read from the codec. */
-static __attribute__((noinline, unused)) uint64_t IBP_K(xscalar_x_from)(const ibp_codec_t *c, const ibp_cluster_t *cl,
-								    const uint8_t *hdr, uint64_t hdr_len,
-								    const uint8_t *body, uint64_t avail, uint8_t *dst,
-								    uint64_t i, uint64_t w, uint64_t e)
-{
-	const unsigned C = c->C;
-	const int whole = c->last_bytes == C;
-	const uint64_t D = c->D, lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail;
-	const uint64_t last = c->last_bytes, jp = whole ? D : D - 1;
-	const uint8_t *ew = cl->ew, *xen = cl->xen;
-	const uint64_t *m = cl->m, *b = cl->b, *x = cl->x;
-	uint8_t tail[24] = { 0 };
-	const uint64_t t0 = IBP_K(xtail)(body, avail, tail);
-	for (;;) {
-		for (; w; w &= w - 1) {
-			const uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
-			if (xen[j]) {
-				if (e >= lim)
-					return UINT64_MAX;
-				const uint64_t byte = e >> 3;
-				const uint8_t hb = byte < t0 ? body[byte] : tail[byte - t0];
-				e += 1;
-				if ((hb >> ((e - 1) & 7)) & 1) {
-					IBP_K(xpatch)(j, x[j] ^ b[j], jp, last, dst, whole, C);
-					continue;
-				}
-			}
-			if (lim - e < ew[j])
-				return UINT64_MAX;
-			IBP_K(xone)(m, b, j, e, body, tail, t0, jp, last, dst, whole, C);
-			e += ew[j];
-		}
-		i += 8; /* the next bitmap word */
-		if (i >= hdr_len)
-			return e;
-		const uint64_t left = hdr_len - i;
-		w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left);
-	}
-}
-
-/* The BITMAP walk of a cluster with Xvals (C <= 4): an enabled chunk's
- * field starts with its hit bit (1: the invariant bits are x_j, nothing
- * follows). As decode_exc_x (same checks and result), but from a
- * bit buffer: v holds the body's bits from e on, nb of them, refilled by
- * one load when fewer than an exception can take (1 + 8 C) are left, so
- * a field's position does not wait on a load of the one before (the FFN
- * weights' fields are mostly 1-bit hits). The bits are the row's: a
- * refill near the end reads the padded copy, whose bits past lim are
- * zeros, and nb stops at lim; so a field within nb needs no check. A
- * field past nb (a corrupt row) or a partial last chunk finishes the row
- * in the checked loop, from the exact e. */
-IBP_INLINE uint64_t IBP_K(xscalar_x)(const ibp_codec_t *c, const ibp_cluster_t *cl, const uint8_t *hdr,
-				       uint64_t hdr_len, const uint8_t *body, uint64_t avail, uint8_t *dst,
-				       const int whole, const unsigned C)
-{
-	const uint64_t D = c->D, lim = avail > (UINT64_MAX >> 3) ? UINT64_MAX : 8 * avail;
-	uint64_t e = cl->S;
-	if (e > lim)
-		return UINT64_MAX;
-	uint8_t tail[24] = { 0 };
-	const uint64_t t0 = IBP_K(xtail)(body, avail, tail);
-	const uint64_t last = c->last_bytes, jp = whole ? D : D - 1;
-	const uint8_t *ew = cl->ew, *xen = cl->xen;
-	const uint64_t *m = cl->m, *b = cl->b, *x = cl->x;
-	uint64_t i = 0, w = 0, v = 0, nb = 0;
-	/* bits >= D were checked to be clear */
-	for (; i < hdr_len; i += 8) {
-		const uint64_t left = hdr_len - i;
-		for (w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left); w; w &= w - 1) {
-			const uint64_t j = i * 8 + (uint64_t)__builtin_ctzll(w);
-			if (!whole && j >= jp)
-				goto checked;
-			/* an exception takes <= 1 + 8 C bits: refill below that */
-			if (nb < 1 + 8 * C) {
-				const uint64_t byte = e >> 3;
-				v = ibp_load64(byte < t0 ? body + byte : tail + (byte - t0)) >> (e & 7);
-				nb = 64 - (e & 7);
-				if (nb > lim - e) /* the bits past lim are the copy's zeros */
-					nb = lim - e;
-			}
-			/* a hit (a bit of the row: v is 0 past nb) takes its hit bit
-			 * and x_j, else the field follows it: selected by cmov, so
-			 * the next field's place waits on a test and a cmov, not on a
-			 * branch that mispredicts at every miss (the FFN weights:
-			 * misses 12% of the exceptions, at random; +8-10%) */
-			const uint64_t sx = xen[j];
-			uint64_t need = sx + ew[j], d = _pdep_u64(v >> sx, m[j]);
-			ibp_sel2_nz(v & sx, &need, 1, &d, x[j]);
-			if (need > nb) /* past lim: the checked loop fails as decode_exc_x does */
-				goto checked;
-			IBP_K(xpatch)(j, d ^ b[j], jp, last, dst, whole, C);
-			v >>= need;
-			nb -= need;
-			e += need;
-		}
-	}
-	return e;
-checked:
-	return IBP_K(xscalar_x_from)(c, cl, hdr, hdr_len, body, avail, dst, i, w, e);
-}
-
 /* The scalar walks of a row too sparse for the SIMD walks (C <= 4; not a
- * LIST row with Xvals, which the kernels give decode_exc_x): xscalar_x
- * or xscalar by chunk size, with a copy for rows whose last chunk is
- * whole (no test of the chunk index). */
+ * LIST row with Xvals, which the kernels give decode_exc_x): xscalar by
+ * chunk size, with a copy for rows whose last chunk is whole (no test of
+ * the chunk index); BITMAP rows with Xvals the run walk does not take,
+ * decode_exc_x. */
 IBP_INLINE uint64_t IBP_K(xscalar_v)(const ibp_codec_t *c, const ibp_cluster_t *cl, const unsigned mode,
 				       const uint8_t *hdr, uint64_t hdr_len, uint64_t n, const uint8_t *body,
 				       uint64_t avail, uint8_t *dst)
 {
 	const int whole = c->last_bytes == c->C;
-	if (cl->has_x) { /* BITMAP */
+	if (cl->has_x) { /* BITMAP rows the run walk does not take (more than 65,536 chunks) */
 		switch (c->C) {
-		case 1: return IBP_K(xscalar_x)(c, cl, hdr, hdr_len, body, avail, dst, 1, 1);
-		case 2:
-			return whole ? IBP_K(xscalar_x)(c, cl, hdr, hdr_len, body, avail, dst, 1, 2)
-				     : IBP_K(xscalar_x)(c, cl, hdr, hdr_len, body, avail, dst, 0, 2);
-		default:
-			return whole ? IBP_K(xscalar_x)(c, cl, hdr, hdr_len, body, avail, dst, 1, 4)
-				     : IBP_K(xscalar_x)(c, cl, hdr, hdr_len, body, avail, dst, 0, 4);
+		case 1: return IBP_K(decode_exc_x)(c, cl, IBP_ROW_BITMAP, hdr, hdr_len, n, body, avail, dst, 1, 1);
+		case 2: return IBP_K(decode_exc_x)(c, cl, IBP_ROW_BITMAP, hdr, hdr_len, n, body, avail, dst, 1, 2);
+		default: return IBP_K(decode_exc_x)(c, cl, IBP_ROW_BITMAP, hdr, hdr_len, n, body, avail, dst, 1, 4);
 		}
 	}
 #define IBP_XS(CC, WH)                                                                                \
@@ -1479,6 +1352,7 @@ IBP_INLINE uint64_t IBP_K(xscalar_v)(const ibp_codec_t *c, const ibp_cluster_t *
 }
 
 #include "bitpack/codec_tiny_k.h" /* decode_tiny */
+#include "bitpack/codec_xruns_k.h" /* xscalar_x_from, the run walk xruns */
 #endif /* IBP_K_WIDE_PEXT */
 
 #endif /* IBP_CODEC_KERNEL_BODY */
