@@ -1328,6 +1328,27 @@ Test(codec, impl_selection)
 	ibp_codec_free(c);
 }
 
+/* Decodes src (len bytes, flags fl) into ref with the portable kernel and
+ * into back with each of impls[0, n) the machine runs: each must give the
+ * portable status, and its bytes where it decodes. Returns that status. */
+static ibp_status_t impls_agree(ibp_codec_t *c, const uint8_t *src, uint64_t len, uint8_t fl, uint64_t R,
+				const ibp_impl_t *impls, size_t n, uint8_t *ref, uint8_t *back, const char *what)
+{
+	ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
+	memset(ref, 0, R);
+	const ibp_status_t s0 = ibp_decode_row(c, src, len, fl, 0, ref);
+	for (size_t k = 0; k < n; k++) {
+		if (ibp_codec_set_impl(c, impls[k]) != IBP_OK)
+			continue;
+		memset(back, 0, R);
+		const ibp_status_t s1 = ibp_decode_row(c, src, len, fl, 0, back);
+		cr_assert_eq(s1, s0, "%s impl %d: status %d, portable %d", what, (int)impls[k], s1, s0);
+		if (s0 == IBP_OK)
+			cr_assert(memcmp(back, ref, R) == 0, "%s impl %d: bytes", what, (int)impls[k]);
+	}
+	return s0;
+}
+
 Test(codec, bmi2_equals_portable_large)
 {
 	if (!have_bmi2())
@@ -1592,26 +1613,16 @@ static void ms_case(unsigned C, uint64_t R, const uint16_t mk[4], unsigned has, 
 			cr_assert_eq(ibp_encode_row(c, rows + i * R, 0, enc, R, &len, &f), IBP_OK);
 			/* every truncation, then the whole row (len + 1 > len) */
 			for (uint64_t t = 0; t <= len; t++) {
-				ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
 				uint8_t *cut = tu_guarded_copy(enc, t);
-				memset(ref, 0, R);
-				const ibp_status_t s0 = ibp_decode_row(c, cut, t, f, 0, ref);
+				char what[96];
+				snprintf(what, sizeof(what), "C=%u R=%llu row %llu len %llu of %llu", C, (unsigned long long)R,
+					 (unsigned long long)i, (unsigned long long)t, (unsigned long long)len);
+				const ibp_status_t s0 = impls_agree(c, cut, t, f, R, impls + 1,
+								    sizeof(impls) / sizeof(impls[0]) - 1, ref, back, what);
 				if (t == len) {
 					cr_assert_eq(s0, IBP_OK);
 					cr_assert(memcmp(ref, rows + i * R, R) == 0, "C=%u R=%llu row %llu", C,
 						  (unsigned long long)R, (unsigned long long)i);
-				}
-				for (size_t k = 1; k < sizeof(impls) / sizeof(impls[0]); k++) {
-					if (ibp_codec_set_impl(c, impls[k]) != IBP_OK)
-						continue;
-					memset(back, 0, R);
-					const ibp_status_t s1 = ibp_decode_row(c, cut, t, f, 0, back);
-					cr_assert_eq(s1, s0, "C=%u R=%llu row %llu len %llu of %llu impl %d", C,
-						     (unsigned long long)R, (unsigned long long)i,
-						     (unsigned long long)t, (unsigned long long)len, (int)impls[k]);
-					if (s0 == IBP_OK)
-						cr_assert(memcmp(back, ref, R) == 0, "C=%u R=%llu row %llu impl %d", C,
-							  (unsigned long long)R, (unsigned long long)i, (int)impls[k]);
 				}
 				tu_guarded_free(cut, t);
 			}
@@ -2345,24 +2356,14 @@ Test(codec, xval_runs)
 					if (l > len + 1)
 						l = 0;
 					uint8_t *cut = tu_guarded_copy(in, l);
-					ibp_codec_set_impl(c, IBP_IMPL_PORTABLE);
-					memset(ref, 0, R);
-					const ibp_status_t s0 = ibp_decode_row(c, cut, l, fl, 0, ref);
+					char what[64];
+					snprintf(what, sizeof(what), "C=%u D=%llu row %d case %d", C, (unsigned long long)D, t, k);
+					const ibp_status_t s0 = impls_agree(c, cut, l, fl, R, impls, sizeof(impls) / sizeof(impls[0]),
+									    ref, back, what);
 					if (k == 0) {
 						cr_assert_eq(s0, IBP_OK);
 						cr_assert(!memcmp(ref, row, R), "C=%u D=%llu row %d: not the row", C,
 							  (unsigned long long)D, t);
-					}
-					for (size_t ii = 0; ii < sizeof(impls) / sizeof(impls[0]); ii++) {
-						if (ibp_codec_set_impl(c, impls[ii]) != IBP_OK)
-							continue;
-						memset(back, 0, R);
-						const ibp_status_t s1 = ibp_decode_row(c, cut, l, fl, 0, back);
-						cr_assert_eq(s1, s0, "C=%u D=%llu row %d case %d impl %d: status %d, portable %d", C,
-							     (unsigned long long)D, t, k, (int)impls[ii], s1, s0);
-						if (s0 == IBP_OK)
-							cr_assert(!memcmp(back, ref, R), "C=%u D=%llu row %d case %d impl %d: bytes", C,
-								  (unsigned long long)D, t, k, (int)impls[ii]);
 					}
 					tu_guarded_free(cut, l);
 					free(in);
