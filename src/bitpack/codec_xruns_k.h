@@ -57,7 +57,7 @@ static __attribute__((noinline, unused)) uint64_t IBP_K(xscalar_x_from)(const ib
  * decode_exc_x (same checks, same bytes), but a run of hits (enabled chunks
  * whose hit bit is 1: 88% of the FFN weights' exceptions, in runs of 8.6)
  * is taken by one count of trailing ones, and its patches (x ^ b) are
- * XORed in afterwards by masked vector ops over the bitmap words; only
+ * XORed in afterwards by vector ops under masks, a bitmap word at a time; only
  * misses and disabled chunks (fields) go one by one. The bitmap's
  * exceptions are first listed by chunk index (idx64), up to IBP_XR_BATCH
  * at a time: one loop over them, not one per bitmap word (whose exits

@@ -96,8 +96,8 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Spins until *v != x (want_ne) or *v == x (!want_ne), for POOL_SPIN_NS at
- * most; the caller rechecks under the lock either way. */
+/* Spin while *v == x (spin_wait_u64) or *v != 0 (spin_wait_zero), for
+ * POOL_SPIN_NS at most; the caller rechecks under the lock either way. */
 static void spin_wait_u64(_Atomic uint64_t *v, uint64_t x)
 {
 	const uint64_t t0 = mono_ns();
