@@ -133,6 +133,13 @@ IBP_INLINE void ibp_avx512_xr_hits(uint8_t *dst, const uint8_t *xbc, uint64_t wi
 	}
 }
 
+/* The field widths of w's set bits' chunks (ew + 64 words), in order:
+ * out needs room for the count plus 64. ew's bytes past D are not read. */
+__attribute__((target("avx512vbmi2"))) IBP_INLINE void ibp_avx512_ew64(uint64_t w, const uint8_t *ew, uint8_t *out)
+{
+	_mm512_storeu_si512(out, _mm512_maskz_compress_epi8(w, _mm512_maskz_loadu_epi8(w, ew)));
+}
+#define IBP_K_XR_EW64(w, ew, out) ibp_avx512_ew64(w, ew, out)
 #define IBP_K_XR_IDX64(w, base, out) ibp_avx512_idx64(w, base, out)
 #define IBP_K_XR_HITS(dst, xbc, wi, hm, R, C) ibp_avx512_xr_hits(dst, xbc, wi, hm, C)
 #define IBP_K_XR_ATTR __attribute__((target("avx512vbmi2")))

@@ -61,7 +61,8 @@ static __attribute__((noinline, unused)) uint64_t IBP_K(xscalar_x_from)(const ib
  * misses and disabled chunks (fields) go one by one. The bitmap's
  * exceptions are first listed by chunk index (idx64), up to IBP_XR_BATCH
  * at a time: one loop over them, not one per bitmap word (whose exits
- * mispredict). At a field it may not take unchecked (a partial last
+ * mispredict); with IBP_K_XR_EW64 (AVX-512) their field widths too, so a
+ * miss's width is one load after its rank, not two. At a field it may not take unchecked (a partial last
  * chunk, bits running out at the row's end) it applies the hits before it
  * and hands the row to the checked walk (xscalar_x_from). */
 #define IBP_XR_BATCH 256 /* exceptions a batch lists (up to 64 more) */
@@ -81,6 +82,9 @@ IBP_K_XR_ATTR IBP_INLINE uint64_t IBP_K(xruns_c)(const ibp_codec_t *c, const ibp
 	const uint8_t *ew = cl->ew;
 	const uint64_t *m = cl->m, *b = cl->b, *xenb = cl->xenb;
 	uint16_t idx[IBP_XR_BATCH + 64 + 32];
+#ifdef IBP_K_XR_EW64
+	uint8_t ewk[IBP_XR_BATCH + 64 + 64]; /* the exceptions' field widths, by rank */
+#endif
 	uint32_t dis[IBP_XR_BATCH + 64 + 1];
 	uint64_t wv[IBP_XR_WORDS], nh[IBP_XR_WORDS]; /* the batch's bitmap words, and their chunks not hit */
 	uint64_t i = 0, v = 0, eend = e, j, w0, nw;
@@ -91,6 +95,9 @@ IBP_K_XR_ATTR IBP_INLINE uint64_t IBP_K(xruns_c)(const ibp_codec_t *c, const ibp
 		do {
 			const uint64_t left = hdr_len - i, w = left >= 8 ? ibp_load64(hdr + i) : ibp_ld_partial(hdr + i, left);
 			const uint64_t off = cnt;
+#ifdef IBP_K_XR_EW64
+			IBP_K_XR_EW64(w, ew + i * 8, ewk + cnt);
+#endif
 			cnt += IBP_K_XR_IDX64(w, (uint32_t)(i * 8), idx + cnt);
 			for (uint64_t dw = w & ~xenb[i / 8]; dw; dw &= dw - 1) /* disabled chunks (rare): their ranks */
 				dis[nd++] = (uint32_t)(off + (uint64_t)__builtin_popcountll(w & ((dw & (0 - dw)) - 1)));
@@ -145,7 +152,11 @@ IBP_K_XR_ATTR IBP_INLINE uint64_t IBP_K(xruns_c)(const ibp_codec_t *c, const ibp
 			e += r;
 			k += r;
 			j = idx[k]; /* a miss: its 0 bit, then its field */
+#ifdef IBP_K_XR_EW64
+			const uint64_t need = 1 + (uint64_t)ewk[k];
+#else
 			const uint64_t need = 1 + (uint64_t)ew[j];
+#endif
 			if (need > eend - e) {
 				if (eend == lim)
 					goto resume;
