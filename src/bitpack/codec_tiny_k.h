@@ -42,12 +42,13 @@ static __attribute__((noinline)) int IBP_K(tiny_list)(const ibp_codec_t *c, cons
 }
 
 /* A row's two words from its bitmap bm (0: CLEAN; no Xvals) and its
- * first 16 body bytes v under cluster t of S static bits; returns the end
+ * first 16 body bytes v under cluster t of S static bits (R: the row's
+ * bytes, C its chunks'); returns the end
  * bit of its fields. A shift count is taken mod 128: it reaches 128 only
  * once every bit is taken, where the word's mask is empty (pdep gives 0
  * whatever its source). */
-IBP_INLINE uint64_t IBP_K(tiny_words)(const ibp_codec_t *c, const ibp_tiny_t *t, uint64_t S, uint64_t bm,
-				      unsigned __int128 v, uint64_t *w0, uint64_t *w1, const unsigned C)
+IBP_INLINE uint64_t IBP_K(tiny_words)(const ibp_tiny_t *t, uint64_t S, uint64_t bm, unsigned __int128 v,
+				      uint64_t *w0, uint64_t *w1, const unsigned C, const uint64_t R)
 {
 	const unsigned cpw = 8 / C; /* chunks a word */
 	/* a lane's low bit per chunk of a word, times its all-ones, spreads a
@@ -61,7 +62,7 @@ IBP_INLINE uint64_t IBP_K(tiny_words)(const ibp_codec_t *c, const ibp_tiny_t *t,
 	*w0 = _pdep_u64(lo, t->nm[0]) | (t->b[0] & ~x0) | _pdep_u64((uint64_t)(v >> (e & 127)), em0);
 	e += (uint64_t)__builtin_popcountll(em0);
 	*w1 = 0;
-	if (c->R > 8) {
+	if (R > 8) {
 		const uint64_t x1 = _pdep_u64((bm >> cpw) & ibp_lowmask(cpw), lane_lo) * ones, em1 = t->m[1] & x1;
 		*w1 = _pdep_u64((uint64_t)(v >> (t->so[1] & 127)), t->nm[1]) | (t->b[1] & ~x1) |
 		      _pdep_u64((uint64_t)(v >> (e & 127)), em1);
@@ -104,8 +105,8 @@ IBP_INLINE uint64_t IBP_K(decode_tiny_c)(const ibp_codec_t *c, const ibp_cluster
 		else if (!IBP_K(tiny_list)(c, hdr, hdr_len, ibp_hdr_readable(hdr, hdr_len, body, avail), n, &bm))
 			return UINT64_MAX;
 	}
-	const uint64_t e = IBP_K(tiny_words)(c, c->tiny + (cl - c->cl), cl->S, bm, IBP_K(tiny_ld)(body, avail), &w0,
-					     &w1, C);
+	const uint64_t e = IBP_K(tiny_words)(c->tiny + (cl - c->cl), cl->S, bm, IBP_K(tiny_ld)(body, avail), &w0,
+					     &w1, C, c->R);
 	if (e > lim) /* past the row: nothing stored */
 		return UINT64_MAX;
 	IBP_K(tiny_st)(dst, w0, w1, c->R);
@@ -127,10 +128,11 @@ static uint64_t IBP_K(decode_tiny)(const ibp_codec_t *c, const ibp_cluster_t *cl
 /* decode_tiny_run's BITMAP row (len bytes at src, 18 of them readable,
  * of cluster k without Xvals), with decode_row_ext's checks: its bitmap
  * not empty and clear from bit D on, its fields within the row. Returns
- * 0 on a row the checked path must take (dst not written). Out of line:
- * its registers stay off the CLEAN rows' loop. */
-static __attribute__((noinline)) int IBP_K(tiny_run_bitmap)(const ibp_codec_t *c, unsigned k, const uint8_t *src,
-							    uint64_t len, int exact, uint8_t *dst)
+ * 0 on a row the checked path must take (dst not written). C and R
+ * (the row's bytes) constant: in a generic body the chunks a word took a
+ * division and the store a byte loop. */
+IBP_INLINE int IBP_K(tiny_run_bm)(const ibp_codec_t *c, unsigned k, const uint8_t *src, uint64_t len, int exact,
+				  uint8_t *dst, const unsigned C, const uint64_t R)
 {
 	const uint64_t hb = c->bitmap_bytes; /* 1 or 2 */
 	const uint64_t bm = hb == 1 ? src[0] : (uint64_t)src[0] | (uint64_t)src[1] << 8;
@@ -138,12 +140,32 @@ static __attribute__((noinline)) int IBP_K(tiny_run_bitmap)(const ibp_codec_t *c
 		return 0;
 	const unsigned __int128 v = (unsigned __int128)ibp_load64(src + hb + 8) << 64 | ibp_load64(src + hb);
 	uint64_t w0, w1;
-	const uint64_t e = IBP_K(tiny_words)(c, c->tiny + k, c->cl[k].S, bm, v, &w0, &w1, c->C);
+	const uint64_t e = IBP_K(tiny_words)(c->tiny + k, c->cl[k].S, bm, v, &w0, &w1, C, R);
 	const uint64_t ext = hb + (e + 7) / 8; /* as decode_row_ext counts it */
 	if (ext != len && (exact || ext > len))
 		return 0;
-	IBP_K(tiny_st)(dst, w0, w1, c->R);
+	IBP_K(tiny_st)(dst, w0, w1, R);
 	return 1;
+}
+
+/* tiny_run_bm for rows of Rk bytes (0: c->R). Out of line: its registers
+ * stay off the CLEAN rows' loop. */
+static __attribute__((noinline)) int IBP_K(tiny_run_bitmap)(const ibp_codec_t *c, unsigned k, const uint8_t *src,
+							    uint64_t len, int exact, uint8_t *dst, const uint64_t Rk)
+{
+#define IBP_K_TRB(R)                                                                  \
+	switch (c->C) {                                                               \
+	case 1: return IBP_K(tiny_run_bm)(c, k, src, len, exact, dst, 1, R);          \
+	case 2: return IBP_K(tiny_run_bm)(c, k, src, len, exact, dst, 2, R);          \
+	case 4: return IBP_K(tiny_run_bm)(c, k, src, len, exact, dst, 4, R);          \
+	default: return IBP_K(tiny_run_bm)(c, k, src, len, exact, dst, 8, R);         \
+	}
+	if (Rk == 16)
+		IBP_K_TRB(16)
+	if (Rk == 8)
+		IBP_K_TRB(8)
+	IBP_K_TRB(c->R)
+#undef IBP_K_TRB
 }
 
 /* decode_tiny_run for rows of Rk bytes (0: c->R, not known here), s64:
@@ -185,7 +207,7 @@ IBP_INLINE uint64_t IBP_K(tiny_run_r)(const ibp_codec_t *c, const ibp_tiny_run_t
 				w1 = _pdep_u64((uint64_t)(v >> (t->so[1] & 127)), t->nm[1]) | t->b[1];
 			}
 			IBP_K(tiny_st)(dst, w0, w1, R);
-		} else if (mode != IBP_ROW_BITMAP || t->xv || !IBP_K(tiny_run_bitmap)(c, k, src, len, exact, dst)) {
+		} else if (mode != IBP_ROW_BITMAP || t->xv || !IBP_K(tiny_run_bitmap)(c, k, src, len, exact, dst, Rk)) {
 			return i;
 		}
 	}

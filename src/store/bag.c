@@ -45,6 +45,7 @@
 #include "ibp/container.h"
 #include "util/error.h"
 #include "util/cpu.h"
+#include "util/ids.h"
 #include "bitpack/codec_internal.h"
 #include "fp8/fp8_impl.h"
 #include "store/store_rows.h"
@@ -798,11 +799,19 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 	ibp_dtype_t dt = ibp_store_dtype(s);
 	IBP_TRY(check_args(fn, mode, flags, ids, id_dtype, n_ids, offsets, n_bags, weights, padding_idx, out, dt,
 			   nrows, ibp_container_name(c)));
-	for (uint64_t i = (uint64_t)offsets[0]; i < (uint64_t)offsets[n_bags]; i++) {
-		int64_t id = id_dtype == IBP_DTYPE_I64 ? ((const int64_t *)ids)[i] : ((const int32_t *)ids)[i];
-		if (id < 0 || (uint64_t)id >= nrows)
-			return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "%s: %s: ids[%llu] = %lld is outside the %llu rows", fn,
-					ibp_container_name(c), (ull)i, (long long)id, (ull)nrows);
+	const uint64_t i0 = (uint64_t)offsets[0], i1 = (uint64_t)offsets[n_bags];
+	uint64_t bad = i1;
+	if (id_dtype == IBP_DTYPE_I64) {
+		bad = i0 + ibpi_ids_first_bad((const int64_t *)ids + i0, i1 - i0, nrows);
+	} else {
+		for (uint64_t i = i0; i < i1 && bad == i1; i++)
+			if ((uint64_t)(int64_t)((const int32_t *)ids)[i] >= nrows)
+				bad = i;
+	}
+	if (bad < i1) {
+		const int64_t id = id_dtype == IBP_DTYPE_I64 ? ((const int64_t *)ids)[bad] : ((const int32_t *)ids)[bad];
+		return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "%s: %s: ids[%llu] = %lld is outside the %llu rows", fn,
+				ibp_container_name(c), (ull)bad, (long long)id, (ull)nrows);
 	}
 	if (n_bags == 0)
 		return IBP_OK;

@@ -45,6 +45,7 @@
 #include "util/cpu.h"
 #include "util/error.h"
 #include "util/fork.h"
+#include "util/ids.h"
 #include "bitpack/codec_internal.h"
 #include "io/container_internal.h"
 #include "store/first_failure.h"
@@ -315,22 +316,6 @@ static uint64_t decode_rows_staged(const ibp_store_t *s, const int64_t *ids, uin
 	return e;
 }
 
-/* The end of the run of consecutive rows that starts at position b (b < e). */
-static uint64_t run_end(const int64_t *ids, uint64_t b, uint64_t e)
-{
-	uint64_t k = b + 1;
-	if (k < e && ids[k] != ids[b] + 1)
-		return k; /* random ids: one compare */
-	/* four ids a branch (ids are checked: no overflow) */
-	const uint64_t *u = (const uint64_t *)ids;
-	while (k + 4 <= e && ((u[k] - u[k - 1] - 1) | (u[k + 1] - u[k] - 1) | (u[k + 2] - u[k + 1] - 1) |
-			      (u[k + 3] - u[k + 2] - 1)) == 0)
-		k += 4;
-	while (k < e && ids[k] == ids[k - 1] + 1)
-		k++;
-	return k;
-}
-
 /* Rows [b, e) looked up and decoded one by one, no look-ahead; returns
  * as decode_range. */
 static uint64_t decode_rows_plain(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b, uint64_t e,
@@ -486,7 +471,7 @@ static uint64_t decode_rows_map(const ibp_store_t *s, const int64_t *ids, uint8_
 	while (b < e) {
 		uint64_t p = b, k = e;
 		while (p < e) {
-			k = run_end(ids, p, e);
+			k = ibpi_ids_run_end(ids, p, e);
 			if (k - p >= min || (p == b && k == e))
 				break; /* a long run, or the whole range in order (a short grain of a run) */
 			p = k;
@@ -922,12 +907,10 @@ static ibp_status_t gather(ibp_store_t *s, const int64_t *ids, int blocks, uint6
 		return IBP_OK;
 	if (!out)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL output for %llu rows", what, (ull)n);
-	if (ids)
-		for (uint64_t i = 0; i < n; i++)
-			if (ids[i] < 0 || (uint64_t)ids[i] >= s->nrows)
-				return ibpi_fail(IBP_ERR_OUT_OF_RANGE,
-						"%s: %s: ids[%llu] = %lld is outside the %llu rows", ibp_container_name(s->c),
-						what, (ull)i, (long long)ids[i], (ull)s->nrows);
+	const uint64_t bad = ids ? ibpi_ids_first_bad(ids, n, s->nrows) : n;
+	if (bad < n)
+		return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "%s: %s: ids[%llu] = %lld is outside the %llu rows",
+				ibp_container_name(s->c), what, (ull)bad, (long long)ids[bad], (ull)s->nrows);
 
 	int t = nthreads == 0 || nthreads > s->max_threads ? s->max_threads : nthreads;
 	uint64_t grain = blocks ? 1 : GRAIN_BYTES / s->R;

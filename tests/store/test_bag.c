@@ -425,6 +425,10 @@ Test(bag, argument_errors_before_any_work, .init = make_tmpdir, .fini = remove_t
 	BAG(IBP_ERR_OUT_OF_RANGE, s, SUM, 0, ids32, IBP_DTYPE_I32, 4, off, 2, NULL, -1, out, 0);
 	cr_assert(strstr(ibp_last_error(), "ids[2] = 600") != NULL, "%s", ibp_last_error());
 	BAG(IBP_ERR_OUT_OF_RANGE, s, SUM, 0, neg, IBP_DTYPE_I64, 4, off, 2, NULL, -1, out, 2);
+	cr_assert(strstr(ibp_last_error(), "ids[2] = -1") != NULL, "%s", ibp_last_error());
+	const int64_t from1[3] = { 1, 2, 4 }; /* the position counts from ids[0], not offsets[0] */
+	BAG(IBP_ERR_OUT_OF_RANGE, s, SUM, 0, neg, IBP_DTYPE_I64, 4, from1, 2, NULL, -1, out, 1);
+	cr_assert(strstr(ibp_last_error(), "ids[2] = -1") != NULL, "%s", ibp_last_error());
 	BAG(IBP_ERR_INVALID_ARG, NULL, SUM, 0, ids, IBP_DTYPE_I64, 4, off, 2, NULL, -1, out, 0);
 	BAG(IBP_ERR_INVALID_ARG, s, (ibp_bag_mode_t)3, 0, ids, IBP_DTYPE_I64, 4, off, 2, NULL, -1, out, 0);
 	BAG(IBP_ERR_INVALID_ARG, s, SUM, 2, ids, IBP_DTYPE_I64, 4, off, 2, NULL, -1, out, 0);

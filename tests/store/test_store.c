@@ -13,6 +13,8 @@
 #include "ibp/unstable.h"
 #include "fixtures.h"
 #include "io/container_internal.h"
+#include "util/cpu.h"
+#include "util/ids.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -147,6 +149,83 @@ Test(store, out_of_range_before_any_work, .init = make_tmpdir, .fini = remove_tm
 	close_fixture(&fx);
 }
 
+typedef unsigned long long ull;
+
+/* The id scans (util/ids.h) by each implementation against the plain
+ * loops: the first id out of range at every position, runs broken at
+ * every position and in every way. */
+static uint64_t first_bad_ref(const int64_t *ids, uint64_t n, uint64_t nrows)
+{
+	for (uint64_t i = 0; i < n; i++)
+		if (ids[i] < 0 || (uint64_t)ids[i] >= nrows)
+			return i;
+	return n;
+}
+
+static uint64_t run_end_ref(const int64_t *ids, uint64_t b, uint64_t e)
+{
+	uint64_t k = b + 1;
+	while (k < e && (uint64_t)ids[k] == (uint64_t)ids[k - 1] + 1)
+		k++;
+	return k;
+}
+
+Test(store, id_scans)
+{
+	const int isas = ibpi_cpu()->avx2 ? 2 : 1;
+	enum { N = 41 };
+	int64_t ids[N];
+	static const int64_t bads[] = { 100, 101, 1000000, -1, INT64_MIN, INT64_MAX };
+	for (int isa = 0; isa < isas; isa++) {
+		for (uint64_t n = 0; n <= N; n++) {
+			for (uint64_t i = 0; i < n; i++)
+				ids[i] = (int64_t)((i * 37) % 100);
+			cr_assert_eq(ibpi_ids_first_bad_isa(ids, n, 100, isa), n, "isa %d n %llu", isa, (ull)n);
+			cr_assert_eq(ibpi_ids_first_bad_isa(ids, n, 0, isa), first_bad_ref(ids, n, 0), "nrows 0");
+			for (uint64_t p = 0; p < n; p++)
+				for (size_t v = 0; v < sizeof(bads) / sizeof(bads[0]); v++) {
+					const int64_t keep = ids[p];
+					ids[p] = bads[v];
+					cr_assert_eq(ibpi_ids_first_bad_isa(ids, n, 100, isa), p, "isa %d n %llu at %llu id %lld",
+						     isa, (ull)n, (ull)p, (long long)bads[v]);
+					if (p + 3 < n) { /* a second bad id after it */
+						const int64_t k2 = ids[p + 3];
+						ids[p + 3] = -5;
+						cr_assert_eq(ibpi_ids_first_bad_isa(ids, n, 100, isa), p);
+						ids[p + 3] = k2;
+					}
+					ids[p] = keep;
+				}
+			/* every id of [0, 2^63) is inside the largest nrows */
+			cr_assert_eq(ibpi_ids_first_bad_isa(ids, n, UINT64_MAX, isa), n);
+		}
+		/* runs: consecutive ids (through the wrap of 2^64), broken at p by
+		 * a gap, a repeat, a step back */
+		static const int64_t starts[] = { 0, 7, INT64_MAX - 20, -3 };
+		static const int64_t breaks[] = { 2, 0, -1, 100 };
+		for (size_t s0 = 0; s0 < sizeof(starts) / sizeof(starts[0]); s0++)
+			for (int p = -1; p < N; p++)
+				for (size_t w = 0; w < sizeof(breaks) / sizeof(breaks[0]); w++) {
+					for (int i = 0; i < N; i++)
+						ids[i] = (int64_t)((uint64_t)starts[s0] + (uint64_t)i +
+								   (p >= 0 && i >= p ? (uint64_t)breaks[w] - 1 : 0));
+					for (uint64_t b = 0; b < N; b++)
+						for (uint64_t e = b + 1; e <= N; e += 1 + (e > b + 12) * 3) {
+							const uint64_t got = ibpi_ids_run_end_isa(ids, b, e, isa);
+							cr_assert_eq(got, run_end_ref(ids, b, e),
+								     "isa %d start %lld break %d by %lld [%llu, %llu): %llu",
+								     isa, (long long)starts[s0], p, (long long)breaks[w],
+								     (ull)b, (ull)e, (ull)got);
+						}
+				}
+	}
+	/* the default implementation is one of them */
+	for (int i = 0; i < N; i++)
+		ids[i] = i == 30 ? 9 : i;
+	cr_assert_eq(ibpi_ids_run_end(ids, 0, N), 30);
+	cr_assert_eq(ibpi_ids_first_bad(ids, N, 30), 31); /* ids[30] = 9 is inside */
+}
+
 Test(store, thread_counts_agree, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	for (int layout = 0; layout < 2; layout++) {
@@ -195,12 +274,14 @@ Test(store, decode_all, .init = make_tmpdir, .fini = remove_tmpdir)
  * implementation the CPU has: the rows written. */
 Test(store, tiny_runs, .init = make_tmpdir, .fini = remove_tmpdir)
 {
-	static const uint64_t Rs[] = { 16, 16, 12, 8, 5, 15 };
-	static const unsigned Cs[] = { 2, 8, 4, 1, 1, 4 };
+	/* every C for R = 16 and 8 and the generic R (the BITMAP rows' kernel
+	 * per C and R) */
+	static const uint64_t Rs[] = { 16, 16, 12, 8, 5, 15, 16, 16, 8, 8, 8, 10, 12 };
+	static const unsigned Cs[] = { 2, 8, 4, 1, 1, 4, 1, 4, 2, 4, 8, 2, 8 };
 	static const ibp_impl_t impls[] = { IBP_IMPL_AUTO, IBP_IMPL_PORTABLE, IBP_IMPL_BMI2, IBP_IMPL_AVX2,
 					    IBP_IMPL_AVX512 };
 	const uint64_t n = 1000, m = 900;
-	for (int q = 0; q < 6; q++)
+	for (int q = 0; q < (int)(sizeof(Rs) / sizeof(Rs[0])); q++)
 		for (int layout = 0; layout < 2; layout++) {
 			const uint64_t R = Rs[q];
 			fixture_t fx = open_fixture(n, R, Cs[q], 3, (ibp_layout_t)layout, IBP_OPEN_READ);
