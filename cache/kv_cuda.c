@@ -480,8 +480,8 @@ static int host_threads_for(const ibp_kv_stream_t *s, uint64_t n)
 
 /* The host's EXP store of a batch, one pass per block on every thread:
  * the block's K and V rows copied into the thread's stage, encoded into
- * the thread's out buffer (both cache-resident), its slot allocated and the
- * block copied in. Threads take blocks in order and allocate in block
+ * one of the thread's two out buffers (all cache-resident), its slot
+ * allocated and the block copied in. Threads take blocks in order and allocate in block
  * order (a turn each), so handles and evictions are those of a serial
  * store; the first failure stops every thread. */
 typedef struct kv_exp_job {
@@ -517,61 +517,97 @@ static void exp_job_fail(kv_exp_job_t *j, ibp_status_t st, uint64_t b, const cha
 	}
 }
 
+/* A thread's next block number (j->next), or none left (*more = 0). */
+static int take_block(kv_exp_job_t *j, uint64_t *b, int *more)
+{
+	*b = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+	if (*b >= j->n)
+		*more = 0;
+	return *more;
+}
+
 static void store_exp_host(void *ctx, uint64_t begin, uint64_t end, int tid)
 {
 	(void)begin, (void)end; /* blocks are taken one by one */
 	kv_exp_job_t *j = ctx;
 	ibp_kv_stream_t *s = j->s;
 	const uint64_t R = s->R;
-	uint8_t *in = (uint8_t *)s->d_rows.p + (uint64_t)tid * j->stage, *out = in + (2 * R + 63) / 64 * 64;
+	uint8_t *in = (uint8_t *)s->d_rows.p + (uint64_t)tid * j->stage;
+	uint8_t *out[2] = { in + (2 * R + 63) / 64 * 64 };
+	out[1] = out[0] + (s->estride + 63) / 64 * 64;
 	ibp_exp_opts_t o;
 	ibp_exp_opts_default(&o);
 	o.nthreads = 1;
 	o.checksum = 0;
 	o.sigma = s->exp_sigma; /* 0: measured per block */
-	uint64_t b = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+	/* Up to two encoded blocks held (out[h], then out[h ^ 1]) until their
+	 * turn to take a slot: a thread whose block is not yet its turn
+	 * encodes its next one rather than wait (in lockstep the two threads
+	 * waited for each other at one block in ten). */
+	uint64_t hb[2] = { 0, 0 }, hsize[2] = { 0, 0 }, b = 0;
+	unsigned h = 0, nh = 0;
+	int more = 1, have = take_block(j, &b, &more); /* have: b taken, not encoded */
 	for (;;) {
-		if (b >= j->n || atomic_load_explicit(&j->failed, memory_order_relaxed))
+		if (atomic_load_explicit(&j->failed, memory_order_relaxed))
 			return;
-		const uint8_t *k_row = j->kv + (uint64_t)j->ids[2 * b] * R, *v_row = j->kv + (uint64_t)j->ids[2 * b + 1] * R;
-		uint64_t size = 0;
-		ibp_status_t st;
-		if (o.sigma > 0.0 && s->chunk / 2 % 64 == 0) {
-			/* straight from the rows, prefetched ahead of the encoder:
-			 * a quarter less CPU a block than copying them to a stage */
-			st = ibpi_exp_encode_split(k_row, s->chunk / 2, v_row, s->dt, s->chunk, &o, 1, j->isa, out,
-						   s->estride, &size);
-		} else {
-			memcpy(in, k_row, R);
-			memcpy(in + R, v_row, R);
-			st = ibp_exp_encode(in, s->dt, s->chunk, &o, out, s->estride, &size);
-		}
-		if (st != IBP_OK) {
-			exp_job_fail(j, st, b, "encoding");
-			return;
-		}
-		for (unsigned spin = 0; atomic_load_explicit(&j->turn, memory_order_acquire) != b; spin++) {
-			if (atomic_load_explicit(&j->failed, memory_order_relaxed))
+		if (!have && more && nh < 2)
+			have = take_block(j, &b, &more);
+		if (have && nh < 2) {
+			const unsigned i = (h + nh) & 1;
+			const uint8_t *k_row = j->kv + (uint64_t)j->ids[2 * b] * R,
+				      *v_row = j->kv + (uint64_t)j->ids[2 * b + 1] * R;
+			uint64_t size = 0;
+			ibp_status_t st;
+			if (o.sigma > 0.0 && s->chunk / 2 % 64 == 0) {
+				/* straight from the rows, prefetched ahead of the
+				 * encoder: a quarter less CPU a block than copying
+				 * them to a stage */
+				st = ibpi_exp_encode_split(k_row, s->chunk / 2, v_row, s->dt, s->chunk, &o, 1, j->isa,
+							   out[i], s->estride, &size);
+			} else {
+				memcpy(in, k_row, R);
+				memcpy(in + R, v_row, R);
+				st = ibp_exp_encode(in, s->dt, s->chunk, &o, out[i], s->estride, &size);
+			}
+			if (st != IBP_OK) {
+				exp_job_fail(j, st, b, "encoding");
 				return;
-			if (spin > 64)
-				sched_yield(); /* more threads than free cores */
+			}
+			hb[i] = b, hsize[i] = size, nh++, have = 0;
+		}
+		if (nh == 0) {
+			if (!more)
+				return;
+			continue;
+		}
+		const uint64_t ob = hb[h];
+		if (atomic_load_explicit(&j->turn, memory_order_acquire) != ob) {
+			if (nh < 2 && more)
+				continue; /* encode the next block meanwhile */
+			for (unsigned spin = 0; atomic_load_explicit(&j->turn, memory_order_acquire) != ob; spin++) {
+				if (atomic_load_explicit(&j->failed, memory_order_relaxed))
+					return;
+				if (spin > 64)
+					sched_yield(); /* more threads than free cores */
+			}
 		}
 		void *p = NULL;
-		st = ibp_slab_pool_alloc(j->pool, size, &j->handles[b], &p);
+		ibp_status_t st = ibp_slab_pool_alloc(j->pool, hsize[h], &j->handles[ob], &p);
 		if (st != IBP_OK) {
-			exp_job_fail(j, st, b, "its slot");
-			atomic_store_explicit(&j->turn, b + 1, memory_order_release);
+			exp_job_fail(j, st, ob, "its slot");
+			atomic_store_explicit(&j->turn, ob + 1, memory_order_release);
 			return;
 		}
-		j->slot[b] = p;
-		j->bytes[b] = size;
-		atomic_store_explicit(&j->turn, b + 1, memory_order_release);
+		j->slot[ob] = p;
+		j->bytes[ob] = hsize[h];
+		atomic_store_explicit(&j->turn, ob + 1, memory_order_release);
 		/* the next block's number before this block's streaming copy: a
 		 * locked instruction right after streaming stores waits until
 		 * they reach memory (a third of this function's time) */
-		const uint64_t nb = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-		slot_copy(j->stream, p, out, size);
-		b = nb;
+		if (!have && more)
+			have = take_block(j, &b, &more);
+		slot_copy(j->stream, p, out[h], hsize[h]);
+		nh--, h ^= 1;
 	}
 }
 
@@ -579,7 +615,7 @@ static ibp_status_t store_exp_batch_host(ibp_kv_stream_t *s, ibp_slab_pool_t *po
 					 int64_t *handles, uint64_t *bytes)
 {
 	const int nt = host_threads_for(s, n);
-	const uint64_t stage = (2 * s->R + 63) / 64 * 64 + (s->estride + 63) / 64 * 64;
+	const uint64_t stage = (2 * s->R + 63) / 64 * 64 + 2 * ((s->estride + 63) / 64 * 64); /* rows, 2 outs */
 	IBP_TRY(dev_grow(s, &s->d_rows, (uint64_t)nt * stage));
 	uint8_t **slot = calloc(n, sizeof(*slot));
 	kv_exp_job_t *j = calloc(1, sizeof(*j));

@@ -62,7 +62,7 @@ typedef struct ibp_train_opts {
 	double sample;        /* fraction of rows used for statistics, (0, 1]; 0 = auto */
 	uint64_t seed;        /* seed of the deterministic row sample and k-means init */
 	unsigned clusters;    /* k in 1..IBP_MAX_CLUSTERS; 0 = auto (tries a few k) */
-	int nthreads;         /* worker threads; 0 = all online CPUs */
+	int nthreads;         /* worker threads; 0 = every CPU the calling thread may run on */
 	int xval;             /* 1 = fit Xvals when they save >= 5% of the total
 				 size (they slow the decode of exception-heavy
 				 dense rows), 2 = wherever they pay at all,

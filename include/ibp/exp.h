@@ -78,7 +78,7 @@ typedef struct ibp_exp_opts {
 	ibp_exp_table_mode_t table_mode;
 	double sigma;          /* SIGMA mode: > 0 use this sigma; 0 = measure (RMS) per block */
 	ibp_exp_table_t table; /* GIVEN mode only */
-	int nthreads;          /* CPU worker threads; 0 = all online CPUs */
+	int nthreads;          /* CPU worker threads; 0 = every CPU the calling thread may run on */
 	int checksum;          /* 1 (default): an XXH3-64 checksum in the header; 0: none (see above) */
 } ibp_exp_opts_t;
 
@@ -155,8 +155,8 @@ ibp_status_t ibp_exp_encode(const void *src, ibp_dtype_t dt, uint64_t n, const i
  * (IBP_ERR_CHECKSUM on a mismatch). The header must say dtype dt and n
  * elements, and the block must be canonical (zero padding, consistent
  * counts); anything else gives IBP_ERR_CORRUPT and dst contents are
- * unspecified. Bytes after the block are ignored. nthreads 0 = all online
- * CPUs. */
+ * unspecified. Bytes after the block are ignored. nthreads 0 = every CPU
+ * the calling thread may run on. */
 ibp_status_t ibp_exp_decode(const void *src, uint64_t src_size, ibp_dtype_t dt, uint64_t n, void *dst,
 			    int nthreads);
 

@@ -77,7 +77,7 @@ typedef struct ibp_fp8_opts {
 	uint32_t block;          /* B: power of two, 16..4096; default 256 */
 	int hadamard;            /* 1 (default): rotate each block; 0: ablation */
 	int adaptive;            /* 1 (default): RMS-based pre-scale; 0: ablation (alpha = 1) */
-	int nthreads;            /* CPU worker threads; 0 = all online CPUs */
+	int nthreads;            /* CPU worker threads; 0 = every CPU the calling thread may run on */
 	int checksum;            /* 1 (default): an XXH3-64 checksum in the header; 0: none */
 } ibp_fp8_opts_t;
 
@@ -114,7 +114,7 @@ ibp_status_t ibp_fp8_encode(const void *src, ibp_dtype_t dt, uint64_t n, const i
  * (F32, BF16 or F16; narrowing rounds to nearest even). A checksummed
  * stream is verified first (IBP_ERR_CHECKSUM). The header must say
  * n elements; a bad header, size or per-block field gives IBP_ERR_CORRUPT.
- * nthreads 0 = all online CPUs. */
+ * nthreads 0 = every CPU the calling thread may run on. */
 ibp_status_t ibp_fp8_decode(const void *src, uint64_t src_size, ibp_dtype_t dt, uint64_t n, void *dst,
 			    int nthreads);
 

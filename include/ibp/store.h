@@ -4,7 +4,8 @@
  * reads of decoded rows: ibp_store_gather decodes the rows named by an id
  * array, in request order, into one output buffer, on a persistent pool of
  * worker threads. The pool is created on the first multi-threaded gather
- * (one worker per online CPU, less the calling thread, which works too) and
+ * (one worker per CPU the opening thread may run on, less the calling
+ * thread, which works too) and
  * shut down by ibp_store_close; a gather itself allocates nothing.
  *
  * Rows of IBP containers are located through the container's row index

@@ -47,8 +47,8 @@ typedef struct exp_enc_block {
 	expf_layout_t L;
 	uint32_t dt;
 	uint8_t table[8];
-	/* per tid: its group range and escapes */
-	uint64_t range_begin[IBP_MAX_THREADS], range_end[IBP_MAX_THREADS], range_esc[IBP_MAX_THREADS];
+	/* per tid: its group range and escapes (arrays of the call's threads) */
+	uint64_t *range_begin, *range_end, *range_esc;
 	int isa; /* the encoder's build: 0 portable, 1 AVX2, 2 AVX-512 (BW + VBMI) */
 	int prefetch; /* 1: the source is not in cache (prefetched EXP_ENC_PF_ELEMS ahead) */
 } exp_enc_block_t;

@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/cpu.h"
 #include "util/fork.h"
 #include "util/parallel.h"
 #include "util/error.h"
@@ -12,11 +13,10 @@
 int ibpi_parallel_threads(int nthreads, uint64_t n)
 {
 	long t = nthreads;
-	if (t <= 0) {
-		t = sysconf(_SC_NPROCESSORS_ONLN);
-		if (t < 1)
-			t = 1;
-	}
+	if (t <= 0) /* the thread's affinity: a process held to fewer CPUs (taskset, a
+		     * cgroup's cpuset, a DataLoader worker) ran twice the threads
+		     * on them, each waiting for the other */
+		t = ibpi_cpus_allowed();
 	if (t > IBP_MAX_THREADS)
 		t = IBP_MAX_THREADS;
 	if ((uint64_t)t > n)

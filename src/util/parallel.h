@@ -29,7 +29,8 @@
 typedef void (*ibp_parallel_fn)(void *ctx, uint64_t begin, uint64_t end, int tid);
 
 /* Number of threads (and tids) ibpi_parallel_for will use for these
- * arguments: at least 1, at most min(n, IBP_MAX_THREADS). */
+ * arguments: at least 1, at most min(n, IBP_MAX_THREADS); nthreads <= 0:
+ * the CPUs the calling thread may run on (ibpi_cpus_allowed). */
 int ibpi_parallel_threads(int nthreads, uint64_t n);
 
 ibp_status_t ibpi_parallel_for(int nthreads, uint64_t n, ibp_parallel_fn fn, void *ctx);

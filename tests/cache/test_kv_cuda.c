@@ -639,6 +639,57 @@ Test(kv_cuda, host_exp_store_on_every_core, .init = make_tmpdir, .fini = remove_
 	free(kv), free(ref), free(got), free(row2);
 }
 
+/* Many small blocks on every core, several times: threads whose block is
+ * not yet its turn encode their next one meanwhile (two held a thread);
+ * every block's bytes and handle are those of a serial store. */
+Test(kv_cuda, host_exp_store_many_small_blocks, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	NEED_NO_GPU();
+	const uint64_t R = 2048, nb = 600, n = 512, nel = 2 * R / 2;
+	uint8_t *kv = xcalloc(2 * nb * R);
+	tu_rng_t r;
+	tu_rng_seed(&r, 34);
+	for (uint64_t i = 0; i < nb * R; i++) {
+		/* exponents spread per block: blocks of different sizes and times */
+		uint16_t v = (uint16_t)((0x3C00u - ((i / R) % 7) * 0x0400u) + (tu_next(&r) & 0x03FFu));
+		memcpy(kv + 2 * i, &v, 2);
+	}
+	ibp_kv_stream_t *s = NULL;
+	OK(ibp_kv_stream_create(NULL, R, IBP_DTYPE_BF16, IBP_KV_HOST, NULL, &s));
+	int64_t *ids = xcalloc(n * sizeof(int64_t)), *h = xcalloc(n * sizeof(int64_t));
+	uint64_t *bytes = xcalloc(n * sizeof(uint64_t)), bound = 0;
+	OK(ibp_exp_encode_bound(IBP_DTYPE_BF16, nel, &bound));
+	uint8_t *ref = xcalloc(bound), *got = xcalloc(bound), *row2 = xcalloc(2 * R);
+	ibp_exp_opts_t eo;
+	ibp_exp_opts_default(&eo);
+	eo.checksum = 0;
+	ibp_slab_pool_t *pool = pool_of(2 * n * (2 * R + 4096), 2 * R + 4096, IBP_CACHE_LRU);
+	for (int pass = 0; pass < 4; pass++) {
+		for (uint64_t b = 0; b < n; b++)
+			ids[b] = (int64_t)((b * 13 + (uint64_t)pass * 5) % nb);
+		OK(ibp_kv_stream_set_exp_sigma(s, pass & 1 ? 0.05 : 0.0));
+		OK(ibp_kv_encode_cuda(s, pool, kv, nb, ids, n, IBP_KV_EXP, h, bytes));
+		OK(ibp_kv_stream_wait(s));
+		eo.sigma = pass & 1 ? 0.05 : 0.0;
+		for (uint64_t b = 0; b < n; b++) {
+			cr_assert_eq(h[b], h[0] + (int64_t)b, "pass %d block %llu: handle %lld after %lld", pass,
+				     (unsigned long long)b, (long long)h[b], (long long)h[0]);
+			memcpy(row2, kv + (uint64_t)ids[b] * R, R);
+			memcpy(row2 + R, kv + (nb + (uint64_t)ids[b]) * R, R);
+			uint64_t rs = 0, len = 0;
+			OK(ibp_exp_encode(row2, IBP_DTYPE_BF16, nel, &eo, ref, bound, &rs));
+			OK(ibp_slab_pool_get(pool, h[b], got, bound, &len));
+			cr_assert(len == rs && len == bytes[b] && !memcmp(got, ref, len), "pass %d block %llu", pass,
+				  (unsigned long long)b);
+		}
+		for (uint64_t b = 0; b < n; b++)
+			OK(ibp_slab_pool_remove(pool, h[b]));
+	}
+	ibp_slab_pool_free(pool);
+	ibp_kv_stream_free(s);
+	free(kv), free(ids), free(h), free(bytes), free(ref), free(got), free(row2);
+}
+
 Test(kv_cuda, host_flag_runs_on_the_cpu_everywhere, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	/* IBP_KV_HOST (the CPU path of KVOffloader): IBP_OK, never on a GPU,

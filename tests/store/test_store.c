@@ -3,6 +3,7 @@
  * pool reuse and shutdown, concurrent callers, decode_all, corrupt rows. */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "io/container_internal.h"
 #include "util/cpu.h"
 #include "util/ids.h"
+#include "util/parallel.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -224,6 +226,30 @@ Test(store, id_scans)
 		ids[i] = i == 30 ? 9 : i;
 	cr_assert_eq(ibpi_ids_run_end(ids, 0, N), 30);
 	cr_assert_eq(ibpi_ids_first_bad(ids, N, 30), 31); /* ids[30] = 9 is inside */
+}
+
+/* Threads "0 = all" follow the thread's affinity (a process held to one
+ * CPU ran a thread per online CPU on it). */
+Test(store, threads_follow_affinity)
+{
+	cpu_set_t all, one;
+	cr_assert_eq(sched_getaffinity(0, sizeof(all), &all), 0);
+	const int n = CPU_COUNT(&all);
+	if (n < 2)
+		cr_skip_test("one CPU allowed: nothing to restrict");
+	cr_assert_eq(ibpi_parallel_threads(0, 1000), n);
+	CPU_ZERO(&one);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &all)) {
+			CPU_SET(c, &one);
+			break;
+		}
+	cr_assert_eq(sched_setaffinity(0, sizeof(one), &one), 0);
+	const int got = ibpi_parallel_threads(0, 1000), explicit3 = ibpi_parallel_threads(3, 1000);
+	cr_assert_eq(sched_setaffinity(0, sizeof(all), &all), 0);
+	cr_assert_eq(got, 1, "nthreads 0 under a one-CPU affinity: %d threads", got);
+	cr_assert_eq(explicit3, 3, "an explicit count is kept");
+	cr_assert_eq(ibpi_parallel_threads(0, 1000), n);
 }
 
 Test(store, thread_counts_agree, .init = make_tmpdir, .fini = remove_tmpdir)
