@@ -481,9 +481,9 @@ static int host_threads_for(const ibp_kv_stream_t *s, uint64_t n)
 /* The host's EXP store of a batch, one pass per block on every thread:
  * the block's K and V rows copied into the thread's stage, encoded into
  * one of the thread's two out buffers (all cache-resident), its slot
- * allocated and the block copied in. Threads take blocks in order and allocate in block
- * order (a turn each), so handles and evictions are those of a serial
- * store; the first failure stops every thread. */
+ * allocated and the block copied in. Threads take blocks in order and
+ * allocate in block order (a turn each), so handles and evictions are
+ * those of a serial store; the first failure stops every thread. */
 typedef struct kv_exp_job {
 	ibp_kv_stream_t *s;
 	ibp_slab_pool_t *pool;

@@ -92,13 +92,10 @@ uint64_t ibpi_ids_first_bad_isa(const int64_t *ids, uint64_t n, uint64_t nrows, 
 	return first_bad_portable(ids, n, nrows);
 }
 
-uint64_t ibpi_ids_run_end_isa(const int64_t *ids, uint64_t b, uint64_t e, int avx2)
+uint64_t ibpi_ids_run_scan(const int64_t *ids, uint64_t b, uint64_t e, int avx2)
 {
-	/* random ids: one compare */
-	if (b + 1 < e && (uint64_t)ids[b + 1] != (uint64_t)ids[b] + 1)
-		return b + 1;
 #ifdef IBP_IDS_X86
-	if (avx2)
+	if (avx2 < 0 ? ibpi_cpu()->avx2 : avx2)
 		return run_end_avx2(ids, b, e);
 #else
 	(void)avx2;
@@ -109,9 +106,4 @@ uint64_t ibpi_ids_run_end_isa(const int64_t *ids, uint64_t b, uint64_t e, int av
 uint64_t ibpi_ids_first_bad(const int64_t *ids, uint64_t n, uint64_t nrows)
 {
 	return ibpi_ids_first_bad_isa(ids, n, nrows, ibpi_cpu()->avx2);
-}
-
-uint64_t ibpi_ids_run_end(const int64_t *ids, uint64_t b, uint64_t e)
-{
-	return ibpi_ids_run_end_isa(ids, b, e, ibpi_cpu()->avx2);
 }
