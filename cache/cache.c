@@ -11,6 +11,7 @@
 #include "ibp/codec.h"
 #include "ibp/container.h"
 #include "util/error.h"
+#include "util/ids.h"
 #include "util/opts.h"
 
 
@@ -244,11 +245,10 @@ static ibp_status_t run(ibp_cache_t *c, ibp_store_t *store, const int64_t *ids, 
 	if (s != IBP_OK || !n)
 		return s;
 	if (!out) { /* prefetch: every id checked before anything is admitted */
-		uint64_t nrows = ibp_store_nrows(store);
-		for (uint64_t k = 0; k < n; k++)
-			if (ids[k] < 0 || (uint64_t)ids[k] >= nrows)
-				return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "%s: id %lld at position %llu is outside [0, %llu)",
-						fn, (long long)ids[k], (unsigned long long)k, (unsigned long long)nrows);
+		const uint64_t nrows = ibp_store_nrows(store), k = ibpi_ids_first_bad(ids, n, nrows);
+		if (k < n)
+			return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "%s: id %lld at position %llu is outside [0, %llu)",
+					fn, (long long)ids[k], (unsigned long long)k, (unsigned long long)nrows);
 	}
 	cache_ws_t *w = ws_get(c);
 	cache_req_t q = { 0 };

@@ -611,6 +611,10 @@ Test(cache, errors, .init = make_tmpdir, .fini = remove_tmpdir)
 	/* prefetch checks every id first and admits nothing on a bad one */
 	int64_t pf[3] = { 4, 5, 50 };
 	cr_assert_eq(ibp_cache_prefetch(c, g.s, pf, 3, NULL), IBP_ERR_OUT_OF_RANGE);
+	cr_assert(strstr(ibp_last_error(), "id 50 at position 2") != NULL, "%s", ibp_last_error());
+	int64_t pfn[2] = { 4, -1 };
+	cr_assert_eq(ibp_cache_prefetch(c, g.s, pfn, 2, NULL), IBP_ERR_OUT_OF_RANGE);
+	cr_assert(strstr(ibp_last_error(), "id -1 at position 1") != NULL, "%s", ibp_last_error());
 	ibp_cache_stats(c, &s, 0);
 	cr_assert_eq(s.rows_resident, 1);
 	int64_t neg = -3;
