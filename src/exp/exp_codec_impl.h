@@ -295,6 +295,7 @@ static inline __attribute__((always_inline)) EXP_ENC_TARGET uint64_t enc_words(c
 	const uint8_t *t = b->table;
 	uint8_t *planes = b->dst + L->off_planes;
 	uint64_t nesc = 0;
+	const uint64_t pfe = EXP_ENC_PF_BYTES / s->esize; /* a multiple of 64 elements */
 #if defined(EXP_AVX512)
 	__m512i tv[7]; /* once: the stores below may alias b->table for the compiler */
 	for (int k = 0; k < 7; k++)
@@ -304,8 +305,8 @@ static inline __attribute__((always_inline)) EXP_ENC_TARGET uint64_t enc_words(c
 		uint64_t i0 = w * 64;
 		uint32_t cnt = n - i0 < 64 ? (uint32_t)(n - i0) : 64u;
 		const uint8_t *src = enc_src(b, i0);
-		if (b->prefetch && i0 + EXP_ENC_PF_ELEMS < n) { /* a source in DRAM: its lines asked for early */
-			const uint8_t *pf = enc_src(b, i0 + EXP_ENC_PF_ELEMS);
+		if (b->prefetch && i0 + pfe < n) { /* a source in DRAM: its lines asked for early */
+			const uint8_t *pf = enc_src(b, i0 + pfe);
 			for (uint32_t k = 0; k < s->esize; k++)
 				__builtin_prefetch(pf + 64 * k, 0, 3);
 		}

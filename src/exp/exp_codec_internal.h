@@ -50,12 +50,14 @@ typedef struct exp_enc_block {
 	/* per tid: its group range and escapes (arrays of the call's threads) */
 	uint64_t *range_begin, *range_end, *range_esc;
 	int isa; /* the encoder's build: 0 portable, 1 AVX2, 2 AVX-512 (BW + VBMI) */
-	int prefetch; /* 1: the source is not in cache (prefetched EXP_ENC_PF_ELEMS ahead) */
+	int prefetch; /* 1: the source is not in cache (prefetched EXP_ENC_PF_BYTES ahead) */
 } exp_enc_block_t;
 
-/* How far ahead the encoder prefetches an uncached source: a few hundred
- * ns of encoding, about one DRAM latency. */
-#define EXP_ENC_PF_ELEMS 1024u
+/* How far ahead the encoder prefetches an uncached source, in bytes: a
+ * page, about half a microsecond of encoding. 2 KiB left the warm KV store
+ * waiting on its loads; 4 KiB took a tenth off it, 6 and 8 KiB less
+ * (docs/BENCHMARKS.md, 2026-12-01). */
+#define EXP_ENC_PF_BYTES 4096u
 
 typedef struct exp_dec_block {
 	const uint8_t *src;
