@@ -109,7 +109,7 @@ for pair in memcheck:test_cuda_ibp racecheck:test_cuda_ibp synccheck:test_cuda_i
 	tool=${pair%%:*} t=${pair#*:}
 	def "$tool-$t" 45 sanitize "c:compute-sanitizer t:$t" "compute-sanitizer --tool $tool on $t (IBP_TEST_QUICK=1)"
 done
-def build-bench 45 bench "$(printf 't:%s ' "${benches[@]}") t:ibp_coll_perf t:gpu_model_rows t:coll_codec_speed t:overlap_probe" \
+def build-bench 45 bench "$(printf 't:%s ' "${benches[@]}") t:ibp_coll_perf t:gpu_model_rows t:coll_codec_speed t:overlap_probe t:exp_rows_probe" \
 	"build the GPU benchmarks, ibp-coll-perf, the cost model's row counter and the codec-speed probe"
 def gpu_codecs 25 bench "t:gpu_codecs" "exponent and FP8 kernels, GB/s (bench/gpu_codecs.cu)"
 def gpu_gather 30 bench "t:gpu_gather f:datasets/sample" "gather against the PCIe line and plain cudaMemcpy (bench/gpu_gather.cu, short)"
@@ -122,6 +122,8 @@ for np in 4 8; do
 done
 def overlap-probe 20 cpu "t:overlap_probe" \
 	"random rows' misses against dependent work on this host's CPU (bench/overlap_probe.c): do they overlap here? (issue 29)"
+def exp-rows-probe 40 cpu "t:exp_rows_probe" \
+	"exponent rows against a plain float32 bag on this host's CPU (bench/exp_rows_probe.c, issue 29)"
 
 if [[ $selftest == 1 ]]; then
 	# The scheduler itself: a pass, a failure, a hang stopped at its limit,
@@ -403,7 +405,7 @@ build_targets() { # targets that exist in this configuration, built together
 	limited cmake --build "$build" -j"$jobs" --target "${want[@]}"
 }
 do_build_tests() { build_targets "${gpu_tests[@]}" example_cuda ibp; }
-do_build_bench() { build_targets "${benches[@]}" ibp_coll_perf gpu_model_rows coll_codec_speed overlap_probe; }
+do_build_bench() { build_targets "${benches[@]}" ibp_coll_perf gpu_model_rows coll_codec_speed overlap_probe exp_rows_probe; }
 json_count() { grep -m1 -oE "\"$2\": *[0-9]+" "$1" 2>/dev/null | grep -oE '[0-9]+$' || echo 0; }
 criterion_run() { # binary [env...]: a Criterion binary; its counts go into the summary's note
 	local t=$1 rep=$build/test-reports/$1.json rc
@@ -499,6 +501,9 @@ coll_run() { # ranks: the collectives' cost model (issue 38) checked where ranks
 }
 do_overlap_probe() { # the bound on random bags (docs/BENCHMARKS.md "Misses and decode add up") on another CPU
 	limited "$(bin_of overlap_probe)" --reps 5 --rows 131072 --row 128,256 --work 20,40 | tee "$out/overlap_probe.txt"
+}
+do_exp_rows_probe() { # issue 29's predicted bag (docs/BENCHMARKS.md "Exponent rows") on another CPU
+	limited "$(bin_of exp_rows_probe)" --reps 5 --ahead 16 | tee "$out/exp_rows_probe.txt"
 }
 do_coll_4() { coll_run 4; }
 do_coll_8() { coll_run 8; }

@@ -1,0 +1,335 @@
+/* exp_rows_probe.c - could a row format of the exponent codec's kind reach
+ * issue 29's embedding-bag target (sum >= 0.5x nn.EmbeddingBag)? No libibp:
+ * a prototype, timed beside a plain float32 bag on the same ids.
+ *
+ * A row of 64 float32 is stored as one "exponent word" (the layout of the
+ * EXP codec's 64-element words, docs/FORMAT.md): three 8-byte code planes
+ * (each value's exponent as a 3-bit code: 1-7 = the table's seven most
+ * common exponents, 0 = an escape), the low 16 bits of each value (128 B),
+ * its sign and top 7 mantissa bits (64 B), then the escaped exponents in
+ * order. A row decodes with one byte permute, one masked expand and
+ * shifts; no per-value branches.
+ *
+ *   exp_rows_probe [--rows N] [--reps N] [--ahead N]
+ *
+ * Table: N rows (default 8 Mi: 2 GiB of float32) of N(0, 0.05) values,
+ * 2 MiB pages. 4,096 bags of 20 uniform random ids a rep, fresh each rep;
+ * ns per id (thread CPU time) of each variant, the variants alternating:
+ *   plain        float32 rows, each row's lines prefetched --ahead ids early,
+ *                added in order (what nn.EmbeddingBag's sum does)
+ *   exp          exponent rows packed back to back, found through an
+ *                8-byte offset per row (a row map), decoded and added
+ *   exp slots    the same rows in fixed 224-byte slots (no map; the few
+ *                rows longer than that, counted, would go elsewhere)
+ *   staged       a bag's 20 rows first copied into an L1 stage (loads and
+ *                stores only), then decoded from it: slots, and via the map
+ *   cached       exp rows decoded from 64 cached rows (no misses)
+ * Every decoded row of the first 100,000 is checked bit for bit against the
+ * float32 row, and every bag sum against the plain bag's (same order of
+ * adds); timed numbers are printed, never checked. x86-64 with AVX-512
+ * (F, BW, VBMI, VBMI2) only: elsewhere it says so and exits 0. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define PROBE_X86 1
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2")))
+#else
+#define PROBE_X86 0
+#endif
+
+#define D 64         /* values a row */
+#define RAW 256      /* bytes of a float32 row */
+#define SLOT 224     /* a fixed slot: 216 bytes + 8 escapes */
+#define BAGS 4096
+#define PER_BAG 20
+#define REPS_MAX 64
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t next_u64(void)
+{
+	rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+	return rng;
+}
+static double normal(void)
+{
+	const double u = ((next_u64() >> 11) + 1) * 0x1p-53, v = (next_u64() >> 11) * 0x1p-53;
+	return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
+}
+static double cpu_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+static void *huge_alloc(uint64_t n)
+{
+	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		fprintf(stderr, "exp_rows_probe: cannot map %llu bytes\n", (unsigned long long)n);
+		exit(1);
+	}
+	madvise(p, n, MADV_HUGEPAGE);
+	return p;
+}
+static int cmp_d(const void *a, const void *b)
+{
+	const double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static uint8_t code_of[256]; /* exponent -> code 1-7, 0 = escape */
+
+/* Row x -> o (bytes written: 216 + escapes). */
+static uint32_t encode_row(const float *x, uint8_t *o)
+{
+	uint64_t p[3] = { 0, 0, 0 };
+	uint8_t *lo = o + 24, *hi = o + 24 + 128, *esc = o + 24 + 192;
+	uint32_t ne = 0;
+	for (int i = 0; i < D; i++) {
+		uint32_t u;
+		memcpy(&u, &x[i], 4);
+		const uint8_t e = (uint8_t)(u >> 23), c = code_of[e];
+		for (int b = 0; b < 3; b++)
+			p[b] |= (uint64_t)((c >> b) & 1) << i;
+		if (!c)
+			esc[ne++] = e;
+		const uint16_t l = (uint16_t)u;
+		memcpy(lo + 2 * i, &l, 2);
+		hi[i] = (uint8_t)(((u >> 24) & 0x80u) | ((u >> 16) & 0x7fu));
+	}
+	memcpy(o, p, 24);
+	return 24 + 192 + ne;
+}
+
+#if PROBE_X86
+/* acc += the row at o (64 bytes past its escapes are read: padded). */
+static inline __attribute__((always_inline)) AVX512 void decode_add(const uint8_t *o, __m512i table, __m512 acc[4])
+{
+	uint64_t p0, p1, p2;
+	memcpy(&p0, o, 8), memcpy(&p1, o + 8, 8), memcpy(&p2, o + 16, 8);
+	const __m512i c = _mm512_or_si512(_mm512_or_si512(_mm512_maskz_mov_epi8(p0, _mm512_set1_epi8(1)),
+							  _mm512_maskz_mov_epi8(p1, _mm512_set1_epi8(2))),
+					  _mm512_maskz_mov_epi8(p2, _mm512_set1_epi8(4)));
+	__m512i f = _mm512_permutexvar_epi8(c, table);
+	f = _mm512_mask_expand_epi8(f, ~(p0 | p1 | p2), _mm512_loadu_si512(o + 24 + 192));
+	const __m512i hi = _mm512_loadu_si512(o + 24 + 128);
+	for (int q = 0; q < 4; q++) {
+		__m128i fq, hq;
+		switch (q) { /* the lane must be a constant */
+		case 0: fq = _mm512_extracti32x4_epi32(f, 0), hq = _mm512_extracti32x4_epi32(hi, 0); break;
+		case 1: fq = _mm512_extracti32x4_epi32(f, 1), hq = _mm512_extracti32x4_epi32(hi, 1); break;
+		case 2: fq = _mm512_extracti32x4_epi32(f, 2), hq = _mm512_extracti32x4_epi32(hi, 2); break;
+		default: fq = _mm512_extracti32x4_epi32(f, 3), hq = _mm512_extracti32x4_epi32(hi, 3); break;
+		}
+		const __m512i e32 = _mm512_cvtepu8_epi32(fq), h32 = _mm512_cvtepu8_epi32(hq);
+		const __m512i l32 = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(o + 24 + 32 * q)));
+		const __m512i v = _mm512_or_si512(
+			_mm512_or_si512(_mm512_slli_epi32(e32, 23), _mm512_slli_epi32(_mm512_and_si512(h32, _mm512_set1_epi32(0x80)), 24)),
+			_mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(h32, _mm512_set1_epi32(0x7f)), 16), l32));
+		acc[q] = _mm512_add_ps(acc[q], _mm512_castsi512_ps(v));
+	}
+}
+
+static inline AVX512 void prefetch_row(const void *p)
+{
+	for (int l = 0; l < 4; l++)
+		_mm_prefetch((const char *)p + 64 * l, _MM_HINT_T0);
+}
+
+static inline AVX512 void store_acc(float *out, const __m512 acc[4])
+{
+	for (int q = 0; q < 4; q++)
+		_mm512_storeu_ps(out + 16 * q, acc[q]);
+}
+
+enum { V_PLAIN, V_EXP, V_SLOTS, V_STAGED_SLOTS, V_STAGED_MAP, V_CACHED, NV };
+static const char *vname[NV] = { "plain", "exp (map)", "exp slots", "staged slots", "staged (map)", "cached" };
+
+typedef struct {
+	const float *plain;
+	const uint8_t *packed, *slots;
+	const uint64_t *off;
+	const int64_t *ids;
+	uint64_t n;
+	int ahead;
+	__m512i table;
+} probe_t;
+
+/* One variant over all bags into out; returns its CPU seconds. */
+static AVX512 double run(const probe_t *t, int v, float *out)
+{
+	static uint8_t stage[PER_BAG * RAW + 64] __attribute__((aligned(64)));
+	const int64_t *ids = t->ids;
+	const int64_t total = (int64_t)BAGS * PER_BAG, A = t->ahead;
+	const double t0 = cpu_s();
+	for (int b = 0; b < BAGS; b++) {
+		__m512 acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+		for (int j = 0; j < PER_BAG; j++) {
+			const int64_t i = (int64_t)b * PER_BAG + j, id = ids[i];
+			switch (v) {
+			case V_PLAIN:
+				if (i + A < total)
+					prefetch_row(t->plain + ids[i + A] * D);
+				for (int q = 0; q < 4; q++)
+					acc[q] = _mm512_add_ps(acc[q], _mm512_loadu_ps(t->plain + id * D + 16 * q));
+				break;
+			case V_EXP:
+			case V_STAGED_MAP:
+				if (i + 2 * A < total)
+					_mm_prefetch((const char *)&t->off[ids[i + 2 * A]], _MM_HINT_T0);
+				if (i + A < total)
+					prefetch_row(t->packed + t->off[ids[i + A]]);
+				if (v == V_EXP)
+					decode_add(t->packed + t->off[id], t->table, acc);
+				else
+					for (int l = 0; l < 4; l++)
+						_mm512_store_si512(stage + RAW * j + 64 * l,
+								   _mm512_loadu_si512(t->packed + t->off[id] + 64 * l));
+				break;
+			case V_SLOTS:
+			case V_STAGED_SLOTS:
+				if (i + A < total)
+					prefetch_row(t->slots + ids[i + A] * SLOT);
+				if (v == V_SLOTS)
+					decode_add(t->slots + id * SLOT, t->table, acc);
+				else
+					for (int l = 0; l < 4; l++)
+						_mm512_store_si512(stage + RAW * j + 64 * l,
+								   _mm512_loadu_si512(t->slots + id * SLOT + 64 * l));
+				break;
+			default:
+				decode_add(t->packed + t->off[id & 63], t->table, acc);
+			}
+		}
+		if (v == V_STAGED_SLOTS || v == V_STAGED_MAP)
+			for (int j = 0; j < PER_BAG; j++)
+				decode_add(stage + RAW * j, t->table, acc);
+		store_acc(out + (uint64_t)b * D, acc);
+	}
+	return cpu_s() - t0;
+}
+
+static AVX512 int probe(uint64_t n, int reps, int ahead)
+{
+	float *plain = huge_alloc(n * RAW);
+	uint64_t hist[256] = { 0 };
+	for (uint64_t i = 0; i < n * D; i++)
+		plain[i] = (float)(normal() * 0.05);
+	for (uint64_t i = 0; i < n * D; i += 7) {
+		uint32_t u;
+		memcpy(&u, &plain[i], 4);
+		hist[(u >> 23) & 255]++;
+	}
+	uint8_t tb[64] = { 0 };
+	for (int k = 0; k < 7; k++) { /* the seven most common exponents */
+		int best = 0;
+		for (int e = 1; e < 256; e++)
+			if (hist[e] > hist[best])
+				best = e;
+		tb[k + 1] = (uint8_t)best, code_of[best] = (uint8_t)(k + 1), hist[best] = 0;
+	}
+	/* a row is at most 280 bytes, and its decode reads 64 past its escapes */
+	uint8_t *packed = huge_alloc(n * 280 + 4096), *slots = huge_alloc(n * SLOT + 4096);
+	uint64_t *off = huge_alloc((n + 1) * 8), at = 0, over = 0, over256 = 0;
+	for (uint64_t r = 0; r < n; r++) {
+		off[r] = at;
+		const uint32_t len = encode_row(plain + r * D, packed + at);
+		over += len > SLOT;       /* a slot holds 8 escapes */
+		over256 += len > RAW;     /* a stage entry, 40 */
+		memcpy(slots + r * SLOT, packed + at, len > SLOT ? SLOT : len);
+		at += len;
+	}
+	probe_t t = { plain, packed, slots, off, NULL, n, ahead, _mm512_loadu_si512(tb) };
+	float row[D];
+	for (uint64_t r = 0; r < n && r < 100000; r++) { /* the decode is exact */
+		__m512 acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+		decode_add(packed + off[r], t.table, acc);
+		store_acc(row, acc);
+		if (memcmp(row, plain + r * D, RAW)) {
+			fprintf(stderr, "exp_rows_probe: row %llu does not decode to itself\n", (unsigned long long)r);
+			return 1;
+		}
+	}
+	printf("exp_rows_probe: %llu rows of 64 float32 N(0, 0.05) (%.2f GB), exponent rows %.3f of raw packed, "
+	       "%.3f in %d-byte slots (%llu rows longer, %llu longer than 256); %d bags of %d random ids, ns per id (thread CPU), "
+	       "median of %d, prefetch %d ids ahead\n",
+	       (unsigned long long)n, n * RAW / 1e9, (double)at / (double)(n * RAW), (double)SLOT / RAW, SLOT,
+	       (unsigned long long)over, (unsigned long long)over256, BAGS, PER_BAG, reps, ahead);
+	int64_t *ids = malloc(sizeof(int64_t) * BAGS * PER_BAG);
+	float *outs[NV];
+	for (int v = 0; v < NV; v++)
+		outs[v] = malloc(sizeof(float) * BAGS * D);
+	double ns[NV][REPS_MAX];
+	t.ids = ids;
+	for (int rep = 0; rep < reps; rep++) {
+		for (int i = 0; i < BAGS * PER_BAG; i++)
+			ids[i] = (int64_t)(next_u64() % n);
+		for (int k = 0; k < NV; k++) {
+			const int v = (k + rep) % NV; /* the order rotates */
+			ns[v][rep] = run(&t, v, outs[v]) * 1e9 / (BAGS * PER_BAG);
+		}
+		for (int v = V_EXP; v < V_CACHED; v++) { /* the variants exact for every row: the plain sums */
+			const int exact = v == V_EXP || (v == V_STAGED_MAP && !over256) || !over;
+			if (exact && memcmp(outs[V_PLAIN], outs[v], sizeof(float) * BAGS * D)) {
+				fprintf(stderr, "exp_rows_probe: %s's bags differ from the plain sums\n", vname[v]);
+				return 1;
+			}
+		}
+	}
+	double med[NV];
+	for (int v = 0; v < NV; v++) {
+		qsort(ns[v], (size_t)reps, sizeof(double), cmp_d);
+		med[v] = ns[v][reps / 2];
+	}
+	for (int v = 0; v < NV; v++)
+		printf("  %-13s %6.1f ns/id   (%.1f-%.1f)   plain / this %.2f%s\n", vname[v], med[v], ns[v][0], ns[v][reps - 1],
+		       med[V_PLAIN] / med[v], (v == V_SLOTS || v == V_STAGED_SLOTS) && over ? "  (not exact: long rows cut)" : "");
+	free(ids);
+	for (int v = 0; v < NV; v++)
+		free(outs[v]);
+	return 0;
+}
+#endif
+
+int main(int argc, char **argv)
+{
+	uint64_t n = 8ull << 20;
+	int reps = 7, ahead = 8;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--rows") && i + 1 < argc)
+			n = strtoull(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+			reps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--ahead") && i + 1 < argc)
+			ahead = atoi(argv[++i]);
+		else {
+			fprintf(stderr, "usage: exp_rows_probe [--rows N] [--reps N] [--ahead N]\n");
+			return 2;
+		}
+	}
+	if (n < 64 || reps < 1 || reps > REPS_MAX || ahead < 0) {
+		fprintf(stderr, "exp_rows_probe: --rows >= 64, --reps 1-%d, --ahead >= 0\n", REPS_MAX);
+		return 2;
+	}
+#if PROBE_X86
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+	    !__builtin_cpu_supports("avx512vbmi") || !__builtin_cpu_supports("avx512vbmi2")) {
+		printf("exp_rows_probe: this CPU lacks AVX-512 BW/VBMI/VBMI2: nothing to measure\n");
+		return 0;
+	}
+	return probe(n, reps, ahead);
+#else
+	(void)n, (void)reps, (void)ahead;
+	printf("exp_rows_probe: x86-64 only: nothing to measure\n");
+	return 0;
+#endif
+}
