@@ -404,8 +404,8 @@ int main(int argc, char **argv)
 	}
 	if (!n)
 		n = half ? 16ull << 20 : 8ull << 20; /* 2 GiB */
-	if (n < 64 || reps < 1 || reps > REPS_MAX || ahead < 0) {
-		fprintf(stderr, "exp_rows_probe: --rows >= 64, --reps 1-%d, --ahead >= 0\n", REPS_MAX);
+	if (n < 64 || n > (1ull << 32) || reps < 1 || reps > REPS_MAX || ahead < 0 || ahead > 4096) {
+		fprintf(stderr, "exp_rows_probe: --rows 64-2^32, --reps 1-%d, --ahead 0-4096\n", REPS_MAX);
 		return 2;
 	}
 #if PROBE_X86
