@@ -1,25 +1,24 @@
 /* exp_rows_probe.c - could a row format of the exponent codec's kind reach
  * issue 29's embedding-bag target (sum >= 0.5x nn.EmbeddingBag)? No libibp:
- * a prototype, timed beside a plain float32 bag on the same ids.
+ * a prototype, timed beside a plain bag on the same ids.
  *
- * A row of 64 float32 is stored as one "exponent word" (the layout of the
- * EXP codec's 64-element words, docs/FORMAT.md): three 8-byte code planes
- * (each value's exponent as a 3-bit code: 1-7 = the table's seven most
- * common exponents, 0 = an escape), the low 16 bits of each value (128 B),
- * its sign and top 7 mantissa bits (64 B), then the escaped exponents in
- * order. A row decodes with one byte permute, one masked expand and
- * shifts; no per-value branches.
- *
- * --f16: float16 rows instead, as the codec's 16-bit words: the 5-bit
- * exponent's code planes, the low 8 bits (64 B), the sign and top 2
- * mantissa bits as three more planes (24 B), escapes; summed in float32.
+ * A row of 64 float32 is stored as one 64-element word of the exponent
+ * codec (docs/CODECS.md section 1): three 8-byte code planes (each value's
+ * exponent as a 3-bit code: 1-7 = the table's seven most common exponents,
+ * 0 = an escape), the low 16 bits of each value (128 B), its sign and top
+ * 7 mantissa bits (64 B), then the escaped exponents in order. A row
+ * decodes with one byte permute, one masked expand and shifts; no
+ * per-value branches. --f16: float16 rows instead: the 5-bit exponent's
+ * code planes, the low 8 bits (64 B), the sign and top 2 mantissa bits as
+ * three more planes (24 B), escapes; summed in float32.
  *
  *   exp_rows_probe [--rows N] [--reps N] [--ahead N] [--f16]
  *
  * Table: N rows (default 8 Mi float32 rows, 16 Mi float16: 2 GiB either
- * way, the issue's tables) of N(0, 0.05) values, 2 MiB pages. 4,096 bags of 20 uniform random ids a rep, fresh each rep;
- * ns per id (thread CPU time) of each variant, the variants alternating:
- *   plain        float32 rows, each row's lines prefetched --ahead ids early,
+ * way, the issue's tables) of N(0, 0.05) values, 2 MiB pages. 4,096 bags
+ * of 20 uniform random ids a rep, fresh each rep; ns per id (thread CPU
+ * time) of each variant, the variants rotating:
+ *   plain        plain rows, each row's lines prefetched --ahead ids early,
  *                added in order (what nn.EmbeddingBag's sum does)
  *   exp          exponent rows packed back to back, found through an
  *                8-byte offset per row (a row map), decoded and added
@@ -29,10 +28,11 @@
  *   staged       a bag's 20 rows first copied into an L1 stage (loads and
  *                stores only), then decoded from it: slots, and via the map
  *   cached       exp rows decoded from 64 cached rows (no misses)
- * Every decoded row of the first 100,000 is checked bit for bit against the
- * float32 row, and every bag sum against the plain bag's (same order of
- * adds); timed numbers are printed, never checked. x86-64 with AVX-512
- * (F, BW, VBMI, VBMI2) only: elsewhere it says so and exits 0. */
+ * Every decoded row of the first 100,000 is checked bit for bit against its
+ * plain row, and every exact variant's bag sums against the plain bag's
+ * (same order of adds); timed numbers are printed, never checked. x86-64
+ * with AVX-512 (F, BW, VL, VBMI, VBMI2) and F16C only: elsewhere it says so
+ * and exits 0. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdint.h>
