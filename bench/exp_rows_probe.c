@@ -40,7 +40,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
+
+#define BENCH_NAME "exp_rows_probe"
+#include "bench_util.h" /* clocks, generator, median (no libibp call) */
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -58,19 +60,12 @@
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint64_t next_u64(void)
 {
-	rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-	return rng;
+	return rng_next(&rng);
 }
 static double normal(void)
 {
 	const double u = ((next_u64() >> 11) + 1) * 0x1p-53, v = (next_u64() >> 11) * 0x1p-53;
 	return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
-}
-static double cpu_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 static void *huge_alloc(uint64_t n)
 {
@@ -82,12 +77,6 @@ static void *huge_alloc(uint64_t n)
 	madvise(p, n, MADV_HUGEPAGE);
 	return p;
 }
-static int cmp_d(const void *a, const void *b)
-{
-	const double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
 static uint8_t code_of[256]; /* exponent -> code 1-7, 0 = escape */
 
 /* Row x -> o (bytes written: 216 + escapes). */
@@ -240,7 +229,7 @@ static AVX512 double run(const probe_t *t, int v, float *out)
 	static uint8_t stage[PER_BAG * 320 + 64] __attribute__((aligned(64)));
 	const int64_t *ids = t->ids;
 	const int64_t total = (int64_t)BAGS * PER_BAG, A = t->ahead;
-	const double t0 = cpu_s();
+	const double t0 = cpu_now();
 	for (int b = 0; b < BAGS; b++) {
 		__m512 acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
 		for (int j = 0; j < PER_BAG; j++) {
@@ -280,7 +269,7 @@ static AVX512 double run(const probe_t *t, int v, float *out)
 				decode(t, stage + t->stage * j, acc);
 		store_acc(out + (uint64_t)b * D, acc);
 	}
-	return cpu_s() - t0;
+	return cpu_now() - t0;
 }
 
 static AVX512 int probe(uint64_t n, int reps, int ahead, int half)
@@ -371,8 +360,7 @@ static AVX512 int probe(uint64_t n, int reps, int ahead, int half)
 	}
 	double med[NV];
 	for (int v = 0; v < NV; v++) {
-		qsort(ns[v], (size_t)reps, sizeof(double), cmp_d);
-		med[v] = ns[v][reps / 2];
+		med[v] = median(ns[v], reps); /* sorts: [0] and [reps - 1] are the extremes */
 	}
 	for (int v = 0; v < NV; v++)
 		printf("  %-13s %6.1f ns/id   (%.1f-%.1f)   plain / this %.2f%s\n", vname[v], med[v], ns[v][0], ns[v][reps - 1],
