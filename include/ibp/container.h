@@ -14,6 +14,13 @@
  *   IBP_CODEC_FP8  the FP8 block codec (ibp/fp8.h): the same cut into
  *                  streams at a fixed stride. LOSSY; bf16/f16/f32. Files
  *                  carry a required feature bit so older readers refuse them.
+ *   IBP_CODEC_EXP_ROWS  the exponent codec's row form: one table of the
+ *                  tensor's seven most common exponents, each row encoded
+ *                  on its own (3-bit codes, the sign and mantissa bits
+ *                  as they are, an escape byte per other exponent), a u64
+ *                  offset per row. Lossless; bf16/f16/f32. For random rows
+ *                  (gathers, embedding bags): a row costs a few ns to
+ *                  decode. Older readers refuse it (unknown codec).
  * A row of an exp or fp8 container is read by decoding its whole block.
  *
  * Two layouts (IBP codec; exp and fp8 are always packed):
@@ -102,7 +109,8 @@ typedef enum ibp_layout {
 typedef enum ibp_codec_id {
 	IBP_CODEC_IBP = 1, /* Invariant Bit Packing rows (ibp/codec.h), lossless */
 	IBP_CODEC_EXP = 2, /* exponent codec blocks (ibp/exp.h), lossless */
-	IBP_CODEC_FP8 = 3  /* FP8 block codec streams (ibp/fp8.h), lossy */
+	IBP_CODEC_FP8 = 3, /* FP8 block codec streams (ibp/fp8.h), lossy */
+	IBP_CODEC_EXP_ROWS = 4 /* exponent codec, row by row (ibp_pack_exp_rows), lossless */
 } ibp_codec_id_t;
 
 /* Flags of ibp_container_open / ibp_store_open. */
@@ -168,6 +176,19 @@ uint64_t ibp_block_rows_default(uint64_t row_elems, uint64_t nrows);
  * Thread-safe (distinct paths). */
 ibp_status_t ibp_pack_exp(const char *path, const void *data, ibp_dtype_t dtype, unsigned ndim,
 			  const uint64_t *shape, const ibp_exp_opts_t *opts, uint64_t block_rows);
+
+/* Encodes the tensor `data` (dtype IBP_DTYPE_BF16, F16 or F32; shape as
+ * for ibp_container_write) with the exponent codec's row form and writes
+ * it to `path` (codec IBP_CODEC_EXP_ROWS, packed): the table of the seven
+ * most common exponent fields, then every row on its own (docs/FORMAT.md
+ * 2.6, "Codec 4"). Lossless; about 0.85 (float32), 0.89 (float16) or 0.70
+ * (bfloat16) of the raw size for trained weights, plus 8 bytes a row.
+ * `nthreads` workers (0 = all CPUs). Needs the encoded tensor in
+ * temporary memory (at most the raw size plus 8 bytes a row). Errors:
+ * IBP_ERR_INVALID_ARG (NULL path, shape or data with rows, dtype, shape,
+ * nthreads < 0), IBP_ERR_IO, IBP_ERR_NOMEM. Thread-safe (distinct paths). */
+ibp_status_t ibp_pack_exp_rows(const char *path, const void *data, ibp_dtype_t dtype, unsigned ndim,
+			       const uint64_t *shape, int nthreads);
 
 /* As ibp_pack_exp with the LOSSY FP8 block codec (ibp_fp8_encode per
  * block of `block_rows` rows, `opts` NULL = defaults). Decoding gives the

@@ -20,6 +20,7 @@
 #include "ibp/fp8.h"
 #include "ibp/types.h"
 #include "util/error.h"
+#include "exp/exp_rows.h"
 
 /* ---- wire constants (FORMAT.md 2.2 - 2.6) ------------------------------ */
 
@@ -65,6 +66,8 @@ static const uint8_t MAGIC[8] __attribute__((unused)) = { 0x89, 'I', 'B', 'P', 0
 #define P_FP8_CHUNK 16
 #define P_FP8_NSTREAMS 24
 #define P_FP8_USED 32
+#define P_EXPR_TABLE 4 /* codec 4: the seven exponent fields */
+#define P_EXPR_USED 11
 #define PARAMS_VERSION 1u
 #define FP8_F_HADAMARD 1u
 #define FP8_F_ADAPTIVE 2u
@@ -125,7 +128,7 @@ static const char *const SEC_NAME[SEC_KNOWN_MAX + 1] __attribute__((unused)) = {
 
 static inline const char *codec_name(ibp_codec_id_t id)
 {
-	return id == IBP_CODEC_IBP ? "ibp" : id == IBP_CODEC_EXP ? "exp" : "fp8";
+	return id == IBP_CODEC_IBP ? "ibp" : id == IBP_CODEC_EXP ? "exp" : id == IBP_CODEC_EXP_ROWS ? "exp-rows" : "fp8";
 }
 
 static inline int value_dtype(ibp_dtype_t dt)
@@ -205,6 +208,7 @@ struct ibp_container {
 	uint64_t stride;          /* fp8: bytes between stream starts */
 	ibp_exp_table_mode_t exp_table;
 	ibp_fp8_opts_t fp8;
+	ibpi_exprows_t xr;        /* exp rows: the row form; rows at `offsets` */
 };
 
 /* Copies the thread's current detail so it can be quoted in a new one. */
@@ -268,6 +272,18 @@ static inline void advise_huge(void *p, uint64_t size)
  * reader makes and the writer relies on (container_format.c) */
 ibp_status_t ibpi_ctr_block_geometry(const char *name, ibp_status_t bad, uint64_t nrows, uint64_t row_bytes,
 				   ibp_dtype_t dtype, uint64_t chunk_elems, uint64_t *elems, uint64_t *nblk);
+/* Writes an exp-rows container (codec 4) from rows already encoded with
+ * the row form `x` (its table is stored): row i at payload[off[i],
+ * off[i+1]), off checked as the reader does. Errors as
+ * ibp_container_write. */
+ibp_status_t ibpi_ctr_write_exp_rows(const char *path, const ibpi_exprows_t *x, unsigned ndim,
+				     const uint64_t *shape, const uint8_t *payload, const uint64_t *off);
+
+/* Row offsets of an exp-rows container (nrows + 1 entries): from 0, each
+ * row between the row form's fixed part and fixed + d bytes, the last
+ * equal to payload_len. `bad` is the status of a failure. */
+ibp_status_t ibpi_ctr_check_exprows_offsets(const char *name, ibp_status_t bad, const ibpi_exprows_t *x,
+					    uint64_t nrows, const uint64_t *off, uint64_t payload_len);
 ibp_status_t ibpi_ctr_check_exp_offsets(const char *name, ibp_status_t bad, ibp_dtype_t dt, uint64_t elems,
 				      uint64_t chunk, uint64_t nblk, const uint64_t *off, uint64_t plen);
 ibp_status_t ibpi_ctr_fp8_layout(const char *name, ibp_status_t bad, const ibp_fp8_opts_t *o, uint64_t elems,

@@ -19,6 +19,11 @@ void ibpi_container_write_minor_set(unsigned minor);
  * path; not thread-safe with respect to writers running meanwhile. */
 void ibpi_container_write_direct_min_set(uint64_t bytes);
 
+/* The row form of an exp-rows container (codec 4), NULL for others; its
+ * rows are at ibp_container_offsets. */
+struct ibpi_exprows;
+const struct ibpi_exprows *ibpi_container_exprows(const ibp_container_t *c);
+
 /* ---- the row map ---------------------------------------------------------
  *
  * A decoded copy of an IBP container's row index for O(1) random lookups

@@ -229,3 +229,85 @@ ibp_status_t ibp_pack_fp8(const char *path, const void *data, ibp_dtype_t dtype,
 	ibp_host_free(buf);
 	return st;
 }
+
+/* ---- exp rows ------------------------------------------------------------ */
+
+typedef struct xr_job {
+	const ibpi_exprows_t *x;
+	const uint8_t *data;
+	uint8_t *out;
+	uint64_t *off; /* pass 1: row lengths at off[i + 1]; pass 2: offsets */
+} xr_job_t;
+
+static void xr_lengths(void *ctx, uint64_t b, uint64_t e, int tid)
+{
+	(void)tid;
+	xr_job_t *j = ctx;
+	const ibpi_exprows_t *x = j->x;
+	const uint64_t R = x->d * x->esize;
+	for (uint64_t r = b; r < e; r++) {
+		uint64_t ne = 0;
+		for (uint64_t i = 0; i < x->d; i++) {
+			const uint8_t *p = j->data + r * R + i * x->esize;
+			uint32_t v = 0;
+			memcpy(&v, p, x->esize);
+			const uint32_t f = x->dt == IBP_DTYPE_F32 ? v >> 23 & 0xff : x->dt == IBP_DTYPE_F16 ? v >> 10 & 0x1f
+												     : v >> 7 & 0xff;
+			ne += x->code[f] == EXPR_NCODES;
+		}
+		j->off[r + 1] = x->fixed + ne;
+	}
+}
+
+static void xr_encode(void *ctx, uint64_t b, uint64_t e, int tid)
+{
+	(void)tid;
+	xr_job_t *j = ctx;
+	const uint64_t R = j->x->d * j->x->esize;
+	for (uint64_t r = b; r < e; r++)
+		ibpi_exprows_encode(j->x, j->data + r * R, j->out + j->off[r]);
+}
+
+ibp_status_t ibp_pack_exp_rows(const char *path, const void *data, ibp_dtype_t dtype, unsigned ndim,
+			       const uint64_t *shape, int nthreads)
+{
+	if (!path || !shape)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_pack_exp_rows: NULL path or shape");
+	if (nthreads < 0)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: nthreads %d < 0", path, nthreads);
+	uint64_t R = 0;
+	IBP_TRY(ibpi_ctr_check_tensor(path, dtype, ndim, shape, IBP_LAYOUT_PACKED, &R));
+	if (!value_dtype(dtype))
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: the exp-rows codec takes bf16, f16 or f32, not %s", path,
+				ibp_dtype_name(dtype));
+	const uint64_t n = shape[0];
+	if (n > 0 && !data)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL data for %llu rows", path, (ull)n);
+	if (n > (1ull << 56) / R)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: %llu rows of %llu bytes are too many", path, (ull)n,
+				(ull)R);
+	uint8_t table[EXPR_NCODES];
+	ibpi_exprows_pick_table(data, dtype, n * (R / ibp_dtype_size(dtype)), nthreads, table);
+	ibpi_exprows_t x;
+	IBP_TRY(ibpi_exprows_init(&x, dtype, R, table, 0));
+	uint64_t *off = malloc((size_t)(8 * (n + 1)));
+	if (!off)
+		return ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory for %llu row offsets", path, (ull)n);
+	xr_job_t j = { &x, data, NULL, off };
+	off[0] = 0;
+	ibp_status_t st = ibpi_parallel_for(nthreads, n, xr_lengths, &j);
+	for (uint64_t r = 0; r < n && st == IBP_OK; r++)
+		off[r + 1] += off[r];
+	uint8_t *buf = st == IBP_OK ? ibp_host_alloc(off[n] ? off[n] : 1, 64) : NULL;
+	if (st == IBP_OK && !buf)
+		st = ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory for %llu encoded bytes", path, (ull)off[n]);
+	if (st == IBP_OK) {
+		j.out = buf;
+		st = ibpi_parallel_for(nthreads, n, xr_encode, &j);
+	}
+	if (st == IBP_OK)
+		st = ibpi_ctr_write_exp_rows(path, &x, ndim, shape, buf, off);
+	ibp_host_free(buf);
+	free(off);
+	return st;
+}

@@ -78,6 +78,19 @@ static ibp_status_t parse_value_params(ibp_container_t *c)
 		return ibpi_fail(IBP_ERR_UNSUPPORTED, "%s: %s codec parameters version %u, this library reads %u",
 				c->name, cn, (unsigned)ver, PARAMS_VERSION);
 	uint64_t want_blocks, used;
+	if (c->codec_id == IBP_CODEC_EXP_ROWS) {
+		/* one table for the tensor; no blocks */
+		ibp_status_t st = ibpi_exprows_init(&c->xr, c->dtype, c->row_bytes, p + P_EXPR_TABLE, 1);
+		if (st != IBP_OK) {
+			char why[256];
+			save_error(why, sizeof(why));
+			return ibpi_fail(st, "%s: %s", c->name, why);
+		}
+		if (c->minor <= IBP_FORMAT_MINOR && !all_zero(p + P_EXPR_USED, H_CODEC_PARAMS_LEN - P_EXPR_USED))
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: reserved %s codec parameter bytes are not zero", c->name,
+					cn);
+		return IBP_OK;
+	}
 	if (c->codec_id == IBP_CODEC_EXP) {
 		uint32_t tm = ld32(p + P_EXP_TABLE);
 		if (tm > IBP_EXP_TABLE_RANS)
@@ -185,7 +198,7 @@ static ibp_status_t parse_header(ibp_container_t *c, uint64_t *hdr_size)
 				c->name, (ull)c->row_bytes, ibp_dtype_name(c->dtype));
 
 	uint32_t codec = ld32(b + H_CODEC);
-	if (codec != IBP_CODEC_IBP && codec != IBP_CODEC_EXP && codec != IBP_CODEC_FP8)
+	if (codec != IBP_CODEC_IBP && codec != IBP_CODEC_EXP && codec != IBP_CODEC_FP8 && codec != IBP_CODEC_EXP_ROWS)
 		return ibpi_fail(IBP_ERR_UNSUPPORTED, "%s: unknown codec id %u", c->name, (unsigned)codec);
 	c->codec_id = (ibp_codec_id_t)codec;
 	uint32_t layout = ld32(b + H_LAYOUT);
@@ -621,6 +634,16 @@ static ibp_status_t parse_sections(ibp_container_t *c, const sec_t *k)
 		if (k[none[i]].present)
 			return ibpi_fail(IBP_ERR_CORRUPT, "%s: %s section present, the %s codec has none", c->name,
 					SEC_NAME[none[i]], codec_name(c->codec_id));
+	if (c->codec_id == IBP_CODEC_EXP_ROWS) {
+		const sec_t *o = &k[SEC_OFFSETS];
+		/* nrows < 2^56 (the shape was checked), so the length cannot overflow */
+		if (!o->present || o->len % 8 != 0 || o->len / 8 == 0 || o->len / 8 - 1 != c->nrows)
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: row offsets section missing or not %llu bytes", c->name,
+					(ull)(8 * (c->nrows + 1)));
+		c->offsets = (const uint64_t *)(const void *)(b + o->off);
+		return ibpi_ctr_check_exprows_offsets(c->name, IBP_ERR_CORRUPT, &c->xr, c->nrows, c->offsets,
+						      c->payload_len);
+	}
 	if (c->codec_id == IBP_CODEC_EXP) {
 		const sec_t *o = &k[SEC_OFFSETS];
 		/* nblk <= 2^56, so the length cannot overflow */

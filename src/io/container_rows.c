@@ -74,12 +74,21 @@ ibp_status_t ibp_container_row_meta(const ibp_container_t *c, uint64_t row, cons
 {
 	if (!c || !src || !len)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_container_row: NULL argument");
-	if (c->codec_id != IBP_CODEC_IBP)
+	if (c->codec_id != IBP_CODEC_IBP && c->codec_id != IBP_CODEC_EXP_ROWS)
 		return ibpi_fail(IBP_ERR_UNSUPPORTED, "%s: %s container: rows are encoded in blocks, not one "
 				"by one", c->name, codec_name(c->codec_id));
 	if (row >= c->nrows)
 		return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "%s: row %llu >= %llu rows", c->name, (ull)row,
 				(ull)c->nrows);
+	if (c->codec_id == IBP_CODEC_EXP_ROWS) {
+		*src = c->payload + c->offsets[row];
+		*len = c->offsets[row + 1] - c->offsets[row];
+		if (flags)
+			*flags = 0;
+		if (cluster)
+			*cluster = 0;
+		return IBP_OK;
+	}
 	uint8_t m;
 	unsigned cl;
 	const ibp_rowmap_t *map = atomic_load_explicit(&c->rowmap, memory_order_acquire);
@@ -270,8 +279,9 @@ static const legacy_t *legacy_arrays(const ibp_container_t *c)
 ibp_status_t ibp_container_block(const ibp_container_t *c, uint64_t block, const uint8_t **src,
 				 uint64_t *len)
 {
-	if (c->codec_id == IBP_CODEC_IBP)
-		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: an IBP container has rows, not blocks", c->name);
+	if (c->codec_id == IBP_CODEC_IBP || c->codec_id == IBP_CODEC_EXP_ROWS)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: an %s container has rows, not blocks", c->name,
+				codec_name(c->codec_id));
 	if (block >= c->nblk)
 		return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "%s: block %llu >= %llu blocks", c->name, (ull)block,
 				(ull)c->nblk);
@@ -325,10 +335,11 @@ ibp_status_t ibpi_ctr_decode_block(const ibp_container_t *c, uint64_t b, void *d
 ibp_status_t ibp_container_decode_block(const ibp_container_t *c, uint64_t block, void *dst,
 					int nthreads)
 {
-	if (!c || (!dst && c->codec_id != IBP_CODEC_IBP && block < c->nblk) || nthreads < 0)
+	if (!c || (!dst && block < c->nblk) || nthreads < 0)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "ibp_container_decode_block: NULL argument or nthreads < 0");
-	if (c->codec_id == IBP_CODEC_IBP)
-		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: an IBP container has rows, not blocks", c->name);
+	if (c->codec_id == IBP_CODEC_IBP || c->codec_id == IBP_CODEC_EXP_ROWS)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: an %s container has rows, not blocks", c->name,
+				codec_name(c->codec_id));
 	if (block >= c->nblk)
 		return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "%s: block %llu >= %llu blocks", c->name, (ull)block,
 				(ull)c->nblk);
@@ -344,6 +355,19 @@ ibp_status_t ibp_container_decode_block(const ibp_container_t *c, uint64_t block
 
 ibp_status_t ibp_container_decode_row(const ibp_container_t *c, uint64_t row, void *dst)
 {
+	if (c->codec_id == IBP_CODEC_EXP_ROWS) {
+		if (row >= c->nrows)
+			return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "%s: row %llu >= %llu rows", c->name, (ull)row,
+					(ull)c->nrows);
+		ibp_status_t st = ibpi_exprows_decode(&c->xr, ibpi_exprows_isa(), c->payload + c->offsets[row],
+						      c->offsets[row + 1] - c->offsets[row], dst);
+		if (st != IBP_OK) {
+			char why[256];
+			save_error(why, sizeof(why));
+			return ibpi_fail(st, "%s: row %llu: %s", c->name, (ull)row, why);
+		}
+		return IBP_OK;
+	}
 	if (c->codec_id != IBP_CODEC_IBP) {
 		if (row >= c->nrows)
 			return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "%s: row %llu >= %llu rows", c->name, (ull)row,
@@ -440,3 +464,8 @@ const uint8_t *ibp_container_payload(const ibp_container_t *c, uint64_t *len)
 	return c->payload;
 }
 
+
+const struct ibpi_exprows *ibpi_container_exprows(const ibp_container_t *c)
+{
+	return c->codec_id == IBP_CODEC_EXP_ROWS ? &c->xr : NULL;
+}

@@ -95,6 +95,32 @@ static void verify_rows(void *p, uint64_t begin, uint64_t end, int tid)
 	ibp_host_free(row);
 }
 
+/* exp rows: every row decodes and fills its extent (the decoder checks) */
+static void verify_exp_rows(void *p, uint64_t begin, uint64_t end, int tid)
+{
+	verify_ctx_t *v = p;
+	const ibp_container_t *c = v->c;
+	uint8_t *row = ibp_host_alloc(c->row_bytes, 0);
+	if (!row) {
+		v->st[tid] = IBP_ERR_NOMEM;
+		v->bad[tid] = begin;
+		snprintf(v->msg[tid], sizeof(v->msg[tid]), "no memory for a row buffer");
+		return;
+	}
+	const int isa = ibpi_exprows_isa();
+	for (uint64_t i = begin; i < end; i++) {
+		ibp_status_t st = ibpi_exprows_decode(&c->xr, isa, c->payload + c->offsets[i],
+						      c->offsets[i + 1] - c->offsets[i], row);
+		if (st != IBP_OK) {
+			snprintf(v->msg[tid], sizeof(v->msg[tid]), "%s", ibp_last_error());
+			v->st[tid] = st;
+			v->bad[tid] = i;
+			break;
+		}
+	}
+	ibp_host_free(row);
+}
+
 static void verify_value_blocks(void *p, uint64_t begin, uint64_t end, int tid)
 {
 	verify_ctx_t *v = p;
@@ -167,6 +193,8 @@ ibp_status_t ibp_container_verify(const ibp_container_t *c, int nthreads)
 	const char *unit = "row";
 	if (st == IBP_OK && c->codec_id == IBP_CODEC_IBP) {
 		st = ibpi_parallel_for(nthreads, c->nrows, verify_rows, v);
+	} else if (st == IBP_OK && c->codec_id == IBP_CODEC_EXP_ROWS) {
+		st = ibpi_parallel_for(nthreads, c->nrows, verify_exp_rows, v);
 	} else if (st == IBP_OK) {
 		unit = c->codec_id == IBP_CODEC_EXP ? "exp block" : "fp8 stream";
 		/* few big blocks: let each decode use the threads */

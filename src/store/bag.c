@@ -822,7 +822,7 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 	j->c = c;
 	j->codec = ibp_store_codec(s);
 	j->packed = ibp_container_layout(c) == IBP_LAYOUT_PACKED;
-	j->block_codec = ibp_container_codec_id(c) != IBP_CODEC_IBP;
+	j->block_codec = ibp_container_codec_id(c) == IBP_CODEC_EXP || ibp_container_codec_id(c) == IBP_CODEC_FP8;
 	j->store = j->block_codec ? NULL : s; /* IBP rows in chunks (chunk_row) */
 	if (j->block_codec)
 		j->block_rows = ibp_container_block_rows(c);

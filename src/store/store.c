@@ -47,6 +47,7 @@
 #include "util/fork.h"
 #include "util/ids.h"
 #include "bitpack/codec_internal.h"
+#include "exp/exp_rows.h"
 #include "io/container_internal.h"
 #include "store/first_failure.h"
 #include "store/pool.h"
@@ -106,6 +107,12 @@ struct ibp_store {
 	uint64_t stage;  /* rows per staged batch (decode_rows_staged), 0: off */
 	const uint8_t *pay_end; /* end of the payload (the staged copies stop there) */
 	const ibp_rowmap_t *map; /* IBP: the container's row map, or NULL (walk the index) */
+
+	/* exp rows (codec 4): the row form, the row offsets and the payload */
+	const ibpi_exprows_t *xr;
+	const uint64_t *xoff;
+	const uint8_t *xpay;
+	int xisa; /* the decoder's build (ibpi_exprows_isa at open) */
 
 	/* exp and fp8 (block codecs): nblk blocks of block_rows rows */
 	int block_codec;
@@ -520,12 +527,45 @@ static uint64_t decode_rows_ibp(const ibp_store_t *s, const int64_t *ids, uint8_
 	return e;
 }
 
+/* Exp rows: positions [b, e), each row decoded straight into place. Two
+ * steps ahead: the offsets of the row 2 * pf positions on, then the lines
+ * of the row pf positions on (its offsets are in cache by then), at most
+ * PF_LINES of them: the decoder reads every byte of a row. */
+static uint64_t decode_rows_xr(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b, uint64_t e,
+			       ibp_status_t *st)
+{
+	const uint64_t *off = s->xoff;
+	const uint8_t *pay = s->xpay;
+	const uint64_t R = s->R, d = ids ? s->pf : 0;
+	for (uint64_t i = b; i < e; i++) {
+		if (d) {
+			if (i + 2 * d < e)
+				__builtin_prefetch(&off[ids[i + 2 * d]]);
+			if (i + d < e) {
+				const uint64_t r = (uint64_t)ids[i + d];
+				const uint8_t *p = pay + off[r], *q = pay + off[r + 1];
+				const uint8_t *line = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)63);
+				for (unsigned k = 0; k < PF_LINES && line < q; k++, line += 64)
+					__builtin_prefetch(line);
+			}
+		}
+		const uint64_t row = ids ? (uint64_t)ids[i] : i;
+		*st = ibpi_exprows_decode(s->xr, s->xisa, pay + off[row], off[row + 1] - off[row], out + i * R);
+		if (*st != IBP_OK)
+			return i;
+	}
+	*st = IBP_OK;
+	return e;
+}
+
 /* Decodes positions [b, e) of the job; returns the first failing position
  * or e. The failure's detail stays in this thread's error slot. `sl` is
  * the caller's block slot (block codecs gathering rows), else NULL. */
 static uint64_t decode_range(const ibp_store_t *s, const int64_t *ids, int blocks, uint8_t *out, uint64_t b,
 			     uint64_t e, slot_t *sl, ibp_status_t *st)
 {
+	if (s->xr)
+		return decode_rows_xr(s, ids, out, b, e, st);
 	if (!s->block_codec)
 		return s->map ? decode_rows_map(s, ids, out, b, e, st) : decode_rows_ibp(s, ids, out, b, e, st);
 	for (uint64_t i = b; i < e; i++) {
@@ -764,9 +804,15 @@ ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 		unsigned long v = strtoul(pf, NULL, 10);
 		s->pf = v > PF_MAX ? PF_MAX : v;
 	}
-	s->block_codec = ibp_container_codec_id(c) != IBP_CODEC_IBP;
-	if (!s->block_codec)
+	s->block_codec = ibp_container_codec_id(c) == IBP_CODEC_EXP || ibp_container_codec_id(c) == IBP_CODEC_FP8;
+	s->xr = ibpi_container_exprows(c);
+	if (s->xr) {
+		s->xoff = ibp_container_offsets(c);
+		s->xpay = ibp_container_payload(c, NULL);
+		s->xisa = ibpi_exprows_isa();
+	} else if (!s->block_codec) {
 		s->map = store_rowmap(c);
+	}
 	s->batch = gather_batch(c);
 	s->stage = s->map ? gather_stage(c) : 0;
 	if (s->stage) {

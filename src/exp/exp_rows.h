@@ -1,0 +1,84 @@
+/* exp_rows.h - the exponent codec's row form (container codec 4, internal).
+ *
+ * Each row of d elements (float32, float16 or bfloat16) is encoded on its
+ * own, so a gather or a bag decodes only the rows it reads. One table of
+ * seven exponent fields serves the whole tensor (the seven most common);
+ * an element whose field is one of them stores a 3-bit code, any other an
+ * escape byte. With P = ceil(d / 8), a row is, in order:
+ *   3 code planes of P bytes      bit i of plane k = bit k of element i's
+ *                                 code (LSB first); code 7 = escape
+ *   float32: lo, 2d bytes         bits 0-15 of each element (little-endian)
+ *            hi, d bytes          sign << 7 | mantissa bits 16-22
+ *   float16: 3 planes of P bytes  mantissa bit 8, mantissa bit 9, sign
+ *            lo, d bytes          mantissa bits 0-7
+ *   bfloat16: lo, d bytes         sign << 7 | mantissa bits 0-6
+ *   escapes, one byte each        the exponent field of every element with
+ *                                 code 7, in element order
+ * The fixed part (all but the escapes) is 3P + 3d, 6P + d or 3P + d bytes;
+ * a row is exactly fixed + (number of code-7 elements) bytes. Plane bits at
+ * positions >= d are zero. docs/FORMAT.md 2.6 ("Codec 4") is the
+ * specification.
+ *
+ * Decoders: portable, AVX2 and AVX-512 (VBMI2: vpermb for the table,
+ * vpexpandb for the escapes), picked once per call site with
+ * ibpi_exprows_isa (IBP_FORCE_PORTABLE=1 and IBP_EXP_ISA=avx2|portable
+ * hold it lower); every decoder validates what it reads, so a damaged row
+ * fails with IBP_ERR_CORRUPT and never reads past its `len` bytes.
+ */
+#ifndef IBP_EXP_ROWS_H
+#define IBP_EXP_ROWS_H
+
+#include <stdint.h>
+
+#include "ibp/status.h"
+#include "ibp/types.h"
+
+#define EXPR_NCODES 7u
+#define EXPR_PARAMS_VERSION 1u
+
+typedef struct ibpi_exprows {
+	ibp_dtype_t dt;
+	uint32_t esize;  /* 2 or 4 */
+	uint64_t d;      /* elements per row */
+	uint64_t P;      /* bytes per bit plane: ceil(d / 8) */
+	uint64_t fixed;  /* bytes of a row without escapes */
+	uint64_t off_lo, off_hi; /* float32: lo and hi sections; float16: lo (off_hi unused) */
+	uint8_t table[8]; /* the seven fields, table[7] = 0 */
+	uint8_t code[256]; /* field -> code 0..6, or 7 (escape) */
+	uint32_t field_max; /* largest exponent field of the dtype (31 or 255) */
+} ibpi_exprows_t;
+
+/* Sets up the row form for rows of `row_bytes` bytes of `dt` with the
+ * seven fields `table` (each a valid field of dt; duplicates allowed, the
+ * encoder uses the first). IBP_ERR_UNSUPPORTED for another dtype,
+ * IBP_ERR_INVALID_ARG (IBP_ERR_CORRUPT when `stored`: the table came from
+ * a file) for a row that is not whole elements or a field out of range. */
+ibp_status_t ibpi_exprows_init(ibpi_exprows_t *x, ibp_dtype_t dt, uint64_t row_bytes, const uint8_t table[7],
+			       int stored);
+
+/* The seven most common exponent fields of n elements of `dt` at `data`
+ * (ties to the smaller field; fields that never occur fill up the table
+ * in increasing order), sorted by field. `nthreads` as ibp_pack. */
+void ibpi_exprows_pick_table(const void *data, ibp_dtype_t dt, uint64_t n, int nthreads, uint8_t table[7]);
+
+/* Encodes one row (x->d elements at `row`) into dst (at least x->fixed +
+ * x->d bytes); returns its length. Deterministic: one encoding per row. */
+uint64_t ibpi_exprows_encode(const ibpi_exprows_t *x, const void *row, uint8_t *dst);
+
+/* The decoder's build: 2 AVX-512 (BW, VBMI, VBMI2), 1 AVX2, 0 portable
+ * (environment as the exponent codec's: IBP_FORCE_PORTABLE, IBP_EXP_ISA). */
+int ibpi_exprows_isa(void);
+
+/* Decodes the row at src (len bytes, its whole extent) into dst (x->d
+ * elements). IBP_ERR_CORRUPT (detail: what is wrong) when len is not the
+ * row's length, a padding bit of a plane is set, or a float16 escape is
+ * not a field; dst may then be partly written. Reads only src[0, len). */
+ibp_status_t ibpi_exprows_decode(const ibpi_exprows_t *x, int isa, const uint8_t *src, uint64_t len, void *dst);
+
+/* The decoders by build (ibpi_exprows_decode dispatches); each returns 0
+ * or -1 (invalid; no detail set). */
+int ibpi_exprows_decode_portable(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, void *dst);
+int ibpi_exprows_decode_avx2(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, void *dst);
+int ibpi_exprows_decode_avx512(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, void *dst);
+
+#endif /* IBP_EXP_ROWS_H */

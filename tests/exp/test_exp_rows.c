@@ -1,0 +1,272 @@
+/* test_exp_rows.c - the exponent codec's row form (src/exp/exp_rows.h):
+ * round trips byte for byte on every decoder the CPU has (random bits,
+ * Gaussian rows, special values, odd lengths, rows of escapes only), a
+ * known vector, the table choice, and damaged rows refused by every
+ * decoder without reading past the row. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ibp.h"
+#include "exp/exp_rows.h"
+#include "fp8/fp8_impl.h"
+#include "util/cpu.h"
+#include "testutil.h"
+
+static const ibp_dtype_t DTS[3] = { IBP_DTYPE_F32, IBP_DTYPE_F16, IBP_DTYPE_BF16 };
+
+static uint32_t esz(ibp_dtype_t dt)
+{
+	return dt == IBP_DTYPE_F32 ? 4 : 2;
+}
+
+static double gauss(tu_rng_t *r)
+{
+	double u = tu_uniform(r), v = tu_uniform(r);
+	if (u < 1e-300)
+		u = 1e-300;
+	return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+static void put(uint8_t *p, ibp_dtype_t dt, uint64_t i, float f)
+{
+	if (dt == IBP_DTYPE_F32) {
+		memcpy(p + 4 * i, &f, 4);
+	} else {
+		uint16_t h = dt == IBP_DTYPE_BF16 ? fp8i_f32_to_bf16(f) : fp8i_f32_to_f16(f);
+		memcpy(p + 2 * i, &h, 2);
+	}
+}
+
+/* The decoder builds this CPU runs. */
+static int isas(int out[3])
+{
+	int n = 0;
+	out[n++] = 0;
+	if (ibpi_cpu()->avx2)
+		out[n++] = 1;
+	if (ibpi_cpu()->avx512vbmi && ibpi_cpu()->avx512vbmi2)
+		out[n++] = 2;
+	return n;
+}
+
+/* Encodes nrows rows and checks every decoder gives them back exactly;
+ * each encoded row sits at the end of its own exact-size heap block so
+ * that ASan catches a read past it. Returns the total encoded bytes. */
+static uint64_t round_trip(ibp_dtype_t dt, const uint8_t *data, uint64_t nrows, uint64_t d)
+{
+	const uint64_t R = d * esz(dt);
+	uint8_t table[7];
+	ibpi_exprows_pick_table(data, dt, nrows * d, 1, table);
+	ibpi_exprows_t x;
+	cr_assert_eq(ibpi_exprows_init(&x, dt, R, table, 0), IBP_OK, "%s", ibp_last_error());
+	uint8_t *enc = malloc(x.fixed + d), *dec = malloc(R);
+	int is[3], ni = isas(is);
+	uint64_t total = 0;
+	for (uint64_t r = 0; r < nrows; r++) {
+		const uint64_t len = ibpi_exprows_encode(&x, data + r * R, enc);
+		cr_assert(len >= x.fixed && len <= x.fixed + d);
+		total += len;
+		uint8_t *exact = malloc(len ? len : 1);
+		memcpy(exact, enc, len);
+		for (int k = 0; k < ni; k++) {
+			memset(dec, 0xa5, R);
+			ibp_status_t st = ibpi_exprows_decode(&x, is[k], exact, len, dec);
+			cr_assert_eq(st, IBP_OK, "isa %d: %s", is[k], ibp_last_error());
+			cr_assert(memcmp(dec, data + r * R, R) == 0, "%s d %llu row %llu isa %d differs",
+				  ibp_dtype_name(dt), (unsigned long long)d, (unsigned long long)r, is[k]);
+		}
+		free(exact);
+	}
+	free(enc);
+	free(dec);
+	return total;
+}
+
+Test(exp_rows, random_bits_every_length)
+{
+	tu_rng_t r;
+	tu_rng_seed(&r, 11);
+	const uint64_t ds[] = { 1, 7, 8, 9, 63, 64, 65, 128, 192, 200, 256 };
+	for (int t = 0; t < 3; t++)
+		for (size_t k = 0; k < sizeof(ds) / sizeof(ds[0]); k++) {
+			const uint64_t d = ds[k], n = 20, R = d * esz(DTS[t]);
+			uint8_t *a = malloc(n * R);
+			tu_fill_random(&r, a, n * R);
+			round_trip(DTS[t], a, n, d);
+			free(a);
+		}
+}
+
+Test(exp_rows, gaussian_rows_compress)
+{
+	tu_rng_t r;
+	tu_rng_seed(&r, 12);
+	for (int t = 0; t < 3; t++) {
+		const uint64_t d = 64, n = 512, R = d * esz(DTS[t]);
+		uint8_t *a = malloc(n * R);
+		for (uint64_t i = 0; i < n * d; i++)
+			put(a, DTS[t], i, (float)(0.05 * gauss(&r)));
+		const uint64_t total = round_trip(DTS[t], a, n, d);
+		/* float32 216 + escapes of 256, float16 112 + of 128, bfloat16 88 + of 128 */
+		const double limit = DTS[t] == IBP_DTYPE_F32 ? 0.87 : DTS[t] == IBP_DTYPE_F16 ? 0.91 : 0.72;
+		cr_assert(total < (uint64_t)(limit * (double)(n * R)), "%s: %llu of %llu bytes", ibp_dtype_name(DTS[t]),
+			  (unsigned long long)total, (unsigned long long)(n * R));
+		free(a);
+	}
+}
+
+Test(exp_rows, special_values)
+{
+	const float sp[] = { 0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1e-40f, -1e-45f, 3.4e38f, 65504.0f,
+			     6e-8f, 1.0f, -2.0f, 0.5f };
+	for (int t = 0; t < 3; t++) {
+		const uint64_t d = 128, R = d * esz(DTS[t]);
+		uint8_t *a = malloc(4 * R);
+		for (uint64_t i = 0; i < 4 * d; i++)
+			put(a, DTS[t], i, sp[i % (sizeof(sp) / sizeof(sp[0]))]);
+		round_trip(DTS[t], a, 4, d);
+		free(a);
+	}
+}
+
+/* A table that matches nothing: every element escapes. */
+Test(exp_rows, all_escapes)
+{
+	tu_rng_t r;
+	tu_rng_seed(&r, 13);
+	for (int t = 0; t < 3; t++) {
+		const uint64_t d = 128, R = d * esz(DTS[t]);
+		uint8_t *a = malloc(R), enc[1024], dec[512];
+		for (uint64_t i = 0; i < d; i++)
+			put(a, DTS[t], i, (float)(1 + i)); /* exponent fields 127.. (f32) */
+		const uint8_t table[7] = { 1, 2, 3, 4, 5, 6, 7 };
+		ibpi_exprows_t x;
+		cr_assert_eq(ibpi_exprows_init(&x, DTS[t], R, table, 0), IBP_OK);
+		const uint64_t len = ibpi_exprows_encode(&x, a, enc);
+		cr_assert_eq(len, x.fixed + d);
+		int is[3], ni = isas(is);
+		for (int k = 0; k < ni; k++) {
+			cr_assert_eq(ibpi_exprows_decode(&x, is[k], enc, len, dec), IBP_OK);
+			cr_assert(memcmp(dec, a, R) == 0);
+		}
+		free(a);
+		(void)r;
+	}
+}
+
+/* Four float32 values, worked by hand from exp_rows.h's layout. */
+Test(exp_rows, known_vector_f32)
+{
+	const float v[4] = { 1.0f, -1.5f, 0.25f, 3.0f }; /* fields 127, 127, 125, 128 */
+	const uint8_t table[7] = { 120, 125, 126, 127, 130, 131, 132 };
+	ibpi_exprows_t x;
+	cr_assert_eq(ibpi_exprows_init(&x, IBP_DTYPE_F32, 16, table, 0), IBP_OK);
+	cr_assert_eq(x.fixed, 3 + 8 + 4);
+	uint8_t enc[32];
+	const uint64_t len = ibpi_exprows_encode(&x, v, enc);
+	/* codes 3, 3, 1, 7: plane0 = 1011b, plane1 = 1011b... by element:
+	 * e0 3 (011), e1 3 (011), e2 1 (001), e3 7 (111) */
+	const uint8_t want[] = {
+		0x0f,			/* plane 0: bits of 3,3,1,7 -> 1,1,1,1 */
+		0x0b,			/* plane 1: 1,1,0,1 */
+		0x08,			/* plane 2: 0,0,0,1 */
+		0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* lo 16 bits: all zero */
+		0x00, 0xc0, 0x00, 0x40, /* hi: sign<<7 | mantissa 16-22: 1.5 = 0x3fc00000 -> 0x40 | sign */
+		128,			/* the escape: 3.0f's field */
+	};
+	cr_assert_eq(len, sizeof(want));
+	cr_assert(memcmp(enc, want, sizeof(want)) == 0);
+}
+
+Test(exp_rows, table_most_common_sorted)
+{
+	float v[100];
+	for (int i = 0; i < 100; i++)
+		v[i] = (float)ldexp(1.0, i < 50 ? 0 : i < 70 ? 3 : i < 80 ? -2 : i < 85 ? 5 : i < 89 ? 7 : i < 92 ? 9 :
+					  i < 94 ? 11 : i < 95 ? 13 : 15);
+	uint8_t t[7];
+	ibpi_exprows_pick_table(v, IBP_DTYPE_F32, 100, 1, t);
+	const uint8_t want[7] = { 125, 127, 130, 132, 134, 136, 142 };
+	cr_assert(memcmp(t, want, 7) == 0, "%u %u %u %u %u %u %u", t[0], t[1], t[2], t[3], t[4], t[5], t[6]);
+	/* fewer than seven fields: the rest are the smallest unused */
+	ibpi_exprows_pick_table(v, IBP_DTYPE_F32, 50, 1, t);
+	const uint8_t want2[7] = { 0, 1, 2, 3, 4, 5, 127 };
+	cr_assert(memcmp(t, want2, 7) == 0);
+}
+
+Test(exp_rows, init_refuses)
+{
+	ibpi_exprows_t x;
+	const uint8_t ok[7] = { 1, 2, 3, 4, 5, 6, 7 }, big[7] = { 1, 2, 3, 4, 5, 6, 40 };
+	cr_assert_eq(ibpi_exprows_init(&x, IBP_DTYPE_U8, 64, ok, 0), IBP_ERR_UNSUPPORTED);
+	cr_assert_eq(ibpi_exprows_init(&x, IBP_DTYPE_F32, 6, ok, 0), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibpi_exprows_init(&x, IBP_DTYPE_F32, 0, ok, 1), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibpi_exprows_init(&x, IBP_DTYPE_F16, 64, big, 1), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibpi_exprows_init(&x, IBP_DTYPE_BF16, 64, big, 1), IBP_OK);
+}
+
+/* Every damaged form of a row is refused by every decoder, reading only
+ * the row's bytes (each copy is an exact-size heap block). */
+Test(exp_rows, damaged_rows_refused)
+{
+	tu_rng_t r;
+	tu_rng_seed(&r, 14);
+	for (int t = 0; t < 3; t++) {
+		for (uint64_t d = 60; d <= 64; d += 4) {
+			const uint64_t R = d * esz(DTS[t]);
+			uint8_t a[256], enc[512], dec[256];
+			for (uint64_t i = 0; i < d; i++)
+				put(a, DTS[t], i, (float)(0.05 * gauss(&r)));
+			put(a, DTS[t], 3, 1e4f); /* at least one escape */
+			uint8_t table[7];
+			ibpi_exprows_pick_table(a, DTS[t], d, 1, table);
+			ibpi_exprows_t x;
+			cr_assert_eq(ibpi_exprows_init(&x, DTS[t], R, table, 0), IBP_OK);
+			const uint64_t len = ibpi_exprows_encode(&x, a, enc);
+			cr_assert_gt(len, x.fixed);
+			int is[3], ni = isas(is);
+			for (int k = 0; k < ni; k++) {
+				/* one byte short, one byte long, empty */
+				for (int dl = -1; dl <= 1; dl += 2) {
+					uint8_t *c = malloc(len + 1);
+					memcpy(c, enc, len + 1);
+					cr_assert_eq(ibpi_exprows_decode(&x, is[k], c, len + (uint64_t)(int64_t)dl, dec),
+						     IBP_ERR_CORRUPT, "%s isa %d dl %d", ibp_dtype_name(DTS[t]), is[k], dl);
+					free(c);
+				}
+				cr_assert_eq(ibpi_exprows_decode(&x, is[k], enc, 0, dec), IBP_ERR_CORRUPT);
+				/* a code bit turned into an escape (or back): the length no longer fits */
+				uint8_t *c = malloc(len);
+				memcpy(c, enc, len);
+				c[0] ^= 1;
+				c[x.P] |= 1;
+				c[2 * x.P] |= 1;
+				ibp_status_t st = ibpi_exprows_decode(&x, is[k], c, len, dec);
+				const int c0 = (enc[0] & 1) | (enc[x.P] & 1) << 1 | (enc[2 * x.P] & 1) << 2;
+				const int c1 = ((c0 & 1) ^ 1) | 6;
+				if ((c0 == 7) != (c1 == 7))
+					cr_assert_eq(st, IBP_ERR_CORRUPT, "isa %d", is[k]);
+				free(c);
+				/* padding bits of a plane */
+				if (d % 8) {
+					c = malloc(len);
+					memcpy(c, enc, len);
+					c[x.P - 1] |= 0x80;
+					cr_assert_eq(ibpi_exprows_decode(&x, is[k], c, len, dec), IBP_ERR_CORRUPT);
+					free(c);
+				}
+				/* a float16 escape that is no field */
+				if (DTS[t] == IBP_DTYPE_F16) {
+					c = malloc(len);
+					memcpy(c, enc, len);
+					c[x.fixed] = 32;
+					cr_assert_eq(ibpi_exprows_decode(&x, is[k], c, len, dec), IBP_ERR_CORRUPT);
+					cr_assert(strstr(ibp_last_error(), "escape") != NULL, "%s", ibp_last_error());
+					free(c);
+				}
+			}
+		}
+	}
+}
