@@ -4,9 +4,11 @@
  * "Embedding bags").
  *
  *   bench_bag FILE.npy [--rows N] [--bags N] [--pooling L] [--runs N] [--pf D,D,...] [--calls N]
+ *             [--codec ibp|exp-rows]
  *
  * Loads FILE.npy (2-D float32), tiles its rows up to --rows (default: as
- * is), packs it (trained, packed layout) into a temporary file and times,
+ * is), packs it (--codec ibp, the default: trained, packed layout; exp-rows:
+ * the exponent codec's row form) into a temporary file and times,
  * for --runs rounds (default 7) interleaved so load on a shared machine
  * hits every method alike, --bags (default 4096) bags of --pooling
  * (default 20) uniform random ids with 1 and 2 threads: the plain pooled
@@ -90,7 +92,7 @@ int main(int argc, char **argv)
 {
 	const char *path = NULL;
 	uint64_t rows = 0, nbags = 4096, pool = 20;
-	int runs = 7, pfs[MAX_PF] = { 0, 8 }, npf = 2, calls = 1;
+	int runs = 7, pfs[MAX_PF] = { 0, 8 }, npf = 2, calls = 1, exprows = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--rows") && i + 1 < argc)
 			rows = strtoull(argv[++i], NULL, 10);
@@ -100,6 +102,9 @@ int main(int argc, char **argv)
 			pool = strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
 			runs = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--codec") && i + 1 < argc && (!strcmp(argv[i + 1], "ibp") ||
+									 !strcmp(argv[i + 1], "exp-rows")))
+			exprows = !strcmp(argv[++i], "exp-rows");
 		else if (!strcmp(argv[i], "--calls") && i + 1 < argc)
 			calls = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--pf") && i + 1 < argc) {
@@ -115,7 +120,7 @@ int main(int argc, char **argv)
 			path = argv[i];
 		else {
 			fprintf(stderr, "usage: bench_bag FILE.npy [--rows N] [--bags N] [--pooling L] [--runs N] "
-					"[--pf D,D,...] [--calls N]\n");
+					"[--pf D,D,...] [--calls N] [--codec ibp|exp-rows]\n");
 			return 2;
 		}
 	}
@@ -156,7 +161,8 @@ int main(int argc, char **argv)
 	char tmp[64];
 	snprintf(tmp, sizeof(tmp), "/tmp/bench_bag_%d.ibp", (int)getpid());
 	uint64_t shape[2] = { rows, dim };
-	if ((st = ibp_pack(tmp, tab, IBP_DTYPE_F32, 2, shape, NULL, IBP_LAYOUT_PACKED)) != IBP_OK)
+	if ((st = exprows ? ibp_pack_exp_rows(tmp, tab, IBP_DTYPE_F32, 2, shape, 0)
+			  : ibp_pack(tmp, tab, IBP_DTYPE_F32, 2, shape, NULL, IBP_LAYOUT_PACKED)) != IBP_OK)
 		die("pack", st);
 	ibp_store_t *s;
 	if ((st = ibp_store_open(tmp, IBP_OPEN_READ, &s)) != IBP_OK)

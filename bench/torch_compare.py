@@ -4,6 +4,7 @@
     python3 bench/torch_compare.py [--processes N] [--omp-passive] [--quick]
                                    [--calls-4k N] [--calls-64k N] [--calls-bag N]
                                    [--tables f32,bf16,bow,bag_f32,bag_f16]
+                                   [--bag-codec exp-rows|ibp]
 
 What a user would write without libibp, timed beside what they would write
 with it, on tables larger than the caches (>= 2 GB each), both fully in memory:
@@ -35,7 +36,9 @@ with it, on tables larger than the caches (>= 2 GB each), both fully in memory:
   gather + torch reduce" (``store.gather(ids, nthreads=t).view(B, L, D)``
   then ``.sum(1)`` / ``.mean(1)`` / ``.amax(1)``). Tables: 8,000,000 x 64
   float32 and 16,000,000 x 64 float16 (2.05 GB each), values
-  ``rng.standard_normal(...) * 0.05`` (seeded). Once, outside the timing,
+  ``rng.standard_normal(...) * 0.05`` (seeded), stored with --bag-codec
+  (default exp-rows: the exponent codec's row form, each row decoded on its
+  own; "ibp" the trained IBP codec). Once, outside the timing,
   the bag outputs are compared with nn.EmbeddingBag's (torch.equal; float32
   sum is the case libibp promises bitwise, the others are reported too).
 
@@ -121,10 +124,18 @@ def log(*a):
 
 # ---------------------------------------------------------------- tables
 
+BAG_CODEC = "exp-rows"  # --bag-codec
+
+
+def table_codec(name):
+    return BAG_CODEC if TABLES[name][0] == "bag" else "ibp"
+
+
 def table_paths(cache, name):
     kind, n, d, dt, src, label = TABLES[name]
     base = os.path.join(cache, "%s_%dx%d_%s" % (name, n, d, label))
-    return base + ".npy", base + ".ibp"
+    codec = table_codec(name)
+    return base + ".npy", base + ("" if codec == "ibp" else "." + codec) + ".ibp"
 
 
 def source_path(name):
@@ -178,11 +189,12 @@ def ensure_table(cache, name):
             log("  %s unreadable (%s): packing it again" % (ibpf, e))
             os.remove(ibpf)
     if not os.path.exists(ibpf):
-        log("packing %s with ibp.pack (IBP codec) -> %s ..." % (name, ibpf))
+        codec = table_codec(name)
+        log("packing %s with ibp.pack (codec %s) -> %s ..." % (name, codec, ibpf))
         t = time.perf_counter()
         arr = np.load(npy)
         tmp = ibpf + ".part"
-        ibp.pack(arr, tmp, **({"dtype": "bf16"} if label == "bfloat16" else {}))
+        ibp.pack(arr, tmp, codec=codec, **({"dtype": "bf16"} if label == "bfloat16" else {}))
         del arr
         os.replace(tmp, ibpf)
         log("  packed in %.1f s: %.2f GB" % (time.perf_counter() - t, os.path.getsize(ibpf) / 1e9))
@@ -261,9 +273,9 @@ def load(cache, name):
     arr = np.load(npy)  # read into memory (not mapped)
     touch(arr)
     store = ibp.open(ibpf)  # read into memory, payload checksums verified
-    log("%s: %s %s (%.2f GB) | store %.2f GB, ratio %.3f, chunk %s | loaded in %.1f s"
+    log("%s: %s %s (%.2f GB) | store %.2f GB, codec %s, ratio %.3f, chunk %s | loaded in %.1f s"
         % (name, "x".join(map(str, arr.shape)), TABLES[name][5], arr.nbytes / 1e9, store.file_bytes / 1e9,
-           store.ratio, store.chunk, time.perf_counter() - t))
+           store.codec, store.ratio, getattr(store, "chunk", None), time.perf_counter() - t))
     return arr, store
 
 
@@ -476,7 +488,7 @@ def child_argv(args):
          "--calls-4k", str(args.calls_4k), "--calls-64k", str(args.calls_64k), "--calls-bag", str(args.calls_bag),
          "--warmup", str(args.warmup), "--tables", ",".join(args.tables), "--seed", str(args.seed),
          "--cache-dir", args.cache_dir, "--gather-threads", str(args.gather_threads),
-         "--bag-threads", ",".join(map(str, args.bag_threads))]
+         "--bag-threads", ",".join(map(str, args.bag_threads)), "--bag-codec", args.bag_codec]
     return a
 
 
@@ -542,6 +554,8 @@ def parse_args(argv=None):
     p.add_argument("--gather-threads", type=int, default=2,
                    help="torch.set_num_threads and ibp nthreads for the gathers (default 2)")
     p.add_argument("--bag-threads", default="1,2", help="thread counts for the bags (default 1,2)")
+    p.add_argument("--bag-codec", default="exp-rows", choices=("exp-rows", "ibp"),
+                   help="codec of the bag tables' stores (default %(default)s)")
     p.add_argument("--seed", type=int, default=12345, help="ids seed; process i uses seed + i")
     p.add_argument("--cache-dir", default=DEFAULT_CACHE, help="where tables and stores live (default %(default)s)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -557,6 +571,8 @@ def parse_args(argv=None):
     if bad:
         p.error("unknown table(s) %s; known: %s" % (", ".join(bad), ", ".join(TABLES)))
     args.bag_threads = [int(x) for x in args.bag_threads.split(",") if x]
+    global BAG_CODEC
+    BAG_CODEC = args.bag_codec
     return args
 
 

@@ -41,7 +41,10 @@ def say(*a, sep=" "):
 
 # ---- the list ----------------------------------------------------------
 # "@ FILE SUITE..." opens an entry (SUITE = test binary, or binary:filter
-# with a Criterion --filter pattern); "- TEXT" the exact line to change
+# with a Criterion --filter pattern; "needs=FLAG,..." names CPU flags of
+# /proc/cpuinfo the suites need to reach the line: without them the entry
+# is skipped, and counted as such; FILE *_avx512.c needs avx512bw and
+# avx512vbmi, *_avx2.c avx2, without saying); "- TEXT" the exact line to change
 # (surrounding whitespace aside); "+ TEXT" its replacement ("+" alone
 # deletes the line's code). "#" lines are comments.
 muts, cur = [], None
@@ -53,7 +56,13 @@ for n, raw in enumerate(open(listfile, encoding="utf-8"), 1):
         f = line[2:].split()
         if len(f) < 2:
             sys.exit(f"{listfile}:{n}: '@ FILE SUITE...' needs a file and a suite")
-        cur = {"file": f[0], "suites": f[1:], "old": None, "new": None, "at": n}
+        needs = [x for w in f[1:] if w.startswith("needs=") for x in w[6:].split(",") if x]
+        if f[0].endswith("_avx512.c"):
+            needs += ["avx512bw", "avx512vbmi"]
+        elif f[0].endswith("_avx2.c"):
+            needs += ["avx2"]
+        cur = {"file": f[0], "suites": [w for w in f[1:] if not w.startswith("needs=")], "old": None,
+               "new": None, "at": n, "needs": needs}
         muts.append(cur)
     elif line.startswith("-") and cur and cur["old"] is None:
         cur["old"] = line[1:].strip()
@@ -66,6 +75,20 @@ for m in muts:
         sys.exit(f"{listfile}:{m['at']}: an entry needs a '-' and a '+' line")
 if only:
     muts = [m for m in muts if any(o in m["file"] or o in m["old"] for o in only)]
+# CPU flags (Linux; elsewhere none are known and every entry that needs one is skipped)
+cpu_flags = set()
+try:
+    for l in open("/proc/cpuinfo", encoding="utf-8"):
+        if l.startswith("flags"):
+            cpu_flags = set(l.split(":", 1)[1].split())
+            break
+except OSError:
+    pass
+skipped = [m for m in muts if not set(m["needs"]) <= cpu_flags]
+muts = [m for m in muts if set(m["needs"]) <= cpu_flags]
+for m in skipped:
+    say(f"skipped  {m['file']}: {m['old'][:70]} (this CPU lacks {' '.join(sorted(set(m['needs']) - cpu_flags))}; "
+        f"{listfile}:{m['at']})")
 say(f"mutation check: {len(muts)} mutations from {listfile}")
 
 # ---- the copy of the tree ----------------------------------------------
@@ -205,6 +228,6 @@ for k, m in enumerate(muts, 1):
 for done in list(originals):
     put(done, originals.pop(done))
 say(f"total {time.time() - t0:.0f}s")
-say(f"mutations: {killed} killed, {survived} survived, {errors} errors")
+say(f"mutations: {killed} killed, {survived} survived, {errors} errors, {len(skipped)} skipped")
 sys.exit(0 if survived == 0 and errors == 0 else 1)
 PY

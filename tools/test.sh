@@ -163,10 +163,11 @@ if [[ "${IBP_SKIP_MUTATION:-0}" != 1 ]]; then
 	tools/mutate.sh --jobs "$jobs" 2>&1 | tee build-mutate/mutate.log
 	rc=${PIPESTATUS[0]}
 	set -e
-	# its last line: "mutations: K killed, S survived, E errors"
+	# its last line: "mutations: K killed, S survived, E errors, N skipped"
+	# (skipped: entries for CPU features this machine lacks)
 	line=$(tail -n 1 build-mutate/mutate.log)
-	if [[ $line =~ ^mutations:\ ([0-9]+)\ killed,\ ([0-9]+)\ survived,\ ([0-9]+)\ errors ]]; then
-		count "${BASH_REMATCH[1]}" $((BASH_REMATCH[2] + BASH_REMATCH[3])) 0
+	if [[ $line =~ ^mutations:\ ([0-9]+)\ killed,\ ([0-9]+)\ survived,\ ([0-9]+)\ errors(,\ ([0-9]+)\ skipped)? ]]; then
+		count "${BASH_REMATCH[1]}" $((BASH_REMATCH[2] + BASH_REMATCH[3])) "${BASH_REMATCH[5]:-0}"
 	else
 		count 0 1 0
 	fi

@@ -181,7 +181,7 @@ ibp_status_t ibp_pack_exp(const char *path, const void *data, ibp_dtype_t dtype,
  * for ibp_container_write) with the exponent codec's row form and writes
  * it to `path` (codec IBP_CODEC_EXP_ROWS, packed): the table of the seven
  * most common exponent fields, then every row on its own (docs/FORMAT.md
- * 2.6, "Codec 4"). Lossless; about 0.85 (float32), 0.89 (float16) or 0.70
+ * 2.6.1, "Codec 4"). Lossless; about 0.85 (float32), 0.89 (float16) or 0.70
  * (bfloat16) of the raw size for trained weights, plus 8 bytes a row.
  * `nthreads` workers (0 = all CPUs). Needs the encoded tensor in
  * temporary memory (at most the raw size plus 8 bytes a row). Errors:

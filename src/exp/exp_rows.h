@@ -16,7 +16,7 @@
  *                                 code 7, in element order
  * The fixed part (all but the escapes) is 3P + 3d, 6P + d or 3P + d bytes;
  * a row is exactly fixed + (number of code-7 elements) bytes. Plane bits at
- * positions >= d are zero. docs/FORMAT.md 2.6 ("Codec 4") is the
+ * positions >= d are zero. docs/FORMAT.md 2.6.1 ("Codec 4") is the
  * specification.
  *
  * Decoders: portable, AVX2 and AVX-512 (VBMI2: vpermb for the table,
@@ -43,7 +43,7 @@ typedef struct ibpi_exprows {
 	uint64_t P;      /* bytes per bit plane: ceil(d / 8) */
 	uint64_t fixed;  /* bytes of a row without escapes */
 	uint64_t off_lo, off_hi; /* float32: lo and hi sections; float16: lo (off_hi unused) */
-	uint8_t table[8]; /* the seven fields, table[7] = 0 */
+	uint8_t table[16]; /* the seven fields; table[7..15] = 0 (the decoders load all 16) */
 	uint8_t code[256]; /* field -> code 0..6, or 7 (escape) */
 	uint32_t field_max; /* largest exponent field of the dtype (31 or 255) */
 } ibpi_exprows_t;

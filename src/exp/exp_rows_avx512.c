@@ -43,9 +43,8 @@ T512 int ibpi_exprows_decode_avx512(const ibpi_exprows_t *x, const uint8_t *src,
 	if (exprows_check(x, src, len, &esc) != 0)
 		return -1;
 	const uint64_t P = x->P, nw = x->d / 64;
-	uint8_t t8[64] = { 0 };
-	memcpy(t8, x->table, 8);
-	const __m512i tab = _mm512_loadu_si512(t8);
+	/* codes are 0..7: only the table's first 8 bytes are indexed */
+	const __m512i tab = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)(const void *)x->table));
 	uint8_t *o = dst;
 	if (x->dt == IBP_DTYPE_F32) {
 		const uint8_t *lo = src + x->off_lo, *hi = src + x->off_hi;

@@ -21,6 +21,7 @@
  *   ibp pack f32.npy fp8_e4m3.ibp --codec fp8 --lossy --fp8-block 16 --block-rows 7
  *   ibp pack bf16.npy fp8_e5m2.ibp --codec fp8 --lossy --dtype bf16 --fp8-format e5m2
  *            --fp8-block 32 --no-hadamard --no-adaptive
+ *   ibp pack f32.npy exp_rows_f32.ibp --codec exp-rows   (and f16, bf16: codec 4)
  */
 #include <stdint.h>
 #include <stdlib.h>
