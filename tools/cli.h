@@ -112,10 +112,10 @@ int cli_codec_option(const char *cmd, int opt, const char *arg, cli_codec_opts_t
  * chosen are a usage error. Returns EXIT_OK or EXIT_USAGE (printed). */
 int cli_codec_check(const char *cmd, const cli_codec_opts_t *o);
 
-/* "ibp", "exp" or "fp8". */
+/* "ibp", "exp", "fp8" or "exp-rows" ("unknown" for another id). */
 const char *cli_codec_name(ibp_codec_id_t id);
 
-/* 1 if the value codecs (exp, fp8) take `dt`: bf16, f16 or f32. */
+/* 1 if the value codecs (exp, exp-rows, fp8) take `dt`: bf16, f16 or f32. */
 int cli_value_dtype(ibp_dtype_t dt);
 
 /* Loads IN.npy for pack/analyze/bench: checks there is at least one

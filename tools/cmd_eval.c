@@ -23,6 +23,8 @@ const char *const help_eval =
 	"(exit 2 otherwise) and both errors are 0. ibp trains a codec with the\n"
 	"default options first (not timed) and encodes the rows (dimension 0);\n"
 	"exp and fp8 cut the elements into blocks of whole rows as `ibp pack` does.\n"
+	"exp-rows (a container form only) is refused: measure it with `ibp pack\n"
+	"--codec exp-rows` and `ibp info`, `ibp gather`.\n"
 	"\n"
 	"options:\n"
 	"  --codec ibp|exp|fp8     the codec (default ibp)\n"
@@ -300,6 +302,10 @@ int cmd_eval(int argc, char **argv)
 	uint64_t repeat = eo.repeat;
 	if (cli_codec_check(cmd, &co) != EXIT_OK)
 		return EXIT_USAGE;
+	if (co.codec == IBP_CODEC_EXP_ROWS)
+		return cli_usage_error(cmd, "--codec exp-rows has no in-memory form to evaluate (it is written "
+				       "as a container): use `ibp pack --codec exp-rows`, then `ibp info` and "
+				       "`ibp gather`");
 	if ((rc = cli_check_input(cmd, in, 0)) != EXIT_OK)
 		return rc;
 

@@ -31,7 +31,8 @@ const char *const help_gather =
 	"temporary file renamed over it when complete; an OUT.npy that is an input\n"
 	"or not a regular file is refused. With the exp and fp8 codecs a row is\n"
 	"read by decoding its whole block (the last block decoded is kept per\n"
-	"thread, so ids in the same block as the one before are cheap).\n";
+	"thread, so ids in the same block as the one before are cheap); with ibp\n"
+	"and exp-rows each row decodes on its own.\n";
 
 static uint64_t splitmix64(uint64_t *x)
 {

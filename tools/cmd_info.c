@@ -11,7 +11,8 @@ const char *const help_info =
 	"Show IN.ibp's header (format version, codec, layout, dtype, shape), its\n"
 	"sizes and compression ratio, and the codec's parameters: for ibp the chunk\n"
 	"size, clusters, threshold, Xvals and how many rows use each mode (raw,\n"
-	"clean, bitmap, list); for exp the table mode and blocks; for fp8 (lossy)\n"
+	"clean, bitmap, list); for exp the table mode and blocks; for exp-rows\n"
+	"the rows (one exponent table, each row on its own); for fp8 (lossy)\n"
 	"the format, scale block, Hadamard/adaptive switches and streams. Opening\n"
 	"checks the structure and the metadata checksums; `ibp verify` checks the\n"
 	"payload.\n"
@@ -41,7 +42,8 @@ static void json_head(json_t *j, const char *in, ibp_container_t *ct, const char
 	json_kv_shape(j, "shape", ibp_container_shape(ct), ibp_container_ndim(ct));
 }
 
-/* exp and fp8 containers: blocks of rows, no per-row metadata. */
+/* exp and fp8 containers: blocks of rows, no per-row metadata; exp-rows:
+ * one exponent table and a u64 offset per row, no blocks. */
 static int info_values(const char *in, ibp_container_t *ct, int as_json)
 {
 	uint64_t nrows = ibp_container_nrows(ct), rb = ibp_container_row_bytes(ct);
@@ -66,12 +68,14 @@ static int info_values(const char *in, ibp_container_t *ct, int as_json)
 		json_head(&j, in, ct, "packed");
 		json_kv_uint(&j, "rows", nrows);
 		json_kv_uint(&j, "row_bytes", rb);
-		json_kv_uint(&j, "blocks", nb);
-		json_kv_uint(&j, "block_rows", br);
-		json_kv_uint(&j, "block_elems", ce);
+		if (id != IBP_CODEC_EXP_ROWS) {
+			json_kv_uint(&j, "blocks", nb);
+			json_kv_uint(&j, "block_rows", br);
+			json_kv_uint(&j, "block_elems", ce);
+		}
 		if (id == IBP_CODEC_EXP) {
 			json_kv_string(&j, "exp_table", table);
-		} else {
+		} else if (id == IBP_CODEC_FP8) {
 			json_kv_string(&j, "fp8_format", fmt);
 			json_kv_uint(&j, "fp8_block", fo.block);
 			json_kv_bool(&j, "hadamard", fo.hadamard);
@@ -88,13 +92,16 @@ static int info_values(const char *in, ibp_container_t *ct, int as_json)
 		       ibp_container_version_major(ct), ibp_container_version_minor(ct));
 		if (id == IBP_CODEC_EXP)
 			printf("codec         exp (lossless), table %s\n", table);
+		else if (id == IBP_CODEC_EXP_ROWS)
+			printf("codec         exp-rows (lossless), one exponent table, each row decoded on its own\n");
 		else
 			printf("codec         fp8 (LOSSY), %s, scale block %u, Hadamard %s, adaptive %s\n", fmt,
 			       fo.block, fo.hadamard ? "on" : "off", fo.adaptive ? "on" : "off");
 		char rows[48], elems[48];
-		printf("blocks        %llu of %s (%s)\n", (unsigned long long)nb,
-		       cli_count(br, "row", "rows", rows, sizeof(rows)),
-		       cli_count(ce, "element", "elements", elems, sizeof(elems)));
+		if (id != IBP_CODEC_EXP_ROWS)
+			printf("blocks        %llu of %s (%s)\n", (unsigned long long)nb,
+			       cli_count(br, "row", "rows", rows, sizeof(rows)),
+			       cli_count(ce, "element", "elements", elems, sizeof(elems)));
 		printf("layout        packed\n");
 		printf("dtype, shape  %s %s\n", ibp_dtype_name(ibp_container_dtype(ct)),
 		       cli_shape(shape, ndim, sh, sizeof(sh)));

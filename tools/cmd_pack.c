@@ -1,7 +1,8 @@
 /* cmd_pack.c - `ibp pack IN.npy OUT.ibp`: train a codec, encode every row,
- * write the container (IBP, the default); or encode with the exponent or
- * FP8 block codec (--codec exp|fp8). IBP encoding goes in slices so a
- * progress line can follow it. */
+ * write the container (IBP, the default); or encode with the exponent
+ * codec in blocks or row by row, or the FP8 block codec (--codec
+ * exp|exp-rows|fp8). IBP encoding goes in slices so a progress line can
+ * follow it. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,12 +20,17 @@ const char *const help_pack =
 	"first dimension; a row is everything else (shape[1] * ... * element size).\n"
 	"\n"
 	"codec:\n"
-	"  --codec ibp|exp|fp8     ibp (default): Invariant Bit Packing, row by row,\n"
+	"  --codec ibp|exp|exp-rows|fp8\n"
+	"                          ibp (default): Invariant Bit Packing, row by row,\n"
 	"                          lossless, any dtype; exp: exponent coding in blocks\n"
-	"                          of rows, lossless, bf16/f16/f32; fp8: FP8 blocks,\n"
-	"                          LOSSY (about 1 byte per element), bf16/f16/f32\n"
+	"                          of rows, lossless, bf16/f16/f32; exp-rows: the\n"
+	"                          exponent codec row by row (one exponent table for\n"
+	"                          the array, each row decoded on its own: random\n"
+	"                          gathers, embedding bags), lossless, bf16/f16/f32,\n"
+	"                          no options of its own; fp8: FP8 blocks, LOSSY\n"
+	"                          (about 1 byte per element), bf16/f16/f32\n"
 	"  --lossy                 required with --codec fp8: unpack then gives back\n"
-	"                          approximate values (refused with ibp and exp)\n"
+	"                          approximate values (refused with the others)\n"
 	"  --exp-table sigma|hist|rans  exp: exponent table from the RMS (default),\n"
 	"                          each block's histogram, or rANS-coded exponents\n"
 	"                          where smaller (else hist)\n"
@@ -53,7 +59,8 @@ const char *const help_pack =
 	"OUT.ibp is written to a temporary file beside it and renamed over it when\n"
 	"complete; an OUT.ibp that is IN.npy or not a regular file is refused.\n"
 	"Prints a short summary on stdout. Exit status: 0 ok, 1 usage (also fp8\n"
-	"without --lossy), 2 error (also exp/fp8 on a dtype other than bf16, f16, f32).\n";
+	"without --lossy), 2 error (also exp, exp-rows or fp8 on a dtype other than\n"
+	"bf16, f16, f32).\n";
 
 /* Rows per encode slice: about 64 MiB of input. */
 static uint64_t slice_rows(uint64_t row_bytes)
@@ -62,7 +69,7 @@ static uint64_t slice_rows(uint64_t row_bytes)
 	return r ? r : 1;
 }
 
-/* --codec exp|fp8: one library call encodes and writes. */
+/* --codec exp|exp-rows|fp8: one library call encodes and writes. */
 static int pack_values(const char *cmd, const char *in, cli_out_t *out, const cli_codec_opts_t *co,
 		       const ibp_npy_info_t *info, const void *data, uint64_t nrows, uint64_t rb,
 		       uint64_t block_rows)
@@ -83,9 +90,13 @@ static int pack_values(const char *cmd, const char *in, cli_out_t *out, const cl
 	progress_step(pg, "encoding");
 	progress_tick(pg);
 	double t0 = cli_now();
-	ibp_status_t s = co->codec == IBP_CODEC_EXP
-				 ? ibp_pack_exp(out->tmp, data, info->dtype, info->ndim, info->shape, &co->exp, block_rows)
-				 : ibp_pack_fp8(out->tmp, data, info->dtype, info->ndim, info->shape, &co->fp8, block_rows);
+	ibp_status_t s;
+	if (co->codec == IBP_CODEC_EXP)
+		s = ibp_pack_exp(out->tmp, data, info->dtype, info->ndim, info->shape, &co->exp, block_rows);
+	else if (co->codec == IBP_CODEC_EXP_ROWS)
+		s = ibp_pack_exp_rows(out->tmp, data, info->dtype, info->ndim, info->shape, co->exp.nthreads);
+	else
+		s = ibp_pack_fp8(out->tmp, data, info->dtype, info->ndim, info->shape, &co->fp8, block_rows);
 	double t = cli_now() - t0;
 	progress_end(pg);
 	if (s != IBP_OK)
@@ -101,17 +112,22 @@ static int pack_values(const char *cmd, const char *in, cli_out_t *out, const cl
 	printf("%s: %s %s (%s) -> %s: %s, ratio %.3f\n", in, ibp_dtype_name(info->dtype),
 	       cli_shape(info->shape, info->ndim, sh, sizeof(sh)), cli_bytes(total, b1, sizeof(b1)), out->target,
 	       cli_bytes(fsize, b2, sizeof(b2)), fsize ? (double)total / (double)fsize : 0.0);
-	if (co->codec == IBP_CODEC_EXP)
-		printf("  codec exp (lossless), table %s; ", co->exp.table_mode == IBP_EXP_TABLE_SIGMA ? "sigma"
-								  : co->exp.table_mode == IBP_EXP_TABLE_RANS ? "rans" : "hist");
-	else
-		printf("  codec fp8 (LOSSY), %s, block %u, Hadamard %s, adaptive %s; ",
-		       co->fp8.format == IBP_FP8_E4M3 ? "E4M3" : "E5M2", co->fp8.block, co->fp8.hadamard ? "on" : "off",
-		       co->fp8.adaptive ? "on" : "off");
 	char rows[48], elems[48];
-	printf("%llu block%s of %s (%s)\n", (unsigned long long)nb, nb == 1 ? "" : "s",
-	       cli_count(ibp_container_block_rows(ct), "row", "rows", rows, sizeof(rows)),
-	       cli_count(ibp_container_chunk_elems(ct), "element", "elements", elems, sizeof(elems)));
+	if (co->codec == IBP_CODEC_EXP_ROWS) {
+		printf("  codec exp-rows (lossless), one exponent table; %s, each decoded on its own\n",
+		       cli_count(nrows, "row", "rows", rows, sizeof(rows)));
+	} else {
+		if (co->codec == IBP_CODEC_EXP)
+			printf("  codec exp (lossless), table %s; ", co->exp.table_mode == IBP_EXP_TABLE_SIGMA ? "sigma"
+								  : co->exp.table_mode == IBP_EXP_TABLE_RANS ? "rans" : "hist");
+		else
+			printf("  codec fp8 (LOSSY), %s, block %u, Hadamard %s, adaptive %s; ",
+			       co->fp8.format == IBP_FP8_E4M3 ? "E4M3" : "E5M2", co->fp8.block,
+			       co->fp8.hadamard ? "on" : "off", co->fp8.adaptive ? "on" : "off");
+		printf("%llu block%s of %s (%s)\n", (unsigned long long)nb, nb == 1 ? "" : "s",
+		       cli_count(ibp_container_block_rows(ct), "row", "rows", rows, sizeof(rows)),
+		       cli_count(ibp_container_chunk_elems(ct), "element", "elements", elems, sizeof(elems)));
+	}
 	printf("  encode and write %.3f s (%.2f GB/s)\n", t, t > 0 ? (double)total / t / 1e9 : 0.0);
 	ibp_container_close(ct);
 	return EXIT_OK;
@@ -369,7 +385,7 @@ int cmd_pack(int argc, char **argv)
 		return EXIT_USAGE;
 	if (co.codec != IBP_CODEC_IBP && ibp_only)
 		return cli_usage_error(cmd, "%s applies to --codec ibp only", ibp_only);
-	if (co.codec == IBP_CODEC_IBP && pc.block_rows)
+	if ((co.codec == IBP_CODEC_IBP || co.codec == IBP_CODEC_EXP_ROWS) && pc.block_rows)
 		return cli_usage_error(cmd, "--block-rows applies to --codec exp and fp8 only");
 	if (co.codec == IBP_CODEC_FP8 && !co.lossy)
 		return cli_usage_error(cmd, "--codec fp8 is lossy (unpack gives back approximate values); "

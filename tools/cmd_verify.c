@@ -8,10 +8,11 @@ const char *const help_verify =
 	"\n"
 	"Check IN.ibp completely: the header, section table, metadata, flags,\n"
 	"offsets and their checksums, then the XXH3 checksum of every payload\n"
-	"block, then decode every row (ibp) or every block (exp, fp8). Prints 'OK'\n"
-	"and exits 0 when all pass; otherwise names the first problem (field, block\n"
-	"or row) and exits 2. For the lossy fp8 codec this proves the file intact\n"
-	"and decodable; the original values are not in the file to compare with.\n"
+	"block, then decode every row (ibp, exp-rows) or every block (exp, fp8).\n"
+	"Prints 'OK' and exits 0 when all pass; otherwise names the first problem\n"
+	"(field, block or row) and exits 2. For the lossy fp8 codec this proves the\n"
+	"file intact and decodable; the original values are not in the file to\n"
+	"compare with.\n"
 	"\n"
 	"options:\n"
 	"  --threads N   threads (default 0 = all CPUs)\n"
@@ -55,7 +56,8 @@ int cmd_verify(int argc, char **argv)
 	char rows[48];
 	printf("%s: OK: %s (%s decoded), checksums and every %s verified in %.3f s%s\n", in,
 	       cli_count(ibp_container_nrows(ct), "row", "rows", rows, sizeof(rows)), cli_bytes(raw, b, sizeof(b)),
-	       id == IBP_CODEC_IBP ? "row" : id == IBP_CODEC_EXP ? "exp block" : "fp8 stream", t,
+	       id == IBP_CODEC_IBP || id == IBP_CODEC_EXP_ROWS ? "row" : id == IBP_CODEC_EXP ? "exp block" : "fp8 stream",
+	       t,
 	       id == IBP_CODEC_FP8 ? " (lossy codec: decodability checked, values have no reference)" : "");
 	ibp_container_close(ct);
 	return EXIT_OK;

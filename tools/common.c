@@ -194,10 +194,12 @@ int cli_codec_option(const char *cmd, int opt, const char *arg, cli_codec_opts_t
 			o->codec = IBP_CODEC_IBP;
 		else if (!strcmp(arg, "exp"))
 			o->codec = IBP_CODEC_EXP;
+		else if (!strcmp(arg, "exp-rows"))
+			o->codec = IBP_CODEC_EXP_ROWS;
 		else if (!strcmp(arg, "fp8"))
 			o->codec = IBP_CODEC_FP8;
 		else {
-			cli_usage_error(cmd, "--codec must be ibp, exp or fp8, got '%s'", arg);
+			cli_usage_error(cmd, "--codec must be ibp, exp, exp-rows or fp8, got '%s'", arg);
 			return -1;
 		}
 		return 1;
@@ -265,7 +267,17 @@ int cli_codec_check(const char *cmd, const cli_codec_opts_t *o)
 
 const char *cli_codec_name(ibp_codec_id_t id)
 {
-	return id == IBP_CODEC_IBP ? "ibp" : id == IBP_CODEC_EXP ? "exp" : id == IBP_CODEC_FP8 ? "fp8" : "unknown";
+	switch (id) {
+	case IBP_CODEC_IBP:
+		return "ibp";
+	case IBP_CODEC_EXP:
+		return "exp";
+	case IBP_CODEC_FP8:
+		return "fp8";
+	case IBP_CODEC_EXP_ROWS:
+		return "exp-rows";
+	}
+	return "unknown";
 }
 
 int cli_value_dtype(ibp_dtype_t dt)

@@ -244,6 +244,8 @@ int ibpi_exprows_isa(void)
 ibp_status_t ibpi_exprows_decode(const ibpi_exprows_t *x, int isa, const uint8_t *src, uint64_t len, void *dst)
 {
 	int r;
+	if (x->d % 64 != 0)
+		isa = 0; /* the vector decoders take whole 64-element words */
 #if defined(__x86_64__) && defined(__GNUC__)
 	if (isa == 2)
 		r = ibpi_exprows_decode_avx512(x, src, len, dst);

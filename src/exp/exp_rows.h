@@ -33,20 +33,7 @@
 #include "ibp/status.h"
 #include "ibp/types.h"
 
-#define EXPR_NCODES 7u
-#define EXPR_PARAMS_VERSION 1u
-
-typedef struct ibpi_exprows {
-	ibp_dtype_t dt;
-	uint32_t esize;  /* 2 or 4 */
-	uint64_t d;      /* elements per row */
-	uint64_t P;      /* bytes per bit plane: ceil(d / 8) */
-	uint64_t fixed;  /* bytes of a row without escapes */
-	uint64_t off_lo, off_hi; /* float32: lo and hi sections; float16: lo (off_hi unused) */
-	uint8_t table[16]; /* the seven fields; table[7..15] = 0 (the decoders load all 16) */
-	uint8_t code[256]; /* field -> code 0..6, or 7 (escape) */
-	uint32_t field_max; /* largest exponent field of the dtype (31 or 255) */
-} ibpi_exprows_t;
+#include "exp/exp_rows_layout.h"
 
 /* Sets up the row form for rows of `row_bytes` bytes of `dt` with the
  * seven fields `table` (each a valid field of dt; duplicates allowed, the
@@ -75,10 +62,7 @@ int ibpi_exprows_isa(void);
  * not a field; dst may then be partly written. Reads only src[0, len). */
 ibp_status_t ibpi_exprows_decode(const ibpi_exprows_t *x, int isa, const uint8_t *src, uint64_t len, void *dst);
 
-/* The decoders by build (ibpi_exprows_decode dispatches); each returns 0
- * or -1 (invalid; no detail set). */
-int ibpi_exprows_decode_portable(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, void *dst);
-int ibpi_exprows_decode_avx2(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, void *dst);
-int ibpi_exprows_decode_avx512(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, void *dst);
+/* The detail of a row the decoders refuse (IBP_ERR_CORRUPT). */
+ibp_status_t ibpi_exprows_why(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len);
 
 #endif /* IBP_EXP_ROWS_H */

@@ -2,10 +2,9 @@
  * a step; the plane bits spread to code bytes by a shuffle and a compare,
  * the table by pshufb, the escapes patched in one by one (a few in a
  * hundred elements). Rows whose length is not a multiple of 64 elements
- * take the portable decoder. */
+ * are the portable decoder's (ibpi_exprows_decode sends them there). */
 #include <immintrin.h>
 
-#include "exp/exp_rows.h"
 #include "exp/exp_rows_impl.h"
 
 static inline uint64_t ld64(const uint8_t *p)
@@ -71,7 +70,7 @@ static inline void patch_escapes(const uint8_t *src, uint64_t P, uint64_t w, con
 int ibpi_exprows_decode_avx2(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, void *dst)
 {
 	if (x->d % 64 != 0)
-		return ibpi_exprows_decode_portable(x, src, len, dst);
+		return -1; /* ibpi_exprows_decode sends such rows to the portable decoder */
 	const uint8_t *esc;
 	if (exprows_check(x, src, len, &esc) != 0)
 		return -1;
@@ -81,24 +80,26 @@ int ibpi_exprows_decode_avx2(const ibpi_exprows_t *x, const uint8_t *src, uint64
 	const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)x->table));
 	uint8_t *o = dst;
 	if (x->dt == IBP_DTYPE_F32) {
+		/* the upper 16 bits of 16 elements at a time (sign, field, top 7
+		 * mantissa bits, as bfloat16 rows), interleaved with the lower 16 */
 		const uint8_t *lo = src + x->off_lo, *hi = src + x->off_hi;
-		const __m256i m7f = _mm256_set1_epi32(0x7f0000), sg = _mm256_set1_epi32(0x800000);
+		const __m256i m7f = _mm256_set1_epi16(0x7f), m80 = _mm256_set1_epi16(0x80);
 		for (uint64_t w = 0; w < nw; w++) {
 			for (unsigned h = 0; h < 2; h++) {
 				const __m256i f = fields32(src, P, w, h, tab);
-				for (unsigned g = 0; g < 4; g++) {
-					__m128i fb = half_of(f, g >> 1);
-					if (g & 1)
-						fb = _mm_srli_si128(fb, 8);
-					const unsigned k = 4 * h + g; /* group of 8 in the word */
-					const __m256i e = _mm256_cvtepu8_epi32(fb);
-					const __m256i hv = _mm256_slli_epi32(
-						_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(hi + 64 * w + 8 * k))), 16);
-					const __m256i l = _mm256_cvtepu16_epi32(
-						_mm_loadu_si128((const __m128i *)(const void *)(lo + 128 * w + 16 * k)));
-					__m256i v = _mm256_or_si256(_mm256_and_si256(hv, m7f), _mm256_slli_epi32(_mm256_and_si256(hv, sg), 8));
-					v = _mm256_or_si256(_mm256_or_si256(v, _mm256_slli_epi32(e, 23)), l);
-					_mm256_storeu_si256((__m256i *)(void *)(o + 256 * w + 32 * k), v);
+				for (unsigned g = 0; g < 2; g++) {
+					const unsigned k = 2 * h + g; /* group of 16 in the word */
+					const __m256i hv = _mm256_cvtepu8_epi16(
+						_mm_loadu_si128((const __m128i *)(const void *)(hi + 64 * w + 16 * k)));
+					const __m256i e = _mm256_cvtepu8_epi16(half_of(f, g));
+					const __m256i up = _mm256_or_si256(
+						_mm256_or_si256(_mm256_and_si256(hv, m7f), _mm256_slli_epi16(_mm256_and_si256(hv, m80), 8)),
+						_mm256_slli_epi16(e, 7));
+					const __m256i l = _mm256_loadu_si256((const __m256i *)(const void *)(lo + 128 * w + 32 * k));
+					const __m256i a = _mm256_unpacklo_epi16(l, up), b = _mm256_unpackhi_epi16(l, up);
+					uint8_t *d = o + 256 * w + 64 * k;
+					_mm256_storeu_si256((__m256i *)(void *)d, _mm256_permute2x128_si256(a, b, 0x20));
+					_mm256_storeu_si256((__m256i *)(void *)(d + 32), _mm256_permute2x128_si256(a, b, 0x31));
 				}
 			}
 			patch_escapes(src, P, w, &esc, o + 256 * w, 4, 23);

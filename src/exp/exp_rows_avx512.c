@@ -4,7 +4,6 @@
  * multiple of 64 elements take the portable decoder. */
 #include <immintrin.h>
 
-#include "exp/exp_rows.h"
 #include "exp/exp_rows_impl.h"
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2,bmi2,popcnt")))
@@ -38,7 +37,7 @@ T512 static inline __m512i fields64(const uint8_t *src, uint64_t P, uint64_t w, 
 T512 int ibpi_exprows_decode_avx512(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, void *dst)
 {
 	if (x->d % 64 != 0)
-		return ibpi_exprows_decode_portable(x, src, len, dst);
+		return -1; /* ibpi_exprows_decode sends such rows to the portable decoder */
 	const uint8_t *esc;
 	if (exprows_check(x, src, len, &esc) != 0)
 		return -1;

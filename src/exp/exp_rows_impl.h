@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "exp/exp_rows.h"
+#include "exp/exp_rows_layout.h"
 
 /* Element i's bits. */
 static inline uint32_t exprows_ld(const void *p, ibp_dtype_t dt, uint64_t i)
@@ -72,8 +72,5 @@ static inline int exprows_check(const ibpi_exprows_t *x, const uint8_t *src, uin
 	}
 	return 0;
 }
-
-/* The detail of a row exprows_check refuses (IBP_ERR_CORRUPT). */
-ibp_status_t ibpi_exprows_why(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len);
 
 #endif /* IBP_EXP_ROWS_IMPL_H */

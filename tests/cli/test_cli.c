@@ -738,6 +738,91 @@ Test(cli, pack_exp_fp8)
 	cr_assert_not_null(strstr(err_buf, P("e.ibp")), "%s", err_buf);
 }
 
+/* --codec exp-rows: the exponent codec row by row (container codec 4):
+ * lossless for the three float dtypes at a SIMD row width (64) and an odd
+ * one (40, the portable decoder); info, verify, unpack and gather read it,
+ * options of the other codecs are refused, eval has no form of it. */
+Test(cli, pack_exp_rows)
+{
+	static const char *ins[] = {"f32.npy", "bf.npy", "f16.npy"};
+	static const ibp_dtype_t dts[] = {IBP_DTYPE_F32, IBP_DTYPE_U16, IBP_DTYPE_F16};
+	static const uint64_t widths[] = {64, 40};
+	const uint64_t rows = 300;
+	for (size_t w = 0; w < 2; w++)
+		for (size_t i = 0; i < 3; i++) {
+			make_values(P(ins[i]), dts[i], rows, widths[w]);
+			int rc = i == 1 ? run("pack", P(ins[i]), P("r.ibp"), "--codec", "exp-rows", "--dtype", "bf16",
+					      "--threads", "2", NULL)
+					: run("pack", P(ins[i]), P("r.ibp"), "--codec", "exp-rows", NULL);
+			cr_assert_eq(rc, 0, "%s x %llu: %s", ins[i], (unsigned long long)widths[w], err_buf);
+			cr_assert_not_null(strstr(out_buf, "codec exp-rows (lossless)"), "%s", out_buf);
+			if (i == 1) /* bfloat16: about 0.70 of the raw size plus 8 bytes a row */
+				cr_assert_lt(file_size(P("r.ibp")), file_size(P(ins[i])), "%s compresses", ins[i]);
+			assert_run(0, "verify", P("r.ibp"), "--threads", "2");
+			cr_assert_not_null(strstr(out_buf, "OK"), "%s", out_buf);
+			cr_assert_not_null(strstr(out_buf, "every row verified"), "%s", out_buf);
+			assert_run(0, "unpack", P("r.ibp"), P("r.npy"));
+			assert_same_file(P(ins[i]), P("r.npy"));
+			assert_run(0, "info", P("r.ibp"), "--json");
+			assert_json_object(out_buf);
+			cr_assert_not_null(strstr(out_buf, "\"codec\":\"exp-rows\""), "%s", out_buf);
+			cr_assert_not_null(strstr(out_buf, "\"lossy\":false"), "%s", out_buf);
+			cr_assert_null(strstr(out_buf, "\"blocks\""), "no blocks: %s", out_buf);
+			char want[32];
+			snprintf(want, sizeof(want), "\"rows\":%llu,", (unsigned long long)rows);
+			cr_assert_not_null(strstr(out_buf, want), "%s", out_buf);
+			assert_run(0, "info", P("r.ibp"));
+			cr_assert_not_null(strstr(out_buf, "codec         exp-rows (lossless)"), "%s", out_buf);
+		}
+
+	/* gather: the requested rows, in order (f32, 40 wide, from the loop) */
+	const uint64_t cols = 40;
+	assert_run(0, "pack", P("f32.npy"), P("r.ibp"), "--codec", "exp-rows");
+	const char *txt = "299 0 17 18 17 5 100\n";
+	write_raw(P("ids.txt"), txt, strlen(txt));
+	assert_run(0, "gather", P("r.ibp"), "--ids", P("ids.txt"), "--out", P("g.npy"), "--threads", "2");
+	ibp_npy_info_t ia, ig;
+	void *da, *dg;
+	cr_assert_eq(ibp_npy_load(P("f32.npy"), 0, &ia, &da), IBP_OK);
+	cr_assert_eq(ibp_npy_load(P("g.npy"), 0, &ig, &dg), IBP_OK);
+	static const int want[7] = {299, 0, 17, 18, 17, 5, 100};
+	cr_assert_eq(ig.shape[0], 7);
+	cr_assert_eq(ig.shape[1], cols);
+	for (int i = 0; i < 7; i++)
+		cr_assert(row_equal((const float *)dg + i * cols, (const float *)da + want[i] * cols, cols), "row %d", i);
+	ibp_npy_free(dg);
+	ibp_npy_free(da);
+
+	/* options of the other codecs: usage errors, and no file */
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--codec", "exp-rows", "--block-rows", "4");
+	cr_assert_not_null(strstr(err_buf, "--block-rows"), "%s", err_buf);
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--codec", "exp-rows", "--exp-table", "hist");
+	cr_assert_not_null(strstr(err_buf, "--exp-table"), "%s", err_buf);
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--codec", "exp-rows", "--lossy");
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--codec", "exp-rows", "--fp8-format", "e5m2");
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--codec", "exp-rows", "--no-hadamard");
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--codec", "exp-rows", "--chunk", "2");
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--codec", "exp-rows", "--layout", "inplace");
+	assert_run(1, "pack", P("f32.npy"), P("x.ibp"), "--codec", "exp-rows", "--clusters", "2");
+	/* dtypes it does not take: exit 2 */
+	uint64_t shape[2] = {20, 8};
+	make_array(P("u8.npy"), IBP_DTYPE_U8, 2, shape);
+	assert_run(2, "pack", P("u8.npy"), P("x.ibp"), "--codec", "exp-rows");
+	cr_assert_not_null(strstr(err_buf, "exp-rows"), "%s", err_buf);
+	assert_run(2, "pack", P("bf.npy"), P("x.ibp"), "--codec", "exp-rows"); /* '<u2' without --dtype bf16 */
+	cr_assert_not_null(strstr(err_buf, "--dtype bf16"), "%s", err_buf);
+	cr_assert_neq(access(P("x.ibp"), F_OK), 0);
+	/* eval has no in-memory form of it: a usage error naming pack */
+	assert_run(1, "eval", "--codec", "exp-rows", P("f32.npy"));
+	cr_assert_not_null(strstr(err_buf, "ibp pack --codec exp-rows"), "%s", err_buf);
+
+	/* a damaged payload fails verify */
+	assert_run(0, "pack", P("f32.npy"), P("r.ibp"), "--codec", "exp-rows");
+	flip_byte(P("r.ibp"), -100);
+	assert_run(2, "verify", P("r.ibp"));
+	cr_assert_not_null(strstr(err_buf, P("r.ibp")), "%s", err_buf);
+}
+
 Test(cli, eval)
 {
 	make_values(P("f32.npy"), IBP_DTYPE_F32, 300, 64);

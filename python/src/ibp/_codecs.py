@@ -143,7 +143,9 @@ def codec(name: str, rows=None, *, lossy: bool = False, **options):
     name "fp8" (LOSSY, needs lossy=True): format ("e4m3", "e5m2"), block,
     hadamard, adaptive, chunk_elems, dtype.
     name "ibp": trains on `rows` (required) with ibp.train's options
-    (chunk, threshold, sample, clusters, seed, nthreads, xval)."""
+    (chunk, threshold, sample, clusters, seed, nthreads, xval).
+    "exp-rows" has no codec object: it exists as a container (ibp.pack or
+    ibp.Store.from_array with codec="exp-rows")."""
     func = "ibp.codec"
     if name == "ibp":
         if rows is None:
@@ -164,4 +166,9 @@ def codec(name: str, rows=None, *, lossy: bool = False, **options):
             return Fp8Codec(**options)
         except TypeError as e:
             raise _errors.invalid(func, "codec 'fp8': %s" % e) from None
+    if name == "exp-rows":
+        raise _errors.invalid(func, "codec 'exp-rows' is a container form only (rows decoded on their own "
+                              "from a store): use ibp.pack(array, path, codec='exp-rows') or "
+                              "ibp.Store.from_array(array, codec='exp-rows'); ibp.codec('exp') encodes "
+                              "whole tensors with the exponent codec")
     raise _errors.invalid(func, "codec must be 'ibp', 'exp' or 'fp8', not %r" % (name,))

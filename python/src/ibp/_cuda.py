@@ -76,6 +76,11 @@ class CudaStore(Owner):
         if t is None:
             raise _errors.UnsupportedError("Store.to_cuda: CUDA gathers need PyTorch (import torch)",
                                            func="Store.to_cuda", status=6)
+        if store.codec != "ibp":  # libibp says "codec N"; name it and say what does work
+            raise _errors.UnsupportedError(
+                "Store.to_cuda: the store holds codec %r; only codec 'ibp' stores have a GPU form "
+                "(ibp.CudaStore): pack the rows with codec='ibp' for GPU gathers and bags, or read this "
+                "one on the CPU" % (store.codec,), func="Store.to_cuda", status=6)
         dev = t.device("cuda", t.cuda.current_device()) if device is None else t.device(device)
         if dev.type != "cuda":
             raise _errors.invalid("Store.to_cuda", "device %s is not a CUDA device" % dev)

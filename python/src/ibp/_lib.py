@@ -67,6 +67,7 @@ _FUNCS = {
     "ibp_pack_with_codec": (_S, [C.c_char_p, c_vp, c_vp, c_int, c_uint, P(c_u64), c_int, c_int]),
     "ibp_pack_exp": (_S, [C.c_char_p, c_vp, c_int, c_uint, P(c_u64), P(ExpOpts), c_u64]),
     "ibp_pack_fp8": (_S, [C.c_char_p, c_vp, c_int, c_uint, P(c_u64), P(Fp8Opts), c_u64]),
+    "ibp_pack_exp_rows": (_S, [C.c_char_p, c_vp, c_int, c_uint, P(c_u64), c_int]),
     "ibp_container_codec_id": (c_int, [c_vp]),
     "ibp_container_layout": (c_int, [c_vp]),
     "ibp_container_lossy": (c_int, [c_vp]),

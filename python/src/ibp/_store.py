@@ -68,7 +68,7 @@ IBP_OPEN_MMAP = 1
 IBP_OPEN_VERIFY = 2
 IBP_OPEN_TRUSTED = 4
 
-CODEC_NAMES = {1: "ibp", 2: "exp", 3: "fp8"}
+CODEC_NAMES = {1: "ibp", 2: "exp", 3: "fp8", 4: "exp-rows"}
 LAYOUTS = {"packed": 0, "inplace": 1}
 _EXP_TABLES = {"sigma": 0, "hist": 1, "histogram": 1, "rans": 3}
 _FP8_FORMATS = {"e4m3": 0, "e5m2": 1}
@@ -76,6 +76,8 @@ _FP8_FORMATS = {"e4m3": 0, "e5m2": 1}
 _IBP_OPTS = {"chunk", "threshold", "sample", "clusters", "seed", "layout", "xval"}
 _EXP_OPTS = {"exp_table", "exp_sigma", "block_rows"}
 _FP8_OPTS = {"fp8_format", "fp8_block", "hadamard", "adaptive", "block_rows"}
+_EXP_ROWS_OPTS = frozenset()  # one table for the tensor, rows on their own: nothing to choose
+_CODEC_OPTS = {"ibp": _IBP_OPTS, "exp": _EXP_OPTS, "fp8": _FP8_OPTS, "exp-rows": _EXP_ROWS_OPTS}
 _COMMON = {"dtype", "nthreads", "lossy"}
 
 
@@ -164,16 +166,16 @@ def _pack_object(path, h, codec, opts, func):
                         adaptive=o["adaptive"], lossy=True)
             _pack_to(path, h, "fp8", more, func)
         return
-    raise _errors.invalid(func, "codec must be 'ibp', 'exp', 'fp8' or a codec object (ibp.codec), not %s"
-                          % type(codec).__name__)
+    raise _errors.invalid(func, "codec must be 'ibp', 'exp', 'exp-rows', 'fp8' or a codec object (ibp.codec), "
+                          "not %s" % type(codec).__name__)
 
 
 def _pack_to(path: str, h: _arrays.HostArray, codec, opts: dict, func: str) -> None:
     if not isinstance(codec, str):
         return _pack_object(path, h, codec, opts, func)
-    if codec not in ("ibp", "exp", "fp8"):
-        raise _errors.invalid(func, "codec must be 'ibp', 'exp' or 'fp8', not %r" % (codec,))
-    allowed = _COMMON | {"ibp": _IBP_OPTS, "exp": _EXP_OPTS, "fp8": _FP8_OPTS}[codec]
+    if codec not in _CODEC_OPTS:
+        raise _errors.invalid(func, "codec must be 'ibp', 'exp', 'exp-rows' or 'fp8', not %r" % (codec,))
+    allowed = _COMMON | _CODEC_OPTS[codec]
     bad = sorted(set(opts) - allowed)
     if bad:
         raise _errors.invalid(func, "option(s) %s do not apply to codec %r" % (", ".join(bad), codec))
@@ -193,6 +195,10 @@ def _pack_to(path: str, h: _arrays.HostArray, codec, opts: dict, func: str) -> N
         if layout not in LAYOUTS:
             raise _errors.invalid(func, "layout must be 'packed' or 'inplace', not %r" % (layout,))
         check(lib.ibp_pack(bpath, h.ptr, h.code, ndim, shape, C.byref(o), LAYOUTS[layout]), "ibp_pack")
+        return
+    if codec == "exp-rows":
+        nthreads = _int_opt(func, "nthreads", nthreads, 0, 1 << 20)
+        check(lib.ibp_pack_exp_rows(bpath, h.ptr, h.code, ndim, shape, nthreads), "ibp_pack_exp_rows")
         return
     block_rows = _int_opt(func, "block_rows", opts.get("block_rows", 0), 0, (1 << 63) - 1)
     if codec == "exp":
@@ -234,14 +240,19 @@ def pack(array, path, codec="ibp", **opts) -> str:
     """Writes `array` (rows = dimension 0) to the container file `path`.
 
     codec "ibp" (default; lossless, any dtype), "exp" (lossless exponent
-    codec; bfloat16/float16/float32) or "fp8" (LOSSY: needs lossy=True).
-    Options, as the CLI's `ibp pack`: ibp: chunk (1, 2, 4, 8, "auto"),
-    threshold ([0.5, 1] or "auto"), sample ((0, 1] or "auto"), clusters
-    (1..64 or "auto"), seed, layout ("packed" or "inplace"), xval (0, 1, 2);
-    exp: exp_table ("sigma", "hist" or "rans"), block_rows; fp8: fp8_format ("e4m3"
-    or "e5m2"), fp8_block (16..4096, power of two), hadamard, adaptive,
+    codec in blocks of rows; bfloat16/float16/float32), "exp-rows" (the
+    exponent codec row by row: lossless, bfloat16/float16/float32, one
+    exponent table for the tensor and every row decoded on its own in a few
+    ns; the codec for random gathers and embedding bags) or "fp8" (LOSSY:
+    needs lossy=True). Options, as the CLI's `ibp pack`: ibp: chunk (1, 2,
+    4, 8, "auto"), threshold ([0.5, 1] or "auto"), sample ((0, 1] or
+    "auto"), clusters (1..64 or "auto"), seed, layout ("packed" or
+    "inplace"), xval (0, 1, 2); exp: exp_table ("sigma", "hist" or "rans"),
+    block_rows; exp-rows: none of its own; fp8: fp8_format ("e4m3" or
+    "e5m2"), fp8_block (16..4096, power of two), hadamard, adaptive,
     block_rows; all: dtype="bf16" (read 16-bit integers as bfloat16 bit
-    patterns), nthreads (0 = all CPUs). Returns `path`.
+    patterns), nthreads (0 = all CPUs). An option of another codec raises
+    ibp.InvalidArgumentError. Returns `path`.
 
     codec may also be a codec object (ibp.codec): a trained ibp.Codec is
     used as it is (no training; options layout, nthreads), an "exp" or

@@ -231,8 +231,10 @@ class FeatureStore(_BaseFeatureStore):
     batches: requests for the same tensor are served by one gather.
 
     codec and the other keyword arguments are those of ibp.Store.from_array
-    (codec "ibp" default, "exp", or "fp8" with lossy=True); nthreads is the
-    number of threads of each gather (0: all CPUs). Thread-safe for reads.
+    (codec "ibp" default, "exp", "exp-rows" (float rows read at random: a
+    row decodes on its own, on the CPU only), or "fp8" with lossy=True);
+    nthreads is the number of threads of each gather (0: all CPUs).
+    Thread-safe for reads.
     When torch_geometric is not installed this class has the same methods on
     a plain base class (ibp.torch._features.HAVE_PYG says which).
     """
