@@ -106,40 +106,40 @@ int ibpi_exprows_decode_avx2(const ibpi_exprows_t *x, const uint8_t *src, uint64
 		}
 		return 0;
 	}
+	/* 16-bit rows, 32 elements at a time in bytes: the upper byte of each
+	 * (float16: sign, field, mantissa bits 9 and 8; bfloat16: sign and the
+	 * field's top 7 bits) and the lower one, interleaved */
 	const uint8_t *lo = src + x->off_lo;
-	const unsigned shift = x->dt == IBP_DTYPE_F16 ? 10 : 7;
+	const int f16 = x->dt == IBP_DTYPE_F16;
+	const __m256i b01 = _mm256_set1_epi8(1), b02 = _mm256_set1_epi8(2), b7f = _mm256_set1_epi8(0x7f),
+		      b80 = _mm256_set1_epi8((char)0x80);
 	for (uint64_t w = 0; w < nw; w++) {
 		for (unsigned h = 0; h < 2; h++) {
 			const __m256i f = fields32(src, P, w, h, tab);
-			for (unsigned g = 0; g < 2; g++) {
-				const unsigned k = 2 * h + g; /* group of 16 in the word */
-				const __m256i l = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(lo + 64 * w + 16 * k)));
-				const __m256i e = _mm256_cvtepu8_epi16(half_of(f, g));
-				__m256i v;
-				if (x->dt == IBP_DTYPE_F16) {
-					v = _mm256_or_si256(l, _mm256_slli_epi16(e, 10));
-					/* the three sign/mantissa planes: 16 bits each, to 0/0xffff words */
-					const __m256i bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
-									     8192, 16384, (short)0x8000);
-					const unsigned sh = 16 * k;
-					const __m256i b8 = _mm256_set1_epi16((short)(uint16_t)(ld64(src + 3 * P + 8 * w) >> sh));
-					const __m256i b9 = _mm256_set1_epi16((short)(uint16_t)(ld64(src + 4 * P + 8 * w) >> sh));
-					const __m256i bs = _mm256_set1_epi16((short)(uint16_t)(ld64(src + 5 * P + 8 * w) >> sh));
-					v = _mm256_or_si256(v, _mm256_and_si256(_mm256_cmpeq_epi16(_mm256_and_si256(b8, bit), bit),
-										 _mm256_set1_epi16(0x100)));
-					v = _mm256_or_si256(v, _mm256_and_si256(_mm256_cmpeq_epi16(_mm256_and_si256(b9, bit), bit),
-										 _mm256_set1_epi16(0x200)));
-					v = _mm256_or_si256(v, _mm256_and_si256(_mm256_cmpeq_epi16(_mm256_and_si256(bs, bit), bit),
-										 _mm256_set1_epi16((short)0x8000)));
-				} else {
-					v = _mm256_or_si256(_mm256_and_si256(l, _mm256_set1_epi16(0x7f)),
-							    _mm256_slli_epi16(_mm256_and_si256(l, _mm256_set1_epi16(0x80)), 8));
-					v = _mm256_or_si256(v, _mm256_slli_epi16(e, 7));
-				}
-				_mm256_storeu_si256((__m256i *)(void *)(o + 128 * w + 32 * k), v);
+			const __m256i l = _mm256_loadu_si256((const __m256i *)(const void *)(lo + 64 * w + 32 * h));
+			__m256i up, low;
+			if (f16) {
+				/* fields < 32: the 16-bit shift keeps each byte's bits in it */
+				const uint32_t m8 = (uint32_t)(ld64(src + 3 * P + 8 * w) >> (32 * h));
+				const uint32_t m9 = (uint32_t)(ld64(src + 4 * P + 8 * w) >> (32 * h));
+				const uint32_t sg = (uint32_t)(ld64(src + 5 * P + 8 * w) >> (32 * h));
+				up = _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi16(f, 2),
+								     _mm256_and_si256(bits_to_bytes(m8), b01)),
+						     _mm256_or_si256(_mm256_and_si256(bits_to_bytes(m9), b02),
+								     _mm256_and_si256(bits_to_bytes(sg), b80)));
+				low = l;
+			} else {
+				up = _mm256_or_si256(_mm256_and_si256(l, b80),
+						     _mm256_and_si256(_mm256_srli_epi16(f, 1), b7f));
+				low = _mm256_or_si256(_mm256_and_si256(l, b7f),
+						      _mm256_slli_epi16(_mm256_and_si256(f, b01), 7));
 			}
+			const __m256i a = _mm256_unpacklo_epi8(low, up), b = _mm256_unpackhi_epi8(low, up);
+			uint8_t *d = o + 128 * w + 64 * h;
+			_mm256_storeu_si256((__m256i *)(void *)d, _mm256_permute2x128_si256(a, b, 0x20));
+			_mm256_storeu_si256((__m256i *)(void *)(d + 32), _mm256_permute2x128_si256(a, b, 0x31));
 		}
-		patch_escapes(src, P, w, &esc, o + 128 * w, 2, shift);
+		patch_escapes(src, P, w, &esc, o + 128 * w, 2, f16 ? 10 : 7);
 	}
 	return 0;
 }
