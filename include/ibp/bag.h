@@ -10,8 +10,10 @@
  * that stays in cache, and adds (or maxes) them into the bags' output rows
  * from there; the gather reads rows ahead as ibp_store_gather does
  * (IBP_GATHER_BATCH, IBP_GATHER_PREFETCH and IBP_GATHER_STAGE are read
- * when the store is opened; ibp_store_gather). exp and
- * fp8 stores decode a block per miss instead.
+ * when the store is opened; ibp_store_gather). Exp-rows stores
+ * (IBP_CODEC_EXP_ROWS) decode each row on its own straight where it is
+ * pooled, a few rows ahead prefetched; exp and fp8 stores decode a block
+ * per miss instead.
  * Bags are cut into ranges of about equal numbers of ids, four per thread,
  * which the threads claim in turn: the calling thread and the store's
  * worker pool (the one its gathers use, started with the store's first
@@ -84,8 +86,9 @@ typedef enum ibp_bag_mode {
  * IBP_ERR_CORRUPT when a row fails to decode (out is then partly written).
  * Rows of exp and fp8 containers are read by decoding their block into the
  * thread's scratch (kept while the following ids fall in the same block),
- * so those codecs suit bags only with small blocks; IBP containers decode
- * row by row. Any number of threads may call this on one store at once
+ * so those codecs suit bags only with small blocks; IBP and exp-rows
+ * containers decode row by row (exp rows: the codec made for bags,
+ * ibp_pack_exp_rows). Any number of threads may call this on one store at once
  * (pooled calls take turns, see nthreads).
  */
 ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, unsigned flags,

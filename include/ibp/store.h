@@ -10,7 +10,10 @@
  *
  * Rows of IBP containers are located through the container's row index
  * (the compact index of format 1.2 is read in place: a group base plus the
- * lengths of at most 63 rows before it). All three codecs are served. Exp and fp8 containers hold blocks of many
+ * lengths of at most 63 rows before it). Every codec is served. Rows of
+ * exp-rows containers (IBP_CODEC_EXP_ROWS) are found through their u64
+ * row offsets and decoded one by one, each looked up and prefetched
+ * IBP_GATHER_PREFETCH positions ahead. Exp and fp8 containers hold blocks of many
  * rows (ibp/container.h): a row is read by decoding its whole block into a
  * scratch buffer ("slot") and copying the row out. The slots are allocated
  * when the store is opened: one per thread that may gather at once, at most

@@ -19,8 +19,9 @@
  * Rows: the IBP rows of a store are decoded in chunks of consecutive id
  * positions by the store's own gather (store/store_rows.h: its row map and
  * look-ahead, IBP_GATHER_PREFETCH), across bag boundaries, and pooled from
- * the chunk; see chunk_row. Block codecs (exp, fp8) decode a whole block
- * per miss into a slot; the rows of plain arrays one by one.
+ * the chunk; see chunk_row. Exp rows decode one by one where they are
+ * pooled (xr_row). Block codecs (exp, fp8) decode a whole block per miss
+ * into a slot; the rows of plain arrays one by one.
  *
  * Threads: bags are cut into contiguous ranges of about the same number of
  * ids plus bags (an empty bag still costs a row of zeros), PARTS_PER_THREAD
@@ -51,6 +52,8 @@
 #include "store/store_rows.h"
 #include "store/pool.h"
 #include "store/bag_rows.h"
+#include "exp/exp_rows.h"
+#include "io/container_internal.h"
 
 typedef unsigned long long ull;
 
@@ -408,6 +411,11 @@ typedef struct bag_job {
 	const bag_kernels_t *k;
 	int packed, block_codec;
 	const ibp_store_t *store; /* IBP rows of a store: decoded in chunks by its gather; else NULL */
+	/* exp rows (codec 4): decoded one by one straight where they are pooled */
+	const ibpi_exprows_t *xr;
+	const uint64_t *xoff;
+	const uint8_t *xpay;
+	int xisa;
 	ibp_dtype_t dt;
 	uint64_t R, dim, block_rows;
 	ibp_bag_mode_t mode;
@@ -434,6 +442,30 @@ typedef struct bag_job {
 static inline int64_t id_at(const bag_job_t *j, uint64_t k)
 {
 	return j->ids64 ? j->ids64[k] : (int64_t)j->ids32[k];
+}
+
+/* Exp rows: the row at position i decoded into dst (the bag's output row
+ * for its first float32 row, else the thread's row), with the gather's
+ * look-ahead inside the part: the offset 2 * XR_AHEAD positions on, the
+ * row's lines XR_AHEAD on. One row at a time: a row decodes in about
+ * 15 ns, so the chunk round trip of IBP rows (decode 64 KiB, then pool
+ * from L2) is not needed. */
+#define XR_AHEAD 8u
+#define XR_LINES 16u
+static const uint8_t *xr_row(const bag_job_t *j, uint64_t i, uint64_t end, uint8_t *dst, ibp_status_t *st)
+{
+	if (i + 2 * XR_AHEAD < end)
+		__builtin_prefetch(&j->xoff[id_at(j, i + 2 * XR_AHEAD)]);
+	if (i + XR_AHEAD < end) {
+		const uint64_t r = (uint64_t)id_at(j, i + XR_AHEAD);
+		const uint8_t *p = j->xpay + j->xoff[r], *q = j->xpay + j->xoff[r + 1];
+		const uint8_t *line = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)63);
+		for (unsigned k = 0; k < XR_LINES && line < q; k++, line += 64)
+			__builtin_prefetch(line);
+	}
+	const uint64_t r = (uint64_t)id_at(j, i);
+	*st = ibpi_exprows_decode(j->xr, j->xisa, j->xpay + j->xoff[r], j->xoff[r + 1] - j->xoff[r], dst);
+	return *st == IBP_OK ? dst : NULL;
 }
 
 /* Rows per chunk: about 64 KiB of them (the chunk stays in L2 while
@@ -532,13 +564,16 @@ static ibp_status_t pool_bag(const bag_job_t *j, bag_tls_t *t, uint64_t end, uin
 			/* a plain-array row is decoded straight into the bag's output
 			 * row when it is the first; chunk and block rows are read where
 			 * they are (the first-row kernels take r == acc or not) */
-			const uint8_t *p = j->store ? chunk_row(j, t, i, end, &st)
-						    : row_at(j, t, (uint64_t)id, cnt ? t->row : o, &st);
+			const uint8_t *p = j->xr ? xr_row(j, i, end, cnt ? t->row : o, &st)
+					   : j->store ? chunk_row(j, t, i, end, &st)
+						      : row_at(j, t, (uint64_t)id, cnt ? t->row : o, &st);
 			if (!p)
 				return st;
 			r = (const float *)p;
 		} else {
-			const uint8_t *p = j->store ? chunk_row(j, t, i, end, &st) : row_at(j, t, (uint64_t)id, t->row, &st);
+			const uint8_t *p = j->xr ? xr_row(j, i, end, t->row, &st)
+					   : j->store ? chunk_row(j, t, i, end, &st)
+						      : row_at(j, t, (uint64_t)id, t->row, &st);
 			if (!p)
 				return st;
 			if (j->mode != IBP_BAG_MAX && !j->weights) {
@@ -823,7 +858,13 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 	j->codec = ibp_store_codec(s);
 	j->packed = ibp_container_layout(c) == IBP_LAYOUT_PACKED;
 	j->block_codec = ibp_container_codec_id(c) == IBP_CODEC_EXP || ibp_container_codec_id(c) == IBP_CODEC_FP8;
-	j->store = j->block_codec ? NULL : s; /* IBP rows in chunks (chunk_row) */
+	j->xr = ibpi_container_exprows(c);
+	if (j->xr) {
+		j->xoff = ibp_container_offsets(c);
+		j->xpay = ibp_container_payload(c, NULL);
+		j->xisa = ibpi_exprows_isa();
+	}
+	j->store = j->block_codec || j->xr ? NULL : s; /* IBP rows in chunks (chunk_row) */
 	if (j->block_codec)
 		j->block_rows = ibp_container_block_rows(c);
 	return run_job(j, s, ibpi_store_pool_width(s, nthreads, n_bags), n_bags, fn, ibp_container_name(c), NULL);

@@ -145,6 +145,18 @@ static void run_calls(rank_job_t *j, ibp_coll_transport_t *t)
 		c->st.alpha_s = 1e-6;
 		c->st.beta_Bps = cs->beta;
 		ibp_coll_comm_set_policy(c, IBP_COLL_POLICY_AUTO);
+		if (cs->mem != IBP_COLL_MEM_HOST) {
+			/* the device path's codings calibrated, then rANS made 3x slower
+			 * than the table code on every rank: the choice the test checks
+			 * depends on the link, not on how fast this build's rANS is (the
+			 * mutation check's -O1 build on an AVX2 host measured it as fast
+			 * as the table code, so it won on the fast link too; 2026-12-01) */
+			const ibp_coll_stats_t keep = c->st; /* the decision below is not a call */
+			(void)ibpi_coll_decide(c, IBP_COLL_CODEC_EXP, IBP_DTYPE_BF16, NULL, 0, 1 << 16, 1, 1, 1);
+			c->st = keep;
+			c->dcal.enc[1] = c->dcal.enc[0] / 3;
+			c->dcal.dec[1] = c->dcal.dec[0] / 3;
+		}
 	}
 	int single = cs->count[j->rank] != 0;
 	for (unsigned k = 0; k < (single ? 1u : NSIZES) && j->st == IBP_OK; k++) {

@@ -13,6 +13,7 @@
 #include "exp/exp_rows.h"
 #include "fp8/fp8_impl.h"
 #include "io/container_format.h"
+#include "util/cpu.h"
 #include "testutil.h"
 #include "fixtures.h"
 
@@ -204,9 +205,10 @@ Test(store_exp_rows, damaged_row_refused, .init = make_tmpdir, .fini = remove_tm
 		ibp_store_t *s = NULL;
 		cr_assert_eq(ibp_store_open(tmpdir_path("bad.ibp"), 0, &s), IBP_OK, "%s", ibp_last_error());
 		uint8_t *g = tu_xcalloc(3 * R);
-		for (int isa = 0; isa < 3; isa++) {
+		/* only the decoders this CPU runs (the AVX-512 one is SIGILL on AVX2 hosts) */
+		const int nisa = ibpi_cpu()->avx512vbmi && ibpi_cpu()->avx512vbmi2 ? 3 : ibpi_cpu()->avx2 ? 2 : 1;
+		for (int isa = 0; isa < nisa; isa++)
 			cr_assert_eq(ibpi_exprows_decode(&x, isa, pay + off[9], off[10] - off[9], g), IBP_ERR_CORRUPT);
-		}
 		int64_t ids[3] = { 3, 9, 4 };
 		cr_assert_eq(ibp_store_gather(s, ids, 3, g, 1), IBP_ERR_CORRUPT);
 		cr_assert(strstr(ibp_last_error(), "ids[1]") || strstr(ibp_last_error(), "position 1"), "%s",
