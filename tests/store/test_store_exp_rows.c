@@ -223,9 +223,12 @@ Test(store_exp_rows, damaged_row_refused, .init = make_tmpdir, .fini = remove_tm
 		ibp_store_close(s);
 		s = NULL;
 		cr_assert_eq(ibp_store_open(tmpdir_path("bad.ibp"), IBP_OPEN_VERIFY, &s), IBP_ERR_CORRUPT);
-		/* the writer refuses a row outside [fixed, fixed + d] */
-		off[5] = off[4] + 1;
+		/* the writer refuses a row outside [fixed, fixed + d]: row 4 one
+		 * byte short of its fixed part, row 5 as much longer (in range) */
+		off[5] = off[4] + x.fixed - 1;
+		cr_assert(off[6] - off[5] <= x.fixed + d);
 		cr_assert_eq(ibpi_ctr_write_exp_rows(tmpdir_path("w.ibp"), &x, 2, shape, pay, off), IBP_ERR_INVALID_ARG);
+		cr_assert(strstr(ibp_last_error(), "row 4 "), "%s", ibp_last_error());
 		free(g);
 		free(pay);
 		free(a);
