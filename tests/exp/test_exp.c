@@ -23,14 +23,6 @@ static size_t esize_of(ibp_dtype_t dt)
 	return dt == IBP_DTYPE_F32 ? 4 : 2;
 }
 
-static double gauss(tu_rng_t *r)
-{
-	double u = tu_uniform(r), v = tu_uniform(r);
-	if (u < 1e-300)
-		u = 1e-300;
-	return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
-
 static void put_value(uint8_t *p, ibp_dtype_t dt, uint64_t i, float f)
 {
 	if (dt == IBP_DTYPE_F32) {
@@ -52,10 +44,10 @@ static void gen(tu_rng_t *r, dist_t d, ibp_dtype_t dt, double sigma, uint8_t *p,
 	for (uint64_t i = 0; i < n; i++) {
 		switch (d) {
 		case D_GAUSS:
-			put_value(p, dt, i, (float)(gauss(r) * sigma));
+			put_value(p, dt, i, (float)(tu_gauss(r) * sigma));
 			break;
 		case D_LOGNORMAL:
-			put_value(p, dt, i, (float)exp(gauss(r) * 2.0 - 3.0) * (tu_next(r) & 1 ? -1.0f : 1.0f));
+			put_value(p, dt, i, (float)exp(tu_gauss(r) * 2.0 - 3.0) * (tu_next(r) & 1 ? -1.0f : 1.0f));
 			break;
 		case D_UNIFORM_EXP: {
 			uint64_t v = tu_next(r);
@@ -66,7 +58,7 @@ static void gen(tu_rng_t *r, dist_t d, ibp_dtype_t dt, double sigma, uint8_t *p,
 			uint32_t u;
 			uint64_t pick = tu_below(r, 10);
 			if (pick < 4) {
-				put_value(p, dt, i, (float)(gauss(r) * sigma));
+				put_value(p, dt, i, (float)(tu_gauss(r) * sigma));
 				continue;
 			}
 			uint32_t rnd = (uint32_t)tu_next(r);

@@ -23,14 +23,6 @@ static size_t esize_of(ibp_dtype_t dt)
 	return dt == IBP_DTYPE_F32 ? 4 : 2;
 }
 
-static double gauss(tu_rng_t *r)
-{
-	double u = tu_uniform(r), v = tu_uniform(r);
-	if (u < 1e-300)
-		u = 1e-300;
-	return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
-
 static void put_value(uint8_t *p, ibp_dtype_t dt, uint64_t i, float f)
 {
 	if (dt == IBP_DTYPE_F32) {
@@ -52,7 +44,7 @@ static void gen(tu_rng_t *r, int kind, ibp_dtype_t dt, uint8_t *p, uint64_t n)
 		uint64_t pick = tu_below(r, 10);
 		uint32_t rnd = (uint32_t)tu_next(r), u;
 		if (kind == G_GAUSS || (kind == G_SPECIAL && pick < 4)) {
-			put_value(p, dt, i, (float)(gauss(r) * 0.02));
+			put_value(p, dt, i, (float)(tu_gauss(r) * 0.02));
 			continue;
 		}
 		if (kind == G_RANDOM) {

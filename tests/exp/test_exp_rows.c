@@ -21,14 +21,6 @@ static uint32_t esz(ibp_dtype_t dt)
 	return dt == IBP_DTYPE_F32 ? 4 : 2;
 }
 
-static double gauss(tu_rng_t *r)
-{
-	double u = tu_uniform(r), v = tu_uniform(r);
-	if (u < 1e-300)
-		u = 1e-300;
-	return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
-
 static void put(uint8_t *p, ibp_dtype_t dt, uint64_t i, float f)
 {
 	if (dt == IBP_DTYPE_F32) {
@@ -143,7 +135,7 @@ Test(exp_rows, gaussian_rows_compress)
 		const uint64_t d = 64, n = 512, R = d * esz(DTS[t]);
 		uint8_t *a = malloc(n * R);
 		for (uint64_t i = 0; i < n * d; i++)
-			put(a, DTS[t], i, (float)(0.05 * gauss(&r)));
+			put(a, DTS[t], i, (float)(0.05 * tu_gauss(&r)));
 		const uint64_t total = round_trip(DTS[t], a, n, d);
 		/* float32 216 + escapes of 256, float16 112 + of 128, bfloat16 88 + of 128 */
 		const double limit = DTS[t] == IBP_DTYPE_F32 ? 0.87 : DTS[t] == IBP_DTYPE_F16 ? 0.91 : 0.72;
@@ -287,7 +279,7 @@ Test(exp_rows, damaged_rows_refused)
 			const uint64_t R = d * esz(DTS[t]);
 			uint8_t a[256], enc[512], dec[256];
 			for (uint64_t i = 0; i < d; i++)
-				put(a, DTS[t], i, (float)(0.05 * gauss(&r)));
+				put(a, DTS[t], i, (float)(0.05 * tu_gauss(&r)));
 			put(a, DTS[t], 3, 1e4f); /* at least one escape */
 			uint8_t table[7];
 			ibpi_exprows_pick_table(a, DTS[t], d, 1, table);

@@ -1,4 +1,5 @@
 /* testutil.c - see testutil.h. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,14 @@ uint64_t tu_below(tu_rng_t *r, uint64_t n)
 double tu_uniform(tu_rng_t *r)
 {
 	return (double)(tu_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+double tu_gauss(tu_rng_t *r)
+{
+	double u = tu_uniform(r), v = tu_uniform(r);
+	if (u < 1e-300)
+		u = 1e-300;
+	return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
 }
 
 void tu_fill_random(tu_rng_t *r, void *buf, size_t n)

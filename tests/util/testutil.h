@@ -31,6 +31,8 @@ uint64_t tu_next(tu_rng_t *r);
 uint64_t tu_below(tu_rng_t *r, uint64_t n);
 /* Uniform double in [0, 1). */
 double tu_uniform(tu_rng_t *r);
+/* Standard normal (Box-Muller, one of the pair; u clamped away from 0). */
+double tu_gauss(tu_rng_t *r);
 void tu_fill_random(tu_rng_t *r, void *buf, size_t n);
 
 /* ---- rows ---- */
