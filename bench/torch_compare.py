@@ -135,10 +135,7 @@ def table_paths(cache, name):
     kind, n, d, dt, src, label = TABLES[name]
     base = os.path.join(cache, "%s_%dx%d_%s" % (name, n, d, label))
     codec = table_codec(name)
-    # exp-rows stores of the first row form (row offsets, 2026-12-01) do not
-    # open since rows sit in slots (2026-12-02): a new name, not a stale file
-    suffix = {"ibp": "", "exp-rows": ".exp-rows-slots"}.get(codec, "." + codec)
-    return base + ".npy", base + suffix + ".ibp"
+    return base + ".npy", base + ("" if codec == "ibp" else "." + codec) + ".ibp"
 
 
 def source_path(name):
