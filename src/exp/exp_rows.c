@@ -353,25 +353,12 @@ uint64_t ibpi_exprows_encode_slot(const ibpi_exprows_t *x, const void *row, uint
 	return ne;
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-/* with the popcnt instruction: this file's generic build calls libgcc's
- * software popcount (a fifth of a cached row's decode time) */
-__attribute__((target("popcnt"))) static uint64_t nesc_popcnt(const ibpi_exprows_t *x, const uint8_t *slot)
-{
-	return exprows_nesc(x, slot);
-}
-#endif
-
 ibp_status_t ibpi_exprows_decode_slot(const ibpi_exprows_t *x, int isa, const uint8_t *slot, const uint8_t *ovf,
 				      uint64_t ovf_len, void *dst)
 {
 	const uint8_t *esc;
-#if defined(__x86_64__) && defined(__GNUC__)
-	const uint64_t ne = isa > 0 ? nesc_popcnt(x, slot) : exprows_nesc(x, slot); /* AVX2 CPUs have popcnt */
-#else
-	const uint64_t ne = exprows_nesc(x, slot);
-#endif
-	if (ibpi_exprows_slot_escapes(x, slot, ovf, ovf_len, &esc, ne) != 0)
+	uint64_t ne;
+	if (ibpi_exprows_slot_escapes(x, slot, ovf, ovf_len, &esc, &ne) != 0)
 		return ibpi_fail(IBP_ERR_CORRUPT, "exp row: its %llu escapes at overflow byte %llu pass the overflow's "
 				"end (%llu bytes)", (ull)ne, (ull)ld64u(slot + x->fixed), (ull)ovf_len);
 	return ibpi_exprows_decode_split(x, isa, slot, esc, ne, dst);

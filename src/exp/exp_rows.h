@@ -101,18 +101,18 @@ static inline uint64_t ld64u(const uint8_t *p)
 	return v; /* little-endian hosts only (as the container) */
 }
 
-/* The escapes of the row in `slot` (ne of them, counted by the caller:
- * exprows_nesc) at *esc. -1 when they would pass the end of the overflow
- * area (ovf, ovf_len bytes). */
+/* The escapes of the row in `slot`: *ne of them at *esc. -1 when they
+ * would pass the end of the overflow area (ovf, ovf_len bytes). */
 static inline int ibpi_exprows_slot_escapes(const ibpi_exprows_t *x, const uint8_t *slot, const uint8_t *ovf,
-					    uint64_t ovf_len, const uint8_t **esc, uint64_t ne)
+					    uint64_t ovf_len, const uint8_t **esc, uint64_t *ne)
 {
-	if (ne <= x->K) {
+	*ne = exprows_nesc(x, slot);
+	if (*ne <= x->K) {
 		*esc = slot + x->fixed;
 		return 0;
 	}
 	const uint64_t o = ld64u(slot + x->fixed);
-	if (o > ovf_len || ne > ovf_len - o)
+	if (o > ovf_len || *ne > ovf_len - o)
 		return -1;
 	*esc = ovf + o;
 	return 0;
