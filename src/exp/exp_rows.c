@@ -143,10 +143,10 @@ uint64_t ibpi_exprows_encode(const ibpi_exprows_t *x, const void *row, uint8_t *
 
 /* ---- decoders ----------------------------------------------------------- */
 
-int ibpi_exprows_decode_portable(const ibpi_exprows_t *x, const uint8_t *src, const uint8_t *esc, uint64_t nesc,
-				 void *dst)
+int ibpi_exprows_decode_portable(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, void *dst)
 {
-	if (exprows_check(x, src, esc, nesc) != 0)
+	const uint8_t *esc;
+	if (exprows_check(x, src, len, &esc) != 0)
 		return -1;
 	const uint64_t d = x->d, P = x->P;
 	for (uint64_t i = 0; i < d; i++) {
@@ -214,8 +214,7 @@ static int avx512_agrees(void)
 				memcpy((uint8_t *)row + 2 * i, &bits, 2);
 		}
 		const uint64_t len = ibpi_exprows_encode(&x, row, enc);
-		if (ibpi_exprows_decode_portable(&x, enc, enc + x.fixed, len - x.fixed, a) != 0 ||
-		    ibpi_exprows_decode_avx512(&x, enc, enc + x.fixed, len - x.fixed, b) != 0 ||
+		if (ibpi_exprows_decode_portable(&x, enc, len, a) != 0 || ibpi_exprows_decode_avx512(&x, enc, len, b) != 0 ||
 		    memcmp(a, b, 128 * x.esize) != 0 || memcmp(a, row, 128 * x.esize) != 0)
 			v = -1;
 	}
@@ -242,31 +241,23 @@ int ibpi_exprows_isa(void)
 #endif
 }
 
-ibp_status_t ibpi_exprows_decode_split(const ibpi_exprows_t *x, int isa, const uint8_t *src, const uint8_t *esc,
-				       uint64_t nesc, void *dst)
+ibp_status_t ibpi_exprows_decode(const ibpi_exprows_t *x, int isa, const uint8_t *src, uint64_t len, void *dst)
 {
 	int r;
 	if (x->d % 64 != 0)
 		isa = 0; /* the vector decoders take whole 64-element words */
 #if defined(__x86_64__) && defined(__GNUC__)
 	if (isa == 2)
-		r = ibpi_exprows_decode_avx512(x, src, esc, nesc, dst);
+		r = ibpi_exprows_decode_avx512(x, src, len, dst);
 	else if (isa == 1)
-		r = ibpi_exprows_decode_avx2(x, src, esc, nesc, dst);
+		r = ibpi_exprows_decode_avx2(x, src, len, dst);
 	else
 #endif
-		r = ibpi_exprows_decode_portable(x, src, esc, nesc, dst);
+		r = ibpi_exprows_decode_portable(x, src, len, dst);
 	(void)isa;
 	if (r == 0)
 		return IBP_OK;
-	return ibpi_exprows_why_split(x, src, esc, nesc);
-}
-
-ibp_status_t ibpi_exprows_decode(const ibpi_exprows_t *x, int isa, const uint8_t *src, uint64_t len, void *dst)
-{
-	if (len < x->fixed)
-		return ibpi_exprows_why(x, src, len);
-	return ibpi_exprows_decode_split(x, isa, src, src + x->fixed, len - x->fixed, dst);
+	return ibpi_exprows_why(x, src, len);
 }
 
 ibp_status_t ibpi_exprows_why(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len)
@@ -274,11 +265,6 @@ ibp_status_t ibpi_exprows_why(const ibpi_exprows_t *x, const uint8_t *src, uint6
 	if (len < x->fixed)
 		return ibpi_fail(IBP_ERR_CORRUPT, "exp row of %llu bytes, shorter than its fixed part of %llu",
 				(ull)len, (ull)x->fixed);
-	return ibpi_exprows_why_split(x, src, src + x->fixed, len - x->fixed);
-}
-
-ibp_status_t ibpi_exprows_why_split(const ibpi_exprows_t *x, const uint8_t *src, const uint8_t *esc, uint64_t nesc)
-{
 	const uint64_t P = x->P, pad = x->P * 8 - x->d;
 	const unsigned nplanes = x->dt == IBP_DTYPE_F16 ? 6 : 3;
 	if (pad)
@@ -286,80 +272,12 @@ ibp_status_t ibpi_exprows_why_split(const ibpi_exprows_t *x, const uint8_t *src,
 			if (src[k * P + P - 1] >> (8 - pad))
 				return ibpi_fail(IBP_ERR_CORRUPT, "exp row: padding bits of plane %u set", k);
 	const uint64_t ne = exprows_nesc(x, src);
-	if (nesc != ne)
-		return ibpi_fail(IBP_ERR_CORRUPT, "exp row of %llu bytes: its %llu escapes make it %llu",
-				(ull)(x->fixed + nesc), (ull)ne, (ull)(x->fixed + ne));
+	if (len != x->fixed + ne)
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp row of %llu bytes: its %llu escapes make it %llu", (ull)len,
+				(ull)ne, (ull)(x->fixed + ne));
 	for (uint64_t i = 0; i < ne; i++)
-		if (esc[i] > x->field_max)
+		if (src[x->fixed + i] > x->field_max)
 			return ibpi_fail(IBP_ERR_CORRUPT, "exp row: escape %llu is %u, not a %s exponent field", (ull)i,
-					(unsigned)esc[i], ibp_dtype_name(x->dt));
+					(unsigned)src[x->fixed + i], ibp_dtype_name(x->dt));
 	return ibpi_fail(IBP_ERR_CORRUPT, "exp row: does not decode");
-}
-
-/* ---- the slot form ------------------------------------------------------- */
-
-static uint64_t slot_k_max(const ibpi_exprows_t *x)
-{
-	return x->d > 8 ? x->d : 8;
-}
-
-ibp_status_t ibpi_exprows_set_slot(ibpi_exprows_t *x, uint64_t K, int stored)
-{
-	if (K < 8 || K > slot_k_max(x))
-		return ibpi_fail(stored ? IBP_ERR_CORRUPT : IBP_ERR_INVALID_ARG,
-				"exp rows: %llu escape bytes a slot, not in [8, %llu] for rows of %llu elements", (ull)K,
-				(ull)slot_k_max(x), (ull)x->d);
-	x->K = K;
-	x->slot = x->fixed + K;
-	return IBP_OK;
-}
-
-uint64_t ibpi_exprows_pick_slot(const ibpi_exprows_t *x, const uint64_t *hist)
-{
-	/* size(K) = rows * (fixed + K) + the escapes of rows with more than
-	 * K; from K to K + 1 it changes by rows - 2 * (rows with more than K)
-	 * ... computed directly: d is small (a row's elements) */
-	const uint64_t kmax = slot_k_max(x);
-	uint64_t rows = 0, over = 0, over_esc = 0; /* rows with ne > K, their escapes */
-	for (uint64_t e = 0; e <= x->d; e++)
-		rows += hist[e];
-	for (uint64_t e = 9; e <= x->d; e++)
-		over += hist[e], over_esc += hist[e] * e;
-	uint64_t best = 8, best_size = rows * 8 + over_esc;
-	for (uint64_t K = 9; K <= kmax; K++) {
-		if (K <= x->d)
-			over -= hist[K], over_esc -= hist[K] * K;
-		const uint64_t size = rows * K + over_esc;
-		if (size < best_size)
-			best = K, best_size = size;
-	}
-	(void)over;
-	return best;
-}
-
-uint64_t ibpi_exprows_encode_slot(const ibpi_exprows_t *x, const void *row, uint8_t *slot, uint8_t *tmp,
-				  uint8_t *ovf, uint64_t ovf_off)
-{
-	const uint64_t len = ibpi_exprows_encode(x, row, tmp), ne = len - x->fixed;
-	memcpy(slot, tmp, (size_t)x->fixed);
-	memset(slot + x->fixed, 0, (size_t)x->K);
-	if (ne <= x->K) {
-		memcpy(slot + x->fixed, tmp + x->fixed, (size_t)ne);
-	} else {
-		for (unsigned b = 0; b < 8; b++)
-			slot[x->fixed + b] = (uint8_t)(ovf_off >> (8 * b));
-		memcpy(ovf + ovf_off, tmp + x->fixed, (size_t)ne);
-	}
-	return ne;
-}
-
-ibp_status_t ibpi_exprows_decode_slot(const ibpi_exprows_t *x, int isa, const uint8_t *slot, const uint8_t *ovf,
-				      uint64_t ovf_len, void *dst)
-{
-	const uint8_t *esc;
-	uint64_t ne;
-	if (ibpi_exprows_slot_escapes(x, slot, ovf, ovf_len, &esc, &ne) != 0)
-		return ibpi_fail(IBP_ERR_CORRUPT, "exp row: its %llu escapes at overflow byte %llu pass the overflow's "
-				"end (%llu bytes)", (ull)ne, (ull)ld64u(slot + x->fixed), (ull)ovf_len);
-	return ibpi_exprows_decode_split(x, isa, slot, esc, ne, dst);
 }

@@ -67,11 +67,12 @@ static inline void patch_escapes(const uint8_t *src, uint64_t P, uint64_t w, con
 	}
 }
 
-int ibpi_exprows_decode_avx2(const ibpi_exprows_t *x, const uint8_t *src, const uint8_t *esc, uint64_t nesc, void *dst)
+int ibpi_exprows_decode_avx2(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, void *dst)
 {
 	if (x->d % 64 != 0)
 		return -1; /* ibpi_exprows_decode sends such rows to the portable decoder */
-	if (exprows_check(x, src, esc, nesc) != 0)
+	const uint8_t *esc;
+	if (exprows_check(x, src, len, &esc) != 0)
 		return -1;
 	const uint64_t P = x->P, nw = x->d / 64;
 	/* from the struct, not a copy on the stack: a 16-byte load of two

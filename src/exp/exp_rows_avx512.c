@@ -34,11 +34,12 @@ T512 static inline __m512i fields64(const uint8_t *src, uint64_t P, uint64_t w, 
 	return f;
 }
 
-T512 int ibpi_exprows_decode_avx512(const ibpi_exprows_t *x, const uint8_t *src, const uint8_t *esc, uint64_t nesc, void *dst)
+T512 int ibpi_exprows_decode_avx512(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, void *dst)
 {
 	if (x->d % 64 != 0)
 		return -1; /* ibpi_exprows_decode sends such rows to the portable decoder */
-	if (exprows_check(x, src, esc, nesc) != 0)
+	const uint8_t *esc;
+	if (exprows_check(x, src, len, &esc) != 0)
 		return -1;
 	const uint64_t P = x->P, nw = x->d / 64;
 	/* codes are 0..7: only the table's first 8 bytes are indexed */

@@ -42,12 +42,13 @@ static inline uint64_t exprows_nesc(const ibpi_exprows_t *x, const uint8_t *src)
 	return n;
 }
 
-/* 0 when the row whose fixed part is at src and whose escapes are the
- * nesc bytes at esc is well formed: nesc is its number of escapes, plane
- * padding bits are clear, float16 escapes are fields. -1 otherwise
- * (ibpi_exprows_why_split says why). */
-static inline int exprows_check(const ibpi_exprows_t *x, const uint8_t *src, const uint8_t *esc, uint64_t nesc)
+/* 0 when the row at src (len bytes) is well formed: len is its length,
+ * plane padding bits are clear, float16 escapes are fields; *esc then
+ * points at its escapes. -1 otherwise (ibpi_exprows_why says why). */
+static inline int exprows_check(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, const uint8_t **esc)
 {
+	if (len < x->fixed)
+		return -1;
 	const uint64_t P = x->P;
 	const unsigned pad = (unsigned)(P * 8 - x->d);
 	if (pad) {
@@ -59,12 +60,13 @@ static inline int exprows_check(const ibpi_exprows_t *x, const uint8_t *src, con
 			return -1;
 	}
 	const uint64_t ne = exprows_nesc(x, src);
-	if (nesc != ne)
+	if (len != x->fixed + ne)
 		return -1;
+	*esc = src + x->fixed;
 	if (x->field_max < 255) {
 		unsigned any = 0;
 		for (uint64_t i = 0; i < ne; i++)
-			any |= esc[i];
+			any |= (*esc)[i];
 		if (any > x->field_max)
 			return -1;
 	}

@@ -23,20 +23,13 @@ typedef struct ibpi_exprows {
 	uint8_t table[16]; /* the seven fields; table[7..15] = 0 (the decoders load all 16) */
 	uint8_t code[256]; /* field -> code 0..6, or 7 (escape) */
 	uint32_t field_max; /* largest exponent field of the dtype (31 or 255) */
-	uint64_t K;     /* slot form: escape bytes in a row's slot (0: not set) */
-	uint64_t slot;  /* fixed + K */
 } ibpi_exprows_t;
 
-/* The decoders by build (ibpi_exprows_decode_split dispatches): the
- * row's fixed part at src (x->fixed bytes), its escapes the nesc bytes at
- * esc. Each returns 0 or -1 (invalid; no detail set). The AVX2 and
- * AVX-512 ones take rows of a multiple of 64 elements only (-1 for
- * others). */
-int ibpi_exprows_decode_portable(const ibpi_exprows_t *x, const uint8_t *src, const uint8_t *esc, uint64_t nesc,
-				 void *dst);
-int ibpi_exprows_decode_avx2(const ibpi_exprows_t *x, const uint8_t *src, const uint8_t *esc, uint64_t nesc,
-			     void *dst);
-int ibpi_exprows_decode_avx512(const ibpi_exprows_t *x, const uint8_t *src, const uint8_t *esc, uint64_t nesc,
-			       void *dst);
+/* The decoders by build (ibpi_exprows_decode dispatches); each returns 0
+ * or -1 (invalid; no detail set). The AVX2 and AVX-512 ones take rows of
+ * a multiple of 64 elements only (-1 for others). */
+int ibpi_exprows_decode_portable(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, void *dst);
+int ibpi_exprows_decode_avx2(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, void *dst);
+int ibpi_exprows_decode_avx512(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, void *dst);
 
 #endif /* IBP_EXP_ROWS_LAYOUT_H */

@@ -413,8 +413,8 @@ typedef struct bag_job {
 	const ibp_store_t *store; /* IBP rows of a store: decoded in chunks by its gather; else NULL */
 	/* exp rows (codec 4): decoded one by one straight where they are pooled */
 	const ibpi_exprows_t *xr;
-	const uint8_t *xpay, *xovf; /* the slots, the overflow area */
-	uint64_t xovf_len;
+	const uint64_t *xoff;
+	const uint8_t *xpay;
 	int xisa;
 	ibp_dtype_t dt;
 	uint64_t R, dim, block_rows;
@@ -446,22 +446,25 @@ static inline int64_t id_at(const bag_job_t *j, uint64_t k)
 
 /* Exp rows: the row at position i decoded into dst (the bag's output row
  * for its first float32 row, else the thread's row), with the gather's
- * look-ahead inside the part: the lines of the slot XR_AHEAD positions
- * on. One row at a time: a row decodes in about 15 ns, so the chunk round
- * trip of IBP rows (decode 64 KiB, then pool from L2) is not needed. */
+ * look-ahead inside the part: the offset 2 * XR_AHEAD positions on, the
+ * row's lines XR_AHEAD on. One row at a time: a row decodes in about
+ * 15 ns, so the chunk round trip of IBP rows (decode 64 KiB, then pool
+ * from L2) is not needed. */
 #define XR_AHEAD 8u
 #define XR_LINES 16u
 static const uint8_t *xr_row(const bag_job_t *j, uint64_t i, uint64_t end, uint8_t *dst, ibp_status_t *st)
 {
-	const uint64_t S = j->xr->slot;
+	if (i + 2 * XR_AHEAD < end)
+		__builtin_prefetch(&j->xoff[id_at(j, i + 2 * XR_AHEAD)]);
 	if (i + XR_AHEAD < end) {
-		const uint8_t *p = j->xpay + (uint64_t)id_at(j, i + XR_AHEAD) * S, *q = p + S;
+		const uint64_t r = (uint64_t)id_at(j, i + XR_AHEAD);
+		const uint8_t *p = j->xpay + j->xoff[r], *q = j->xpay + j->xoff[r + 1];
 		const uint8_t *line = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)63);
 		for (unsigned k = 0; k < XR_LINES && line < q; k++, line += 64)
 			__builtin_prefetch(line);
 	}
 	const uint64_t r = (uint64_t)id_at(j, i);
-	*st = ibpi_exprows_decode_slot(j->xr, j->xisa, j->xpay + r * S, j->xovf, j->xovf_len, dst);
+	*st = ibpi_exprows_decode(j->xr, j->xisa, j->xpay + j->xoff[r], j->xoff[r + 1] - j->xoff[r], dst);
 	return *st == IBP_OK ? dst : NULL;
 }
 
@@ -857,10 +860,8 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 	j->block_codec = ibp_container_codec_id(c) == IBP_CODEC_EXP || ibp_container_codec_id(c) == IBP_CODEC_FP8;
 	j->xr = ibpi_container_exprows(c);
 	if (j->xr) {
-		uint64_t plen = 0;
-		j->xpay = ibp_container_payload(c, &plen);
-		j->xovf = j->xpay + ibp_container_nrows(c) * j->xr->slot; /* checked at open: <= plen */
-		j->xovf_len = plen - ibp_container_nrows(c) * j->xr->slot;
+		j->xoff = ibp_container_offsets(c);
+		j->xpay = ibp_container_payload(c, NULL);
 		j->xisa = ibpi_exprows_isa();
 	}
 	j->store = j->block_codec || j->xr ? NULL : s; /* IBP rows in chunks (chunk_row) */

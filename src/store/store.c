@@ -108,10 +108,10 @@ struct ibp_store {
 	const uint8_t *pay_end; /* end of the payload (the staged copies stop there) */
 	const ibp_rowmap_t *map; /* IBP: the container's row map, or NULL (walk the index) */
 
-	/* exp rows (codec 4): the row form, the slots and the overflow area */
+	/* exp rows (codec 4): the row form, the row offsets and the payload */
 	const ibpi_exprows_t *xr;
-	const uint8_t *xpay, *xovf;
-	uint64_t xovf_len;
+	const uint64_t *xoff;
+	const uint8_t *xpay;
 	int xisa; /* the decoder's build (ibpi_exprows_isa at open) */
 
 	/* exp and fp8 (block codecs): nblk blocks of block_rows rows */
@@ -527,23 +527,30 @@ static uint64_t decode_rows_ibp(const ibp_store_t *s, const int64_t *ids, uint8_
 	return e;
 }
 
-/* Exp rows: positions [b, e), each row decoded straight into place, the
- * lines of the row's slot pf positions ahead prefetched (at most PF_LINES
- * of them: the decoder reads every byte of the slot's fixed part). */
+/* Exp rows: positions [b, e), each row decoded straight into place. Two
+ * steps ahead: the offsets of the row 2 * pf positions on, then the lines
+ * of the row pf positions on (its offsets are in cache by then), at most
+ * PF_LINES of them: the decoder reads every byte of a row. */
 static uint64_t decode_rows_xr(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b, uint64_t e,
 			       ibp_status_t *st)
 {
+	const uint64_t *off = s->xoff;
 	const uint8_t *pay = s->xpay;
-	const uint64_t R = s->R, S = s->xr->slot, d = ids ? s->pf : 0;
+	const uint64_t R = s->R, d = ids ? s->pf : 0;
 	for (uint64_t i = b; i < e; i++) {
-		if (d && i + d < e) {
-			const uint8_t *p = pay + (uint64_t)ids[i + d] * S, *q = p + S;
-			const uint8_t *line = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)63);
-			for (unsigned k = 0; k < PF_LINES && line < q; k++, line += 64)
-				__builtin_prefetch(line);
+		if (d) {
+			if (i + 2 * d < e)
+				__builtin_prefetch(&off[ids[i + 2 * d]]);
+			if (i + d < e) {
+				const uint64_t r = (uint64_t)ids[i + d];
+				const uint8_t *p = pay + off[r], *q = pay + off[r + 1];
+				const uint8_t *line = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)63);
+				for (unsigned k = 0; k < PF_LINES && line < q; k++, line += 64)
+					__builtin_prefetch(line);
+			}
 		}
 		const uint64_t row = ids ? (uint64_t)ids[i] : i;
-		*st = ibpi_exprows_decode_slot(s->xr, s->xisa, pay + row * S, s->xovf, s->xovf_len, out + i * R);
+		*st = ibpi_exprows_decode(s->xr, s->xisa, pay + off[row], off[row + 1] - off[row], out + i * R);
 		if (*st != IBP_OK)
 			return i;
 	}
@@ -800,10 +807,8 @@ ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 	s->block_codec = ibp_container_codec_id(c) == IBP_CODEC_EXP || ibp_container_codec_id(c) == IBP_CODEC_FP8;
 	s->xr = ibpi_container_exprows(c);
 	if (s->xr) {
-		uint64_t plen = 0;
-		s->xpay = ibp_container_payload(c, &plen);
-		s->xovf = s->xpay + ibp_container_nrows(c) * s->xr->slot; /* checked at open: <= plen */
-		s->xovf_len = plen - ibp_container_nrows(c) * s->xr->slot;
+		s->xoff = ibp_container_offsets(c);
+		s->xpay = ibp_container_payload(c, NULL);
 		s->xisa = ibpi_exprows_isa();
 	} else if (!s->block_codec) {
 		s->map = store_rowmap(c);
