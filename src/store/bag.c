@@ -174,6 +174,20 @@ BAG_BODY void k_first16(ibp_dtype_t dt, float *restrict a, const uint16_t *restr
 		a[i] = 0.0f + widen1(dt, h[i]);
 }
 
+/* a = max(a, widen(h)) as k_max: a NaN row value leaves a as it is */
+BAG_BODY void k_max16(ibp_dtype_t dt, float *restrict a, const uint16_t *restrict h, uint64_t d)
+{
+	for (uint64_t i = 0; i < d; i++) {
+		const float w = widen1(dt, h[i]);
+		a[i] = w > a[i] ? w : a[i];
+	}
+}
+
+static void max_f16_portable(float *restrict a, const uint16_t *restrict h, uint64_t d)
+{
+	k_max16(IBP_DTYPE_F16, a, h, d);
+}
+
 static void narrow_f16_portable(uint16_t *restrict h, const float *restrict a, uint64_t d)
 {
 	k_narrow16(IBP_DTYPE_F16, h, a, d);
@@ -292,6 +306,18 @@ __attribute__((target("avx2,f16c"))) static void first_f16_f16c(float *restrict 
 	first_f16_portable(a + i, h + i, d - i);
 }
 
+/* maxps(r, a) is r > a ? r : a, k_max's choice, NaNs included */
+__attribute__((target("avx2,f16c"))) static void max_f16_f16c(float *restrict a, const uint16_t *restrict h,
+							       uint64_t d)
+{
+	uint64_t i = 0;
+	for (; i + 8 <= d; i += 8) {
+		const __m256 r = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + i)));
+		_mm256_storeu_ps(a + i, _mm256_max_ps(r, _mm256_loadu_ps(a + i)));
+	}
+	max_f16_portable(a + i, h + i, d - i);
+}
+
 /* F16C: 8 halves per instruction, the same bits as the portable loop (a
  * test widens all 65,536 values both ways: test_bag) */
 __attribute__((target("avx2,f16c"))) static void widen_f16_f16c(float *restrict a, const uint16_t *restrict h,
@@ -321,10 +347,12 @@ typedef struct bag_kernels {
 	void (*mean_f16)(uint16_t *restrict, const float *restrict, float, uint64_t);
 	void (*add_f16)(float *restrict, const uint16_t *restrict, uint64_t);
 	void (*first_f16)(float *restrict, const uint16_t *restrict, uint64_t);
+	void (*max_f16)(float *restrict, const uint16_t *restrict, uint64_t);
 	void (*narrow_bf16)(uint16_t *restrict, const float *restrict, uint64_t);
 	void (*mean_bf16)(uint16_t *restrict, const float *restrict, float, uint64_t);
 	void (*add_bf16)(float *restrict, const uint16_t *restrict, uint64_t);
 	void (*first_bf16)(float *restrict, const uint16_t *restrict, uint64_t);
+	void (*max_bf16)(float *restrict, const uint16_t *restrict, uint64_t);
 } bag_kernels_t;
 
 #define BAG_VARIANT(SFX, ATTR, WF16, F16, BF16)                                                                      \
@@ -363,18 +391,22 @@ typedef struct bag_kernels {
 	{                                                                                               \
 		k_first16(IBP_DTYPE_BF16, a, h, d);                                                     \
 	}                                                                                               \
+	ATTR static void max_bf16_##SFX(float *restrict a, const uint16_t *restrict h, uint64_t d)          \
+	{                                                                                               \
+		k_max16(IBP_DTYPE_BF16, a, h, d);                                                       \
+	}                                                                                               \
 	static const bag_kernels_t kernels_##SFX = { add_##SFX,   fma_##SFX,     max_##SFX,  first_##SFX,   \
 						     first_w_##SFX, axpy_##SFX, first_axpy_##SFX, div_##SFX, \
 						     widen_bf16_##SFX, WF16, F16, BF16, add_bf16_##SFX,    \
-						     first_bf16_##SFX };
+						     first_bf16_##SFX, max_bf16_##SFX };
 
-#define F16_PORTABLE narrow_f16_portable, mean_f16_portable, add_f16_portable, first_f16_portable
+#define F16_PORTABLE narrow_f16_portable, mean_f16_portable, add_f16_portable, first_f16_portable, max_f16_portable
 #define BF16_PORTABLE narrow_bf16_portable, mean_bf16_portable
 BAG_VARIANT(portable, , widen_f16_portable, F16_PORTABLE, BF16_PORTABLE)
 #if defined(__x86_64__) && defined(__GNUC__)
 #define BF16_AVX2 narrow_bf16_avx2, mean_bf16_avx2
 BAG_VARIANT(avx2, __attribute__((target("avx2,fma"))), widen_f16_portable, F16_PORTABLE, BF16_AVX2)
-#define F16_F16C narrow_f16_f16c, mean_f16_f16c, add_f16_f16c, first_f16_f16c
+#define F16_F16C narrow_f16_f16c, mean_f16_f16c, add_f16_f16c, first_f16_f16c, max_f16_f16c
 BAG_VARIANT(avx2f16c, __attribute__((target("avx2,fma,f16c"))), widen_f16_f16c, F16_F16C, BF16_AVX2)
 #endif
 
@@ -401,6 +433,7 @@ typedef struct bag_tls {
 	uint8_t *chunk; /* IBP rows of a store: the rows of positions c0 .. c1-1 (cap at most) */
 	int64_t *cids;  /* int32 ids widened for the chunk's gather */
 	uint64_t c0, c1, cap;
+	ibpi_xr_ahead_t xa; /* exp rows: the part's rows ahead (reset per part) */
 } bag_tls_t;
 
 typedef struct bag_job {
@@ -416,6 +449,7 @@ typedef struct bag_job {
 	const uint64_t *xoff;
 	const uint8_t *xpay;
 	int xisa;
+	uint64_t xahead; /* exp rows: burst size of the look-ahead (the store's), 0 = none */
 	ibp_dtype_t dt;
 	uint64_t R, dim, block_rows;
 	ibp_bag_mode_t mode;
@@ -445,24 +479,15 @@ static inline int64_t id_at(const bag_job_t *j, uint64_t k)
 }
 
 /* Exp rows: the row at position i decoded into dst (the bag's output row
- * for its first float32 row, else the thread's row), with the gather's
- * look-ahead inside the part: the offset 2 * XR_AHEAD positions on, the
- * row's lines XR_AHEAD on. One row at a time: a row decodes in about
- * 15 ns, so the chunk round trip of IBP rows (decode 64 KiB, then pool
- * from L2) is not needed. */
-#define XR_AHEAD 8u
-#define XR_LINES 16u
-static const uint8_t *xr_row(const bag_job_t *j, uint64_t i, uint64_t end, uint8_t *dst, ibp_status_t *st)
+ * for its first float32 row, else the thread's row), the rows ahead inside
+ * the part prefetched in bursts as the gather does (ibpi_xr_ahead; a row
+ * decodes in about 15-25 ns, so the chunk round trip of IBP rows, decode
+ * 64 KiB then pool from L2, is not needed). */
+static const uint8_t *xr_row(const bag_job_t *j, bag_tls_t *t, uint64_t i, uint64_t end, uint8_t *dst,
+			     ibp_status_t *st)
 {
-	if (i + 2 * XR_AHEAD < end)
-		__builtin_prefetch(&j->xoff[id_at(j, i + 2 * XR_AHEAD)]);
-	if (i + XR_AHEAD < end) {
-		const uint64_t r = (uint64_t)id_at(j, i + XR_AHEAD);
-		const uint8_t *p = j->xpay + j->xoff[r], *q = j->xpay + j->xoff[r + 1];
-		const uint8_t *line = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)63);
-		for (unsigned k = 0; k < XR_LINES && line < q; k++, line += 64)
-			__builtin_prefetch(line);
-	}
+	if (j->xahead)
+		ibpi_xr_ahead(&t->xa, j->xahead, j->xoff, j->xpay, j->ids64, j->ids32, i, end);
 	const uint64_t r = (uint64_t)id_at(j, i);
 	*st = ibpi_exprows_decode(j->xr, j->xisa, j->xpay + j->xoff[r], j->xoff[r + 1] - j->xoff[r], dst);
 	return *st == IBP_OK ? dst : NULL;
@@ -564,14 +589,14 @@ static ibp_status_t pool_bag(const bag_job_t *j, bag_tls_t *t, uint64_t end, uin
 			/* a plain-array row is decoded straight into the bag's output
 			 * row when it is the first; chunk and block rows are read where
 			 * they are (the first-row kernels take r == acc or not) */
-			const uint8_t *p = j->xr ? xr_row(j, i, end, cnt ? t->row : o, &st)
+			const uint8_t *p = j->xr ? xr_row(j, t, i, end, cnt ? t->row : o, &st)
 					   : j->store ? chunk_row(j, t, i, end, &st)
 						      : row_at(j, t, (uint64_t)id, cnt ? t->row : o, &st);
 			if (!p)
 				return st;
 			r = (const float *)p;
 		} else {
-			const uint8_t *p = j->xr ? xr_row(j, i, end, t->row, &st)
+			const uint8_t *p = j->xr ? xr_row(j, t, i, end, t->row, &st)
 					   : j->store ? chunk_row(j, t, i, end, &st)
 						      : row_at(j, t, (uint64_t)id, t->row, &st);
 			if (!p)
@@ -584,6 +609,16 @@ static ibp_status_t pool_bag(const bag_job_t *j, bag_tls_t *t, uint64_t end, uin
 					(f16 ? k->first_f16 : k->first_bf16)(acc, h, j->dim);
 				else
 					(f16 ? k->add_f16 : k->add_bf16)(acc, h, j->dim);
+				cnt++;
+				continue;
+			}
+			if (j->mode == IBP_BAG_MAX) {
+				/* widened into the accumulator (the first row) or folded in as widened */
+				const uint16_t *h = (const uint16_t *)(const void *)p;
+				if (cnt == 0)
+					widen(j, p, acc);
+				else
+					(j->dt == IBP_DTYPE_F16 ? k->max_f16 : k->max_bf16)(acc, h, j->dim);
 				cnt++;
 				continue;
 			}
@@ -637,6 +672,7 @@ static void run_part(void *ctx, int tid)
 		if (p >= j->nparts)
 			return;
 		const uint64_t end = (uint64_t)j->offsets[j->part[p + 1]]; /* the part's last id position + 1 */
+		t->xa = (ibpi_xr_ahead_t){ 0, 0, 0 };
 		for (uint64_t b = j->part[p]; b < j->part[p + 1]; b++) {
 			if (__atomic_load_n(&j->failed, __ATOMIC_RELAXED))
 				return;
@@ -863,6 +899,7 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 		j->xoff = ibp_container_offsets(c);
 		j->xpay = ibp_container_payload(c, NULL);
 		j->xisa = ibpi_exprows_isa();
+		j->xahead = ibpi_store_ahead(s);
 	}
 	j->store = j->block_codec || j->xr ? NULL : s; /* IBP rows in chunks (chunk_row) */
 	if (j->block_codec)

@@ -527,28 +527,18 @@ static uint64_t decode_rows_ibp(const ibp_store_t *s, const int64_t *ids, uint8_
 	return e;
 }
 
-/* Exp rows: positions [b, e), each row decoded straight into place. Two
- * steps ahead: the offsets of the row 2 * pf positions on, then the lines
- * of the row pf positions on (its offsets are in cache by then), at most
- * PF_LINES of them: the decoder reads every byte of a row. */
+/* Exp rows: positions [b, e), each row decoded straight into place, the
+ * rows ahead prefetched in bursts of s->pf positions (ibpi_xr_ahead). */
 static uint64_t decode_rows_xr(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b, uint64_t e,
 			       ibp_status_t *st)
 {
 	const uint64_t *off = s->xoff;
 	const uint8_t *pay = s->xpay;
 	const uint64_t R = s->R, d = ids ? s->pf : 0;
+	ibpi_xr_ahead_t a = { 0, 0, 0 };
 	for (uint64_t i = b; i < e; i++) {
-		if (d) {
-			if (i + 2 * d < e)
-				__builtin_prefetch(&off[ids[i + 2 * d]]);
-			if (i + d < e) {
-				const uint64_t r = (uint64_t)ids[i + d];
-				const uint8_t *p = pay + off[r], *q = pay + off[r + 1];
-				const uint8_t *line = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)63);
-				for (unsigned k = 0; k < PF_LINES && line < q; k++, line += 64)
-					__builtin_prefetch(line);
-			}
-		}
+		if (d)
+			ibpi_xr_ahead(&a, d, off, pay, ids, NULL, i, e);
 		const uint64_t row = ids ? (uint64_t)ids[i] : i;
 		*st = ibpi_exprows_decode(s->xr, s->xisa, pay + off[row], off[row + 1] - off[row], out + i * R);
 		if (*st != IBP_OK)
@@ -589,6 +579,11 @@ static uint64_t decode_range(const ibp_store_t *s, const int64_t *ids, int block
 	}
 	*st = IBP_OK;
 	return e;
+}
+
+uint64_t ibpi_store_ahead(const ibp_store_t *s)
+{
+	return s->pf;
 }
 
 uint64_t ibpi_store_decode_rows(const ibp_store_t *s, const int64_t *ids, uint64_t n, uint8_t *out,
