@@ -434,7 +434,7 @@ typedef struct bag_tls {
 	int64_t *cids;  /* int32 ids widened for the chunk's gather */
 	uint64_t c0, c1, cap;
 	ibpi_xr_ahead_t xa; /* exp rows: the part's rows ahead (reset per part) */
-} bag_tls_t;
+} __attribute__((aligned(64))) bag_tls_t; /* a line of its own: written per row or batch by its thread alone */
 
 typedef struct bag_job {
 	const ibp_container_t *c; /* or NULL: rows from the arrays of `rows` */
@@ -773,9 +773,12 @@ static bag_job_t *new_job(ibp_bag_mode_t mode, unsigned flags, const void *ids, 
 			  const int64_t *offsets, const float *weights, int64_t padding_idx, void *out,
 			  ibp_dtype_t dt, uint64_t R, uint64_t nrows)
 {
-	bag_job_t *j = calloc(1, sizeof(*j));
+	/* 64-byte aligned: each thread's bag_tls_t in lines of its own, which
+	 * its thread alone writes (per chunk, block or batch of rows) */
+	bag_job_t *j = aligned_alloc(64, sizeof(*j));
 	if (!j)
 		return NULL;
+	memset(j, 0, sizeof(*j));
 	j->k = pick_kernels();
 	j->nrows = nrows;
 	j->dt = dt;
