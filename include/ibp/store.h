@@ -84,8 +84,10 @@ void ibp_store_close(ibp_store_t *s);
  * looks rows up and prefetches their payload ahead of decoding them: IBP
  * rows in batches (4 rows when the mean encoded row is at most 160 bytes,
  * else 64; IBP_GATHER_BATCH=N in the environment at open sets it, 1 to
- * 64), other rows 8 positions ahead (IBP_GATHER_PREFETCH=N at open sets
- * the distance, at most 64; 0 turns all look-ahead off). Ids of an IBP
+ * 64), exp-rows rows in bursts of 8 (the next 8 rows' payload, the 8
+ * after those their offsets), other rows 8 positions ahead
+ * (IBP_GATHER_PREFETCH=N at open sets the distance and the burst, at most
+ * 64; 0 turns all look-ahead off). Ids of an IBP
  * store whose rows are at most 4 KiB go in staged batches instead, except
  * runs of at least 64 consecutive ids (or a thread's whole share in
  * order):
