@@ -240,6 +240,18 @@ Test(bag, bfloat16_matches_reference, .init = make_tmpdir, .fini = remove_tmpdir
 	check_all(IBP_DTYPE_BF16, 0);
 }
 
+/* A store of `rows` x `dim` 16-bit values h (IBP rows, packed layout). */
+static ibp_store_t *open_raw16(const uint16_t *h, ibp_dtype_t dt, uint64_t rows, uint64_t dim, const char *name)
+{
+	char path[160];
+	snprintf(path, sizeof(path), "%s/%s.ibp", tmpdir, name);
+	uint64_t shape[2] = { rows, dim };
+	cr_assert_eq(ibp_pack(path, h, dt, 2, shape, NULL, IBP_LAYOUT_PACKED), IBP_OK, "%s", ibp_last_error());
+	ibp_store_t *s = NULL;
+	cr_assert_eq(ibp_store_open(path, 0, &s), IBP_OK, "%s", ibp_last_error());
+	return s;
+}
+
 /* Every 16-bit pattern (NaNs, infinities, subnormals, -0) through a bag of
  * one row, sum and max, with the vector widening (F16C for float16 where
  * the CPU has it) and with the portable kernels forced: the same bits as
@@ -260,12 +272,7 @@ Test(bag, every_16bit_value_widens_exactly, .init = make_tmpdir, .fini = remove_
 	uint16_t *got = xcalloc(R16 * D16 * 2), *want = xcalloc(R16 * D16 * 2);
 	const ibp_dtype_t dts[2] = { IBP_DTYPE_F16, IBP_DTYPE_BF16 };
 	for (int d = 0; d < 2; d++) {
-		char path[160];
-		snprintf(path, sizeof(path), "%s/all%d.ibp", tmpdir, d);
-		uint64_t shape[2] = { R16, D16 };
-		cr_assert_eq(ibp_pack(path, h, dts[d], 2, shape, NULL, IBP_LAYOUT_PACKED), IBP_OK, "%s", ibp_last_error());
-		ibp_store_t *s = NULL;
-		cr_assert_eq(ibp_store_open(path, 0, &s), IBP_OK, "%s", ibp_last_error());
+		ibp_store_t *s = open_raw16(h, dts[d], R16, D16, d ? "all1" : "all0");
 		for (int mode = 0; mode < 3; mode += 2) { /* sum, max */
 			for (int64_t b = 0; b < R16; b++)
 				for (int j = 0; j < D16; j++) {
@@ -316,12 +323,7 @@ Test(bag, max_of_two_16bit_rows_exactly, .init = make_tmpdir, .fini = remove_tmp
 	uint16_t *got = xcalloc(NB * D16 * 2), *want = xcalloc(NB * D16 * 2);
 	const ibp_dtype_t dts[2] = { IBP_DTYPE_F16, IBP_DTYPE_BF16 };
 	for (int d = 0; d < 2; d++) {
-		char path[160];
-		snprintf(path, sizeof(path), "%s/max%d.ibp", tmpdir, d);
-		uint64_t shape[2] = { R16, D16 };
-		cr_assert_eq(ibp_pack(path, h, dts[d], 2, shape, NULL, IBP_LAYOUT_PACKED), IBP_OK, "%s", ibp_last_error());
-		ibp_store_t *s = NULL;
-		cr_assert_eq(ibp_store_open(path, 0, &s), IBP_OK, "%s", ibp_last_error());
+		ibp_store_t *s = open_raw16(h, dts[d], R16, D16, d ? "max1" : "max0");
 		for (int64_t b = 0; b < NB; b++)
 			for (int j = 0; j < D16; j++) {
 				float a = widen1(dts[d], h[ids[2 * b] * D16 + j]);
@@ -382,12 +384,7 @@ Test(bag, float16_sums_round_exactly, .init = make_tmpdir, .fini = remove_tmpdir
 				ids[n++] = (int64_t)((x >> (k * 5)) % RH);
 		}
 		off[NB] = (int64_t)n;
-		char path[160];
-		snprintf(path, sizeof(path), "%s/sums%d.ibp", tmpdir, d);
-		uint64_t shape[2] = { RH, DH };
-		cr_assert_eq(ibp_pack(path, h, dt, 2, shape, NULL, IBP_LAYOUT_PACKED), IBP_OK, "%s", ibp_last_error());
-		ibp_store_t *s = NULL;
-		cr_assert_eq(ibp_store_open(path, 0, &s), IBP_OK, "%s", ibp_last_error());
+		ibp_store_t *s = open_raw16(h, dt, RH, DH, d ? "sums1" : "sums0");
 		for (int mode = 0; mode < 2; mode++) { /* sum, mean */
 			for (uint64_t b = 0; b < NB; b++) {
 				float acc[DH] = { 0 };
