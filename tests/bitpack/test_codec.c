@@ -1592,6 +1592,8 @@ static void ms_case(unsigned C, uint64_t R, const uint16_t mk[4], unsigned has, 
 		ibp_codec_t *c;
 		cr_assert_eq(ibp_codec_create(R, C, 1, m, b, &c), IBP_OK);
 		const ibp_vbmi_t *v = c->cl[0].vbmi;
+		if (!have_avx512())
+			has = 0; /* no VBMI plan: the rows still go through every other implementation */
 		cr_assert_eq(v && v->nvgm > 0, (has & HAS_VGM) != 0, "C=%u R=%llu: multishift groups", C,
 			     (unsigned long long)R);
 		if (has & HAS_VGM)
@@ -1637,10 +1639,12 @@ static void ms_case(unsigned C, uint64_t R, const uint16_t mk[4], unsigned has, 
 	}
 }
 
+/* Without AVX-512 VBMI the same rows check the AVX2 and BMI2 decoders
+ * against the portable one (the AVX2 static groups near a row's end). */
 Test(codec, simd_multishift_static)
 {
-	if (!have_avx512())
-		cr_skip_test("this CPU has no AVX-512 VBMI");
+	if (!have_avx2())
+		cr_skip_test("this CPU has no AVX2");
 	static const uint16_t mk2[4] = { 0xF003u, 0xC038u, 0x8924u, 0x8924u }; /* 1, 2, 5 runs of ~m */
 	static const uint16_t mk2t[4] = { 0xF003u, 0xC038u, 0x8924u, 0x8421u }; /* and 3 */
 	static const uint16_t mk2_wide[4] = { 0x8000u, 0x8001u, 0x8101u, 0x8101u }; /* m: 1, 2, 3 runs */
