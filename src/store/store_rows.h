@@ -27,9 +27,9 @@ uint64_t ibpi_store_ahead(const ibp_store_t *s);
  * two on and every line (at most 16) of the rows of the next batch are
  * prefetched together, in a short loop. Spread one row at a time through
  * the decode loop (the offset 2d positions on, the lines d on) the same
- * prefetches hid almost nothing on a Zen 3 VM: 230-260 ns an id at any d
- * against 146-164 in bursts of 16, float16 and float32 rows of 64, one
- * thread (2026-12-02, docs/BENCHMARKS.md). The ids at positions below `e`
+ * prefetches hid almost nothing on a Zen 3 VM: 230-264 ns an id at any d
+ * against 146-180 in bursts of 16 or 32, float16 and float32 rows of 64,
+ * one thread (2026-12-02, docs/BENCHMARKS.md). The ids at positions below `e`
  * must be valid rows: their offsets are read. */
 typedef struct ibpi_xr_ahead {
 	uint64_t next; /* first position of the next batch */
@@ -54,7 +54,7 @@ static inline __attribute__((always_inline)) void ibpi_xr_ahead(ibpi_xr_ahead_t 
 		const uint64_t r = (uint64_t)(ids64 ? ids64[k] : ids32[k]);
 		const uint8_t *q = pay + off[r + 1];
 		const uint8_t *line = (const uint8_t *)((uintptr_t)(pay + off[r]) & ~(uintptr_t)63);
-		for (unsigned n = 0; n < 16 && line < q; n++, line += 64)
+		for (unsigned n = 0; n < 16 && line < q; n++, line += 64) /* as the gather's PF_LINES */
 			__builtin_prefetch(line);
 	}
 	a->pl = le;
