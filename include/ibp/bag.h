@@ -12,8 +12,12 @@
  * (IBP_GATHER_BATCH, IBP_GATHER_PREFETCH and IBP_GATHER_STAGE are read
  * when the store is opened; ibp_store_gather). Exp-rows stores
  * (IBP_CODEC_EXP_ROWS) decode each row on its own straight where it is
- * pooled, the rows ahead prefetched in bursts as the gather does; exp
- * and fp8 stores decode a block per miss instead.
+ * pooled, the rows ahead prefetched in bursts as the gather does; rows of
+ * 64 elements in sum and mean bags without weights are widened and added
+ * in vector registers as they are decoded (AVX2 and F16C; no decoded row
+ * is written), the same float32 operations in the same order
+ * (IBP_EXP_BAG_FUSED=0, read per call, turns that off). Exp and fp8
+ * stores decode a block per miss instead.
  * Bags are cut into ranges of about equal numbers of ids, four per thread,
  * which the threads claim in turn: the calling thread and the store's
  * worker pool (the one its gathers use, started with the store's first

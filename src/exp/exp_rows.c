@@ -260,6 +260,33 @@ ibp_status_t ibpi_exprows_decode(const ibpi_exprows_t *x, int isa, const uint8_t
 	return ibpi_exprows_why(x, src, len);
 }
 
+int ibpi_exprows_sum64_ok(const ibpi_exprows_t *x, int isa)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	return x->d == 64 && isa >= 1 && ibpi_cpu()->avx2 && ibpi_cpu()->f16c;
+#else
+	(void)x;
+	(void)isa;
+	return 0;
+#endif
+}
+
+uint64_t ibpi_exprows_sum64(const ibpi_exprows_t *x, const uint8_t *const *srcs, const uint64_t *lens, uint64_t n,
+			    float *acc, int first)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (x->d == 64 && ibpi_cpu()->avx2 && ibpi_cpu()->f16c)
+		return ibpi_exprows_sum64_avx2(x, srcs, lens, n, acc, first);
+#endif
+	(void)x;
+	(void)srcs;
+	(void)lens;
+	(void)n;
+	(void)acc;
+	(void)first;
+	return 0;
+}
+
 ibp_status_t ibpi_exprows_why(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len)
 {
 	if (len < x->fixed)

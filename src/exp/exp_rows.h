@@ -62,6 +62,24 @@ int ibpi_exprows_isa(void);
  * not a field; dst may then be partly written. Reads only src[0, len). */
 ibp_status_t ibpi_exprows_decode(const ibpi_exprows_t *x, int isa, const uint8_t *src, uint64_t len, void *dst);
 
+/* Sums rows of exactly 64 elements into acc (64 floats) without writing
+ * them out: row k (srcs[k], lens[k] bytes) widened to float32 and added,
+ * acc[i] = acc[i] + row[i] in row order, the same float32 sums as decoding
+ * each row and adding it; with `first`, acc starts from +0 (acc = 0 + row
+ * 0, as the bag's first-row kernels).
+ * Returns the rows summed, from the first: n, or the position of a row it
+ * does not take (a damaged row, or over 16 escapes in a half of 32
+ * elements); decode that one with ibpi_exprows_decode (its error, or its
+ * values) and go on after it. acc is written only when a row was summed.
+ * Only where ibpi_exprows_sum64_ok: returns 0 elsewhere. Reads only each
+ * row's bytes. Thread-safe. */
+uint64_t ibpi_exprows_sum64(const ibpi_exprows_t *x, const uint8_t *const *srcs, const uint64_t *lens, uint64_t n,
+			    float *acc, int first);
+
+/* 1 when ibpi_exprows_sum64 runs for this row form with the decoder build
+ * `isa` (ibpi_exprows_isa): rows of 64 elements, AVX2 and F16C, isa >= 1. */
+int ibpi_exprows_sum64_ok(const ibpi_exprows_t *x, int isa);
+
 /* The detail of a row the decoders refuse (IBP_ERR_CORRUPT). */
 ibp_status_t ibpi_exprows_why(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len);
 
