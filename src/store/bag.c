@@ -450,6 +450,7 @@ typedef struct bag_job {
 	const uint8_t *xpay;
 	int xisa;
 	uint64_t xahead; /* exp rows: burst size of the look-ahead (the store's), 0 = none */
+	unsigned xlines; /* exp rows: lines prefetched a row (the store's) */
 	int xsum;        /* exp rows of 64, sum or mean without weights: summed in registers (pool_bag_xsum) */
 	ibp_dtype_t dt;
 	uint64_t R, dim, block_rows;
@@ -488,7 +489,7 @@ static const uint8_t *xr_row(const bag_job_t *j, bag_tls_t *t, uint64_t i, uint6
 			     ibp_status_t *st)
 {
 	if (j->xahead)
-		ibpi_xr_ahead(&t->xa, j->xahead, j->xoff, j->xpay, j->ids64, j->ids32, i, end);
+		ibpi_xr_ahead(&t->xa, j->xahead, j->xlines, j->xoff, j->xpay, j->ids64, j->ids32, i, end);
 	const uint64_t r = (uint64_t)id_at(j, i);
 	*st = ibpi_exprows_decode(j->xr, j->xisa, j->xpay + j->xoff[r], j->xoff[r + 1] - j->xoff[r], dst);
 	return *st == IBP_OK ? dst : NULL;
@@ -618,7 +619,7 @@ static ibp_status_t pool_bag_xsum(const bag_job_t *j, bag_tls_t *t, uint64_t end
 				return IBP_ERR_OUT_OF_RANGE;
 			if (id != j->padding) {
 				if (j->xahead)
-					ibpi_xr_ahead(&t->xa, j->xahead, j->xoff, j->xpay, j->ids64, j->ids32, i, end);
+					ibpi_xr_ahead(&t->xa, j->xahead, j->xlines, j->xoff, j->xpay, j->ids64, j->ids32, i, end);
 				src[m] = j->xpay + j->xoff[id];
 				len[m] = j->xoff[id + 1] - j->xoff[id];
 				m++;
@@ -972,6 +973,7 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 		j->xpay = ibp_container_payload(c, NULL);
 		j->xisa = ibpi_exprows_isa();
 		j->xahead = ibpi_store_ahead(s);
+		j->xlines = ibpi_store_xr_lines(s);
 		const char *fz = getenv("IBP_EXP_BAG_FUSED"); /* 0: decode each row, then add (A/B and tests) */
 		j->xsum = (mode == IBP_BAG_SUM || mode == IBP_BAG_MEAN) && !weights && !(fz && strcmp(fz, "0") == 0) &&
 			  ibpi_exprows_sum64_ok(j->xr, j->xisa);

@@ -113,6 +113,7 @@ struct ibp_store {
 	const uint64_t *xoff;
 	const uint8_t *xpay;
 	int xisa; /* the decoder's build (ibpi_exprows_isa at open) */
+	unsigned xlines; /* lines prefetched a row (ibpi_xr_ahead's nl) */
 
 	/* exp and fp8 (block codecs): nblk blocks of block_rows rows */
 	int block_codec;
@@ -538,7 +539,7 @@ static uint64_t decode_rows_xr(const ibp_store_t *s, const int64_t *ids, uint8_t
 	ibpi_xr_ahead_t a = { 0, 0, 0 };
 	for (uint64_t i = b; i < e; i++) {
 		if (d)
-			ibpi_xr_ahead(&a, d, off, pay, ids, NULL, i, e);
+			ibpi_xr_ahead(&a, d, s->xlines, off, pay, ids, NULL, i, e);
 		const uint64_t row = ids ? (uint64_t)ids[i] : i;
 		*st = ibpi_exprows_decode(s->xr, s->xisa, pay + off[row], off[row + 1] - off[row], out + i * R);
 		if (*st != IBP_OK)
@@ -584,6 +585,11 @@ static uint64_t decode_range(const ibp_store_t *s, const int64_t *ids, int block
 uint64_t ibpi_store_ahead(const ibp_store_t *s)
 {
 	return s->pf;
+}
+
+unsigned ibpi_store_xr_lines(const ibp_store_t *s)
+{
+	return s->xlines;
 }
 
 uint64_t ibpi_store_decode_rows(const ibp_store_t *s, const int64_t *ids, uint64_t n, uint8_t *out,
@@ -777,6 +783,18 @@ static uint64_t gather_stage(const ibp_container_t *c)
 	return ibp_container_row_bytes(c) <= STAGE_OUT_BYTES ? STAGE_ROWS_DEFAULT : 0;
 }
 
+/* Lines of an exp row prefetched ahead: those a row with 8 escapes can
+ * span, its first ones and its last (longer rows: their middle lines are
+ * read on demand). */
+static unsigned xr_lines(const ibpi_exprows_t *x)
+{
+	const char *e = getenv("IBP_XR_LINES");
+	if (e && *e >= '0' && *e <= '9')
+		return (unsigned)strtoul(e, NULL, 10);
+	const uint64_t typical = x->fixed + (x->d < 8 ? x->d : 8), n = (typical + 63) / 64 + 1;
+	return n > 16 ? 16 : (unsigned)n;
+}
+
 ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 {
 	if (!c || !out)
@@ -805,6 +823,7 @@ ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 		s->xoff = ibp_container_offsets(c);
 		s->xpay = ibp_container_payload(c, NULL);
 		s->xisa = ibpi_exprows_isa();
+		s->xlines = xr_lines(s->xr);
 	} else if (!s->block_codec) {
 		s->map = store_rowmap(c);
 	}

@@ -22,6 +22,9 @@ uint64_t ibpi_store_decode_rows(const ibp_store_t *s, const int64_t *ids, uint64
  * 0 = none). */
 uint64_t ibpi_store_ahead(const ibp_store_t *s);
 
+/* Exp rows: lines prefetched a row by ibpi_xr_ahead (its `nl`). */
+unsigned ibpi_store_xr_lines(const ibp_store_t *s);
+
 /* Exp rows (codec 4) ahead of their decode, in bursts: when position i
  * starts a new batch of B = `batch` positions, the row offsets of the batch
  * two on and every line (at most 16) of the rows of the next batch are
@@ -37,7 +40,7 @@ typedef struct ibpi_xr_ahead {
 	uint64_t pl;   /* lines prefetched below this position */
 } ibpi_xr_ahead_t;
 
-static inline __attribute__((always_inline)) void ibpi_xr_ahead(ibpi_xr_ahead_t *a, uint64_t batch,
+static inline __attribute__((always_inline)) void ibpi_xr_ahead(ibpi_xr_ahead_t *a, uint64_t batch, unsigned nl,
 								const uint64_t *off, const uint8_t *pay,
 								const int64_t *ids64, const int32_t *ids32,
 								uint64_t i, uint64_t e)
@@ -52,8 +55,19 @@ static inline __attribute__((always_inline)) void ibpi_xr_ahead(ibpi_xr_ahead_t 
 	a->po = oe;
 	for (uint64_t k = a->pl > i ? a->pl : i; k < le; k++) {
 		const uint64_t r = (uint64_t)(ids64 ? ids64[k] : ids32[k]);
-		const uint8_t *q = pay + off[r + 1];
-		const uint8_t *line = (const uint8_t *)((uintptr_t)(pay + off[r]) & ~(uintptr_t)63);
+		const uint8_t *p = pay + off[r], *q = pay + off[r + 1];
+		if (nl) {
+			/* nl - 1 lines from the row's first, the last one clamped to
+			 * the row's last byte, then that byte's line: a loop of the
+			 * same length for every row (one that stops at the row's end
+			 * mispredicts its exit when rows span 2 or 3 lines) */
+			const uint64_t len = (uint64_t)(q - p);
+			for (unsigned n = 0; n + 1 < nl; n++)
+				__builtin_prefetch(p + (64u * n < len ? 64u * n : len - 1));
+			__builtin_prefetch(q - 1);
+			continue;
+		}
+		const uint8_t *line = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)63);
 		for (unsigned n = 0; n < 16 && line < q; n++, line += 64) /* as the gather's PF_LINES */
 			__builtin_prefetch(line);
 	}
