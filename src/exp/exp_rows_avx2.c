@@ -205,6 +205,8 @@ __attribute__((target("avx2,f16c"))) uint64_t ibpi_exprows_sum64_avx2(const ibpi
 	uint64_t r = 0;
 	for (; r < n; r++) {
 		const uint8_t *src = srcs[r], *end = src + lens[r];
+		if (lens[r] < fixed)
+			break; /* shorter than its planes: the decoder's error */
 		/* the checks of exprows_check for d = 64 (P = 8, no padding bits) */
 		const uint64_t q0 = ld64(src), q1 = ld64(src + 8), q2 = ld64(src + 16), em = q0 & q1 & q2;
 		const uint32_t ne = (uint32_t)__builtin_popcountll(em);

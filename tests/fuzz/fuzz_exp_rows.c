@@ -19,6 +19,11 @@
  * encoding is unique, so re-encoding gives back the input bytes; otherwise
  * (a code that names a duplicate, an escape that a code would cover) the
  * re-encoded row must decode to the same values on every build.
+ * Rows of 64 elements also go through the bag's summing kernel
+ * (ibpi_exprows_sum64) where it runs: when it takes the row, the decoders
+ * took it too and its float32 sums are 0 + each decoded value; when it
+ * does not, the accumulator is untouched and the decoders refused the row
+ * or it has over 16 escapes in a half.
  * Seeds: tests/fuzz/corpus/fuzz_exp_rows/, valid rows of each dtype from
  * ibpi_exprows_encode (d = 4, 9, 64, 100, 128, 256; Gaussian values with
  * escapes, specials, every element escaped, a table with duplicates, an
@@ -30,6 +35,7 @@
 
 #include "ibp.h"
 #include "exp/exp_rows.h"
+#include "fp8/fp8_impl.h"
 #include "util/cpu.h"
 
 #define NPARAM 10u
@@ -82,6 +88,53 @@ static ibp_status_t decode_all_builds(const ibpi_exprows_t *x, const uint8_t *sr
 	return ref;
 }
 
+/* The summing kernel on one row (exact-size copy at src) against the
+ * decoders' status st and values dec. */
+static void check_sum64(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, ibp_status_t st,
+			const uint8_t *dec)
+{
+	float acc[64];
+	for (int i = 0; i < 64; i++)
+		acc[i] = 1.5f; /* a sentinel: kept when the row is refused */
+	const uint8_t *srcs[1] = { src };
+	const uint64_t lens[1] = { len };
+	const uint64_t took = ibpi_exprows_sum64(x, srcs, lens, 1, acc, 1);
+	if (took > 1)
+		abort();
+	if (took == 0) {
+		for (int i = 0; i < 64; i++)
+			if (acc[i] != 1.5f)
+				abort(); /* written though refused */
+		if (st == IBP_OK) {
+			/* only a row of over 16 escapes in a half may be refused */
+			unsigned lo = 0, hi = 0;
+			for (int i = 0; i < 64; i++) {
+				const unsigned e = (unsigned)(src[i / 8] & src[8 + i / 8] & src[16 + i / 8]) >> (i % 8) & 1u;
+				lo += i < 32 ? e : 0;
+				hi += i < 32 ? 0 : e;
+			}
+			if (lo <= 16 && hi <= 16)
+				abort();
+		}
+		return;
+	}
+	if (st != IBP_OK)
+		abort(); /* took a row the decoders refuse */
+	for (int i = 0; i < 64; i++) {
+		float v;
+		if (x->dt == IBP_DTYPE_F32) {
+			memcpy(&v, dec + 4 * i, 4);
+		} else {
+			uint16_t h;
+			memcpy(&h, dec + 2 * i, 2);
+			v = x->dt == IBP_DTYPE_F16 ? fp8i_f16_to_f32(h) : fp8i_bf16_to_f32(h);
+		}
+		const float want = 0.0f + v;
+		if (memcmp(&want, &acc[i], 4) != 0 && !(want != want && acc[i] != acc[i]))
+			abort(); /* a different sum (NaNs: any NaN, as the adds' payloads may differ) */
+	}
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < NPARAM)
@@ -118,7 +171,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!src || !dec || !tmp || !back || !enc)
 		abort();
 	memcpy(src, row, (size_t)len);
-	if (decode_all_builds(&x, src, len, dec, tmp, R) == IBP_OK) {
+	const ibp_status_t st = decode_all_builds(&x, src, len, dec, tmp, R);
+	if (d == 64 && ibpi_exprows_sum64_ok(&x, 1))
+		check_sum64(&x, src, len, st, dec);
+	if (st == IBP_OK) {
 		if (len < x.fixed || len > x.fixed + d)
 			abort(); /* accepted a length no row has */
 		int canonical = 1;

@@ -23,6 +23,17 @@ static uint32_t esz(ibp_dtype_t dt)
 	return dt == IBP_DTYPE_F32 ? 4 : 2;
 }
 
+/* Element i of a (dtype dt) set to f, rounded to nearest even. */
+static void put(ibp_dtype_t dt, uint8_t *a, uint64_t i, float f)
+{
+	if (dt == IBP_DTYPE_F32) {
+		memcpy(a + 4 * i, &f, 4);
+	} else {
+		uint16_t h = dt == IBP_DTYPE_BF16 ? fp8i_f32_to_bf16(f) : fp8i_f32_to_f16(f);
+		memcpy(a + 2 * i, &h, 2);
+	}
+}
+
 /* Trained-weight-like values (normal * 0.05) with a few specials. */
 static uint8_t *table_of(ibp_dtype_t dt, uint64_t n, uint64_t seed)
 {
@@ -33,12 +44,7 @@ static uint8_t *table_of(ibp_dtype_t dt, uint64_t n, uint64_t seed)
 		float f = (float)(0.05 * tu_gauss(&r));
 		if (i % 997 == 5)
 			f = i % 2 ? -0.0f : 1e30f;
-		if (dt == IBP_DTYPE_F32) {
-			memcpy(a + 4 * i, &f, 4);
-		} else {
-			uint16_t h = dt == IBP_DTYPE_BF16 ? fp8i_f32_to_bf16(f) : fp8i_f32_to_f16(f);
-			memcpy(a + 2 * i, &h, 2);
-		}
+		put(dt, a, i, f);
 	}
 	return a;
 }
@@ -268,12 +274,7 @@ static uint8_t *escape_table(ibp_dtype_t dt, uint64_t n, uint64_t seed)
 			f = ldexpf(f, (int)tu_below(&r, dt == IBP_DTYPE_F16 ? 24 : 120) - (dt == IBP_DTYPE_F16 ? 12 : 60));
 		if (row % 50 == 7)
 			f = (i % 4 == 0) ? -0.0f : (i % 4 == 1) ? NAN : (i % 4 == 2) ? -INFINITY : 1e-41f;
-		if (dt == IBP_DTYPE_F32) {
-			memcpy(a + 4 * i, &f, 4);
-		} else {
-			uint16_t h = dt == IBP_DTYPE_BF16 ? fp8i_f32_to_bf16(f) : fp8i_f32_to_f16(f);
-			memcpy(a + 2 * i, &h, 2);
-		}
+		put(dt, a, i, f);
 	}
 	return a;
 }
@@ -403,7 +404,8 @@ Test(store_exp_rows, bags_summed_in_registers, .init = make_tmpdir, .fini = remo
 
 /* The kernel refuses what the decoder refuses: a row whose planes count
  * one escape more than it holds, and a float16 row with an escape above
- * 31 (a field 5 bits wide); it sums the rows before it and stops there.
+ * 31 (a field 5 bits wide), a row shorter than its fixed part; it sums
+ * the rows before it and stops there.
  * (A bag of such a row fails: store_exp_rows/damaged_row_refused.) */
 Test(store_exp_rows, summed_rows_checked, .init = make_tmpdir, .fini = remove_tmpdir)
 {
@@ -444,6 +446,18 @@ Test(store_exp_rows, summed_rows_checked, .init = make_tmpdir, .fini = remove_tm
 			cr_assert_eq(ibpi_exprows_sum64(&x, src, l2, 2, acc, 1), refused ? 1u : 2u, "%s row %d",
 				     ibp_dtype_name(DTS[t]), k);
 			cr_assert_eq(ibpi_exprows_decode(&x, 0, row[k], len[k], out), refused ? IBP_ERR_CORRUPT : IBP_OK);
+		}
+		/* rows shorter than the fixed part, from exact-size copies (ASan:
+		 * the planes are not read past them) */
+		const uint64_t shorts[6] = { 0, 1, 8, 23, 24, x.fixed - 1 };
+		for (int k = 0; k < 6; k++) {
+			uint8_t *cut = tu_xcalloc(shorts[k] ? shorts[k] : 1);
+			memcpy(cut, row[0], shorts[k]);
+			const uint8_t *src[1] = { cut };
+			cr_assert_eq(ibpi_exprows_sum64(&x, src, &shorts[k], 1, acc, 1), 0u, "%llu bytes",
+				     (unsigned long long)shorts[k]);
+			cr_assert_eq(ibpi_exprows_decode(&x, 0, cut, shorts[k], out), IBP_ERR_CORRUPT);
+			free(cut);
 		}
 		free(a);
 	}
