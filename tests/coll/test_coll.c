@@ -605,17 +605,22 @@ static job_t auto_run(int p, uint64_t n, double rate, int random_bits, ibp_coll_
 	return j;
 }
 
-/* A slow link (1 MB/s): compression pays on Gaussian BF16 (even under
- * ASan); the model was calibrated (latency, bandwidth near the throttle,
- * codec speeds). */
+/* A slow link (250 KB/s): compression pays on Gaussian BF16 by a wide
+ * margin, even with the codecs under ASan on a loaded machine (a 64 KiB
+ * message: about 50 ms saved on the wire against 15 ms of coding at 7 and
+ * 11 MB/s; at 1 MB/s and 256 KiB the coding cost more than it saved on a
+ * loaded 2-core machine, and the model rightly said so); the model was
+ * calibrated (latency, bandwidth near the throttle, codec speeds). */
 Test(coll, switcher_compresses_on_slow_link)
 {
-	job_t j = auto_run(2, 1 << 17, 1e6, 0, IBP_COLL_CODEC_EXP);
+	job_t j = auto_run(2, 1 << 15, 2.5e5, 0, IBP_COLL_CODEC_EXP);
 	cr_assert_gt(j.stats.alpha_s, 0.0);
-	cr_assert(j.stats.beta_Bps > 5e5 && j.stats.beta_Bps < 2e6, "beta %g", j.stats.beta_Bps);
+	cr_assert(j.stats.beta_Bps > 1.25e5 && j.stats.beta_Bps < 5e5, "beta %g", j.stats.beta_Bps);
 	cr_assert_gt(j.stats.exp_enc_Bps, 0.0);
 	cr_assert_gt(j.stats.fp8_dec_Bps, 0.0);
-	cr_assert_eq(j.stats.last_decision, IBP_COLL_DECIDED_COMPRESS);
+	cr_assert_eq(j.stats.last_decision, IBP_COLL_DECIDED_COMPRESS,
+		     "decision %d: alpha %g s, beta %g B/s, exp enc %g dec %g B/s, ratio %g", (int)j.stats.last_decision,
+		     j.stats.alpha_s, j.stats.beta_Bps, j.stats.exp_enc_Bps, j.stats.exp_dec_Bps, j.stats.last_ratio);
 	cr_assert_eq(j.stats.compressed, 1);
 	cr_assert_gt(j.stats.last_ratio, 1.1);
 	cr_assert_lt(j.stats.wire_bytes, j.stats.logical_bytes);
