@@ -263,7 +263,8 @@ ibp_status_t ibpi_exprows_decode(const ibpi_exprows_t *x, int isa, const uint8_t
 int ibpi_exprows_sum64_ok(const ibpi_exprows_t *x, int isa)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-	return x->d == 64 && isa >= 1 && ibpi_cpu()->avx2 && ibpi_cpu()->f16c;
+	return x->d % 64 == 0 && x->d <= 64 * IBPI_EXPROWS_SUM_WORDS && isa >= 1 && ibpi_cpu()->avx2 &&
+	       ibpi_cpu()->f16c;
 #else
 	(void)x;
 	(void)isa;
@@ -275,7 +276,7 @@ uint64_t ibpi_exprows_sum64(const ibpi_exprows_t *x, const uint8_t *const *srcs,
 			    float *acc, int first)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-	if (x->d == 64 && ibpi_cpu()->avx2 && ibpi_cpu()->f16c)
+	if (ibpi_cpu()->avx2 && ibpi_cpu()->f16c) /* it checks d */
 		return ibpi_exprows_sum64_avx2(x, srcs, lens, n, acc, first);
 #endif
 	(void)x;

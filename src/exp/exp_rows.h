@@ -62,8 +62,9 @@ int ibpi_exprows_isa(void);
  * not a field; dst may then be partly written. Reads only src[0, len). */
 ibp_status_t ibpi_exprows_decode(const ibpi_exprows_t *x, int isa, const uint8_t *src, uint64_t len, void *dst);
 
-/* Sums rows of exactly 64 elements into acc (64 floats) without writing
- * them out: row k (srcs[k], lens[k] bytes) widened to float32 and added,
+/* Sums rows of d elements, d a multiple of 64 up to 1,024, into acc (d
+ * floats) without writing them out (rows of one word keep acc in
+ * registers): row k (srcs[k], lens[k] bytes) widened to float32 and added,
  * acc[i] = acc[i] + row[i] in row order, the same float32 sums as decoding
  * each row and adding it; with `first`, acc starts from +0 (acc = 0 + row
  * 0, as the bag's first-row kernels).
@@ -77,7 +78,8 @@ uint64_t ibpi_exprows_sum64(const ibpi_exprows_t *x, const uint8_t *const *srcs,
 			    float *acc, int first);
 
 /* 1 when ibpi_exprows_sum64 runs for this row form with the decoder build
- * `isa` (ibpi_exprows_isa): rows of 64 elements, AVX2 and F16C, isa >= 1. */
+ * `isa` (ibpi_exprows_isa): rows of 64, 128, ... 1,024 elements, AVX2 and
+ * F16C, isa >= 1. */
 int ibpi_exprows_sum64_ok(const ibpi_exprows_t *x, int isa);
 
 /* The detail of a row the decoders refuse (IBP_ERR_CORRUPT). */

@@ -189,96 +189,162 @@ static inline __m256 bf16x8(__m128i h)
 	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
+/* The fields of word w (elements 64w .. 64w + 63) of the row at src, its
+ * escapes from esc patched in (f[0] elements 0-31, f[1] 32-63); the
+ * escapes ORed into *bad. Returns the escapes taken. The row was checked
+ * (at most 16 escapes a half). */
+static inline __attribute__((always_inline)) uint32_t word_fields(uint64_t P, __m256i tab, const uint8_t *src,
+								  uint64_t w, const uint8_t *esc, const uint8_t *end,
+								  __m256i f[2], __m256i *bad)
+{
+	const uint64_t q0 = ld64(src + 8 * w), q1 = ld64(src + P + 8 * w), q2 = ld64(src + 2 * P + 8 * w);
+	uint32_t took = 0;
+#pragma GCC unroll 2
+	for (unsigned h = 0; h < 2; h++) {
+		const uint32_t p0 = (uint32_t)(q0 >> (32 * h)), p1 = (uint32_t)(q1 >> (32 * h)),
+			       p2 = (uint32_t)(q2 >> (32 * h)), e = p0 & p1 & p2;
+		const __m256i c = _mm256_or_si256(
+			_mm256_or_si256(_mm256_and_si256(bits_to_bytes(p0), _mm256_set1_epi8(1)),
+					_mm256_and_si256(bits_to_bytes(p1), _mm256_set1_epi8(2))),
+			_mm256_and_si256(bits_to_bytes(p2), _mm256_set1_epi8(4)));
+		/* no branch on whether there are escapes: rows mix both, and the
+		 * branch cost more than the vector work (20.8-22.5 against
+		 * 23.7-24.4 ns a row from cache, Zen 3; a branch-free shuffle of
+		 * one or two escapes by position was slower still) */
+		const __m256i E = escapes32(e, esc + took, end);
+		*bad = _mm256_or_si256(*bad, E);
+		f[h] = _mm256_or_si256(_mm256_shuffle_epi8(tab, c), E); /* escapes: field 0 (table[7]) + E */
+		took += (uint32_t)__builtin_popcount(e);
+	}
+	return took;
+}
+
+/* Word w of the row at src, its fields f (word_fields), widened to float32
+ * and added into a[8], 8 elements at a time as they come (a[8] takes half
+ * the registers). */
+static inline __attribute__((always_inline, target("avx2,f16c"))) void word_add(const ibpi_exprows_t *x, uint64_t P,
+										  const uint8_t *src, uint64_t w,
+										  const __m256i f[2], __m256 a[8])
+{
+	const ibp_dtype_t dt = x->dt;
+	if (dt == IBP_DTYPE_F32) {
+		const uint8_t *lo = src + x->off_lo + 128 * w, *hi = src + x->off_hi + 64 * w;
+#pragma GCC unroll 4
+		for (unsigned k = 0; k < 4; k++) {
+			const __m256i hv = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(hi + 16 * k)));
+			const __m256i up = f32_upper(hv, _mm256_cvtepu8_epi16(half_of(f[k >> 1], k & 1)));
+			const __m256i l = _mm256_loadu_si256((const __m256i *)(const void *)(lo + 32 * k));
+			const __m256i u = _mm256_unpacklo_epi16(l, up), v = _mm256_unpackhi_epi16(l, up);
+			a[2 * k] = _mm256_add_ps(a[2 * k], _mm256_castsi256_ps(_mm256_permute2x128_si256(u, v, 0x20)));
+			a[2 * k + 1] = _mm256_add_ps(a[2 * k + 1], _mm256_castsi256_ps(_mm256_permute2x128_si256(u, v, 0x31)));
+		}
+		return;
+	}
+	const uint8_t *lo = src + x->off_lo + 64 * w;
+	const int f16 = dt == IBP_DTYPE_F16;
+#pragma GCC unroll 2
+	for (unsigned h = 0; h < 2; h++) {
+		const __m256i l = _mm256_loadu_si256((const __m256i *)(const void *)(lo + 32 * h));
+		__m256i up, low;
+		const uint32_t m8 = f16 ? (uint32_t)(ld64(src + 3 * P + 8 * w) >> (32 * h)) : 0;
+		const uint32_t m9 = f16 ? (uint32_t)(ld64(src + 4 * P + 8 * w) >> (32 * h)) : 0;
+		const uint32_t sg = f16 ? (uint32_t)(ld64(src + 5 * P + 8 * w) >> (32 * h)) : 0;
+		bytes16(f16, f[h], l, m8, m9, sg, &up, &low);
+		/* u: elements 0-7 | 16-23 of the half, v: 8-15 | 24-31 */
+		const __m256i u = _mm256_unpacklo_epi8(low, up), v = _mm256_unpackhi_epi8(low, up);
+		if (f16) {
+			a[4 * h] = _mm256_add_ps(a[4 * h], _mm256_cvtph_ps(_mm256_castsi256_si128(u)));
+			a[4 * h + 1] = _mm256_add_ps(a[4 * h + 1], _mm256_cvtph_ps(_mm256_castsi256_si128(v)));
+			a[4 * h + 2] = _mm256_add_ps(a[4 * h + 2], _mm256_cvtph_ps(_mm256_extracti128_si256(u, 1)));
+			a[4 * h + 3] = _mm256_add_ps(a[4 * h + 3], _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1)));
+		} else {
+			a[4 * h] = _mm256_add_ps(a[4 * h], bf16x8(_mm256_castsi256_si128(u)));
+			a[4 * h + 1] = _mm256_add_ps(a[4 * h + 1], bf16x8(_mm256_castsi256_si128(v)));
+			a[4 * h + 2] = _mm256_add_ps(a[4 * h + 2], bf16x8(_mm256_extracti128_si256(u, 1)));
+			a[4 * h + 3] = _mm256_add_ps(a[4 * h + 3], bf16x8(_mm256_extracti128_si256(v, 1)));
+		}
+	}
+}
+
+/* 1 when the kernel takes the row at src (len bytes): the decoder's
+ * checks (its length is the fixed part plus the planes' escapes; d is
+ * whole words, so no padding bits) and at most 16 escapes in each half
+ * word. Float16 escapes are checked apart. Reads only the fixed part. */
+static inline __attribute__((always_inline)) int row_taken(const ibpi_exprows_t *x, uint64_t P, const uint8_t *src,
+							   uint64_t len, uint64_t nw)
+{
+	if (len < x->fixed)
+		return 0; /* shorter than its planes: the decoder's error */
+	uint64_t ne = 0;
+	for (uint64_t w = 0; w < nw; w++) {
+		const uint64_t em = ld64(src + 8 * w) & ld64(src + P + 8 * w) & ld64(src + 2 * P + 8 * w);
+		if (__builtin_popcount((uint32_t)em) > 16 || __builtin_popcount((uint32_t)(em >> 32)) > 16)
+			return 0; /* too many escapes for a shuffle: the decoder's */
+		ne += (uint64_t)__builtin_popcountll(em);
+	}
+	return len == x->fixed + ne;
+}
+
 __attribute__((target("avx2,f16c"))) uint64_t ibpi_exprows_sum64_avx2(const ibpi_exprows_t *x,
 								     const uint8_t *const *srcs, const uint64_t *lens,
 								     uint64_t n, float *acc, int first)
 {
-	if (x->d != 64 || n == 0)
+	if (x->d % 64 != 0 || x->d > 64 * IBPI_EXPROWS_SUM_WORDS || n == 0)
 		return 0;
 	const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)x->table));
-	const ibp_dtype_t dt = x->dt;
-	const uint64_t fixed = x->fixed;
-	__m256 a[8];
-#pragma GCC unroll 8
-	for (unsigned k = 0; k < 8; k++) /* the first row added to +0, as the bag's kernels and PyTorch do */
-		a[k] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + 8 * k);
+	const __m256i over = _mm256_set1_epi8((char)0xe0); /* float16 escapes above 31 */
+	const int f16 = x->dt == IBP_DTYPE_F16;
+	const uint64_t fixed = x->fixed, nw = x->d / 64;
 	uint64_t r = 0;
+	if (nw == 1) {
+		/* one word: the accumulators stay in registers across the rows */
+		__m256 a[8];
+#pragma GCC unroll 8
+		for (unsigned k = 0; k < 8; k++) /* the first row added to +0, as the bag's kernels and PyTorch do */
+			a[k] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + 8 * k);
+		for (; r < n; r++) {
+			const uint8_t *src = srcs[r];
+			/* P = 8 as a constant: the plane loads fold */
+			if (!row_taken(x, 8, src, lens[r], 1))
+				break;
+			__m256i f[2], bad = _mm256_setzero_si256();
+			word_fields(8, tab, src, 0, src + fixed, src + lens[r], f, &bad);
+			if (f16 && !_mm256_testz_si256(bad, over))
+				break; /* a float16 escape above 31: the decoder's error */
+			word_add(x, 8, src, 0, f, a);
+		}
+		if (r > 0)
+#pragma GCC unroll 8
+			for (unsigned k = 0; k < 8; k++)
+				_mm256_storeu_ps(acc + 8 * k, a[k]);
+		return r;
+	}
+	/* several words: each row checked whole first (acc is written only
+	 * for rows taken), then word by word through acc */
 	for (; r < n; r++) {
 		const uint8_t *src = srcs[r], *end = src + lens[r];
-		if (lens[r] < fixed)
-			break; /* shorter than its planes: the decoder's error */
-		/* the checks of exprows_check for d = 64 (P = 8, no padding bits) */
-		const uint64_t q0 = ld64(src), q1 = ld64(src + 8), q2 = ld64(src + 16), em = q0 & q1 & q2;
-		const uint32_t ne = (uint32_t)__builtin_popcountll(em);
-		if (lens[r] != fixed + ne || __builtin_popcount((uint32_t)em) > 16 ||
-		    __builtin_popcount((uint32_t)(em >> 32)) > 16)
-			break; /* the general decoder's: its error, or too many escapes for a shuffle */
-		const uint8_t *esc = src + fixed;
-		__m256i f[2];
-		__m256i bad = _mm256_setzero_si256();
-#pragma GCC unroll 2
-		for (unsigned h = 0; h < 2; h++) {
-			const uint32_t p0 = (uint32_t)(q0 >> (32 * h)), p1 = (uint32_t)(q1 >> (32 * h)),
-				       p2 = (uint32_t)(q2 >> (32 * h)), e = p0 & p1 & p2;
-			const __m256i c = _mm256_or_si256(
-				_mm256_or_si256(_mm256_and_si256(bits_to_bytes(p0), _mm256_set1_epi8(1)),
-						_mm256_and_si256(bits_to_bytes(p1), _mm256_set1_epi8(2))),
-				_mm256_and_si256(bits_to_bytes(p2), _mm256_set1_epi8(4)));
-			f[h] = _mm256_shuffle_epi8(tab, c); /* escapes: field 0 (table[7]) */
-			/* no branch on whether there are escapes: rows mix both, and
-			 * the branch cost more than the vector work (20.8-22.5 against
-			 * 23.7-24.4 ns a row from cache, Zen 3; a branch-free shuffle
-			 * of one or two escapes by position was slower still) */
-			const __m256i E = escapes32(e, esc, end);
-			bad = _mm256_or_si256(bad, E);
-			f[h] = _mm256_or_si256(f[h], E);
-			esc += __builtin_popcount(e);
+		if (!row_taken(x, x->P, src, lens[r], nw))
+			break;
+		if (f16) {
+			unsigned any = 0;
+			for (const uint8_t *e = src + fixed; e < end; e++)
+				any |= *e;
+			if (any > 31)
+				break;
 		}
-		if (dt == IBP_DTYPE_F16 && !_mm256_testz_si256(bad, _mm256_set1_epi8((char)0xe0)))
-			break; /* a float16 escape above 31 */
-		/* each 8 elements added as they come: a[8] takes half the registers */
-		if (dt == IBP_DTYPE_F32) {
-			const uint8_t *lo = src + x->off_lo, *hi = src + x->off_hi;
-#pragma GCC unroll 4
-			for (unsigned k = 0; k < 4; k++) {
-				const __m256i hv = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(hi + 16 * k)));
-				const __m256i up = f32_upper(hv, _mm256_cvtepu8_epi16(half_of(f[k >> 1], k & 1)));
-				const __m256i l = _mm256_loadu_si256((const __m256i *)(const void *)(lo + 32 * k));
-				const __m256i u = _mm256_unpacklo_epi16(l, up), w = _mm256_unpackhi_epi16(l, up);
-				a[2 * k] = _mm256_add_ps(a[2 * k], _mm256_castsi256_ps(_mm256_permute2x128_si256(u, w, 0x20)));
-				a[2 * k + 1] = _mm256_add_ps(a[2 * k + 1],
-							     _mm256_castsi256_ps(_mm256_permute2x128_si256(u, w, 0x31)));
-			}
-		} else {
-			const uint8_t *lo = src + x->off_lo;
-			const int f16 = dt == IBP_DTYPE_F16;
-#pragma GCC unroll 2
-			for (unsigned h = 0; h < 2; h++) {
-				const __m256i l = _mm256_loadu_si256((const __m256i *)(const void *)(lo + 32 * h));
-				__m256i up, low;
-				const uint32_t m8 = f16 ? (uint32_t)(ld64(src + 24) >> (32 * h)) : 0;
-				const uint32_t m9 = f16 ? (uint32_t)(ld64(src + 32) >> (32 * h)) : 0;
-				const uint32_t sg = f16 ? (uint32_t)(ld64(src + 40) >> (32 * h)) : 0;
-				bytes16(f16, f[h], l, m8, m9, sg, &up, &low);
-				/* u: elements 0-7 | 16-23 of the half, w: 8-15 | 24-31 */
-				const __m256i u = _mm256_unpacklo_epi8(low, up), w = _mm256_unpackhi_epi8(low, up);
-				if (dt == IBP_DTYPE_F16) {
-					a[4 * h] = _mm256_add_ps(a[4 * h], _mm256_cvtph_ps(_mm256_castsi256_si128(u)));
-					a[4 * h + 1] = _mm256_add_ps(a[4 * h + 1], _mm256_cvtph_ps(_mm256_castsi256_si128(w)));
-					a[4 * h + 2] = _mm256_add_ps(a[4 * h + 2], _mm256_cvtph_ps(_mm256_extracti128_si256(u, 1)));
-					a[4 * h + 3] = _mm256_add_ps(a[4 * h + 3], _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1)));
-				} else {
-					a[4 * h] = _mm256_add_ps(a[4 * h], bf16x8(_mm256_castsi256_si128(u)));
-					a[4 * h + 1] = _mm256_add_ps(a[4 * h + 1], bf16x8(_mm256_castsi256_si128(w)));
-					a[4 * h + 2] = _mm256_add_ps(a[4 * h + 2], bf16x8(_mm256_extracti128_si256(u, 1)));
-					a[4 * h + 3] = _mm256_add_ps(a[4 * h + 3], bf16x8(_mm256_extracti128_si256(w, 1)));
-				}
-			}
+		const uint8_t *esc = src + fixed;
+		for (uint64_t w = 0; w < nw; w++) {
+			__m256 a[8];
+			__m256i f[2], bad = _mm256_setzero_si256();
+#pragma GCC unroll 8
+			for (unsigned k = 0; k < 8; k++)
+				a[k] = first && r == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + 64 * w + 8 * k);
+			esc += word_fields(x->P, tab, src, w, esc, end, f, &bad);
+			word_add(x, x->P, src, w, f, a);
+#pragma GCC unroll 8
+			for (unsigned k = 0; k < 8; k++)
+				_mm256_storeu_ps(acc + 64 * w + 8 * k, a[k]);
 		}
 	}
-	if (r > 0)
-#pragma GCC unroll 8
-		for (unsigned k = 0; k < 8; k++)
-			_mm256_storeu_ps(acc + 8 * k, a[k]);
 	return r;
 }

@@ -451,7 +451,7 @@ typedef struct bag_job {
 	int xisa;
 	uint64_t xahead; /* exp rows: burst size of the look-ahead (the store's), 0 = none */
 	unsigned xlines; /* exp rows: lines prefetched a row (the store's) */
-	int xsum;        /* exp rows of 64, sum or mean without weights: summed in registers (pool_bag_xsum) */
+	int xsum;        /* exp rows of 64k elements, sum or mean without weights: pool_bag_xsum */
 	ibp_dtype_t dt;
 	uint64_t R, dim, block_rows;
 	ibp_bag_mode_t mode;
@@ -595,7 +595,8 @@ static ibp_status_t finish_bag(const bag_job_t *j, uint8_t *o, float *acc, uint6
 
 #define XSUM_ROWS 16u
 
-/* Exp rows of 64 elements, sum or mean without weights (j->xsum): the
+/* Exp rows of whole 64-element words, sum or mean without weights
+ * (j->xsum): the
  * bag's rows located and looked ahead as xr_row does, then summed up to 16
  * at a time in registers by ibpi_exprows_sum64, with no decoded row written
  * or read back (from cache, 34 ns a row decoded then added against about

@@ -19,7 +19,7 @@
  * encoding is unique, so re-encoding gives back the input bytes; otherwise
  * (a code that names a duplicate, an escape that a code would cover) the
  * re-encoded row must decode to the same values on every build.
- * Rows of 64 elements also go through the bag's summing kernel
+ * Rows of 64, 128, 192 and 256 elements also go through the bag's summing kernel
  * (ibpi_exprows_sum64) where it runs: when it takes the row, the decoders
  * took it too and its float32 sums are 0 + each decoded value; when it
  * does not, the accumulator is untouched and the decoders refused the row
@@ -93,8 +93,9 @@ static ibp_status_t decode_all_builds(const ibpi_exprows_t *x, const uint8_t *sr
 static void check_sum64(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, ibp_status_t st,
 			const uint8_t *dec)
 {
-	float acc[64];
-	for (int i = 0; i < 64; i++)
+	const uint64_t d = x->d, P = x->P;
+	float acc[256];
+	for (uint64_t i = 0; i < d; i++)
 		acc[i] = 1.5f; /* a sentinel: kept when the row is refused */
 	const uint8_t *srcs[1] = { src };
 	const uint64_t lens[1] = { len };
@@ -102,25 +103,26 @@ static void check_sum64(const ibpi_exprows_t *x, const uint8_t *src, uint64_t le
 	if (took > 1)
 		abort();
 	if (took == 0) {
-		for (int i = 0; i < 64; i++)
+		for (uint64_t i = 0; i < d; i++)
 			if (acc[i] != 1.5f)
 				abort(); /* written though refused */
 		if (st == IBP_OK) {
-			/* only a row of over 16 escapes in a half may be refused */
-			unsigned lo = 0, hi = 0;
-			for (int i = 0; i < 64; i++) {
-				const unsigned e = (unsigned)(src[i / 8] & src[8 + i / 8] & src[16 + i / 8]) >> (i % 8) & 1u;
-				lo += i < 32 ? e : 0;
-				hi += i < 32 ? 0 : e;
+			/* only a row of over 16 escapes in a half word may be refused */
+			unsigned most = 0;
+			for (uint64_t h = 0; h < d / 32; h++) {
+				unsigned e = 0;
+				for (uint64_t i = 32 * h; i < 32 * h + 32; i++)
+					e += (unsigned)(src[i / 8] & src[P + i / 8] & src[2 * P + i / 8]) >> (i % 8) & 1u;
+				most = e > most ? e : most;
 			}
-			if (lo <= 16 && hi <= 16)
+			if (most <= 16)
 				abort();
 		}
 		return;
 	}
 	if (st != IBP_OK)
 		abort(); /* took a row the decoders refuse */
-	for (int i = 0; i < 64; i++) {
+	for (uint64_t i = 0; i < d; i++) {
 		float v;
 		if (x->dt == IBP_DTYPE_F32) {
 			memcpy(&v, dec + 4 * i, 4);
@@ -172,7 +174,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	memcpy(src, row, (size_t)len);
 	const ibp_status_t st = decode_all_builds(&x, src, len, dec, tmp, R);
-	if (d == 64 && ibpi_exprows_sum64_ok(&x, 1))
+	if (d % 64 == 0 && ibpi_exprows_sum64_ok(&x, 1))
 		check_sum64(&x, src, len, st, dec);
 	if (st == IBP_OK) {
 		if (len < x.fixed || len > x.fixed + d)

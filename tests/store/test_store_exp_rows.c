@@ -259,16 +259,16 @@ Test(store_exp_rows, pack_refuses, .init = make_tmpdir, .fini = remove_tmpdir)
 	ibp_store_close(s);
 }
 
-/* Row i of 64 elements with about (i % 9) / 8 of its elements far from
- * the common exponents (escapes: none up to all 32 of each half), some
- * rows of -0, NaNs, infinities and subnormals. */
-static uint8_t *escape_table(ibp_dtype_t dt, uint64_t n, uint64_t seed)
+/* Row i of d elements with about (i % 9) / 8 of its elements far from
+ * the common exponents (escapes: none up to all 32 of each half word),
+ * some rows of -0, NaNs, infinities and subnormals. */
+static uint8_t *escape_table(ibp_dtype_t dt, uint64_t n, uint64_t d, uint64_t seed)
 {
 	tu_rng_t r;
 	tu_rng_seed(&r, seed);
-	uint8_t *a = tu_xcalloc(n * 64 * esz(dt));
-	for (uint64_t i = 0; i < n * 64; i++) {
-		const uint64_t row = i / 64;
+	uint8_t *a = tu_xcalloc(n * d * esz(dt));
+	for (uint64_t i = 0; i < n * d; i++) {
+		const uint64_t row = i / d;
 		float f = (float)(0.05 * tu_gauss(&r));
 		if (tu_below(&r, 8) < row % 9)
 			f = ldexpf(f, (int)tu_below(&r, dt == IBP_DTYPE_F16 ? 24 : 120) - (dt == IBP_DTYPE_F16 ? 12 : 60));
@@ -279,8 +279,8 @@ static uint8_t *escape_table(ibp_dtype_t dt, uint64_t n, uint64_t seed)
 	return a;
 }
 
-/* Sums and means of exp rows of 64 elements go through
- * ibpi_exprows_sum64 (summed in registers, no decoded rows): bitwise
+/* Sums and means of exp rows of 64, 128 and 192 elements go through
+ * ibpi_exprows_sum64 (no decoded rows written): bitwise
  * equal to the decode-then-add path (IBP_EXP_BAG_FUSED=0) and to the
  * portable one, on rows of 0 to 64 escapes (over 16 in a half: the
  * kernel hands the row to the decoder), bags of 0 to 40 ids with padding,
@@ -288,7 +288,7 @@ static uint8_t *escape_table(ibp_dtype_t dt, uint64_t n, uint64_t seed)
  * too: what it returns, and its sums against decode + add. */
 Test(store_exp_rows, bags_summed_in_registers, .init = make_tmpdir, .fini = remove_tmpdir)
 {
-	const uint64_t n = 450, d = 64, nb = 120;
+	const uint64_t n = 450, nb = 120;
 	tu_rng_t r;
 	tu_rng_seed(&r, 12);
 	int64_t *ids = tu_xcalloc(nb * 40 * 8), *off = tu_xcalloc((nb + 1) * 8);
@@ -299,10 +299,11 @@ Test(store_exp_rows, bags_summed_in_registers, .init = make_tmpdir, .fini = remo
 			ids[nid++] = (int64_t)tu_below(&r, n);
 		off[b + 1] = (int64_t)nid;
 	}
-	for (int t = 0; t < 3; t++) {
-		const uint64_t R = d * esz(DTS[t]), shape[2] = { n, d };
-		uint8_t *a = escape_table(DTS[t], n, 20 + (uint64_t)t);
-		cr_assert_eq(ibp_pack_exp_rows(tmpdir_path("x.ibp"), a, DTS[t], 2, shape, 0), IBP_OK, "%s",
+	for (int t = 0; t < 9; t++) {
+		const ibp_dtype_t dt = DTS[t % 3];
+		const uint64_t d = 64 * (1 + (uint64_t)t / 3), R = d * esz(dt), shape[2] = { n, d }, P = d / 8;
+		uint8_t *a = escape_table(dt, n, d, 20 + (uint64_t)t);
+		cr_assert_eq(ibp_pack_exp_rows(tmpdir_path("x.ibp"), a, dt, 2, shape, 0), IBP_OK, "%s",
 			     ibp_last_error());
 		uint8_t *want = tu_xcalloc(nb * R), *got = tu_xcalloc(nb * R);
 		for (int mode = 0; mode < 2; mode++)
@@ -328,7 +329,7 @@ Test(store_exp_rows, bags_summed_in_registers, .init = make_tmpdir, .fini = remo
 						for (uint64_t b = 0; b < nb; b++)
 							cr_assert(memcmp(got + b * R, want + b * R, R) == 0,
 								  "%s mode %d pad %d th %d portable %d: bag %llu differs",
-								  ibp_dtype_name(DTS[t]), mode, pad, th, v,
+								  ibp_dtype_name(dt), mode, pad, th, v,
 								  (unsigned long long)b);
 					}
 					unsetenv("IBP_FORCE_PORTABLE");
@@ -341,8 +342,8 @@ Test(store_exp_rows, bags_summed_in_registers, .init = make_tmpdir, .fini = remo
 		const uint64_t *ro = ibp_container_offsets(c);
 		const uint8_t *pay = ibp_container_payload(c, NULL);
 		if (ibpi_exprows_sum64_ok(x, ibpi_exprows_isa())) {
-			float acc[64], ref[64];
-			uint8_t row[256];
+			float acc[192], ref[192];
+			uint8_t row[768];
 			uint64_t taken = 0, refused = 0;
 			for (uint64_t i = 0; i < n;) {
 				const uint64_t want_m = 1 + tu_below(&r, 16), m = want_m < n - i ? want_m : n - i;
@@ -352,7 +353,7 @@ Test(store_exp_rows, bags_summed_in_registers, .init = make_tmpdir, .fini = remo
 					src[k] = pay + ro[i + k];
 					len[k] = ro[i + k + 1] - ro[i + k];
 				}
-				for (int j = 0; j < 64; j++)
+				for (uint64_t j = 0; j < d; j++)
 					acc[j] = ref[j] = (float)j - 20.5f;
 				const int first = (int)(i % 2);
 				const uint64_t got_n = ibpi_exprows_sum64(x, src, len, m, acc, first);
@@ -360,39 +361,41 @@ Test(store_exp_rows, bags_summed_in_registers, .init = make_tmpdir, .fini = remo
 				 * escapes in a half */
 				uint64_t k = 0;
 				for (; k < m; k++) {
-					uint64_t e0 = 0, e1 = 0;
-					for (int j = 0; j < 64; j++) {
-						const int esc = (src[k][j / 8] & src[k][8 + j / 8] & src[k][16 + j / 8]) >> (j % 8) & 1;
-						e0 += j < 32 && esc;
-						e1 += j >= 32 && esc;
+					uint64_t most = 0; /* escapes of the fullest half word */
+					for (uint64_t h = 0; h < d / 32; h++) {
+						uint64_t e = 0;
+						for (uint64_t j = 32 * h; j < 32 * h + 32; j++)
+							e += (src[k][j / 8] & src[k][P + j / 8] & src[k][2 * P + j / 8]) >> (j % 8) & 1;
+						most = e > most ? e : most;
 					}
-					if (e0 > 16 || e1 > 16)
+					if (most > 16)
 						break;
 					cr_assert_eq(ibpi_exprows_decode(x, 0, src[k], len[k], row), IBP_OK);
-					for (int j = 0; j < 64; j++) {
+					for (uint64_t j = 0; j < d; j++) {
 						float v;
-						if (DTS[t] == IBP_DTYPE_F32)
+						if (dt == IBP_DTYPE_F32)
 							memcpy(&v, row + 4 * j, 4);
 						else {
 							uint16_t h;
 							memcpy(&h, row + 2 * j, 2);
-							v = DTS[t] == IBP_DTYPE_F16 ? fp8i_f16_to_f32(h) : fp8i_bf16_to_f32(h);
+							v = dt == IBP_DTYPE_F16 ? fp8i_f16_to_f32(h) : fp8i_bf16_to_f32(h);
 						}
 						ref[j] = (first && k == 0 ? 0.0f : ref[j]) + v;
 					}
 				}
 				cr_assert_eq(got_n, k, "%s rows %llu..: took %llu of %llu, expected %llu",
-					     ibp_dtype_name(DTS[t]), (unsigned long long)i, (unsigned long long)got_n,
+					     ibp_dtype_name(dt), (unsigned long long)i, (unsigned long long)got_n,
 					     (unsigned long long)m, (unsigned long long)k);
-				cr_assert(memcmp(acc, ref, sizeof(acc)) == 0, "%s rows %llu..: sums differ",
-					  ibp_dtype_name(DTS[t]), (unsigned long long)i);
+				cr_assert(memcmp(acc, ref, d * sizeof(float)) == 0, "%s d %llu rows %llu..: sums differ",
+					  ibp_dtype_name(dt), (unsigned long long)d, (unsigned long long)i);
 				taken += got_n;
 				refused += got_n < m;
 				i += got_n < m ? got_n + 1 : m;
 			}
 			cr_assert_gt(taken, n / 4, "%llu rows summed", (unsigned long long)taken);
 			cr_assert_gt(refused, 5, "%llu refused", (unsigned long long)refused);
-			cr_log_info("%s: %llu rows summed, %llu refused", ibp_dtype_name(DTS[t]), (unsigned long long)taken, (unsigned long long)refused);
+			cr_log_info("%s d %llu: %llu rows summed, %llu refused", ibp_dtype_name(dt), (unsigned long long)d,
+				    (unsigned long long)taken, (unsigned long long)refused);
 		}
 		ibp_container_close(c);
 		free(want);
@@ -409,42 +412,48 @@ Test(store_exp_rows, bags_summed_in_registers, .init = make_tmpdir, .fini = remo
  * (A bag of such a row fails: store_exp_rows/damaged_row_refused.) */
 Test(store_exp_rows, summed_rows_checked, .init = make_tmpdir, .fini = remove_tmpdir)
 {
-	const uint64_t d = 64;
-	for (int t = 0; t < 3; t++) {
-		const uint64_t R = d * esz(DTS[t]);
-		uint8_t *a = escape_table(DTS[t], 4, 30);
+	for (int t = 0; t < 6; t++) {
+		const ibp_dtype_t dt = DTS[t % 3];
+		const uint64_t d = 64 * (1 + (uint64_t)t / 3), R = d * esz(dt);
+		uint8_t *a = escape_table(dt, 4, d, 30);
 		uint8_t table[7];
-		ibpi_exprows_pick_table(a, DTS[t], 4 * d, 1, table);
+		ibpi_exprows_pick_table(a, dt, 4 * d, 1, table);
 		ibpi_exprows_t x;
-		cr_assert_eq(ibpi_exprows_init(&x, DTS[t], R, table, 0), IBP_OK);
+		cr_assert_eq(ibpi_exprows_init(&x, dt, R, table, 0), IBP_OK);
 		if (!ibpi_exprows_sum64_ok(&x, ibpi_exprows_isa())) {
 			free(a);
 			cr_skip_test("no AVX2 and F16C here: the kernel does not run");
 		}
-		uint8_t row[3][512];
+		const uint64_t P = x.P;
+		uint8_t row[3][1024];
 		uint64_t len[3];
 		len[0] = ibpi_exprows_encode(&x, a + 3 * R, row[0]); /* row 3: 3 / 8 of it escapes */
 		cr_assert_gt(len[0], x.fixed);
-		/* one more escape in the planes than the row holds */
+		/* one more escape in the planes than the row holds, in its last word */
 		memcpy(row[1], row[0], len[0]);
 		len[1] = len[0];
-		uint64_t e = 0;
-		while ((row[1][e / 8] & row[1][8 + e / 8] & row[1][16 + e / 8]) >> (e % 8) & 1)
+		uint64_t e = d - 64;
+		while ((row[1][e / 8] & row[1][P + e / 8] & row[1][2 * P + e / 8]) >> (e % 8) & 1)
 			e++;
 		for (unsigned k = 0; k < 3; k++)
-			row[1][k * 8 + e / 8] |= (uint8_t)(1u << (e % 8));
+			row[1][k * P + e / 8] |= (uint8_t)(1u << (e % 8));
 		/* the last escape out of range: refused for float16 only */
 		memcpy(row[2], row[0], len[0]);
 		len[2] = len[0];
 		row[2][len[2] - 1] = 32;
-		float acc[64] = { 0 };
-		uint8_t out[256];
+		float acc[128], one[128];
+		uint8_t out[512];
+		const uint8_t *first_row[1] = { row[0] };
+		cr_assert_eq(ibpi_exprows_sum64(&x, first_row, len, 1, one, 1), 1u);
 		for (int k = 1; k < 3; k++) {
 			const uint8_t *src[2] = { row[0], row[k] };
 			const uint64_t l2[2] = { len[0], len[k] };
-			const int refused = k == 1 || DTS[t] == IBP_DTYPE_F16;
-			cr_assert_eq(ibpi_exprows_sum64(&x, src, l2, 2, acc, 1), refused ? 1u : 2u, "%s row %d",
-				     ibp_dtype_name(DTS[t]), k);
+			const int refused = k == 1 || dt == IBP_DTYPE_F16;
+			cr_assert_eq(ibpi_exprows_sum64(&x, src, l2, 2, acc, 1), refused ? 1u : 2u, "%s d %llu row %d",
+				     ibp_dtype_name(dt), (unsigned long long)d, k);
+			if (refused) /* the row before it summed, nothing of it */
+				cr_assert(memcmp(acc, one, d * sizeof(float)) == 0, "%s d %llu row %d", ibp_dtype_name(dt),
+					  (unsigned long long)d, k);
 			cr_assert_eq(ibpi_exprows_decode(&x, 0, row[k], len[k], out), refused ? IBP_ERR_CORRUPT : IBP_OK);
 		}
 		/* rows shorter than the fixed part, from exact-size copies (ASan:
