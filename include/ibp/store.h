@@ -87,7 +87,7 @@ void ibp_store_close(ibp_store_t *s);
  * 64), exp-rows rows in bursts of 8 (the next 8 rows' payload, the 8
  * after those their offsets; of each row the lines a row with 8 escapes
  * spans, its last line always: IBP_XR_LINES=N at open sets N lines a
- * row, 0 every line of it), other rows 8 positions ahead
+ * row, at most 16; 0 every line of it), other rows 8 positions ahead
  * (IBP_GATHER_PREFETCH=N at open sets the distance and the burst, at most
  * 64; 0 turns all look-ahead off). Ids of an IBP
  * store whose rows are at most 4 KiB go in staged batches instead, except

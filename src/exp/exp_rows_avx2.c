@@ -157,7 +157,7 @@ int ibpi_exprows_decode_avx2(const ibpi_exprows_t *x, const uint8_t *src, uint64
 	return 0;
 }
 
-/* ---- rows of 64 summed in registers (ibpi_exprows_sum64) ---------------- */
+/* ---- rows summed without writing them out (ibpi_exprows_sum64) -------- */
 
 /* The escape fields of one half word (32 elements, escape bits em) as
  * bytes at their elements, 0 elsewhere: the escapes esc[0, popcount(em))

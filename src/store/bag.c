@@ -596,11 +596,10 @@ static ibp_status_t finish_bag(const bag_job_t *j, uint8_t *o, float *acc, uint6
 #define XSUM_ROWS 16u
 
 /* Exp rows of whole 64-element words, sum or mean without weights
- * (j->xsum): the
- * bag's rows located and looked ahead as xr_row does, then summed up to 16
- * at a time in registers by ibpi_exprows_sum64, with no decoded row written
- * or read back (from cache, 34 ns a row decoded then added against about
- * 16 summed so on a Zen 3 VM, float16). A row it does not take goes
+ * (j->xsum): the bag's rows located and looked ahead as xr_row does, then
+ * summed up to 16 at a time by ibpi_exprows_sum64, with no decoded row
+ * written or read back (from cache, 34 ns a float16 row decoded then added
+ * against 16-24 summed so on a Zen 3 VM). A row it does not take goes
  * through the general decoder and the add kernels, in its place in the
  * order: the sums are those of pool_bag, bit for bit. */
 static ibp_status_t pool_bag_xsum(const bag_job_t *j, bag_tls_t *t, uint64_t end, uint64_t b)

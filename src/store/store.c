@@ -789,8 +789,10 @@ static uint64_t gather_stage(const ibp_container_t *c)
 static unsigned xr_lines(const ibpi_exprows_t *x)
 {
 	const char *e = getenv("IBP_XR_LINES");
-	if (e && *e >= '0' && *e <= '9')
-		return (unsigned)strtoul(e, NULL, 10);
+	if (e && *e >= '0' && *e <= '9') {
+		const unsigned long v = strtoul(e, NULL, 10);
+		return v > 16 ? 16 : (unsigned)v;
+	}
 	const uint64_t typical = x->fixed + (x->d < 8 ? x->d : 8), n = (typical + 63) / 64 + 1;
 	return n > 16 ? 16 : (unsigned)n;
 }

@@ -27,8 +27,9 @@ unsigned ibpi_store_xr_lines(const ibp_store_t *s);
 
 /* Exp rows (codec 4) ahead of their decode, in bursts: when position i
  * starts a new batch of B = `batch` positions, the row offsets of the batch
- * two on and every line (at most 16) of the rows of the next batch are
- * prefetched together, in a short loop. Spread one row at a time through
+ * two on and the lines of the rows of the next batch are prefetched
+ * together, in a short loop (nl lines a row: the first nl - 1 and the
+ * last; nl = 0: every line, at most 16). Spread one row at a time through
  * the decode loop (the offset 2d positions on, the lines d on) the same
  * prefetches hid almost nothing on a Zen 3 VM: 230-264 ns an id at any d
  * against 146-180 in bursts of 16 or 32, float16 and float32 rows of 64,
