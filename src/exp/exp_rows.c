@@ -263,8 +263,9 @@ ibp_status_t ibpi_exprows_decode(const ibpi_exprows_t *x, int isa, const uint8_t
 int ibpi_exprows_sum64_ok(const ibpi_exprows_t *x, int isa)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-	return x->d % 64 == 0 && x->d <= 64 * IBPI_EXPROWS_SUM_WORDS && isa >= 1 && ibpi_cpu()->avx2 &&
-	       ibpi_cpu()->f16c;
+	const ibp_cpu_features_t *cpu = ibpi_cpu();
+	return x->d % 64 == 0 && x->d <= 64 * IBPI_EXPROWS_SUM_WORDS &&
+	       ((isa == 2 && cpu->avx512vbmi2) || (isa == 1 && cpu->avx2 && cpu->f16c));
 #else
 	(void)x;
 	(void)isa;
@@ -272,14 +273,18 @@ int ibpi_exprows_sum64_ok(const ibpi_exprows_t *x, int isa)
 #endif
 }
 
-uint64_t ibpi_exprows_sum64(const ibpi_exprows_t *x, const uint8_t *const *srcs, const uint64_t *lens, uint64_t n,
-			    float *acc, int first)
+uint64_t ibpi_exprows_sum64(const ibpi_exprows_t *x, int isa, const uint8_t *const *srcs, const uint64_t *lens,
+			    uint64_t n, float *acc, int first)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-	if (ibpi_cpu()->avx2 && ibpi_cpu()->f16c) /* it checks d */
+	/* both check d */
+	if (isa == 2 && ibpi_cpu()->avx512vbmi2)
+		return ibpi_exprows_sum64_avx512(x, srcs, lens, n, acc, first);
+	if (isa == 1 && ibpi_cpu()->avx2 && ibpi_cpu()->f16c)
 		return ibpi_exprows_sum64_avx2(x, srcs, lens, n, acc, first);
 #endif
 	(void)x;
+	(void)isa;
 	(void)srcs;
 	(void)lens;
 	(void)n;

@@ -67,19 +67,20 @@ ibp_status_t ibpi_exprows_decode(const ibpi_exprows_t *x, int isa, const uint8_t
  * registers): row k (srcs[k], lens[k] bytes) widened to float32 and added,
  * acc[i] = acc[i] + row[i] in row order, the same float32 sums as decoding
  * each row and adding it; with `first`, acc starts from +0 (acc = 0 + row
- * 0, as the bag's first-row kernels).
+ * 0, as the bag's first-row kernels). `isa` is the decoder's build
+ * (ibpi_exprows_isa): 2 the AVX-512 kernel, 1 the AVX2 + F16C one.
  * Returns the rows summed, from the first: n, or the position of a row it
- * does not take (a damaged row, or over 16 escapes in a half of 32
- * elements); decode that one with ibpi_exprows_decode (its error, or its
- * values) and go on after it. acc is written only when a row was summed.
- * Only where ibpi_exprows_sum64_ok: returns 0 elsewhere. Reads only each
- * row's bytes. Thread-safe. */
-uint64_t ibpi_exprows_sum64(const ibpi_exprows_t *x, const uint8_t *const *srcs, const uint64_t *lens, uint64_t n,
-			    float *acc, int first);
+ * does not take (a damaged row; with isa 1 also a row of over 16 escapes
+ * in a half of 32 elements); decode that one with ibpi_exprows_decode (its
+ * error, or its values) and go on after it. acc is written only when a row
+ * was summed. Only where ibpi_exprows_sum64_ok: returns 0 elsewhere. Reads
+ * only each row's bytes. Thread-safe. */
+uint64_t ibpi_exprows_sum64(const ibpi_exprows_t *x, int isa, const uint8_t *const *srcs, const uint64_t *lens,
+			    uint64_t n, float *acc, int first);
 
 /* 1 when ibpi_exprows_sum64 runs for this row form with the decoder build
- * `isa` (ibpi_exprows_isa): rows of 64, 128, ... 1,024 elements, AVX2 and
- * F16C, isa >= 1. */
+ * `isa` (ibpi_exprows_isa): rows of 64, 128, ... 1,024 elements, and isa 2
+ * (AVX-512), or isa 1 with AVX2 and F16C. */
 int ibpi_exprows_sum64_ok(const ibpi_exprows_t *x, int isa);
 
 /* The detail of a row the decoders refuse (IBP_ERR_CORRUPT). */

@@ -31,11 +31,14 @@ typedef struct ibpi_exprows {
 int ibpi_exprows_decode_portable(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, void *dst);
 int ibpi_exprows_decode_avx2(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, void *dst);
 int ibpi_exprows_decode_avx512(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len, void *dst);
-/* AVX2 + F16C: rows of whole 64-element words, at most
- * IBPI_EXPROWS_SUM_WORDS of them, summed without writing them out
- * (ibpi_exprows_sum64). */
+/* Rows of whole 64-element words, at most IBPI_EXPROWS_SUM_WORDS of
+ * them, summed without writing them out (ibpi_exprows_sum64): AVX2 +
+ * F16C (at most 16 escapes in a half word), AVX-512 (the decoder's ISA:
+ * any number of escapes). */
 #define IBPI_EXPROWS_SUM_WORDS 16u
 uint64_t ibpi_exprows_sum64_avx2(const ibpi_exprows_t *x, const uint8_t *const *srcs, const uint64_t *lens,
 				 uint64_t n, float *acc, int first);
+uint64_t ibpi_exprows_sum64_avx512(const ibpi_exprows_t *x, const uint8_t *const *srcs, const uint64_t *lens,
+				   uint64_t n, float *acc, int first);
 
 #endif /* IBP_EXP_ROWS_LAYOUT_H */

@@ -629,7 +629,7 @@ static ibp_status_t pool_bag_xsum(const bag_job_t *j, bag_tls_t *t, uint64_t end
 		}
 		/* m rows gathered (16, or the bag's last): summed */
 		for (unsigned d = 0; d < m;) {
-			const uint64_t got = ibpi_exprows_sum64(j->xr, src + d, len + d, m - d, acc, cnt == 0);
+			const uint64_t got = ibpi_exprows_sum64(j->xr, j->xisa, src + d, len + d, m - d, acc, cnt == 0);
 			cnt += got;
 			d += (unsigned)got;
 			if (d == m)

@@ -281,14 +281,16 @@ static uint8_t *escape_table(ibp_dtype_t dt, uint64_t n, uint64_t d, uint64_t se
 
 /* Sums and means of exp rows of 64, 128 and 192 elements go through
  * ibpi_exprows_sum64 (no decoded rows written): bitwise
- * equal to the decode-then-add path (IBP_EXP_BAG_FUSED=0) and to the
- * portable one, on rows of 0 to 64 escapes (over 16 in a half: the
- * kernel hands the row to the decoder), bags of 0 to 40 ids with padding,
- * one and two threads. Where the kernel runs, it is checked row by row
- * too: what it returns, and its sums against decode + add. */
+ * equal to the decode-then-add path (IBP_EXP_BAG_FUSED=0), to the
+ * portable one and (on an AVX-512 machine) to the AVX2 one, on rows of 0
+ * to 64 escapes (over 16 in a half: the AVX2 kernel hands the row to the
+ * decoder), bags of 0 to 40 ids with padding, one and two threads. Each
+ * kernel build the CPU runs is checked row by row too: what it returns,
+ * and its sums against decode + add. */
 Test(store_exp_rows, bags_summed_in_registers, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	const uint64_t n = 450, nb = 120;
+	const int native = ibpi_exprows_isa(); /* before any variable below is set */
 	tu_rng_t r;
 	tu_rng_seed(&r, 12);
 	int64_t *ids = tu_xcalloc(nb * 40 * 8), *off = tu_xcalloc((nb + 1) * 8);
@@ -318,14 +320,20 @@ Test(store_exp_rows, bags_summed_in_registers, .init = make_tmpdir, .fini = remo
 									     nid, off, nb, NULL, padding, want, th),
 						     IBP_OK, "%s", ibp_last_error());
 					unsetenv("IBP_EXP_BAG_FUSED");
-					for (int v = 0; v < 2; v++) {
-						/* v = 1: the portable decoder and kernels forced */
-						setenv("IBP_FORCE_PORTABLE", v ? "1" : "0", 1);
+					for (int v = 0; v < 3; v++) {
+						/* v = 1: the portable decoder and kernels forced; 2:
+						 * the AVX2 ones (where the machine has AVX-512) */
+						if (v == 2 && native < 2)
+							continue;
+						setenv("IBP_FORCE_PORTABLE", v == 1 ? "1" : "0", 1);
+						if (v == 2)
+							setenv("IBP_EXP_ISA", "avx2", 1);
 						memset(got, 0x5a, nb * R);
 						cr_assert_eq(ibp_store_embedding_bag(s, (ibp_bag_mode_t)mode, 0, ids,
 										     IBP_DTYPE_I64, nid, off, nb, NULL, padding,
 										     got, th),
 							     IBP_OK, "%s", ibp_last_error());
+						unsetenv("IBP_EXP_ISA");
 						for (uint64_t b = 0; b < nb; b++)
 							cr_assert(memcmp(got + b * R, want + b * R, R) == 0,
 								  "%s mode %d pad %d th %d portable %d: bag %llu differs",
@@ -341,7 +349,10 @@ Test(store_exp_rows, bags_summed_in_registers, .init = make_tmpdir, .fini = remo
 		const ibpi_exprows_t *x = ibpi_container_exprows(c);
 		const uint64_t *ro = ibp_container_offsets(c);
 		const uint8_t *pay = ibp_container_payload(c, NULL);
-		if (ibpi_exprows_sum64_ok(x, ibpi_exprows_isa())) {
+		/* each build this CPU runs: AVX2 (1), AVX-512 (2) */
+		for (int isa = 1; isa <= ibpi_exprows_isa(); isa++) {
+			if (!ibpi_exprows_sum64_ok(x, isa))
+				continue;
 			float acc[192], ref[192];
 			uint8_t row[768];
 			uint64_t taken = 0, refused = 0;
@@ -356,9 +367,9 @@ Test(store_exp_rows, bags_summed_in_registers, .init = make_tmpdir, .fini = remo
 				for (uint64_t j = 0; j < d; j++)
 					acc[j] = ref[j] = (float)j - 20.5f;
 				const int first = (int)(i % 2);
-				const uint64_t got_n = ibpi_exprows_sum64(x, src, len, m, acc, first);
-				/* the reference: rows summed until the first one with over 16
-				 * escapes in a half */
+				const uint64_t got_n = ibpi_exprows_sum64(x, isa, src, len, m, acc, first);
+				/* the reference: rows summed until (AVX2) the first one with
+				 * over 16 escapes in a half */
 				uint64_t k = 0;
 				for (; k < m; k++) {
 					uint64_t most = 0; /* escapes of the fullest half word */
@@ -368,7 +379,7 @@ Test(store_exp_rows, bags_summed_in_registers, .init = make_tmpdir, .fini = remo
 							e += (src[k][j / 8] & src[k][P + j / 8] & src[k][2 * P + j / 8]) >> (j % 8) & 1;
 						most = e > most ? e : most;
 					}
-					if (most > 16)
+					if (isa == 1 && most > 16)
 						break;
 					cr_assert_eq(ibpi_exprows_decode(x, 0, src[k], len[k], row), IBP_OK);
 					for (uint64_t j = 0; j < d; j++) {
@@ -393,9 +404,12 @@ Test(store_exp_rows, bags_summed_in_registers, .init = make_tmpdir, .fini = remo
 				i += got_n < m ? got_n + 1 : m;
 			}
 			cr_assert_gt(taken, n / 4, "%llu rows summed", (unsigned long long)taken);
-			cr_assert_gt(refused, 5, "%llu refused", (unsigned long long)refused);
-			cr_log_info("%s d %llu: %llu rows summed, %llu refused", ibp_dtype_name(dt), (unsigned long long)d,
-				    (unsigned long long)taken, (unsigned long long)refused);
+			if (isa == 1)
+				cr_assert_gt(refused, 5, "%llu refused", (unsigned long long)refused);
+			else
+				cr_assert_eq(refused, 0, "%llu refused", (unsigned long long)refused);
+			cr_log_info("%s d %llu isa %d: %llu rows summed, %llu refused", ibp_dtype_name(dt),
+				    (unsigned long long)d, isa, (unsigned long long)taken, (unsigned long long)refused);
 		}
 		ibp_container_close(c);
 		free(want);
@@ -407,8 +421,9 @@ Test(store_exp_rows, bags_summed_in_registers, .init = make_tmpdir, .fini = remo
 
 /* The kernel refuses what the decoder refuses: a row whose planes count
  * one escape more than it holds, and a float16 row with an escape above
- * 31 (a field 5 bits wide), a row shorter than its fixed part; it sums
- * the rows before it and stops there.
+ * 31 (a field 5 bits wide), a row shorter than its fixed part, a row a
+ * byte longer than its escapes; it sums the rows before it and stops
+ * there. Each kernel build the CPU runs.
  * (A bag of such a row fails: store_exp_rows/damaged_row_refused.) */
 Test(store_exp_rows, summed_rows_checked, .init = make_tmpdir, .fini = remove_tmpdir)
 {
@@ -424,49 +439,62 @@ Test(store_exp_rows, summed_rows_checked, .init = make_tmpdir, .fini = remove_tm
 			free(a);
 			cr_skip_test("no AVX2 and F16C here: the kernel does not run");
 		}
-		const uint64_t P = x.P;
-		uint8_t row[3][1024];
-		uint64_t len[3];
-		len[0] = ibpi_exprows_encode(&x, a + 3 * R, row[0]); /* row 3: 3 / 8 of it escapes */
-		cr_assert_gt(len[0], x.fixed);
-		/* one more escape in the planes than the row holds, in its last word */
-		memcpy(row[1], row[0], len[0]);
-		len[1] = len[0];
-		uint64_t e = d - 64;
-		while ((row[1][e / 8] & row[1][P + e / 8] & row[1][2 * P + e / 8]) >> (e % 8) & 1)
-			e++;
-		for (unsigned k = 0; k < 3; k++)
-			row[1][k * P + e / 8] |= (uint8_t)(1u << (e % 8));
-		/* the last escape out of range: refused for float16 only */
-		memcpy(row[2], row[0], len[0]);
-		len[2] = len[0];
-		row[2][len[2] - 1] = 32;
-		float acc[128], one[128];
-		uint8_t out[512];
-		const uint8_t *first_row[1] = { row[0] };
-		cr_assert_eq(ibpi_exprows_sum64(&x, first_row, len, 1, one, 1), 1u);
-		for (int k = 1; k < 3; k++) {
-			const uint8_t *src[2] = { row[0], row[k] };
-			const uint64_t l2[2] = { len[0], len[k] };
-			const int refused = k == 1 || dt == IBP_DTYPE_F16;
-			cr_assert_eq(ibpi_exprows_sum64(&x, src, l2, 2, acc, 1), refused ? 1u : 2u, "%s d %llu row %d",
-				     ibp_dtype_name(dt), (unsigned long long)d, k);
-			if (refused) /* the row before it summed, nothing of it */
-				cr_assert(memcmp(acc, one, d * sizeof(float)) == 0, "%s d %llu row %d", ibp_dtype_name(dt),
-					  (unsigned long long)d, k);
-			cr_assert_eq(ibpi_exprows_decode(&x, 0, row[k], len[k], out), refused ? IBP_ERR_CORRUPT : IBP_OK);
-		}
-		/* rows shorter than the fixed part, from exact-size copies (ASan:
-		 * the planes are not read past them) */
-		const uint64_t shorts[6] = { 0, 1, 8, 23, 24, x.fixed - 1 };
-		for (int k = 0; k < 6; k++) {
-			uint8_t *cut = tu_xcalloc(shorts[k] ? shorts[k] : 1);
-			memcpy(cut, row[0], shorts[k]);
-			const uint8_t *src[1] = { cut };
-			cr_assert_eq(ibpi_exprows_sum64(&x, src, &shorts[k], 1, acc, 1), 0u, "%llu bytes",
-				     (unsigned long long)shorts[k]);
-			cr_assert_eq(ibpi_exprows_decode(&x, 0, cut, shorts[k], out), IBP_ERR_CORRUPT);
-			free(cut);
+		for (int isa = 1; isa <= ibpi_exprows_isa(); isa++) {
+			const uint64_t P = x.P;
+			uint8_t row[3][1024];
+			uint64_t len[3];
+			len[0] = ibpi_exprows_encode(&x, a + 3 * R, row[0]); /* row 3: 3 / 8 of it escapes */
+			cr_assert_gt(len[0], x.fixed);
+			/* one more escape in the planes than the row holds, in its last word */
+			memcpy(row[1], row[0], len[0]);
+			len[1] = len[0];
+			uint64_t e = d - 64;
+			while ((row[1][e / 8] & row[1][P + e / 8] & row[1][2 * P + e / 8]) >> (e % 8) & 1)
+				e++;
+			for (unsigned k = 0; k < 3; k++)
+				row[1][k * P + e / 8] |= (uint8_t)(1u << (e % 8));
+			/* the last escape out of range: refused for float16 only */
+			memcpy(row[2], row[0], len[0]);
+			len[2] = len[0];
+			row[2][len[2] - 1] = 32;
+			float acc[128], one[128];
+			uint8_t out[512];
+			const uint8_t *first_row[1] = { row[0] };
+			cr_assert_eq(ibpi_exprows_sum64(&x, isa, first_row, len, 1, one, 1), 1u);
+			for (int k = 1; k < 3; k++) {
+				const uint8_t *src[2] = { row[0], row[k] };
+				const uint64_t l2[2] = { len[0], len[k] };
+				const int refused = k == 1 || dt == IBP_DTYPE_F16;
+				cr_assert_eq(ibpi_exprows_sum64(&x, isa, src, l2, 2, acc, 1), refused ? 1u : 2u,
+					     "%s d %llu row %d isa %d", ibp_dtype_name(dt), (unsigned long long)d, k, isa);
+				if (refused) /* the row before it summed, nothing of it */
+					cr_assert(memcmp(acc, one, d * sizeof(float)) == 0, "%s d %llu row %d isa %d",
+						  ibp_dtype_name(dt), (unsigned long long)d, k, isa);
+				cr_assert_eq(ibpi_exprows_decode(&x, 0, row[k], len[k], out),
+					     refused ? IBP_ERR_CORRUPT : IBP_OK);
+			}
+			/* rows shorter than the fixed part, from exact-size copies (ASan:
+			 * the planes are not read past them) */
+			const uint64_t shorts[6] = { 0, 1, 8, 23, 24, x.fixed - 1 };
+			for (int k = 0; k < 6; k++) {
+				uint8_t *cut = tu_xcalloc(shorts[k] ? shorts[k] : 1);
+				memcpy(cut, row[0], shorts[k]);
+				const uint8_t *src[1] = { cut };
+				cr_assert_eq(ibpi_exprows_sum64(&x, isa, src, &shorts[k], 1, acc, 1), 0u, "%llu bytes",
+					     (unsigned long long)shorts[k]);
+				cr_assert_eq(ibpi_exprows_decode(&x, 0, cut, shorts[k], out), IBP_ERR_CORRUPT);
+				free(cut);
+			}
+			/* a row with a byte more than its escapes: refused too */
+			{
+				uint8_t *longer = tu_xcalloc(len[0] + 1);
+				memcpy(longer, row[0], len[0]);
+				const uint8_t *src[1] = { longer };
+				const uint64_t l1 = len[0] + 1;
+				cr_assert_eq(ibpi_exprows_sum64(&x, isa, src, &l1, 1, acc, 1), 0u, "isa %d", isa);
+				cr_assert_eq(ibpi_exprows_decode(&x, 0, longer, l1, out), IBP_ERR_CORRUPT);
+				free(longer);
+			}
 		}
 		free(a);
 	}
