@@ -6,38 +6,55 @@
 # killed: some suite fails, crashes or hangs. A mutation that survives means
 # a test must be strengthened (docs/DEVELOPING.md, "Mutation check").
 #
-# usage: tools/mutate.sh [--jobs N] [--list FILE] [--only SUBSTRING]...
-#   --only  run the entries whose file or line text contains SUBSTRING
-#           (may be given more than once)
+# usage: tools/mutate.sh [--jobs N] [--workers W] [--list FILE] [--only SUBSTRING]...
+#   --jobs     cores to use (default 2)
+#   --workers  copies of the tree mutated side by side, each with its own
+#              build, taking the entries file by file (default: --jobs, at
+#              most 4; a mutant is mostly one compile and one link, which
+#              use one core, so one copy left the second core idle)
+#   --only     run the entries whose file or line text contains SUBSTRING
+#              (may be given more than once)
 # The last line is "mutations: K killed, S survived, E errors" (an error: the
 # line is not found exactly once, the mutant does not compile, or the
 # unmutated suites fail). Exit status 0 only when every mutation was killed.
 # Environment: IBP_MUTATE_TIMEOUT (seconds per suite run, default 300),
-#              IBP_MUTATE_DIR (its work directory, default build-mutate),
+#              IBP_MUTATE_DIR (its work directory, default build-mutate;
+#              the copies are tree/, tree-1/, ... and build/, build-1/, ...),
 #              IBP_MUTATE_OPT (the build's optimisation flags, default -O1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v python3 >/dev/null || { echo "mutate.sh: python3 is required" >&2; exit 2; }
 exec python3 - "$@" <<'PY'
-import os, shutil, subprocess, sys, tempfile, time
+import os, shutil, subprocess, sys, tempfile, threading, time
 
 root = os.getcwd()
 args = sys.argv[1:]
-jobs, listfile, only = 2, "tests/mutations.txt", []
+jobs, workers, listfile, only = 2, None, "tests/mutations.txt", []
 i = 0
 while i < len(args):
     a = args[i]
     if a == "--jobs": jobs = int(args[i + 1]); i += 2
+    elif a == "--workers": workers = int(args[i + 1]); i += 2
     elif a == "--list": listfile = args[i + 1]; i += 2
     elif a == "--only": only.append(args[i + 1]); i += 2
-    else: sys.exit("usage: tools/mutate.sh [--jobs N] [--list FILE] [--only SUBSTRING]")
+    else: sys.exit("usage: tools/mutate.sh [--jobs N] [--workers W] [--list FILE] [--only SUBSTRING]")
+if workers is None:
+    workers = min(jobs, 4)
+workers = max(1, workers)
 timeout = int(os.environ.get("IBP_MUTATE_TIMEOUT", "300"))
 work = os.path.join(root, os.environ.get("IBP_MUTATE_DIR", "build-mutate"))
-tree = os.path.join(work, "tree")
-bdir = os.path.join(work, "build")
+
+def tree_of(w):
+    return os.path.join(work, "tree" if w == 0 else f"tree-{w}")
+
+def bdir_of(w):
+    return os.path.join(work, "build" if w == 0 else f"build-{w}")
+
+out_lock = threading.Lock()
 
 def say(*a, sep=" "):
-    print(*a, sep=sep, flush=True)
+    with out_lock:
+        print(*a, sep=sep, flush=True)
 
 # ---- the list ----------------------------------------------------------
 # "@ FILE SUITE..." opens an entry (SUITE = test binary, or binary:filter
@@ -91,13 +108,13 @@ for m in skipped:
         f"{listfile}:{m['at']})")
 say(f"mutation check: {len(muts)} mutations from {listfile}")
 
-# ---- the copy of the tree ----------------------------------------------
+# ---- the copies of the tree ---------------------------------------------
 def git_files():
     out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                          check=True, capture_output=True).stdout
     return [p for p in out.decode().split("\0") if p and os.path.isfile(p)]
 
-def put(rel, data):
+def put(tree, rel, data):
     """Writes data to tree/rel when it differs (a fresh mtime, so make sees it)."""
     dst = os.path.join(tree, rel)
     try:
@@ -116,13 +133,18 @@ snapshot = {}
 for rel in files:
     with open(rel, "rb") as f:
         snapshot[rel] = f.read()
-    put(rel, snapshot[rel])
+# no more copies than files to mutate (entries of one file run in one copy)
+workers = max(1, min(workers, len({m["file"] for m in muts})))
 keep = set(files)
-for d, _, fs in os.walk(tree):
-    for name in fs:
-        rel = os.path.relpath(os.path.join(d, name), tree)
-        if rel not in keep:
-            os.remove(os.path.join(d, name))
+for w in range(workers):
+    tree = tree_of(w)
+    for rel in files:
+        put(tree, rel, snapshot[rel])
+    for d, _, fs in os.walk(tree):
+        for name in fs:
+            rel = os.path.relpath(os.path.join(d, name), tree)
+            if rel not in keep:
+                os.remove(os.path.join(d, name))
 
 def run(cmd, **kw):
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
@@ -134,27 +156,30 @@ def run(cmd, **kw):
 # 2026-12-01); what the tests see does not depend on it. IBP_MUTATE_OPT
 # overrides it.
 opt = os.environ.get("IBP_MUTATE_OPT", "-O1")
-r = run(["cmake", "-S", tree, "-B", bdir, "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_C_FLAGS_RELEASE={opt} -DNDEBUG",
-         f"-DCMAKE_CXX_FLAGS_RELEASE={opt} -DNDEBUG", "-DIBP_CUDA=OFF", "-DIBP_TESTS=ON"])
-if r.returncode:
-    say(r.stdout[-3000:]); say("mutations: 0 killed, 0 survived, 1 errors"); sys.exit(1)
+# the cores shared out: each copy builds and runs its suites with its part
+wjobs = max(1, jobs // workers)
+
+def configure(w):
+    return run(["cmake", "-S", tree_of(w), "-B", bdir_of(w), "-DCMAKE_BUILD_TYPE=Release",
+                f"-DCMAKE_C_FLAGS_RELEASE={opt} -DNDEBUG", f"-DCMAKE_CXX_FLAGS_RELEASE={opt} -DNDEBUG",
+                "-DIBP_CUDA=OFF", "-DIBP_TESTS=ON"])
 
 suites = sorted({s.split(":")[0] for m in muts for s in m["suites"]})
 targets = suites + (["ibp_cli"] if any(x.startswith("test_cli") for x in suites) else [])
 
-def build(tg):
-    return run(["cmake", "--build", bdir, "-j", str(jobs), "--target"] + tg)
+def build(w, tg):
+    return run(["cmake", "--build", bdir_of(w), "-j", str(wjobs), "--target"] + tg)
 
-def run_suite(spec):
+def run_suite(w, spec):
     """0: passed; otherwise why it failed (text)."""
     name, _, filt = spec.partition(":")
-    cmd = [os.path.join(bdir, "bin", name), f"--jobs={jobs}", "--fail-fast", "--short-filename"]
+    cmd = [os.path.join(bdir_of(w), "bin", name), f"--jobs={wjobs}", "--fail-fast", "--short-filename"]
     if filt:
         cmd.append(f"--filter={filt}")
     # A temporary root of its own (short: tests/util/tmproot.h), removed after
     # the suite: a mutant that crashes a suite leaves no directories behind.
     tmp = tempfile.mkdtemp(prefix="ibpm.", dir="/tmp")
-    env = dict(os.environ, IBP_TEST_QUICK="1", IBP_SOURCE_DIR=tree, TMPDIR=tmp)
+    env = dict(os.environ, IBP_TEST_QUICK="1", IBP_SOURCE_DIR=tree_of(w), TMPDIR=tmp)
     try:
         r = run(cmd, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -166,68 +191,103 @@ def run_suite(spec):
     lines = [l for l in r.stdout.splitlines() if "Assertion" in l or "FAIL" in l or "CRASH" in l]
     return f"{spec}: exit {r.returncode}" + (f" ({lines[0].strip()[:100]})" if lines else "")
 
+def parallel(fn, n):
+    """fn(w) for w in 0..n-1 on threads of their own; their results."""
+    res = [None] * n
+    def one(w):
+        res[w] = fn(w)
+    ts = [threading.Thread(target=one, args=(w,)) for w in range(n)]
+    for t in ts: t.start()
+    for t in ts: t.join()
+    return res
+
 t0 = time.time()
-say(f"building {len(targets)} targets in {bdir} ...")
-r = build(targets)
-if r.returncode:
-    say(r.stdout[-3000:]); say("mutations: 0 killed, 0 survived, 1 errors"); sys.exit(1)
-bad = [x for x in (run_suite(s) for s in sorted({s for m in muts for s in m["suites"]})) if x]
+say(f"building {len(targets)} targets in {workers} cop{'y' if workers == 1 else 'ies'} of the tree under {work} ...")
+def setup(w):
+    r = configure(w)
+    return r if r.returncode else build(w, targets)
+
+for r in parallel(setup, workers):
+    if r.returncode:
+        say(r.stdout[-3000:]); say("mutations: 0 killed, 0 survived, 1 errors"); sys.exit(1)
+# the copies hold the same files: the unmutated suites run in the first
+bad = [x for x in (run_suite(0, s) for s in sorted({s for m in muts for s in m["suites"]})) if x]
 if bad:
     say("the unmutated suites fail, nothing to check:", *bad, sep="\n  ")
     say(f"mutations: 0 killed, 0 survived, {len(muts)} errors")
     sys.exit(1)
 say(f"baseline passes ({time.time() - t0:.0f}s)")
 
-# ---- one mutation at a time (grouped by file: one restore per file) ----
-killed = survived = errors = 0
+# ---- one mutation at a time in each copy --------------------------------
+# A copy takes a whole file's entries (one restore per file), the files
+# with most entries first, from a queue shared by the copies.
 muts.sort(key=lambda m: m["file"])
-originals = {}
 for k, m in enumerate(muts, 1):
-    rel = m["file"]
-    if rel not in originals:
-        for done in list(originals):  # restore the previous file
-            put(done, originals.pop(done))
-        if rel not in snapshot:
+    m["k"] = k
+groups = {}
+for m in muts:
+    groups.setdefault(m["file"], []).append(m)
+queue = sorted(groups.values(), key=len, reverse=True)
+tally = {"killed": 0, "survived": 0, "errors": 0}
+
+def count(what):
+    with out_lock:
+        tally[what] += 1
+
+def mutate_file(w, group):
+    tree = tree_of(w)
+    rel = group[0]["file"]
+    if rel not in snapshot:
+        for m in group:
             say(f"ERROR    {rel}: no such file in the tree ({listfile}:{m['at']})")
-            errors += 1
+            count("errors")
+        return
+    text = snapshot[rel].decode("utf-8")
+    for m in group:
+        lines = text.split("\n")
+        hits = [j for j, l in enumerate(lines) if l.strip() == m["old"]]
+        label = f"[{m['k']}/{len(muts)}] {rel}: {m['old'][:70]}"
+        if len(hits) != 1:
+            say(f"ERROR    {label}\n         the line is found {len(hits)} times, not once ({listfile}:{m['at']})")
+            count("errors")
             continue
-        originals[rel] = snapshot[rel]
-    text = originals[rel].decode("utf-8")
-    lines = text.split("\n")
-    hits = [j for j, l in enumerate(lines) if l.strip() == m["old"]]
-    label = f"[{k}/{len(muts)}] {rel}: {m['old'][:70]}"
-    if len(hits) != 1:
-        say(f"ERROR    {label}\n         the line is found {len(hits)} times, not once ({listfile}:{m['at']})")
-        errors += 1
-        continue
-    j = hits[0]
-    indent = lines[j][:len(lines[j]) - len(lines[j].lstrip())]
-    lines[j] = indent + m["new"] if m["new"] else indent + "/* mutation: line deleted */"
-    put(rel, "\n".join(lines).encode("utf-8"))
-    tg = sorted({s.split(":")[0] for s in m["suites"]})
-    if any(x.startswith("test_cli") for x in tg):
-        tg.append("ibp_cli")
-    ts = time.time()
-    r = build(tg)
-    if r.returncode:
-        err = [l for l in r.stdout.splitlines() if "error" in l][:2]
-        say(f"ERROR    {label}\n         the mutant does not compile: {' / '.join(err)[:200]}")
-        errors += 1
-        continue
-    why = None
-    for s in m["suites"]:
-        why = run_suite(s)
+        j = hits[0]
+        indent = lines[j][:len(lines[j]) - len(lines[j].lstrip())]
+        lines[j] = indent + m["new"] if m["new"] else indent + "/* mutation: line deleted */"
+        put(tree, rel, "\n".join(lines).encode("utf-8"))
+        tg = sorted({s.split(":")[0] for s in m["suites"]})
+        if any(x.startswith("test_cli") for x in tg):
+            tg.append("ibp_cli")
+        ts = time.time()
+        r = build(w, tg)
+        if r.returncode:
+            err = [l for l in r.stdout.splitlines() if "error" in l][:2]
+            say(f"ERROR    {label}\n         the mutant does not compile: {' / '.join(err)[:200]}")
+            count("errors")
+            continue
+        why = None
+        for s in m["suites"]:
+            why = run_suite(w, s)
+            if why:
+                break
         if why:
-            break
-    if why:
-        killed += 1
-        say(f"killed   {label}  [{time.time() - ts:.0f}s] by {why}")
-    else:
-        survived += 1
-        say(f"SURVIVED {label}  [{time.time() - ts:.0f}s] ({listfile}:{m['at']}; suites: {' '.join(m['suites'])})")
-for done in list(originals):
-    put(done, originals.pop(done))
+            count("killed")
+            say(f"killed   {label}  [{time.time() - ts:.0f}s] by {why}")
+        else:
+            count("survived")
+            say(f"SURVIVED {label}  [{time.time() - ts:.0f}s] ({listfile}:{m['at']}; suites: {' '.join(m['suites'])})")
+    put(tree, rel, snapshot[rel])  # restored before the copy takes its next file
+
+def worker(w):
+    while True:
+        with out_lock:
+            if not queue:
+                return
+            group = queue.pop(0)
+        mutate_file(w, group)
+
+parallel(worker, workers)
 say(f"total {time.time() - t0:.0f}s")
-say(f"mutations: {killed} killed, {survived} survived, {errors} errors, {len(skipped)} skipped")
-sys.exit(0 if survived == 0 and errors == 0 else 1)
+say(f"mutations: {tally['killed']} killed, {tally['survived']} survived, {tally['errors']} errors, {len(skipped)} skipped")
+sys.exit(0 if tally["survived"] == 0 and tally["errors"] == 0 else 1)
 PY
