@@ -123,27 +123,36 @@ if [[ "${IBP_SKIP_SANITIZE:-0}" != 1 ]]; then
 fi
 
 if [[ "$fuzz_seconds" != 0 ]]; then
-	step "libFuzzer targets, ${fuzz_seconds}s each (build-fuzz/)"
+	step "libFuzzer targets, ${fuzz_seconds}s each, $jobs at a time (build-fuzz/)"
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIBP_FUZZ=ON \
 		-DIBP_CUDA=OFF -DIBP_SANITIZE=ON >/dev/null
 	# only the fuzz targets (tests/fuzz/fuzz_*.c), not the suites beside them
 	targets=()
 	for src in tests/fuzz/fuzz_*.c; do targets+=("$(basename "$src" .c)"); done
 	cmake --build build-fuzz -j"$jobs" --target "${targets[@]}"
-	for name in "${targets[@]}"; do
-		f="build-fuzz/bin/$name"
-		corpus="$root/tests/fuzz/corpus/$name"
+	# one fuzzer a core at a time (libFuzzer runs on one), reported in order
+	fuzz_one() {
+		local name=$1 f="build-fuzz/bin/$1" corpus="$root/tests/fuzz/corpus/$1"
 		# the working corpus (new inputs) is kept between runs in build-fuzz/
-		work="build-fuzz/corpus-$name"
+		local work="build-fuzz/corpus-$name" seeds=()
 		mkdir -p "$work"
-		seeds=()
 		[[ -d "$corpus" ]] && seeds=("$corpus")
-		echo "--- $name"
-		set +e
 		"$f" -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
 			"$work" "${seeds[@]}" >"build-fuzz/$name.log" 2>&1
-		rc=$?
-		set -e
+		echo $? >"build-fuzz/$name.rc"
+	}
+	pids=()
+	for ((k = 0; k < ${#targets[@]}; k++)); do
+		rm -f "build-fuzz/${targets[k]}.rc"
+		fuzz_one "${targets[k]}" &
+		pids[k]=$!
+		# at most $jobs at once: wait for the oldest still running
+		if ((k + 1 - jobs >= 0 && k + 1 < ${#targets[@]})); then wait "${pids[k + 1 - jobs]}" 2>/dev/null || true; fi
+	done
+	wait
+	for name in "${targets[@]}"; do
+		rc=$(cat "build-fuzz/$name.rc" 2>/dev/null || echo 1)
+		echo "--- $name"
 		tail -n 4 "build-fuzz/$name.log"
 		if [[ $rc -ne 0 ]]; then
 			echo "fuzzer $name failed; log: build-fuzz/$name.log"
