@@ -14,8 +14,8 @@
  * (IBP_CODEC_EXP_ROWS) decode each row on its own straight where it is
  * pooled, the rows ahead prefetched in bursts as the gather does; rows of
  * 64, 128, ... 1,024 elements in sum and mean bags without weights are
- * widened and added as they are decoded (AVX2 and F16C; no decoded row is
- * written), the same float32 operations in the same order
+ * widened and added as they are decoded (AVX-512, or AVX2 and F16C; no
+ * decoded row is written), the same float32 operations in the same order
  * (IBP_EXP_BAG_FUSED=0, read per call, turns that off). Exp and fp8
  * stores decode a block per miss instead.
  * Bags are cut into ranges of about equal numbers of ids, four per thread,
