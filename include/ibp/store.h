@@ -84,8 +84,9 @@ void ibp_store_close(ibp_store_t *s);
  * looks rows up and prefetches their payload ahead of decoding them: IBP
  * rows in batches (4 rows when the mean encoded row is at most 160 bytes,
  * else 64; IBP_GATHER_BATCH=N in the environment at open sets it, 1 to
- * 64), exp-rows rows in bursts of 8 (the next 8 rows' payload, the 8
- * after those their offsets; of each row the lines a row with 8 escapes
+ * 64), exp-rows rows in bursts of 8, or 16 where the AVX-512 decoder
+ * runs (the next burst's payload, the one after it their offsets; of each
+ * row the lines a row with 8 escapes
  * spans, its last line always: IBP_XR_LINES=N at open sets N lines a
  * row, at most 16; 0 every line of it), other rows 8 positions ahead
  * (IBP_GATHER_PREFETCH=N at open sets the distance and the burst, at most
