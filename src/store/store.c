@@ -818,12 +818,6 @@ ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 	s->R = ibp_container_row_bytes(c);
 	s->packed = ibp_container_layout(c) == IBP_LAYOUT_PACKED;
 	s->max_threads = cpu_count();
-	s->pf = PF_DEFAULT;
-	const char *pf = getenv("IBP_GATHER_PREFETCH");
-	if (pf && *pf >= '0' && *pf <= '9') {
-		unsigned long v = strtoul(pf, NULL, 10);
-		s->pf = v > PF_MAX ? PF_MAX : v;
-	}
 	s->block_codec = ibp_container_codec_id(c) == IBP_CODEC_EXP || ibp_container_codec_id(c) == IBP_CODEC_FP8;
 	s->xr = ibpi_container_exprows(c);
 	if (s->xr) {
@@ -831,10 +825,14 @@ ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 		s->xpay = ibp_container_payload(c, NULL);
 		s->xisa = ibpi_exprows_isa();
 		s->xlines = xr_lines(s->xr);
-		if (!(pf && *pf >= '0' && *pf <= '9') && s->xisa == 2)
-			s->pf = PF_XR_AVX512;
 	} else if (!s->block_codec) {
 		s->map = store_rowmap(c);
+	}
+	s->pf = s->xr && s->xisa == 2 ? PF_XR_AVX512 : PF_DEFAULT;
+	const char *pf = getenv("IBP_GATHER_PREFETCH");
+	if (pf && *pf >= '0' && *pf <= '9') {
+		unsigned long v = strtoul(pf, NULL, 10);
+		s->pf = v > PF_MAX ? PF_MAX : v;
 	}
 	s->batch = gather_batch(c);
 	s->stage = s->map ? gather_stage(c) : 0;
