@@ -43,7 +43,7 @@ static void json_head(json_t *j, const char *in, ibp_container_t *ct, const char
 }
 
 /* exp and fp8 containers: blocks of rows, no per-row metadata; exp-rows:
- * one exponent table and a u64 offset per row, no blocks. */
+ * one exponent table, a slot per row (K escape bytes), no blocks. */
 static int info_values(const char *in, ibp_container_t *ct, int as_json)
 {
 	uint64_t nrows = ibp_container_nrows(ct), rb = ibp_container_row_bytes(ct);
@@ -63,6 +63,13 @@ static int info_values(const char *in, ibp_container_t *ct, int as_json)
 			    : ibp_container_exp_table_mode(ct) == IBP_EXP_TABLE_HISTOGRAM ? "hist"
 			    : ibp_container_exp_table_mode(ct) == IBP_EXP_TABLE_RANS ? "rans" : "given";
 	const char *fmt = fo.format == IBP_FP8_E4M3 ? "e4m3" : "e5m2";
+	/* exp-rows: the rows' slot size (row 0's extent) and the overflow area after the slots */
+	uint64_t slot = 0, ovf = 0;
+	if (id == IBP_CODEC_EXP_ROWS && nrows > 0) {
+		const uint8_t *src;
+		if (ibp_container_row(ct, 0, &src, &slot) == IBP_OK && slot * nrows <= plen)
+			ovf = plen - slot * nrows;
+	}
 	if (as_json) {
 		json_t j;
 		json_head(&j, in, ct, "packed");
@@ -72,6 +79,10 @@ static int info_values(const char *in, ibp_container_t *ct, int as_json)
 			json_kv_uint(&j, "blocks", nb);
 			json_kv_uint(&j, "block_rows", br);
 			json_kv_uint(&j, "block_elems", ce);
+		}
+		if (id == IBP_CODEC_EXP_ROWS) {
+			json_kv_uint(&j, "slot_bytes", slot);
+			json_kv_uint(&j, "overflow_bytes", ovf);
 		}
 		if (id == IBP_CODEC_EXP) {
 			json_kv_string(&j, "exp_table", table);
@@ -106,6 +117,9 @@ static int info_values(const char *in, ibp_container_t *ct, int as_json)
 		printf("dtype, shape  %s %s\n", ibp_dtype_name(ibp_container_dtype(ct)),
 		       cli_shape(shape, ndim, sh, sizeof(sh)));
 		printf("rows          %llu x %llu B\n", (unsigned long long)nrows, (unsigned long long)rb);
+		if (id == IBP_CODEC_EXP_ROWS)
+			printf("row slots     %llu B each; %llu B of escapes overflow them\n", (unsigned long long)slot,
+			       (unsigned long long)ovf);
 		printf("raw size      %s (%llu B)\n", cli_bytes(raw, b1, sizeof(b1)), (unsigned long long)raw);
 		printf("payload       %s (%llu B)\n", cli_bytes(plen, b2, sizeof(b2)), (unsigned long long)plen);
 		printf("ratio         %.3f (whole file), %.3f (payload)\n", ratio, pratio);

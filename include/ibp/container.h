@@ -17,8 +17,11 @@
  *   IBP_CODEC_EXP_ROWS  the exponent codec's row form: one table of the
  *                  tensor's seven most common exponents, each row encoded
  *                  on its own (3-bit codes, the sign and mantissa bits
- *                  as they are, an escape byte per other exponent), a u64
- *                  offset per row. Lossless; bf16/f16/f32. For random rows
+ *                  as they are, an escape byte per other exponent), row i
+ *                  in a slot of fixed size at i * slot (no row offsets;
+ *                  the rare row with more escapes than its slot holds
+ *                  keeps them in an overflow area). Lossless;
+ *                  bf16/f16/f32. For random rows
  *                  (gathers, embedding bags): a row costs a few ns to
  *                  decode. Older readers refuse it (unknown codec).
  * A row of an exp or fp8 container is read by decoding its whole block.
@@ -181,10 +184,13 @@ ibp_status_t ibp_pack_exp(const char *path, const void *data, ibp_dtype_t dtype,
  * for ibp_container_write) with the exponent codec's row form and writes
  * it to `path` (codec IBP_CODEC_EXP_ROWS, packed): the table of the seven
  * most common exponent fields, then every row on its own (docs/FORMAT.md
- * 2.6.1, "Codec 4"). Lossless; about 0.85 (float32), 0.89 (float16) or 0.70
- * (bfloat16) of the raw size for trained weights, plus 8 bytes a row.
- * `nthreads` workers (0 = all CPUs). Needs the encoded tensor in
- * temporary memory (at most the raw size plus 8 bytes a row). Errors:
+ * 2.6.1, "Codec 4"): each row in a slot of fixed size, K escape bytes
+ * beyond its fixed part, K chosen to make the file smallest (at least 8);
+ * a row with more escapes keeps them in the overflow area. Lossless;
+ * about 0.88 (float32), 0.94 (float16) or 0.75 (bfloat16) of the raw
+ * size for trained weights in rows of 64. `nthreads` workers (0 = all
+ * CPUs). Needs the encoded tensor plus 8 bytes a row in temporary
+ * memory. Errors:
  * IBP_ERR_INVALID_ARG (NULL path, shape or data with rows, dtype, shape,
  * nthreads < 0), IBP_ERR_IO, IBP_ERR_NOMEM. Thread-safe (distinct paths). */
 ibp_status_t ibp_pack_exp_rows(const char *path, const void *data, ibp_dtype_t dtype, unsigned ndim,
@@ -340,7 +346,8 @@ const uint8_t *ibp_container_image(const ibp_container_t *c, uint64_t *size);
  * entries and is NULL in the inplace layout; clusters is NULL when the
  * codec has one cluster. All were validated at open (the payload too,
  * unless opened with IBP_OPEN_TRUSTED). Offsets, flags and clusters are
- * NULL for exp and fp8 containers (see ibp_container_block_offsets).
+ * NULL for exp, fp8 and exp-rows containers (see
+ * ibp_container_block_offsets).
  * Format 1.2 files store a compact index instead of these arrays: the
  * first call expands it (10 bytes per row at most, kept until close; NULL
  * if that allocation fails). Row readers should prefer
@@ -351,7 +358,8 @@ const uint8_t *ibp_container_flags(const ibp_container_t *c);
 const uint8_t *ibp_container_clusters(const ibp_container_t *c);
 
 /* Encoded extent of row `row`: *src points into the payload, *len is its
- * length (packed: offsets[row+1] - offsets[row]; inplace: row_bytes).
+ * length (packed: offsets[row+1] - offsets[row]; inplace: row_bytes;
+ * exp-rows: the row's slot, whose escapes may lie in the overflow area).
  * IBP_ERR_OUT_OF_RANGE for row >= nrows; IBP_ERR_UNSUPPORTED for exp and
  * fp8 containers, whose rows are not encoded one by one. */
 ibp_status_t ibp_container_row(const ibp_container_t *c, uint64_t row, const uint8_t **src,

@@ -314,3 +314,103 @@ ibp_status_t ibpi_exprows_why(const ibpi_exprows_t *x, const uint8_t *src, uint6
 					(unsigned)src[x->fixed + i], ibp_dtype_name(x->dt));
 	return ibpi_fail(IBP_ERR_CORRUPT, "exp row: does not decode");
 }
+
+/* ---- the slot form ------------------------------------------------------- */
+
+static uint64_t slot_k_max(const ibpi_exprows_t *x)
+{
+	return x->d > 8 ? x->d : 8;
+}
+
+ibp_status_t ibpi_exprows_set_slot(ibpi_exprows_t *x, uint64_t K, int stored)
+{
+	if (K < 8 || K > slot_k_max(x))
+		return ibpi_fail(stored ? IBP_ERR_CORRUPT : IBP_ERR_INVALID_ARG,
+				"exp rows: %llu escape bytes a slot, not in [8, %llu] for rows of %llu elements", (ull)K,
+				(ull)slot_k_max(x), (ull)x->d);
+	x->K = K;
+	x->slot = x->fixed + K;
+	return IBP_OK;
+}
+
+uint64_t ibpi_exprows_pick_slot(const ibpi_exprows_t *x, const uint64_t *hist)
+{
+	/* size(K) = rows * K + the escapes of rows with more than K (the
+	 * fixed parts are the same for every K); d is small, so each K is
+	 * priced directly */
+	const uint64_t kmax = slot_k_max(x);
+	uint64_t rows = 0, over_esc = 0; /* escapes of rows with ne > K */
+	for (uint64_t e = 0; e <= x->d; e++)
+		rows += hist[e];
+	for (uint64_t e = 9; e <= x->d; e++)
+		over_esc += hist[e] * e;
+	uint64_t best = 8, best_size = rows * 8 + over_esc;
+	for (uint64_t K = 9; K <= kmax; K++) {
+		if (K <= x->d)
+			over_esc -= hist[K] * K;
+		const uint64_t size = rows * K + over_esc;
+		if (size < best_size)
+			best = K, best_size = size;
+	}
+	return best;
+}
+
+uint64_t ibpi_exprows_encode_slot(const ibpi_exprows_t *x, const void *row, uint8_t *slot, uint8_t *tmp,
+				  uint8_t *ovf, uint64_t ovf_off)
+{
+	const uint64_t len = ibpi_exprows_encode(x, row, tmp), ne = len - x->fixed;
+	memcpy(slot, tmp, (size_t)x->fixed);
+	memset(slot + x->fixed, 0, (size_t)x->K);
+	if (ne <= x->K) {
+		memcpy(slot + x->fixed, tmp + x->fixed, (size_t)ne);
+	} else {
+		for (unsigned b = 0; b < 8; b++)
+			slot[x->fixed + b] = (uint8_t)(ovf_off >> (8 * b));
+		memcpy(ovf + ovf_off, tmp + x->fixed, (size_t)ne);
+	}
+	return ne;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("popcnt"))) static uint64_t nesc_popcnt(const ibpi_exprows_t *x, const uint8_t *slot)
+{
+	return exprows_nesc(x, slot);
+}
+#endif
+
+uint64_t ibpi_exprows_slot_nesc(const ibpi_exprows_t *x, int isa, const uint8_t *slot)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (isa > 0)
+		return nesc_popcnt(x, slot);
+#endif
+	(void)isa;
+	return exprows_nesc(x, slot);
+}
+
+/* Rows whose escapes are in the overflow area are put back together here
+ * (the decoders read a row's bytes in one piece); larger ones on the heap */
+#define SLOT_JOIN_STACK 4096u
+
+ibp_status_t ibpi_exprows_decode_slot(const ibpi_exprows_t *x, int isa, const uint8_t *slot, const uint8_t *ovf,
+				      uint64_t ovf_len, void *dst)
+{
+	const uint64_t ne = ibpi_exprows_slot_nesc(x, isa, slot);
+	if (ne <= x->K)
+		return ibpi_exprows_decode(x, isa, slot, x->fixed + ne, dst);
+	const uint8_t *esc;
+	if (ibpi_exprows_slot_escapes(x, slot, ovf, ovf_len, &esc, ne) != 0)
+		return ibpi_fail(IBP_ERR_CORRUPT, "exp row: its %llu escapes at overflow byte %llu pass the overflow's "
+				"end (%llu bytes)", (ull)ne, (ull)ld64u(slot + x->fixed), (ull)ovf_len);
+	const uint64_t len = x->fixed + ne;
+	uint8_t stack[SLOT_JOIN_STACK];
+	uint8_t *row = len <= sizeof(stack) ? stack : malloc((size_t)len);
+	if (!row)
+		return ibpi_fail(IBP_ERR_NOMEM, "exp row: out of memory (%llu bytes)", (ull)len);
+	memcpy(row, slot, (size_t)x->fixed);
+	memcpy(row + x->fixed, esc, (size_t)ne);
+	const ibp_status_t st = ibpi_exprows_decode(x, isa, row, len, dst);
+	if (row != stack)
+		free(row);
+	return st;
+}

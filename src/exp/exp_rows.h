@@ -29,10 +29,12 @@
 #define IBP_EXP_ROWS_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "ibp/status.h"
 #include "ibp/types.h"
 
+#include "exp/exp_rows_impl.h"
 #include "exp/exp_rows_layout.h"
 
 /* Sets up the row form for rows of `row_bytes` bytes of `dt` with the
@@ -85,5 +87,61 @@ int ibpi_exprows_sum64_ok(const ibpi_exprows_t *x, int isa);
 
 /* The detail of a row the decoders refuse (IBP_ERR_CORRUPT). */
 ibp_status_t ibpi_exprows_why(const ibpi_exprows_t *x, const uint8_t *src, uint64_t len);
+
+/* ---- the slot form (docs/FORMAT.md 2.6.1) ----------------------------------
+ * Row i lives in slot i, x->slot = x->fixed + x->K bytes at i * x->slot:
+ * its fixed part, then its escapes when it has at most K (the rest of the
+ * slot zero), else a little-endian u64 o (the rest zero) and its escapes
+ * at byte o of the overflow area that follows the slots. No row offsets:
+ * a row's place is its index. */
+
+/* Sets K (8 <= K <= max(d, 8)); IBP_ERR_INVALID_ARG outside (IBP_ERR_CORRUPT
+ * when `stored`). */
+ibp_status_t ibpi_exprows_set_slot(ibpi_exprows_t *x, uint64_t K, int stored);
+
+/* The K that makes the slots and the overflow smallest (ties: the smaller
+ * K), from hist[e] = the number of rows with e escapes (e = 0 .. d). */
+uint64_t ibpi_exprows_pick_slot(const ibpi_exprows_t *x, const uint64_t *hist);
+
+/* Encodes `row` into its slot (all x->slot bytes written); a row with more
+ * than K escapes writes them at ovf + ovf_off. tmp: x->fixed + x->d bytes
+ * of scratch. Returns the row's number of escapes. */
+uint64_t ibpi_exprows_encode_slot(const ibpi_exprows_t *x, const void *row, uint8_t *slot, uint8_t *tmp,
+				  uint8_t *ovf, uint64_t ovf_off);
+
+static inline uint64_t ld64u(const uint8_t *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v; /* little-endian hosts only (as the container) */
+}
+
+/* The escapes of the row in `slot` (ne of them, counted by the caller:
+ * ibpi_exprows_slot_nesc) at *esc. -1 when they would pass the end of
+ * the overflow area (ovf, ovf_len bytes). */
+static inline int ibpi_exprows_slot_escapes(const ibpi_exprows_t *x, const uint8_t *slot, const uint8_t *ovf,
+					    uint64_t ovf_len, const uint8_t **esc, uint64_t ne)
+{
+	if (ne <= x->K) {
+		*esc = slot + x->fixed;
+		return 0;
+	}
+	const uint64_t o = ld64u(slot + x->fixed);
+	if (o > ovf_len || ne > ovf_len - o)
+		return -1;
+	*esc = ovf + o;
+	return 0;
+}
+
+/* Escapes of the row in `slot` (exprows_nesc), with the popcnt
+ * instruction where a vector decoder runs (isa > 0: AVX2 CPUs have it; a
+ * generic build calls libgcc's software popcount). */
+uint64_t ibpi_exprows_slot_nesc(const ibpi_exprows_t *x, int isa, const uint8_t *slot);
+
+/* Decodes the row in `slot` (x->slot bytes; ovf, ovf_len: the overflow
+ * area). IBP_ERR_CORRUPT as ibpi_exprows_decode, or when its overflow
+ * escapes pass the area's end. */
+ibp_status_t ibpi_exprows_decode_slot(const ibpi_exprows_t *x, int isa, const uint8_t *slot, const uint8_t *ovf,
+				      uint64_t ovf_len, void *dst);
 
 #endif /* IBP_EXP_ROWS_H */

@@ -23,6 +23,8 @@ typedef struct ibpi_exprows {
 	uint8_t table[16]; /* the seven fields; table[7..15] = 0 (the decoders load all 16) */
 	uint8_t code[256]; /* field -> code 0..6, or 7 (escape) */
 	uint32_t field_max; /* largest exponent field of the dtype (31 or 255) */
+	uint64_t K;     /* slot form: escape bytes in a row's slot (0: not set) */
+	uint64_t slot;  /* fixed + K */
 } ibpi_exprows_t;
 
 /* The decoders by build (ibpi_exprows_decode dispatches); each returns 0

@@ -116,22 +116,13 @@ ibp_status_t ibpi_ctr_fp8_layout(const char *name, ibp_status_t bad, const ibp_f
 	return IBP_OK;
 }
 
-ibp_status_t ibpi_ctr_check_exprows_offsets(const char *name, ibp_status_t bad, const ibpi_exprows_t *x,
-					    uint64_t nrows, const uint64_t *off, uint64_t payload_len)
+ibp_status_t ibpi_ctr_check_exprows_slots(const char *name, ibp_status_t bad, const ibpi_exprows_t *x,
+					  uint64_t nrows, uint64_t payload_len, uint64_t *ovf_len)
 {
-	if (off[0] != 0)
-		return ibpi_fail(bad, "%s: row offsets start at %llu, not 0", name, (ull)off[0]);
-	const uint64_t lo = x->fixed, hi = x->fixed + x->d;
-	for (uint64_t i = 0; i < nrows; i++) {
-		/* unsigned: a decreasing offset makes a huge length */
-		const uint64_t len = off[i + 1] - off[i];
-		if (off[i + 1] < off[i] || len < lo || len > hi)
-			return ibpi_fail(bad, "%s: row %llu spans [%llu, %llu): an exp row of %llu elements takes "
-					"%llu to %llu bytes", name, (ull)i, (ull)off[i], (ull)off[i + 1], (ull)x->d,
-					(ull)lo, (ull)hi);
-	}
-	if (off[nrows] != payload_len)
-		return ibpi_fail(bad, "%s: rows end at %llu, the payload at %llu", name, (ull)off[nrows],
-				(ull)payload_len);
+	uint64_t slots;
+	if (__builtin_mul_overflow(nrows, x->slot, &slots) || slots > payload_len)
+		return ibpi_fail(bad, "%s: payload of %llu bytes, %llu row slots of %llu bytes take more", name,
+				(ull)payload_len, (ull)nrows, (ull)x->slot);
+	*ovf_len = payload_len - slots;
 	return IBP_OK;
 }

@@ -67,7 +67,8 @@ static const uint8_t MAGIC[8] __attribute__((unused)) = { 0x89, 'I', 'B', 'P', 0
 #define P_FP8_NSTREAMS 24
 #define P_FP8_USED 32
 #define P_EXPR_TABLE 4 /* codec 4: the seven exponent fields */
-#define P_EXPR_USED 11
+#define P_EXPR_SLOT 16 /* codec 4: u64 K, the escape bytes of a row's slot */
+#define P_EXPR_USED 24
 #define PARAMS_VERSION 1u
 #define FP8_F_HADAMARD 1u
 #define FP8_F_ADAPTIVE 2u
@@ -208,7 +209,9 @@ struct ibp_container {
 	uint64_t stride;          /* fp8: bytes between stream starts */
 	ibp_exp_table_mode_t exp_table;
 	ibp_fp8_opts_t fp8;
-	ibpi_exprows_t xr;        /* exp rows: the row form; rows at `offsets` */
+	ibpi_exprows_t xr;        /* exp rows: the row form (xr.slot bytes a row) */
+	const uint8_t *xovf;      /* exp rows: the overflow area after the slots */
+	uint64_t xovf_len;
 };
 
 /* Copies the thread's current detail so it can be quoted in a new one. */
@@ -272,18 +275,18 @@ static inline void advise_huge(void *p, uint64_t size)
  * reader makes and the writer relies on (container_format.c) */
 ibp_status_t ibpi_ctr_block_geometry(const char *name, ibp_status_t bad, uint64_t nrows, uint64_t row_bytes,
 				   ibp_dtype_t dtype, uint64_t chunk_elems, uint64_t *elems, uint64_t *nblk);
-/* Writes an exp-rows container (codec 4) from rows already encoded with
- * the row form `x` (its table is stored): row i at payload[off[i],
- * off[i+1]), off checked as the reader does. Errors as
- * ibp_container_write. */
+/* Writes an exp-rows container (codec 4) from rows already encoded in
+ * the slot form of `x` (its table and K are stored): payload_len bytes,
+ * the nrows slots and the overflow area, checked as the reader does.
+ * Errors as ibp_container_write. */
 ibp_status_t ibpi_ctr_write_exp_rows(const char *path, const ibpi_exprows_t *x, unsigned ndim,
-				     const uint64_t *shape, const uint8_t *payload, const uint64_t *off);
+				     const uint64_t *shape, const uint8_t *payload, uint64_t payload_len);
 
-/* Row offsets of an exp-rows container (nrows + 1 entries): from 0, each
- * row between the row form's fixed part and fixed + d bytes, the last
- * equal to payload_len. `bad` is the status of a failure. */
-ibp_status_t ibpi_ctr_check_exprows_offsets(const char *name, ibp_status_t bad, const ibpi_exprows_t *x,
-					    uint64_t nrows, const uint64_t *off, uint64_t payload_len);
+/* The payload of an exp-rows container: nrows slots of x->slot bytes,
+ * then the overflow area (*ovf_len bytes, the rest). `bad` is the status
+ * of a failure (a payload shorter than the slots). */
+ibp_status_t ibpi_ctr_check_exprows_slots(const char *name, ibp_status_t bad, const ibpi_exprows_t *x,
+					  uint64_t nrows, uint64_t payload_len, uint64_t *ovf_len);
 ibp_status_t ibpi_ctr_check_exp_offsets(const char *name, ibp_status_t bad, ibp_dtype_t dt, uint64_t elems,
 				      uint64_t chunk, uint64_t nblk, const uint64_t *off, uint64_t plen);
 ibp_status_t ibpi_ctr_fp8_layout(const char *name, ibp_status_t bad, const ibp_fp8_opts_t *o, uint64_t elems,

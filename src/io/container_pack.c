@@ -235,11 +235,11 @@ ibp_status_t ibp_pack_fp8(const char *path, const void *data, ibp_dtype_t dtype,
 typedef struct xr_job {
 	const ibpi_exprows_t *x;
 	const uint8_t *data;
-	uint8_t *out;
-	uint64_t *off; /* pass 1: row lengths at off[i + 1]; pass 2: offsets */
+	uint8_t *out, *ovf, *tmp; /* slots, overflow area, one scratch row a thread */
+	uint64_t *ne;             /* pass 1: each row's escapes; pass 2: overflow offsets of rows over K */
 } xr_job_t;
 
-static void xr_lengths(void *ctx, uint64_t b, uint64_t e, int tid)
+static void xr_count(void *ctx, uint64_t b, uint64_t e, int tid)
 {
 	(void)tid;
 	xr_job_t *j = ctx;
@@ -255,17 +255,18 @@ static void xr_lengths(void *ctx, uint64_t b, uint64_t e, int tid)
 												     : v >> 7 & 0xff;
 			ne += x->code[f] == EXPR_NCODES;
 		}
-		j->off[r + 1] = x->fixed + ne;
+		j->ne[r] = ne;
 	}
 }
 
 static void xr_encode(void *ctx, uint64_t b, uint64_t e, int tid)
 {
-	(void)tid;
 	xr_job_t *j = ctx;
-	const uint64_t R = j->x->d * j->x->esize;
+	const ibpi_exprows_t *x = j->x;
+	const uint64_t R = x->d * x->esize;
+	uint8_t *tmp = j->tmp + (uint64_t)tid * (x->fixed + x->d);
 	for (uint64_t r = b; r < e; r++)
-		ibpi_exprows_encode(j->x, j->data + r * R, j->out + j->off[r]);
+		ibpi_exprows_encode_slot(x, j->data + r * R, j->out + r * x->slot, tmp, j->ovf, j->ne[r]);
 }
 
 ibp_status_t ibp_pack_exp_rows(const char *path, const void *data, ibp_dtype_t dtype, unsigned ndim,
@@ -290,24 +291,48 @@ ibp_status_t ibp_pack_exp_rows(const char *path, const void *data, ibp_dtype_t d
 	ibpi_exprows_pick_table(data, dtype, n * (R / ibp_dtype_size(dtype)), nthreads, table);
 	ibpi_exprows_t x;
 	IBP_TRY(ibpi_exprows_init(&x, dtype, R, table, 0));
-	uint64_t *off = malloc((size_t)(8 * (n + 1)));
-	if (!off)
-		return ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory for %llu row offsets", path, (ull)n);
-	xr_job_t j = { &x, data, NULL, off };
-	off[0] = 0;
-	ibp_status_t st = ibpi_parallel_for(nthreads, n, xr_lengths, &j);
-	for (uint64_t r = 0; r < n && st == IBP_OK; r++)
-		off[r + 1] += off[r];
-	uint8_t *buf = st == IBP_OK ? ibp_host_alloc(off[n] ? off[n] : 1, 64) : NULL;
-	if (st == IBP_OK && !buf)
-		st = ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory for %llu encoded bytes", path, (ull)off[n]);
-	if (st == IBP_OK) {
-		j.out = buf;
-		st = ibpi_parallel_for(nthreads, n, xr_encode, &j);
+	const int t = ibpi_parallel_threads(nthreads, n / 4096 + 1);
+	uint64_t *ne = malloc((size_t)(8 * (n + 1)));
+	uint64_t *hist = calloc((size_t)(x.d + 1), 8);
+	uint8_t *tmp = malloc((size_t)((uint64_t)t * (x.fixed + x.d)));
+	uint8_t *buf = NULL;
+	ibp_status_t st = IBP_OK;
+	if (!ne || !hist || !tmp) {
+		st = ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory for %llu rows' escape counts", path, (ull)n);
+		goto out;
 	}
+	xr_job_t j = { &x, data, NULL, NULL, tmp, ne };
+	st = ibpi_parallel_for(t, n, xr_count, &j);
+	if (st != IBP_OK)
+		goto out;
+	for (uint64_t r = 0; r < n; r++)
+		hist[ne[r]]++;
+	st = ibpi_exprows_set_slot(&x, ibpi_exprows_pick_slot(&x, hist), 0);
+	if (st != IBP_OK)
+		goto out;
+	/* rows over K: their escapes back to back in row order */
+	uint64_t ovf = 0;
+	for (uint64_t r = 0; r < n; r++) {
+		const uint64_t c = ne[r];
+		ne[r] = ovf;
+		if (c > x.K)
+			ovf += c;
+	}
+	const uint64_t plen = n * x.slot + ovf; /* n * slot <= 2^56 * 2 */
+	buf = ibp_host_alloc(plen ? plen : 1, 64);
+	if (!buf) {
+		st = ibpi_fail(IBP_ERR_NOMEM, "%s: out of memory for %llu encoded bytes", path, (ull)plen);
+		goto out;
+	}
+	j.out = buf;
+	j.ovf = buf + n * x.slot;
+	st = ibpi_parallel_for(t, n, xr_encode, &j);
 	if (st == IBP_OK)
-		st = ibpi_ctr_write_exp_rows(path, &x, ndim, shape, buf, off);
+		st = ibpi_ctr_write_exp_rows(path, &x, ndim, shape, buf, plen);
+out:
 	ibp_host_free(buf);
-	free(off);
+	free(tmp);
+	free(hist);
+	free(ne);
 	return st;
 }

@@ -86,9 +86,21 @@ static ibp_status_t parse_value_params(ibp_container_t *c)
 			save_error(why, sizeof(why));
 			return ibpi_fail(st, "%s: %s", c->name, why);
 		}
-		if (c->minor <= IBP_FORMAT_MINOR && !all_zero(p + P_EXPR_USED, H_CODEC_PARAMS_LEN - P_EXPR_USED))
+		if (c->minor <= IBP_FORMAT_MINOR && (!all_zero(p + P_EXPR_TABLE + EXPR_NCODES, P_EXPR_SLOT -
+							   P_EXPR_TABLE - EXPR_NCODES) ||
+						     !all_zero(p + P_EXPR_USED, H_CODEC_PARAMS_LEN - P_EXPR_USED)))
 			return ibpi_fail(IBP_ERR_CORRUPT, "%s: reserved %s codec parameter bytes are not zero", c->name,
 					cn);
+		if (ld64(p + P_EXPR_SLOT) == 0) /* the first version's layout: rows behind u64 offsets */
+			return ibpi_fail(IBP_ERR_UNSUPPORTED, "%s: exp rows in the row-offset layout of libibp before "
+					"2026-12-02, which this library no longer reads (rows are in slots since): pack "
+					"it again (ibp pack --codec exp-rows)", c->name);
+		st = ibpi_exprows_set_slot(&c->xr, ld64(p + P_EXPR_SLOT), 1);
+		if (st != IBP_OK) {
+			char why[256];
+			save_error(why, sizeof(why));
+			return ibpi_fail(st, "%s: %s", c->name, why);
+		}
 		return IBP_OK;
 	}
 	if (c->codec_id == IBP_CODEC_EXP) {
@@ -635,14 +647,13 @@ static ibp_status_t parse_sections(ibp_container_t *c, const sec_t *k)
 			return ibpi_fail(IBP_ERR_CORRUPT, "%s: %s section present, the %s codec has none", c->name,
 					SEC_NAME[none[i]], codec_name(c->codec_id));
 	if (c->codec_id == IBP_CODEC_EXP_ROWS) {
-		const sec_t *o = &k[SEC_OFFSETS];
-		/* nrows < 2^56 (the shape was checked), so the length cannot overflow */
-		if (!o->present || o->len % 8 != 0 || o->len / 8 == 0 || o->len / 8 - 1 != c->nrows)
-			return ibpi_fail(IBP_ERR_CORRUPT, "%s: row offsets section missing or not %llu bytes", c->name,
-					(ull)(8 * (c->nrows + 1)));
-		c->offsets = (const uint64_t *)(const void *)(b + o->off);
-		return ibpi_ctr_check_exprows_offsets(c->name, IBP_ERR_CORRUPT, &c->xr, c->nrows, c->offsets,
-						      c->payload_len);
+		/* row i in slot i: no offsets */
+		if (k[SEC_OFFSETS].present)
+			return ibpi_fail(IBP_ERR_CORRUPT, "%s: offsets section in an exp-rows container", c->name);
+		IBP_TRY(ibpi_ctr_check_exprows_slots(c->name, IBP_ERR_CORRUPT, &c->xr, c->nrows, c->payload_len,
+						     &c->xovf_len));
+		c->xovf = c->payload + (c->payload_len - c->xovf_len);
+		return IBP_OK;
 	}
 	if (c->codec_id == IBP_CODEC_EXP) {
 		const sec_t *o = &k[SEC_OFFSETS];

@@ -81,8 +81,9 @@ ibp_status_t ibp_container_row_meta(const ibp_container_t *c, uint64_t row, cons
 		return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "%s: row %llu >= %llu rows", c->name, (ull)row,
 				(ull)c->nrows);
 	if (c->codec_id == IBP_CODEC_EXP_ROWS) {
-		*src = c->payload + c->offsets[row];
-		*len = c->offsets[row + 1] - c->offsets[row];
+		/* the row's slot (its escapes may be in the overflow area) */
+		*src = c->payload + row * c->xr.slot;
+		*len = c->xr.slot;
 		if (flags)
 			*flags = 0;
 		if (cluster)
@@ -359,8 +360,8 @@ ibp_status_t ibp_container_decode_row(const ibp_container_t *c, uint64_t row, vo
 		if (row >= c->nrows)
 			return ibpi_fail(IBP_ERR_OUT_OF_RANGE, "%s: row %llu >= %llu rows", c->name, (ull)row,
 					(ull)c->nrows);
-		ibp_status_t st = ibpi_exprows_decode(&c->xr, ibpi_exprows_isa(), c->payload + c->offsets[row],
-						      c->offsets[row + 1] - c->offsets[row], dst);
+		ibp_status_t st = ibpi_exprows_decode_slot(&c->xr, ibpi_exprows_isa(), c->payload + row * c->xr.slot,
+							   c->xovf, c->xovf_len, dst);
 		if (st != IBP_OK) {
 			char why[256];
 			save_error(why, sizeof(why));

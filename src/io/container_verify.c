@@ -109,8 +109,8 @@ static void verify_exp_rows(void *p, uint64_t begin, uint64_t end, int tid)
 	}
 	const int isa = ibpi_exprows_isa();
 	for (uint64_t i = begin; i < end; i++) {
-		ibp_status_t st = ibpi_exprows_decode(&c->xr, isa, c->payload + c->offsets[i],
-						      c->offsets[i + 1] - c->offsets[i], row);
+		ibp_status_t st = ibpi_exprows_decode_slot(&c->xr, isa, c->payload + i * c->xr.slot, c->xovf,
+							   c->xovf_len, row);
 		if (st != IBP_OK) {
 			snprintf(v->msg[tid], sizeof(v->msg[tid]), "%s", ibp_last_error());
 			v->st[tid] = st;

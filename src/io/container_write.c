@@ -616,19 +616,24 @@ ibp_status_t ibp_container_write_fp8(const char *path, ibp_dtype_t dtype, unsign
 
 
 ibp_status_t ibpi_ctr_write_exp_rows(const char *path, const ibpi_exprows_t *x, unsigned ndim,
-				     const uint64_t *shape, const uint8_t *payload, const uint64_t *off)
+				     const uint64_t *shape, const uint8_t *payload, uint64_t payload_len)
 {
 	uint64_t R = 0;
 	IBP_TRY(ibpi_ctr_check_tensor(path, x->dt, ndim, shape, IBP_LAYOUT_PACKED, &R));
 	if (R != x->d * x->esize)
 		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: rows of %llu bytes, the row form's are %llu", path, (ull)R,
 				(ull)(x->d * x->esize));
-	IBP_TRY(ibpi_ctr_check_exprows_offsets(path, IBP_ERR_INVALID_ARG, x, shape[0], off, off[shape[0]]));
+	if (x->slot != x->fixed + x->K || x->K < 8)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: the row form's slot is not set", path);
+	uint64_t ovf_len;
+	IBP_TRY(ibpi_ctr_check_exprows_slots(path, IBP_ERR_INVALID_ARG, x, shape[0], payload_len, &ovf_len));
+	if (payload_len > 0 && !payload)
+		return ibpi_fail(IBP_ERR_INVALID_ARG, "%s: NULL payload", path);
 	whdr_t h = { x->dt, ndim, shape, R, IBP_CODEC_EXP_ROWS, IBP_LAYOUT_PACKED, 0, 0, { 0 } };
 	st32(h.params + P_VERSION, PARAMS_VERSION);
 	memcpy(h.params + P_EXPR_TABLE, x->table, EXPR_NCODES);
+	st64(h.params + P_EXPR_SLOT, x->K);
 	wsec_t s[SEC_KNOWN_MAX + 1];
-	s[0] = (wsec_t){ SEC_OFFSETS, off, 8 * (shape[0] + 1), 0, 0 };
-	s[1] = (wsec_t){ SEC_PAYLOAD, payload, off[shape[0]], 0, 0 };
-	return write_container(path, &h, s, 2);
+	s[0] = (wsec_t){ SEC_PAYLOAD, payload, payload_len, 0, 0 };
+	return write_container(path, &h, s, 1);
 }

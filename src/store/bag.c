@@ -446,11 +446,10 @@ typedef struct bag_job {
 	const ibp_store_t *store; /* IBP rows of a store: decoded in chunks by its gather; else NULL */
 	/* exp rows (codec 4): decoded one by one straight where they are pooled */
 	const ibpi_exprows_t *xr;
-	const uint64_t *xoff;
-	const uint8_t *xpay;
+	const uint8_t *xpay, *xovf; /* the slots, the overflow area */
+	uint64_t xovf_len;
 	int xisa;
 	uint64_t xahead; /* exp rows: burst size of the look-ahead (the store's), 0 = none */
-	unsigned xlines; /* exp rows: lines prefetched a row (the store's) */
 	int xsum;        /* exp rows of 64k elements, sum or mean without weights: pool_bag_xsum */
 	ibp_dtype_t dt;
 	uint64_t R, dim, block_rows;
@@ -489,9 +488,9 @@ static const uint8_t *xr_row(const bag_job_t *j, bag_tls_t *t, uint64_t i, uint6
 			     ibp_status_t *st)
 {
 	if (j->xahead)
-		ibpi_xr_ahead(&t->xa, j->xahead, j->xlines, j->xoff, j->xpay, j->ids64, j->ids32, i, end);
+		ibpi_xr_ahead(&t->xa, j->xahead, j->xr->slot, j->xpay, j->ids64, j->ids32, i, end);
 	const uint64_t r = (uint64_t)id_at(j, i);
-	*st = ibpi_exprows_decode(j->xr, j->xisa, j->xpay + j->xoff[r], j->xoff[r + 1] - j->xoff[r], dst);
+	*st = ibpi_exprows_decode_slot(j->xr, j->xisa, j->xpay + r * j->xr->slot, j->xovf, j->xovf_len, dst);
 	return *st == IBP_OK ? dst : NULL;
 }
 
@@ -619,9 +618,13 @@ static ibp_status_t pool_bag_xsum(const bag_job_t *j, bag_tls_t *t, uint64_t end
 				return IBP_ERR_OUT_OF_RANGE;
 			if (id != j->padding) {
 				if (j->xahead)
-					ibpi_xr_ahead(&t->xa, j->xahead, j->xlines, j->xoff, j->xpay, j->ids64, j->ids32, i, end);
-				src[m] = j->xpay + j->xoff[id];
-				len[m] = j->xoff[id + 1] - j->xoff[id];
+					ibpi_xr_ahead(&t->xa, j->xahead, j->xr->slot, j->xpay, j->ids64, j->ids32, i, end);
+				/* a row with its escapes in its slot is summed where it is;
+				 * one with them in the overflow area (length 0: the kernel
+				 * does not take it) is decoded below */
+				src[m] = j->xpay + (uint64_t)id * j->xr->slot;
+				const uint64_t ne = ibpi_exprows_slot_nesc(j->xr, j->xisa, src[m]);
+				len[m] = ne <= j->xr->K ? j->xr->fixed + ne : 0;
 				m++;
 			}
 			i++;
@@ -635,7 +638,7 @@ static ibp_status_t pool_bag_xsum(const bag_job_t *j, bag_tls_t *t, uint64_t end
 			if (d == m)
 				break;
 			/* the row the kernel did not take: its error, or its sum */
-			ibp_status_t st = ibpi_exprows_decode(j->xr, j->xisa, src[d], len[d], t->row);
+			ibp_status_t st = ibpi_exprows_decode_slot(j->xr, j->xisa, src[d], j->xovf, j->xovf_len, t->row);
 			if (st != IBP_OK)
 				return st;
 			if (f32) {
@@ -742,7 +745,7 @@ static void run_part(void *ctx, int tid)
 		if (p >= j->nparts)
 			return;
 		const uint64_t end = (uint64_t)j->offsets[j->part[p + 1]]; /* the part's last id position + 1 */
-		t->xa = (ibpi_xr_ahead_t){ 0, 0, 0 };
+		t->xa = (ibpi_xr_ahead_t){ 0, 0 };
 		for (uint64_t b = j->part[p]; b < j->part[p + 1]; b++) {
 			if (__atomic_load_n(&j->failed, __ATOMIC_RELAXED))
 				return;
@@ -969,11 +972,12 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 	j->block_codec = ibp_container_codec_id(c) == IBP_CODEC_EXP || ibp_container_codec_id(c) == IBP_CODEC_FP8;
 	j->xr = ibpi_container_exprows(c);
 	if (j->xr) {
-		j->xoff = ibp_container_offsets(c);
-		j->xpay = ibp_container_payload(c, NULL);
+		uint64_t plen = 0;
+		j->xpay = ibp_container_payload(c, &plen);
+		j->xovf = j->xpay + nrows * j->xr->slot; /* checked at open: <= plen */
+		j->xovf_len = plen - nrows * j->xr->slot;
 		j->xisa = ibpi_exprows_isa();
 		j->xahead = ibpi_store_ahead(s);
-		j->xlines = ibpi_store_xr_lines(s);
 		const char *fz = getenv("IBP_EXP_BAG_FUSED"); /* 0: decode each row, then add (A/B and tests) */
 		j->xsum = (mode == IBP_BAG_SUM || mode == IBP_BAG_MEAN) && !weights && !(fz && strcmp(fz, "0") == 0) &&
 			  ibpi_exprows_sum64_ok(j->xr, j->xisa);

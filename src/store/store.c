@@ -110,10 +110,9 @@ struct ibp_store {
 
 	/* exp rows (codec 4): the row form, the row offsets and the payload */
 	const ibpi_exprows_t *xr;
-	const uint64_t *xoff;
-	const uint8_t *xpay;
+	const uint8_t *xpay, *xovf; /* the slots, the overflow area */
+	uint64_t xovf_len;
 	int xisa; /* the decoder's build (ibpi_exprows_isa at open) */
-	unsigned xlines; /* lines prefetched a row (ibpi_xr_ahead's nl) */
 
 	/* exp and fp8 (block codecs): nblk blocks of block_rows rows */
 	int block_codec;
@@ -538,15 +537,14 @@ static uint64_t decode_rows_ibp(const ibp_store_t *s, const int64_t *ids, uint8_
 static uint64_t decode_rows_xr(const ibp_store_t *s, const int64_t *ids, uint8_t *out, uint64_t b, uint64_t e,
 			       ibp_status_t *st)
 {
-	const uint64_t *off = s->xoff;
 	const uint8_t *pay = s->xpay;
 	const uint64_t R = s->R, d = ids ? s->pf : 0;
-	ibpi_xr_ahead_t a = { 0, 0, 0 };
+	ibpi_xr_ahead_t a = { 0, 0 };
 	for (uint64_t i = b; i < e; i++) {
 		if (d)
-			ibpi_xr_ahead(&a, d, s->xlines, off, pay, ids, NULL, i, e);
+			ibpi_xr_ahead(&a, d, s->xr->slot, pay, ids, NULL, i, e);
 		const uint64_t row = ids ? (uint64_t)ids[i] : i;
-		*st = ibpi_exprows_decode(s->xr, s->xisa, pay + off[row], off[row + 1] - off[row], out + i * R);
+		*st = ibpi_exprows_decode_slot(s->xr, s->xisa, pay + row * s->xr->slot, s->xovf, s->xovf_len, out + i * R);
 		if (*st != IBP_OK)
 			return i;
 	}
@@ -590,11 +588,6 @@ static uint64_t decode_range(const ibp_store_t *s, const int64_t *ids, int block
 uint64_t ibpi_store_ahead(const ibp_store_t *s)
 {
 	return s->pf;
-}
-
-unsigned ibpi_store_xr_lines(const ibp_store_t *s)
-{
-	return s->xlines;
 }
 
 uint64_t ibpi_store_decode_rows(const ibp_store_t *s, const int64_t *ids, uint64_t n, uint8_t *out,
@@ -788,20 +781,6 @@ static uint64_t gather_stage(const ibp_container_t *c)
 	return ibp_container_row_bytes(c) <= STAGE_OUT_BYTES ? STAGE_ROWS_DEFAULT : 0;
 }
 
-/* Lines of an exp row prefetched ahead: those a row with 8 escapes can
- * span, its first ones and its last (longer rows: their middle lines are
- * read on demand). */
-static unsigned xr_lines(const ibpi_exprows_t *x)
-{
-	const char *e = getenv("IBP_XR_LINES");
-	if (e && *e >= '0' && *e <= '9') {
-		const unsigned long v = strtoul(e, NULL, 10);
-		return v > 16 ? 16 : (unsigned)v;
-	}
-	const uint64_t typical = x->fixed + (x->d < 8 ? x->d : 8), n = (typical + 63) / 64 + 1;
-	return n > 16 ? 16 : (unsigned)n;
-}
-
 ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 {
 	if (!c || !out)
@@ -821,10 +800,11 @@ ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 	s->block_codec = ibp_container_codec_id(c) == IBP_CODEC_EXP || ibp_container_codec_id(c) == IBP_CODEC_FP8;
 	s->xr = ibpi_container_exprows(c);
 	if (s->xr) {
-		s->xoff = ibp_container_offsets(c);
-		s->xpay = ibp_container_payload(c, NULL);
+		uint64_t plen = 0;
+		s->xpay = ibp_container_payload(c, &plen);
+		s->xovf = s->xpay + s->nrows * s->xr->slot; /* checked at open: <= plen */
+		s->xovf_len = plen - s->nrows * s->xr->slot;
 		s->xisa = ibpi_exprows_isa();
-		s->xlines = xr_lines(s->xr);
 	} else if (!s->block_codec) {
 		s->map = store_rowmap(c);
 	}

@@ -756,7 +756,7 @@ Test(cli, pack_exp_rows)
 					: run("pack", P(ins[i]), P("r.ibp"), "--codec", "exp-rows", NULL);
 			cr_assert_eq(rc, 0, "%s x %llu: %s", ins[i], (unsigned long long)widths[w], err_buf);
 			cr_assert_not_null(strstr(out_buf, "codec exp-rows (lossless)"), "%s", out_buf);
-			if (i == 1) /* bfloat16: about 0.70 of the raw size plus 8 bytes a row */
+			if (i == 1) /* bfloat16: about 0.75 of the raw size */
 				cr_assert_lt(file_size(P("r.ibp")), file_size(P(ins[i])), "%s compresses", ins[i]);
 			assert_run(0, "verify", P("r.ibp"), "--threads", "2");
 			cr_assert_not_null(strstr(out_buf, "OK"), "%s", out_buf);
@@ -771,7 +771,21 @@ Test(cli, pack_exp_rows)
 			char want[32];
 			snprintf(want, sizeof(want), "\"rows\":%llu,", (unsigned long long)rows);
 			cr_assert_not_null(strstr(out_buf, want), "%s", out_buf);
+			/* the payload is the row slots (fixed part + K >= 8 escape bytes) and the overflow */
+			unsigned long long sb = 0, ob = 0, pb = 0;
+			const char *q;
+			cr_assert((q = strstr(out_buf, "\"slot_bytes\":")) && sscanf(q, "\"slot_bytes\":%llu", &sb) == 1);
+			cr_assert((q = strstr(out_buf, "\"overflow_bytes\":")) &&
+				  sscanf(q, "\"overflow_bytes\":%llu", &ob) == 1);
+			cr_assert((q = strstr(out_buf, "\"payload_bytes\":")) &&
+				  sscanf(q, "\"payload_bytes\":%llu", &pb) == 1);
+			const uint64_t d = widths[w], P8 = (d + 7) / 8;
+			const uint64_t fixed = i == 0 ? 3 * P8 + 3 * d : i == 2 ? 6 * P8 + d : 3 * P8 + d;
+			cr_assert(sb >= fixed + 8 && sb <= fixed + d, "slot %llu, fixed part %llu", sb,
+				  (unsigned long long)fixed);
+			cr_assert_eq(pb, rows * sb + ob);
 			assert_run(0, "info", P("r.ibp"));
+			cr_assert_not_null(strstr(out_buf, "row slots     "), "%s", out_buf);
 			cr_assert_not_null(strstr(out_buf, "codec         exp-rows (lossless)"), "%s", out_buf);
 		}
 

@@ -70,6 +70,42 @@ static uint64_t round_trip(ibp_dtype_t dt, const uint8_t *data, uint64_t nrows, 
 				  ibp_dtype_name(dt), (unsigned long long)d, (unsigned long long)r, is[k]);
 		}
 		free(exact);
+		/* the slot form with K = 8: a row with more escapes takes them
+		 * from the overflow area (exact-size blocks again) */
+		ibpi_exprows_t xs = x;
+		cr_assert_eq(ibpi_exprows_set_slot(&xs, 8, 0), IBP_OK);
+		const uint64_t ne = len - x.fixed;
+		uint8_t *slot = malloc(xs.slot), *tmp = malloc(x.fixed + d), *ovf = malloc(ne + 3);
+		memset(ovf, 0xee, ne + 3);
+		cr_assert_eq(ibpi_exprows_encode_slot(&xs, data + r * R, slot, tmp, ovf, 3), ne);
+		uint8_t *ov = ne > 8 ? ovf : NULL; /* no overflow area for rows that fit */
+		const uint64_t ovl = ov ? ne + 3 : 0;
+		if (ne > 8) {
+			uint64_t o;
+			memcpy(&o, slot + x.fixed, 8);
+			cr_assert_eq(o, 3);
+			cr_assert(memcmp(ovf + 3, enc + x.fixed, ne) == 0);
+		} else {
+			cr_assert(memcmp(slot, enc, len) == 0);
+			for (uint64_t b = 0; b < ne + 3; b++)
+				cr_assert(ovf[b] == 0xee); /* untouched */
+		}
+		for (uint64_t b = x.fixed + (ne > 8 ? 8 : ne); b < xs.slot; b++)
+			cr_assert_eq(slot[b], 0, "padding byte %llu", (unsigned long long)b);
+		for (int k = 0; k < ni; k++) {
+			memset(dec, 0xa5, R);
+			cr_assert_eq(ibpi_exprows_decode_slot(&xs, is[k], slot, ov, ovl, dec), IBP_OK, "%s",
+				     ibp_last_error());
+			cr_assert(memcmp(dec, data + r * R, R) == 0, "slot: %s d %llu row %llu isa %d differs",
+				  ibp_dtype_name(dt), (unsigned long long)d, (unsigned long long)r, is[k]);
+			/* the overflow area one byte short of the row's escapes */
+			if (ne > 8)
+				cr_assert_eq(ibpi_exprows_decode_slot(&xs, is[k], slot, ov, ovl - 1, dec),
+					     IBP_ERR_CORRUPT);
+		}
+		free(slot);
+		free(tmp);
+		free(ovf);
 	}
 	free(enc);
 	free(dec);
@@ -186,6 +222,39 @@ Test(exp_rows, table_most_common_sorted)
 	ibpi_exprows_pick_table(v, IBP_DTYPE_F32, 50, 1, t);
 	const uint8_t want2[7] = { 0, 1, 2, 3, 4, 5, 127 };
 	cr_assert(memcmp(t, want2, 7) == 0);
+}
+
+/* K: the smallest slots plus overflow, ties to the smaller K, 8 at least */
+Test(exp_rows, slot_choice)
+{
+	ibpi_exprows_t x;
+	const uint8_t tab[7] = { 120, 121, 122, 123, 124, 125, 126 };
+	cr_assert_eq(ibpi_exprows_init(&x, IBP_DTYPE_F32, 64 * 4, tab, 0), IBP_OK);
+	uint64_t h[65] = { 0 };
+	h[0] = 100, h[64] = 1; /* 101 * 8 + 64 against 101 * 64 */
+	cr_assert_eq(ibpi_exprows_pick_slot(&x, h), 8);
+	memset(h, 0, sizeof(h));
+	h[20] = 10; /* 10 * 20 against 10 * 8 + 200 */
+	cr_assert_eq(ibpi_exprows_pick_slot(&x, h), 20);
+	memset(h, 0, sizeof(h));
+	h[0] = 1, h[9] = 1; /* K = 8: 16 + 9; K = 9: 18 */
+	cr_assert_eq(ibpi_exprows_pick_slot(&x, h), 9);
+	memset(h, 0, sizeof(h));
+	h[10] = 1, h[0] = 2; /* K = 8: 24 + 10 = 34; K = 10: 30; K = 9: 27 + 10 */
+	cr_assert_eq(ibpi_exprows_pick_slot(&x, h), 10);
+	memset(h, 0, sizeof(h));
+	h[12] = 1, h[0] = 2; /* K = 8: 24 + 12 = 36; K = 12: 36 (a tie: the smaller); K = 9 .. 11 more */
+	cr_assert_eq(ibpi_exprows_pick_slot(&x, h), 8);
+	/* K out of [8, max(d, 8)] */
+	cr_assert_eq(ibpi_exprows_set_slot(&x, 7, 0), IBP_ERR_INVALID_ARG);
+	cr_assert_eq(ibpi_exprows_set_slot(&x, 65, 1), IBP_ERR_CORRUPT);
+	cr_assert_eq(ibpi_exprows_set_slot(&x, 64, 1), IBP_OK);
+	cr_assert_eq(x.slot, x.fixed + 64);
+	ibpi_exprows_t y;
+	cr_assert_eq(ibpi_exprows_init(&y, IBP_DTYPE_BF16, 2 * 3, tab, 0), IBP_OK);
+	cr_assert_eq(ibpi_exprows_set_slot(&y, 8, 1), IBP_OK); /* d = 3 < 8: 8 still */
+	uint64_t h3[4] = { 5, 0, 0, 1 };
+	cr_assert_eq(ibpi_exprows_pick_slot(&y, h3), 8);
 }
 
 Test(exp_rows, init_refuses)

@@ -1589,3 +1589,38 @@ Test(container, block_rows_default)
 	cr_assert_eq(ibp_block_rows_default(1u << 23, 10), 1);
 	cr_assert_eq(ibp_block_rows_default(1, 0), 1u << 22);
 }
+
+/* A file of the first exp-rows layout (rows behind u64 offsets, K = 0 in
+ * its codec parameters) is refused as unsupported with what to do, not as
+ * corrupt; K below 8 is corrupt. */
+Test(container, exp_rows_old_layout_refused, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	const uint64_t shape[2] = { 16, 64 };
+	float a[16 * 64];
+	for (unsigned i = 0; i < 16 * 64; i++)
+		a[i] = (float)i * 0.01f - 3.0f;
+	cr_assert_eq(ibp_pack_exp_rows(tmpdir_path("x.ibp"), a, IBP_DTYPE_F32, 2, shape, 0), IBP_OK, "%s",
+		     ibp_last_error());
+	FILE *fp = fopen(tmpdir_path("x.ibp"), "rb");
+	cr_assert(fp);
+	fseek(fp, 0, SEEK_END);
+	const uint64_t size = (uint64_t)ftell(fp);
+	fseek(fp, 0, SEEK_SET);
+	uint8_t *f = malloc(size);
+	cr_assert_eq(fread(f, 1, size, fp), size);
+	fclose(fp);
+	ibp_container_t *c = NULL;
+	cr_assert_eq(ibp_container_open_memory(f, size, IBP_OPEN_VERIFY, &c), IBP_OK, "%s", ibp_last_error());
+	ibp_container_close(c);
+	cr_assert_geq(ld64(f + 160 + 16), 8); /* K */
+	st64(f + 160 + 16, 0);
+	refresh_checksums(f, size);
+	c = NULL;
+	cr_assert_eq(ibp_container_open_memory(f, size, 0, &c), IBP_ERR_UNSUPPORTED);
+	cr_assert(strstr(ibp_last_error(), "row-offset layout") && strstr(ibp_last_error(), "pack it again"), "%s",
+		  ibp_last_error());
+	st64(f + 160 + 16, 7);
+	refresh_checksums(f, size);
+	cr_assert_eq(ibp_container_open_memory(f, size, 0, &c), IBP_ERR_CORRUPT);
+	free(f);
+}

@@ -102,7 +102,9 @@ Test(store_exp_rows, gather_decode_all_verify, .init = make_tmpdir, .fini = remo
 					const uint8_t *src;
 					uint64_t len;
 					cr_assert_eq(ibp_container_row(c, 5, &src, &len), IBP_OK);
-					cr_assert_eq(len, ibp_container_offsets(c)[6] - ibp_container_offsets(c)[5]);
+					cr_assert_eq(len, c->xr.slot); /* the row's slot */
+					cr_assert(src == ibp_container_payload(c, NULL) + 5 * c->xr.slot);
+					cr_assert_eq(ibp_container_offsets(c), NULL);
 					int64_t bad = (int64_t)n;
 					cr_assert_eq(ibp_store_gather(s, &bad, 1, g, 1), IBP_ERR_OUT_OF_RANGE);
 					free(all);
@@ -176,12 +178,12 @@ Test(store_exp_rows, bags_equal_ibp_store, .init = make_tmpdir, .fini = remove_t
 	free(ids), free(ids32), free(off), free(w);
 }
 
-/* Bug caught: a decoder that trusts a row's offsets instead of its planes
- * (or the store not checking): row 9 is written with one more escape in
- * its planes than its bytes hold, with right checksums. The open succeeds
- * (checksums), a gather of it fails at its position with
- * IBP_ERR_CORRUPT on every build, other rows still decode, verify names
- * row 9, and IBP_OPEN_VERIFY refuses the file. */
+/* Bug caught: a row whose escapes are in the overflow area read from
+ * its slot. Row 20 has 12 escapes (more than K = 8: in the overflow area);
+ * its overflow reference moved past the area's end is refused by the
+ * gather (at its position), the bag, verify and a verified open, while
+ * the rows around it still decode. A row carries no length in the slot
+ * form: damage elsewhere in it is the payload checksums' to catch. */
 Test(store_exp_rows, damaged_row_refused, .init = make_tmpdir, .fini = remove_tmpdir)
 {
 	const uint64_t n = 40, d = 64, shape[2] = { n, d };
@@ -192,50 +194,95 @@ Test(store_exp_rows, damaged_row_refused, .init = make_tmpdir, .fini = remove_tm
 		ibpi_exprows_pick_table(a, DTS[t], n * d, 1, table);
 		ibpi_exprows_t x;
 		cr_assert_eq(ibpi_exprows_init(&x, DTS[t], R, table, 0), IBP_OK);
-		uint8_t *pay = tu_xcalloc(n * (x.fixed + d));
-		uint64_t off[41] = { 0 };
-		for (uint64_t i = 0; i < n; i++) {
-			uint8_t *row = pay + off[i];
-			off[i + 1] = off[i] + ibpi_exprows_encode(&x, a + i * R, row);
-			if (i == 9) {
-				/* element e of row 9: a non-escape turned into an escape */
-				uint64_t e = 0;
-				while ((row[e / 8] & row[x.P + e / 8] & row[2 * x.P + e / 8]) >> (e % 8) & 1)
-					e++;
-				for (unsigned k = 0; k < 3; k++)
-					row[k * x.P + e / 8] |= (uint8_t)(1u << (e % 8));
+		/* row 20: 12 elements with a field outside the table */
+		unsigned fo = 0;
+		while (x.code[fo] != 7)
+			fo++;
+		for (uint64_t i = 0; i < 12; i++) {
+			uint8_t *e = a + 20 * R + 5 * i * esz(DTS[t]);
+			if (DTS[t] == IBP_DTYPE_F32) {
+				uint32_t v;
+				memcpy(&v, e, 4);
+				v = (v & ~(0xffu << 23)) | fo << 23;
+				memcpy(e, &v, 4);
+			} else {
+				uint16_t v;
+				memcpy(&v, e, 2);
+				const unsigned sh = DTS[t] == IBP_DTYPE_F16 ? 10 : 7, m = DTS[t] == IBP_DTYPE_F16 ? 0x1f : 0xff;
+				v = (uint16_t)((v & ~(m << sh)) | fo << sh);
+				memcpy(e, &v, 2);
 			}
 		}
-		cr_assert_eq(ibpi_ctr_write_exp_rows(tmpdir_path("bad.ibp"), &x, 2, shape, pay, off), IBP_OK, "%s",
+		cr_assert_eq(ibpi_exprows_set_slot(&x, 8, 0), IBP_OK);
+		uint8_t *tmp = tu_xcalloc(x.fixed + d), *pay = tu_xcalloc(n * x.slot + n * d);
+		uint64_t ovf = 0, ne20 = 0, o20 = 0;
+		for (uint64_t i = 0; i < n; i++) {
+			const uint64_t ne = ibpi_exprows_encode_slot(&x, a + i * R, pay + i * x.slot, tmp, pay + n * x.slot, ovf);
+			if (i == 20)
+				ne20 = ne, o20 = ovf;
+			if (ne > x.K)
+				ovf += ne;
+		}
+		cr_assert_geq(ne20, 12);
+		const uint64_t plen = n * x.slot + ovf;
+		cr_assert_eq(ibpi_ctr_write_exp_rows(tmpdir_path("ok.ibp"), &x, 2, shape, pay, plen), IBP_OK, "%s",
 			     ibp_last_error());
 		ibp_store_t *s = NULL;
-		cr_assert_eq(ibp_store_open(tmpdir_path("bad.ibp"), 0, &s), IBP_OK, "%s", ibp_last_error());
+		cr_assert_eq(ibp_store_open(tmpdir_path("ok.ibp"), IBP_OPEN_VERIFY, &s), IBP_OK, "%s", ibp_last_error());
 		uint8_t *g = tu_xcalloc(3 * R);
+		int64_t ids[3] = { 3, 20, 4 };
+		cr_assert_eq(ibp_store_gather(s, ids, 3, g, 1), IBP_OK, "%s", ibp_last_error());
+		for (int i = 0; i < 3; i++)
+			cr_assert(memcmp(g + i * R, a + (uint64_t)ids[i] * R, R) == 0, "%s position %d",
+				  ibp_dtype_name(DTS[t]), i);
+		if (DTS[t] == IBP_DTYPE_F32) {
+			/* a bag of row 20 alone is row 20 */
+			int64_t one[1] = { 20 }, bo1[2] = { 0, 1 };
+			cr_assert_eq(ibp_store_embedding_bag(s, IBP_BAG_SUM, 0, one, IBP_DTYPE_I64, 1, bo1, 1, NULL, -1, g, 1),
+				     IBP_OK, "%s", ibp_last_error());
+			cr_assert(memcmp(g, a + 20 * R, R) == 0);
+		}
+		ibp_store_close(s);
+		/* row 20's escapes moved to end 1 byte past the overflow area */
+		const uint64_t bad = ovf - ne20 + 1;
+		memcpy(pay + 20 * x.slot + x.fixed, &bad, 8);
+		cr_assert_eq(ibpi_ctr_write_exp_rows(tmpdir_path("bad.ibp"), &x, 2, shape, pay, plen), IBP_OK, "%s",
+			     ibp_last_error());
+		s = NULL;
+		cr_assert_eq(ibp_store_open(tmpdir_path("bad.ibp"), 0, &s), IBP_OK, "%s", ibp_last_error());
 		/* only the decoders this CPU runs (the AVX-512 one is SIGILL on AVX2 hosts) */
 		const int nisa = ibpi_cpu()->avx512vbmi && ibpi_cpu()->avx512vbmi2 ? 3 : ibpi_cpu()->avx2 ? 2 : 1;
-		for (int isa = 0; isa < nisa; isa++)
-			cr_assert_eq(ibpi_exprows_decode(&x, isa, pay + off[9], off[10] - off[9], g), IBP_ERR_CORRUPT);
-		int64_t ids[3] = { 3, 9, 4 };
+		for (int isa = 0; isa < nisa; isa++) {
+			cr_assert_eq(ibpi_exprows_decode_slot(&x, isa, pay + 20 * x.slot, pay + n * x.slot, ovf, g),
+				     IBP_ERR_CORRUPT);
+			/* at its place it decodes */
+			memcpy(pay + 20 * x.slot + x.fixed, &o20, 8);
+			cr_assert_eq(ibpi_exprows_decode_slot(&x, isa, pay + 20 * x.slot, pay + n * x.slot, ovf, g), IBP_OK);
+			cr_assert(memcmp(g, a + 20 * R, R) == 0);
+			memcpy(pay + 20 * x.slot + x.fixed, &bad, 8);
+		}
 		cr_assert_eq(ibp_store_gather(s, ids, 3, g, 1), IBP_ERR_CORRUPT);
 		cr_assert(strstr(ibp_last_error(), "ids[1]") || strstr(ibp_last_error(), "position 1"), "%s",
 			  ibp_last_error());
 		cr_assert_eq(ibp_store_gather(s, ids + 2, 1, g, 1), IBP_OK);
 		cr_assert(memcmp(g, a + 4 * R, R) == 0);
 		cr_assert_eq(ibp_store_verify(s, 1), IBP_ERR_CORRUPT);
-		cr_assert(strstr(ibp_last_error(), "row 9"), "%s", ibp_last_error());
+		cr_assert(strstr(ibp_last_error(), "row 20"), "%s", ibp_last_error());
 		int64_t bo[2] = { 0, 3 };
 		cr_assert_eq(ibp_store_embedding_bag(s, IBP_BAG_SUM, 0, ids, IBP_DTYPE_I64, 3, bo, 1, NULL, -1, g, 1),
 			     IBP_ERR_CORRUPT);
 		ibp_store_close(s);
 		s = NULL;
 		cr_assert_eq(ibp_store_open(tmpdir_path("bad.ibp"), IBP_OPEN_VERIFY, &s), IBP_ERR_CORRUPT);
-		/* the writer refuses a row outside [fixed, fixed + d]: row 4 one
-		 * byte short of its fixed part, row 5 as much longer (in range) */
-		off[5] = off[4] + x.fixed - 1;
-		cr_assert(off[6] - off[5] <= x.fixed + d);
-		cr_assert_eq(ibpi_ctr_write_exp_rows(tmpdir_path("w.ibp"), &x, 2, shape, pay, off), IBP_ERR_INVALID_ARG);
-		cr_assert(strstr(ibp_last_error(), "row 4 "), "%s", ibp_last_error());
+		/* the writer refuses a payload shorter than the slots, and a form without K */
+		cr_assert_eq(ibpi_ctr_write_exp_rows(tmpdir_path("w.ibp"), &x, 2, shape, pay, n * x.slot - 1),
+			     IBP_ERR_INVALID_ARG);
+		cr_assert(strstr(ibp_last_error(), "slots"), "%s", ibp_last_error());
+		ibpi_exprows_t nok = x;
+		nok.K = 0;
+		cr_assert_eq(ibpi_ctr_write_exp_rows(tmpdir_path("w.ibp"), &nok, 2, shape, pay, plen), IBP_ERR_INVALID_ARG);
 		free(g);
+		free(tmp);
 		free(pay);
 		free(a);
 	}
@@ -347,8 +394,12 @@ Test(store_exp_rows, bags_summed_in_registers, .init = make_tmpdir, .fini = remo
 		ibp_container_t *c = NULL;
 		cr_assert_eq(ibp_container_open(tmpdir_path("x.ibp"), 0, &c), IBP_OK);
 		const ibpi_exprows_t *x = ibpi_container_exprows(c);
-		const uint64_t *ro = ibp_container_offsets(c);
-		const uint8_t *pay = ibp_container_payload(c, NULL);
+		/* the rows in the row form, one after another (the container
+		 * keeps them in slots, some escapes in its overflow area) */
+		uint8_t *pay = tu_xcalloc(n * (x->fixed + d));
+		uint64_t *ro = tu_xcalloc((n + 1) * 8);
+		for (uint64_t i = 0; i < n; i++)
+			ro[i + 1] = ro[i] + ibpi_exprows_encode(x, a + i * R, pay + ro[i]);
 		/* each build this CPU runs: AVX2 (1), AVX-512 (2) */
 		for (int isa = 1; isa <= ibpi_exprows_isa(); isa++) {
 			if (!ibpi_exprows_sum64_ok(x, isa))
@@ -412,6 +463,8 @@ Test(store_exp_rows, bags_summed_in_registers, .init = make_tmpdir, .fini = remo
 				    (unsigned long long)d, isa, (unsigned long long)taken, (unsigned long long)refused);
 		}
 		ibp_container_close(c);
+		free(pay);
+		free(ro);
 		free(want);
 		free(got);
 		free(a);
