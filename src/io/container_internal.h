@@ -19,10 +19,14 @@ void ibpi_container_write_minor_set(unsigned minor);
  * path; not thread-safe with respect to writers running meanwhile. */
 void ibpi_container_write_direct_min_set(uint64_t bytes);
 
-/* The row form of an exp-rows container (codec 4), NULL for others; its
- * rows are at ibp_container_offsets. */
+/* The row form of an exp-rows container (codec 4), NULL for others; row
+ * i is in its slot at payload + i * slot. */
 struct ibpi_exprows;
 const struct ibpi_exprows *ibpi_container_exprows(const ibp_container_t *c);
+
+/* An exp-rows container's overflow area (after the slots; checked at
+ * open): its start, and its length in *len. NULL and 0 for others. */
+const uint8_t *ibpi_container_exprows_overflow(const ibp_container_t *c, uint64_t *len);
 
 /* ---- the row map ---------------------------------------------------------
  *

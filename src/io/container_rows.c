@@ -470,3 +470,10 @@ const struct ibpi_exprows *ibpi_container_exprows(const ibp_container_t *c)
 {
 	return c->codec_id == IBP_CODEC_EXP_ROWS ? &c->xr : NULL;
 }
+
+const uint8_t *ibpi_container_exprows_overflow(const ibp_container_t *c, uint64_t *len)
+{
+	const int xr = c->codec_id == IBP_CODEC_EXP_ROWS;
+	*len = xr ? c->xovf_len : 0;
+	return xr ? c->xovf : NULL;
+}

@@ -972,10 +972,8 @@ ibp_status_t ibp_store_embedding_bag(const ibp_store_t *s, ibp_bag_mode_t mode, 
 	j->block_codec = ibp_container_codec_id(c) == IBP_CODEC_EXP || ibp_container_codec_id(c) == IBP_CODEC_FP8;
 	j->xr = ibpi_container_exprows(c);
 	if (j->xr) {
-		uint64_t plen = 0;
-		j->xpay = ibp_container_payload(c, &plen);
-		j->xovf = j->xpay + nrows * j->xr->slot; /* checked at open: <= plen */
-		j->xovf_len = plen - nrows * j->xr->slot;
+		j->xpay = ibp_container_payload(c, NULL);
+		j->xovf = ibpi_container_exprows_overflow(c, &j->xovf_len);
 		j->xisa = ibpi_exprows_isa();
 		j->xahead = ibpi_store_ahead(s);
 		const char *fz = getenv("IBP_EXP_BAG_FUSED"); /* 0: decode each row, then add (A/B and tests) */

@@ -800,10 +800,8 @@ ibp_status_t ibp_store_from_container(ibp_container_t *c, ibp_store_t **out)
 	s->block_codec = ibp_container_codec_id(c) == IBP_CODEC_EXP || ibp_container_codec_id(c) == IBP_CODEC_FP8;
 	s->xr = ibpi_container_exprows(c);
 	if (s->xr) {
-		uint64_t plen = 0;
-		s->xpay = ibp_container_payload(c, &plen);
-		s->xovf = s->xpay + s->nrows * s->xr->slot; /* checked at open: <= plen */
-		s->xovf_len = plen - s->nrows * s->xr->slot;
+		s->xpay = ibp_container_payload(c, NULL);
+		s->xovf = ibpi_container_exprows_overflow(c, &s->xovf_len);
 		s->xisa = ibpi_exprows_isa();
 	} else if (!s->block_codec) {
 		s->map = store_rowmap(c);
