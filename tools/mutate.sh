@@ -107,6 +107,11 @@ for m in skipped:
     say(f"skipped  {m['file']}: {m['old'][:70]} (this CPU lacks {' '.join(sorted(set(m['needs']) - cpu_flags))}; "
         f"{listfile}:{m['at']})")
 say(f"mutation check: {len(muts)} mutations from {listfile}")
+if not muts:  # nothing to build or run
+    say(f"mutations: 0 killed, 0 survived, 0 errors, {len(skipped)} skipped")
+    if only and not skipped:
+        sys.exit(f"no entry's file or line text contains {' or '.join(map(repr, only))}")
+    sys.exit(0)
 
 # ---- the copies of the tree ---------------------------------------------
 def git_files():
