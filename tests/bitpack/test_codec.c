@@ -1760,7 +1760,10 @@ static ibp_status_t decode_all_agree(ibp_codec_t *c, const uint8_t *src, uint64_
  * last chunk; rows of 1 to 28 exceptions at random chunks (the last one
  * included), every truncation, and each entry of the list set to values
  * around its neighbours (a duplicate, unsorted, >= D when D < 256): every
- * implementation gives portable's status and bytes. */
+ * implementation gives portable's status and bytes. Dense rows (5
+ * chunks of every 8 exceptions) are BITMAP rows; written again as LIST rows,
+ * no encoder's choice, they reach AVX2's SIMD walk (8 exceptions a group
+ * of 16 chunks and more) and go through the same checks. */
 Test(codec, list_l8_rows)
 {
 	static const uint16_t mk2[4] = { 0xF003u, 0xC038u, 0x8924u, 0x8924u };
@@ -1773,10 +1776,10 @@ Test(codec, list_l8_rows)
 		int fused;
 	} cases[] = { { 2, 512, mk2, 1 },      { 2, 400, mk2, 1 }, { 2, 2 * 200 - 1, mk2, 1 }, { 2, 2 * 129, mk2, 1 },
 		      { 2, 2 * 256, mk2_wide, 0 }, { 1, 256, mk1, 0 }, { 1, 201, mk1, 0 } };
-	static const uint64_t nexc[] = { 1, 2, 5, 9, 14, 15, 16, 17, 20, 24, 28 };
+	static const uint64_t nexc[] = { 1, 2, 5, 9, 14, 15, 16, 17, 20, 24, 28, 0 };
 	tu_rng_t r;
 	tu_rng_seed(&r, 3333);
-	uint64_t lists = 0, corrupt = 0;
+	uint64_t lists = 0, corrupt = 0, dense = 0;
 	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
 		const unsigned C = cases[ci].C;
 		const uint64_t R = cases[ci].R, D = (R + C - 1) / C;
@@ -1796,7 +1799,8 @@ Test(codec, list_l8_rows)
 			const ibp_vbmi_t *v = c->cl[0].vbmi;
 			cr_assert_eq(v && v->nfg > 0 && v->nvgm > 0, cases[ci].fused, "case %zu: fused tables", ci);
 		}
-		uint8_t *enc = tu_xcalloc(ibp_row_bound(c)), *bad = tu_xcalloc(ibp_row_bound(c));
+		/* room for a dense row's LIST header (up to 257 bytes for a bitmap's 17..32) */
+		uint8_t *enc = tu_xcalloc(ibp_row_bound(c) + 256), *bad = tu_xcalloc(ibp_row_bound(c) + 256);
 		uint8_t *ref = tu_xcalloc(R), *back = tu_xcalloc(R);
 		for (size_t ni = 0; ni < sizeof(nexc) / sizeof(nexc[0]); ni++) {
 			/* the static part, then nexc[ni] chunks changed in m_j */
@@ -1807,8 +1811,11 @@ Test(codec, list_l8_rows)
 				x = (uint16_t)((x & ~mj) | bj);
 				memcpy(row + C * j, &x, R - C * j < C ? R - C * j : C);
 			}
-			for (uint64_t k = 0; k < nexc[ni]; k++) {
-				const uint64_t j = k == 0 ? D - 1 : tu_below(&r, D);
+			const int dense_row = nexc[ni] == 0; /* 5 chunks of 8 and the last */
+			for (uint64_t k = 0; k < (dense_row ? D : nexc[ni]); k++) {
+				if (dense_row && k % 8 >= 5 && k != D - 1)
+					continue;
+				const uint64_t j = dense_row ? k : k == 0 ? D - 1 : tu_below(&r, D);
 				const uint64_t nb = R - C * j < C ? R - C * j : C;
 				uint16_t mj = 0, x = 0;
 				memcpy(&mj, m + C * j, C);
@@ -1828,6 +1835,27 @@ Test(codec, list_l8_rows)
 					cr_assert_eq(s0, IBP_OK);
 					cr_assert(memcmp(ref, row, R) == 0, "case %zu row %zu", ci, ni);
 				}
+			}
+			if (fl == IBP_ROW_BITMAP && dense_row) {
+				/* the same row as a LIST (the body as it is): 8 exceptions a
+				 * group of 16 and more, which AVX2's walk takes */
+				const uint64_t hb = (D + 7) / 8;
+				uint64_t n = 0;
+				for (uint64_t j = 0; j < D; j++)
+					if (enc[j / 8] >> (j % 8) & 1)
+						bad[1 + n++] = (uint8_t)j;
+				cr_assert(n >= 8 * ((D + 15) / 16) && n <= 256, "case %zu: %llu exceptions", ci,
+					  (unsigned long long)n);
+				bad[0] = (uint8_t)(n - 1);
+				memmove(enc + 1 + n, enc + hb, len - hb);
+				memcpy(enc, bad, 1 + n);
+				len = len - hb + 1 + n;
+				fl = IBP_ROW_LIST;
+				for (uint64_t t = 0; t < len; t++)
+					decode_all_agree(c, enc, t, fl, ref, back, "dense list cut", ci, t);
+				cr_assert_eq(decode_all_agree(c, enc, len, fl, ref, back, "dense list", ci, n), IBP_OK);
+				cr_assert(memcmp(ref, row, R) == 0, "case %zu: the dense LIST row", ci);
+				dense++;
 			}
 			if (fl != IBP_ROW_LIST)
 				continue;
@@ -1857,6 +1885,7 @@ Test(codec, list_l8_rows)
 	}
 	cr_assert_gt(lists, 20);
 	cr_assert_gt(corrupt, 100);
+	cr_assert_gt(dense, 4);
 }
 
 /* The scalar exception walks of AVX2 and AVX-512 (codec_internal.h:
