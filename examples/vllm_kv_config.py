@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""vllm_kv_config.py - vLLM 0.33's KV offloading with compressed host blocks
+"""vllm_kv_config.py - vLLM's (0.34, 0.33) KV offloading with compressed host blocks
 (ibp.torch.vllm.IBPOffloadingSpec): the configuration a user writes, and the
 host bytes it takes beside vLLM's own, uncompressed CPU offloading of the
 same blocks.

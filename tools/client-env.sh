@@ -3,13 +3,18 @@
 # library the `ibp` package integrates with (vLLM, torchrec, ...), for the
 # client tests that run against the real library (tools/test-clients.sh).
 #
-#   tools/client-env.sh NAME REQ... [-- NODEPS_REQ...]
-#                                       e.g. tools/client-env.sh vllm 'vllm==0.33.*'
+#   tools/client-env.sh NAME REQ... [--override SPEC...] [-- NODEPS_REQ...]
+#                                       e.g. tools/client-env.sh vllm 'vllm==0.34.*'
 #
 # NODEPS_REQ (after a literal --) are installed last, without their declared
 # dependencies, for a client one of whose dependencies must be replaced by a
 # twin listed in REQ (torchrec requires fbgemm-gpu, the CUDA build: its CPU
 # build fbgemm-gpu-cpu goes in REQ, torchrec after --).
+# SPEC (after --override) replaces a pin that REQ declares and the registry
+# cannot satisfy (vLLM 0.34.0 pins flashinfer-python==0.7.3, a release with
+# no files): REQ is installed without its dependencies, then REQ's declared
+# dependencies (markers evaluated, extras left out) with each one named by a
+# SPEC replaced by that SPEC. pip warns that REQ's pin is not met.
 #
 # The environment is ${XDG_CACHE_HOME:-~/.cache}/ibp/clients/NAME, outside
 # the clone, shared by every clone and reused while its stamp (the
@@ -48,9 +53,14 @@ if [[ $# -lt 2 ]]; then
 fi
 name=$1
 shift
-reqs=() nodeps=()
-while [[ $# -gt 0 && $1 != "--" ]]; do reqs+=("$1"); shift; done
+reqs=() nodeps=() overrides=()
+while [[ $# -gt 0 && $1 != "--" && $1 != "--override" ]]; do reqs+=("$1"); shift; done
+if [[ $# -gt 0 && $1 == "--override" ]]; then
+	shift
+	while [[ $# -gt 0 && $1 != "--" ]]; do overrides+=("$1"); shift; done
+fi
 [[ $# -gt 0 ]] && shift && nodeps=("$@")
+[[ ${#reqs[@]} -gt 0 ]] || { echo "client-env: no requirement before --override / --" >&2; exit 1; }
 [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || { echo "client-env: bad name '$name'" >&2; exit 1; }
 
 say() { echo "client-env: $name: $*" >&2; }
@@ -103,7 +113,27 @@ install_reqs() {
 	pip_offline "$@" || die "pip install $* from $wh failed"
 }
 
-stamp="v1 | $("$py" -c 'import sys; print(sys.version)' | head -n1) | ${reqs[*]}${nodeps[*]:+ -- ${nodeps[*]}} | ${base_reqs[*]}"
+# REQ's declared dependencies (installed REQ, markers evaluated, no extras),
+# one a line, those named by an override left out.
+declared_deps() {
+	"$vpy" - "${reqs[@]}" -- "${overrides[@]}" <<'PYEOF'
+import importlib.metadata as md, re, sys
+from pip._vendor.packaging.requirements import Requirement
+args = sys.argv[1:]
+cut = args.index("--")
+norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
+over = {norm(Requirement(s).name) for s in args[cut + 1:]}
+for spec in args[:cut]:
+    for d in md.requires(Requirement(spec).name) or []:
+        r = Requirement(d)
+        if r.marker is not None and not r.marker.evaluate({"extra": ""}):
+            continue
+        if norm(r.name) not in over:
+            print(d.split(";")[0].strip())
+PYEOF
+}
+
+stamp="v1 | $("$py" -c 'import sys; print(sys.version)' | head -n1) | ${reqs[*]}${overrides[*]:+ --override ${overrides[*]}}${nodeps[*]:+ -- ${nodeps[*]}} | ${base_reqs[*]}"
 if [[ "${IBP_CLIENT_FRESH:-0}" == 1 || ! -x "$vpy" || "$(cat "$venv/.ibp-stamp" 2>/dev/null)" != "$stamp" ]]; then
 	gb=$(free_gb)
 	if [[ $gb -lt $min_gb ]]; then
@@ -114,7 +144,15 @@ if [[ "${IBP_CLIENT_FRESH:-0}" == 1 || ! -x "$vpy" || "$(cat "$venv/.ibp-stamp" 
 	rm -rf "$venv"
 	"$py" -m venv "$venv" || die "python -m venv $venv failed"
 	# --no-compile: byte-compiling torch's and vLLM's modules costs minutes
-	install_reqs "${reqs[@]}" "${base_reqs[@]}"
+	if [[ ${#overrides[@]} -eq 0 ]]; then
+		install_reqs "${reqs[@]}" "${base_reqs[@]}"
+	else
+		install_reqs --no-deps "${reqs[@]}"
+		deps_txt=$(declared_deps) || die "cannot read the dependencies of ${reqs[*]}"
+		mapfile -t deps <<<"$deps_txt"
+		say "${reqs[*]}: ${#deps[@]} declared dependencies, with ${overrides[*]}"
+		install_reqs "${deps[@]}" "${overrides[@]}" "${base_reqs[@]}"
+	fi
 	[[ ${#nodeps[@]} -eq 0 ]] || install_reqs --no-deps "${nodeps[@]}"
 	echo "$stamp" >"$venv/.ibp-stamp"
 	say "made in $(($(date +%s) - t0)) s ($(du -sh "$venv" 2>/dev/null | cut -f1))"

@@ -1,5 +1,6 @@
-"""ibp.torch.vllm's scheduler-side manager and worker, on vLLM 0.33's types
-when vLLM is installed and on the module's stand-ins otherwise (this file
+"""ibp.torch.vllm's scheduler-side manager and worker, on vLLM's types
+when vLLM (0.34 or 0.33) is installed and on the module's stand-ins (0.34's)
+otherwise (this file
 runs in both: tools/test-python.sh's environment, without vLLM, and
 tools/test-clients.sh's vLLM environment), plus the version gate against
 stand-in vllm packages. The comparison with vLLM's own manager and the
@@ -110,6 +111,33 @@ def test_eviction_order_pins_protection_and_failed_stores():
     assert list(quiet.take_events()) == []
 
 
+def test_store_threshold_counts_a_key_once_a_request():
+    """vLLM 0.34 (and the stand-ins): a request that offers a key again (a
+    retry, a re-offer after preemption) neither counts it again nor is it
+    skipped again; another request's offer counts. vLLM 0.33 counted every
+    offer."""
+    m = iv.IBPOffloadingManager(4, store_threshold=2)
+    a = req("a")
+    assert out(m.prepare_store([K[0], K[1]], a)) == ([], [], []) and m.stores_skipped == 2
+    again = out(m.prepare_store([K[0]], a))
+    if iv._V034:
+        assert again == ([], [], []) and m.counts[K[0]] == 1 and m.stores_skipped == 2
+        assert out(m.prepare_store([K[1], K[0]], req("b"))) == ([K[1], K[0]], [0, 1], [])
+    else:
+        assert again == ([K[0]], [0], []) and m.counts[K[0]] == 2
+
+
+def test_a_stored_chunks_event_names_its_request():
+    m = iv.IBPOffloadingManager(2, enable_events=True)
+    r = req("a")
+    m.complete_store(m.prepare_store([K[0]], r).keys_to_store, r)
+    m.complete_store(m.prepare_store([K[1]], r).keys_to_store, r, success=False)
+    stored, failed = list(m.take_events())
+    assert stored.keys == [K[0]] and not stored.removed and not stored.metadata_only
+    assert stored.removal_expected == iv._V034 and (getattr(stored, "req_context", None) is r) == iv._V034
+    assert failed.keys == [K[1]] and failed.removed and failed.metadata_only and not failed.removal_expected
+
+
 def test_request_recency_by_token_position():
     """A finished request's chunks rank by position: its head most
     recent, so its tail goes first; a later request outranks it."""
@@ -130,12 +158,11 @@ def test_request_recency_by_token_position():
 
 def test_store_threshold_counts_offers():
     m = iv.IBPOffloadingManager(4, store_threshold=2, max_tracker_size=3)
-    r = req()
-    assert out(m.prepare_store([K[0], K[1]], r)) == ([], [], [])  # first offer: only counted
-    assert out(m.prepare_store([K[0], K[2]], r)) == ([K[0]], [0], [])
+    assert out(m.prepare_store([K[0], K[1]], req("a"))) == ([], [], [])  # first offer: only counted
+    assert out(m.prepare_store([K[0], K[2]], req("b"))) == ([K[0]], [0], [])
     assert m.stores_skipped == 3
     # the table holds 3 keys: the oldest go, never one offered in this call
-    assert out(m.prepare_store([K[0], K[3], K[4]], r)) == ([], [], [])
+    assert out(m.prepare_store([K[0], K[3], K[4]], req("c"))) == ([], [], [])
     assert list(m.counts) == [K[0], K[3], K[4]] and m.counts[K[0]] == 3 and m.stores_skipped == 5
 
 
@@ -182,14 +209,49 @@ def gspec(ids, start=0):
     return iv.GPULoadStoreSpec(list(ids), group_sizes=[len(ids)], block_indices=[start])
 
 
+def pointers(kc, spec):
+    """The DevicePointers vLLM 0.34's connector makes of a GPU spec
+    (pointer_utils.resolve_device_pointers): per group, per ref, per block
+    the page's address (base + block id x row stride) and bytes."""
+    make = iv.DevicePointers if getattr(iv, "DevicePointers", None) is not None else _Pointers
+    ids = np.asarray(spec.block_ids, dtype=np.uint64)
+    ptrs, sizes, at = [], [], 0
+    for n, refs in zip(spec.group_sizes, kc.group_data_refs):
+        for r in refs:
+            t = kc.tensors[r.tensor_idx].tensor
+            ptrs.append(np.uint64(t.data_ptr()) + ids[at:at + n] * np.uint64(t.stride(0)))
+            sizes.append(np.full(n, r.page_size_bytes, dtype=np.uint64))
+        at += n
+    return make(ptrs=np.concatenate(ptrs), sizes=np.concatenate(sizes), group_block_counts=tuple(spec.group_sizes),
+                group_data_ref_counts=tuple(len(r) for r in kc.group_data_refs),
+                block_indices=tuple(spec.block_indices))
+
+
+class _Pointers:  # vLLM 0.33 installed: the worker takes 0.34's form all the same
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def spec_of(kc, form):
+    """gspec in the form the test runs: block ids (vLLM 0.33) or device pointers (0.34)."""
+    if form == "ids":
+        return gspec
+    return lambda ids, start=0: pointers(kc, gspec(ids, start))
+
+
+FORMS = pytest.mark.parametrize("form", ["ids", "pointers"])
+
+
 def done(w, ids):
     w.wait(set(ids))
     return sorted((r.job_id, r.success) for r in w.get_finished())
 
 
+@FORMS
 @pytest.mark.parametrize("packed", [False, True], ids=["per_layer", "cross_layer"])
-def test_worker_round_trip(pages, packed):
+def test_worker_round_trip(pages, packed, form):
     kc, view = caches(pages, packed)
+    gspec = spec_of(kc, form)
     w = iv.IBPOffloadingWorker(kc, "bfloat16", 1, layers_per_group=[L])
     assert len(w.units) == L and len({u.nbytes for u in w.units}) == 1
     assert w.submit_store(1, gspec([0, 1, 2, 3]), iv.CPULoadStoreSpec([7, 6, 5, 4]))
@@ -217,8 +279,10 @@ def test_worker_round_trip(pages, packed):
         w.submit_store(6, gspec([0]), iv.CPULoadStoreSpec([0]))
 
 
-def test_worker_chunks_of_two_blocks_and_failures(pages):
+@FORMS
+def test_worker_chunks_of_two_blocks_and_failures(pages, form):
     kc, view = caches(pages, True)
+    gspec = spec_of(kc, form)  # block NB below: an address past the cache
     w = iv.IBPOffloadingWorker(kc, torch.bfloat16, 2, layers_per_group=[L])
     # blocks 1..7 of a request (the first starts inside chunk 0): chunks 0..3
     assert w.submit_store(1, gspec([1, 2, 3, 4, 5, 6, 7], 1), iv.CPULoadStoreSpec([0, 1, 2, 3]))
@@ -240,10 +304,12 @@ def test_worker_chunks_of_two_blocks_and_failures(pages):
     w.shutdown()
 
 
-def test_worker_device_path_twin(pages):
+@FORMS
+def test_worker_device_path_twin(pages, form):
     """The GPU path's queued C orchestration (KVOffloader's host-fallback
     test hook: device semantics on host tensors) moves the same bytes."""
     kc, view = caches(pages, False)
+    gspec = spec_of(kc, form)
     w = iv.IBPOffloadingWorker(kc, "bfloat16", 1, layers_per_group=[L], _host_fallback=True)
     assert w._on_device
     w.submit_store(1, gspec(range(8)), iv.CPULoadStoreSpec(range(8)))
@@ -253,6 +319,60 @@ def test_worker_device_path_twin(pages):
     assert done(w, [2]) == [(2, True)]
     for layer in range(L):
         assert torch.equal(view[layer][4:12], pages[layer, :8])
+    w.shutdown()
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["per_layer", "cross_layer"])
+def test_worker_checks_device_pointers(pages, packed):
+    """vLLM 0.34's DevicePointers are addresses: one that is not a block's
+    page of its ref's tensor, a size that is not the page's, refs naming
+    different blocks, or counts that disagree with the caches fail the job
+    (success=False, nothing written); the good ones around them work."""
+    kc, view = caches(pages, packed)
+    w = iv.IBPOffloadingWorker(kc, "bfloat16", 1, layers_per_group=[L])
+    good = pointers(kc, gspec([0, 1, 2]))
+    assert w.submit_store(1, good, iv.CPULoadStoreSpec([0, 1, 2]))
+    assert done(w, [1]) == [(1, True)]
+    view.zero_()
+    nrefs = len(kc.group_data_refs[0])
+    t0 = kc.tensors[0].tensor
+
+    def bent(**kw):
+        d = dict(ptrs=good.ptrs.copy(), sizes=good.sizes.copy(), group_block_counts=good.group_block_counts,
+                 group_data_ref_counts=good.group_data_ref_counts, block_indices=good.block_indices)
+        d.update(kw)
+        return type(good)(**d)
+
+    p = good.ptrs.copy()
+    p[1] += 2  # inside a page
+    cases = [bent(ptrs=p)]
+    p = good.ptrs.copy()
+    p[0] = np.uint64(t0.data_ptr()) - np.uint64(t0.stride(0))  # the block before the tensor
+    cases.append(bent(ptrs=p))
+    p = good.ptrs.copy()
+    p[2] = np.uint64(t0.data_ptr()) + np.uint64(NB * t0.stride(0))  # past its last block
+    cases.append(bent(ptrs=p))
+    sz = good.sizes.copy()
+    sz[0] -= 1
+    cases.append(bent(sizes=sz))
+    cases.append(bent(ptrs=good.ptrs[:-1], sizes=good.sizes[:-1]))  # a copy short
+    cases.append(bent(group_data_ref_counts=(nrefs + 1,)))
+    cases.append(bent(group_block_counts=(3, 0)))  # two groups, the caches have one
+    if nrefs > 1:  # per layer: a later ref names another block
+        p = good.ptrs.copy()
+        p[3] += np.uint64(kc.tensors[1].tensor.stride(0))
+        cases.append(bent(ptrs=p))
+    for i, c in enumerate(cases):
+        assert w.submit_load(10 + i, iv.CPULoadStoreSpec([0, 1, 2]), c)
+    assert done(w, range(10, 10 + len(cases))) == [(10 + i, False) for i in range(len(cases))]
+    assert isinstance(w.last_error, ibp.InvalidArgumentError)
+    for layer in range(L):
+        assert view[layer].abs().sum() == 0
+    assert w.submit_load(99, iv.CPULoadStoreSpec([2, 1, 0]), good)  # the chunks are intact
+    assert done(w, [99]) == [(99, True)]
+    for layer in range(L):
+        for dst, src in [(0, 2), (1, 1), (2, 0)]:
+            assert torch.equal(view[layer][dst], pages[layer, src])
     w.shutdown()
 
 
@@ -299,28 +419,29 @@ def run_with_fake_vllm(tmp_path, version, body=""):
                           cwd=str(tmp_path))
 
 
-@pytest.mark.parametrize("version", ["0.17.0", "0.34.0", "1.0.0rc1"])
+@pytest.mark.parametrize("version", ["0.17.0", "0.32.1", "0.35.0", "1.0.0rc1"])
 def test_other_vllm_versions_are_refused(tmp_path, version):
     r = run_with_fake_vllm(tmp_path, version)
     assert r.returncode != 0
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("ibp._errors.UnsupportedError") or "UnsupportedError" in last, r.stderr
-    assert "vLLM %s is installed" % version in last and "0.33.x" in last and "pip install" in last
+    assert "vLLM %s is installed" % version in last and "0.33.x and 0.34.x" in last and "pip install" in last
 
 
-def test_a_broken_supported_vllm_is_refused_not_hidden(tmp_path):
-    r = run_with_fake_vllm(tmp_path, "0.33.0")  # no vllm.v1.kv_offload in it
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+def test_a_broken_supported_vllm_is_refused_not_hidden(tmp_path, version):
+    r = run_with_fake_vllm(tmp_path, version)  # no vllm.v1.kv_offload in it
     assert r.returncode != 0 and "UnsupportedError" in r.stderr, r.stderr
-    assert "does not import" in r.stderr and "0.33.0" in r.stderr
+    assert "does not import" in r.stderr and version in r.stderr
 
 
 def test_the_spec_is_there_with_vllm_and_says_what_to_install_without():
     if iv.HAVE_VLLM:  # tools/test-clients.sh's environment
         from vllm.v1.kv_offload.base import OffloadingSpec
-        assert iv.VLLM_VERSION.startswith("0.33.") and issubclass(iv.IBPOffloadingSpec, OffloadingSpec)
+        assert iv.VLLM_VERSION.startswith(("0.33.", "0.34.")) and issubclass(iv.IBPOffloadingSpec, OffloadingSpec)
         return
     assert iv.VLLM_VERSION is None
-    with pytest.raises(ImportError, match="pip install 'vllm==0.33.\\*'"):
+    with pytest.raises(ImportError, match="pip install 'vllm==0.34.\\*'"):
         iv.IBPOffloadingSpec  # noqa: B018
-    with pytest.raises(ImportError, match="0.33"):
+    with pytest.raises(ImportError, match="0.33.x and 0.34.x"):
         iv.register()

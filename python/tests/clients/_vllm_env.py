@@ -1,4 +1,4 @@
-"""What vLLM 0.33's OffloadingConnector hands an offloading spec, made by
+"""What vLLM's (0.34, 0.33) OffloadingConnector hands an offloading spec, made by
 vLLM's own code: its OffloadingConfig (build_offloading_config), the
 per-layer cache views of a raw KV buffer in a given layout
 (create_kv_cache_views) and, in the tests, the CanonicalKVCaches its

@@ -1,8 +1,8 @@
-"""IBPOffloadingManager against vLLM 0.33's own CPUOffloadingManager (its
-"lru" policy), operation for operation: thousands of random scheduler
-calls (requests sharing prefixes in two KV cache groups, token positions,
-lookups, prepare/complete of loads and stores, failed stores, touches,
-request ends, resets) under a small capacity, so that evictions are
+"""IBPOffloadingManager against the installed vLLM's (0.34, or 0.33) own
+CPUOffloadingManager (its "lru" policy), operation for operation: thousands
+of random scheduler calls (requests sharing prefixes in two KV cache groups,
+token positions, lookups, prepare/complete of loads and stores, failed
+stores, touches where vLLM still has them (0.33), request ends, resets) under a small capacity, so that evictions are
 frequent. Every result is compared: lookup results, the chunk ids of load
 and store specs, the keys stored and evicted (or None), and the events."""
 
@@ -30,7 +30,12 @@ def store_out(out):
 
 
 def events(m):
-    return [(list(e.keys), e.medium.value, e.removed, e.metadata_only) for e in m.take_events()]
+    """Every field; the request a stored chunk's event names (vLLM 0.34) by its id."""
+    return [(list(e.keys), e.medium.value, e.removed, e.metadata_only, e.removal_expected,
+             getattr(getattr(e, "req_context", None), "req_id", None)) for e in m.take_events()]
+
+
+TOUCH = 4 if hasattr(CPUOffloadingManager, "touch") else 0  # vLLM 0.34 has none
 
 
 class Driver:
@@ -82,7 +87,7 @@ class Driver:
         g = r.randint(0, 1)
         ks = self.keys(prompt, g)
         op = r.choices(["lookup", "store", "cstore", "load", "cload", "touch", "finish", "events", "reset"],
-                       [25, 25, 20, 10, 10, 4, 4, 3, 0.15])[0]
+                       [25, 25, 20, 10, 10, TOUCH, 4, 3, 0.15])[0]
         self.counts[op] = self.counts.get(op, 0) + 1
         if op == "lookup":
             for k in ks + [make_offload_key(r.choice(self.prompts[-1] or [b"x" * 8]), 1 - g)]:

@@ -1,8 +1,10 @@
-"""IBPOffloadingSpec in vLLM 0.33 itself: loaded by vLLM's
+"""IBPOffloadingSpec in vLLM itself (0.34; 0.33 in an environment of its
+own, IBP_CLIENTS=vllm033): loaded by vLLM's
 OffloadingSpecFactory from the config vLLM's connector builds, given the
 CanonicalKVCaches vLLM's worker-side connector derives from a real MiniLM
 KV cache (per-layer and cross-layer layouts), driven through that
-connector's own store / load / get_finished calls; every byte comes back."""
+connector's own store / load / get_finished calls (0.34's connector hands
+the worker DevicePointers); every byte comes back."""
 
 import pytest
 
@@ -32,7 +34,8 @@ def kv():
 
 
 def test_version_is_the_supported_one():
-    assert iv.HAVE_VLLM and iv.VLLM_VERSION.startswith("0.33.") and iv.SUPPORTED_VLLM == "0.33.x"
+    assert iv.HAVE_VLLM and iv.VLLM_VERSION.startswith(("0.33.", "0.34.")) and iv.SUPPORTED_VLLM == "0.33.x and 0.34.x"
+    assert iv._V034 == iv.VLLM_VERSION.startswith("0.34.")
 
 
 def test_factory_loads_the_spec_by_module_path_and_by_name():
@@ -85,6 +88,16 @@ def connector(layout, kv, extra=EXTRA):
 
 def gpu_spec(ids, start=0):
     return GPULoadStoreSpec(list(ids), group_sizes=[len(ids)], block_indices=[start])
+
+
+def device_spec(w, ids, start=0):
+    """What vLLM's connector hands the worker for these blocks: 0.34 resolves
+    them to DevicePointers against its caches, 0.33 passes the spec."""
+    spec = gpu_spec(ids, start)
+    if not iv._V034:
+        return spec
+    from vllm.v1.kv_offload.pointer_utils import resolve_device_pointers
+    return resolve_device_pointers(spec, w._kv_caches)
 
 
 def run_stores(w, jobs):
@@ -164,15 +177,15 @@ def test_a_failed_transfer_is_reported_not_raised(kv):
     raw, w, ours = connector(KVCacheLayout.LBHNC, kv)
     before = raw.clone()
     # chunk 5 was never stored: submitted fine, finished with success=False, nothing written
-    assert ours.submit_load(7, CPULoadStoreSpec([5]), gpu_spec([0])) is True
-    assert ours.submit_store(8, gpu_spec([0, 1]), CPULoadStoreSpec([0])) is True  # 2 blocks, 1 chunk
+    assert ours.submit_load(7, CPULoadStoreSpec([5]), device_spec(w, [0])) is True
+    assert ours.submit_store(8, device_spec(w, [0, 1]), CPULoadStoreSpec([0])) is True  # 2 blocks, 1 chunk
     ours.wait({7, 8})
     res = sorted(ours.get_finished(), key=lambda r: r.job_id)
     assert [(r.job_id, r.success) for r in res] == [(7, False), (8, False)]
     assert torch.equal(raw, before) and ours.host_bytes == 0
     assert isinstance(ours.last_error, ibp.InvalidArgumentError)
     # vLLM's connector does not take failures (it asserts); the worker itself keeps going
-    assert ours.submit_store(9, gpu_spec([0]), CPULoadStoreSpec([0]))
+    assert ours.submit_store(9, device_spec(w, [0]), CPULoadStoreSpec([0]))
     ours.wait({9})
     assert [r.success for r in ours.get_finished()] == [True]
     w.shutdown()

@@ -22,7 +22,7 @@ ibp.torch.moe's all_to_all_single / all_to_all (differentiable) for
 expert-parallel MoE dispatch and combine.
 
 LLM KV-cache offload: ibp.torch.KVOffloader (paged blocks compressed into a
-host pool), and ibp.torch.vllm, an out-of-tree OffloadingSpec for vLLM 0.33.x
+host pool), and ibp.torch.vllm, an out-of-tree OffloadingSpec for vLLM 0.33.x/0.34.x
 over it (kv_connector_extra_config={"spec_name": "IBPOffloadingSpec",
 "spec_module_path": "ibp.torch.vllm", "cpu_bytes_to_use": N}; another vLLM
 version raises ibp.UnsupportedError on import).
@@ -66,7 +66,7 @@ __all__ = sorted(_LAZY)
 
 def __getattr__(name):
     # Lazy: `ibp.torch.EmbeddingBag` does not import torch_geometric.
-    if name == "vllm":  # the submodule (it imports vLLM 0.33 when installed)
+    if name == "vllm":  # the submodule (it imports vLLM 0.33/0.34 when installed)
         return importlib.import_module(".vllm", __name__)
     if name == "moe":  # the submodule: compressed all-to-all for MoE layers
         return importlib.import_module(".moe", __name__)

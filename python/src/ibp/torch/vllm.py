@@ -1,5 +1,5 @@
 """vLLM KV-cache offloading into a compressed host pool: an out-of-tree
-OffloadingSpec for vLLM 0.33.x (vllm/v1/kv_offload/base.py, "experimental
+OffloadingSpec for vLLM 0.33.x and 0.34.x (vllm/v1/kv_offload/base.py, "experimental
 and subject to change" in vLLM) whose worker keeps the offloaded blocks
 compressed by ibp.torch.KVOffloader (lossless: IBP or exponent codec, per
 layer, whichever stores the first blocks in fewer bytes).
@@ -21,13 +21,17 @@ chunks, times "ibp_assumed_ratio" (default 1.0: never over-commits).
 "max_tracker_size" and "eviction_policy" ("lru" only) mean what they mean
 to vLLM's CPU offloading.
 
-Versions: vLLM 0.33.x. With another vLLM installed, importing this module
-raises ibp.UnsupportedError naming both versions. Without vLLM the module
+Versions: vLLM 0.33.x and 0.34.x (0.34 hands the worker DevicePointers,
+the pages' addresses, where 0.33 handed it block ids; it counts a key
+toward store_threshold once per request and drops the manager's touch).
+With another vLLM installed, importing this module raises
+ibp.UnsupportedError naming both versions. Without vLLM the module
 imports: IBPOffloadingManager and IBPOffloadingWorker run against local
-stand-ins of vLLM's types with the same fields (ReqContext,
-GPULoadStoreSpec, CanonicalKVCaches, ...), which is how they are tested
-and measured where vLLM is not installed; IBPOffloadingSpec and register()
-raise ImportError ("pip install 'vllm==0.33.*'").
+stand-ins of vLLM 0.34's types with the same fields (ReqContext,
+GPULoadStoreSpec, DevicePointers, CanonicalKVCaches, ...), which is how
+they are tested and measured where vLLM is not installed;
+IBPOffloadingSpec and register() raise ImportError ("pip install
+'vllm==0.34.*'").
 
 Scheduler side, IBPOffloadingManager keeps vLLM's OffloadingManager
 contract exactly as vLLM's CPUOffloadingManager with its "lru" policy does
@@ -86,8 +90,8 @@ __all__ = ["IBPOffloadingManager", "IBPOffloadingWorker", "HAVE_VLLM", "VLLM_VER
            "register", "SPEC_NAME"]
 
 SPEC_NAME = "IBPOffloadingSpec"
-SUPPORTED_VLLM = "0.33.x"
-_PIP = "pip install 'vllm==0.33.*'"
+SUPPORTED_VLLM = "0.33.x and 0.34.x"
+_PIP = "pip install 'vllm==0.34.*' (or 'vllm==0.33.*')"
 _log = logging.getLogger(__name__)
 
 
@@ -102,13 +106,21 @@ def _installed_vllm() -> Optional[str]:
         return str(getattr(vllm, "__version__", "unknown"))
 
 
-def _supported(version: str) -> bool:
+def _minor(version: str) -> Optional[tuple]:
     m = re.match(r"(\d+)\.(\d+)(\D|$)", version)
-    return m is not None and (int(m.group(1)), int(m.group(2))) == (0, 33)
+    return None if m is None else (int(m.group(1)), int(m.group(2)))
+
+
+def _supported(version: str) -> bool:
+    return _minor(version) in ((0, 33), (0, 34))
 
 
 VLLM_VERSION = _installed_vllm()
 HAVE_VLLM = VLLM_VERSION is not None
+# vLLM 0.34's interface (also the stand-ins' without vLLM): the worker gets
+# DevicePointers, store_threshold counts a key once per request, a stored
+# chunk's event says removal_expected and names its request.
+_V034 = not HAVE_VLLM or (_supported(VLLM_VERSION) and _minor(VLLM_VERSION) >= (0, 34))
 
 if HAVE_VLLM and not _supported(VLLM_VERSION):
     raise _errors.UnsupportedError(
@@ -124,6 +136,10 @@ if HAVE_VLLM:
                                              TransferResult)
         from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
         from vllm.v1.metrics.cache_hit_source import CacheHitSource
+        if _V034:
+            from vllm.v1.kv_offload.base import DevicePointers
+        else:
+            DevicePointers = None
         _HOST_SOURCE = CacheHitSource.HOST
     except ImportError as e:  # an install this module cannot use: say so, never "not installed"
         raise _errors.UnsupportedError(
@@ -131,7 +147,7 @@ if HAVE_VLLM:
             "supported: vLLM %s (%s)" % (VLLM_VERSION, type(e).__name__, e, SUPPORTED_VLLM, _PIP),
             func="ibp.torch.vllm") from e
 else:
-    # Stand-ins with the fields of vLLM 0.33's types (vllm/v1/kv_offload/base.py).
+    # Stand-ins with the fields of vLLM 0.34's types (vllm/v1/kv_offload/base.py).
     class Medium(Enum):
         CPU = "CPU"
         STORAGE = "STORAGE"
@@ -157,6 +173,7 @@ else:
         ownership: Optional[str] = None
         removal_expected: bool = False
         metadata_only: bool = False
+        req_context: Any = field(default=None, repr=False, compare=False)
 
     @dataclass
     class RequestOffloadingContext:
@@ -186,6 +203,15 @@ else:
                 raise _errors.invalid("GPULoadStoreSpec", "group_sizes must sum to the block count, "
                                       "one block index per group")
             self.group_sizes, self.block_indices = group_sizes, block_indices
+
+    @dataclass
+    class DevicePointers:
+        """Per group, per ref of the group, per block: the block's page address and bytes."""
+        ptrs: np.ndarray
+        sizes: np.ndarray
+        group_block_counts: tuple
+        group_data_ref_counts: tuple
+        block_indices: tuple
 
     @dataclass
     class CanonicalKVCacheTensor:
@@ -228,7 +254,7 @@ else:
 
 __all__ += ["LookupResult", "Medium", "OffloadingEvent", "PrepareStoreOutput", "TransferResult", "ReqContext",
             "CPULoadStoreSpec", "GPULoadStoreSpec", "CanonicalKVCaches", "CanonicalKVCacheTensor",
-            "CanonicalKVCacheRef"]
+            "CanonicalKVCacheRef", "DevicePointers"]
 
 
 # ---- scheduler side ----------------------------------------------------------
@@ -244,7 +270,7 @@ class _Chunk:
 
 class _Request:
     """What the manager keeps per request (in its ReqContext)."""
-    __slots__ = ("owner", "generation", "rank", "groups", "seen", "finished")
+    __slots__ = ("owner", "generation", "rank", "groups", "seen", "finished", "counted")
 
     def __init__(self, owner, generation):
         self.owner, self.generation = owner, generation
@@ -252,12 +278,14 @@ class _Request:
         self.groups: Dict[int, list] = {}  # group index -> keys, first seen first
         self.seen: set = set()
         self.finished = False
+        self.counted: set = set()  # keys counted toward store_threshold (vLLM 0.34: once a request)
 
 
 class IBPOffloadingManager(OffloadingManager):
     """Scheduler-side bookkeeping of `num_chunks` offloaded chunks with LRU
-    eviction, operation for operation as vLLM 0.33's CPUOffloadingManager
-    with cache_policy="lru" (see the module docstring)."""
+    eviction, operation for operation as the installed vLLM's (0.33 or 0.34;
+    0.34's without vLLM) CPUOffloadingManager with cache_policy="lru" (see
+    the module docstring)."""
 
     def __init__(self, num_chunks: int, enable_events: bool = False, store_threshold: int = 0,
                  max_tracker_size: int = 64_000):
@@ -387,14 +415,15 @@ class IBPOffloadingManager(OffloadingManager):
         ids += [self._free.pop() for _ in range(n - fresh)]
         return ids
 
-    def _offer(self, keys) -> None:
+    def _offer(self, keys, counted) -> None:
         """store_threshold: counts how often each key was offered, in a
         table of at most max_tracker_size keys (oldest dropped first, never
-        one of this offer's)."""
+        one of this offer's); keys in `counted` move up without counting."""
         again = [k for k in keys if k in self.counts]
         for k in again:
             self.counts.move_to_end(k)
-            self.counts[k] += 1
+            if k not in counted:
+                self.counts[k] += 1
         droppable = len(self.counts) - len(set(again))
         for k in keys:
             if k in self.counts:
@@ -433,6 +462,7 @@ class IBPOffloadingManager(OffloadingManager):
         return CPULoadStoreSpec(ids)
 
     def touch(self, keys, req_context) -> None:
+        """vLLM 0.33 (0.34 no longer calls it)."""
         self._refresh(reversed(list(keys)))
 
     def complete_load(self, keys, req_context) -> None:
@@ -447,14 +477,17 @@ class IBPOffloadingManager(OffloadingManager):
 
     def prepare_store(self, keys, req_context) -> Optional[PrepareStoreOutput]:
         keys = list(dict.fromkeys(keys))  # a key offered twice is stored once
+        counted = self._request(req_context).counted if _V034 else set()
         if self.counts is not None:
-            self._offer(keys)
+            self._offer(keys, counted)
         new = [k for k in keys if k not in self._chunks]
         held = {k for k in keys if k in self._chunks and self._chunks[k].ref_cnt >= 0}
         if self.counts is not None:
-            n = len(new)
+            below = [k for k in new if self.counts.get(k, 0) < self.store_threshold]
             new = [k for k in new if self.counts.get(k, 0) >= self.store_threshold]
-            self.stores_skipped += n - len(new)
+            self.stores_skipped += sum(1 for k in below if k not in counted)
+            if _V034:
+                counted.update(keys)
         wanted = held.union(new)
         self._observe([k for k in keys if k in wanted], req_context)
         if not new:
@@ -494,8 +527,12 @@ class IBPOffloadingManager(OffloadingManager):
             done.append(key)
         if done and self.events is not None:
             # a failed store frees its chunk without announcing an eviction
-            self.events.append(OffloadingEvent(keys=done, medium=self.medium, removed=not success,
-                                               metadata_only=not success))
+            if success and _V034:
+                ev = OffloadingEvent(keys=done, medium=self.medium, removed=False, removal_expected=True,
+                                     req_context=req_context)
+            else:
+                ev = OffloadingEvent(keys=done, medium=self.medium, removed=not success, metadata_only=not success)
+            self.events.append(ev)
 
     def on_request_finished(self, req_context) -> None:
         st = req_context.get_state(_Request)
@@ -615,6 +652,7 @@ class IBPOffloadingWorker(OffloadingWorker):
         if any(x.device != self.device for x in self._rows):
             raise _errors.invalid(func, "the KV cache tensors are on different devices")
         refs = list(kv_caches.group_data_refs)
+        self._refs = [list(g) for g in refs]
         if layers_per_group is not None and len(layers_per_group) != len(refs):
             raise _errors.invalid(func, "%d groups of refs, %d layer counts" % (len(refs), len(layers_per_group)))
         total_layers = sum(layers_per_group) if layers_per_group is not None else 0
@@ -678,13 +716,60 @@ class IBPOffloadingWorker(OffloadingWorker):
 
     # -- the transfers, on the worker thread --
 
+    def _from_pointers(self, dp, func):
+        """vLLM 0.34's DevicePointers (per group, per ref, per block: the
+        page's address) back to block ids, group sizes and block indices.
+        Every address must be a block's start in its ref's tensor, every
+        size the ref's page size, and a group's refs must name the same
+        blocks: else the job fails."""
+        counts = [int(n) for n in dp.group_block_counts]
+        nrefs = [int(n) for n in dp.group_data_ref_counts]
+        starts = [int(b) for b in dp.block_indices]
+        if not len(counts) == len(nrefs) == len(starts) == len(self._refs):
+            raise _errors.invalid(func, "device pointers of %d groups for %d KV cache groups"
+                                  % (len(counts), len(self._refs)))
+        ptrs = np.asarray(dp.ptrs).astype(np.uint64, copy=False).reshape(-1)
+        sizes = np.asarray(dp.sizes).astype(np.uint64, copy=False).reshape(-1)
+        if len(ptrs) != len(sizes) or len(ptrs) != sum(n * k for n, k in zip(counts, nrefs)):
+            raise _errors.invalid(func, "%d device pointers and %d sizes for %d copies" % (
+                len(ptrs), len(sizes), sum(n * k for n, k in zip(counts, nrefs))))
+        ids, off = [], 0
+        for g, (n, k) in enumerate(zip(counts, nrefs)):
+            if n == 0:
+                continue
+            if k != len(self._refs[g]):
+                raise _errors.invalid(func, "group %d: %d refs, the KV caches have %d" % (g, k, len(self._refs[g])))
+            first = None
+            for d, r in enumerate(self._refs[g]):
+                rows = self._rows[r.tensor_idx]
+                at = slice(off + d * n, off + (d + 1) * n)
+                rel = ptrs[at] - np.uint64(rows.data_ptr())  # wraps (huge) below the tensor
+                stride = np.uint64(rows.stride(0))  # int8 rows: bytes
+                blk = rel // stride
+                if np.any(rel % stride != 0) or np.any(blk >= np.uint64(rows.shape[0])) or \
+                        np.any(sizes[at] != np.uint64(r.page_size_bytes)):
+                    raise _errors.invalid(func, "group %d ref %d: a device pointer is not a block's page of its "
+                                          "tensor (or its size not the page's)" % (g, d))
+                if first is None:
+                    first = blk
+                elif not np.array_equal(blk, first):
+                    raise _errors.invalid(func, "group %d: its refs point at different blocks" % g)
+            ids.append(first.astype(np.int64))
+            off += n * k
+        gpu = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+        return gpu, counts, starts
+
     def _plan(self, gpu_spec, chunk_spec, func):
         """Per group: its GPU block ids and, for each, the chunk and the
-        position in it (a group may start inside its first chunk)."""
-        gpu = np.asarray(gpu_spec.block_ids, dtype=np.int64)
+        position in it (a group may start inside its first chunk).
+        gpu_spec: a GPULoadStoreSpec (vLLM 0.33) or DevicePointers (0.34)."""
         chunks = np.asarray(chunk_spec.block_ids, dtype=np.int64)
-        sizes = list(getattr(gpu_spec, "group_sizes", None) or [len(gpu)])
-        starts = list(getattr(gpu_spec, "block_indices", None) or [0] * len(sizes))
+        if hasattr(gpu_spec, "ptrs"):
+            gpu, sizes, starts = self._from_pointers(gpu_spec, func)
+        else:
+            gpu = np.asarray(gpu_spec.block_ids, dtype=np.int64)
+            sizes = list(getattr(gpu_spec, "group_sizes", None) or [len(gpu)])
+            starts = list(getattr(gpu_spec, "block_indices", None) or [0] * len(sizes))
         if len(sizes) != len(self._group_units) or len(starts) != len(sizes):
             raise _errors.invalid(func, "%d group sizes for %d KV cache groups" % (len(sizes), len(self._group_units)))
         plan, go, co = [], 0, 0
@@ -845,11 +930,13 @@ class IBPOffloadingWorker(OffloadingWorker):
     # -- OffloadingWorker --
 
     def submit_store(self, job_id: int, src_spec, dst_spec) -> bool:
-        """Queues GPU blocks -> offload chunks; True (a failure is reported by get_finished)."""
+        """Queues GPU blocks -> offload chunks; True (a failure is reported by get_finished).
+        src_spec: DevicePointers (vLLM 0.34) or a GPULoadStoreSpec (0.33)."""
         return self._submit(job_id, True, src_spec, dst_spec)
 
     def submit_load(self, job_id: int, src_spec, dst_spec, expedited: bool = False) -> bool:
-        """Queues offload chunks -> GPU blocks; True (a failure is reported by get_finished)."""
+        """Queues offload chunks -> GPU blocks; True (a failure is reported by get_finished).
+        dst_spec: DevicePointers (vLLM 0.34) or a GPULoadStoreSpec (0.33)."""
         return self._submit(job_id, False, src_spec, dst_spec, expedited)
 
     def get_finished(self) -> List[TransferResult]:
@@ -924,7 +1011,7 @@ def chunk_count(extra_config, worker_kv_bytes_per_block: int, world_size: int, b
 if HAVE_VLLM:
 
     class IBPOffloadingSpec(OffloadingSpec):
-        """vLLM 0.33 OffloadingSpec: IBPOffloadingManager on the scheduler,
+        """vLLM 0.33/0.34 OffloadingSpec: IBPOffloadingManager on the scheduler,
         IBPOffloadingWorker on each worker (see the module docstring)."""
 
         def __init__(self, config):
@@ -971,7 +1058,7 @@ def __getattr__(name):
 def register(name: str = SPEC_NAME) -> None:
     """Registers IBPOffloadingSpec with vLLM's OffloadingSpecFactory, so
     kv_connector_extra_config needs only {"spec_name": name}. Needs vLLM
-    0.33.x; registering a name twice raises vLLM's ValueError."""
+    0.33.x or 0.34.x; registering a name twice raises vLLM's ValueError."""
     if not HAVE_VLLM:
         raise ImportError("ibp.torch.vllm.register needs vLLM %s, which is not installed: %s" % (SUPPORTED_VLLM, _PIP))
     from vllm.v1.kv_offload.factory import OffloadingSpecFactory
