@@ -1,7 +1,7 @@
 """ibp.torch.vllm's scheduler-side manager and worker, on vLLM's types
-when vLLM (0.34 or 0.33) is installed and on the module's stand-ins (0.34's)
-otherwise (this file
-runs in both: tools/test-python.sh's environment, without vLLM, and
+when vLLM (0.34 or 0.33) is installed and on the module's stand-ins
+(0.34's) otherwise (this file runs in both: tools/test-python.sh's
+environment, without vLLM, and
 tools/test-clients.sh's vLLM environment), plus the version gate against
 stand-in vllm packages. The comparison with vLLM's own manager and the
 run through vLLM's own connector are python/tests/clients/test_vllm_*.py.
@@ -210,10 +210,14 @@ def gspec(ids, start=0):
 
 
 def pointers(kc, spec):
-    """The DevicePointers vLLM 0.34's connector makes of a GPU spec
-    (pointer_utils.resolve_device_pointers): per group, per ref, per block
-    the page's address (base + block id x row stride) and bytes."""
-    make = iv.DevicePointers if getattr(iv, "DevicePointers", None) is not None else _Pointers
+    """The DevicePointers vLLM 0.34's connector makes of a GPU spec: with
+    vLLM 0.34 installed its own pointer_utils.resolve_device_pointers, else
+    the same here (per group, per ref, per block the page's address, base +
+    block id x row stride, and bytes)."""
+    if iv.HAVE_VLLM and iv._V034:
+        from vllm.v1.kv_offload.pointer_utils import resolve_device_pointers
+        return resolve_device_pointers(spec, kc)
+    make = iv.DevicePointers if iv.DevicePointers is not None else _Pointers
     ids = np.asarray(spec.block_ids, dtype=np.uint64)
     ptrs, sizes, at = [], [], 0
     for n, refs in zip(spec.group_sizes, kc.group_data_refs):

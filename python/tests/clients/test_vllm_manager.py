@@ -2,8 +2,8 @@
 CPUOffloadingManager (its "lru" policy), operation for operation: thousands
 of random scheduler calls (requests sharing prefixes in two KV cache groups,
 token positions, lookups, prepare/complete of loads and stores, failed
-stores, touches where vLLM still has them (0.33), request ends, resets) under a small capacity, so that evictions are
-frequent. Every result is compared: lookup results, the chunk ids of load
+stores, touches where vLLM still has them (0.33), request ends, resets)
+under a small capacity, so that evictions are frequent. Every result is compared: lookup results, the chunk ids of load
 and store specs, the keys stored and evicted (or None), and the events."""
 
 import random
